@@ -1,0 +1,108 @@
+package airlock
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// MaxJobBytes bounds the size of an encoded job.
+const MaxJobBytes = 32 << 20
+
+// DecodeJob reads one job in the v1 wire format, strictly: unknown fields,
+// wrong types, trailing data and payloads over [MaxJobBytes] are
+// [*InvalidJob] errors naming the field. Integral numbers in input become
+// integers (see [NormalizeInput]).
+func DecodeJob(r io.Reader) (Job, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxJobBytes+1))
+	if err != nil {
+		return Job{}, fmt.Errorf("reading job: %w", err)
+	}
+	return DecodeJobBytes(data)
+}
+
+// DecodeJobBytes is [DecodeJob] for a job already in memory.
+func DecodeJobBytes(data []byte) (Job, error) {
+	var job Job
+	if len(data) > MaxJobBytes {
+		return job, Invalid("", "job is larger than %d bytes", MaxJobBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return job, Invalid("", "empty input (want a JSON job object)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&job); err != nil {
+		return Job{}, decodeError(err)
+	}
+	if dec.More() {
+		return Job{}, Invalid("", "trailing data after the job object")
+	}
+	if tok, err := dec.Token(); err != io.EOF {
+		return Job{}, Invalid("", "trailing data after the job object (%v)", tok)
+	}
+	if job.Input != nil {
+		in, err := NormalizeInput(job.Input)
+		if err != nil {
+			return Job{}, Invalid("input", "%s", err.Error())
+		}
+		job.Input = in.(map[string]any)
+	}
+	return job, nil
+}
+
+func decodeError(err error) error {
+	var (
+		typeErr *json.UnmarshalTypeError
+		synErr  *json.SyntaxError
+		timeErr *time.ParseError
+		b64Err  base64.CorruptInputError
+	)
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "(top level)"
+		}
+		return Invalid(field, "wrong type: got JSON %s, want %s", typeErr.Value, typeName(typeErr.Type.String()))
+	case errors.As(err, &synErr):
+		return Invalid("", "malformed JSON at byte %d: %s", synErr.Offset, synErr.Error())
+	case errors.As(err, &timeErr):
+		return Invalid("clock", "want an RFC 3339 time: %s", timeErr.Error())
+	case errors.As(err, &b64Err):
+		return Invalid("module", "want base64: %s", b64Err.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return Invalid("", "truncated JSON")
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return Invalid(strings.Trim(name, `"`), "unknown field")
+	}
+	return Invalid("", "%s", strings.TrimPrefix(msg, "json: "))
+}
+
+func typeName(goType string) string {
+	switch goType {
+	case "string", "airlock.Kind", "airlock.Situation", "airlock.Lifecycle":
+		return "a string"
+	case "int64", "int", "uint64":
+		return "an integer"
+	case "bool":
+		return "a boolean"
+	case "[]string":
+		return "an array of strings"
+	case "[]uint8":
+		return "a base64 string"
+	case "map[string]string":
+		return "an object of strings"
+	case "map[string]interface {}":
+		return "an object"
+	}
+	return goType
+}

@@ -1,0 +1,125 @@
+package airlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Stopped is returned when a run was stopped by a limit, a cancellation or a
+// signal before it finished.
+type Stopped struct {
+	Reason StopReason
+	Detail string
+}
+
+func (e *Stopped) Error() string {
+	if e.Detail == "" {
+		return "stopped: " + string(e.Reason)
+	}
+	return "stopped: " + string(e.Reason) + ": " + e.Detail
+}
+
+// Denied is returned when the code attempted a capability its job was not
+// granted. Capability names the class ("fs", "net", "spawn", "secrets",
+// "host-function", "syscall"), Detail what was attempted.
+type Denied struct {
+	Capability string
+	Detail     string
+}
+
+func (e *Denied) Error() string {
+	if e.Detail == "" {
+		return "denied: " + e.Capability
+	}
+	return "denied: " + e.Capability + ": " + e.Detail
+}
+
+// NotAdmitted is returned when a tier cannot enforce everything a job needs,
+// or when no tier at the job's minimum level may run it.
+type NotAdmitted struct {
+	Tier   string // the tier that refused, or "" for the router
+	Reason string
+}
+
+func (e *NotAdmitted) Error() string {
+	if e.Tier == "" {
+		return "not admitted: " + e.Reason
+	}
+	return "not admitted by " + e.Tier + ": " + e.Reason
+}
+
+// InvalidJob is returned for a malformed job. Field names the offending
+// wire field ("limits.wall_ms", "files[a/../b]") where one is to blame.
+type InvalidJob struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidJob) Error() string {
+	if e.Field == "" {
+		return "invalid job: " + e.Reason
+	}
+	return "invalid job: " + e.Field + ": " + e.Reason
+}
+
+// CodeError is returned when the job's own code fails: it does not compile
+// (Kind ErrCompile) or it raised an error while running (Kind ErrRuntime).
+type CodeError struct {
+	Kind    ErrorKind
+	Message string
+}
+
+func (e *CodeError) Error() string {
+	if e.Kind == ErrCompile {
+		return "compile error: " + e.Message
+	}
+	return "runtime error: " + e.Message
+}
+
+// Invalid returns an [*InvalidJob] for field.
+func Invalid(field, format string, args ...any) error {
+	return &InvalidJob{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// AsStop reports the stop an error stands for: a [*Stopped], or a
+// [*Denied] as a stop with reason "denied".
+func AsStop(err error) (Stop, bool) {
+	var s *Stopped
+	if errors.As(err, &s) {
+		return Stop{Reason: s.Reason, Detail: s.Detail}, true
+	}
+	var d *Denied
+	if errors.As(err, &d) {
+		detail := d.Capability
+		if d.Detail != "" {
+			detail += ": " + d.Detail
+		}
+		return Stop{Reason: StopDenied, Detail: detail}, true
+	}
+	return Stop{}, false
+}
+
+func splitDenied(detail string) (capability, rest string) {
+	capability, rest, _ = strings.Cut(detail, ": ")
+	return capability, rest
+}
+
+// KindOf classifies an error for the wire. Errors that are not airlock's
+// own types are internal.
+func KindOf(err error) ErrorKind {
+	var (
+		inv *InvalidJob
+		ce  *CodeError
+		na  *NotAdmitted
+	)
+	switch {
+	case errors.As(err, &inv):
+		return ErrInvalid
+	case errors.As(err, &ce):
+		return ce.Kind
+	case errors.As(err, &na):
+		return ErrNotAdmitted
+	}
+	return ErrInternal
+}

@@ -1,0 +1,117 @@
+package airlock
+
+import (
+	"time"
+)
+
+// Kind says what a job's payload is.
+type Kind string
+
+// The job kinds.
+const (
+	KindExpr     Kind = "expr"     // an expression (Job.Code)
+	KindStarlark Kind = "starlark" // a Starlark script (Job.Code)
+	KindWasm     Kind = "wasm"     // a WebAssembly module (Job.Module)
+	KindCommand  Kind = "command"  // a program and its arguments (Job.Argv)
+)
+
+// Situation says who wrote a job's code and what the code holds. The router
+// turns it into a minimum isolation level.
+type Situation string
+
+// The situations, from least to most demanding.
+const (
+	SituationExpression  Situation = "expression"   // a simple expression
+	SituationInternal    Situation = "internal"     // internal developer tooling
+	SituationPublic      Situation = "public"       // model-generated code from public users (the default)
+	SituationMultiTenant Situation = "multi-tenant" // shared execution for many tenants
+	SituationCredentials Situation = "credentials"  // code that holds production credentials
+)
+
+// Lifecycle says how long the instance that runs a job lives.
+type Lifecycle string
+
+// The lifecycles.
+const (
+	LifecycleEphemeral  Lifecycle = "ephemeral"  // a fresh instance per job (the default)
+	LifecycleSession    Lifecycle = "session"    // one instance for a conversation
+	LifecyclePersistent Lifecycle = "persistent" // a named workspace that accumulates state
+)
+
+// TierAuto lets the router choose the tier.
+const TierAuto = "auto"
+
+// Job is what to run and what it may touch. The zero value of every grant
+// withholds it. Job is plain data: its JSON form is the v1 wire format.
+type Job struct {
+	Kind      Kind              `json:"kind"`
+	Code      string            `json:"code,omitempty"`
+	Module    []byte            `json:"module,omitempty"` // base64 in JSON
+	Entry     string            `json:"entry,omitempty"`
+	Argv      []string          `json:"argv,omitempty"`
+	Stdin     string            `json:"stdin,omitempty"`
+	Input     map[string]any    `json:"input,omitempty"`
+	Files     map[string]string `json:"files,omitempty"`
+	Grants    Grants            `json:"grants,omitzero"`
+	Limits    Limits            `json:"limits,omitzero"`
+	Clock     time.Time         `json:"clock,omitzero"`
+	Seed      uint64            `json:"seed,omitempty"`
+	Situation Situation         `json:"situation,omitempty"`
+	Lifecycle Lifecycle         `json:"lifecycle,omitempty"`
+	Session   string            `json:"session,omitempty"`
+	Tier      string            `json:"tier,omitempty"`
+}
+
+// Grants are the capabilities a job may use. Each class is withheld unless
+// granted; nothing is inherited from the host.
+type Grants struct {
+	FS      FSGrant           `json:"fs,omitzero"`
+	Net     []NetRule         `json:"net,omitempty"`
+	Spawn   bool              `json:"spawn,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+// FSGrant grants filesystem access: host paths to read, and the size of a
+// writable scratch directory (0: the tier's default, if it has a scratch).
+type FSGrant struct {
+	Read      []string `json:"read,omitempty"`
+	ScratchMB int64    `json:"scratch_mb,omitempty"`
+}
+
+// NetRule allows egress to one host with the listed HTTP methods (empty:
+// GET and HEAD) on the listed ports (empty: 80 and 443).
+type NetRule struct {
+	Host    string   `json:"host"`
+	Methods []string `json:"methods,omitempty"`
+	Ports   []int    `json:"ports,omitempty"`
+}
+
+// Limits bound a run. A zero field takes the tier's default; a field above
+// the operator's maximum makes the job invalid.
+type Limits struct {
+	WallMS      int64 `json:"wall_ms,omitempty"`
+	CPUMS       int64 `json:"cpu_ms,omitempty"`
+	MemoryMB    int64 `json:"memory_mb,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	Pids        int64 `json:"pids,omitempty"`
+	Files       int64 `json:"files,omitempty"`
+	Steps       int64 `json:"steps,omitempty"`
+}
+
+// Wall returns the wall-clock limit as a duration.
+func (l Limits) Wall() time.Duration { return time.Duration(l.WallMS) * time.Millisecond }
+
+// CPU returns the CPU-time limit as a duration.
+func (l Limits) CPU() time.Duration { return time.Duration(l.CPUMS) * time.Millisecond }
+
+// Hermetic reports whether the job is granted nothing: no filesystem, no
+// network, no process spawn and no credentials.
+func (g *Grants) Hermetic() bool {
+	return len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && !g.Spawn && len(g.Secrets) == 0
+}
+
+// Language reports whether the kind runs inside an interpreter or runtime
+// (expr, Starlark, WebAssembly) rather than as an operating-system process.
+func (k Kind) Language() bool {
+	return k == KindExpr || k == KindStarlark || k == KindWasm
+}

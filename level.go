@@ -1,0 +1,35 @@
+package airlock
+
+import "fmt"
+
+// Level is the strength of an isolation boundary, weakest first.
+type Level int
+
+// The isolation levels.
+const (
+	LevelInterpreter    Level = 1 // a language runtime with no I/O but what it is handed
+	LevelSyscallFilter  Level = 2 // a host process under seccomp, rlimits and an empty environment
+	LevelContainer      Level = 3 // namespaces, seccomp, Landlock and cgroups
+	LevelVirtualisation Level = 4 // a separate kernel: intercepted (gVisor) or hardware (microVM)
+	LevelAccount        Level = 5 // another account and host with its own credentials
+)
+
+var levelNames = [...]string{"", "interpreter", "syscall-filter", "container", "virtualisation", "account"}
+
+// String returns the level's name.
+func (l Level) String() string {
+	if l >= LevelInterpreter && l <= LevelAccount {
+		return levelNames[l]
+	}
+	return fmt.Sprintf("level(%d)", int(l))
+}
+
+// ParseLevel accepts a level's number or its name.
+func ParseLevel(s string) (Level, error) {
+	for i := LevelInterpreter; i <= LevelAccount; i++ {
+		if s == levelNames[i] || s == fmt.Sprint(int(i)) {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown level %q (want 1-5 or one of interpreter, syscall-filter, container, virtualisation, account)", s)
+}

@@ -1,0 +1,212 @@
+package airlock
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"path"
+	"strings"
+	"time"
+)
+
+// LimitPolicy is an operator's choice of default and maximum limits.
+type LimitPolicy struct {
+	Default Limits
+	Max     Limits
+}
+
+// DefaultLimitPolicy is used by tiers that are not given one.
+var DefaultLimitPolicy = LimitPolicy{
+	Default: Limits{WallMS: 10_000, CPUMS: 10_000, MemoryMB: 256, OutputBytes: 1 << 20, Pids: 64, Files: 256, Steps: 10_000_000},
+	Max:     Limits{WallMS: 600_000, CPUMS: 600_000, MemoryMB: 8192, OutputBytes: 64 << 20, Pids: 4096, Files: 65_536, Steps: 10_000_000_000},
+}
+
+// MaxSeed bounds generated seeds to integers every JSON reader keeps exactly.
+const MaxSeed = 1<<53 - 1
+
+// Resolve fills the zero fields of l from the policy's defaults and refuses
+// any field above the policy's maximum, or below zero.
+func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
+	fields := [...]struct {
+		name          string
+		v             *int64
+		def, max      int64
+	}{
+		{"limits.wall_ms", &l.WallMS, p.Default.WallMS, p.Max.WallMS},
+		{"limits.cpu_ms", &l.CPUMS, p.Default.CPUMS, p.Max.CPUMS},
+		{"limits.memory_mb", &l.MemoryMB, p.Default.MemoryMB, p.Max.MemoryMB},
+		{"limits.output_bytes", &l.OutputBytes, p.Default.OutputBytes, p.Max.OutputBytes},
+		{"limits.pids", &l.Pids, p.Default.Pids, p.Max.Pids},
+		{"limits.files", &l.Files, p.Default.Files, p.Max.Files},
+		{"limits.steps", &l.Steps, p.Default.Steps, p.Max.Steps},
+	}
+	for _, f := range fields {
+		switch {
+		case *f.v < 0:
+			return l, Invalid(f.name, "must not be negative")
+		case *f.v == 0:
+			*f.v = f.def
+		case f.max > 0 && *f.v > f.max:
+			return l, Invalid(f.name, "%d is above the maximum %d", *f.v, f.max)
+		}
+	}
+	if l.WallMS <= 0 {
+		l.WallMS = DefaultLimitPolicy.Default.WallMS // the wall clock is never off
+	}
+	return l, nil
+}
+
+// Prepare validates a job and returns the copy a tier runs: limits resolved
+// against the policy, situation and lifecycle defaulted, and the clock and
+// seed chosen when the job did not pin them (both are recorded in the
+// Result so the run can be replayed).
+func Prepare(job Job, p LimitPolicy) (Job, error) {
+	if err := Validate(&job); err != nil {
+		return job, err
+	}
+	var err error
+	if job.Limits, err = p.Resolve(job.Limits); err != nil {
+		return job, err
+	}
+	if job.Situation == "" {
+		job.Situation = SituationPublic
+	}
+	if job.Lifecycle == "" {
+		job.Lifecycle = LifecycleEphemeral
+	}
+	if job.Clock.IsZero() {
+		job.Clock = time.Now().UTC().Truncate(time.Microsecond)
+	}
+	if job.Seed == 0 {
+		job.Seed = NewSeed()
+	}
+	return job, nil
+}
+
+// NewSeed returns a random non-zero seed no larger than [MaxSeed].
+func NewSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])%MaxSeed + 1
+}
+
+// Validate checks a job's shape without resolving limits: a known kind with
+// its payload, known situation and lifecycle, safe file names, well-formed
+// grants and JSON-compatible input.
+func Validate(job *Job) error {
+	switch job.Kind {
+	case KindExpr, KindStarlark:
+		if strings.TrimSpace(job.Code) == "" {
+			return Invalid("code", "is empty")
+		}
+	case KindWasm:
+		if len(job.Module) == 0 {
+			return Invalid("module", "is empty")
+		}
+	case KindCommand:
+		if len(job.Argv) == 0 || job.Argv[0] == "" {
+			return Invalid("argv", "needs a program")
+		}
+		for _, a := range job.Argv {
+			if strings.IndexByte(a, 0) >= 0 {
+				return Invalid("argv", "contains a NUL byte")
+			}
+		}
+	case "":
+		return Invalid("kind", "is missing (want expr, starlark, wasm or command)")
+	default:
+		return Invalid("kind", "unknown kind %q (want expr, starlark, wasm or command)", job.Kind)
+	}
+	switch job.Situation {
+	case "", SituationExpression, SituationInternal, SituationPublic, SituationMultiTenant, SituationCredentials:
+	default:
+		return Invalid("situation", "unknown situation %q", job.Situation)
+	}
+	switch job.Lifecycle {
+	case "", LifecycleEphemeral:
+	case LifecycleSession, LifecyclePersistent:
+		if job.Session == "" {
+			return Invalid("session", "is required for lifecycle %q", job.Lifecycle)
+		}
+	default:
+		return Invalid("lifecycle", "unknown lifecycle %q", job.Lifecycle)
+	}
+	for name := range job.Files {
+		if err := checkRelPath(name); err != nil {
+			return Invalid("files["+name+"]", "%s", err.Error())
+		}
+	}
+	if err := validateGrants(&job.Grants); err != nil {
+		return err
+	}
+	if job.Input != nil {
+		if err := CheckValue(job.Input, 0); err != nil {
+			return Invalid("input", "%s", err.Error())
+		}
+	}
+	return nil
+}
+
+type pathError string
+
+func (e pathError) Error() string { return string(e) }
+
+func checkRelPath(name string) error {
+	switch {
+	case name == "":
+		return pathError("empty file name")
+	case strings.IndexByte(name, 0) >= 0:
+		return pathError("file name contains a NUL byte")
+	case strings.HasPrefix(name, "/"):
+		return pathError("file name must be relative")
+	case path.Clean(name) != name || name == "." || name == ".." || strings.HasPrefix(name, "../"):
+		return pathError("file name must be clean and stay inside the scratch (no '..', '.', '//' or trailing '/')")
+	}
+	return nil
+}
+
+func validateGrants(g *Grants) error {
+	for i, p := range g.FS.Read {
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
+			return Invalid("grants.fs.read", "entry %d (%q) must be a clean absolute path", i, p)
+		}
+	}
+	if g.FS.ScratchMB < 0 {
+		return Invalid("grants.fs.scratch_mb", "must not be negative")
+	}
+	for i, r := range g.Net {
+		if strings.TrimSpace(r.Host) == "" {
+			return Invalid("grants.net", "rule %d has no host", i)
+		}
+		for _, m := range r.Methods {
+			if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t\r\n/") {
+				return Invalid("grants.net", "rule %d: method %q must be an upper-case HTTP method", i, m)
+			}
+		}
+		for _, p := range r.Ports {
+			if p < 1 || p > 65535 {
+				return Invalid("grants.net", "rule %d: port %d out of range", i, p)
+			}
+		}
+	}
+	for name := range g.Secrets {
+		if !validEnvName(name) {
+			return Invalid("grants.secrets", "%q is not a valid variable name", name)
+		}
+	}
+	return nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,124 @@
+package airlock
+
+import (
+	"time"
+)
+
+// Result is what a run produced. A tier fills it in as far as the run got,
+// also when it returns an error: output written before a stop is kept.
+type Result struct {
+	Tier     string     `json:"tier"`
+	Level    Level      `json:"level"`
+	Value    any        `json:"value"`
+	Stdout   string     `json:"stdout"`
+	Stderr   string     `json:"stderr"`
+	ExitCode int        `json:"exit_code"`
+	Stopped  *Stop      `json:"stopped,omitempty"`
+	Error    *ErrorInfo `json:"error,omitempty"`
+	Timings  Timings    `json:"timings"`
+	Usage    Usage      `json:"usage,omitzero"`
+	Clock    time.Time  `json:"clock,omitzero"`
+	Seed     uint64     `json:"seed,omitempty"`
+	Decision []string   `json:"decision,omitempty"`
+}
+
+// Stop says why a run was stopped before it finished.
+type Stop struct {
+	Reason StopReason `json:"reason"`
+	Detail string     `json:"detail,omitempty"`
+}
+
+// StopReason names the limit or policy that stopped a run.
+type StopReason string
+
+// The stop reasons.
+const (
+	StopTimeout StopReason = "timeout" // the wall clock ran out
+	StopCPU     StopReason = "cpu"     // the CPU-time limit ran out
+	StopMemory  StopReason = "memory"  // the memory limit was reached
+	StopSteps   StopReason = "steps"   // the interpreter step budget ran out
+	StopOutput  StopReason = "output"  // output exceeded its cap
+	StopPids    StopReason = "pids"    // the process limit was reached
+	StopDenied  StopReason = "denied"  // a withheld capability was attempted
+	StopKilled  StopReason = "killed"  // killed from outside (cancelled, or a signal)
+)
+
+// ErrorInfo is the wire form of an error that ended a run.
+type ErrorInfo struct {
+	Kind    ErrorKind `json:"kind"`
+	Message string    `json:"message"`
+}
+
+// ErrorKind classifies an error that ended a run.
+type ErrorKind string
+
+// The error kinds.
+const (
+	ErrInvalid     ErrorKind = "invalid"      // the job itself is malformed
+	ErrCompile     ErrorKind = "compile"      // the code does not compile
+	ErrRuntime     ErrorKind = "runtime"      // the code failed while running
+	ErrNotAdmitted ErrorKind = "not_admitted" // no tier may run the job
+	ErrInternal    ErrorKind = "internal"     // airlock itself failed
+)
+
+// Timings are in microseconds: start is the time to get an instance ready
+// (compile, create a sandbox, claim from a pool), run the time the code ran,
+// total everything from the call to the result.
+type Timings struct {
+	StartUS int64 `json:"start_us"`
+	RunUS   int64 `json:"run_us"`
+	TotalUS int64 `json:"total_us"`
+}
+
+// Usage is what a run consumed, as far as the tier can measure it.
+type Usage struct {
+	Steps       int64 `json:"steps,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	CPUUS       int64 `json:"cpu_us,omitempty"`
+}
+
+// SetError records err in the result's wire fields: a [*Stopped] or
+// [*Denied] becomes Stopped, anything else becomes Error. A nil err clears
+// nothing.
+func (r *Result) SetError(err error) {
+	if err == nil {
+		return
+	}
+	if s, ok := AsStop(err); ok {
+		r.Stopped = &s
+		return
+	}
+	r.Error = &ErrorInfo{Kind: KindOf(err), Message: err.Error()}
+}
+
+// Err rebuilds a typed error from a result's wire fields, for clients that
+// received a Result as JSON. It returns nil for a run that was neither
+// stopped nor failed.
+func (r *Result) Err() error {
+	switch {
+	case r.Stopped != nil && r.Stopped.Reason == StopDenied:
+		capability, detail := splitDenied(r.Stopped.Detail)
+		return &Denied{Capability: capability, Detail: detail}
+	case r.Stopped != nil:
+		return &Stopped{Reason: r.Stopped.Reason, Detail: r.Stopped.Detail}
+	case r.Error == nil:
+		return nil
+	}
+	switch r.Error.Kind {
+	case ErrInvalid:
+		return &InvalidJob{Reason: r.Error.Message}
+	case ErrCompile, ErrRuntime:
+		return &CodeError{Kind: r.Error.Kind, Message: r.Error.Message}
+	case ErrNotAdmitted:
+		return &NotAdmitted{Reason: r.Error.Message}
+	}
+	return &remoteError{r.Error.Message}
+}
+
+type remoteError struct{ msg string }
+
+func (e *remoteError) Error() string { return e.msg }
+
+// Since returns the microseconds elapsed since t.
+func Since(t time.Time) int64 { return time.Since(t).Microseconds() }

@@ -1,0 +1,54 @@
+package airlock
+
+import (
+	"context"
+	"time"
+)
+
+// Tier runs jobs behind one isolation boundary. Every tier passes the
+// conformance suite in tiers/tiertest.
+//
+// Admit reports, without running anything, whether the tier can enforce
+// everything the job needs; it returns a [*NotAdmitted] saying which part it
+// cannot. Run prepares the job (see [Prepare]), runs it and returns a Result
+// filled as far as the run got, together with a typed error when the run was
+// stopped or failed. A program that exits non-zero is not an error: its exit
+// code is in the Result. Run must be safe for concurrent use.
+type Tier interface {
+	Name() string
+	Level() Level
+	Admit(job *Job) error
+	Run(ctx context.Context, job Job) (Result, error)
+}
+
+// Prober is implemented by tiers whose backend may be missing (a runsc
+// binary, QEMU, a kernel feature). Available returns nil when the tier can
+// run jobs here, or an error saying what is missing.
+type Prober interface {
+	Available() error
+}
+
+// SessionTier is implemented by tiers that keep state across runs.
+type SessionTier interface {
+	Tier
+	OpenSession(ctx context.Context, opts SessionOptions) (Session, error)
+}
+
+// SessionOptions configure a session.
+type SessionOptions struct {
+	// ID names the session; empty picks a random one.
+	ID string
+	// TTL closes the session after it has been idle this long (0: never).
+	TTL time.Duration
+	// Workspace, when set, names a persistent workspace that is reattached
+	// rather than created: what the session leaves there accumulates.
+	Workspace string
+}
+
+// Session is one instance kept across runs. Its Run behaves like the tier's,
+// except that state (globals, files in the scratch) survives between runs.
+type Session interface {
+	ID() string
+	Run(ctx context.Context, job Job) (Result, error)
+	Close() error
+}

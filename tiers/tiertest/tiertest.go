@@ -1,0 +1,302 @@
+// Package tiertest is the conformance suite every airlock tier runs.
+//
+// A tier's test supplies a [Suite]: the tier and a few jobs of its own kind
+// (one that succeeds, one that spins forever, one that floods its output,
+// one that looks for a planted environment variable). Run then checks what
+// every tier must guarantee: typed errors for invalid jobs, the wall clock
+// enforced, output capped, cancellation honoured, nothing inherited from the
+// host environment, clock and seed recorded, safe concurrent use, and no
+// goroutines left behind.
+package tiertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// CanaryEnv is the variable the suite plants in the test process; no job
+// may see its value.
+const CanaryEnv = "AIRLOCK_CANARY"
+
+// Suite describes a tier under test. Jobs left nil are skipped with a
+// reason (an expression has no output stream to flood, say).
+type Suite struct {
+	Tier airlock.Tier
+
+	// OK succeeds; Check (if set) inspects its result.
+	OK    airlock.Job
+	Check func(t testing.TB, res airlock.Result)
+
+	// Spin never finishes on its own.
+	Spin *airlock.Job
+	// Flood writes (or returns) far more than a few KiB of output.
+	Flood *airlock.Job
+	// Env tries to read the variable named CanaryEnv and report its value in
+	// its output or value.
+	Env *airlock.Job
+
+	// Concurrency is how many runs of OK the suite starts at once (default 8).
+	Concurrency int
+	// Slow tiers (seconds per start) set a longer wall for OK runs.
+	OKWall time.Duration
+	// SkipLeak skips the goroutine check (for tiers that keep helpers by design).
+	SkipLeak bool
+}
+
+// Run runs the conformance suite.
+func (s Suite) Run(t *testing.T) {
+	t.Helper()
+	if p, ok := s.Tier.(airlock.Prober); ok {
+		if err := p.Available(); err != nil {
+			Unavailable(t, s.Tier.Name(), err)
+		}
+	}
+	before := runtime.NumGoroutine()
+	t.Run("Identity", s.identity)
+	t.Run("Invalid", s.invalid)
+	t.Run("OK", s.ok)
+	t.Run("ClockAndSeed", s.clockAndSeed)
+	t.Run("WallClock", s.wallClock)
+	t.Run("Cancel", s.cancel)
+	t.Run("OutputCap", s.outputCap)
+	t.Run("EmptyEnvironment", s.emptyEnv)
+	t.Run("Concurrent", s.concurrent)
+	if !s.SkipLeak {
+		t.Run("NoGoroutinesLeft", func(t *testing.T) { NoGoroutineLeak(t, before) })
+	}
+}
+
+// Unavailable skips a test whose tier backend is missing, saying why,
+// except under CI (CI=true), where every tier is mandatory and a missing
+// backend fails the test.
+func Unavailable(t testing.TB, tier string, why error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" && os.Getenv("AIRLOCK_ALLOW_SKIP") == "" {
+		t.Fatalf("tier %s is unavailable under CI, where every tier is mandatory: %v", tier, why)
+	}
+	t.Skipf("tier %s unavailable: %v", tier, why)
+}
+
+func (s Suite) okJob() airlock.Job {
+	j := s.OK
+	if s.OKWall > 0 {
+		j.Limits.WallMS = s.OKWall.Milliseconds()
+	}
+	return j
+}
+
+func (s Suite) identity(t *testing.T) {
+	if s.Tier.Name() == "" {
+		t.Fatal("tier has an empty name")
+	}
+	if l := s.Tier.Level(); l < airlock.LevelInterpreter || l > airlock.LevelAccount {
+		t.Fatalf("tier level %d out of range", l)
+	}
+	job := s.okJob()
+	if err := s.Tier.Admit(&job); err != nil {
+		t.Fatalf("tier does not admit its own OK job: %v", err)
+	}
+}
+
+func (s Suite) invalid(t *testing.T) {
+	cases := map[string]func(j *airlock.Job){
+		"unknown kind":   func(j *airlock.Job) { j.Kind = "bogus" },
+		"negative wall":  func(j *airlock.Job) { j.Limits.WallMS = -1 },
+		"escaping file":  func(j *airlock.Job) { j.Files = map[string]string{"../x": "y"} },
+		"huge memory":    func(j *airlock.Job) { j.Limits.MemoryMB = 1 << 40 },
+		"bad situation":  func(j *airlock.Job) { j.Situation = "whatever" },
+		"bad secret env": func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"A=B": "x"} },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			job := s.okJob()
+			mutate(&job)
+			res, err := s.Tier.Run(context.Background(), job)
+			var inv *airlock.InvalidJob
+			var na *airlock.NotAdmitted
+			if !errors.As(err, &inv) && !errors.As(err, &na) {
+				t.Fatalf("want *airlock.InvalidJob (or *NotAdmitted), got %T: %v", err, err)
+			}
+			if res.Error == nil && res.Stopped == nil {
+				t.Fatalf("result does not record the error: %+v", res)
+			}
+		})
+	}
+}
+
+func (s Suite) ok(t *testing.T) {
+	res, err := s.Tier.Run(context.Background(), s.okJob())
+	if err != nil {
+		t.Fatalf("OK job failed: %v\nresult: %+v", err, res)
+	}
+	if res.Tier != s.Tier.Name() || res.Level != s.Tier.Level() {
+		t.Fatalf("result names tier %q level %d, want %q level %d", res.Tier, res.Level, s.Tier.Name(), s.Tier.Level())
+	}
+	if res.Stopped != nil || res.Error != nil {
+		t.Fatalf("successful result records a stop or error: %+v", res)
+	}
+	if res.Timings.TotalUS <= 0 || res.Timings.TotalUS < res.Timings.RunUS {
+		t.Fatalf("implausible timings %+v", res.Timings)
+	}
+	if s.Check != nil {
+		s.Check(t, res)
+	}
+}
+
+func (s Suite) clockAndSeed(t *testing.T) {
+	job := s.okJob()
+	res, err := s.Tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Clock.IsZero() || res.Seed == 0 {
+		t.Fatalf("unpinned job's result does not record the clock and seed chosen: clock %v seed %d", res.Clock, res.Seed)
+	}
+	job.Clock = time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	job.Seed = 424242
+	res, err = s.Tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Clock.Equal(job.Clock) || res.Seed != job.Seed {
+		t.Fatalf("pinned clock/seed not recorded: got %v/%d, want %v/%d", res.Clock, res.Seed, job.Clock, job.Seed)
+	}
+}
+
+// guard fails the test if fn has not returned well after the job's limit.
+func guard(t *testing.T, limit time.Duration, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	select {
+	case <-done:
+	case <-time.After(limit + 60*time.Second):
+		t.Fatalf("run did not return within a minute after its %v limit", limit)
+	}
+}
+
+func (s Suite) wallClock(t *testing.T) {
+	if s.Spin == nil {
+		t.Skip("no Spin job for this tier")
+	}
+	job := *s.Spin
+	job.Limits.WallMS = 300
+	job.Limits.CPUMS = 0
+	job.Limits.Steps = 0
+	guard(t, 300*time.Millisecond, func() {
+		res, err := s.Tier.Run(context.Background(), job)
+		wantStop(t, res, err, airlock.StopTimeout)
+	})
+}
+
+func (s Suite) cancel(t *testing.T) {
+	if s.Spin == nil {
+		t.Skip("no Spin job for this tier")
+	}
+	job := *s.Spin
+	job.Limits.WallMS = 60_000
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	guard(t, 300*time.Millisecond, func() {
+		res, err := s.Tier.Run(ctx, job)
+		wantStop(t, res, err, airlock.StopKilled, airlock.StopTimeout)
+	})
+}
+
+func (s Suite) outputCap(t *testing.T) {
+	if s.Flood == nil {
+		t.Skip("no Flood job for this tier")
+	}
+	job := *s.Flood
+	job.Limits.OutputBytes = 4096
+	res, err := s.Tier.Run(context.Background(), job)
+	wantStop(t, res, err, airlock.StopOutput)
+	if n := len(res.Stdout) + len(res.Stderr); n > 4096 {
+		t.Fatalf("output cap 4096 but result carries %d bytes", n)
+	}
+}
+
+func (s Suite) emptyEnv(t *testing.T) {
+	if s.Env == nil {
+		t.Skip("no Env job for this tier")
+	}
+	canary := fmt.Sprintf("canary-%d", time.Now().UnixNano())
+	t.Setenv(CanaryEnv, canary)
+	res, _ := s.Tier.Run(context.Background(), *s.Env)
+	if strings.Contains(fmt.Sprint(res.Value)+res.Stdout+res.Stderr, canary) {
+		t.Fatalf("job read the host's %s: %+v", CanaryEnv, res)
+	}
+}
+
+func (s Suite) concurrent(t *testing.T) {
+	n := s.Concurrency
+	if n == 0 {
+		n = 8
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Tier.Run(context.Background(), s.okJob())
+			if err != nil {
+				errs <- fmt.Errorf("%v (result %+v)", err, res)
+				return
+			}
+			if s.Check != nil {
+				s.Check(t, res)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// NoGoroutineLeak waits up to five seconds for the goroutine count to fall
+// back to before, and fails with a dump if it does not.
+func NoGoroutineLeak(t testing.TB, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now := runtime.NumGoroutine()
+		if now <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("%d goroutines before, %d after:\n%s", before, now, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func wantStop(t *testing.T, res airlock.Result, err error, reasons ...airlock.StopReason) {
+	t.Helper()
+	var st *airlock.Stopped
+	if !errors.As(err, &st) {
+		t.Fatalf("want *airlock.Stopped %v, got %T: %v (result %+v)", reasons, err, err, res)
+	}
+	for _, r := range reasons {
+		if st.Reason == r {
+			if res.Stopped == nil || res.Stopped.Reason != r {
+				t.Fatalf("error says %v but result records %+v", r, res.Stopped)
+			}
+			return
+		}
+	}
+	t.Fatalf("stopped for %q, want one of %v", st.Reason, reasons)
+}
