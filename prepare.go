@@ -27,9 +27,9 @@ const MaxSeed = 1<<53 - 1
 // any field above the policy's maximum, or below zero.
 func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 	fields := [...]struct {
-		name          string
-		v             *int64
-		def, max      int64
+		name     string
+		v        *int64
+		def, max int64
 	}{
 		{"limits.wall_ms", &l.WallMS, p.Default.WallMS, p.Max.WallMS},
 		{"limits.cpu_ms", &l.CPUMS, p.Default.CPUMS, p.Max.CPUMS},

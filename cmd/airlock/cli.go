@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Exit codes. They distinguish what went wrong so scripts can react.
+const (
+	exitOK          = 0 // the run succeeded
+	exitFailed      = 1 // the code failed: compile or runtime error, or a non-zero exit
+	exitUsage       = 2 // invalid input: bad flags, a malformed job
+	exitStopped     = 3 // stopped by a limit (timeout, memory, output, ...)
+	exitDenied      = 4 // a withheld capability was attempted
+	exitNotAdmitted = 5 // no tier may run the job
+	exitInternal    = 6 // airlock itself failed
+)
+
+// env is what a subcommand gets: its arguments and the standard streams.
+type env struct {
+	args   []string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+type command struct {
+	name    string
+	summary string
+	usage   string
+	run     func(ctx context.Context, e *env) int
+}
+
+var commands = map[string]*command{}
+
+// register adds a subcommand; each lives in its own file.
+func register(c *command) { commands[c.name] = c }
+
+// Run is the whole CLI: it parses args and runs one subcommand, writing to
+// the given streams, and returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				fmt.Fprintf(stdout, "usage: airlock %s\n\n%s\n", c.usage, c.summary)
+				return exitOK
+			}
+		}
+		usage(stdout)
+		return exitOK
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "airlock: unknown command %q (see `airlock help`)\n", name)
+		return exitUsage
+	}
+	return c.run(ctx, &env{args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr})
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "airlock runs untrusted code inside the cheapest isolation boundary that still holds.")
+	fmt.Fprintln(w, "\nusage: airlock COMMAND [flags] [args]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 code failed, 2 invalid input, 3 stopped by a limit, 4 capability denied, 5 not admitted, 6 internal error")
+}
+
+// flags returns a FlagSet for a subcommand that reports errors on stderr.
+func (e *env) flags(c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet("airlock "+c.name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: airlock %s\n\n%s\n\nflags:\n", c.usage, c.summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags, allowing flags after positional arguments (up to a
+// "--", after which everything is positional). It returns the positional
+// arguments, or ok=false with the exit code to use.
+func (e *env) parse(fs *flag.FlagSet) (pos []string, code int, ok bool) {
+	args := e.args
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), 0, true
+		}
+		if len(rest) == 0 {
+			return pos, 0, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// fail prints one clear line for err and returns the matching exit code.
+func (e *env) fail(err error) int {
+	fmt.Fprintf(e.stderr, "airlock: %v\n", err)
+	return exitCode(err)
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	if s, ok := airlock.AsStop(err); ok {
+		if s.Reason == airlock.StopDenied {
+			return exitDenied
+		}
+		return exitStopped
+	}
+	switch airlock.KindOf(err) {
+	case airlock.ErrInvalid:
+		return exitUsage
+	case airlock.ErrCompile, airlock.ErrRuntime:
+		return exitFailed
+	case airlock.ErrNotAdmitted:
+		return exitNotAdmitted
+	}
+	return exitInternal
+}

@@ -1,0 +1,93 @@
+// Package tools finds the external programs and files airlock's heavier
+// tiers use (runsc, QEMU, a guest kernel, wat2wasm, bwrap) and that the
+// project's set-up scripts install into a project-local .tools directory.
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Dir returns the project-local tools directory: $AIRLOCK_TOOLS if set,
+// else the first .tools directory found walking up from the working
+// directory or from the running executable. It returns "" if none exists.
+func Dir() string {
+	if d := os.Getenv("AIRLOCK_TOOLS"); d != "" {
+		return d
+	}
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	for _, dir := range starts {
+		for {
+			cand := filepath.Join(dir, ".tools")
+			if st, err := os.Stat(cand); err == nil && st.IsDir() {
+				return cand
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return ""
+}
+
+// ErrNotFound is wrapped by Find's error when a program is missing.
+var ErrNotFound = errors.New("not found")
+
+// Find locates a program: the variable AIRLOCK_<NAME> (upper case, '-' as
+// '_') if set, then <tools dir>/bin/<name>, then $PATH. The error says
+// where it looked and how to install it.
+func Find(name string) (string, error) {
+	env := "AIRLOCK_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(name))
+	if p := os.Getenv(env); p != "" {
+		if isExec(p) {
+			return p, nil
+		}
+		return "", fmt.Errorf("%s=%s: %w or not executable", env, p, ErrNotFound)
+	}
+	if d := Dir(); d != "" {
+		if p := filepath.Join(d, "bin", name); isExec(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s %w (set %s, or run `make setup` to install it into .tools/bin)", name, ErrNotFound, env)
+}
+
+// File locates a data file (a kernel, an initramfs) under the tools
+// directory, or at the path in the named environment variable.
+func File(env, rel string) (string, error) {
+	if p := os.Getenv(env); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", env, p, err)
+		}
+		return p, nil
+	}
+	d := Dir()
+	if d == "" {
+		return "", fmt.Errorf("%s %w: no .tools directory (set %s, or run `make setup`)", rel, ErrNotFound, env)
+	}
+	p := filepath.Join(d, rel)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s %w (set %s, or run `make setup`)", p, ErrNotFound, env)
+	}
+	return p, nil
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
