@@ -1,8 +1,7 @@
 package airlock
 
 import (
-	"crypto/rand"
-	"encoding/binary"
+	"math/rand/v2"
 	"path"
 	"strings"
 	"time"
@@ -60,6 +59,12 @@ func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 // seed chosen when the job did not pin them (both are recorded in the
 // Result so the run can be replayed).
 func Prepare(job Job, p LimitPolicy) (Job, error) {
+	return PrepareAt(job, p, time.Now())
+}
+
+// PrepareAt is [Prepare] with the instant to pin an unpinned clock to, for
+// tiers that already read the time.
+func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
 	if err := Validate(&job); err != nil {
 		return job, err
 	}
@@ -74,7 +79,7 @@ func Prepare(job Job, p LimitPolicy) (Job, error) {
 		job.Lifecycle = LifecycleEphemeral
 	}
 	if job.Clock.IsZero() {
-		job.Clock = time.Now().UTC().Truncate(time.Microsecond)
+		job.Clock = now.UTC().Truncate(time.Microsecond)
 	}
 	if job.Seed == 0 {
 		job.Seed = NewSeed()
@@ -82,11 +87,10 @@ func Prepare(job Job, p LimitPolicy) (Job, error) {
 	return job, nil
 }
 
-// NewSeed returns a random non-zero seed no larger than [MaxSeed].
+// NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
+// make runs replayable; they are not secrets.
 func NewSeed() uint64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:])%MaxSeed + 1
+	return rand.Uint64N(MaxSeed) + 1
 }
 
 // Validate checks a job's shape without resolving limits: a known kind with
