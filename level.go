@@ -33,3 +33,17 @@ func ParseLevel(s string) (Level, error) {
 	}
 	return 0, fmt.Errorf("unknown level %q (want 1-5 or one of interpreter, syscall-filter, container, virtualisation, account)", s)
 }
+
+// UnmarshalJSON accepts a level's number or its name.
+func (l *Level) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) >= 2 && s[0] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	v, err := ParseLevel(s)
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
