@@ -176,10 +176,8 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, start time.Time, res ai
 	if ctx.Err() != nil {
 		return res, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
 	}
-	if n, ok := sizeWithin(out, job.Limits.OutputBytes, nil); !ok {
+	if _, ok := sizeWithin(out, job.Limits.OutputBytes, nil); !ok {
 		return res, &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("value larger than %d bytes", job.Limits.OutputBytes)}
-	} else {
-		res.Usage.OutputBytes = n
 	}
 	v, err := airlock.ExportValue(out)
 	if err != nil {
