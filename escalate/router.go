@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -29,6 +30,8 @@ var DefaultCosts = map[string]time.Duration{
 	"microvm":          1500 * time.Millisecond,
 	"remote":           2 * time.Second,
 }
+
+var jobs = sync.Pool{New: func() any { return new(airlock.Job) }}
 
 type entry struct {
 	tier        airlock.Tier
@@ -189,23 +192,31 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 // Run routes the job and runs it, recording the router's reasons in the
 // result's Decision.
 func (r *Router) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
-	start := time.Now()
-	ri, ti, refused, err := r.route(&job)
+	// Admit takes a pointer through an interface, which would move job to
+	// the heap on every run; route a pooled copy instead.
+	jp := jobs.Get().(*airlock.Job)
+	*jp = job
+	ri, ti, refused, err := r.route(jp)
+	*jp = airlock.Job{}
+	jobs.Put(jp)
 	if err != nil {
 		res := airlock.Result{Clock: job.Clock, Seed: job.Seed}
-		res.Decision = r.Explain(&job).Lines()
+		res.Decision = r.lines(job)
 		res.SetError(err)
-		res.Timings.TotalUS = airlock.Since(start)
 		return res, err
 	}
 	res, err := r.tiers[ti].tier.Run(ctx, job)
 	if refused || (job.Tier != "" && job.Tier != airlock.TierAuto) {
-		res.Decision = r.Explain(&job).Lines()
+		res.Decision = r.lines(job)
 	} else {
 		res.Decision = r.decisions[ri][ti]
 	}
 	return res, err
 }
+
+// lines explains a job that is not on the precomputed path. It takes the
+// job by value so that only this slow path moves a copy to the heap.
+func (r *Router) lines(job airlock.Job) []string { return r.Explain(&job).Lines() }
 
 func (r *Router) staticReasons(ri, ti int, rule Rule) []string {
 	out := []string{fmt.Sprintf("rule %s: minimum level %d (%s)", rule.Name, rule.MinLevel, rule.MinLevel)}

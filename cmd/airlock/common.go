@@ -48,9 +48,9 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 // jobFlags are the job settings a subcommand can take from flags.
 type jobFlags struct {
 	kind, tier, situation, input, entry, clock string
-	wall                                      time.Duration
-	memory, output, steps                     int64
-	seed                                      uint64
+	wall                                       time.Duration
+	memory, output, steps                      int64
+	seed                                       uint64
 }
 
 func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
