@@ -50,10 +50,13 @@ type Config struct {
 	maxDepth  int
 }
 
-// NewConfig returns the default configuration: airlock.DefaultLimitPolicy,
-// 4096 cached programs, 64 KiB of source, nesting 128 deep.
+// NewConfig returns the default configuration: airlock.DefaultLimitPolicy
+// but a 64 MiB memory default (an inline expression needs far less than a
+// process), 4096 cached programs, 64 KiB of source, nesting 128 deep.
 func NewConfig() Config {
-	return Config{limits: airlock.DefaultLimitPolicy, cacheSize: 4096, maxCode: 64 << 10, maxDepth: 128}
+	limits := airlock.DefaultLimitPolicy
+	limits.Default.MemoryMB = 64
+	return Config{limits: limits, cacheSize: 4096, maxCode: 64 << 10, maxDepth: 128}
 }
 
 // WithLimits sets the operator's default and maximum limits.
