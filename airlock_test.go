@@ -16,11 +16,11 @@ import (
 
 func TestDecodeJobStrict(t *testing.T) {
 	cases := map[string]string{
-		`{"kind":"expr","code":"1","nope":1}`:                "nope",
-		`{"kind":"expr","code":1}`:                           "code",
-		`{"kind":"expr","code":"1","limits":{"wall_ms":"x"}}`: "limits.wall_ms",
-		`{"kind":"expr","code":"1","clock":"yesterday"}`:     "clock",
-		`{"kind":"wasm","module":"!!!"}`:                     "module",
+		`{"kind":"expr","code":"1","nope":1}`:                     "nope",
+		`{"kind":"expr","code":1}`:                                "code",
+		`{"kind":"expr","code":"1","limits":{"wall_ms":"x"}}`:     "limits.wall_ms",
+		`{"kind":"expr","code":"1","clock":"yesterday"}`:          "clock",
+		`{"kind":"wasm","module":"!!!"}`:                          "module",
 		`{"kind":"expr","code":"1","grants":{"fs":{"write":[]}}}`: "write",
 		`{"kind":"expr"`: "",
 		`[]`:             "(top level)",
