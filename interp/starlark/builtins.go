@@ -2,6 +2,7 @@ package starlark
 
 import (
 	"fmt"
+	"math/bits"
 	"sort"
 	"strings"
 
@@ -16,6 +17,10 @@ const MaxIntDigits = 4300
 
 // slotBytes is what one collected element is charged (a slot and its value).
 const slotBytes = 32
+
+// entryBytes is what one set element or dict entry is charged (hash table
+// entry, bucket share and boxed values).
+const entryBytes = 128
 
 // universe returns the bounded replacements for upstream's built-ins that
 // allocate or loop within one interpreter step. They are predeclared, so
@@ -285,7 +290,7 @@ func builtinSet(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 	n := 0
 	return s, forEach(st, x, func(v sl.Value) error {
 		if n++; n%pollIters == 1 {
-			if err := st.chargeMul(pollIters, 2*slotBytes, "set"); err != nil {
+			if err := st.chargeMul(pollIters, entryBytes, "set"); err != nil {
 				return err
 			}
 		}
@@ -302,7 +307,7 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 	n := 0
 	put := func(k, v sl.Value) error {
 		if n++; n%pollIters == 1 {
-			if err := st.chargeMul(pollIters, 3*slotBytes, "dict"); err != nil {
+			if err := st.chargeMul(pollIters, entryBytes+slotBytes, "dict"); err != nil {
 				return err
 			}
 		}
@@ -498,7 +503,7 @@ func builtinInt(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 			digits := len(strings.TrimSpace(string(s)))
 			switch base {
 			case 2, 4, 8, 16, 32:
-				if digits > MaxIntBits {
+				if digits*bits.Len(uint(base-1)) > MaxIntBits {
 					return nil, fmt.Errorf("int: string of %d digits exceeds the limit of %d bits", digits, MaxIntBits)
 				}
 			default:

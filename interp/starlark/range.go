@@ -109,8 +109,9 @@ type rangeIterator struct {
 	n     int
 }
 
-// rangeElemBytes is what one materialised element is charged.
-const rangeElemBytes = 32
+// rangeElemBytes is what one element drained inside a step is charged: the
+// consumer is not known, so assume it is stored in a hash table.
+const rangeElemBytes = 96
 
 func (it *rangeIterator) Next(p *sl.Value) bool {
 	if it.i >= it.r.len {

@@ -48,11 +48,15 @@ func (m *measurer) add(n int64) error {
 	return nil
 }
 
-// enter detects cycles (upstream prints them as [...]) by identity.
+// enter detects cycles (upstream prints them as [...]) by identity. The
+// path is only searched below a shallow depth: a cycle is still found one
+// lap later, and wide shared structures are not slowed by the search.
 func (m *measurer) enter(p unsafe.Pointer) bool {
-	for _, q := range m.path {
-		if q == p {
-			return false
+	if len(m.path) >= 32 {
+		for _, q := range m.path {
+			if q == p {
+				return false
+			}
 		}
 	}
 	m.path = append(m.path, p)
@@ -155,6 +159,18 @@ func (s *runState) boundedString(v sl.Value, quote bool, what string) (string, e
 	if str, ok := v.(sl.String); ok && !quote {
 		return string(str), nil
 	}
+	if what == "print" {
+		// Printed text can never exceed the output still allowed.
+		room := s.outCap - int64(s.out.Len())
+		if n, err := measure(v, room); err != nil {
+			if errors.Is(err, errTooLarge) {
+				return "", s.stop(airlock.StopOutput, "printing a value of more than %d bytes (limits.output_bytes)", room)
+			}
+			return "", fmt.Errorf("%s: %w", what, err)
+		} else if n > room {
+			return "", s.stop(airlock.StopOutput, "printing a value of more than %d bytes (limits.output_bytes)", room)
+		}
+	}
 	if err := s.measureFits(v, what); err != nil {
 		return "", err
 	}
@@ -250,7 +266,7 @@ type exporter struct {
 }
 
 // exportNodeBytes is what one exported node is charged.
-const exportNodeBytes = 32
+const exportNodeBytes = 64
 
 func (e *exporter) export(v sl.Value, depth int) (any, error) {
 	if depth > airlock.MaxValueDepth {
