@@ -149,8 +149,8 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 		_, _ = s.outs.write(&s.outs.stderr, []byte(msg+"\n"))
 	})
 	def("http_request", []api.ValueType{i32, i32}, []api.ValueType{i32}, func(ctx context.Context, s *hostState, mod api.Module, st []uint64) {
-		if st[1] > maxRequestBytes {
-			s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http request of %d bytes is above %d", st[1], maxRequestBytes)})
+		if uint32(st[1]) > maxRequestBytes {
+			s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http request of %d bytes is above %d", uint32(st[1]), maxRequestBytes)})
 		}
 		req := s.read(mod, uint32(st[0]), uint32(st[1]), "http_request")
 		st[0] = s.setResult(s.httpRequest(ctx, req))
@@ -183,14 +183,15 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 	return err
 }
 
-func (s *hostState) key(mod api.Module, ptr, n uint64) string {
+func (s *hostState) key(mod api.Module, ptr64, n64 uint64) string {
+	ptr, n := uint32(ptr64), uint32(n64) // i32 arguments: the upper bits are not the guest's
 	if n > maxKeyBytes {
 		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("kv key of %d bytes is above %d", n, maxKeyBytes)})
 	}
 	if s.kv == nil {
 		s.fail(&airlock.Denied{Capability: "host-function", Detail: "kv needs a session (no store is attached to this call)"})
 	}
-	return string(s.read(mod, uint32(ptr), uint32(n), "kv key"))
+	return string(s.read(mod, ptr, n, "kv key"))
 }
 
 // HTTPRequest is the guest's request to http_request, as JSON.

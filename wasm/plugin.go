@@ -144,7 +144,7 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	t0 := time.Now()
 	out, err := t.h.e.run(ctx, t.c, s)
 	rep = Reply{Output: host.output.Bytes(), Log: logs, Stdout: out.stdout, Stderr: out.stderr, ExitCode: out.exitCode, Duration: time.Since(t0)}
-	if err == nil && len(out.results) == 1 && out.results[0] != 0 {
+	if err == nil && len(out.results) == 1 && uint32(out.results[0]) != 0 {
 		err = &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s returned status %d", fn, int32(out.results[0]))}
 	}
 	return rep, err

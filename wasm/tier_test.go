@@ -108,6 +108,7 @@ func TestCorpus(t *testing.T) {
 				mod = corpusWAT(t, name)
 			}
 			v := c.Run(context.Background(), caseTier{tier, mod, vars}, vars, secret, envSecret)
+			t.Logf("%s: %s", v.Outcome, v.Detail)
 			if !v.Pass {
 				t.Errorf("%s (%s): outcome %s: %s", c.ID, c.Class, v.Outcome, v.Detail)
 			}
