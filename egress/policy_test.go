@@ -24,14 +24,14 @@ func TestNormalizeHostRefusesIPLiterals(t *testing.T) {
 
 func TestNormalizeHostNames(t *testing.T) {
 	for in, want := range map[string]string{
-		"Example.COM":          "example.com",
-		"example.com.":         "example.com",
-		"bücher.example":       "xn--bcher-kva.example",
+		"Example.COM":           "example.com",
+		"example.com.":          "example.com",
+		"bücher.example":        "xn--bcher-kva.example",
 		"XN--BCHER-KVA.example": "xn--bcher-kva.example",
-		"ｅｘａｍｐｌｅ.com":         "example.com", // full-width letters map to ASCII
-		"a_b.example":          "a_b.example",
-		"1password.com":        "1password.com",
-		"0xcafe.example":       "0xcafe.example", // a hex-looking label that is not the last one
+		"ｅｘａｍｐｌｅ.com":           "example.com", // full-width letters map to ASCII
+		"a_b.example":           "a_b.example",
+		"1password.com":         "1password.com",
+		"0xcafe.example":        "0xcafe.example", // a hex-looking label that is not the last one
 	} {
 		got, err := NormalizeHost(in)
 		if err != nil || got != want {
