@@ -79,6 +79,9 @@ type edit struct {
 func (s *Sanitizer) Markdown(src []byte) ([]byte, []Finding) {
 	src = src[:len(src):len(src)]
 	edits, findings, blocks := s.scan(src)
+	if len(blocks) == 0 && len(edits) == 0 {
+		return bytes.Clone(src), findings // nothing offending was found
+	}
 	if len(blocks) == 0 {
 		out := apply(src, edits)
 		if _, again, lost := s.scan(out); len(again) == 0 && len(lost) == 0 {
