@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock"
 
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
@@ -228,6 +231,18 @@ func TestNetnsChild(t *testing.T) {
 	if err != nil || r.Rcode != dns.RcodeRefused {
 		t.Errorf("DNS evil.test: %v %v", r, err)
 	}
+	// nslookup, as a sandboxed job would run it (the tier sets
+	// /etc/resolv.conf to 127.0.0.1; here the server is named).
+	if nslookup, err := exec.LookPath("nslookup"); err == nil {
+		if out, err := exec.Command(nslookup, "origin.test", "127.0.0.1").CombinedOutput(); err != nil || !strings.Contains(string(out), "127.0.0.1") {
+			t.Errorf("nslookup origin.test: %v\n%s", err, out)
+		}
+		if out, err := exec.Command(nslookup, "evil.test", "127.0.0.1").CombinedOutput(); err == nil || !strings.Contains(string(out), "REFUSED") {
+			t.Errorf("nslookup evil.test: %v\n%s", err, out)
+		}
+	} else if os.Getenv("CI") == "true" {
+		t.Errorf("nslookup not installed (scripts/setup-egress.sh installs it)")
+	}
 	// A raw socket sees only this namespace's loopback: nothing of the host.
 	if fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP); err == nil {
 		defer syscall.Close(fd)
@@ -235,5 +250,50 @@ func TestNetnsChild(t *testing.T) {
 		if err := syscall.Sendto(fd, []byte{8, 0, 0xf7, 0xff, 0, 0, 0, 0}, 0, sa); err == nil {
 			t.Errorf("raw ICMP to a public address was sent")
 		}
+	}
+}
+
+// TestForwarderBindsAtClaim shows how a warm pool binds a job's policy at
+// claim time: the forwarder (started with the pooled sandbox, before any
+// job) holds no policy; whichever gateway listens on the socket path when
+// a connection is made decides. Job A's rules apply while A's gateway
+// serves the path, then job B's.
+func TestForwarderBindsAtClaim(t *testing.T) {
+	origin := newTestEnv(t, nil) // only for its origins
+	sock := filepath.Join(t.TempDir(), "pool.sock")
+	f, err := StartForwarder(context.Background(), sock, ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL("http://" + f.HTTPAddr().String())), DisableKeepAlives: true}}
+	get := func(host string) int {
+		resp, err := client.Get("http://" + host + ":" + origin.httpPort + "/ok")
+		if err != nil {
+			return 0 // no gateway on the socket: nothing reachable
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("a.test"); code == 200 {
+		t.Fatal("reached the origin before any job claimed the sandbox")
+	}
+	pins := Hosts{}
+	_ = pins.Add("a.test", netip.MustParseAddr("127.0.0.1"))
+	_ = pins.Add("b.test", netip.MustParseAddr("127.0.0.1"))
+	port := atoi(origin.httpPort)
+	for _, job := range []struct{ name, allowed, refused string }{{"job-a", "a.test", "b.test"}, {"job-b", "b.test", "a.test"}} {
+		gw, err := Start(context.Background(), Config{Job: job.name, Socket: sock, Hosts: pins,
+			Rules: []airlock.NetRule{{Host: job.allowed, Ports: []int{port}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := get(job.allowed); code != 200 {
+			t.Errorf("%s: %s: %d, want 200", job.name, job.allowed, code)
+		}
+		if code := get(job.refused); code != 403 {
+			t.Errorf("%s: %s: %d, want 403", job.name, job.refused, code)
+		}
+		gw.Close()
 	}
 }
