@@ -28,10 +28,11 @@ func runEgressForward(ctx context.Context, e *env) int {
 	fs := e.flags(c)
 	dns := fs.Bool("dns", false, "the connection carries DNS over TCP rather than HTTP proxy traffic")
 	serve := fs.Bool("serve", false, "listen on loopback inside the sandbox instead of using stdin/stdout")
-	pos, code, ok := e.parse(fs)
+	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
 	}
+	pos = append(pos, rest...)
 	if len(pos) != 1 || (*dns && *serve) {
 		fmt.Fprintf(e.stderr, "usage: airlock %s\n", c.usage)
 		return exitUsage

@@ -28,7 +28,7 @@ func runProxy(ctx context.Context, e *env) int {
 	caOut := fs.String("ca-out", "", "write the proxy's CA certificate (PEM) here, for clients to trust")
 	logFile := fs.String("log", "", "append decisions as JSON lines to this file (default: stderr)")
 	job := fs.String("job", "proxy", "job name recorded in each decision")
-	if _, code, ok := e.parse(fs); !ok {
+	if _, _, code, ok := e.parse(fs); !ok {
 		return code
 	}
 	if *policy == "" {

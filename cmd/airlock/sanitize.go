@@ -43,10 +43,11 @@ func runSanitize(_ context.Context, e *env) int {
 	fs.Var(&allow, "allow", "a host whose URLs may stay (repeatable, or comma-separated; \"*.name\" for subdomains)")
 	isHTML := fs.Bool("html", false, "the input is HTML rather than markdown")
 	report := fs.Bool("report", false, "print what was neutralised on stderr, as JSON lines")
-	pos, code, ok := e.parse(fs)
+	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
 	}
+	pos = append(pos, rest...)
 	allow = append(allow, pos...)
 	s, err := sanitize.New(allow...)
 	if err != nil {
