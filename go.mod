@@ -2,4 +2,10 @@ module github.com/airlock-sandbox/airlock
 
 go 1.26
 
-require github.com/opencontainers/runtime-spec v1.3.0
+require (
+	github.com/expr-lang/expr v1.17.8 // indirect
+	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	go.starlark.net v0.0.0-20260908191801-89a6a09411d5 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)
