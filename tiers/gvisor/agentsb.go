@@ -148,7 +148,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		}
 		return r.finish(fmt.Errorf("binding limits: %w", err))
 	}
-	baseOOM, baseCPU := sb.cg.ooms(), sb.cg.cpuTime()
+	baseOOM, basePids, baseCPU := sb.cg.ooms(), sb.cg.pidsHits(), sb.cg.cpuTime()
 	aj := agentJob{
 		Argv:   job.Argv,
 		Env:    jobEnv(job.Grants.Secrets),
@@ -196,6 +196,10 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	r.res.Usage.CPUUS -= baseCPU.Microseconds()
 	if stop == nil && sb.cg.ooms() > baseOOM {
 		stop = &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+	}
+	if stop == nil && lost != nil && sb.cg.pidsHits() > basePids {
+		// The process limit took the sandbox down with the job.
+		stop = &airlock.Stopped{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit %d reached", job.Limits.Pids)}
 	}
 	switch {
 	case stop != nil:

@@ -152,3 +152,15 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// pidsHits returns how many forks the pids limit refused.
+func (g cgroup) pidsHits() int64 {
+	data, _ := os.ReadFile(g.file("pids", "pids.events"))
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "max "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

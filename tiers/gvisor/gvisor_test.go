@@ -2,12 +2,20 @@ package gvisor
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -16,8 +24,7 @@ import (
 // checked for leftovers when the test ends.
 func newTier(t testing.TB, cfg Config) *Tier {
 	t.Helper()
-	dir := t.TempDir()
-	tier, err := New(cfg.WithDir(dir))
+	tier, err := New(cfg.WithDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +66,188 @@ func cmdJob(argv ...string) airlock.Job {
 	return airlock.Job{Kind: airlock.KindCommand, Argv: argv}
 }
 
-func TestSmoke(t *testing.T) {
+// waitReady waits until the pool holds n ready sandboxes.
+func waitReady(t testing.TB, tier *Tier, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for tier.Stats().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool did not fill: %+v", tier.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func suite(tier *Tier) tiertest.Suite {
+	spin := cmdJob("sh", "-c", "while :; do :; done")
+	flood := cmdJob("sh", "-c", "yes flood")
+	env := cmdJob("sh", "-c", "echo \"$"+tiertest.CanaryEnv+"\"; env; cat /proc/1/environ")
+	return tiertest.Suite{
+		Tier: tier,
+		OK:   cmdJob("sh", "-c", "echo ok"),
+		Check: func(t testing.TB, res airlock.Result) {
+			if res.Stdout != "ok\n" {
+				t.Errorf("stdout %q, want %q", res.Stdout, "ok\n")
+			}
+		},
+		Spin:        &spin,
+		Flood:       &flood,
+		Env:         &env,
+		Concurrency: 4,
+		OKWall:      2 * time.Minute,
+	}
+}
+
+func TestConformance(t *testing.T) {
 	tier := newTier(t, NewConfig())
-	res, err := tier.Run(context.Background(), cmdJob("sh", "-c", "echo hi; cat /proc/version; id; pwd"))
-	t.Logf("%+v %v", res, err)
+	suite(tier).Run(t)
+}
+
+func TestConformancePooled(t *testing.T) {
+	tier := newTier(t, NewConfig().WithPool(2, 2))
+	waitReady(t, tier, 2)
+	suite(tier).Run(t)
+	if st := tier.Stats(); st.Hits == 0 {
+		t.Fatalf("no job was served from the pool: %+v", st)
+	}
+}
+
+// canaries plants what the corpus's attack cases look for: a host file, a
+// host environment variable, a loopback HTTP sink, a host Unix socket and
+// an abstract one. It returns the variables for corpus.Case.Run, the
+// secrets no result may contain, and a function reporting contact with the
+// sinks.
+func canaries(t *testing.T) (vars map[string]string, secrets []string, contacted func() string) {
+	t.Helper()
+	dir := t.TempDir()
+	secret := fmt.Sprintf("airlock-secret-%d", time.Now().UnixNano())
+	file := filepath.Join(dir, "airlock-canary.txt")
+	if err := os.WriteFile(file, []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	envSecret := secret + "-env"
+	t.Setenv("AIRLOCK_CANARY_ENV", envSecret)
+
+	var hits atomic.Int64
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprint(w, secret+"-http")
+	}))
+	t.Cleanup(sink.Close)
+
+	var conns atomic.Int64
+	listen := func(addr string) {
+		ln, err := net.Listen("unix", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				conns.Add(1)
+				c.Close()
+			}
+		}()
+	}
+	sock := filepath.Join(dir, "host.sock")
+	listen(sock)
+	abstract := fmt.Sprintf("airlock-canary-%d", time.Now().UnixNano())
+	listen("@" + abstract)
+
+	var uts syscall.Utsname
+	_ = syscall.Uname(&uts)
+	release := utsString(uts.Release[:])
+
+	vars = map[string]string{
+		"CANARY_FILE":          file,
+		"CANARY_ENV":           "AIRLOCK_CANARY_ENV",
+		"CANARY_URL":           sink.URL,
+		"HOST_SOCKET":          sock,
+		"HOST_ABSTRACT_SOCKET": abstract,
+	}
+	secrets = []string{secret, envSecret, release}
+	contacted = func() string {
+		if n := hits.Load(); n > 0 {
+			return fmt.Sprintf("the loopback sink was reached %d times", n)
+		}
+		if n := conns.Load(); n > 0 {
+			return fmt.Sprintf("a host Unix socket was reached %d times", n)
+		}
+		return ""
+	}
+	return vars, secrets, contacted
+}
+
+func utsString(b []int8) string {
+	var s strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s.WriteByte(byte(c))
+	}
+	return s.String()
+}
+
+// runCorpus runs the gvisor and command areas of the corpus on tier.
+func runCorpus(t *testing.T, tier airlock.Tier) {
+	cases, err := corpus.Load("gvisor", "command")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars, secrets, contacted := canaries(t)
+	ran := 0
+	for _, c := range cases {
+		if !c.Applies(Name) {
+			continue
+		}
+		ran++
+		t.Run(c.ID, func(t *testing.T) {
+			if c.Skip != "" {
+				t.Skip(c.Skip)
+			}
+			v := c.Run(context.Background(), tier, vars, secrets...)
+			t.Logf("outcome %s", v.Outcome)
+			if !v.Pass {
+				t.Errorf("%s: %s (outcome %s)", c.ID, v.Detail, v.Outcome)
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no corpus case applies to the tier")
+	}
+	if msg := contacted(); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+func TestCorpus(t *testing.T) {
+	runCorpus(t, newTier(t, NewConfig()))
+}
+
+// TestCorpusPooled runs the corpus through pooled sandboxes, one claim per
+// case (the pool is refilled between cases).
+func TestCorpusPooled(t *testing.T) {
+	tier := newTier(t, NewConfig().WithPool(1, 1))
+	waitReady(t, tier, 1)
+	runCorpus(t, &waitingTier{tier})
+	if st := tier.Stats(); st.Misses > 0 {
+		t.Errorf("some cases ran cold: %+v", st)
+	}
+}
+
+// waitingTier waits for a ready pooled sandbox before every run, so each
+// case runs claimed rather than cold.
+type waitingTier struct{ *Tier }
+
+func (w *waitingTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for w.Stats().Ready == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return w.Tier.Run(ctx, job)
 }
