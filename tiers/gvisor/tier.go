@@ -271,8 +271,10 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	}
 	live = true
 	r.ready()
-	w := t.watch(ctx, id, cg, job.Limits, out)
+	exited := make(chan struct{})
+	w := t.watch(ctx, id, cg, job.Limits, out, exited)
 	werr := cmd.Wait()
+	close(exited)
 	stop := w.done()
 	r.res.Stdout, r.res.Stderr = out.strings()
 	r.res.Usage = usage(cg, out)

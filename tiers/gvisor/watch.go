@@ -99,11 +99,21 @@ func (w *watcher) trip(reason airlock.StopReason, detail string) {
 }
 
 // watch starts enforcing the job's limits on sandbox id until done is
-// called.
-func (t *Tier) watch(ctx context.Context, id string, cg cgroup, l airlock.Limits, out *output) *watcher {
+// called. Killing repeats `runsc delete --force` until exited is closed: a
+// limit can trip while runsc is still creating the sandbox, when there is
+// nothing to delete yet.
+func (t *Tier) watch(ctx context.Context, id string, cg cgroup, l airlock.Limits, out *output, exited <-chan struct{}) *watcher {
 	w := newWatcher(func() {
-		if _, err := t.runscOut(context.Background(), "delete", "--force", id); err != nil && !notExist(err) {
-			logf("killing sandbox %s: %v", id, err)
+		for i := 0; ; i++ {
+			_, err := t.runscOut(context.Background(), "delete", "--force", id)
+			select {
+			case <-exited:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if i%20 == 19 {
+				logf("sandbox %s still running after being killed: %v", id, err)
+			}
 		}
 	})
 	w.start(ctx, cg, 0, l, out)
