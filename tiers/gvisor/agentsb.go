@@ -33,7 +33,7 @@ const agentStartTimeout = 60 * time.Second
 // newAgentSandbox creates a sandbox running the agent in the given mode,
 // under the policy's default limits (a claim replaces them).
 func (t *Tier) newAgentSandbox(mode string) (_ *sandbox, err error) {
-	id := newID()
+	id := t.newID()
 	dir, err := t.sandboxDir(id)
 	if err != nil {
 		return nil, err

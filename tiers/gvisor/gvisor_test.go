@@ -51,6 +51,15 @@ func checkNoLeftovers(t testing.TB, tier *Tier) {
 	if entries, _ := os.ReadDir(filepath.Join(tier.base, "sb")); len(entries) > 0 {
 		t.Errorf("%d sandbox directories left behind", len(entries))
 	}
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(data), tier.base) {
+		t.Errorf("mounts left under %s", tier.base)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if data, err := os.ReadFile(p); err == nil && strings.Contains(string(data), tier.state) {
+			t.Errorf("runsc process left running: %s", strings.ReplaceAll(string(data), "\x00", " "))
+		}
+	}
 	prefix := idPrefix + itoa(os.Getpid()) + "-"
 	hier, _ := os.ReadDir(cgroupRoot)
 	for _, h := range hier {

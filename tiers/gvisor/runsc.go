@@ -18,10 +18,10 @@ import (
 // leftovers from a live one's.
 const idPrefix = "airlock-gv-"
 
-func newID() string {
+func (t *Tier) newID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return idPrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	return idPrefix + strconv.Itoa(t.owner) + "-" + hex.EncodeToString(b[:])
 }
 
 // ownerPID returns the PID encoded in an id, or 0 if it is not one of ours.

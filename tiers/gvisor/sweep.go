@@ -23,6 +23,16 @@ func orphaned(name string) bool {
 	return pid > 0 && pid != os.Getpid() && !alive(pid)
 }
 
+// Sweep removes what crashed airlock processes left in the tier's
+// directory and the cgroup hierarchies (New already sweeps once) and
+// returns how many items it removed.
+func (t *Tier) Sweep() int {
+	if t.avail != nil {
+		return 0
+	}
+	return t.sweep()
+}
+
 // sweep removes what crashed airlock processes left behind in this tier's
 // directory: runsc sandboxes (killed and deleted), sandbox directories and
 // cgroups, all recognised by the id prefix and a dead owner PID. A PID
@@ -57,10 +67,12 @@ func (t *Tier) sweep() (removed int) {
 		groups, _ := os.ReadDir(filepath.Join(cgroupRoot, h.Name()))
 		for _, g := range groups {
 			if g.IsDir() && strings.HasPrefix(g.Name(), idPrefix) && orphaned(g.Name()) {
-				// A cgroup with tasks left cannot be removed; its sandbox
-				// was killed above, so the tasks are exiting.
-				_ = rmdirRetry(filepath.Join(cgroupRoot, h.Name(), g.Name()))
-				removed++
+				// One attempt: a cgroup that still has tasks belongs to a
+				// sandbox of another state directory, which this sweep
+				// cannot kill (its own sandboxes were destroyed above).
+				if os.Remove(filepath.Join(cgroupRoot, h.Name(), g.Name())) == nil {
+					removed++
+				}
 			}
 		}
 	}

@@ -31,6 +31,7 @@ type Tier struct {
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
 	pool   *pool
+	owner  int // the PID in sandbox ids: this process
 
 	bg sync.WaitGroup // background destroys
 }
@@ -64,7 +65,7 @@ func New(cfg Config) (*Tier, error) {
 	if cfg.limits == (airlock.LimitPolicy{}) {
 		cfg.limits = airlock.DefaultLimitPolicy
 	}
-	t := &Tier{cfg: cfg}
+	t := &Tier{cfg: cfg, owner: os.Getpid()}
 	t.avail = t.init()
 	if t.avail == nil && cfg.pool > 0 {
 		t.pool = newPool(t, cfg.pool, cfg.refill, cfg.readyTTL)
@@ -228,7 +229,7 @@ func (t *Tier) newBundle(id string, job *airlock.Job) *bundle {
 // runCold creates a sandbox for the job with `runsc run`, the job's program
 // as its first process.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.Result, error) {
-	id := newID()
+	id := t.newID()
 	dir, err := t.sandboxDir(id)
 	if err != nil {
 		return r.finish(err)
