@@ -60,12 +60,13 @@ func agentMain(mode string) int {
 			fmt.Fprintf(os.Stderr, "airlock agent: bad job frame: %v\n", err)
 			return 2
 		}
+		received := time.Now()
 		var job agentJob
 		var exit agentExit
 		if err := json.Unmarshal(payload, &job); err != nil {
 			exit = agentExit{Code: -1, Error: "decoding job: " + err.Error()}
 		} else {
-			exit = runAgentJob(conn, &job)
+			exit = runAgentJob(conn, &job, received)
 		}
 		if err := writeJSONFrame(conn, frameExit, exit); err != nil || mode == modeOnce {
 			return 0
@@ -105,7 +106,7 @@ func (w frameWriter) copyFrom(r io.Reader) {
 // under the job's user and file limit, forwards its output, reaps every
 // process (PID 1 inherits orphans), and when the job's main process exits
 // kills whatever it left running.
-func runAgentJob(conn net.Conn, job *agentJob) agentExit {
+func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	if err := writeFiles(scratchDir, job.Files, job.UID); err != nil {
 		return agentExit{Code: -1, Error: err.Error()}
 	}
@@ -147,6 +148,7 @@ func runAgentJob(conn net.Conn, job *agentJob) agentExit {
 		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
 		return agentExit{Code: 126}
 	}
+	spawned := time.Since(received).Microseconds()
 	go func() {
 		_, _ = io.WriteString(inW, job.Stdin)
 		inW.Close()
@@ -166,6 +168,7 @@ func runAgentJob(conn net.Conn, job *agentJob) agentExit {
 		}()
 	}
 	code := reap(pid)
+	exited := time.Since(received).Microseconds()
 	// Whatever the job left behind dies with it: kill(-1) from PID 1 signals
 	// every other process in the sandbox.
 	_ = syscall.Kill(-1, syscall.SIGKILL)
@@ -177,7 +180,7 @@ func runAgentJob(conn net.Conn, job *agentJob) agentExit {
 	case <-drained:
 	case <-time.After(2 * time.Second):
 	}
-	return agentExit{Code: code}
+	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
 }
 
 // reap waits for pid, reaping any orphan that exits first, and returns its

@@ -211,5 +211,12 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	}
 	r.res.ExitCode = exit.Code
 	keep = !ephemeral
-	return r.finish(nil)
+	res, err := r.finish(nil)
+	// The agent's own clock splits the handover from the program's run:
+	// start covers claim, handover and spawn; run the program alone.
+	if exit.SpawnUS > 0 && exit.ExitUS >= exit.SpawnUS {
+		res.Timings.StartUS += exit.SpawnUS
+		res.Timings.RunUS = exit.ExitUS - exit.SpawnUS
+	}
+	return res, err
 }

@@ -53,6 +53,10 @@ type agentJob struct {
 type agentExit struct {
 	Code  int    `json:"code"`
 	Error string `json:"error,omitempty"` // the agent could not start the job
+	// Times measured inside the sandbox, in microseconds: from the job
+	// frame to the program started, and to its exit.
+	SpawnUS int64 `json:"spawn_us"`
+	ExitUS  int64 `json:"exit_us"`
 }
 
 func writeFrame(w io.Writer, typ byte, payload []byte) error {
