@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -270,4 +271,79 @@ func (w *waitingTier) Run(ctx context.Context, job airlock.Job) (airlock.Result,
 		time.Sleep(10 * time.Millisecond)
 	}
 	return w.Tier.Run(ctx, job)
+}
+
+// TestReadGrant: a granted host directory is readable and read-only; its
+// siblings stay invisible. Read grants are mounts, so the job runs cold even
+// with a pool.
+func TestReadGrant(t *testing.T) {
+	tier := newTier(t, NewConfig().WithPool(1, 1))
+	base := t.TempDir()
+	granted, hidden := filepath.Join(base, "granted"), filepath.Join(base, "hidden")
+	for _, d := range []string{granted, hidden} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f.txt"), []byte(filepath.Base(d)+"-content\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := cmdJob("sh", "-c", "cat "+granted+"/f.txt; cat "+hidden+"/f.txt; echo x > "+granted+"/new && echo wrote")
+	j.Grants.FS.Read = []string{granted}
+	res, err := tier.Run(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Stdout, "granted-content") || strings.Contains(res.Stdout, "hidden-content") || strings.Contains(res.Stdout, "wrote") {
+		t.Fatalf("read grant not enforced: %+v", res)
+	}
+	if exists(filepath.Join(granted, "new")) {
+		t.Fatal("the job wrote into a read-only grant on the host")
+	}
+	j.Grants.FS.Read = []string{filepath.Join(base, "missing")}
+	if _, err := tier.Run(context.Background(), j); !isInvalid(err) {
+		t.Fatalf("a missing read grant: want *airlock.InvalidJob, got %v", err)
+	}
+}
+
+func isInvalid(err error) bool {
+	var inv *airlock.InvalidJob
+	return errors.As(err, &inv)
+}
+
+// TestAdmit: command jobs only, and no network grants until egress is wired.
+func TestAdmit(t *testing.T) {
+	tier, err := New(NewConfig().WithDir(t.TempDir()).WithRunsc("/nonexistent/runsc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tier.Available() == nil {
+		t.Fatal("a missing runsc was not reported")
+	}
+	job := cmdJob("true")
+	if err := tier.Admit(&job); err != nil {
+		t.Fatalf("command job refused: %v", err)
+	}
+	var na *airlock.NotAdmitted
+	job.Grants.Net = []airlock.NetRule{{Host: "example.com"}}
+	if err := tier.Admit(&job); !errors.As(err, &na) || !strings.Contains(na.Reason, "egress") {
+		t.Fatalf("net grant: want NotAdmitted about egress, got %v", err)
+	}
+	expr := airlock.Job{Kind: airlock.KindExpr, Code: "1+1"}
+	if err := tier.Admit(&expr); !errors.As(err, &na) {
+		t.Fatalf("expr job: want NotAdmitted, got %v", err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { job := cmdJob("true"); _ = tier.Admit(&job) }); allocs > 0 {
+		t.Fatalf("Admit allocates %.0f times on success", allocs)
+	}
+	res, err := tier.Run(context.Background(), cmdJob("true"))
+	if err == nil || res.Error == nil {
+		t.Fatalf("run without runsc: want an error recorded, got %v (%+v)", err, res)
+	}
+	if _, err := New(NewConfig().WithDir("relative")); err == nil {
+		t.Fatal("a relative directory was accepted")
+	}
+	if _, err := New(NewConfig().WithPool(-1, 1)); err == nil {
+		t.Fatal("a negative pool was accepted")
+	}
 }

@@ -79,6 +79,8 @@ func (t *Tier) init() error {
 		if t.runsc, err = tools.Find("runsc"); err != nil {
 			return err
 		}
+	} else if st, err := os.Stat(t.runsc); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("runsc %s: %w or not executable", t.runsc, tools.ErrNotFound)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("runsc needs root (rootless sandboxes are not supported by this tier)")
@@ -169,7 +171,9 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 			return r.finish(airlock.Invalid("grants.fs.read", "%s: %v", p, err))
 		}
 	}
-	if t.pool != nil {
+	// Pooled sandboxes were created before the job: they carry no read
+	// grants, which are mounts. A job with some starts cold.
+	if t.pool != nil && len(job.Grants.FS.Read) == 0 {
 		if sb := t.pool.claim(); sb != nil {
 			return t.runAgent(ctx, sb, &job, r, true)
 		}
