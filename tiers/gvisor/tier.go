@@ -240,10 +240,16 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	}
 	cg := cgroup{path: "/" + id}
 	live := false
+	// Clean-up runs after the result is returned (Close waits for it): the
+	// cgroup can stay busy for a moment while runsc's processes exit.
 	defer func() {
-		if err := t.destroy(id, dir, live); err != nil {
-			logf("%v", err)
-		}
+		t.bg.Add(1)
+		go func() {
+			defer t.bg.Done()
+			if err := t.destroy(id, dir, live); err != nil {
+				logf("%v", err)
+			}
+		}()
 	}()
 	scratch := filepath.Join(dir, "scratch")
 	if err := writeFiles(scratch, job.Files, sandboxUID); err != nil {
