@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // TestPoolBindsPolicyAtClaim proves that a pooled sandbox, created under the
@@ -121,13 +122,21 @@ func TestPoolEmptyFallsBackCold(t *testing.T) {
 	}
 }
 
-func TestSession(t *testing.T) {
+// openSession opens a session on a fresh tier; it is closed when the test
+// ends (before the tier's leftover check).
+func openSession(t *testing.T, opts airlock.SessionOptions) airlock.Session {
+	t.Helper()
 	tier := newTier(t, NewConfig())
-	s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
+	s, err := tier.OpenSession(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestSession(t *testing.T) {
+	s := openSession(t, airlock.SessionOptions{})
 	j := cmdJob("sh", "-c", "echo kept > state.txt; sleep 1000 &")
 	if _, err := s.Run(context.Background(), j); err != nil {
 		t.Fatal(err)
@@ -151,12 +160,7 @@ func TestSession(t *testing.T) {
 }
 
 func TestSessionTTL(t *testing.T) {
-	tier := newTier(t, NewConfig())
-	s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{TTL: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSession(t, airlock.SessionOptions{TTL: 300 * time.Millisecond})
 	if _, err := s.Run(context.Background(), cmdJob("true")); err != nil {
 		t.Fatal(err)
 	}
@@ -176,12 +180,7 @@ func TestSessionTTL(t *testing.T) {
 // TestSessionStoppedRunEndsSession: a run stopped by a limit destroys the
 // session's sandbox with it.
 func TestSessionStoppedRunEndsSession(t *testing.T) {
-	tier := newTier(t, NewConfig())
-	s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSession(t, airlock.SessionOptions{})
 	j := cmdJob("sleep", "30")
 	j.Limits.WallMS = 300
 	if _, err := s.Run(context.Background(), j); err == nil {
@@ -232,7 +231,7 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := crashed.Available(); err != nil {
-		t.Skip(err)
+		tiertest.Unavailable(t, Name, err)
 	}
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
