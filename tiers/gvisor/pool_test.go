@@ -148,6 +148,15 @@ func TestSession(t *testing.T) {
 	if strings.Contains(res.Stdout, "sleep") {
 		t.Fatalf("a previous run's background process survived: %q", res.Stdout)
 	}
+	// Limits are per run: a low file limit does not stick to the session.
+	for _, n := range []int64{32, 512, 64} {
+		j := cmdJob("sh", "-c", "ulimit -n")
+		j.Limits.Files = n
+		res, err := s.Run(context.Background(), j)
+		if err != nil || strings.TrimSpace(res.Stdout) != itoa(int(n)) {
+			t.Fatalf("files limit %d: got %v (%+v)", n, err, res)
+		}
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,8 @@ func (b *bundle) spec() *specs.Spec {
 	if b.agent != "" {
 		// The agent runs as root inside the sandbox and drops to the job's
 		// user for the job itself; it keeps the capabilities it needs for
-		// that (setuid/setgid, chown of the job's files, killing leftovers).
+		// that (setuid/setgid, chown of the job's files, killing leftovers,
+		// restoring its own file limit after lowering it for a job).
 		s.Process.Capabilities = &specs.LinuxCapabilities{
 			Bounding:  agentCaps,
 			Effective: agentCaps,
@@ -130,7 +131,7 @@ func (b *bundle) spec() *specs.Spec {
 	return s
 }
 
-var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETUID", "CAP_SETGID"}
+var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SYS_RESOURCE"}
 
 func roBind(src, dst string) specs.Mount {
 	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}}
