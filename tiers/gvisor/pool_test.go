@@ -168,6 +168,22 @@ func TestSession(t *testing.T) {
 	}
 }
 
+// TestCloseEndsSessions: closing the tier destroys its open sessions.
+func TestCloseEndsSessions(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tier.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkNoLeftovers(t, tier)
+	if _, err := s.Run(context.Background(), cmdJob("true")); !errors.Is(err, errSessionClosed) {
+		t.Fatalf("run after the tier closed: want errSessionClosed, got %v", err)
+	}
+}
+
 func TestSessionTTL(t *testing.T) {
 	s := openSession(t, airlock.SessionOptions{TTL: 300 * time.Millisecond})
 	if _, err := s.Run(context.Background(), cmdJob("true")); err != nil {

@@ -57,6 +57,12 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 		return nil, m.err
 	}
 	s := &session{t: t, id: id, sb: m.sb, ttl: opts.TTL}
+	t.mu.Lock()
+	if t.sessions == nil {
+		t.sessions = map[*session]struct{}{}
+	}
+	t.sessions[s] = struct{}{}
+	t.mu.Unlock()
 	if s.ttl > 0 {
 		s.timer = time.AfterFunc(s.ttl, func() { _ = s.Close() })
 	}
@@ -105,12 +111,12 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	// being destroyed and the session is over.
 	res, err := s.t.runAgent(ctx, sb, &job, r, false)
 	if err != nil && (errors.Is(err, errSandboxLost) || isStop(err)) {
-		s.sb, s.reason = nil, "ended by a stopped run: "+err.Error()
+		s.forget("ended by a stopped run: " + err.Error())
 		return res, err
 	}
 	if err != nil {
 		// Binding limits failed: the sandbox is gone too.
-		s.sb, s.reason = nil, err.Error()
+		s.forget(err.Error())
 		return res, err
 	}
 	if s.timer != nil {
@@ -135,7 +141,16 @@ func (s *session) Close() error {
 		return nil
 	}
 	sb := s.sb
-	s.sb, s.reason = nil, "closed"
+	s.forget("closed")
 	sb.conn.Close()
 	return s.t.destroy(sb.id, sb.dir, true)
+}
+
+// forget marks the session over (its sandbox destroyed or being destroyed)
+// and drops it from the tier's open sessions. s.mu is held.
+func (s *session) forget(reason string) {
+	s.sb, s.reason = nil, reason
+	s.t.mu.Lock()
+	delete(s.t.sessions, s)
+	s.t.mu.Unlock()
 }

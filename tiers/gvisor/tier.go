@@ -34,6 +34,9 @@ type Tier struct {
 	owner  int // the PID in sandbox ids: this process
 
 	bg sync.WaitGroup // background destroys
+
+	mu       sync.Mutex
+	sessions map[*session]struct{} // open sessions, closed by Close
 }
 
 var (
@@ -138,14 +141,24 @@ func (t *Tier) Admit(job *airlock.Job) error {
 	return nil
 }
 
-// Close empties the warm pool and waits for background clean-up. Jobs
-// already running finish; later jobs start cold.
+// Close empties the warm pool, closes open sessions and waits for
+// background clean-up. Jobs already running finish; later jobs start cold.
 func (t *Tier) Close() error {
 	if t.pool != nil {
 		t.pool.close()
 	}
+	t.mu.Lock()
+	open := make([]*session, 0, len(t.sessions))
+	for s := range t.sessions {
+		open = append(open, s)
+	}
+	t.mu.Unlock()
+	var errs []error
+	for _, s := range open {
+		errs = append(errs, s.Close())
+	}
 	t.bg.Wait()
-	return nil
+	return errors.Join(errs...)
 }
 
 // Run runs a command job: in a pooled sandbox when one is ready, otherwise
