@@ -296,7 +296,9 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	live = true
 	r.ready()
 	exited := make(chan struct{})
-	w := t.watch(ctx, id, cg, job.Limits, out, exited)
+	w := t.watch(ctx, id, cg, job.Limits, out, exited, func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	})
 	werr := cmd.Wait()
 	close(exited)
 	stop := w.done()

@@ -101,24 +101,33 @@ func (w *watcher) trip(reason airlock.StopReason, detail string) {
 // watch starts enforcing the job's limits on sandbox id until done is
 // called. Killing repeats `runsc delete --force` until exited is closed: a
 // limit can trip while runsc is still creating the sandbox, when there is
-// nothing to delete yet.
-func (t *Tier) watch(ctx context.Context, id string, cg cgroup, l airlock.Limits, out *output, exited <-chan struct{}) *watcher {
+// nothing to delete yet. If that takes longer than killGrace, client (the
+// `runsc run` process group) is killed too, so the run always ends.
+func (t *Tier) watch(ctx context.Context, id string, cg cgroup, l airlock.Limits, out *output, exited <-chan struct{}, client func()) *watcher {
 	w := newWatcher(func() {
-		for i := 0; ; i++ {
+		deadline := time.Now().Add(killGrace)
+		for {
 			_, err := t.runscOut(context.Background(), "delete", "--force", id)
 			select {
 			case <-exited:
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			if i%20 == 19 {
-				logf("sandbox %s still running after being killed: %v", id, err)
+			if time.Now().After(deadline) {
+				logf("sandbox %s still running after being killed (%v); killing runsc", id, err)
+				client()
+				<-exited
+				return
 			}
 		}
 	})
 	w.start(ctx, cg, 0, l, out)
 	return w
 }
+
+// killGrace bounds how long killing a sandbox may take before its runsc
+// client is killed as well.
+const killGrace = 15 * time.Second
 
 func (w *watcher) start(ctx context.Context, cg cgroup, cpuBase time.Duration, l airlock.Limits, out *output) {
 	out.mu.Lock()
