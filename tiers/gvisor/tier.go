@@ -317,6 +317,11 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 		if r.res.ExitCode < 0 {
 			return r.finish(fmt.Errorf("running sandbox: runsc %v", exit))
 		}
+		// runsc reports a program it cannot find with 128; a shell (and the
+		// agent of a pooled sandbox) says 127.
+		if r.res.ExitCode == 128 && strings.Contains(r.res.Stderr, "error finding executable") {
+			r.res.ExitCode = 127
+		}
 		live = false
 	case werr != nil:
 		return r.finish(fmt.Errorf("running sandbox: %w", werr))
