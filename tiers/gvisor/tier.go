@@ -142,7 +142,8 @@ func (t *Tier) Admit(job *airlock.Job) error {
 }
 
 // Close empties the warm pool, closes open sessions and waits for
-// background clean-up. Jobs already running finish; later jobs start cold.
+// background clean-up. Call it once runs have returned: a run still in
+// flight finishes, but its clean-up may outlive Close.
 func (t *Tier) Close() error {
 	if t.pool != nil {
 		t.pool.close()
