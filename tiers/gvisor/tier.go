@@ -286,7 +286,9 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	out := newOutput(job.Limits.OutputBytes)
 	args := append(t.runscFlags(false), "run", "--bundle", dir, id)
 	cmd := exec.Command(t.runsc, args...)
-	cmd.Stdin = strings.NewReader(job.Stdin)
+	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine
+		cmd.Stdin = strings.NewReader(job.Stdin)
+	}
 	cmd.Stdout = out.stream(&out.stdout)
 	cmd.Stderr = out.stream(&out.stderr)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
