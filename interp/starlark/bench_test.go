@@ -21,7 +21,6 @@ var rawOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: tr
 // run: warm (a compiled program on a fresh thread, against a job through
 // the tier's Run with its program cache warm) and cold (compile and run).
 func BenchmarkStarlark(b *testing.B) {
-	ctx := context.Background()
 	b.Run("raw", func(b *testing.B) {
 		_, prog, err := sl.SourceProgramOptions(rawOptions, "job.star", benchLoop, sl.StringDict{}.Has)
 		if err != nil {
@@ -40,28 +39,13 @@ func BenchmarkStarlark(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("tier", func(b *testing.B) {
-		j := airlock.Job{Kind: airlock.KindStarlark, Code: benchLoop}
-		b.ReportAllocs()
-		for b.Loop() {
-			res, err := tier.Run(ctx, j)
-			if err != nil || res.Value != int64(45) {
-				b.Fatal(err, res.Value)
-			}
-		}
-	})
-	b.Run("tier-pinned", func(b *testing.B) {
-		// Clock and seed pinned, as a replayed job has them: no clock read
-		// and no random seed drawn by airlock.Prepare.
-		j := airlock.Job{Kind: airlock.KindStarlark, Code: benchLoop, Clock: time.Unix(1e9, 0).UTC(), Seed: 1}
-		b.ReportAllocs()
-		for b.Loop() {
-			res, err := tier.Run(ctx, j)
-			if err != nil || res.Value != int64(45) {
-				b.Fatal(err, res.Value)
-			}
-		}
-	})
+	j := airlock.Job{Kind: airlock.KindStarlark, Code: benchLoop}
+	b.Run("tier", func(b *testing.B) { benchTier(b, tier, j) })
+	// Clock and seed pinned, as a replayed job has them: no clock read and
+	// no random seed drawn by airlock.Prepare.
+	pinned := j
+	pinned.Clock, pinned.Seed = time.Unix(1e9, 0).UTC(), 1
+	b.Run("tier-pinned", func(b *testing.B) { benchTier(b, tier, pinned) })
 	b.Run("raw-cold", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -80,16 +64,18 @@ func BenchmarkStarlark(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("tier-cold", func(b *testing.B) {
-		j := airlock.Job{Kind: airlock.KindStarlark, Code: benchLoop}
-		b.ReportAllocs()
-		for b.Loop() {
-			res, err := cold.Run(ctx, j)
-			if err != nil || res.Value != int64(45) {
-				b.Fatal(err, res.Value)
-			}
+	b.Run("tier-cold", func(b *testing.B) { benchTier(b, cold, j) })
+}
+
+func benchTier(b *testing.B, tier *starlark.Tier, j airlock.Job) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := tier.Run(ctx, j)
+		if err != nil || res.Value != int64(45) {
+			b.Fatal(err, res.Value)
 		}
-	})
+	}
 }
 
 // BenchmarkStarlarkPaired alternates raw and tier runs in one loop and
