@@ -35,12 +35,7 @@ type rewriter struct {
 func rewriteFile(f *syntax.File, infer bool, predeclared func(string) bool) error {
 	r := &rewriter{}
 	if infer {
-		r.ints = intNames(f)
-		for name := range r.ints {
-			if predeclared(name) {
-				delete(r.ints, name)
-			}
-		}
+		r.ints = intNames(f, predeclared)
 	}
 	f.Stmts = r.stmts(f.Stmts, 0)
 	return r.err
@@ -323,7 +318,12 @@ func isIntExpr(e syntax.Expr, ints map[string]bool, depth int) bool {
 // scope, only to integers: by assignments whose right side is an integer
 // expression, by augmented assignments of integers, and by for loops over
 // range(...). Conflating scopes keeps the analysis conservative.
-func intNames(f *syntax.File) map[string]bool {
+//
+// A name the script also sees from outside (predeclared) is never an
+// integer: some reads of it may resolve to the outside value. This must
+// hold before the fixed point, or names assigned from it would be wrongly
+// kept.
+func intNames(f *syntax.File, predeclared func(string) bool) map[string]bool {
 	type binding struct {
 		name string
 		rhs  syntax.Expr // nil: not an integer binding
@@ -419,7 +419,7 @@ func intNames(f *syntax.File) map[string]bool {
 		ints[b.name] = b.rhs != nil
 	}
 	for _, b := range binds {
-		if b.rhs == nil {
+		if b.rhs == nil || predeclared(b.name) {
 			ints[b.name] = false
 		}
 	}

@@ -378,9 +378,14 @@ func (s *runState) load(th *sl.Thread, module string) (sl.StringDict, error) {
 type programCache struct {
 	mu    sync.Mutex
 	max   int
+	bytes int // source bytes held, bounded by maxCacheBytes
 	order *list.List
 	items map[string]*list.Element
 }
+
+// maxCacheBytes bounds the source text the cache keeps (programs are a
+// small multiple of it), whatever the entry count.
+const maxCacheBytes = 64 << 20
 
 type cacheEntry struct {
 	key  string
@@ -412,16 +417,19 @@ func (c *programCache) put(key string, prog *sl.Program) {
 		return
 	}
 	c.items[key] = c.order.PushFront(&cacheEntry{key: key, prog: prog})
-	for c.order.Len() > c.max {
+	c.bytes += len(key)
+	for c.order.Len() > c.max || (c.bytes > maxCacheBytes && c.order.Len() > 1) {
 		el := c.order.Back()
 		c.order.Remove(el)
-		delete(c.items, el.Value.(*cacheEntry).key)
+		k := el.Value.(*cacheEntry).key
+		c.bytes -= len(k)
+		delete(c.items, k)
 	}
 }
 
-// Len reports how many programs are cached.
-func (c *programCache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
+// CachedPrograms reports how many compiled programs the tier holds.
+func (t *Tier) CachedPrograms() int {
+	t.cache.mu.Lock()
+	defer t.cache.mu.Unlock()
+	return t.cache.order.Len()
 }
