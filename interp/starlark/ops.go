@@ -43,6 +43,7 @@ func hiddenBuiltins() sl.StringDict {
 		nameAttr:     sl.NewBuiltin("getattr", opAttr),
 		nameAugIndex: sl.NewBuiltin(augBuiltinName, opAugIndex),
 		nameAugAttr:  sl.NewBuiltin(augBuiltinName, opAugAttr),
+		nameCmp:      sl.NewBuiltin("comparison", opCmp),
 	}
 }
 

@@ -193,6 +193,9 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		case syntax.LTLT:
 			return call(nameLsh, e.OpPos, e.X, e.Y)
 		}
+		if code := cmpCode(e.Op); code >= 0 && !r.scalar(e.X) && !r.scalar(e.Y) {
+			return call(nameCmp, e.OpPos, intLit(code, e.OpPos), e.X, e.Y)
+		}
 	case *syntax.UnaryExpr:
 		e.X = r.expr(e.X, depth)
 	case *syntax.ParenExpr:
@@ -268,6 +271,18 @@ func intLit(n int, pos syntax.Position) *syntax.Literal {
 
 // isInt reports whether e certainly evaluates to an integer (or fails).
 func (r *rewriter) isInt(e syntax.Expr) bool { return isIntExpr(e, r.ints, 0) }
+
+// scalar reports whether e is a literal or certainly an integer: comparing
+// anything with it costs at most the length of a string.
+func (r *rewriter) scalar(e syntax.Expr) bool {
+	if p, ok := e.(*syntax.ParenExpr); ok {
+		return r.scalar(p.X)
+	}
+	if _, ok := e.(*syntax.Literal); ok {
+		return true
+	}
+	return r.isInt(e)
+}
 
 // smallInt reports whether e is an integer literal of at most 16 bits: a
 // product with it grows by at most 16 bits per step.
