@@ -33,8 +33,7 @@ func cmpCode(op syntax.Token) int {
 func opCmp(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
 	code, _ := args[0].(sl.Int).Int64()
 	op, x, y := cmpOps[code], args[1], args[2]
-	st := stateOf(th)
-	w := costWalk{st: st, limit: max(1<<20, st.budget/16)}
+	w := newCostWalk(stateOf(th))
 	var err error
 	switch op {
 	case syntax.IN, syntax.NOT_IN:
@@ -50,6 +49,29 @@ func opCmp(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value,
 	}
 	ok, err := sl.Compare(op, x, y)
 	return sl.Bool(ok), err
+}
+
+func newCostWalk(st *runState) costWalk {
+	return costWalk{st: st, limit: max(1<<20, st.budget/16)}
+}
+
+// compare is sl.Compare for the bounded built-ins (sorted, max, min):
+// comparisons between containers are walked first, cumulatively.
+func (w *costWalk) compare(op syntax.Token, x, y sl.Value) (bool, error) {
+	if isContainer(x) && isContainer(y) {
+		if err := w.pair(x, y, 0); err != nil {
+			return false, err
+		}
+	}
+	return sl.Compare(op, x, y)
+}
+
+func isContainer(v sl.Value) bool {
+	switch v.(type) {
+	case *sl.List, sl.Tuple, *sl.Dict:
+		return true
+	}
+	return false
 }
 
 type costWalk struct {
