@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	sl "go.starlark.net/starlark"
@@ -168,7 +169,11 @@ func (s *runState) random() *rand.Rand {
 func (s *runState) write(text string) error {
 	room := s.outCap - int64(s.out.Len())
 	if int64(len(text)) > room {
-		s.out.WriteString(text[:max(room, 0)])
+		cut := int(max(room, 0))
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut-- // keep stdout valid UTF-8
+		}
+		s.out.WriteString(text[:cut])
 		return s.stop(airlock.StopOutput, "output exceeded %d bytes (limits.output_bytes)", s.outCap)
 	}
 	s.out.WriteString(text)

@@ -379,3 +379,13 @@ func TestIntInferenceIsSound(t *testing.T) {
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, airlock.StopMemory, st.Reason)
 }
+
+func TestOutputCapKeepsUTF8(t *testing.T) {
+	j := job(`print("é" * 100)`)
+	j.Limits.OutputBytes = 11
+	res, err := run(t, j)
+	var st *airlock.Stopped
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, airlock.StopOutput, st.Reason)
+	assert.Equal(t, strings.Repeat("é", 5), res.Stdout)
+}
