@@ -1,0 +1,368 @@
+package process
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"golang.org/x/sys/unix"
+)
+
+// namePrefix marks everything a sandbox leaves on the host while it runs
+// (cgroups, scratch mounts): airlock-process-<owner pid>-<random>. The
+// start-up sweep removes what an owner that is gone left behind.
+const namePrefix = "airlock-process-"
+
+func newName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// pidsHeadroom is added to the job's process limit for the stage's own
+// runtime threads (PID 1 of the sandbox is a Go program).
+const pidsHeadroom = 16
+
+var (
+	exeOnce sync.Once
+	exeFile *os.File
+	exeErr  error
+)
+
+// selfExe is this binary, opened once; sandboxes execute it through
+// /proc/self/fd so that the unprivileged sandbox uid needs no search
+// permission on the directories above it.
+func selfExe() (*os.File, error) {
+	exeOnce.Do(func() {
+		var p string
+		if p, exeErr = os.Executable(); exeErr == nil {
+			exeFile, exeErr = os.Open(p)
+		}
+	})
+	return exeFile, exeErr
+}
+
+// sandbox is one started stage: a container waiting for its job (its base
+// spec sent), or a filter stage waiting for its job.
+type sandbox struct {
+	name    string
+	level   airlock.Level
+	uid     uint32
+	ownUID  bool
+	cmd     *exec.Cmd
+	cg      jobCgroup
+	spec    *os.File
+	status  *json.Decoder
+	statusR *os.File
+	stdin   *os.File
+	stdout  *os.File
+	stderr  *os.File
+	scratch string // host scratch directory (filter tier), "" for a container's own tmpfs
+	ownsScr bool   // unmount and remove scratch when done
+	ready   time.Time
+	waitCh  chan struct{}
+	waitErr error
+	closers []*os.File
+}
+
+// startOptions say how to build a sandbox.
+type startOptions struct {
+	level     airlock.Level
+	limits    airlock.Limits
+	scratchMB int64
+	read      []string // granted read-only paths
+	uid       uint32   // 0: allocate one
+	scratch   string   // an existing scratch directory (session, workspace); "" for a fresh one
+}
+
+func cgLimitsFor(l airlock.Limits) cgLimits {
+	return cgLimits{memoryBytes: l.MemoryMB << 20, pids: l.Pids + pidsHeadroom}
+}
+
+// start launches a stage. For a container it sends the base spec and
+// waits until the root is built.
+func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error) {
+	exe, err := selfExe()
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, waitCh: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			sb.destroy()
+		}
+	}()
+	if sb.uid == 0 {
+		if sb.uid, err = t.uids.get(); err != nil {
+			return nil, err
+		}
+		sb.ownUID = true
+	}
+	if sb.cg, err = newJobCgroup(sb.name, cgLimitsFor(o.limits)); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	// Descriptors for the stage: spec, status, exe, scratch, binds.
+	extra := make([]*os.File, fdBinds-3)
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		specR.Close()
+		specW.Close()
+		return nil, err
+	}
+	sb.spec, sb.statusR, sb.status = specW, statusR, json.NewDecoder(statusR)
+	childEnds := []*os.File{specR, statusW}
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	extra[fdSpec-3], extra[fdStatus-3], extra[fdExe-3] = specR, statusW, exe
+
+	var base baseSpec
+	base.ScratchMB = o.scratchMB
+	if o.scratch != "" {
+		sb.scratch = o.scratch
+	} else if o.level == airlock.LevelSyscallFilter {
+		sb.scratch = filepath.Join(t.cfg.baseDir, sb.name)
+		if err := mountScratch(sb.scratch, o.scratchMB, sb.uid); err != nil {
+			return nil, fmt.Errorf("starting sandbox: %w", err)
+		}
+		sb.ownsScr = true
+	}
+	if o.level == airlock.LevelContainer && sb.scratch != "" {
+		f, err := openPath(sb.scratch)
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox: scratch: %w", err)
+		}
+		childEnds = append(childEnds, f)
+		extra[fdScratch-3] = f
+		base.HasScratch = true
+	}
+	for _, p := range o.read {
+		f, err := openPath(p)
+		if err != nil {
+			return nil, airlock.Invalid("grants.fs.read", "%s: %v", p, err)
+		}
+		childEnds = append(childEnds, f)
+		st, _ := f.Stat()
+		base.Binds = append(base.Binds, bindSpec{Target: p, Fd: 3 + len(extra), Dir: st != nil && st.IsDir()})
+		extra = append(extra, f)
+	}
+
+	var stdinR, stdoutW, stderrW *os.File
+	if stdinR, sb.stdin, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if sb.stdout, stdoutW, err = os.Pipe(); err != nil {
+		stdinR.Close()
+		return nil, err
+	}
+	if sb.stderr, stderrW, err = os.Pipe(); err != nil {
+		stdinR.Close()
+		stdoutW.Close()
+		return nil, err
+	}
+	childEnds = append(childEnds, stdinR, stdoutW, stderrW)
+
+	cmd := &exec.Cmd{
+		Path:       fdPath(fdExe),
+		Args:       []string{"airlock-sandbox"},
+		Dir:        "/",
+		Stdin:      stdinR,
+		Stdout:     stdoutW,
+		Stderr:     stderrW,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if o.level == airlock.LevelContainer {
+		cmd.Env = []string{stageEnv + "=" + stageContainer}
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
+		// Become the mapped root, so the stage holds capabilities in its
+		// own user namespace (and none outside it).
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+	} else {
+		cmd.Env = []string{stageEnv + "=" + stageFilter}
+		cmd.Dir = sb.scratch
+		cmd.SysProcAttr.Setpgid = true
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: sb.uid, Gid: sb.uid, Groups: []uint32{}}
+	}
+	sb.cmd = cmd
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	go func() {
+		sb.waitErr = cmd.Wait()
+		close(sb.waitCh)
+	}()
+	if err := sb.cg.add(cmd.Process.Pid); err != nil {
+		return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
+	}
+	if o.level == airlock.LevelContainer {
+		if err := json.NewEncoder(sb.spec).Encode(base); err != nil {
+			return nil, fmt.Errorf("starting sandbox: sending spec: %w", err)
+		}
+		if err := sb.awaitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
+	sb.ready = time.Now()
+	return sb, nil
+}
+
+// awaitReady waits for the container stage to report its root built.
+func (sb *sandbox) awaitReady(ctx context.Context) error {
+	ch := make(chan error, 1)
+	go func() {
+		var st status
+		err := sb.status.Decode(&st)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("starting sandbox: stage ended before it was ready: %w", err)
+		case st.Error != "":
+			err = fmt.Errorf("starting sandbox: %s", st.Error)
+		case !st.Ready:
+			err = errors.New("starting sandbox: unexpected status from stage")
+		}
+		ch <- err
+	}()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		sb.kill()
+		<-ch
+		return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting the sandbox"}
+	}
+}
+
+func openPath(p string) (*os.File, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// kill SIGKILLs the stage and everything in its cgroup.
+func (sb *sandbox) kill() {
+	if sb.cmd != nil && sb.cmd.Process != nil {
+		_ = sb.cmd.Process.Kill()
+	}
+	if sb.cg != nil {
+		_ = sb.cg.kill()
+	}
+}
+
+// destroy kills what is left and removes every trace: cgroup, scratch
+// mount (when the sandbox owns it), descriptors, the uid.
+func (sb *sandbox) destroy() error {
+	var errs []error
+	sb.kill()
+	if sb.cmd != nil && sb.cmd.Process != nil {
+		select {
+		case <-sb.waitCh:
+		case <-time.After(10 * time.Second):
+			errs = append(errs, fmt.Errorf("sandbox %s: stage did not exit", sb.name))
+		}
+	}
+	if sb.cg != nil {
+		if err := sb.cg.destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range []*os.File{sb.spec, sb.statusR, sb.stdin, sb.stdout, sb.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if sb.ownsScr {
+		if err := unmountScratch(sb.scratch); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sb.ownUID {
+		sharedUIDsPut(sb.uid)
+	}
+	return errors.Join(errs...)
+}
+
+// mountScratch mounts a tmpfs capped at mb MiB at dir, owned by uid.
+func mountScratch(dir string, mb int64, uid uint32) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", max(mb, 1), uid, uid)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		os.Remove(dir)
+		return fmt.Errorf("mounting scratch: %w", err)
+	}
+	return nil
+}
+
+// unmountScratch detaches the scratch mount and removes its directory.
+func unmountScratch(dir string) error {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting scratch %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing scratch %s: %w", dir, err)
+	}
+	return nil
+}
+
+// capture collects stdout and stderr up to a combined cap.
+type capture struct {
+	mu       sync.Mutex
+	limit    int64
+	total    int64
+	out, err []byte
+	over     chan struct{}
+	overOnce sync.Once
+}
+
+func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
+	defer wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			c.mu.Lock()
+			room := c.limit - c.total
+			take := int64(n)
+			if take > room {
+				take = max(room, 0)
+				c.overOnce.Do(func() { close(c.over) })
+			}
+			*dst = append(*dst, buf[:take]...)
+			c.total += int64(n)
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}

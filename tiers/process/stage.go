@@ -1,0 +1,276 @@
+package process
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// init runs the sandbox's first stage when this binary was re-executed by
+// the tier (the marker is in the environment) and exits; otherwise it does
+// nothing. Test binaries and the airlock binary both link this package, so
+// both can serve as the stage. Worker stages are dispatched from
+// RegisterWorker instead, once the worker's constructor is registered.
+func init() {
+	switch os.Getenv(stageEnv) {
+	case stageContainer:
+		runtime.LockOSThread() // never unlocked: the restrictions below are per thread
+		os.Exit(containerStage())
+	case stageFilter:
+		runtime.LockOSThread()
+		os.Exit(filterStage())
+	}
+}
+
+// stagePipes returns the spec decoder and the status encoder.
+func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
+	specF := os.NewFile(fdSpec, "spec")
+	statusF := os.NewFile(fdStatus, "status")
+	unix.CloseOnExec(fdSpec)
+	unix.CloseOnExec(fdStatus)
+	unix.CloseOnExec(fdExe)
+	return json.NewDecoder(specF), json.NewEncoder(statusF), statusF
+}
+
+// containerStage is PID 1 of a level-3 sandbox: it builds the root, waits
+// for the job, forks the program under Landlock and seccomp, reaps every
+// orphan and reports how the program ended. When it returns, the kernel
+// kills whatever is left in the PID namespace.
+func containerStage() int {
+	dec, enc, _ := stagePipes()
+	fail := func(err error) int {
+		_ = enc.Encode(status{Error: err.Error()})
+		return 1
+	}
+	var base baseSpec
+	if err := dec.Decode(&base); err != nil {
+		return fail(fmt.Errorf("reading base spec: %w", err))
+	}
+	if err := buildRoot(&base); err != nil {
+		return fail(fmt.Errorf("building sandbox root: %w", err))
+	}
+	if err := enc.Encode(status{Ready: true}); err != nil {
+		return 1
+	}
+	var job jobSpec
+	if err := dec.Decode(&job); err != nil {
+		return fail(fmt.Errorf("reading job spec: %w", err))
+	}
+	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
+		if err := unix.Mount("", "/scratch", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
+			fmt.Sprintf("size=%dm", job.ScratchMB)); err != nil {
+			return fail(fmt.Errorf("resizing scratch: %w", err))
+		}
+	}
+	if err := placeFiles("/scratch", job.Files); err != nil {
+		return fail(err)
+	}
+	// The cgroup and time namespaces are made here rather than at clone,
+	// so the cgroup namespace is rooted at the job's own cgroup (the parent
+	// moved us there before sending the base spec). Both take effect for
+	// the children of this thread.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fail(fmt.Errorf("cgroup namespace: %w", err))
+	}
+	if _, err := os.Stat("/proc/self/ns/time"); err == nil {
+		if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
+			return fail(fmt.Errorf("time namespace: %w", err))
+		}
+	}
+	prog, err := lookProgram(job.Argv[0])
+	if err != nil {
+		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		return 0
+	}
+	if err := setRlimits(job.Rlimits); err != nil {
+		return fail(err)
+	}
+	rules := containerLandlock()
+	if err := confine(rules, filterOptions{inet: true}); err != nil {
+		return fail(err)
+	}
+	stdin := uintptr(0)
+	if !job.Stdin {
+		stdin = devNullFd()
+	}
+	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{
+		Dir:   "/scratch",
+		Env:   job.Env,
+		Files: []uintptr{stdin, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		_ = enc.Encode(status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
+		return 0
+	}
+	// Nothing but the program writes to the job's output from here on.
+	os.Stdout.Close()
+	os.Stderr.Close()
+	st := reap(pid)
+	_ = enc.Encode(st)
+	return 0
+}
+
+// reap waits for the program, reaping every orphan re-parented to us on
+// the way, and returns how the program ended.
+func reap(pid int) status {
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err != nil {
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			return status{Exited: true, Error: "waiting for the program: " + err.Error()}
+		}
+		if got != pid {
+			continue
+		}
+		if ws.Signaled() {
+			return status{Exited: true, Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+		}
+		return status{Exited: true, Code: ws.ExitStatus()}
+	}
+}
+
+func devNullFd() uintptr {
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	if err != nil {
+		return 0
+	}
+	return uintptr(fd)
+}
+
+// confine sets no_new_privs, Landlock and seccomp on the calling thread;
+// everything it forks or executes inherits them.
+func confine(rules []llRule, o filterOptions) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if err := landlockRestrict(rules); err != nil {
+		return err
+	}
+	return loadFilter(o, false)
+}
+
+func setRlimits(rl []rlimit) error {
+	for _, r := range rl {
+		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
+			// Without CAP_SYS_RESOURCE a limit cannot rise above the
+			// current hard limit: clamp to it rather than fail.
+			var cur unix.Rlimit
+			if unix.Getrlimit(r.Resource, &cur) == nil && (r.Max > cur.Max || r.Cur > cur.Max) {
+				lim = unix.Rlimit{Cur: min(r.Cur, cur.Max), Max: min(r.Max, cur.Max)}
+				err = unix.Setrlimit(r.Resource, &lim)
+			}
+			if err != nil {
+				return fmt.Errorf("setrlimit %d: %w", r.Resource, err)
+			}
+		}
+	}
+	return nil
+}
+
+// programDirs is where a bare program name is looked up (the environment
+// is empty, so there is no PATH to consult).
+var programDirs = []string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"}
+
+func lookProgram(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		if !path.IsAbs(name) {
+			name = path.Join("/scratch", name)
+		}
+		if err := unix.Access(name, unix.X_OK); err != nil {
+			return "", fmt.Errorf("program %s: %w", name, err)
+		}
+		return name, nil
+	}
+	for _, d := range programDirs {
+		p := path.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("program %q not found in %s", name, strings.Join(programDirs, ":"))
+}
+
+// placeFiles writes the job's files into dir. Names are validated by
+// airlock.Validate (relative, clean, no '..'); parents are created, and an
+// existing symlink on the way is refused rather than followed.
+func placeFiles(dir string, files map[string]string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("opening scratch: %w", err)
+	}
+	defer root.Close()
+	for name, content := range files {
+		if d := filepath.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("placing file %s: %w", name, err)
+			}
+		}
+		if err := root.WriteFile(name, []byte(content), 0o755); err != nil {
+			return fmt.Errorf("placing file %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// filterStage is the level-2 stage: it already runs as the job's
+// unprivileged uid in its cgroup; it sets rlimits, Landlock (read-only
+// host, writable scratch) and seccomp, then becomes the program.
+func filterStage() int {
+	dec, enc, _ := stagePipes()
+	fail := func(err error) int {
+		_ = enc.Encode(status{Error: err.Error()})
+		return 1
+	}
+	var job jobSpec
+	if err := dec.Decode(&job); err != nil {
+		return fail(fmt.Errorf("reading job spec: %w", err))
+	}
+	prog, err := lookProgramIn(job.Scratch, job.Argv[0])
+	if err != nil {
+		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		return 127
+	}
+	if err := placeFiles(job.Scratch, job.Files); err != nil {
+		return fail(err)
+	}
+	if err := setRlimits(job.Rlimits); err != nil {
+		return fail(err)
+	}
+	rules := []llRule{
+		{Path: "/", Access: llRead | llExec},
+		{Path: job.Scratch, Access: rwAccess()},
+	}
+	for _, f := range []string{"/dev/null", "/dev/zero", "/dev/full"} {
+		rules = append(rules, llRule{Path: f, Access: llRead | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
+	}
+	if err := confine(rules, filterOptions{}); err != nil {
+		return fail(err)
+	}
+	if !job.Stdin {
+		if fd := devNullFd(); fd != 0 {
+			_ = unix.Dup2(int(fd), 0)
+		}
+	}
+	err = syscall.Exec(prog, job.Argv, job.Env)
+	return fail(fmt.Errorf("starting %s: %w", job.Argv[0], err))
+}
+
+func lookProgramIn(scratch, name string) (string, error) {
+	if strings.Contains(name, "/") && !path.IsAbs(name) {
+		name = path.Join(scratch, name)
+	}
+	return lookProgram(name)
+}
