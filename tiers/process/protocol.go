@@ -58,6 +58,7 @@ type jobSpec struct {
 	Rlimits   []rlimit          `json:"rlimits"`
 	ReadPaths []string          `json:"read_paths,omitempty"` // filter stage: Landlock read rules beyond the defaults
 	Scratch   string            `json:"scratch,omitempty"`    // filter stage: the writable directory
+	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
 }
 
 // status is the stage's report.

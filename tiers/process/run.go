@@ -78,6 +78,36 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 
 var errWall = errors.New("wall clock")
 
+func stopMemory(job *airlock.Job) *airlock.Stopped {
+	return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
+}
+
+func stopCPU(job *airlock.Job) *airlock.Stopped {
+	return &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
+}
+
+func stopPids(job *airlock.Job) *airlock.Stopped {
+	return &airlock.Stopped{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
+}
+
+// watch polls the cgroup while the job runs: the memory limit having
+// killed a process, a fork refused by the process limit, or CPU time over
+// its limit stops the whole job (a fork bomb is stopped, not left to
+// thrash against the limit until the wall clock).
+func (sb *sandbox) watch(job *airlock.Job) *airlock.Stopped {
+	oom, pidsMax := sb.cg.events()
+	switch {
+	case oom > 0:
+		return stopMemory(job)
+	case pidsMax > 0:
+		return stopPids(job)
+	}
+	if _, cpu := sb.cg.usage(); job.Limits.CPUMS > 0 && cpu > job.Limits.CPUMS*1000 {
+		return stopCPU(job)
+	}
+	return nil
+}
+
 type outcome struct {
 	stdout, stderr []byte
 	exit           int
@@ -123,6 +153,8 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	}
 	if sb.level == airlock.LevelContainer {
 		spec.Scratch = ""
+	} else {
+		spec.UID = sb.uid
 	}
 	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{})}
 	var readers sync.WaitGroup
@@ -173,8 +205,8 @@ wait:
 			}
 			sb.kill()
 		case <-tick.C:
-			if _, cpu := sb.cg.usage(); cpuLimitUS > 0 && cpu > cpuLimitUS {
-				stop = &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
+			stop = sb.watch(job)
+			if stop != nil {
 				sb.kill()
 			}
 		}
@@ -222,11 +254,11 @@ wait:
 	case stop != nil:
 		return out, stop
 	case oom > 0:
-		return out, &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
+		return out, stopMemory(job)
 	case signal == int(syscall.SIGXCPU) || (signal == int(syscall.SIGKILL) && cpuLimitUS > 0 && out.cpuUS >= cpuLimitUS):
-		return out, &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
-	case pidsMax > 0 && code != 0:
-		return out, &airlock.Stopped{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
+		return out, stopCPU(job)
+	case pidsMax > 0:
+		return out, stopPids(job)
 	case st.NotFound:
 		out.exit = 127
 		out.stderr = append(out.stderr, []byte("airlock: "+st.Error+"\n")...)

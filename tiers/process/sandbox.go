@@ -205,10 +205,19 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		cmd.Env = []string{stageEnv + "=" + stageFilter}
 		cmd.Dir = sb.scratch
 		cmd.SysProcAttr.Setpgid = true
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: sb.uid, Gid: sb.uid, Groups: []uint32{}}
+		// The stage drops to the job's uid itself (see filterStage):
+		// switching here would make it non-dumpable before it could
+		// execute itself through /proc/self/fd.
 	}
 	sb.cmd = cmd
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The parent's copies of the child's ends go now, so that the stage's
+	// exit is seen as end-of-file on every pipe.
+	for _, f := range childEnds {
+		f.Close()
+	}
+	childEnds = nil
+	if err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
 	go func() {

@@ -93,6 +93,15 @@ func containerStage() int {
 	if err := setRlimits(job.Rlimits); err != nil {
 		return fail(err)
 	}
+	// The program is root in the sandbox's user namespace only; it gets
+	// no capabilities even there (empty bounding set), and PID 1 is not
+	// dumpable, so the program cannot reach into it through /proc/1.
+	if err := dropCapabilities(); err != nil {
+		return fail(err)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("making PID 1 non-dumpable: %w", err))
+	}
 	rules := containerLandlock()
 	if err := confine(rules, filterOptions{inet: true}); err != nil {
 		return fail(err)
@@ -159,6 +168,21 @@ func confine(rules []llRule, o filterOptions) error {
 		return err
 	}
 	return loadFilter(o, false)
+}
+
+// dropCapabilities empties the calling thread's bounding and ambient
+// sets, so what it executes holds no capabilities although it runs as the
+// namespace's root.
+func dropCapabilities() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("dropping capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	return nil
 }
 
 func setRlimits(rl []rlimit) error {
@@ -238,6 +262,9 @@ func filterStage() int {
 	if err := dec.Decode(&job); err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
+	if err := becomeUser(job.UID); err != nil {
+		return fail(err)
+	}
 	prog, err := lookProgramIn(job.Scratch, job.Argv[0])
 	if err != nil {
 		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
@@ -266,6 +293,25 @@ func filterStage() int {
 	}
 	err = syscall.Exec(prog, job.Argv, job.Env)
 	return fail(fmt.Errorf("starting %s: %w", job.Argv[0], err))
+}
+
+// becomeUser drops every group and becomes uid (as uid and gid) for good,
+// losing all capabilities; the parent-death signal, which a credential
+// change clears, is set again.
+func becomeUser(uid uint32) error {
+	if uid == 0 {
+		return errors.New("refusing to run a job as root")
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("dropping groups: %w", err)
+	}
+	if err := syscall.Setresgid(int(uid), int(uid), int(uid)); err != nil {
+		return fmt.Errorf("setting gid: %w", err)
+	}
+	if err := syscall.Setresuid(int(uid), int(uid), int(uid)); err != nil {
+		return fmt.Errorf("setting uid: %w", err)
+	}
+	return unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
 }
 
 func lookProgramIn(scratch, name string) (string, error) {

@@ -62,7 +62,10 @@ func (c Config) WithWorkspaceDir(dir string) Config { c.workspaceDir = dir; retu
 
 // WithUIDRange sets the host uids (and gids) sandboxes run as: each job
 // gets its own from [base, base+count).
-func (c Config) WithUIDRange(base, count uint32) Config { c.uidBase, c.uidCount = base, count; return c }
+func (c Config) WithUIDRange(base, count uint32) Config {
+	c.uidBase, c.uidCount = base, count
+	return c
+}
 
 // WithPool keeps n pre-started level-3 sandboxes ready (0: none).
 func (c Config) WithPool(n int) Config { c.poolSize = n; return c }
@@ -81,7 +84,9 @@ type Tier struct {
 func New(cfg Config) (*Tier, error) { return newTier(NameContainer, airlock.LevelContainer, cfg) }
 
 // NewFilter returns the level-2 tier "seccomp".
-func NewFilter(cfg Config) (*Tier, error) { return newTier(NameFilter, airlock.LevelSyscallFilter, cfg) }
+func NewFilter(cfg Config) (*Tier, error) {
+	return newTier(NameFilter, airlock.LevelSyscallFilter, cfg)
+}
 
 func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 	if cfg.baseDir == "" || !filepath.IsAbs(cfg.baseDir) {
