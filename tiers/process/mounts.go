@@ -104,10 +104,11 @@ func buildRoot(base *baseSpec) error {
 		return err
 	}
 	if base.HasScratch {
-		if err := unix.Mount(fdPath(fdScratch), scratch, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("binding scratch: %w", err)
-		}
+		err := unix.MoveMount(fdScratch, "", unix.AT_FDCWD, scratch, unix.MOVE_MOUNT_F_EMPTY_PATH)
 		unix.Close(fdScratch)
+		if err != nil {
+			return fmt.Errorf("attaching scratch: %w", err)
+		}
 	} else {
 		opts := fmt.Sprintf("size=%dm,mode=0755", max(base.ScratchMB, 1))
 		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
@@ -199,11 +200,9 @@ func buildDev(dev string) error {
 }
 
 func bindDevice(host, target string) error {
-	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o666)
-	if err != nil {
+	if err := mountPoint(target, false); err != nil {
 		return err
 	}
-	f.Close()
 	if err := unix.Mount(host, target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding %s: %w", host, err)
 	}
@@ -214,19 +213,8 @@ func bindDevice(host, target string) error {
 // and makes the bind read-only, nosuid and nodev, keeping the flags the
 // kernel locks for mounts inherited from a more privileged namespace.
 func bindRO(source, target string, dir bool) error {
-	if dir {
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return err
-		}
-	} else {
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		f.Close()
+	if err := mountPoint(target, dir); err != nil {
+		return err
 	}
 	if err := unix.Mount(source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding %s: %w", source, err)
@@ -256,23 +244,37 @@ func lockedFlags(f int64) uintptr {
 	return out
 }
 
-// bindGranted binds a granted host path (passed as a descriptor, so the
-// sandbox's unprivileged uid needs no search permission on its parents)
-// read-only at the same path inside the root. A path already visible
-// through a read-only system bind is left as it is.
+// bindGranted attaches a granted host path — a detached, read-only clone
+// of its mount tree made by the parent — at the same path inside the root.
+// A path already visible through the read-only /usr is left as it is.
 func bindGranted(root string, b bindSpec) error {
-	for _, sys := range []string{"/usr"} {
-		if b.Target == sys || strings.HasPrefix(b.Target, sys+"/") {
-			unix.Close(b.Fd)
-			return nil
-		}
+	defer unix.Close(b.Fd)
+	if b.Target == "/usr" || strings.HasPrefix(b.Target, "/usr/") {
+		return nil
 	}
-	err := bindRO(fdPath(b.Fd), filepath.Join(root, b.Target), b.Dir)
-	unix.Close(b.Fd)
-	if err != nil {
+	target := filepath.Join(root, b.Target)
+	if err := mountPoint(target, b.Dir); err != nil {
+		return fmt.Errorf("granting %s: %w", b.Target, err)
+	}
+	if err := unix.MoveMount(b.Fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("granting %s: %w", b.Target, err)
 	}
 	return nil
+}
+
+// mountPoint creates target as a directory or an empty file.
+func mountPoint(target string, dir bool) error {
+	if dir {
+		return os.MkdirAll(target, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // pivot makes root the root of the mount namespace and detaches the old

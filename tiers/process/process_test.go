@@ -233,7 +233,12 @@ func TestScenarios(t *testing.T) {
 			ctx := context.Background()
 
 			t.Run("GrantedReadPath", func(t *testing.T) {
-				dir := t.TempDir()
+				// World-readable, as a level-2 grant still needs the uid's permission.
+				dir, err := os.MkdirTemp("", "airlock-grant-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer os.RemoveAll(dir)
 				os.WriteFile(filepath.Join(dir, "data.txt"), []byte("granted"), 0o644)
 				os.Chmod(filepath.Join(dir, "data.txt"), 0o644)
 				os.Chmod(dir, 0o755)

@@ -118,7 +118,9 @@ type outcome struct {
 
 func rlimitsFor(job *airlock.Job, scratchMB int64) []rlimit {
 	cpuS := uint64((job.Limits.CPUMS + 999) / 1000)
-	nproc := uint64(job.Limits.Pids + pidsHeadroom)
+	// Above the cgroup's pids limit, so the cgroup refuses first (and the
+	// stop is reported as "pids"); a backstop where the cgroup is absent.
+	nproc := uint64(job.Limits.Pids + 2*pidsHeadroom)
 	return []rlimit{
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(job.Limits.Files), Max: uint64(job.Limits.Files)},
@@ -155,6 +157,7 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		spec.Scratch = ""
 	} else {
 		spec.UID = sb.uid
+		spec.ReadPaths = job.Grants.FS.Read
 	}
 	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{})}
 	var readers sync.WaitGroup

@@ -146,7 +146,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		sb.ownsScr = true
 	}
 	if o.level == airlock.LevelContainer && sb.scratch != "" {
-		f, err := openPath(sb.scratch)
+		f, err := cloneTree(sb.scratch, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 		if err != nil {
 			return nil, fmt.Errorf("starting sandbox: scratch: %w", err)
 		}
@@ -155,7 +155,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		base.HasScratch = true
 	}
 	for _, p := range o.read {
-		f, err := openPath(p)
+		f, err := cloneTree(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 		if err != nil {
 			return nil, airlock.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
@@ -265,10 +265,20 @@ func (sb *sandbox) awaitReady(ctx context.Context) error {
 	}
 }
 
-func openPath(p string) (*os.File, error) {
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+// cloneTree makes a detached copy of the mount tree at p (open_tree with
+// OPEN_TREE_CLONE) with the given attributes set recursively, for the
+// stage to attach with move_mount. A descriptor of the path itself would
+// not do: bind mounts from another mount namespace are refused, and the
+// sandbox's uid may not search the path's parents.
+func cloneTree(p string, attrs uint64) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return nil, err
+	}
+	attr := unix.MountAttr{Attr_set: attrs}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("setting mount attributes: %w", err)
 	}
 	return os.NewFile(uintptr(fd), p), nil
 }

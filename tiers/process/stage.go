@@ -276,13 +276,7 @@ func filterStage() int {
 	if err := setRlimits(job.Rlimits); err != nil {
 		return fail(err)
 	}
-	rules := []llRule{
-		{Path: "/", Access: llRead | llExec},
-		{Path: job.Scratch, Access: rwAccess()},
-	}
-	for _, f := range []string{"/dev/null", "/dev/zero", "/dev/full"} {
-		rules = append(rules, llRule{Path: f, Access: llRead | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
-	}
+	rules := filterLandlock(job.Scratch, job.ReadPaths)
 	if err := confine(rules, filterOptions{}); err != nil {
 		return fail(err)
 	}
@@ -312,6 +306,39 @@ func becomeUser(uid uint32) error {
 		return fmt.Errorf("setting uid: %w", err)
 	}
 	return unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
+}
+
+// filterLandlock is the level-2 filesystem view: the same system
+// directories and /etc entries a container sees (read-only), /proc, the
+// device nodes, the granted paths (read-only, and only as far as the
+// job's uid may read them) and the scratch (read-write). The rest of the
+// host — /home, /root, /var, /srv, other users' /tmp files — is refused.
+func filterLandlock(scratch string, read []string) []llRule {
+	var rules []llRule
+	add := func(p string, access uint64) {
+		if _, err := os.Stat(p); err == nil {
+			rules = append(rules, llRule{Path: p, Access: access})
+		}
+	}
+	add("/usr", llRead|llExec)
+	for _, name := range usrLinks {
+		add("/"+name, llRead|llExec)
+	}
+	for _, name := range etcAllow {
+		add("/etc/"+name, llRead)
+	}
+	for _, name := range []string{"passwd", "group", "hosts", "hostname"} {
+		add("/etc/"+name, llRead)
+	}
+	add("/proc", llRead)
+	for _, n := range devNodes {
+		add("/dev/"+n, llRead|unix.LANDLOCK_ACCESS_FS_WRITE_FILE)
+	}
+	for _, p := range read {
+		add(p, llRead)
+	}
+	add(scratch, rwAccess())
+	return rules
 }
 
 func lookProgramIn(scratch, name string) (string, error) {
