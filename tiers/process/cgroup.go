@@ -37,8 +37,9 @@ type jobCgroup interface {
 	events() (oomKills, pidsMax int64)
 	// usage reports peak memory and CPU time consumed.
 	usage() (peakBytes, cpuUS int64)
-	// kill SIGKILLs every process in the group and waits until it is empty.
-	kill() error
+	// kill SIGKILLs every process in the group but except (0: none) and
+	// waits until only that one is left.
+	kill(except int) error
 	// destroy kills what is left and removes the group.
 	destroy() error
 }
@@ -85,9 +86,15 @@ type cgroupV1 struct {
 	cg   cgroup1.Cgroup
 }
 
+// v1Resources: on v1 the kernel's OOM killer is disabled for the group —
+// a task reaching the limit waits instead — and the tier stops the job
+// when it sees the group under OOM. Left to the OOM killer, a second kill
+// while the first victim is still exiting can take the stage, whose
+// orphans would then be re-parented to the host's init.
 func v1Resources(l cgLimits) *specs.LinuxResources {
+	disable := true
 	r := &specs.LinuxResources{
-		Memory: &specs.LinuxMemory{Limit: &l.memoryBytes},
+		Memory: &specs.LinuxMemory{Limit: &l.memoryBytes, DisableOOMKiller: &disable},
 		Pids:   &specs.LinuxPids{Limit: &l.pids},
 	}
 	if l.cpuQuotaUS > 0 {
@@ -116,7 +123,8 @@ func (c *cgroupV1) file(subsys, name string) string {
 }
 
 func (c *cgroupV1) events() (oomKills, pidsMax int64) {
-	return readKey(c.file("memory", "memory.oom_control"), "oom_kill"), readKey(c.file("pids", "pids.events"), "max")
+	oc := c.file("memory", "memory.oom_control")
+	return readKey(oc, "oom_kill") + readKey(oc, "under_oom"), readKey(c.file("pids", "pids.events"), "max")
 }
 
 func (c *cgroupV1) usage() (peakBytes, cpuUS int64) {
@@ -125,13 +133,14 @@ func (c *cgroupV1) usage() (peakBytes, cpuUS int64) {
 	return peak, ns / 1000
 }
 
-func (c *cgroupV1) kill() error {
+func (c *cgroupV1) kill(except int) error {
 	return killAll(func() ([]int, error) { return readPids(c.file("pids", "cgroup.procs")) },
-		func() error { return c.cg.Freeze() }, func() error { return c.cg.Thaw() })
+		func() error { return os.WriteFile(c.file("freezer", "freezer.state"), []byte("FROZEN"), 0) },
+		func() error { return os.WriteFile(c.file("freezer", "freezer.state"), []byte("THAWED"), 0) }, except)
 }
 
 func (c *cgroupV1) destroy() error {
-	kerr := c.kill()
+	kerr := c.kill(0)
 	return errors.Join(kerr, removeCgroupV1(c.name))
 }
 
@@ -188,22 +197,24 @@ func (c *cgroupV2m) usage() (peakBytes, cpuUS int64) {
 	return peak, readKey(c.file("cpu.stat"), "usage_usec")
 }
 
-func (c *cgroupV2m) kill() error {
+func (c *cgroupV2m) kill(except int) error {
 	return killAll(func() ([]int, error) { return readPids(c.file("cgroup.procs")) },
-		func() error { return c.m.Freeze() }, func() error { return c.m.Thaw() })
+		func() error { return os.WriteFile(c.file("cgroup.freeze"), []byte("1"), 0) },
+		func() error { return os.WriteFile(c.file("cgroup.freeze"), []byte("0"), 0) }, except)
 }
 
 func (c *cgroupV2m) destroy() error {
-	kerr := c.kill()
+	kerr := c.kill(0)
 	return errors.Join(kerr, rmdirRetry(filepath.Join(cgroupRoot, c.name)))
 }
 
 // ---- shared ----
 
-// killAll freezes the group (so nothing forks while we look), SIGKILLs
-// every member, thaws it so the kills are delivered, and repeats until the
-// group is empty (bounded).
-func killAll(procs func() ([]int, error), freeze, thaw func() error) error {
+// killAll asks the kernel to freeze the group (so nothing forks while we
+// look; without waiting for it, as tasks blocked at the memory limit do not
+// freeze), SIGKILLs every member, thaws it so the kills are delivered, and
+// repeats until the group is empty (bounded).
+func killAll(procs func() ([]int, error), freeze, thaw func() error, except int) error {
 	for range 100 {
 		pids, err := procs()
 		if err != nil {
@@ -212,11 +223,17 @@ func killAll(procs func() ([]int, error), freeze, thaw func() error) error {
 			}
 			return err
 		}
-		if len(pids) == 0 {
+		others := pids[:0]
+		for _, pid := range pids {
+			if pid != except {
+				others = append(others, pid)
+			}
+		}
+		if len(others) == 0 {
 			return nil
 		}
 		_ = freeze()
-		for _, pid := range pids {
+		for _, pid := range others {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		_ = thaw()

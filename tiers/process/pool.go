@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -17,6 +18,7 @@ type pool struct {
 	size   int
 	mu     sync.Mutex
 	ready  []*sandbox
+	claims atomic.Int64 // sandboxes handed out
 	wake   chan struct{}
 	done   chan struct{}
 	exited chan struct{}
@@ -76,20 +78,33 @@ func (p *pool) fill() {
 	}
 }
 
-// claim takes a ready sandbox, or nil when none is ready.
+// claim takes a ready sandbox, or nil when none is ready. A sandbox whose
+// stage has died while waiting is discarded.
 func (p *pool) claim() *sandbox {
-	p.mu.Lock()
-	var sb *sandbox
-	if n := len(p.ready); n > 0 {
-		sb = p.ready[n-1]
-		p.ready = p.ready[:n-1]
+	defer p.poke()
+	for {
+		p.mu.Lock()
+		var sb *sandbox
+		if n := len(p.ready); n > 0 {
+			sb = p.ready[n-1]
+			p.ready = p.ready[:n-1]
+		}
+		p.mu.Unlock()
+		if sb == nil {
+			return nil
+		}
+		select {
+		case <-sb.waitCh:
+			_ = sb.destroy()
+			continue
+		default:
+		}
+		p.claims.Add(1)
+		return sb
 	}
-	p.mu.Unlock()
-	p.poke()
-	return sb
 }
 
-// Ready reports how many sandboxes wait in the pool.
+// len reports how many sandboxes wait in the pool.
 func (p *pool) len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -338,8 +338,11 @@ func assertClean(t *testing.T, cfg Config) {
 	}
 }
 
-// sandboxProcesses lists processes whose real uid is in the sandbox range.
+// sandboxProcesses lists processes whose real uid is in the sandbox range
+// and which started after this test process (zombies an earlier, killed
+// run left to an init that does not reap are not this run's).
 func sandboxProcesses(cfg Config) []string {
+	self := startTime(strconv.Itoa(os.Getpid()))
 	var out []string
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -347,16 +350,39 @@ func sandboxProcesses(cfg Config) []string {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
+		if err != nil || startTime(e.Name()) < self {
 			continue
 		}
 		for _, line := range bytes.Split(data, []byte("\n")) {
 			if f := strings.Fields(string(line)); len(f) > 1 && f[0] == "Uid:" {
 				if uid, err := strconv.ParseUint(f[1], 10, 32); err == nil && uint32(uid) >= cfg.uidBase && uint32(uid)-cfg.uidBase < cfg.uidCount {
-					out = append(out, e.Name())
+					cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+					state := ""
+					for _, l := range strings.Split(string(data), "\n") {
+						if strings.HasPrefix(l, "State:") || strings.HasPrefix(l, "PPid:") {
+							state += " " + strings.Join(strings.Fields(l), " ")
+						}
+					}
+					out = append(out, fmt.Sprintf("%s(%s%s)", e.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "), state))
 				}
 			}
 		}
 	}
 	return out
+}
+
+// startTime returns a process's start time in clock ticks after boot.
+func startTime(pid string) uint64 {
+	data, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may contain spaces) start after ')'.
+	rest := string(data[bytes.LastIndexByte(data, ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
 }

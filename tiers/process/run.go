@@ -221,7 +221,7 @@ wait:
 	out.runUS = airlock.Since(runStart)
 	// The program's tree dies with it: the PID namespace's init is gone,
 	// or (level 2) the cgroup is emptied.
-	_ = sb.cg.kill()
+	_ = sb.cg.kill(0)
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
 	select {
@@ -241,7 +241,7 @@ wait:
 
 	// How did the program end?
 	code, signal := -1, 0
-	if sb.level == airlock.LevelContainer && st.Exited {
+	if st.Exited {
 		code, signal = st.Code, st.Signal
 	} else if ps := sb.cmd.ProcessState; ps != nil && st.Error == "" {
 		ws := ps.Sys().(syscall.WaitStatus)

@@ -283,13 +283,26 @@ func cloneTree(p string, attrs uint64) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// kill SIGKILLs the stage and everything in its cgroup.
+// kill SIGKILLs the stage and everything in its cgroup. A container's
+// stage goes first (the kernel then kills and reaps its PID namespace); a
+// filter stage goes last, after it has had a moment to reap the program's
+// processes, which are its children — killed first, they would otherwise
+// be re-parented to the host's init as zombies.
 func (sb *sandbox) kill() {
-	if sb.cmd != nil && sb.cmd.Process != nil {
+	running := sb.cmd != nil && sb.cmd.Process != nil
+	if running && sb.level == airlock.LevelSyscallFilter && sb.cg != nil {
+		_ = sb.cmd.Process.Signal(syscall.SIGTERM)
+		_ = sb.cg.kill(sb.cmd.Process.Pid)
+		select {
+		case <-sb.waitCh:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if running {
 		_ = sb.cmd.Process.Kill()
 	}
 	if sb.cg != nil {
-		_ = sb.cg.kill()
+		_ = sb.cg.kill(0)
 	}
 }
 

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,20 +105,40 @@ func containerStage() int {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("making PID 1 non-dumpable: %w", err))
 	}
+	oomAdj, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return fail(err)
+	}
 	rules := containerLandlock()
 	if err := confine(rules, filterOptions{inet: true}); err != nil {
 		return fail(err)
 	}
+	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
+}
+
+// supervise forks the program from the calling (confined) thread, reaps
+// every process re-parented to us, and reports how the program ended.
+// Once the program has exited, killRest (if set) kills what it left
+// running, and those are reaped too; without it (PID 1 of a namespace)
+// the kernel kills them when we return.
+//
+// oomAdj is this process's /proc/self/oom_score_adj, opened before
+// Landlock: the program is forked with the highest score (1000), and the
+// stage returns to 0 at once, so that the memory limit's OOM killer takes
+// the program's processes, never the stage that must reap them.
+func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.File, killRest func() int) int {
 	stdin := uintptr(0)
 	if !job.Stdin {
 		stdin = devNullFd()
 	}
+	_, _ = oomAdj.WriteAt([]byte("1000"), 0)
 	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{
-		Dir:   "/scratch",
+		Dir:   dir,
 		Env:   job.Env,
 		Files: []uintptr{stdin, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 	})
+	_, _ = oomAdj.WriteAt([]byte("0"), 0)
 	if err != nil {
 		_ = enc.Encode(status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
 		return 0
@@ -124,6 +147,27 @@ func containerStage() int {
 	os.Stdout.Close()
 	os.Stderr.Close()
 	st := reap(pid)
+	if killRest != nil {
+		for range 500 { // kill and reap until nothing else is left (bounded)
+			others := killRest()
+			for {
+				if p, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); p <= 0 || err != nil {
+					break
+				}
+			}
+			if others == 0 {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		for {
+			if _, err := syscall.Wait4(-1, nil, 0, nil); errors.Is(err, syscall.ECHILD) {
+				break
+			} else if err != nil && !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+	}
 	_ = enc.Encode(st)
 	return 0
 }
@@ -249,9 +293,11 @@ func placeFiles(dir string, files map[string]string) error {
 	return nil
 }
 
-// filterStage is the level-2 stage: it already runs as the job's
-// unprivileged uid in its cgroup; it sets rlimits, Landlock (read-only
-// host, writable scratch) and seccomp, then becomes the program.
+// filterStage is the level-2 stage: already in the job's cgroup, it
+// becomes the job's unprivileged uid, sets rlimits, Landlock (system
+// paths and grants read-only, the scratch writable) and seccomp, and then
+// supervises the program as a subreaper: when the program exits, what it
+// left running is killed and reaped.
 func filterStage() int {
 	dec, enc, _ := stagePipes()
 	fail := func(err error) int {
@@ -261,6 +307,18 @@ func filterStage() int {
 	var job jobSpec
 	if err := dec.Decode(&job); err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
+	}
+	procs, err := openCgroupProcs()
+	if err != nil {
+		return fail(fmt.Errorf("finding own cgroup: %w", err))
+	}
+	oomAdj, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return fail(err)
+	}
+	// Orphans of the program are re-parented to this stage, which reaps them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("becoming a subreaper: %w", err))
 	}
 	if err := becomeUser(job.UID); err != nil {
 		return fail(err)
@@ -280,13 +338,60 @@ func filterStage() int {
 	if err := confine(rules, filterOptions{}); err != nil {
 		return fail(err)
 	}
-	if !job.Stdin {
-		if fd := devNullFd(); fd != 0 {
-			_ = unix.Dup2(int(fd), 0)
+	// SIGTERM from the parent (a stop: timeout, cancel, output cap) makes
+	// the stage kill the program's processes itself, so that it reaps
+	// them; killed by the parent, they would become the host init's zombies.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	go func() {
+		<-term
+		for range 400 { // until the stage exits; bounded
+			killCgroupPeers(procs)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return supervise(enc, prog, job.Scratch, &job, oomAdj, func() int { return killCgroupPeers(procs) })
+}
+
+// openCgroupProcs opens the process list of our own cgroup (the pids
+// controller's on v1), to be read after Landlock forbids opening it.
+func openCgroupProcs() (*os.File, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[1] == "" && cgroupV2():
+			return os.Open(filepath.Join(cgroupRoot, parts[2], "cgroup.procs"))
+		case parts[1] == "pids":
+			return os.Open(filepath.Join(cgroupRoot, "pids", parts[2], "cgroup.procs"))
 		}
 	}
-	err = syscall.Exec(prog, job.Argv, job.Env)
-	return fail(fmt.Errorf("starting %s: %w", job.Argv[0], err))
+	return nil, errors.New("own cgroup not found")
+}
+
+// killCgroupPeers SIGKILLs every other process in our cgroup and returns
+// how many there were (zombies included, until they are reaped).
+func killCgroupPeers(procs *os.File) int {
+	self := os.Getpid()
+	buf := make([]byte, 64<<10)
+	n, err := procs.ReadAt(buf, 0)
+	if n == 0 && err != nil {
+		return 0
+	}
+	others := 0
+	for _, f := range strings.Fields(string(buf[:n])) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != self {
+			others++
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return others
 }
 
 // becomeUser drops every group and becomes uid (as uid and gid) for good,

@@ -36,14 +36,13 @@ func Sweep(baseDir string) error {
 		if ownerAlive(name) {
 			continue
 		}
+		// kill thaws a group a crashed airlock may have left frozen.
 		if cgroupV2() {
 			c := &cgroupV2m{name: name}
-			errs = append(errs, killAll(func() ([]int, error) { return readPids(c.file("cgroup.procs")) }, noop, noop),
-				rmdirRetry(c.file("")))
+			errs = append(errs, c.kill(0), rmdirRetry(c.file("")))
 		} else {
 			c := &cgroupV1{name: name}
-			errs = append(errs, killAll(func() ([]int, error) { return readPids(c.file("pids", "cgroup.procs")) }, noop, noop),
-				removeCgroupV1(name))
+			errs = append(errs, c.kill(0), removeCgroupV1(name))
 		}
 	}
 	for _, dir := range leftoverMounts(baseDir) {
@@ -59,8 +58,6 @@ func Sweep(baseDir string) error {
 	}
 	return errors.Join(errs...)
 }
-
-func noop() error { return nil }
 
 // leftoverCgroups lists our cgroups in every hierarchy we use.
 func leftoverCgroups() []string {
