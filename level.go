@@ -33,3 +33,22 @@ func ParseLevel(s string) (Level, error) {
 	}
 	return 0, fmt.Errorf("unknown level %q (want 1-5 or one of interpreter, syscall-filter, container, virtualisation, account)", s)
 }
+
+// UnmarshalJSON accepts a level's number or its name, and 0 (no level: a
+// result that never reached a tier).
+func (l *Level) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if s == "0" || s == "null" {
+		*l = 0
+		return nil
+	}
+	if len(s) >= 2 && s[0] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	v, err := ParseLevel(s)
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}

@@ -1,8 +1,7 @@
 package airlock
 
 import (
-	"crypto/rand"
-	"encoding/binary"
+	"math/rand/v2"
 	"path"
 	"strings"
 	"time"
@@ -26,28 +25,27 @@ const MaxSeed = 1<<53 - 1
 // Resolve fills the zero fields of l from the policy's defaults and refuses
 // any field above the policy's maximum, or below zero.
 func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
-	fields := [...]struct {
-		name     string
-		v        *int64
-		def, max int64
-	}{
-		{"limits.wall_ms", &l.WallMS, p.Default.WallMS, p.Max.WallMS},
-		{"limits.cpu_ms", &l.CPUMS, p.Default.CPUMS, p.Max.CPUMS},
-		{"limits.memory_mb", &l.MemoryMB, p.Default.MemoryMB, p.Max.MemoryMB},
-		{"limits.output_bytes", &l.OutputBytes, p.Default.OutputBytes, p.Max.OutputBytes},
-		{"limits.pids", &l.Pids, p.Default.Pids, p.Max.Pids},
-		{"limits.files", &l.Files, p.Default.Files, p.Max.Files},
-		{"limits.steps", &l.Steps, p.Default.Steps, p.Max.Steps},
+	var err error
+	if l.WallMS, err = resolve("limits.wall_ms", l.WallMS, p.Default.WallMS, p.Max.WallMS); err != nil {
+		return l, err
 	}
-	for _, f := range fields {
-		switch {
-		case *f.v < 0:
-			return l, Invalid(f.name, "must not be negative")
-		case *f.v == 0:
-			*f.v = f.def
-		case f.max > 0 && *f.v > f.max:
-			return l, Invalid(f.name, "%d is above the maximum %d", *f.v, f.max)
-		}
+	if l.CPUMS, err = resolve("limits.cpu_ms", l.CPUMS, p.Default.CPUMS, p.Max.CPUMS); err != nil {
+		return l, err
+	}
+	if l.MemoryMB, err = resolve("limits.memory_mb", l.MemoryMB, p.Default.MemoryMB, p.Max.MemoryMB); err != nil {
+		return l, err
+	}
+	if l.OutputBytes, err = resolve("limits.output_bytes", l.OutputBytes, p.Default.OutputBytes, p.Max.OutputBytes); err != nil {
+		return l, err
+	}
+	if l.Pids, err = resolve("limits.pids", l.Pids, p.Default.Pids, p.Max.Pids); err != nil {
+		return l, err
+	}
+	if l.Files, err = resolve("limits.files", l.Files, p.Default.Files, p.Max.Files); err != nil {
+		return l, err
+	}
+	if l.Steps, err = resolve("limits.steps", l.Steps, p.Default.Steps, p.Max.Steps); err != nil {
+		return l, err
 	}
 	if l.WallMS <= 0 {
 		l.WallMS = DefaultLimitPolicy.Default.WallMS // the wall clock is never off
@@ -55,11 +53,29 @@ func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 	return l, nil
 }
 
+func resolve(name string, v, def, max int64) (int64, error) {
+	switch {
+	case v < 0:
+		return v, Invalid(name, "must not be negative")
+	case v == 0:
+		return def, nil
+	case max > 0 && v > max:
+		return v, Invalid(name, "%d is above the maximum %d", v, max)
+	}
+	return v, nil
+}
+
 // Prepare validates a job and returns the copy a tier runs: limits resolved
 // against the policy, situation and lifecycle defaulted, and the clock and
 // seed chosen when the job did not pin them (both are recorded in the
 // Result so the run can be replayed).
 func Prepare(job Job, p LimitPolicy) (Job, error) {
+	return PrepareAt(job, p, time.Now())
+}
+
+// PrepareAt is [Prepare] with the instant to pin an unpinned clock to, for
+// tiers that already read the time.
+func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
 	if err := Validate(&job); err != nil {
 		return job, err
 	}
@@ -74,7 +90,7 @@ func Prepare(job Job, p LimitPolicy) (Job, error) {
 		job.Lifecycle = LifecycleEphemeral
 	}
 	if job.Clock.IsZero() {
-		job.Clock = time.Now().UTC().Truncate(time.Microsecond)
+		job.Clock = now.UTC().Truncate(time.Microsecond)
 	}
 	if job.Seed == 0 {
 		job.Seed = NewSeed()
@@ -82,11 +98,10 @@ func Prepare(job Job, p LimitPolicy) (Job, error) {
 	return job, nil
 }
 
-// NewSeed returns a random non-zero seed no larger than [MaxSeed].
+// NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
+// make runs replayable; they are not secrets.
 func NewSeed() uint64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:])%MaxSeed + 1
+	return rand.Uint64N(MaxSeed) + 1
 }
 
 // Validate checks a job's shape without resolving limits: a known kind with

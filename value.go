@@ -56,7 +56,20 @@ func CheckValue(v any, depth int) error {
 // map[string]any, times become RFC 3339 strings and durations their Go
 // spelling. A value that cannot be represented (NaN, a function, a channel,
 // a map with non-string keys) is an error that names it.
-func ExportValue(v any) (any, error) { return exportValue(reflect.ValueOf(v), 0) }
+func ExportValue(v any) (any, error) {
+	switch x := v.(type) { // the common scalars, without reflection
+	case nil, bool, string, int64:
+		return v, nil
+	case int:
+		return int64(x), nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("value %v cannot be represented in JSON", x)
+		}
+		return v, nil
+	}
+	return exportValue(reflect.ValueOf(v), 0)
+}
 
 func exportValue(v reflect.Value, depth int) (any, error) {
 	if depth > MaxValueDepth {

@@ -94,27 +94,27 @@ func (e *env) flags(c *command) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags, allowing flags after positional arguments (up to a
-// "--", after which everything is positional). It returns the positional
-// arguments, or ok=false with the exit code to use.
-func (e *env) parse(fs *flag.FlagSet) (pos []string, code int, ok bool) {
+// parse parses flags, allowing flags after positional arguments. It
+// returns the positional arguments before a "--" and, separately, every
+// argument after it; ok=false carries the exit code to use.
+func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 	args := e.args
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, exitOK, false
+				return nil, nil, exitOK, false
 			}
-			return nil, exitUsage, false
+			return nil, nil, exitUsage, false
 		}
-		rest := fs.Args()
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), 0, true
+		left := fs.Args()
+		if consumed := len(args) - len(left); consumed > 0 && args[consumed-1] == "--" {
+			return pos, left, 0, true
 		}
-		if len(rest) == 0 {
-			return pos, 0, true
+		if len(left) == 0 {
+			return pos, nil, 0, true
 		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		pos = append(pos, left[0])
+		args = left[1:]
 	}
 }
 

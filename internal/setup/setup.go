@@ -4,6 +4,9 @@
 package setup
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"sort"
 	"sync"
 
@@ -49,4 +52,29 @@ func (o Options) limits() airlock.LimitPolicy {
 		return airlock.DefaultLimitPolicy
 	}
 	return o.Limits
+}
+
+// Build constructs every registered tier. A tier whose backend is missing
+// is still built: it reports itself unavailable through airlock.Prober.
+func Build(o Options) ([]airlock.Tier, error) {
+	var out []airlock.Tier
+	for _, f := range Factories() {
+		t, err := f.New(o)
+		if err != nil {
+			return nil, fmt.Errorf("building tier %s: %w", f.Name, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Close releases tiers that hold resources (pools, sandboxes).
+func Close(tiers []airlock.Tier) error {
+	var errs []error
+	for _, t := range tiers {
+		if c, ok := t.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }

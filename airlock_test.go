@@ -1,0 +1,168 @@
+package airlock_test
+
+import (
+	"encoding/json"
+	"errors"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+func TestDecodeJobStrict(t *testing.T) {
+	cases := map[string]string{
+		`{"kind":"expr","code":"1","nope":1}`:                     "nope",
+		`{"kind":"expr","code":1}`:                                "code",
+		`{"kind":"expr","code":"1","limits":{"wall_ms":"x"}}`:     "limits.wall_ms",
+		`{"kind":"expr","code":"1","clock":"yesterday"}`:          "clock",
+		`{"kind":"wasm","module":"!!!"}`:                          "module",
+		`{"kind":"expr","code":"1","grants":{"fs":{"write":[]}}}`: "write",
+		`{"kind":"expr"`: "",
+		`[]`:             "(top level)",
+		`{} {}`:          "",
+		``:               "",
+	}
+	for in, field := range cases {
+		_, err := airlock.DecodeJobBytes([]byte(in))
+		var inv *airlock.InvalidJob
+		require.True(t, errors.As(err, &inv), "%q: %v", in, err)
+		assert.Equal(t, field, inv.Field, "%q: %v", in, err)
+	}
+	_, err := airlock.DecodeJobBytes([]byte(`{"kind":"expr","code":"` + strings.Repeat("x", airlock.MaxJobBytes) + `"}`))
+	assert.ErrorContains(t, err, "larger than")
+}
+
+func TestDecodeJobValues(t *testing.T) {
+	job, err := airlock.DecodeJobBytes([]byte(`{"kind":"expr","code":"x","input":{"i":3,"f":2.5,"e":1e3,"big":123456789012345678901234567890,"list":[1,{"n":2}]},"clock":"2024-01-02T03:04:05Z","seed":9007199254740991}`))
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), job.Input["i"])
+	assert.Equal(t, 2.5, job.Input["f"])
+	assert.Equal(t, 1000.0, job.Input["e"])
+	assert.Equal(t, "123456789012345678901234567890", job.Input["big"].(*big.Int).String())
+	assert.Equal(t, []any{int64(1), map[string]any{"n": int64(2)}}, job.Input["list"])
+	assert.Equal(t, uint64(airlock.MaxSeed), job.Seed)
+	assert.True(t, job.Clock.Equal(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)))
+}
+
+func TestPrepare(t *testing.T) {
+	job, err := airlock.Prepare(airlock.Job{Kind: "expr", Code: "1"}, airlock.DefaultLimitPolicy)
+	require.NoError(t, err)
+	assert.Equal(t, airlock.DefaultLimitPolicy.Default, job.Limits)
+	assert.Equal(t, airlock.SituationPublic, job.Situation)
+	assert.Equal(t, airlock.LifecycleEphemeral, job.Lifecycle)
+	assert.False(t, job.Clock.IsZero())
+	assert.NotZero(t, job.Seed)
+	assert.LessOrEqual(t, job.Seed, uint64(airlock.MaxSeed))
+
+	bad := []airlock.Job{
+		{Kind: "expr"},
+		{Kind: "cobol", Code: "x"},
+		{Kind: "command"},
+		{Kind: "command", Argv: []string{"a\x00b"}},
+		{Kind: "wasm"},
+		{Kind: "expr", Code: "1", Limits: airlock.Limits{WallMS: 1 << 40}},
+		{Kind: "expr", Code: "1", Limits: airlock.Limits{MemoryMB: -1}},
+		{Kind: "expr", Code: "1", Files: map[string]string{"/etc/passwd": ""}},
+		{Kind: "expr", Code: "1", Files: map[string]string{"a/../../b": ""}},
+		{Kind: "expr", Code: "1", Files: map[string]string{"a//b": ""}},
+		{Kind: "expr", Code: "1", Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"relative"}}}},
+		{Kind: "expr", Code: "1", Grants: airlock.Grants{Net: []airlock.NetRule{{Host: ""}}}},
+		{Kind: "expr", Code: "1", Grants: airlock.Grants{Net: []airlock.NetRule{{Host: "a", Methods: []string{"get"}}}}},
+		{Kind: "expr", Code: "1", Grants: airlock.Grants{Net: []airlock.NetRule{{Host: "a", Ports: []int{70000}}}}},
+		{Kind: "expr", Code: "1", Grants: airlock.Grants{Secrets: map[string]string{"1X": "v"}}},
+		{Kind: "expr", Code: "1", Lifecycle: "session"},
+		{Kind: "expr", Code: "1", Input: map[string]any{"f": func() {}}},
+	}
+	for _, j := range bad {
+		_, err := airlock.Prepare(j, airlock.DefaultLimitPolicy)
+		var inv *airlock.InvalidJob
+		assert.True(t, errors.As(err, &inv), "%+v: %v", j, err)
+	}
+}
+
+func TestResultErrorsRoundTrip(t *testing.T) {
+	errs := []error{
+		&airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock of 1s exceeded"},
+		&airlock.Denied{Capability: "net", Detail: "connect 10.0.0.1:80"},
+		&airlock.NotAdmitted{Reason: "no tier"},
+		&airlock.InvalidJob{Reason: "bad"},
+		&airlock.CodeError{Kind: airlock.ErrCompile, Message: "x"},
+	}
+	for _, e := range errs {
+		var res airlock.Result
+		res.SetError(e)
+		data, err := json.Marshal(res)
+		require.NoError(t, err)
+		var back airlock.Result
+		require.NoError(t, json.Unmarshal(data, &back))
+		got := back.Err()
+		require.Error(t, got)
+		assert.Equal(t, airlock.KindOf(e), airlock.KindOf(got), "%v", e)
+		s1, ok1 := airlock.AsStop(e)
+		s2, ok2 := airlock.AsStop(got)
+		assert.Equal(t, ok1, ok2)
+		assert.Equal(t, s1, s2)
+	}
+}
+
+func TestExportValue(t *testing.T) {
+	v, err := airlock.ExportValue(map[string][]int{"a": {1, 2}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"a": []any{int64(1), int64(2)}}, v)
+	v, err = airlock.ExportValue(uint64(1 << 63))
+	require.NoError(t, err)
+	assert.Equal(t, "9223372036854775808", v.(*big.Int).String())
+	for _, bad := range []any{func() {}, make(chan int), map[int]int{1: 1}} {
+		_, err := airlock.ExportValue(bad)
+		assert.Error(t, err, "%T", bad)
+	}
+}
+
+func TestLevels(t *testing.T) {
+	for l := airlock.LevelInterpreter; l <= airlock.LevelAccount; l++ {
+		back, err := airlock.ParseLevel(l.String())
+		require.NoError(t, err)
+		assert.Equal(t, l, back)
+	}
+	var l airlock.Level
+	require.NoError(t, json.Unmarshal([]byte(`"container"`), &l))
+	assert.Equal(t, airlock.LevelContainer, l)
+	require.NoError(t, json.Unmarshal([]byte(`4`), &l))
+	assert.Equal(t, airlock.LevelVirtualisation, l)
+	assert.Error(t, json.Unmarshal([]byte(`9`), &l))
+}
+
+// FuzzDecodeJob: no input makes the decoder panic, and whatever decodes
+// either validates or is refused with a typed error.
+func FuzzDecodeJob(f *testing.F) {
+	for _, s := range []string{
+		`{"kind":"expr","code":"x * 2","input":{"x":21}}`,
+		`{"kind":"command","argv":["sh","-c","echo hi"],"grants":{"net":[{"host":"a.example","methods":["GET"]}]},"limits":{"wall_ms":100}}`,
+		`{"kind":"wasm","module":"AGFzbQEAAAA=","entry":"f"}`,
+		`{"kind":"starlark","code":"result = 1","files":{"a/b.star":"x"},"clock":"2024-01-01T00:00:00Z","seed":1}`,
+		`{"input":{"a":[1,2,{"b":1e400}]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		job, err := airlock.DecodeJobBytes(data)
+		if err != nil {
+			var inv *airlock.InvalidJob
+			if !errors.As(err, &inv) {
+				t.Fatalf("decode error is not *InvalidJob: %T %v", err, err)
+			}
+			return
+		}
+		if _, err := airlock.Prepare(job, airlock.DefaultLimitPolicy); err != nil {
+			var inv *airlock.InvalidJob
+			if !errors.As(err, &inv) {
+				t.Fatalf("prepare error is not *InvalidJob: %T %v", err, err)
+			}
+		}
+	})
+}

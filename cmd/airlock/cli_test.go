@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestEval(t *testing.T) {
+	out, _, code := run(t, "", "eval", "1 + 2")
+	assert.Equal(t, exitOK, code)
+	assert.Equal(t, "3\n", out)
+
+	out, _, code = run(t, "", "eval", "--input", `{"items": [3, 4]}`, "items[0] % 2")
+	assert.Equal(t, exitOK, code)
+	assert.Equal(t, "1\n", out)
+
+	_, errOut, code := run(t, "", "eval", "1 +")
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "compile error")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one clear line: %q", errOut)
+
+	_, errOut, code = run(t, "", "eval", `repeat("x", 100000000000)`)
+	assert.Equal(t, exitStopped, code)
+	assert.Contains(t, errOut, "memory")
+}
+
+func TestRunJSON(t *testing.T) {
+	out, _, code := run(t, `{"kind":"expr","code":"x * 2","input":{"x":21}}`, "run", "--json", "-")
+	require.Equal(t, exitOK, code, out)
+	var res map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	assert.Equal(t, float64(42), res["value"])
+	assert.Equal(t, "expr", res["tier"])
+
+	// Invalid input still yields exactly one Result, naming the field.
+	for _, bad := range []string{`{"kind":"expr","code":"1","bogus":1}`, `{"kind":"expr","code":1}`, `not json`, ``, `{"kind":"expr","code":"1"} {}`} {
+		out, _, code := run(t, bad, "run", "--json", "-")
+		assert.Equal(t, exitUsage, code, bad)
+		var res struct {
+			Error struct{ Kind, Message string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res), "%q gave %q", bad, out)
+		assert.Equal(t, "invalid", res.Error.Kind, bad)
+	}
+	out, _, _ = run(t, `{"kind":"expr","code":1}`, "run", "--json", "-")
+	assert.Contains(t, out, "code: wrong type")
+
+	// Big integers keep every digit.
+	out, _, code = run(t, `{"kind":"expr","code":"x","input":{"x":123456789012345678901234567890}}`, "run", "--json", "-")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, `"value": 123456789012345678901234567890`)
+
+	// A stopped run is one Result with the reason, and a distinct exit code.
+	out, _, code = run(t, `{"kind":"expr","code":"repeat(\"x\", 100000000000)"}`, "run", "--json", "-")
+	assert.Equal(t, exitStopped, code)
+	assert.Contains(t, out, `"reason": "memory"`)
+}
+
+func TestRunFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "double.expr")
+	require.NoError(t, os.WriteFile(file, []byte("x * 2"), 0o644))
+	out, _, code := run(t, "", "run", file, "--input", `{"x": 4}`)
+	assert.Equal(t, exitOK, code)
+	assert.Equal(t, "8\n", out)
+
+	_, errOut, code := run(t, "", "run", filepath.Join(dir, "x.unknown"))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--kind")
+
+	_, _, code = run(t, "", "run")
+	assert.Equal(t, exitUsage, code)
+}
+
+func TestExplainAndTiers(t *testing.T) {
+	out, _, code := run(t, "", "tiers")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "expr")
+
+	out, _, code = run(t, `{"kind":"expr","code":"1"}`, "explain", "-")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "chosen:    expr")
+
+	out, _, code = run(t, "", "explain", "--json", "--kind", "command", "--situation", "credentials")
+	assert.Equal(t, exitNotAdmitted, code)
+	assert.Contains(t, out, `"refused"`)
+}
+
+func TestUsageErrors(t *testing.T) {
+	_, errOut, code := run(t, "", "frobnicate")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "unknown command")
+	_, _, code = run(t, "", "eval", "--no-such-flag", "1")
+	assert.Equal(t, exitUsage, code)
+	out, _, code := run(t, "", "help")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "eval")
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+)
+
+// routerFlags are shared by the subcommands that route jobs.
+type routerFlags struct {
+	policy string
+}
+
+func (f *routerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.policy, "policy", "", "routing policy file (JSON or YAML); default: the built-in policy")
+}
+
+// open builds every tier and the router over them. Call close when done.
+func (f *routerFlags) open() (*escalate.Router, func(), error) {
+	policy := escalate.DefaultPolicy()
+	if f.policy != "" {
+		var err error
+		if policy, err = escalate.LoadPolicy(f.policy); err != nil {
+			return nil, nil, airlock.Invalid("policy", "%s", err.Error())
+		}
+	}
+	tiers, err := setup.Build(setup.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := escalate.New(policy, tiers, nil)
+	if err != nil {
+		_ = setup.Close(tiers)
+		return nil, nil, airlock.Invalid("policy", "%s", err.Error())
+	}
+	return r, func() { _ = setup.Close(tiers) }, nil
+}
+
+// jobFlags are the job settings a subcommand can take from flags.
+type jobFlags struct {
+	kind, tier, situation, input, entry, clock string
+	wall                                       time.Duration
+	memory, output, steps                      int64
+	seed                                       uint64
+}
+
+func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
+	if withKind {
+		fs.StringVar(&f.kind, "kind", "", "job kind: expr, starlark, wasm or command (default: from the file extension)")
+	}
+	fs.StringVar(&f.tier, "tier", "", "run on this tier instead of letting the router choose")
+	fs.StringVar(&f.situation, "situation", "", "expression, internal, public (default), multi-tenant or credentials")
+	fs.StringVar(&f.input, "input", "", "input variables as a JSON object, or @FILE")
+	fs.StringVar(&f.entry, "entry", "", "function to call (Starlark, WASM)")
+	fs.StringVar(&f.clock, "clock", "", "pin the clock (RFC 3339); default: now, recorded in the result")
+	fs.Uint64Var(&f.seed, "seed", 0, "entropy seed; default: random, recorded in the result")
+	fs.DurationVar(&f.wall, "wall", 0, "wall-clock limit, e.g. 2s (default: the tier's)")
+	fs.Int64Var(&f.memory, "memory", 0, "memory limit in MiB")
+	fs.Int64Var(&f.output, "output", 0, "output limit in bytes")
+	fs.Int64Var(&f.steps, "steps", 0, "interpreter step limit")
+}
+
+// apply copies the flags that were set onto a job.
+func (f *jobFlags) apply(job *airlock.Job) error {
+	if f.kind != "" {
+		job.Kind = airlock.Kind(f.kind)
+	}
+	if f.tier != "" {
+		job.Tier = f.tier
+	}
+	if f.situation != "" {
+		job.Situation = airlock.Situation(f.situation)
+	}
+	if f.entry != "" {
+		job.Entry = f.entry
+	}
+	if f.input != "" {
+		in, err := parseInput(f.input)
+		if err != nil {
+			return err
+		}
+		job.Input = in
+	}
+	if f.clock != "" {
+		t, err := time.Parse(time.RFC3339Nano, f.clock)
+		if err != nil {
+			return airlock.Invalid("clock", "want an RFC 3339 time: %v", err)
+		}
+		job.Clock = t
+	}
+	if f.seed != 0 {
+		job.Seed = f.seed
+	}
+	if f.wall < 0 {
+		return airlock.Invalid("limits.wall_ms", "must not be negative")
+	}
+	if f.wall > 0 {
+		job.Limits.WallMS = max(f.wall.Milliseconds(), 1)
+	}
+	if f.memory != 0 {
+		job.Limits.MemoryMB = f.memory
+	}
+	if f.output != 0 {
+		job.Limits.OutputBytes = f.output
+	}
+	if f.steps != 0 {
+		job.Limits.Steps = f.steps
+	}
+	return nil
+}
+
+func parseInput(s string) (map[string]any, error) {
+	data := []byte(s)
+	if name, ok := strings.CutPrefix(s, "@"); ok {
+		var err error
+		if data, err = os.ReadFile(name); err != nil {
+			return nil, airlock.Invalid("input", "%v", err)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var in map[string]any
+	if err := dec.Decode(&in); err != nil {
+		return nil, airlock.Invalid("input", "want a JSON object: %v", err)
+	}
+	norm, err := airlock.NormalizeInput(in)
+	if err != nil {
+		return nil, airlock.Invalid("input", "%v", err)
+	}
+	if norm == nil {
+		return nil, nil
+	}
+	return norm.(map[string]any), nil
+}
+
+// readStdin reads standard input unless it is a terminal.
+func readStdin(r io.Reader) (string, error) {
+	if f, ok := r.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			return "", nil
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(r, airlock.MaxJobBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("reading standard input: %w", err)
+	}
+	if len(data) > airlock.MaxJobBytes {
+		return "", airlock.Invalid("stdin", "larger than %d bytes", airlock.MaxJobBytes)
+	}
+	return string(data), nil
+}
+
+// writeJSON writes v as indented JSON without HTML escaping.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// report prints a result for people: the program's output passes
+// through, a value is printed as JSON, and an error is one line on stderr.
+func (e *env) report(res airlock.Result, err error) int {
+	io.WriteString(e.stdout, res.Stdout)
+	io.WriteString(e.stderr, res.Stderr)
+	if err != nil {
+		return e.fail(err)
+	}
+	if res.Value != nil {
+		if werr := writeJSON(e.stdout, res.Value); werr != nil {
+			return e.fail(fmt.Errorf("printing value: %w", werr))
+		}
+	}
+	if res.ExitCode != 0 {
+		fmt.Fprintf(e.stderr, "airlock: program exited with status %d\n", res.ExitCode)
+		return exitFailed
+	}
+	return exitOK
+}

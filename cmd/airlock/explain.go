@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+func init() {
+	register(&command{
+		name:    "explain",
+		summary: "show which tier the router would choose for a job, and why each cheaper one was passed over",
+		usage: `explain [--json] [--policy FILE] JOB.json|-
+       airlock explain [--kind K] [--situation S] [--tier T] [--spawn] [--net HOST] [--read PATH]`,
+		run: explainCmd,
+	})
+}
+
+type stringList []string
+
+func (l *stringList) String() string     { return "" }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+func explainCmd(ctx context.Context, e *env) int {
+	c := commands["explain"]
+	fs := e.flags(c)
+	var rf routerFlags
+	rf.register(fs)
+	jsonMode := fs.Bool("json", false, "write the explanation as JSON")
+	kind := fs.String("kind", "command", "job kind when no job file is given")
+	situation := fs.String("situation", "", "situation (default public)")
+	tier := fs.String("tier", "", "an explicitly requested tier")
+	spawn := fs.Bool("spawn", false, "grant process spawn")
+	var nets, reads stringList
+	fs.Var(&nets, "net", "grant egress to HOST (repeatable)")
+	fs.Var(&reads, "read", "grant read access to PATH (repeatable)")
+	pos, rest, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	var job airlock.Job
+	switch len(pos) + len(rest) {
+	case 0:
+		job = airlock.Job{Kind: airlock.Kind(*kind), Situation: airlock.Situation(*situation), Tier: *tier}
+		switch job.Kind {
+		case airlock.KindCommand:
+			job.Argv = []string{"true"}
+		case airlock.KindWasm:
+			job.Module = []byte{0}
+		default:
+			job.Code = "1"
+		}
+		job.Grants.Spawn = *spawn
+		job.Grants.FS.Read = reads
+		for _, h := range nets {
+			job.Grants.Net = append(job.Grants.Net, airlock.NetRule{Host: h})
+		}
+	case 1:
+		var src io.Reader = e.stdin
+		if name := append(pos, rest...)[0]; name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return e.fail(airlock.Invalid("", "%v", err))
+			}
+			defer f.Close()
+			src = f
+		}
+		var err error
+		if job, err = airlock.DecodeJob(src); err != nil {
+			return e.fail(err)
+		}
+	default:
+		fs.Usage()
+		return exitUsage
+	}
+	if err := airlock.Validate(&job); err != nil {
+		return e.fail(err)
+	}
+	r, closeAll, err := rf.open()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer closeAll()
+	x := r.Explain(&job)
+	if *jsonMode {
+		if err := writeJSON(e.stdout, x); err != nil {
+			return e.fail(err)
+		}
+	} else {
+		x.Write(e.stdout)
+	}
+	if x.Chosen == "" {
+		return exitNotAdmitted
+	}
+	return exitOK
+}

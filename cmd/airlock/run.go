@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+func init() {
+	register(&command{
+		name:    "run",
+		summary: "run a script, module, program or JSON job in the cheapest tier that holds",
+		usage: `run [flags] FILE [-- ARGS...]      run a .expr, .star or .wasm file (kind from the extension or --kind)
+       airlock run [flags] -- PROGRAM [ARGS...]  run a program (a command job)
+       airlock run --json [FILE|-]               read a Job as JSON, write exactly one Result as JSON`,
+		run: runCmd,
+	})
+}
+
+func runCmd(ctx context.Context, e *env) int {
+	c := commands["run"]
+	fs := e.flags(c)
+	var jf jobFlags
+	var rf routerFlags
+	jsonMode := fs.Bool("json", false, "read a Job as JSON (from FILE or stdin) and write the Result as JSON")
+	jf.register(fs, true)
+	rf.register(fs)
+	pos, rest, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	if *jsonMode {
+		return runJSON(ctx, e, pos, rest, &jf, &rf)
+	}
+	job, err := buildJob(e, pos, rest, &jf)
+	if err != nil {
+		return e.fail(err)
+	}
+	r, closeAll, err := rf.open()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer closeAll()
+	res, err := r.Run(ctx, job)
+	return e.report(res, err)
+}
+
+// runJSON always writes exactly one Result, for invalid input too.
+func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *routerFlags) int {
+	finish := func(res airlock.Result, err error) int {
+		if err != nil && res.Error == nil && res.Stopped == nil {
+			res.SetError(err)
+		}
+		if werr := writeJSON(e.stdout, res); werr != nil {
+			fmt.Fprintf(e.stderr, "airlock: writing result: %v\n", werr)
+			return exitInternal
+		}
+		if err != nil {
+			return exitCode(err)
+		}
+		if res.ExitCode != 0 {
+			return exitFailed
+		}
+		return exitOK
+	}
+	if len(pos) > 1 || len(rest) > 0 {
+		return finish(airlock.Result{}, airlock.Invalid("", "--json takes one job file (or - for stdin), no other arguments"))
+	}
+	var src io.Reader = e.stdin
+	if len(pos) == 1 && pos[0] != "-" {
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return finish(airlock.Result{}, airlock.Invalid("", "%v", err))
+		}
+		defer f.Close()
+		src = f
+	}
+	job, err := airlock.DecodeJob(src)
+	if err != nil {
+		return finish(airlock.Result{}, err)
+	}
+	if err := jf.apply(&job); err != nil {
+		return finish(airlock.Result{}, err)
+	}
+	r, closeAll, err := rf.open()
+	if err != nil {
+		return finish(airlock.Result{}, err)
+	}
+	defer closeAll()
+	return finish(r.Run(ctx, job))
+}
+
+var kindByExt = map[string]airlock.Kind{
+	".expr": airlock.KindExpr, ".star": airlock.KindStarlark, ".starlark": airlock.KindStarlark,
+	".bzl": airlock.KindStarlark, ".wasm": airlock.KindWasm,
+}
+
+func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
+	var job airlock.Job
+	switch {
+	case len(pos) == 0 && len(rest) == 0:
+		return job, airlock.Invalid("", "nothing to run: give a FILE, or -- PROGRAM ARGS (see `airlock help run`)")
+	case len(pos) > 1:
+		return job, airlock.Invalid("", "one FILE at a time (put program arguments after --): %s", strings.Join(pos, " "))
+	case len(pos) == 0:
+		job.Kind = airlock.KindCommand
+		job.Argv = rest
+	default:
+		file := pos[0]
+		kind := airlock.Kind(jf.kind)
+		if kind == "" {
+			kind = kindByExt[strings.ToLower(filepath.Ext(file))]
+		}
+		if kind == "" {
+			return job, airlock.Invalid("kind", "cannot tell the kind of %q from its extension; use --kind", file)
+		}
+		var data []byte
+		var err error
+		if file == "-" {
+			var s string
+			s, err = readStdin(e.stdin)
+			data = []byte(s)
+		} else {
+			data, err = os.ReadFile(file)
+		}
+		if err != nil {
+			return job, airlock.Invalid("", "%v", err)
+		}
+		job.Kind = kind
+		switch kind {
+		case airlock.KindWasm:
+			job.Module = data
+			job.Argv = append([]string{filepath.Base(file)}, rest...)
+		case airlock.KindCommand:
+			return job, airlock.Invalid("kind", "a command job takes its program after --, not a file")
+		default:
+			job.Code = string(data)
+			if len(rest) > 0 {
+				return job, airlock.Invalid("", "%s jobs take no arguments; pass variables with --input", kind)
+			}
+		}
+	}
+	if err := jf.apply(&job); err != nil {
+		return job, err
+	}
+	if job.Kind == airlock.KindCommand || (job.Kind == airlock.KindWasm && !(len(pos) == 1 && pos[0] == "-")) {
+		in, err := readStdin(e.stdin)
+		if err != nil {
+			return job, err
+		}
+		job.Stdin = in
+	}
+	return job, nil
+}

@@ -1,0 +1,141 @@
+package egress
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// dnsTTL is the TTL of every answer: short, so a sandbox re-asks (and the
+// gateway re-checks) often.
+const dnsTTL = 30
+
+// maxDNSMessage bounds a DNS-over-TCP message read from a stream.
+const maxDNSMessage = 4096
+
+// answerDNS answers one query under the policy. Names no rule grants are
+// refused here, without any upstream lookup, so data encoded in labels
+// never leaves; granted names get A/AAAA answers from the pins or the
+// upstream, with forbidden addresses removed.
+func (e *engine) answerDNS(ctx context.Context, req *dns.Msg) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetReply(req)
+	m.RecursionAvailable = true
+	m.Authoritative = false
+	rec := Record{Via: "dns"}
+	done := func(rcode int, v Verdict, reason string) *dns.Msg {
+		m.Rcode = rcode
+		rec.Verdict, rec.Reason = v, reason
+		e.record(rec)
+		return m
+	}
+	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
+		return done(dns.RcodeNotImplemented, Deny, "only single-question queries are answered")
+	}
+	q := req.Question[0]
+	rec.Host, rec.Method = strings.TrimSuffix(q.Name, "."), dns.TypeToString[q.Qtype]
+	if rec.Method == "" {
+		rec.Method = dns.Type(q.Qtype).String()
+	}
+	if !e.dnsLimit.Allow() {
+		return done(dns.RcodeRefused, Deny, "query rate limit exceeded")
+	}
+	if q.Qclass != dns.ClassINET {
+		return done(dns.RcodeRefused, Deny, "only class IN is answered")
+	}
+	name, err := NormalizeHost(rec.Host)
+	if err != nil {
+		return done(dns.RcodeRefused, Deny, err.Error())
+	}
+	rec.Host = name
+	if !e.policy.AllowsName(name) {
+		return done(dns.RcodeRefused, Deny, "name "+name+" is not granted")
+	}
+	switch q.Qtype {
+	case dns.TypeA, dns.TypeAAAA:
+	case dns.TypeCNAME:
+		// Answers are flattened: a granted name's addresses are given
+		// under the name itself, so there is no alias to follow.
+		return done(dns.RcodeSuccess, Allow, "granted name; answers are flattened, no CNAME")
+	default:
+		return done(dns.RcodeRefused, Deny, "query type "+rec.Method+" is not answered (only A, AAAA and CNAME)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := e.res.resolve(ctx, name)
+	if err != nil {
+		var pe policyError
+		if errors.As(err, &pe) {
+			return done(dns.RcodeRefused, Deny, err.Error())
+		}
+		return done(dns.RcodeServerFailure, Deny, err.Error())
+	}
+	hdr := dns.RR_Header{Name: dns.Fqdn(name), Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: dnsTTL}
+	for _, a := range addrs {
+		switch {
+		case q.Qtype == dns.TypeA && a.Is4():
+			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: net.IP(a.AsSlice())})
+		case q.Qtype == dns.TypeAAAA && a.Is6():
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: net.IP(a.AsSlice())})
+		}
+	}
+	// The answer names the queried spelling, as resolvers expect.
+	for _, rr := range m.Answer {
+		rr.Header().Name = q.Name
+	}
+	return done(dns.RcodeSuccess, Allow, "granted name")
+}
+
+// dnsHandler serves the resolver's UDP and TCP listeners.
+func (e *engine) dnsHandler(ctx context.Context) dns.Handler {
+	return dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		_ = w.WriteMsg(e.answerDNS(ctx, req))
+	})
+}
+
+// serveDNSStream answers DNS-over-TCP framed queries (two-byte length,
+// then the message) on one stream until it ends: the form DNS takes over
+// the gateway's Unix socket.
+func (e *engine) serveDNSStream(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	var lenBuf [2]byte
+	buf := make([]byte, maxDNSMessage)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadFull(c, lenBuf[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint16(lenBuf[:]))
+		if n > maxDNSMessage || n < 12 {
+			return
+		}
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return
+		}
+		req := new(dns.Msg)
+		if err := req.Unpack(buf[:n]); err != nil {
+			return
+		}
+		out, err := e.answerDNS(ctx, req).Pack()
+		if err != nil {
+			return
+		}
+		if err := writeFramed(c, out); err != nil {
+			return
+		}
+	}
+}
+
+func writeFramed(w io.Writer, msg []byte) error {
+	b := make([]byte, 2+len(msg))
+	binary.BigEndian.PutUint16(b, uint16(len(msg)))
+	copy(b[2:], msg)
+	_, err := w.Write(b)
+	return err
+}

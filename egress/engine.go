@@ -1,0 +1,365 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Verdict is the outcome of one egress decision.
+type Verdict string
+
+// The verdicts.
+const (
+	Allow Verdict = "allow"
+	Deny  Verdict = "deny"
+)
+
+// Record is one logged egress decision; it feeds the audit trail.
+type Record struct {
+	Time    time.Time `json:"time"`
+	Job     string    `json:"job"`
+	Via     string    `json:"via"` // "http" (proxied), "connect", "https" (inside a CONNECT), "dns", "client" (in-process), "socket"
+	Host    string    `json:"host"`
+	Port    int       `json:"port,omitempty"`
+	Method  string    `json:"method,omitempty"` // the HTTP method, or the DNS query type
+	Path    string    `json:"path,omitempty"`
+	Addr    string    `json:"addr,omitempty"` // the address dialled, when one was
+	Verdict Verdict   `json:"verdict"`
+	Reason  string    `json:"reason"`
+}
+
+// JSONSink returns a log function writing one JSON object per line to w;
+// it is safe for concurrent use.
+func JSONSink(w io.Writer) func(Record) {
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	return func(r Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(r)
+	}
+}
+
+// Defaults for the zero fields of a Config.
+const (
+	DefaultMaxRequestBytes  = 10 << 20
+	DefaultMaxResponseBytes = 64 << 20
+	DefaultDNSRate          = 20 // queries per second, per gateway
+	DefaultDNSBurst         = 50
+	DefaultCATTL            = 24 * time.Hour
+	DefaultDialTimeout      = 10 * time.Second
+)
+
+// methodOverrideHeaders let a client ask a server to treat a request as
+// another method; a policy by method would mean nothing if they passed.
+var methodOverrideHeaders = []string{
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method",
+}
+
+// hopHeaders are connection-scoped and never forwarded.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// engine is the policy machinery shared by the proxy, the resolver and
+// the in-process client: one per gateway, hence per job or session.
+type engine struct {
+	job       string
+	policy    *Policy
+	res       resolver
+	log       func(Record)
+	maxReq    int64
+	maxResp   int64
+	transport *http.Transport
+	dnsLimit  *rate.Limiter
+	dialer    net.Dialer
+}
+
+func newEngine(cfg *Config) (*engine, error) {
+	pol, err := NewPolicy(cfg.Rules)
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{
+		job:     cfg.Job,
+		policy:  pol,
+		res:     resolver{hosts: cfg.Hosts.clone(), lookup: cfg.Lookup},
+		log:     cfg.Log,
+		maxReq:  orDefault(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		maxResp: orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
+		dialer:  net.Dialer{Timeout: DefaultDialTimeout},
+	}
+	if e.res.lookup == nil {
+		e.res.lookup = SystemLookup
+	}
+	if e.log == nil {
+		e.log = func(Record) {}
+	}
+	dnsRate := cfg.DNSRate
+	if dnsRate == 0 {
+		dnsRate = DefaultDNSRate
+	}
+	e.dnsLimit = rate.NewLimiter(rate.Limit(dnsRate), int(orDefault(int64(cfg.DNSBurst), DefaultDNSBurst)))
+	e.transport = &http.Transport{
+		Proxy:                 nil, // never chain to the host's proxy settings
+		DialContext:           e.dial,
+		TLSClientConfig:       &tls.Config{RootCAs: cfg.OriginRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     false,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       60 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		DisableCompression:    true, // pass bodies through as the origin sent them
+	}
+	return e, nil
+}
+
+func orDefault(v, def int64) int64 {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (e *engine) record(r Record) {
+	r.Time = time.Now().UTC()
+	r.Job = e.job
+	e.log(r)
+}
+
+// dial connects to a granted name through the addresses the resolver
+// checked: the address dialled is the address checked, so a rebinding DNS
+// answer between check and connect gains nothing.
+func (e *engine) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	name, err := NormalizeHost(host)
+	if err != nil {
+		return nil, &airlock.Denied{Capability: "net", Detail: err.Error()}
+	}
+	if !e.policy.AllowsName(name) {
+		return nil, &airlock.Denied{Capability: "net", Detail: "host " + name + " is not granted"}
+	}
+	addrs, err := e.res.resolve(ctx, name)
+	if err != nil {
+		var pe policyError
+		if errors.As(err, &pe) {
+			return nil, &airlock.Denied{Capability: "net", Detail: err.Error()}
+		}
+		return nil, err
+	}
+	var errs []error
+	for _, a := range addrs {
+		c, err := e.dialer.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), portStr))
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// target is where a request is going: the normalised host and the port.
+type target struct {
+	host string
+	port int
+}
+
+func (t target) String() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
+
+// parseTarget splits a URL host or CONNECT authority, defaulting the port
+// from the scheme.
+func parseTarget(hostport, scheme string) (target, error) {
+	host, portStr := hostport, ""
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		host, portStr = h, p
+	} else if strings.HasPrefix(hostport, "[") || strings.Count(hostport, ":") > 1 {
+		return target{}, errorf("IP literal %q is never allowed", hostport)
+	}
+	name, err := NormalizeHost(host)
+	if err != nil {
+		return target{}, err
+	}
+	port := 0
+	switch {
+	case portStr != "":
+		p, err := strconv.Atoi(portStr)
+		if err != nil || p < 1 || p > 65535 {
+			return target{}, errorf("bad port %q", portStr)
+		}
+		port = p
+	case scheme == "https":
+		port = 443
+	case scheme == "http":
+		port = 80
+	default:
+		return target{}, errorf("no port in %q", hostport)
+	}
+	return target{host: name, port: port}, nil
+}
+
+// checkRequest applies the policy to one HTTP request bound for t.
+func (e *engine) checkRequest(r *http.Request, t target) (ok bool, status int, reason string) {
+	for _, h := range methodOverrideHeaders {
+		if _, present := r.Header[h]; present {
+			return false, http.StatusForbidden, "method-override header " + h + " is refused"
+		}
+	}
+	if r.URL != nil && r.URL.Query().Has("_method") {
+		return false, http.StatusForbidden, "method-override parameter _method is refused"
+	}
+	if r.Header.Get("Upgrade") != "" || headerHasToken(r.Header, "Connection", "upgrade") || r.Header.Get("Http2-Settings") != "" {
+		return false, http.StatusForbidden, "protocol upgrade is refused"
+	}
+	if r.Method == http.MethodConnect {
+		return false, http.StatusForbidden, "CONNECT inside a tunnel is refused"
+	}
+	if r.ContentLength > e.maxReq {
+		return false, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the cap of %d", r.ContentLength, e.maxReq)
+	}
+	if ok, reason := e.policy.Check(r.Method, t.host, t.port); !ok {
+		return false, http.StatusForbidden, reason
+	}
+	return true, 0, ""
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, f := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(f), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// outbound builds the request sent to the origin: absolute URL on the
+// checked target, hop-by-hop headers removed, body capped.
+func (e *engine) outbound(ctx context.Context, r *http.Request, scheme string, t target) *http.Request {
+	out := r.Clone(ctx)
+	out.RequestURI = ""
+	u := *r.URL
+	u.Scheme, u.Host, u.User = scheme, hostPort(t, scheme), nil
+	out.URL = &u
+	out.Host = u.Host
+	for _, c := range r.Header.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			out.Header.Del(strings.TrimSpace(f))
+		}
+	}
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		out.Body = &cappedReader{r: r.Body, left: e.maxReq, what: "request body"}
+	}
+	out.Close = false
+	return out
+}
+
+func hostPort(t target, scheme string) string {
+	if (scheme == "http" && t.port == 80) || (scheme == "https" && t.port == 443) {
+		return t.host
+	}
+	return t.String()
+}
+
+// errTooLarge is returned by a capped body past its cap.
+type errTooLarge struct{ what string }
+
+func (e errTooLarge) Error() string { return e.what + " exceeds the egress cap" }
+
+type cappedReader struct {
+	r    io.ReadCloser
+	left int64
+	what string
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, errTooLarge{c.what}
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	if c.left < 0 {
+		return n - int(-c.left), errTooLarge{c.what}
+	}
+	return n, err
+}
+
+func (c *cappedReader) Close() error { return c.r.Close() }
+
+// roundTrip checks and sends one request to the origin, logging the
+// decision; via says which door it came through.
+func (e *engine) roundTrip(r *http.Request, scheme string, t target, via string) (*http.Response, int, error) {
+	rec := Record{Via: via, Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path}
+	if ok, status, reason := e.checkRequest(r, t); !ok {
+		rec.Verdict, rec.Reason = Deny, reason
+		e.record(rec)
+		return nil, status, &airlock.Denied{Capability: "net", Detail: reason}
+	}
+	resp, err := e.transport.RoundTrip(e.outbound(r.Context(), r, scheme, t))
+	if err != nil {
+		var d *airlock.Denied
+		rec.Verdict, rec.Reason = Deny, err.Error()
+		if errors.As(err, &d) {
+			rec.Reason = d.Detail
+			e.record(rec)
+			return nil, http.StatusForbidden, d
+		}
+		var tl errTooLarge
+		if errors.As(err, &tl) {
+			e.record(rec)
+			return nil, http.StatusRequestEntityTooLarge, &airlock.Denied{Capability: "net", Detail: tl.Error()}
+		}
+		rec.Reason = "upstream error: " + err.Error()
+		e.record(rec)
+		return nil, http.StatusBadGateway, fmt.Errorf("forwarding to %s: %w", t, err)
+	}
+	if resp.ContentLength > e.maxResp {
+		resp.Body.Close()
+		rec.Verdict, rec.Reason = Deny, fmt.Sprintf("response of %d bytes is over the cap of %d", resp.ContentLength, e.maxResp)
+		e.record(rec)
+		return nil, http.StatusBadGateway, &airlock.Denied{Capability: "net", Detail: rec.Reason}
+	}
+	resp.Body = &cappedReader{r: resp.Body, left: e.maxResp, what: "response body"}
+	rec.Verdict, rec.Reason = Allow, fmt.Sprintf("status %d", resp.StatusCode)
+	e.record(rec)
+	return resp, resp.StatusCode, nil
+}
+
+// lookupForDial is used by tests and the resolver: the checked addresses
+// of a granted name.
+func (e *engine) lookup(ctx context.Context, name string) ([]netip.Addr, error) {
+	return e.res.resolve(ctx, name)
+}
+
+// poolFor returns a certificate pool holding pemCerts, for Config.OriginRoots.
+func poolFor(pemCerts []byte) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AppendCertsFromPEM(pemCerts)
+	return p
+}

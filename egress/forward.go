@@ -1,0 +1,258 @@
+package egress
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ForwarderConfig says where the in-sandbox forwarder listens.
+type ForwarderConfig struct {
+	HTTP string // TCP address for HTTP proxying (default SandboxProxyAddr)
+	DNS  string // UDP and TCP address for DNS (default SandboxDNSAddr; "-" for none)
+}
+
+// Forwarder runs inside a sandbox that has only loopback: it listens on
+// loopback for HTTP proxy connections and DNS queries and carries each to
+// the gateway's Unix socket. It holds no policy: everything is decided by
+// the gateway outside the sandbox.
+type Forwarder struct {
+	socket string
+	lns    []net.Listener
+	pc     net.PacketConn
+	wg     sync.WaitGroup
+	once   sync.Once
+	conns  tracker
+	cancel context.CancelFunc
+}
+
+// StartForwarder brings loopback up (best effort: a fresh network
+// namespace has it down) and starts listening. It fails if an address
+// cannot be bound.
+func StartForwarder(ctx context.Context, socket string, cfg ForwarderConfig) (*Forwarder, error) {
+	if cfg.HTTP == "" {
+		cfg.HTTP = SandboxProxyAddr
+	}
+	if cfg.DNS == "" {
+		cfg.DNS = SandboxDNSAddr
+	}
+	_ = LoopbackUp()
+	ctx, cancel := context.WithCancel(ctx)
+	f := &Forwarder{socket: socket, cancel: cancel}
+	fail := func(err error) (*Forwarder, error) {
+		f.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		return fail(fmt.Errorf("forwarder: %w", err))
+	}
+	f.lns = append(f.lns, ln)
+	f.acceptLoop(ln, StreamHTTP)
+	if cfg.DNS != "-" {
+		if f.pc, err = net.ListenPacket("udp", cfg.DNS); err != nil {
+			return fail(fmt.Errorf("forwarder: %w", err))
+		}
+		tln, err := net.Listen("tcp", f.pc.LocalAddr().String())
+		if err != nil {
+			return fail(fmt.Errorf("forwarder: %w", err))
+		}
+		f.lns = append(f.lns, tln)
+		f.acceptLoop(tln, StreamDNS)
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.udpLoop()
+		}()
+	}
+	go func() {
+		<-ctx.Done()
+		f.Close()
+	}()
+	return f, nil
+}
+
+// RunForwarder runs a forwarder on the default loopback addresses until
+// ctx ends: the call a tier's in-sandbox init makes.
+func RunForwarder(ctx context.Context, socket string) error {
+	f, err := StartForwarder(ctx, socket, ForwarderConfig{})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return f.Close()
+}
+
+// HTTPAddr returns the address the forwarder proxies HTTP on.
+func (f *Forwarder) HTTPAddr() net.Addr { return f.lns[0].Addr() }
+
+// DNSAddr returns the UDP address the forwarder answers DNS on, or nil.
+func (f *Forwarder) DNSAddr() net.Addr {
+	if f.pc == nil {
+		return nil
+	}
+	return f.pc.LocalAddr()
+}
+
+// Close stops listening and ends the streams in flight.
+func (f *Forwarder) Close() error {
+	f.once.Do(func() {
+		f.cancel()
+		for _, ln := range f.lns {
+			ln.Close()
+		}
+		if f.pc != nil {
+			f.pc.Close()
+		}
+		f.conns.closeAll()
+		f.wg.Wait()
+	})
+	return nil
+}
+
+func (f *Forwarder) acceptLoop(ln net.Listener, kind byte) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !f.conns.add(c) {
+				c.Close()
+				return
+			}
+			go func() {
+				defer f.conns.remove(c)
+				_ = Splice(c, f.socket, kind)
+			}()
+		}
+	}()
+}
+
+// udpLoop carries each UDP query to the gateway as a one-message DNS
+// stream and sends the answer back.
+func (f *Forwarder) udpLoop() {
+	buf := make([]byte, maxDNSMessage)
+	for {
+		n, from, err := f.pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		q := append([]byte(nil), buf[:n]...)
+		go func() {
+			if ans, err := exchangeDNS(f.socket, q); err == nil {
+				_, _ = f.pc.WriteTo(ans, from)
+			}
+		}()
+	}
+}
+
+func exchangeDNS(socket string, q []byte) ([]byte, error) {
+	c, err := net.DialTimeout("unix", socket, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte{StreamDNS}); err != nil {
+		return nil, err
+	}
+	if err := writeFramed(c, q); err != nil {
+		return nil, err
+	}
+	var lenBuf [2]byte
+	if _, err := io.ReadFull(c, lenBuf[:]); err != nil {
+		return nil, err
+	}
+	ans := make([]byte, binary.BigEndian.Uint16(lenBuf[:]))
+	if _, err := io.ReadFull(c, ans); err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+// Splice connects to the gateway's Unix socket, announces the stream's
+// kind and copies bytes both ways between c and the gateway until either
+// side ends. c is closed on return.
+func Splice(c io.ReadWriteCloser, socket string, kind byte) error {
+	defer c.Close()
+	g, err := net.DialTimeout("unix", socket, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("reaching the egress gateway: %w", err)
+	}
+	defer g.Close()
+	if _, err := g.Write([]byte{kind}); err != nil {
+		return fmt.Errorf("reaching the egress gateway: %w", err)
+	}
+	errc := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(g, c)
+		if cw, ok := g.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		errc <- err
+	}()
+	go func() {
+		_, err := io.Copy(c, g)
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		errc <- err
+	}()
+	err = <-errc
+	if err2 := <-errc; err == nil {
+		err = err2
+	}
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// stdio joins a reader and a writer into one stream, for ForwardStdio.
+type stdio struct {
+	io.Reader
+	io.Writer
+	closeOut func() error
+}
+
+func (s stdio) Close() error { return s.closeOut() }
+
+// ForwardStdio carries one connection whose bytes arrive on in and leave
+// on out to the gateway's Unix socket: the form QEMU's
+// guestfwd=...-cmd:PROGRAM gives a program (one process per connection).
+func ForwardStdio(socket string, kind byte, in io.Reader, out io.WriteCloser) error {
+	return Splice(stdio{Reader: in, Writer: out, closeOut: out.Close}, socket, kind)
+}
+
+// LoopbackUp sets the loopback interface up; a fresh network namespace
+// starts with it down. It needs CAP_NET_ADMIN in the namespace.
+func LoopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	flags := ifr.Uint16()
+	if flags&unix.IFF_UP != 0 {
+		return nil
+	}
+	ifr.SetUint16(flags | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}

@@ -1,0 +1,124 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+func TestStartRefusesBadConfig(t *testing.T) {
+	_, err := Start(context.Background(), Config{Rules: []airlock.NetRule{{Host: "0x7f000001"}}})
+	var inv *airlock.InvalidJob
+	if !errors.As(err, &inv) {
+		t.Errorf("IP-literal rule: %v, want *airlock.InvalidJob", err)
+	}
+	if _, err := Start(context.Background(), Config{Socket: "/nonexistent-dir/x.sock"}); err == nil {
+		t.Error("socket in a missing directory: no error")
+	}
+	if _, err := Start(context.Background(), Config{Listen: "256.0.0.1:1"}); err == nil {
+		t.Error("bad listen address: no error")
+	}
+}
+
+func TestCloseRemovesSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "g.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	gw, err := Start(ctx, Config{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o666 {
+		t.Fatalf("socket: %v %v", st, err)
+	}
+	cancel() // ending the context closes the gateway
+	for i := 0; i < 200; i++ {
+		if _, err := os.Stat(sock); os.IsNotExist(err) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind after the context ended: %v", err)
+	}
+	gw.Close() // idempotent
+}
+
+// TestBodyCaps checks the request and response caps, through the proxy and
+// in-process.
+func TestBodyCaps(t *testing.T) {
+	env := newTestEnv(t, func(c *Config) {
+		c.MaxRequestBytes = 4
+		c.MaxResponseBytes = 5 // "origin ok" is 9 bytes
+		c.Rules = append(c.Rules, airlock.NetRule{Host: "up.test", Methods: []string{"PUT"}, Ports: c.Rules[0].Ports})
+		_ = c.Hosts.Add("up.test", netip.MustParseAddr("127.0.0.1"))
+	})
+	proxy := env.proxyClient(false, "")
+	resp, err := proxy.Get("http://origin.test:" + env.httpPort + "/ok")
+	if err == nil {
+		body, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if rerr == nil && string(body) == "origin ok" {
+			t.Errorf("response over the cap passed whole: %s %q", resp.Status, body)
+		}
+	}
+	req, _ := http.NewRequest("PUT", "http://up.test:"+env.httpPort+"/ok", strings.NewReader("more than four bytes"))
+	resp, err = proxy.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("request over the cap: %s", resp.Status)
+	}
+	req, _ = http.NewRequest("PUT", "http://up.test:"+env.httpPort+"/ok", strings.NewReader("more than four bytes"))
+	if _, err := env.gw.RoundTrip(req); err == nil {
+		t.Error("in-process request over the cap was sent")
+	}
+	logs := env.takeLogs()
+	found := false
+	for _, l := range logs {
+		found = found || (l.Verdict == Deny && strings.Contains(l.Reason, "cap"))
+	}
+	if !found {
+		t.Errorf("caps not logged: %+v", logs)
+	}
+}
+
+func TestDNSRateLimit(t *testing.T) {
+	env := newTestEnv(t, func(c *Config) { c.DNSRate = 0.001; c.DNSBurst = 3 })
+	cl := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+	var rcodes []int
+	for i := 0; i < 5; i++ {
+		r, _, err := cl.Exchange(new(dns.Msg).SetQuestion("origin.test.", dns.TypeA), env.gw.DNSAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcodes = append(rcodes, r.Rcode)
+	}
+	if rcodes[0] != dns.RcodeSuccess || rcodes[4] != dns.RcodeRefused {
+		t.Errorf("rcodes %v: want the burst answered, then refusals", rcodes)
+	}
+	if !hasReason(env.takeLogs(), "rate limit") {
+		t.Error("rate limiting not logged")
+	}
+}
+
+func hasReason(logs []Record, s string) bool {
+	for _, l := range logs {
+		if strings.Contains(l.Reason, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,264 @@
+package egress
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/idna"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// AnyMethod in a rule's methods allows every HTTP method.
+const AnyMethod = "*"
+
+// Default methods and ports of a rule that lists none (see airlock.NetRule).
+var (
+	DefaultMethods = []string{"GET", "HEAD"}
+	DefaultPorts   = []int{80, 443}
+)
+
+// Policy decides which hosts, methods and ports a job may reach. It is built
+// once from the job's grants.net rules and is safe for concurrent use.
+type Policy struct {
+	rules []rule
+}
+
+type rule struct {
+	host     string // normalised A-label form, without the "*." prefix
+	wildcard bool   // "*.host": proper subdomains of host only
+	methods  []string
+	ports    []int
+}
+
+// NewPolicy compiles rules. A rule whose host is not a DNS name (an IP
+// literal in any spelling, a URL, a name with a port) is an
+// *airlock.InvalidJob naming grants.net: addresses are never granted by
+// rule, only pinned by the operator (see [Hosts]).
+func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
+	p := &Policy{rules: make([]rule, 0, len(rules))}
+	for i, r := range rules {
+		host := strings.TrimSpace(r.Host)
+		wildcard := false
+		if rest, ok := strings.CutPrefix(host, "*."); ok {
+			host, wildcard = rest, true
+		}
+		name, err := NormalizeHost(host)
+		if err != nil {
+			return nil, airlock.Invalid("grants.net", "rule %d (%q): %s", i, r.Host, err)
+		}
+		if wildcard && !strings.Contains(name, ".") {
+			return nil, airlock.Invalid("grants.net", "rule %d (%q): a wildcard needs at least two labels after \"*.\"", i, r.Host)
+		}
+		ru := rule{host: name, wildcard: wildcard, methods: DefaultMethods, ports: DefaultPorts}
+		if len(r.Methods) > 0 {
+			ru.methods = make([]string, len(r.Methods))
+			for j, m := range r.Methods {
+				m = strings.ToUpper(strings.TrimSpace(m))
+				if m == "" || (m != AnyMethod && !isToken(m)) {
+					return nil, airlock.Invalid("grants.net", "rule %d: method %q is not an HTTP method", i, r.Methods[j])
+				}
+				ru.methods[j] = m
+			}
+		}
+		if len(r.Ports) > 0 {
+			for _, port := range r.Ports {
+				if port < 1 || port > 65535 {
+					return nil, airlock.Invalid("grants.net", "rule %d: port %d out of range", i, port)
+				}
+			}
+			ru.ports = slices.Clone(r.Ports)
+		}
+		p.rules = append(p.rules, ru)
+	}
+	return p, nil
+}
+
+// Empty reports whether the policy allows nothing.
+func (p *Policy) Empty() bool { return len(p.rules) == 0 }
+
+// AllowsName reports whether some rule names host (at any method or port):
+// the resolver answers only such names.
+func (p *Policy) AllowsName(host string) bool {
+	name, err := NormalizeHost(host)
+	if err != nil {
+		return false
+	}
+	for i := range p.rules {
+		if p.rules[i].matches(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Check decides whether method may be used on host:port. host may be in any
+// spelling a client sends (upper case, trailing dot, U-labels); IP literals
+// are refused whatever the rules say. The reason explains a refusal.
+func (p *Policy) Check(method, host string, port int) (ok bool, reason string) {
+	name, err := NormalizeHost(host)
+	if err != nil {
+		return false, err.Error()
+	}
+	method = strings.ToUpper(method)
+	hostOK, portOK := false, false
+	for i := range p.rules {
+		r := &p.rules[i]
+		if !r.matches(name) {
+			continue
+		}
+		hostOK = true
+		if !slices.Contains(r.ports, port) {
+			continue
+		}
+		portOK = true
+		if slices.Contains(r.methods, method) || slices.Contains(r.methods, AnyMethod) {
+			return true, "allowed by rule " + r.String()
+		}
+	}
+	switch {
+	case !hostOK:
+		return false, "host " + name + " is not granted"
+	case !portOK:
+		return false, fmt.Sprintf("port %d is not granted for %s", port, name)
+	}
+	return false, "method " + method + " is not granted for " + name
+}
+
+// CheckHost decides whether some method may be used on host:port: the
+// check for a CONNECT, before the methods inside it are visible.
+func (p *Policy) CheckHost(host string, port int) (ok bool, reason string) {
+	name, err := NormalizeHost(host)
+	if err != nil {
+		return false, err.Error()
+	}
+	hostOK := false
+	for i := range p.rules {
+		r := &p.rules[i]
+		if r.matches(name) {
+			hostOK = true
+			if slices.Contains(r.ports, port) {
+				return true, "allowed by rule " + r.String()
+			}
+		}
+	}
+	if !hostOK {
+		return false, "host " + name + " is not granted"
+	}
+	return false, fmt.Sprintf("port %d is not granted for %s", port, name)
+}
+
+func (r *rule) matches(name string) bool {
+	if r.wildcard {
+		return strings.HasSuffix(name, "."+r.host)
+	}
+	return name == r.host
+}
+
+func (r *rule) String() string {
+	h := r.host
+	if r.wildcard {
+		h = "*." + h
+	}
+	ports := make([]string, len(r.ports))
+	for i, p := range r.ports {
+		ports[i] = strconv.Itoa(p)
+	}
+	return h + " " + strings.Join(r.methods, ",") + " :" + strings.Join(ports, ",")
+}
+
+// idnaProfile maps and validates host names the way a browser's URL parser
+// does (UTS #46, transitional off), producing A-labels.
+var idnaProfile = idna.New(
+	idna.MapForLookup(),
+	idna.Transitional(false),
+	idna.BidiRule(),
+	idna.StrictDomainName(false), // allow '_' as seen in real service names
+	idna.VerifyDNSLength(true),
+)
+
+// NormalizeHost returns the canonical form of a host name: lower case, the
+// trailing dot stripped, U-labels converted to A-labels. It refuses IP
+// literals in every spelling (dotted, decimal, hex, octal, short forms,
+// IPv6 in brackets or not), empty names, names with a port or characters
+// no DNS name has.
+func NormalizeHost(host string) (string, error) {
+	h := strings.TrimSpace(host)
+	if h == "" {
+		return "", errorf("empty host")
+	}
+	if strings.HasPrefix(h, "[") || strings.Contains(h, ":") {
+		return "", errorf("IP literal %q is never allowed", host)
+	}
+	if strings.ContainsAny(h, "/@?#%\\ \t") {
+		return "", errorf("%q is not a host name", host)
+	}
+	h = strings.TrimSuffix(h, ".")
+	if _, err := netip.ParseAddr(h); err == nil {
+		return "", errorf("IP literal %q is never allowed", host)
+	}
+	a, err := idnaProfile.ToASCII(h)
+	if err != nil {
+		return "", errorf("host %q is not a valid name: %v", host, err)
+	}
+	a = strings.TrimSuffix(strings.ToLower(a), ".")
+	if a == "" || strings.Contains(a, "..") {
+		return "", errorf("host %q is not a valid name", host)
+	}
+	if looksNumeric(a) {
+		return "", errorf("IP literal %q is never allowed", host)
+	}
+	for _, c := range a {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return "", errorf("host %q is not a valid name", host)
+		}
+	}
+	return a, nil
+}
+
+// looksNumeric reports whether a name would be read as an IPv4 address by
+// some parser: its last label is a number (decimal, octal or 0x-hex), as
+// in the WHATWG URL standard's "ends in a number" rule, which covers
+// 2130706433, 0x7f000001, 0177.0.0.1 and 127.1.
+func looksNumeric(name string) bool {
+	labels := strings.Split(name, ".")
+	last := labels[len(labels)-1]
+	if last == "" {
+		return false
+	}
+	if rest, ok := strings.CutPrefix(last, "0x"); ok {
+		for _, c := range rest {
+			if !strings.ContainsRune("0123456789abcdef", c) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range last {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is an RFC 9110 token (a valid method name).
+func isToken(s string) bool {
+	for _, c := range s {
+		if c <= ' ' || c >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+type policyError string
+
+func (e policyError) Error() string { return string(e) }
+
+func errorf(format string, args ...any) error {
+	return policyError(fmt.Sprintf(format, args...))
+}

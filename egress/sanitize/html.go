@@ -1,0 +1,235 @@
+package sanitize
+
+import (
+	"bytes"
+	"html"
+	"strings"
+
+	xhtml "golang.org/x/net/html"
+)
+
+// urlAttrs are attributes whose value is a URL some element fetches or
+// follows (HTML, SVG and MathML; legacy ones included).
+var urlAttrs = map[string]bool{
+	"href": true, "src": true, "poster": true, "action": true, "formaction": true,
+	"background": true, "data": true, "codebase": true, "cite": true, "longdesc": true,
+	"usemap": true, "manifest": true, "xlink:href": true, "lowsrc": true, "dynsrc": true,
+	"profile": true, "classid": true, "icon": true, "archive": true, "itemtype": true,
+	"ping": true, // space-separated list, handled below
+}
+
+// srcsetAttrs hold comma-separated candidate lists.
+var srcsetAttrs = map[string]bool{"srcset": true, "imagesrcset": true}
+
+// HTML returns an HTML document or fragment with every offending URL
+// neutralised (see [Sanitizer.Markdown]); bytes outside offending tags are
+// unchanged.
+func (s *Sanitizer) HTML(src []byte) ([]byte, []Finding) {
+	edits, findings := s.sanitizeHTML(src, 0)
+	return apply(src, mergeEdits(edits)), findings
+}
+
+// sanitizeHTML tokenises frag (which starts at base in the document) and
+// returns edits that rewrite each offending tag with its offending
+// attributes removed, and each offending style sheet emptied.
+func (s *Sanitizer) sanitizeHTML(frag []byte, base int) ([]edit, []Finding) {
+	var (
+		edits    []edit
+		findings []Finding
+		inStyle  bool
+	)
+	z := xhtml.NewTokenizer(bytes.NewReader(frag))
+	off := 0
+	for {
+		tt := z.Next()
+		if tt == xhtml.ErrorToken {
+			break
+		}
+		raw := z.Raw()
+		start := base + off
+		off += len(raw)
+		switch tt {
+		case xhtml.StartTagToken, xhtml.SelfClosingTagToken:
+			tok := z.Token()
+			if tok.Data == "style" && tt == xhtml.StartTagToken {
+				inStyle = true
+			}
+			keep, f := s.checkTag(tok)
+			if len(f) == 0 {
+				continue
+			}
+			for i := range f {
+				f[i].Offset = start
+			}
+			findings = append(findings, f...)
+			edits = append(edits, edit{start, start + len(raw), renderTag(tok.Data, keep, tt == xhtml.SelfClosingTagToken)})
+		case xhtml.EndTagToken:
+			inStyle = false
+		case xhtml.TextToken:
+			if !inStyle {
+				continue
+			}
+			if reason, host, bad := s.checkCSS(string(raw)); bad {
+				findings = append(findings, Finding{Offset: start, Kind: "html", Host: host, Reason: "style sheet: " + reason})
+				edits = append(edits, edit{start, start + len(raw), "/* blocked */"})
+			}
+		}
+	}
+	if off < len(frag) {
+		// A tag cut off by the end of the fragment (a tag spread over the
+		// lines of a block quote): it cannot be checked, so it goes.
+		start := base + off
+		edits = append(edits, edit{start, base + len(frag), ""})
+		findings = append(findings, Finding{Offset: start, Kind: "html", Reason: "incomplete tag removed"})
+	}
+	return edits, findings
+}
+
+// checkTag returns the attributes to keep and a finding per attribute
+// removed.
+func (s *Sanitizer) checkTag(tok xhtml.Token) ([]xhtml.Attribute, []Finding) {
+	var keep []xhtml.Attribute
+	var findings []Finding
+	refresh := false
+	for _, a := range tok.Attr {
+		if strings.EqualFold(a.Key, "http-equiv") && strings.EqualFold(strings.TrimSpace(a.Val), "refresh") {
+			refresh = true
+		}
+	}
+	for _, a := range tok.Attr {
+		key := a.Key
+		if a.Namespace != "" {
+			key = a.Namespace + ":" + a.Key
+		}
+		key = strings.ToLower(key)
+		reason, host, bad := s.checkAttr(tok.Data, key, a.Val, refresh)
+		if bad {
+			findings = append(findings, Finding{Kind: "html", Host: host, Reason: "<" + tok.Data + " " + key + ">: " + reason})
+			continue
+		}
+		keep = append(keep, a)
+	}
+	return keep, findings
+}
+
+func (s *Sanitizer) checkAttr(tag, key, val string, refresh bool) (reason, host string, bad bool) {
+	switch {
+	case strings.HasPrefix(key, "on"):
+		return "event handler attributes run script", "", true
+	case key == "srcdoc":
+		return "srcdoc embeds a whole document", "", true
+	case key == "style":
+		return s.checkCSS(val)
+	case key == "content" && refresh:
+		u := val
+		if i := strings.Index(strings.ToLower(u), "url="); i >= 0 {
+			u = strings.Trim(strings.TrimSpace(u[i+4:]), `'"`)
+		} else {
+			return "", "", false // a plain reload of the same page
+		}
+		if r, bad := s.check(u); bad {
+			return "refresh: " + r, hostOf(u), true
+		}
+	case srcsetAttrs[key]:
+		for _, cand := range strings.Split(val, ",") {
+			f := strings.Fields(cand)
+			if len(f) == 0 {
+				continue
+			}
+			if r, bad := s.check(f[0]); bad {
+				return r, hostOf(f[0]), true
+			}
+		}
+	case key == "ping":
+		for _, u := range strings.Fields(val) {
+			if r, bad := s.check(u); bad {
+				return r, hostOf(u), true
+			}
+		}
+	case urlAttrs[key] || strings.HasSuffix(key, ":href"):
+		if r, bad := s.check(val); bad {
+			return r, hostOf(val), true
+		}
+	}
+	return "", "", false
+}
+
+// checkCSS finds the URLs a style sheet or style attribute would fetch:
+// url(...), image-set("...") and @import "...". CSS escapes and
+// expression() could hide one, so they are refused outright.
+func (s *Sanitizer) checkCSS(css string) (reason, host string, bad bool) {
+	if strings.ContainsRune(css, '\\') {
+		return "CSS escapes are not allowed (they can hide a URL)", "", true
+	}
+	lower := strings.ToLower(css)
+	if strings.Contains(lower, "expression(") || strings.Contains(lower, "behavior:") || strings.Contains(lower, "-moz-binding") {
+		return "scripted CSS is not allowed", "", true
+	}
+	for _, u := range cssURLs(css, lower) {
+		if r, bad := s.check(u); bad {
+			return r, hostOf(u), true
+		}
+	}
+	return "", "", false
+}
+
+// cssURLs extracts url(...) arguments and the strings of @import and
+// image-set().
+func cssURLs(css, lower string) []string {
+	var out []string
+	for i := 0; ; {
+		j := strings.Index(lower[i:], "url(")
+		if j < 0 {
+			break
+		}
+		i += j + 4
+		end := strings.IndexByte(css[i:], ')')
+		if end < 0 {
+			out = append(out, "//unterminated-url") // fail closed
+			break
+		}
+		out = append(out, strings.Trim(strings.TrimSpace(css[i:i+end]), `'"`))
+		i += end
+	}
+	for _, kw := range []string{"@import", "image-set(", "-webkit-image-set("} {
+		for i := 0; ; {
+			j := strings.Index(lower[i:], kw)
+			if j < 0 {
+				break
+			}
+			i += j + len(kw)
+			rest := css[i:]
+			for _, q := range []byte{'"', '\''} {
+				if k := strings.IndexByte(rest, q); k >= 0 && k < 64 {
+					if e := strings.IndexByte(rest[k+1:], q); e >= 0 {
+						out = append(out, rest[k+1:k+1+e])
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// renderTag writes a start tag with the given attributes.
+func renderTag(name string, attrs []xhtml.Attribute, selfClosing bool) string {
+	var b strings.Builder
+	b.WriteByte('<')
+	b.WriteString(name)
+	for _, a := range attrs {
+		b.WriteByte(' ')
+		if a.Namespace != "" {
+			b.WriteString(a.Namespace)
+			b.WriteByte(':')
+		}
+		b.WriteString(a.Key)
+		b.WriteString(`="`)
+		b.WriteString(html.EscapeString(a.Val))
+		b.WriteByte('"')
+	}
+	if selfClosing {
+		b.WriteString(" /")
+	}
+	b.WriteByte('>')
+	return b.String()
+}

@@ -1,0 +1,239 @@
+// Package escalate is airlock's router: it turns a job's situation and
+// needs into a minimum isolation level (a [Policy], which is data), then
+// picks the cheapest tier at or above that level that admits the job.
+// Nothing ever runs below its minimum, and every decision is explainable.
+package escalate
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// DefaultCosts are typical start-up costs per tier on a small machine,
+// used to order tiers when no measured costs are given.
+var DefaultCosts = map[string]time.Duration{
+	"expr":             200 * time.Nanosecond,
+	"starlark":         5 * time.Microsecond,
+	"wasm":             30 * time.Microsecond,
+	"guarded-expr":     100 * time.Microsecond,
+	"guarded-starlark": 150 * time.Microsecond,
+	"guarded-wasm":     200 * time.Microsecond,
+	"seccomp":          3 * time.Millisecond,
+	"process":          12 * time.Millisecond,
+	"gvisor":           400 * time.Millisecond,
+	"microvm":          1500 * time.Millisecond,
+	"remote":           2 * time.Second,
+}
+
+var jobs = sync.Pool{New: func() any { return new(airlock.Job) }}
+
+type entry struct {
+	tier        airlock.Tier
+	name        string
+	level       airlock.Level
+	cost        time.Duration
+	unavailable error
+}
+
+// Router chooses a tier for each job. It is safe for concurrent use.
+type Router struct {
+	policy    Policy
+	tiers     []entry
+	decisions [][][]string // [rule][tier]: reasons when nothing cheaper refused admission
+}
+
+// New builds a router over the given tiers. costs orders them (cheapest
+// first); tiers missing from costs take DefaultCosts, then their level.
+// Tiers implementing airlock.Prober are probed once here; unavailable ones
+// are kept for explanations but never chosen.
+func New(policy Policy, tiers []airlock.Tier, costs map[string]time.Duration) (*Router, error) {
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Router{policy: policy}
+	seen := map[string]bool{}
+	for _, t := range tiers {
+		name := t.Name()
+		if seen[name] {
+			return nil, fmt.Errorf("two tiers named %q", name)
+		}
+		seen[name] = true
+		e := entry{tier: t, name: name, level: t.Level()}
+		var ok bool
+		if e.cost, ok = costs[name]; !ok {
+			if e.cost, ok = DefaultCosts[name]; !ok {
+				e.cost = time.Duration(e.level) * time.Second
+			}
+		}
+		if p, ok := t.(airlock.Prober); ok {
+			e.unavailable = p.Available()
+		}
+		r.tiers = append(r.tiers, e)
+	}
+	sort.SliceStable(r.tiers, func(i, j int) bool { return r.tiers[i].cost < r.tiers[j].cost })
+	r.decisions = make([][][]string, len(policy.Rules))
+	for ri, rule := range policy.Rules {
+		r.decisions[ri] = make([][]string, len(r.tiers))
+		for ti := range r.tiers {
+			r.decisions[ri][ti] = r.staticReasons(ri, ti, rule)
+		}
+	}
+	return r, nil
+}
+
+// Policy returns the router's policy.
+func (r *Router) Policy() Policy { return r.policy }
+
+// Tiers returns the tiers, cheapest first.
+func (r *Router) Tiers() []airlock.Tier {
+	out := make([]airlock.Tier, len(r.tiers))
+	for i, e := range r.tiers {
+		out[i] = e.tier
+	}
+	return out
+}
+
+// Unavailable returns why a tier cannot run jobs here, or nil.
+func (r *Router) Unavailable(name string) error {
+	for _, e := range r.tiers {
+		if e.name == name {
+			return e.unavailable
+		}
+	}
+	return fmt.Errorf("no tier named %q", name)
+}
+
+func situationOf(job *airlock.Job) airlock.Situation {
+	if job.Situation == "" {
+		return airlock.SituationPublic
+	}
+	return job.Situation
+}
+
+func (r *Router) rule(job *airlock.Job) (int, error) {
+	situation := situationOf(job)
+	for i := range r.policy.Rules {
+		rule := &r.policy.Rules[i]
+		if !rule.Match.matches(job, situation) {
+			continue
+		}
+		if len(rule.Lifecycles) > 0 {
+			lc := job.Lifecycle
+			if lc == "" {
+				lc = airlock.LifecycleEphemeral
+			}
+			if !contains(rule.Lifecycles, lc) {
+				return i, &airlock.NotAdmitted{Reason: fmt.Sprintf("rule %s allows only lifecycles %v, not %s", rule.Name, rule.Lifecycles, lc)}
+			}
+		}
+		return i, nil
+	}
+	return -1, &airlock.NotAdmitted{Reason: fmt.Sprintf("no policy rule matches a %s job in situation %s", job.Kind, situation)}
+}
+
+// Route returns the tier a job runs on. It does not allocate when it
+// succeeds.
+func (r *Router) Route(job *airlock.Job) (airlock.Tier, error) {
+	_, ti, _, err := r.route(job)
+	if err != nil {
+		return nil, err
+	}
+	return r.tiers[ti].tier, nil
+}
+
+// route returns the rule and tier indexes, and whether a cheaper eligible
+// tier refused admission (so the precomputed reasons do not apply).
+func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
+	ri, err = r.rule(job)
+	if err != nil {
+		return ri, -1, false, err
+	}
+	rule := &r.policy.Rules[ri]
+	if job.Tier != "" && job.Tier != airlock.TierAuto {
+		for i := range r.tiers {
+			e := &r.tiers[i]
+			if e.name != job.Tier {
+				continue
+			}
+			switch {
+			case e.level < rule.MinLevel:
+				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("level %d (%s) is below the minimum %d (%s) that rule %s requires", e.level, e.level, rule.MinLevel, rule.MinLevel, rule.Name)}
+			case len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name):
+				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("rule %s allows only tiers %v", rule.Name, rule.Tiers)}
+			case e.unavailable != nil:
+				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: "unavailable: " + e.unavailable.Error()}
+			}
+			if err := e.tier.Admit(job); err != nil {
+				return ri, -1, false, err
+			}
+			return ri, i, false, nil
+		}
+		return ri, -1, false, airlock.Invalid("tier", "unknown tier %q (see `airlock tiers`)", job.Tier)
+	}
+	for i := range r.tiers {
+		e := &r.tiers[i]
+		if e.level < rule.MinLevel || e.unavailable != nil || (len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name)) {
+			continue
+		}
+		if e.tier.Admit(job) == nil {
+			return ri, i, refused, nil
+		}
+		refused = true
+	}
+	return ri, -1, refused, &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s; see `airlock explain`)", rule.MinLevel, rule.MinLevel, rule.Name)}
+}
+
+// Run routes the job and runs it, recording the router's reasons in the
+// result's Decision.
+func (r *Router) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	// Admit takes a pointer through an interface, which would move job to
+	// the heap on every run; route a pooled copy instead.
+	jp := jobs.Get().(*airlock.Job)
+	*jp = job
+	ri, ti, refused, err := r.route(jp)
+	*jp = airlock.Job{}
+	jobs.Put(jp)
+	if err != nil {
+		res := airlock.Result{Clock: job.Clock, Seed: job.Seed}
+		res.Decision = r.lines(job)
+		res.SetError(err)
+		return res, err
+	}
+	res, err := r.tiers[ti].tier.Run(ctx, job)
+	if refused || (job.Tier != "" && job.Tier != airlock.TierAuto) {
+		res.Decision = r.lines(job)
+	} else {
+		res.Decision = r.decisions[ri][ti]
+	}
+	return res, err
+}
+
+// lines explains a job that is not on the precomputed path. It takes the
+// job by value so that only this slow path moves a copy to the heap.
+func (r *Router) lines(job airlock.Job) []string { return r.Explain(&job).Lines() }
+
+func (r *Router) staticReasons(ri, ti int, rule Rule) []string {
+	out := []string{fmt.Sprintf("rule %s: minimum level %d (%s)", rule.Name, rule.MinLevel, rule.MinLevel)}
+	var below []string
+	for i := 0; i < ti; i++ {
+		e := r.tiers[i]
+		switch {
+		case e.level < rule.MinLevel:
+			below = append(below, e.name)
+		case e.unavailable != nil:
+			out = append(out, fmt.Sprintf("%s: unavailable: %v", e.name, e.unavailable))
+		case len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name):
+			out = append(out, fmt.Sprintf("%s: not allowed by rule %s", e.name, rule.Name))
+		}
+	}
+	if len(below) > 0 {
+		out = append(out, fmt.Sprintf("%s: below level %d", strings.Join(below, ", "), rule.MinLevel))
+	}
+	return append(out, fmt.Sprintf("chose %s (level %d, cheapest admitted)", r.tiers[ti].name, r.tiers[ti].level))
+}

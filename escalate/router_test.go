@@ -1,0 +1,190 @@
+package escalate_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/interp/expr"
+)
+
+// levelTier is a stand-in for an OS-backed tier in these pure routing
+// tests: it has a name, a level and the kinds it admits, and it refuses to
+// run (routing never runs it). The real tiers run their own suites.
+type levelTier struct {
+	name  string
+	level airlock.Level
+	kinds []airlock.Kind
+	down  error
+}
+
+func (t *levelTier) Name() string         { return t.name }
+func (t *levelTier) Level() airlock.Level { return t.level }
+func (t *levelTier) Admit(j *airlock.Job) error {
+	for _, k := range t.kinds {
+		if k == j.Kind {
+			return nil
+		}
+	}
+	return &airlock.NotAdmitted{Tier: t.name, Reason: "runs only " + string(t.kinds[0])}
+}
+func (t *levelTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	return airlock.Result{}, errors.New("levelTier does not run jobs")
+}
+func (t *levelTier) Available() error { return t.down }
+
+func tiers(gvisorDown error) []airlock.Tier {
+	cmd := []airlock.Kind{airlock.KindCommand}
+	return []airlock.Tier{
+		&levelTier{name: "microvm", level: 4, kinds: cmd},
+		&levelTier{name: "gvisor", level: 4, kinds: cmd, down: gvisorDown},
+		&levelTier{name: "process", level: 3, kinds: cmd},
+		&levelTier{name: "seccomp", level: 2, kinds: cmd},
+		expr.New(),
+	}
+}
+
+func newRouter(t *testing.T, down error) *escalate.Router {
+	r, err := escalate.New(escalate.DefaultPolicy(), tiers(down), nil)
+	require.NoError(t, err)
+	return r
+}
+
+func TestDefaultPolicyRoutes(t *testing.T) {
+	r := newRouter(t, nil)
+	cases := []struct {
+		job  airlock.Job
+		want string
+	}{
+		{airlock.Job{Kind: "expr", Code: "1"}, "expr"},
+		{airlock.Job{Kind: "expr", Code: "1", Situation: "public"}, "expr"},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "internal"}, "process"},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public"}, "gvisor"},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}}, "gvisor"},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "multi-tenant"}, "gvisor"},
+	}
+	for _, c := range cases {
+		tier, err := r.Route(&c.job)
+		require.NoError(t, err, "%+v", c.job)
+		assert.Equal(t, c.want, tier.Name(), "%+v", c.job)
+	}
+}
+
+func TestFallsBackWhenUnavailable(t *testing.T) {
+	r := newRouter(t, errors.New("runsc not found"))
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public"}
+	tier, err := r.Route(&job)
+	require.NoError(t, err)
+	assert.Equal(t, "microvm", tier.Name())
+	assert.Contains(t, strings.Join(r.Explain(&job).Lines(), "\n"), "gvisor: passed over: unavailable: runsc not found")
+}
+
+func TestNothingRunsBelowItsMinimum(t *testing.T) {
+	r := newRouter(t, nil)
+	var na *airlock.NotAdmitted
+	// An explicit tier below the minimum is refused.
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public", Tier: "process"}
+	_, err := r.Route(&job)
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, err.Error(), "below the minimum")
+	// Credentials need level 5 and no tier here has it.
+	job = airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "credentials"}
+	_, err = r.Route(&job)
+	require.ErrorAs(t, err, &na)
+	// Multi-tenant is ephemeral only.
+	job = airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "multi-tenant", Lifecycle: "session", Session: "s"}
+	_, err = r.Route(&job)
+	require.ErrorAs(t, err, &na)
+	// A language job with grants is not hermetic: it needs its situation's level.
+	job = airlock.Job{Kind: "expr", Code: "1", Situation: "public", Grants: airlock.Grants{Spawn: true}}
+	_, err = r.Route(&job)
+	require.ErrorAs(t, err, &na)
+	// An unknown tier name is invalid input.
+	job = airlock.Job{Kind: "expr", Code: "1", Tier: "nope"}
+	_, err = r.Route(&job)
+	var inv *airlock.InvalidJob
+	require.ErrorAs(t, err, &inv)
+}
+
+func TestPolicyAsData(t *testing.T) {
+	yaml := `
+rules:
+  - name: public-needs-hardware
+    match: {situations: [public]}
+    min_level: virtualisation
+    tiers: [microvm]
+  - name: rest
+    min_level: 1
+`
+	p, err := escalate.ParsePolicy([]byte(yaml))
+	require.NoError(t, err)
+	r, err := escalate.New(p, tiers(nil), nil)
+	require.NoError(t, err)
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public"}
+	tier, err := r.Route(&job)
+	require.NoError(t, err)
+	assert.Equal(t, "microvm", tier.Name(), "a policy can require hardware virtualisation")
+
+	for _, bad := range []string{
+		`{"rules": [{"name": "x", "min_level": 9}]}`,
+		`{"rules": [{"name": "x", "min_level": 1, "bogus": true}]}`,
+		`{"rules": [{"name": "x", "min_level": 1, "match": {"situations": ["nowhere"]}}]}`,
+		`{"rules": []}`,
+		`rules: [{name: x, min_level: 1, lifecycles: [forever]}]`,
+	} {
+		_, err := escalate.ParsePolicy([]byte(bad))
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestRunRecordsDecision(t *testing.T) {
+	r := newRouter(t, nil)
+	res, err := r.Run(context.Background(), airlock.Job{Kind: "expr", Code: "x * 2", Input: map[string]any{"x": int64(21)}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), res.Value)
+	assert.Equal(t, "expr", res.Tier)
+	require.NotEmpty(t, res.Decision)
+	assert.Contains(t, res.Decision[len(res.Decision)-1], "chose expr")
+
+	res, err = r.Run(context.Background(), airlock.Job{Kind: "command", Argv: []string{"x"}, Situation: "credentials"})
+	require.Error(t, err)
+	require.NotNil(t, res.Error)
+	assert.Equal(t, airlock.ErrNotAdmitted, res.Error.Kind)
+	assert.NotEmpty(t, res.Decision)
+}
+
+func TestRouteDoesNotAllocate(t *testing.T) {
+	r := newRouter(t, nil)
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public"}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := r.Route(&job); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs)
+}
+
+func BenchmarkRoute(b *testing.B) {
+	r, err := escalate.New(escalate.DefaultPolicy(), tiers(nil), nil)
+	require.NoError(b, err)
+	jobs := map[string]airlock.Job{
+		"expr":    {Kind: "expr", Code: "1"},
+		"command": {Kind: "command", Argv: []string{"true"}, Situation: "public"},
+	}
+	for name, job := range jobs {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Route(&job); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

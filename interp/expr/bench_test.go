@@ -1,0 +1,85 @@
+package expr_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	exprlang "github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/interp/expr"
+)
+
+// The workload the issue names: a small arithmetic expression over input.
+const benchCode = "x * 2 + 1"
+
+func benchInput() map[string]any { return map[string]any{"x": int64(21)} }
+
+// BenchmarkExpr compares plain expr-lang/expr with a Job through the router
+// and the tier to a Result, warm (compiled program cached) and cold
+// (compile every time), in the same run. Compare sub-benchmarks pairwise.
+func BenchmarkExpr(b *testing.B) {
+	b.Run("warm/raw", func(b *testing.B) {
+		prog, err := exprlang.Compile(benchCode)
+		if err != nil {
+			b.Fatal(err)
+		}
+		env := benchInput()
+		var machine vm.VM
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := machine.Run(prog, env); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("warm/tier", func(b *testing.B) {
+		r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		job := airlock.Job{Kind: airlock.KindExpr, Code: benchCode, Input: benchInput()}
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := r.Run(ctx, job); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// Cold: a distinct source each iteration, so nothing is cached.
+	b.Run("cold/raw", func(b *testing.B) {
+		env := benchInput()
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			i++
+			prog, err := exprlang.Compile(fmt.Sprintf("x * 2 + %d", i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := exprlang.Run(prog, env); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cold/tier", func(b *testing.B) {
+		r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.NewWithConfig(expr.NewConfig().WithCacheSize(1))}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			i++
+			job := airlock.Job{Kind: airlock.KindExpr, Code: fmt.Sprintf("x * 2 + %d", i), Input: benchInput()}
+			if _, err := r.Run(ctx, job); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

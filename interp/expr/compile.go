@@ -1,0 +1,301 @@
+package expr
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	exprlang "github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/checker"
+	"github.com/expr-lang/expr/compiler"
+	"github.com/expr-lang/expr/conf"
+	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/optimizer"
+	"github.com/expr-lang/expr/parser"
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// maxTreeDepth bounds the syntax tree's depth (chains of unary operators
+// or of left-associative binary operators nest without brackets).
+const maxTreeDepth = 1000
+
+// allowedBuiltins are expr's builtins that may be called as they are.
+// Those that can multiply their input's size are replaced (see replaced);
+// timezone (reads the host's zone database) is absent on purpose.
+var allowedBuiltins = map[string]bool{
+	"all": true, "none": true, "any": true, "one": true, "filter": true, "map": true,
+	"find": true, "findIndex": true, "findLast": true, "findLastIndex": true,
+	"count": true, "sum": true, "groupBy": true, "sortBy": true, "reduce": true,
+	"len": true, "type": true, "abs": true, "ceil": true, "floor": true, "round": true,
+	"int": true, "float": true, "trim": true, "trimPrefix": true, "trimSuffix": true,
+	"upper": true, "lower": true, "split": true, "splitAfter": true,
+	"indexOf": true, "lastIndexOf": true, "hasPrefix": true, "hasSuffix": true,
+	"max": true, "min": true, "mean": true, "median": true,
+	"toBase64": true, "fromBase64": true, "duration": true, "date": true,
+	"first": true, "last": true, "get": true, "take": true, "keys": true, "values": true,
+	"toPairs": true, "fromPairs": true, "reverse": true, "uniq": true, "sort": true,
+	"bitnot": true, "bitand": true, "bitor": true, "bitxor": true, "bitnand": true,
+	"bitshl": true, "bitshr": true, "bitushr": true,
+}
+
+// scalarBuiltins return nothing new to charge for (a number, a boolean, or
+// an element that already exists).
+var scalarBuiltins = map[string]bool{
+	"all": true, "none": true, "any": true, "one": true, "find": true, "findIndex": true,
+	"findLast": true, "findLastIndex": true, "count": true, "sum": true, "len": true,
+	"type": true, "abs": true, "ceil": true, "floor": true, "round": true, "int": true,
+	"float": true, "indexOf": true, "lastIndexOf": true, "hasPrefix": true, "hasSuffix": true,
+	"max": true, "min": true, "mean": true, "median": true, "duration": true, "date": true,
+	"first": true, "last": true, "get": true, "trim": true, "trimPrefix": true, "trimSuffix": true,
+	"bitnot": true, "bitand": true, "bitor": true, "bitxor": true, "bitnand": true,
+	"bitshl": true, "bitshr": true, "bitushr": true, "reduce": true,
+}
+
+// replaced maps the names a user writes to airlock's budgeted versions.
+// They are disabled as builtins, so the parser leaves them as calls.
+var replaced = map[string]string{
+	"now": "__now", "repeat": "__repeat", "join": "__join", "replace": "__replace",
+	"toJSON": "__toJSON", "fromJSON": "__fromJSON", "string": "__string",
+	"concat": "__concat", "flatten": "__flatten",
+}
+
+var baseConfig = func() []exprlang.Option {
+	opts := []exprlang.Option{exprlang.DisableBuiltin("timezone")}
+	for name := range replaced {
+		opts = append(opts, exprlang.DisableBuiltin(name))
+	}
+	for name, fn := range helpers {
+		opts = append(opts, exprlang.Function(name, fn))
+	}
+	return opts
+}()
+
+func baseOptions() []exprlang.Option { return append([]exprlang.Option(nil), baseConfig...) }
+
+// compileWith runs expr's pipeline with airlock's walk between parsing and
+// type checking, so nothing recursive or exponential sees an unchecked tree.
+func compileWith(code string, w *walker, opts []exprlang.Option) (*vm.Program, error) {
+	config := conf.CreateNew()
+	for _, op := range opts {
+		op(config)
+	}
+	for name := range config.Disabled {
+		delete(config.Builtins, name)
+	}
+	tree, err := parser.ParseWithConfig(code, config)
+	if err != nil {
+		return nil, compileError(err, code)
+	}
+	if err := w.walk(&tree.Node, 0); err != nil {
+		return nil, err
+	}
+	if _, err := checker.Check(tree, config); err != nil {
+		return nil, compileError(err, code)
+	}
+	if err := optimizer.Optimize(&tree.Node, config); err != nil {
+		return nil, compileError(err, code)
+	}
+	prog, err := compiler.Compile(tree, config)
+	if err != nil {
+		return nil, compileError(err, code)
+	}
+	return prog, nil
+}
+
+func compileError(err error, code string) error {
+	var fe *file.Error
+	if errors.As(err, &fe) {
+		if fe.Line == 0 {
+			fe = fe.Bind(file.NewSource(code))
+		}
+		return &airlock.CodeError{Kind: airlock.ErrCompile, Message: fmt.Sprintf("%s (%d:%d)", fe.Message, fe.Line, fe.Column+1)}
+	}
+	return &airlock.CodeError{Kind: airlock.ErrCompile, Message: oneLine(err.Error())}
+}
+
+// walker checks a parsed tree against the allowlist and patches it:
+// predicates tick the step budget, allocating calls charge the memory
+// budget, and replaced builtins become airlock's helpers.
+type walker struct {
+	maxDepth   int
+	needsState bool
+	idents     map[string]bool
+	declared   map[string]bool
+}
+
+func (w *walker) inputs() []string {
+	var out []string
+	for name := range w.idents {
+		if !w.declared[name] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (w *walker) fail(n ast.Node, format string, args ...any) error {
+	return &airlock.CodeError{Kind: airlock.ErrCompile, Message: fmt.Sprintf(format, args...) + fmt.Sprintf(" (at offset %d)", n.Location().From)}
+}
+
+func (w *walker) state() ast.Node {
+	w.needsState = true
+	return &ast.IdentifierNode{Value: stateVar}
+}
+
+func (w *walker) call(orig ast.Node, name string, args ...ast.Node) ast.Node {
+	n := &ast.CallNode{Callee: &ast.IdentifierNode{Value: name}, Arguments: append([]ast.Node{w.state()}, args...)}
+	n.SetLocation(orig.Location())
+	return n
+}
+
+func isNumberLiteral(n ast.Node) bool {
+	switch n.(type) {
+	case *ast.IntegerNode, *ast.FloatNode:
+		return true
+	}
+	return false
+}
+
+func (w *walker) walk(np *ast.Node, depth int) error {
+	n := *np
+	if n == nil {
+		return nil
+	}
+	if depth > maxTreeDepth {
+		return w.fail(n, "expression nested more than %d deep", maxTreeDepth)
+	}
+	d := depth + 1
+	switch x := n.(type) {
+	case *ast.NilNode, *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.StringNode,
+		*ast.BytesNode, *ast.ConstantNode, *ast.PointerNode:
+		return nil
+	case *ast.IdentifierNode:
+		if strings.HasPrefix(x.Value, "__") || strings.HasPrefix(x.Value, "$") {
+			return w.fail(n, "name %q is reserved", x.Value)
+		}
+		if w.idents == nil {
+			w.idents = map[string]bool{}
+		}
+		w.idents[x.Value] = true
+		return nil
+	case *ast.UnaryNode:
+		return w.walk(&x.Node, d)
+	case *ast.BinaryNode:
+		if err := w.walk(&x.Left, d); err != nil {
+			return err
+		}
+		if err := w.walk(&x.Right, d); err != nil {
+			return err
+		}
+		if x.Operator == "+" && !isNumberLiteral(x.Left) && !isNumberLiteral(x.Right) {
+			*np = w.call(n, "__add", x.Left, x.Right)
+		}
+		return nil
+	case *ast.ChainNode:
+		return w.walk(&x.Node, d)
+	case *ast.MemberNode:
+		if x.Method {
+			return w.fail(n, "method calls are not allowed")
+		}
+		if err := w.walk(&x.Node, d); err != nil {
+			return err
+		}
+		return w.walk(&x.Property, d)
+	case *ast.SliceNode:
+		for _, c := range []*ast.Node{&x.Node, &x.From, &x.To} {
+			if err := w.walk(c, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *ast.CallNode:
+		id, ok := x.Callee.(*ast.IdentifierNode)
+		if !ok {
+			return w.fail(n, "method calls are not allowed")
+		}
+		helper, ok := replaced[id.Value]
+		if !ok {
+			return w.fail(n, "unknown function %q", id.Value)
+		}
+		for i := range x.Arguments {
+			if err := w.walk(&x.Arguments[i], d); err != nil {
+				return err
+			}
+		}
+		*np = w.call(n, helper, x.Arguments...)
+		return nil
+	case *ast.BuiltinNode:
+		if !allowedBuiltins[x.Name] {
+			return w.fail(n, "function %q is not available", x.Name)
+		}
+		if x.Name == "date" && len(x.Arguments) > 2 {
+			return w.fail(n, "date() with a time zone is not available (times are UTC)")
+		}
+		for i := range x.Arguments {
+			if err := w.walk(&x.Arguments[i], d); err != nil {
+				return err
+			}
+		}
+		if !scalarBuiltins[x.Name] {
+			*np = w.call(n, "__charge", n)
+		}
+		return nil
+	case *ast.PredicateNode:
+		if err := w.walk(&x.Node, d); err != nil {
+			return err
+		}
+		x.Node = w.call(x.Node, "__tick", x.Node)
+		return nil
+	case *ast.ConditionalNode:
+		for _, c := range []*ast.Node{&x.Cond, &x.Exp1, &x.Exp2} {
+			if err := w.walk(c, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *ast.VariableDeclaratorNode:
+		if strings.HasPrefix(x.Name, "__") || strings.HasPrefix(x.Name, "$") {
+			return w.fail(n, "name %q is reserved", x.Name)
+		}
+		if w.declared == nil {
+			w.declared = map[string]bool{}
+		}
+		w.declared[x.Name] = true
+		if err := w.walk(&x.Value, d); err != nil {
+			return err
+		}
+		return w.walk(&x.Expr, d)
+	case *ast.SequenceNode:
+		for i := range x.Nodes {
+			if err := w.walk(&x.Nodes[i], d); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *ast.ArrayNode:
+		for i := range x.Nodes {
+			if err := w.walk(&x.Nodes[i], d); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *ast.MapNode:
+		for i := range x.Pairs {
+			if err := w.walk(&x.Pairs[i], d); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *ast.PairNode:
+		if err := w.walk(&x.Key, d); err != nil {
+			return err
+		}
+		return w.walk(&x.Value, d)
+	}
+	return w.fail(n, "%T is not allowed", n)
+}

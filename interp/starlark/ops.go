@@ -1,0 +1,439 @@
+package starlark
+
+import (
+	"fmt"
+	"math/bits"
+	"strings"
+	"unicode/utf8"
+
+	libtime "go.starlark.net/lib/time"
+	sl "go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+)
+
+// MaxIntBits bounds the size of integers built by multiplication and left
+// shifts (about 79,000 decimal digits): big-integer arithmetic and
+// formatting cost grows faster than linearly in the size.
+const MaxIntBits = 1 << 18
+
+// elemBytes is what one element slot of a list or tuple is charged.
+const elemBytes = 16
+
+// The hidden builtins the rewriter calls. Their names contain '$', which no
+// Starlark identifier can, so scripts cannot shadow or call them directly.
+const (
+	nameAdd       = "$add"
+	nameMul       = "$mul"
+	nameMod       = "$mod"
+	nameLsh       = "$lsh"
+	nameGrow      = "$grow"
+	nameAttr      = "$attr"
+	nameAugIndex  = "$augindex"
+	nameAugAttr   = "$augattr"
+	nameAugIndexS = "augmented assignment"
+)
+
+func hiddenBuiltins() sl.StringDict {
+	return sl.StringDict{
+		nameAdd:      sl.NewBuiltin("+", opBuiltin(syntax.PLUS)),
+		nameMul:      sl.NewBuiltin("*", opBuiltin(syntax.STAR)),
+		nameMod:      sl.NewBuiltin("%", opBuiltin(syntax.PERCENT)),
+		nameLsh:      sl.NewBuiltin("<<", opBuiltin(syntax.LTLT)),
+		nameGrow:     sl.NewBuiltin("+=", opGrow),
+		nameAttr:     sl.NewBuiltin("getattr", opAttr),
+		nameAugIndex: sl.NewBuiltin(nameAugIndexS, opAugIndex),
+		nameAugAttr:  sl.NewBuiltin(nameAugIndexS, opAugAttr),
+	}
+}
+
+func opBuiltin(op syntax.Token) func(*sl.Thread, *sl.Builtin, sl.Tuple, []sl.Tuple) (sl.Value, error) {
+	return func(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+		return binary(stateOf(th), op, args[0], args[1])
+	}
+}
+
+// binary applies a growth-checked operator: the size of the result is
+// charged to the budget before it is allocated.
+func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
+	switch op {
+	case syntax.PLUS:
+		if xi, ok := x.(sl.Int); ok {
+			if yi, ok := y.(sl.Int); ok {
+				return xi.Add(yi), nil
+			}
+		}
+		if n, unit, ok := seqSize(x); ok {
+			if m, _, ok := seqSize(y); ok && x.Type() == y.Type() {
+				if err := st.chargeMul(int64(n)+int64(m), unit, "concatenation"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case syntax.STAR:
+		if xi, ok := x.(sl.Int); ok {
+			if yi, ok := y.(sl.Int); ok {
+				if bitLen(xi)+bitLen(yi) > MaxIntBits {
+					return nil, fmt.Errorf("integer multiplication result would exceed %d bits", MaxIntBits)
+				}
+				return xi.Mul(yi), nil
+			}
+		}
+		seq, count := x, y
+		if _, ok := x.(sl.Int); ok {
+			seq, count = y, x
+		}
+		if n, unit, ok := seqSize(seq); ok {
+			if c, ok := count.(sl.Int); ok && c.Sign() > 0 {
+				times, ok := c.Int64()
+				if !ok {
+					return nil, st.charge(-1, "repetition")
+				}
+				if err := st.chargeMul(int64(n)*unit, times, "repetition"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case syntax.PERCENT:
+		if format, ok := x.(sl.String); ok {
+			args := []sl.Value{y}
+			if t, ok := y.(sl.Tuple); ok {
+				args = t
+			}
+			size, err := st.measureArgs("string formatting", args...)
+			if err != nil {
+				return nil, err
+			}
+			directives := int64(strings.Count(string(format), "%"))
+			if err := st.chargeMul(directives, size, "string formatting"); err != nil {
+				return nil, err
+			}
+			if err := st.charge(int64(len(format)), "string formatting"); err != nil {
+				return nil, err
+			}
+		}
+	case syntax.LTLT:
+		if xi, ok := x.(sl.Int); ok {
+			if yi, ok := y.(sl.Int); ok {
+				if n, ok := yi.Int64(); ok && n > 0 && int64(bitLen(xi))+n > MaxIntBits {
+					return nil, fmt.Errorf("integer shift result would exceed %d bits", MaxIntBits)
+				}
+			}
+		}
+	}
+	return sl.Binary(op, x, y)
+}
+
+// seqSize reports the length of a string, bytes, list or tuple and the
+// bytes one element costs.
+func seqSize(v sl.Value) (n int, unit int64, ok bool) {
+	switch x := v.(type) {
+	case sl.String:
+		return len(x), 1, true
+	case sl.Bytes:
+		return len(x), 1, true
+	case *sl.List:
+		return x.Len(), elemBytes, true
+	case sl.Tuple:
+		return len(x), elemBytes, true
+	}
+	return 0, 0, false
+}
+
+func bitLen(x sl.Int) int {
+	if i, ok := x.Int64(); ok {
+		if i < 0 {
+			i = -i
+		}
+		return bits.Len64(uint64(i))
+	}
+	return x.BigInt().BitLen()
+}
+
+// opGrow wraps the right operand of every +=: it charges what the
+// operand adds to the target and returns it unchanged, so in-place list
+// extension and evaluation order stay upstream's.
+func opGrow(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	y := args[0]
+	if _, ok := y.(sl.Int); ok {
+		return y, nil
+	}
+	st := stateOf(th)
+	if n, unit, ok := seqSize(y); ok {
+		return y, st.chargeMul(int64(n), unit, "+=")
+	}
+	if r, ok := y.(rangeValue); ok {
+		return y, st.chargeMul(int64(r.len), elemBytes, "+=")
+	}
+	return y, nil
+}
+
+// opAttr is x.name for the method names that have bounded replacements.
+func opAttr(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	return getAttr(args[0], string(args[1].(sl.String)))
+}
+
+func getAttr(x sl.Value, name string) (sl.Value, error) {
+	if m := boundedMethod(x, name); m != nil {
+		return m.BindReceiver(x), nil
+	}
+	ha, ok := x.(sl.HasAttrs)
+	if !ok {
+		return nil, fmt.Errorf("%s has no .%s field or method", x.Type(), name)
+	}
+	v, err := ha.Attr(name)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, fmt.Errorf("%s has no .%s field or method", x.Type(), name)
+	}
+	return v, nil
+}
+
+// wrappedMethods are the method names the rewriter routes through $attr.
+var wrappedMethods = map[string]bool{
+	"join": true, "replace": true, "format": true, "split": true, "rsplit": true,
+	"splitlines": true, "extend": true, "in_location": true,
+}
+
+var (
+	stringMethods = map[string]*sl.Builtin{
+		"join":       sl.NewBuiltin("join", strJoin),
+		"replace":    sl.NewBuiltin("replace", strReplace),
+		"format":     sl.NewBuiltin("format", strFormat),
+		"split":      sl.NewBuiltin("split", strSplit),
+		"rsplit":     sl.NewBuiltin("rsplit", strSplit),
+		"splitlines": sl.NewBuiltin("splitlines", strSplit),
+	}
+	listExtend = sl.NewBuiltin("extend", listExtendBounded)
+	timeIn     = sl.NewBuiltin("in_location", timeInLocation)
+)
+
+func boundedMethod(x sl.Value, name string) *sl.Builtin {
+	switch x.(type) {
+	case sl.String:
+		return stringMethods[name]
+	case *sl.List:
+		if name == "extend" {
+			return listExtend
+		}
+	case libtime.Time:
+		if name == "in_location" {
+			return timeIn
+		}
+	}
+	return nil
+}
+
+// upstream calls the original method of the receiver.
+func upstream(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	m, err := b.Receiver().(sl.HasAttrs).Attr(b.Name())
+	if err != nil {
+		return nil, err
+	}
+	return sl.Call(th, m, args, kwargs)
+}
+
+func strJoin(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	st := stateOf(th)
+	sep := string(b.Receiver().(sl.String))
+	var iterable sl.Iterable
+	if err := sl.UnpackPositionalArgs("join", args, kwargs, 1, &iterable); err != nil {
+		return nil, err
+	}
+	var parts []string
+	var total int64
+	err := forEach(st, iterable, func(v sl.Value) error {
+		s, ok := v.(sl.String)
+		if !ok {
+			return fmt.Errorf("join: in list, want string, got %s", v.Type())
+		}
+		if len(parts) > 0 {
+			total += int64(len(sep))
+		}
+		total += int64(len(s))
+		if total > st.budget-st.used {
+			return st.charge(total, "join")
+		}
+		parts = append(parts, string(s))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.charge(total+int64(len(parts))*elemBytes, "join"); err != nil {
+		return nil, err
+	}
+	return sl.String(strings.Join(parts, sep)), nil
+}
+
+func strReplace(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	st := stateOf(th)
+	s := string(b.Receiver().(sl.String))
+	var old, new string
+	count := -1
+	if err := sl.UnpackPositionalArgs("replace", args, kwargs, 2, &old, &new, &count); err != nil {
+		return nil, err
+	}
+	n := strings.Count(s, old)
+	if old == "" {
+		n = utf8.RuneCountInString(s) + 1
+	}
+	if count >= 0 && count < n {
+		n = count
+	}
+	if len(new) > len(old) {
+		if err := st.chargeMul(int64(n), int64(len(new)-len(old)), "replace"); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.charge(int64(len(s)), "replace"); err != nil {
+		return nil, err
+	}
+	return sl.String(strings.Replace(s, old, new, count)), nil
+}
+
+func strFormat(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	st := stateOf(th)
+	format := string(b.Receiver().(sl.String))
+	vals := append([]sl.Value(nil), args...)
+	for _, kv := range kwargs {
+		vals = append(vals, kv[1])
+	}
+	size, err := st.measureArgs("format", vals...)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.chargeMul(int64(strings.Count(format, "{")), size, "format"); err != nil {
+		return nil, err
+	}
+	if err := st.charge(int64(len(format)), "format"); err != nil {
+		return nil, err
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+// strSplit charges the pieces split, rsplit and splitlines can produce.
+func strSplit(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	s := string(b.Receiver().(sl.String))
+	pieces := int64(len(s))/2 + 1 // whitespace-separated words
+	if b.Name() == "splitlines" {
+		pieces = int64(strings.Count(s, "\n")+strings.Count(s, "\r")) + 1
+	} else if len(args) > 0 {
+		if sep, ok := args[0].(sl.String); ok && sep != "" {
+			pieces = int64(strings.Count(s, string(sep))) + 1
+		}
+	}
+	if err := stateOf(th).chargeMul(pieces, 2*elemBytes, b.Name()); err != nil {
+		return nil, err
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+func listExtendBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	if len(args) == 1 {
+		if n := sl.Len(args[0]); n > 0 {
+			if err := stateOf(th).chargeMul(int64(n), elemBytes, "extend"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+func timeInLocation(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	var loc string
+	if err := sl.UnpackPositionalArgs("in_location", args, kwargs, 1, &loc); err != nil {
+		return nil, err
+	}
+	if err := checkLocation(loc); err != nil {
+		return nil, err
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+// Augmented-assignment operator codes passed to $augindex and $augattr.
+var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT}
+
+// opAugIndex is x[i] op= y for the growth-checked operators.
+func opAugIndex(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	op, _ := args[0].(sl.Int).Int64()
+	x, key, y := args[1], args[2], args[3]
+	old, err := getIndex(x, key)
+	if err != nil {
+		return nil, err
+	}
+	z, err := binary(stateOf(th), augOps[op], old, y)
+	if err != nil {
+		return nil, err
+	}
+	return sl.None, setIndex(x, key, z)
+}
+
+// opAugAttr is x.name op= y for the growth-checked operators.
+func opAugAttr(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	op, _ := args[0].(sl.Int).Int64()
+	x, name, y := args[1], string(args[2].(sl.String)), args[3]
+	old, err := getAttr(x, name)
+	if err != nil {
+		return nil, err
+	}
+	z, err := binary(stateOf(th), augOps[op], old, y)
+	if err != nil {
+		return nil, err
+	}
+	sf, ok := x.(sl.HasSetField)
+	if !ok {
+		return nil, fmt.Errorf("can't assign to .%s field of %s", name, x.Type())
+	}
+	return sl.None, sf.SetField(name, z)
+}
+
+func getIndex(x, key sl.Value) (sl.Value, error) {
+	switch x := x.(type) {
+	case sl.Mapping:
+		v, found, err := x.Get(key)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fmt.Errorf("key %s not in %s", clip(key.String()), x.Type())
+		}
+		return v, nil
+	case sl.Indexable:
+		i, err := index(key, x.Len(), x.Type())
+		if err != nil {
+			return nil, err
+		}
+		return x.Index(i), nil
+	}
+	return nil, fmt.Errorf("unhandled index operation %s[%s]", x.Type(), key.Type())
+}
+
+func setIndex(x, key, v sl.Value) error {
+	switch x := x.(type) {
+	case sl.HasSetKey:
+		return x.SetKey(key, v)
+	case sl.HasSetIndex:
+		i, err := index(key, x.Len(), x.Type())
+		if err != nil {
+			return err
+		}
+		return x.SetIndex(i, v)
+	}
+	return fmt.Errorf("%s value does not support item assignment", x.Type())
+}
+
+func index(key sl.Value, n int, typ string) (int, error) {
+	var i int
+	if err := sl.AsInt(key, &i); err != nil {
+		return 0, fmt.Errorf("%s index: %s", typ, err)
+	}
+	if i < 0 {
+		i += n
+	}
+	if i < 0 || i >= n {
+		return 0, fmt.Errorf("%s index %d out of range [0:%d]", typ, i, n)
+	}
+	return i, nil
+}

@@ -1,0 +1,134 @@
+package starlark
+
+import (
+	"fmt"
+
+	sl "go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+)
+
+// rangeValue replaces the built-in range. It behaves like upstream's, but
+// its iterator notices when it is drained inside a single interpreter step
+// (by a builtin or an argument spread such as f(*range(1<<40))) and then
+// charges the run's allocation budget and polls for cancellation, so no
+// Go loop over a range can run unbounded.
+type rangeValue struct {
+	start, stop, step, len int
+	st                     *runState
+}
+
+var (
+	_ sl.Indexable  = rangeValue{}
+	_ sl.Sequence   = rangeValue{}
+	_ sl.Comparable = rangeValue{}
+	_ sl.Sliceable  = rangeValue{}
+	_ sl.Container  = rangeValue{}
+)
+
+func builtinRange(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	var start, stop, step int
+	step = 1
+	if err := sl.UnpackPositionalArgs("range", args, kwargs, 1, &start, &stop, &step); err != nil {
+		return nil, err
+	}
+	if len(args) == 1 {
+		start, stop = 0, start
+	}
+	if step == 0 {
+		return nil, fmt.Errorf("range: step argument must not be zero")
+	}
+	return rangeValue{start: start, stop: stop, step: step, len: rangeLen(start, stop, step), st: stateOf(th)}, nil
+}
+
+func rangeLen(start, stop, step int) int {
+	switch {
+	case step > 0 && stop > start:
+		return (stop-1-start)/step + 1
+	case step < 0 && start > stop:
+		return (start-1-stop)/-step + 1
+	}
+	return 0
+}
+
+func (r rangeValue) Len() int             { return r.len }
+func (r rangeValue) Index(i int) sl.Value { return sl.MakeInt(r.start + i*r.step) }
+func (r rangeValue) Iterate() sl.Iterator { return &rangeIterator{r: r} }
+func (r rangeValue) Freeze()              {}
+func (r rangeValue) Type() string         { return "range" }
+func (r rangeValue) Truth() sl.Bool       { return r.len > 0 }
+func (r rangeValue) Hash() (uint32, error) {
+	return 0, fmt.Errorf("unhashable: range")
+}
+
+func (r rangeValue) Slice(start, end, step int) sl.Value {
+	s, e, st := r.start+r.step*start, r.start+r.step*end, r.step*step
+	return rangeValue{start: s, stop: e, step: st, len: rangeLen(s, e, st), st: r.st}
+}
+
+func (r rangeValue) String() string {
+	switch {
+	case r.step != 1:
+		return fmt.Sprintf("range(%d, %d, %d)", r.start, r.stop, r.step)
+	case r.start != 0:
+		return fmt.Sprintf("range(%d, %d)", r.start, r.stop)
+	}
+	return fmt.Sprintf("range(%d)", r.stop)
+}
+
+func (r rangeValue) CompareSameType(op syntax.Token, y sl.Value, depth int) (bool, error) {
+	o := y.(rangeValue)
+	eq := r.len == o.len && (r.len == 0 || r.start == o.start && (r.len == 1 || r.step == o.step))
+	switch op {
+	case syntax.EQL:
+		return eq, nil
+	case syntax.NEQ:
+		return !eq, nil
+	}
+	return false, fmt.Errorf("range %s range not implemented", op)
+}
+
+func (r rangeValue) Has(y sl.Value) (bool, error) {
+	i, err := sl.NumberToInt(y)
+	if err != nil {
+		return false, fmt.Errorf("'in <range>' requires integer as left operand, not %s", y.Type())
+	}
+	x, ok := i.Int64()
+	if !ok {
+		return false, nil
+	}
+	d := int(x) - r.start
+	return d%r.step == 0 && d/r.step >= 0 && d/r.step < r.len, nil
+}
+
+// rangeIterator counts the elements it yields within one interpreter step;
+// past a batch it charges them to the budget and polls.
+type rangeIterator struct {
+	r     rangeValue
+	i     int
+	steps uint64
+	n     int
+}
+
+// rangeElemBytes is what one element drained inside a step is charged: the
+// consumer is not known, so assume it is stored in a hash table.
+const rangeElemBytes = 96
+
+func (it *rangeIterator) Next(p *sl.Value) bool {
+	if it.i >= it.r.len {
+		return false
+	}
+	if st := it.r.st; st != nil {
+		if st.thread.Steps != it.steps {
+			it.steps, it.n = st.thread.Steps, 0
+		} else if it.n++; it.n%pollIters == 0 {
+			if st.chargeMul(pollIters, rangeElemBytes, "iterating a range inside one step") != nil || st.poll() != nil {
+				return false
+			}
+		}
+	}
+	*p = it.r.Index(it.i)
+	it.i++
+	return true
+}
+
+func (it *rangeIterator) Done() {}

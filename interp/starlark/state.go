@@ -1,0 +1,150 @@
+package starlark
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	sl "go.starlark.net/starlark"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// localKey is the thread-local key under which a run's state is kept.
+const localKey = "airlock.run"
+
+// pollSteps is how many interpreter steps run between two looks at the wall
+// clock and the caller's context. The interpreter calls OnMaxSteps when a
+// chunk is used up, so cancellation needs no timer and no goroutine.
+const pollSteps = 1 << 13
+
+// pollIters is how many iterations a bounded builtin runs between two polls.
+const pollIters = 1 << 10
+
+// runState is everything one run (or one run of a session) owns: its
+// budgets, its captured output, its pinned clock and seed, and the reason it
+// was stopped, if it was.
+type runState struct {
+	thread   *sl.Thread
+	ctx      context.Context
+	deadline time.Time
+	maxSteps uint64
+
+	budget int64 // allocation budget in bytes (limits.memory_mb)
+	used   int64 // bytes charged so far
+
+	outCap int64
+	out    strings.Builder
+
+	reason atomic.Pointer[airlock.Stopped]
+	denied *airlock.Denied
+
+	clock time.Time
+	seed  uint64
+	rng   *rand.Rand
+
+	files   map[string]string
+	loaded  map[string]*loadEntry
+	loading []string
+	tier    *Tier
+}
+
+type loadEntry struct {
+	globals sl.StringDict
+	err     error
+}
+
+// stateOf returns the run state of a thread started by this tier.
+func stateOf(th *sl.Thread) *runState {
+	st, _ := th.Local(localKey).(*runState)
+	return st
+}
+
+// stop records the first reason the run was stopped and cancels the thread.
+// It returns the recorded stop as an error.
+func (s *runState) stop(reason airlock.StopReason, format string, args ...any) error {
+	st := &airlock.Stopped{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+	if s.reason.CompareAndSwap(nil, st) {
+		s.thread.Cancel(string(reason) + ": " + st.Detail)
+	}
+	return s.reason.Load()
+}
+
+// stopped returns the recorded stop, if any.
+func (s *runState) stopped() error {
+	if st := s.reason.Load(); st != nil {
+		return st
+	}
+	return nil
+}
+
+// poll checks the wall clock and the caller's context; builtins that loop
+// call it every pollIters iterations.
+func (s *runState) poll() error {
+	if err := s.stopped(); err != nil {
+		return err
+	}
+	if err := s.ctx.Err(); err != nil {
+		if err == context.DeadlineExceeded {
+			return s.stop(airlock.StopTimeout, "the caller's deadline passed")
+		}
+		return s.stop(airlock.StopKilled, "cancelled by the caller")
+	}
+	if !time.Now().Before(s.deadline) {
+		return s.stop(airlock.StopTimeout, "wall clock limit reached")
+	}
+	return nil
+}
+
+// onSteps is the thread's OnMaxSteps hook: it enforces the step limit and
+// polls for cancellation every pollSteps steps.
+func (s *runState) onSteps(th *sl.Thread) {
+	if th.Steps >= s.maxSteps {
+		s.stop(airlock.StopSteps, "step limit of %d reached (limits.steps)", s.maxSteps)
+		return
+	}
+	if s.poll() != nil {
+		return
+	}
+	th.SetMaxExecutionSteps(min(th.Steps+pollSteps, s.maxSteps))
+}
+
+// charge counts n bytes against the allocation budget before they are
+// allocated; what names the operation for the error.
+func (s *runState) charge(n int64, what string) error {
+	if n < 0 || n > s.budget-s.used {
+		return s.stop(airlock.StopMemory, "%s would exceed the allocation budget of %d bytes (limits.memory_mb; %d charged so far)", what, s.budget, s.used)
+	}
+	s.used += n
+	return nil
+}
+
+// chargeMul charges count*unit bytes, refusing products that overflow.
+func (s *runState) chargeMul(count, unit int64, what string) error {
+	if count < 0 || unit < 0 || (unit != 0 && count > (s.budget-s.used)/unit+1) {
+		return s.charge(-1, what)
+	}
+	return s.charge(count*unit, what)
+}
+
+// random returns the run's generator, seeded from the job's seed on first use.
+func (s *runState) random() *rand.Rand {
+	if s.rng == nil {
+		s.rng = rand.New(rand.NewPCG(s.seed, s.seed^0x9e3779b97f4a7c15))
+	}
+	return s.rng
+}
+
+// write appends printed text to stdout under the output cap.
+func (s *runState) write(text string) error {
+	room := s.outCap - int64(s.out.Len())
+	if int64(len(text)) > room {
+		s.out.WriteString(text[:max(room, 0)])
+		return s.stop(airlock.StopOutput, "output exceeded %d bytes (limits.output_bytes)", s.outCap)
+	}
+	s.out.WriteString(text)
+	return nil
+}

@@ -1,0 +1,329 @@
+package starlark_test
+
+import (
+	"context"
+	"errors"
+	"math/big"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/interp/starlark"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+func newTier(t testing.TB) *starlark.Tier {
+	t.Helper()
+	tier, err := starlark.New(starlark.NewConfig())
+	require.NoError(t, err)
+	return tier
+}
+
+func job(code string) airlock.Job { return airlock.Job{Kind: airlock.KindStarlark, Code: code} }
+
+func ptr(j airlock.Job) *airlock.Job { return &j }
+
+func TestConformance(t *testing.T) {
+	// The suite's own leak check runs in a subtest goroutine and counts
+	// it; check from this goroutine instead.
+	before := runtime.NumGoroutine()
+	defer tiertest.NoGoroutineLeak(t, before)
+	tiertest.Suite{
+		Tier:     newTier(t),
+		SkipLeak: true,
+		OK:       job("result = sum([i*i for i in range(4)])"),
+		Check: func(t testing.TB, res airlock.Result) {
+			if res.Value != int64(14) {
+				t.Errorf("value %#v, want 14", res.Value)
+			}
+		},
+		// Each iteration is one long builtin call, so the wall clock (not
+		// the default step budget) ends it, and the builtin must notice.
+		Spin:  ptr(job("while True:\n    all(range(1, 1 << 40))")),
+		Flood: ptr(job("while True:\n    print('flood' * 100)")),
+		// Starlark has no os module and no getenv: the script dumps every
+		// member of everything it can reach, and the suite checks that the
+		// canary's value is nowhere in it.
+		Env: ptr(job(`
+seen = [str(input)]
+for m in [json, time, math, random]:
+    seen.append(str(m))
+    for n in dir(m):
+        seen.append(n + "=" + str(getattr(m, n)))
+result = seen`)),
+	}.Run(t)
+}
+
+func run(t *testing.T, j airlock.Job) (airlock.Result, error) {
+	t.Helper()
+	return newTier(t).Run(context.Background(), j)
+}
+
+func TestValues(t *testing.T) {
+	res, err := run(t, airlock.Job{Kind: airlock.KindStarlark, Code: `
+result = {"sum": items[0] % 2 + items[1], "big": 1 << 100, "tuple": (1, "a"), "nested": input["items"], "f": 0.5, "n": None, "ok": True}`,
+		Input: map[string]any{"items": []any{int64(3), int64(4)}}})
+	require.NoError(t, err)
+	want, _ := new(big.Int).SetString("1267650600228229401496703205376", 10)
+	v := res.Value.(map[string]any)
+	assert.Equal(t, int64(5), v["sum"])
+	assert.Equal(t, 0, want.Cmp(v["big"].(*big.Int)))
+	assert.Equal(t, []any{int64(1), "a"}, v["tuple"])
+	assert.Equal(t, []any{int64(3), int64(4)}, v["nested"])
+	assert.Equal(t, 0.5, v["f"])
+	assert.Nil(t, v["n"])
+	assert.Equal(t, true, v["ok"])
+}
+
+func TestBigInput(t *testing.T) {
+	job, err := airlock.DecodeJobBytes([]byte(`{"kind":"starlark","code":"result = n + 1","input":{"n":123456789012345678901234567890}}`))
+	require.NoError(t, err)
+	res, err := run(t, job)
+	require.NoError(t, err)
+	assert.Equal(t, "123456789012345678901234567891", res.Value.(*big.Int).String())
+}
+
+func TestUnrepresentable(t *testing.T) {
+	for _, code := range []string{"result = {1: 2}", "def f(): pass\nresult = f", "result = float('nan')", "result = b'x'"} {
+		_, err := run(t, job(code))
+		var ce *airlock.CodeError
+		require.ErrorAs(t, err, &ce, code)
+		assert.Equal(t, airlock.ErrRuntime, ce.Kind)
+		assert.Contains(t, ce.Message, "result value")
+	}
+}
+
+func TestEntry(t *testing.T) {
+	res, err := run(t, airlock.Job{Kind: airlock.KindStarlark, Entry: "main",
+		Code:  "def main(a, b):\n    return a * b",
+		Input: map[string]any{"a": int64(6), "b": int64(7)}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), res.Value)
+
+	_, err = run(t, airlock.Job{Kind: airlock.KindStarlark, Entry: "nope", Code: "x = 1"})
+	var ce *airlock.CodeError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, `"nope" is not defined`)
+}
+
+func TestErrors(t *testing.T) {
+	_, err := run(t, job("x = (1"))
+	var ce *airlock.CodeError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, airlock.ErrCompile, ce.Kind)
+	assert.Contains(t, ce.Message, "job.star:1:")
+
+	_, err = run(t, job("y = undefined_name"))
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, airlock.ErrCompile, ce.Kind)
+	assert.Contains(t, ce.Message, "undefined")
+
+	res, err := run(t, job("print('before')\nfail('boom', 42)"))
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, airlock.ErrRuntime, ce.Kind)
+	assert.Contains(t, ce.Message, "fail: boom 42")
+	assert.Contains(t, ce.Message, "job.star:2:")
+	assert.Equal(t, "before\n", res.Stdout)
+	assert.Equal(t, airlock.ErrRuntime, res.Error.Kind)
+
+	_, err = run(t, job("x = 1 + 'a'"))
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, "unknown binary op: int + string")
+
+	_, err = run(t, job("def f(n):\n    return f(n)\nresult = f(1)"))
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, "called recursively")
+}
+
+func TestAdmit(t *testing.T) {
+	tier := newTier(t)
+	for name, mutate := range map[string]func(*airlock.Job){
+		"fs":      func(j *airlock.Job) { j.Grants.FS.Read = []string{"/etc"} },
+		"scratch": func(j *airlock.Job) { j.Grants.FS.ScratchMB = 1 },
+		"net":     func(j *airlock.Job) { j.Grants.Net = []airlock.NetRule{{Host: "example.com"}} },
+		"spawn":   func(j *airlock.Job) { j.Grants.Spawn = true },
+		"secrets": func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"TOKEN": "x"} },
+		"kind":    func(j *airlock.Job) { j.Kind = airlock.KindExpr },
+	} {
+		j := job("result = 1")
+		mutate(&j)
+		err := tier.Admit(&j)
+		var na *airlock.NotAdmitted
+		require.ErrorAs(t, err, &na, name)
+		assert.Equal(t, starlark.Name, na.Tier)
+		_, err = tier.Run(context.Background(), j)
+		require.ErrorAs(t, err, &na, name)
+		if name == "net" {
+			assert.Contains(t, na.Reason, "egress is not wired")
+		}
+	}
+	ok := job("result = 1")
+	assert.NoError(t, tier.Admit(&ok))
+	allocs := testing.AllocsPerRun(100, func() { _ = tier.Admit(&ok) })
+	assert.Zero(t, allocs, "Admit allocates on success")
+}
+
+func TestDeterminism(t *testing.T) {
+	code := `
+load_time = time.now()
+r = [random.random(), random.randint(1, 1000000), random.choice(["a", "b", "c", "d"])]
+l = list(range(20))
+random.shuffle(l)
+result = [str(load_time), load_time.unix, r, l]`
+	j := job(code)
+	j.Clock = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	j.Seed = 7
+	a, err := run(t, j)
+	require.NoError(t, err)
+	b, err := run(t, j)
+	require.NoError(t, err)
+	assert.Equal(t, a.Value, b.Value)
+	v := a.Value.([]any)
+	assert.Contains(t, v[0], "2030-01-02 03:04:05")
+	assert.Equal(t, j.Clock.Unix(), v[1])
+	j.Seed = 8
+	c, err := run(t, j)
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Value.([]any)[2], c.Value.([]any)[2])
+}
+
+func TestTimeZonesRefused(t *testing.T) {
+	for _, code := range []string{
+		`time.time(year=2020, location="Europe/Berlin")`,
+		`time.parse_time("2020-01-01T00:00:00Z", location="America/New_York")`,
+		`time.now().in_location("Asia/Tokyo")`,
+	} {
+		_, err := run(t, job("x = "+code))
+		var ce *airlock.CodeError
+		require.ErrorAs(t, err, &ce, code)
+		assert.Contains(t, ce.Message, "only UTC", code)
+	}
+	res, err := run(t, job(`result = [time.is_valid_timezone("UTC"), time.is_valid_timezone("Europe/Berlin"), time.from_timestamp(0).format("2006-01-02T15:04:05Z07:00")]`))
+	require.NoError(t, err)
+	assert.Equal(t, []any{true, false, "1970-01-01T00:00:00Z"}, res.Value)
+}
+
+func TestLoad(t *testing.T) {
+	j := job(`load("lib.star", "double")
+load("sub/other.star", "K")
+result = double(K)`)
+	j.Files = map[string]string{
+		"lib.star":       "def double(x):\n    return x * 2",
+		"sub/other.star": "K = 21",
+		"notes.txt":      "K = 1",
+	}
+	res, err := run(t, j)
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), res.Value)
+
+	j.Code = `load("notes.txt", "K")`
+	_, err = run(t, j)
+	var ce *airlock.CodeError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, "only job files ending in .star")
+
+	j.Code = `load("a.star", "A")`
+	j.Files = map[string]string{"a.star": `load("b.star", "B")` + "\nA = 1", "b.star": `load("a.star", "A")` + "\nB = 1"}
+	_, err = run(t, j)
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, "load cycle: a.star -> b.star -> a.star")
+
+	for _, path := range []string{"/etc/passwd", "../job.star", "~/x.star"} {
+		j := job(`load("` + path + `", "x")`)
+		_, err = run(t, j)
+		var d *airlock.Denied
+		require.ErrorAs(t, err, &d, path)
+		assert.Equal(t, "fs", d.Capability)
+	}
+}
+
+func TestSession(t *testing.T) {
+	tier := newTier(t)
+	s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	_, err = s.Run(ctx, job("x = 1\nitems = []\ndef bump():\n    items.append(len(items))"))
+	require.NoError(t, err)
+	res, err := s.Run(ctx, job("x = x + 1\nbump()\nbump()\nresult = [x, items]"))
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(2), []any{int64(0), int64(1)}}, res.Value)
+	res, err = s.Run(ctx, job("y = 3"))
+	require.NoError(t, err)
+	assert.Nil(t, res.Value, "result from an earlier run leaked into this one")
+
+	other, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	require.NoError(t, err)
+	_, err = other.Run(ctx, job("result = x"))
+	var ce *airlock.CodeError
+	require.ErrorAs(t, err, &ce, "sessions share globals")
+
+	require.NoError(t, s.Close())
+	_, err = s.Run(ctx, job("result = x"))
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+
+	exp, err := tier.OpenSession(ctx, airlock.SessionOptions{TTL: time.Millisecond})
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond)
+	_, err = exp.Run(ctx, job("x = 1"))
+	require.ErrorAs(t, err, &na)
+}
+
+func TestStopsKeepOutput(t *testing.T) {
+	j := job("print('partial')\nx = 'x' * (1 << 40)")
+	res, err := run(t, j)
+	var st *airlock.Stopped
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, airlock.StopMemory, st.Reason)
+	assert.Equal(t, "partial\n", res.Stdout)
+	assert.Equal(t, airlock.StopMemory, res.Stopped.Reason)
+
+	j = job("print('partial')\nfor i in range(1000000000):\n    pass")
+	j.Limits.Steps = 10000
+	res, err = run(t, j)
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, airlock.StopSteps, st.Reason)
+	assert.Equal(t, "partial\n", res.Stdout)
+	assert.GreaterOrEqual(t, res.Usage.Steps, int64(10000))
+}
+
+func TestCancelInsideBuiltin(t *testing.T) {
+	// One step that would loop for hours: the builtin itself must notice.
+	for _, code := range []string{"x = max(range(1 << 62), key=lambda v: v)", "x = any([False for i in range(0)]) or all(range(1, 1 << 62))", "x = sorted(range(1 << 22), key=lambda v: -v)"} {
+		j := job(code)
+		j.Limits.WallMS = 200
+		j.Limits.MemoryMB = 8192
+		start := time.Now()
+		_, err := run(t, j)
+		var st *airlock.Stopped
+		require.ErrorAs(t, err, &st, code)
+		assert.Contains(t, []airlock.StopReason{airlock.StopTimeout, airlock.StopSteps, airlock.StopMemory}, st.Reason, code)
+		t.Logf("%s: %v after %v", code, st, time.Since(start))
+	}
+}
+
+func TestInvalidAndHugeCode(t *testing.T) {
+	tier, err := starlark.New(starlark.NewConfig().WithMaxCodeBytes(100))
+	require.NoError(t, err)
+	_, err = tier.Run(context.Background(), job("x = 1"+strings.Repeat("+1", 100)))
+	var inv *airlock.InvalidJob
+	require.ErrorAs(t, err, &inv)
+	assert.Equal(t, "code", inv.Field)
+
+	_, err = starlark.New(starlark.NewConfig().WithCacheSize(-1))
+	assert.Error(t, err)
+	_, err = starlark.New(starlark.NewConfig().WithMaxCodeBytes(0))
+	assert.Error(t, err)
+
+	_, err = run(t, job("x = 1"+strings.Repeat("+1", 100000)))
+	var ce *airlock.CodeError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, "nested more than")
+	assert.True(t, errors.Is(err, err))
+}

@@ -1,0 +1,204 @@
+package wasm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// moduleInfo is what the tier learns from a module's binary before
+// compiling it.
+type moduleInfo struct {
+	memMinPages uint32 // the largest declared minimum of a defined memory
+	tableMin    uint64 // the largest declared minimum of a defined table
+}
+
+const (
+	sectionTable  = 4
+	sectionMemory = 5
+)
+
+var errMalformed = errors.New("malformed module")
+
+// inspect reads the sections of a module and returns what it declares, and
+// the module with every defined table's maximum lowered to maxTable (added
+// where the module declared none): wazero lets a table without a maximum
+// grow to 2^32 elements, which is an out-of-memory. A module whose table
+// minimum is above maxTable is refused with a [tableError]. The returned
+// slice shares no memory with mod when a rewrite was needed, and is mod
+// itself otherwise.
+func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
+	var info moduleInfo
+	if len(mod) < 8 || string(mod[:4]) != "\x00asm" {
+		return nil, info, fmt.Errorf("%w: not a WebAssembly binary (bad magic)", errMalformed)
+	}
+	if binary.LittleEndian.Uint32(mod[4:8]) != 1 {
+		return nil, info, fmt.Errorf("%w: unsupported binary version %d", errMalformed, binary.LittleEndian.Uint32(mod[4:8]))
+	}
+	out := mod
+	for off := 8; off < len(mod); {
+		id := mod[off]
+		size, n, err := uleb(mod[off+1:])
+		if err != nil {
+			return nil, info, fmt.Errorf("%w: section header at byte %d: %v", errMalformed, off, err)
+		}
+		start := off + 1 + n
+		end := start + int(size)
+		if size > uint64(len(mod)) || end > len(mod) {
+			return nil, info, fmt.Errorf("%w: section %d at byte %d runs past the end", errMalformed, id, off)
+		}
+		body := mod[start:end]
+		switch id {
+		case sectionMemory:
+			lims, err := readLimits(body)
+			if err != nil {
+				return nil, info, fmt.Errorf("%w: memory section: %v", errMalformed, err)
+			}
+			for _, l := range lims {
+				info.memMinPages = max(info.memMinPages, uint32(min(l.min, 1<<32-1)))
+			}
+		case sectionTable:
+			lims, err := readLimits(body)
+			if err != nil {
+				return nil, info, fmt.Errorf("%w: table section: %v", errMalformed, err)
+			}
+			rewrite := false
+			for _, l := range lims {
+				info.tableMin = max(info.tableMin, l.min)
+				if l.min > uint64(maxTable) {
+					return nil, info, &tableError{declared: l.min, cap: maxTable}
+				}
+				if !l.hasMax || l.max > uint64(maxTable) {
+					rewrite = true
+				}
+			}
+			if rewrite {
+				out = make([]byte, 0, len(mod)+16)
+				out = append(out, mod[:off]...)
+				out = append(out, sectionTable)
+				sec := encodeTables(lims, maxTable)
+				out = binary.AppendUvarint(out, uint64(len(sec)))
+				out = append(out, sec...)
+				out = append(out, mod[end:]...)
+				// Tables appear in one section only; nothing further to do.
+				return out, info, scanRest(out, len(out)-(len(mod)-end), &info)
+			}
+		}
+		off = end
+	}
+	return out, info, nil
+}
+
+// scanRest reads the sections after the rewritten table section for the
+// memory declaration.
+func scanRest(mod []byte, off int, info *moduleInfo) error {
+	for off < len(mod) {
+		id := mod[off]
+		size, n, err := uleb(mod[off+1:])
+		if err != nil || off+1+n+int(size) > len(mod) {
+			return fmt.Errorf("%w: section at byte %d", errMalformed, off)
+		}
+		body := mod[off+1+n : off+1+n+int(size)]
+		if id == sectionMemory {
+			lims, err := readLimits(body)
+			if err != nil {
+				return fmt.Errorf("%w: memory section: %v", errMalformed, err)
+			}
+			for _, l := range lims {
+				info.memMinPages = max(info.memMinPages, uint32(min(l.min, 1<<32-1)))
+			}
+		}
+		off += 1 + n + int(size)
+	}
+	return nil
+}
+
+type limits struct {
+	ref      byte // table element type; 0 for memories
+	min, max uint64
+	hasMax   bool
+}
+
+// readLimits reads a vector of table types (reftype + limits) or memory
+// types (limits) — told apart by the first byte of each entry.
+func readLimits(b []byte) ([]limits, error) {
+	count, n, err := uleb(b)
+	if err != nil {
+		return nil, err
+	}
+	if count > uint64(len(b)) {
+		return nil, fmt.Errorf("count %d larger than the section", count)
+	}
+	b = b[n:]
+	out := make([]limits, 0, count)
+	for range count {
+		var l limits
+		if len(b) == 0 {
+			return nil, errors.New("truncated")
+		}
+		if b[0] == 0x70 || b[0] == 0x6f { // funcref, externref: a table
+			l.ref = b[0]
+			b = b[1:]
+		}
+		if len(b) == 0 {
+			return nil, errors.New("truncated limits")
+		}
+		if b[0] > 1 && l.ref != 0 {
+			return nil, fmt.Errorf("unsupported table limits flag %#x", b[0])
+		}
+		l.hasMax = b[0]&1 == 1
+		b = b[1:]
+		if l.min, n, err = uleb(b); err != nil {
+			return nil, err
+		}
+		b = b[n:]
+		if l.hasMax {
+			if l.max, n, err = uleb(b); err != nil {
+				return nil, err
+			}
+			b = b[n:]
+		}
+		out = append(out, l)
+	}
+	if len(b) != 0 {
+		return nil, errors.New("trailing bytes")
+	}
+	return out, nil
+}
+
+func encodeTables(lims []limits, maxTable uint32) []byte {
+	var sec []byte
+	sec = binary.AppendUvarint(sec, uint64(len(lims)))
+	for _, l := range lims {
+		mx := uint64(maxTable)
+		if l.hasMax && l.max < mx {
+			mx = l.max
+		}
+		sec = append(sec, l.ref, 0x01)
+		sec = binary.AppendUvarint(sec, l.min)
+		sec = binary.AppendUvarint(sec, mx)
+	}
+	return sec
+}
+
+// uleb reads an unsigned LEB128 number of at most 64 bits.
+func uleb(b []byte) (uint64, int, error) {
+	v, n := binary.Uvarint(b)
+	switch {
+	case n == 0:
+		return 0, 0, errors.New("truncated number")
+	case n < 0:
+		return 0, 0, errors.New("number overflows 64 bits")
+	}
+	return v, n, nil
+}
+
+// tableError reports a table minimum above the cap.
+type tableError struct {
+	declared uint64
+	cap      uint32
+}
+
+func (e *tableError) Error() string {
+	return fmt.Sprintf("module declares a table of %d elements, above the cap of %d", e.declared, e.cap)
+}

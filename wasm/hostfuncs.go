@@ -1,0 +1,299 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// hostModule is the import module of airlock's host functions.
+const hostModule = "airlock"
+
+// The grantable host functions. input_size, input_read, output_write and
+// result_read are the calling convention and always available.
+const (
+	FuncLog         = "log"
+	FuncHTTPRequest = "http_request"
+	FuncKV          = "kv" // kv_get, kv_set and kv_delete
+)
+
+// hostFunctions maps each import name to the grant it needs ("-" for
+// none).
+var hostFunctions = map[string]string{
+	"input_size":   "-",
+	"input_read":   "-",
+	"output_write": "-",
+	"result_read":  "-",
+	"log":          FuncLog,
+	"http_request": FuncHTTPRequest,
+	"kv_get":       FuncKV,
+	"kv_set":       FuncKV,
+	"kv_delete":    FuncKV,
+}
+
+// Limits of the host-function calling convention.
+const (
+	maxKeyBytes     = 256
+	maxRequestBytes = 1 << 20
+)
+
+type stateKey struct{}
+
+// hostState is one run's view of the host functions: what is granted and
+// the buffers they exchange with the guest.
+type hostState struct {
+	grants  map[string]bool
+	input   []byte
+	output  bytes.Buffer
+	result  []byte
+	logf    func(string)
+	kv      *KV
+	net     []airlock.NetRule
+	http    HTTPDoer
+	respCap int64
+	outs    *outputs
+	toStd   bool  // output_write goes to stdout (tier jobs)
+	err     error // the denial or stop that ended the run
+}
+
+// fail records err as the reason the run ended and unwinds the guest.
+func (s *hostState) fail(err error) {
+	s.err = err
+	panic(err)
+}
+
+func (s *hostState) need(grant, what string) {
+	if !s.grants[grant] {
+		s.fail(&airlock.Denied{Capability: "host-function", Detail: fmt.Sprintf("%s was not granted (attempted %s)", grant, what)})
+	}
+}
+
+func state(ctx context.Context) *hostState {
+	s, _ := ctx.Value(stateKey{}).(*hostState)
+	if s == nil {
+		panic(&airlock.Denied{Capability: "host-function", Detail: "no host state for this call"})
+	}
+	return s
+}
+
+func (s *hostState) read(mod api.Module, ptr, n uint32, what string) []byte {
+	b, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, n, ptr)})
+	}
+	return b
+}
+
+func (s *hostState) write(mod api.Module, ptr uint32, b []byte, what string) {
+	if !mod.Memory().Write(ptr, b) {
+		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, len(b), ptr)})
+	}
+}
+
+// setResult stores bytes for result_read and returns their length.
+func (s *hostState) setResult(b []byte) uint64 {
+	s.result = b
+	return uint64(uint32(len(b)))
+}
+
+// instantiateHost defines the airlock host module in rt once; each
+// function finds its run's state in the call's context.
+func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
+	i32 := api.ValueTypeI32
+	b := rt.NewHostModuleBuilder(hostModule)
+	def := func(name string, params, results []api.ValueType, fn func(ctx context.Context, s *hostState, mod api.Module, stack []uint64)) {
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+			fn(ctx, state(ctx), mod, stack)
+		}), params, results).Export(name)
+	}
+	def("input_size", nil, []api.ValueType{i32}, func(_ context.Context, s *hostState, _ api.Module, st []uint64) {
+		st[0] = uint64(uint32(len(s.input)))
+	})
+	def("input_read", []api.ValueType{i32}, nil, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
+		s.write(mod, uint32(st[0]), s.input, "input_read")
+	})
+	def("result_read", []api.ValueType{i32}, nil, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
+		s.write(mod, uint32(st[0]), s.result, "result_read")
+	})
+	def("output_write", []api.ValueType{i32, i32}, nil, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
+		b := s.read(mod, uint32(st[0]), uint32(st[1]), "output_write")
+		if s.toStd {
+			_, _ = s.outs.write(&s.outs.stdout, b)
+			return
+		}
+		if int64(s.output.Len()+len(b)) > s.respCap {
+			s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("tool output above %d bytes", s.respCap)})
+		}
+		s.output.Write(b)
+	})
+	def("log", []api.ValueType{i32, i32}, nil, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
+		s.need(FuncLog, "log")
+		msg := string(s.read(mod, uint32(st[0]), uint32(st[1]), "log"))
+		if s.logf != nil {
+			s.logf(msg)
+			return
+		}
+		_, _ = s.outs.write(&s.outs.stderr, []byte(msg+"\n"))
+	})
+	def("http_request", []api.ValueType{i32, i32}, []api.ValueType{i32}, func(ctx context.Context, s *hostState, mod api.Module, st []uint64) {
+		if uint32(st[1]) > maxRequestBytes {
+			s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http request of %d bytes is above %d", uint32(st[1]), maxRequestBytes)})
+		}
+		req := s.read(mod, uint32(st[0]), uint32(st[1]), "http_request")
+		st[0] = s.setResult(s.httpRequest(ctx, req))
+	})
+	def("kv_get", []api.ValueType{i32, i32}, []api.ValueType{i32}, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
+		s.need(FuncKV, "kv_get")
+		key := s.key(mod, st[0], st[1])
+		v, ok := s.kv.Get(key)
+		if !ok {
+			st[0] = uint64(0xffffffff) // -1: absent
+			return
+		}
+		st[0] = s.setResult(v)
+	})
+	def("kv_set", []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
+		s.need(FuncKV, "kv_set")
+		key := s.key(mod, st[0], st[1])
+		val := s.read(mod, uint32(st[2]), uint32(st[3]), "kv_set")
+		if err := s.kv.Set(key, val); err != nil {
+			st[0] = uint64(0xffffffff) // -1: over quota
+			return
+		}
+		st[0] = 0
+	})
+	def("kv_delete", []api.ValueType{i32, i32}, nil, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
+		s.need(FuncKV, "kv_delete")
+		s.kv.Delete(s.key(mod, st[0], st[1]))
+	})
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+func (s *hostState) key(mod api.Module, ptr64, n64 uint64) string {
+	ptr, n := uint32(ptr64), uint32(n64) // i32 arguments: the upper bits are not the guest's
+	if n > maxKeyBytes {
+		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("kv key of %d bytes is above %d", n, maxKeyBytes)})
+	}
+	if s.kv == nil {
+		s.fail(&airlock.Denied{Capability: "host-function", Detail: "kv needs a session (no store is attached to this call)"})
+	}
+	return string(s.read(mod, ptr, n, "kv key"))
+}
+
+// HTTPRequest is the guest's request to http_request, as JSON.
+type HTTPRequest struct {
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    []byte            `json:"body,omitempty"` // base64 in JSON
+}
+
+// HTTPResponse is what http_request returns to the guest, as JSON.
+type HTTPResponse struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    []byte            `json:"body,omitempty"` // base64 in JSON
+}
+
+// httpRequest checks a guest request against the network grants, sends it
+// through the configured HTTPDoer, and returns the response as JSON. Every
+// refusal ends the call with a *airlock.Denied naming what was attempted.
+func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
+	s.need(FuncHTTPRequest, "http_request")
+	var r HTTPRequest
+	if err := json.Unmarshal(raw, &r); err != nil {
+		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: "http_request: malformed request JSON: " + err.Error()})
+	}
+	if r.Method == "" {
+		r.Method = http.MethodGet
+	}
+	what := r.Method + " " + r.URL
+	u, err := url.Parse(r.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		s.fail(&airlock.Denied{Capability: "net", Detail: "not an http(s) URL with a host: " + what})
+	}
+	if len(s.net) == 0 {
+		s.fail(&airlock.Denied{Capability: "net", Detail: "no hosts granted: " + what})
+	}
+	if !allowed(s.net, r.Method, u) {
+		s.fail(&airlock.Denied{Capability: "net", Detail: "not granted: " + what})
+	}
+	if s.http == nil {
+		s.fail(&airlock.Denied{Capability: "net", Detail: "egress not wired (no HTTP client configured): " + what})
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(r.Body))
+	if err != nil {
+		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: "http_request: " + err.Error()})
+	}
+	for k, v := range r.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		s.fail(&airlock.Denied{Capability: "net", Detail: fmt.Sprintf("%s: %v", what, err)})
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, s.respCap+1))
+	if err != nil {
+		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("http_request: reading the response: %v", err)})
+	}
+	if int64(len(body)) > s.respCap {
+		s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http response above %d bytes", s.respCap)})
+	}
+	out := HTTPResponse{Status: resp.StatusCode, Body: body, Headers: map[string]string{}}
+	for k := range resp.Header {
+		out.Headers[k] = resp.Header.Get(k)
+	}
+	j, _ := json.Marshal(out)
+	return j
+}
+
+// allowed reports whether a rule grants method on u's host and port.
+func allowed(rules []airlock.NetRule, method string, u *url.URL) bool {
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if net.ParseIP(host) != nil {
+		return false // IP literals are never granted by name
+	}
+	port := 443
+	if u.Scheme == "http" {
+		port = 80
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return false
+		}
+		port = n
+	}
+	for _, r := range rules {
+		if strings.TrimSuffix(strings.ToLower(r.Host), ".") != host {
+			continue
+		}
+		methods := r.Methods
+		if len(methods) == 0 {
+			methods = []string{http.MethodGet, http.MethodHead}
+		}
+		ports := r.Ports
+		if len(ports) == 0 {
+			ports = []int{80, 443}
+		}
+		if slices.Contains(methods, method) && slices.Contains(ports, port) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,494 @@
+package wasm
+
+import (
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tetratelabs/wazero/experimental/sys"
+	wsys "github.com/tetratelabs/wazero/sys"
+)
+
+// memFS is the writable scratch: a directory tree in memory, bounded in
+// total bytes. It has no symbolic or hard links, so nothing in it can
+// point outside it.
+type memFS struct {
+	sys.UnimplementedFS
+	mu    sync.Mutex
+	root  *memNode
+	limit int64
+	used  int64
+	ino   uint64
+	mtime int64
+}
+
+type memNode struct {
+	dir      bool
+	children map[string]*memNode
+	data     []byte
+	mode     fs.FileMode
+	ino      uint64
+	mtim     int64
+	atim     int64
+}
+
+func newMemFS(limit, mtime int64) *memFS {
+	m := &memFS{limit: limit, mtime: mtime}
+	m.root = m.newNode(true, 0o755)
+	return m
+}
+
+func (m *memFS) newNode(dir bool, perm fs.FileMode) *memNode {
+	m.ino++
+	n := &memNode{dir: dir, mode: perm & fs.ModePerm, ino: m.ino, mtim: m.mtime, atim: m.mtime}
+	if dir {
+		n.children = map[string]*memNode{}
+		n.mode |= fs.ModeDir
+	}
+	return n
+}
+
+// split cleans a guest path ("." or "" for the root) into its elements.
+func split(p string) ([]string, sys.Errno) {
+	p = strings.TrimSuffix(p, "/")
+	if p == "" || p == "." || p == "/" {
+		return nil, 0
+	}
+	p = path.Clean(strings.TrimPrefix(p, "/"))
+	if !fs.ValidPath(p) {
+		return nil, sys.EPERM
+	}
+	return strings.Split(p, "/"), 0
+}
+
+// lookup walks to p's node; with parent it returns p's directory and base
+// name instead (the node itself may not exist).
+func (m *memFS) lookup(p string) (*memNode, sys.Errno) {
+	parts, errno := split(p)
+	if errno != 0 {
+		return nil, errno
+	}
+	n := m.root
+	for _, el := range parts {
+		if !n.dir {
+			return nil, sys.ENOTDIR
+		}
+		c, ok := n.children[el]
+		if !ok {
+			return nil, sys.ENOENT
+		}
+		n = c
+	}
+	return n, 0
+}
+
+func (m *memFS) parent(p string) (*memNode, string, sys.Errno) {
+	parts, errno := split(p)
+	if errno != 0 {
+		return nil, "", errno
+	}
+	if len(parts) == 0 {
+		return nil, "", sys.EINVAL // the root has no parent
+	}
+	dir, errno := m.lookup(strings.Join(parts[:len(parts)-1], "/"))
+	if errno != 0 {
+		return nil, "", errno
+	}
+	if !dir.dir {
+		return nil, "", sys.ENOTDIR
+	}
+	return dir, parts[len(parts)-1], 0
+}
+
+// put places a job file, creating its directories.
+func (m *memFS) put(name string, data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	parts := strings.Split(name, "/")
+	n := m.root
+	for _, el := range parts[:len(parts)-1] {
+		c, ok := n.children[el]
+		if !ok {
+			c = m.newNode(true, 0o755)
+			n.children[el] = c
+		}
+		if !c.dir {
+			return sys.ENOTDIR
+		}
+		n = c
+	}
+	if m.used+int64(len(data)) > m.limit {
+		return errNoSpace
+	}
+	f := m.newNode(false, 0o644)
+	f.data = append([]byte(nil), data...)
+	m.used += int64(len(data))
+	n.children[parts[len(parts)-1]] = f
+	return nil
+}
+
+func (m *memFS) OpenFile(p string, flag sys.Oflag, perm fs.FileMode) (sys.File, sys.Errno) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, errno := m.lookup(p)
+	switch {
+	case errno == sys.ENOENT && flag&sys.O_CREAT != 0:
+		dir, name, errno := m.parent(p)
+		if errno != 0 {
+			return nil, errno
+		}
+		n = m.newNode(false, perm)
+		dir.children[name] = n
+	case errno != 0:
+		return nil, errno
+	case flag&sys.O_CREAT != 0 && flag&sys.O_EXCL != 0:
+		return nil, sys.EEXIST
+	}
+	if flag&sys.O_DIRECTORY != 0 && !n.dir {
+		return nil, sys.ENOTDIR
+	}
+	acc := flag & (sys.O_RDONLY | sys.O_RDWR | sys.O_WRONLY)
+	if n.dir && acc != sys.O_RDONLY {
+		return nil, sys.EISDIR
+	}
+	if flag&sys.O_TRUNC != 0 && !n.dir && acc != sys.O_RDONLY {
+		m.used -= int64(len(n.data))
+		n.data = nil
+	}
+	f := &memFile{fs: m, n: n, read: acc != sys.O_WRONLY, write: acc != sys.O_RDONLY, append: flag&sys.O_APPEND != 0}
+	f.seekOp.f = f
+	return f, 0
+}
+
+func (m *memFS) Stat(p string) (wsys.Stat_t, sys.Errno) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, errno := m.lookup(p)
+	if errno != 0 {
+		return wsys.Stat_t{}, errno
+	}
+	return n.stat(), 0
+}
+
+func (m *memFS) Lstat(p string) (wsys.Stat_t, sys.Errno) { return m.Stat(p) }
+
+func (m *memFS) Mkdir(p string, perm fs.FileMode) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dir, name, errno := m.parent(p)
+	if errno != 0 {
+		return errno
+	}
+	if _, ok := dir.children[name]; ok {
+		return sys.EEXIST
+	}
+	dir.children[name] = m.newNode(true, perm)
+	return 0
+}
+
+func (m *memFS) Chmod(p string, perm fs.FileMode) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, errno := m.lookup(p)
+	if errno != 0 {
+		return errno
+	}
+	n.mode = n.mode&^fs.ModePerm | perm&fs.ModePerm
+	return 0
+}
+
+func (m *memFS) Rename(from, to string) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fdir, fname, errno := m.parent(from)
+	if errno != 0 {
+		return errno
+	}
+	n, ok := fdir.children[fname]
+	if !ok {
+		return sys.ENOENT
+	}
+	tdir, tname, errno := m.parent(to)
+	if errno != 0 {
+		return errno
+	}
+	if old, ok := tdir.children[tname]; ok {
+		switch {
+		case old == n:
+			return 0
+		case old.dir && !n.dir:
+			return sys.EISDIR
+		case !old.dir && n.dir:
+			return sys.ENOTDIR
+		case old.dir && len(old.children) > 0:
+			return sys.ENOTEMPTY
+		}
+		m.used -= int64(len(old.data))
+	}
+	if n.dir {
+		// Refuse moving a directory into itself.
+		for d := to; d != "." && d != "/" && d != ""; d = path.Dir(d) {
+			if t, _ := m.lookup(d); t == n {
+				return sys.EINVAL
+			}
+		}
+	}
+	delete(fdir.children, fname)
+	tdir.children[tname] = n
+	return 0
+}
+
+func (m *memFS) Rmdir(p string) sys.Errno {
+	return m.remove(p, true)
+}
+
+func (m *memFS) Unlink(p string) sys.Errno {
+	return m.remove(p, false)
+}
+
+func (m *memFS) remove(p string, dir bool) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, name, errno := m.parent(p)
+	if errno != 0 {
+		return errno
+	}
+	n, ok := d.children[name]
+	switch {
+	case !ok:
+		return sys.ENOENT
+	case dir && !n.dir:
+		return sys.ENOTDIR
+	case !dir && n.dir:
+		return sys.EISDIR
+	case dir && len(n.children) > 0:
+		return sys.ENOTEMPTY
+	}
+	m.used -= int64(len(n.data))
+	delete(d.children, name)
+	return 0
+}
+
+// Link, Symlink and Readlink stay unimplemented (ENOSYS): the scratch has
+// no links, so none can point out of it.
+
+func (m *memFS) Utimens(p string, atim, mtim int64) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, errno := m.lookup(p)
+	if errno != 0 {
+		return errno
+	}
+	n.setTimes(atim, mtim)
+	return 0
+}
+
+func (n *memNode) setTimes(atim, mtim int64) {
+	if atim != sys.UTIME_OMIT {
+		n.atim = atim
+	}
+	if mtim != sys.UTIME_OMIT {
+		n.mtim = mtim
+	}
+}
+
+func (n *memNode) stat() wsys.Stat_t {
+	return wsys.Stat_t{Ino: n.ino, Mode: n.mode, Nlink: 1, Size: int64(len(n.data)), Atim: n.atim, Mtim: n.mtim, Ctim: n.mtim}
+}
+
+// memFile is an open file or directory of a memFS.
+type memFile struct {
+	unimplemented
+	seekOp[int64]
+	fs          *memFS
+	n           *memNode
+	off         int64
+	dirPos      int
+	read, write bool
+	append      bool
+}
+
+func (f *memFile) Ino() (wsys.Inode, sys.Errno) { return f.n.ino, 0 }
+func (f *memFile) IsDir() (bool, sys.Errno)     { return f.n.dir, 0 }
+func (f *memFile) IsAppend() bool               { return f.append }
+func (f *memFile) SetAppend(on bool) sys.Errno  { f.append = on; return 0 }
+func (f *memFile) Sync() sys.Errno              { return 0 }
+func (f *memFile) Datasync() sys.Errno          { return 0 }
+func (f *memFile) Close() sys.Errno             { return 0 }
+
+func (f *memFile) Stat() (wsys.Stat_t, sys.Errno) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	return f.n.stat(), 0
+}
+
+func (f *memFile) Read(buf []byte) (int, sys.Errno) {
+	n, errno := f.Pread(buf, f.off)
+	f.off += int64(n)
+	return n, errno
+}
+
+func (f *memFile) Pread(buf []byte, off int64) (int, sys.Errno) {
+	if f.n.dir {
+		return 0, sys.EISDIR
+	}
+	if !f.read {
+		return 0, sys.EBADF
+	}
+	if off < 0 {
+		return 0, sys.EINVAL
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if off >= int64(len(f.n.data)) {
+		return 0, 0
+	}
+	return copy(buf, f.n.data[off:]), 0
+}
+
+// unimplemented puts wazero's ENOSYS defaults one level deeper than
+// seekOp, so that seekOp's Seek is the one promoted.
+type unimplemented struct{ sys.UnimplementedFile }
+
+// seekOp provides memFile's Seek. It is generic only so that go vet's
+// stdmethods check, which wants every Seek to be io.Seeker's, does not
+// flag a method whose signature wazero's sys.File dictates.
+type seekOp[O ~int64] struct{ f *memFile }
+
+func (s seekOp[O]) Seek(offset O, whence int) (O, sys.Errno) {
+	n, errno := s.f.seek(int64(offset), whence)
+	return O(n), errno
+}
+
+func (f *memFile) seek(offset int64, whence int) (int64, sys.Errno) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.n.dir {
+		if offset == 0 && whence == io.SeekStart {
+			f.dirPos = 0
+			return 0, 0
+		}
+		return 0, sys.EISDIR
+	}
+	var base int64
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		base = f.off
+	case io.SeekEnd:
+		base = int64(len(f.n.data))
+	default:
+		return 0, sys.EINVAL
+	}
+	if base+offset < 0 {
+		return 0, sys.EINVAL
+	}
+	f.off = base + offset
+	return f.off, 0
+}
+
+func (f *memFile) Readdir(n int) ([]sys.Dirent, sys.Errno) {
+	if !f.n.dir {
+		return nil, sys.EBADF
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	names := make([]string, 0, len(f.n.children))
+	for name := range f.n.children {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if f.dirPos >= len(names) {
+		return nil, 0
+	}
+	names = names[f.dirPos:]
+	if n >= 0 && n < len(names) {
+		names = names[:n]
+	}
+	out := make([]sys.Dirent, len(names))
+	for i, name := range names {
+		c := f.n.children[name]
+		out[i] = sys.Dirent{Ino: c.ino, Name: name, Type: c.mode.Type()}
+	}
+	f.dirPos += len(names)
+	return out, 0
+}
+
+func (f *memFile) Write(buf []byte) (int, sys.Errno) {
+	if f.append {
+		f.fs.mu.Lock()
+		f.off = int64(len(f.n.data))
+		f.fs.mu.Unlock()
+	}
+	n, errno := f.Pwrite(buf, f.off)
+	f.off += int64(n)
+	return n, errno
+}
+
+func (f *memFile) Pwrite(buf []byte, off int64) (int, sys.Errno) {
+	if f.n.dir {
+		return 0, sys.EISDIR
+	}
+	if !f.write {
+		return 0, sys.EBADF
+	}
+	if off < 0 {
+		return 0, sys.EINVAL
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	end := off + int64(len(buf))
+	if grow := end - int64(len(f.n.data)); grow > 0 {
+		if f.fs.used+grow > f.fs.limit {
+			return 0, errNoSpace
+		}
+		f.fs.used += grow
+		f.n.data = append(f.n.data, make([]byte, grow)...)
+	}
+	copy(f.n.data[off:], buf)
+	return len(buf), 0
+}
+
+func (f *memFile) Truncate(size int64) sys.Errno {
+	if f.n.dir {
+		return sys.EISDIR
+	}
+	if !f.write {
+		return sys.EBADF
+	}
+	if size < 0 {
+		return sys.EINVAL
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	grow := size - int64(len(f.n.data))
+	if grow > 0 && f.fs.used+grow > f.fs.limit {
+		return errNoSpace
+	}
+	f.fs.used += grow
+	if grow > 0 {
+		f.n.data = append(f.n.data, make([]byte, grow)...)
+	} else {
+		f.n.data = f.n.data[:size]
+	}
+	return 0
+}
+
+func (f *memFile) Utimens(atim, mtim int64) sys.Errno {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	f.n.setTimes(atim, mtim)
+	return 0
+}
+
+// errNoSpace is what a write past the scratch's size returns: WASI
+// preview 1 as wazero implements it has no ENOSPC, so the guest sees EIO.
+const errNoSpace = sys.EIO
+
+var (
+	_ sys.FS   = (*memFS)(nil)
+	_ sys.File = (*memFile)(nil)
+)

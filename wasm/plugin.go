@@ -1,0 +1,238 @@
+package wasm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Host runs WASM tools for a Go program. It is safe for concurrent use.
+type Host struct {
+	e *engine
+}
+
+// NewHost builds a plugin host from cfg (its limit policy, caches and
+// HTTP client apply to every tool).
+func NewHost(cfg Config) (*Host, error) {
+	e, err := newEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Host{e: e}, nil
+}
+
+// Close releases the host's runtime and every tool loaded from it.
+func (h *Host) Close() error { return h.e.close() }
+
+// ToolConfig says what a tool may do.
+type ToolConfig struct {
+	// Functions grants host functions by name: "log", "http_request" and
+	// "kv". Calling one that is not granted ends the call with a
+	// *airlock.Denied.
+	Functions []string
+	// Net lists the hosts http_request may reach (checked here, then again
+	// by the configured HTTPDoer's egress policy).
+	Net []airlock.NetRule
+	// Limits bound each call (zero fields take the host's defaults).
+	Limits airlock.Limits
+	// Env is the guest's whole environment (nothing is inherited).
+	Env map[string]string
+	// Log receives each message of the "log" host function; nil collects
+	// them in the call's Reply.
+	Log func(msg string)
+}
+
+// Tool is a compiled module with its grants, ready to be called.
+type Tool struct {
+	h      *Host
+	c      *compiled
+	cfg    ToolConfig
+	limits airlock.Limits
+	once   sync.Once
+}
+
+// Load compiles a tool once. Unknown host function names, modules that
+// import functions airlock does not provide, and limits above the host's
+// maxima are refused here.
+func (h *Host) Load(ctx context.Context, module []byte, cfg ToolConfig) (*Tool, error) {
+	for _, f := range cfg.Functions {
+		if f != FuncLog && f != FuncHTTPRequest && f != FuncKV {
+			return nil, airlock.Invalid("functions", "unknown host function %q (want log, http_request or kv)", f)
+		}
+	}
+	job := airlock.Job{Kind: airlock.KindWasm, Module: module, Limits: cfg.Limits, Grants: airlock.Grants{Net: cfg.Net, Secrets: cfg.Env}}
+	prepared, err := airlock.Prepare(job, h.e.cfg.limits)
+	if err != nil {
+		return nil, err
+	}
+	c, err := h.e.acquire(ctx, module, prepared.Limits.Wall())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Functions = slices.Clone(cfg.Functions)
+	cfg.Net = slices.Clone(cfg.Net)
+	return &Tool{h: h, c: c, cfg: cfg, limits: prepared.Limits}, nil
+}
+
+// Close releases the tool's compiled module.
+func (t *Tool) Close() error {
+	t.once.Do(func() { t.h.e.release(t.c) })
+	return nil
+}
+
+// Reply is what one call produced.
+type Reply struct {
+	Output   []byte   // what the tool wrote with output_write
+	Log      []string // messages of the log host function (unless ToolConfig.Log is set)
+	Stdout   string   // the tool's WASI stdout and stderr, capped together
+	Stderr   string
+	ExitCode int // for tools that call proc_exit
+	Duration time.Duration
+}
+
+// Call runs fn (an exported function taking no arguments) in a fresh
+// instance with input readable through input_read, and returns what the
+// tool wrote with output_write. The call has no key-value store; use a
+// [Session] for that.
+func (t *Tool) Call(ctx context.Context, fn string, input []byte) (Reply, error) {
+	return t.call(ctx, fn, input, nil)
+}
+
+func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply, error) {
+	var rep Reply
+	if fn == "" {
+		return rep, airlock.Invalid("entry", "name the function to call")
+	}
+	if int64(len(input)) > airlock.MaxJobBytes {
+		return rep, airlock.Invalid("input", "%d bytes is above %d", len(input), airlock.MaxJobBytes)
+	}
+	grants := map[string]bool{}
+	for _, f := range t.cfg.Functions {
+		grants[f] = true
+	}
+	var logs []string
+	logf := t.cfg.Log
+	if logf == nil {
+		logf = func(m string) {
+			if len(logs) < 1000 {
+				logs = append(logs, m)
+			}
+		}
+	}
+	host := &hostState{grants: grants, input: input, logf: logf, kv: kv, net: t.cfg.Net, http: t.h.e.cfg.http, respCap: t.limits.OutputBytes}
+	s := &spec{
+		args:     []string{"tool.wasm"},
+		env:      t.cfg.Env,
+		entry:    fn,
+		memLimit: uint64(t.limits.MemoryMB) << 20,
+		wall:     t.limits.Wall(),
+		clock:    time.Now().UTC().Truncate(time.Microsecond),
+		seed:     airlock.NewSeed(),
+		outCap:   t.limits.OutputBytes,
+		host:     host,
+	}
+	if fn == "_start" {
+		s.entry = ""
+	}
+	t0 := time.Now()
+	out, err := t.h.e.run(ctx, t.c, s)
+	rep = Reply{Output: host.output.Bytes(), Log: logs, Stdout: out.stdout, Stderr: out.stderr, ExitCode: out.exitCode, Duration: time.Since(t0)}
+	if err == nil && len(out.results) == 1 && uint32(out.results[0]) != 0 {
+		err = &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s returned status %d", fn, int32(out.results[0]))}
+	}
+	return rep, err
+}
+
+// Session is a series of calls to one tool that share a key-value store.
+type Session struct {
+	t  *Tool
+	id string
+	kv *KV
+}
+
+// Session opens a session with an empty key-value store, bounded by the
+// host's WithKVMaxBytes. id names it; empty picks a random one.
+func (t *Tool) Session(id string) *Session {
+	if id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	return &Session{t: t, id: id, kv: NewKV(t.h.e.cfg.kvMaxBytes)}
+}
+
+// ID returns the session's name.
+func (s *Session) ID() string { return s.id }
+
+// KV returns the session's store (the host may read or seed it).
+func (s *Session) KV() *KV { return s.kv }
+
+// Call is [Tool.Call] with the session's key-value store attached (when
+// the tool is granted "kv").
+func (s *Session) Call(ctx context.Context, fn string, input []byte) (Reply, error) {
+	return s.t.call(ctx, fn, input, s.kv)
+}
+
+// ErrKVFull is returned by KV.Set when the store would exceed its size.
+var ErrKVFull = errors.New("key-value store is full")
+
+// KV is a bounded in-memory key-value store, safe for concurrent use.
+type KV struct {
+	mu    sync.Mutex
+	m     map[string][]byte
+	used  int64
+	limit int64
+}
+
+// NewKV returns an empty store holding at most limit bytes of keys and
+// values.
+func NewKV(limit int64) *KV { return &KV{m: map[string][]byte{}, limit: limit} }
+
+// Get returns a copy of the value under key.
+func (k *KV) Get(key string) ([]byte, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	v, ok := k.m[key]
+	return slices.Clone(v), ok
+}
+
+// Set stores a copy of val under key, or returns ErrKVFull.
+func (k *KV) Set(key string, val []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	size := int64(len(key) + len(val))
+	old, had := k.m[key]
+	if had {
+		size -= int64(len(key) + len(old))
+	}
+	if k.used+size > k.limit {
+		return ErrKVFull
+	}
+	k.m[key] = slices.Clone(val)
+	k.used += size
+	return nil
+}
+
+// Delete removes key.
+func (k *KV) Delete(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if v, ok := k.m[key]; ok {
+		k.used -= int64(len(key) + len(v))
+		delete(k.m, key)
+	}
+}
+
+// Len returns the number of keys.
+func (k *KV) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.m)
+}

@@ -1,0 +1,227 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// greetTool is the example tool (wasm/examples/greet), built by the test.
+func greetTool(t testing.TB) []byte {
+	return goModule(t, "./examples/greet", true)
+}
+
+func newHost(t testing.TB, cfg Config) *Host {
+	t.Helper()
+	h, err := NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+func load(t testing.TB, h *Host, mod []byte, cfg ToolConfig) *Tool {
+	t.Helper()
+	tool, err := h.Load(context.Background(), mod, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tool.Close() })
+	return tool
+}
+
+func wantDenied(t testing.TB, err error, capability, detail string) {
+	t.Helper()
+	var d *airlock.Denied
+	if !errors.As(err, &d) {
+		t.Fatalf("want *airlock.Denied{%s}, got %T: %v", capability, err, err)
+	}
+	if d.Capability != capability || !strings.Contains(d.Detail, detail) {
+		t.Fatalf("denied %q %q, want %q containing %q", d.Capability, d.Detail, capability, detail)
+	}
+}
+
+func TestPluginExampleTool(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, greetTool(t), ToolConfig{Functions: []string{FuncLog, FuncKV}})
+	sess := tool.Session("")
+	ctx := context.Background()
+	for i := 1; i <= 3; i++ {
+		rep, err := sess.Call(ctx, "greet", []byte("ada"))
+		if err != nil {
+			t.Fatalf("call %d: %v (%+v)", i, err, rep)
+		}
+		if want := fmt.Sprintf("hello, ada (call %d)", i); string(rep.Output) != want {
+			t.Fatalf("call %d: output %q, want %q", i, rep.Output, want)
+		}
+		if len(rep.Log) != 1 || rep.Log[0] != "greeting ada" {
+			t.Fatalf("call %d: log %q", i, rep.Log)
+		}
+	}
+	if v, _ := sess.KV().Get("calls"); string(v) != "3" {
+		t.Fatalf("session store holds calls=%q, want 3", v)
+	}
+	// Another session starts from an empty store.
+	rep, err := tool.Session("other").Call(ctx, "greet", []byte("bob"))
+	if err != nil || string(rep.Output) != "hello, bob (call 1)" {
+		t.Fatalf("second session: %v %q", err, rep.Output)
+	}
+	// A tool's own failure is a runtime error carrying its output.
+	rep, err = sess.Call(ctx, "greet", nil)
+	var ce *airlock.CodeError
+	if !errors.As(err, &ce) || ce.Kind != airlock.ErrRuntime || string(rep.Output) != "no name given" {
+		t.Fatalf("empty name: %T %v %q", err, err, rep.Output)
+	}
+	// Unknown function.
+	if _, err := sess.Call(ctx, "nope", nil); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("unknown function: %v", err)
+	}
+}
+
+func TestPluginFunctionNotGranted(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, greetTool(t), ToolConfig{}) // nothing granted
+	rep, err := tool.Session("s").Call(context.Background(), "greet", []byte("ada"))
+	wantDenied(t, err, "host-function", "log was not granted")
+	if len(rep.Output) != 0 {
+		t.Fatalf("denied call produced output %q", rep.Output)
+	}
+	// Functions that need no grant still work in the same tool.
+	rep, err = tool.Call(context.Background(), "upper", []byte("shout"))
+	if err != nil || string(rep.Output) != "SHOUT" {
+		t.Fatalf("upper: %v %q", err, rep.Output)
+	}
+	// kv granted, but a plain call has no session store.
+	tool = load(t, h, greetTool(t), ToolConfig{Functions: []string{FuncLog, FuncKV}})
+	_, err = tool.Call(context.Background(), "greet", []byte("ada"))
+	wantDenied(t, err, "host-function", "kv needs a session")
+}
+
+func TestPluginLoadRefusals(t *testing.T) {
+	h := newHost(t, NewConfig())
+	ctx := context.Background()
+	if _, err := h.Load(ctx, greetTool(t), ToolConfig{Functions: []string{"exec"}}); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("unknown grant name: %v", err)
+	}
+	_, err := h.Load(ctx, corpusWAT(t, "unknown-import"), ToolConfig{})
+	wantDenied(t, err, "host-function", "env.system")
+	if _, err := h.Load(ctx, []byte("not wasm"), ToolConfig{}); airlock.KindOf(err) != airlock.ErrCompile {
+		t.Fatalf("garbage module: %v", err)
+	}
+	if _, err := h.Load(ctx, nil, ToolConfig{}); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("empty module: %v", err)
+	}
+}
+
+// counterWAT keeps a count in a global and reports it through
+// output_write: every call is a fresh instance, so it always says 1.
+const counterWAT = `(module
+  (import "airlock" "output_write" (func $out (param i32 i32)))
+  (memory 1)
+  (global $n (mut i32) (i32.const 0))
+  (func (export "bump") (result i32)
+    (global.set $n (i32.add (global.get $n) (i32.const 1)))
+    (i32.store8 (i32.const 0) (i32.add (i32.const 48) (global.get $n)))
+    (call $out (i32.const 0) (i32.const 1))
+    (i32.const 0)))`
+
+func TestPluginFreshInstancePerCall(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, counterWAT), ToolConfig{})
+	for i := 0; i < 3; i++ {
+		rep, err := tool.Call(context.Background(), "bump", nil)
+		if err != nil || string(rep.Output) != "1" {
+			t.Fatalf("call %d: %v %q (a reused instance would count up)", i, err, rep.Output)
+		}
+	}
+}
+
+func TestPluginLimits(t *testing.T) {
+	h := newHost(t, NewConfig())
+	spin := load(t, h, corpusWAT(t, "spin-function"), ToolConfig{Limits: airlock.Limits{WallMS: 200}})
+	_, err := spin.Call(context.Background(), "spin", nil)
+	var st *airlock.Stopped
+	if !errors.As(err, &st) || st.Reason != airlock.StopTimeout {
+		t.Fatalf("spin: %T %v", err, err)
+	}
+	grow := load(t, h, corpusWAT(t, "memory-grow"), ToolConfig{Limits: airlock.Limits{MemoryMB: 1}})
+	// grow returns its page count as a status: non-zero is a tool error
+	// whose message carries it.
+	_, err = grow.Call(context.Background(), "grow", nil)
+	if err == nil || !strings.Contains(err.Error(), "status 16") {
+		t.Fatalf("grow under 1 MiB: %v", err)
+	}
+}
+
+// httpTool calls http_request with its input as the whole request JSON and
+// writes the response JSON to its output.
+const httpToolWAT = `(module
+  (import "airlock" "input_size" (func $isize (result i32)))
+  (import "airlock" "input_read" (func $iread (param i32)))
+  (import "airlock" "http_request" (func $http (param i32 i32) (result i32)))
+  (import "airlock" "result_read" (func $rread (param i32)))
+  (import "airlock" "output_write" (func $out (param i32 i32)))
+  (memory 4)
+  (func (export "req") (result i32) (local $n i32)
+    (call $iread (i32.const 0))
+    (local.set $n (call $http (i32.const 0) (call $isize)))
+    (call $rread (i32.const 65536))
+    (call $out (i32.const 65536) (local.get $n))
+    (i32.const 0)))`
+
+func TestPluginHTTP(t *testing.T) {
+	var hits int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		fmt.Fprintf(w, "%s %s", r.Method, r.URL.Path)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	local := "http://localhost:" + u.Port() + "/x"
+	rule := airlock.NetRule{Host: "localhost", Ports: []int{port}}
+	ctx := context.Background()
+	req := func(method, u string) []byte { return fmt.Appendf(nil, `{"method":%q,"url":%q}`, method, u) }
+
+	// Egress not wired: no HTTPDoer in the config.
+	unwired := newHost(t, NewConfig())
+	tool := load(t, unwired, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}})
+	_, err := tool.Call(ctx, "req", req("GET", local))
+	wantDenied(t, err, "net", "no hosts granted")
+	tool = load(t, unwired, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
+	_, err = tool.Call(ctx, "req", req("GET", local))
+	wantDenied(t, err, "net", "egress not wired")
+
+	// Wired to a real client on loopback.
+	h := newHost(t, NewConfig().WithHTTP(srv.Client()))
+	notGranted := load(t, h, wat(t, httpToolWAT), ToolConfig{Net: []airlock.NetRule{rule}})
+	_, err = notGranted.Call(ctx, "req", req("GET", local))
+	wantDenied(t, err, "host-function", "http_request was not granted")
+	tool = load(t, h, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
+	rep, err := tool.Call(ctx, "req", req("GET", local))
+	if err != nil || !strings.Contains(string(rep.Output), `"status":200`) {
+		t.Fatalf("granted GET: %v %s", err, rep.Output)
+	}
+	for _, c := range []struct{ method, url, detail string }{
+		{"POST", local, "not granted: POST"},                // method not granted
+		{"GET", srv.URL + "/x", "not granted"},              // IP literal
+		{"GET", "http://example.com/", "not granted"},       // other host
+		{"GET", "http://localhost:1/x", "not granted"},      // other port
+		{"GET", "file:///etc/passwd", "not an http(s) URL"}, // other scheme
+	} {
+		_, err := tool.Call(ctx, "req", req(c.method, c.url))
+		wantDenied(t, err, "net", c.detail)
+	}
+	if hits != 1 {
+		t.Fatalf("server saw %d requests, want exactly the granted one", hits)
+	}
+}

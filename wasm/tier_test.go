@@ -1,0 +1,133 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+func newTier(t testing.TB, cfg Config) *Tier {
+	t.Helper()
+	tier, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tier.Close() })
+	return tier
+}
+
+func TestConformance(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	g := guest(t)
+	spin := airlock.Job{Kind: airlock.KindWasm, Module: corpusWAT(t, "spin-function")}
+	flood := airlock.Job{Kind: airlock.KindWasm, Module: g, Argv: []string{"flood"}}
+	env := airlock.Job{Kind: airlock.KindWasm, Module: g, Argv: []string{"env", tiertest.CanaryEnv}}
+	before := runtime.NumGoroutine()
+	tiertest.Suite{
+		Tier:     tier,
+		SkipLeak: true, // checked below from this goroutine: the suite's own check counts its subtest
+
+		OK: airlock.Job{Kind: airlock.KindWasm, Module: g, Argv: []string{"hello"}},
+		Check: func(t testing.TB, res airlock.Result) {
+			if res.Stdout != "hello from wasm\n" {
+				t.Errorf("stdout %q", res.Stdout)
+			}
+		},
+		Spin:  &spin,
+		Flood: &flood,
+		Env:   &env,
+	}.Run(t)
+	tiertest.NoGoroutineLeak(t, before)
+}
+
+// caseTier fills in what a corpus case's job cannot carry: the module, and
+// the runner's directory in grants.fs.read.
+type caseTier struct {
+	*Tier
+	module []byte
+	vars   map[string]string
+}
+
+func (c caseTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	job.Module = c.module
+	for i, p := range job.Grants.FS.Read {
+		for k, v := range c.vars {
+			p = strings.ReplaceAll(p, "${"+k+"}", v)
+		}
+		job.Grants.FS.Read[i] = p
+	}
+	return c.Tier.Run(ctx, job)
+}
+
+func TestCorpus(t *testing.T) {
+	cases, err := corpus.Load("wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatal("no wasm cases")
+	}
+	tier := newTier(t, NewConfig())
+	g := guest(t)
+
+	// The runner's canaries: a secret file, a planted variable, and a
+	// granted directory with symlinks pointing out of it.
+	base := t.TempDir()
+	secret := "canary-secret-" + time.Now().Format("150405.000000000")
+	canaryFile := filepath.Join(base, "secret")
+	must(t, os.WriteFile(canaryFile, []byte(secret), 0o600))
+	grant := filepath.Join(base, "granted")
+	must(t, os.Mkdir(grant, 0o755))
+	must(t, os.WriteFile(filepath.Join(grant, "ok.txt"), []byte("granted\n"), 0o644))
+	must(t, os.Symlink("../secret", filepath.Join(grant, "rel-escape")))
+	must(t, os.Symlink(canaryFile, filepath.Join(grant, "abs-escape")))
+	envSecret := "canary-env-" + secret
+	t.Setenv(tiertest.CanaryEnv, envSecret)
+	vars := map[string]string{"CANARY_FILE": canaryFile, "CANARY_ENV": tiertest.CanaryEnv, "GRANT_DIR": grant}
+
+	for _, c := range cases {
+		if !c.Applies(Name) {
+			continue
+		}
+		t.Run(strings.TrimPrefix(c.ID, "wasm/"), func(t *testing.T) {
+			if c.Skip != "" {
+				t.Skip(c.Skip)
+			}
+			name := strings.TrimPrefix(c.ID, "wasm/")
+			mod := g
+			if _, err := os.Stat(filepath.Join("..", "corpus", "wasm", name+".wat")); err == nil {
+				mod = corpusWAT(t, name)
+			}
+			v := c.Run(context.Background(), caseTier{tier, mod, vars}, vars, secret, envSecret)
+			t.Logf("%s: %s", v.Outcome, v.Detail)
+			if !v.Pass {
+				t.Errorf("%s (%s): outcome %s: %s", c.ID, c.Class, v.Outcome, v.Detail)
+			}
+		})
+	}
+	// The host is alive and still runs ordinary work after every attack.
+	res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: g, Argv: []string{"hello"}})
+	if err != nil || res.Stdout != "hello from wasm\n" {
+		t.Fatalf("after the corpus: %v %+v", err, res)
+	}
+	// Nothing was planted in the granted directory.
+	if _, err := os.Lstat(filepath.Join(grant, "planted")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a guest created a file in a read-only grant: %v", err)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
