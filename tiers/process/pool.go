@@ -9,33 +9,38 @@ import (
 	"github.com/airlock-sandbox/airlock"
 )
 
-// pool keeps pre-started containers whose root is built and which wait for
-// their job spec. A sandbox is handed out once and destroyed after its job:
-// a used sandbox never returns. The claiming job's limits (cgroup, rlimits),
-// environment and files reach the sandbox only at claim time.
-type pool struct {
-	t      *Tier
-	size   int
+// pool keeps pre-started instances (containers whose root is built,
+// guarded workers) that wait for their job. An instance is handed out once
+// and destroyed after its job: a used instance never returns. The claiming
+// job's limits, environment and files reach the instance only at claim
+// time.
+type pool[T any] struct {
+	size    int
+	start   func(ctx context.Context) (T, error)
+	alive   func(T) bool
+	destroy func(T)
+
 	mu     sync.Mutex
-	ready  []*sandbox
-	claims atomic.Int64 // sandboxes handed out
+	ready  []T
+	claims atomic.Int64 // instances handed out
 	wake   chan struct{}
 	done   chan struct{}
 	exited chan struct{}
 }
 
-// poolLimits are the limits a pooled sandbox starts with; the claiming
+// poolLimits are the limits a pooled container starts with; the claiming
 // job's replace them.
 var poolLimits = airlock.DefaultLimitPolicy.Default
 
-func newPool(t *Tier, size int) *pool {
-	p := &pool{t: t, size: size, wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
+func newPool[T any](size int, start func(context.Context) (T, error), alive func(T) bool, destroy func(T)) *pool[T] {
+	p := &pool[T]{size: size, start: start, alive: alive, destroy: destroy,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
 	go p.fill()
 	p.poke()
 	return p
 }
 
-func (p *pool) poke() {
+func (p *pool[T]) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -43,7 +48,7 @@ func (p *pool) poke() {
 }
 
 // fill keeps the pool at its size until closed.
-func (p *pool) fill() {
+func (p *pool[T]) fill() {
 	defer close(p.exited)
 	for {
 		select {
@@ -51,15 +56,9 @@ func (p *pool) fill() {
 			return
 		case <-p.wake:
 		}
-		for {
-			p.mu.Lock()
-			n := len(p.ready)
-			p.mu.Unlock()
-			if n >= p.size {
-				break
-			}
+		for p.len() < p.size {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			sb, err := p.t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB})
+			v, err := p.start(ctx)
 			cancel()
 			if err != nil {
 				break // try again on the next claim
@@ -68,50 +67,47 @@ func (p *pool) fill() {
 			select {
 			case <-p.done:
 				p.mu.Unlock()
-				_ = sb.destroy()
+				p.destroy(v)
 				return
 			default:
 			}
-			p.ready = append(p.ready, sb)
+			p.ready = append(p.ready, v)
 			p.mu.Unlock()
 		}
 	}
 }
 
-// claim takes a ready sandbox, or nil when none is ready. A sandbox whose
-// stage has died while waiting is discarded.
-func (p *pool) claim() *sandbox {
+// claim takes a ready instance; ok is false when none is ready. An
+// instance that died while waiting is discarded.
+func (p *pool[T]) claim() (v T, ok bool) {
 	defer p.poke()
 	for {
 		p.mu.Lock()
-		var sb *sandbox
-		if n := len(p.ready); n > 0 {
-			sb = p.ready[n-1]
-			p.ready = p.ready[:n-1]
+		n := len(p.ready)
+		if n == 0 {
+			p.mu.Unlock()
+			return v, false
 		}
+		v = p.ready[n-1]
+		p.ready = p.ready[:n-1]
 		p.mu.Unlock()
-		if sb == nil {
-			return nil
-		}
-		select {
-		case <-sb.waitCh:
-			_ = sb.destroy()
+		if !p.alive(v) {
+			p.destroy(v)
 			continue
-		default:
 		}
 		p.claims.Add(1)
-		return sb
+		return v, true
 	}
 }
 
-// len reports how many sandboxes wait in the pool.
-func (p *pool) len() int {
+// len reports how many instances wait in the pool.
+func (p *pool[T]) len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.ready)
 }
 
-func (p *pool) close() {
+func (p *pool[T]) close() {
 	p.mu.Lock()
 	select {
 	case <-p.done:
@@ -124,7 +120,17 @@ func (p *pool) close() {
 	p.ready = nil
 	p.mu.Unlock()
 	<-p.exited
-	for _, sb := range ready {
-		_ = sb.destroy()
+	for _, v := range ready {
+		p.destroy(v)
+	}
+}
+
+// exitedCh reports whether a channel closed on exit is closed.
+func exitedCh(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

@@ -43,7 +43,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 
 	var sb *sandbox
 	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 {
-		sb = t.pool.claim()
+		sb, _ = t.pool.claim()
 	}
 	if sb == nil {
 		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read}

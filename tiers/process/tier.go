@@ -77,7 +77,7 @@ type Tier struct {
 	level airlock.Level
 	cfg   Config
 	uids  *uidAllocator
-	pool  *pool
+	pool  *pool[*sandbox]
 }
 
 // New returns the level-3 container tier "process".
@@ -105,7 +105,12 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 	if t.Available() == nil {
 		sweepOnce(cfg.baseDir)
 		if cfg.poolSize > 0 {
-			t.pool = newPool(t, cfg.poolSize)
+			t.pool = newPool(cfg.poolSize,
+				func(ctx context.Context) (*sandbox, error) {
+					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB})
+				},
+				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
+				func(sb *sandbox) { _ = sb.destroy() })
 		}
 	}
 	return t, nil
