@@ -362,7 +362,9 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			return finish(err)
 		}
 	}
-	defer w.destroy()
+	// The used worker is discarded after the result is returned: killing
+	// and removing its cgroup is not on the caller's path.
+	defer func() { go w.destroy() }()
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits
 	limits.MemoryMB += workerRuntimeMB

@@ -61,7 +61,7 @@ func buildRoot(base *baseSpec) error {
 	}
 	// Open the host directories before the root tmpfs covers anything.
 	r := newRootDir
-	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4m,mode=0755"); err != nil {
+	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m,mode=0755"); err != nil {
 		return fmt.Errorf("mounting root tmpfs: %w", err)
 	}
 	if err := bindRO("/usr", filepath.Join(r, "usr"), true); err != nil {
@@ -161,6 +161,16 @@ func buildEtc(etc string) error {
 				return err
 			}
 			if err := os.Symlink(link, target); err != nil {
+				return err
+			}
+		case st.Mode().IsRegular() && st.Size() <= 1<<20:
+			// Small files are copied (cheaper than a bind mount each); the
+			// root is read-only once built.
+			data, err := os.ReadFile(host)
+			if err != nil {
+				continue
+			}
+			if err := os.WriteFile(target, data, 0o644); err != nil {
 				return err
 			}
 		default:

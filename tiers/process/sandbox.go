@@ -193,7 +193,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		},
 	}
 	if o.level == airlock.LevelContainer {
-		cmd.Env = []string{stageEnv + "=" + stageContainer}
+		cmd.Env = []string{stageEnv + "=" + stageContainer, "GOMAXPROCS=1", "GOGC=off"}
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
@@ -202,13 +202,16 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		// own user namespace (and none outside it).
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
 	} else {
-		cmd.Env = []string{stageEnv + "=" + stageFilter}
+		cmd.Env = []string{stageEnv + "=" + stageFilter, "GOMAXPROCS=1", "GOGC=off"}
 		cmd.Dir = sb.scratch
 		cmd.SysProcAttr.Setpgid = true
 		// The stage drops to the job's uid itself (see filterStage):
 		// switching here would make it non-dumpable before it could
 		// execute itself through /proc/self/fd.
 	}
+	// The stage's environment holds only its marker and runtime settings
+	// (one P, no GC: it allocates little and lives briefly); the program
+	// gets an environment of its own (the job's secrets only).
 	sb.cmd = cmd
 	err = cmd.Start()
 	// The parent's copies of the child's ends go now, so that the stage's
