@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/interp/expr"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/interp/expr"
 )
 
 // medianReport runs fn per iteration and reports the median of the

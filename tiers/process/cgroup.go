@@ -32,6 +32,9 @@ type cgLimits struct {
 type jobCgroup interface {
 	add(pid int) error
 	update(l cgLimits) error
+	// setMemory changes only the memory limit (one file write: the fast
+	// path for claiming a guarded worker).
+	setMemory(bytes int64) error
 	// events reports whether the memory limit killed something and how
 	// often a fork was refused by the pids limit.
 	events() (oomKills, pidsMax int64)
@@ -118,6 +121,10 @@ func (c *cgroupV1) add(pid int) error {
 
 func (c *cgroupV1) update(l cgLimits) error { return c.cg.Update(v1Resources(l)) }
 
+func (c *cgroupV1) setMemory(bytes int64) error {
+	return os.WriteFile(c.file("memory", "memory.limit_in_bytes"), []byte(strconv.FormatInt(bytes, 10)), 0)
+}
+
 func (c *cgroupV1) file(subsys, name string) string {
 	return filepath.Join(cgroupRoot, subsys, c.name, name)
 }
@@ -186,6 +193,9 @@ func newCgroupV2(name string, l cgLimits) (*cgroupV2m, error) {
 
 func (c *cgroupV2m) add(pid int) error       { return c.m.AddProc(uint64(pid)) }
 func (c *cgroupV2m) update(l cgLimits) error { return c.m.Update(v2Resources(l)) }
+func (c *cgroupV2m) setMemory(bytes int64) error {
+	return os.WriteFile(c.file("memory.max"), []byte(strconv.FormatInt(bytes, 10)), 0)
+}
 func (c *cgroupV2m) file(name string) string { return filepath.Join(cgroupRoot, c.name, name) }
 
 func (c *cgroupV2m) events() (oomKills, pidsMax int64) {

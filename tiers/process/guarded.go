@@ -232,24 +232,11 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 			w.destroy()
 		}
 	}()
-	stdinR, stdinW, err := os.Pipe()
+	p, err := pipes(3)
 	if err != nil {
 		return nil, err
 	}
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		stdinR.Close()
-		stdinW.Close()
-		return nil, err
-	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdinR.Close()
-		stdinW.Close()
-		stdoutR.Close()
-		stdoutW.Close()
-		return nil, err
-	}
+	stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW := p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1]
 	w.stdin, w.stdout, w.out = stdinW, stdoutR, json.NewDecoder(stdoutR)
 	w.out.UseNumber()
 	w.cmd = &exec.Cmd{
@@ -368,7 +355,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits
 	limits.MemoryMB += workerRuntimeMB
-	if err := w.cg.update(cgLimitsFor(limits)); err != nil {
+	if err := w.cg.setMemory(limits.MemoryMB << 20); err != nil {
 		return finish(fmt.Errorf("claiming worker: %w", err))
 	}
 	raw, err := json.Marshal(job)

@@ -55,42 +55,38 @@ func TestNothingLeftBehind(t *testing.T) {
 			return j
 		}, nil},
 	}
-	for _, tc := range bothTiers {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t)
-			tier := newTestTier(t, tc, cfg)
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 4)
-			for round := range 3 {
-				for _, k := range kinds {
-					if only := os.Getenv("AIRLOCK_LEAK_KIND"); only != "" && only != k.name {
-						continue
-					}
-					wg.Add(1)
-					sem <- struct{}{}
-					go func() {
-						defer func() { <-sem; wg.Done() }()
-						ctx, cancel := context.Background(), context.CancelFunc(func() {})
-						if k.ctx != nil {
-							ctx, cancel = k.ctx()
-						}
-						defer cancel()
-						res, err := tier.Run(ctx, k.job())
-						if k.name == "ok" && (err != nil || res.Stdout != "fine\n") {
-							t.Errorf("round %d ok job: %v %+v", round, err, res)
-						}
-						for _, d := range res.Decision {
-							if strings.HasPrefix(d, "cleanup:") {
-								t.Errorf("%s: %s", k.name, d)
-							}
-						}
-					}()
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 4)
+		for round := range 3 {
+			for _, k := range kinds {
+				if only := os.Getenv("AIRLOCK_LEAK_KIND"); only != "" && only != k.name {
+					continue
 				}
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					if k.ctx != nil {
+						ctx, cancel = k.ctx()
+					}
+					defer cancel()
+					res, err := tier.Run(ctx, k.job())
+					if k.name == "ok" && (err != nil || res.Stdout != "fine\n") {
+						t.Errorf("round %d ok job: %v %+v", round, err, res)
+					}
+					for _, d := range res.Decision {
+						if strings.HasPrefix(d, "cleanup:") {
+							t.Errorf("%s: %s", k.name, d)
+						}
+					}
+				}()
 			}
-			wg.Wait()
-			assertClean(t, cfg)
-		})
-	}
+		}
+		wg.Wait()
+		assertClean(t, cfg)
+	})
 }
 
 // TestSweep plays a crashed airlock: a cgroup with a live process and a
@@ -158,83 +154,79 @@ func TestSweep(t *testing.T) {
 }
 
 func TestSessions(t *testing.T) {
-	for _, tc := range bothTiers {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t)
-			tier := newTestTier(t, tc, cfg)
-			ctx := context.Background()
-			run := func(s airlock.Session, job airlock.Job) airlock.Result {
-				t.Helper()
-				res, err := s.Run(ctx, job)
-				if err != nil {
-					t.Fatalf("%v: %v %+v", job.Argv, err, res)
-				}
-				return res
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
+		run := func(s airlock.Session, job airlock.Job) airlock.Result {
+			t.Helper()
+			res, err := s.Run(ctx, job)
+			if err != nil {
+				t.Fatalf("%v: %v %+v", job.Argv, err, res)
 			}
+			return res
+		}
 
-			t.Run("ScratchKeptAcrossRuns", func(t *testing.T) {
-				s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				run(s, cmdJob("sh", "-c", "echo one > state.txt; sleep 60 &"))
-				if res := run(s, cmdJob("sh", "-c", "cat state.txt; ps -e -o comm= 2>/dev/null | grep -c sleep || true")); !strings.HasPrefix(res.Stdout, "one\n") {
-					t.Fatalf("second run sees %q, want the first run's file", res.Stdout)
-				}
-				if err := s.Close(); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := s.Run(ctx, cmdJob("true")); err == nil {
-					t.Fatal("a closed session ran a job")
-				}
-			})
-
-			t.Run("SymlinkSwapBetweenRuns", func(t *testing.T) {
-				target, err := os.MkdirTemp("", "airlock-swap-")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer os.RemoveAll(target)
-				os.Chmod(target, 0o777)
-				s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
-				run(s, cmdJob("ln", "-s", target, "out"))
-				job := cmdJob("true")
-				job.Files = map[string]string{"out/planted.txt": "x"}
-				if _, err := s.Run(ctx, job); err == nil {
-					t.Error("placing a file through a symlink the previous run left succeeded")
-				}
-				if _, err := os.Stat(filepath.Join(target, "planted.txt")); err == nil {
-					t.Fatal("a job file was placed outside the scratch through a symlink")
-				}
-			})
-
-			t.Run("PersistentWorkspace", func(t *testing.T) {
-				name := fmt.Sprintf("ws-%s-%d", tc.name, time.Now().UnixNano())
-				s1, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: name})
-				if err != nil {
-					t.Fatal(err)
-				}
-				run(s1, cmdJob("sh", "-c", "echo kept >> notes.txt"))
-				s1.Close()
-				s2, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: name})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s2.Close()
-				if res := run(s2, cmdJob("sh", "-c", "echo again >> notes.txt; cat notes.txt")); res.Stdout != "kept\nagain\n" {
-					t.Fatalf("reattached workspace holds %q", res.Stdout)
-				}
-				if _, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: "../escape"}); err == nil {
-					t.Fatal("a workspace name with a path was accepted")
-				}
-			})
-			assertClean(t, cfg)
+		t.Run("ScratchKeptAcrossRuns", func(t *testing.T) {
+			s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(s, cmdJob("sh", "-c", "echo one > state.txt; sleep 60 &"))
+			if res := run(s, cmdJob("sh", "-c", "cat state.txt; ps -e -o comm= 2>/dev/null | grep -c sleep || true")); !strings.HasPrefix(res.Stdout, "one\n") {
+				t.Fatalf("second run sees %q, want the first run's file", res.Stdout)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Run(ctx, cmdJob("true")); err == nil {
+				t.Fatal("a closed session ran a job")
+			}
 		})
-	}
+
+		t.Run("SymlinkSwapBetweenRuns", func(t *testing.T) {
+			target, err := os.MkdirTemp("", "airlock-swap-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(target)
+			os.Chmod(target, 0o777)
+			s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			run(s, cmdJob("ln", "-s", target, "out"))
+			job := cmdJob("true")
+			job.Files = map[string]string{"out/planted.txt": "x"}
+			if _, err := s.Run(ctx, job); err == nil {
+				t.Error("placing a file through a symlink the previous run left succeeded")
+			}
+			if _, err := os.Stat(filepath.Join(target, "planted.txt")); err == nil {
+				t.Fatal("a job file was placed outside the scratch through a symlink")
+			}
+		})
+
+		t.Run("PersistentWorkspace", func(t *testing.T) {
+			name := fmt.Sprintf("ws-%s-%d", tier.Name(), time.Now().UnixNano())
+			s1, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(s1, cmdJob("sh", "-c", "echo kept >> notes.txt"))
+			s1.Close()
+			s2, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s2.Close()
+			if res := run(s2, cmdJob("sh", "-c", "echo again >> notes.txt; cat notes.txt")); res.Stdout != "kept\nagain\n" {
+				t.Fatalf("reattached workspace holds %q", res.Stdout)
+			}
+			if _, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: "../escape"}); err == nil {
+				t.Fatal("a workspace name with a path was accepted")
+			}
+		})
+		assertClean(t, cfg)
+	})
 }
 
 // TestPoolBindsAtClaim shows that a pooled sandbox takes the claiming
@@ -280,3 +272,31 @@ func TestPoolBindsAtClaim(t *testing.T) {
 }
 
 var _ = syscall.Getpid
+
+// TestPlacedCheck shows the placed files are inspected before the program
+// runs, and that a refusal stops the run.
+func TestPlacedCheck(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		job := cmdJob("sh", "-c", "cat a/b.txt; echo ran > ran.txt")
+		job.Files = map[string]string{"a/b.txt": "placed"}
+		var seen string
+		ok := airlock.WithPlacedCheck(context.Background(), func(dir string) error {
+			data, err := os.ReadFile(filepath.Join(dir, "a/b.txt"))
+			seen = string(data)
+			if _, err := os.Stat(filepath.Join(dir, "ran.txt")); err == nil {
+				return fmt.Errorf("the program ran before the check")
+			}
+			return err
+		})
+		res, err := tier.Run(ok, job)
+		if err != nil || res.Stdout != "placed" || seen != "placed" {
+			t.Fatalf("check saw %q; run: %v %+v", seen, err, res)
+		}
+		refuse := airlock.WithPlacedCheck(context.Background(), func(string) error { return fmt.Errorf("digest mismatch") })
+		res, err = tier.Run(refuse, job)
+		if err == nil || !strings.Contains(err.Error(), "digest mismatch") || res.Stdout != "" {
+			t.Fatalf("a refused check must stop the run before it starts: %v %+v", err, res)
+		}
+		assertClean(t, cfg)
+	})
+}

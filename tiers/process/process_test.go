@@ -56,6 +56,17 @@ func newTestTier(t testing.TB, tc tierCase, cfg Config) *Tier {
 	return tier
 }
 
+// forBothTiers runs fn as a subtest for each tier, on a fresh
+// configuration and tier.
+func forBothTiers(t *testing.T, fn func(t *testing.T, tier *Tier, cfg Config)) {
+	for _, tc := range bothTiers {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			fn(t, newTestTier(t, tc, cfg), cfg)
+		})
+	}
+}
+
 func cmdJob(argv ...string) airlock.Job {
 	return airlock.Job{Kind: airlock.KindCommand, Argv: argv}
 }
@@ -198,27 +209,23 @@ func TestCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { sentinel.Process.Kill(); sentinel.Wait() }()
-	for _, tc := range bothTiers {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t)
-			tier := newTestTier(t, tc, cfg)
-			for _, c := range cases {
-				if !c.Applies(tier.Name()) {
-					continue
-				}
-				t.Run(strings.TrimPrefix(c.ID, "command/"), func(t *testing.T) {
-					if c.Skip != "" {
-						t.Skip(c.Skip)
-					}
-					v := c.Run(context.Background(), tier, cn.vars, cn.secrets...)
-					if !v.Pass {
-						t.Errorf("%s on %s: %s (outcome %s)", c.ID, tier.Name(), v.Detail, v.Outcome)
-					}
-				})
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		for _, c := range cases {
+			if !c.Applies(tier.Name()) {
+				continue
 			}
-			assertClean(t, cfg)
-		})
-	}
+			t.Run(strings.TrimPrefix(c.ID, "command/"), func(t *testing.T) {
+				if c.Skip != "" {
+					t.Skip(c.Skip)
+				}
+				v := c.Run(context.Background(), tier, cn.vars, cn.secrets...)
+				if !v.Pass {
+					t.Errorf("%s on %s: %s (outcome %s)", c.ID, tier.Name(), v.Detail, v.Outcome)
+				}
+			})
+		}
+		assertClean(t, cfg)
+	})
 	if err := sentinel.Process.Signal(syscall0); err != nil {
 		t.Fatalf("host sentinel process did not survive the corpus: %v", err)
 	}
@@ -226,83 +233,79 @@ func TestCorpus(t *testing.T) {
 
 // TestScenarios checks what the corpus cannot express as data.
 func TestScenarios(t *testing.T) {
-	for _, tc := range bothTiers {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t)
-			tier := newTestTier(t, tc, cfg)
-			ctx := context.Background()
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
 
-			t.Run("GrantedReadPath", func(t *testing.T) {
-				// World-readable, as a level-2 grant still needs the uid's permission.
-				dir, err := os.MkdirTemp("", "airlock-grant-")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer os.RemoveAll(dir)
-				os.WriteFile(filepath.Join(dir, "data.txt"), []byte("granted"), 0o644)
-				os.Chmod(filepath.Join(dir, "data.txt"), 0o644)
-				os.Chmod(dir, 0o755)
-				job := cmdJob("sh", "-c", "cat "+filepath.Join(dir, "data.txt")+"; echo x > "+filepath.Join(dir, "new.txt")+" && echo WROTE")
-				job.Grants.FS.Read = []string{dir}
-				res, err := tier.Run(ctx, job)
-				if err != nil || !strings.HasPrefix(res.Stdout, "granted") || strings.Contains(res.Stdout, "WROTE") {
-					t.Fatalf("granted read: %v %+v", err, res)
-				}
-			})
-			t.Run("MissingGrantedPath", func(t *testing.T) {
-				job := cmdJob("true")
-				job.Grants.FS.Read = []string{"/nonexistent/airlock/path"}
-				_, err := tier.Run(ctx, job)
-				var inv *airlock.InvalidJob
-				if tier.Level() == airlock.LevelContainer && !asErr(err, &inv) {
-					t.Fatalf("want InvalidJob for a missing granted path, got %v", err)
-				}
-			})
-			t.Run("ProgramNotFound", func(t *testing.T) {
-				res, err := tier.Run(ctx, cmdJob("no-such-program-airlock"))
-				if err != nil || res.ExitCode != 127 || !strings.Contains(res.Stderr, "not found") {
-					t.Fatalf("want exit 127 with a message, got %v %+v", err, res)
-				}
-			})
-			t.Run("NetGrantRefused", func(t *testing.T) {
-				job := cmdJob("true")
-				job.Grants.Net = []airlock.NetRule{{Host: "example.com"}}
-				_, err := tier.Run(ctx, job)
-				var na *airlock.NotAdmitted
-				if !asErr(err, &na) || !strings.Contains(na.Reason, "egress") {
-					t.Fatalf("want NotAdmitted for egress, got %v", err)
-				}
-				if tier.Admit(&airlock.Job{Kind: airlock.KindExpr, Code: "1"}) == nil {
-					t.Fatal("admitted an expr job")
-				}
-			})
-			t.Run("CPULimit", func(t *testing.T) {
-				job := cmdJob("sh", "-c", "while :; do :; done")
-				job.Limits = airlock.Limits{CPUMS: 300, WallMS: 20000}
-				_, err := tier.Run(ctx, job)
-				wantStop(t, err, airlock.StopCPU)
-			})
-			t.Run("SandboxView", func(t *testing.T) {
-				res, err := tier.Run(ctx, cmdJob("sh", "-c", "id -u; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs|CapEff)'; ls /"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000000000"} {
-					if !strings.Contains(res.Stdout, want) {
-						t.Errorf("sandbox view lacks %q:\n%s", want, res.Stdout)
-					}
-				}
-				if tier.Level() == airlock.LevelContainer {
-					for _, absent := range []string{"root\n", "home\n", "var\n", "sys\n", "run\n"} {
-						if strings.Contains(res.Stdout, absent) {
-							t.Errorf("container root shows %q:\n%s", absent, res.Stdout)
-						}
-					}
-				}
-			})
-			assertClean(t, cfg)
+		t.Run("GrantedReadPath", func(t *testing.T) {
+			// World-readable, as a level-2 grant still needs the uid's permission.
+			dir, err := os.MkdirTemp("", "airlock-grant-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			os.WriteFile(filepath.Join(dir, "data.txt"), []byte("granted"), 0o644)
+			os.Chmod(filepath.Join(dir, "data.txt"), 0o644)
+			os.Chmod(dir, 0o755)
+			job := cmdJob("sh", "-c", "cat "+filepath.Join(dir, "data.txt")+"; echo x > "+filepath.Join(dir, "new.txt")+" && echo WROTE")
+			job.Grants.FS.Read = []string{dir}
+			res, err := tier.Run(ctx, job)
+			if err != nil || !strings.HasPrefix(res.Stdout, "granted") || strings.Contains(res.Stdout, "WROTE") {
+				t.Fatalf("granted read: %v %+v", err, res)
+			}
 		})
-	}
+		t.Run("MissingGrantedPath", func(t *testing.T) {
+			job := cmdJob("true")
+			job.Grants.FS.Read = []string{"/nonexistent/airlock/path"}
+			_, err := tier.Run(ctx, job)
+			var inv *airlock.InvalidJob
+			if tier.Level() == airlock.LevelContainer && !asErr(err, &inv) {
+				t.Fatalf("want InvalidJob for a missing granted path, got %v", err)
+			}
+		})
+		t.Run("ProgramNotFound", func(t *testing.T) {
+			res, err := tier.Run(ctx, cmdJob("no-such-program-airlock"))
+			if err != nil || res.ExitCode != 127 || !strings.Contains(res.Stderr, "not found") {
+				t.Fatalf("want exit 127 with a message, got %v %+v", err, res)
+			}
+		})
+		t.Run("NetGrantRefused", func(t *testing.T) {
+			job := cmdJob("true")
+			job.Grants.Net = []airlock.NetRule{{Host: "example.com"}}
+			_, err := tier.Run(ctx, job)
+			var na *airlock.NotAdmitted
+			if !asErr(err, &na) || !strings.Contains(na.Reason, "egress") {
+				t.Fatalf("want NotAdmitted for egress, got %v", err)
+			}
+			if tier.Admit(&airlock.Job{Kind: airlock.KindExpr, Code: "1"}) == nil {
+				t.Fatal("admitted an expr job")
+			}
+		})
+		t.Run("CPULimit", func(t *testing.T) {
+			job := cmdJob("sh", "-c", "while :; do :; done")
+			job.Limits = airlock.Limits{CPUMS: 300, WallMS: 20000}
+			_, err := tier.Run(ctx, job)
+			wantStop(t, err, airlock.StopCPU)
+		})
+		t.Run("SandboxView", func(t *testing.T) {
+			res, err := tier.Run(ctx, cmdJob("sh", "-c", "id -u; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs|CapEff)'; ls /"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000000000"} {
+				if !strings.Contains(res.Stdout, want) {
+					t.Errorf("sandbox view lacks %q:\n%s", want, res.Stdout)
+				}
+			}
+			if tier.Level() == airlock.LevelContainer {
+				for _, absent := range []string{"root\n", "home\n", "var\n", "sys\n", "run\n"} {
+					if strings.Contains(res.Stdout, absent) {
+						t.Errorf("container root shows %q:\n%s", absent, res.Stdout)
+					}
+				}
+			}
+		})
+		assertClean(t, cfg)
+	})
 }
 
 func asErr[T error](err error, target *T) bool {

@@ -61,9 +61,10 @@ type jobSpec struct {
 	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
 }
 
-// status is the stage's report.
+// status is the stage's report: ready (containers), placed, then final.
 type status struct {
 	Ready  bool   `json:"ready,omitempty"`
+	Placed bool   `json:"placed,omitempty"` // the job's files are in the scratch; waiting for the go-ahead
 	Exited bool   `json:"exited,omitempty"`
 	Code   int    `json:"code"`
 	Signal int    `json:"signal,omitempty"`

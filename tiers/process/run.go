@@ -178,15 +178,38 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		readers.Wait()
 		return out, fmt.Errorf("starting sandbox: sending job: %w", err)
 	}
-	sb.spec.Close()
-	statusCh := make(chan status, 1)
+	statusCh := make(chan status, 2)
 	go func() {
-		var st status
-		if err := sb.status.Decode(&st); err != nil {
-			st = status{}
+		defer close(statusCh)
+		for {
+			var st status
+			if err := sb.status.Decode(&st); err != nil {
+				return
+			}
+			statusCh <- st
 		}
-		statusCh <- st
 	}()
+	// The files are placed; what was placed is checked (approvals recompute
+	// their digest over it) before the program may start.
+	var final *status
+	select {
+	case st, ok := <-statusCh:
+		if ok && st.Placed {
+			if err := airlock.CheckPlaced(ctx, sb.placedDir()); err != nil {
+				sb.kill()
+				<-sb.waitCh
+				_ = sb.cg.kill(0)
+				readers.Wait()
+				return out, err
+			}
+			_ = json.NewEncoder(sb.spec).Encode(struct{}{})
+		} else if ok {
+			final = &st
+		}
+	case <-sb.waitCh:
+	case <-ctx.Done():
+	}
+	sb.spec.Close()
 
 	var stop *airlock.Stopped
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -232,7 +255,12 @@ wait:
 		sb.stderr.Close()
 		<-drained
 	}
-	st := <-statusCh
+	var st status
+	if final != nil {
+		st = *final
+	} else {
+		st = <-statusCh
+	}
 	capt.mu.Lock()
 	out.stdout, out.stderr, out.outBytes = capt.out, capt.err, capt.total
 	capt.mu.Unlock()

@@ -87,6 +87,23 @@ type startOptions struct {
 	scratch   string   // an existing scratch directory (session, workspace); "" for a fresh one
 }
 
+// pipes makes n pipes ([read, write] each), or none.
+func pipes(n int) ([][2]*os.File, error) {
+	out := make([][2]*os.File, 0, n)
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range out {
+				p[0].Close()
+				p[1].Close()
+			}
+			return nil, err
+		}
+		out = append(out, [2]*os.File{r, w})
+	}
+	return out, nil
+}
+
 func cgLimitsFor(l airlock.Limits) cgLimits {
 	return cgLimits{memoryBytes: l.MemoryMB << 20, pids: l.Pids + pidsHeadroom}
 }
@@ -113,20 +130,18 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if sb.cg, err = newJobCgroup(sb.name, cgLimitsFor(o.limits)); err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
-	// Descriptors for the stage: spec, status, exe, scratch, binds.
+	// Descriptors for the stage: spec, status, exe, scratch, binds; then
+	// its stdin, stdout and stderr.
 	extra := make([]*os.File, fdBinds-3)
-	specR, specW, err := os.Pipe()
+	p, err := pipes(5)
 	if err != nil {
 		return nil, err
 	}
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		specR.Close()
-		specW.Close()
-		return nil, err
-	}
+	specR, specW, statusR, statusW := p[0][0], p[0][1], p[1][0], p[1][1]
+	stdinR, stdoutW, stderrW := p[2][0], p[3][1], p[4][1]
 	sb.spec, sb.statusR, sb.status = specW, statusR, json.NewDecoder(statusR)
-	childEnds := []*os.File{specR, statusW}
+	sb.stdin, sb.stdout, sb.stderr = p[2][1], p[3][0], p[4][0]
+	childEnds := []*os.File{specR, statusW, stdinR, stdoutW, stderrW}
 	defer func() {
 		for _, f := range childEnds {
 			f.Close()
@@ -164,21 +179,6 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		base.Binds = append(base.Binds, bindSpec{Target: p, Fd: 3 + len(extra), Dir: st != nil && st.IsDir()})
 		extra = append(extra, f)
 	}
-
-	var stdinR, stdoutW, stderrW *os.File
-	if stdinR, sb.stdin, err = os.Pipe(); err != nil {
-		return nil, err
-	}
-	if sb.stdout, stdoutW, err = os.Pipe(); err != nil {
-		stdinR.Close()
-		return nil, err
-	}
-	if sb.stderr, stderrW, err = os.Pipe(); err != nil {
-		stdinR.Close()
-		stdoutW.Close()
-		return nil, err
-	}
-	childEnds = append(childEnds, stdinR, stdoutW, stderrW)
 
 	cmd := &exec.Cmd{
 		Path:       fdPath(fdExe),
@@ -284,6 +284,15 @@ func cloneTree(p string, attrs uint64) (*os.File, error) {
 		return nil, fmt.Errorf("setting mount attributes: %w", err)
 	}
 	return os.NewFile(uintptr(fd), p), nil
+}
+
+// placedDir is where the parent sees the scratch with the job's files:
+// the host directory, or the container's own tmpfs through its PID 1.
+func (sb *sandbox) placedDir() string {
+	if sb.level == airlock.LevelContainer && sb.scratch == "" {
+		return fmt.Sprintf("/proc/%d/root/scratch", sb.cmd.Process.Pid)
+	}
+	return sb.scratch
 }
 
 // kill SIGKILLs the stage and everything in its cgroup. A container's

@@ -76,6 +76,9 @@ func containerStage() int {
 	if err := placeFiles("/scratch", job.Files); err != nil {
 		return fail(err)
 	}
+	if err := awaitGo(dec, enc); err != nil {
+		return fail(err)
+	}
 	// The cgroup and time namespaces are made here rather than at clone,
 	// so the cgroup namespace is rooted at the job's own cgroup (the parent
 	// moved us there before sending the base spec). Both take effect for
@@ -271,6 +274,19 @@ func lookProgram(name string) (string, error) {
 	return "", fmt.Errorf("program %q not found in %s", name, strings.Join(programDirs, ":"))
 }
 
+// awaitGo reports the files placed and waits for the parent's go-ahead
+// (the parent inspects what was placed first: see airlock.CheckPlaced).
+func awaitGo(dec *json.Decoder, enc *json.Encoder) error {
+	if err := enc.Encode(status{Placed: true}); err != nil {
+		return err
+	}
+	var goAhead struct{}
+	if err := dec.Decode(&goAhead); err != nil {
+		return fmt.Errorf("waiting for the go-ahead: %w", err)
+	}
+	return nil
+}
+
 // placeFiles writes the job's files into dir. Names are validated by
 // airlock.Validate (relative, clean, no '..'); parents are created, and an
 // existing symlink on the way is refused rather than followed.
@@ -329,6 +345,9 @@ func filterStage() int {
 		return 127
 	}
 	if err := placeFiles(job.Scratch, job.Files); err != nil {
+		return fail(err)
+	}
+	if err := awaitGo(dec, enc); err != nil {
 		return fail(err)
 	}
 	if err := setRlimits(job.Rlimits); err != nil {
