@@ -209,6 +209,7 @@ func (g *Guarded) Close() error {
 type worker struct {
 	cmd    *exec.Cmd
 	cg     jobCgroup
+	memMB  int64 // the cgroup's current memory limit
 	uid    uint32
 	stdin  *os.File
 	out    *json.Decoder
@@ -255,7 +256,10 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 			Credential:  &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 		},
 	}
-	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(poolLimits)); err != nil {
+	w.memMB = poolLimits.MemoryMB + workerRuntimeMB
+	l := poolLimits
+	l.MemoryMB = w.memMB
+	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l)); err != nil {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
 	err = w.cmd.Start()
@@ -344,6 +348,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	ctx, cancel := context.WithTimeoutCause(ctx, wall+250*time.Millisecond, errWall)
 	defer cancel()
 	w, ok := g.pool.claim()
+	defer g.pool.refill()
 	if !ok {
 		if w, err = g.startWorker(ctx); err != nil {
 			return finish(err)
@@ -355,8 +360,10 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits
 	limits.MemoryMB += workerRuntimeMB
-	if err := w.cg.setMemory(limits.MemoryMB << 20); err != nil {
-		return finish(fmt.Errorf("claiming worker: %w", err))
+	if limits.MemoryMB != w.memMB {
+		if err := w.cg.setMemory(limits.MemoryMB << 20); err != nil {
+			return finish(fmt.Errorf("claiming worker: %w", err))
+		}
 	}
 	raw, err := json.Marshal(job)
 	if err != nil {

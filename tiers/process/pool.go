@@ -78,14 +78,16 @@ func (p *pool[T]) fill() {
 }
 
 // claim takes a ready instance; ok is false when none is ready. An
-// instance that died while waiting is discarded.
+// instance that died while waiting is discarded. The pool is refilled when
+// the caller says its job is done (refill), so that starting the
+// replacement does not compete with the job for the CPU.
 func (p *pool[T]) claim() (v T, ok bool) {
-	defer p.poke()
 	for {
 		p.mu.Lock()
 		n := len(p.ready)
 		if n == 0 {
 			p.mu.Unlock()
+			p.poke()
 			return v, false
 		}
 		v = p.ready[n-1]
@@ -99,6 +101,9 @@ func (p *pool[T]) claim() (v T, ok bool) {
 		return v, true
 	}
 }
+
+// refill asks the pool to start replacements for what was claimed.
+func (p *pool[T]) refill() { p.poke() }
 
 // len reports how many instances wait in the pool.
 func (p *pool[T]) len() int {

@@ -44,6 +44,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	var sb *sandbox
 	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 {
 		sb, _ = t.pool.claim()
+		defer t.pool.refill()
 	}
 	if sb == nil {
 		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read}
