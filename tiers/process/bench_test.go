@@ -1,0 +1,118 @@
+package process
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/interp/expr"
+)
+
+// medianReport runs fn per iteration and reports the median of the
+// durations it returns (the docs quote medians as ratios against the raw
+// peer of the same run).
+func medianReport(b *testing.B, fn func() (time.Duration, error)) {
+	b.Helper()
+	times := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		d, err := fn()
+		if err != nil {
+			b.Fatal(err)
+		}
+		times = append(times, d)
+	}
+	slices.Sort(times)
+	if len(times) > 0 {
+		b.ReportMetric(float64(times[len(times)/2].Nanoseconds())/1000, "median-µs")
+	}
+}
+
+// timed times fn.
+func timed(fn func() error) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		start := time.Now()
+		err := fn()
+		return time.Since(start), err
+	}
+}
+
+// BenchmarkColdStart starts /bin/true: bare fork/exec, bwrap with every
+// namespace, and the two tiers (the container also from a warm pool).
+func BenchmarkColdStart(b *testing.B) {
+	b.Run("exec", func(b *testing.B) {
+		medianReport(b, timed(func() error { return exec.Command("/bin/true").Run() }))
+	})
+	b.Run("bwrap", func(b *testing.B) {
+		bwrap, err := tools.Find("bwrap")
+		if err != nil {
+			b.Skip(err)
+		}
+		args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+			"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+			"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
+		medianReport(b, timed(func() error { return exec.Command(bwrap, args...).Run() }))
+	})
+	job := cmdJob("/bin/true")
+	for _, tc := range bothTiers {
+		b.Run(tc.name, func(b *testing.B) {
+			tier := newTestTier(b, tc, testConfig(b))
+			medianReport(b, timed(func() error { _, err := tier.Run(context.Background(), job); return err }))
+		})
+	}
+	b.Run("process-pooled", func(b *testing.B) {
+		tier := newTestTier(b, bothTiers[0], testConfig(b).WithPool(2))
+		var claims []time.Duration
+		medianReport(b, warm(b, tier.pool.len, func() error {
+			res, err := tier.Run(context.Background(), job)
+			claims = append(claims, time.Duration(res.Timings.StartUS)*time.Microsecond)
+			return err
+		}))
+		slices.Sort(claims)
+		b.ReportMetric(float64(claims[len(claims)/2].Microseconds()), "claim-median-µs")
+	})
+}
+
+// warm times fn once the pool has an instance ready (waiting untimed).
+func warm(b *testing.B, ready func() int, fn func() error) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		b.StopTimer()
+		waitReady(b, ready)
+		b.StartTimer()
+		return timed(fn)()
+	}
+}
+
+func waitReady(b *testing.B, n func() int) {
+	deadline := time.Now().Add(time.Minute)
+	for n() == 0 {
+		if time.Now().After(deadline) {
+			b.Fatal("pool did not refill")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkGuardedExpr compares an expression in-process with the same
+// expression in a warm guarded worker.
+func BenchmarkGuardedExpr(b *testing.B) {
+	job := airlock.Job{Kind: airlock.KindExpr, Code: "x * 2 + 1", Input: map[string]any{"x": int64(20)}}
+	b.Run("raw", func(b *testing.B) {
+		tier := expr.New()
+		medianReport(b, timed(func() error { _, err := tier.Run(context.Background(), job); return err }))
+	})
+	b.Run("guarded", func(b *testing.B) {
+		g, err := NewGuarded("expr", testConfig(b).WithPool(4))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Close()
+		if err := g.Available(); err != nil {
+			b.Skip(err)
+		}
+		medianReport(b, warm(b, g.pool.len, func() error { _, err := g.Run(context.Background(), job); return err }))
+	})
+}

@@ -1,0 +1,305 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	cgroups "github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// cgroupRoot is where the kernel's cgroup filesystems are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// limits are what a job's cgroup enforces.
+type cgLimits struct {
+	memoryBytes int64
+	pids        int64
+	cpuQuotaUS  int64 // per 100 ms period; 0: no cap
+}
+
+// jobCgroup is one job's control group, on whichever cgroup version the
+// host runs (v1: memory, pids, cpu, cpuacct and freezer controllers; v2:
+// the unified hierarchy).
+type jobCgroup interface {
+	add(pid int) error
+	update(l cgLimits) error
+	// setMemory changes only the memory limit (one file write: the fast
+	// path for claiming a guarded worker).
+	setMemory(bytes int64) error
+	// events reports whether the memory limit killed something and how
+	// often a fork was refused by the pids limit.
+	events() (oomKills, pidsMax int64)
+	// usage reports peak memory and CPU time consumed.
+	usage() (peakBytes, cpuUS int64)
+	// kill SIGKILLs every process in the group but except (0: none) and
+	// waits until only that one is left.
+	kill(except int) error
+	// destroy kills what is left and removes the group.
+	destroy() error
+}
+
+// cgroupV2 reports whether the host runs the unified hierarchy only.
+func cgroupV2() bool { return cgroups.Mode() == cgroups.Unified }
+
+// cgroupAvailable says why per-job cgroups cannot be made here, or nil.
+func cgroupAvailable() error {
+	if cgroupV2() {
+		if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.subtree_control")); err != nil {
+			return fmt.Errorf("cgroup v2 hierarchy: %w", err)
+		}
+		return nil
+	}
+	for _, s := range []string{"memory", "pids", "cpu", "freezer"} {
+		if _, err := os.Stat(filepath.Join(cgroupRoot, s, "cgroup.procs")); err != nil {
+			return fmt.Errorf("cgroup v1 %s controller is not mounted: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func newJobCgroup(name string, l cgLimits) (jobCgroup, error) {
+	if cgroupV2() {
+		return newCgroupV2(name, l)
+	}
+	return newCgroupV1(name, l)
+}
+
+// ---- v1 ----
+
+var v1Subsystems = []cgroup1.Name{cgroup1.Memory, cgroup1.Pids, cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Freezer}
+
+func v1Hierarchy() ([]cgroup1.Subsystem, error) {
+	return []cgroup1.Subsystem{
+		cgroup1.NewMemory(cgroupRoot), cgroup1.NewPids(cgroupRoot), cgroup1.NewCpu(cgroupRoot),
+		cgroup1.NewCpuacct(cgroupRoot), cgroup1.NewFreezer(cgroupRoot),
+	}, nil
+}
+
+type cgroupV1 struct {
+	name string
+	cg   cgroup1.Cgroup
+}
+
+// v1Resources: on v1 the kernel's OOM killer is disabled for the group —
+// a task reaching the limit waits instead — and the tier stops the job
+// when it sees the group under OOM. Left to the OOM killer, a second kill
+// while the first victim is still exiting can take the stage, whose
+// orphans would then be re-parented to the host's init.
+func v1Resources(l cgLimits) *specs.LinuxResources {
+	disable := true
+	r := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &l.memoryBytes, DisableOOMKiller: &disable},
+		Pids:   &specs.LinuxPids{Limit: &l.pids},
+	}
+	if l.cpuQuotaUS > 0 {
+		period := uint64(100_000)
+		r.CPU = &specs.LinuxCPU{Quota: &l.cpuQuotaUS, Period: &period}
+	}
+	return r
+}
+
+func newCgroupV1(name string, l cgLimits) (*cgroupV1, error) {
+	cg, err := cgroup1.New(cgroup1.StaticPath("/"+name), v1Resources(l), cgroup1.WithHierarchy(v1Hierarchy))
+	if err != nil {
+		return nil, fmt.Errorf("creating cgroup %s: %w", name, err)
+	}
+	return &cgroupV1{name: name, cg: cg}, nil
+}
+
+func (c *cgroupV1) add(pid int) error {
+	return c.cg.Add(cgroup1.Process{Pid: pid})
+}
+
+func (c *cgroupV1) update(l cgLimits) error { return c.cg.Update(v1Resources(l)) }
+
+func (c *cgroupV1) setMemory(bytes int64) error {
+	return os.WriteFile(c.file("memory", "memory.limit_in_bytes"), []byte(strconv.FormatInt(bytes, 10)), 0)
+}
+
+func (c *cgroupV1) file(subsys, name string) string {
+	return filepath.Join(cgroupRoot, subsys, c.name, name)
+}
+
+func (c *cgroupV1) events() (oomKills, pidsMax int64) {
+	oc := c.file("memory", "memory.oom_control")
+	return readKey(oc, "oom_kill") + readKey(oc, "under_oom"), readKey(c.file("pids", "pids.events"), "max")
+}
+
+func (c *cgroupV1) usage() (peakBytes, cpuUS int64) {
+	peak, _ := readInt(c.file("memory", "memory.max_usage_in_bytes"))
+	ns, _ := readInt(c.file("cpuacct", "cpuacct.usage"))
+	return peak, ns / 1000
+}
+
+func (c *cgroupV1) kill(except int) error {
+	return killAll(func() ([]int, error) { return readPids(c.file("pids", "cgroup.procs")) },
+		func() error { return os.WriteFile(c.file("freezer", "freezer.state"), []byte("FROZEN"), 0) },
+		func() error { return os.WriteFile(c.file("freezer", "freezer.state"), []byte("THAWED"), 0) }, except)
+}
+
+func (c *cgroupV1) destroy() error {
+	kerr := c.kill(0)
+	return errors.Join(kerr, removeCgroupV1(c.name))
+}
+
+// removeCgroupV1 removes the named group from every controller it lives
+// in, retrying briefly while the kernel finishes tearing down its tasks.
+func removeCgroupV1(name string) error {
+	var errs []error
+	for _, s := range v1Subsystems {
+		dir := filepath.Join(cgroupRoot, string(s), name)
+		if err := rmdirRetry(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ---- v2 ----
+
+type cgroupV2m struct {
+	name string
+	m    *cgroup2.Manager
+}
+
+func v2Resources(l cgLimits) *cgroup2.Resources {
+	r := &cgroup2.Resources{
+		Memory: &cgroup2.Memory{Max: &l.memoryBytes},
+		Pids:   &cgroup2.Pids{Max: l.pids},
+	}
+	if l.cpuQuotaUS > 0 {
+		period := uint64(100_000)
+		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&l.cpuQuotaUS, &period)}
+	}
+	return r
+}
+
+func newCgroupV2(name string, l cgLimits) (*cgroupV2m, error) {
+	m, err := cgroup2.NewManager(cgroupRoot, "/"+name, v2Resources(l))
+	if err != nil {
+		return nil, fmt.Errorf("creating cgroup %s: %w", name, err)
+	}
+	return &cgroupV2m{name: name, m: m}, nil
+}
+
+func (c *cgroupV2m) add(pid int) error       { return c.m.AddProc(uint64(pid)) }
+func (c *cgroupV2m) update(l cgLimits) error { return c.m.Update(v2Resources(l)) }
+func (c *cgroupV2m) setMemory(bytes int64) error {
+	return os.WriteFile(c.file("memory.max"), []byte(strconv.FormatInt(bytes, 10)), 0)
+}
+func (c *cgroupV2m) file(name string) string { return filepath.Join(cgroupRoot, c.name, name) }
+
+func (c *cgroupV2m) events() (oomKills, pidsMax int64) {
+	return readKey(c.file("memory.events"), "oom_kill"), readKey(c.file("pids.events"), "max")
+}
+
+func (c *cgroupV2m) usage() (peakBytes, cpuUS int64) {
+	peak, _ := readInt(c.file("memory.peak"))
+	return peak, readKey(c.file("cpu.stat"), "usage_usec")
+}
+
+func (c *cgroupV2m) kill(except int) error {
+	return killAll(func() ([]int, error) { return readPids(c.file("cgroup.procs")) },
+		func() error { return os.WriteFile(c.file("cgroup.freeze"), []byte("1"), 0) },
+		func() error { return os.WriteFile(c.file("cgroup.freeze"), []byte("0"), 0) }, except)
+}
+
+func (c *cgroupV2m) destroy() error {
+	kerr := c.kill(0)
+	return errors.Join(kerr, rmdirRetry(filepath.Join(cgroupRoot, c.name)))
+}
+
+// ---- shared ----
+
+// killAll asks the kernel to freeze the group (so nothing forks while we
+// look; without waiting for it, as tasks blocked at the memory limit do not
+// freeze), SIGKILLs every member, thaws it so the kills are delivered, and
+// repeats until the group is empty (bounded).
+func killAll(procs func() ([]int, error), freeze, thaw func() error, except int) error {
+	for range 100 {
+		pids, err := procs()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		others := pids[:0]
+		for _, pid := range pids {
+			if pid != except {
+				others = append(others, pid)
+			}
+		}
+		if len(others) == 0 {
+			return nil
+		}
+		_ = freeze()
+		for _, pid := range others {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = thaw()
+		time.Sleep(2 * time.Millisecond)
+	}
+	return fmt.Errorf("cgroup still has processes after repeated SIGKILL")
+}
+
+func rmdirRetry(dir string) error {
+	var err error
+	for i := range 200 {
+		err = syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		time.Sleep(time.Duration(i+1) * 100 * time.Microsecond)
+	}
+	return fmt.Errorf("removing cgroup %s: %w", dir, err)
+}
+
+func readPids(file string) ([]int, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func readInt(file string) (int64, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+}
+
+// readKey reads "key value" lines and returns the value for key (0 if absent).
+func readKey(file, key string) int64 {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

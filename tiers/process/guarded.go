@@ -1,0 +1,451 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"golang.org/x/sys/unix"
+)
+
+// Guarded workers run a language tier (expr, Starlark, WASM) one job per
+// process: this binary re-executed into user, PID, mount, network, IPC and
+// UTS namespaces, pivoted into an empty read-only root, under the seccomp
+// filter (on every thread) and address-space and CPU rlimits. The Job goes
+// in as JSON on stdin, the Result comes back as JSON on stdout, and the
+// worker is discarded. A fatal error or a runaway in the interpreter kills
+// only the worker.
+
+// workerEnv names the registered worker a re-executed stage should run.
+const workerEnv = "_AIRLOCK_PROCESS_WORKER"
+
+var (
+	workersMu sync.Mutex
+	workers   = map[string]func() airlock.Tier{}
+)
+
+// RegisterWorker makes a language tier available as a guarded worker under
+// name. Call it from an init function: the worker process is this same
+// binary, and it finds the constructor through the same registration.
+// When this process is such a worker, RegisterWorker does not return.
+func RegisterWorker(name string, newTier func() airlock.Tier) {
+	if name == "" || newTier == nil {
+		panic("process.RegisterWorker: empty name or nil constructor")
+	}
+	workersMu.Lock()
+	workers[name] = newTier
+	workersMu.Unlock()
+	if os.Getenv(stageEnv) == stageWorker && os.Getenv(workerEnv) == name {
+		runtime.LockOSThread()
+		os.Exit(workerStage(newTier))
+	}
+}
+
+// guardOverheadMB is added to the job's memory limit for the address-space
+// rlimit: room for the Go runtime's own growth (thread stacks, heap
+// metadata) beyond what it had reserved at start.
+const guardOverheadMB = 256
+
+// workerRuntimeMB is the worker's own memory (Go runtime, interpreter)
+// on top of the job's limit in its cgroup.
+const workerRuntimeMB = 48
+
+// vmSize returns this process's current address-space size in bytes.
+func vmSize() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 2 << 30
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmSize:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 2 << 30
+}
+
+// workerStage is the worker's side: build the empty root, confine every
+// thread, announce readiness, run one job, write its result, exit.
+func workerStage(newTier func() airlock.Tier) int {
+	out := json.NewEncoder(os.Stdout)
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "airlock worker:", err)
+		return 2
+	}
+	baseVM := vmSize()
+	if err := emptyRoot(); err != nil {
+		return fail(err)
+	}
+	tier := newTier()
+	if err := loadFilter(filterOptions{}, true); err != nil {
+		return fail(err)
+	}
+	if err := out.Encode(status{Ready: true}); err != nil {
+		return fail(err)
+	}
+	var req workerRequest
+	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
+		return fail(fmt.Errorf("reading job: %w", err))
+	}
+	job, err := airlock.DecodeJobBytes(req.Job)
+	if err != nil {
+		return fail(fmt.Errorf("reading job: %w", err))
+	}
+	// The address space is capped at what the runtime had reserved at
+	// start plus the job's memory and headroom; the cgroup holds the
+	// memory actually used.
+	mem := baseVM + uint64(req.MemoryMB+guardOverheadMB)<<20
+	if err := setRlimits([]rlimit{
+		{Resource: unix.RLIMIT_AS, Cur: mem, Max: mem},
+		{Resource: unix.RLIMIT_CPU, Cur: req.CPUSeconds, Max: req.CPUSeconds + 1},
+		{Resource: unix.RLIMIT_CORE},
+		{Resource: unix.RLIMIT_NOFILE, Cur: 64, Max: 64},
+	}); err != nil {
+		return fail(err)
+	}
+	res, _ := tier.Run(context.Background(), job)
+	if err := out.Encode(res); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// emptyRoot pivots into a read-only, empty tmpfs: the worker needs nothing
+// from the filesystem once its binary is loaded.
+func emptyRoot() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := unix.Mount("tmpfs", newRootDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,mode=0555"); err != nil {
+		return fmt.Errorf("mounting empty root: %w", err)
+	}
+	if err := pivot(newRootDir); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("making root read-only: %w", err)
+	}
+	return unix.Sethostname([]byte("airlock"))
+}
+
+// workerRequest is what the parent sends a worker: the job in its wire
+// form (decoded strictly by the worker, as a server would) and the limits
+// of the envelope around the interpreter.
+type workerRequest struct {
+	Job        json.RawMessage `json:"job"`
+	MemoryMB   int64           `json:"memory_mb"`
+	CPUSeconds uint64          `json:"cpu_seconds"`
+}
+
+// Guarded is a language tier run in guarded workers, at level 3.
+type Guarded struct {
+	name  string
+	inner airlock.Tier // for Admit; jobs run in workers
+	cfg   Config
+	pool  *pool[*worker]
+}
+
+// NewGuarded returns the tier "guarded-<name>" for a worker registered
+// with RegisterWorker. cfg's pool size is how many workers are kept
+// started (0 means 2).
+func NewGuarded(name string, cfg Config) (*Guarded, error) {
+	workersMu.Lock()
+	newTier, ok := workers[name]
+	workersMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("guarded tier: no worker registered as %q", name)
+	}
+	g := &Guarded{name: name, inner: newTier(), cfg: cfg}
+	size := cfg.poolSize
+	if size == 0 {
+		size = 2
+	}
+	if probe() == nil {
+		g.pool = newPool(size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy)
+	}
+	return g, nil
+}
+
+// Name returns "guarded-<worker name>".
+func (g *Guarded) Name() string { return "guarded-" + g.name }
+
+// Level returns LevelContainer.
+func (g *Guarded) Level() airlock.Level { return airlock.LevelContainer }
+
+// Available reports whether workers can be started here.
+func (g *Guarded) Available() error { return probe() }
+
+// Admit admits what the language tier admits.
+func (g *Guarded) Admit(job *airlock.Job) error {
+	err := g.inner.Admit(job)
+	var na *airlock.NotAdmitted
+	if errors.As(err, &na) {
+		return &airlock.NotAdmitted{Tier: g.Name(), Reason: na.Reason}
+	}
+	return err
+}
+
+// Close stops the worker pool.
+func (g *Guarded) Close() error {
+	if g.pool != nil {
+		g.pool.close()
+	}
+	return nil
+}
+
+// worker is one started worker process.
+type worker struct {
+	cmd    *exec.Cmd
+	cg     jobCgroup
+	memMB  int64 // the cgroup's current memory limit
+	uid    uint32
+	stdin  *os.File
+	out    *json.Decoder
+	stdout *os.File
+	stderr *capture
+	errWG  sync.WaitGroup
+	waitCh chan struct{}
+}
+
+func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
+	exe, err := selfExe()
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{waitCh: make(chan struct{}), stderr: &capture{limit: 4096, over: make(chan struct{})}}
+	if w.uid, err = sharedUIDs(g.cfg.uidBase, g.cfg.uidCount).get(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			w.destroy()
+		}
+	}()
+	p, err := pipes(3)
+	if err != nil {
+		return nil, err
+	}
+	stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW := p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1]
+	w.stdin, w.stdout, w.out = stdinW, stdoutR, json.NewDecoder(stdoutR)
+	w.out.UseNumber()
+	w.cmd = &exec.Cmd{
+		Path: fdPath(fdExe), Args: []string{"airlock-worker"}, Dir: "/",
+		Env:        []string{stageEnv + "=" + stageWorker, workerEnv + "=" + g.name, "GOMAXPROCS=1"},
+		Stdin:      stdinR,
+		Stdout:     stdoutW,
+		Stderr:     stderrW,
+		ExtraFiles: []*os.File{nil, nil, exe},
+		SysProcAttr: &syscall.SysProcAttr{
+			Pdeathsig: syscall.SIGKILL,
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(w.uid), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(w.uid), Size: 1}},
+			Credential:  &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+		},
+	}
+	w.memMB = poolLimits.MemoryMB + workerRuntimeMB
+	l := poolLimits
+	l.MemoryMB = w.memMB
+	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l)); err != nil {
+		return nil, fmt.Errorf("starting worker: %w", err)
+	}
+	err = w.cmd.Start()
+	stdinR.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stderrR.Close()
+		return nil, fmt.Errorf("starting worker: %w", err)
+	}
+	if err := w.cg.add(w.cmd.Process.Pid); err != nil {
+		return nil, fmt.Errorf("starting worker: joining cgroup: %w", err)
+	}
+	w.errWG.Add(1)
+	go w.stderr.read(stderrR, &w.stderr.err, &w.errWG)
+	go func() {
+		_ = w.cmd.Wait()
+		close(w.waitCh)
+	}()
+	ready := make(chan error, 1)
+	go func() {
+		var st status
+		if err := w.out.Decode(&st); err != nil || !st.Ready {
+			ready <- fmt.Errorf("starting worker: not ready (%v)", err)
+			return
+		}
+		ready <- nil
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			w.errWG.Wait()
+			return nil, fmt.Errorf("%w: %s", err, bytes.TrimSpace(w.stderr.err))
+		}
+		return w, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (w *worker) destroy() {
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = w.cmd.Process.Kill()
+		<-w.waitCh
+	}
+	if w.cg != nil {
+		_ = w.cg.destroy()
+	}
+	for _, f := range []*os.File{w.stdin, w.stdout} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	w.errWG.Wait()
+	if w.uid != 0 {
+		sharedUIDsPut(w.uid)
+	}
+}
+
+// Run runs one job in a fresh worker.
+func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	begin := time.Now()
+	res := airlock.Result{Tier: g.Name(), Level: g.Level()}
+	finish := func(err error) (airlock.Result, error) {
+		res.Tier, res.Level = g.Name(), g.Level()
+		res.Timings.TotalUS = max(airlock.Since(begin), 1)
+		res.Stopped, res.Error = nil, nil
+		res.SetError(err)
+		return res, err
+	}
+	prepared, err := airlock.Prepare(job, g.cfg.policy)
+	res.Clock, res.Seed = prepared.Clock, prepared.Seed
+	if err != nil {
+		return finish(err)
+	}
+	if err := g.Admit(&prepared); err != nil {
+		return finish(err)
+	}
+	if g.pool == nil {
+		return finish(fmt.Errorf("starting worker: tier unavailable: %w", probe()))
+	}
+	// The language tier resolves its own limits; the clock and seed are
+	// pinned here so the result records what ran.
+	job.Clock, job.Seed = prepared.Clock, prepared.Seed
+	wall := prepared.Limits.Wall()
+	ctx, cancel := context.WithTimeoutCause(ctx, wall+250*time.Millisecond, errWall)
+	defer cancel()
+	w, ok := g.pool.claim()
+	defer g.pool.refill()
+	if !ok {
+		if w, err = g.startWorker(ctx); err != nil {
+			return finish(err)
+		}
+	}
+	// The used worker is discarded after the result is returned: killing
+	// and removing its cgroup is not on the caller's path.
+	defer func() { go w.destroy() }()
+	// The claiming job's limits are bound here.
+	limits := prepared.Limits
+	limits.MemoryMB += workerRuntimeMB
+	if limits.MemoryMB != w.memMB {
+		if err := w.cg.setMemory(limits.MemoryMB << 20); err != nil {
+			return finish(fmt.Errorf("claiming worker: %w", err))
+		}
+	}
+	raw, err := json.Marshal(job)
+	if err != nil {
+		return finish(fmt.Errorf("encoding job: %w", err))
+	}
+	req := workerRequest{Job: raw, MemoryMB: limits.MemoryMB, CPUSeconds: uint64((prepared.Limits.CPUMS + 999) / 1000)}
+	res.Timings.StartUS = airlock.Since(begin)
+
+	got := make(chan error, 1)
+	var inner airlock.Result
+	go func() {
+		if err := json.NewEncoder(w.stdin).Encode(req); err != nil {
+			got <- err
+			return
+		}
+		w.stdin.Close()
+		got <- w.out.Decode(&inner)
+	}()
+	ticker := time.NewTicker(20 * time.Millisecond)
+	defer ticker.Stop()
+	tick := ticker.C
+	for err == nil {
+		select {
+		case err = <-got:
+			if err == nil {
+				goto done
+			}
+		case <-tick:
+			if stop := (&sandbox{cg: w.cg}).watch(&prepared); stop != nil {
+				_ = w.cmd.Process.Kill()
+				<-got
+				return finish(stop)
+			}
+		case <-ctx.Done():
+			_ = w.cmd.Process.Kill()
+			<-got
+			if context.Cause(ctx) == errWall {
+				return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)})
+			}
+			return finish(&airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()})
+		}
+	}
+	return finish(g.crashed(w, &prepared))
+done:
+	if inner.Value, err = airlock.NormalizeInput(inner.Value); err != nil {
+		return finish(fmt.Errorf("reading worker result: %w", err))
+	}
+	start := res.Timings.StartUS
+	res = inner
+	res.Timings.StartUS += start
+	res.Clock, res.Seed = prepared.Clock, prepared.Seed
+	return finish(inner.Err())
+}
+
+// crashed explains a worker that died without a result.
+func (g *Guarded) crashed(w *worker, job *airlock.Job) error {
+	<-w.waitCh
+	w.errWG.Wait()
+	stderr := string(bytes.TrimSpace(w.stderr.err))
+	ws, _ := w.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory"):
+		return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("worker ran out of its address space (%d MiB + runtime)", job.Limits.MemoryMB)}
+	case ws.Signaled() && ws.Signal() == syscall.SIGXCPU:
+		return stopCPU(job)
+	}
+	if oom, _ := w.cg.events(); oom > 0 {
+		return stopMemory(job)
+	}
+	if _, cpu := w.cg.usage(); ws.Signaled() && ws.Signal() == syscall.SIGKILL && cpu >= job.Limits.CPUMS*1000 {
+		return stopCPU(job)
+	}
+	if i := strings.LastIndex(stderr, "\n\ngoroutine "); i > 0 {
+		stderr = stderr[:i] // the first lines say what happened; the stacks do not help the caller
+	}
+	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("interpreter crashed; only its guarded worker died (%v): %s", w.cmd.ProcessState, firstLines(stderr, 3))}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,157 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/interp/expr"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+// Workers for the tests: the real expr tier, and misbehaving tiers that
+// stand for an interpreter bug (a fatal runtime error, unbounded
+// allocation, a loop that ignores its context).
+func init() {
+	RegisterWorker("expr", func() airlock.Tier { return expr.New() })
+	RegisterWorker("test-fatal", func() airlock.Tier { return misbehaving{"fatal"} })
+	RegisterWorker("test-alloc", func() airlock.Tier { return misbehaving{"alloc"} })
+	RegisterWorker("test-spin", func() airlock.Tier { return misbehaving{"spin"} })
+}
+
+type misbehaving struct{ how string }
+
+func (m misbehaving) Name() string                 { return "test-" + m.how }
+func (m misbehaving) Level() airlock.Level         { return airlock.LevelInterpreter }
+func (m misbehaving) Admit(job *airlock.Job) error { return nil }
+
+var sink [][]byte
+
+func (m misbehaving) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	switch m.how {
+	case "fatal":
+		go func() { panic("interpreter bug") }() // unrecovered on another goroutine: the process dies
+		select {}
+	case "alloc":
+		for {
+			sink = append(sink, make([]byte, 64<<20))
+			for i := range sink[len(sink)-1] {
+				sink[len(sink)-1][i] = 1
+			}
+		}
+	case "spin":
+		for {
+			runtime.Gosched()
+		}
+	}
+	return airlock.Result{}, nil
+}
+
+func newGuarded(t *testing.T, name string) *Guarded {
+	t.Helper()
+	g, err := NewGuarded(name, testConfig(t).WithPool(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Available(); err != nil {
+		tiertest.Unavailable(t, g.Name(), err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+func exprJob(code string) airlock.Job { return airlock.Job{Kind: airlock.KindExpr, Code: code} }
+
+func TestGuardedConformance(t *testing.T) {
+	g := newGuarded(t, "expr")
+	before := runtime.NumGoroutine()
+	tiertest.Suite{
+		Tier: g,
+		OK:   exprJob("1 + 2"),
+		Check: func(t testing.TB, res airlock.Result) {
+			if n, ok := res.Value.(int64); !ok || n != 3 {
+				t.Errorf("value %#v, want 3", res.Value)
+			}
+		},
+		Spin:     ptr(exprJob(`let r = 1..100000; count(r, count(r, count(r, # < 0) == 0) < 0)`)),
+		Flood:    ptr(exprJob(`map(1..100000, "xxxxxxxxxxxxxxxxxxxx")`)),
+		SkipLeak: true, // the worker pool keeps its filler goroutine; checked after Close below
+	}.Run(t)
+	g.Close()
+	tiertest.NoGoroutineLeak(t, before-1)
+}
+
+// TestGuardedContainsCrashes shows that an interpreter that dies — a fatal
+// runtime error, unbounded allocation, a loop deaf to cancellation — takes
+// only its worker with it, and the caller gets a typed error.
+func TestGuardedContainsCrashes(t *testing.T) {
+	ctx := context.Background()
+	job := exprJob("1")
+	job.Limits.MemoryMB = 64
+	job.Limits.WallMS = 20000
+
+	t.Run("FatalError", func(t *testing.T) {
+		_, err := newGuarded(t, "test-fatal").Run(ctx, job)
+		var ce *airlock.CodeError
+		if !errors.As(err, &ce) || !strings.Contains(ce.Message, "interpreter bug") {
+			t.Fatalf("want a runtime CodeError naming the crash, got %v", err)
+		}
+	})
+	t.Run("UnboundedAllocation", func(t *testing.T) {
+		_, err := newGuarded(t, "test-alloc").Run(ctx, job)
+		wantStop(t, err, airlock.StopMemory)
+	})
+	t.Run("DeafSpin", func(t *testing.T) {
+		start := time.Now()
+		spin := job
+		spin.Limits.WallMS = 1000
+		_, err := newGuarded(t, "test-spin").Run(ctx, spin)
+		wantStop(t, err, airlock.StopTimeout)
+		t.Logf("stopped after %v", time.Since(start))
+	})
+	t.Run("ExprRunaway", func(t *testing.T) {
+		g := newGuarded(t, "expr")
+		_, err := g.Run(ctx, exprJob(`repeat("x", 1000000000)`))
+		if _, ok := airlock.AsStop(err); !ok {
+			t.Fatalf("want a stop, got %v", err)
+		}
+		res, err := g.Run(ctx, exprJob("2 * 21"))
+		if err != nil || res.Value != int64(42) || res.Tier != "guarded-expr" {
+			t.Fatalf("the tier does not keep working after a runaway: %v %+v", err, res)
+		}
+	})
+	if os.Getpid() <= 0 {
+		t.Fatal("unreachable")
+	}
+}
+
+// TestGuardedExprCorpus runs the expr corpus in guarded workers.
+func TestGuardedExprCorpus(t *testing.T) {
+	cases, err := corpus.Load("expr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuarded(t, "expr")
+	for _, c := range cases {
+		if c.Skip != "" || !c.Applies("expr") {
+			continue
+		}
+		t.Run(strings.TrimPrefix(c.ID, "expr/"), func(t *testing.T) {
+			if v := c.Run(context.Background(), g, nil); !v.Pass {
+				t.Errorf("%s: %s (outcome %s)", c.ID, v.Detail, v.Outcome)
+			}
+		})
+	}
+}
+
+func TestGuardedUnknownWorker(t *testing.T) {
+	if _, err := NewGuarded("no-such-worker", NewConfig()); err == nil {
+		t.Fatal("NewGuarded accepted an unregistered worker")
+	}
+}

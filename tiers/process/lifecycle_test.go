@@ -1,0 +1,303 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+// TestNothingLeftBehind runs many jobs that end in every way — success,
+// timeout, OOM kill, crash, cancellation, output cap, fork bomb, stray
+// background processes — and then finds no process, cgroup, mount or
+// scratch directory of theirs.
+func TestNothingLeftBehind(t *testing.T) {
+	kinds := []struct {
+		name string
+		job  func() airlock.Job
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"ok", func() airlock.Job { return cmdJob("sh", "-c", "echo fine") }, nil},
+		{"timeout", func() airlock.Job {
+			j := cmdJob("sh", "-c", "sleep 60 & while :; do :; done")
+			j.Limits.WallMS = 300
+			return j
+		}, nil},
+		{"oom", func() airlock.Job {
+			j := cmdJob("python3", "-c", "b = b'x' * (256 << 20)")
+			j.Limits.MemoryMB = 32
+			return j
+		}, nil},
+		{"crash", func() airlock.Job { return cmdJob("sh", "-c", "sleep 60 & kill -SEGV $$") }, nil},
+		{"background", func() airlock.Job {
+			return cmdJob("sh", "-c", "(sleep 60 &); setsid sleep 60 & nohup sleep 60 >/dev/null 2>&1 & echo ok")
+		}, nil},
+		{"cancel", func() airlock.Job { return cmdJob("sleep", "60") }, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 200*time.Millisecond)
+		}},
+		{"flood", func() airlock.Job {
+			j := cmdJob("sh", "-c", "sleep 60 & yes")
+			j.Limits.OutputBytes = 1000
+			return j
+		}, nil},
+		{"forkbomb", func() airlock.Job {
+			j := cmdJob("sh", "-c", "b() { b | b; }; b")
+			j.Limits.Pids = 16
+			return j
+		}, nil},
+	}
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 4)
+		for round := range 3 {
+			for _, k := range kinds {
+				if only := os.Getenv("AIRLOCK_LEAK_KIND"); only != "" && only != k.name {
+					continue
+				}
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					if k.ctx != nil {
+						ctx, cancel = k.ctx()
+					}
+					defer cancel()
+					res, err := tier.Run(ctx, k.job())
+					if k.name == "ok" && (err != nil || res.Stdout != "fine\n") {
+						t.Errorf("round %d ok job: %v %+v", round, err, res)
+					}
+					for _, d := range res.Decision {
+						if strings.HasPrefix(d, "cleanup:") {
+							t.Errorf("%s: %s", k.name, d)
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		assertClean(t, cfg)
+	})
+}
+
+// TestSweep plays a crashed airlock: a cgroup with a live process and a
+// scratch mount, both named for an owner pid that no longer runs, are
+// removed by the start-up sweep; a live owner's are left alone.
+func TestSweep(t *testing.T) {
+	if err := probe(); err != nil {
+		tiertest.Unavailable(t, NameContainer, err)
+	}
+	cfg := testConfig(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadName := namePrefix + strconv.Itoa(dead.Process.Pid) + "-0123456789ab"
+	cg, err := newJobCgroup(deadName, cgLimits{memoryBytes: 64 << 20, pids: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := exec.Command("sleep", "600")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- orphan.Wait() }()
+	if err := cg.add(orphan.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	scratch := filepath.Join(cfg.baseDir, deadName)
+	if err := mountScratch(scratch, 1, 65534); err != nil {
+		t.Fatal(err)
+	}
+	liveName := namePrefix + strconv.Itoa(os.Getpid()) + "-ba9876543210"
+	live, err := newJobCgroup(liveName, cgLimits{memoryBytes: 64 << 20, pids: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.destroy()
+
+	if err := Sweep(cfg.baseDir); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		orphan.Process.Kill()
+		t.Fatal("the orphan in a crashed airlock's cgroup survived the sweep")
+	}
+	found := map[string]bool{}
+	for _, n := range leftoverCgroups() {
+		found[n] = true
+	}
+	if found[deadName] {
+		t.Error("the crashed airlock's cgroup survived the sweep")
+	}
+	if !found[liveName] {
+		t.Error("the sweep removed a live owner's cgroup")
+	}
+	if m := leftoverMounts(cfg.baseDir); len(m) > 0 {
+		t.Errorf("the crashed airlock's scratch mount survived the sweep: %v", m)
+	}
+	if _, err := os.Stat(scratch); !os.IsNotExist(err) {
+		t.Errorf("the crashed airlock's scratch directory survived the sweep: %v", err)
+	}
+}
+
+func TestSessions(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
+		run := func(s airlock.Session, job airlock.Job) airlock.Result {
+			t.Helper()
+			res, err := s.Run(ctx, job)
+			if err != nil {
+				t.Fatalf("%v: %v %+v", job.Argv, err, res)
+			}
+			return res
+		}
+
+		t.Run("ScratchKeptAcrossRuns", func(t *testing.T) {
+			s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(s, cmdJob("sh", "-c", "echo one > state.txt; sleep 60 &"))
+			if res := run(s, cmdJob("sh", "-c", "cat state.txt; ps -e -o comm= 2>/dev/null | grep -c sleep || true")); !strings.HasPrefix(res.Stdout, "one\n") {
+				t.Fatalf("second run sees %q, want the first run's file", res.Stdout)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Run(ctx, cmdJob("true")); err == nil {
+				t.Fatal("a closed session ran a job")
+			}
+		})
+
+		t.Run("SymlinkSwapBetweenRuns", func(t *testing.T) {
+			target, err := os.MkdirTemp("", "airlock-swap-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(target)
+			os.Chmod(target, 0o777)
+			s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			run(s, cmdJob("ln", "-s", target, "out"))
+			job := cmdJob("true")
+			job.Files = map[string]string{"out/planted.txt": "x"}
+			if _, err := s.Run(ctx, job); err == nil {
+				t.Error("placing a file through a symlink the previous run left succeeded")
+			}
+			if _, err := os.Stat(filepath.Join(target, "planted.txt")); err == nil {
+				t.Fatal("a job file was placed outside the scratch through a symlink")
+			}
+		})
+
+		t.Run("PersistentWorkspace", func(t *testing.T) {
+			name := fmt.Sprintf("ws-%s-%d", tier.Name(), time.Now().UnixNano())
+			s1, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(s1, cmdJob("sh", "-c", "echo kept >> notes.txt"))
+			s1.Close()
+			s2, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s2.Close()
+			if res := run(s2, cmdJob("sh", "-c", "echo again >> notes.txt; cat notes.txt")); res.Stdout != "kept\nagain\n" {
+				t.Fatalf("reattached workspace holds %q", res.Stdout)
+			}
+			if _, err := tier.OpenSession(ctx, airlock.SessionOptions{Workspace: "../escape"}); err == nil {
+				t.Fatal("a workspace name with a path was accepted")
+			}
+		})
+		assertClean(t, cfg)
+	})
+}
+
+// TestPoolBindsAtClaim shows that a pooled sandbox takes the claiming
+// job's secrets and limits, and is never used twice.
+func TestPoolBindsAtClaim(t *testing.T) {
+	cfg := testConfig(t).WithPool(2)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	waitPool := func() {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for tier.pool.len() < 2 {
+			if time.Now().After(deadline) {
+				t.Fatal("pool did not fill")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ctx := context.Background()
+	for i, who := range []string{"alpha", "beta"} {
+		waitPool()
+		before := tier.pool.claims.Load()
+		job := cmdJob("sh", "-c", "echo $WHO; ulimit -n; ls; echo used > marker")
+		job.Grants.Secrets = map[string]string{"WHO": who}
+		job.Limits.Files = int64(100 * (i + 1))
+		res, err := tier.Run(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%s\n%d\n", who, 100*(i+1)); res.Stdout != want {
+			t.Fatalf("pooled run printed %q, want %q (no marker from an earlier job)", res.Stdout, want)
+		}
+		if tier.pool.claims.Load() != before+1 {
+			t.Fatal("the job did not run in a pooled sandbox")
+		}
+	}
+	waitPool()
+	job := cmdJob("python3", "-c", "b = b'x' * (256 << 20)")
+	job.Limits.MemoryMB = 32
+	_, err := tier.Run(ctx, job)
+	wantStop(t, err, airlock.StopMemory)
+	tier.Close()
+	assertClean(t, cfg)
+}
+
+var _ = syscall.Getpid
+
+// TestPlacedCheck shows the placed files are inspected before the program
+// runs, and that a refusal stops the run.
+func TestPlacedCheck(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		job := cmdJob("sh", "-c", "cat a/b.txt; echo ran > ran.txt")
+		job.Files = map[string]string{"a/b.txt": "placed"}
+		var seen string
+		ok := airlock.WithPlacedCheck(context.Background(), func(dir string) error {
+			data, err := os.ReadFile(filepath.Join(dir, "a/b.txt"))
+			seen = string(data)
+			if _, err := os.Stat(filepath.Join(dir, "ran.txt")); err == nil {
+				return fmt.Errorf("the program ran before the check")
+			}
+			return err
+		})
+		res, err := tier.Run(ok, job)
+		if err != nil || res.Stdout != "placed" || seen != "placed" {
+			t.Fatalf("check saw %q; run: %v %+v", seen, err, res)
+		}
+		refuse := airlock.WithPlacedCheck(context.Background(), func(string) error { return fmt.Errorf("digest mismatch") })
+		res, err = tier.Run(refuse, job)
+		if err == nil || !strings.Contains(err.Error(), "digest mismatch") || res.Stdout != "" {
+			t.Fatalf("a refused check must stop the run before it starts: %v %+v", err, res)
+		}
+		assertClean(t, cfg)
+	})
+}

@@ -1,0 +1,368 @@
+package process
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The sandbox's root is a small tmpfs, read-only once built, holding:
+//
+//	/usr                      the host's, bound read-only
+//	/bin /sbin /lib /lib64 …  the host's symlinks into /usr (merged /usr), or read-only binds
+//	/etc                      a curated few files bound read-only, plus synthesised
+//	                          passwd, group, hosts and hostname (see etcAllow)
+//	/dev                      a tmpfs with null, zero, full, random, urandom bound from the host
+//	/proc                     a fresh procfs of the sandbox's PID namespace
+//	/scratch                  the writable scratch (tmpfs capped at scratch_mb, or a
+//	                          session's / workspace's directory), the working directory
+//	/tmp                      the same scratch
+//	granted fs.read paths     bound read-only at their own paths
+//
+// Nothing else of the host is reachable: no /home, /root, /var, /run, /sys,
+// no host sockets, no other /etc files.
+
+// usrLinks are the top-level directories that are symlinks into /usr on a
+// merged-/usr system and directories elsewhere.
+var usrLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// etcAllow is what of the host's /etc a sandbox sees: what the dynamic
+// loader, name-service switch, locale, time zone, TLS roots and common
+// interpreters need. Nothing that holds credentials (shadow, ssh keys,
+// ssl/private, machine-id, environment, …).
+var etcAllow = []string{
+	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "localtime", "alternatives",
+	"ssl/certs", "ca-certificates", "mime.types", "protocols", "services", "python3", "bash.bashrc",
+	"inputrc", "profile", "debian_version", "os-release", "magic", "perl",
+}
+
+// Synthesised files: the sandbox's root is uid 0 inside and nobody owns
+// anything else.
+var etcSynth = map[string]string{
+	"passwd":   "root:x:0:0:root:/scratch:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"group":    "root:x:0:\nnogroup:x:65534:\n",
+	"hosts":    "127.0.0.1\tlocalhost airlock\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	"hostname": "airlock\n",
+}
+
+var devNodes = []string{"null", "zero", "full", "random", "urandom"}
+
+// newRootDir is where the root is assembled inside the stage's private
+// mount namespace (it hides the host's directory there only).
+const newRootDir = "/tmp"
+
+func buildRoot(base *baseSpec) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	// Open the host directories before the root tmpfs covers anything.
+	r := newRootDir
+	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m,mode=0755"); err != nil {
+		return fmt.Errorf("mounting root tmpfs: %w", err)
+	}
+	if err := bindRO("/usr", filepath.Join(r, "usr"), true); err != nil {
+		return err
+	}
+	for _, name := range usrLinks {
+		host := "/" + name
+		st, err := os.Lstat(host)
+		switch {
+		case err != nil:
+			continue
+		case st.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(host)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, filepath.Join(r, name)); err != nil {
+				return err
+			}
+		case st.IsDir():
+			if err := bindRO(host, filepath.Join(r, name), true); err != nil {
+				return err
+			}
+		}
+	}
+	if err := buildEtc(filepath.Join(r, "etc")); err != nil {
+		return err
+	}
+	if err := buildDev(filepath.Join(r, "dev")); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(r, "proc"), 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", filepath.Join(r, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	scratch := filepath.Join(r, "scratch")
+	if err := os.Mkdir(scratch, 0o755); err != nil {
+		return err
+	}
+	if base.HasScratch {
+		err := unix.MoveMount(fdScratch, "", unix.AT_FDCWD, scratch, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(fdScratch)
+		if err != nil {
+			return fmt.Errorf("attaching scratch: %w", err)
+		}
+	} else {
+		opts := fmt.Sprintf("size=%dm,mode=0755", max(base.ScratchMB, 1))
+		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mounting scratch: %w", err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(r, "tmp"), 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(scratch, filepath.Join(r, "tmp"), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding /tmp: %w", err)
+	}
+	for _, b := range base.Binds {
+		if err := bindGranted(r, b); err != nil {
+			return err
+		}
+	}
+	if err := pivot(r); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("making root read-only: %w", err)
+	}
+	if err := unix.Sethostname([]byte("airlock")); err != nil {
+		return fmt.Errorf("setting hostname: %w", err)
+	}
+	return os.Chdir("/scratch")
+}
+
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+func buildEtc(etc string) error {
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	for _, name := range etcAllow {
+		host := filepath.Join("/etc", name)
+		st, err := os.Lstat(host)
+		if err != nil {
+			continue
+		}
+		target := filepath.Join(etc, name)
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		switch {
+		case st.Mode()&os.ModeSymlink != 0:
+			link, err := os.Readlink(host)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(link, target); err != nil {
+				return err
+			}
+		case st.Mode().IsRegular() && st.Size() <= 1<<20:
+			// Small files are copied (cheaper than a bind mount each); the
+			// root is read-only once built.
+			data, err := os.ReadFile(host)
+			if err != nil {
+				continue
+			}
+			if err := os.WriteFile(target, data, 0o644); err != nil {
+				return err
+			}
+		default:
+			if err := bindRO(host, target, st.IsDir()); err != nil {
+				return err
+			}
+		}
+	}
+	for name, content := range etcSynth {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func buildDev(dev string) error {
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return fmt.Errorf("mounting /dev: %w", err)
+	}
+	for _, n := range devNodes {
+		if err := bindDevice("/dev/"+n, filepath.Join(dev, n)); err != nil {
+			return err
+		}
+	}
+	for name, target := range map[string]string{
+		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bindDevice(host, target string) error {
+	if err := mountPoint(target, false); err != nil {
+		return err
+	}
+	if err := unix.Mount(host, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding %s: %w", host, err)
+	}
+	return nil
+}
+
+// bindRO binds source at target (created as a directory or an empty file)
+// and makes the bind read-only, nosuid and nodev, keeping the flags the
+// kernel locks for mounts inherited from a more privileged namespace.
+func bindRO(source, target string, dir bool) error {
+	if err := mountPoint(target, dir); err != nil {
+		return err
+	}
+	if err := unix.Mount(source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding %s: %w", source, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV) | lockedFlags(st.Flags)
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("making %s read-only: %w", source, err)
+	}
+	return nil
+}
+
+// lockedFlags maps statfs flags to the mount flags a remount must keep.
+func lockedFlags(f int64) uintptr {
+	var out uintptr
+	for st, ms := range map[int64]uintptr{
+		unix.ST_NOEXEC: unix.MS_NOEXEC, unix.ST_NOATIME: unix.MS_NOATIME,
+		unix.ST_NODIRATIME: unix.MS_NODIRATIME, unix.ST_RELATIME: unix.MS_RELATIME,
+	} {
+		if f&st != 0 {
+			out |= ms
+		}
+	}
+	return out
+}
+
+// bindGranted attaches a granted host path — a detached, read-only clone
+// of its mount tree made by the parent — at the same path inside the root.
+// A path already visible through the read-only /usr is left as it is.
+func bindGranted(root string, b bindSpec) error {
+	defer unix.Close(b.Fd)
+	if b.Target == "/usr" || strings.HasPrefix(b.Target, "/usr/") {
+		return nil
+	}
+	target := filepath.Join(root, b.Target)
+	if err := mountPoint(target, b.Dir); err != nil {
+		return fmt.Errorf("granting %s: %w", b.Target, err)
+	}
+	if err := unix.MoveMount(b.Fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("granting %s: %w", b.Target, err)
+	}
+	return nil
+}
+
+// mountPoint creates target as a directory or an empty file.
+func mountPoint(target string, dir bool) error {
+	if dir {
+		return os.MkdirAll(target, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// pivot makes root the root of the mount namespace and detaches the old
+// one entirely (pivot_root(".", ".") as runc does: no directory for the
+// old root needs to exist).
+func pivot(root string) error {
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the host root: %w", err)
+	}
+	return os.Chdir("/")
+}
+
+// containerLandlock is the Landlock layer inside the container: the system
+// directories readable and executable, /proc and granted paths readable,
+// the device nodes usable, the scratch writable; everything else — which
+// should not exist in the mount namespace anyway — refused.
+func containerLandlock() []llRule {
+	rules := []llRule{
+		{Path: "/usr", Access: llRead | llExec},
+		{Path: "/etc", Access: llRead},
+		{Path: "/proc", Access: llRead},
+		{Path: "/scratch", Access: rwAccess()},
+		{Path: "/tmp", Access: rwAccess()},
+	}
+	for _, name := range usrLinks {
+		if st, err := os.Lstat("/" + name); err == nil && st.IsDir() {
+			rules = append(rules, llRule{Path: "/" + name, Access: llRead | llExec})
+		}
+	}
+	rules = append(rules, llRule{Path: "/", Access: unix.LANDLOCK_ACCESS_FS_READ_DIR})
+	for _, n := range devNodes {
+		rules = append(rules, llRule{Path: "/dev/" + n, Access: llRead | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
+	}
+	if granted, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		rules = append(rules, grantedRules(string(granted))...)
+	}
+	return rules
+}
+
+// grantedRules finds the read-only binds beyond the fixed layout (the
+// granted fs.read paths) in mountinfo and makes them readable.
+func grantedRules(mountinfo string) []llRule {
+	fixed := map[string]bool{"/": true, "/usr": true, "/etc": true, "/dev": true, "/proc": true, "/scratch": true, "/tmp": true}
+	var out []llRule
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if fixed[mp] || strings.HasPrefix(mp, "/etc/") || strings.HasPrefix(mp, "/dev/") || strings.HasPrefix(mp, "/proc/") {
+			continue
+		}
+		out = append(out, llRule{Path: mp, Access: llRead})
+	}
+	return out
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

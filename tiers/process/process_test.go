@@ -1,0 +1,391 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+// testConfig keeps every host-side trace of the tests under one temporary
+// base directory per test.
+func testConfig(t testing.TB) Config {
+	base := filepath.Join(t.TempDir(), "base")
+	ws := filepath.Join(t.TempDir(), "ws")
+	// The level-2 sandboxes run as other uids and need to reach their
+	// scratch and workspace directories.
+	for _, d := range []string{filepath.Dir(base), filepath.Dir(ws), filepath.Dir(filepath.Dir(base)), filepath.Dir(filepath.Dir(ws))} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return NewConfig().WithBaseDir(base).WithWorkspaceDir(ws)
+}
+
+type tierCase struct {
+	name string
+	mk   func(Config) (*Tier, error)
+}
+
+var bothTiers = []tierCase{{NameContainer, New}, {NameFilter, NewFilter}}
+
+func newTestTier(t testing.TB, tc tierCase, cfg Config) *Tier {
+	t.Helper()
+	tier, err := tc.mk(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tier.Available(); err != nil {
+		tiertest.Unavailable(t, tier.Name(), err)
+	}
+	t.Cleanup(func() { tier.Close() })
+	return tier
+}
+
+// forBothTiers runs fn as a subtest for each tier, on a fresh
+// configuration and tier.
+func forBothTiers(t *testing.T, fn func(t *testing.T, tier *Tier, cfg Config)) {
+	for _, tc := range bothTiers {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			fn(t, newTestTier(t, tc, cfg), cfg)
+		})
+	}
+}
+
+func cmdJob(argv ...string) airlock.Job {
+	return airlock.Job{Kind: airlock.KindCommand, Argv: argv}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestConformance(t *testing.T) {
+	for _, tc := range bothTiers {
+		t.Run(tc.name, func(t *testing.T) {
+			tier := newTestTier(t, tc, testConfig(t))
+			before := runtime.NumGoroutine()
+			tiertest.Suite{
+				Tier: tier,
+				OK:   cmdJob("sh", "-c", "echo ok"),
+				Check: func(t testing.TB, res airlock.Result) {
+					if res.Stdout != "ok\n" {
+						t.Errorf("stdout %q, want %q", res.Stdout, "ok\n")
+					}
+				},
+				Spin:  ptr(cmdJob("sh", "-c", "while :; do :; done")),
+				Flood: ptr(cmdJob("sh", "-c", "while :; do echo flooding flooding flooding; done")),
+				Env:   ptr(cmdJob("sh", "-c", "echo $"+tiertest.CanaryEnv+"; env")),
+				// The suite's own check counts the goroutine running it;
+				// the same check runs below from this goroutine instead.
+				SkipLeak: true,
+			}.Run(t)
+			tiertest.NoGoroutineLeak(t, before)
+		})
+	}
+}
+
+// canaries are the secrets a corpus run must never leak.
+type canaries struct {
+	vars    map[string]string
+	secrets []string
+}
+
+func setupCanaries(t *testing.T) canaries {
+	t.Helper()
+	secret := fmt.Sprintf("canary-file-%d", time.Now().UnixNano())
+	dir := t.TempDir() // 0700, root's
+	file := filepath.Join(dir, "secret.txt")
+	if err := os.WriteFile(file, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	envName := "AIRLOCK_CORPUS_CANARY"
+	envValue := fmt.Sprintf("canary-env-%d", time.Now().UnixNano())
+	t.Setenv(envName, envValue)
+
+	// A world-connectable host Unix socket and an abstract one, each
+	// answering with a secret.
+	sockSecret := fmt.Sprintf("canary-socket-%d", time.Now().UnixNano())
+	sockDir := filepath.Join(t.TempDir(), "sock")
+	if err := os.Mkdir(sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(sockDir), 0o755)
+	sockPath := filepath.Join(sockDir, "host.sock")
+	abstract := fmt.Sprintf("airlock-canary-%d", time.Now().UnixNano())
+	for _, addr := range []string{sockPath, "@" + abstract} {
+		ln, err := net.Listen("unix", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr == sockPath {
+			os.Chmod(sockPath, 0o777)
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte(sockSecret))
+				c.Close()
+			}
+		}()
+		t.Cleanup(func() { ln.Close(); wg.Wait() })
+	}
+	return canaries{
+		vars: map[string]string{
+			"CANARY_FILE": file, "CANARY_ENV": envName, "HOST_SOCKET": sockPath, "HOST_ABSTRACT": abstract,
+			"STATIC_BINARY_B64": staticBinary(t),
+		},
+		secrets: []string{secret, envValue, sockSecret},
+	}
+}
+
+var (
+	staticOnce sync.Once
+	staticB64  string
+	staticErr  error
+)
+
+// staticBinary builds a static Go program and returns it base64-encoded.
+func staticBinary(t *testing.T) string {
+	t.Helper()
+	staticOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-static-")
+		if err != nil {
+			staticErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from a static Go binary\") }\n"
+		os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644)
+		os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644)
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", "hello", ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			staticErr = fmt.Errorf("building static binary: %v\n%s", err, out)
+			return
+		}
+		bin, err := os.ReadFile(filepath.Join(dir, "hello"))
+		staticB64, staticErr = base64.StdEncoding.EncodeToString(bin), err
+	})
+	if staticErr != nil {
+		t.Fatal(staticErr)
+	}
+	return staticB64
+}
+
+// TestCorpus runs every command case on both tiers, with a host sentinel
+// process that must survive them all (kill -9 -1, ptrace, ...).
+func TestCorpus(t *testing.T) {
+	cases, err := corpus.Load("command")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatal("no command cases")
+	}
+	cn := setupCanaries(t)
+	sentinel := exec.Command("sleep", "600")
+	if err := sentinel.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sentinel.Process.Kill(); sentinel.Wait() }()
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		for _, c := range cases {
+			if !c.Applies(tier.Name()) {
+				continue
+			}
+			t.Run(strings.TrimPrefix(c.ID, "command/"), func(t *testing.T) {
+				if c.Skip != "" {
+					t.Skip(c.Skip)
+				}
+				v := c.Run(context.Background(), tier, cn.vars, cn.secrets...)
+				if !v.Pass {
+					t.Errorf("%s on %s: %s (outcome %s)", c.ID, tier.Name(), v.Detail, v.Outcome)
+				}
+			})
+		}
+		assertClean(t, cfg)
+	})
+	if err := sentinel.Process.Signal(syscall0); err != nil {
+		t.Fatalf("host sentinel process did not survive the corpus: %v", err)
+	}
+}
+
+// TestScenarios checks what the corpus cannot express as data.
+func TestScenarios(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
+
+		t.Run("GrantedReadPath", func(t *testing.T) {
+			// World-readable, as a level-2 grant still needs the uid's permission.
+			dir, err := os.MkdirTemp("", "airlock-grant-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			os.WriteFile(filepath.Join(dir, "data.txt"), []byte("granted"), 0o644)
+			os.Chmod(filepath.Join(dir, "data.txt"), 0o644)
+			os.Chmod(dir, 0o755)
+			job := cmdJob("sh", "-c", "cat "+filepath.Join(dir, "data.txt")+"; echo x > "+filepath.Join(dir, "new.txt")+" && echo WROTE")
+			job.Grants.FS.Read = []string{dir}
+			res, err := tier.Run(ctx, job)
+			if err != nil || !strings.HasPrefix(res.Stdout, "granted") || strings.Contains(res.Stdout, "WROTE") {
+				t.Fatalf("granted read: %v %+v", err, res)
+			}
+		})
+		t.Run("MissingGrantedPath", func(t *testing.T) {
+			job := cmdJob("true")
+			job.Grants.FS.Read = []string{"/nonexistent/airlock/path"}
+			_, err := tier.Run(ctx, job)
+			var inv *airlock.InvalidJob
+			if tier.Level() == airlock.LevelContainer && !asErr(err, &inv) {
+				t.Fatalf("want InvalidJob for a missing granted path, got %v", err)
+			}
+		})
+		t.Run("ProgramNotFound", func(t *testing.T) {
+			res, err := tier.Run(ctx, cmdJob("no-such-program-airlock"))
+			if err != nil || res.ExitCode != 127 || !strings.Contains(res.Stderr, "not found") {
+				t.Fatalf("want exit 127 with a message, got %v %+v", err, res)
+			}
+		})
+		t.Run("NetGrantRefused", func(t *testing.T) {
+			job := cmdJob("true")
+			job.Grants.Net = []airlock.NetRule{{Host: "example.com"}}
+			_, err := tier.Run(ctx, job)
+			var na *airlock.NotAdmitted
+			if !asErr(err, &na) || !strings.Contains(na.Reason, "egress") {
+				t.Fatalf("want NotAdmitted for egress, got %v", err)
+			}
+			if tier.Admit(&airlock.Job{Kind: airlock.KindExpr, Code: "1"}) == nil {
+				t.Fatal("admitted an expr job")
+			}
+		})
+		t.Run("CPULimit", func(t *testing.T) {
+			job := cmdJob("sh", "-c", "while :; do :; done")
+			job.Limits = airlock.Limits{CPUMS: 300, WallMS: 20000}
+			_, err := tier.Run(ctx, job)
+			wantStop(t, err, airlock.StopCPU)
+		})
+		t.Run("SandboxView", func(t *testing.T) {
+			res, err := tier.Run(ctx, cmdJob("sh", "-c", "id -u; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs|CapEff)'; ls /"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000000000"} {
+				if !strings.Contains(res.Stdout, want) {
+					t.Errorf("sandbox view lacks %q:\n%s", want, res.Stdout)
+				}
+			}
+			if tier.Level() == airlock.LevelContainer {
+				for _, absent := range []string{"root\n", "home\n", "var\n", "sys\n", "run\n"} {
+					if strings.Contains(res.Stdout, absent) {
+						t.Errorf("container root shows %q:\n%s", absent, res.Stdout)
+					}
+				}
+			}
+		})
+		assertClean(t, cfg)
+	})
+}
+
+func asErr[T error](err error, target *T) bool {
+	return err != nil && errorsAs(err, target)
+}
+
+func wantStop(t *testing.T, err error, reason airlock.StopReason) {
+	t.Helper()
+	s, ok := airlock.AsStop(err)
+	if !ok || s.Reason != reason {
+		t.Fatalf("want stopped:%s, got %v", reason, err)
+	}
+}
+
+// assertClean checks that no sandbox of this process is left: no cgroup,
+// no scratch mount or directory, no process running as a sandbox uid.
+func assertClean(t *testing.T, cfg Config) {
+	t.Helper()
+	mine := namePrefix + strconv.Itoa(os.Getpid()) + "-"
+	for _, name := range leftoverCgroups() {
+		if strings.HasPrefix(name, mine) {
+			t.Errorf("cgroup %s left behind", name)
+		}
+	}
+	if m := leftoverMounts(cfg.baseDir); len(m) > 0 {
+		t.Errorf("scratch mounts left behind: %v", m)
+	}
+	if entries, _ := os.ReadDir(cfg.baseDir); len(entries) > 0 {
+		t.Errorf("scratch directories left behind: %v", entries)
+	}
+	if procs := sandboxProcesses(cfg); len(procs) > 0 {
+		t.Errorf("sandbox processes left behind: %v", procs)
+	}
+}
+
+// sandboxProcesses lists processes whose real uid is in the sandbox range
+// and which started after this test process (zombies an earlier, killed
+// run left to an init that does not reap are not this run's).
+func sandboxProcesses(cfg Config) []string {
+	self := startTime(strconv.Itoa(os.Getpid()))
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil || startTime(e.Name()) < self {
+			continue
+		}
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			if f := strings.Fields(string(line)); len(f) > 1 && f[0] == "Uid:" {
+				if uid, err := strconv.ParseUint(f[1], 10, 32); err == nil && uint32(uid) >= cfg.uidBase && uint32(uid)-cfg.uidBase < cfg.uidCount {
+					cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+					state := ""
+					for _, l := range strings.Split(string(data), "\n") {
+						if strings.HasPrefix(l, "State:") || strings.HasPrefix(l, "PPid:") {
+							state += " " + strings.Join(strings.Fields(l), " ")
+						}
+					}
+					out = append(out, fmt.Sprintf("%s(%s%s)", e.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "), state))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// startTime returns a process's start time in clock ticks after boot.
+func startTime(pid string) uint64 {
+	data, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may contain spaces) start after ')'.
+	rest := string(data[bytes.LastIndexByte(data, ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}

@@ -1,0 +1,304 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"golang.org/x/sys/unix"
+)
+
+// run is Run, optionally inside a session (whose scratch and uid it reuses).
+func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock.Result, error) {
+	begin := time.Now()
+	res := airlock.Result{Tier: t.name, Level: t.level}
+	finish := func(err error) (airlock.Result, error) {
+		res.Timings.TotalUS = max(airlock.Since(begin), 1)
+		res.SetError(err)
+		return res, err
+	}
+	job, err := airlock.Prepare(job, t.cfg.policy)
+	res.Clock, res.Seed = job.Clock, job.Seed
+	if err != nil {
+		return finish(err)
+	}
+	if err := t.Admit(&job); err != nil {
+		return finish(err)
+	}
+	if err := t.Available(); err != nil {
+		return finish(fmt.Errorf("starting sandbox: tier unavailable: %w", err))
+	}
+	scratchMB := job.Grants.FS.ScratchMB
+	if scratchMB == 0 {
+		scratchMB = DefaultScratchMB
+	}
+	wall := job.Limits.Wall()
+	ctx, cancel := context.WithTimeoutCause(ctx, wall, errWall)
+	defer cancel()
+
+	var sb *sandbox
+	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 {
+		sb, _ = t.pool.claim()
+		defer t.pool.refill()
+	}
+	if sb == nil {
+		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read}
+		if sess != nil {
+			o.uid, o.scratch = sess.uid, sess.dir
+		}
+		if sb, err = t.start(ctx, o); err != nil {
+			if context.Cause(ctx) == errWall {
+				err = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting the sandbox"}
+			}
+			return finish(err)
+		}
+	} else if err := sb.cg.update(cgLimitsFor(job.Limits)); err != nil {
+		// The claiming job's limits are bound here; a pooled sandbox that
+		// cannot take them is discarded.
+		_ = sb.destroy()
+		return finish(fmt.Errorf("claiming pooled sandbox: %w", err))
+	}
+	defer func() {
+		if err := sb.destroy(); err != nil {
+			res.Decision = append(res.Decision, "cleanup: "+err.Error())
+		}
+	}()
+	res.Timings.StartUS = airlock.Since(begin)
+	out, err := sb.runJob(ctx, &job, scratchMB)
+	res.Stdout, res.Stderr = string(out.stdout), string(out.stderr)
+	res.ExitCode = out.exit
+	res.Usage = airlock.Usage{MemoryBytes: out.memPeak, CPUUS: out.cpuUS, OutputBytes: out.outBytes}
+	res.Timings.RunUS = out.runUS
+	return finish(err)
+}
+
+var errWall = errors.New("wall clock")
+
+func stopMemory(job *airlock.Job) *airlock.Stopped {
+	return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
+}
+
+func stopCPU(job *airlock.Job) *airlock.Stopped {
+	return &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
+}
+
+func stopPids(job *airlock.Job) *airlock.Stopped {
+	return &airlock.Stopped{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
+}
+
+// watch polls the cgroup while the job runs: the memory limit having
+// killed a process, a fork refused by the process limit, or CPU time over
+// its limit stops the whole job (a fork bomb is stopped, not left to
+// thrash against the limit until the wall clock).
+func (sb *sandbox) watch(job *airlock.Job) *airlock.Stopped {
+	oom, pidsMax := sb.cg.events()
+	switch {
+	case oom > 0:
+		return stopMemory(job)
+	case pidsMax > 0:
+		return stopPids(job)
+	}
+	if _, cpu := sb.cg.usage(); job.Limits.CPUMS > 0 && cpu > job.Limits.CPUMS*1000 {
+		return stopCPU(job)
+	}
+	return nil
+}
+
+type outcome struct {
+	stdout, stderr []byte
+	exit           int
+	memPeak, cpuUS int64
+	outBytes       int64
+	runUS          int64
+}
+
+func rlimitsFor(job *airlock.Job, scratchMB int64) []rlimit {
+	cpuS := uint64((job.Limits.CPUMS + 999) / 1000)
+	// Above the cgroup's pids limit, so the cgroup refuses first (and the
+	// stop is reported as "pids"); a backstop where the cgroup is absent.
+	nproc := uint64(job.Limits.Pids + 2*pidsHeadroom)
+	return []rlimit{
+		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
+		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(job.Limits.Files), Max: uint64(job.Limits.Files)},
+		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(scratchMB) << 20, Max: uint64(scratchMB) << 20},
+		{Resource: unix.RLIMIT_CPU, Cur: cpuS, Max: cpuS + 1},
+		{Resource: unix.RLIMIT_NPROC, Cur: nproc, Max: nproc},
+		{Resource: unix.RLIMIT_MEMLOCK, Cur: 0, Max: 0},
+	}
+}
+
+func envFor(job *airlock.Job) []string {
+	env := make([]string, 0, len(job.Grants.Secrets))
+	for k, v := range job.Grants.Secrets {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// runJob hands the job to a started sandbox, feeds stdin, collects output
+// up to the cap, enforces the wall clock and CPU time, and judges how the
+// run ended.
+func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64) (outcome, error) {
+	var out outcome
+	spec := jobSpec{
+		Argv:      job.Argv,
+		Env:       envFor(job),
+		Files:     job.Files,
+		Stdin:     job.Stdin != "",
+		ScratchMB: scratchMB,
+		Rlimits:   rlimitsFor(job, scratchMB),
+		Scratch:   sb.scratch,
+	}
+	if sb.level == airlock.LevelContainer {
+		spec.Scratch = ""
+	} else {
+		spec.UID = sb.uid
+		spec.ReadPaths = job.Grants.FS.Read
+	}
+	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{})}
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go capt.read(sb.stdout, &capt.out, &readers)
+	go capt.read(sb.stderr, &capt.err, &readers)
+	go func(stdin string) {
+		if stdin != "" {
+			_, _ = sb.stdin.WriteString(stdin)
+		}
+		sb.stdin.Close()
+	}(job.Stdin)
+
+	runStart := time.Now()
+	if err := json.NewEncoder(sb.spec).Encode(spec); err != nil {
+		sb.kill()
+		<-sb.waitCh
+		readers.Wait()
+		return out, fmt.Errorf("starting sandbox: sending job: %w", err)
+	}
+	statusCh := make(chan status, 2)
+	go func() {
+		defer close(statusCh)
+		for {
+			var st status
+			if err := sb.status.Decode(&st); err != nil {
+				return
+			}
+			statusCh <- st
+		}
+	}()
+	// The files are placed; what was placed is checked (approvals recompute
+	// their digest over it) before the program may start.
+	var final *status
+	select {
+	case st, ok := <-statusCh:
+		if ok && st.Placed {
+			if err := airlock.CheckPlaced(ctx, sb.placedDir()); err != nil {
+				sb.kill()
+				<-sb.waitCh
+				_ = sb.cg.kill(0)
+				readers.Wait()
+				return out, err
+			}
+			_ = json.NewEncoder(sb.spec).Encode(struct{}{})
+		} else if ok {
+			final = &st
+		}
+	case <-sb.waitCh:
+	case <-ctx.Done():
+	}
+	sb.spec.Close()
+
+	var stop *airlock.Stopped
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	cpuLimitUS := job.Limits.CPUMS * 1000
+wait:
+	for {
+		select {
+		case <-sb.waitCh:
+			break wait
+		case <-capt.over:
+			stop = &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
+			sb.kill()
+		case <-ctx.Done():
+			if context.Cause(ctx) == errWall {
+				stop = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
+			} else {
+				stop = &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
+			}
+			sb.kill()
+		case <-tick.C:
+			stop = sb.watch(job)
+			if stop != nil {
+				sb.kill()
+			}
+		}
+		if stop != nil {
+			<-sb.waitCh
+			break
+		}
+	}
+	out.runUS = airlock.Since(runStart)
+	// The program's tree dies with it: the PID namespace's init is gone,
+	// or (level 2) the cgroup is emptied.
+	_ = sb.cg.kill(0)
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		// A descriptor escaped the cgroup (should not happen): stop reading.
+		sb.stdout.Close()
+		sb.stderr.Close()
+		<-drained
+	}
+	var st status
+	if final != nil {
+		st = *final
+	} else {
+		st = <-statusCh
+	}
+	capt.mu.Lock()
+	out.stdout, out.stderr, out.outBytes = capt.out, capt.err, capt.total
+	capt.mu.Unlock()
+	out.memPeak, out.cpuUS = sb.cg.usage()
+	oom, pidsMax := sb.cg.events()
+
+	// How did the program end?
+	code, signal := -1, 0
+	if st.Exited {
+		code, signal = st.Code, st.Signal
+	} else if ps := sb.cmd.ProcessState; ps != nil && st.Error == "" {
+		ws := ps.Sys().(syscall.WaitStatus)
+		switch {
+		case ws.Signaled():
+			code, signal = 128+int(ws.Signal()), int(ws.Signal())
+		default:
+			code = ws.ExitStatus()
+		}
+	}
+	out.exit = code
+	switch {
+	case stop != nil:
+		return out, stop
+	case oom > 0:
+		return out, stopMemory(job)
+	case signal == int(syscall.SIGXCPU) || (signal == int(syscall.SIGKILL) && cpuLimitUS > 0 && out.cpuUS >= cpuLimitUS):
+		return out, stopCPU(job)
+	case pidsMax > 0:
+		return out, stopPids(job)
+	case st.NotFound:
+		out.exit = 127
+		out.stderr = append(out.stderr, []byte("airlock: "+st.Error+"\n")...)
+		return out, nil
+	case st.Error != "":
+		return out, fmt.Errorf("running sandbox: %s", st.Error)
+	case code < 0:
+		return out, fmt.Errorf("running sandbox: stage ended without a status (%v)", sb.waitErr)
+	}
+	return out, nil
+}

@@ -1,0 +1,412 @@
+package process
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"golang.org/x/sys/unix"
+)
+
+// namePrefix marks everything a sandbox leaves on the host while it runs
+// (cgroups, scratch mounts): airlock-process-<owner pid>-<random>. The
+// start-up sweep removes what an owner that is gone left behind.
+const namePrefix = "airlock-process-"
+
+func newName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// pidsHeadroom is added to the job's process limit for the stage's own
+// runtime threads (PID 1 of the sandbox is a Go program).
+const pidsHeadroom = 16
+
+var (
+	exeOnce sync.Once
+	exeFile *os.File
+	exeErr  error
+)
+
+// selfExe is this binary, opened once; sandboxes execute it through
+// /proc/self/fd so that the unprivileged sandbox uid needs no search
+// permission on the directories above it.
+func selfExe() (*os.File, error) {
+	exeOnce.Do(func() {
+		var p string
+		if p, exeErr = os.Executable(); exeErr == nil {
+			exeFile, exeErr = os.Open(p)
+		}
+	})
+	return exeFile, exeErr
+}
+
+// sandbox is one started stage: a container waiting for its job (its base
+// spec sent), or a filter stage waiting for its job.
+type sandbox struct {
+	name    string
+	level   airlock.Level
+	uid     uint32
+	ownUID  bool
+	cmd     *exec.Cmd
+	cg      jobCgroup
+	spec    *os.File
+	status  *json.Decoder
+	statusR *os.File
+	stdin   *os.File
+	stdout  *os.File
+	stderr  *os.File
+	scratch string // host scratch directory (filter tier), "" for a container's own tmpfs
+	ownsScr bool   // unmount and remove scratch when done
+	ready   time.Time
+	waitCh  chan struct{}
+	waitErr error
+	closers []*os.File
+}
+
+// startOptions say how to build a sandbox.
+type startOptions struct {
+	level     airlock.Level
+	limits    airlock.Limits
+	scratchMB int64
+	read      []string // granted read-only paths
+	uid       uint32   // 0: allocate one
+	scratch   string   // an existing scratch directory (session, workspace); "" for a fresh one
+}
+
+// pipes makes n pipes ([read, write] each), or none.
+func pipes(n int) ([][2]*os.File, error) {
+	out := make([][2]*os.File, 0, n)
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range out {
+				p[0].Close()
+				p[1].Close()
+			}
+			return nil, err
+		}
+		out = append(out, [2]*os.File{r, w})
+	}
+	return out, nil
+}
+
+func cgLimitsFor(l airlock.Limits) cgLimits {
+	return cgLimits{memoryBytes: l.MemoryMB << 20, pids: l.Pids + pidsHeadroom}
+}
+
+// start launches a stage. For a container it sends the base spec and
+// waits until the root is built.
+func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error) {
+	exe, err := selfExe()
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, waitCh: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			sb.destroy()
+		}
+	}()
+	if sb.uid == 0 {
+		if sb.uid, err = t.uids.get(); err != nil {
+			return nil, err
+		}
+		sb.ownUID = true
+	}
+	if sb.cg, err = newJobCgroup(sb.name, cgLimitsFor(o.limits)); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	// Descriptors for the stage: spec, status, exe, scratch, binds; then
+	// its stdin, stdout and stderr.
+	extra := make([]*os.File, fdBinds-3)
+	p, err := pipes(5)
+	if err != nil {
+		return nil, err
+	}
+	specR, specW, statusR, statusW := p[0][0], p[0][1], p[1][0], p[1][1]
+	stdinR, stdoutW, stderrW := p[2][0], p[3][1], p[4][1]
+	sb.spec, sb.statusR, sb.status = specW, statusR, json.NewDecoder(statusR)
+	sb.stdin, sb.stdout, sb.stderr = p[2][1], p[3][0], p[4][0]
+	childEnds := []*os.File{specR, statusW, stdinR, stdoutW, stderrW}
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	extra[fdSpec-3], extra[fdStatus-3], extra[fdExe-3] = specR, statusW, exe
+
+	var base baseSpec
+	base.ScratchMB = o.scratchMB
+	if o.scratch != "" {
+		sb.scratch = o.scratch
+	} else if o.level == airlock.LevelSyscallFilter {
+		sb.scratch = filepath.Join(t.cfg.baseDir, sb.name)
+		if err := mountScratch(sb.scratch, o.scratchMB, sb.uid); err != nil {
+			return nil, fmt.Errorf("starting sandbox: %w", err)
+		}
+		sb.ownsScr = true
+	}
+	if o.level == airlock.LevelContainer && sb.scratch != "" {
+		f, err := cloneTree(sb.scratch, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox: scratch: %w", err)
+		}
+		childEnds = append(childEnds, f)
+		extra[fdScratch-3] = f
+		base.HasScratch = true
+	}
+	for _, p := range o.read {
+		f, err := cloneTree(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		if err != nil {
+			return nil, airlock.Invalid("grants.fs.read", "%s: %v", p, err)
+		}
+		childEnds = append(childEnds, f)
+		st, _ := f.Stat()
+		base.Binds = append(base.Binds, bindSpec{Target: p, Fd: 3 + len(extra), Dir: st != nil && st.IsDir()})
+		extra = append(extra, f)
+	}
+
+	cmd := &exec.Cmd{
+		Path:       fdPath(fdExe),
+		Args:       []string{"airlock-sandbox"},
+		Dir:        "/",
+		Stdin:      stdinR,
+		Stdout:     stdoutW,
+		Stderr:     stderrW,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if o.level == airlock.LevelContainer {
+		cmd.Env = []string{stageEnv + "=" + stageContainer, "GOMAXPROCS=1", "GOGC=off"}
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
+		// Become the mapped root, so the stage holds capabilities in its
+		// own user namespace (and none outside it).
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+	} else {
+		cmd.Env = []string{stageEnv + "=" + stageFilter, "GOMAXPROCS=1", "GOGC=off"}
+		cmd.Dir = sb.scratch
+		cmd.SysProcAttr.Setpgid = true
+		// The stage drops to the job's uid itself (see filterStage):
+		// switching here would make it non-dumpable before it could
+		// execute itself through /proc/self/fd.
+	}
+	// The stage's environment holds only its marker and runtime settings
+	// (one P, no GC: it allocates little and lives briefly); the program
+	// gets an environment of its own (the job's secrets only).
+	sb.cmd = cmd
+	err = cmd.Start()
+	// The parent's copies of the child's ends go now, so that the stage's
+	// exit is seen as end-of-file on every pipe.
+	for _, f := range childEnds {
+		f.Close()
+	}
+	childEnds = nil
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	go func() {
+		sb.waitErr = cmd.Wait()
+		close(sb.waitCh)
+	}()
+	if err := sb.cg.add(cmd.Process.Pid); err != nil {
+		return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
+	}
+	if o.level == airlock.LevelContainer {
+		if err := json.NewEncoder(sb.spec).Encode(base); err != nil {
+			return nil, fmt.Errorf("starting sandbox: sending spec: %w", err)
+		}
+		if err := sb.awaitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
+	sb.ready = time.Now()
+	return sb, nil
+}
+
+// awaitReady waits for the container stage to report its root built.
+func (sb *sandbox) awaitReady(ctx context.Context) error {
+	ch := make(chan error, 1)
+	go func() {
+		var st status
+		err := sb.status.Decode(&st)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("starting sandbox: stage ended before it was ready: %w", err)
+		case st.Error != "":
+			err = fmt.Errorf("starting sandbox: %s", st.Error)
+		case !st.Ready:
+			err = errors.New("starting sandbox: unexpected status from stage")
+		}
+		ch <- err
+	}()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		sb.kill()
+		<-ch
+		return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting the sandbox"}
+	}
+}
+
+// cloneTree makes a detached copy of the mount tree at p (open_tree with
+// OPEN_TREE_CLONE) with the given attributes set recursively, for the
+// stage to attach with move_mount. A descriptor of the path itself would
+// not do: bind mounts from another mount namespace are refused, and the
+// sandbox's uid may not search the path's parents.
+func cloneTree(p string, attrs uint64) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, err
+	}
+	attr := unix.MountAttr{Attr_set: attrs}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("setting mount attributes: %w", err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// placedDir is where the parent sees the scratch with the job's files:
+// the host directory, or the container's own tmpfs through its PID 1.
+func (sb *sandbox) placedDir() string {
+	if sb.level == airlock.LevelContainer && sb.scratch == "" {
+		return fmt.Sprintf("/proc/%d/root/scratch", sb.cmd.Process.Pid)
+	}
+	return sb.scratch
+}
+
+// kill SIGKILLs the stage and everything in its cgroup. A container's
+// stage goes first (the kernel then kills and reaps its PID namespace); a
+// filter stage goes last, after it has had a moment to reap the program's
+// processes, which are its children — killed first, they would otherwise
+// be re-parented to the host's init as zombies.
+func (sb *sandbox) kill() {
+	running := sb.cmd != nil && sb.cmd.Process != nil
+	if running && sb.level == airlock.LevelSyscallFilter && sb.cg != nil {
+		_ = sb.cmd.Process.Signal(syscall.SIGTERM)
+		_ = sb.cg.kill(sb.cmd.Process.Pid)
+		select {
+		case <-sb.waitCh:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if running {
+		_ = sb.cmd.Process.Kill()
+	}
+	if sb.cg != nil {
+		_ = sb.cg.kill(0)
+	}
+}
+
+// destroy kills what is left and removes every trace: cgroup, scratch
+// mount (when the sandbox owns it), descriptors, the uid.
+func (sb *sandbox) destroy() error {
+	var errs []error
+	sb.kill()
+	if sb.cmd != nil && sb.cmd.Process != nil {
+		select {
+		case <-sb.waitCh:
+		case <-time.After(10 * time.Second):
+			errs = append(errs, fmt.Errorf("sandbox %s: stage did not exit", sb.name))
+		}
+	}
+	if sb.cg != nil {
+		if err := sb.cg.destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range []*os.File{sb.spec, sb.statusR, sb.stdin, sb.stdout, sb.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if sb.ownsScr {
+		if err := unmountScratch(sb.scratch); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sb.ownUID {
+		sharedUIDsPut(sb.uid)
+	}
+	return errors.Join(errs...)
+}
+
+// mountScratch mounts a tmpfs capped at mb MiB at dir, owned by uid.
+func mountScratch(dir string, mb int64, uid uint32) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", max(mb, 1), uid, uid)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		os.Remove(dir)
+		return fmt.Errorf("mounting scratch: %w", err)
+	}
+	return nil
+}
+
+// unmountScratch detaches the scratch mount and removes its directory.
+func unmountScratch(dir string) error {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting scratch %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing scratch %s: %w", dir, err)
+	}
+	return nil
+}
+
+// capture collects stdout and stderr up to a combined cap.
+type capture struct {
+	mu       sync.Mutex
+	limit    int64
+	total    int64
+	out, err []byte
+	over     chan struct{}
+	overOnce sync.Once
+}
+
+func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
+	defer wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			c.mu.Lock()
+			room := c.limit - c.total
+			take := int64(n)
+			if take > room {
+				take = max(room, 0)
+				c.overOnce.Do(func() { close(c.over) })
+			}
+			*dst = append(*dst, buf[:take]...)
+			c.total += int64(n)
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}

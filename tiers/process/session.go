@@ -1,0 +1,139 @@
+package process
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"golang.org/x/sys/unix"
+)
+
+// Session keeps a scratch directory across runs; each run is a new
+// sandboxed process (a fresh container or filter stage) with that
+// directory as its scratch. With a workspace name, the directory is a
+// persistent workspace under the tier's workspace directory, reattached by
+// later sessions: what runs leave there accumulates.
+type Session struct {
+	t         *Tier
+	id        string
+	uid       uint32
+	dir       string
+	workspace bool
+
+	mu     sync.Mutex // one run at a time
+	closed bool
+	timer  *time.Timer
+	ttl    time.Duration
+}
+
+var _ airlock.SessionTier = (*Tier)(nil)
+
+var workspaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// OpenSession opens a session. Its scratch is a tmpfs of DefaultScratchMB
+// (a workspace is a plain directory, bounded only by the disk).
+func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (airlock.Session, error) {
+	if err := t.Available(); err != nil {
+		return nil, fmt.Errorf("opening session: tier unavailable: %w", err)
+	}
+	if opts.Workspace != "" && !workspaceName.MatchString(opts.Workspace) {
+		return nil, airlock.Invalid("workspace", "%q must be 1-128 letters, digits, '_', '.' or '-'", opts.Workspace)
+	}
+	s := &Session{t: t, id: opts.ID, ttl: opts.TTL}
+	if s.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		s.id = hex.EncodeToString(b[:])
+	}
+	uid, err := t.uids.get()
+	if err != nil {
+		return nil, err
+	}
+	s.uid = uid
+	if opts.Workspace != "" {
+		s.workspace = true
+		s.dir = filepath.Join(t.cfg.workspaceDir, opts.Workspace)
+		if err := os.MkdirAll(s.dir, 0o700); err != nil {
+			sharedUIDsPut(uid)
+			return nil, fmt.Errorf("opening workspace: %w", err)
+		}
+		_ = os.Chmod(t.cfg.workspaceDir, 0o711)
+		if err := chownTree(s.dir, int(uid)); err != nil {
+			sharedUIDsPut(uid)
+			return nil, fmt.Errorf("opening workspace: %w", err)
+		}
+	} else {
+		s.dir = filepath.Join(t.cfg.baseDir, newName())
+		if err := mountScratch(s.dir, DefaultScratchMB, uid); err != nil {
+			sharedUIDsPut(uid)
+			return nil, fmt.Errorf("opening session: %w", err)
+		}
+	}
+	if s.ttl > 0 {
+		s.timer = time.AfterFunc(s.ttl, func() { _ = s.Close() })
+	}
+	return s, nil
+}
+
+// chownTree gives a workspace to the session's uid (a workspace reattached
+// by a later session belongs to that session's uid). Symlinks are chowned,
+// never followed.
+func chownTree(dir string, uid int) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return unix.Lchown(p, uid, uid)
+	})
+}
+
+// ID returns the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Dir returns the host directory that is the session's scratch.
+func (s *Session) Dir() string { return s.dir }
+
+// Run runs a job with the session's scratch.
+func (s *Session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		res := airlock.Result{Tier: s.t.name, Level: s.t.level}
+		err := &airlock.NotAdmitted{Tier: s.t.name, Reason: "session " + s.id + " is closed"}
+		res.SetError(err)
+		return res, err
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+		defer s.timer.Reset(s.ttl)
+	}
+	return s.t.run(ctx, job, s)
+}
+
+// Close ends the session: its scratch tmpfs is unmounted and removed (a
+// workspace stays).
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	defer sharedUIDsPut(s.uid)
+	if s.workspace {
+		return nil
+	}
+	return errors.Join(unmountScratch(s.dir))
+}

@@ -1,0 +1,473 @@
+package process
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// init runs the sandbox's first stage when this binary was re-executed by
+// the tier (the marker is in the environment) and exits; otherwise it does
+// nothing. Test binaries and the airlock binary both link this package, so
+// both can serve as the stage. Worker stages are dispatched from
+// RegisterWorker instead, once the worker's constructor is registered.
+func init() {
+	switch os.Getenv(stageEnv) {
+	case stageContainer:
+		runtime.LockOSThread() // never unlocked: the restrictions below are per thread
+		os.Exit(containerStage())
+	case stageFilter:
+		runtime.LockOSThread()
+		os.Exit(filterStage())
+	}
+}
+
+// stagePipes returns the spec decoder and the status encoder.
+func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
+	specF := os.NewFile(fdSpec, "spec")
+	statusF := os.NewFile(fdStatus, "status")
+	unix.CloseOnExec(fdSpec)
+	unix.CloseOnExec(fdStatus)
+	unix.CloseOnExec(fdExe)
+	return json.NewDecoder(specF), json.NewEncoder(statusF), statusF
+}
+
+// containerStage is PID 1 of a level-3 sandbox: it builds the root, waits
+// for the job, forks the program under Landlock and seccomp, reaps every
+// orphan and reports how the program ended. When it returns, the kernel
+// kills whatever is left in the PID namespace.
+func containerStage() int {
+	dec, enc, _ := stagePipes()
+	fail := func(err error) int {
+		_ = enc.Encode(status{Error: err.Error()})
+		return 1
+	}
+	var base baseSpec
+	if err := dec.Decode(&base); err != nil {
+		return fail(fmt.Errorf("reading base spec: %w", err))
+	}
+	if err := buildRoot(&base); err != nil {
+		return fail(fmt.Errorf("building sandbox root: %w", err))
+	}
+	if err := enc.Encode(status{Ready: true}); err != nil {
+		return 1
+	}
+	var job jobSpec
+	if err := dec.Decode(&job); err != nil {
+		return fail(fmt.Errorf("reading job spec: %w", err))
+	}
+	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
+		if err := unix.Mount("", "/scratch", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
+			fmt.Sprintf("size=%dm", job.ScratchMB)); err != nil {
+			return fail(fmt.Errorf("resizing scratch: %w", err))
+		}
+	}
+	if err := placeFiles("/scratch", job.Files); err != nil {
+		return fail(err)
+	}
+	if err := awaitGo(dec, enc); err != nil {
+		return fail(err)
+	}
+	// The cgroup and time namespaces are made here rather than at clone,
+	// so the cgroup namespace is rooted at the job's own cgroup (the parent
+	// moved us there before sending the base spec). Both take effect for
+	// the children of this thread.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fail(fmt.Errorf("cgroup namespace: %w", err))
+	}
+	if _, err := os.Stat("/proc/self/ns/time"); err == nil {
+		if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
+			return fail(fmt.Errorf("time namespace: %w", err))
+		}
+	}
+	prog, err := lookProgram(job.Argv[0])
+	if err != nil {
+		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		return 0
+	}
+	if err := setRlimits(job.Rlimits); err != nil {
+		return fail(err)
+	}
+	// The program is root in the sandbox's user namespace only; it gets
+	// no capabilities even there (empty bounding set), and PID 1 is not
+	// dumpable, so the program cannot reach into it through /proc/1.
+	if err := dropCapabilities(); err != nil {
+		return fail(err)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("making PID 1 non-dumpable: %w", err))
+	}
+	oomAdj, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return fail(err)
+	}
+	rules := containerLandlock()
+	if err := confine(rules, filterOptions{inet: true}); err != nil {
+		return fail(err)
+	}
+	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
+}
+
+// supervise forks the program from the calling (confined) thread, reaps
+// every process re-parented to us, and reports how the program ended.
+// Once the program has exited, killRest (if set) kills what it left
+// running, and those are reaped too; without it (PID 1 of a namespace)
+// the kernel kills them when we return.
+//
+// oomAdj is this process's /proc/self/oom_score_adj, opened before
+// Landlock: the program is forked with the highest score (1000), and the
+// stage returns to 0 at once, so that the memory limit's OOM killer takes
+// the program's processes, never the stage that must reap them.
+func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.File, killRest func() int) int {
+	stdin := uintptr(0)
+	if !job.Stdin {
+		stdin = devNullFd()
+	}
+	_, _ = oomAdj.WriteAt([]byte("1000"), 0)
+	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   job.Env,
+		Files: []uintptr{stdin, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	_, _ = oomAdj.WriteAt([]byte("0"), 0)
+	if err != nil {
+		_ = enc.Encode(status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
+		return 0
+	}
+	// Nothing but the program writes to the job's output from here on.
+	os.Stdout.Close()
+	os.Stderr.Close()
+	st := reap(pid)
+	if killRest != nil {
+		for range 500 { // kill and reap until nothing else is left (bounded)
+			others := killRest()
+			for {
+				if p, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); p <= 0 || err != nil {
+					break
+				}
+			}
+			if others == 0 {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		for {
+			if _, err := syscall.Wait4(-1, nil, 0, nil); errors.Is(err, syscall.ECHILD) {
+				break
+			} else if err != nil && !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+	}
+	_ = enc.Encode(st)
+	return 0
+}
+
+// reap waits for the program, reaping every orphan re-parented to us on
+// the way, and returns how the program ended.
+func reap(pid int) status {
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err != nil {
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			return status{Exited: true, Error: "waiting for the program: " + err.Error()}
+		}
+		if got != pid {
+			continue
+		}
+		if ws.Signaled() {
+			return status{Exited: true, Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+		}
+		return status{Exited: true, Code: ws.ExitStatus()}
+	}
+}
+
+func devNullFd() uintptr {
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	if err != nil {
+		return 0
+	}
+	return uintptr(fd)
+}
+
+// confine sets no_new_privs, Landlock and seccomp on the calling thread;
+// everything it forks or executes inherits them.
+func confine(rules []llRule, o filterOptions) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if err := landlockRestrict(rules); err != nil {
+		return err
+	}
+	return loadFilter(o, false)
+}
+
+// dropCapabilities empties the calling thread's bounding and ambient
+// sets, so what it executes holds no capabilities although it runs as the
+// namespace's root.
+func dropCapabilities() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("dropping capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	return nil
+}
+
+func setRlimits(rl []rlimit) error {
+	for _, r := range rl {
+		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
+			// Without CAP_SYS_RESOURCE a limit cannot rise above the
+			// current hard limit: clamp to it rather than fail.
+			var cur unix.Rlimit
+			if unix.Getrlimit(r.Resource, &cur) == nil && (r.Max > cur.Max || r.Cur > cur.Max) {
+				lim = unix.Rlimit{Cur: min(r.Cur, cur.Max), Max: min(r.Max, cur.Max)}
+				err = unix.Setrlimit(r.Resource, &lim)
+			}
+			if err != nil {
+				return fmt.Errorf("setrlimit %d: %w", r.Resource, err)
+			}
+		}
+	}
+	return nil
+}
+
+// programDirs is where a bare program name is looked up (the environment
+// is empty, so there is no PATH to consult).
+var programDirs = []string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"}
+
+func lookProgram(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		if !path.IsAbs(name) {
+			name = path.Join("/scratch", name)
+		}
+		if err := unix.Access(name, unix.X_OK); err != nil {
+			return "", fmt.Errorf("program %s: %w", name, err)
+		}
+		return name, nil
+	}
+	for _, d := range programDirs {
+		p := path.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("program %q not found in %s", name, strings.Join(programDirs, ":"))
+}
+
+// awaitGo reports the files placed and waits for the parent's go-ahead
+// (the parent inspects what was placed first: see airlock.CheckPlaced).
+func awaitGo(dec *json.Decoder, enc *json.Encoder) error {
+	if err := enc.Encode(status{Placed: true}); err != nil {
+		return err
+	}
+	var goAhead struct{}
+	if err := dec.Decode(&goAhead); err != nil {
+		return fmt.Errorf("waiting for the go-ahead: %w", err)
+	}
+	return nil
+}
+
+// placeFiles writes the job's files into dir. Names are validated by
+// airlock.Validate (relative, clean, no '..'); parents are created, and an
+// existing symlink on the way is refused rather than followed.
+func placeFiles(dir string, files map[string]string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("opening scratch: %w", err)
+	}
+	defer root.Close()
+	for name, content := range files {
+		if d := filepath.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("placing file %s: %w", name, err)
+			}
+		}
+		if err := root.WriteFile(name, []byte(content), 0o755); err != nil {
+			return fmt.Errorf("placing file %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// filterStage is the level-2 stage: already in the job's cgroup, it
+// becomes the job's unprivileged uid, sets rlimits, Landlock (system
+// paths and grants read-only, the scratch writable) and seccomp, and then
+// supervises the program as a subreaper: when the program exits, what it
+// left running is killed and reaped.
+func filterStage() int {
+	dec, enc, _ := stagePipes()
+	fail := func(err error) int {
+		_ = enc.Encode(status{Error: err.Error()})
+		return 1
+	}
+	var job jobSpec
+	if err := dec.Decode(&job); err != nil {
+		return fail(fmt.Errorf("reading job spec: %w", err))
+	}
+	procs, err := openCgroupProcs()
+	if err != nil {
+		return fail(fmt.Errorf("finding own cgroup: %w", err))
+	}
+	oomAdj, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return fail(err)
+	}
+	// Orphans of the program are re-parented to this stage, which reaps them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("becoming a subreaper: %w", err))
+	}
+	if err := becomeUser(job.UID); err != nil {
+		return fail(err)
+	}
+	prog, err := lookProgramIn(job.Scratch, job.Argv[0])
+	if err != nil {
+		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		return 127
+	}
+	if err := placeFiles(job.Scratch, job.Files); err != nil {
+		return fail(err)
+	}
+	if err := awaitGo(dec, enc); err != nil {
+		return fail(err)
+	}
+	if err := setRlimits(job.Rlimits); err != nil {
+		return fail(err)
+	}
+	rules := filterLandlock(job.Scratch, job.ReadPaths)
+	if err := confine(rules, filterOptions{}); err != nil {
+		return fail(err)
+	}
+	// SIGTERM from the parent (a stop: timeout, cancel, output cap) makes
+	// the stage kill the program's processes itself, so that it reaps
+	// them; killed by the parent, they would become the host init's zombies.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	go func() {
+		<-term
+		for range 400 { // until the stage exits; bounded
+			killCgroupPeers(procs)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return supervise(enc, prog, job.Scratch, &job, oomAdj, func() int { return killCgroupPeers(procs) })
+}
+
+// openCgroupProcs opens the process list of our own cgroup (the pids
+// controller's on v1), to be read after Landlock forbids opening it.
+func openCgroupProcs() (*os.File, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[1] == "" && cgroupV2():
+			return os.Open(filepath.Join(cgroupRoot, parts[2], "cgroup.procs"))
+		case parts[1] == "pids":
+			return os.Open(filepath.Join(cgroupRoot, "pids", parts[2], "cgroup.procs"))
+		}
+	}
+	return nil, errors.New("own cgroup not found")
+}
+
+// killCgroupPeers SIGKILLs every other process in our cgroup and returns
+// how many there were (zombies included, until they are reaped).
+func killCgroupPeers(procs *os.File) int {
+	self := os.Getpid()
+	buf := make([]byte, 64<<10)
+	n, err := procs.ReadAt(buf, 0)
+	if n == 0 && err != nil {
+		return 0
+	}
+	others := 0
+	for _, f := range strings.Fields(string(buf[:n])) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != self {
+			others++
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return others
+}
+
+// becomeUser drops every group and becomes uid (as uid and gid) for good,
+// losing all capabilities; the parent-death signal, which a credential
+// change clears, is set again.
+func becomeUser(uid uint32) error {
+	if uid == 0 {
+		return errors.New("refusing to run a job as root")
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("dropping groups: %w", err)
+	}
+	if err := syscall.Setresgid(int(uid), int(uid), int(uid)); err != nil {
+		return fmt.Errorf("setting gid: %w", err)
+	}
+	if err := syscall.Setresuid(int(uid), int(uid), int(uid)); err != nil {
+		return fmt.Errorf("setting uid: %w", err)
+	}
+	return unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
+}
+
+// filterLandlock is the level-2 filesystem view: the same system
+// directories and /etc entries a container sees (read-only), /proc, the
+// device nodes, the granted paths (read-only, and only as far as the
+// job's uid may read them) and the scratch (read-write). The rest of the
+// host — /home, /root, /var, /srv, other users' /tmp files — is refused.
+func filterLandlock(scratch string, read []string) []llRule {
+	var rules []llRule
+	add := func(p string, access uint64) {
+		if _, err := os.Stat(p); err == nil {
+			rules = append(rules, llRule{Path: p, Access: access})
+		}
+	}
+	add("/usr", llRead|llExec)
+	for _, name := range usrLinks {
+		add("/"+name, llRead|llExec)
+	}
+	for _, name := range etcAllow {
+		add("/etc/"+name, llRead)
+	}
+	for _, name := range []string{"passwd", "group", "hosts", "hostname"} {
+		add("/etc/"+name, llRead)
+	}
+	add("/proc", llRead)
+	for _, n := range devNodes {
+		add("/dev/"+n, llRead|unix.LANDLOCK_ACCESS_FS_WRITE_FILE)
+	}
+	for _, p := range read {
+		add(p, llRead)
+	}
+	add(scratch, rwAccess())
+	return rules
+}
+
+func lookProgramIn(scratch, name string) (string, error) {
+	if strings.Contains(name, "/") && !path.IsAbs(name) {
+		name = path.Join(scratch, name)
+	}
+	return lookProgram(name)
+}

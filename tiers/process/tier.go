@@ -1,0 +1,194 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Tier names.
+const (
+	NameContainer = "process" // level 3
+	NameFilter    = "seccomp" // level 2
+)
+
+// DefaultScratchMB is the scratch size when a job does not ask for one.
+const DefaultScratchMB = 64
+
+// Config configures a tier. It is immutable: With* methods return copies.
+// The zero value is not useful; start from [NewConfig].
+type Config struct {
+	policy       airlock.LimitPolicy
+	baseDir      string
+	workspaceDir string
+	uidBase      uint32
+	uidCount     uint32
+	poolSize     int
+}
+
+// NewConfig returns the defaults: airlock's default limit policy, state
+// under the system temporary directory, persistent workspaces under the
+// /var/lib/airlock/workspaces (the user cache directory when not root), host ids 1<<30 .. 1<<30+65535 for sandbox users,
+// and no warm pool.
+func NewConfig() Config {
+	ws := "/var/lib/airlock/workspaces"
+	if os.Geteuid() != 0 {
+		if d, err := os.UserCacheDir(); err == nil {
+			ws = filepath.Join(d, "airlock", "workspaces")
+		}
+	}
+	return Config{
+		policy:       airlock.DefaultLimitPolicy,
+		baseDir:      filepath.Join(os.TempDir(), "airlock-process"),
+		workspaceDir: ws,
+		uidBase:      1 << 30,
+		uidCount:     1 << 16,
+	}
+}
+
+// WithLimits sets the operator's limit policy.
+func (c Config) WithLimits(p airlock.LimitPolicy) Config { c.policy = p; return c }
+
+// WithBaseDir sets where scratch mounts of sessions and level-2 jobs live.
+func (c Config) WithBaseDir(dir string) Config { c.baseDir = dir; return c }
+
+// WithWorkspaceDir sets where persistent workspaces live.
+func (c Config) WithWorkspaceDir(dir string) Config { c.workspaceDir = dir; return c }
+
+// WithUIDRange sets the host uids (and gids) sandboxes run as: each job
+// gets its own from [base, base+count).
+func (c Config) WithUIDRange(base, count uint32) Config {
+	c.uidBase, c.uidCount = base, count
+	return c
+}
+
+// WithPool keeps n pre-started level-3 sandboxes ready (0: none).
+func (c Config) WithPool(n int) Config { c.poolSize = n; return c }
+
+// Tier runs command jobs in a container (level 3) or under the syscall
+// filter alone (level 2).
+type Tier struct {
+	name  string
+	level airlock.Level
+	cfg   Config
+	uids  *uidAllocator
+	pool  *pool[*sandbox]
+}
+
+// New returns the level-3 container tier "process".
+func New(cfg Config) (*Tier, error) { return newTier(NameContainer, airlock.LevelContainer, cfg) }
+
+// NewFilter returns the level-2 tier "seccomp".
+func NewFilter(cfg Config) (*Tier, error) {
+	return newTier(NameFilter, airlock.LevelSyscallFilter, cfg)
+}
+
+func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
+	if cfg.baseDir == "" || !filepath.IsAbs(cfg.baseDir) {
+		return nil, fmt.Errorf("process tier: base dir %q must be an absolute path", cfg.baseDir)
+	}
+	if cfg.uidCount == 0 || uint64(cfg.uidBase)+uint64(cfg.uidCount) > 1<<32-2 {
+		return nil, fmt.Errorf("process tier: uid range %d+%d out of range", cfg.uidBase, cfg.uidCount)
+	}
+	if cfg.poolSize < 0 || cfg.poolSize > 64 {
+		return nil, fmt.Errorf("process tier: pool size %d out of range 0-64", cfg.poolSize)
+	}
+	if cfg.poolSize > 0 && level != airlock.LevelContainer {
+		return nil, fmt.Errorf("process tier: only the container tier has a pool")
+	}
+	t := &Tier{name: name, level: level, cfg: cfg, uids: sharedUIDs(cfg.uidBase, cfg.uidCount)}
+	if t.Available() == nil {
+		sweepOnce(cfg.baseDir)
+		if cfg.poolSize > 0 {
+			t.pool = newPool(cfg.poolSize,
+				func(ctx context.Context) (*sandbox, error) {
+					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB})
+				},
+				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
+				func(sb *sandbox) { _ = sb.destroy() })
+		}
+	}
+	return t, nil
+}
+
+// Name returns "process" or "seccomp".
+func (t *Tier) Name() string { return t.name }
+
+// Level returns the tier's isolation level.
+func (t *Tier) Level() airlock.Level { return t.level }
+
+var (
+	errNotCommand = "this tier runs command jobs only"
+	errNet        = "egress not wired yet: network grants are refused"
+)
+
+// Admit accepts command jobs without network grants.
+func (t *Tier) Admit(job *airlock.Job) error {
+	if job.Kind != airlock.KindCommand {
+		return &airlock.NotAdmitted{Tier: t.name, Reason: errNotCommand}
+	}
+	if len(job.Grants.Net) > 0 {
+		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
+	}
+	return nil
+}
+
+var (
+	availOnce sync.Once
+	availErr  error
+)
+
+// Available reports whether this machine can run the tier: root (for
+// cgroups, uid mapping and scratch mounts), cgroups, Landlock, seccomp and
+// an executable image of this binary.
+func (t *Tier) Available() error {
+	availOnce.Do(func() { availErr = probe() })
+	return availErr
+}
+
+func probe() error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (per-job cgroups, uid mapping and scratch mounts)")
+	}
+	if err := cgroupAvailable(); err != nil {
+		return err
+	}
+	if landlockABI() < 1 {
+		return errors.New("Landlock is not enabled in this kernel")
+	}
+	for _, ns := range []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"} {
+		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
+			return fmt.Errorf("%s namespaces are not supported: %w", ns, err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this executable: %w", err)
+	}
+	st, err := os.Stat(exe)
+	if err != nil {
+		return err
+	}
+	if st.Mode()&0o001 == 0 {
+		return fmt.Errorf("%s is not executable by other users, so a sandbox cannot re-execute it", exe)
+	}
+	return nil
+}
+
+// Close stops the tier's pool, if any. Sessions are closed by their owners.
+func (t *Tier) Close() error {
+	if t.pool != nil {
+		t.pool.close()
+	}
+	return nil
+}
+
+// Run runs a command job.
+func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	return t.run(ctx, job, nil)
+}
