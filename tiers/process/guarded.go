@@ -154,7 +154,11 @@ type Guarded struct {
 	name  string
 	inner airlock.Tier // for Admit; jobs run in workers
 	cfg   Config
-	pool  *pool[*worker]
+	size  int
+
+	mu     sync.Mutex
+	pool   *pool[*worker] // started on first use: building the tier costs nothing
+	closed bool
 }
 
 // NewGuarded returns the tier "guarded-<name>" for a worker registered
@@ -172,9 +176,7 @@ func NewGuarded(name string, cfg Config) (*Guarded, error) {
 	if size == 0 {
 		size = 2
 	}
-	if probe() == nil {
-		g.pool = newPool(size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy)
-	}
+	g.size = size
 	return g, nil
 }
 
@@ -199,10 +201,25 @@ func (g *Guarded) Admit(job *airlock.Job) error {
 
 // Close stops the worker pool.
 func (g *Guarded) Close() error {
-	if g.pool != nil {
-		g.pool.close()
+	g.mu.Lock()
+	p := g.pool
+	g.pool, g.closed = nil, true
+	g.mu.Unlock()
+	if p != nil {
+		p.close()
 	}
 	return nil
+}
+
+// workers returns the worker pool, starting it on first use; nil when the
+// tier is unavailable or closed.
+func (g *Guarded) workers() *pool[*worker] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pool == nil && !g.closed && probe() == nil {
+		g.pool = newPool(g.size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy)
+	}
+	return g.pool
 }
 
 // worker is one started worker process.
@@ -338,8 +355,12 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if err := g.Admit(&prepared); err != nil {
 		return finish(err)
 	}
-	if g.pool == nil {
-		return finish(fmt.Errorf("starting worker: tier unavailable: %w", probe()))
+	workers := g.workers()
+	if workers == nil {
+		if err := probe(); err != nil {
+			return finish(fmt.Errorf("starting worker: tier unavailable: %w", err))
+		}
+		return finish(errors.New("starting worker: tier closed"))
 	}
 	// The language tier resolves its own limits; the clock and seed are
 	// pinned here so the result records what ran.
@@ -347,8 +368,8 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	wall := prepared.Limits.Wall()
 	ctx, cancel := context.WithTimeoutCause(ctx, wall+250*time.Millisecond, errWall)
 	defer cancel()
-	w, ok := g.pool.claim()
-	defer g.pool.refill()
+	w, ok := workers.claim()
+	defer workers.refill()
 	if !ok {
 		if w, err = g.startWorker(ctx); err != nil {
 			return finish(err)
