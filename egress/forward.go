@@ -121,20 +121,7 @@ func (f *Forwarder) acceptLoop(ln net.Listener, kind byte) {
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !f.conns.add(c) {
-				c.Close()
-				return
-			}
-			go func() {
-				defer f.conns.remove(c)
-				_ = Splice(c, f.socket, kind)
-			}()
-		}
+		f.conns.serve(ln, func(c net.Conn) { _ = Splice(c, f.socket, kind) })
 	}()
 }
 

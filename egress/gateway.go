@@ -182,35 +182,24 @@ func (g *Gateway) serve(f func()) {
 // demux reads each Unix-socket stream's first byte and hands the stream to
 // the proxy or the resolver.
 func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		if !g.conns.add(c) {
+	g.conns.serve(ln, func(c net.Conn) {
+		var kind [1]byte
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, kind[:]); err != nil {
 			c.Close()
 			return
 		}
-		go func() {
-			defer g.conns.remove(c)
-			var kind [1]byte
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := io.ReadFull(c, kind[:]); err != nil {
-				c.Close()
-				return
-			}
-			_ = c.SetReadDeadline(time.Time{})
-			switch kind[0] {
-			case StreamHTTP:
-				g.mux.push(c)
-			case StreamDNS:
-				g.e.serveDNSStream(ctx, c)
-			default:
-				g.e.record(Record{Via: "socket", Verdict: Deny, Reason: fmt.Sprintf("unknown stream kind %q", kind[0])})
-				c.Close()
-			}
-		}()
-	}
+		_ = c.SetReadDeadline(time.Time{})
+		switch kind[0] {
+		case StreamHTTP:
+			g.mux.push(c)
+		case StreamDNS:
+			g.e.serveDNSStream(ctx, c)
+		default:
+			g.e.record(Record{Via: "socket", Verdict: Deny, Reason: fmt.Sprintf("unknown stream kind %q", kind[0])})
+			c.Close()
+		}
+	})
 }
 
 // SocketPath returns the Unix socket the gateway listens on ("" if none).
@@ -345,6 +334,25 @@ func (t *tracker) add(c net.Conn) bool {
 	}
 	t.conns[c] = struct{}{}
 	return true
+}
+
+// serve accepts connections until ln closes, handling each in its own
+// goroutine while tracking it.
+func (t *tracker) serve(ln net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if !t.add(c) {
+			c.Close()
+			return
+		}
+		go func() {
+			defer t.remove(c)
+			handle(c)
+		}()
+	}
 }
 
 func (t *tracker) remove(c net.Conn) {
