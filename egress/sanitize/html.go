@@ -122,7 +122,7 @@ func (s *Sanitizer) checkAttr(tag, key, val string, refresh bool) (reason, host 
 		return s.checkCSS(val)
 	case key == "content" && refresh:
 		u := val
-		if i := strings.Index(strings.ToLower(u), "url="); i >= 0 {
+		if i := strings.Index(asciiLower(u), "url="); i >= 0 {
 			u = strings.Trim(strings.TrimSpace(u[i+4:]), `'"`)
 		} else {
 			return "", "", false // a plain reload of the same page
@@ -161,7 +161,7 @@ func (s *Sanitizer) checkCSS(css string) (reason, host string, bad bool) {
 	if strings.ContainsRune(css, '\\') {
 		return "CSS escapes are not allowed (they can hide a URL)", "", true
 	}
-	lower := strings.ToLower(css)
+	lower := asciiLower(css) // same length as css, so indexes agree
 	if strings.Contains(lower, "expression(") || strings.Contains(lower, "behavior:") || strings.Contains(lower, "-moz-binding") {
 		return "scripted CSS is not allowed", "", true
 	}
@@ -232,4 +232,16 @@ func renderTag(name string, attrs []xhtml.Attribute, selfClosing bool) string {
 	}
 	b.WriteByte('>')
 	return b.String()
+}
+
+// asciiLower lower-cases ASCII letters only, keeping every byte offset
+// (strings.ToLower may change the length of invalid UTF-8).
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
