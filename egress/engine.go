@@ -158,7 +158,7 @@ func (e *engine) dial(ctx context.Context, network, address string) (net.Conn, e
 	if !e.policy.AllowsName(name) {
 		return nil, &airlock.Denied{Capability: "net", Detail: "host " + name + " is not granted"}
 	}
-	addrs, err := e.res.resolve(ctx, name)
+	addrs, err := e.res.resolve(ctx, "ip", name)
 	if err != nil {
 		var pe policyError
 		if errors.As(err, &pe) {

@@ -36,7 +36,9 @@ type Config struct {
 
 	// Socket is a Unix socket path to listen on, multiplexing HTTP proxy
 	// and DNS streams (see [StreamHTTP]); for sandboxes with only
-	// loopback, which reach it through a forwarder.
+	// loopback, which reach it through a forwarder. A stale socket at the
+	// path is replaced (any other file is an error); one gateway serves a
+	// path at a time, and Close removes it.
 	Socket string
 	// Listen is a TCP address for the HTTP proxy (e.g. 127.0.0.1:3128).
 	Listen string
@@ -123,7 +125,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 
 func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 	if cfg.Socket != "" {
-		_ = os.Remove(cfg.Socket) // a stale socket from a crashed run
+		if st, err := os.Lstat(cfg.Socket); err == nil && st.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(cfg.Socket) // a stale socket from a crashed run
+		}
 		ln, err := net.Listen("unix", cfg.Socket)
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", cfg.Socket, err)
