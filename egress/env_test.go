@@ -166,7 +166,7 @@ func newTestEnv(t testing.TB, extra func(*Config)) *testEnv {
 
 	ports := []int{atoi(env.httpPort), atoi(env.httpsPort)}
 	hosts := Hosts{}
-	for _, n := range []string{"origin.test", "post.test", "a.wild.test", "wild.test", "evil.test", "x.origin.test", "evilorigin.test"} {
+	for _, n := range []string{"origin.test", "post.test", "a.wild.test", "wild.test", "evil.test", "x.origin.test", "evilorigin.test", "bücher.test"} {
 		if err := hosts.Add(n, netip.MustParseAddr("127.0.0.1")); err != nil {
 			t.Fatal(err)
 		}
@@ -182,6 +182,7 @@ func newTestEnv(t testing.TB, extra func(*Config)) *testEnv {
 			{Host: "meta.test"}, {Host: "v6meta.test"},
 			{Host: "rebind.test", Ports: ports}, {Host: "nat64.test", Ports: ports},
 			{Host: "mapped.test", Ports: ports}, {Host: "public.test"}, {Host: "private.test"},
+			{Host: "Bücher.test", Ports: ports},
 		},
 		Hosts:       hosts,
 		Lookup:      upstreamLookup(env.upstream),
