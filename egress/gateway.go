@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -255,7 +256,7 @@ func (g *Gateway) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if r.Host != "" && r.Host != r.URL.Host {
 		if ht, err := parseTarget(r.Host, r.URL.Scheme); err != nil || ht != t {
-			d := &airlock.Denied{Capability: "net", Detail: "Host " + quote(r.Host) + " does not match the URL's host " + t.String()}
+			d := &airlock.Denied{Capability: "net", Detail: "Host " + strconv.Quote(r.Host) + " does not match the URL's host " + t.String()}
 			g.e.record(Record{Via: "client", Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, Verdict: Deny, Reason: d.Detail})
 			return nil, d
 		}
