@@ -157,7 +157,6 @@ func (p *proxy) inner(w http.ResponseWriter, r *http.Request, t target) {
 	p.forward(w, r, "https", t, "https")
 }
 
-
 // prefixConn replays bytes the HTTP server buffered before the hijack.
 type prefixConn struct {
 	net.Conn
