@@ -102,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g := &Gateway{e: e, ca: authority, cancel: cancel}
-	p := &proxy{e: e, ca: authority}
+	p := &proxy{e: e, ca: authority, conns: &g.conns}
 	g.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, ErrorLog: quietLog}
 	g.client = &http.Client{
 		Transport: g,

@@ -158,3 +158,27 @@ func TestDNSFamilies(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseEndsTunnels checks that closing a gateway ends the CONNECT
+// tunnels it opened: no request passes after Close.
+func TestCloseEndsTunnels(t *testing.T) {
+	env := newTestEnv(t, nil)
+	client := env.proxyClient(false, "")
+	client.Transport.(*http.Transport).DisableKeepAlives = false
+	url := "https://origin.test:" + env.httpsPort + "/ok"
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	env.gw.Close()
+	before := env.hitCount()
+	if resp, err := client.Get(url); err == nil {
+		resp.Body.Close()
+		t.Errorf("request after Close: %s", resp.Status)
+	}
+	if env.hitCount() != before {
+		t.Error("the origin was reached after Close")
+	}
+}

@@ -13,8 +13,9 @@ import (
 
 // proxy is the HTTP forward proxy and CONNECT handler.
 type proxy struct {
-	e  *engine
-	ca *ca
+	e     *engine
+	ca    *ca
+	conns *tracker // hijacked tunnels, ended when the gateway closes
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -95,6 +96,11 @@ func (p *proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	if !p.conns.add(conn) {
+		conn.Close()
+		return
+	}
+	defer p.conns.remove(conn)
 	p.e.record(Record{Via: "connect", Host: t.host, Port: t.port, Method: r.Method, Verdict: Allow, Reason: "tunnel opened; TLS terminated for per-request checks"})
 	if _, err := conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		conn.Close()
