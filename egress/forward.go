@@ -57,11 +57,8 @@ func StartForwarder(ctx context.Context, socket string, cfg ForwarderConfig) (*F
 	f.lns = append(f.lns, ln)
 	f.acceptLoop(ln, StreamHTTP)
 	if cfg.DNS != "-" {
-		if f.pc, err = net.ListenPacket("udp", cfg.DNS); err != nil {
-			return fail(fmt.Errorf("forwarder: %w", err))
-		}
-		tln, err := net.Listen("tcp", f.pc.LocalAddr().String())
-		if err != nil {
+		var tln net.Listener
+		if f.pc, tln, err = listenDNS(cfg.DNS); err != nil {
 			return fail(fmt.Errorf("forwarder: %w", err))
 		}
 		f.lns = append(f.lns, tln)

@@ -154,15 +154,9 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 		g.serve(func() { _ = g.srv.Serve(ln) })
 	}
 	if cfg.DNS != "" {
-		pc, err := net.ListenPacket("udp", cfg.DNS)
+		pc, ln, err := listenDNS(cfg.DNS)
 		if err != nil {
-			return fmt.Errorf("listening on udp %s: %w", cfg.DNS, err)
-		}
-		// TCP on the same port as UDP (the port may have been chosen).
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err != nil {
-			pc.Close()
-			return fmt.Errorf("listening on tcp %s: %w", cfg.DNS, err)
+			return err
 		}
 		h := g.e.dnsHandler(ctx)
 		for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
@@ -197,7 +191,7 @@ func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
 		_ = c.SetReadDeadline(time.Time{})
 		switch kind[0] {
 		case StreamHTTP:
-			g.mux.push(c)
+			g.mux.push(newHalfClosed(c))
 		case StreamDNS:
 			g.e.serveDNSStream(ctx, c)
 		default:
@@ -372,5 +366,104 @@ func (t *tracker) closeAll() {
 	t.closed = true
 	for c := range t.conns {
 		c.Close()
+	}
+}
+
+// halfClosed hides a client's half-close from the HTTP server. A stream
+// from a forwarder ends its write side when the sandbox's client has sent
+// everything (QEMU's guestfwd, `nc -N`), and net/http would take that EOF
+// for a vanished client and cancel the request. Here a read at EOF waits
+// instead, as a read on a quiet connection would: until the read deadline
+// passes (the server uses deadlines to abort its background read and to
+// end idle connections) or the connection is closed.
+type halfClosed struct {
+	net.Conn
+	mu       sync.Mutex
+	deadline time.Time
+	wake     chan struct{} // closed and replaced when the deadline changes
+	closed   bool
+}
+
+func newHalfClosed(c net.Conn) *halfClosed {
+	return &halfClosed{Conn: c, wake: make(chan struct{})}
+}
+
+func (c *halfClosed) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != io.EOF || n > 0 {
+		return n, err
+	}
+	for {
+		c.mu.Lock()
+		closed, deadline, wake := c.closed, c.deadline, c.wake
+		c.mu.Unlock()
+		if closed {
+			return 0, io.EOF
+		}
+		if deadline.IsZero() {
+			<-wake
+			continue
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			return 0, os.ErrDeadlineExceeded
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+}
+
+func (c *halfClosed) setDeadline(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = t
+	close(c.wake)
+	c.wake = make(chan struct{})
+}
+
+func (c *halfClosed) SetReadDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *halfClosed) SetDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *halfClosed) Close() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.wake)
+		c.wake = make(chan struct{})
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// listenDNS listens on UDP and TCP on the same address. With port 0 it
+// retries a few times if the port the system chose for UDP is taken for
+// TCP.
+func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for attempt := 0; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listening on udp %s: %w", addr, err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" || attempt == 9 {
+			return nil, nil, fmt.Errorf("listening on tcp %s: %w", addr, err)
+		}
 	}
 }
