@@ -58,6 +58,9 @@ func TestCorpusEgress(t *testing.T) {
 					t.Errorf("%s: incomplete log record %+v", c.ID, l)
 				}
 			}
+			if c.Expect == "allow" && c.Via != "dns" && !hasAddr(logs) {
+				t.Errorf("%s: allowed request logged without the dialled address: %+v", c.ID, logs)
+			}
 			if c.Expect == "deny" {
 				if c.Follow && env.hitsOf("/steal") != stealBefore {
 					t.Errorf("%s: the redirect target was reached", c.ID)
@@ -68,6 +71,15 @@ func TestCorpusEgress(t *testing.T) {
 			}
 		})
 	}
+}
+
+func hasAddr(logs []Record) bool {
+	for _, l := range logs {
+		if l.Verdict == Allow && strings.HasPrefix(l.Addr, "127.0.0.1:") {
+			return true
+		}
+	}
+	return false
 }
 
 func hasVerdict(logs []Record, v Verdict) bool {

@@ -68,11 +68,19 @@ func (e *engine) answerDNS(ctx context.Context, req *dns.Msg) *dns.Msg {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	addrs, err := e.res.resolve(ctx, name)
+	network := "ip4"
+	if q.Qtype == dns.TypeAAAA {
+		network = "ip6"
+	}
+	addrs, err := e.res.resolve(ctx, network, name)
 	if err != nil {
 		var pe policyError
 		if errors.As(err, &pe) {
 			return done(dns.RcodeRefused, Deny, err.Error())
+		}
+		var de *net.DNSError
+		if errors.As(err, &de) && de.IsNotFound {
+			return done(dns.RcodeSuccess, Allow, "granted name; no "+rec.Method+" records")
 		}
 		return done(dns.RcodeServerFailure, Deny, err.Error())
 	}

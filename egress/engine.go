@@ -3,14 +3,13 @@ package egress
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,7 +158,7 @@ func (e *engine) dial(ctx context.Context, network, address string) (net.Conn, e
 	if !e.policy.AllowsName(name) {
 		return nil, &airlock.Denied{Capability: "net", Detail: "host " + name + " is not granted"}
 	}
-	addrs, err := e.res.resolve(ctx, name)
+	addrs, err := e.res.resolve(ctx, "ip", name)
 	if err != nil {
 		var pe policyError
 		if errors.As(err, &pe) {
@@ -321,7 +320,12 @@ func (e *engine) roundTrip(r *http.Request, scheme string, t target, via string)
 		e.record(rec)
 		return nil, status, &airlock.Denied{Capability: "net", Detail: reason}
 	}
-	resp, err := e.transport.RoundTrip(e.outbound(r.Context(), r, scheme, t))
+	var dialled string
+	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		dialled = i.Conn.RemoteAddr().String()
+	}})
+	resp, err := e.transport.RoundTrip(e.outbound(ctx, r, scheme, t))
+	rec.Addr = dialled
 	if err != nil {
 		var d *airlock.Denied
 		rec.Verdict, rec.Reason = Deny, err.Error()
@@ -349,17 +353,4 @@ func (e *engine) roundTrip(r *http.Request, scheme string, t target, via string)
 	rec.Verdict, rec.Reason = Allow, fmt.Sprintf("status %d", resp.StatusCode)
 	e.record(rec)
 	return resp, resp.StatusCode, nil
-}
-
-// lookupForDial is used by tests and the resolver: the checked addresses
-// of a granted name.
-func (e *engine) lookup(ctx context.Context, name string) ([]netip.Addr, error) {
-	return e.res.resolve(ctx, name)
-}
-
-// poolFor returns a certificate pool holding pemCerts, for Config.OriginRoots.
-func poolFor(pemCerts []byte) *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AppendCertsFromPEM(pemCerts)
-	return p
 }

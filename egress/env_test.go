@@ -91,6 +91,7 @@ func startUpstream(t testing.TB) (addr string, asked func() []string) {
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
+		m.Authoritative = true // the zone's own server: empty answers are NODATA
 		q := r.Question[0]
 		mu.Lock()
 		names = append(names, q.Name)
@@ -127,9 +128,7 @@ func upstreamLookup(addr string) LookupFunc {
 		var d net.Dialer
 		return d.DialContext(ctx, "udp", addr)
 	}}
-	return func(ctx context.Context, host string) ([]netip.Addr, error) {
-		return r.LookupNetIP(ctx, "ip", host)
-	}
+	return r.LookupNetIP
 }
 
 // newTestEnv starts the origins, the upstream and a gateway with the
@@ -167,7 +166,7 @@ func newTestEnv(t testing.TB, extra func(*Config)) *testEnv {
 
 	ports := []int{atoi(env.httpPort), atoi(env.httpsPort)}
 	hosts := Hosts{}
-	for _, n := range []string{"origin.test", "post.test", "a.wild.test", "wild.test", "evil.test", "x.origin.test", "evilorigin.test"} {
+	for _, n := range []string{"origin.test", "post.test", "a.wild.test", "wild.test", "evil.test", "x.origin.test", "evilorigin.test", "bücher.test"} {
 		if err := hosts.Add(n, netip.MustParseAddr("127.0.0.1")); err != nil {
 			t.Fatal(err)
 		}
@@ -183,6 +182,7 @@ func newTestEnv(t testing.TB, extra func(*Config)) *testEnv {
 			{Host: "meta.test"}, {Host: "v6meta.test"},
 			{Host: "rebind.test", Ports: ports}, {Host: "nat64.test", Ports: ports},
 			{Host: "mapped.test", Ports: ports}, {Host: "public.test"}, {Host: "private.test"},
+			{Host: "Bücher.test", Ports: ports},
 		},
 		Hosts:       hosts,
 		Lookup:      upstreamLookup(env.upstream),

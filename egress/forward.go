@@ -57,11 +57,8 @@ func StartForwarder(ctx context.Context, socket string, cfg ForwarderConfig) (*F
 	f.lns = append(f.lns, ln)
 	f.acceptLoop(ln, StreamHTTP)
 	if cfg.DNS != "-" {
-		if f.pc, err = net.ListenPacket("udp", cfg.DNS); err != nil {
-			return fail(fmt.Errorf("forwarder: %w", err))
-		}
-		tln, err := net.Listen("tcp", f.pc.LocalAddr().String())
-		if err != nil {
+		var tln net.Listener
+		if f.pc, tln, err = listenDNS(cfg.DNS); err != nil {
 			return fail(fmt.Errorf("forwarder: %w", err))
 		}
 		f.lns = append(f.lns, tln)
@@ -121,20 +118,7 @@ func (f *Forwarder) acceptLoop(ln net.Listener, kind byte) {
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !f.conns.add(c) {
-				c.Close()
-				return
-			}
-			go func() {
-				defer f.conns.remove(c)
-				_ = Splice(c, f.socket, kind)
-			}()
-		}
+		f.conns.serve(ln, func(c net.Conn) { _ = Splice(c, f.socket, kind) })
 	}()
 }
 

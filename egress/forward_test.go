@@ -20,7 +20,6 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
-
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,7 +37,9 @@ type Config struct {
 
 	// Socket is a Unix socket path to listen on, multiplexing HTTP proxy
 	// and DNS streams (see [StreamHTTP]); for sandboxes with only
-	// loopback, which reach it through a forwarder.
+	// loopback, which reach it through a forwarder. A stale socket at the
+	// path is replaced (any other file is an error); one gateway serves a
+	// path at a time, and Close removes it.
 	Socket string
 	// Listen is a TCP address for the HTTP proxy (e.g. 127.0.0.1:3128).
 	Listen string
@@ -99,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g := &Gateway{e: e, ca: authority, cancel: cancel}
-	p := &proxy{e: e, ca: authority}
+	p := &proxy{e: e, ca: authority, conns: &g.conns}
 	g.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, ErrorLog: quietLog}
 	g.client = &http.Client{
 		Transport: g,
@@ -123,7 +126,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 
 func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 	if cfg.Socket != "" {
-		_ = os.Remove(cfg.Socket) // a stale socket from a crashed run
+		if st, err := os.Lstat(cfg.Socket); err == nil && st.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(cfg.Socket) // a stale socket from a crashed run
+		}
 		ln, err := net.Listen("unix", cfg.Socket)
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", cfg.Socket, err)
@@ -149,15 +154,9 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 		g.serve(func() { _ = g.srv.Serve(ln) })
 	}
 	if cfg.DNS != "" {
-		pc, err := net.ListenPacket("udp", cfg.DNS)
+		pc, ln, err := listenDNS(cfg.DNS)
 		if err != nil {
-			return fmt.Errorf("listening on udp %s: %w", cfg.DNS, err)
-		}
-		// TCP on the same port as UDP (the port may have been chosen).
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err != nil {
-			pc.Close()
-			return fmt.Errorf("listening on tcp %s: %w", cfg.DNS, err)
+			return err
 		}
 		h := g.e.dnsHandler(ctx)
 		for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
@@ -182,35 +181,24 @@ func (g *Gateway) serve(f func()) {
 // demux reads each Unix-socket stream's first byte and hands the stream to
 // the proxy or the resolver.
 func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		if !g.conns.add(c) {
+	g.conns.serve(ln, func(c net.Conn) {
+		var kind [1]byte
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, kind[:]); err != nil {
 			c.Close()
 			return
 		}
-		go func() {
-			defer g.conns.remove(c)
-			var kind [1]byte
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := io.ReadFull(c, kind[:]); err != nil {
-				c.Close()
-				return
-			}
-			_ = c.SetReadDeadline(time.Time{})
-			switch kind[0] {
-			case StreamHTTP:
-				g.mux.push(c)
-			case StreamDNS:
-				g.e.serveDNSStream(ctx, c)
-			default:
-				g.e.record(Record{Via: "socket", Verdict: Deny, Reason: fmt.Sprintf("unknown stream kind %q", kind[0])})
-				c.Close()
-			}
-		}()
-	}
+		_ = c.SetReadDeadline(time.Time{})
+		switch kind[0] {
+		case StreamHTTP:
+			g.mux.push(newHalfClosed(c))
+		case StreamDNS:
+			g.e.serveDNSStream(ctx, c)
+		default:
+			g.e.record(Record{Via: "socket", Verdict: Deny, Reason: fmt.Sprintf("unknown stream kind %q", kind[0])})
+			c.Close()
+		}
+	})
 }
 
 // SocketPath returns the Unix socket the gateway listens on ("" if none).
@@ -262,7 +250,7 @@ func (g *Gateway) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if r.Host != "" && r.Host != r.URL.Host {
 		if ht, err := parseTarget(r.Host, r.URL.Scheme); err != nil || ht != t {
-			d := &airlock.Denied{Capability: "net", Detail: "Host " + quote(r.Host) + " does not match the URL's host " + t.String()}
+			d := &airlock.Denied{Capability: "net", Detail: "Host " + strconv.Quote(r.Host) + " does not match the URL's host " + t.String()}
 			g.e.record(Record{Via: "client", Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, Verdict: Deny, Reason: d.Detail})
 			return nil, d
 		}
@@ -347,6 +335,25 @@ func (t *tracker) add(c net.Conn) bool {
 	return true
 }
 
+// serve accepts connections until ln closes, handling each in its own
+// goroutine while tracking it.
+func (t *tracker) serve(ln net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if !t.add(c) {
+			c.Close()
+			return
+		}
+		go func() {
+			defer t.remove(c)
+			handle(c)
+		}()
+	}
+}
+
 func (t *tracker) remove(c net.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -359,5 +366,104 @@ func (t *tracker) closeAll() {
 	t.closed = true
 	for c := range t.conns {
 		c.Close()
+	}
+}
+
+// halfClosed hides a client's half-close from the HTTP server. A stream
+// from a forwarder ends its write side when the sandbox's client has sent
+// everything (QEMU's guestfwd, `nc -N`), and net/http would take that EOF
+// for a vanished client and cancel the request. Here a read at EOF waits
+// instead, as a read on a quiet connection would: until the read deadline
+// passes (the server uses deadlines to abort its background read and to
+// end idle connections) or the connection is closed.
+type halfClosed struct {
+	net.Conn
+	mu       sync.Mutex
+	deadline time.Time
+	wake     chan struct{} // closed and replaced when the deadline changes
+	closed   bool
+}
+
+func newHalfClosed(c net.Conn) *halfClosed {
+	return &halfClosed{Conn: c, wake: make(chan struct{})}
+}
+
+func (c *halfClosed) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != io.EOF || n > 0 {
+		return n, err
+	}
+	for {
+		c.mu.Lock()
+		closed, deadline, wake := c.closed, c.deadline, c.wake
+		c.mu.Unlock()
+		if closed {
+			return 0, io.EOF
+		}
+		if deadline.IsZero() {
+			<-wake
+			continue
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			return 0, os.ErrDeadlineExceeded
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+}
+
+func (c *halfClosed) setDeadline(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = t
+	close(c.wake)
+	c.wake = make(chan struct{})
+}
+
+func (c *halfClosed) SetReadDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *halfClosed) SetDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *halfClosed) Close() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.wake)
+		c.wake = make(chan struct{})
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// listenDNS listens on UDP and TCP on the same address. With port 0 it
+// retries a few times if the port the system chose for UDP is taken for
+// TCP.
+func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for attempt := 0; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listening on udp %s: %w", addr, err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" || attempt == 9 {
+			return nil, nil, fmt.Errorf("listening on tcp %s: %w", addr, err)
+		}
 	}
 }

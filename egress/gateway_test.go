@@ -26,6 +26,16 @@ func TestStartRefusesBadConfig(t *testing.T) {
 	if _, err := Start(context.Background(), Config{Socket: "/nonexistent-dir/x.sock"}); err == nil {
 		t.Error("socket in a missing directory: no error")
 	}
+	file := filepath.Join(t.TempDir(), "not-a-socket")
+	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Start(context.Background(), Config{Socket: file}); err == nil {
+		t.Error("socket path holding a regular file: no error")
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
+		t.Errorf("regular file at the socket path was touched: %q %v", b, err)
+	}
 	if _, err := Start(context.Background(), Config{Listen: "256.0.0.1:1"}); err == nil {
 		t.Error("bad listen address: no error")
 	}
@@ -121,4 +131,54 @@ func hasReason(logs []Record, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestDNSFamilies checks that A and AAAA questions are answered per
+// family: an IPv4-only granted name has no AAAA records (NOERROR, empty),
+// not a failure.
+func TestDNSFamilies(t *testing.T) {
+	env := newTestEnv(t, nil)
+	cl := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+	for _, c := range []struct {
+		name    string
+		qtype   uint16
+		rcode   int
+		answers int
+	}{
+		{"public.test.", dns.TypeA, dns.RcodeSuccess, 1},
+		{"public.test.", dns.TypeAAAA, dns.RcodeSuccess, 0},
+		{"origin.test.", dns.TypeAAAA, dns.RcodeSuccess, 0},
+		{"PUBLIC.Test.", dns.TypeA, dns.RcodeSuccess, 1},
+		{"public.test.", dns.TypeCNAME, dns.RcodeSuccess, 0},
+		{"private.test.", dns.TypeA, dns.RcodeRefused, 0},
+	} {
+		r, _, err := cl.Exchange(new(dns.Msg).SetQuestion(c.name, c.qtype), env.gw.DNSAddr().String())
+		if err != nil || r.Rcode != c.rcode || len(r.Answer) != c.answers {
+			t.Errorf("%s %s: %v %v", c.name, dns.TypeToString[c.qtype], r, err)
+		}
+	}
+}
+
+// TestCloseEndsTunnels checks that closing a gateway ends the CONNECT
+// tunnels it opened: no request passes after Close.
+func TestCloseEndsTunnels(t *testing.T) {
+	env := newTestEnv(t, nil)
+	client := env.proxyClient(false, "")
+	client.Transport.(*http.Transport).DisableKeepAlives = false
+	url := "https://origin.test:" + env.httpsPort + "/ok"
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	env.gw.Close()
+	before := env.hitCount()
+	if resp, err := client.Get(url); err == nil {
+		resp.Body.Close()
+		t.Errorf("request after Close: %s", resp.Status)
+	}
+	if env.hitCount() != before {
+		t.Error("the origin was reached after Close")
+	}
 }

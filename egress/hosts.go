@@ -95,13 +95,14 @@ func pinRefused(a netip.Addr) (string, bool) {
 	return "", false
 }
 
-// LookupFunc resolves a host name to addresses: the upstream the proxy and
-// resolver use for names that are granted but not pinned.
-type LookupFunc func(ctx context.Context, host string) ([]netip.Addr, error)
+// LookupFunc resolves a host name to addresses of the given network
+// ("ip", "ip4" or "ip6"), like net.Resolver.LookupNetIP: the upstream the
+// proxy and resolver use for names that are granted but not pinned.
+type LookupFunc func(ctx context.Context, network, host string) ([]netip.Addr, error)
 
 // SystemLookup resolves through the host's resolver.
-func SystemLookup(ctx context.Context, host string) ([]netip.Addr, error) {
-	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+func SystemLookup(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, network, host)
 }
 
 // resolver turns a granted name into the addresses that may be dialled.
@@ -110,14 +111,15 @@ type resolver struct {
 	lookup LookupFunc
 }
 
-// resolve returns the addresses of name that may be dialled: its pins, or
-// the upstream's answers with every forbidden address removed. It fails
-// when nothing dialable is left, saying why.
-func (r *resolver) resolve(ctx context.Context, name string) ([]netip.Addr, error) {
+// resolve returns the addresses of name (of network "ip", "ip4" or "ip6")
+// that may be dialled: its pins, or the upstream's answers with every
+// forbidden address removed. It fails when nothing dialable is left,
+// saying why.
+func (r *resolver) resolve(ctx context.Context, network, name string) ([]netip.Addr, error) {
 	if pins, ok := r.hosts[name]; ok {
 		return pins, nil
 	}
-	addrs, err := r.lookup(ctx, name)
+	addrs, err := r.lookup(ctx, network, name)
 	if err != nil {
 		return nil, fmt.Errorf("resolving %s: %w", name, err)
 	}

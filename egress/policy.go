@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 
@@ -193,7 +194,7 @@ func NormalizeHost(host string) (string, error) {
 	if strings.HasPrefix(h, "[") || strings.Contains(h, ":") {
 		return "", errorf("IP literal %q is never allowed", host)
 	}
-	if strings.ContainsAny(h, "/@?#%\\ \t") {
+	if !utf8.ValidString(h) || strings.ContainsAny(h, "/@?#%\\ \t") {
 		return "", errorf("%q is not a host name", host)
 	}
 	h = strings.TrimSuffix(h, ".")
@@ -205,8 +206,15 @@ func NormalizeHost(host string) (string, error) {
 		return "", errorf("host %q is not a valid name: %v", host, err)
 	}
 	a = strings.TrimSuffix(strings.ToLower(a), ".")
-	if a == "" || strings.Contains(a, "..") {
+	if a == "" || strings.Contains(a, "..") || strings.HasPrefix(a, ".") || strings.HasSuffix(a, ".") {
 		return "", errorf("host %q is not a valid name", host)
+	}
+	if strings.Contains(a, "xn--") {
+		// An A-label must decode to a valid U-label (punycode for
+		// U+FFFD, say, does not).
+		if again, err := idnaProfile.ToASCII(a); err != nil || again != a {
+			return "", errorf("host %q is not a valid name", host)
+		}
 	}
 	if looksNumeric(a) {
 		return "", errorf("IP literal %q is never allowed", host)

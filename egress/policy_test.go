@@ -144,3 +144,24 @@ func TestParseHosts(t *testing.T) {
 		}
 	}
 }
+
+// FuzzNormalizeHost checks that an accepted name is canonical (normalising
+// it again changes nothing) and is never something an address parser
+// would take.
+func FuzzNormalizeHost(f *testing.F) {
+	for _, s := range []string{"example.com", "127.0.0.1", "0x7f.1", "Bücher.example.", "[::1]", "１２７.0.0.1", "a.b.0x1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		n, err := NormalizeHost(in)
+		if err != nil {
+			return
+		}
+		if again, err := NormalizeHost(n); err != nil || again != n {
+			t.Fatalf("%q -> %q -> %q, %v", in, n, again, err)
+		}
+		if _, err := netip.ParseAddr(n); err == nil || looksNumeric(n) {
+			t.Fatalf("%q -> %q is an address", in, n)
+		}
+	})
+}

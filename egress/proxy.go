@@ -1,20 +1,21 @@
 package egress
 
 import (
-	"bufio"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
 
 // proxy is the HTTP forward proxy and CONNECT handler.
 type proxy struct {
-	e  *engine
-	ca *ca
+	e     *engine
+	ca    *ca
+	conns *tracker // hijacked tunnels, ended when the gateway closes
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -95,6 +96,11 @@ func (p *proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	if !p.conns.add(conn) {
+		conn.Close()
+		return
+	}
+	defer p.conns.remove(conn)
 	p.e.record(Record{Via: "connect", Host: t.host, Port: t.port, Method: r.Method, Verdict: Allow, Reason: "tunnel opened; TLS terminated for per-request checks"})
 	if _, err := conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		conn.Close()
@@ -117,7 +123,7 @@ func (p *proxy) serveTunnel(conn net.Conn, t target) {
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			sni, err := NormalizeHost(hello.ServerName)
 			if err != nil || sni != t.host {
-				reason := "TLS server name " + quote(hello.ServerName) + " does not match the CONNECT authority " + t.host
+				reason := "TLS server name " + strconv.Quote(hello.ServerName) + " does not match the CONNECT authority " + t.host
 				p.e.record(Record{Via: "https", Host: t.host, Port: t.port, Verdict: Deny, Reason: reason})
 				return nil, errors.New(reason)
 			}
@@ -151,17 +157,10 @@ func (p *proxy) inner(w http.ResponseWriter, r *http.Request, t target) {
 	ht, err := parseTarget(r.Host, "https")
 	_, _, noPort := net.SplitHostPort(r.Host)
 	if err != nil || ht.host != t.host || (noPort == nil && ht.port != t.port) {
-		p.refuse(w, r, "https", t, http.StatusForbidden, "Host "+quote(r.Host)+" does not match the CONNECT authority "+t.String())
+		p.refuse(w, r, "https", t, http.StatusForbidden, "Host "+strconv.Quote(r.Host)+" does not match the CONNECT authority "+t.String())
 		return
 	}
 	p.forward(w, r, "https", t, "https")
-}
-
-func quote(s string) string {
-	if s == "" {
-		return `""`
-	}
-	return `"` + s + `"`
 }
 
 // prefixConn replays bytes the HTTP server buffered before the hijack.
@@ -229,11 +228,3 @@ func (l *connListener) Close() error {
 }
 
 func (l *connListener) Addr() net.Addr { return l.addr }
-
-// bufferedConn lets a connection's first bytes be peeked.
-type bufferedConn struct {
-	net.Conn
-	br *bufio.Reader
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.br.Read(p) }

@@ -7,14 +7,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 func TestSanitizeCommand(t *testing.T) {
@@ -128,5 +133,38 @@ func TestProxyCommandBadPolicy(t *testing.T) {
 		if code := Run(context.Background(), []string{"proxy", "--policy", p, "--listen", "127.0.0.1:0"}, strings.NewReader(""), io.Discard, &errb); code != exitUsage {
 			t.Errorf("%s: exit %d, want %d (%s)", name, code, exitUsage, errb.String())
 		}
+	}
+}
+
+// TestEgressForwardCommand runs `airlock egress-forward SOCKET` the way
+// QEMU's guestfwd cmd: does: one proxy connection on stdin/stdout.
+func TestEgressForwardCommand(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
+	defer origin.Close()
+	port := origin.URL[strings.LastIndexByte(origin.URL, ':')+1:]
+	pins := egress.Hosts{}
+	if err := pins.Add("origin.test", netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	p, _ := strconv.Atoi(port)
+	gw, err := egress.Start(context.Background(), egress.Config{Socket: sock, Hosts: pins, Rules: []airlock.NetRule{{Host: "origin.test", Ports: []int{p}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	for method, want := range map[string]string{"GET": "HTTP/1.1 200", "PUT": "HTTP/1.1 403"} {
+		in := method + " http://origin.test:" + port + "/ HTTP/1.1\r\nHost: origin.test:" + port + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+		var out, errb bytes.Buffer
+		if code := Run(context.Background(), []string{"egress-forward", sock}, strings.NewReader(in), &out, &errb); code != exitOK {
+			t.Fatalf("%s: exit %d: %s", method, code, errb.String())
+		}
+		if !strings.HasPrefix(out.String(), want) {
+			t.Errorf("%s: got %q, want %s", method, out.String(), want)
+		}
+	}
+	var errb bytes.Buffer
+	if code := Run(context.Background(), []string{"egress-forward", "--dns", "--serve", sock}, strings.NewReader(""), io.Discard, &errb); code != exitUsage {
+		t.Errorf("--dns --serve: exit %d, want %d", code, exitUsage)
 	}
 }

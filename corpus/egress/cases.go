@@ -12,19 +12,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/corpus"
 )
 
 //go:embed *.jsonl
 var files embed.FS
 
 // Class says whether a case is an attack (must be refused or neutralised)
-// or benign (must keep working).
-type Class string
+// or benign (must keep working): the root corpus's classes.
+type Class = corpus.Class
 
 // The classes.
 const (
-	Attack Class = "attack"
-	Benign Class = "benign"
+	Attack = corpus.Attack
+	Benign = corpus.Benign
 )
 
 // Request is one egress case: an HTTP request through a door of the
@@ -68,73 +70,59 @@ type DocumentExpect struct {
 
 // Requests returns the cases of egress.jsonl.
 func Requests() ([]Request, error) {
-	var out []Request
-	err := load("egress.jsonl", func(id string, line []byte) error {
-		var r Request
-		if err := strict(line, &r); err != nil {
-			return err
-		}
+	return load("egress.jsonl", func(r *Request) (meta, error) {
 		switch {
 		case r.Via != "proxy" && r.Via != "connect" && r.Via != "client" && r.Via != "dns":
-			return fmt.Errorf("via %q (want proxy, connect, client or dns)", r.Via)
+			return meta{}, fmt.Errorf("via %q (want proxy, connect, client or dns)", r.Via)
 		case r.Expect != "allow" && r.Expect != "deny":
-			return fmt.Errorf("expect %q (want allow or deny)", r.Expect)
-		case r.Via == "dns" && r.QName == "", r.Via != "dns" && r.URL == "":
-			return fmt.Errorf("a %s case needs %s", r.Via, map[bool]string{true: "qname", false: "url"}[r.Via == "dns"])
+			return meta{}, fmt.Errorf("expect %q (want allow or deny)", r.Expect)
+		case r.Via == "dns" && r.QName == "":
+			return meta{}, fmt.Errorf("a dns case needs qname")
+		case r.Via != "dns" && r.URL == "":
+			return meta{}, fmt.Errorf("a %s case needs url", r.Via)
 		}
-		out = append(out, r)
-		return check(id, r.ID, r.Class, r.Rationale, r.Source)
+		return meta{r.ID, r.Class, r.Rationale, r.Source}, nil
 	})
-	return out, err
 }
 
 // Documents returns the cases of output.jsonl.
 func Documents() ([]Document, error) {
-	var out []Document
-	err := load("output.jsonl", func(id string, line []byte) error {
-		var d Document
-		if err := strict(line, &d); err != nil {
-			return err
-		}
+	return load("output.jsonl", func(d *Document) (meta, error) {
 		e := d.Expect
 		if !e.Unchanged && e.Output == nil && len(e.Contains) == 0 && len(e.NotContains) == 0 {
-			return fmt.Errorf("expect says nothing")
+			return meta{}, fmt.Errorf("expect says nothing")
 		}
-		out = append(out, d)
-		return check(id, d.ID, d.Class, d.Rationale, d.Source)
+		return meta{d.ID, d.Class, d.Rationale, d.Source}, nil
 	})
-	return out, err
 }
 
-func strict(line []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return fmt.Errorf("trailing data")
-	}
-	return nil
+// meta are the fields every case has.
+type meta struct {
+	id                string
+	class             Class
+	rationale, source string
 }
 
-func check(_, id string, class Class, rationale, source string) error {
+func (m meta) check() error {
 	switch {
-	case id == "":
+	case m.id == "":
 		return fmt.Errorf("no id")
-	case class != Attack && class != Benign:
-		return fmt.Errorf("%s: class %q (want attack or benign)", id, class)
-	case strings.TrimSpace(rationale) == "" || strings.TrimSpace(source) == "":
-		return fmt.Errorf("%s: rationale and source are required", id)
+	case m.class != Attack && m.class != Benign:
+		return fmt.Errorf("%s: class %q (want attack or benign)", m.id, m.class)
+	case strings.TrimSpace(m.rationale) == "" || strings.TrimSpace(m.source) == "":
+		return fmt.Errorf("%s: rationale and source are required", m.id)
 	}
 	return nil
 }
 
-func load(name string, each func(id string, line []byte) error) error {
+// load decodes each line of an embedded file strictly into a T, lets
+// validate check it, and refuses duplicate ids.
+func load[T any](name string, validate func(*T) (meta, error)) ([]T, error) {
 	data, err := files.ReadFile(name)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var out []T
 	seen := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
@@ -143,17 +131,27 @@ func load(name string, each func(id string, line []byte) error) error {
 		if len(line) == 0 || line[0] == '#' || bytes.HasPrefix(line, []byte("//")) {
 			continue
 		}
-		var head struct {
-			ID string `json:"id"`
+		var v T
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
 		}
-		_ = json.Unmarshal(line, &head)
-		if prev, dup := seen[head.ID]; dup && head.ID != "" {
-			return fmt.Errorf("%s:%d: id %q already used on line %d", name, n, head.ID, prev)
+		if dec.More() {
+			return nil, fmt.Errorf("%s:%d: trailing data", name, n)
 		}
-		seen[head.ID] = n
-		if err := each(head.ID, line); err != nil {
-			return fmt.Errorf("%s:%d: %w", name, n, err)
+		m, err := validate(&v)
+		if err == nil {
+			err = m.check()
 		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
+		}
+		if prev, dup := seen[m.id]; dup {
+			return nil, fmt.Errorf("%s:%d: id %q already used on line %d", name, n, m.id, prev)
+		}
+		seen[m.id] = n
+		out = append(out, v)
 	}
-	return sc.Err()
+	return out, sc.Err()
 }

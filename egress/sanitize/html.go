@@ -33,10 +33,26 @@ func (s *Sanitizer) HTML(src []byte) ([]byte, []Finding) {
 // returns edits that rewrite each offending tag with its offending
 // attributes removed, and each offending style sheet emptied.
 func (s *Sanitizer) sanitizeHTML(frag []byte, base int) ([]edit, []Finding) {
+	return s.sanitizeHTMLDepth(frag, base, 0)
+}
+
+// rawTextTags are the elements whose content the tokenizer reads as text.
+// A browser may still parse it as markup (noscript with scripting off, as
+// in DOMParser; style inside svg, where <img> breaks out), so that text is
+// checked as HTML too.
+var rawTextTags = map[string]bool{
+	"style": true, "script": true, "noscript": true, "noembed": true, "noframes": true,
+	"iframe": true, "xmp": true, "textarea": true, "title": true, "plaintext": true,
+}
+
+// maxHTMLDepth bounds the re-parsing of raw text as markup.
+const maxHTMLDepth = 4
+
+func (s *Sanitizer) sanitizeHTMLDepth(frag []byte, base, depth int) ([]edit, []Finding) {
 	var (
 		edits    []edit
 		findings []Finding
-		inStyle  bool
+		rawTag   string
 	)
 	z := xhtml.NewTokenizer(bytes.NewReader(frag))
 	off := 0
@@ -51,10 +67,16 @@ func (s *Sanitizer) sanitizeHTML(frag []byte, base int) ([]edit, []Finding) {
 		switch tt {
 		case xhtml.StartTagToken, xhtml.SelfClosingTagToken:
 			tok := z.Token()
-			if tok.Data == "style" && tt == xhtml.StartTagToken {
-				inStyle = true
+			if rawTextTags[tok.Data] && tt == xhtml.StartTagToken {
+				rawTag = tok.Data
 			}
 			keep, f := s.checkTag(tok)
+			if dup := duplicateAttr(raw); dup != "" {
+				// Browsers keep the first of duplicate attributes, as the
+				// tokenizer does; another renderer might keep the last.
+				// Rewriting the tag leaves only the one that was checked.
+				f = append(f, Finding{Kind: "html", Reason: "<" + tok.Data + ">: duplicate attribute " + dup})
+			}
 			if len(f) == 0 {
 				continue
 			}
@@ -64,15 +86,27 @@ func (s *Sanitizer) sanitizeHTML(frag []byte, base int) ([]edit, []Finding) {
 			findings = append(findings, f...)
 			edits = append(edits, edit{start, start + len(raw), renderTag(tok.Data, keep, tt == xhtml.SelfClosingTagToken)})
 		case xhtml.EndTagToken:
-			inStyle = false
+			rawTag = ""
 		case xhtml.TextToken:
-			if !inStyle {
+			if rawTag == "" {
 				continue
 			}
-			if reason, host, bad := s.checkCSS(string(raw)); bad {
-				findings = append(findings, Finding{Offset: start, Kind: "html", Host: host, Reason: "style sheet: " + reason})
-				edits = append(edits, edit{start, start + len(raw), "/* blocked */"})
+			if rawTag == "style" {
+				if reason, host, bad := s.checkCSS(string(raw)); bad {
+					findings = append(findings, Finding{Offset: start, Kind: "html", Host: host, Reason: "style sheet: " + reason})
+					edits = append(edits, edit{start, start + len(raw), "/* blocked */"})
+					continue
+				}
 			}
+			if depth >= maxHTMLDepth {
+				if bytes.IndexByte(raw, '<') >= 0 {
+					findings = append(findings, Finding{Offset: start, Kind: "html", Reason: "markup nested too deep in raw text"})
+					edits = append(edits, edit{start, start + len(raw), ""})
+				}
+				continue
+			}
+			e, f := s.sanitizeHTMLDepth(raw, start, depth+1)
+			edits, findings = append(edits, e...), append(findings, f...)
 		}
 	}
 	if off < len(frag) {
@@ -91,9 +125,15 @@ func (s *Sanitizer) checkTag(tok xhtml.Token) ([]xhtml.Attribute, []Finding) {
 	var keep []xhtml.Attribute
 	var findings []Finding
 	refresh := false
+	animatesURL := false
 	for _, a := range tok.Attr {
-		if strings.EqualFold(a.Key, "http-equiv") && strings.EqualFold(strings.TrimSpace(a.Val), "refresh") {
-			refresh = true
+		v := strings.ToLower(strings.TrimSpace(a.Val))
+		switch strings.ToLower(a.Key) {
+		case "http-equiv":
+			refresh = refresh || v == "refresh"
+		case "attributename":
+			// SVG <animate>/<set> can rewrite an href after the fact.
+			animatesURL = animatesURL || v == "href" || v == "xlink:href" || v == "src"
 		}
 	}
 	for _, a := range tok.Attr {
@@ -103,6 +143,14 @@ func (s *Sanitizer) checkTag(tok xhtml.Token) ([]xhtml.Attribute, []Finding) {
 		}
 		key = strings.ToLower(key)
 		reason, host, bad := s.checkAttr(tok.Data, key, a.Val, refresh)
+		if !bad && (animatesURL && (key == "to" || key == "from" || key == "by" || key == "values") || tok.Data == "param" && key == "value") {
+			for _, u := range strings.Split(a.Val, ";") {
+				if r, b := s.check(strings.TrimSpace(u)); b {
+					reason, host, bad = "animated or parameter URL: "+r, hostOf(u), true
+					break
+				}
+			}
+		}
 		if bad {
 			findings = append(findings, Finding{Kind: "html", Host: host, Reason: "<" + tok.Data + " " + key + ">: " + reason})
 			continue
@@ -122,7 +170,7 @@ func (s *Sanitizer) checkAttr(tag, key, val string, refresh bool) (reason, host 
 		return s.checkCSS(val)
 	case key == "content" && refresh:
 		u := val
-		if i := strings.Index(strings.ToLower(u), "url="); i >= 0 {
+		if i := strings.Index(asciiLower(u), "url="); i >= 0 {
 			u = strings.Trim(strings.TrimSpace(u[i+4:]), `'"`)
 		} else {
 			return "", "", false // a plain reload of the same page
@@ -161,7 +209,7 @@ func (s *Sanitizer) checkCSS(css string) (reason, host string, bad bool) {
 	if strings.ContainsRune(css, '\\') {
 		return "CSS escapes are not allowed (they can hide a URL)", "", true
 	}
-	lower := strings.ToLower(css)
+	lower := asciiLower(css) // same length as css, so indexes agree
 	if strings.Contains(lower, "expression(") || strings.Contains(lower, "behavior:") || strings.Contains(lower, "-moz-binding") {
 		return "scripted CSS is not allowed", "", true
 	}
@@ -232,4 +280,63 @@ func renderTag(name string, attrs []xhtml.Attribute, selfClosing bool) string {
 	}
 	b.WriteByte('>')
 	return b.String()
+}
+
+// asciiLower lower-cases ASCII letters only, keeping every byte offset
+// (strings.ToLower may change the length of invalid UTF-8).
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// duplicateAttr returns the name of an attribute that occurs twice in a
+// raw start tag, scanning it the way the HTML tokenizer does.
+func duplicateAttr(raw []byte) string {
+	i := bytes.IndexAny(raw, " \t\n\f\r/")
+	if i < 0 {
+		return ""
+	}
+	seen := map[string]bool{}
+	for i < len(raw) {
+		for i < len(raw) && strings.IndexByte(" \t\n\f\r/", raw[i]) >= 0 {
+			i++
+		}
+		if i >= len(raw) || raw[i] == '>' {
+			return ""
+		}
+		start := i
+		for i++; i < len(raw) && strings.IndexByte(" \t\n\f\r/=>", raw[i]) < 0; i++ {
+		}
+		key := asciiLower(string(raw[start:i]))
+		if seen[key] {
+			return key
+		}
+		seen[key] = true
+		for i < len(raw) && strings.IndexByte(" \t\n\f\r", raw[i]) >= 0 {
+			i++
+		}
+		if i >= len(raw) || raw[i] != '=' {
+			continue
+		}
+		for i++; i < len(raw) && strings.IndexByte(" \t\n\f\r", raw[i]) >= 0; i++ {
+		}
+		if i < len(raw) && (raw[i] == '"' || raw[i] == '\'') {
+			q := raw[i]
+			end := bytes.IndexByte(raw[i+1:], q)
+			if end < 0 {
+				return ""
+			}
+			i += end + 2
+			continue
+		}
+		for i < len(raw) && strings.IndexByte(" \t\n\f\r>", raw[i]) < 0 {
+			i++
+		}
+	}
+	return ""
 }

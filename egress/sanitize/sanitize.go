@@ -459,3 +459,19 @@ func apply(src []byte, edits []edit) []byte {
 	b.Write(src[last:])
 	return b.Bytes()
 }
+
+// Result sanitises a run's result in place, for the "sanitise output"
+// option on results: stdout, stderr and a string value are treated as
+// markdown. It returns what was neutralised.
+func (s *Sanitizer) Result(r *airlock.Result) []Finding {
+	var all []Finding
+	for _, p := range []*string{&r.Stdout, &r.Stderr} {
+		out, f := s.Markdown([]byte(*p))
+		*p, all = string(out), append(all, f...)
+	}
+	if v, ok := r.Value.(string); ok {
+		out, f := s.Markdown([]byte(v))
+		r.Value, all = string(out), append(all, f...)
+	}
+	return all
+}
