@@ -47,6 +47,9 @@ var etcSynth = map[string]string{
 	"group":    "root:x:0:\nnogroup:x:65534:\n",
 	"hosts":    "127.0.0.1\tlocalhost airlock\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 	"hostname": "airlock\n",
+	// The egress forwarder answers DNS on loopback when the job has a net
+	// grant; without one nothing listens there and every lookup fails.
+	"resolv.conf": "nameserver 127.0.0.1\n",
 }
 
 var devNodes = []string{"null", "zero", "full", "random", "urandom"}

@@ -59,6 +59,7 @@ type jobSpec struct {
 	ReadPaths []string          `json:"read_paths,omitempty"` // filter stage: Landlock read rules beyond the defaults
 	Scratch   string            `json:"scratch,omitempty"`    // filter stage: the writable directory
 	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
+	Egress    bool              `json:"egress,omitempty"`     // container stage: run the egress forwarder
 }
 
 // status is the stage's report: ready (containers), placed, then final.

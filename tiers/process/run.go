@@ -47,7 +47,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		defer t.pool.refill()
 	}
 	if sb == nil {
-		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read}
+		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read, egress: len(job.Grants.Net) > 0}
 		if sess != nil {
 			o.uid, o.scratch = sess.uid, sess.dir
 		}
@@ -68,8 +68,28 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			res.Decision = append(res.Decision, "cleanup: "+err.Error())
 		}
 	}()
+	var (
+		gw     *jobGateway
+		netEnv []string
+	)
+	if len(job.Grants.Net) > 0 {
+		if sb.egressDir == "" {
+			return finish(errors.New("starting sandbox: no egress directory bound"))
+		}
+		jg, env, err := t.startGateway(ctx, sb, &job)
+		if err != nil {
+			return finish(err)
+		}
+		// Closed before sb.destroy (deferred earlier) on every path: the
+		// gateway, then its socket, then the sandbox and its directory.
+		defer jg.close()
+		gw, netEnv = jg, env
+	}
 	res.Timings.StartUS = airlock.Since(begin)
-	out, err := sb.runJob(ctx, &job, scratchMB)
+	out, err := sb.runJob(ctx, &job, scratchMB, netEnv)
+	if gw != nil {
+		res.Decision = append(res.Decision, gw.close()...)
+	}
 	res.Stdout, res.Stderr = string(out.stdout), string(out.stderr)
 	res.ExitCode = out.exit
 	res.Usage = airlock.Usage{MemoryBytes: out.memPeak, CPUUS: out.cpuUS, OutputBytes: out.outBytes}
@@ -143,11 +163,15 @@ func envFor(job *airlock.Job) []string {
 // runJob hands the job to a started sandbox, feeds stdin, collects output
 // up to the cap, enforces the wall clock and CPU time, and judges how the
 // run ended.
-func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64) (outcome, error) {
+//
+// netEnv, when not nil, is the egress environment: the stage runs the
+// forwarder and the program gets these variables.
+func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
 	var out outcome
 	spec := jobSpec{
 		Argv:      job.Argv,
-		Env:       envFor(job),
+		Env:       append(envFor(job), netEnv...),
+		Egress:    netEnv != nil,
 		Files:     job.Files,
 		Stdin:     job.Stdin != "",
 		ScratchMB: scratchMB,

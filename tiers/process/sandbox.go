@@ -71,10 +71,13 @@ type sandbox struct {
 	stderr  *os.File
 	scratch string // host scratch directory (filter tier), "" for a container's own tmpfs
 	ownsScr bool   // unmount and remove scratch when done
-	ready   time.Time
-	waitCh  chan struct{}
-	waitErr error
-	closers []*os.File
+	// egressDir is the host directory bound at /run/egress, where a
+	// net-granted job's gateway listens ("" when not bound).
+	egressDir string
+	ready     time.Time
+	waitCh    chan struct{}
+	waitErr   error
+	closers   []*os.File
 }
 
 // startOptions say how to build a sandbox.
@@ -85,6 +88,7 @@ type startOptions struct {
 	read      []string // granted read-only paths
 	uid       uint32   // 0: allocate one
 	scratch   string   // an existing scratch directory (session, workspace); "" for a fresh one
+	egress    bool     // bind an egress directory (containers only)
 }
 
 // pipes makes n pipes ([read, write] each), or none.
@@ -177,6 +181,20 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		childEnds = append(childEnds, f)
 		st, _ := f.Stat()
 		base.Binds = append(base.Binds, bindSpec{Target: p, Fd: 3 + len(extra), Dir: st != nil && st.IsDir()})
+		extra = append(extra, f)
+	}
+	if o.egress && o.level == airlock.LevelContainer {
+		dir := t.egressDirFor(sb.name)
+		if err := makeEgressDir(dir); err != nil {
+			return nil, fmt.Errorf("starting sandbox: %w", err)
+		}
+		sb.egressDir = dir
+		f, err := cloneTree(dir, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox: egress directory: %w", err)
+		}
+		childEnds = append(childEnds, f)
+		base.Binds = append(base.Binds, bindSpec{Target: sandboxEgressDir, Fd: 3 + len(extra), Dir: true})
 		extra = append(extra, f)
 	}
 
@@ -342,6 +360,11 @@ func (sb *sandbox) destroy() error {
 	}
 	if sb.ownsScr {
 		if err := unmountScratch(sb.scratch); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sb.egressDir != "" {
+		if err := os.RemoveAll(sb.egressDir); err != nil {
 			errs = append(errs, err)
 		}
 	}

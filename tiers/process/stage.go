@@ -73,6 +73,13 @@ func containerStage() int {
 			return fail(fmt.Errorf("resizing scratch: %w", err))
 		}
 	}
+	if job.Egress {
+		// Binding port 53 and setting lo up need the capabilities this
+		// stage holds in the sandbox's namespaces until it drops them.
+		if err := startForwarder(); err != nil {
+			return fail(err)
+		}
+	}
 	if err := placeFiles("/scratch", job.Files); err != nil {
 		return fail(err)
 	}

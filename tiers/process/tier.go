@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 // Tier names.
@@ -29,6 +31,8 @@ type Config struct {
 	uidBase      uint32
 	uidCount     uint32
 	poolSize     int
+	egressHosts  egress.Hosts
+	egressLog    func(egress.Record)
 }
 
 // NewConfig returns the defaults: airlock's default limit policy, state
@@ -70,6 +74,18 @@ func (c Config) WithUIDRange(base, count uint32) Config {
 // WithPool keeps n pre-started level-3 sandboxes ready (0: none).
 func (c Config) WithPool(n int) Config { c.poolSize = n; return c }
 
+// WithEgressHosts pins names to addresses for the egress gateway of every
+// job (the operator's /etc/hosts for the proxy and resolver; a pin never
+// grants a name, the job's rules still decide). The map is copied.
+func (c Config) WithEgressHosts(h egress.Hosts) Config {
+	c.egressHosts = maps.Clone(h)
+	return c
+}
+
+// WithEgressLog receives every egress decision of every job (the audit
+// trail); the job's decisions are also in its Result.Decision.
+func (c Config) WithEgressLog(f func(egress.Record)) Config { c.egressLog = f; return c }
+
 // Tier runs command jobs in a container (level 3) or under the syscall
 // filter alone (level 2).
 type Tier struct {
@@ -107,7 +123,10 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 		if cfg.poolSize > 0 {
 			t.pool = newPool(cfg.poolSize,
 				func(ctx context.Context) (*sandbox, error) {
-					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB})
+					// Every pooled sandbox has the (empty) egress directory
+					// bound: whether its job has a net grant is known only
+					// at claim time.
+					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true})
 				},
 				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
 				func(sb *sandbox) { _ = sb.destroy() })
@@ -124,15 +143,16 @@ func (t *Tier) Level() airlock.Level { return t.level }
 
 var (
 	errNotCommand = "this tier runs command jobs only"
-	errNet        = "egress not wired yet: network grants are refused"
+	errNet        = "shares the host's network namespace, so it cannot confine egress to the gateway: network grants need the process tier (level 3) or stronger"
 )
 
-// Admit accepts command jobs without network grants.
+// Admit accepts command jobs; network grants only at level 3, whose
+// sandbox reaches the network only through the egress gateway.
 func (t *Tier) Admit(job *airlock.Job) error {
 	if job.Kind != airlock.KindCommand {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNotCommand}
 	}
-	if len(job.Grants.Net) > 0 {
+	if len(job.Grants.Net) > 0 && t.level != airlock.LevelContainer {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
 	}
 	return nil
