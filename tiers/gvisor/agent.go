@@ -107,6 +107,13 @@ func (w frameWriter) copyFrom(r io.Reader) {
 // process (PID 1 inherits orphans), and when the job's main process exits
 // kills whatever it left running.
 func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
+	if job.Egress {
+		f, err := startForwarder()
+		if err != nil {
+			return agentExit{Code: -1, Error: err.Error()}
+		}
+		defer f.Close()
+	}
 	if err := writeFiles(scratchDir, job.Files, job.UID); err != nil {
 		return agentExit{Code: -1, Error: err.Error()}
 	}

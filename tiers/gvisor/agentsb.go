@@ -31,8 +31,9 @@ type sandbox struct {
 const agentStartTimeout = 60 * time.Second
 
 // newAgentSandbox creates a sandbox running the agent in the given mode,
-// under the policy's default limits (a claim replaces them).
-func (t *Tier) newAgentSandbox(mode string) (_ *sandbox, err error) {
+// under the policy's default limits (a claim replaces them), with the given
+// read grants (none for pooled sandboxes and sessions).
+func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err error) {
 	id := t.newID()
 	dir, err := t.sandboxDir(id)
 	if err != nil {
@@ -63,7 +64,7 @@ func (t *Tier) newAgentSandbox(mode string) (_ *sandbox, err error) {
 
 	def := t.cfg.limits.Default
 	b := t.newBundle(id, &airlock.Job{Limits: def})
-	b.read = nil
+	b.read = read
 	b.args = []string{agentBin, agentArg, mode}
 	b.env = []string{agentEnv + "=1", "PATH=" + defaultPATH}
 	b.cwd = "/"
@@ -141,7 +142,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		}
 	}()
 	if err := sb.cg.set(cgroupLimits(job.Limits, t.cfg.cpus)); err != nil {
-		if ephemeral {
+		if ephemeral && len(job.Grants.Net) == 0 {
 			// The sandbox already uses more memory than the job may: run it
 			// cold instead, under exactly its own limits.
 			return t.runCold(ctx, job, r)
@@ -157,6 +158,17 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		UID:    sandboxUID,
 		NoFile: uint64(job.Limits.Files),
 		Output: job.Limits.OutputBytes,
+	}
+	var gw *jobGateway
+	if len(job.Grants.Net) > 0 {
+		jg, env, err := t.startGateway(ctx, sb, job)
+		if err != nil {
+			return r.finish(err)
+		}
+		defer jg.close() // on every path, before the sandbox is destroyed
+		gw = jg
+		aj.Env = append(aj.Env, env...)
+		aj.Egress = true
 	}
 	r.ready()
 	if err := writeJSONFrame(sb.conn, frameJob, aj); err != nil {
@@ -191,6 +203,9 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		}
 	}
 	stop := w.done()
+	if gw != nil {
+		r.res.Decision = append(r.res.Decision, gw.close()...)
+	}
 	r.res.Stdout, r.res.Stderr = out.strings()
 	r.res.Usage = usage(sb.cg, out)
 	r.res.Usage.CPUUS -= baseCPU.Microseconds()

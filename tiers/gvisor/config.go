@@ -1,11 +1,13 @@
 package gvisor
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 // Config configures the tier. The zero value is usable; With* methods
@@ -20,6 +22,9 @@ type Config struct {
 	refill   int
 	readyTTL time.Duration
 	hostDirs []string
+	// egress
+	egressHosts egress.Hosts
+	egressLog   func(egress.Record)
 }
 
 // NewConfig returns the default configuration: runsc found through
@@ -70,3 +75,15 @@ func (c Config) WithHostDirs(dirs ...string) Config {
 	c.hostDirs = append([]string(nil), dirs...)
 	return c
 }
+
+// WithEgressHosts pins names to addresses for the egress gateway of every
+// job (the operator's /etc/hosts for the proxy and resolver; a pin never
+// grants a name, the job's rules still decide). The map is copied.
+func (c Config) WithEgressHosts(h egress.Hosts) Config {
+	c.egressHosts = maps.Clone(h)
+	return c
+}
+
+// WithEgressLog receives every egress decision of every job (the audit
+// trail); a job's decisions are also in its Result.Decision.
+func (c Config) WithEgressLog(f func(egress.Record)) Config { c.egressLog = f; return c }

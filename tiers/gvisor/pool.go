@@ -84,7 +84,7 @@ func (p *pool) fill() {
 			inflight++
 			go func() {
 				start := time.Now()
-				sb, err := p.t.newAgentSandbox(modeOnce)
+				sb, err := p.t.newAgentSandbox(modeOnce, nil)
 				p.mu.Lock()
 				if err != nil {
 					p.st.Failed++

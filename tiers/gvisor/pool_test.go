@@ -263,7 +263,7 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashed.owner = dead.Process.Pid
-	sb, err := crashed.newAgentSandbox(modeOnce)
+	sb, err := crashed.newAgentSandbox(modeOnce, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,8 @@ type agentJob struct {
 	Stdin  string            `json:"stdin,omitempty"`
 	UID    int               `json:"uid"`
 	NoFile uint64            `json:"nofile"`
-	Output int64             `json:"output"` // forward at most this many bytes (+1 to show overflow)
+	Output int64             `json:"output"`           // forward at most this many bytes (+1 to show overflow)
+	Egress bool              `json:"egress,omitempty"` // run the egress forwarder for the job's life
 }
 
 // agentExit ends a job.

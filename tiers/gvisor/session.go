@@ -39,7 +39,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	}
 	ch := make(chan made, 1)
 	go func() {
-		sb, err := t.newAgentSandbox(modeServe)
+		sb, err := t.newAgentSandbox(modeServe, nil)
 		ch <- made{sb, err}
 	}()
 	var m made

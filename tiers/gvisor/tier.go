@@ -128,15 +128,11 @@ func (t *Tier) Level() airlock.Level { return airlock.LevelVirtualisation }
 // are present.
 func (t *Tier) Available() error { return t.avail }
 
-var errEgress = &airlock.NotAdmitted{Tier: Name, Reason: "egress not wired yet: network grants cannot be enforced by this tier"}
-
-// Admit accepts command jobs without network grants.
+// Admit accepts command jobs. Network grants are enforced by a per-job
+// egress gateway outside the sandbox (see egress.go).
 func (t *Tier) Admit(job *airlock.Job) error {
 	if job.Kind != airlock.KindCommand {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs command jobs only, not " + string(job.Kind)}
-	}
-	if len(job.Grants.Net) > 0 {
-		return errEgress
 	}
 	return nil
 }
@@ -246,7 +242,17 @@ func (t *Tier) newBundle(id string, job *airlock.Job) *bundle {
 
 // runCold creates a sandbox for the job with `runsc run`, the job's program
 // as its first process.
+//
+// A job with a net grant runs in a sandbox created for it whose first
+// process is the agent instead, which runs the egress forwarder.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.Result, error) {
+	if len(job.Grants.Net) > 0 {
+		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS.Read)
+		if err != nil {
+			return r.finish(err)
+		}
+		return t.runAgent(ctx, sb, job, r, true)
+	}
 	id := t.newID()
 	dir, err := t.sandboxDir(id)
 	if err != nil {
