@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // The agent is the running executable re-executed inside a sandbox: the
@@ -108,7 +110,7 @@ func (w frameWriter) copyFrom(r io.Reader) {
 // kills whatever it left running.
 func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	if job.Egress {
-		f, err := startForwarder()
+		f, err := egresswire.StartForwarder(sandboxEgressDir)
 		if err != nil {
 			return agentExit{Code: -1, Error: err.Error()}
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // sandbox is a running sandbox whose PID 1 is the agent, connected and
@@ -159,13 +160,13 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		NoFile: uint64(job.Limits.Files),
 		Output: job.Limits.OutputBytes,
 	}
-	var gw *jobGateway
+	var gw *egresswire.Gateway
 	if len(job.Grants.Net) > 0 {
 		jg, env, err := t.startGateway(ctx, sb, job)
 		if err != nil {
 			return r.finish(err)
 		}
-		defer jg.close() // on every path, before the sandbox is destroyed
+		defer jg.Close() // on every path, before the sandbox is destroyed
 		gw = jg
 		aj.Env = append(aj.Env, env...)
 		aj.Egress = true
@@ -204,7 +205,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	}
 	stop := w.done()
 	if gw != nil {
-		r.res.Decision = append(r.res.Decision, gw.close()...)
+		r.res.Decision = append(r.res.Decision, gw.Close()...)
 	}
 	r.res.Stdout, r.res.Stderr = out.strings()
 	r.res.Usage = usage(sb.cg, out)

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // Egress wiring. A level-3 sandbox has a network namespace with only
@@ -21,11 +20,7 @@ import (
 // starts the program. The forwarder holds no policy: the claiming job's
 // gateway decides, so a pooled sandbox (created with the empty directory
 // bound) enforces the rules of the job that claims it.
-const (
-	sandboxEgressDir = "/run/egress"
-	egressSocket     = "egress.sock"
-	egressCA         = "ca.pem"
-)
+const sandboxEgressDir = "/run/egress"
 
 // egressDirFor is the host directory bound into sandbox name.
 func (t *Tier) egressDirFor(name string) string {
@@ -46,62 +41,10 @@ func makeEgressDir(dir string) error {
 	return os.Chmod(dir, 0o755) // whatever the umask
 }
 
-// jobGateway is one job's gateway and the decisions it logged.
-type jobGateway struct {
-	gw  *egress.Gateway
-	mu  sync.Mutex
-	log []string
-}
-
-// startGateway starts the job's gateway on the sandbox's socket and places
-// the CA certificate next to it. It returns the environment the program
-// needs (proxy and trust variables).
-func (t *Tier) startGateway(ctx context.Context, sb *sandbox, job *airlock.Job) (*jobGateway, []string, error) {
-	jg := &jobGateway{}
-	gw, err := egress.Start(ctx, egress.Config{
-		Job:    sb.name,
-		Rules:  job.Grants.Net,
-		Hosts:  t.cfg.egressHosts,
-		Socket: filepath.Join(sb.egressDir, egressSocket),
-		Log: func(r egress.Record) {
-			jg.mu.Lock()
-			jg.log = append(jg.log, recordLine(r))
-			jg.mu.Unlock()
-			if t.cfg.egressLog != nil {
-				t.cfg.egressLog(r)
-			}
-		},
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("starting egress gateway: %w", err)
-	}
-	jg.gw = gw
-	if err := os.WriteFile(filepath.Join(sb.egressDir, egressCA), gw.CACertPEM(), 0o644); err != nil {
-		gw.Close()
-		return nil, nil, fmt.Errorf("placing the egress CA: %w", err)
-	}
-	return jg, egress.SandboxEnv(sandboxEgressDir + "/" + egressCA), nil
-}
-
-// close stops the gateway and returns its decisions, in order.
-func (jg *jobGateway) close() []string {
-	jg.gw.Close()
-	jg.mu.Lock()
-	defer jg.mu.Unlock()
-	return jg.log
-}
-
-// recordLine renders a decision for Result.Decision.
-func recordLine(r egress.Record) string {
-	host := r.Host
-	if r.Port != 0 {
-		host += ":" + strconv.Itoa(r.Port)
-	}
-	s := fmt.Sprintf("egress %s %s %s %s%s", r.Verdict, r.Via, r.Method, host, r.Path)
-	if r.Reason != "" {
-		s += ": " + r.Reason
-	}
-	return s
+// startGateway starts the job's gateway in the sandbox's egress directory.
+func (t *Tier) startGateway(ctx context.Context, sb *sandbox, job *airlock.Job) (*egresswire.Gateway, []string, error) {
+	return egresswire.Start(ctx, egress.Config{Job: sb.name, Rules: job.Grants.Net, Hosts: t.cfg.egressHosts, Log: t.cfg.egressLog},
+		sb.egressDir, sandboxEgressDir)
 }
 
 // startForwarder runs in the sandbox's PID 1 (while it still holds its
@@ -112,6 +55,6 @@ func startForwarder() error {
 	if err := egress.LoopbackUp(); err != nil {
 		return fmt.Errorf("egress forwarder: loopback: %w", err)
 	}
-	_, err := egress.StartForwarder(context.Background(), sandboxEgressDir+"/"+egressSocket, egress.ForwarderConfig{})
+	_, err := egresswire.StartForwarder(sandboxEgressDir)
 	return err
 }

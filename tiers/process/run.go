@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,7 +70,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		}
 	}()
 	var (
-		gw     *jobGateway
+		gw     *egresswire.Gateway
 		netEnv []string
 	)
 	if len(job.Grants.Net) > 0 {
@@ -82,13 +83,13 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		}
 		// Closed before sb.destroy (deferred earlier) on every path: the
 		// gateway, then its socket, then the sandbox and its directory.
-		defer jg.close()
+		defer jg.Close()
 		gw, netEnv = jg, env
 	}
 	res.Timings.StartUS = airlock.Since(begin)
 	out, err := sb.runJob(ctx, &job, scratchMB, netEnv)
 	if gw != nil {
-		res.Decision = append(res.Decision, gw.close()...)
+		res.Decision = append(res.Decision, gw.Close()...)
 	}
 	res.Stdout, res.Stderr = string(out.stdout), string(out.stderr)
 	res.ExitCode = out.exit

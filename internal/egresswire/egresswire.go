@@ -1,0 +1,88 @@
+// Package egresswire starts a job's egress gateway for a sandbox tier that
+// reaches it through a Unix socket in a directory bound into the sandbox
+// (process, gVisor): the gateway listens on DIR/egress.sock, its CA
+// certificate is placed at DIR/ca.pem, and every decision is kept for the
+// job's Result.Decision as well as handed to the operator's log.
+package egresswire
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock/egress"
+)
+
+// File names in the bound directory.
+const (
+	Socket = "egress.sock"
+	CA     = "ca.pem"
+)
+
+// Gateway is one job's gateway and the decisions it logged.
+type Gateway struct {
+	gw  *egress.Gateway
+	mu  sync.Mutex
+	log []string
+}
+
+// Start starts the gateway cfg describes (its Socket is set here) in
+// hostDir, which the sandbox sees at sandboxDir, and places the CA there.
+// It returns the environment the sandboxed program needs. cfg.Log, if set,
+// still receives every decision.
+func Start(ctx context.Context, cfg egress.Config, hostDir, sandboxDir string) (*Gateway, []string, error) {
+	g := &Gateway{}
+	sink := cfg.Log
+	cfg.Socket = filepath.Join(hostDir, Socket)
+	cfg.Log = func(r egress.Record) {
+		g.mu.Lock()
+		g.log = append(g.log, Line(r))
+		g.mu.Unlock()
+		if sink != nil {
+			sink(r)
+		}
+	}
+	gw, err := egress.Start(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting egress gateway: %w", err)
+	}
+	g.gw = gw
+	if err := os.WriteFile(filepath.Join(hostDir, CA), gw.CACertPEM(), 0o644); err != nil {
+		gw.Close()
+		return nil, nil, fmt.Errorf("placing the egress CA: %w", err)
+	}
+	return g, egress.SandboxEnv(path.Join(sandboxDir, CA)), nil
+}
+
+// Close stops the gateway (and removes its socket) and returns its
+// decisions, in order. It may be called more than once.
+func (g *Gateway) Close() []string {
+	g.gw.Close()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.log
+}
+
+// Line renders a decision for Result.Decision:
+// "egress VERDICT VIA METHOD HOST[:PORT]PATH: REASON".
+func Line(r egress.Record) string {
+	host := r.Host
+	if r.Port != 0 {
+		host += ":" + strconv.Itoa(r.Port)
+	}
+	s := fmt.Sprintf("egress %s %s %s %s%s", r.Verdict, r.Via, r.Method, host, r.Path)
+	if r.Reason != "" {
+		s += ": " + r.Reason
+	}
+	return s
+}
+
+// StartForwarder runs the forwarder inside the sandbox, towards the
+// socket in sandboxDir, until the process ends or Close is called.
+func StartForwarder(sandboxDir string) (*egress.Forwarder, error) {
+	return egress.StartForwarder(context.Background(), path.Join(sandboxDir, Socket), egress.ForwarderConfig{})
+}

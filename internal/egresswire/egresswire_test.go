@@ -1,0 +1,58 @@
+package egresswire
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+)
+
+// TestStart: the socket and CA are placed in the directory, the
+// environment names the CA as the sandbox sees it, a request on the
+// socket is decided and its decision kept and passed on, and Close
+// removes the socket.
+func TestStart(t *testing.T) {
+	dir := t.TempDir()
+	var passed []egress.Record
+	g, env, err := Start(context.Background(), egress.Config{Job: "j1", Rules: []airlock.NetRule{{Host: "allowed.test"}},
+		Log: func(r egress.Record) { passed = append(passed, r) }}, dir, "/inside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(env, "SSL_CERT_FILE=/inside/ca.pem") || !slices.Contains(env, "HTTP_PROXY=http://"+egress.SandboxProxyAddr) {
+		t.Errorf("environment: %v", env)
+	}
+	if pem, err := os.ReadFile(filepath.Join(dir, CA)); err != nil || !strings.Contains(string(pem), "BEGIN CERTIFICATE") {
+		t.Errorf("CA not placed: %v", err)
+	}
+	c, err := net.Dial("unix", filepath.Join(dir, Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Write([]byte{egress.StreamHTTP})
+	_, _ = c.Write([]byte("GET http://evil.test/x HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	c.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("evil.test: %d, want 403", resp.StatusCode)
+	}
+	lines := g.Close()
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "egress deny http GET evil.test:80/x: ") || len(passed) != 1 {
+		t.Errorf("decisions %q, passed on %d", lines, len(passed))
+	}
+	if _, err := os.Stat(filepath.Join(dir, Socket)); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+}
