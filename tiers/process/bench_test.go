@@ -2,12 +2,14 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 )
@@ -114,5 +116,47 @@ func BenchmarkGuardedExpr(b *testing.B) {
 			b.Skip(err)
 		}
 		medianReport(b, warm(b, g.pool.len, func() error { _, err := g.Run(context.Background(), job); return err }))
+	})
+}
+
+// BenchmarkEgress measures what the egress wiring costs a job: /bin/true
+// without and with a net grant (gateway, CA, forwarder), and one curl GET
+// through the forwarder and gateway to a loopback origin against the same
+// curl run on the host straight to the origin.
+func BenchmarkEgress(b *testing.B) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		b.Skip(err)
+	}
+	o := egresstest.StartOrigin(b, "origin.test")
+	cfg := NewConfig().WithBaseDir(b.TempDir()).WithEgressHosts(o.Pins)
+	tier, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := tier.Available(); err != nil {
+		b.Skip(err)
+	}
+	defer tier.Close()
+	run := func(job airlock.Job) func() error {
+		return func() error {
+			res, err := tier.Run(context.Background(), job)
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			return err
+		}
+	}
+	rule := o.Rule("origin.test")
+	b.Run("true", func(b *testing.B) { medianReport(b, timed(run(cmdJob("/bin/true")))) })
+	granted := cmdJob("/bin/true")
+	granted.Grants.Net = []airlock.NetRule{rule}
+	b.Run("true-net", func(b *testing.B) { medianReport(b, timed(run(granted))) })
+	b.Run("curl-host", func(b *testing.B) {
+		medianReport(b, timed(func() error {
+			return exec.Command("curl", "-sf", "-o", "/dev/null", "http://127.0.0.1:"+o.Port+"/").Run()
+		}))
+	})
+	b.Run("curl-sandbox", func(b *testing.B) {
+		medianReport(b, timed(run(netJob("curl -sf -o /dev/null http://origin.test:"+o.Port+"/", rule))))
 	})
 }
