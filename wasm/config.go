@@ -1,10 +1,13 @@
 package wasm
 
 import (
+	"context"
+	"maps"
 	"net/http"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 // Defaults for a [Config].
@@ -37,6 +40,7 @@ type Config struct {
 	maxCompiled    int
 	clockTick      time.Duration
 	http           HTTPDoer
+	egress         *egress.Config
 	interpreter    bool
 	kvMaxBytes     int64
 }
@@ -87,6 +91,35 @@ func (c Config) WithClockTick(d time.Duration) Config { c.clockTick = d; return 
 // tier has checked it against the job's network grants. Without one, every
 // request is denied ("egress not wired").
 func (c Config) WithHTTP(d HTTPDoer) Config { c.http = d; return c }
+
+// WithEgress gives every run (a job, or a plugin call) with network rules
+// an egress gateway of its own, built from cfg with the run's rules: the
+// guest's http_request goes through it (host and method, private and
+// metadata addresses refused after resolution, every redirect hop
+// checked, every decision logged to cfg.Log with cfg.Job). cfg's
+// listeners are ignored: the gateway serves in-process only. It takes
+// precedence over WithHTTP.
+func (c Config) WithEgress(cfg egress.Config) Config {
+	cfg.Socket, cfg.Listen, cfg.DNS, cfg.Rules = "", "", "", nil
+	cfg.Hosts = maps.Clone(cfg.Hosts)
+	c.egress = &cfg
+	return c
+}
+
+// doer returns the client for a run with these rules, and what to call
+// when the run ends.
+func (c *Config) doer(ctx context.Context, rules []airlock.NetRule) (HTTPDoer, func(), error) {
+	if c.egress == nil || len(rules) == 0 {
+		return c.http, func() {}, nil
+	}
+	cfg := *c.egress
+	cfg.Rules = rules
+	gw, err := egress.Start(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gw.Client(), func() { gw.Close() }, nil
+}
 
 // WithInterpreter selects wazero's interpreter instead of its compiler
 // (slower, but needs no executable memory).

@@ -141,6 +141,12 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	if fn == "_start" {
 		s.entry = ""
 	}
+	doer, done, err := t.h.e.cfg.doer(ctx, t.cfg.Net)
+	if err != nil {
+		return rep, err
+	}
+	defer done()
+	host.http = doer
 	t0 := time.Now()
 	out, err := t.h.e.run(ctx, t.c, s)
 	rep = Reply{Output: host.output.Bytes(), Log: logs, Stdout: out.stdout, Stderr: out.stderr, ExitCode: out.exitCode, Duration: time.Since(t0)}

@@ -98,6 +98,12 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err != nil {
 		return res, err
 	}
+	doer, done, err := t.e.cfg.doer(ctx, job.Grants.Net)
+	if err != nil {
+		return res, err
+	}
+	defer done()
+	s.host.http = doer
 	res.Timings.StartUS = airlock.Since(t0)
 	out, err := t.e.run(ctx, c, s)
 	res.Timings.StartUS += out.start.Microseconds()

@@ -21,8 +21,8 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 )
 
-// Origin is a loopback HTTP origin that answers every method, and the
-// pins that name it.
+// Origin is a loopback HTTP origin that answers every method (and
+// redirects /redirect?to=URL with a 302), and the pins that name it.
 type Origin struct {
 	Port string
 	Pins egress.Hosts
@@ -39,6 +39,10 @@ func StartOrigin(t testing.TB, names ...string) *Origin {
 		o.mu.Lock()
 		o.hits[r.Method]++
 		o.mu.Unlock()
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+			return
+		}
 		fmt.Fprintln(w, "origin says hello")
 	}))
 	t.Cleanup(srv.Close)

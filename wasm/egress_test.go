@@ -1,0 +1,65 @@
+package wasm
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresstest"
+)
+
+// TestEgressGateway: with WithEgress, a plugin's http_request goes through
+// a gateway of its own that applies the tool's rules: a granted GET to a
+// loopback origin (pinned as origin.test) succeeds; a redirect to a host
+// the rules do not name is refused by the gateway at that hop; every
+// decision is logged.
+func TestEgressGateway(t *testing.T) {
+	o := egresstest.StartOrigin(t, "origin.test")
+	rec := &egresstest.Recorder{}
+	h := newHost(t, NewConfig().WithEgress(egress.Config{Job: "plugin", Hosts: o.Pins, Log: rec.Add}))
+	base := "http://origin.test:" + o.Port
+	rules := []airlock.NetRule{o.Rule("origin.test")}
+	tool := load(t, h, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: rules})
+	ctx := context.Background()
+	req := func(u string) []byte { return fmt.Appendf(nil, `{"method":"GET","url":%q}`, u) }
+
+	rep, err := tool.Call(ctx, "req", req(base+"/ok"))
+	if err != nil || !strings.Contains(string(rep.Output), `"status":200`) {
+		t.Fatalf("granted GET: %v %s", err, rep.Output)
+	}
+	_, err = tool.Call(ctx, "req", req(base+"/redirect?to=http://evil.test:"+o.Port+"/"))
+	wantDenied(t, err, "net", "evil.test")
+	if o.Hits("GET") != 2 { // /ok and /redirect; never evil.test's hop
+		t.Errorf("origin saw %d GETs, want 2", o.Hits("GET"))
+	}
+	if !rec.Has("client", "origin.test", egress.Allow) || !rec.Has("client", "evil.test", egress.Deny) {
+		t.Errorf("decisions not logged as expected")
+	}
+}
+
+// TestEgressTierJob: a wasm job's http_request goes through a gateway
+// holding the job's grants.net; a job without them is refused before any
+// gateway exists.
+func TestEgressTierJob(t *testing.T) {
+	o := egresstest.StartOrigin(t, "origin.test")
+	rec := &egresstest.Recorder{}
+	tier := newTier(t, NewConfig().WithEgress(egress.Config{Job: "wasm-job", Hosts: o.Pins, Log: rec.Add}))
+	job := airlock.Job{Kind: airlock.KindWasm, Module: wat(t, httpToolWAT), Entry: "req",
+		Stdin: fmt.Sprintf(`{"method":"GET","url":"http://origin.test:%s/ok"}`, o.Port)}
+	_, err := tier.Run(context.Background(), job)
+	wantDenied(t, err, "net", "no hosts granted")
+	if rec.Len() != 0 {
+		t.Fatal("a job without a grant reached a gateway")
+	}
+	job.Grants.Net = []airlock.NetRule{o.Rule("origin.test")}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil || !strings.Contains(res.Stdout, `"status":200`) {
+		t.Fatalf("granted GET: %v %+v", err, res)
+	}
+	if !rec.Has("client", "origin.test", egress.Allow) || o.Hits("GET") != 1 {
+		t.Errorf("the request did not go through the job's gateway")
+	}
+}
