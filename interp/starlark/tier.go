@@ -23,6 +23,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 // Name is the tier's name.
@@ -34,6 +35,7 @@ type Config struct {
 	limits    airlock.LimitPolicy
 	cacheSize int
 	maxCode   int
+	egress    *egress.Config
 }
 
 // NewConfig returns the default configuration: airlock's default limit
@@ -52,6 +54,17 @@ func (c Config) WithCacheSize(n int) Config { c.cacheSize = n; return c }
 // WithMaxCodeBytes returns a copy that refuses scripts (and loaded modules)
 // longer than n bytes.
 func (c Config) WithMaxCodeBytes(n int) Config { c.maxCode = n; return c }
+
+// WithEgress returns a copy that admits jobs with grants.net: each such
+// run gets an in-process egress gateway of its own, built from cfg with
+// the job's rules, behind an `http` module that only those runs see.
+// cfg's listeners are ignored.
+func (c Config) WithEgress(cfg egress.Config) Config {
+	cfg.Socket, cfg.Listen, cfg.DNS, cfg.Rules = "", "", "", nil
+	cfg.Hosts = maps.Clone(cfg.Hosts)
+	c.egress = &cfg
+	return c
+}
 
 // Tier runs Starlark jobs. It is safe for concurrent use.
 type Tier struct {
@@ -99,8 +112,8 @@ func (t *Tier) Admit(job *airlock.Job) error {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs only starlark jobs, not " + string(job.Kind)}
 	case len(g.FS.Read) > 0 || g.FS.ScratchMB > 0:
 		return &airlock.NotAdmitted{Tier: Name, Reason: "filesystem grants cannot be honoured: scripts see no filesystem (load reads only the job's files)"}
-	case len(g.Net) > 0:
-		return &airlock.NotAdmitted{Tier: Name, Reason: "network grants cannot be honoured yet: egress is not wired into the starlark tier"}
+	case len(g.Net) > 0 && t.cfg.egress == nil:
+		return &airlock.NotAdmitted{Tier: Name, Reason: "network grants need an egress gateway, which this tier was not configured with (Config.WithEgress)"}
 	case g.Spawn:
 		return &airlock.NotAdmitted{Tier: Name, Reason: "process spawn cannot be granted: an interpreter has no processes"}
 	case len(g.Secrets) > 0:
@@ -165,11 +178,20 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	if err != nil {
 		return res, err
 	}
+	client, closeEgress, err := t.startEgress(ctx, &job)
+	if err != nil {
+		return res, err
+	}
+	defer closeEgress()
+	if client != nil {
+		predeclared = maps.Clone(predeclared)
+		predeclared["http"] = httpModule(client)
+	}
 
 	var prog *sl.Program
 	var chunk *syntax.File
 	if sess == nil {
-		prog, err = t.compile(job.Code, "job.star", predeclared, len(job.Input) > 0)
+		prog, err = t.compile(job.Code, "job.star", predeclared, len(job.Input) > 0 || client != nil)
 	} else {
 		chunk, err = t.parse(job.Code, "job.star", false, sess.globals.Has)
 	}

@@ -159,7 +159,7 @@ func TestAdmit(t *testing.T) {
 		_, err = tier.Run(context.Background(), j)
 		require.ErrorAs(t, err, &na, name)
 		if name == "net" {
-			assert.Contains(t, na.Reason, "egress is not wired")
+			assert.Contains(t, na.Reason, "egress gateway")
 		}
 	}
 	ok := job("result = 1")

@@ -1,0 +1,61 @@
+package starlark_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/interp/starlark"
+)
+
+// TestHTTPModule: with WithEgress, a job granted net sees an `http` module
+// whose requests go through a gateway holding the job's rules: a granted
+// GET to a loopback origin (pinned as origin.test) returns its status and
+// body; PUT to it, a redirect to an ungranted host and an ungranted host
+// are denied (capability net) and logged; a job without the grant does not
+// see `http` at all.
+func TestHTTPModule(t *testing.T) {
+	o := egresstest.StartOrigin(t, "origin.test")
+	rec := &egresstest.Recorder{}
+	tier, err := starlark.New(starlark.NewConfig().WithEgress(egress.Config{Job: "star", Hosts: o.Pins, Log: rec.Add}))
+	require.NoError(t, err)
+	base := "http://origin.test:" + o.Port
+	granted := func(code string) airlock.Job {
+		j := job(code)
+		j.Grants.Net = []airlock.NetRule{o.Rule("origin.test")}
+		return j
+	}
+	ctx := context.Background()
+
+	res, err := tier.Run(ctx, granted(`r = http.get("`+base+`/ok", headers = {"accept": "text/plain"})
+result = [r.status, r.body, r.headers["content-type"]]`))
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(200), "origin says hello\n", "text/plain; charset=utf-8"}, res.Value)
+
+	for name, code := range map[string]string{
+		"put":      `http.request("PUT", "` + base + `/ok", body = "x")`,
+		"redirect": `http.get("` + base + `/redirect?to=http://evil.test:` + o.Port + `/")`,
+		"other":    `http.get("http://other.test:` + o.Port + `/")`,
+	} {
+		_, err := tier.Run(ctx, granted(code))
+		var d *airlock.Denied
+		if assert.ErrorAs(t, err, &d, name) {
+			assert.Equal(t, "net", d.Capability, name)
+		}
+	}
+	assert.Equal(t, 2, o.Hits("GET"), "the origin saw the granted GET and the redirect, nothing else")
+	assert.Equal(t, 0, o.Hits("PUT"))
+	assert.True(t, rec.Has("client", "origin.test", egress.Allow))
+	assert.True(t, rec.Has("client", "evil.test", egress.Deny))
+
+	_, err = tier.Run(ctx, job(`r = http.get("`+base+`/ok")`))
+	var ce *airlock.CodeError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, airlock.ErrCompile, ce.Kind)
+	assert.Contains(t, ce.Message, "http")
+}
