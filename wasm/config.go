@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // Defaults for a [Config].
@@ -107,18 +108,18 @@ func (c Config) WithEgress(cfg egress.Config) Config {
 }
 
 // doer returns the client for a run with these rules, and what to call
-// when the run ends.
-func (c *Config) doer(ctx context.Context, rules []airlock.NetRule) (HTTPDoer, func(), error) {
+// when the run ends (it returns the gateway's decisions).
+func (c *Config) doer(ctx context.Context, rules []airlock.NetRule) (HTTPDoer, func() []string, error) {
 	if c.egress == nil || len(rules) == 0 {
-		return c.http, func() {}, nil
+		return c.http, func() []string { return nil }, nil
 	}
 	cfg := *c.egress
 	cfg.Rules = rules
-	gw, err := egress.Start(ctx, cfg)
+	gw, err := egresswire.New(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return gw.Client(), func() { gw.Close() }, nil
+	return gw.Client(), gw.Close, nil
 }
 
 // WithInterpreter selects wazero's interpreter instead of its compiler

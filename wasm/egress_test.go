@@ -62,4 +62,7 @@ func TestEgressTierJob(t *testing.T) {
 	if !rec.Has("client", "origin.test", egress.Allow) || o.Hits("GET") != 1 {
 		t.Errorf("the request did not go through the job's gateway")
 	}
+	if len(res.Decision) != 1 || !strings.HasPrefix(res.Decision[0], "egress allow client GET origin.test:") {
+		t.Errorf("result's decisions: %q", res.Decision)
+	}
 }

@@ -102,7 +102,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err != nil {
 		return res, err
 	}
-	defer done()
+	defer func() { res.Decision = append(res.Decision, done()...) }()
 	s.host.http = doer
 	res.Timings.StartUS = airlock.Since(t0)
 	out, err := t.e.run(ctx, c, s)

@@ -8,6 +8,7 @@ package egresswire
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -35,9 +36,25 @@ type Gateway struct {
 // It returns the environment the sandboxed program needs. cfg.Log, if set,
 // still receives every decision.
 func Start(ctx context.Context, cfg egress.Config, hostDir, sandboxDir string) (*Gateway, []string, error) {
+	cfg.Socket = filepath.Join(hostDir, Socket)
+	g, err := New(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw := g.gw
+	if err := os.WriteFile(filepath.Join(hostDir, CA), gw.CACertPEM(), 0o644); err != nil {
+		gw.Close()
+		return nil, nil, fmt.Errorf("placing the egress CA: %w", err)
+	}
+	return g, egress.SandboxEnv(path.Join(sandboxDir, CA)), nil
+}
+
+// New starts the gateway cfg describes, keeping its decisions; for
+// in-process clients (the Starlark and WASM tiers) cfg has no listeners.
+// cfg.Log, if set, still receives every decision.
+func New(ctx context.Context, cfg egress.Config) (*Gateway, error) {
 	g := &Gateway{}
 	sink := cfg.Log
-	cfg.Socket = filepath.Join(hostDir, Socket)
 	cfg.Log = func(r egress.Record) {
 		g.mu.Lock()
 		g.log = append(g.log, Line(r))
@@ -48,15 +65,15 @@ func Start(ctx context.Context, cfg egress.Config, hostDir, sandboxDir string) (
 	}
 	gw, err := egress.Start(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("starting egress gateway: %w", err)
+		return nil, fmt.Errorf("starting egress gateway: %w", err)
 	}
 	g.gw = gw
-	if err := os.WriteFile(filepath.Join(hostDir, CA), gw.CACertPEM(), 0o644); err != nil {
-		gw.Close()
-		return nil, nil, fmt.Errorf("placing the egress CA: %w", err)
-	}
-	return g, egress.SandboxEnv(path.Join(sandboxDir, CA)), nil
+	return g, nil
 }
+
+// Client returns the gateway's in-process client (every redirect hop
+// checked).
+func (g *Gateway) Client() *http.Client { return g.gw.Client() }
 
 // Close stops the gateway (and removes its socket) and returns its
 // decisions, in order. It may be called more than once.

@@ -12,7 +12,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // The http module exists only for a job granted grants.net, and only on a
@@ -109,16 +109,17 @@ func httpDo(th *sl.Thread, c *http.Client, method, url, body string, headers *sl
 }
 
 // startEgress starts the run's gateway when the job is granted net; the
-// returned function closes it.
-func (t *Tier) startEgress(ctx context.Context, job *airlock.Job) (*http.Client, func(), error) {
+// returned function closes it and returns its decisions (for
+// Result.Decision; the configured log gets each one as well).
+func (t *Tier) startEgress(ctx context.Context, job *airlock.Job) (*http.Client, func() []string, error) {
 	if len(job.Grants.Net) == 0 || t.cfg.egress == nil {
-		return nil, func() {}, nil
+		return nil, func() []string { return nil }, nil
 	}
 	cfg := *t.cfg.egress
 	cfg.Rules = job.Grants.Net
-	gw, err := egress.Start(ctx, cfg)
+	gw, err := egresswire.New(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return gw.Client(), func() { gw.Close() }, nil
+	return gw.Client(), gw.Close, nil
 }

@@ -2,6 +2,7 @@ package starlark_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,6 +37,8 @@ func TestHTTPModule(t *testing.T) {
 result = [r.status, r.body, r.headers["content-type"]]`))
 	require.NoError(t, err)
 	assert.Equal(t, []any{int64(200), "origin says hello\n", "text/plain; charset=utf-8"}, res.Value)
+	require.NotEmpty(t, res.Decision)
+	assert.True(t, strings.HasPrefix(res.Decision[0], "egress allow client GET origin.test:"+o.Port+"/ok"), res.Decision[0])
 
 	for name, code := range map[string]string{
 		"put":      `http.request("PUT", "` + base + `/ok", body = "x")`,

@@ -182,7 +182,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	if err != nil {
 		return res, err
 	}
-	defer closeEgress()
+	defer func() { res.Decision = append(res.Decision, closeEgress()...) }()
 	if client != nil {
 		predeclared = maps.Clone(predeclared)
 		predeclared["http"] = httpModule(client)
