@@ -205,3 +205,10 @@ func CheckPool(t testing.TB, res airlock.Result, allowed string) {
 		t.Errorf("job allowing %s: %s%s", allowed, res.Stdout, res.Stderr)
 	}
 }
+
+// ShellJob is a command job running script with sh, granted rules, with a
+// generous wall clock (the probes wait for timeouts of a few seconds).
+func ShellJob(script string, rules ...airlock.NetRule) airlock.Job {
+	return airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", script},
+		Grants: airlock.Grants{Net: rules}, Limits: airlock.Limits{WallMS: 60000}}
+}

@@ -4,16 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/egresstest"
 )
-
-func netJob(script string, rules ...airlock.NetRule) airlock.Job {
-	job := cmdJob("sh", "-c", script)
-	job.Grants.Net = rules
-	job.Limits.WallMS = 60000
-	return job
-}
 
 // TestEgress: from inside gVisor — cold (a sandbox made for the job, the
 // agent as its first process) and pooled — curl through the granted
@@ -38,7 +30,7 @@ func TestEgress(t *testing.T) {
 			if pooled {
 				waitReady(t, tier, 1)
 			}
-			res, err := tier.Run(context.Background(), netJob(o.GrantedScript(), o.Rule("origin.test")))
+			res, err := tier.Run(context.Background(), egresstest.ShellJob(o.GrantedScript(), o.Rule("origin.test")))
 			if err != nil {
 				t.Fatalf("%v\n%s\n%s", err, res.Stdout, res.Stderr)
 			}
@@ -74,7 +66,7 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 	for _, j := range []struct{ allowed, refused string }{{"a.test", "b.test"}, {"b.test", "a.test"}} {
 		waitReady(t, tier, 1)
 		hits := tier.Stats().Hits
-		res, err := tier.Run(context.Background(), netJob(o.PoolScript(j.allowed, j.refused), o.Rule(j.allowed)))
+		res, err := tier.Run(context.Background(), egresstest.ShellJob(o.PoolScript(j.allowed, j.refused), o.Rule(j.allowed)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -157,6 +157,6 @@ func BenchmarkEgress(b *testing.B) {
 		}))
 	})
 	b.Run("curl-sandbox", func(b *testing.B) {
-		medianReport(b, timed(run(netJob("curl -sf -o /dev/null http://origin.test:"+o.Port+"/", rule))))
+		medianReport(b, timed(run(egresstest.ShellJob("curl -sf -o /dev/null http://origin.test:"+o.Port+"/", rule))))
 	})
 }

@@ -17,13 +17,6 @@ func egressConfig(t *testing.T, o *egresstest.Origin) Config {
 	return testConfig(t).WithUIDRange(1<<30+1<<20, 1<<12).WithEgressHosts(o.Pins)
 }
 
-func netJob(script string, rules ...airlock.NetRule) airlock.Job {
-	job := cmdJob("sh", "-c", script)
-	job.Grants.Net = rules
-	job.Limits.WallMS = 30000
-	return job
-}
-
 // TestEgress: from inside the process tier, curl through the granted
 // policy reaches an allowed loopback origin with GET and is refused with
 // PUT; a disallowed name does not resolve and the refusal is logged; curl
@@ -34,7 +27,7 @@ func TestEgress(t *testing.T) {
 	rec := &egresstest.Recorder{}
 	cfg := egressConfig(t, o).WithEgressLog(rec.Add)
 	tier := newTestTier(t, bothTiers[0], cfg)
-	res, err := tier.Run(context.Background(), netJob(o.GrantedScript(), o.Rule("origin.test")))
+	res, err := tier.Run(context.Background(), egresstest.ShellJob(o.GrantedScript(), o.Rule("origin.test")))
 	if err != nil {
 		t.Fatalf("%v\n%s\n%s", err, res.Stdout, res.Stderr)
 	}
@@ -93,7 +86,7 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 	for _, j := range []struct{ allowed, refused string }{{"a.test", "b.test"}, {"b.test", "a.test"}} {
 		waitPoolFilled(t, tier, 1)
 		before := tier.pool.claims.Load()
-		res, err := tier.Run(context.Background(), netJob(o.PoolScript(j.allowed, j.refused), o.Rule(j.allowed)))
+		res, err := tier.Run(context.Background(), egresstest.ShellJob(o.PoolScript(j.allowed, j.refused), o.Rule(j.allowed)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +106,7 @@ func TestEgressFilterRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := netJob("true", airlock.NetRule{Host: "example.com"})
+	job := egresstest.ShellJob("true", airlock.NetRule{Host: "example.com"})
 	var na *airlock.NotAdmitted
 	if err := tier.Admit(&job); !asErr(err, &na) || !strings.Contains(na.Reason, "network namespace") {
 		t.Fatalf("want NotAdmitted naming the shared network namespace, got %v", err)
