@@ -215,11 +215,13 @@ func (t *Tier) GuestKernel() string {
 	return t.assets.release
 }
 
-// Close stops the pool's VMs. The tier runs cold or from snapshots after.
+// Close stops the pool's VMs and removes the tier's snapshots; the tier
+// still runs jobs afterwards, starting them afresh.
 func (t *Tier) Close() error {
 	if t.pool != nil {
 		t.pool.close()
 	}
+	t.dropSnapshots()
 	return nil
 }
 
