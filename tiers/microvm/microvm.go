@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -152,7 +153,8 @@ type Tier struct {
 	snapMu sync.Mutex
 	snaps  map[int64]*snapshot // by guest memory size
 
-	pool *pool
+	pool     *pool
+	poolHits atomic.Int64 // jobs served by a pooled VM
 }
 
 var _ airlock.Tier = (*Tier)(nil)
@@ -290,12 +292,18 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 // memFor is the guest memory a job needs.
 func memFor(job *airlock.Job) int64 { return job.Limits.MemoryMB + overheadMB }
 
+// baseMem is the guest memory of every VM whose job fits the default
+// memory limit: one size serves them all (the job's own limit is applied
+// inside the guest, by its cgroup), so one snapshot and one pool do too.
+func (t *Tier) baseMem() int64 { return t.cfg.limits.Default.MemoryMB + overheadMB }
+
 // acquire returns a VM whose agent waits for its job: from the pool, from
 // a snapshot, or booted cold.
 func (t *Tier) acquire(ctx context.Context, job *airlock.Job) (*vm, error) {
-	mem := memFor(job)
+	mem := max(memFor(job), t.baseMem())
 	if t.pool != nil {
 		if v := t.pool.claim(mem); v != nil {
+			t.poolHits.Add(1)
 			return v, nil
 		}
 	}

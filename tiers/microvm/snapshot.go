@@ -166,6 +166,11 @@ func (t *Tier) restoreFrom(ctx context.Context, s *snapshot) (_ *vm, err error) 
 	defer func() {
 		if err != nil {
 			v.kill()
+			// QEMU may have choked on a damaged stream before the copier
+			// finished hashing it: judge the file itself.
+			if d, herr := hashFile(s.path); herr == nil && d != s.digest && !errors.Is(err, ErrSnapshotTampered) {
+				err = fmt.Errorf("%w: %v", ErrSnapshotTampered, err)
+			}
 		}
 	}()
 	// The VM is paused until cont; wait until QEMU has loaded the stream.
