@@ -8,7 +8,8 @@
 #     its vmlinuz (the kernel's extract-vmlinux approach: find the
 #     compression magic, decompress from there, keep the first ELF);
 #   - the guest modules the agent loads (virtio_mmio, virtio_blk,
-#     virtio_console, virtio_net, failover, net_failover and their
+#     virtio_console, virtio_net, failover, net_failover, the vsock
+#     transport Firecracker needs, and their
 #     dependencies per modules.dep), decompressed, in load order;
 #   - the guest agent (/init), built static from this checkout
 #     (CGO_ENABLED=0) when Go is available.
@@ -23,7 +24,7 @@ set -euo pipefail
 # and says so (the stamp records what was used).
 KERNEL_ABI_PINNED="6.1.0-47-cloud-amd64"
 KERNEL_PKGVER_PINNED="6.1.170-3"
-MODULES_WANTED="virtio_mmio virtio_blk virtio_console virtio_net failover net_failover"
+MODULES_WANTED="virtio_mmio virtio_blk virtio_console virtio_net failover net_failover vmw_vsock_virtio_transport"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="${AIRLOCK_TOOLS:-$repo/.tools}"

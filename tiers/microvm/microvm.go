@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
@@ -148,6 +149,7 @@ type Tier struct {
 	assets   *assets
 	availErr error
 	kvm      bool
+	fc       string // the firecracker binary, when that backend is used
 	tscKHz   int64
 
 	snapMu sync.Mutex
@@ -181,6 +183,13 @@ func New(cfg Config) (*Tier, error) {
 		t.kvm = kvmUsable()
 	}
 	t.assets, t.availErr = findAssets(cfg)
+	if t.kvm && cfg.warm == WarmCold {
+		fc := cfg.firecracker
+		if fc == "" {
+			fc, _ = tools.Find("firecracker")
+		}
+		t.fc = fc
+	}
 	if t.availErr == nil && cfg.pool > 0 {
 		t.pool = newPool(t, cfg.pool)
 	}
@@ -207,6 +216,15 @@ func (t *Tier) Accelerator() string {
 		return "kvm"
 	}
 	return "tcg"
+}
+
+// Backend reports the VMM in use: "firecracker" where its binary and KVM
+// are present (and starts are cold or pooled), else "qemu".
+func (t *Tier) Backend() string {
+	if t.fc != "" {
+		return "firecracker"
+	}
+	return "qemu"
 }
 
 // GuestKernel returns the guest kernel's release.

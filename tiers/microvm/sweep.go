@@ -12,8 +12,8 @@ import (
 
 // Every VM directory holds an "owner" file naming the host process that
 // started it (pid and start time, so a recycled pid does not count) and a
-// "qemu.pid" file. sweep removes the directories whose owner is gone,
-// killing their QEMU if it is still running under the recognisable name.
+// "vmm.pid" file. sweep removes the directories whose owner is gone,
+// killing their VMM if it is still running under the recognisable name.
 
 func procStartTime(pid int) (string, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -75,7 +75,7 @@ func sweep(stateDir string) (int, error) {
 		if ownerAlive(dir) {
 			continue
 		}
-		if data, err := os.ReadFile(filepath.Join(dir, "qemu.pid")); err == nil {
+		if data, err := os.ReadFile(filepath.Join(dir, "vmm.pid")); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 && isOurVM(pid, e.Name()) {
 				_ = syscall.Kill(-pid, syscall.SIGKILL)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -88,8 +88,10 @@ func sweep(stateDir string) (int, error) {
 	return n, nil
 }
 
-// isOurVM checks that pid is a QEMU started with -name <name>.
+// isOurVM checks that pid is a VMM started under the name: QEMU's
+// -name or Firecracker's --id.
 func isOurVM(pid int, name string) bool {
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && bytes.Contains(cmdline, []byte("\x00-name\x00"+name+"\x00"))
+	return err == nil && (bytes.Contains(cmdline, []byte("\x00-name\x00"+name+"\x00")) ||
+		bytes.Contains(cmdline, []byte("\x00--id\x00"+name+"\x00")))
 }

@@ -42,7 +42,7 @@ func TestSweep(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- vmProc.Wait() }()
 	t.Cleanup(func() { _ = syscall.Kill(-vmProc.Process.Pid, syscall.SIGKILL) })
-	if err := os.WriteFile(filepath.Join(orphan, "qemu.pid"), []byte(strconv.Itoa(vmProc.Process.Pid)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(orphan, "vmm.pid"), []byte(strconv.Itoa(vmProc.Process.Pid)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := New(testConfig().WithStateDir(state)); err != nil {

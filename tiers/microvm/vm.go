@@ -143,7 +143,26 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// launch starts QEMU and waits until the guest side of the control port is
+// vmmProcess is how one VMM (QEMU or Firecracker) is started: its
+// command line, the files it inherits, the path of the control socket the
+// guest agent reaches us on, and any configuration after it starts.
+type vmmProcess struct {
+	prog      string
+	args      []string
+	extra     []*os.File
+	ctl       string
+	configure func(ctx context.Context, v *vm) error
+}
+
+func (t *Tier) qemuProcess(id, dir string, s vmSpec) vmmProcess {
+	p := vmmProcess{prog: t.assets.qemu, args: t.qemuArgs(id, dir, s), ctl: filepath.Join(dir, "ctl.sock")}
+	if s.input != nil {
+		p.extra = []*os.File{s.input}
+	}
+	return p
+}
+
+// launch starts the VMM and waits until the guest side of the control port is
 // connected (QEMU connects to our listener as it starts).
 func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	id := newID()
@@ -160,25 +179,32 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	if err := writeOwner(dir); err != nil {
 		return v, err
 	}
-	if v.ln, err = net.Listen("unix", filepath.Join(dir, "ctl.sock")); err != nil {
+	p := t.qemuProcess(id, dir, s)
+	if t.fc != "" {
+		p = t.firecrackerProcess(id, dir, s)
+	}
+	if v.ln, err = net.Listen("unix", p.ctl); err != nil {
 		return v, err
 	}
-	cmd := exec.Command(t.assets.qemu, t.qemuArgs(id, dir, s)...)
+	cmd := exec.Command(p.prog, p.args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Dir = dir
 	cmd.Stdout = v.console
 	cmd.Stderr = v.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if s.input != nil {
-		cmd.ExtraFiles = []*os.File{s.input}
-	}
+	cmd.ExtraFiles = p.extra
 	if err := cmd.Start(); err != nil {
 		close(v.done)
-		return v, fmt.Errorf("starting qemu: %w", err)
+		return v, fmt.Errorf("starting %s: %w", filepath.Base(p.prog), err)
 	}
 	v.cmd = cmd
-	_ = os.WriteFile(filepath.Join(dir, "qemu.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+	_ = os.WriteFile(filepath.Join(dir, "vmm.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 	go func() { _ = cmd.Wait(); close(v.done) }()
+	if p.configure != nil {
+		if err := p.configure(ctx, v); err != nil {
+			return v, err
+		}
+	}
 
 	accepted := make(chan net.Conn, 1)
 	go func() {

@@ -143,7 +143,9 @@ func loadModules(dir, orderFile string) {
 	}
 }
 
-// openPort waits for the named virtio port to appear and opens it.
+// openPort waits for the control channel and opens it: the named
+// virtio-serial port (QEMU), or else a vsock connection to the host
+// (Firecracker, which has no virtio-console).
 func openPort(name string, wait time.Duration) (*os.File, error) {
 	deadline := time.Now().Add(wait)
 	for {
@@ -160,11 +162,34 @@ func openPort(name string, wait time.Duration) (*os.File, error) {
 				return f, nil
 			}
 		}
+		if len(ents) == 0 {
+			if f, err := dialVsock(vsockHostCID, vsockPort); err == nil {
+				return f, nil
+			}
+		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("control port %s did not appear", name)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// The host's vsock address under Firecracker.
+const (
+	vsockHostCID = 2
+	vsockPort    = 1024
+)
+
+func dialVsock(cid, port uint32) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrVM{CID: cid, Port: port}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "vsock"), nil
 }
 
 // reseed mixes host entropy into the input pool, credits it, and forces the
