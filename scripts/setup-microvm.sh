@@ -67,7 +67,7 @@ qemu="$(command -v qemu-system-x86_64)" || die "qemu-system-x86_64 not on PATH a
 ln -sf "$qemu" "$tools/bin/qemu-system-x86_64"
 busybox=/bin/busybox
 [ -x "$busybox" ] || die "static busybox not found at $busybox"
-file -L "$busybox" 2>/dev/null | grep -q "statically linked" || die "$busybox is not static"
+"$busybox" --list | grep -qx sh || die "$busybox has no sh applet"
 qemu_ver="$(dpkg-query -W -f='${Version}' qemu-system-x86)"
 busybox_ver="$(dpkg-query -W -f='${Version}' busybox-static)"
 
