@@ -157,6 +157,7 @@ type Tier struct {
 
 	pool     *pool
 	poolHits atomic.Int64 // jobs served by a pooled VM
+	reapers  sync.WaitGroup
 }
 
 var _ airlock.Tier = (*Tier)(nil)
@@ -241,6 +242,7 @@ func (t *Tier) Close() error {
 	if t.pool != nil {
 		t.pool.close()
 	}
+	t.reapers.Wait()
 	t.dropSnapshots()
 	return nil
 }
@@ -293,7 +295,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	v, err := t.acquire(ctx, &job)
 	res.Timings.StartUS = airlock.Since(start)
 	if v != nil {
-		defer v.kill()
+		defer t.discard(v)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -305,6 +307,13 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	err = t.converse(ctx, v, &job, &res)
 	res.Timings.RunUS = airlock.Since(runStart)
 	return res, err
+}
+
+// discard stops a used VM at once and reaps it and removes its files in the
+// background (a VM's memory takes a while to unmap); Close waits for that.
+func (t *Tier) discard(v *vm) {
+	v.stop()
+	t.reapers.Go(v.kill)
 }
 
 // memFor is the guest memory a job needs.
@@ -422,7 +431,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, res *airlo
 	}()
 	defer func() {
 		close(quit)
-		v.kill() // unblocks the reader
+		v.stop() // unblocks the reader
 		<-readerDone
 	}()
 	if err := wire.Write(v.ctl, wire.TypeJob, payload); err != nil {

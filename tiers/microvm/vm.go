@@ -43,6 +43,7 @@ type vm struct {
 	stderr  *tail
 	done    chan struct{} // closed when QEMU has exited and been reaped
 	once    sync.Once
+	stopped sync.Once
 }
 
 // tail keeps the last n bytes written to it.
@@ -253,13 +254,12 @@ func (v *vm) diag() string {
 	return s
 }
 
-// kill ends the VM's process group, reaps QEMU and removes its directory.
-// It is idempotent.
-func (v *vm) kill() {
-	v.once.Do(func() {
+// stop kills the VM's process group and closes its connections, without
+// waiting for the process to be reaped. It is idempotent.
+func (v *vm) stop() {
+	v.stopped.Do(func() {
 		if v.cmd != nil && v.cmd.Process != nil {
 			_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
-			<-v.done
 		}
 		if v.qmp != nil {
 			v.qmp.close()
@@ -269,6 +269,17 @@ func (v *vm) kill() {
 		}
 		if v.ln != nil {
 			v.ln.Close()
+		}
+	})
+}
+
+// kill stops the VM, reaps its VMM and removes its directory. It is
+// idempotent.
+func (v *vm) kill() {
+	v.once.Do(func() {
+		v.stop()
+		if v.cmd != nil && v.cmd.Process != nil {
+			<-v.done
 		}
 		_ = os.RemoveAll(v.dir)
 	})

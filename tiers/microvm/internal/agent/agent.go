@@ -48,8 +48,8 @@ const (
 // Main is the agent's entry point. As PID 1 it runs one job and powers the
 // machine off; re-executed with the shim flag it becomes the job.
 func Main() {
-	if len(os.Args) > 2 && os.Args[1] == shimFlag {
-		shim(os.Args[2], os.Args[3:])
+	if len(os.Args) == 2 && os.Args[1] == shimFlag {
+		shim()
 		return
 	}
 	err := runAgent()
@@ -71,6 +71,10 @@ func runAgent() error {
 		return err
 	}
 	defer port.Close()
+	st, err := stage()
+	if err != nil {
+		return fail(port, err)
+	}
 	if err := wire.Write(port, wire.TypeReady, nil); err != nil {
 		return fmt.Errorf("announcing readiness: %w", err)
 	}
@@ -86,7 +90,7 @@ func runAgent() error {
 	if err := json.Unmarshal(payload, &job); err != nil {
 		return fail(port, fmt.Errorf("decoding the job: %w", err))
 	}
-	exit, err := run(port, &job)
+	exit, err := st.run(port, &job)
 	if err != nil {
 		return fail(port, err)
 	}
@@ -225,49 +229,73 @@ func setClock(t time.Time) error {
 	return unix.Settimeofday(&tv)
 }
 
-// prepare sets up the job's world: clock, entropy, scratch with its files,
-// a read-only root, and the cgroup that bounds it.
-func prepare(job *wire.Job) (cgroup *os.File, err error) {
-	if err := setClock(job.Clock); err != nil {
-		return nil, fmt.Errorf("setting the clock: %w", err)
-	}
-	if err := reseed(job.Entropy); err != nil {
-		return nil, err
-	}
-	scratchMB := max(job.ScratchMB, 1)
+// staged is what the agent prepares before it says Ready (and before a
+// snapshot is taken): the scratch and /tmp mounts, the job's cgroup, and
+// the shim, already started inside that cgroup and blocked reading its
+// configuration. A job then costs no Go start-up and no mounts.
+type staged struct {
+	cg             *os.File
+	shim           *exec.Cmd
+	cfg, stdin     *os.File // write ends
+	stdout, stderr *os.File // read ends
+	waited         chan struct{}
+	waitErr        error
+}
+
+func stage() (*staged, error) {
 	for _, d := range []string{scratchDir, "/tmp"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
-		opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", scratchMB, JobUID, JobUID)
+		opts := fmt.Sprintf("size=1m,mode=0700,uid=%d,gid=%d", JobUID, JobUID)
 		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return nil, fmt.Errorf("mounting %s: %w", d, err)
 		}
-	}
-	for _, name := range sortedKeys(job.Files) {
-		p := filepath.Join(scratchDir, name)
-		if !strings.HasPrefix(p, scratchDir+"/") {
-			return nil, fmt.Errorf("file %q escapes the scratch", name)
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(p, []byte(job.Files[name]), 0o644); err != nil {
-			return nil, err
-		}
-		for d := p; d != scratchDir; d = filepath.Dir(d) {
-			_ = os.Lchown(d, JobUID, JobUID)
-		}
-	}
-	// The root is read-only for the job; only the scratch and /tmp are written.
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return nil, fmt.Errorf("making the root read-only: %w", err)
 	}
 	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory +pids"), 0); err != nil {
 		return nil, fmt.Errorf("enabling cgroup controllers: %w", err)
 	}
 	if err := os.Mkdir(cgroupDir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
+	}
+	cg, err := os.Open(cgroupDir)
+	if err != nil {
+		return nil, err
+	}
+	st := &staged{cg: cg, waited: make(chan struct{})}
+	var cfgR, stdinR, stdoutW, stderrW *os.File
+	pipes := []struct{ r, w **os.File }{{&cfgR, &st.cfg}, {&stdinR, &st.stdin}, {&st.stdout, &stdoutW}, {&st.stderr, &stderrW}}
+	for _, p := range pipes {
+		if *p.r, *p.w, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.Command("/proc/self/exe", shimFlag)
+	cmd.Args[0] = "airlock-shim"
+	cmd.Env = []string{}
+	cmd.Dir = scratchDir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	cmd.ExtraFiles = []*os.File{cfgR}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the shim: %w", err)
+	}
+	for _, f := range []*os.File{cfgR, stdinR, stdoutW, stderrW} {
+		f.Close()
+	}
+	st.shim = cmd
+	go func() { st.waitErr = cmd.Wait(); close(st.waited) }()
+	return st, nil
+}
+
+// prepare sets up the job's world: clock, entropy, limits, scratch with
+// its files, and a read-only root.
+func (st *staged) prepare(job *wire.Job) error {
+	if err := setClock(job.Clock); err != nil {
+		return fmt.Errorf("setting the clock: %w", err)
+	}
+	if err := reseed(job.Entropy); err != nil {
+		return err
 	}
 	settings := map[string]string{
 		"memory.max":      strconv.FormatInt(job.MemoryMB<<20, 10),
@@ -276,54 +304,88 @@ func prepare(job *wire.Job) (cgroup *os.File, err error) {
 	}
 	for k, v := range settings {
 		if err := os.WriteFile(filepath.Join(cgroupDir, k), []byte(v), 0); err != nil && !(k == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
-			return nil, fmt.Errorf("setting %s: %w", k, err)
+			return fmt.Errorf("setting %s: %w", k, err)
 		}
 	}
-	return os.Open(cgroupDir)
+	scratchMB := max(job.ScratchMB, 1)
+	for _, d := range []string{scratchDir, "/tmp"} {
+		if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm", scratchMB)); err != nil {
+			return fmt.Errorf("sizing %s: %w", d, err)
+		}
+	}
+	for _, name := range sortedKeys(job.Files) {
+		p := filepath.Join(scratchDir, name)
+		if !strings.HasPrefix(p, scratchDir+"/") {
+			return fmt.Errorf("file %q escapes the scratch", name)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(job.Files[name]), 0o644); err != nil {
+			return err
+		}
+		for d := p; d != scratchDir; d = filepath.Dir(d) {
+			_ = os.Lchown(d, JobUID, JobUID)
+		}
+	}
+	// The root is read-only for the job; only the scratch and /tmp are written.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("making the root read-only: %w", err)
+	}
+	return nil
 }
 
-// run runs the job and streams its output as frames.
-func run(port io.Writer, job *wire.Job) (wire.Exit, error) {
-	cg, err := prepare(job)
+// run hands the job to the waiting shim and streams its output as frames.
+func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
+	defer st.cg.Close()
+	if err := st.prepare(job); err != nil {
+		return wire.Exit{}, err
+	}
+	cfg, err := json.Marshal(shimConfig{Argv: job.Argv, Env: job.Env, CPUMS: job.CPUMS, OpenFiles: job.OpenFiles, Spawn: job.Spawn})
 	if err != nil {
 		return wire.Exit{}, err
 	}
-	defer cg.Close()
-	cfg, err := json.Marshal(shimConfig{CPUMS: job.CPUMS, OpenFiles: job.OpenFiles, Spawn: job.Spawn})
-	if err != nil {
-		return wire.Exit{}, err
+	if _, err := st.cfg.Write(cfg); err != nil {
+		return wire.Exit{}, fmt.Errorf("configuring the shim: %w", err)
 	}
-	cmd := exec.Command("/proc/self/exe", append([]string{shimFlag, string(cfg)}, job.Argv...)...)
-	cmd.Args[0] = "airlock-shim"
-	cmd.Env = make([]string, 0, len(job.Env))
-	for _, k := range sortedKeys(job.Env) {
-		cmd.Env = append(cmd.Env, k+"="+job.Env[k])
-	}
-	cmd.Dir = scratchDir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	st.cfg.Close()
+	go func() {
+		_, _ = io.WriteString(st.stdin, job.Stdin)
+		st.stdin.Close()
+	}()
 	var mu sync.Mutex // frames from both streams interleave whole
-	cmd.Stdout = lockedWriter{&mu, wire.ChunkWriter{W: port, T: wire.TypeStdout}}
-	cmd.Stderr = lockedWriter{&mu, wire.ChunkWriter{W: port, T: wire.TypeStderr}}
-	cmd.Stdin = strings.NewReader(job.Stdin)
-	// Output keeps flowing from any process the job left behind until the
-	// cgroup is emptied below; WaitDelay bounds that.
-	cmd.WaitDelay = 50 * time.Millisecond
-	if err := cmd.Start(); err != nil {
-		return wire.Exit{}, fmt.Errorf("starting the job: %w", err)
+	var copies sync.WaitGroup
+	for _, s := range []struct {
+		r *os.File
+		t wire.Type
+	}{{st.stdout, wire.TypeStdout}, {st.stderr, wire.TypeStderr}} {
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			_, _ = io.Copy(lockedWriter{&mu, wire.ChunkWriter{W: port, T: s.t}}, s.r)
+		}()
 	}
-	werr := cmd.Wait()
+	<-st.waited
+	// Whatever the job left behind dies with its cgroup; then the pipes
+	// reach EOF. A straggler holding them open cannot delay the report long.
 	_ = os.WriteFile(filepath.Join(cgroupDir, "cgroup.kill"), []byte("1"), 0)
+	drained := make(chan struct{})
+	go func() { copies.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(200 * time.Millisecond):
+	}
 	var exit wire.Exit
-	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+	if ws, ok := st.shim.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {
-		case st.Signaled():
-			exit.Code = 128 + int(st.Signal())
-			exit.Signal = unix.SignalName(st.Signal())
+		case ws.Signaled():
+			exit.Code = 128 + int(ws.Signal())
+			exit.Signal = unix.SignalName(ws.Signal())
 		default:
-			exit.Code = st.ExitStatus()
+			exit.Code = ws.ExitStatus()
 		}
-	} else if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
-		return exit, werr
+	} else if st.waitErr != nil {
+		return exit, st.waitErr
 	}
 	if ev, err := os.ReadFile(filepath.Join(cgroupDir, "memory.events")); err == nil && eventCount(string(ev), "oom_kill") > 0 {
 		exit.Reason = "memory"

@@ -5,6 +5,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,25 +17,37 @@ import (
 
 // shimConfig is what the agent tells the shim about the job.
 type shimConfig struct {
-	CPUMS     int64 `json:"cpu_ms"`
-	OpenFiles int64 `json:"open_files"`
-	Spawn     bool  `json:"spawn"`
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	CPUMS     int64             `json:"cpu_ms"`
+	OpenFiles int64             `json:"open_files"`
+	Spawn     bool              `json:"spawn"`
 }
 
 // searchPath is where a bare program name is looked up (the job's own
 // environment holds only its secrets, so it has no PATH of its own).
 var searchPath = []string{"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin"}
 
-// shim runs in the job's cgroup as root, drops to the job's user with its
-// limits and filter, and executes the job.
-func shim(cfgJSON string, argv []string) {
+// shim is started in the job's cgroup as root before the job is known.
+// It waits for its configuration on fd 3 (closed by the agent after one
+// write), drops to the job's user with its limits and filter, and executes
+// the job.
+func shim() {
 	die := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "airlock: "+format+"\n", args...)
 		os.Exit(127)
 	}
+	cfgFile := os.NewFile(3, "config")
+	data, err := io.ReadAll(io.LimitReader(cfgFile, 64<<20))
+	cfgFile.Close()
 	var cfg shimConfig
-	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil || len(argv) == 0 {
-		die("bad shim invocation")
+	if err != nil || json.Unmarshal(data, &cfg) != nil || len(cfg.Argv) == 0 {
+		die("bad shim configuration")
+	}
+	argv := cfg.Argv
+	env := make([]string, 0, len(cfg.Env))
+	for _, k := range sortedKeys(cfg.Env) {
+		env = append(env, k+"="+cfg.Env[k])
 	}
 	if cfg.CPUMS > 0 {
 		sec := uint64((cfg.CPUMS + 999) / 1000)
@@ -70,7 +83,7 @@ func shim(cfgJSON string, argv []string) {
 			die("spawn filter: %v", err)
 		}
 	}
-	if err := syscall.Exec(prog, argv, os.Environ()); err != nil {
+	if err := syscall.Exec(prog, argv, env); err != nil {
 		die("exec %s: %v", argv[0], err)
 	}
 }
