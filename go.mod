@@ -6,6 +6,6 @@ require (
 	github.com/expr-lang/expr v1.17.8 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	go.starlark.net v0.0.0-20260908191801-89a6a09411d5 // indirect
-	golang.org/x/sys v0.42.0 // indirect
+	golang.org/x/sys v0.42.0
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
