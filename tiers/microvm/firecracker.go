@@ -57,7 +57,8 @@ type fcAction struct {
 }
 
 // fcBootArgs is the guest kernel command line under Firecracker.
-const fcBootArgs = "console=ttyS0 reboot=k panic=-1 pci=off quiet loglevel=1 cryptomgr.notests rdinit=/init"
+const fcBootArgs = "console=ttyS0 reboot=k panic=-1 pci=off quiet loglevel=1 cryptomgr.notests rdinit=/init " +
+	"airlock.modules=virtio,virtio_ring,virtio_mmio,vsock,vmw_vsock_virtio_transport_common,vmw_vsock_virtio_transport"
 
 // fcRequests is the one place a VM's shape becomes Firecracker API calls.
 func fcRequests(kernel, initrd, vsockPath string, s vmSpec) []fcRequest {

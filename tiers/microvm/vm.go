@@ -98,6 +98,9 @@ func kvmUsable() bool {
 	return true
 }
 
+// qemuModules are the guest drivers for the devices QEMU gives the VM.
+const qemuModules = "virtio,virtio_ring,virtio_mmio,virtio_console"
+
 // qemuArgs is the one place the QEMU command line is built.
 func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	accel := "tcg,thread=multi"
@@ -105,7 +108,7 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	if t.kvm {
 		accel, cpu = "kvm", "host"
 	}
-	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 rdinit=/init"
+	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + qemuModules
 	if t.tscKHz > 0 {
 		appendLine += fmt.Sprintf(" tsc_early_khz=%d", t.tscKHz)
 	}

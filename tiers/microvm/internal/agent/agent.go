@@ -65,7 +65,7 @@ func runAgent() error {
 	if err := mountBase(); err != nil {
 		return err
 	}
-	loadModules("/lib/modules", "/etc/modules.order")
+	loadModules("/lib/modules", "/etc/modules.order", cmdlineModules())
 	port, err := openPort(PortName, 10*time.Second)
 	if err != nil {
 		return err
@@ -127,14 +127,38 @@ func mountBase() error {
 	return nil
 }
 
-// loadModules loads the modules listed in order; a module already loaded
-// or built in is not an error.
-func loadModules(dir, orderFile string) {
+// cmdlineModules returns the modules the host asked for with
+// airlock.modules=a,b,c on the kernel command line (nil: all of them). The
+// VMM knows which devices it gave the guest; loading only their drivers
+// saves boot time under emulation.
+func cmdlineModules() map[string]bool {
+	data, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return nil
+	}
+	for _, f := range strings.Fields(string(data)) {
+		if v, ok := strings.CutPrefix(f, "airlock.modules="); ok {
+			want := map[string]bool{}
+			for _, m := range strings.Split(v, ",") {
+				want[m] = true
+			}
+			return want
+		}
+	}
+	return nil
+}
+
+// loadModules loads the modules listed in order (those in want, if want
+// is not nil); a module already loaded or built in is not an error.
+func loadModules(dir, orderFile string, want map[string]bool) {
 	data, err := os.ReadFile(orderFile)
 	if err != nil {
 		return
 	}
 	for _, name := range strings.Fields(string(data)) {
+		if want != nil && !want[strings.TrimSuffix(name, ".ko")] {
+			continue
+		}
 		f, err := os.Open(filepath.Join(dir, name))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock-agent: module %s: %v\n", name, err)
