@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // TestPool claims pre-booted VMs: the job's policy (a secret, a memory
@@ -20,7 +21,7 @@ func TestPool(t *testing.T) {
 	}
 	defer tier.Close()
 	if err := tier.Available(); err != nil {
-		t.Skip(err)
+		tiertest.Unavailable(t, Name, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
