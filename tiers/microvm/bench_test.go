@@ -16,35 +16,43 @@ import (
 
 // BenchmarkStart measures /bin/true from call to result, side by side:
 //
-//	bare      QEMU with the same kernel, machine and initramfs, whose /init
-//	          is replaced (by an appended cpio) with a busybox script that
-//	          runs /bin/true and powers off: no agent, no control channel
-//	cold      the tier booting a fresh VM
+//	cold-vs-bare  alternately: bare QEMU with the same kernel, machine and
+//	              initramfs, whose /init is replaced (by an appended cpio)
+//	              with a busybox script that runs /bin/true and powers off
+//	              (no agent, no control channel), and the tier booting a
+//	              fresh VM
 //	snapshot  the tier restoring its snapshot (made before the timer starts)
 //	pool      the tier claiming a pre-booted VM (the timer stops while the
 //	          pool refills)
 //
-// Each reports the median in ms as "median-ms"; run with -benchtime=Nx.
+// Each reports medians in ms; run with -benchtime=Nx.
 func BenchmarkStart(b *testing.B) {
 	job := command("/bin/true")
 	ctx := context.Background()
-	b.Run("bare", func(b *testing.B) {
+	// bare and cold alternate within one loop, so that both see the same
+	// load on a shared machine; the ratio of their medians is reported.
+	b.Run("cold-vs-bare", func(b *testing.B) {
 		tier := benchTier(b, testConfig())
 		initrd := bareInitrd(b, tier)
-		args := tier.qemuArgs("bench", b.TempDir(), vmSpec{memMB: tier.baseMem(), vcpus: 1})
-		args = bareArgs(args, initrd)
-		measure(b, func() {
+		args := bareArgs(tier.qemuArgs("bench", b.TempDir(), vmSpec{memMB: tier.baseMem(), vcpus: 1}), initrd)
+		var bare, cold []time.Duration
+		for b.Loop() {
+			start := time.Now()
 			cmd := exec.Command(tier.assets.qemu, args...)
 			cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 			if err := cmd.Run(); err != nil {
 				b.Fatal(err)
 			}
-		})
-	})
-	b.Run("cold", func(b *testing.B) {
-		tier := benchTier(b, testConfig())
-		measure(b, func() { benchRun(b, tier, ctx, job) })
+			bare = append(bare, time.Since(start))
+			start = time.Now()
+			benchRun(b, tier, ctx, job)
+			cold = append(cold, time.Since(start))
+		}
+		mb, mc := median(bare), median(cold)
+		b.ReportMetric(ms(mb), "bare-median-ms")
+		b.ReportMetric(ms(mc), "cold-median-ms")
+		b.ReportMetric(float64(mc)/float64(mb), "cold/bare")
 	})
 	b.Run("snapshot", func(b *testing.B) {
 		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot))
@@ -100,12 +108,18 @@ func measure(b *testing.B, fn func()) {
 }
 
 func reportMedian(b *testing.B, durs []time.Duration) {
-	if len(durs) == 0 {
-		return
+	if len(durs) > 0 {
+		b.ReportMetric(ms(median(durs)), "median-ms")
 	}
-	slices.Sort(durs)
-	b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "median-ms")
 }
+
+func median(durs []time.Duration) time.Duration {
+	s := slices.Clone(durs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // bareInitrd is the tier's base initramfs with a second archive appended
 // whose /init runs /bin/true and powers the machine off.
