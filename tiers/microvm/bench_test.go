@@ -2,7 +2,6 @@ package microvm
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,11 +37,15 @@ func BenchmarkStart(b *testing.B) {
 		var bare, cold []time.Duration
 		for b.Loop() {
 			start := time.Now()
-			cmd := exec.Command(tier.assets.qemu, args...)
-			cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+			bctx, cancel := context.WithTimeout(ctx, tier.cfg.bootTimeout)
+			cmd := exec.CommandContext(bctx, tier.assets.qemu, args...)
+			console := &tail{n: 2048}
+			cmd.Stdout, cmd.Stderr = console, console
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-			if err := cmd.Run(); err != nil {
-				b.Fatal(err)
+			err := cmd.Run()
+			cancel()
+			if err != nil {
+				b.Fatalf("bare QEMU: %v (console: %s)", err, console)
 			}
 			bare = append(bare, time.Since(start))
 			start = time.Now()
