@@ -334,10 +334,21 @@ func (t *Tier) acquire(ctx context.Context, job *airlock.Job) (*vm, error) {
 			return v, nil
 		}
 	}
+	start := t.boot
 	if t.cfg.warm == WarmSnapshot {
-		return t.restore(ctx, mem)
+		start = t.restore
 	}
-	return t.boot(ctx, mem)
+	// A guest that fails to come up (under emulation a boot can, rarely,
+	// hang) is replaced once; a tampered snapshot or a cancellation is not
+	// retried.
+	v, err := start(ctx, mem)
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrSnapshotTampered) {
+		return v, err
+	}
+	if v != nil {
+		v.kill()
+	}
+	return start(ctx, mem)
 }
 
 // boot starts a VM cold and waits for its agent's Ready frame.
