@@ -313,6 +313,9 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 // background (a VM's memory takes a while to unmap); Close waits for that.
 func (t *Tier) discard(v *vm) {
 	v.stop()
+	if v.pool != nil {
+		v.pool.release()
+	}
 	t.reapers.Go(v.kill)
 }
 

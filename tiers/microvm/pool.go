@@ -3,6 +3,7 @@ package microvm
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,26 +12,42 @@ import (
 // returned. Nothing of a job's policy is in a pooled VM: the job's limits,
 // secrets, clock and entropy reach the agent with the job, at claim time.
 type pool struct {
-	t      *Tier
-	mem    int64
-	ready  chan *vm
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	t        *Tier
+	mem      int64
+	ready    chan *vm
+	inFlight atomic.Int64  // claimed VMs whose job still runs
+	released chan struct{} // a claimed VM's job has finished
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 func newPool(t *Tier, n int) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pool{t: t, mem: t.baseMem(), ready: make(chan *vm, n), ctx: ctx, cancel: cancel}
+	p := &pool{t: t, mem: t.baseMem(), ready: make(chan *vm, n), released: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	p.wg.Add(1)
 	go p.fill()
 	return p
 }
 
-// fill keeps the pool full until it is closed.
+// refillDelay bounds how long a refill waits for claimed jobs to finish.
+const refillDelay = time.Second
+
+// fill keeps the pool full until it is closed. A replacement is started
+// once the jobs of claimed VMs have finished (or after refillDelay): booting
+// it would otherwise compete for the CPU with the very job the pool is
+// there to speed up.
 func (p *pool) fill() {
 	defer p.wg.Done()
 	for p.ctx.Err() == nil {
+		if p.inFlight.Load() > 0 {
+			select {
+			case <-p.released:
+			case <-time.After(refillDelay):
+			case <-p.ctx.Done():
+				return
+			}
+		}
 		var v *vm
 		var err error
 		if p.t.cfg.warm == WarmSnapshot {
@@ -70,10 +87,21 @@ func (p *pool) claim(mem int64) *vm {
 				continue
 			default:
 			}
+			v.pool = p
+			p.inFlight.Add(1)
 			return v
 		default:
 			return nil
 		}
+	}
+}
+
+// release records that a claimed VM's job has finished.
+func (p *pool) release() {
+	p.inFlight.Add(-1)
+	select {
+	case p.released <- struct{}{}:
+	default:
 	}
 }
 

@@ -44,6 +44,7 @@ type vm struct {
 	done    chan struct{} // closed when QEMU has exited and been reaped
 	once    sync.Once
 	stopped sync.Once
+	pool    *pool // the pool it was claimed from, if any
 }
 
 // tail keeps the last n bytes written to it.
