@@ -309,10 +309,13 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	return res, err
 }
 
-// discard stops a used VM at once and reaps it and removes its files in the
-// background (a VM's memory takes a while to unmap); Close waits for that.
+// discard kills a used VM and removes its files at once; reaping the VMM
+// (a VM's memory takes a while to unmap) happens in the background, and
+// Close waits for it. A process that exits before then leaves only an
+// already-killed VMM for init to reap.
 func (t *Tier) discard(v *vm) {
 	v.stop()
+	_ = os.RemoveAll(v.dir)
 	if v.pool != nil {
 		v.pool.release()
 	}
