@@ -36,6 +36,7 @@ type engine struct {
 	byHash   map[[32]byte]*list.Element
 	inflight map[[32]byte]*compileCall
 	closed   bool
+	compiles sync.WaitGroup // compiles still running, which close waits for
 }
 
 // compiled is a module compiled once and instantiated per run. refs
@@ -100,20 +101,22 @@ func newEngine(cfg Config) (*engine, error) {
 }
 
 // close releases the runtime and the in-memory cache; the on-disk cache
-// stays.
+// stays. It waits for compiles that callers gave up on: wazero must not
+// compile into a closed runtime.
 func (e *engine) close() error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
+	e.compiles.Wait()
 	ctx := context.Background()
 	err := e.rt.Close(ctx)
 	return errors.Join(err, e.cache.Close(ctx))
 }
 
 // acquire returns the compiled form of mod, compiling it at most once for
-// concurrent callers. The caller must release it. deadline bounds the
-// compile together with the configured compile timeout.
-func (e *engine) acquire(ctx context.Context, mod []byte, deadline time.Duration) (*compiled, error) {
+// concurrent callers, and waiting at most the configured compile timeout.
+// The caller must release it.
+func (e *engine) acquire(ctx context.Context, mod []byte) (*compiled, error) {
 	if int64(len(mod)) > e.cfg.maxModuleBytes {
 		return nil, &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module of %d bytes is above the cap of %d", len(mod), e.cfg.maxModuleBytes)}
 	}
@@ -134,11 +137,12 @@ func (e *engine) acquire(ctx context.Context, mod []byte, deadline time.Duration
 	if !ok {
 		call = &compileCall{done: make(chan struct{})}
 		e.inflight[h] = call
+		e.compiles.Add(1)
 		go e.compile(h, mod, call)
 	}
 	e.mu.Unlock()
 
-	limit := min(e.cfg.compileTimeout, deadline)
+	limit := e.cfg.compileTimeout
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
@@ -167,6 +171,7 @@ func (e *engine) acquire(ctx context.Context, mod []byte, deadline time.Duration
 // compile that takes too long; the compile still finishes (wazero cannot
 // interrupt it) and its result is cached for the next caller.
 func (e *engine) compile(h [32]byte, mod []byte, call *compileCall) {
+	defer e.compiles.Done()
 	defer close(call.done)
 	c, err := e.compileNow(mod)
 	e.mu.Lock()

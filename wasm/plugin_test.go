@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 )
@@ -21,7 +22,7 @@ func greetTool(t testing.TB) []byte {
 
 func newHost(t testing.TB, cfg Config) *Host {
 	t.Helper()
-	h, err := NewHost(cfg)
+	h, err := NewHost(testCache(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,5 +224,36 @@ func TestPluginHTTP(t *testing.T) {
 	}
 	if hits != 1 {
 		t.Fatalf("server saw %d requests, want exactly the granted one", hits)
+	}
+}
+
+// randWAT writes four bytes of random_get and eight of the clock.
+const randWAT = `(module
+  (import "wasi_snapshot_preview1" "random_get" (func $random (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $now (param i32 i64 i32) (result i32)))
+  (import "airlock" "output_write" (func $out (param i32 i32)))
+  (memory 1)
+  (func (export "draw") (result i32)
+    (drop (call $random (i32.const 0) (i32.const 4)))
+    (drop (call $now (i32.const 0) (i64.const 1) (i32.const 4)))
+    (call $out (i32.const 0) (i32.const 12))
+    (i32.const 0)))`
+
+func TestPluginPinnedClockAndSeed(t *testing.T) {
+	h := newHost(t, NewConfig())
+	mod := wat(t, randWAT)
+	draw := func(cfg ToolConfig) string {
+		rep, err := load(t, h, mod, cfg).Call(context.Background(), "draw", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(rep.Output)
+	}
+	pinned := ToolConfig{Clock: time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC), Seed: 9}
+	if a, b := draw(pinned), draw(pinned); a != b {
+		t.Fatalf("pinned calls differ: %x %x", a, b)
+	}
+	if a, b := draw(ToolConfig{}), draw(ToolConfig{}); a == b {
+		t.Fatalf("unpinned calls are identical: %x", a)
 	}
 }

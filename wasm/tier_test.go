@@ -15,9 +15,18 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
+// testCache makes the tests' tiers share compiled machine code on disk, so
+// that each new tier does not compile the 3 MB Go test program again.
+func testCache(cfg Config) Config {
+	if cfg.cacheDir == "" {
+		cfg = cfg.WithCacheDir(filepath.Join(buildDir, "cache"))
+	}
+	return cfg
+}
+
 func newTier(t testing.TB, cfg Config) *Tier {
 	t.Helper()
-	tier, err := New(cfg)
+	tier, err := New(testCache(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
