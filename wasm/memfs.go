@@ -325,6 +325,20 @@ func (f *memFile) Stat() (wsys.Stat_t, sys.Errno) {
 	return f.n.stat(), 0
 }
 
+// usable checks a read or write (allowed says whether the file was opened
+// for it) at offset or size n.
+func (f *memFile) usable(allowed bool, n int64) sys.Errno {
+	switch {
+	case f.n.dir:
+		return sys.EISDIR
+	case !allowed:
+		return sys.EBADF
+	case n < 0:
+		return sys.EINVAL
+	}
+	return 0
+}
+
 func (f *memFile) Read(buf []byte) (int, sys.Errno) {
 	n, errno := f.Pread(buf, f.off)
 	f.off += int64(n)
@@ -332,14 +346,8 @@ func (f *memFile) Read(buf []byte) (int, sys.Errno) {
 }
 
 func (f *memFile) Pread(buf []byte, off int64) (int, sys.Errno) {
-	if f.n.dir {
-		return 0, sys.EISDIR
-	}
-	if !f.read {
-		return 0, sys.EBADF
-	}
-	if off < 0 {
-		return 0, sys.EINVAL
+	if errno := f.usable(f.read, off); errno != 0 {
+		return 0, errno
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
@@ -429,14 +437,8 @@ func (f *memFile) Write(buf []byte) (int, sys.Errno) {
 }
 
 func (f *memFile) Pwrite(buf []byte, off int64) (int, sys.Errno) {
-	if f.n.dir {
-		return 0, sys.EISDIR
-	}
-	if !f.write {
-		return 0, sys.EBADF
-	}
-	if off < 0 {
-		return 0, sys.EINVAL
+	if errno := f.usable(f.write, off); errno != 0 {
+		return 0, errno
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
@@ -453,14 +455,8 @@ func (f *memFile) Pwrite(buf []byte, off int64) (int, sys.Errno) {
 }
 
 func (f *memFile) Truncate(size int64) sys.Errno {
-	if f.n.dir {
-		return sys.EISDIR
-	}
-	if !f.write {
-		return sys.EBADF
-	}
-	if size < 0 {
-		return sys.EINVAL
+	if errno := f.usable(f.write, size); errno != 0 {
+		return errno
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
