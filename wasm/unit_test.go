@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -313,4 +314,18 @@ func TestMemFS(t *testing.T) {
 	if _, errno := m.OpenFile("dir/a.txt", sys.O_CREAT|sys.O_EXCL|sys.O_WRONLY, 0o644); errno != sys.EEXIST {
 		t.Fatalf("O_EXCL on an existing file: %v", errno)
 	}
+}
+
+func TestCacheDirMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o777))
+	if _, err := New(NewConfig().WithCacheDir(dir)); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("world-writable cache accepted: %v", err)
+	}
+	must(t, os.Chmod(dir, 0o700))
+	tier, err := New(NewConfig().WithCacheDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tier.Close()
 }
