@@ -14,6 +14,7 @@ type moduleInfo struct {
 }
 
 const (
+	sectionImport = 2
 	sectionTable  = 4
 	sectionMemory = 5
 )
@@ -49,6 +50,10 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 		body := mod[start:end]
 		section := mod[off:end]
 		switch id {
+		case sectionImport:
+			if err := checkImportKinds(body); err != nil {
+				return nil, info, err
+			}
 		case sectionMemory:
 			lims, err := readLimits(body, false)
 			if err != nil {
@@ -161,6 +166,55 @@ func encodeTables(lims []limits, maxTable uint32) []byte {
 		sec = binary.AppendUvarint(sec, mx)
 	}
 	return sec
+}
+
+// importError names an import airlock cannot satisfy.
+type importError struct{ module, name, kind string }
+
+func (e *importError) Error() string {
+	return fmt.Sprintf("module imports %s %s.%s; airlock provides only functions (define the %s in the module)", e.kind, e.module, e.name, e.kind)
+}
+
+// checkImportKinds refuses imports of tables, memories, globals and tags:
+// airlock's host modules export functions only, so such a module could not
+// link; refusing it here gives a clear compile error.
+func checkImportKinds(b []byte) error {
+	count, n, err := uleb(b)
+	if err != nil || count > uint64(len(b)) {
+		return fmt.Errorf("%w: import section", errMalformed)
+	}
+	b = b[n:]
+	name := func() (string, bool) {
+		l, n, err := uleb(b)
+		if err != nil || l > uint64(len(b)-n) {
+			return "", false
+		}
+		s := string(b[n : n+int(l)])
+		b = b[n+int(l):]
+		return s, true
+	}
+	for range count {
+		mod, ok1 := name()
+		field, ok2 := name()
+		if !ok1 || !ok2 || len(b) == 0 {
+			return fmt.Errorf("%w: import section", errMalformed)
+		}
+		kind := b[0]
+		b = b[1:]
+		if kind != 0x00 {
+			k := map[byte]string{1: "table", 2: "memory", 3: "global", 4: "tag"}[kind]
+			if k == "" {
+				return fmt.Errorf("%w: import %s.%s of unknown kind %#x", errMalformed, mod, field, kind)
+			}
+			return &importError{module: mod, name: field, kind: k}
+		}
+		if _, n, err := uleb(b); err != nil {
+			return fmt.Errorf("%w: import section", errMalformed)
+		} else {
+			b = b[n:]
+		}
+	}
+	return nil
 }
 
 // uleb reads an unsigned LEB128 number of at most 64 bits.

@@ -266,10 +266,6 @@ func checkImports(cm wazero.CompiledModule) error {
 			return &airlock.Denied{Capability: "host-function", Detail: fmt.Sprintf("module imports %s.%s, which airlock does not provide", modName, name)}
 		}
 	}
-	for _, m := range cm.ImportedMemories() {
-		modName, name, _ := m.Import()
-		return &airlock.CodeError{Kind: airlock.ErrCompile, Message: fmt.Sprintf("module imports memory %s.%s; airlock provides none (define the memory in the module)", modName, name)}
-	}
 	return nil
 }
 

@@ -182,9 +182,6 @@ func (e *engine) classify(err error, out *outcome, parent, ctx context.Context, 
 	if i := strings.Index(msg, "\nwasm stack trace:"); i >= 0 {
 		msg = msg[:i]
 	}
-	if strings.Contains(msg, "is not exported in module") || strings.Contains(msg, "import") {
-		return &airlock.CodeError{Kind: airlock.ErrCompile, Message: msg}
-	}
 	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: msg}
 }
 

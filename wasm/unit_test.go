@@ -329,3 +329,23 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 	}
 	_ = tier.Close()
 }
+
+func TestNonFunctionImportsRefused(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	for kind, src := range map[string]string{
+		"global": `(module (import "env" "g" (global i32)) (func (export "_start")))`,
+		"table":  `(module (import "airlock" "t" (table 1 funcref)) (func (export "_start")))`,
+		"memory": `(module (import "env" "memory" (memory 1)) (func (export "_start")))`,
+	} {
+		_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: wat(t, src)})
+		var ce *airlock.CodeError
+		if !errors.As(err, &ce) || ce.Kind != airlock.ErrCompile || !strings.Contains(ce.Message, "imports "+kind) {
+			t.Errorf("%s import: %T %v", kind, err, err)
+		}
+	}
+	_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: wat(t, `(module (func (export "_start") unreachable))`)})
+	var ce *airlock.CodeError
+	if !errors.As(err, &ce) || ce.Kind != airlock.ErrRuntime || !strings.Contains(ce.Message, "unreachable") {
+		t.Fatalf("trap: %T %v", err, err)
+	}
+}
