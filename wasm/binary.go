@@ -208,11 +208,11 @@ func checkImportKinds(b []byte) error {
 			}
 			return &importError{module: mod, name: field, kind: k}
 		}
-		if _, n, err := uleb(b); err != nil {
+		_, n, err := uleb(b) // the function's type index
+		if err != nil {
 			return fmt.Errorf("%w: import section", errMalformed)
-		} else {
-			b = b[n:]
 		}
+		b = b[n:]
 	}
 	return nil
 }
