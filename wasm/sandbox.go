@@ -242,11 +242,11 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 		return nil
 	}
 	if size <= uint64(cap(m.buf)) {
-		m.buf = m.buf[:size]
+		m.buf = m.buf[:size] // never written: linear memory does not shrink
 	} else {
-		nb := make([]byte, size, max(size, min(2*uint64(cap(m.buf)), m.a.limit)))
-		copy(nb, m.buf)
-		m.buf = nb
+		// Let append pick the growth (as wazero's own memory does); the
+		// new bytes, and the spare capacity, are zero.
+		m.buf = append(m.buf, make([]byte, size-uint64(len(m.buf)))...)
 	}
 	m.a.peak = max(m.a.peak, size)
 	return m.buf
