@@ -163,22 +163,6 @@ func TestPluginLimits(t *testing.T) {
 	}
 }
 
-// httpTool calls http_request with its input as the whole request JSON and
-// writes the response JSON to its output.
-const httpToolWAT = `(module
-  (import "airlock" "input_size" (func $isize (result i32)))
-  (import "airlock" "input_read" (func $iread (param i32)))
-  (import "airlock" "http_request" (func $http (param i32 i32) (result i32)))
-  (import "airlock" "result_read" (func $rread (param i32)))
-  (import "airlock" "output_write" (func $out (param i32 i32)))
-  (memory 4)
-  (func (export "req") (result i32) (local $n i32)
-    (call $iread (i32.const 0))
-    (local.set $n (call $http (i32.const 0) (call $isize)))
-    (call $rread (i32.const 65536))
-    (call $out (i32.const 65536) (local.get $n))
-    (i32.const 0)))`
-
 func TestPluginHTTP(t *testing.T) {
 	var hits int
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -195,19 +179,19 @@ func TestPluginHTTP(t *testing.T) {
 
 	// Egress not wired: no HTTPDoer in the config.
 	unwired := newHost(t, NewConfig())
-	tool := load(t, unwired, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}})
+	tool := load(t, unwired, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}})
 	_, err := tool.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "net", "no hosts granted")
-	tool = load(t, unwired, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
+	tool = load(t, unwired, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
 	_, err = tool.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "net", "egress not wired")
 
 	// Wired to a real client on loopback.
 	h := newHost(t, NewConfig().WithHTTP(srv.Client()))
-	notGranted := load(t, h, wat(t, httpToolWAT), ToolConfig{Net: []airlock.NetRule{rule}})
+	notGranted := load(t, h, corpusWAT(t, "http-request"), ToolConfig{Net: []airlock.NetRule{rule}})
 	_, err = notGranted.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "host-function", "http_request was not granted")
-	tool = load(t, h, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
+	tool = load(t, h, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
 	rep, err := tool.Call(ctx, "req", req("GET", local))
 	if err != nil || !strings.Contains(string(rep.Output), `"status":200`) {
 		t.Fatalf("granted GET: %v %s", err, rep.Output)
