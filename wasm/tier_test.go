@@ -16,10 +16,14 @@ import (
 )
 
 // testCache makes the tests' tiers share compiled machine code on disk, so
-// that each new tier does not compile the 3 MB Go test program again.
+// that each new tier does not compile the 3 MB Go test program again, and
+// gives compiles the time a loaded CI machine (or -race) needs.
 func testCache(cfg Config) Config {
 	if cfg.cacheDir == "" {
 		cfg = cfg.WithCacheDir(filepath.Join(buildDir, "cache"))
+	}
+	if cfg.compileTimeout == DefaultCompileTimeout {
+		cfg = cfg.WithCompileTimeout(5 * time.Minute)
 	}
 	return cfg
 }
