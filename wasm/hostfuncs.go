@@ -55,18 +55,19 @@ type stateKey struct{}
 // hostState is one run's view of the host functions: what is granted and
 // the buffers they exchange with the guest.
 type hostState struct {
-	grants  map[string]bool
-	input   []byte
-	output  bytes.Buffer
-	result  []byte
-	logf    func(string)
-	kv      *KV
-	net     []airlock.NetRule
-	http    HTTPDoer
-	respCap int64
-	outs    *outputs
-	toStd   bool  // output_write goes to stdout (tier jobs)
-	err     error // the denial or stop that ended the run
+	grants   map[string]bool
+	input    []byte
+	output   bytes.Buffer
+	result   []byte
+	logf     func(string)
+	kv       *KV
+	net      []airlock.NetRule
+	http     HTTPDoer
+	respCap  int64 // caps the output, a response and the log, each
+	logBytes int64
+	outs     *outputs
+	toStd    bool  // output_write goes to stdout (tier jobs)
+	err      error // the denial or stop that ended the run
 }
 
 // fail records err as the reason the run ended and unwinds the guest.
@@ -143,6 +144,10 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 		s.need(FuncLog, "log")
 		msg := string(s.read(mod, uint32(st[0]), uint32(st[1]), "log"))
 		if s.logf != nil {
+			// The host's log is bounded like the output.
+			if s.logBytes += int64(len(msg)); s.logBytes > s.respCap {
+				s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("log above %d bytes", s.respCap)})
+			}
 			s.logf(msg)
 			return
 		}

@@ -126,11 +126,7 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	var logs []string
 	logf := t.cfg.Log
 	if logf == nil {
-		logf = func(m string) {
-			if len(logs) < 1000 {
-				logs = append(logs, m)
-			}
-		}
+		logf = func(m string) { logs = append(logs, m) }
 	}
 	host := &hostState{grants: grants, input: input, logf: logf, kv: kv, net: t.cfg.Net, http: t.h.e.cfg.http, respCap: t.limits.OutputBytes}
 	clock, seed := t.cfg.Clock, t.cfg.Seed

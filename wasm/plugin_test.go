@@ -241,3 +241,24 @@ func TestPluginPinnedClockAndSeed(t *testing.T) {
 		t.Fatalf("unpinned calls are identical: %x", a)
 	}
 }
+
+// logFloodWAT logs 1 KiB forever.
+const logFloodWAT = `(module
+  (import "airlock" "log" (func $log (param i32 i32)))
+  (memory 1)
+  (func (export "flood") (result i32)
+    (loop $l (call $log (i32.const 0) (i32.const 1024)) (br $l))
+    (i32.const 0)))`
+
+func TestPluginLogIsCapped(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, logFloodWAT), ToolConfig{Functions: []string{FuncLog}, Limits: airlock.Limits{OutputBytes: 64 << 10}})
+	rep, err := tool.Call(context.Background(), "flood", nil)
+	var st *airlock.Stopped
+	if !errors.As(err, &st) || st.Reason != airlock.StopOutput {
+		t.Fatalf("log flood: %T %v", err, err)
+	}
+	if n := len(rep.Log); n > 64 {
+		t.Fatalf("%d KiB of log kept under a 64 KiB cap", n)
+	}
+}

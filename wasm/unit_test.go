@@ -3,6 +3,7 @@ package wasm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -246,7 +247,7 @@ func FuzzInspect(f *testing.F) {
 }
 
 func TestMemFS(t *testing.T) {
-	m := newMemFS(100, 0)
+	m := newMemFS(1100, 0)
 	must(t, m.put("dir/a.txt", []byte("hello")))
 	if errno := m.Mkdir("dir/sub", 0o755); errno != 0 {
 		t.Fatal(errno)
@@ -265,7 +266,8 @@ func TestMemFS(t *testing.T) {
 	if n, _ := f.Read(buf); string(buf[:n]) != "234" {
 		t.Fatalf("read %q", buf[:n])
 	}
-	// The size cap: 5 + 10 bytes used; 100 more do not fit.
+	// The size cap: 3 nodes, their names and 15 bytes of contents are
+	// charged against 1100; 100 more bytes do not fit.
 	if _, errno := f.Write(make([]byte, 100)); errno != errNoSpace {
 		t.Fatalf("write past the cap: %v", errno)
 	}
@@ -293,8 +295,17 @@ func TestMemFS(t *testing.T) {
 	if errno := m.Unlink("dir/c"); errno != 0 {
 		t.Fatal(errno)
 	}
-	if m.used != 5 {
-		t.Fatalf("used %d after unlink, want 5", m.used)
+	if want := int64(3*nodeCost + len("dir") + len("a.txt") + len("sub") + 5); m.used != want {
+		t.Fatalf("used %d after unlink, want %d", m.used, want)
+	}
+	// Empty files are charged too: creating them runs out.
+	full := false
+	for i := 0; i < 10 && !full; i++ {
+		_, errno := m.OpenFile(fmt.Sprintf("empty-%d", i), sys.O_CREAT|sys.O_WRONLY, 0o644)
+		full = errno == errNoSpace
+	}
+	if !full {
+		t.Fatal("ten empty files fit in what remains of 1100 bytes")
 	}
 	// No way out and no links.
 	for _, p := range []string{"../x", "dir/../../x", "/../x"} {
