@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -247,8 +248,12 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	for k, v := range r.Headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := s.http.Do(req)
+	resp, err := checkRedirects(s.http, s.net).Do(req)
 	if err != nil {
+		var d *airlock.Denied
+		if errors.As(err, &d) {
+			s.fail(d)
+		}
 		s.fail(&airlock.Denied{Capability: "net", Detail: fmt.Sprintf("%s: %v", what, err)})
 	}
 	defer resp.Body.Close()
@@ -265,6 +270,31 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	}
 	j, _ := json.Marshal(out)
 	return j
+}
+
+// checkRedirects makes an *http.Client check every redirect hop against
+// the grants too (other HTTPDoers, such as the egress proxy's client, check
+// hops themselves).
+func checkRedirects(d HTTPDoer, rules []airlock.NetRule) HTTPDoer {
+	c, ok := d.(*http.Client)
+	if !ok {
+		return d
+	}
+	cc := *c
+	next := c.CheckRedirect
+	cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if !allowed(rules, req.Method, req.URL) {
+			return &airlock.Denied{Capability: "net", Detail: "redirect not granted: " + req.Method + " " + req.URL.String()}
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &cc
 }
 
 // allowed reports whether a rule grants method on u's host and port.

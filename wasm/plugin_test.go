@@ -167,6 +167,12 @@ func TestPluginHTTP(t *testing.T) {
 	var hits int
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits++
+		if r.URL.Path == "/redirect" {
+			// A granted host sending the client elsewhere (here, to
+			// the same server by IP literal, which no grant matches).
+			http.Redirect(w, r, r.URL.Query().Get("to")+"/x", http.StatusFound)
+			return
+		}
 		fmt.Fprintf(w, "%s %s", r.Method, r.URL.Path)
 	}))
 	defer srv.Close()
@@ -209,6 +215,12 @@ func TestPluginHTTP(t *testing.T) {
 	if hits != 1 {
 		t.Fatalf("server saw %d requests, want exactly the granted one", hits)
 	}
+	// A redirect to a host that is not granted is refused, not followed.
+	_, err = tool.Call(ctx, "req", req("GET", "http://localhost:"+u.Port()+"/redirect?to="+url.QueryEscape(srv.URL)))
+	if hits != 2 {
+		t.Fatalf("server saw %d requests after the redirect, want 2", hits)
+	}
+	wantDenied(t, err, "net", "redirect not granted: GET "+srv.URL+"/x")
 }
 
 // randWAT writes four bytes of random_get and eight of the clock.
