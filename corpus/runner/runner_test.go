@@ -8,16 +8,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
 	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
 	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/wasm"
 )
 
 // factories are the real tiers plus the weakened ones; the re-executed
 // test binary builds its tier from the same list.
 func factories() []setup.Factory {
-	return append(setup.Factories(), runnertest.Factories()...)
+	fs := append(setup.Factories(), runnertest.Factories()...)
+	if !slices.ContainsFunc(fs, func(f setup.Factory) bool { return f.Name == wasm.Name }) {
+		fs = append(fs, setup.Factory{Name: wasm.Name, Order: 30, New: func(setup.Options) (airlock.Tier, error) {
+			// Children share a compilation cache, so the Go guest module is
+			// compiled once rather than once per child.
+			return wasm.New(wasm.NewConfig().WithCacheDir(os.Getenv("AIRLOCK_TEST_WASM_CACHE")))
+		}})
+	}
+	return fs
 }
 
 func TestMain(m *testing.M) {
@@ -189,6 +200,43 @@ func TestLoadsEveryArea(t *testing.T) {
 	for _, a := range corpus.Areas() {
 		if !areas[a] {
 			t.Errorf("area %s has no cases", a)
+		}
+	}
+}
+
+// WASM cases get their modules from the source tree (wat2wasm for the WAT
+// ones, the Go toolchain for the guest program) and run in children like
+// the rest, the granted directory and canaries included.
+func TestWasmCases(t *testing.T) {
+	root := runner.FindSource()
+	if root == "" {
+		t.Skip("no source tree above the test's directory")
+	}
+	if _, err := tools.Find("wat2wasm"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	mods, cleanup, err := runner.SourceModules(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	t.Setenv("AIRLOCK_TEST_WASM_CACHE", t.TempDir())
+	// One case first, alone: it fills the compilation cache.
+	c := config().WithTiers(wasm.Name).WithModules(mods)
+	if rep := run(t, c.WithCaseIDs("wasm/hello").WithParallel(1)); rep.Failed() {
+		t.Fatalf("wasm/hello: %+v", rep.Verdicts)
+	}
+	ids := []string{"wasm/spin-function", "wasm/env-dump", "wasm/symlink-absolute", "wasm/hello", "wasm/read-grant"}
+	rep := run(t, c.WithCaseIDs(ids...))
+	if rep.Failed() {
+		t.Fatalf("escapes or blocked benign cases: %+v", rep.Counts)
+	}
+	for _, id := range ids {
+		if v := verdict(t, rep, id, wasm.Name); v.Result == runner.SkippedCase {
+			t.Errorf("%s skipped: %s", id, v.Detail)
 		}
 	}
 }
