@@ -31,6 +31,7 @@ type Config struct {
 	tiers      []string
 	progress   func(Progress)
 	setup      setup.Options
+	notes      []string
 }
 
 // NewConfig returns the defaults: at most 10000 runs and about two seconds
@@ -56,6 +57,13 @@ func (c Config) WithTiers(names ...string) Config { c.tiers = slices.Clone(names
 
 // WithProgress sets a function called before and after each measurement.
 func (c Config) WithProgress(f func(Progress)) Config { c.progress = f; return c }
+
+// WithNotes adds notes to the report (where the run was made, what else
+// the machine was doing).
+func (c Config) WithNotes(notes ...string) Config {
+	c.notes = append(slices.Clone(c.notes), notes...)
+	return c
+}
 
 // WithSetup sets the options tiers are built with.
 func (c Config) WithSetup(o setup.Options) Config { c.setup = o; return c }
@@ -163,6 +171,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		Schema: Schema, Started: time.Now().UTC(), Machine: machine(),
 		Settings: Settings{Iterations: c.iterations, BudgetMS: c.budget.Milliseconds(), TimeoutMS: c.timeout.Milliseconds(), Tiers: c.tiers},
 	}
+	rep.Notes = slices.Clone(c.notes)
 	if rep.Machine.Load1 > float64(rep.Machine.Cores) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the machine was busy (load %.1f on %d cores): absolute figures are noisy, ratios less so", rep.Machine.Load1, rep.Machine.Cores))
 	}

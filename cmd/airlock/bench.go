@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "bench",
 		summary: "measure each tier's start-up latency, cold and warm, beside the raw engines underneath",
-		usage:   "bench [--tiers a,b] [--iterations N] [--budget D] [--timeout D] [--json] [--out DIR] [--compare OLD.json]",
+		usage:   "bench [--tiers a,b] [--iterations N] [--budget D] [--timeout D] [--json] [--out DIR] [--compare OLD.json] [--note TEXT]",
 		run:     benchCmd,
 	})
 }
@@ -33,13 +33,10 @@ func benchCmd(ctx context.Context, e *env) int {
 	jsonMode := fs.Bool("json", false, "write the JSON report to stdout instead of the table")
 	out := fs.String("out", "", "write report.json, chart.svg and chart.png into this directory")
 	compare := fs.String("compare", "", "print the change against an earlier report.json")
-	pos, _, code, ok := e.parse(fs)
-	if !ok {
+	var notes noteList
+	fs.Var(&notes, "note", "a note to record in the report (repeatable)")
+	if code, ok := e.parseFlagsOnly(fs); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(e.stderr, "airlock bench: unexpected argument %q\n", pos[0])
-		return exitUsage
 	}
 	var old *bench.Report
 	if *compare != "" {
@@ -49,7 +46,7 @@ func benchCmd(ctx context.Context, e *env) int {
 			return exitUsage
 		}
 	}
-	cfg := def.WithIterations(*iterations).WithBudget(*budget).WithTimeout(*timeout).WithProgress(progress(e.stderr))
+	cfg := def.WithNotes(notes...).WithIterations(*iterations).WithBudget(*budget).WithTimeout(*timeout).WithProgress(progress(e.stderr))
 	if *tiers != "" {
 		cfg = cfg.WithTiers(strings.Split(*tiers, ",")...)
 	}
@@ -132,3 +129,9 @@ func progress(w io.Writer) func(bench.Progress) {
 		}
 	}
 }
+
+// noteList collects repeated --note flags.
+type noteList []string
+
+func (n *noteList) String() string     { return strings.Join(*n, "; ") }
+func (n *noteList) Set(s string) error { *n = append(*n, s); return nil }

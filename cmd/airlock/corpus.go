@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 
@@ -40,13 +41,8 @@ func corpusWith(ctx context.Context, e *env, factories []setup.Factory) int {
 	parallel := fs.Int("parallel", 2, "children at once")
 	jsonMode := fs.Bool("json", false, "write the JSON report to stdout instead of the table")
 	verbose := fs.Bool("verbose", false, "list every verdict, not only escapes and blocked benign cases")
-	pos, _, code, ok := e.parse(fs)
-	if !ok {
+	if code, ok := e.parseFlagsOnly(fs); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(e.stderr, "airlock corpus: unexpected argument %q\n", pos[0])
-		return exitUsage
 	}
 	cfg := runner.NewConfig("corpus").WithFactories(factories...).WithTimeout(*timeout).WithMemoryMB(*memory).WithParallel(*parallel)
 	if *tiers != "" {
@@ -88,4 +84,18 @@ func corpusWith(ctx context.Context, e *env, factories []setup.Factory) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// parseFlagsOnly parses flags for a subcommand that takes no positional
+// arguments; ok=false carries the exit code to use.
+func (e *env) parseFlagsOnly(fs *flag.FlagSet) (code int, ok bool) {
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code, false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", fs.Name(), pos[0])
+		return exitUsage, false
+	}
+	return 0, true
 }
