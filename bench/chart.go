@@ -38,15 +38,15 @@ func (r *Report) SaveChart(path string) error {
 		return fmt.Errorf("nothing to chart: no target was measured")
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("airlock start-up latency (%s, %d cores, KVM %v)", short(r.Machine.CPU), r.Machine.Cores, r.Machine.KVM)
-	p.Y.Label.Text = "latency per run, median (whiskers: min to p95)"
+	p.Title.Text = fmt.Sprintf("airlock start-up latency, circles cold, triangles warm (%s, %d cores, KVM %v)", short(r.Machine.CPU), r.Machine.Cores, r.Machine.KVM)
+	p.Y.Label.Text = "median per run (bars: min to p95)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = durTicks{}
 	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
 	p.X.Tick.Label.Rotation = math.Pi / 4
 	p.X.Tick.Label.XAlign = draw.XRight
 	p.X.Tick.Label.YAlign = draw.YCenter
-	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
 	modes := []struct {
 		mode   string
@@ -80,10 +80,9 @@ func (r *Report) SaveChart(path string) error {
 		}
 		e.LineStyle.Color = m.color
 		p.Add(e, s)
-		p.Legend.Add(m.mode, s)
 	}
 	width := vg.Length(max(6, 0.6*float64(len(names)))) * vg.Inch
-	if err := p.Save(width, 4.5*vg.Inch, path); err != nil {
+	if err := p.Save(width, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 	}
 	return nil

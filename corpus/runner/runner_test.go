@@ -24,8 +24,9 @@ func factories() []setup.Factory {
 	if !slices.ContainsFunc(fs, func(f setup.Factory) bool { return f.Name == wasm.Name }) {
 		fs = append(fs, setup.Factory{Name: wasm.Name, Order: 30, New: func(setup.Options) (airlock.Tier, error) {
 			// Children share a compilation cache, so the Go guest module is
-			// compiled once rather than once per child.
-			return wasm.New(wasm.NewConfig().WithCacheDir(os.Getenv("AIRLOCK_TEST_WASM_CACHE")))
+			// compiled once rather than once per child; that once may take
+			// long on a busy machine, and compile speed is not under test.
+			return wasm.New(wasm.NewConfig().WithCacheDir(os.Getenv("AIRLOCK_TEST_WASM_CACHE")).WithCompileTimeout(2 * time.Minute))
 		}})
 	}
 	return fs
