@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
@@ -221,5 +222,51 @@ func BenchmarkStartup(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// envTier returns 2 only when it was built with AIRLOCK_BENCH_TEST_WARM set.
+type envTier struct{ warm bool }
+
+func (envTier) Name() string             { return "bench-test-warm" }
+func (envTier) Level() airlock.Level     { return airlock.LevelInterpreter }
+func (envTier) Admit(*airlock.Job) error { return nil }
+func (t envTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	if !t.warm {
+		return airlock.Result{Value: 0}, nil
+	}
+	return airlock.Result{Value: 2}, nil
+}
+
+// A registered warm setup is applied while the warm instance is built, and
+// undone afterwards; cold runs use the default build.
+func TestRegisterWarm(t *testing.T) {
+	const name = "AIRLOCK_BENCH_TEST_WARM"
+	RegisterWarm("bench-test-warm", withEnv(map[string]string{name: "1"}))
+	f := setup.Factory{Name: "bench-test-warm", New: func(setup.Options) (airlock.Tier, error) {
+		_, warm := os.LookupEnv(name)
+		return envTier{warm: warm}, nil
+	}}
+	shared, _ := f.New(setup.Options{})
+	target := tierTarget(f, setup.Options{}, shared, airlock.KindExpr)
+	ctx := context.Background()
+	run, done, err := target.Warm(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	if err := run(ctx); err != nil {
+		t.Fatalf("warm run on a tier built without the warm setting: %v", err)
+	}
+	if _, set := os.LookupEnv(name); set {
+		t.Fatal("the warm setting was not undone")
+	}
+	cold, doneCold, err := target.Cold(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer doneCold()
+	if err := cold(ctx); err == nil {
+		t.Fatal("the cold build had the warm setting")
 	}
 }
