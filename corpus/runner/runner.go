@@ -245,7 +245,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 	rep.Verdicts = verdicts
 	rep.Counts = count(tiers, verdicts, cases)
-	rep.Uncovered = uncovered()
+	rep.Uncovered = append(idle(cases, verdicts), uncovered()...)
 	rep.Seconds = float64(time.Since(rep.Started).Milliseconds()) / 1000
 	return rep, nil
 }
@@ -480,6 +480,22 @@ func count(tiers []probed, vs []Verdict, cases []corpus.Case) []Count {
 			if seen {
 				out = append(out, n)
 			}
+		}
+	}
+	return out
+}
+
+// idle lists the areas none of whose cases ran on any tier here.
+func idle(cases []corpus.Case, vs []Verdict) []Uncovered {
+	ran := map[string]bool{}
+	for _, v := range vs {
+		ran[v.Area] = true
+	}
+	var out []Uncovered
+	for _, k := range cases {
+		if !ran[k.Area] {
+			ran[k.Area] = true
+			out = append(out, Uncovered{Area: k.Area, Why: "no selected tier runs its cases (none registered admits their kind, or the cases name other tiers)"})
 		}
 	}
 	return out

@@ -89,6 +89,14 @@ func TestUnhardenedExprCrashIsAnEscape(t *testing.T) {
 	}
 }
 
+// An area no selected tier runs is listed as not covered.
+func TestIdleArea(t *testing.T) {
+	rep := run(t, config().WithTiers("expr").WithCaseIDs("expr/arith", "starlark/load-canary-file"))
+	if len(rep.Uncovered) == 0 || rep.Uncovered[0].Area != "starlark" {
+		t.Fatalf("not covered: %+v", rep.Uncovered)
+	}
+}
+
 // Each canary is caught on a tier that hands the host to the code, and
 // none is reached through the real expression tier.
 func TestCanariesCatchLeaks(t *testing.T) {
