@@ -1,0 +1,180 @@
+package runner
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// CanaryEnv is the variable planted in the runner's environment (and so in
+// every child's): its value is a secret no case may reveal.
+const CanaryEnv = "AIRLOCK_CANARY"
+
+// canaries are the traps planted for one run: a secret in the environment,
+// a secret file, and an HTTP sink and a DNS resolver on loopback that count
+// the hits carrying each case's token.
+type canaries struct {
+	dir        string
+	file       string
+	envSecret  string
+	fileSecret string
+
+	http *http.Server
+	url  string
+	dns  *dns.Server
+	dnsA string
+
+	mu   sync.Mutex
+	hits map[string][]string // token -> what reached a sink
+	undo func()
+}
+
+func secret(prefix string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func plant() (_ *canaries, err error) {
+	c := &canaries{hits: map[string][]string{}, envSecret: secret("canary-env-"), fileSecret: secret("canary-file-")}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	if c.dir, err = os.MkdirTemp("", "airlock-corpus-"); err != nil {
+		return nil, err
+	}
+	c.file = filepath.Join(c.dir, "secret")
+	if err = os.WriteFile(c.file, []byte(c.fileSecret), 0o600); err != nil {
+		return nil, err
+	}
+	old, had := os.LookupEnv(CanaryEnv)
+	if err = os.Setenv(CanaryEnv, c.envSecret); err != nil {
+		return nil, err
+	}
+	c.undo = func() {
+		if had {
+			_ = os.Setenv(CanaryEnv, old)
+		} else {
+			_ = os.Unsetenv(CanaryEnv)
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	c.url = "http://" + ln.Addr().String()
+	c.http = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		c.hit(token, fmt.Sprintf("HTTP %s %s from %s", r.Method, r.URL.Path, r.RemoteAddr))
+		http.Error(w, "sink", http.StatusTeapot)
+	})}
+	go func() { _ = c.http.Serve(ln) }()
+
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	c.dnsA = pc.LocalAddr().String()
+	c.dns = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		for _, qq := range q.Question {
+			token, _, _ := strings.Cut(strings.TrimSuffix(qq.Name, "."), ".")
+			c.hit(token, fmt.Sprintf("DNS %s %s", dns.TypeToString[qq.Qtype], qq.Name))
+		}
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeNameError)
+		_ = w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	c.dns.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = c.dns.ActivateAndServe() }()
+	<-started
+	return c, nil
+}
+
+func (c *canaries) hit(token, what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hits[token] = append(c.hits[token], what)
+}
+
+// taken returns what reached the sinks with a token.
+func (c *canaries) taken(token string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits[token]
+}
+
+// vars are the substitutions a case with the given token sees.
+func (c *canaries) vars(token string) map[string]string {
+	return map[string]string{
+		"CANARY_FILE": c.file,
+		"CANARY_ENV":  CanaryEnv,
+		"CANARY_URL":  c.url + "/" + token,
+		"CANARY_HOST": token + ".canary.airlock.test",
+		"CANARY_DNS":  c.dnsA,
+		"GRANT_DIR":   filepath.Join(c.dir, "granted"),
+	}
+}
+
+// secrets are the values whose presence in a result is an escape.
+func (c *canaries) secrets() []string { return []string{c.envSecret, c.fileSecret} }
+
+// leaked says which canaries' secrets a result holds.
+func (c *canaries) leaked(res airlock.Result) []string {
+	all := fmt.Sprint(res.Value) + "\x00" + res.Stdout + "\x00" + res.Stderr
+	if res.Error != nil {
+		all += "\x00" + res.Error.Message
+	}
+	if res.Stopped != nil {
+		all += "\x00" + res.Stopped.Detail
+	}
+	var out []string
+	for name, s := range map[string]string{"environment variable " + CanaryEnv: c.envSecret, "file " + c.file: c.fileSecret} {
+		if strings.Contains(all, s) {
+			out = append(out, fmt.Sprintf("the result holds the secret of the %s (%s…)", name, s[:len(s)-16]))
+		}
+	}
+	return out
+}
+
+// grantDir builds the directory cases may be granted: a file, and symlinks
+// pointing out of it at the secret.
+func (c *canaries) grantDir() error {
+	g := filepath.Join(c.dir, "granted")
+	return errors.Join(
+		os.Mkdir(g, 0o755),
+		os.WriteFile(filepath.Join(g, "ok.txt"), []byte("granted\n"), 0o644),
+		os.Symlink("../secret", filepath.Join(g, "rel-escape")),
+		os.Symlink(c.file, filepath.Join(g, "abs-escape")),
+	)
+}
+
+func (c *canaries) close() {
+	if c.http != nil {
+		_ = c.http.Close()
+	}
+	if c.dns != nil {
+		_ = c.dns.Shutdown()
+	}
+	if c.undo != nil {
+		c.undo()
+	}
+	if c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+	}
+}
