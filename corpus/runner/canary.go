@@ -2,12 +2,14 @@ package runner
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -36,6 +38,15 @@ type canaries struct {
 	dns  *dns.Server
 	dnsA string
 
+	// A world-connectable host Unix socket and an abstract one, each
+	// answering with a secret; and, when the Go toolchain is here, a
+	// static binary for the benign "static Go binary" case.
+	sockSecret string
+	sockPath   string
+	abstract   string
+	sockets    []net.Listener
+	staticB64  string
+
 	mu   sync.Mutex
 	hits map[string][]string // token -> what reached a sink
 	undo func()
@@ -55,6 +66,11 @@ func plant() (_ *canaries, err error) {
 		}
 	}()
 	if c.dir, err = os.MkdirTemp("", "airlock-corpus-"); err != nil {
+		return nil, err
+	}
+	// Traversable (not listable), so a sandbox could reach the socket
+	// below if its boundary failed; the secret file itself stays 0600.
+	if err = os.Chmod(c.dir, 0o711); err != nil {
 		return nil, err
 	}
 	c.file = filepath.Join(c.dir, "secret")
@@ -103,7 +119,69 @@ func plant() (_ *canaries, err error) {
 	c.dns.NotifyStartedFunc = func() { close(started) }
 	go func() { _ = c.dns.ActivateAndServe() }()
 	<-started
+	if err = c.plantSockets(); err != nil {
+		return nil, err
+	}
+	c.staticB64 = staticBinary()
 	return c, nil
+}
+
+func (c *canaries) plantSockets() error {
+	c.sockSecret = secret("canary-socket-")
+	dir := filepath.Join(c.dir, "sock")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	c.sockPath = filepath.Join(dir, "host.sock")
+	c.abstract = secret("airlock-canary-")
+	for _, addr := range []string{c.sockPath, "@" + c.abstract} {
+		ln, err := net.Listen("unix", addr)
+		if err != nil {
+			return err
+		}
+		c.sockets = append(c.sockets, ln)
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = conn.Write([]byte(c.sockSecret))
+				_ = conn.Close()
+			}
+		}()
+	}
+	return os.Chmod(c.sockPath, 0o777)
+}
+
+// staticBinary builds a small static Go program, base64-encoded, or
+// returns "" when there is no Go toolchain (the case is then skipped).
+func staticBinary() string {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return ""
+	}
+	dir, err := os.MkdirTemp("", "airlock-static-")
+	if err != nil {
+		return ""
+	}
+	defer os.RemoveAll(dir)
+	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from a static Go binary\") }\n"
+	if os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644) != nil ||
+		os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644) != nil {
+		return ""
+	}
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", "hello", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if cmd.Run() != nil {
+		return ""
+	}
+	bin, err := os.ReadFile(filepath.Join(dir, "hello"))
+	if err != nil {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString(bin)
 }
 
 func (c *canaries) hit(token, what string) {
@@ -121,18 +199,25 @@ func (c *canaries) taken(token string) []string {
 
 // vars are the substitutions a case with the given token sees.
 func (c *canaries) vars(token string) map[string]string {
-	return map[string]string{
+	v := map[string]string{
 		"CANARY_FILE": c.file,
 		"CANARY_ENV":  CanaryEnv,
 		"CANARY_URL":  c.url + "/" + token,
 		"CANARY_HOST": token + ".canary.airlock.test",
 		"CANARY_DNS":  c.dnsA,
 		"GRANT_DIR":   filepath.Join(c.dir, "granted"),
+		"HOST_SOCKET": c.sockPath,
+		// The abstract socket's name, without the leading NUL.
+		"HOST_ABSTRACT": c.abstract,
 	}
+	if c.staticB64 != "" {
+		v["STATIC_BINARY_B64"] = c.staticB64
+	}
+	return v
 }
 
 // secrets are the values whose presence in a result is an escape.
-func (c *canaries) secrets() []string { return []string{c.envSecret, c.fileSecret} }
+func (c *canaries) secrets() []string { return []string{c.envSecret, c.fileSecret, c.sockSecret} }
 
 // leaked says which canaries' secrets a result holds.
 func (c *canaries) leaked(res airlock.Result) []string {
@@ -144,7 +229,7 @@ func (c *canaries) leaked(res airlock.Result) []string {
 		all += "\x00" + res.Stopped.Detail
 	}
 	var out []string
-	for name, s := range map[string]string{"environment variable " + CanaryEnv: c.envSecret, "file " + c.file: c.fileSecret} {
+	for name, s := range map[string]string{"environment variable " + CanaryEnv: c.envSecret, "file " + c.file: c.fileSecret, "host socket " + c.sockPath: c.sockSecret} {
 		if strings.Contains(all, s) {
 			out = append(out, fmt.Sprintf("the result holds the secret of the %s (%s…)", name, s[:len(s)-16]))
 		}
@@ -165,6 +250,9 @@ func (c *canaries) grantDir() error {
 }
 
 func (c *canaries) close() {
+	for _, ln := range c.sockets {
+		_ = ln.Close()
+	}
 	if c.http != nil {
 		_ = c.http.Close()
 	}

@@ -188,7 +188,7 @@ func canaries(t *testing.T) (vars map[string]string, secrets []string, contacted
 		"CANARY_ENV":           "AIRLOCK_CANARY_ENV",
 		"CANARY_URL":           sink.URL,
 		"HOST_SOCKET":          sock,
-		"HOST_ABSTRACT_SOCKET": abstract,
+		"HOST_ABSTRACT": abstract,
 	}
 	secrets = []string{secret, envSecret, release}
 	contacted = func() string {
