@@ -49,6 +49,7 @@ func TestBadInputNamesTheField(t *testing.T) {
 	}{
 		{"malformed JSON", "/v1/run", `{"kind":"expr",`, 400, "truncated"},
 		{"unknown field", "/v1/run", `{"kind":"expr","code":"1","colour":"red"}`, 400, "colour"},
+		{"tenant in the job", "/v1/run", `{"kind":"expr","code":"1","tenant":"b"}`, 400, "tenant: unknown field"},
 		{"wrong type", "/v1/run", `{"kind":"expr","code":1}`, 400, "code"},
 		{"unknown kind", "/v1/run", `{"kind":"shell","code":"1"}`, 400, "kind"},
 		{"limit above tenant max", "/v1/run", `{"kind":"expr","code":"1","limits":{"wall_ms":6000}}`, 400, "limits.wall_ms"},
