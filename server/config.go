@@ -44,6 +44,9 @@ type Config struct {
 	// QueueWait is how long a run waits for a free slot of its tenant
 	// before it is refused with 429 (default 1s).
 	QueueWait Duration `json:"queue_wait,omitempty"`
+	// OutputHosts are the hosts links and images in MCP tool output may
+	// point to; every other URL is neutralised by the output sanitiser.
+	OutputHosts []string `json:"output_hosts,omitempty"`
 	// Tenants are the API's clients.
 	Tenants []Tenant `json:"tenants"`
 }

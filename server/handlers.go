@@ -39,6 +39,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/audit", s.handleAudit)
 	m.HandleFunc("GET /healthz", s.handleHealth)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
+	m.Handle("/mcp", s.MCPHandler())
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
 	})

@@ -55,6 +55,7 @@ type Server struct {
 	audit     *auditor
 	auditFile *os.File
 	metrics   metrics
+	mcp       mcpServers
 	mux       *http.ServeMux
 
 	base     context.Context
