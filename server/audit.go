@@ -103,23 +103,45 @@ type auditor struct {
 	w      io.Writer
 	buf    bytes.Buffer
 	err    error
-	recent map[string][]Record
+	recent map[string]*ring
 	keep   int
 }
 
+// ring keeps a tenant's latest records without copying on each add.
+type ring struct {
+	recs []Record
+	next int
+}
+
+func (r *ring) add(rec Record, keep int) {
+	if len(r.recs) < keep {
+		r.recs = append(r.recs, rec)
+		return
+	}
+	r.recs[r.next] = rec
+	r.next = (r.next + 1) % keep
+}
+
+func (r *ring) list() []Record {
+	if r == nil {
+		return nil
+	}
+	return append(append([]Record(nil), r.recs[r.next:]...), r.recs[:r.next]...)
+}
+
 func newAuditor(w io.Writer) *auditor {
-	return &auditor{w: w, recent: map[string][]Record{}, keep: 256}
+	return &auditor{w: w, recent: map[string]*ring{}, keep: 256}
 }
 
 func (a *auditor) add(r Record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	list := a.recent[r.Tenant]
-	if len(list) >= a.keep {
-		copy(list, list[1:])
-		list = list[:len(list)-1]
+	rg := a.recent[r.Tenant]
+	if rg == nil {
+		rg = &ring{}
+		a.recent[r.Tenant] = rg
 	}
-	a.recent[r.Tenant] = append(list, r)
+	rg.add(r, a.keep)
 	if a.w == nil {
 		return
 	}
@@ -146,7 +168,7 @@ func (a *auditor) failed() error {
 func (a *auditor) list(tenant string) []Record {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]Record(nil), a.recent[tenant]...)
+	return a.recent[tenant].list()
 }
 
 // ParseRecord reads one audit line.

@@ -25,3 +25,19 @@ func TestRecordRedactsSecrets(t *testing.T) {
 		t.Error("redaction changed the job that runs")
 	}
 }
+
+func TestAuditRingKeepsTheLatestInOrder(t *testing.T) {
+	a := newAuditor(nil)
+	a.keep = 3
+	for i := range 5 {
+		a.add(Record{Tenant: "a", Seed: uint64(i)})
+	}
+	a.add(Record{Tenant: "b", Seed: 9})
+	got := a.list("a")
+	if len(got) != 3 || got[0].Seed != 2 || got[1].Seed != 3 || got[2].Seed != 4 {
+		t.Errorf("ring: %+v", got)
+	}
+	if len(a.list("b")) != 1 || len(a.list("c")) != 0 {
+		t.Error("records leak between tenants")
+	}
+}
