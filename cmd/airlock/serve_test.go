@@ -285,3 +285,24 @@ func TestReplayCommand(t *testing.T) {
 		t.Errorf("replay of a whole trail: %d %s", code, errOut)
 	}
 }
+
+// The sample configuration the README links to starts, and its demo key
+// runs an expression.
+func TestSampleConfig(t *testing.T) {
+	cfg, err := server.LoadConfig(filepath.Join("..", "..", "examples", "serve.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(cfg, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	req := httptest.NewRequest("POST", "/v1/run", strings.NewReader(`{"kind":"expr","code":"1 + 2"}`))
+	req.Header.Set("Authorization", "Bearer ak_demo-tenant-key-replace-me-0000000000000")
+	w := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(w, req)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"value":3`) {
+		t.Errorf("sample config: %d %s", w.Code, w.Body)
+	}
+}
