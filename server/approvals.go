@@ -49,29 +49,12 @@ func (s *Server) approvalTTL() time.Duration {
 // run (limits resolved for the tenant, tier chosen by the router) and
 // keeps it for an approver to see.
 func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
-	t := s.tenant(w, r)
-	if t == nil {
+	t, job, ok := s.tenantJob(w, r, false)
+	if !ok {
 		return
 	}
-	job, err := decodeJob(w, r)
+	tier, err := t.route(s, &job)
 	if err != nil {
-		s.refuseErr(w, err)
-		return
-	}
-	if err := airlock.Validate(&job); err != nil {
-		s.refuseErr(w, err)
-		return
-	}
-	if err := t.admit(&job); err != nil {
-		s.refuseErr(w, err)
-		return
-	}
-	tier, err := s.router.Route(&job)
-	if err != nil {
-		s.refuseErr(w, err)
-		return
-	}
-	if err := t.allowTier(tier.Name()); err != nil {
 		s.refuseErr(w, err)
 		return
 	}

@@ -127,6 +127,17 @@ func TestApprovalBoundToTheExactJob(t *testing.T) {
 	if approved != 2 {
 		t.Errorf("%d audited approved runs, want 2", approved)
 	}
+	// So is every refused attempt of a, with the reason (b's attempt is in
+	// b's trail).
+	var stale int
+	for _, rec := range recs {
+		if rec.Outcome == "refused_not_admitted" && strings.Contains(rec.Error, approve.Stale) {
+			stale++
+		}
+	}
+	if stale != 6 {
+		t.Errorf("%d audited stale attempts, want 6", stale)
+	}
 }
 
 func TestJobsWithoutRuleNeedNoApproval(t *testing.T) {

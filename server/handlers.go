@@ -140,6 +140,18 @@ func (t *tenant) admit(job *airlock.Job) error {
 	return err
 }
 
+// route admits a job for the tenant and routes it to a tier it may use.
+func (t *tenant) route(s *Server, job *airlock.Job) (airlock.Tier, error) {
+	if err := t.admit(job); err != nil {
+		return nil, err
+	}
+	tier, err := s.router.Route(job)
+	if err != nil {
+		return nil, err
+	}
+	return tier, t.allowTier(tier.Name())
+}
+
 func (t *tenant) allowTier(name string) error {
 	if len(t.Tiers) > 0 && !slices.Contains(t.Tiers, name) {
 		return &airlock.NotAdmitted{Tier: name, Reason: fmt.Sprintf("tenant %s may not use tier %s (allowed: %v)", t.Name, name, t.Tiers)}
@@ -196,23 +208,38 @@ type runRequest struct {
 // job. It returns the result and the error the run ended with; an error
 // with an empty result tier means the job never reached a tier.
 func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, error) {
+	res, err := s.run(ctx, rq)
+	var ov *overloaded
+	if res.Tier == "" && err != nil && !errors.As(err, &ov) {
+		s.recordRefusal(rq, err)
+	}
+	return res, err
+}
+
+// recordRefusal audits a job refused before it reached a tier (a stale
+// approval, a tier or situation the tenant may not use, ...), so that
+// attempts show in the trail too. Overload refusals are only counted.
+func (s *Server) recordRefusal(rq *runRequest, err error) {
+	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Grants: redactGrants(rq.job.Grants),
+		Limits: rq.job.Limits, Outcome: "refused_" + string(airlock.KindOf(err)), Error: err.Error()}
+	if rq.session != nil {
+		rec.Request, rec.Session = "session_run", rq.session.id
+	}
+	s.audit.add(rec)
+}
+
+func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	if s.closing.Load() {
 		return airlock.Result{}, &overloaded{"the server is shutting down", 5}
 	}
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	job := &rq.job
-	if err := rq.t.admit(job); err != nil {
-		return airlock.Result{}, err
-	}
 	if rq.session != nil {
 		job.Tier = rq.session.tier
 	}
-	tier, err := s.router.Route(job)
+	tier, err := rq.t.route(s, job)
 	if err != nil {
-		return airlock.Result{}, err
-	}
-	if err := rq.t.allowTier(tier.Name()); err != nil {
 		return airlock.Result{}, err
 	}
 	var rule string
@@ -321,14 +348,27 @@ func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	}
 }
 
-func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
+// tenantJob authenticates a request and decodes its job, answering the
+// request itself when either fails; validate also checks the job's shape.
+func (s *Server) tenantJob(w http.ResponseWriter, r *http.Request, validate bool) (*tenant, airlock.Job, bool) {
 	t := s.tenant(w, r)
 	if t == nil {
-		return
+		return nil, airlock.Job{}, false
 	}
 	job, err := decodeJob(w, r)
+	if err == nil && validate {
+		err = airlock.Validate(&job)
+	}
 	if err != nil {
 		s.refuseErr(w, err)
+		return nil, job, false
+	}
+	return t, job, true
+}
+
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
+	t, job, ok := s.tenantJob(w, r, false)
+	if !ok {
 		return
 	}
 	if job.Session != "" || job.Lifecycle == airlock.LifecycleSession || job.Lifecycle == airlock.LifecyclePersistent {
@@ -340,17 +380,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
-	t := s.tenant(w, r)
-	if t == nil {
-		return
-	}
-	job, err := decodeJob(w, r)
-	if err != nil {
-		s.refuseErr(w, err)
-		return
-	}
-	if err := airlock.Validate(&job); err != nil {
-		s.refuseErr(w, err)
+	t, job, ok := s.tenantJob(w, r, true)
+	if !ok {
 		return
 	}
 	x := s.router.Explain(&job)

@@ -93,11 +93,7 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 			job.Tier = req.Tier
 		}
 		job.Session, job.Lifecycle = "", ""
-		if err := t.admit(&job); err != nil {
-			s.refuseErr(w, err)
-			return
-		}
-		if tier, err = s.router.Route(&job); err != nil {
+		if tier, err = t.route(s, &job); err != nil {
 			s.refuseErr(w, err)
 			return
 		}
@@ -179,23 +175,24 @@ func newID() string {
 
 // lookup returns the tenant's session; another tenant's session is as
 // unknown as one that never existed.
-func (s *Server) lookup(w http.ResponseWriter, t *tenant, id string) *session {
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*tenant, *session) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return nil, nil
+	}
+	id := r.PathValue("id")
 	s.mu.Lock()
 	ss := s.sessions[id]
 	s.mu.Unlock()
 	if ss == nil || ss.tenant != t {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "unknown session "+id)
-		return nil
+		return nil, nil
 	}
-	return ss
+	return t, ss
 }
 
 func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
-	t := s.tenant(w, r)
-	if t == nil {
-		return
-	}
-	ss := s.lookup(w, t, r.PathValue("id"))
+	t, ss := s.lookup(w, r)
 	if ss == nil {
 		return
 	}
@@ -218,11 +215,7 @@ func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCloseSession(w http.ResponseWriter, r *http.Request) {
-	t := s.tenant(w, r)
-	if t == nil {
-		return
-	}
-	ss := s.lookup(w, t, r.PathValue("id"))
+	_, ss := s.lookup(w, r)
 	if ss == nil {
 		return
 	}
