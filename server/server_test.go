@@ -258,13 +258,19 @@ func TestMetrics(t *testing.T) {
 	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`)
 	f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"fail('x')"}`)
 	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1","limits":{"wall_ms":-1}}`)
+	r := f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"load('/etc/passwd', 'x')"}`)
+	if res := r.result(t); res.Stopped == nil || res.Stopped.Reason != airlock.StopDenied {
+		t.Fatalf("load of a host file: %s", r.body)
+	}
 	body := string(f.do("GET", "/metrics", "", nil).body)
 	for _, want := range []string{
 		`airlock_runs_total{tier="expr",outcome="ok"} 1`,
 		`airlock_runs_total{tier="starlark",outcome="error_runtime"} 1`,
 		`airlock_run_duration_seconds_bucket{tier="expr",le="+Inf"} 1`,
-		`airlock_run_duration_seconds_count{tier="starlark"} 1`,
+		`airlock_run_duration_seconds_count{tier="starlark"} 2`,
 		`airlock_refused_total{reason="400"} 1`,
+		`airlock_runs_total{tier="starlark",outcome="stopped_denied"} 1`,
+		`airlock_denials_total{capability="fs"} 1`,
 		"# TYPE airlock_run_duration_seconds histogram",
 		"airlock_sessions_open 0",
 	} {
