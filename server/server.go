@@ -188,6 +188,17 @@ func (s *Server) Shutdown(hs *http.Server) error {
 		err = nil // the grace ran out: cancel what is left
 	}
 	s.cancel()
+	// Cancelled runs stop promptly; give them a moment to answer their
+	// clients (stopped: killed) before the connections are closed.
+	drained := make(chan struct{})
+	go func() { s.inflight.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+	}
+	idle, cancelIdle := context.WithTimeout(context.Background(), time.Second)
+	_ = hs.Shutdown(idle) // let the answers out, then close the connections
+	cancelIdle()
 	_ = hs.Close()
 	return errors.Join(err, s.Close())
 }

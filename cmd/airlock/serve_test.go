@@ -178,7 +178,9 @@ func TestServeKill9AndRestart(t *testing.T) {
 	}
 	c2.done <- nil
 	t.Logf("SIGTERM to exit with a job in flight: %v", time.Since(start))
-	<-errc
+	if err := <-errc; err != nil {
+		t.Errorf("the run in flight got no answer on a graceful stop: %v", err)
+	}
 	if left := groupAlive(c2.cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("processes left after SIGTERM: %v", left)
 	}
