@@ -101,7 +101,6 @@ func outcome(res *airlock.Result) string {
 type auditor struct {
 	mu     sync.Mutex
 	w      io.Writer
-	buf    bytes.Buffer
 	err    error
 	recent map[string]*ring
 	keep   int
@@ -133,7 +132,24 @@ func newAuditor(w io.Writer) *auditor {
 	return &auditor{w: w, recent: map[string]*ring{}, keep: 256}
 }
 
+var lineBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 func (a *auditor) add(r Record) {
+	var buf *bytes.Buffer
+	if a.w != nil {
+		// Encode outside the lock: only the write is serialised.
+		buf = lineBufs.Get().(*bytes.Buffer)
+		defer lineBufs.Put(buf)
+		buf.Reset()
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(r); err != nil {
+			buf = nil
+			a.mu.Lock()
+			a.err = err
+			a.mu.Unlock()
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	rg := a.recent[r.Tenant]
@@ -142,18 +158,11 @@ func (a *auditor) add(r Record) {
 		a.recent[r.Tenant] = rg
 	}
 	rg.add(r, a.keep)
-	if a.w == nil {
-		return
-	}
-	a.buf.Reset()
-	enc := json.NewEncoder(&a.buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(r); err != nil {
-		a.err = err
+	if buf == nil {
 		return
 	}
 	// One write per line: with O_APPEND a line is never interleaved.
-	if _, err := a.w.Write(a.buf.Bytes()); err != nil {
+	if _, err := a.w.Write(buf.Bytes()); err != nil {
 		a.err = err
 	}
 }
