@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock"
@@ -95,26 +96,34 @@ func (s *Server) MCP(tenantName string) (*mcp.Server, error) {
 }
 
 // MCPHandler serves MCP over streamable HTTP; each request is
-// authenticated with the tenant's API key, as the JSON API is.
+// authenticated with the tenant's API key, as the JSON API is, and an MCP
+// session is bound to the tenant that opened it (the SDK refuses a session
+// ID presented with another tenant's key).
 func (s *Server) MCPHandler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		key, _ := bearer(r)
+		info := auth.TokenInfoFromContext(r.Context())
+		if info == nil {
+			return nil
+		}
+		for _, t := range s.tenants {
+			if t.Name == info.UserID {
+				srv, err := s.mcpFor(t)
+				if err != nil {
+					return nil
+				}
+				return srv
+			}
+		}
+		return nil
+	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: airlock.MaxJobBytes * 2})
+	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
 		i, ok := s.keys.find(key)
 		if !ok {
-			return nil
+			return nil, auth.ErrInvalidToken
 		}
-		srv, err := s.mcpFor(s.tenants[i])
-		if err != nil {
-			return nil
-		}
-		return srv
-	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: airlock.MaxJobBytes * 2})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.tenant(w, r) == nil {
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+		return &auth.TokenInfo{UserID: s.tenants[i].Name}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 }
 
 func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {

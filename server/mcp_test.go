@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -139,6 +140,22 @@ func TestMCPStreamableHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	testTools(t, cs)
+	// Another tenant presenting a's MCP session ID is refused.
+	call := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"evaluate_expression","arguments":{"expression":"1"}}}`
+	req, _ := http.NewRequest("POST", f.http.URL+"/mcp", strings.NewReader(call))
+	req.Header.Set("Authorization", "Bearer "+keyB)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode < 400 || strings.Contains(string(body), `"result"`) {
+		t.Errorf("tenant b used a's MCP session: %d %s", resp.StatusCode, body)
+	}
 	cs.Close()
 	// Without a key the endpoint refuses.
 	if _, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.http.URL + "/mcp", MaxRetries: -1}, nil); err == nil {
