@@ -22,6 +22,9 @@ func TestCorpus(t *testing.T) {
 			if c.Skip != "" {
 				t.Skip(c.Skip)
 			}
+			if !c.Applies(tier.Name()) {
+				t.Fatalf("%s is not marked for the server (tiers: [\"server\"]), so tier runners would run it", c.ID)
+			}
 			if v := c.Run(context.Background(), tier, nil); !v.Pass {
 				t.Errorf("%s (%s): %s: %s", c.ID, c.Class, v.Outcome, v.Detail)
 			}
