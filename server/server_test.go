@@ -3,6 +3,9 @@ package server_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +296,50 @@ func TestExplainAndTiers(t *testing.T) {
 	f.do("POST", "/v1/explain", keyA, `{"kind":"expr","code":"1"}`).decode(t, &x)
 	if x.Explanation.Chosen != "expr" {
 		t.Errorf("explain expr: %+v", x)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, fmt.Errorf("disk full") }
+
+func TestHealthReportsAuditFailure(t *testing.T) {
+	srv, err := server.New(testConfig(), server.Options{Audit: failingWriter{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	f := &fixture{t: t, srv: srv, http: hs}
+	if r := f.do("GET", "/healthz", "", nil); r.status != 200 {
+		t.Fatalf("healthz before a failure: %d", r.status)
+	}
+	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`)
+	if r := f.do("GET", "/healthz", "", nil); r.status != 503 || !strings.Contains(string(r.body), "disk full") {
+		t.Errorf("healthz after an audit write failed: %d %s", r.status, r.body)
+	}
+}
+
+// With approvals.key_file, a token outlives the server that issued it.
+func TestApprovalKeyFileSurvivesRestart(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "approval.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withKey := func(c *server.Config) { c.Approvals.KeyFile = keyFile }
+	first := newFixture(t, withKey)
+	tok := first.approve(t, keyA, approvedJob)
+	second := newFixture(t, withKey)
+	if r := second.do("POST", "/v1/run", keyA, approvedJob, server.ApprovalHeader, tok.Token); r.status != 200 {
+		t.Errorf("a token from the same key file is refused after a restart: %d %s", r.status, r.body)
+	}
+	third := newFixture(t) // a random key: the token is not its own
+	expectStale(t, third.do("POST", "/v1/run", keyA, approvedJob, server.ApprovalHeader, tok.Token), "not signed")
+	os.WriteFile(keyFile, []byte("short"), 0o600)
+	cfg := testConfig()
+	withKey(&cfg)
+	if _, err := server.New(cfg, server.Options{}); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Errorf("a short key file: %v", err)
 	}
 }
