@@ -11,8 +11,13 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 )
 
-// maxPending bounds the approvals waiting for a decision, server-wide.
-const maxPending = 4096
+// maxPending and maxPendingPerTenant bound the approvals waiting for a
+// decision, server-wide and per tenant (so one tenant cannot crowd out the
+// others).
+const (
+	maxPending          = 4096
+	maxPendingPerTenant = 256
+)
 
 // pending is a job waiting for an approver.
 type pending struct {
@@ -64,7 +69,13 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 		kept := job
 		kept.Grants = redactGrants(job.Grants)
 		s.mu.Lock()
-		if len(s.pending) >= maxPending {
+		mine := 0
+		for _, p := range s.pending {
+			if p.tenant == t {
+				mine++
+			}
+		}
+		if len(s.pending) >= maxPending || mine >= maxPendingPerTenant {
 			s.mu.Unlock()
 			s.answer(w, airlock.Result{}, &overloaded{"too many approvals pending", 30})
 			return

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,24 @@ func TestJobsWithoutRuleNeedNoApproval(t *testing.T) {
 	}
 	if r := f.do("GET", "/v1/approvals/"+req.Digest, keyApprover, nil); r.status != 404 {
 		t.Errorf("a job that needs no approval is pending: %d", r.status)
+	}
+}
+
+func TestPendingApprovalsAreBoundedPerTenant(t *testing.T) {
+	f := newFixture(t)
+	var last reply
+	for i := 0; i < 300; i++ {
+		last = f.do("POST", "/v1/approvals", keyA, fmt.Sprintf(`{"kind":"starlark","code":"result = %d","situation":"internal"}`, i))
+		if last.status != 200 {
+			break
+		}
+	}
+	if last.status != 429 || last.header.Get("Retry-After") == "" {
+		t.Fatalf("300 pending approvals: last status %d", last.status)
+	}
+	// Another tenant is not crowded out.
+	f2 := f.do("POST", "/v1/approvals", keyB, `{"kind":"starlark","code":"result = 1","situation":"internal"}`)
+	if f2.status != 200 {
+		t.Errorf("tenant b after a filled its share: %d %s", f2.status, f2.body)
 	}
 }
