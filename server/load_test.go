@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,31 @@ func fds(t testing.TB) int {
 		t.Skip("no /proc/self/fd:", err)
 	}
 	return len(entries)
+}
+
+// children lists the live child processes of the test.
+func children() []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	me := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
+		if f := strings.Fields(rest); len(f) > 1 && f[1] == me && f[0] != "Z" {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// mounts counts the mounts the test process sees.
+func mounts() int {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	return bytes.Count(data, []byte("\n"))
 }
 
 // settle waits (bounded) for the goroutine count to come back down.
@@ -58,7 +85,7 @@ func TestLoad(t *testing.T) {
 	// Warm up one connection and the tiers, then take the baseline.
 	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`)
 	f.http.CloseClientConnections()
-	baseG, baseFD := settle(0), fds(t)
+	baseG, baseFD, baseKids, baseMounts := settle(0), fds(t), children(), mounts()
 
 	jobs := map[string]string{
 		"expr":     `{"kind":"expr","code":"sum(items) * k","input":{"items":[1,2,3,4],"k":3}}`,
@@ -145,6 +172,12 @@ func TestLoad(t *testing.T) {
 	}
 	if fd := fds(t); fd > baseFD+2 {
 		t.Errorf("file descriptors: %d before, %d after", baseFD, fd)
+	}
+	if k := children(); len(k) > len(baseKids) {
+		t.Errorf("child processes: %v before, %v after", baseKids, k)
+	}
+	if m := mounts(); m != baseMounts {
+		t.Errorf("mounts: %d before, %d after", baseMounts, m)
 	}
 	metrics := string(f.do("GET", "/metrics", "", nil).body)
 	if want := fmt.Sprintf(`airlock_runs_total{tier="expr",outcome="ok"} %d`, counts["expr"]+1); !strings.Contains(metrics, want) {
