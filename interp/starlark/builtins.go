@@ -189,6 +189,7 @@ func builtinSorted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 	}
 	var cmpErr error
 	compares := 0
+	w := newCostWalk(st)
 	sort.SliceStable(idx, func(i, j int) bool {
 		if cmpErr != nil {
 			return false
@@ -202,7 +203,7 @@ func builtinSorted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 		if reverse {
 			a, c = c, a
 		}
-		less, err := sl.Compare(syntax.LT, a, c)
+		less, err := w.compare(syntax.LT, a, c)
 		if err != nil {
 			cmpErr = err
 		}
@@ -383,7 +384,9 @@ func builtinMinMax(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 		return nil, fmt.Errorf("%s: default may only be given with a single iterable", name)
 	}
 	var best, bestKey sl.Value
-	err := forEach(stateOf(th), it, func(v sl.Value) error {
+	st := stateOf(th)
+	w := newCostWalk(st)
+	err := forEach(st, it, func(v sl.Value) error {
 		k := v
 		if key != nil {
 			var err error
@@ -395,7 +398,7 @@ func builtinMinMax(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 			best, bestKey = v, k
 			return nil
 		}
-		better, err := sl.Compare(op, k, bestKey)
+		better, err := w.compare(op, k, bestKey)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

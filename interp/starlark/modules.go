@@ -59,14 +59,8 @@ func jsonEncode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 			return nil, fmt.Errorf("%s: %w", b.Name(), err)
 		}
 	}
-	extra := int64(0)
-	for _, kv := range kwargs {
-		if s, ok := kv[1].(sl.String); ok {
-			extra += int64(len(s))
-		}
-	}
 	// Indentation adds at most (prefix + depth*indent + newline) per node.
-	if err := st.chargeMul(m.nodes+1, 1+extra*int64(m.maxDepth+1), b.Name()); err != nil {
+	if err := st.chargeMul(m.nodes+1, 1+stringArgBytes(kwargs)*int64(m.maxDepth+1), b.Name()); err != nil {
 		return nil, err
 	}
 	if err := st.charge(m.n, b.Name()); err != nil {
@@ -77,43 +71,55 @@ func jsonEncode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 }
 
 func jsonDecode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
-	if len(args) > 0 {
-		if s, ok := args[0].(sl.String); ok {
-			depth, _ := jsonShape(string(s))
-			if depth > maxFormatDepth {
-				return nil, fmt.Errorf("json.decode: input nested more than %d deep", maxFormatDepth)
-			}
-			if err := stateOf(th).chargeMul(int64(len(s)), slotBytes/2, "json.decode"); err != nil {
-				return nil, err
-			}
+	if s, depth, _, ok := jsonText(args); ok {
+		if depth > maxFormatDepth {
+			return nil, fmt.Errorf("json.decode: input nested more than %d deep", maxFormatDepth)
+		}
+		if err := stateOf(th).chargeMul(int64(len(s)), slotBytes/2, "json.decode"); err != nil {
+			return nil, err
 		}
 	}
 	return sl.Call(th, upstreamMember(libjson.Module, "decode"), args, kwargs)
 }
 
 func jsonIndent(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
-	if len(args) > 0 {
-		if s, ok := args[0].(sl.String); ok {
-			depth, lines := jsonShape(string(s))
-			if depth > maxFormatDepth {
-				return nil, fmt.Errorf("json.indent: input nested more than %d deep", maxFormatDepth)
-			}
-			extra := int64(0)
-			for _, kv := range kwargs {
-				if p, ok := kv[1].(sl.String); ok {
-					extra += int64(len(p))
-				}
-			}
-			st := stateOf(th)
-			if err := st.chargeMul(int64(lines)+1, 1+extra*int64(depth+1), "json.indent"); err != nil {
-				return nil, err
-			}
-			if err := st.charge(int64(len(s)), "json.indent"); err != nil {
-				return nil, err
-			}
+	if s, depth, lines, ok := jsonText(args); ok {
+		if depth > maxFormatDepth {
+			return nil, fmt.Errorf("json.indent: input nested more than %d deep", maxFormatDepth)
+		}
+		st := stateOf(th)
+		if err := st.chargeMul(int64(lines)+1, 1+stringArgBytes(kwargs)*int64(depth+1), "json.indent"); err != nil {
+			return nil, err
+		}
+		if err := st.charge(int64(len(s)), "json.indent"); err != nil {
+			return nil, err
 		}
 	}
 	return sl.Call(th, upstreamMember(libjson.Module, "indent"), args, kwargs)
+}
+
+// jsonText returns the JSON text passed as the first argument, with its
+// shape (see jsonShape).
+func jsonText(args sl.Tuple) (s sl.String, depth, lines int, ok bool) {
+	if len(args) == 0 {
+		return "", 0, 0, false
+	}
+	if s, ok = args[0].(sl.String); ok {
+		depth, lines = jsonShape(string(s))
+	}
+	return s, depth, lines, ok
+}
+
+// stringArgBytes sums the lengths of string keyword arguments (prefix,
+// indent).
+func stringArgBytes(kwargs []sl.Tuple) int64 {
+	n := int64(0)
+	for _, kv := range kwargs {
+		if s, ok := kv[1].(sl.String); ok {
+			n += int64(len(s))
+		}
+	}
+	return n
 }
 
 // jsonShape scans JSON text (outside strings) for its deepest nesting and

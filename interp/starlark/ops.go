@@ -22,15 +22,15 @@ const elemBytes = 16
 // The hidden builtins the rewriter calls. Their names contain '$', which no
 // Starlark identifier can, so scripts cannot shadow or call them directly.
 const (
-	nameAdd       = "$add"
-	nameMul       = "$mul"
-	nameMod       = "$mod"
-	nameLsh       = "$lsh"
-	nameGrow      = "$grow"
-	nameAttr      = "$attr"
-	nameAugIndex  = "$augindex"
-	nameAugAttr   = "$augattr"
-	nameAugIndexS = "augmented assignment"
+	nameAdd        = "$add"
+	nameMul        = "$mul"
+	nameMod        = "$mod"
+	nameLsh        = "$lsh"
+	nameGrow       = "$grow"
+	nameAttr       = "$attr"
+	nameAugIndex   = "$augindex"
+	nameAugAttr    = "$augattr"
+	augBuiltinName = "augmented assignment" // how $augindex and $augattr appear in backtraces
 )
 
 func hiddenBuiltins() sl.StringDict {
@@ -41,8 +41,9 @@ func hiddenBuiltins() sl.StringDict {
 		nameLsh:      sl.NewBuiltin("<<", opBuiltin(syntax.LTLT)),
 		nameGrow:     sl.NewBuiltin("+=", opGrow),
 		nameAttr:     sl.NewBuiltin("getattr", opAttr),
-		nameAugIndex: sl.NewBuiltin(nameAugIndexS, opAugIndex),
-		nameAugAttr:  sl.NewBuiltin(nameAugIndexS, opAugAttr),
+		nameAugIndex: sl.NewBuiltin(augBuiltinName, opAugIndex),
+		nameAugAttr:  sl.NewBuiltin(augBuiltinName, opAugAttr),
+		nameCmp:      sl.NewBuiltin("comparison", opCmp),
 	}
 }
 
@@ -357,28 +358,29 @@ var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT}
 
 // opAugIndex is x[i] op= y for the growth-checked operators.
 func opAugIndex(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
-	op, _ := args[0].(sl.Int).Int64()
-	x, key, y := args[1], args[2], args[3]
-	old, err := getIndex(x, key)
-	if err != nil {
-		return nil, err
-	}
-	z, err := binary(stateOf(th), augOps[op], old, y)
+	x, key := args[1], args[2]
+	z, err := augmented(th, args, func() (sl.Value, error) { return getIndex(x, key) })
 	if err != nil {
 		return nil, err
 	}
 	return sl.None, setIndex(x, key, z)
 }
 
-// opAugAttr is x.name op= y for the growth-checked operators.
-func opAugAttr(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+// augmented reads the target's old value and applies the operator coded
+// in args[0] with the right operand args[3].
+func augmented(th *sl.Thread, args sl.Tuple, read func() (sl.Value, error)) (sl.Value, error) {
 	op, _ := args[0].(sl.Int).Int64()
-	x, name, y := args[1], string(args[2].(sl.String)), args[3]
-	old, err := getAttr(x, name)
+	old, err := read()
 	if err != nil {
 		return nil, err
 	}
-	z, err := binary(stateOf(th), augOps[op], old, y)
+	return binary(stateOf(th), augOps[op], old, args[3])
+}
+
+// opAugAttr is x.name op= y for the growth-checked operators.
+func opAugAttr(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	x, name := args[1], string(args[2].(sl.String))
+	z, err := augmented(th, args, func() (sl.Value, error) { return getAttr(x, name) })
 	if err != nil {
 		return nil, err
 	}

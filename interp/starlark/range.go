@@ -26,11 +26,27 @@ var (
 )
 
 func builtinRange(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
-	var start, stop, step int
-	step = 1
-	if err := sl.UnpackPositionalArgs("range", args, kwargs, 1, &start, &stop, &step); err != nil {
-		return nil, err
+	// Arguments are unpacked by hand: UnpackPositionalArgs would move them
+	// to the heap, and range is called in nearly every loop.
+	if len(kwargs) > 0 {
+		return nil, fmt.Errorf("range: unexpected keyword arguments")
 	}
+	if len(args) < 1 || len(args) > 3 {
+		return nil, fmt.Errorf("range: got %d arguments, want 1 to 3", len(args))
+	}
+	vals := [3]int{0, 0, 1}
+	for i, a := range args {
+		n, ok := a.(sl.Int)
+		if !ok {
+			return nil, fmt.Errorf("range: for parameter %d: got %s, want int", i+1, a.Type())
+		}
+		v, ok := n.Int64()
+		if !ok || int64(int(v)) != v {
+			return nil, fmt.Errorf("range: for parameter %d: %s out of range", i+1, n)
+		}
+		vals[i] = int(v)
+	}
+	start, stop, step := vals[0], vals[1], vals[2]
 	if len(args) == 1 {
 		start, stop = 0, start
 	}

@@ -35,12 +35,7 @@ type rewriter struct {
 func rewriteFile(f *syntax.File, infer bool, predeclared func(string) bool) error {
 	r := &rewriter{}
 	if infer {
-		r.ints = intNames(f)
-		for name := range r.ints {
-			if predeclared(name) {
-				delete(r.ints, name)
-			}
-		}
+		r.ints = intNames(f, predeclared)
 	}
 	f.Stmts = r.stmts(f.Stmts, 0)
 	return r.err
@@ -198,6 +193,9 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		case syntax.LTLT:
 			return call(nameLsh, e.OpPos, e.X, e.Y)
 		}
+		if code := cmpCode(e.Op); code >= 0 && !r.scalar(e.X) && !r.scalar(e.Y) {
+			return call(nameCmp, e.OpPos, intLit(code, e.OpPos), e.X, e.Y)
+		}
 	case *syntax.UnaryExpr:
 		e.X = r.expr(e.X, depth)
 	case *syntax.ParenExpr:
@@ -274,6 +272,18 @@ func intLit(n int, pos syntax.Position) *syntax.Literal {
 // isInt reports whether e certainly evaluates to an integer (or fails).
 func (r *rewriter) isInt(e syntax.Expr) bool { return isIntExpr(e, r.ints, 0) }
 
+// scalar reports whether e is a literal or certainly an integer: comparing
+// anything with it costs at most the length of a string.
+func (r *rewriter) scalar(e syntax.Expr) bool {
+	if p, ok := e.(*syntax.ParenExpr); ok {
+		return r.scalar(p.X)
+	}
+	if _, ok := e.(*syntax.Literal); ok {
+		return true
+	}
+	return r.isInt(e)
+}
+
 // smallInt reports whether e is an integer literal of at most 16 bits: a
 // product with it grows by at most 16 bits per step.
 func (r *rewriter) smallInt(e syntax.Expr) bool {
@@ -323,7 +333,12 @@ func isIntExpr(e syntax.Expr, ints map[string]bool, depth int) bool {
 // scope, only to integers: by assignments whose right side is an integer
 // expression, by augmented assignments of integers, and by for loops over
 // range(...). Conflating scopes keeps the analysis conservative.
-func intNames(f *syntax.File) map[string]bool {
+//
+// A name the script also sees from outside (predeclared) is never an
+// integer: some reads of it may resolve to the outside value. This must
+// hold before the fixed point, or names assigned from it would be wrongly
+// kept.
+func intNames(f *syntax.File, predeclared func(string) bool) map[string]bool {
 	type binding struct {
 		name string
 		rhs  syntax.Expr // nil: not an integer binding
@@ -419,7 +434,7 @@ func intNames(f *syntax.File) map[string]bool {
 		ints[b.name] = b.rhs != nil
 	}
 	for _, b := range binds {
-		if b.rhs == nil {
+		if b.rhs == nil || predeclared(b.name) {
 			ints[b.name] = false
 		}
 	}

@@ -7,14 +7,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 
 	sl "go.starlark.net/starlark"
 
 	"github.com/airlock-sandbox/airlock"
 )
-
-// localKey is the thread-local key under which a run's state is kept.
-const localKey = "airlock.run"
 
 // pollSteps is how many interpreter steps run between two looks at the wall
 // clock and the caller's context. The interpreter calls OnMaxSteps when a
@@ -27,8 +26,12 @@ const pollIters = 1 << 10
 // runState is everything one run (or one run of a session) owns: its
 // budgets, its captured output, its pinned clock and seed, and the reason it
 // was stopped, if it was.
+//
+// The thread is the first field, so a builtin finds the state from the
+// thread it is called on without a thread-local map (see stateOf).
 type runState struct {
-	thread   *sl.Thread
+	th       sl.Thread
+	thread   *sl.Thread // &th
 	ctx      context.Context
 	deadline time.Time
 	maxSteps uint64
@@ -57,11 +60,35 @@ type loadEntry struct {
 	err     error
 }
 
-// stateOf returns the run state of a thread started by this tier.
+// threadName marks the threads this tier starts.
+const threadName = "airlock"
+
+// stateOf returns the run state of a thread started by this tier. The
+// tier's builtins are reachable only from scripts it runs, on threads it
+// made; the name check guards against anything else.
 func stateOf(th *sl.Thread) *runState {
-	st, _ := th.Local(localKey).(*runState)
+	if th.Name != threadName {
+		panic("airlock starlark builtin called on a foreign thread")
+	}
+	return (*runState)(unsafe.Pointer(th))
+}
+
+// newState returns a run state with its thread set up: the load hook, the
+// step hook and the first polling chunk.
+func newState() *runState {
+	st := &runState{}
+	st.thread = &st.th
+	st.th.Name = threadName
+	st.th.Load = loadHook
+	st.th.OnMaxSteps = stepHook
 	return st
 }
+
+func loadHook(th *sl.Thread, module string) (sl.StringDict, error) {
+	return stateOf(th).load(th, module)
+}
+
+func stepHook(th *sl.Thread) { stateOf(th).onSteps(th) }
 
 // stop records the first reason the run was stopped and cancels the thread.
 // It returns the recorded stop as an error.
@@ -142,7 +169,11 @@ func (s *runState) random() *rand.Rand {
 func (s *runState) write(text string) error {
 	room := s.outCap - int64(s.out.Len())
 	if int64(len(text)) > room {
-		s.out.WriteString(text[:max(room, 0)])
+		cut := int(max(room, 0))
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut-- // keep stdout valid UTF-8
+		}
+		s.out.WriteString(text[:cut])
 		return s.stop(airlock.StopOutput, "output exceeded %d bytes (limits.output_bytes)", s.outCap)
 	}
 	s.out.WriteString(text)

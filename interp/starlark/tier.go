@@ -120,18 +120,21 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	start := time.Now()
 	res.Tier, res.Level = Name, airlock.LevelInterpreter
 	var st *runState
+	var runStart time.Time
 	defer func() {
+		end := time.Now()
+		if !runStart.IsZero() {
+			res.Timings.RunUS = end.Sub(runStart).Microseconds()
+		}
 		if p := recover(); p != nil {
 			err = fmt.Errorf("starlark tier: internal error: %v", p)
 		}
 		if st != nil {
 			res.Stdout = st.out.String()
 			res.Usage = airlock.Usage{MemoryBytes: st.used, OutputBytes: int64(st.out.Len())}
-			if st.thread != nil {
-				res.Usage.Steps = int64(st.thread.Steps)
-			}
+			res.Usage.Steps = int64(st.th.Steps)
 		}
-		res.Timings.TotalUS = max(airlock.Since(start), 1)
+		res.Timings.TotalUS = max(end.Sub(start).Microseconds(), 1)
 		res.SetError(err)
 	}()
 	job, err = airlock.Prepare(job, t.cfg.limits)
@@ -146,17 +149,15 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 		return res, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled before the run started"}
 	}
 
-	st = &runState{
-		ctx:      ctx,
-		deadline: start.Add(job.Limits.Wall()),
-		maxSteps: uint64(job.Limits.Steps),
-		budget:   job.Limits.MemoryMB << 20,
-		outCap:   job.Limits.OutputBytes,
-		clock:    job.Clock,
-		seed:     job.Seed,
-		files:    job.Files,
-		tier:     t,
-	}
+	st = newState()
+	st.ctx = ctx
+	st.deadline = start.Add(job.Limits.Wall())
+	st.maxSteps = uint64(job.Limits.Steps)
+	st.budget = job.Limits.MemoryMB << 20
+	st.outCap = job.Limits.OutputBytes
+	st.clock, st.seed = job.Clock, job.Seed
+	st.files = job.Files
+	st.tier = t
 	if d, ok := ctx.Deadline(); ok && d.Before(st.deadline) {
 		st.deadline = d
 	}
@@ -175,13 +176,10 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	if err != nil {
 		return res, err
 	}
-	res.Timings.StartUS = airlock.Since(start)
-	runStart := time.Now()
-	defer func() { res.Timings.RunUS = airlock.Since(runStart) }()
+	runStart = time.Now()
+	res.Timings.StartUS = runStart.Sub(start).Microseconds()
 
-	thread := &sl.Thread{Name: "airlock", Load: st.load, OnMaxSteps: st.onSteps}
-	st.thread = thread
-	thread.SetLocal(localKey, st)
+	thread := st.thread
 	thread.SetMaxExecutionSteps(min(pollSteps, st.maxSteps))
 
 	var globals sl.StringDict
@@ -380,9 +378,14 @@ func (s *runState) load(th *sl.Thread, module string) (sl.StringDict, error) {
 type programCache struct {
 	mu    sync.Mutex
 	max   int
+	bytes int // source bytes held, bounded by maxCacheBytes
 	order *list.List
 	items map[string]*list.Element
 }
+
+// maxCacheBytes bounds the source text the cache keeps (programs are a
+// small multiple of it), whatever the entry count.
+const maxCacheBytes = 64 << 20
 
 type cacheEntry struct {
 	key  string
@@ -414,16 +417,19 @@ func (c *programCache) put(key string, prog *sl.Program) {
 		return
 	}
 	c.items[key] = c.order.PushFront(&cacheEntry{key: key, prog: prog})
-	for c.order.Len() > c.max {
+	c.bytes += len(key)
+	for c.order.Len() > c.max || (c.bytes > maxCacheBytes && c.order.Len() > 1) {
 		el := c.order.Back()
 		c.order.Remove(el)
-		delete(c.items, el.Value.(*cacheEntry).key)
+		k := el.Value.(*cacheEntry).key
+		c.bytes -= len(k)
+		delete(c.items, k)
 	}
 }
 
-// Len reports how many programs are cached.
-func (c *programCache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
+// CachedPrograms reports how many compiled programs the tier holds.
+func (t *Tier) CachedPrograms() int {
+	t.cache.mu.Lock()
+	defer t.cache.mu.Unlock()
+	return t.cache.order.Len()
 }

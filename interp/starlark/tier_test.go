@@ -327,3 +327,65 @@ func TestInvalidAndHugeCode(t *testing.T) {
 	assert.Contains(t, ce.Message, "nested more than")
 	assert.True(t, errors.Is(err, err))
 }
+
+func TestProgramCache(t *testing.T) {
+	tier, err := starlark.New(starlark.NewConfig().WithCacheSize(2))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i, code := range []string{"result = 1", "result = 2", "result = 1", "result = 3", "result = 4"} {
+		res, err := tier.Run(ctx, job(code))
+		require.NoError(t, err, i)
+		assert.Equal(t, int64(code[len(code)-1]-'0'), res.Value)
+	}
+	assert.Equal(t, 2, tier.CachedPrograms())
+	// The same code with input names is a different program (the resolver
+	// binds the names), and a run sees only its own input.
+	j := job("result = n")
+	j.Input = map[string]any{"n": int64(5)}
+	res, err := tier.Run(ctx, j)
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), res.Value)
+	_, err = tier.Run(ctx, job("result = n"))
+	var ce *airlock.CodeError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, airlock.ErrCompile, ce.Kind)
+
+	off, err := starlark.New(starlark.NewConfig().WithCacheSize(0))
+	require.NoError(t, err)
+	_, err = off.Run(ctx, job("result = 1"))
+	require.NoError(t, err)
+	assert.Zero(t, off.CachedPrograms())
+}
+
+func TestIntInferenceIsSound(t *testing.T) {
+	// Names that look like integers somewhere but are bound to something
+	// else elsewhere must keep the growth check.
+	for _, code := range []string{
+		"x = 0\nx = 'ab'\nfor i in range(64):\n    x = x + x",
+		"def f(x):\n    for i in range(64):\n        x = x + x\n    return x\nx = 0\ny = f('ab')",
+		"range = lambda n: ['ab'] * n\nfor s in range(1):\n    for i in range(64):\n        s = s + s",
+		"x = 'ab'\ndef f():\n    x = 0\n    return x\nfor i in range(64):\n    x += x",
+	} {
+		_, err := run(t, job(code))
+		var st *airlock.Stopped
+		require.ErrorAs(t, err, &st, code)
+		assert.Equal(t, airlock.StopMemory, st.Reason, code)
+	}
+	// s is an integer inside f, but the top level reads the input's s.
+	j := job("def f():\n    s = 1\n    return s\ny = s + s\nfor i in range(64):\n    y = y + y")
+	j.Input = map[string]any{"s": "ab"}
+	_, err := run(t, j)
+	var st *airlock.Stopped
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, airlock.StopMemory, st.Reason)
+}
+
+func TestOutputCapKeepsUTF8(t *testing.T) {
+	j := job(`print("é" * 100)`)
+	j.Limits.OutputBytes = 11
+	res, err := run(t, j)
+	var st *airlock.Stopped
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, airlock.StopOutput, st.Reason)
+	assert.Equal(t, strings.Repeat("é", 5), res.Stdout)
+}

@@ -1,0 +1,169 @@
+package starlark
+
+import (
+	"fmt"
+
+	sl "go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+)
+
+// nameCmp is the hidden built-in that guards comparisons and membership
+// tests whose operands are not known to be scalars.
+const nameCmp = "$cmp"
+
+// cmpOps are the operators $cmp takes, by the code the rewriter passes.
+var cmpOps = []syntax.Token{syntax.EQL, syntax.NEQ, syntax.LT, syntax.GT, syntax.LE, syntax.GE, syntax.IN, syntax.NOT_IN}
+
+func cmpCode(op syntax.Token) int {
+	for i, o := range cmpOps {
+		if o == op {
+			return i
+		}
+	}
+	return -1
+}
+
+// opCmp bounds the work of a comparison before upstream does it: upstream
+// compares containers recursively (ten levels deep but unbounded in
+// width) and hashes tuples recursively, inside one step and without
+// checking for cancellation, so containers that share their parts can
+// make one comparison take longer than the universe has. The cost walk
+// below visits what upstream could visit, up to a limit, polling as it
+// goes; past the limit the comparison is refused.
+func opCmp(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	code, _ := args[0].(sl.Int).Int64()
+	op, x, y := cmpOps[code], args[1], args[2]
+	w := newCostWalk(stateOf(th))
+	var err error
+	switch op {
+	case syntax.IN, syntax.NOT_IN:
+		err = w.membership(x, y)
+	default:
+		err = w.pair(x, y, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if op == syntax.IN || op == syntax.NOT_IN {
+		return sl.Binary(op, x, y)
+	}
+	ok, err := sl.Compare(op, x, y)
+	return sl.Bool(ok), err
+}
+
+func newCostWalk(st *runState) costWalk {
+	return costWalk{st: st, limit: max(1<<20, st.budget/16)}
+}
+
+// compare is sl.Compare for the bounded built-ins (sorted, max, min):
+// comparisons between containers are walked first, cumulatively.
+func (w *costWalk) compare(op syntax.Token, x, y sl.Value) (bool, error) {
+	if isContainer(x) && isContainer(y) {
+		if err := w.pair(x, y, 0); err != nil {
+			return false, err
+		}
+	}
+	return sl.Compare(op, x, y)
+}
+
+func isContainer(v sl.Value) bool {
+	switch v.(type) {
+	case *sl.List, sl.Tuple, *sl.Dict:
+		return true
+	}
+	return false
+}
+
+type costWalk struct {
+	st            *runState
+	visits, limit int64
+}
+
+func (w *costWalk) visit() error {
+	w.visits++
+	if w.visits > w.limit {
+		return fmt.Errorf("comparison refused: it would visit more than %d elements (values that share their parts)", w.limit)
+	}
+	if w.visits%pollIters == 0 {
+		return w.st.poll()
+	}
+	return nil
+}
+
+// pair walks x and y in step as upstream's recursive comparison could.
+func (w *costWalk) pair(x, y sl.Value, depth int) error {
+	if err := w.visit(); err != nil {
+		return err
+	}
+	if depth >= sl.CompareLimit {
+		return nil
+	}
+	switch x := x.(type) {
+	case *sl.List:
+		if y, ok := y.(*sl.List); ok {
+			return w.seq(x, y, min(x.Len(), y.Len()), depth)
+		}
+	case sl.Tuple:
+		if y, ok := y.(sl.Tuple); ok {
+			return w.seq(x, y, min(len(x), len(y)), depth)
+		}
+	case *sl.Dict:
+		if y, ok := y.(*sl.Dict); ok && x.Len() == y.Len() {
+			for _, kv := range x.Items() {
+				if err := w.hash(kv[0], 0); err != nil {
+					return err
+				}
+				if v, found, _ := y.Get(kv[0]); found {
+					if err := w.pair(kv[1], v, depth+1); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (w *costWalk) seq(x, y sl.Indexable, n, depth int) error {
+	for i := 0; i < n; i++ {
+		if err := w.pair(x.Index(i), y.Index(i), depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hash walks what hashing x visits: tuples recurse, without a depth limit.
+func (w *costWalk) hash(x sl.Value, depth int) error {
+	if err := w.visit(); err != nil {
+		return err
+	}
+	if t, ok := x.(sl.Tuple); ok {
+		if depth > maxFormatDepth {
+			return fmt.Errorf("tuple nested more than %d deep cannot be hashed", maxFormatDepth)
+		}
+		for _, e := range t {
+			if err := w.hash(e, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// membership walks x in y: equality with each element of a sequence, or
+// one hash for a dict or set.
+func (w *costWalk) membership(x, y sl.Value) error {
+	switch y := y.(type) {
+	case *sl.List, sl.Tuple:
+		seq := y.(sl.Indexable)
+		for i := 0; i < seq.Len(); i++ {
+			if err := w.pair(x, seq.Index(i), 0); err != nil {
+				return err
+			}
+		}
+	case *sl.Dict, *sl.Set:
+		return w.hash(x, 0)
+	}
+	return nil
+}

@@ -1,0 +1,27 @@
+package airlock
+
+import "context"
+
+// PlacedCheck inspects what a tier actually placed into a sandbox (the
+// scratch directory after the job's files were copied in) before anything
+// runs there. Approvals use it to recompute a job's digest over the placed
+// files, so a file swapped after approval is refused.
+type PlacedCheck func(dir string) error
+
+type placedKey struct{}
+
+// WithPlacedCheck returns a context carrying check; tiers that place files
+// call [CheckPlaced] with it.
+func WithPlacedCheck(ctx context.Context, check PlacedCheck) context.Context {
+	return context.WithValue(ctx, placedKey{}, check)
+}
+
+// CheckPlaced runs the context's placed-files check on dir, if there is
+// one. A tier that places files must call it after placing them and before
+// starting the job, and refuse the run when it returns an error.
+func CheckPlaced(ctx context.Context, dir string) error {
+	if check, ok := ctx.Value(placedKey{}).(PlacedCheck); ok && check != nil {
+		return check(dir)
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The agent is the running executable re-executed inside a sandbox: the
+// CLI, a server, or a test binary all carry it, because this package's
+// init function turns the process into the agent when it finds the private
+// marker below in its environment and arguments. The host's executable is
+// bind-mounted read-only into the sandbox, and the host's library
+// directories are mounted too, so a dynamically linked executable works.
+// Keeping the agent in the same binary means it can never be out of step
+// with the host side of the protocol.
+const (
+	agentEnv  = "AIRLOCK_GVISOR_AGENT_a7c3"
+	agentArg  = "airlock-gvisor-agent"
+	modeOnce  = "once"    // run one job, then exit (pooled sandboxes)
+	modeServe = "session" // run jobs until the host hangs up (sessions)
+)
+
+func init() {
+	if os.Getenv(agentEnv) == "1" && len(os.Args) == 3 && os.Args[1] == agentArg {
+		os.Exit(agentMain(os.Args[2]))
+	}
+}
+
+// agentMain connects to the host's socket and serves jobs.
+func agentMain(mode string) int {
+	var conn net.Conn
+	var err error
+	for i := 0; i < 100; i++ {
+		if conn, err = net.Dial("unix", agentSock); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		return 2
+	}
+	defer conn.Close()
+	for {
+		typ, payload, err := readFrame(conn)
+		if errors.Is(err, io.EOF) {
+			return 0
+		}
+		if err != nil || typ != frameJob {
+			fmt.Fprintf(os.Stderr, "airlock agent: bad job frame: %v\n", err)
+			return 2
+		}
+		received := time.Now()
+		var job agentJob
+		var exit agentExit
+		if err := json.Unmarshal(payload, &job); err != nil {
+			exit = agentExit{Code: -1, Error: "decoding job: " + err.Error()}
+		} else {
+			exit = runAgentJob(conn, &job, received)
+		}
+		if err := writeJSONFrame(conn, frameExit, exit); err != nil || mode == modeOnce {
+			return 0
+		}
+	}
+}
+
+// frameWriter forwards one output stream as frames, up to a byte budget
+// shared with the other stream; past it, it drains without forwarding.
+type frameWriter struct {
+	mu     *sync.Mutex
+	conn   net.Conn
+	typ    byte
+	budget *int64
+}
+
+func (w frameWriter) copyFrom(r io.Reader) {
+	buf := make([]byte, maxChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			w.mu.Lock()
+			send := min(int64(n), *w.budget)
+			*w.budget -= send
+			if send > 0 {
+				_ = writeFrame(w.conn, w.typ, buf[:send])
+			}
+			w.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// runAgentJob runs one job as PID 1's child: places its files, starts it
+// under the job's user and file limit, forwards its output, reaps every
+// process (PID 1 inherits orphans), and when the job's main process exits
+// kills whatever it left running.
+func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
+	if err := writeFiles(scratchDir, job.Files, job.UID); err != nil {
+		return agentExit{Code: -1, Error: err.Error()}
+	}
+	prog, err := lookPath(job.Argv[0], job.Env)
+	if err != nil {
+		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
+		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
+		return agentExit{Code: 127}
+	}
+	inR, inW, err1 := os.Pipe()
+	outR, outW, err2 := os.Pipe()
+	errR, errW, err3 := os.Pipe()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return agentExit{Code: -1, Error: err.Error()}
+	}
+	var old syscall.Rlimit
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old)
+	if job.NoFile > 0 {
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: job.NoFile, Max: job.NoFile})
+	}
+	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{
+		Dir:   scratchDir,
+		Env:   job.Env,
+		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: uint32(job.UID), Gid: uint32(job.UID)},
+		},
+	})
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
+		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
+		return agentExit{Code: 126}
+	}
+	spawned := time.Since(received).Microseconds()
+	go func() {
+		_, _ = io.WriteString(inW, job.Stdin)
+		inW.Close()
+	}()
+	var mu sync.Mutex
+	budget := job.Output + 1
+	var copies sync.WaitGroup
+	for _, s := range []struct {
+		r   *os.File
+		typ byte
+	}{{outR, frameStdout}, {errR, frameStderr}} {
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			defer s.r.Close()
+			frameWriter{&mu, conn, s.typ, &budget}.copyFrom(s.r)
+		}()
+	}
+	code := reap(pid)
+	exited := time.Since(received).Microseconds()
+	// Whatever the job left behind dies with it: kill(-1) from PID 1 signals
+	// every other process in the sandbox.
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+	for reapAll() {
+	}
+	drained := make(chan struct{})
+	go func() { copies.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+	}
+	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
+}
+
+// reap waits for pid, reaping any orphan that exits first, and returns its
+// exit code (128+signal when killed by a signal, as a shell reports it).
+func reap(pid int) int {
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return -1
+		}
+		if got == pid {
+			if ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ws.ExitStatus()
+		}
+	}
+}
+
+// reapAll reaps one exited process; false once none are left.
+func reapAll() bool {
+	var ws syscall.WaitStatus
+	_, err := syscall.Wait4(-1, &ws, 0, nil)
+	return err == nil || errors.Is(err, syscall.EINTR)
+}
+
+// lookPath resolves a program name against the job's PATH.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := defaultPATH
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}

@@ -1,0 +1,222 @@
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// sandbox is a running sandbox whose PID 1 is the agent, connected and
+// waiting for a job.
+type sandbox struct {
+	id      string
+	dir     string
+	cg      cgroup
+	conn    *net.UnixConn
+	created time.Time
+}
+
+// agentStartTimeout bounds how long a new sandbox's agent may take to
+// connect back.
+const agentStartTimeout = 60 * time.Second
+
+// newAgentSandbox creates a sandbox running the agent in the given mode,
+// under the policy's default limits (a claim replaces them).
+func (t *Tier) newAgentSandbox(mode string) (_ *sandbox, err error) {
+	id := t.newID()
+	dir, err := t.sandboxDir(id)
+	if err != nil {
+		return nil, err
+	}
+	sb := &sandbox{id: id, dir: dir, cg: cgroup{path: "/" + id}}
+	live := false
+	defer func() {
+		if err != nil {
+			if sb.conn != nil {
+				sb.conn.Close()
+			}
+			if derr := t.destroy(id, dir, live); derr != nil {
+				logf("%v", derr)
+			}
+		}
+	}()
+	sockDir := filepath.Join(dir, "sock")
+	if err := os.Mkdir(sockDir, 0o755); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(sockDir, filepath.Base(agentSock)), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	defer ln.Close()
+	_ = os.Chmod(filepath.Join(sockDir, filepath.Base(agentSock)), 0o777)
+
+	def := t.cfg.limits.Default
+	b := t.newBundle(id, &airlock.Job{Limits: def})
+	b.read = nil
+	b.args = []string{agentBin, agentArg, mode}
+	b.env = []string{agentEnv + "=1", "PATH=" + defaultPATH}
+	b.cwd = "/"
+	b.uid = 0
+	b.agent = t.agent
+	b.sockDir = sockDir
+	if err := b.write(dir); err != nil {
+		return nil, err
+	}
+	if err := sb.cg.create(); err != nil {
+		return nil, err
+	}
+	if err := sb.cg.set(cgroupLimits(def, t.cfg.cpus)); err != nil {
+		return nil, err
+	}
+	// run --detach must not be handed pipes: the sandbox inherits them and a
+	// reader would wait for ever. Its diagnostics go to a file.
+	logFile, err := os.Create(filepath.Join(dir, "runsc.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), agentStartTimeout)
+	defer cancel()
+	args := append(t.runscFlags(true), "run", "--detach", "--bundle", dir, id)
+	cmd := exec.CommandContext(ctx, t.runsc, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	live = true
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w: %s", err, tail(filepath.Join(dir, "runsc.log")))
+	}
+	_ = ln.SetDeadline(time.Now().Add(agentStartTimeout))
+	if sb.conn, err = ln.AcceptUnix(); err != nil {
+		return nil, fmt.Errorf("waiting for the agent: %w", err)
+	}
+	sb.created = time.Now()
+	return sb, nil
+}
+
+func tail(path string) string {
+	data, _ := os.ReadFile(path)
+	s := strings.TrimSpace(string(data))
+	if len(s) > 500 {
+		s = "…" + s[len(s)-500:]
+	}
+	return s
+}
+
+// destroyLater destroys a sandbox in the background; Close waits for it.
+func (t *Tier) destroyLater(sb *sandbox) {
+	sb.conn.Close()
+	t.bg.Add(1)
+	go func() {
+		defer t.bg.Done()
+		if err := t.destroy(sb.id, sb.dir, true); err != nil {
+			logf("%v", err)
+		}
+	}()
+}
+
+// errSandboxLost means an agent sandbox died or hung up mid-job.
+var errSandboxLost = errors.New("sandbox lost")
+
+// runAgent hands a job to an agent sandbox and collects the result. The
+// job's limits are written into the sandbox's cgroup first, and its
+// secrets travel only in the job frame: nothing of the job existed in the
+// sandbox before the claim. An ephemeral sandbox is destroyed afterwards;
+// a session's survives unless the run was stopped or the agent was lost.
+func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *run, ephemeral bool) (airlock.Result, error) {
+	keep := false
+	defer func() {
+		if !keep {
+			t.destroyLater(sb)
+		}
+	}()
+	if err := sb.cg.set(cgroupLimits(job.Limits, t.cfg.cpus)); err != nil {
+		if ephemeral {
+			// The sandbox already uses more memory than the job may: run it
+			// cold instead, under exactly its own limits.
+			return t.runCold(ctx, job, r)
+		}
+		return r.finish(fmt.Errorf("binding limits: %w", err))
+	}
+	baseOOM, basePids, baseCPU := sb.cg.ooms(), sb.cg.pidsHits(), sb.cg.cpuTime()
+	aj := agentJob{
+		Argv:   job.Argv,
+		Env:    jobEnv(job.Grants.Secrets),
+		Files:  job.Files,
+		Stdin:  job.Stdin,
+		UID:    sandboxUID,
+		NoFile: uint64(job.Limits.Files),
+		Output: job.Limits.OutputBytes,
+	}
+	r.ready()
+	if err := writeJSONFrame(sb.conn, frameJob, aj); err != nil {
+		return r.finish(fmt.Errorf("handing over the job: %w", err))
+	}
+	out := newOutput(job.Limits.OutputBytes)
+	w := newWatcher(func() {
+		if _, err := t.runscOut(context.Background(), "delete", "--force", sb.id); err != nil && !notExist(err) {
+			logf("killing sandbox %s: %v", sb.id, err)
+		}
+		sb.conn.Close()
+	})
+	w.start(ctx, sb.cg, baseCPU, job.Limits, out)
+	var exit *agentExit
+	var lost error
+	for exit == nil && lost == nil {
+		typ, payload, err := readFrame(sb.conn)
+		switch {
+		case err != nil:
+			lost = err
+		case typ == frameStdout:
+			out.write(&out.stdout, payload)
+		case typ == frameStderr:
+			out.write(&out.stderr, payload)
+		case typ == frameExit:
+			exit = new(agentExit)
+			if err := json.Unmarshal(payload, exit); err != nil {
+				exit, lost = nil, err
+			}
+		default:
+			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)
+		}
+	}
+	stop := w.done()
+	r.res.Stdout, r.res.Stderr = out.strings()
+	r.res.Usage = usage(sb.cg, out)
+	r.res.Usage.CPUUS -= baseCPU.Microseconds()
+	if stop == nil && sb.cg.ooms() > baseOOM {
+		stop = &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+	}
+	if stop == nil && lost != nil && sb.cg.pidsHits() > basePids {
+		// The process limit took the sandbox down with the job.
+		stop = &airlock.Stopped{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit %d reached", job.Limits.Pids)}
+	}
+	switch {
+	case stop != nil:
+		return r.finish(stop)
+	case lost != nil:
+		return r.finish(fmt.Errorf("running sandbox: %w: %v", errSandboxLost, lost))
+	case exit.Error != "":
+		return r.finish(fmt.Errorf("running sandbox: agent: %s", exit.Error))
+	}
+	r.res.ExitCode = exit.Code
+	keep = !ephemeral
+	res, err := r.finish(nil)
+	// The agent's own clock splits the handover from the program's run:
+	// start covers claim, handover and spawn; run the program alone.
+	if exit.SpawnUS > 0 && exit.ExitUS >= exit.SpawnUS {
+		res.Timings.StartUS += exit.SpawnUS
+		res.Timings.RunUS = exit.ExitUS - exit.SpawnUS
+	}
+	return res, err
+}

@@ -1,0 +1,136 @@
+package gvisor
+
+import (
+	"context"
+
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// medians records per-iteration times and reports their median, which is
+// what docs/gvisor.md quotes (means are skewed by a busy shared machine).
+type medians []time.Duration
+
+func (m *medians) time(fn func()) {
+	start := time.Now()
+	fn()
+	*m = append(*m, time.Since(start))
+}
+
+func (m medians) median() time.Duration {
+	if len(m) == 0 {
+		return 0
+	}
+	s := append(medians(nil), m...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func (m medians) report(b *testing.B) {
+	b.ReportMetric(ms(m.median()), "median-ms")
+}
+
+// BenchmarkCold compares a cold job through the tier with a raw `runsc run`
+// of the same bundle (same flags, same spec), both running /bin/true. Each
+// iteration runs both, alternating which goes first, so that both see the
+// same load on a shared machine; it reports both medians and their ratio.
+// The tier's clean-up, which runs after the result is returned, is waited
+// for outside the timed region.
+func BenchmarkCold(b *testing.B) {
+	tier := newTier(b, NewConfig())
+	job, err := airlock.Prepare(cmdJob("/bin/true"), tier.cfg.limits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	id := tier.newID()
+	bd := tier.newBundle(id, &job)
+	bd.args, bd.env, bd.scratch = job.Argv, jobEnv(nil), filepath.Join(dir, "scratch")
+	if err := writeFiles(bd.scratch, nil, sandboxUID); err != nil {
+		b.Fatal(err)
+	}
+	if err := bd.write(dir); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = (cgroup{path: "/" + id}).remove() }()
+	raw := func() {
+		cmd := exec.Command(tier.runsc, append(tier.runscFlags(false), "run", "--bundle", dir, id)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("runsc run: %v: %s", err, out)
+		}
+	}
+	viaTier := func() {
+		if _, err := tier.Run(context.Background(), job); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var mr, mt medians
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			mr.time(raw)
+			mt.time(viaTier)
+		} else {
+			mt.time(viaTier)
+			mr.time(raw)
+		}
+		i++
+		b.StopTimer()
+		tier.bg.Wait()
+		b.StartTimer()
+	}
+	r, t := mr.median(), mt.median()
+	b.ReportMetric(ms(r), "raw-median-ms")
+	b.ReportMetric(ms(t), "tier-median-ms")
+	b.ReportMetric(float64(t)/float64(r), "tier/raw")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkPooled measures claim-to-result for /bin/true through the warm
+// pool: the pool is refilled (and the previous sandbox destroyed) outside
+// the timed region, so each iteration is one claim of a ready sandbox. Its
+// peer is `runsc exec` of /bin/true into an already running sandbox, the
+// cheapest way to run a program in gVisor without an agent.
+func BenchmarkPooled(b *testing.B) {
+	tier := newTier(b, NewConfig().WithPool(1, 1))
+	job := cmdJob("/bin/true")
+	b.Run("claim", func(b *testing.B) {
+		var m medians
+		for b.Loop() {
+			b.StopTimer()
+			waitReady(b, tier, 1)
+			tier.bg.Wait()
+			b.StartTimer()
+			m.time(func() {
+				if _, err := tier.Run(context.Background(), job); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		m.report(b)
+		if st := tier.Stats(); st.Misses > 0 {
+			b.Fatalf("some runs missed the pool: %+v", st)
+		}
+	})
+	b.Run("runsc-exec", func(b *testing.B) {
+		waitReady(b, tier, 1)
+		sb := tier.pool.claim()
+		defer tier.destroyLater(sb)
+		var m medians
+		for b.Loop() {
+			m.time(func() {
+				cmd := exec.Command(tier.runsc, "--root", tier.state, "exec", "--user", "65534:65534", "--cwd", "/", sb.id, "/bin/true")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("runsc exec: %v: %s", err, out)
+				}
+			})
+		}
+		m.report(b)
+	})
+}

@@ -1,0 +1,72 @@
+package gvisor
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Config configures the tier. The zero value is usable; With* methods
+// return modified copies and never fail: settings are checked by [New].
+type Config struct {
+	runsc    string
+	dir      string
+	platform string
+	limits   airlock.LimitPolicy
+	cpus     float64
+	pool     int
+	refill   int
+	readyTTL time.Duration
+	hostDirs []string
+}
+
+// NewConfig returns the default configuration: runsc found through
+// internal/tools (AIRLOCK_RUNSC, .tools/bin, $PATH), state under the
+// system's temporary directory, the systrap platform, airlock's default
+// limit policy, one CPU per sandbox, and no warm pool.
+func NewConfig() Config {
+	return Config{
+		dir:      filepath.Join(os.TempDir(), "airlock-gvisor"),
+		platform: "systrap",
+		limits:   airlock.DefaultLimitPolicy,
+		cpus:     1,
+		refill:   1,
+		hostDirs: []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr"},
+	}
+}
+
+// WithRunsc sets the runsc binary (default: found through the project's
+// tools directory, AIRLOCK_RUNSC or $PATH).
+func (c Config) WithRunsc(path string) Config { c.runsc = path; return c }
+
+// WithDir sets the directory holding runsc's state, the shared read-only
+// root and one directory per sandbox. Sandboxes whose owner died are swept
+// from it when a tier is built.
+func (c Config) WithDir(dir string) Config { c.dir = dir; return c }
+
+// WithPlatform sets gVisor's platform (default systrap; kvm needs /dev/kvm).
+func (c Config) WithPlatform(p string) Config { c.platform = p; return c }
+
+// WithLimits sets the operator's limit policy.
+func (c Config) WithLimits(p airlock.LimitPolicy) Config { c.limits = p; return c }
+
+// WithCPUs caps the CPU bandwidth of each sandbox, in cores (default 1).
+func (c Config) WithCPUs(n float64) Config { c.cpus = n; return c }
+
+// WithPool keeps n unused sandboxes ready (0, the default, disables the
+// pool), created at most refill at a time (default 1).
+func (c Config) WithPool(n, refill int) Config { c.pool = n; c.refill = refill; return c }
+
+// WithReadyTTL recycles pooled sandboxes that sat unused for longer than
+// ttl (0, the default: keep them until claimed or the tier closes).
+func (c Config) WithReadyTTL(ttl time.Duration) Config { c.readyTTL = ttl; return c }
+
+// WithHostDirs sets the host directories mounted read-only into every
+// sandbox (default: /bin, /sbin, /lib*, /usr; missing ones are skipped,
+// symbolic links are reproduced as links).
+func (c Config) WithHostDirs(dirs ...string) Config {
+	c.hostDirs = append([]string(nil), dirs...)
+	return c
+}

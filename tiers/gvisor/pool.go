@@ -1,0 +1,192 @@
+package gvisor
+
+import (
+	"sync"
+	"time"
+)
+
+// Stats describe the warm pool.
+type Stats struct {
+	Size     int    // configured number of ready sandboxes
+	Ready    int    // sandboxes ready now
+	Hits     uint64 // jobs that claimed a ready sandbox
+	Misses   uint64 // jobs that found the pool empty and started cold
+	Created  uint64 // sandboxes created for the pool
+	Failed   uint64 // sandbox creations that failed
+	Expired  uint64 // ready sandboxes recycled after the ready TTL
+	LastFill time.Duration
+	MeanFill time.Duration // mean time to create one pooled sandbox
+}
+
+// Stats returns the warm pool's counters (zero when there is no pool).
+func (t *Tier) Stats() Stats {
+	if t.pool == nil {
+		return Stats{}
+	}
+	return t.pool.stats()
+}
+
+// pool keeps unused agent sandboxes ready. A claimed sandbox is never
+// returned: after its job it is destroyed and the filler creates a fresh
+// one in its place.
+type pool struct {
+	t      *Tier
+	size   int
+	refill int
+	ttl    time.Duration
+	ready  chan *sandbox
+	kick   chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
+
+	mu      sync.Mutex
+	st      Stats
+	fillSum time.Duration
+}
+
+// failBackoff spaces out creations after a failure.
+const failBackoff = time.Second
+
+func newPool(t *Tier, size, refill int, ttl time.Duration) *pool {
+	p := &pool{
+		t: t, size: size, refill: refill, ttl: ttl,
+		ready: make(chan *sandbox, size),
+		kick:  make(chan struct{}, 1),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	p.st.Size = size
+	go p.fill()
+	return p
+}
+
+func (p *pool) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps len(ready) + in-flight creations at size, with at most refill
+// creations at a time.
+func (p *pool) fill() {
+	defer close(p.done)
+	created := make(chan *sandbox)
+	inflight := 0
+	var expire <-chan time.Time
+	if p.ttl > 0 {
+		tick := time.NewTicker(p.ttl / 2)
+		defer tick.Stop()
+		expire = tick.C
+	}
+	for {
+		for inflight < p.refill && len(p.ready)+inflight < p.size {
+			inflight++
+			go func() {
+				start := time.Now()
+				sb, err := p.t.newAgentSandbox(modeOnce)
+				p.mu.Lock()
+				if err != nil {
+					p.st.Failed++
+					logf("filling the pool: %v", err)
+				} else {
+					p.st.Created++
+					p.st.LastFill = time.Since(start)
+					p.fillSum += p.st.LastFill
+					p.st.MeanFill = p.fillSum / time.Duration(p.st.Created)
+				}
+				p.mu.Unlock()
+				if err != nil {
+					select {
+					case <-time.After(failBackoff):
+					case <-p.quit:
+					}
+				}
+				created <- sb
+			}()
+		}
+		select {
+		case sb := <-created:
+			inflight--
+			if sb != nil {
+				p.ready <- sb // never blocks: ready+inflight <= size
+			}
+		case <-p.kick:
+		case <-expire:
+			p.expire()
+		case <-p.quit:
+			for ; inflight > 0; inflight-- {
+				if sb := <-created; sb != nil {
+					p.t.destroyLater(sb)
+				}
+			}
+			for {
+				select {
+				case sb := <-p.ready:
+					p.t.destroyLater(sb)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// expire recycles ready sandboxes older than the TTL.
+func (p *pool) expire() {
+	for range len(p.ready) {
+		select {
+		case sb := <-p.ready:
+			if time.Since(sb.created) > p.ttl {
+				p.mu.Lock()
+				p.st.Expired++
+				p.mu.Unlock()
+				p.t.destroyLater(sb)
+				continue
+			}
+			p.ready <- sb
+		default:
+			return
+		}
+	}
+}
+
+// claim takes a ready sandbox, or returns nil (a miss) when none is ready.
+func (p *pool) claim() *sandbox {
+	select {
+	case <-p.quit:
+		return nil
+	default:
+	}
+	var sb *sandbox
+	select {
+	case sb = <-p.ready:
+	default:
+	}
+	p.mu.Lock()
+	if sb != nil {
+		p.st.Hits++
+	} else {
+		p.st.Misses++
+	}
+	p.mu.Unlock()
+	p.poke()
+	return sb
+}
+
+func (p *pool) stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.st
+	s.Ready = len(p.ready)
+	return s
+}
+
+func (p *pool) close() {
+	select {
+	case <-p.quit:
+	default:
+		close(p.quit)
+	}
+	<-p.done
+}

@@ -1,0 +1,109 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// idPrefix starts the name of every sandbox, cgroup and directory the tier
+// creates; the owner's PID follows, so a sweep can tell a crashed owner's
+// leftovers from a live one's.
+const idPrefix = "airlock-gv-"
+
+func (t *Tier) newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return idPrefix + strconv.Itoa(t.owner) + "-" + hex.EncodeToString(b[:])
+}
+
+// ownerPID returns the PID encoded in an id, or 0 if it is not one of ours.
+func ownerPID(id string) int {
+	rest, ok := strings.CutPrefix(id, idPrefix)
+	if !ok {
+		return 0
+	}
+	pid, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// runscFlags are the global flags of every sandbox the tier creates.
+func (t *Tier) runscFlags(hostUDS bool) []string {
+	f := []string{
+		"--root", t.state,
+		"--platform", t.cfg.platform,
+		"--network", "none",
+		// A fresh empty network namespace per gofer: the default shares one,
+		// bind-mounted into the state directory, that outlives the sandboxes.
+		"--gofer-network-namespace", "new",
+		// Writable mounts (the scratch) get a memory-backed overlay: what the
+		// job writes stays in the sandbox (charged to its memory cgroup) and
+		// never reaches the host directory.
+		"--overlay2", "all:memory",
+	}
+	if hostUDS {
+		f = append(f, "--host-uds", "open")
+	}
+	return f
+}
+
+// runscOut runs a short runsc management command and returns its output.
+func (t *Tier) runscOut(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, t.runsc, append([]string{"--root", t.state}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// destroy removes a sandbox and everything it held: the runsc container
+// (killed if still running), its cgroup and its directory. It is safe to
+// call for a sandbox that never started or is already gone; live says
+// whether runsc may still hold it (a foreground `runsc run` that exited by
+// itself has deleted its container already).
+func (t *Tier) destroy(id, dir string, live bool) error {
+	var errs []error
+	if live {
+		if _, err := t.runscOut(context.Background(), "delete", "--force", id); err != nil && !notExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	if err := (cgroup{path: "/" + id}).remove(); err != nil {
+		errs = append(errs, err)
+	}
+	if dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("destroying sandbox %s: %v", id, errs)
+	}
+	return nil
+}
+
+func notExist(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found") || strings.Contains(s, "no such")
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,156 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// OpenSession starts a sandbox kept across runs: files written to the
+// scratch persist between runs, processes do not (each run's leftovers are
+// killed when it ends). The session ends at Close, after opts.TTL of
+// idleness, or when a run is stopped by a limit (the sandbox is destroyed
+// with the run). Persistent workspaces are not supported.
+func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (airlock.Session, error) {
+	if t.avail != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", t.avail)
+	}
+	if opts.Workspace != "" {
+		return nil, &airlock.NotAdmitted{Tier: Name, Reason: "persistent workspaces are not supported"}
+	}
+	if opts.TTL < 0 {
+		return nil, airlock.Invalid("ttl", "must not be negative")
+	}
+	id := opts.ID
+	if id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	type made struct {
+		sb  *sandbox
+		err error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		sb, err := t.newAgentSandbox(modeServe)
+		ch <- made{sb, err}
+	}()
+	var m made
+	select {
+	case m = <-ch:
+	case <-ctx.Done():
+		go func() {
+			if m := <-ch; m.sb != nil {
+				t.destroyLater(m.sb)
+			}
+		}()
+		return nil, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting the session"}
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	s := &session{t: t, id: id, sb: m.sb, ttl: opts.TTL}
+	t.mu.Lock()
+	if t.sessions == nil {
+		t.sessions = map[*session]struct{}{}
+	}
+	t.sessions[s] = struct{}{}
+	t.mu.Unlock()
+	if s.ttl > 0 {
+		s.timer = time.AfterFunc(s.ttl, func() { _ = s.Close() })
+	}
+	return s, nil
+}
+
+type session struct {
+	t     *Tier
+	id    string
+	ttl   time.Duration
+	timer *time.Timer
+
+	mu     sync.Mutex // one run at a time
+	sb     *sandbox   // nil once closed
+	reason string
+}
+
+var errSessionClosed = errors.New("session closed")
+
+func (s *session) ID() string { return s.id }
+
+// Run runs a job in the session's sandbox.
+func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	r := begin()
+	job, err := airlock.Prepare(job, s.t.cfg.limits)
+	r.res.Clock, r.res.Seed = job.Clock, job.Seed
+	if err != nil {
+		return r.finish(err)
+	}
+	if err := s.t.Admit(&job); err != nil {
+		return r.finish(err)
+	}
+	if len(job.Grants.FS.Read) > 0 {
+		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "read grants cannot be added to a running session"})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sb == nil {
+		return r.finish(fmt.Errorf("session %s: %w (%s)", s.id, errSessionClosed, s.reason))
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	sb := s.sb
+	// runAgent keeps the sandbox only after a clean run; otherwise it is
+	// being destroyed and the session is over.
+	res, err := s.t.runAgent(ctx, sb, &job, r, false)
+	if err != nil && (errors.Is(err, errSandboxLost) || isStop(err)) {
+		s.forget("ended by a stopped run: " + err.Error())
+		return res, err
+	}
+	if err != nil {
+		// Binding limits failed: the sandbox is gone too.
+		s.forget(err.Error())
+		return res, err
+	}
+	if s.timer != nil {
+		s.timer.Reset(s.ttl)
+	}
+	return res, err
+}
+
+func isStop(err error) bool {
+	_, ok := airlock.AsStop(err)
+	return ok
+}
+
+// Close destroys the session's sandbox. It is safe to call more than once.
+func (s *session) Close() error {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sb == nil {
+		return nil
+	}
+	sb := s.sb
+	s.forget("closed")
+	sb.conn.Close()
+	return s.t.destroy(sb.id, sb.dir, true)
+}
+
+// forget marks the session over (its sandbox destroyed or being destroyed)
+// and drops it from the tier's open sessions. s.mu is held.
+func (s *session) forget(reason string) {
+	s.sb, s.reason = nil, reason
+	s.t.mu.Lock()
+	delete(s.t.sessions, s)
+	s.t.mu.Unlock()
+}

@@ -1,0 +1,214 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Paths inside the sandbox.
+const (
+	scratchDir  = "/scratch"  // the job's writable working directory
+	agentDir    = "/.airlock" // the agent binary and its socket (pooled sandboxes)
+	agentBin    = agentDir + "/agent"
+	agentSock   = agentDir + "/sock/agent.sock"
+	defaultPATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+)
+
+// sandboxUID runs the job: an unprivileged user inside gVisor ("nobody"), so
+// that even inside the sandbox the job cannot signal or trace the agent.
+const sandboxUID = 65534
+
+// bundle is what a sandbox is built from.
+type bundle struct {
+	rootfs   string   // absolute, real path of the read-only root
+	hostDirs []string // host program directories present in rootfs
+	args     []string
+	env      []string
+	cwd      string
+	uid      uint32
+	scratch  string // host directory bind-mounted at /scratch ("" = a tmpfs)
+	sockDir  string // host directory bind-mounted at agentDir/sock ("" = none)
+	agent    string // host path of the agent binary ("" = none)
+	read     []string
+	cgroup   string
+	limits   airlock.Limits
+	cpus     float64
+}
+
+// jobEnv is the job's whole environment: a fixed PATH and HOME, then the
+// job's secrets (which may override them). Nothing comes from the host.
+func jobEnv(secrets map[string]string) []string {
+	env := []string{"PATH=" + defaultPATH, "HOME=" + scratchDir}
+	names := make([]string, 0, len(secrets))
+	for k := range secrets {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		env = append(env, k+"="+secrets[k])
+	}
+	return env
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// spec returns the OCI runtime spec for b.
+func (b *bundle) spec() *specs.Spec {
+	l := cgroupLimits(b.limits, b.cpus)
+	nofile := uint64(b.limits.Files)
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: "airlock",
+		Root:     &specs.Root{Path: b.rootfs, Readonly: true},
+		Process: &specs.Process{
+			Args:            b.args,
+			Env:             b.env,
+			Cwd:             b.cwd,
+			User:            specs.User{UID: b.uid, GID: b.uid},
+			NoNewPrivileges: true,
+			Capabilities:    &specs.LinuxCapabilities{},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+			},
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		},
+		Linux: &specs.Linux{
+			CgroupsPath: b.cgroup,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
+			},
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: ptr(l.memory), Swap: ptr(l.memory)},
+				CPU:    &specs.LinuxCPU{Quota: ptr(l.quota), Period: ptr(uint64(100_000))},
+				Pids:   &specs.LinuxPids{Limit: ptr(l.pids)},
+			},
+		},
+	}
+	if b.agent != "" {
+		// The agent runs as root inside the sandbox and drops to the job's
+		// user for the job itself; it keeps the capabilities it needs for
+		// that (setuid/setgid, chown of the job's files, killing leftovers,
+		// restoring its own file limit after lowering it for a job).
+		s.Process.Capabilities = &specs.LinuxCapabilities{
+			Bounding:  agentCaps,
+			Effective: agentCaps,
+			Permitted: agentCaps,
+		}
+	}
+	for _, d := range b.hostDirs {
+		s.Mounts = append(s.Mounts, roBind(d, d))
+	}
+	for _, p := range b.read {
+		s.Mounts = append(s.Mounts, roBind(p, p))
+	}
+	if b.scratch != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: scratchDir, Type: "bind", Source: b.scratch, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	} else {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: scratchDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}})
+	}
+	if b.agent != "" {
+		s.Mounts = append(s.Mounts, roBind(b.agent, agentBin))
+	}
+	if b.sockDir != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: filepath.Dir(agentSock), Type: "bind", Source: b.sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	return s
+}
+
+var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SYS_RESOURCE"}
+
+func roBind(src, dst string) specs.Mount {
+	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}}
+}
+
+// write writes config.json into dir.
+func (b *bundle) write(dir string) error {
+	data, err := json.MarshalIndent(b.spec(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+		return fmt.Errorf("writing bundle: %w", err)
+	}
+	return nil
+}
+
+// makeRootfs builds the shared read-only root in dir: empty mount points
+// for the host's program directories (or the same symbolic links the host
+// has, e.g. /bin -> usr/bin), the sandbox's own mount points, and a minimal
+// /etc that reveals nothing about the host. It returns the host directories
+// to bind-mount. dir must be an absolute path without symbolic links.
+func makeRootfs(dir string, hostDirs []string) ([]string, error) {
+	var mounts []string
+	for _, d := range []string{"proc", "dev", "sys", "tmp", "etc", "scratch", ".airlock/sock"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// The agent binary is bind-mounted over a file.
+	if f, err := os.OpenFile(filepath.Join(dir, ".airlock/agent"), os.O_CREATE|os.O_RDONLY, 0o755); err != nil {
+		return nil, err
+	} else {
+		f.Close()
+	}
+	for _, d := range hostDirs {
+		st, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(dir, d)
+		if st.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(d)
+			if err != nil {
+				return nil, err
+			}
+			if cur, err := os.Readlink(dst); err == nil && cur == target {
+				continue
+			}
+			_ = os.Remove(dst)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return nil, err
+			}
+			if err := os.Symlink(target, dst); err != nil && !os.IsExist(err) {
+				return nil, err
+			}
+			continue
+		}
+		if !st.IsDir() {
+			continue
+		}
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, d)
+	}
+	etc := map[string]string{
+		"passwd":      "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/scratch:/bin/sh\n",
+		"group":       "root:x:0:\nnogroup:x:65534:\n",
+		"hosts":       "127.0.0.1\tlocalhost airlock\n::1\tlocalhost\n",
+		"hostname":    "airlock\n",
+		"resolv.conf": "",
+	}
+	for name, content := range etc {
+		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return mounts, nil
+}

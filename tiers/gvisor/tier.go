@@ -1,0 +1,371 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/tools"
+)
+
+// Name is the tier's name.
+const Name = "gvisor"
+
+// Tier runs command jobs in gVisor sandboxes. It is safe for concurrent use.
+// Close it to destroy the warm pool.
+type Tier struct {
+	cfg    Config
+	runsc  string
+	avail  error  // why the tier cannot run jobs here, or nil
+	base   string // real path of cfg.dir
+	state  string // runsc --root
+	rootfs string
+	mounts []string // host directories bind-mounted read-only
+	agent  string   // host path of the agent executable
+	pool   *pool
+	owner  int // the PID in sandbox ids: this process
+
+	bg sync.WaitGroup // background destroys
+
+	mu       sync.Mutex
+	sessions map[*session]struct{} // open sessions, closed by Close
+}
+
+var (
+	_ airlock.Tier        = (*Tier)(nil)
+	_ airlock.Prober      = (*Tier)(nil)
+	_ airlock.SessionTier = (*Tier)(nil)
+)
+
+// New builds a tier. A missing runsc or kernel feature does not fail New:
+// Available reports it and Run refuses jobs. New sweeps the sandboxes,
+// directories and cgroups of crashed airlock processes from cfg's directory
+// and, with a pool configured, starts filling it.
+func New(cfg Config) (*Tier, error) {
+	if cfg.dir == "" || !filepath.IsAbs(cfg.dir) {
+		return nil, fmt.Errorf("gvisor: directory %q must be an absolute path", cfg.dir)
+	}
+	if cfg.pool < 0 || cfg.refill < 0 || cfg.cpus < 0 || cfg.readyTTL < 0 {
+		return nil, errors.New("gvisor: pool size, refill, CPUs and ready TTL must not be negative")
+	}
+	if cfg.refill == 0 {
+		cfg.refill = 1
+	}
+	if cfg.cpus == 0 {
+		cfg.cpus = 1
+	}
+	if cfg.platform == "" {
+		cfg.platform = "systrap"
+	}
+	if cfg.limits == (airlock.LimitPolicy{}) {
+		cfg.limits = airlock.DefaultLimitPolicy
+	}
+	t := &Tier{cfg: cfg, owner: os.Getpid()}
+	t.avail = t.init()
+	if t.avail == nil && cfg.pool > 0 {
+		t.pool = newPool(t, cfg.pool, cfg.refill, cfg.readyTTL)
+	}
+	return t, nil
+}
+
+func (t *Tier) init() error {
+	var err error
+	if t.runsc = t.cfg.runsc; t.runsc == "" {
+		if t.runsc, err = tools.Find("runsc"); err != nil {
+			return err
+		}
+	} else if st, err := os.Stat(t.runsc); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("runsc %s: %w or not executable", t.runsc, tools.ErrNotFound)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("runsc needs root (rootless sandboxes are not supported by this tier)")
+	}
+	if !exists(filepath.Join(cgroupRoot, "memory", "memory.limit_in_bytes")) {
+		return errors.New("no cgroup v1 memory hierarchy at " + cgroupRoot + "/memory (cgroup v2 is not supported yet)")
+	}
+	if err := os.MkdirAll(t.cfg.dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", t.cfg.dir, err)
+	}
+	// runsc needs a real path: a symbolic link in the root breaks its mounts.
+	if t.base, err = filepath.EvalSymlinks(t.cfg.dir); err != nil {
+		return err
+	}
+	t.state = filepath.Join(t.base, "state")
+	t.rootfs = filepath.Join(t.base, "rootfs")
+	for _, d := range []string{t.state, t.rootfs, filepath.Join(t.base, "sb")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+	}
+	if t.mounts, err = makeRootfs(t.rootfs, t.cfg.hostDirs); err != nil {
+		return fmt.Errorf("building the sandbox root: %w", err)
+	}
+	if t.agent, err = os.Executable(); err == nil {
+		t.agent, err = filepath.EvalSymlinks(t.agent)
+	}
+	if err != nil {
+		return fmt.Errorf("locating the agent executable: %w", err)
+	}
+	t.sweep()
+	return nil
+}
+
+// Name returns "gvisor".
+func (t *Tier) Name() string { return Name }
+
+// Level returns airlock.LevelVirtualisation.
+func (t *Tier) Level() airlock.Level { return airlock.LevelVirtualisation }
+
+// Available reports whether runsc and the kernel features the tier needs
+// are present.
+func (t *Tier) Available() error { return t.avail }
+
+var errEgress = &airlock.NotAdmitted{Tier: Name, Reason: "egress not wired yet: network grants cannot be enforced by this tier"}
+
+// Admit accepts command jobs without network grants.
+func (t *Tier) Admit(job *airlock.Job) error {
+	if job.Kind != airlock.KindCommand {
+		return &airlock.NotAdmitted{Tier: Name, Reason: "runs command jobs only, not " + string(job.Kind)}
+	}
+	if len(job.Grants.Net) > 0 {
+		return errEgress
+	}
+	return nil
+}
+
+// Close empties the warm pool, closes open sessions and waits for
+// background clean-up. Call it once runs have returned: a run still in
+// flight finishes, but its clean-up may outlive Close.
+func (t *Tier) Close() error {
+	if t.pool != nil {
+		t.pool.close()
+	}
+	t.mu.Lock()
+	open := make([]*session, 0, len(t.sessions))
+	for s := range t.sessions {
+		open = append(open, s)
+	}
+	t.mu.Unlock()
+	var errs []error
+	for _, s := range open {
+		errs = append(errs, s.Close())
+	}
+	t.bg.Wait()
+	return errors.Join(errs...)
+}
+
+// Run runs a command job: in a pooled sandbox when one is ready, otherwise
+// in a sandbox created for it.
+func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	r := begin()
+	job, err := airlock.Prepare(job, t.cfg.limits)
+	r.res.Clock, r.res.Seed = job.Clock, job.Seed
+	if err != nil {
+		return r.finish(err)
+	}
+	if err := t.Admit(&job); err != nil {
+		return r.finish(err)
+	}
+	if t.avail != nil {
+		return r.finish(fmt.Errorf("starting sandbox: %w", t.avail))
+	}
+	if job.Lifecycle != airlock.LifecycleEphemeral {
+		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "lifecycle " + string(job.Lifecycle) + " needs a session (OpenSession)"})
+	}
+	for _, p := range job.Grants.FS.Read {
+		if _, err := os.Stat(p); err != nil {
+			return r.finish(airlock.Invalid("grants.fs.read", "%s: %v", p, err))
+		}
+	}
+	// Pooled sandboxes were created before the job: they carry no read
+	// grants, which are mounts. A job with some starts cold.
+	if t.pool != nil && len(job.Grants.FS.Read) == 0 {
+		if sb := t.pool.claim(); sb != nil {
+			return t.runAgent(ctx, sb, &job, r, true)
+		}
+	}
+	return t.runCold(ctx, &job, r)
+}
+
+// run tracks one job's result and timings.
+type run struct {
+	res     airlock.Result
+	start   time.Time
+	started time.Time
+}
+
+func begin() *run {
+	return &run{res: airlock.Result{Tier: Name, Level: airlock.LevelVirtualisation}, start: time.Now()}
+}
+
+// ready marks the sandbox ready and the job's code starting.
+func (r *run) ready() {
+	r.started = time.Now()
+	r.res.Timings.StartUS = r.started.Sub(r.start).Microseconds()
+}
+
+func (r *run) finish(err error) (airlock.Result, error) {
+	now := time.Now()
+	if !r.started.IsZero() {
+		r.res.Timings.RunUS = now.Sub(r.started).Microseconds()
+	}
+	r.res.Timings.TotalUS = max(now.Sub(r.start).Microseconds(), 1)
+	r.res.SetError(err)
+	return r.res, err
+}
+
+// sandboxDir creates the per-sandbox directory.
+func (t *Tier) sandboxDir(id string) (string, error) {
+	dir := filepath.Join(t.base, "sb", id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating sandbox directory: %w", err)
+	}
+	return dir, nil
+}
+
+func (t *Tier) newBundle(id string, job *airlock.Job) *bundle {
+	return &bundle{
+		rootfs:   t.rootfs,
+		hostDirs: t.mounts,
+		cwd:      scratchDir,
+		uid:      sandboxUID,
+		cgroup:   "/" + id,
+		limits:   job.Limits,
+		cpus:     t.cfg.cpus,
+		read:     job.Grants.FS.Read,
+	}
+}
+
+// runCold creates a sandbox for the job with `runsc run`, the job's program
+// as its first process.
+func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.Result, error) {
+	id := t.newID()
+	dir, err := t.sandboxDir(id)
+	if err != nil {
+		return r.finish(err)
+	}
+	cg := cgroup{path: "/" + id}
+	live := false
+	// Clean-up runs after the result is returned (Close waits for it): the
+	// cgroup can stay busy for a moment while runsc's processes exit.
+	defer func() {
+		t.bg.Add(1)
+		go func() {
+			defer t.bg.Done()
+			if err := t.destroy(id, dir, live); err != nil {
+				logf("%v", err)
+			}
+		}()
+	}()
+	scratch := filepath.Join(dir, "scratch")
+	if err := writeFiles(scratch, job.Files, sandboxUID); err != nil {
+		return r.finish(err)
+	}
+	b := t.newBundle(id, job)
+	b.args = job.Argv
+	b.env = jobEnv(job.Grants.Secrets)
+	b.scratch = scratch
+	if err := b.write(dir); err != nil {
+		return r.finish(err)
+	}
+	if err := cg.create(); err != nil {
+		return r.finish(fmt.Errorf("starting sandbox: %w", err))
+	}
+	if err := cg.set(cgroupLimits(job.Limits, t.cfg.cpus)); err != nil {
+		return r.finish(fmt.Errorf("starting sandbox: %w", err))
+	}
+
+	out := newOutput(job.Limits.OutputBytes)
+	args := append(t.runscFlags(false), "run", "--bundle", dir, id)
+	cmd := exec.Command(t.runsc, args...)
+	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine
+		cmd.Stdin = strings.NewReader(job.Stdin)
+	}
+	cmd.Stdout = out.stream(&out.stdout)
+	cmd.Stderr = out.stream(&out.stderr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		return r.finish(fmt.Errorf("starting sandbox: %w", err))
+	}
+	live = true
+	r.ready()
+	exited := make(chan struct{})
+	w := t.watch(ctx, id, cg, job.Limits, out, exited, func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	})
+	werr := cmd.Wait()
+	close(exited)
+	stop := w.done()
+	r.res.Stdout, r.res.Stderr = out.strings()
+	r.res.Usage = usage(cg, out)
+	if stop == nil && cg.ooms() > 0 {
+		stop = &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+	}
+	if stop != nil {
+		return r.finish(stop)
+	}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(werr, &exit):
+		r.res.ExitCode = exit.ExitCode()
+		if r.res.ExitCode < 0 {
+			return r.finish(fmt.Errorf("running sandbox: runsc %v", exit))
+		}
+		// runsc reports a program it cannot find with 128; a shell (and the
+		// agent of a pooled sandbox) says 127.
+		if r.res.ExitCode == 128 && strings.Contains(r.res.Stderr, "error finding executable") {
+			r.res.ExitCode = 127
+		}
+		live = false
+	case werr != nil:
+		return r.finish(fmt.Errorf("running sandbox: %w", werr))
+	default:
+		live = false
+	}
+	return r.finish(nil)
+}
+
+// writeFiles places the job's files under dir, owned by uid.
+func writeFiles(dir string, files map[string]string, uid int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, uid, uid); err != nil {
+		return err
+	}
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("placing %s: %w", name, err)
+		}
+		for d := filepath.Dir(p); d != dir; d = filepath.Dir(d) {
+			if err := os.Chown(d, uid, uid); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("placing %s: %w", name, err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func usage(cg cgroup, out *output) airlock.Usage {
+	return airlock.Usage{MemoryBytes: cg.maxMemory(), CPUUS: cg.cpuTime().Microseconds(), OutputBytes: out.total()}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "airlock gvisor: "+format+"\n", args...)
+}
