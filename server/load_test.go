@@ -81,6 +81,7 @@ func TestLoad(t *testing.T) {
 	f := newFixture(t, func(c *server.Config) {
 		c.Tenants[0].MaxConcurrent = 64
 		c.Tenants[0].Situations = nil
+		c.Tenants[0].Limits = nil
 	})
 	// Warm up one connection and the tiers, then take the baseline.
 	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`)
@@ -92,10 +93,14 @@ func TestLoad(t *testing.T) {
 		"starlark": `{"kind":"starlark","code":"result = sorted([(i * 7919) % 101 for i in range(200)])[:3]"}`,
 	}
 	counts := map[string]int{"expr": 3000, "starlark": 1000}
+	// Commands, where a command tier is available, come as a separate
+	// stream of two clients: OS sandboxes cost milliseconds to seconds each.
+	const commandClients, commandsEach = 2, 8
+	withCommands := false
 	for _, name := range []string{"seccomp", "process", "gvisor", "microvm"} {
 		if f.srv.Router().Unavailable(name) == nil {
-			jobs["command"] = `{"kind":"command","argv":["/bin/true"],"situation":"internal"}`
-			counts["command"] = 40
+			jobs["command"] = `{"kind":"command","argv":["/bin/true"],"situation":"internal","limits":{"wall_ms":60000}}`
+			withCommands = true
 			break
 		}
 	}
@@ -110,25 +115,37 @@ func TestLoad(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	var wg sync.WaitGroup
 	const workers = 32
+	send := func(kind string) {
+		req, _ := http.NewRequest("POST", f.http.URL+"/v1/run", strings.NewReader(jobs[kind]))
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		results <- sample{kind, time.Since(start)}
+		statusMu.Lock()
+		statuses[resp.StatusCode]++
+		statusMu.Unlock()
+	}
 	for range workers {
 		wg.Go(func() {
 			for kind := range work {
-				req, _ := http.NewRequest("POST", f.http.URL+"/v1/run", strings.NewReader(jobs[kind]))
-				req.Header.Set("Authorization", "Bearer "+keyA)
-				start := time.Now()
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Error(err)
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				results <- sample{kind, time.Since(start)}
-				statusMu.Lock()
-				statuses[resp.StatusCode]++
-				statusMu.Unlock()
+				send(kind)
 			}
 		})
+	}
+	if withCommands {
+		for range commandClients {
+			wg.Go(func() {
+				for range commandsEach {
+					send("command")
+				}
+			})
+		}
 	}
 	lat := map[string][]time.Duration{}
 	collected := make(chan struct{})
@@ -182,6 +199,14 @@ func TestLoad(t *testing.T) {
 	metrics := string(f.do("GET", "/metrics", "", nil).body)
 	if want := fmt.Sprintf(`airlock_runs_total{tier="expr",outcome="ok"} %d`, counts["expr"]+1); !strings.Contains(metrics, want) {
 		t.Errorf("metrics lack %q", want)
+	}
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "airlock_runs_total{") {
+			t.Log(line)
+			if !strings.Contains(line, `outcome="ok"`) {
+				t.Errorf("runs that did not succeed: %s", line)
+			}
+		}
 	}
 }
 
