@@ -21,7 +21,19 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/tiers/gvisor"
 )
+
+// gvisorPool exports the gVisor tier's warm-pool counters. (A shared
+// pool-statistics interface in the root package would replace this.)
+type gvisorPool struct {
+	t interface{ Stats() gvisor.Stats }
+}
+
+func (g gvisorPool) PoolStats() (size, hits, misses int64) {
+	st := g.t.Stats()
+	return int64(st.Ready), int64(st.Hits), int64(st.Misses)
+}
 
 // Options are what a server takes besides its configuration.
 type Options struct {
@@ -134,8 +146,11 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	for _, t := range s.tiers {
-		if p, ok := t.(PoolStats); ok {
+		switch p := t.(type) {
+		case PoolStats:
 			s.pools[t.Name()] = p
+		case interface{ Stats() gvisor.Stats }:
+			s.pools[t.Name()] = gvisorPool{p}
 		}
 	}
 	if s.router, err = escalate.New(policy, s.tiers, nil); err != nil {

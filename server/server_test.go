@@ -266,6 +266,13 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("load of a host file: %s", r.body)
 	}
 	body := string(f.do("GET", "/metrics", "", nil).body)
+	if f.srv.Router().Unavailable("gvisor") == nil {
+		for _, want := range []string{`airlock_pool_size{tier="gvisor"} `, `airlock_pool_claims_total{tier="gvisor",result="miss"} `} {
+			if !strings.Contains(body, want) {
+				t.Errorf("metrics lack the gVisor pool's %q", want)
+			}
+		}
+	}
 	for _, want := range []string{
 		`airlock_runs_total{tier="expr",outcome="ok"} 1`,
 		`airlock_runs_total{tier="starlark",outcome="error_runtime"} 1`,
