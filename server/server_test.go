@@ -350,3 +350,32 @@ func TestApprovalKeyFileSurvivesRestart(t *testing.T) {
 		t.Errorf("a short key file: %v", err)
 	}
 }
+
+// Sessions on an OS tier keep their scratch between runs, and a job in the
+// session is still routed: the policy decides whether gVisor is enough.
+func TestGVisorSession(t *testing.T) {
+	f := newFixture(t)
+	if err := f.srv.Router().Unavailable("gvisor"); err != nil {
+		t.Skip("gVisor unavailable:", err)
+	}
+	var open struct{ ID, Tier string }
+	r := f.do("POST", "/v1/sessions", keyA, `{"job":{"kind":"command","argv":["true"]}}`)
+	r.decode(t, &open)
+	if r.status != 201 || open.Tier != "gvisor" {
+		t.Fatalf("open: %d %s", r.status, r.body)
+	}
+	defer f.do("DELETE", "/v1/sessions/"+open.ID, keyA, nil)
+	path := "/v1/sessions/" + open.ID + "/run"
+	if r := f.do("POST", path, keyA, `{"kind":"command","argv":["sh","-c","echo kept > note"]}`); r.status != 200 {
+		t.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	r = f.do("POST", path, keyA, `{"kind":"command","argv":["cat","note"]}`)
+	if res := r.result(t); r.status != 200 || res.Stdout != "kept\n" || res.Tier != "gvisor" {
+		t.Errorf("second run: %d %s", r.status, r.body)
+	}
+	// Credentials need production isolation (level 5): not in this session.
+	r = f.do("POST", path, keyA, `{"kind":"command","argv":["true"],"situation":"credentials"}`)
+	if r.status != 403 {
+		t.Errorf("a credentials job in a gVisor session: %d %s", r.status, r.body)
+	}
+}
