@@ -171,3 +171,32 @@ func TestPendingApprovalsAreBoundedPerTenant(t *testing.T) {
 		t.Errorf("tenant b after a filled its share: %d %s", f2.status, f2.body)
 	}
 }
+
+// An approved command runs on an OS tier; a swapped file or argument is
+// refused before anything runs. (The re-check over the placed files needs
+// the tier to call approve.CheckPlaced; see docs/server.md.)
+func TestApprovedCommand(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) {
+		rules := append(*c.Approvals.Rules, approve.Rule{Name: "internal-command", Kinds: []airlock.Kind{airlock.KindCommand}, Situations: []airlock.Situation{airlock.SituationInternal}})
+		c.Approvals.Rules = &rules
+	})
+	if f.srv.Router().Unavailable("gvisor") != nil {
+		t.Skip("no command tier available")
+	}
+	job := `{"kind":"command","situation":"internal","argv":["sh","run.sh","world"],"files":{"run.sh":"echo hello $1\n","lib/x":"data"}}`
+	var req approvalReply
+	f.do("POST", "/v1/approvals", keyA, job).decode(t, &req)
+	if !req.Required || req.Rule != "internal-command" {
+		t.Fatalf("approval request: %+v", req)
+	}
+	var tok approvalReply
+	f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyApprover, nil).decode(t, &tok)
+	r := f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token)
+	if res := r.result(t); r.status != 200 || res.Stdout != "hello world\n" {
+		t.Fatalf("approved command: %d %s", r.status, r.body)
+	}
+	swapped := strings.Replace(job, `echo hello $1`, `cat /etc/shadow; echo hello $1`, 1)
+	expectStale(t, f.do("POST", "/v1/run", keyA, swapped, server.ApprovalHeader, tok.Token), "differs")
+	argv := strings.Replace(job, `"world"`, `"mallory"`, 1)
+	expectStale(t, f.do("POST", "/v1/run", keyA, argv, server.ApprovalHeader, tok.Token), "differs")
+}
