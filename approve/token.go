@@ -111,21 +111,14 @@ func IsStale(err error) bool {
 	return errors.As(err, &na) && len(na.Reason) >= len(Stale) && na.Reason[:len(Stale)] == Stale
 }
 
-// placedKey carries the check a tier runs after placing a job's files.
-type placedKey struct{}
-
-// WithPlacedCheck returns a context carrying check, which a tier that
-// places files into a sandbox calls (through [CheckPlaced]) after placing
-// them and before starting the job.
+// WithPlacedCheck returns a context carrying check (see
+// [airlock.WithPlacedCheck]): a tier that places files into a sandbox calls
+// it through [airlock.CheckPlaced] after placing them and before starting
+// the job.
 func WithPlacedCheck(ctx context.Context, check func(dir string) error) context.Context {
-	return context.WithValue(ctx, placedKey{}, check)
+	return airlock.WithPlacedCheck(ctx, check)
 }
 
 // CheckPlaced runs the check carried by ctx over the directory the tier
 // placed the job's files in; it returns nil when ctx carries none.
-func CheckPlaced(ctx context.Context, dir string) error {
-	if f, ok := ctx.Value(placedKey{}).(func(string) error); ok && f != nil {
-		return f(dir)
-	}
-	return nil
-}
+func CheckPlaced(ctx context.Context, dir string) error { return airlock.CheckPlaced(ctx, dir) }

@@ -22,13 +22,6 @@ func testFactories() []setup.Factory {
 }
 
 // TestMain lets `airlock corpus` re-execute this test binary as its child.
-func TestMain(m *testing.M) {
-	if runner.IsChild() {
-		os.Exit(corpusWith(context.Background(), &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}, testFactories()))
-	}
-	os.Exit(m.Run())
-}
-
 func corpusRun(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,16 +25,6 @@ import (
 
 // The fault tests run the real CLI in a child process: this test binary
 // re-executed with AIRLOCK_CLI_CHILD=1 runs Run(args) as main would.
-func TestMain(m *testing.M) {
-	if os.Getenv("AIRLOCK_CLI_CHILD") == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
-
 const testKey = "ak_cli-test-key-0123456789abcdef0123456789"
 
 func writeConfig(t *testing.T, extra string) (dir, path string) {
