@@ -334,7 +334,7 @@ func (c Config) one(ctx context.Context, can *canaries, t probed, k *corpus.Case
 		return skip(k.Skip)
 	}
 	s := spec{Tier: t.name, Case: *k, Vars: can.vars(token), MemoryMB: c.memoryMB, WallMS: c.timeout.Milliseconds()}
-	if missing := missingVar(k, s.Vars); missing != "" {
+	if missing := k.MissingVar(s.Vars); missing != "" {
 		return skip("the runner cannot provide ${" + missing + "} here")
 	}
 	if k.Area == "wasm" || strings.Contains(string(k.Job), `"wasm"`) {
@@ -516,28 +516,5 @@ func uncovered() []Uncovered {
 func closeTier(t airlock.Tier) {
 	if c, ok := t.(io.Closer); ok {
 		_ = c.Close()
-	}
-}
-
-// missingVar names a ${VAR} the case uses that neither its own expansions
-// nor the runner's variables provide.
-func missingVar(k *corpus.Case, vars map[string]string) string {
-	raw := string(k.Job)
-	for {
-		i := strings.Index(raw, "${")
-		if i < 0 {
-			return ""
-		}
-		j := strings.IndexByte(raw[i:], '}')
-		if j < 0 {
-			return ""
-		}
-		name := raw[i+2 : i+j]
-		if _, ok := vars[name]; !ok {
-			if _, ok := k.Expand[name]; !ok {
-				return name
-			}
-		}
-		raw = raw[i+j:]
 	}
 }
