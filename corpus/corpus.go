@@ -198,6 +198,30 @@ func (c *Case) BuildJob(vars map[string]string) (airlock.Job, error) {
 	return job, nil
 }
 
+// MissingVar names a ${VAR} in the case's job that neither its own
+// expansions nor vars provide, or returns "". Runners skip such a case
+// with the reason instead of running it with the placeholder in place.
+func (c *Case) MissingVar(vars map[string]string) string {
+	raw := string(c.Job)
+	for {
+		i := strings.Index(raw, "${")
+		if i < 0 {
+			return ""
+		}
+		j := strings.IndexByte(raw[i:], '}')
+		if j < 0 {
+			return ""
+		}
+		name := raw[i+2 : i+j]
+		if _, ok := vars[name]; !ok {
+			if _, ok := c.Expand[name]; !ok {
+				return name
+			}
+		}
+		raw = raw[i+j:]
+	}
+}
+
 // Outcome names how a run ended: "ok" (no error, exit code 0), "exit:N",
 // "stopped:REASON" or "error:KIND".
 func Outcome(res airlock.Result, err error) string {

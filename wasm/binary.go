@@ -14,6 +14,7 @@ type moduleInfo struct {
 }
 
 const (
+	sectionImport = 2
 	sectionTable  = 4
 	sectionMemory = 5
 )
@@ -24,18 +25,17 @@ var errMalformed = errors.New("malformed module")
 // the module with every defined table's maximum lowered to maxTable (added
 // where the module declared none): wazero lets a table without a maximum
 // grow to 2^32 elements, which is an out-of-memory. A module whose table
-// minimum is above maxTable is refused with a [tableError]. The returned
-// slice shares no memory with mod when a rewrite was needed, and is mod
-// itself otherwise.
+// minimum is above maxTable is refused with a [tableError]. The result is
+// mod itself when nothing needed rewriting, and a new slice otherwise.
 func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 	var info moduleInfo
 	if len(mod) < 8 || string(mod[:4]) != "\x00asm" {
 		return nil, info, fmt.Errorf("%w: not a WebAssembly binary (bad magic)", errMalformed)
 	}
-	if binary.LittleEndian.Uint32(mod[4:8]) != 1 {
-		return nil, info, fmt.Errorf("%w: unsupported binary version %d", errMalformed, binary.LittleEndian.Uint32(mod[4:8]))
+	if v := binary.LittleEndian.Uint32(mod[4:8]); v != 1 {
+		return nil, info, fmt.Errorf("%w: unsupported binary version %d", errMalformed, v)
 	}
-	out := mod
+	var out []byte // nil until a section is rewritten
 	for off := 8; off < len(mod); {
 		id := mod[off]
 		size, n, err := uleb(mod[off+1:])
@@ -43,14 +43,19 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 			return nil, info, fmt.Errorf("%w: section header at byte %d: %v", errMalformed, off, err)
 		}
 		start := off + 1 + n
-		end := start + int(size)
-		if size > uint64(len(mod)) || end > len(mod) {
+		if size > uint64(len(mod)-start) {
 			return nil, info, fmt.Errorf("%w: section %d at byte %d runs past the end", errMalformed, id, off)
 		}
+		end := start + int(size)
 		body := mod[start:end]
+		section := mod[off:end]
 		switch id {
+		case sectionImport:
+			if err := checkImportKinds(body); err != nil {
+				return nil, info, err
+			}
 		case sectionMemory:
-			lims, err := readLimits(body)
+			lims, err := readLimits(body, false)
 			if err != nil {
 				return nil, info, fmt.Errorf("%w: memory section: %v", errMalformed, err)
 			}
@@ -58,7 +63,7 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 				info.memMinPages = max(info.memMinPages, uint32(min(l.min, 1<<32-1)))
 			}
 		case sectionTable:
-			lims, err := readLimits(body)
+			lims, err := readLimits(body, true)
 			if err != nil {
 				return nil, info, fmt.Errorf("%w: table section: %v", errMalformed, err)
 			}
@@ -73,44 +78,23 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 				}
 			}
 			if rewrite {
-				out = make([]byte, 0, len(mod)+16)
-				out = append(out, mod[:off]...)
-				out = append(out, sectionTable)
+				if out == nil {
+					out = append(make([]byte, 0, len(mod)+16), mod[:off]...)
+				}
 				sec := encodeTables(lims, maxTable)
-				out = binary.AppendUvarint(out, uint64(len(sec)))
-				out = append(out, sec...)
-				out = append(out, mod[end:]...)
-				// Tables appear in one section only; nothing further to do.
-				return out, info, scanRest(out, len(out)-(len(mod)-end), &info)
+				section = binary.AppendUvarint([]byte{sectionTable}, uint64(len(sec)))
+				section = append(section, sec...)
 			}
+		}
+		if out != nil {
+			out = append(out, section...)
 		}
 		off = end
 	}
-	return out, info, nil
-}
-
-// scanRest reads the sections after the rewritten table section for the
-// memory declaration.
-func scanRest(mod []byte, off int, info *moduleInfo) error {
-	for off < len(mod) {
-		id := mod[off]
-		size, n, err := uleb(mod[off+1:])
-		if err != nil || off+1+n+int(size) > len(mod) {
-			return fmt.Errorf("%w: section at byte %d", errMalformed, off)
-		}
-		body := mod[off+1+n : off+1+n+int(size)]
-		if id == sectionMemory {
-			lims, err := readLimits(body)
-			if err != nil {
-				return fmt.Errorf("%w: memory section: %v", errMalformed, err)
-			}
-			for _, l := range lims {
-				info.memMinPages = max(info.memMinPages, uint32(min(l.min, 1<<32-1)))
-			}
-		}
-		off += 1 + n + int(size)
+	if out == nil {
+		return mod, info, nil
 	}
-	return nil
+	return out, info, nil
 }
 
 type limits struct {
@@ -119,9 +103,9 @@ type limits struct {
 	hasMax   bool
 }
 
-// readLimits reads a vector of table types (reftype + limits) or memory
-// types (limits) — told apart by the first byte of each entry.
-func readLimits(b []byte) ([]limits, error) {
+// readLimits reads a vector of table types (reftype + limits) or, when
+// tables is false, of memory types (limits).
+func readLimits(b []byte, tables bool) ([]limits, error) {
 	count, n, err := uleb(b)
 	if err != nil {
 		return nil, err
@@ -136,14 +120,17 @@ func readLimits(b []byte) ([]limits, error) {
 		if len(b) == 0 {
 			return nil, errors.New("truncated")
 		}
-		if b[0] == 0x70 || b[0] == 0x6f { // funcref, externref: a table
+		if tables {
+			if b[0] != 0x70 && b[0] != 0x6f { // funcref, externref
+				return nil, fmt.Errorf("unsupported table element type %#x", b[0])
+			}
 			l.ref = b[0]
 			b = b[1:]
 		}
 		if len(b) == 0 {
 			return nil, errors.New("truncated limits")
 		}
-		if b[0] > 1 && l.ref != 0 {
+		if b[0] > 1 && tables {
 			return nil, fmt.Errorf("unsupported table limits flag %#x", b[0])
 		}
 		l.hasMax = b[0]&1 == 1
@@ -179,6 +166,55 @@ func encodeTables(lims []limits, maxTable uint32) []byte {
 		sec = binary.AppendUvarint(sec, mx)
 	}
 	return sec
+}
+
+// importError names an import airlock cannot satisfy.
+type importError struct{ module, name, kind string }
+
+func (e *importError) Error() string {
+	return fmt.Sprintf("module imports %s %s.%s; airlock provides only functions (define the %s in the module)", e.kind, e.module, e.name, e.kind)
+}
+
+// checkImportKinds refuses imports of tables, memories, globals and tags:
+// airlock's host modules export functions only, so such a module could not
+// link; refusing it here gives a clear compile error.
+func checkImportKinds(b []byte) error {
+	count, n, err := uleb(b)
+	if err != nil || count > uint64(len(b)) {
+		return fmt.Errorf("%w: import section", errMalformed)
+	}
+	b = b[n:]
+	name := func() (string, bool) {
+		l, n, err := uleb(b)
+		if err != nil || l > uint64(len(b)-n) {
+			return "", false
+		}
+		s := string(b[n : n+int(l)])
+		b = b[n+int(l):]
+		return s, true
+	}
+	for range count {
+		mod, ok1 := name()
+		field, ok2 := name()
+		if !ok1 || !ok2 || len(b) == 0 {
+			return fmt.Errorf("%w: import section", errMalformed)
+		}
+		kind := b[0]
+		b = b[1:]
+		if kind != 0x00 {
+			k := map[byte]string{1: "table", 2: "memory", 3: "global", 4: "tag"}[kind]
+			if k == "" {
+				return fmt.Errorf("%w: import %s.%s of unknown kind %#x", errMalformed, mod, field, kind)
+			}
+			return &importError{module: mod, name: field, kind: k}
+		}
+		_, n, err := uleb(b) // the function's type index
+		if err != nil {
+			return fmt.Errorf("%w: import section", errMalformed)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // uleb reads an unsigned LEB128 number of at most 64 bits.

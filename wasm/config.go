@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -148,4 +150,26 @@ func (c Config) validate() error {
 		return airlock.Invalid("", "wasm config: memory limits must not be negative")
 	}
 	return nil
+}
+
+// CacheDirEnv names the variable that sets the on-disk compilation cache
+// of the command-line tool and the server ("off" turns it off).
+const CacheDirEnv = "AIRLOCK_WASM_CACHE"
+
+// DefaultCacheDir returns the on-disk compilation cache the command-line
+// tool and the server use: $AIRLOCK_WASM_CACHE, or airlock/wasm under the
+// user's cache directory; "" when turned off or when there is none.
+func DefaultCacheDir() string {
+	switch d := os.Getenv(CacheDirEnv); d {
+	case "off":
+		return ""
+	case "":
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		return filepath.Join(base, "airlock", "wasm")
+	default:
+		return d
+	}
 }

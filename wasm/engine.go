@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type engine struct {
 	byHash   map[[32]byte]*list.Element
 	inflight map[[32]byte]*compileCall
 	closed   bool
+	compiles sync.WaitGroup // compiles still running, which close waits for
 }
 
 // compiled is a module compiled once and instantiated per run. refs
@@ -68,6 +70,12 @@ func newEngine(cfg Config) (*engine, error) {
 		if cache, err = wazero.NewCompilationCacheWithDir(cfg.cacheDir); err != nil {
 			return nil, fmt.Errorf("opening the compilation cache: %w", err)
 		}
+		// The cache holds machine code the runtime executes as is: whoever
+		// can write to it runs code in this process.
+		if err := checkPrivate(cfg.cacheDir); err != nil {
+			_ = cache.Close(ctx)
+			return nil, err
+		}
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
@@ -99,21 +107,35 @@ func newEngine(cfg Config) (*engine, error) {
 	}, nil
 }
 
+// checkPrivate refuses a cache directory that others could write to.
+func checkPrivate(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("opening the compilation cache: %w", err)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return airlock.Invalid("", "wasm compilation cache %s is writable by group or others (mode %v): it holds machine code this process runs; make it 0700", dir, st.Mode().Perm())
+	}
+	return nil
+}
+
 // close releases the runtime and the in-memory cache; the on-disk cache
-// stays.
+// stays. It waits for compiles that callers gave up on: wazero must not
+// compile into a closed runtime.
 func (e *engine) close() error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
+	e.compiles.Wait()
 	ctx := context.Background()
 	err := e.rt.Close(ctx)
 	return errors.Join(err, e.cache.Close(ctx))
 }
 
 // acquire returns the compiled form of mod, compiling it at most once for
-// concurrent callers. The caller must release it. deadline bounds the
-// compile together with the configured compile timeout.
-func (e *engine) acquire(ctx context.Context, mod []byte, deadline time.Duration) (*compiled, error) {
+// concurrent callers, and waiting at most the configured compile timeout.
+// The caller must release it.
+func (e *engine) acquire(ctx context.Context, mod []byte) (*compiled, error) {
 	if int64(len(mod)) > e.cfg.maxModuleBytes {
 		return nil, &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module of %d bytes is above the cap of %d", len(mod), e.cfg.maxModuleBytes)}
 	}
@@ -134,11 +156,12 @@ func (e *engine) acquire(ctx context.Context, mod []byte, deadline time.Duration
 	if !ok {
 		call = &compileCall{done: make(chan struct{})}
 		e.inflight[h] = call
+		e.compiles.Add(1)
 		go e.compile(h, mod, call)
 	}
 	e.mu.Unlock()
 
-	limit := min(e.cfg.compileTimeout, deadline)
+	limit := e.cfg.compileTimeout
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
@@ -167,6 +190,7 @@ func (e *engine) acquire(ctx context.Context, mod []byte, deadline time.Duration
 // compile that takes too long; the compile still finishes (wazero cannot
 // interrupt it) and its result is cached for the next caller.
 func (e *engine) compile(h [32]byte, mod []byte, call *compileCall) {
+	defer e.compiles.Done()
 	defer close(call.done)
 	c, err := e.compileNow(mod)
 	e.mu.Lock()
@@ -241,10 +265,6 @@ func checkImports(cm wazero.CompiledModule) error {
 		default:
 			return &airlock.Denied{Capability: "host-function", Detail: fmt.Sprintf("module imports %s.%s, which airlock does not provide", modName, name)}
 		}
-	}
-	for _, m := range cm.ImportedMemories() {
-		modName, name, _ := m.Import()
-		return &airlock.CodeError{Kind: airlock.ErrCompile, Message: fmt.Sprintf("module imports memory %s.%s; airlock provides none (define the memory in the module)", modName, name)}
 	}
 	return nil
 }

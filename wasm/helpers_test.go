@@ -18,6 +18,9 @@ import (
 var buildDir string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(runHelper())
+	}
 	dir, err := os.MkdirTemp("", "airlock-wasm-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

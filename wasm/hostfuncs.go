@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -55,18 +56,19 @@ type stateKey struct{}
 // hostState is one run's view of the host functions: what is granted and
 // the buffers they exchange with the guest.
 type hostState struct {
-	grants  map[string]bool
-	input   []byte
-	output  bytes.Buffer
-	result  []byte
-	logf    func(string)
-	kv      *KV
-	net     []airlock.NetRule
-	http    HTTPDoer
-	respCap int64
-	outs    *outputs
-	toStd   bool  // output_write goes to stdout (tier jobs)
-	err     error // the denial or stop that ended the run
+	grants   map[string]bool
+	input    []byte
+	output   bytes.Buffer
+	result   []byte
+	logf     func(string)
+	kv       *KV
+	net      []airlock.NetRule
+	http     HTTPDoer
+	respCap  int64 // caps the output, a response and the log, each
+	logBytes int64
+	outs     *outputs
+	toStd    bool  // output_write goes to stdout (tier jobs)
+	err      error // the denial or stop that ended the run
 }
 
 // fail records err as the reason the run ended and unwinds the guest.
@@ -143,6 +145,10 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 		s.need(FuncLog, "log")
 		msg := string(s.read(mod, uint32(st[0]), uint32(st[1]), "log"))
 		if s.logf != nil {
+			// The host's log is bounded like the output.
+			if s.logBytes += int64(len(msg)); s.logBytes > s.respCap {
+				s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("log above %d bytes", s.respCap)})
+			}
 			s.logf(msg)
 			return
 		}
@@ -242,8 +248,12 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	for k, v := range r.Headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := s.http.Do(req)
+	resp, err := checkRedirects(s.http, s.net).Do(req)
 	if err != nil {
+		var d *airlock.Denied
+		if errors.As(err, &d) {
+			s.fail(d)
+		}
 		s.fail(&airlock.Denied{Capability: "net", Detail: fmt.Sprintf("%s: %v", what, err)})
 	}
 	defer resp.Body.Close()
@@ -260,6 +270,31 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	}
 	j, _ := json.Marshal(out)
 	return j
+}
+
+// checkRedirects makes an *http.Client check every redirect hop against
+// the grants too (other HTTPDoers, such as the egress proxy's client, check
+// hops themselves).
+func checkRedirects(d HTTPDoer, rules []airlock.NetRule) HTTPDoer {
+	c, ok := d.(*http.Client)
+	if !ok {
+		return d
+	}
+	cc := *c
+	next := c.CheckRedirect
+	cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if !allowed(rules, req.Method, req.URL) {
+			return &airlock.Denied{Capability: "net", Detail: "redirect not granted: " + req.Method + " " + req.URL.String()}
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &cc
 }
 
 // allowed reports whether a rule grants method on u's host and port.

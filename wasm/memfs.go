@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"path"
@@ -13,8 +14,9 @@ import (
 )
 
 // memFS is the writable scratch: a directory tree in memory, bounded in
-// total bytes. It has no symbolic or hard links, so nothing in it can
-// point outside it.
+// total bytes (file contents, plus nodeCost and the name for every file or
+// directory, so that empty files cannot exhaust the host either). It has
+// no symbolic or hard links, so nothing in it can point outside it.
 type memFS struct {
 	sys.UnimplementedFS
 	mu    sync.Mutex
@@ -33,6 +35,19 @@ type memNode struct {
 	ino      uint64
 	mtim     int64
 	atim     int64
+}
+
+// nodeCost is what a file or directory costs against the scratch's size,
+// besides its name and contents.
+const nodeCost = 256
+
+// charge reserves n bytes of the scratch, or reports it full.
+func (m *memFS) charge(n int64) sys.Errno {
+	if m.used+n > m.limit {
+		return errNoSpace
+	}
+	m.used += n
+	return 0
 }
 
 func newMemFS(limit, mtime int64) *memFS {
@@ -112,6 +127,9 @@ func (m *memFS) put(name string, data []byte) error {
 	for _, el := range parts[:len(parts)-1] {
 		c, ok := n.children[el]
 		if !ok {
+			if m.charge(nodeCost+int64(len(el))) != 0 {
+				return errScratchFull
+			}
 			c = m.newNode(true, 0o755)
 			n.children[el] = c
 		}
@@ -120,13 +138,13 @@ func (m *memFS) put(name string, data []byte) error {
 		}
 		n = c
 	}
-	if m.used+int64(len(data)) > m.limit {
-		return errNoSpace
+	base := parts[len(parts)-1]
+	if m.charge(nodeCost+int64(len(base))+int64(len(data))) != 0 {
+		return errScratchFull
 	}
 	f := m.newNode(false, 0o644)
 	f.data = append([]byte(nil), data...)
-	m.used += int64(len(data))
-	n.children[parts[len(parts)-1]] = f
+	n.children[base] = f
 	return nil
 }
 
@@ -138,6 +156,9 @@ func (m *memFS) OpenFile(p string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 	case errno == sys.ENOENT && flag&sys.O_CREAT != 0:
 		dir, name, errno := m.parent(p)
 		if errno != 0 {
+			return nil, errno
+		}
+		if errno := m.charge(nodeCost + int64(len(name))); errno != 0 {
 			return nil, errno
 		}
 		n = m.newNode(false, perm)
@@ -185,6 +206,9 @@ func (m *memFS) Mkdir(p string, perm fs.FileMode) sys.Errno {
 	if _, ok := dir.children[name]; ok {
 		return sys.EEXIST
 	}
+	if errno := m.charge(nodeCost + int64(len(name))); errno != 0 {
+		return errno
+	}
 	dir.children[name] = m.newNode(true, perm)
 	return 0
 }
@@ -226,7 +250,7 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 		case old.dir && len(old.children) > 0:
 			return sys.ENOTEMPTY
 		}
-		m.used -= int64(len(old.data))
+		m.used -= int64(len(old.data)) + nodeCost + int64(len(tname))
 	}
 	if n.dir {
 		// Refuse moving a directory into itself.
@@ -236,6 +260,7 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 			}
 		}
 	}
+	m.used += int64(len(tname)) - int64(len(fname))
 	delete(fdir.children, fname)
 	tdir.children[tname] = n
 	return 0
@@ -267,7 +292,7 @@ func (m *memFS) remove(p string, dir bool) sys.Errno {
 	case dir && len(n.children) > 0:
 		return sys.ENOTEMPTY
 	}
-	m.used -= int64(len(n.data))
+	m.used -= int64(len(n.data)) + nodeCost + int64(len(name))
 	delete(d.children, name)
 	return 0
 }
@@ -325,6 +350,20 @@ func (f *memFile) Stat() (wsys.Stat_t, sys.Errno) {
 	return f.n.stat(), 0
 }
 
+// usable checks a read or write (allowed says whether the file was opened
+// for it) at offset or size n.
+func (f *memFile) usable(allowed bool, n int64) sys.Errno {
+	switch {
+	case f.n.dir:
+		return sys.EISDIR
+	case !allowed:
+		return sys.EBADF
+	case n < 0:
+		return sys.EINVAL
+	}
+	return 0
+}
+
 func (f *memFile) Read(buf []byte) (int, sys.Errno) {
 	n, errno := f.Pread(buf, f.off)
 	f.off += int64(n)
@@ -332,14 +371,8 @@ func (f *memFile) Read(buf []byte) (int, sys.Errno) {
 }
 
 func (f *memFile) Pread(buf []byte, off int64) (int, sys.Errno) {
-	if f.n.dir {
-		return 0, sys.EISDIR
-	}
-	if !f.read {
-		return 0, sys.EBADF
-	}
-	if off < 0 {
-		return 0, sys.EINVAL
+	if errno := f.usable(f.read, off); errno != 0 {
+		return 0, errno
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
@@ -429,14 +462,8 @@ func (f *memFile) Write(buf []byte) (int, sys.Errno) {
 }
 
 func (f *memFile) Pwrite(buf []byte, off int64) (int, sys.Errno) {
-	if f.n.dir {
-		return 0, sys.EISDIR
-	}
-	if !f.write {
-		return 0, sys.EBADF
-	}
-	if off < 0 {
-		return 0, sys.EINVAL
+	if errno := f.usable(f.write, off); errno != 0 {
+		return 0, errno
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
@@ -453,14 +480,8 @@ func (f *memFile) Pwrite(buf []byte, off int64) (int, sys.Errno) {
 }
 
 func (f *memFile) Truncate(size int64) sys.Errno {
-	if f.n.dir {
-		return sys.EISDIR
-	}
-	if !f.write {
-		return sys.EBADF
-	}
-	if size < 0 {
-		return sys.EINVAL
+	if errno := f.usable(f.write, size); errno != 0 {
+		return errno
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
@@ -487,6 +508,9 @@ func (f *memFile) Utimens(atim, mtim int64) sys.Errno {
 // errNoSpace is what a write past the scratch's size returns: WASI
 // preview 1 as wazero implements it has no ENOSPC, so the guest sees EIO.
 const errNoSpace = sys.EIO
+
+// errScratchFull is put's error when the job's files do not fit.
+var errScratchFull = errors.New("the job's files do not fit in the scratch (grants.fs.scratch_mb)")
 
 var (
 	_ sys.FS   = (*memFS)(nil)

@@ -44,6 +44,10 @@ type ToolConfig struct {
 	Limits airlock.Limits
 	// Env is the guest's whole environment (nothing is inherited).
 	Env map[string]string
+	// Clock and Seed pin the guest's clock and random_get for every call
+	// (zero: the current time, and a fresh seed per call).
+	Clock time.Time
+	Seed  uint64
 	// Log receives each message of the "log" host function; nil collects
 	// them in the call's Reply.
 	Log func(msg string)
@@ -58,7 +62,8 @@ type Tool struct {
 	once   sync.Once
 }
 
-// Load compiles a tool once. Unknown host function names, modules that
+// Load compiles a tool once (bounded by the config's compile timeout, not
+// by the per-call wall clock). Unknown host function names, modules that
 // import functions airlock does not provide, and limits above the host's
 // maxima are refused here.
 func (h *Host) Load(ctx context.Context, module []byte, cfg ToolConfig) (*Tool, error) {
@@ -72,7 +77,8 @@ func (h *Host) Load(ctx context.Context, module []byte, cfg ToolConfig) (*Tool, 
 	if err != nil {
 		return nil, err
 	}
-	c, err := h.e.acquire(ctx, module, prepared.Limits.Wall())
+	// Loading is not a call: only the compile timeout bounds it.
+	c, err := h.e.acquire(ctx, module)
 	if err != nil {
 		return nil, err
 	}
@@ -120,21 +126,24 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	var logs []string
 	logf := t.cfg.Log
 	if logf == nil {
-		logf = func(m string) {
-			if len(logs) < 1000 {
-				logs = append(logs, m)
-			}
-		}
+		logf = func(m string) { logs = append(logs, m) }
 	}
 	host := &hostState{grants: grants, input: input, logf: logf, kv: kv, net: t.cfg.Net, http: t.h.e.cfg.http, respCap: t.limits.OutputBytes}
+	clock, seed := t.cfg.Clock, t.cfg.Seed
+	if clock.IsZero() {
+		clock = time.Now().UTC().Truncate(time.Microsecond)
+	}
+	if seed == 0 {
+		seed = airlock.NewSeed()
+	}
 	s := &spec{
 		args:     []string{"tool.wasm"},
 		env:      t.cfg.Env,
 		entry:    fn,
 		memLimit: uint64(t.limits.MemoryMB) << 20,
 		wall:     t.limits.Wall(),
-		clock:    time.Now().UTC().Truncate(time.Microsecond),
-		seed:     airlock.NewSeed(),
+		clock:    clock,
+		seed:     seed,
 		outCap:   t.limits.OutputBytes,
 		host:     host,
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 )
@@ -21,7 +22,7 @@ func greetTool(t testing.TB) []byte {
 
 func newHost(t testing.TB, cfg Config) *Host {
 	t.Helper()
-	h, err := NewHost(cfg)
+	h, err := NewHost(testCache(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,26 +163,16 @@ func TestPluginLimits(t *testing.T) {
 	}
 }
 
-// httpTool calls http_request with its input as the whole request JSON and
-// writes the response JSON to its output.
-const httpToolWAT = `(module
-  (import "airlock" "input_size" (func $isize (result i32)))
-  (import "airlock" "input_read" (func $iread (param i32)))
-  (import "airlock" "http_request" (func $http (param i32 i32) (result i32)))
-  (import "airlock" "result_read" (func $rread (param i32)))
-  (import "airlock" "output_write" (func $out (param i32 i32)))
-  (memory 4)
-  (func (export "req") (result i32) (local $n i32)
-    (call $iread (i32.const 0))
-    (local.set $n (call $http (i32.const 0) (call $isize)))
-    (call $rread (i32.const 65536))
-    (call $out (i32.const 65536) (local.get $n))
-    (i32.const 0)))`
-
 func TestPluginHTTP(t *testing.T) {
 	var hits int
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits++
+		if r.URL.Path == "/redirect" {
+			// A granted host sending the client elsewhere (here, to
+			// the same server by IP literal, which no grant matches).
+			http.Redirect(w, r, r.URL.Query().Get("to")+"/x", http.StatusFound)
+			return
+		}
 		fmt.Fprintf(w, "%s %s", r.Method, r.URL.Path)
 	}))
 	defer srv.Close()
@@ -194,19 +185,19 @@ func TestPluginHTTP(t *testing.T) {
 
 	// Egress not wired: no HTTPDoer in the config.
 	unwired := newHost(t, NewConfig())
-	tool := load(t, unwired, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}})
+	tool := load(t, unwired, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}})
 	_, err := tool.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "net", "no hosts granted")
-	tool = load(t, unwired, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
+	tool = load(t, unwired, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
 	_, err = tool.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "net", "egress not wired")
 
 	// Wired to a real client on loopback.
 	h := newHost(t, NewConfig().WithHTTP(srv.Client()))
-	notGranted := load(t, h, wat(t, httpToolWAT), ToolConfig{Net: []airlock.NetRule{rule}})
+	notGranted := load(t, h, corpusWAT(t, "http-request"), ToolConfig{Net: []airlock.NetRule{rule}})
 	_, err = notGranted.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "host-function", "http_request was not granted")
-	tool = load(t, h, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
+	tool = load(t, h, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
 	rep, err := tool.Call(ctx, "req", req("GET", local))
 	if err != nil || !strings.Contains(string(rep.Output), `"status":200`) {
 		t.Fatalf("granted GET: %v %s", err, rep.Output)
@@ -223,5 +214,63 @@ func TestPluginHTTP(t *testing.T) {
 	}
 	if hits != 1 {
 		t.Fatalf("server saw %d requests, want exactly the granted one", hits)
+	}
+	// A redirect to a host that is not granted is refused, not followed.
+	_, err = tool.Call(ctx, "req", req("GET", "http://localhost:"+u.Port()+"/redirect?to="+url.QueryEscape(srv.URL)))
+	if hits != 2 {
+		t.Fatalf("server saw %d requests after the redirect, want 2", hits)
+	}
+	wantDenied(t, err, "net", "redirect not granted: GET "+srv.URL+"/x")
+}
+
+// randWAT writes four bytes of random_get and eight of the clock.
+const randWAT = `(module
+  (import "wasi_snapshot_preview1" "random_get" (func $random (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $now (param i32 i64 i32) (result i32)))
+  (import "airlock" "output_write" (func $out (param i32 i32)))
+  (memory 1)
+  (func (export "draw") (result i32)
+    (drop (call $random (i32.const 0) (i32.const 4)))
+    (drop (call $now (i32.const 0) (i64.const 1) (i32.const 4)))
+    (call $out (i32.const 0) (i32.const 12))
+    (i32.const 0)))`
+
+func TestPluginPinnedClockAndSeed(t *testing.T) {
+	h := newHost(t, NewConfig())
+	mod := wat(t, randWAT)
+	draw := func(cfg ToolConfig) string {
+		rep, err := load(t, h, mod, cfg).Call(context.Background(), "draw", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(rep.Output)
+	}
+	pinned := ToolConfig{Clock: time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC), Seed: 9}
+	if a, b := draw(pinned), draw(pinned); a != b {
+		t.Fatalf("pinned calls differ: %x %x", a, b)
+	}
+	if a, b := draw(ToolConfig{}), draw(ToolConfig{}); a == b {
+		t.Fatalf("unpinned calls are identical: %x", a)
+	}
+}
+
+// logFloodWAT logs 1 KiB forever.
+const logFloodWAT = `(module
+  (import "airlock" "log" (func $log (param i32 i32)))
+  (memory 1)
+  (func (export "flood") (result i32)
+    (loop $l (call $log (i32.const 0) (i32.const 1024)) (br $l))
+    (i32.const 0)))`
+
+func TestPluginLogIsCapped(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, logFloodWAT), ToolConfig{Functions: []string{FuncLog}, Limits: airlock.Limits{OutputBytes: 64 << 10}})
+	rep, err := tool.Call(context.Background(), "flood", nil)
+	var st *airlock.Stopped
+	if !errors.As(err, &st) || st.Reason != airlock.StopOutput {
+		t.Fatalf("log flood: %T %v", err, err)
+	}
+	if n := len(rep.Log); n > 64 {
+		t.Fatalf("%d KiB of log kept under a 64 KiB cap", n)
 	}
 }

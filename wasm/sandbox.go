@@ -182,9 +182,6 @@ func (e *engine) classify(err error, out *outcome, parent, ctx context.Context, 
 	if i := strings.Index(msg, "\nwasm stack trace:"); i >= 0 {
 		msg = msg[:i]
 	}
-	if strings.Contains(msg, "is not exported in module") || strings.Contains(msg, "import") {
-		return &airlock.CodeError{Kind: airlock.ErrCompile, Message: msg}
-	}
 	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: msg}
 }
 
@@ -245,11 +242,11 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 		return nil
 	}
 	if size <= uint64(cap(m.buf)) {
-		m.buf = m.buf[:size]
+		m.buf = m.buf[:size] // never written: linear memory does not shrink
 	} else {
-		nb := make([]byte, size, max(size, min(2*uint64(cap(m.buf)), m.a.limit)))
-		copy(nb, m.buf)
-		m.buf = nb
+		// Let append pick the growth (as wazero's own memory does); the
+		// new bytes, and the spare capacity, are zero.
+		m.buf = append(m.buf, make([]byte, size-uint64(len(m.buf)))...)
 	}
 	m.a.peak = max(m.a.peak, size)
 	return m.buf

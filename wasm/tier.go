@@ -89,7 +89,9 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err = t.Admit(&job); err != nil {
 		return res, err
 	}
-	c, err := t.e.acquire(ctx, job.Module, job.Limits.Wall())
+	// Compiling has its own cap (WithCompileTimeout); the wall clock is
+	// the run's, which starts once the module is compiled.
+	c, err := t.e.acquire(ctx, job.Module)
 	if err != nil {
 		return res, err
 	}

@@ -15,9 +15,22 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
+// testCache makes the tests' tiers share compiled machine code on disk, so
+// that each new tier does not compile the 3 MB Go test program again, and
+// gives compiles the time a loaded CI machine (or -race) needs.
+func testCache(cfg Config) Config {
+	if cfg.cacheDir == "" {
+		cfg = cfg.WithCacheDir(filepath.Join(buildDir, "cache"))
+	}
+	if cfg.compileTimeout == DefaultCompileTimeout {
+		cfg = cfg.WithCompileTimeout(5 * time.Minute)
+	}
+	return cfg
+}
+
 func newTier(t testing.TB, cfg Config) *Tier {
 	t.Helper()
-	tier, err := New(cfg)
+	tier, err := New(testCache(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +115,8 @@ func TestCorpus(t *testing.T) {
 			if c.Skip != "" {
 				t.Skip(c.Skip)
 			}
-			name := strings.TrimPrefix(c.ID, "wasm/")
 			mod := g
-			if _, err := os.Stat(filepath.Join("..", "corpus", "wasm", name+".wat")); err == nil {
+			if name, ok := caseWAT(strings.TrimPrefix(c.ID, "wasm/")); ok {
 				mod = corpusWAT(t, name)
 			}
 			v := c.Run(context.Background(), caseTier{tier, mod, vars}, vars, secret, envSecret)
@@ -122,6 +134,22 @@ func TestCorpus(t *testing.T) {
 	// Nothing was planted in the granted directory.
 	if _, err := os.Lstat(filepath.Join(grant, "planted")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a guest created a file in a read-only grant: %v", err)
+	}
+}
+
+// caseWAT finds the WAT module of case NAME: corpus/wasm/NAME.wat, or
+// PREFIX.wat for a case named PREFIX-MORE (several cases can share one
+// module).
+func caseWAT(name string) (string, bool) {
+	for {
+		if _, err := os.Stat(filepath.Join("..", "corpus", "wasm", name+".wat")); err == nil {
+			return name, true
+		}
+		i := strings.LastIndexByte(name, '-')
+		if i < 0 {
+			return "", false
+		}
+		name = name[:i]
 	}
 }
 

@@ -135,7 +135,7 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 		switch kind {
 		case airlock.KindWasm:
 			job.Module = data
-			job.Argv = append([]string{filepath.Base(file)}, rest...)
+			job.Argv = rest // the tier supplies argv[0]
 		case airlock.KindCommand:
 			return job, airlock.Invalid("kind", "a command job takes its program after --, not a file")
 		default:

@@ -218,6 +218,9 @@ func TestCorpus(t *testing.T) {
 				if c.Skip != "" {
 					t.Skip(c.Skip)
 				}
+				if v := c.MissingVar(cn.vars); v != "" {
+					t.Skipf("this test does not provide ${%s} (airlock corpus does)", v)
+				}
 				v := c.Run(context.Background(), tier, cn.vars, cn.secrets...)
 				if !v.Pass {
 					t.Errorf("%s on %s: %s (outcome %s)", c.ID, tier.Name(), v.Detail, v.Outcome)
@@ -344,9 +347,12 @@ func assertClean(t *testing.T, cfg Config) {
 	}
 }
 
-// sandboxProcesses lists processes whose real uid is in the sandbox range
-// and which started after this test process (zombies an earlier, killed
-// run left to an init that does not reap are not this run's).
+// sandboxProcesses lists processes whose real uid is in the sandbox range,
+// which started after this test process (zombies an earlier, killed run
+// left to an init that does not reap are not this run's) and which descend
+// from it (other test binaries running sandboxes at the same time, as
+// `go test ./...` does, are not this run's either). Orphans re-parented
+// away from us are caught by the cgroup check instead.
 func sandboxProcesses(cfg Config) []string {
 	self := startTime(strconv.Itoa(os.Getpid()))
 	var out []string
@@ -356,7 +362,7 @@ func sandboxProcesses(cfg Config) []string {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil || startTime(e.Name()) < self {
+		if err != nil || startTime(e.Name()) < self || !descendsFromUs(e.Name()) {
 			continue
 		}
 		for _, line := range bytes.Split(data, []byte("\n")) {
@@ -375,6 +381,32 @@ func sandboxProcesses(cfg Config) []string {
 		}
 	}
 	return out
+}
+
+// descendsFromUs reports whether pid's chain of parents reaches this
+// process.
+func descendsFromUs(pid string) bool {
+	me := strconv.Itoa(os.Getpid())
+	for range 64 {
+		data, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+		if err != nil {
+			return false
+		}
+		parent := ""
+		for _, l := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(l, "PPid:"); ok {
+				parent = strings.TrimSpace(v)
+			}
+		}
+		switch parent {
+		case me:
+			return true
+		case "", "0", "1":
+			return false
+		}
+		pid = parent
+	}
+	return false
 }
 
 // startTime returns a process's start time in clock ticks after boot.

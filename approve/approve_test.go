@@ -1,0 +1,217 @@
+package approve_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+)
+
+func netJob() airlock.Job {
+	return airlock.Job{
+		Kind:   airlock.KindCommand,
+		Argv:   []string{"sh", "run.sh", "--to", "registry.example"},
+		Files:  map[string]string{"run.sh": "curl -s https://registry.example/x\n", "lib/a.txt": "data"},
+		Grants: airlock.Grants{Net: []airlock.NetRule{{Host: "registry.example"}}},
+		Limits: airlock.Limits{WallMS: 1000},
+	}
+}
+
+func signer(t *testing.T) *approve.Signer {
+	t.Helper()
+	s, err := approve.NewSigner(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestDigestCoversEveryField(t *testing.T) {
+	base := netJob()
+	d0 := approve.Of(&base, "process", "acme")
+	if d0 != approve.Of(&base, "process", "acme") {
+		t.Fatal("digest is not deterministic")
+	}
+	mutations := map[string]func(j *airlock.Job){
+		"argument":      func(j *airlock.Job) { j.Argv[3] = "evil.example" },
+		"argv boundary": func(j *airlock.Job) { j.Argv = []string{"sh", "run.sh --to", "registry.example"} },
+		"file content":  func(j *airlock.Job) { j.Files["run.sh"] = "curl -s https://evil.example/x\n" },
+		"file name":     func(j *airlock.Job) { j.Files["lib/b.txt"] = j.Files["lib/a.txt"]; delete(j.Files, "lib/a.txt") },
+		"extra file":    func(j *airlock.Job) { j.Files["x"] = "" },
+		"stdin":         func(j *airlock.Job) { j.Stdin = "y" },
+		"code":          func(j *airlock.Job) { j.Code = "1" },
+		"module":        func(j *airlock.Job) { j.Module = []byte{0} },
+		"input":         func(j *airlock.Job) { j.Input = map[string]any{"a": int64(1)} },
+		"net host":      func(j *airlock.Job) { j.Grants.Net[0].Host = "evil.example" },
+		"net method":    func(j *airlock.Job) { j.Grants.Net[0].Methods = []string{"PUT"} },
+		"spawn":         func(j *airlock.Job) { j.Grants.Spawn = true },
+		"fs read":       func(j *airlock.Job) { j.Grants.FS.Read = []string{"/etc"} },
+		"secret value":  func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"TOKEN": "b"} },
+		"limits":        func(j *airlock.Job) { j.Limits.WallMS = 2000 },
+		"situation":     func(j *airlock.Job) { j.Situation = airlock.SituationInternal },
+	}
+	for name, mutate := range mutations {
+		j := netJob()
+		mutate(&j)
+		if approve.Of(&j, "process", "acme") == d0 {
+			t.Errorf("changing the %s does not change the digest", name)
+		}
+	}
+	if approve.Of(&base, "gvisor", "acme") == d0 {
+		t.Error("the tier is not in the digest")
+	}
+	if approve.Of(&base, "process", "other") == d0 {
+		t.Error("the tenant is not in the digest")
+	}
+}
+
+func TestTokenChecks(t *testing.T) {
+	s := signer(t)
+	job := netJob()
+	d := approve.Of(&job, "process", "acme")
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tok := s.Issue(approve.Claims{Digest: d, Tenant: "acme", Expires: now.Add(time.Minute)})
+	if _, err := s.Check(tok, d, "acme", now); err != nil {
+		t.Fatalf("a valid token is refused: %v", err)
+	}
+	changed := netJob()
+	changed.Argv[3] = "evil.example"
+	other := signer(t)
+	cases := map[string]struct {
+		token  string
+		digest approve.Digest
+		tenant string
+		at     time.Time
+		want   string
+	}{
+		"changed argument":   {tok, approve.Of(&changed, "process", "acme"), "acme", now, "differs"},
+		"expired":            {tok, d, "acme", now.Add(time.Minute), "expired"},
+		"other tenant":       {tok, d, "other", now, "another tenant"},
+		"other server's key": {other.Issue(approve.Claims{Digest: d, Tenant: "acme", Expires: now.Add(time.Hour)}), d, "acme", now, "not signed"},
+		"tampered claims":    {tamper(tok), d, "acme", now, "not signed"},
+		"garbage":            {"not-a-token", d, "acme", now, "malformed"},
+		"empty":              {"", d, "acme", now, "malformed"},
+	}
+	for name, c := range cases {
+		_, err := s.Check(c.token, c.digest, c.tenant, c.at)
+		if err == nil || !approve.IsStale(err) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an approval_stale refusal mentioning %q", name, err, c.want)
+		}
+		if airlock.KindOf(err) != airlock.ErrNotAdmitted {
+			t.Errorf("%s: error kind %s, want not_admitted", name, airlock.KindOf(err))
+		}
+	}
+}
+
+// tamper rewrites the claims to another tenant, keeping the signature.
+func tamper(tok string) string {
+	i := strings.IndexByte(tok, '.')
+	return "eyJkaWdlc3QiOiIiLCJ0ZW5hbnQiOiJldmlsIn0" + tok[i:]
+}
+
+func place(t *testing.T, job airlock.Job) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range job.Files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestPlacedFiles(t *testing.T) {
+	job := netJob()
+	want := approve.Of(&job, "process", "acme")
+	check := approve.PlacedCheck(job, "process", "acme", want)
+	ctx := approve.WithPlacedCheck(context.Background(), check)
+
+	t.Run("unchanged", func(t *testing.T) {
+		dir := place(t, job)
+		if err := approve.CheckPlaced(ctx, dir); err != nil {
+			t.Fatalf("placed files as approved are refused: %v", err)
+		}
+	})
+	t.Run("content swapped after placing", func(t *testing.T) {
+		dir := place(t, job)
+		os.WriteFile(filepath.Join(dir, "run.sh"), []byte("curl https://evil.example\n"), 0o644)
+		expectStale(t, approve.CheckPlaced(ctx, dir), "differ")
+	})
+	t.Run("file swapped for a symlink", func(t *testing.T) {
+		dir := place(t, job)
+		secret := filepath.Join(t.TempDir(), "secret")
+		os.WriteFile(secret, []byte(job.Files["run.sh"]), 0o644) // same bytes: only the link differs
+		os.Remove(filepath.Join(dir, "run.sh"))
+		if err := os.Symlink(secret, filepath.Join(dir, "run.sh")); err != nil {
+			t.Fatal(err)
+		}
+		expectStale(t, approve.CheckPlaced(ctx, dir), "symbolic link")
+	})
+	t.Run("symlink target swapped", func(t *testing.T) {
+		dir := place(t, job)
+		elsewhere := t.TempDir()
+		os.WriteFile(filepath.Join(elsewhere, "a.txt"), []byte("data"), 0o644)
+		os.RemoveAll(filepath.Join(dir, "lib"))
+		if err := os.Symlink(elsewhere, filepath.Join(dir, "lib")); err != nil {
+			t.Fatal(err)
+		}
+		expectStale(t, approve.CheckPlaced(ctx, dir), "symbolic link")
+	})
+	t.Run("file replaced by a fifo", func(t *testing.T) {
+		dir := place(t, job)
+		os.Remove(filepath.Join(dir, "lib", "a.txt"))
+		if err := unix.Mkfifo(filepath.Join(dir, "lib", "a.txt"), 0o644); err != nil {
+			t.Skip("mkfifo:", err)
+		}
+		expectStale(t, approve.CheckPlaced(ctx, dir), "not a regular file")
+	})
+	t.Run("file missing", func(t *testing.T) {
+		dir := place(t, job)
+		os.Remove(filepath.Join(dir, "run.sh"))
+		expectStale(t, approve.CheckPlaced(ctx, dir), "run.sh")
+	})
+	if err := approve.CheckPlaced(context.Background(), t.TempDir()); err != nil {
+		t.Errorf("a context without a check refuses: %v", err)
+	}
+}
+
+func expectStale(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil || !approve.IsStale(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want approval_stale mentioning %q", err, want)
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	p := approve.DefaultPolicy()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	j := netJob()
+	if p.Requires(&j, "process") != "command-with-network" {
+		t.Error("a command with a net grant does not need approval")
+	}
+	j.Grants.Net = nil
+	if r := p.Requires(&j, "process"); r != "" {
+		t.Errorf("a command without grants needs approval (%s)", r)
+	}
+	e := airlock.Job{Kind: airlock.KindExpr, Code: "1", Grants: airlock.Grants{Secrets: map[string]string{"K": "v"}}}
+	if p.Requires(&e, "expr") != "credentials" {
+		t.Error("a job with credentials does not need approval")
+	}
+	bad := approve.Policy{Rules: []approve.Rule{{Name: "x", Kinds: []airlock.Kind{"shell"}}}}
+	if bad.Validate() == nil {
+		t.Error("an unknown kind is accepted")
+	}
+}

@@ -1,0 +1,127 @@
+// Package approve binds human or policy-engine approvals to the exact job
+// that was approved. A job's digest is SHA-256 over a canonical encoding of
+// everything that decides what it does: kind, code, module, entry, argv,
+// stdin, input, every file's name and content, grants, resolved limits,
+// situation, lifecycle, session, the tier it runs on and the tenant that
+// submits it. An approval is a token signed by the server (HMAC-SHA-256)
+// over that digest, the tenant and an expiry; at execution the digest is
+// recomputed over the job actually handed to the tier (and, for tiers that
+// place files in a sandbox, over the placed files), so anything changed
+// after approval is refused as "approval_stale".
+package approve
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"hash"
+	"slices"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Digest is the hex SHA-256 of a job's canonical encoding.
+type Digest string
+
+// canonical writes length-prefixed fields, so no two different jobs encode
+// to the same bytes (a field boundary can never be forged by content).
+type canonical struct{ h hash.Hash }
+
+func (c canonical) str(tag string, s string) {
+	var n [8]byte
+	c.h.Write([]byte(tag))
+	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	c.h.Write(n[:])
+	c.h.Write([]byte(s))
+}
+
+func (c canonical) int(tag string, v int64) {
+	var n [8]byte
+	c.h.Write([]byte(tag))
+	binary.BigEndian.PutUint64(n[:], uint64(v))
+	c.h.Write(n[:])
+}
+
+func (c canonical) strs(tag string, list []string) {
+	c.int(tag, int64(len(list)))
+	for _, s := range list {
+		c.str("", s)
+	}
+}
+
+// Of returns the digest of job as it runs on tier for tenant. Files are
+// read from the job itself; see [Placed] for files read back from a
+// sandbox. Callers must resolve the limits first (the same job with other
+// limits is another job).
+func Of(job *airlock.Job, tier, tenant string) Digest {
+	return digest(job, tier, tenant, job.Files)
+}
+
+func digest(job *airlock.Job, tier, tenant string, files map[string]string) Digest {
+	c := canonical{sha256.New()}
+	c.str("airlock-job-v1", "")
+	c.str("tenant", tenant)
+	c.str("tier", tier)
+	c.str("kind", string(job.Kind))
+	c.str("code", job.Code)
+	c.str("module", string(job.Module))
+	c.str("entry", job.Entry)
+	c.strs("argv", job.Argv)
+	c.str("stdin", job.Stdin)
+	// encoding/json sorts map keys, and DecodeJob normalises numbers, so
+	// equal inputs encode equally.
+	in, _ := json.Marshal(job.Input)
+	c.str("input", string(in))
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	c.int("files", int64(len(names)))
+	for _, n := range names {
+		c.str("name", n)
+		c.str("content", files[n])
+	}
+	g := &job.Grants
+	c.strs("fs.read", g.FS.Read)
+	c.int("fs.scratch_mb", g.FS.ScratchMB)
+	c.int("net", int64(len(g.Net)))
+	for _, r := range g.Net {
+		c.str("host", strings.ToLower(r.Host))
+		c.strs("methods", r.Methods)
+		c.int("ports", int64(len(r.Ports)))
+		for _, p := range r.Ports {
+			c.int("", int64(p))
+		}
+	}
+	c.int("spawn", b2i(g.Spawn))
+	secrets := make([]string, 0, len(g.Secrets))
+	for n := range g.Secrets {
+		secrets = append(secrets, n)
+	}
+	slices.Sort(secrets)
+	c.int("secrets", int64(len(secrets)))
+	for _, n := range secrets {
+		// The value is hashed with the name: a swapped credential is a
+		// different job. The digest is one-way, so it does not leak it.
+		c.str("name", n)
+		c.str("value", g.Secrets[n])
+	}
+	l := job.Limits
+	for _, v := range []int64{l.WallMS, l.CPUMS, l.MemoryMB, l.OutputBytes, l.Pids, l.Files, l.Steps} {
+		c.int("limit", v)
+	}
+	c.str("situation", string(job.Situation))
+	c.str("lifecycle", string(job.Lifecycle))
+	c.str("session", job.Session)
+	return Digest(hex.EncodeToString(c.h.Sum(nil)))
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,124 @@
+package approve
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// Stale is the reason text of every refusal: a token that does not match
+// the job, the tenant, or the clock. It is the prefix of the
+// [*airlock.NotAdmitted] reason.
+const Stale = "approval_stale"
+
+// Required is the reason text when a job needs an approval and has none.
+const Required = "approval_required"
+
+// Claims are what a token asserts.
+type Claims struct {
+	Digest  Digest    `json:"digest"`
+	Tenant  string    `json:"tenant"`
+	Expires time.Time `json:"expires"`
+}
+
+// Signer issues and checks approval tokens with one HMAC key. It is
+// immutable and safe for concurrent use.
+type Signer struct{ key []byte }
+
+// NewSigner returns a signer with key (at least 32 bytes), or with a fresh
+// random key when key is nil (tokens then die with the process).
+func NewSigner(key []byte) (*Signer, error) {
+	if key == nil {
+		key = make([]byte, 32)
+		if _, err := io.ReadFull(rand.Reader, key); err != nil {
+			return nil, fmt.Errorf("approval key: %w", err)
+		}
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("approval key: %d bytes, want at least 32", len(key))
+	}
+	return &Signer{key: bytes.Clone(key)}, nil
+}
+
+var b64 = base64.RawURLEncoding
+
+// Issue returns a token approving the job with digest d for tenant until
+// expires.
+func (s *Signer) Issue(c Claims) string {
+	c.Expires = c.Expires.UTC().Truncate(time.Second)
+	body, _ := json.Marshal(c)
+	return b64.EncodeToString(body) + "." + b64.EncodeToString(s.mac(body))
+}
+
+func (s *Signer) mac(body []byte) []byte {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte("airlock-approval-v1\x00"))
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// Check verifies a token for the job with digest d, submitted by tenant at
+// now. Every failure is a [*airlock.NotAdmitted] whose reason starts with
+// [Stale] and says which check failed.
+func (s *Signer) Check(token string, d Digest, tenant string, now time.Time) (Claims, error) {
+	var c Claims
+	body, mac, ok := splitToken(token)
+	if !ok || !hmac.Equal(mac, s.mac(body)) {
+		return c, stale("the token is malformed or not signed by this server")
+	}
+	if err := json.Unmarshal(body, &c); err != nil {
+		return c, stale("the token is malformed")
+	}
+	switch {
+	case c.Tenant != tenant:
+		return c, stale("the token was issued to another tenant")
+	case !now.Before(c.Expires):
+		return c, stale("the token expired at " + c.Expires.Format(time.RFC3339))
+	case !hmac.Equal([]byte(c.Digest), []byte(d)):
+		return c, stale("the job differs from the approved one (digest " + string(d) + ", approved " + string(c.Digest) + ")")
+	}
+	return c, nil
+}
+
+func splitToken(t string) (body, mac []byte, ok bool) {
+	i := bytes.IndexByte([]byte(t), '.')
+	if i < 0 || len(t) > 4096 {
+		return nil, nil, false
+	}
+	var err1, err2 error
+	body, err1 = b64.DecodeString(t[:i])
+	mac, err2 = b64.DecodeString(t[i+1:])
+	return body, mac, err1 == nil && err2 == nil
+}
+
+func stale(why string) error {
+	return &airlock.NotAdmitted{Reason: Stale + ": " + why}
+}
+
+// IsStale reports whether err is an approval refusal.
+func IsStale(err error) bool {
+	var na *airlock.NotAdmitted
+	return errors.As(err, &na) && len(na.Reason) >= len(Stale) && na.Reason[:len(Stale)] == Stale
+}
+
+// WithPlacedCheck returns a context carrying check (see
+// [airlock.WithPlacedCheck]): a tier that places files into a sandbox calls
+// it through [airlock.CheckPlaced] after placing them and before starting
+// the job.
+func WithPlacedCheck(ctx context.Context, check func(dir string) error) context.Context {
+	return airlock.WithPlacedCheck(ctx, check)
+}
+
+// CheckPlaced runs the check carried by ctx over the directory the tier
+// placed the job's files in; it returns nil when ctx carries none.
+func CheckPlaced(ctx context.Context, dir string) error { return airlock.CheckPlaced(ctx, dir) }

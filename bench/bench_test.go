@@ -1,0 +1,272 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+)
+
+// The hand-assembled module is valid WebAssembly, returns 2, and stays
+// valid with a salt (a custom section) appended.
+func TestWasmModule(t *testing.T) {
+	ctx := context.Background()
+	r := wazero.NewRuntime(ctx)
+	defer r.Close(ctx)
+	for _, salt := range []uint64{0, 1, 1 << 60} {
+		m, err := r.Instantiate(ctx, WasmModule(salt))
+		if err != nil {
+			t.Fatalf("salt %d: %v", salt, err)
+		}
+		out, err := m.ExportedFunction(WasmEntry).Call(ctx)
+		if err != nil || len(out) != 1 || out[0] != 2 {
+			t.Fatalf("salt %d: %v %v", salt, out, err)
+		}
+		_ = m.Close(ctx)
+	}
+	if bytes.Equal(WasmModule(1), WasmModule(2)) {
+		t.Fatal("salts do not change the bytes")
+	}
+}
+
+func TestSummarise(t *testing.T) {
+	var s []time.Duration
+	for i := 100; i >= 1; i-- {
+		s = append(s, time.Duration(i)*time.Microsecond)
+	}
+	st := summarise(s, 200*time.Microsecond)
+	want := Stats{N: 100, P50: 50, P95: 95, P99: 99, Min: 1, Max: 100, Mean: 50.5, CPU: 2}
+	if st != want {
+		t.Fatalf("got %+v, want %+v", st, want)
+	}
+	if got := summarise(nil, 0); got.N != 0 {
+		t.Fatalf("empty: %+v", got)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]Config{
+		"iterations": NewConfig().WithIterations(0),
+		"budget":     NewConfig().WithBudget(0),
+		"timeout":    NewConfig().WithTimeout(-1),
+		"tier":       NewConfig().WithTiers("no-such-tier"),
+	} {
+		if _, err := Run(ctx, c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// A short run over the interpreter tiers: every tier and its raw engine
+// and peers are measured and compared, the router's choices recorded, and
+// the report survives JSON, the table, the chart and a comparison.
+func TestRun(t *testing.T) {
+	var steps []Progress
+	c := NewConfig().WithTiers("expr", "starlark").WithIterations(30).WithBudget(50 * time.Millisecond).
+		WithProgress(func(p Progress) { steps = append(steps, p) })
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Result{}
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			t.Errorf("%s %s: %s", r.Name, r.Mode, r.Error)
+		}
+		got[r.Name+"/"+r.Mode] = r
+	}
+	for _, k := range []string{"expr/cold", "expr/warm", "starlark/cold", "starlark/warm", "raw-expr/cold", "raw-expr/warm", "cel-go/warm", "raw-starlark/warm"} {
+		r, ok := got[k]
+		if !ok {
+			t.Errorf("%s not measured", k)
+			continue
+		}
+		if r.N < 5 || r.P50 <= 0 || r.Min > r.P50 || r.P50 > r.P95 || r.P95 > r.P99 || r.P99 > r.Max {
+			t.Errorf("%s: implausible stats %+v", k, r.Stats)
+		}
+	}
+	if e := got["expr/warm"]; e.Raw != "raw-expr" || e.RawRatio <= 0 || len(e.Peers) == 0 || e.Peers[0].Name != "cel-go" {
+		t.Errorf("expr warm comparisons: raw %q %v, peers %+v", e.Raw, e.RawRatio, e.Peers)
+	}
+	if s := got["starlark/cold"]; s.Raw != "raw-starlark" || s.RawRatio <= 0 {
+		t.Errorf("starlark cold comparison: %q %v", s.Raw, s.RawRatio)
+	}
+	if _, ok := got["raw-wazero/cold"]; ok {
+		t.Error("raw wazero measured though no wasm tier was selected")
+	}
+	routes := map[string]Route{}
+	for _, r := range rep.Routes {
+		routes[r.Situation] = r
+	}
+	if r := routes["expression"]; r.Tier != "expr" || r.Stats == nil {
+		t.Errorf("expression route: %+v", r)
+	}
+	if r := routes["credentials"]; r.Tier != "" || r.Error == "" {
+		t.Errorf("credentials route (no level-5 tier selected): %+v", r)
+	}
+	if rep.Router == nil || rep.Router.RouteNS <= 0 {
+		t.Errorf("router cost: %+v", rep.Router)
+	}
+	if len(steps) == 0 || steps[len(steps)-1].Label != "done" || steps[len(steps)-1].Done != steps[len(steps)-1].Total {
+		t.Errorf("progress: %+v", steps)
+	}
+	if rep.Machine.Cores < 1 || rep.Machine.Go == "" || rep.Machine.Kernel == "" || rep.Schema != Schema {
+		t.Errorf("machine facts: %+v", rep.Machine)
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.json")
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(old.Results) != len(rep.Results) || old.Results[0].Name != rep.Results[0].Name || old.Results[0].Stats != rep.Results[0].Stats {
+		t.Fatalf("round trip lost results")
+	}
+	var table, cmp bytes.Buffer
+	rep.WriteTable(&table)
+	rep.WriteCompare(&cmp, old)
+	for _, s := range []string{"raw-expr", "cel-go", "tier: auto", "router:"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, table.String())
+		}
+	}
+	if !strings.Contains(cmp.String(), "+0.0%") {
+		t.Errorf("comparison with itself:\n%s", cmp.String())
+	}
+	for _, name := range []string{"chart.svg", "chart.png"} {
+		p := filepath.Join(dir, name)
+		if err := rep.SaveChart(p); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(p); err != nil || st.Size() < 1000 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := os.WriteFile(path, []byte(`{"schema":"other"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil {
+		t.Error("a report of another schema was accepted")
+	}
+}
+
+// BenchmarkStartup measures every registered tier and baseline, cold and
+// warm, side by side (go test -bench Startup ./bench).
+func BenchmarkStartup(b *testing.B) {
+	ctx := context.Background()
+	var targets []Target
+	for _, f := range setup.Factories() {
+		t, err := f.New(setup.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer closeTier(t)
+		kind, err := kindOf(t)
+		if err != nil {
+			continue
+		}
+		targets = append(targets, tierTarget(f, setup.Options{}, t, kind))
+	}
+	targets = append(targets, Baselines()...)
+	for _, t := range targets {
+		if err := t.Available(); err != nil {
+			b.Logf("%s skipped: %v", t.Name, err)
+			continue
+		}
+		b.Run(t.Name+"/cold", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				run, done, err := t.Cold(ctx, i)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				err = run(ctx)
+				b.StopTimer()
+				done()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+		if t.Warm == nil {
+			continue
+		}
+		b.Run(t.Name+"/warm", func(b *testing.B) {
+			run, done, err := t.Warm(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer done()
+			for b.Loop() {
+				if err := run(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// envTier returns 2 only when it was built with AIRLOCK_BENCH_TEST_WARM set.
+type envTier struct{ warm bool }
+
+func (envTier) Name() string             { return "bench-test-warm" }
+func (envTier) Level() airlock.Level     { return airlock.LevelInterpreter }
+func (envTier) Admit(*airlock.Job) error { return nil }
+func (t envTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	if !t.warm {
+		return airlock.Result{Value: 0}, nil
+	}
+	return airlock.Result{Value: 2}, nil
+}
+
+// A registered warm setup is applied while the warm instance is built, and
+// undone afterwards; cold runs use the default build.
+func TestRegisterWarm(t *testing.T) {
+	const name = "AIRLOCK_BENCH_TEST_WARM"
+	RegisterWarm("bench-test-warm", withEnv(map[string]string{name: "1"}))
+	f := setup.Factory{Name: "bench-test-warm", New: func(setup.Options) (airlock.Tier, error) {
+		_, warm := os.LookupEnv(name)
+		return envTier{warm: warm}, nil
+	}}
+	shared, _ := f.New(setup.Options{})
+	target := tierTarget(f, setup.Options{}, shared, airlock.KindExpr)
+	ctx := context.Background()
+	run, done, err := target.Warm(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	if err := run(ctx); err != nil {
+		t.Fatalf("warm run on a tier built without the warm setting: %v", err)
+	}
+	if _, set := os.LookupEnv(name); set {
+		t.Fatal("the warm setting was not undone")
+	}
+	cold, doneCold, err := target.Cold(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer doneCold()
+	if err := cold(ctx); err == nil {
+		t.Fatal("the cold build had the warm setting")
+	}
+}

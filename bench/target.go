@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+)
+
+// The types of target.
+const (
+	TypeTier = "tier" // an airlock tier
+	TypeRaw  = "raw"  // the engine a tier wraps, used bare
+	TypePeer = "peer" // another tool doing the same job (cel-go for expressions)
+)
+
+// A Trial is one timed run, prepared beforehand (untimed) and cleaned up
+// afterwards (untimed).
+type Trial func(ctx context.Context) error
+
+// Target is one thing the benchmark measures.
+type Target struct {
+	Name     string
+	Type     string
+	Workload airlock.Kind
+	Level    airlock.Level // tiers only
+	// For names the tiers a raw engine or peer is compared with; empty means
+	// every tier running Workload.
+	For []string
+	// Available reports why the target cannot run here, or nil.
+	Available func() error
+	// Cold prepares the i-th cold run and returns it with its clean-up.
+	Cold func(ctx context.Context, i int) (Trial, func(), error)
+	// Warm prepares the warm path once and returns its run, called many
+	// times, and its clean-up; nil when the target has no warm path.
+	Warm func(ctx context.Context) (Trial, func(), error)
+	// ColdNote and WarmNote say what cold and warm mean for this target.
+	ColdNote, WarmNote string
+}
+
+var (
+	baselineMu sync.Mutex
+	baselines  []func() Target
+)
+
+// RegisterBaseline adds a raw engine or peer to every benchmark run. It is
+// called from init functions, so a tier's package (or this one) can add the
+// bare form of its backend without touching shared code.
+func RegisterBaseline(newTarget func() Target) {
+	baselineMu.Lock()
+	defer baselineMu.Unlock()
+	baselines = append(baselines, newTarget)
+}
+
+// Baselines returns the registered raw engines and peers.
+func Baselines() []Target {
+	baselineMu.Lock()
+	defer baselineMu.Unlock()
+	out := make([]Target, 0, len(baselines))
+	for _, b := range baselines {
+		out = append(out, b())
+	}
+	return out
+}
+
+// WarmSetup lets a tier say how to build its warm form (a pool, a snapshot)
+// when its default build has none: it returns the options' changes to make
+// before building and undoes them when called.
+type WarmSetup func() (undo func())
+
+var warmSetups = map[string]WarmSetup{}
+
+// RegisterWarm records how to build a tier's warm form.
+func RegisterWarm(tier string, w WarmSetup) {
+	baselineMu.Lock()
+	defer baselineMu.Unlock()
+	warmSetups[tier] = w
+}
+
+// tierTarget wraps a registered tier. The instance built first (and
+// probed) serves the warm runs and the router; every cold run builds a
+// fresh one, so nothing is cached or pooled.
+func tierTarget(f setup.Factory, opts setup.Options, shared airlock.Tier, kind airlock.Kind) Target {
+	job := Job(kind)
+	t := Target{
+		Name: f.Name, Type: TypeTier, Workload: kind, Level: shared.Level(),
+		Available: func() error {
+			if p, ok := shared.(airlock.Prober); ok {
+				return p.Available()
+			}
+			return nil
+		},
+		ColdNote: "a fresh tier instance per run (built untimed): nothing compiled, cached or pooled",
+		WarmNote: "one tier instance, the same job again: its caches (compiled program or module) and pools are warm",
+	}
+	t.Cold = func(ctx context.Context, i int) (Trial, func(), error) {
+		fresh, err := f.New(opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		done := func() { closeTier(fresh) }
+		return func(ctx context.Context) error {
+			res, err := fresh.Run(ctx, job)
+			return check(kind, res, err)
+		}, done, nil
+	}
+	t.Warm = func(ctx context.Context) (Trial, func(), error) {
+		tier := shared
+		done := func() {}
+		if w, ok := warmSetup(f.Name); ok {
+			undo := w()
+			fresh, err := f.New(opts)
+			undo()
+			if err != nil {
+				return nil, nil, err
+			}
+			tier, done = fresh, func() { closeTier(fresh) }
+		}
+		run := func(ctx context.Context) error {
+			res, err := tier.Run(ctx, job)
+			return check(kind, res, err)
+		}
+		return run, done, nil
+	}
+	return t
+}
+
+func warmSetup(name string) (WarmSetup, bool) {
+	baselineMu.Lock()
+	defer baselineMu.Unlock()
+	w, ok := warmSetups[name]
+	return w, ok
+}
+
+func closeTier(t airlock.Tier) {
+	if c, ok := t.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// kindOf returns the first workload kind the tier admits.
+func kindOf(t airlock.Tier) (airlock.Kind, error) {
+	var errs []error
+	for _, k := range Kinds {
+		job := Job(k)
+		err := t.Admit(&job)
+		if err == nil {
+			return k, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("admits none of the benchmark's workloads: %w", errors.Join(errs...))
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/bench"
+)
+
+func init() {
+	register(&command{
+		name:    "bench",
+		summary: "measure each tier's start-up latency, cold and warm, beside the raw engines underneath",
+		usage:   "bench [--tiers a,b] [--iterations N] [--budget D] [--timeout D] [--json] [--out DIR] [--compare OLD.json] [--note TEXT]",
+		run:     benchCmd,
+	})
+}
+
+func benchCmd(ctx context.Context, e *env) int {
+	c := commands["bench"]
+	fs := e.flags(c)
+	def := bench.NewConfig()
+	tiers := fs.String("tiers", "", "comma-separated tiers to measure (default: every registered tier)")
+	iterations := fs.Int("iterations", def.Iterations(), "at most this many runs per measurement")
+	budget := fs.Duration("budget", def.Budget(), "time per measurement (at least 5 runs are made regardless)")
+	timeout := fs.Duration("timeout", def.Timeout(), "longest a single run may take")
+	jsonMode := fs.Bool("json", false, "write the JSON report to stdout instead of the table")
+	out := fs.String("out", "", "write report.json, chart.svg and chart.png into this directory")
+	compare := fs.String("compare", "", "print the change against an earlier report.json")
+	var notes noteList
+	fs.Var(&notes, "note", "a note to record in the report (repeatable)")
+	if code, ok := e.parseFlagsOnly(fs); !ok {
+		return code
+	}
+	var old *bench.Report
+	if *compare != "" {
+		var err error
+		if old, err = bench.Load(*compare); err != nil {
+			fmt.Fprintf(e.stderr, "airlock bench: --compare: %v\n", err)
+			return exitUsage
+		}
+	}
+	cfg := def.WithNotes(notes...).WithIterations(*iterations).WithBudget(*budget).WithTimeout(*timeout).WithProgress(progress(e.stderr))
+	if *tiers != "" {
+		cfg = cfg.WithTiers(strings.Split(*tiers, ",")...)
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return e.fail(fmt.Errorf("benchmark: %w", err))
+	}
+	if *out != "" {
+		if err := writeBenchOut(rep, *out); err != nil {
+			return e.fail(err)
+		}
+		fmt.Fprintf(e.stderr, "airlock bench: wrote report.json, chart.svg and chart.png in %s\n", *out)
+	}
+	if *jsonMode {
+		if err := rep.WriteJSON(e.stdout); err != nil {
+			return e.fail(err)
+		}
+	} else {
+		rep.WriteTable(e.stdout)
+	}
+	if old != nil {
+		w := e.stdout
+		if *jsonMode {
+			w = e.stderr
+		}
+		fmt.Fprintln(w)
+		rep.WriteCompare(w, old)
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" && r.Error != "no warm path" {
+			return exitFailed
+		}
+	}
+	return exitOK
+}
+
+func writeBenchOut(rep *bench.Report, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "report.json"))
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteJSON(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := rep.SaveChart(filepath.Join(dir, "chart.svg")); err != nil {
+		return err
+	}
+	return rep.SaveChart(filepath.Join(dir, "chart.png"))
+}
+
+// progress draws a bar on a terminal and plain lines elsewhere.
+func progress(w io.Writer) func(bench.Progress) {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		tty = err == nil
+	}
+	return func(p bench.Progress) {
+		if !tty {
+			if p.Label != "done" {
+				fmt.Fprintf(w, "bench: [%d/%d] %s\n", p.Done+1, p.Total, p.Label)
+			}
+			return
+		}
+		const width = 30
+		n := 0
+		if p.Total > 0 {
+			n = p.Done * width / p.Total
+		}
+		fmt.Fprintf(w, "\r\033[K[%s%s] %d/%d %s", strings.Repeat("#", n), strings.Repeat(".", width-n), p.Done, p.Total, p.Label)
+		if p.Label == "done" {
+			fmt.Fprint(w, "\r\033[K")
+		}
+	}
+}
+
+// noteList collects repeated --note flags.
+type noteList []string
+
+func (n *noteList) String() string     { return strings.Join(*n, "; ") }
+func (n *noteList) Set(s string) error { *n = append(*n, s); return nil }

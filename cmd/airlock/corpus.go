@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/corpus/runner"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+)
+
+func init() {
+	register(&command{
+		name:    "corpus",
+		summary: "run every attack and benign case against every tier, each in a bounded child; non-zero on an escape",
+		usage:   "corpus [--tiers a,b] [--areas a,b] [--cases id,id] [--timeout D] [--memory MiB] [--parallel N] [--json] [--verbose]",
+		run:     corpusCmd,
+	})
+}
+
+func corpusCmd(ctx context.Context, e *env) int {
+	return corpusWith(ctx, e, setup.Factories())
+}
+
+// corpusWith runs the corpus over the given tiers (the tests add
+// deliberately weakened ones).
+func corpusWith(ctx context.Context, e *env, factories []setup.Factory) int {
+	// The runner re-executes this program as `airlock corpus` with a marker
+	// in the environment: that child runs one case and reports it.
+	if runner.IsChild() {
+		return runner.Child(factories, e.stdin, e.stdout, e.stderr)
+	}
+	c := commands["corpus"]
+	fs := e.flags(c)
+	tiers := fs.String("tiers", "", "comma-separated tiers (default: every registered tier)")
+	areas := fs.String("areas", "", "comma-separated areas (default: every area in corpus/)")
+	cases := fs.String("cases", "", "comma-separated case ids (default: every case)")
+	timeout := fs.Duration("timeout", 60e9, "wall clock of one case's child; a child still running is killed (an escape for an attack)")
+	memory := fs.Int64("memory", 8192, "address-space limit in MiB of children running in-process tiers (0: none)")
+	parallel := fs.Int("parallel", 2, "children at once")
+	jsonMode := fs.Bool("json", false, "write the JSON report to stdout instead of the table")
+	verbose := fs.Bool("verbose", false, "list every verdict, not only escapes and blocked benign cases")
+	if code, ok := e.parseFlagsOnly(fs); !ok {
+		return code
+	}
+	cfg := runner.NewConfig("corpus").WithFactories(factories...).WithTimeout(*timeout).WithMemoryMB(*memory).WithParallel(*parallel)
+	if *tiers != "" {
+		cfg = cfg.WithTiers(strings.Split(*tiers, ",")...)
+	}
+	if *cases != "" {
+		cfg = cfg.WithCaseIDs(strings.Split(*cases, ",")...)
+	}
+	if *areas != "" {
+		cfg = cfg.WithAreas(strings.Split(*areas, ",")...)
+	}
+	if root := runner.FindSource(); root != "" {
+		mods, cleanup, err := runner.SourceModules(root)
+		if err != nil {
+			return e.fail(err)
+		}
+		defer cleanup()
+		cfg = cfg.WithModules(mods)
+	}
+	last := -1
+	cfg = cfg.WithProgress(func(done, total int, v runner.Verdict) {
+		if pct := done * 10 / max(total, 1); pct != last || v.Result == runner.Escaped || v.Result == runner.BenignBlocked {
+			last = pct
+			fmt.Fprintf(e.stderr, "corpus: %d/%d %s on %s: %s\n", done, total, v.Case, v.Tier, v.Result)
+		}
+	})
+	rep, err := runner.Run(ctx, cfg)
+	if err != nil {
+		return e.fail(fmt.Errorf("corpus: %w", err))
+	}
+	if *jsonMode {
+		if err := rep.WriteJSON(e.stdout); err != nil {
+			return e.fail(err)
+		}
+	} else {
+		rep.WriteTable(e.stdout, *verbose)
+	}
+	if rep.Failed() {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// parseFlagsOnly parses flags for a subcommand that takes no positional
+// arguments; ok=false carries the exit code to use.
+func (e *env) parseFlagsOnly(fs *flag.FlagSet) (code int, ok bool) {
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code, false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", fs.Name(), pos[0])
+		return exitUsage, false
+	}
+	return 0, true
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+func init() {
+	register(&command{
+		name:    "mcp",
+		summary: "serve the airlock tools to an MCP client over stdio (default) or streamable HTTP",
+		usage: `mcp [--config FILE] [--tenant NAME]     MCP over stdin/stdout, running jobs as the tenant
+       airlock mcp --config FILE --http ADDR      MCP over streamable HTTP at ADDR/mcp (API keys as for serve)`,
+		run: mcpCmd,
+	})
+}
+
+func mcpCmd(ctx context.Context, e *env) int {
+	c := commands["mcp"]
+	fs := e.flags(c)
+	config := fs.String("config", "", "server configuration (default: one local tenant with the default limits)")
+	tenant := fs.String("tenant", "", "tenant the stdio tools run as (default: the first in the configuration)")
+	httpAddr := fs.String("http", "", "serve streamable HTTP on this address instead of stdio")
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return e.fail(airlock.Invalid("", "mcp takes no arguments"))
+	}
+	var cfg server.Config
+	switch {
+	case *config != "":
+		var err error
+		if cfg, err = server.LoadConfig(*config); err != nil {
+			return e.fail(airlock.Invalid("config", "%s", err.Error()))
+		}
+	case *httpAddr != "":
+		return e.fail(airlock.Invalid("config", "MCP over HTTP needs --config with tenants and their keys"))
+	default:
+		key, err := randomKey() // never shown: stdio needs no key
+		if err != nil {
+			return e.fail(err)
+		}
+		cfg = server.Config{Tenants: []server.Tenant{{Name: "local", KeySHA256: server.HashKey(key)}}}
+	}
+	srv, err := server.New(cfg, server.Options{})
+	if err != nil {
+		return e.fail(err)
+	}
+	defer srv.Close()
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return e.fail(fmt.Errorf("listening: %w", err))
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", srv.MCPHandler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		fmt.Fprintf(e.stderr, "airlock: MCP on http://%s/mcp\n", ln.Addr())
+		go func() { <-ctx.Done(); _ = hs.Close() }()
+		if err := hs.Serve(ln); err != nil && err != http.ErrServerClosed {
+			return e.fail(err)
+		}
+		return exitOK
+	}
+	name := *tenant
+	if name == "" {
+		name = cfg.Tenants[0].Name
+	}
+	ms, err := srv.MCP(name)
+	if err != nil {
+		return e.fail(airlock.Invalid("tenant", "%s", err.Error()))
+	}
+	t := &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
+	if err := ms.Run(ctx, t); err != nil && ctx.Err() == nil && err != io.EOF {
+		return e.fail(fmt.Errorf("mcp: %w", err))
+	}
+	return exitOK
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/airlock-sandbox/airlock/tiers/microvm"
+)
+
+func init() {
+	register(&command{
+		name:    "microvm",
+		summary: "show the microVM tier's backend, accelerator and guest kernel; sweep orphaned VMs",
+		usage:   "microvm [status|sweep]",
+		run:     runMicroVM,
+	})
+}
+
+// runMicroVM reports the tier's state. Building the tier sweeps VMs whose
+// owning process has gone, so `sweep` is `status` said out loud.
+func runMicroVM(ctx context.Context, e *env) int {
+	c := commands["microvm"]
+	fs := e.flags(c)
+	pos, rest, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	pos = append(pos, rest...)
+	if len(pos) > 1 || (len(pos) == 1 && pos[0] != "status" && pos[0] != "sweep") {
+		fmt.Fprintf(e.stderr, "usage: airlock %s\n", c.usage)
+		return exitUsage
+	}
+	tier, err := microvm.New(microvm.DefaultConfig())
+	if err != nil {
+		return e.fail(err)
+	}
+	defer tier.Close()
+	if err := tier.Available(); err != nil {
+		fmt.Fprintf(e.stdout, "microvm: unavailable: %v\n", err)
+		return exitNotAdmitted
+	}
+	fmt.Fprintf(e.stdout, "microvm: available\nbackend: %s\naccelerator: %s\nguest kernel: %s\n",
+		tier.Backend(), tier.Accelerator(), tier.GuestKernel())
+	return exitOK
+}

@@ -1,0 +1,251 @@
+package runner_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/corpus/runner"
+	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/wasm"
+)
+
+// factories are the real tiers plus the weakened ones; the re-executed
+// test binary builds its tier from the same list.
+func factories() []setup.Factory {
+	fs := append(setup.Factories(), runnertest.Factories()...)
+	if !slices.ContainsFunc(fs, func(f setup.Factory) bool { return f.Name == wasm.Name }) {
+		fs = append(fs, setup.Factory{Name: wasm.Name, Order: 30, New: func(setup.Options) (airlock.Tier, error) {
+			// Children share a compilation cache, so the Go guest module is
+			// compiled once rather than once per child; that once may take
+			// long on a busy machine, and compile speed is not under test.
+			return wasm.New(wasm.NewConfig().WithCacheDir(os.Getenv("AIRLOCK_TEST_WASM_CACHE")).WithCompileTimeout(2 * time.Minute))
+		}})
+	}
+	return fs
+}
+
+func TestMain(m *testing.M) {
+	if runner.IsChild() {
+		os.Exit(runner.Child(factories(), os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func config() runner.Config {
+	return runner.NewConfig("-test.run=^$").WithFactories(factories()...).WithTimeout(20 * time.Second)
+}
+
+func run(t *testing.T, c runner.Config) *runner.Report {
+	t.Helper()
+	rep, err := runner.Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range rep.Verdicts {
+		t.Logf("%s on %s: %s (%s) %s %v", v.Case, v.Tier, v.Result, v.Outcome, v.Detail, v.Evidence)
+	}
+	return rep
+}
+
+func verdict(t *testing.T, rep *runner.Report, id, tier string) runner.Verdict {
+	t.Helper()
+	for _, v := range rep.Verdicts {
+		if v.Case == id && v.Tier == tier {
+			return v
+		}
+	}
+	t.Fatalf("no verdict for %s on %s", id, tier)
+	return runner.Verdict{}
+}
+
+// The plain library dies on a million '(' (a fatal stack overflow that
+// recover cannot catch): the runner survives, and counts it as an escape.
+func TestUnhardenedExprCrashIsAnEscape(t *testing.T) {
+	c := config().WithTiers(runnertest.Plain, "expr").WithCaseIDs("expr/million-parens", "expr/arith").WithTimeout(60 * time.Second)
+	rep := run(t, c)
+	v := verdict(t, rep, "expr/million-parens", runnertest.Plain)
+	if v.Result != runner.Escaped || v.Outcome != "died" {
+		t.Fatalf("million parens on the plain library: %s (%s), want escaped (died)", v.Result, v.Outcome)
+	}
+	if !slices.ContainsFunc(v.Evidence, func(e string) bool { return strings.Contains(e, "stack") }) {
+		t.Errorf("evidence does not show the stack overflow: %q", v.Evidence)
+	}
+	if got := verdict(t, rep, "expr/million-parens", "expr"); got.Result != runner.Contained {
+		t.Errorf("the real expr tier: %s (%s)", got.Result, got.Detail)
+	}
+	if got := verdict(t, rep, "expr/arith", runnertest.Plain); got.Result != runner.BenignPassed {
+		t.Errorf("benign case on the plain library: %s (%s)", got.Result, got.Detail)
+	}
+	if !rep.Failed() {
+		t.Fatal("the report does not fail on an escape")
+	}
+}
+
+// An area no selected tier runs is listed as not covered.
+func TestIdleArea(t *testing.T) {
+	rep := run(t, config().WithTiers("expr").WithCaseIDs("expr/arith", "starlark/load-canary-file"))
+	if len(rep.Uncovered) == 0 || rep.Uncovered[0].Area != "starlark" {
+		t.Fatalf("not covered: %+v", rep.Uncovered)
+	}
+}
+
+// Each canary is caught on a tier that hands the host to the code, and
+// none is reached through the real expression tier.
+func TestCanariesCatchLeaks(t *testing.T) {
+	c := config().WithCases(runnertest.Cases()...).WithTiers(runnertest.Leaky, "expr")
+	rep := run(t, c)
+	evidence := map[string]string{
+		"canary/env":  "canary-env-",
+		"canary/file": "canary-file-",
+		"canary/http": "HTTP GET /",
+		"canary/dns":  "DNS A ",
+	}
+	for id, want := range evidence {
+		v := verdict(t, rep, id, runnertest.Leaky)
+		if v.Result != runner.Escaped {
+			t.Errorf("%s on the leaky tier: %s (%s), want escaped", id, v.Result, v.Detail)
+			continue
+		}
+		if !strings.Contains(strings.Join(append(v.Evidence, v.Detail), "\n"), want) {
+			t.Errorf("%s: evidence %q lacks %q", id, v.Evidence, want)
+		}
+		if real := verdict(t, rep, id, "expr"); real.Result != runner.Contained {
+			t.Errorf("%s on the real expr tier: %s (%s)", id, real.Result, real.Detail)
+		}
+	}
+	for _, tier := range []string{runnertest.Leaky, "expr"} {
+		if v := verdict(t, rep, "canary/benign", tier); v.Result != runner.BenignPassed {
+			t.Errorf("benign case on %s: %s (%s)", tier, v.Result, v.Detail)
+		}
+	}
+	if !rep.Failed() {
+		t.Fatal("the report does not fail on an escape")
+	}
+}
+
+// A tier that ignores its deadline hangs its child: the runner kills the
+// child (and its process group) and counts an escape; an unavailable tier
+// is reported and its cases skipped with the reason.
+func TestHangAndUnavailable(t *testing.T) {
+	cases := runnertest.Cases()
+	c := config().WithCases(cases[0], cases[len(cases)-1]).WithTiers(runnertest.Hang, runnertest.Down).WithTimeout(time.Second)
+	start := time.Now()
+	rep := run(t, c)
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("the hung child was not bounded: %v", d)
+	}
+	v := verdict(t, rep, "canary/env", runnertest.Hang)
+	if v.Result != runner.Escaped || !strings.Contains(v.Detail, "still running") {
+		t.Errorf("hang: %s (%s)", v.Result, v.Detail)
+	}
+	if v := verdict(t, rep, "canary/benign", runnertest.Hang); v.Result != runner.BenignBlocked {
+		t.Errorf("benign on hang: %s (%s)", v.Result, v.Detail)
+	}
+	for _, v := range rep.Verdicts {
+		if v.Tier == runnertest.Down && (v.Result != runner.SkippedCase || !strings.Contains(v.Detail, "not installed")) {
+			t.Errorf("down tier: %s (%s)", v.Result, v.Detail)
+		}
+	}
+	var down runner.Count
+	for _, n := range rep.Counts {
+		if n.Tier == runnertest.Down {
+			down = n
+		}
+	}
+	if down.Skipped != 2 || down.Contained+down.Escaped+down.BenignPassed+down.BenignBlocked != 0 {
+		t.Errorf("down tier counts: %+v", down)
+	}
+}
+
+// Every case of the starlark area that touches a canary, and a sample of
+// the rest, holds on the real tiers.
+func TestRealTiersHold(t *testing.T) {
+	ids := []string{"expr/million-brackets", "expr/repeat-huge", "expr/arith", "starlark/load-canary-file", "starlark/module-members-no-env"}
+	rep := run(t, config().WithTiers("expr", "starlark").WithCaseIDs(ids...))
+	if rep.Failed() {
+		t.Fatalf("escapes or blocked benign cases on the real tiers: %+v", rep.Counts)
+	}
+	n := 0
+	for _, v := range rep.Verdicts {
+		if v.Result == runner.Contained || v.Result == runner.BenignPassed {
+			n++
+		}
+	}
+	if n != len(ids) {
+		t.Fatalf("%d of %d cases judged", n, len(ids))
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	if _, err := runner.Run(context.Background(), config().WithTiers("nope")); err == nil {
+		t.Error("unknown tier accepted")
+	}
+	if _, err := runner.Run(context.Background(), config().WithCaseIDs("nope/nope")); err == nil {
+		t.Error("unknown case accepted")
+	}
+	if _, err := runner.Run(context.Background(), config().WithParallel(0)); err == nil {
+		t.Error("parallel 0 accepted")
+	}
+}
+
+// The corpus the runner loads by default is the embedded one.
+func TestLoadsEveryArea(t *testing.T) {
+	cases, err := corpus.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	areas := map[string]bool{}
+	for _, c := range cases {
+		areas[c.Area] = true
+	}
+	for _, a := range corpus.Areas() {
+		if !areas[a] {
+			t.Errorf("area %s has no cases", a)
+		}
+	}
+}
+
+// WASM cases get their modules from the source tree (wat2wasm for the WAT
+// ones, the Go toolchain for the guest program) and run in children like
+// the rest, the granted directory and canaries included.
+func TestWasmCases(t *testing.T) {
+	root := runner.FindSource()
+	if root == "" {
+		t.Skip("no source tree above the test's directory")
+	}
+	if _, err := tools.Find("wat2wasm"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	mods, cleanup, err := runner.SourceModules(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	t.Setenv("AIRLOCK_TEST_WASM_CACHE", t.TempDir())
+	// One case first, alone: it fills the compilation cache.
+	c := config().WithTiers(wasm.Name).WithModules(mods)
+	if rep := run(t, c.WithCaseIDs("wasm/hello").WithParallel(1)); rep.Failed() {
+		t.Fatalf("wasm/hello: %+v", rep.Verdicts)
+	}
+	ids := []string{"wasm/spin-function", "wasm/env-dump", "wasm/symlink-absolute", "wasm/hello", "wasm/read-grant"}
+	rep := run(t, c.WithCaseIDs(ids...))
+	if rep.Failed() {
+		t.Fatalf("escapes or blocked benign cases: %+v", rep.Counts)
+	}
+	for _, id := range ids {
+		if v := verdict(t, rep, id, wasm.Name); v.Result == runner.SkippedCase {
+			t.Errorf("%s skipped: %s", id, v.Detail)
+		}
+	}
+}

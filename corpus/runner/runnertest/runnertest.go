@@ -1,0 +1,144 @@
+// Package runnertest holds deliberately weakened tiers that prove the
+// corpus runner catches escapes. They are for tests only: nothing
+// registers them in the airlock binary.
+package runnertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	exprlang "github.com/expr-lang/expr"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+)
+
+// The weakened tiers' names.
+const (
+	Plain = "plain-expr" // expr-lang/expr with none of airlock's hardening
+	Leaky = "leaky-expr" // plain expr-lang handed the host: environment, files, network
+	Hang  = "hang"       // never returns and ignores cancellation
+	Down  = "down"       // reports itself unavailable
+)
+
+// Factories returns the weakened tiers.
+func Factories() []setup.Factory {
+	mk := func(name string, t airlock.Tier) setup.Factory {
+		return setup.Factory{Name: name, Order: 1000, New: func(setup.Options) (airlock.Tier, error) { return t, nil }}
+	}
+	return []setup.Factory{
+		mk(Plain, &exprTier{name: Plain}),
+		mk(Leaky, &exprTier{name: Leaky, leaky: true}),
+		mk(Hang, hangTier{}),
+		mk(Down, downTier{}),
+	}
+}
+
+// exprTier runs an expression with expr-lang/expr as it comes: no size or
+// nesting bound, no memory budget, no step budget. The leaky variant also
+// offers the host to the expression, as a careless embedding would.
+type exprTier struct {
+	name  string
+	leaky bool
+}
+
+func (t *exprTier) Name() string         { return t.name }
+func (t *exprTier) Level() airlock.Level { return airlock.LevelInterpreter }
+func (t *exprTier) Admit(job *airlock.Job) error {
+	if job.Kind != airlock.KindExpr {
+		return &airlock.NotAdmitted{Tier: t.name, Reason: "runs only expressions"}
+	}
+	return nil
+}
+
+func (t *exprTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	res := airlock.Result{Tier: t.name, Level: airlock.LevelInterpreter}
+	env := map[string]any{}
+	for k, v := range job.Input {
+		env[k] = v
+	}
+	if t.leaky {
+		host := map[string]any{}
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			host[k] = v
+		}
+		env["env"] = host
+		env["readFile"] = func(p string) string { b, _ := os.ReadFile(p); return string(b) }
+		env["fetch"] = func(url string) string {
+			c := http.Client{Timeout: 5 * time.Second}
+			r, err := c.Get(url)
+			if err != nil {
+				return err.Error()
+			}
+			_ = r.Body.Close()
+			return r.Status
+		}
+		env["lookup"] = func(host, server string) string {
+			r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "udp", server)
+			}}
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := r.LookupHost(ctx, host)
+			return fmt.Sprint(err)
+		}
+	}
+	p, err := exprlang.Compile(job.Code, exprlang.Env(env))
+	if err != nil {
+		err = &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		res.SetError(err)
+		return res, err
+	}
+	v, err := exprlang.Run(p, env)
+	if err != nil {
+		err = &airlock.CodeError{Kind: airlock.ErrRuntime, Message: err.Error()}
+		res.SetError(err)
+		return res, err
+	}
+	res.Value = v
+	return res, nil
+}
+
+type hangTier struct{}
+
+func (hangTier) Name() string         { return Hang }
+func (hangTier) Level() airlock.Level { return airlock.LevelInterpreter }
+func (hangTier) Admit(job *airlock.Job) error {
+	if job.Kind != airlock.KindExpr {
+		return &airlock.NotAdmitted{Tier: Hang, Reason: "runs only expressions"}
+	}
+	return nil
+}
+func (hangTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	select {} // a tier that ignores its deadline: the child must be killed
+}
+
+type downTier struct{ hangTier }
+
+func (downTier) Name() string             { return Down }
+func (downTier) Available() error         { return errors.New("backend not installed (a test tier)") }
+func (downTier) Admit(*airlock.Job) error { return nil }
+
+// Cases are attacks on the host that the weakened tiers fall for and the
+// real expression tier refuses: each reaches for one canary.
+func Cases() []corpus.Case {
+	cases, err := corpus.Parse("canary", []byte(`
+{"id":"canary/env","class":"attack","job":{"kind":"expr","code":"env[\"${CANARY_ENV}\"]"},"expect":{"any_of":["error:compile","error:runtime"]},"rationale":"reads the planted variable from the host environment","source":"derived"}
+{"id":"canary/file","class":"attack","job":{"kind":"expr","code":"readFile(\"${CANARY_FILE}\")"},"expect":{"any_of":["error:compile","error:runtime"]},"rationale":"reads the planted secret file","source":"derived"}
+{"id":"canary/http","class":"attack","job":{"kind":"expr","code":"fetch(\"${CANARY_URL}\") != \"\""},"expect":{"any_of":["error:compile","error:runtime"]},"rationale":"reaches the loopback sink over HTTP","source":"derived"}
+{"id":"canary/dns","class":"attack","job":{"kind":"expr","code":"lookup(\"${CANARY_HOST}\", \"${CANARY_DNS}\") != \"\""},"expect":{"any_of":["error:compile","error:runtime"]},"rationale":"asks the loopback resolver for the case's name","source":"derived"}
+{"id":"canary/benign","class":"benign","job":{"kind":"expr","code":"1 + 2"},"expect":{"value":3},"rationale":"ordinary work still runs","source":"derived"}
+`))
+	if err != nil {
+		panic(err)
+	}
+	return cases
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+)
+
+// maxPending and maxPendingPerTenant bound the approvals waiting for a
+// decision, server-wide and per tenant (so one tenant cannot crowd out the
+// others).
+const (
+	maxPending          = 4096
+	maxPendingPerTenant = 256
+)
+
+// pending is a job waiting for an approver.
+type pending struct {
+	tenant  *tenant
+	job     airlock.Job // secret values redacted
+	tier    string
+	rule    string
+	created time.Time
+}
+
+type approvalRequest struct {
+	Digest   approve.Digest `json:"digest"`
+	Tier     string         `json:"tier"`
+	Rule     string         `json:"rule,omitempty"` // the rule that requires approval; empty: none does
+	Required bool           `json:"required"`
+	Job      *airlock.Job   `json:"job,omitempty"`
+	Tenant   string         `json:"tenant,omitempty"`
+}
+
+type approvalToken struct {
+	Digest  approve.Digest `json:"digest"`
+	Token   string         `json:"token"`
+	Expires time.Time      `json:"expires"`
+}
+
+func (s *Server) approvalTTL() time.Duration {
+	if s.cfg.Approvals == nil {
+		return 15 * time.Minute
+	}
+	return s.cfg.Approvals.TTL.or(15 * time.Minute)
+}
+
+// handleRequestApproval computes the digest of a job exactly as it would
+// run (limits resolved for the tenant, tier chosen by the router) and
+// keeps it for an approver to see.
+func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
+	t, job, ok := s.tenantJob(w, r, false)
+	if !ok {
+		return
+	}
+	tier, err := t.route(s, &job)
+	if err != nil {
+		s.refuseErr(w, err)
+		return
+	}
+	d := approve.Of(&job, tier.Name(), t.Name)
+	rule := s.approvals.Requires(&job, tier.Name())
+	if rule != "" {
+		kept := job
+		kept.Grants = redactGrants(job.Grants)
+		s.mu.Lock()
+		mine := 0
+		for _, p := range s.pending {
+			if p.tenant == t {
+				mine++
+			}
+		}
+		if len(s.pending) >= maxPending || mine >= maxPendingPerTenant {
+			s.mu.Unlock()
+			s.answer(w, airlock.Result{}, &overloaded{"too many approvals pending", 30})
+			return
+		}
+		s.pending[d] = &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now()}
+		s.mu.Unlock()
+	}
+	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: tier.Name(), Rule: rule, Required: rule != ""})
+}
+
+// approver reports whether the request carries a key that may approve
+// jobs of tenant t.
+func approver(r *http.Request, t *tenant) bool {
+	key, ok := bearer(r)
+	if !ok {
+		return false
+	}
+	sum := sha256.Sum256([]byte(key))
+	found := false
+	for _, h := range t.ApproverSHA256 {
+		b, _ := hex.DecodeString(h)
+		if subtle.ConstantTimeCompare(sum[:], b) == 1 {
+			found = true
+		}
+	}
+	return found
+}
+
+// pendingFor finds a pending approval the caller may see: its tenant, or
+// one of its approvers. Anyone else learns nothing, not even that it exists.
+func (s *Server) pendingFor(w http.ResponseWriter, r *http.Request) (*pending, approve.Digest, bool) {
+	d := approve.Digest(r.PathValue("digest"))
+	s.mu.Lock()
+	p := s.pending[d]
+	s.mu.Unlock()
+	if p != nil && s.now().Sub(p.created) > s.approvalTTL() {
+		p = nil
+	}
+	if p == nil {
+		s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
+		return nil, d, false
+	}
+	return p, d, true
+}
+
+func (s *Server) handleShowApproval(w http.ResponseWriter, r *http.Request) {
+	p, d, ok := s.pendingFor(w, r)
+	if !ok {
+		return
+	}
+	key, _ := bearer(r)
+	i, isTenant := s.keys.find(key)
+	if !(isTenant && s.tenants[i] == p.tenant) && !approver(r, p.tenant) {
+		s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
+		return
+	}
+	job := p.job
+	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: p.tier, Rule: p.rule, Required: true, Job: &job, Tenant: p.tenant.Name})
+}
+
+// handleApprove issues a token for a pending digest to one of the
+// tenant's approvers.
+func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) {
+	p, d, ok := s.pendingFor(w, r)
+	if !ok {
+		return
+	}
+	if !approver(r, p.tenant) {
+		s.refuse(w, http.StatusForbidden, kindUnauthorized, "this key may not approve jobs of this tenant")
+		return
+	}
+	exp := s.now().Add(s.approvalTTL()).UTC().Truncate(time.Second)
+	tok := s.signer.Issue(approve.Claims{Digest: d, Tenant: p.tenant.Name, Expires: exp})
+	writeJSON(w, http.StatusOK, approvalToken{Digest: d, Token: tok, Expires: exp})
+}

@@ -1,0 +1,202 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// approvedJob is an internal Starlark job, which the test configuration
+// requires an approval for, with a file it loads.
+const approvedJob = `{"kind":"starlark","situation":"internal","code":"load('lib.star', 'greet')\nresult = greet(name)","input":{"name":"world"},"files":{"lib.star":"def greet(n):\n    return 'hello ' + n\n"}}`
+
+type approvalReply struct {
+	Digest   string
+	Tier     string
+	Rule     string
+	Required bool
+	Job      *airlock.Job
+	Token    string
+	Expires  time.Time
+}
+
+func (f *fixture) approve(t *testing.T, key, job string) approvalReply {
+	t.Helper()
+	var req approvalReply
+	r := f.do("POST", "/v1/approvals", key, job)
+	r.decode(t, &req)
+	if r.status != 200 || !req.Required || len(req.Digest) != 64 {
+		t.Fatalf("request approval: %d %s", r.status, r.body)
+	}
+	var shown approvalReply
+	f.do("GET", "/v1/approvals/"+req.Digest, keyApprover, nil).decode(t, &shown)
+	if shown.Job == nil || shown.Job.Files["lib.star"] == "" {
+		t.Fatalf("the approver cannot see the job: %+v", shown)
+	}
+	var tok approvalReply
+	r = f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyApprover, nil)
+	r.decode(t, &tok)
+	if r.status != 200 || tok.Token == "" {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	return tok
+}
+
+func expectStale(t *testing.T, r reply, want string) {
+	t.Helper()
+	if r.status != 403 || !strings.Contains(string(r.body), approve.Stale) || !strings.Contains(string(r.body), want) {
+		t.Errorf("status %d %s; want 403 %s mentioning %q", r.status, r.body, approve.Stale, want)
+	}
+}
+
+func TestApprovalBoundToTheExactJob(t *testing.T) {
+	f := newFixture(t)
+	// Without a token the job is refused, naming the rule and the digest.
+	r := f.do("POST", "/v1/run", keyA, approvedJob)
+	if r.status != 403 || !strings.Contains(string(r.body), approve.Required) || !strings.Contains(string(r.body), "internal-starlark") {
+		t.Fatalf("unapproved: %d %s", r.status, r.body)
+	}
+	tok := f.approve(t, keyA, approvedJob)
+	r = f.do("POST", "/v1/run", keyA, approvedJob, server.ApprovalHeader, tok.Token)
+	if res := r.result(t); r.status != 200 || res.Value != "hello world" {
+		t.Fatalf("approved run: %d %s", r.status, r.body)
+	}
+
+	t.Run("changed argument", func(t *testing.T) {
+		job := strings.Replace(approvedJob, `"name":"world"`, `"name":"mallory"`, 1)
+		expectStale(t, f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token), "differs")
+	})
+	t.Run("changed code", func(t *testing.T) {
+		job := strings.Replace(approvedJob, `greet(name)`, `greet(name) + '!'`, 1)
+		expectStale(t, f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token), "differs")
+	})
+	t.Run("swapped file content", func(t *testing.T) {
+		job := strings.Replace(approvedJob, `'hello ' + n`, `'pwned ' + n`, 1)
+		expectStale(t, f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token), "differs")
+	})
+	t.Run("raised limit", func(t *testing.T) {
+		job := strings.Replace(approvedJob, `"kind":"starlark"`, `"kind":"starlark","limits":{"steps":40000000}`, 1)
+		expectStale(t, f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token), "differs")
+	})
+	t.Run("another tenant's token", func(t *testing.T) {
+		expectStale(t, f.do("POST", "/v1/run", keyB, approvedJob, server.ApprovalHeader, tok.Token), "another tenant")
+	})
+	t.Run("forged token", func(t *testing.T) {
+		expectStale(t, f.do("POST", "/v1/run", keyA, approvedJob, server.ApprovalHeader, tok.Token+"x"), "not signed")
+	})
+	t.Run("expired token", func(t *testing.T) {
+		f.clock.add(2 * time.Minute)
+		defer f.clock.add(-2 * time.Minute)
+		expectStale(t, f.do("POST", "/v1/run", keyA, approvedJob, server.ApprovalHeader, tok.Token), "expired")
+	})
+	t.Run("tenant cannot approve itself", func(t *testing.T) {
+		var req approvalReply
+		f.do("POST", "/v1/approvals", keyA, approvedJob).decode(t, &req)
+		if r := f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyA, nil); r.status != 403 {
+			t.Errorf("self-approval: %d %s", r.status, r.body)
+		}
+		if r := f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyB, nil); r.status != 403 {
+			t.Errorf("approval by another tenant: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("session run", func(t *testing.T) {
+		var open struct{ ID string }
+		f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark"}`).decode(t, &open)
+		path := "/v1/sessions/" + open.ID + "/run"
+		// The session's tier is in the digest: approve the job as it runs there.
+		if r := f.do("POST", path, keyA, approvedJob); r.status != 403 || !strings.Contains(string(r.body), approve.Required) {
+			t.Errorf("unapproved session run: %d %s", r.status, r.body)
+		}
+		if r := f.do("POST", path, keyA, approvedJob, server.ApprovalHeader, tok.Token); r.status != 200 {
+			t.Errorf("approved session run: %d %s", r.status, r.body)
+		}
+	})
+	// Every approved run is audited with the rule that required it.
+	var recs []server.Record
+	f.do("GET", "/v1/audit", keyA, nil).decode(t, &recs)
+	var approved int
+	for _, rec := range recs {
+		if rec.Approval == "internal-starlark" && rec.Digest == approve.Digest(tok.Digest) {
+			approved++
+		}
+	}
+	if approved != 2 {
+		t.Errorf("%d audited approved runs, want 2", approved)
+	}
+	// So is every refused attempt of a, with the reason (b's attempt is in
+	// b's trail).
+	var stale int
+	for _, rec := range recs {
+		if rec.Outcome == "refused_not_admitted" && strings.Contains(rec.Error, approve.Stale) {
+			stale++
+		}
+	}
+	if stale != 6 {
+		t.Errorf("%d audited stale attempts, want 6", stale)
+	}
+}
+
+func TestJobsWithoutRuleNeedNoApproval(t *testing.T) {
+	f := newFixture(t)
+	var req approvalReply
+	f.do("POST", "/v1/approvals", keyA, `{"kind":"expr","code":"1"}`).decode(t, &req)
+	if req.Required || req.Rule != "" || len(req.Digest) != 64 {
+		t.Errorf("expr approval request: %+v", req)
+	}
+	if r := f.do("GET", "/v1/approvals/"+req.Digest, keyApprover, nil); r.status != 404 {
+		t.Errorf("a job that needs no approval is pending: %d", r.status)
+	}
+}
+
+func TestPendingApprovalsAreBoundedPerTenant(t *testing.T) {
+	f := newFixture(t)
+	var last reply
+	for i := 0; i < 300; i++ {
+		last = f.do("POST", "/v1/approvals", keyA, fmt.Sprintf(`{"kind":"starlark","code":"result = %d","situation":"internal"}`, i))
+		if last.status != 200 {
+			break
+		}
+	}
+	if last.status != 429 || last.header.Get("Retry-After") == "" {
+		t.Fatalf("300 pending approvals: last status %d", last.status)
+	}
+	// Another tenant is not crowded out.
+	f2 := f.do("POST", "/v1/approvals", keyB, `{"kind":"starlark","code":"result = 1","situation":"internal"}`)
+	if f2.status != 200 {
+		t.Errorf("tenant b after a filled its share: %d %s", f2.status, f2.body)
+	}
+}
+
+// An approved command runs on an OS tier; a swapped file or argument is
+// refused before anything runs. (The re-check over the placed files needs
+// the tier to call approve.CheckPlaced; see docs/server.md.)
+func TestApprovedCommand(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) {
+		rules := append(*c.Approvals.Rules, approve.Rule{Name: "internal-command", Kinds: []airlock.Kind{airlock.KindCommand}, Situations: []airlock.Situation{airlock.SituationInternal}})
+		c.Approvals.Rules = &rules
+	})
+	if f.srv.Router().Unavailable("gvisor") != nil {
+		t.Skip("no command tier available")
+	}
+	job := `{"kind":"command","situation":"internal","argv":["sh","run.sh","world"],"files":{"run.sh":"echo hello $1\n","lib/x":"data"}}`
+	var req approvalReply
+	f.do("POST", "/v1/approvals", keyA, job).decode(t, &req)
+	if !req.Required || req.Rule != "internal-command" {
+		t.Fatalf("approval request: %+v", req)
+	}
+	var tok approvalReply
+	f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyApprover, nil).decode(t, &tok)
+	r := f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token)
+	if res := r.result(t); r.status != 200 || res.Stdout != "hello world\n" {
+		t.Fatalf("approved command: %d %s", r.status, r.body)
+	}
+	swapped := strings.Replace(job, `echo hello $1`, `cat /etc/shadow; echo hello $1`, 1)
+	expectStale(t, f.do("POST", "/v1/run", keyA, swapped, server.ApprovalHeader, tok.Token), "differs")
+	argv := strings.Replace(job, `"world"`, `"mallory"`, 1)
+	expectStale(t, f.do("POST", "/v1/run", keyA, argv, server.ApprovalHeader, tok.Token), "differs")
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+)
+
+// Record is one line of the audit trail: one run, as the server saw it.
+type Record struct {
+	Time     time.Time       `json:"time"`
+	Tenant   string          `json:"tenant"`
+	Request  string          `json:"request"` // run, session_run
+	Session  string          `json:"session,omitempty"`
+	Digest   approve.Digest  `json:"digest"`
+	Approval string          `json:"approval,omitempty"` // the rule that required one
+	Tier     string          `json:"tier"`
+	Decision []string        `json:"decision,omitempty"`
+	Grants   airlock.Grants  `json:"grants,omitzero"` // secret values redacted
+	Limits   airlock.Limits  `json:"limits"`
+	Clock    time.Time       `json:"clock,omitzero"`
+	Seed     uint64          `json:"seed,omitempty"`
+	Egress   []string        `json:"egress,omitempty"`
+	Outcome  string          `json:"outcome"`
+	Stopped  *airlock.Stop   `json:"stopped,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	ExitCode int             `json:"exit_code"`
+	Timings  airlock.Timings `json:"timings"`
+	QueueUS  int64           `json:"queue_us"`
+	// Output is the SHA-256 of the run's value, stdout, stderr and exit
+	// code; replay compares it.
+	Output string `json:"output"`
+	// Job is the job as handed to the tier, secret values redacted, kept
+	// for in-process kinds so that `airlock replay` can re-run it; jobs
+	// larger than MaxAuditJob are left out.
+	Job *airlock.Job `json:"job,omitempty"`
+}
+
+// MaxAuditJob bounds the size of a job kept in an audit record.
+const MaxAuditJob = 1 << 20
+
+// redacted is the value that replaces every secret in the trail.
+const redacted = "[redacted]"
+
+func redactGrants(g airlock.Grants) airlock.Grants {
+	if len(g.Secrets) == 0 {
+		return g
+	}
+	s := make(map[string]string, len(g.Secrets))
+	for k := range g.Secrets {
+		s[k] = redacted
+	}
+	g.Secrets = s
+	return g
+}
+
+// OutputDigest is the digest a replay compares: the value's JSON, stdout,
+// stderr and the exit code.
+func OutputDigest(res *airlock.Result) string {
+	h := sha256.New()
+	v, _ := json.Marshal(res.Value)
+	for _, part := range [][]byte{v, []byte(res.Stdout), []byte(res.Stderr)} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(int64(res.ExitCode)))
+	h.Write(n[:])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// outcome names a result for metrics and the audit trail.
+func outcome(res *airlock.Result) string {
+	switch {
+	case res.Stopped != nil:
+		return "stopped_" + string(res.Stopped.Reason)
+	case res.Error != nil:
+		return "error_" + string(res.Error.Kind)
+	case res.ExitCode != 0:
+		return "exit_nonzero"
+	}
+	return "ok"
+}
+
+// auditor appends records to a writer and keeps the latest per tenant in
+// memory, so a tenant can read its own (and only its own) trail.
+type auditor struct {
+	mu     sync.Mutex
+	w      io.Writer
+	err    error
+	recent map[string]*ring
+	keep   int
+}
+
+// ring keeps a tenant's latest records without copying on each add.
+type ring struct {
+	recs []Record
+	next int
+}
+
+func (r *ring) add(rec Record, keep int) {
+	if len(r.recs) < keep {
+		r.recs = append(r.recs, rec)
+		return
+	}
+	r.recs[r.next] = rec
+	r.next = (r.next + 1) % keep
+}
+
+func (r *ring) list() []Record {
+	if r == nil {
+		return nil
+	}
+	return append(append([]Record(nil), r.recs[r.next:]...), r.recs[:r.next]...)
+}
+
+func newAuditor(w io.Writer) *auditor {
+	return &auditor{w: w, recent: map[string]*ring{}, keep: 256}
+}
+
+var lineBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (a *auditor) add(r Record) {
+	var buf *bytes.Buffer
+	if a.w != nil {
+		// Encode outside the lock: only the write is serialised.
+		buf = lineBufs.Get().(*bytes.Buffer)
+		defer lineBufs.Put(buf)
+		buf.Reset()
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(r); err != nil {
+			buf = nil
+			a.mu.Lock()
+			a.err = err
+			a.mu.Unlock()
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rg := a.recent[r.Tenant]
+	if rg == nil {
+		rg = &ring{}
+		a.recent[r.Tenant] = rg
+	}
+	rg.add(r, a.keep)
+	if buf == nil {
+		return
+	}
+	// One write per line: with O_APPEND a line is never interleaved.
+	if _, err := a.w.Write(buf.Bytes()); err != nil {
+		a.err = err
+	}
+}
+
+// failed returns the last write error, which /healthz reports.
+func (a *auditor) failed() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+func (a *auditor) list(tenant string) []Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.recent[tenant].list()
+}
+
+// ParseRecord reads one audit line.
+func ParseRecord(line []byte) (Record, error) {
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("audit record: %w", err)
+	}
+	if r.Job != nil && r.Job.Input != nil {
+		in, err := airlock.NormalizeInput(r.Job.Input)
+		if err != nil {
+			return r, fmt.Errorf("audit record: input: %w", err)
+		}
+		r.Job.Input = in.(map[string]any)
+	}
+	return r, nil
+}
+
+// ErrNotReplayable is returned for records whose job cannot be re-run.
+var ErrNotReplayable = errors.New("record is not replayable")
+
+// Replay re-runs a record's job on the tier that ran it, with the recorded
+// clock and seed, and reports whether the output digest matches.
+func Replay(ctx context.Context, r Record, tiers []airlock.Tier) (airlock.Result, bool, error) {
+	switch {
+	case r.Job == nil:
+		return airlock.Result{}, false, fmt.Errorf("%w: it holds no job (only in-process jobs up to %d bytes are kept)", ErrNotReplayable, MaxAuditJob)
+	case !r.Job.Kind.Language():
+		return airlock.Result{}, false, fmt.Errorf("%w: a %s job depends on the host; only expr, starlark and wasm jobs replay", ErrNotReplayable, r.Job.Kind)
+	case len(r.Job.Grants.Secrets) > 0:
+		return airlock.Result{}, false, fmt.Errorf("%w: the job held credentials, which the audit trail does not keep", ErrNotReplayable)
+	case r.Session != "":
+		return airlock.Result{}, false, fmt.Errorf("%w: a session run depends on the session's earlier runs", ErrNotReplayable)
+	}
+	var tier airlock.Tier
+	var names []string
+	for _, t := range tiers {
+		names = append(names, t.Name())
+		if t.Name() == r.Tier {
+			tier = t
+		}
+	}
+	if tier == nil {
+		return airlock.Result{}, false, fmt.Errorf("%w: tier %q is not in this build (have %s)", ErrNotReplayable, r.Tier, strings.Join(names, ", "))
+	}
+	job := *r.Job
+	job.Clock, job.Seed, job.Session, job.Lifecycle = r.Clock, r.Seed, "", ""
+	res, err := tier.Run(ctx, job)
+	if err != nil && res.Error == nil && res.Stopped == nil {
+		res.SetError(err)
+	}
+	return res, OutputDigest(&res) == r.Output, nil
+}

@@ -1,0 +1,86 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+func TestAuditTrailAndReplay(t *testing.T) {
+	f := newFixture(t)
+	jobs := []string{
+		`{"kind":"starlark","code":"result = [random.randint(1, 1000000) for i in range(8)] + [time.now().unix]"}`,
+		`{"kind":"expr","code":"now().Unix() + x","input":{"x":1}}`,
+		`{"kind":"starlark","code":"print('out')\nfail('boom')"}`,
+	}
+	for _, j := range jobs {
+		if r := f.do("POST", "/v1/run", keyA, j); r.status != 200 {
+			t.Fatalf("%s: %d %s", j, r.status, r.body)
+		}
+	}
+	lines := f.audit.lines()
+	if len(lines) != len(jobs) {
+		t.Fatalf("%d audit lines for %d runs", len(lines), len(jobs))
+	}
+	tiers, err := setup.Build(setup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.Close(tiers)
+	for i, line := range lines {
+		rec, err := server.ParseRecord([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Tenant != "a" || len(rec.Digest) != 64 || rec.Tier == "" || len(rec.Decision) == 0 ||
+			rec.Clock.IsZero() || rec.Seed == 0 || rec.Limits.WallMS == 0 || rec.Output == "" || rec.Job == nil {
+			t.Errorf("record %d lacks fields: %s", i, line)
+		}
+		res, match, err := server.Replay(context.Background(), rec, tiers)
+		if err != nil || !match {
+			t.Errorf("replay of record %d: match=%v err=%v result=%+v", i, match, err, res)
+		}
+		// A record whose output was different does not match.
+		rec.Output = strings.Repeat("0", 64)
+		if _, match, _ := server.Replay(context.Background(), rec, tiers); match {
+			t.Errorf("record %d matches a wrong output digest", i)
+		}
+		// Another seed gives other random numbers.
+		if i == 0 {
+			rec2, _ := server.ParseRecord([]byte(line))
+			rec2.Seed++
+			if _, match, _ := server.Replay(context.Background(), rec2, tiers); match {
+				t.Error("the seed does not matter to the replay")
+			}
+		}
+	}
+	if rec, _ := server.ParseRecord([]byte(lines[2])); rec.Outcome != "error_runtime" || !strings.Contains(rec.Error, "boom") {
+		t.Errorf("failed run's record: %+v", rec)
+	}
+}
+
+func TestAuditRedactsSecretsAndRefusesReplay(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Approvals = nil })
+	// Credentials need an approval under the default approval policy; the
+	// refusal is not a run, so it is not audited.
+	r := f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1","grants":{"secrets":{"TOKEN":"hunter2-canary"}}}`)
+	if r.status != 403 || strings.Contains(string(r.body), "hunter2") {
+		t.Fatalf("a job with credentials: %d %s", r.status, r.body)
+	}
+	rec := server.Record{Tier: "expr", Job: &airlock.Job{Kind: airlock.KindExpr, Code: "1", Grants: airlock.Grants{Secrets: map[string]string{"TOKEN": "[redacted]"}}}}
+	if _, _, err := server.Replay(context.Background(), rec, nil); !errors.Is(err, server.ErrNotReplayable) {
+		t.Errorf("replaying a job that held credentials: %v", err)
+	}
+	rec = server.Record{Tier: "process", Job: &airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}}}
+	if _, _, err := server.Replay(context.Background(), rec, nil); !errors.Is(err, server.ErrNotReplayable) {
+		t.Errorf("replaying a command: %v", err)
+	}
+	if _, err := server.ParseRecord([]byte(`{"tenant":"a","bogus":1}`)); err == nil {
+		t.Error("an unknown field in a record is accepted")
+	}
+}

@@ -1,0 +1,299 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/escalate"
+)
+
+// Config is the server's configuration file (YAML or JSON). Durations are
+// Go duration strings ("30s").
+type Config struct {
+	// Listen is the address to serve on (default 127.0.0.1:8420).
+	Listen string `json:"listen,omitempty"`
+	// Audit is the file every run appends one JSON line to ("-": stderr,
+	// empty: no audit file; records are still kept in memory per tenant).
+	Audit string `json:"audit,omitempty"`
+	// Policy is a routing policy file; empty: the built-in policy.
+	Policy string `json:"policy,omitempty"`
+	// Limits is the operator's limit policy the tiers are built with.
+	Limits *LimitPolicy `json:"limits,omitempty"`
+	// Approvals says which jobs need an approval, and for how long one holds.
+	Approvals *Approvals `json:"approvals,omitempty"`
+	// SessionTTL closes a session idle this long (default 10m).
+	SessionTTL Duration `json:"session_ttl,omitempty"`
+	// MaxSessions bounds open sessions per tenant (default 16).
+	MaxSessions int `json:"max_sessions,omitempty"`
+	// ShutdownGrace is how long running jobs may finish on shutdown
+	// before they are cancelled (default 10s).
+	ShutdownGrace Duration `json:"shutdown_grace,omitempty"`
+	// QueueWait is how long a run waits for a free slot of its tenant
+	// before it is refused with 429 (default 1s).
+	QueueWait Duration `json:"queue_wait,omitempty"`
+	// OutputHosts are the hosts links and images in MCP tool output may
+	// point to; every other URL is neutralised by the output sanitiser.
+	OutputHosts []string `json:"output_hosts,omitempty"`
+	// Tenants are the API's clients.
+	Tenants []Tenant `json:"tenants"`
+}
+
+// LimitPolicy is airlock.LimitPolicy in the configuration file.
+type LimitPolicy struct {
+	Default airlock.Limits `json:"default,omitzero"`
+	Max     airlock.Limits `json:"max,omitzero"`
+}
+
+func (l *LimitPolicy) policy(base airlock.LimitPolicy) airlock.LimitPolicy {
+	if l == nil {
+		return base
+	}
+	return airlock.LimitPolicy{Default: fill(l.Default, base.Default), Max: fill(l.Max, base.Max)}
+}
+
+func fill(l, base airlock.Limits) airlock.Limits {
+	pick := func(v, b int64) int64 {
+		if v == 0 {
+			return b
+		}
+		return v
+	}
+	return airlock.Limits{
+		WallMS: pick(l.WallMS, base.WallMS), CPUMS: pick(l.CPUMS, base.CPUMS),
+		MemoryMB: pick(l.MemoryMB, base.MemoryMB), OutputBytes: pick(l.OutputBytes, base.OutputBytes),
+		Pids: pick(l.Pids, base.Pids), Files: pick(l.Files, base.Files), Steps: pick(l.Steps, base.Steps),
+	}
+}
+
+// Approvals configure approvals bound to the exact job.
+type Approvals struct {
+	// Rules say which jobs need one; absent: approve.DefaultPolicy.
+	Rules *[]approve.Rule `json:"rules,omitempty"`
+	// TTL is how long an approval token holds (default 15m).
+	TTL Duration `json:"ttl,omitempty"`
+	// KeyFile holds the HMAC key tokens are signed with (at least 32
+	// bytes); empty: a random key per process, so tokens die on restart.
+	KeyFile string `json:"key_file,omitempty"`
+}
+
+// Tenant is one client of the API with its own quotas.
+type Tenant struct {
+	Name string `json:"name"`
+	// KeySHA256 is the hex SHA-256 of the tenant's API key. Keys are
+	// random high-entropy tokens (see `airlock serve --new-key`), so a
+	// fast hash is enough; it is compared in constant time.
+	KeySHA256 string `json:"key_sha256"`
+	// ApproverSHA256 are the hex SHA-256 of keys that may approve this
+	// tenant's jobs (POST /v1/approvals/{digest}/approve).
+	ApproverSHA256 []string `json:"approver_sha256,omitempty"`
+	// MaxConcurrent bounds the tenant's runs in flight (default 4).
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// RunsPerMinute bounds the rate of runs (0: unlimited).
+	RunsPerMinute int `json:"runs_per_minute,omitempty"`
+	// Limits are the defaults and maxima the tenant may ask for; a
+	// maximum above the server's is capped by the tiers.
+	Limits *LimitPolicy `json:"limits,omitempty"`
+	// Situations and Tiers, when set, are the only ones the tenant may use.
+	Situations []airlock.Situation `json:"situations,omitempty"`
+	Tiers      []string            `json:"tiers,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string.
+type Duration time.Duration
+
+// UnmarshalJSON reads "30s" (or a number of nanoseconds).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err2 := json.Unmarshal(b, &n); err2 != nil {
+			return fmt.Errorf("want a duration such as \"30s\"")
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d Duration) or(def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return time.Duration(d)
+}
+
+// ParseConfig reads a configuration in YAML or JSON, strictly: unknown
+// fields are errors that name the field.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return c, fmt.Errorf("empty configuration")
+	}
+	if trimmed[0] != '{' {
+		var generic any
+		if err := yaml.Unmarshal(data, &generic); err != nil {
+			return c, fmt.Errorf("configuration YAML: %w", err)
+		}
+		var err error
+		if data, err = json.Marshal(generic); err != nil {
+			return c, fmt.Errorf("configuration YAML: %w", err)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	return c, c.Validate()
+}
+
+// LoadConfig reads a configuration file. Relative paths in it are taken
+// relative to the file's directory.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading configuration: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	dir := filepath.Dir(path)
+	rel := func(p *string) {
+		if *p != "" && *p != "-" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	rel(&c.Audit)
+	rel(&c.Policy)
+	if c.Approvals != nil {
+		rel(&c.Approvals.KeyFile)
+	}
+	return c, nil
+}
+
+// Validate checks tenants, keys and approval rules.
+func (c *Config) Validate() error {
+	if len(c.Tenants) == 0 {
+		return fmt.Errorf("no tenants: the API would refuse every request")
+	}
+	names := map[string]bool{}
+	keys := map[string]string{}
+	for i, t := range c.Tenants {
+		where := fmt.Sprintf("tenants[%d]", i)
+		if t.Name == "" || strings.ContainsAny(t.Name, " /\t\n") {
+			return fmt.Errorf("%s.name: want a non-empty name without spaces or slashes", where)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("%s.name: two tenants named %q", where, t.Name)
+		}
+		names[t.Name] = true
+		if err := checkHash(t.KeySHA256); err != nil {
+			return fmt.Errorf("%s.key_sha256: %w", where, err)
+		}
+		if other, ok := keys[t.KeySHA256]; ok {
+			return fmt.Errorf("%s.key_sha256: the same key as tenant %s", where, other)
+		}
+		keys[t.KeySHA256] = t.Name
+		for j, h := range t.ApproverSHA256 {
+			if err := checkHash(h); err != nil {
+				return fmt.Errorf("%s.approver_sha256[%d]: %w", where, j, err)
+			}
+		}
+		if t.MaxConcurrent < 0 || t.RunsPerMinute < 0 {
+			return fmt.Errorf("%s: quotas must not be negative", where)
+		}
+		for _, s := range t.Situations {
+			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: s}
+			if err := airlock.Validate(&j); err != nil {
+				return fmt.Errorf("%s.situations: unknown situation %q", where, s)
+			}
+		}
+	}
+	if c.Approvals != nil && c.Approvals.Rules != nil {
+		if err := (approve.Policy{Rules: *c.Approvals.Rules}).Validate(); err != nil {
+			return fmt.Errorf("approvals: %w", err)
+		}
+	}
+	if c.Policy != "" {
+		if _, err := os.Stat(c.Policy); err != nil && filepath.IsAbs(c.Policy) {
+			return fmt.Errorf("policy: %w", err)
+		}
+	}
+	return nil
+}
+
+func checkHash(h string) error {
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b) != sha256.Size {
+		return fmt.Errorf("want 64 hex digits (the SHA-256 of the key)")
+	}
+	return nil
+}
+
+// HashKey returns the hex SHA-256 of an API key, as the configuration
+// stores it.
+func HashKey(key string) string {
+	s := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(s[:])
+}
+
+// keyring finds the holder of a key, comparing the key's hash against
+// every stored hash in constant time.
+type keyring struct {
+	hashes [][]byte
+	owners []int
+}
+
+func (k *keyring) add(hexHash string, owner int) {
+	b, _ := hex.DecodeString(hexHash)
+	k.hashes = append(k.hashes, b)
+	k.owners = append(k.owners, owner)
+}
+
+func (k *keyring) find(key string) (int, bool) {
+	sum := sha256.Sum256([]byte(key))
+	found := -1
+	for i, h := range k.hashes {
+		if subtle.ConstantTimeCompare(sum[:], h) == 1 {
+			found = k.owners[i]
+		}
+	}
+	return found, found >= 0
+}
+
+func (c *Config) routerPolicy() (escalate.Policy, error) {
+	if c.Policy == "" {
+		return escalate.DefaultPolicy(), nil
+	}
+	return escalate.LoadPolicy(c.Policy)
+}
+
+func (c *Config) approvalPolicy() approve.Policy {
+	if c.Approvals == nil || c.Approvals.Rules == nil {
+		return approve.DefaultPolicy()
+	}
+	return approve.Policy{Rules: slices.Clone(*c.Approvals.Rules)}
+}

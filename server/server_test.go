@@ -1,0 +1,381 @@
+package server_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+func TestRunExpressionAndStarlark(t *testing.T) {
+	f := newFixture(t)
+	r := f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1 + x","input":{"x":41}}`)
+	if r.status != 200 {
+		t.Fatalf("expr: status %d: %s", r.status, r.body)
+	}
+	res := r.result(t)
+	if res.Tier != "expr" || fmt.Sprint(res.Value) != "42" || len(res.Decision) == 0 {
+		t.Fatalf("expr result: %+v", res)
+	}
+	r = f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"result = [i * i for i in range(4)]"}`)
+	res = r.result(t)
+	if r.status != 200 || res.Tier != "starlark" || fmt.Sprint(res.Value) != "[0 1 4 9]" {
+		t.Fatalf("starlark: status %d: %s", r.status, r.body)
+	}
+	// A code error is the code's, not the request's: 200 with the error.
+	r = f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"fail('boom')"}`)
+	res = r.result(t)
+	if r.status != 200 || res.Error == nil || res.Error.Kind != airlock.ErrRuntime {
+		t.Fatalf("runtime error: status %d: %s", r.status, r.body)
+	}
+	// A stop is reported in the result.
+	r = f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"x = 0\nfor i in range(1 << 40):\n    x += 1","limits":{"steps":1000}}`)
+	res = r.result(t)
+	if r.status != 200 || res.Stopped == nil || res.Stopped.Reason != airlock.StopSteps {
+		t.Fatalf("steps: status %d: %s", r.status, r.body)
+	}
+}
+
+func TestBadInputNamesTheField(t *testing.T) {
+	f := newFixture(t)
+	cases := []struct {
+		name, path, body string
+		status           int
+		want             string
+	}{
+		{"malformed JSON", "/v1/run", `{"kind":"expr",`, 400, "truncated"},
+		{"unknown field", "/v1/run", `{"kind":"expr","code":"1","colour":"red"}`, 400, "colour"},
+		{"tenant in the job", "/v1/run", `{"kind":"expr","code":"1","tenant":"b"}`, 400, "tenant: unknown field"},
+		{"wrong type", "/v1/run", `{"kind":"expr","code":1}`, 400, "code"},
+		{"unknown kind", "/v1/run", `{"kind":"shell","code":"1"}`, 400, "kind"},
+		{"limit above tenant max", "/v1/run", `{"kind":"expr","code":"1","limits":{"wall_ms":6000}}`, 400, "limits.wall_ms"},
+		{"negative limit", "/v1/run", `{"kind":"expr","code":"1","limits":{"steps":-1}}`, 400, "limits.steps"},
+		{"session on /v1/run", "/v1/run", `{"kind":"starlark","code":"1","session":"x","lifecycle":"session"}`, 400, "session"},
+		{"oversize body", "/v1/run", `{"kind":"expr","code":"` + strings.Repeat("1", airlock.MaxJobBytes+10) + `"}`, 400, "larger"},
+		{"empty body", "/v1/run", ``, 400, "empty"},
+		{"unknown session", "/v1/sessions/s-nope/run", `{"kind":"starlark","code":"1"}`, 404, "unknown session"},
+		{"unknown tier", "/v1/run", `{"kind":"expr","code":"1","tier":"nope"}`, 400, "tier"},
+		{"unknown endpoint", "/v2/run", `{}`, 404, "no such endpoint"},
+		{"session request unknown field", "/v1/sessions", `{"tier":"starlark","colour":1}`, 400, "colour"},
+	}
+	for _, c := range cases {
+		r := f.do("POST", c.path, keyA, c.body)
+		if r.status != c.status || !strings.Contains(string(r.body), c.want) {
+			t.Errorf("%s: status %d body %.200s; want %d mentioning %q", c.name, r.status, r.body, c.status, c.want)
+		}
+	}
+	if r := f.do("GET", "/v1/run", keyA, nil); r.status != http.StatusNotFound || !strings.Contains(string(r.body), "GET /v1/run") {
+		t.Errorf("GET /v1/run: status %d", r.status)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	f := newFixture(t)
+	for _, key := range []string{"", "wrong-key", keyApprover} {
+		r := f.do("POST", "/v1/run", key, `{"kind":"expr","code":"1"}`)
+		if r.status != 401 || r.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("key %q: status %d: %s", key, r.status, r.body)
+		}
+	}
+	if r := f.do("GET", "/healthz", "", nil); r.status != 200 {
+		t.Errorf("healthz: %d", r.status)
+	}
+}
+
+func TestTenantRules(t *testing.T) {
+	f := newFixture(t)
+	// b may not use the credentials situation, nor a tier outside its list.
+	r := f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","situation":"multi-tenant"}`)
+	if r.status != 403 || !strings.Contains(string(r.body), "situation multi-tenant") {
+		t.Errorf("situation: %d %s", r.status, r.body)
+	}
+	r = f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","tier":"wasm"}`)
+	if r.status != 403 || !strings.Contains(string(r.body), "may not use tier wasm") {
+		t.Errorf("tier: %d %s", r.status, r.body)
+	}
+	// a's maximum is b's default policy's maximum: b may ask for more.
+	r = f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","limits":{"wall_ms":6000}}`)
+	if r.status != 200 {
+		t.Errorf("b's own maximum: %d %s", r.status, r.body)
+	}
+	var tiers []map[string]any
+	f.do("GET", "/v1/tiers", keyB, nil).decode(t, &tiers)
+	for _, ti := range tiers {
+		if allowed := ti["allowed"].(bool); allowed != (ti["name"] == "expr" || ti["name"] == "starlark") {
+			t.Errorf("tier list for b: %v", ti)
+		}
+	}
+}
+
+func TestTenantsDoNotSeeEachOther(t *testing.T) {
+	f := newFixture(t)
+	var open struct{ ID, Tier string }
+	r := f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark"}`)
+	r.decode(t, &open)
+	if r.status != 201 || open.ID == "" {
+		t.Fatalf("open: %d %s", r.status, r.body)
+	}
+	f.do("POST", "/v1/sessions/"+open.ID+"/run", keyA, `{"kind":"starlark","code":"secret = 'a-only'"}`)
+	// b gets exactly what an unknown session gets.
+	rb := f.do("POST", "/v1/sessions/"+open.ID+"/run", keyB, `{"kind":"starlark","code":"result = secret"}`)
+	rn := f.do("POST", "/v1/sessions/s-00000000000000000000000000000000/run", keyB, `{"kind":"starlark","code":"result = secret"}`)
+	if rb.status != 404 || strings.Contains(string(rb.body), "a-only") || rn.status != rb.status {
+		t.Errorf("b ran in a's session: %d %s", rb.status, rb.body)
+	}
+	if r := f.do("DELETE", "/v1/sessions/"+open.ID, keyB, nil); r.status != 404 {
+		t.Errorf("b closed a's session: %d", r.status)
+	}
+	f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"'b-run'"}`)
+	var recs []server.Record
+	f.do("GET", "/v1/audit", keyB, nil).decode(t, &recs)
+	if len(recs) != 1 || recs[0].Tenant != "b" {
+		t.Errorf("b's audit: %+v", recs)
+	}
+	f.do("GET", "/v1/audit", keyA, nil).decode(t, &recs)
+	for _, rec := range recs {
+		if rec.Tenant != "a" {
+			t.Errorf("a sees a record of %s", rec.Tenant)
+		}
+	}
+	// a's pending approval is invisible to b.
+	var ap struct{ Digest string }
+	f.do("POST", "/v1/approvals", keyA, `{"kind":"starlark","code":"result = 1","situation":"internal"}`).decode(t, &ap)
+	if r := f.do("GET", "/v1/approvals/"+ap.Digest, keyB, nil); r.status != 404 {
+		t.Errorf("b sees a's approval: %d %s", r.status, r.body)
+	}
+}
+
+func TestSessions(t *testing.T) {
+	f := newFixture(t)
+	var open struct {
+		ID, Tier string
+		Decision []string
+	}
+	r := f.do("POST", "/v1/sessions", keyA, `{"job":{"kind":"starlark","code":"x = 1"}}`)
+	r.decode(t, &open)
+	if r.status != 201 || open.Tier != "starlark" || len(open.Decision) == 0 {
+		t.Fatalf("open by the router: %d %s", r.status, r.body)
+	}
+	path := "/v1/sessions/" + open.ID + "/run"
+	f.do("POST", path, keyA, `{"kind":"starlark","code":"count = 1"}`)
+	res := f.do("POST", path, keyA, `{"kind":"starlark","code":"count += 1\nresult = count"}`).result(t)
+	if fmt.Sprint(res.Value) != "2" {
+		t.Fatalf("state did not survive: %+v", res)
+	}
+	if r := f.do("POST", path, keyA, `{"kind":"expr","code":"1"}`); r.status != 403 {
+		t.Errorf("an expr job in a starlark session: %d %s", r.status, r.body)
+	}
+	if r := f.do("POST", "/v1/sessions", keyA, `{"tier":"expr"}`); r.status != 403 || !strings.Contains(string(r.body), "keeps no sessions") {
+		t.Errorf("a session on expr: %d %s", r.status, r.body)
+	}
+	if r := f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark","ttl":"2h"}`); r.status != 400 || !strings.Contains(string(r.body), "ttl") {
+		t.Errorf("a TTL above the maximum: %d %s", r.status, r.body)
+	}
+	if r := f.do("DELETE", "/v1/sessions/"+open.ID, keyA, nil); r.status != 204 {
+		t.Fatalf("close: %d %s", r.status, r.body)
+	}
+	if r := f.do("POST", path, keyA, `{"kind":"starlark","code":"result = count"}`); r.status != 404 {
+		t.Errorf("run after close: %d %s", r.status, r.body)
+	}
+	// Idle sessions are closed by the TTL.
+	r = f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark","ttl":"1ms"}`)
+	r.decode(t, &open)
+	time.Sleep(5 * time.Millisecond)
+	if r := f.do("POST", "/v1/sessions/"+open.ID+"/run", keyA, `{"kind":"starlark","code":"result = 1"}`); r.status == 200 {
+		t.Errorf("an expired session still runs: %s", r.body)
+	}
+}
+
+func TestSessionQuota(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.MaxSessions = 2 })
+	for i := range 3 {
+		r := f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark"}`)
+		if want := map[bool]int{true: 201, false: 429}[i < 2]; r.status != want {
+			t.Errorf("session %d: status %d, want %d: %s", i, r.status, want, r.body)
+		}
+	}
+}
+
+func TestOverload(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) {
+		c.Tenants[1].MaxConcurrent = 1
+		c.QueueWait = server.Duration(10 * time.Millisecond)
+	})
+	const n = 12
+	statuses := make(chan reply, n)
+	for range n {
+		go func() {
+			statuses <- f.do("POST", "/v1/run", keyB, `{"kind":"starlark","code":"x = 0\nfor i in range(1 << 40):\n    x += 1","limits":{"wall_ms":300}}`)
+		}()
+	}
+	var ok, busy int
+	for range n {
+		r := <-statuses
+		switch r.status {
+		case 200:
+			ok++
+		case 429:
+			busy++
+			if r.header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+		default:
+			t.Errorf("status %d: %s", r.status, r.body)
+		}
+	}
+	if ok == 0 || busy == 0 {
+		t.Errorf("%d ran, %d refused: want both (one slot, a short queue)", ok, busy)
+	}
+	if !strings.Contains(string(f.do("GET", "/metrics", "", nil).body), `airlock_refused_total{reason="429"}`) {
+		t.Error("429s are not counted")
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Tenants[1].RunsPerMinute = 10 })
+	var limited bool
+	for range 5 {
+		r := f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1"}`)
+		if r.status == 429 {
+			limited = r.header.Get("Retry-After") == "6"
+			break
+		}
+	}
+	if !limited {
+		t.Error("10 runs per minute (burst 1) let 5 runs through, or no Retry-After: 6")
+	}
+	if r := f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`); r.status != 200 {
+		t.Errorf("tenant a is limited by b's quota: %d", r.status)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	f := newFixture(t)
+	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`)
+	f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"fail('x')"}`)
+	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1","limits":{"wall_ms":-1}}`)
+	r := f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"load('/etc/passwd', 'x')"}`)
+	if res := r.result(t); res.Stopped == nil || res.Stopped.Reason != airlock.StopDenied {
+		t.Fatalf("load of a host file: %s", r.body)
+	}
+	body := string(f.do("GET", "/metrics", "", nil).body)
+	if f.srv.Router().Unavailable("gvisor") == nil {
+		for _, want := range []string{`airlock_pool_size{tier="gvisor"} `, `airlock_pool_claims_total{tier="gvisor",result="miss"} `} {
+			if !strings.Contains(body, want) {
+				t.Errorf("metrics lack the gVisor pool's %q", want)
+			}
+		}
+	}
+	for _, want := range []string{
+		`airlock_runs_total{tier="expr",outcome="ok"} 1`,
+		`airlock_runs_total{tier="starlark",outcome="error_runtime"} 1`,
+		`airlock_run_duration_seconds_bucket{tier="expr",le="+Inf"} 1`,
+		`airlock_run_duration_seconds_count{tier="starlark"} 2`,
+		`airlock_refused_total{reason="400"} 1`,
+		`airlock_runs_total{tier="starlark",outcome="stopped_denied"} 1`,
+		`airlock_denials_total{capability="fs"} 1`,
+		"# TYPE airlock_run_duration_seconds histogram",
+		"airlock_sessions_open 0",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+func TestExplainAndTiers(t *testing.T) {
+	f := newFixture(t)
+	var x struct {
+		Explanation struct{ Chosen string }
+		Approval    string `json:"approval_required"`
+	}
+	f.do("POST", "/v1/explain", keyA, `{"kind":"starlark","code":"1","situation":"internal"}`).decode(t, &x)
+	if x.Explanation.Chosen == "" && x.Approval != "" {
+		t.Errorf("explain: %+v", x)
+	}
+	f.do("POST", "/v1/explain", keyA, `{"kind":"expr","code":"1"}`).decode(t, &x)
+	if x.Explanation.Chosen != "expr" {
+		t.Errorf("explain expr: %+v", x)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, fmt.Errorf("disk full") }
+
+func TestHealthReportsAuditFailure(t *testing.T) {
+	srv, err := server.New(testConfig(), server.Options{Audit: failingWriter{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	f := &fixture{t: t, srv: srv, http: hs}
+	if r := f.do("GET", "/healthz", "", nil); r.status != 200 {
+		t.Fatalf("healthz before a failure: %d", r.status)
+	}
+	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`)
+	if r := f.do("GET", "/healthz", "", nil); r.status != 503 || !strings.Contains(string(r.body), "disk full") {
+		t.Errorf("healthz after an audit write failed: %d %s", r.status, r.body)
+	}
+}
+
+// With approvals.key_file, a token outlives the server that issued it.
+func TestApprovalKeyFileSurvivesRestart(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "approval.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withKey := func(c *server.Config) { c.Approvals.KeyFile = keyFile }
+	first := newFixture(t, withKey)
+	tok := first.approve(t, keyA, approvedJob)
+	second := newFixture(t, withKey)
+	if r := second.do("POST", "/v1/run", keyA, approvedJob, server.ApprovalHeader, tok.Token); r.status != 200 {
+		t.Errorf("a token from the same key file is refused after a restart: %d %s", r.status, r.body)
+	}
+	third := newFixture(t) // a random key: the token is not its own
+	expectStale(t, third.do("POST", "/v1/run", keyA, approvedJob, server.ApprovalHeader, tok.Token), "not signed")
+	os.WriteFile(keyFile, []byte("short"), 0o600)
+	cfg := testConfig()
+	withKey(&cfg)
+	if _, err := server.New(cfg, server.Options{}); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Errorf("a short key file: %v", err)
+	}
+}
+
+// Sessions on an OS tier keep their scratch between runs, and a job in the
+// session is still routed: the policy decides whether gVisor is enough.
+func TestGVisorSession(t *testing.T) {
+	f := newFixture(t)
+	if err := f.srv.Router().Unavailable("gvisor"); err != nil {
+		t.Skip("gVisor unavailable:", err)
+	}
+	var open struct{ ID, Tier string }
+	r := f.do("POST", "/v1/sessions", keyA, `{"job":{"kind":"command","argv":["true"]}}`)
+	r.decode(t, &open)
+	if r.status != 201 || open.Tier != "gvisor" {
+		t.Fatalf("open: %d %s", r.status, r.body)
+	}
+	defer f.do("DELETE", "/v1/sessions/"+open.ID, keyA, nil)
+	path := "/v1/sessions/" + open.ID + "/run"
+	if r := f.do("POST", path, keyA, `{"kind":"command","argv":["sh","-c","echo kept > note"]}`); r.status != 200 {
+		t.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	r = f.do("POST", path, keyA, `{"kind":"command","argv":["cat","note"]}`)
+	if res := r.result(t); r.status != 200 || res.Stdout != "kept\n" || res.Tier != "gvisor" {
+		t.Errorf("second run: %d %s", r.status, r.body)
+	}
+	// Credentials need production isolation (level 5): not in this session.
+	r = f.do("POST", path, keyA, `{"kind":"command","argv":["true"],"situation":"credentials"}`)
+	if r.status != 403 {
+		t.Errorf("a credentials job in a gVisor session: %d %s", r.status, r.body)
+	}
+}

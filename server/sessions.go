@@ -1,0 +1,275 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// session is an open tier session bound to one tenant.
+type session struct {
+	id     string
+	tenant *tenant
+	tier   string
+	ttl    time.Duration
+	s      airlock.Session
+
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (ss *session) run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	ss.mu.Lock()
+	ss.last = time.Now()
+	ss.mu.Unlock()
+	job.Tier, job.Session, job.Lifecycle = "", "", ""
+	res, err := ss.s.Run(ctx, job)
+	ss.mu.Lock()
+	ss.last = time.Now()
+	ss.mu.Unlock()
+	return res, err
+}
+
+func (ss *session) idle(now time.Time) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return now.Sub(ss.last) > ss.ttl
+}
+
+// openRequest is the body of POST /v1/sessions.
+type openRequest struct {
+	// Tier names the tier; empty: the router picks one for Job.
+	Tier string `json:"tier,omitempty"`
+	// Job describes what will run in the session, for the router.
+	Job json.RawMessage `json:"job,omitempty"`
+	// TTL closes the session when idle this long (default and maximum:
+	// the server's session_ttl).
+	TTL Duration `json:"ttl,omitempty"`
+}
+
+type openResponse struct {
+	ID       string   `json:"id"`
+	Tier     string   `json:"tier"`
+	TTL      Duration `json:"ttl"`
+	Decision []string `json:"decision,omitempty"`
+}
+
+func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return
+	}
+	var req openRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes))
+	if err != nil {
+		s.refuseErr(w, airlock.Invalid("", "reading body: %v", err))
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.refuseErr(w, airlock.Invalid("", "session request: %s", err.Error()))
+		return
+	}
+	var tier airlock.Tier
+	var decision []string
+	switch {
+	case len(req.Job) > 0:
+		job, err := airlock.DecodeJobBytes(req.Job)
+		if err != nil {
+			s.refuseErr(w, err)
+			return
+		}
+		if req.Tier != "" {
+			job.Tier = req.Tier
+		}
+		job.Session, job.Lifecycle = "", ""
+		if tier, err = t.route(s, &job); err != nil {
+			s.refuseErr(w, err)
+			return
+		}
+		decision = s.router.Explain(&job).Lines()
+	case req.Tier != "":
+		// Every run in the session is routed to this tier, so the policy
+		// still decides per job whether the tier is strong enough.
+		for _, tr := range s.router.Tiers() {
+			if tr.Name() == req.Tier {
+				tier = tr
+			}
+		}
+		if tier == nil {
+			s.refuseErr(w, airlock.Invalid("tier", "unknown tier %q", req.Tier))
+			return
+		}
+		if err := s.router.Unavailable(req.Tier); err != nil {
+			s.refuseErr(w, &airlock.NotAdmitted{Tier: req.Tier, Reason: "unavailable: " + err.Error()})
+			return
+		}
+	default:
+		s.refuseErr(w, airlock.Invalid("tier", "name a tier, or describe a job for the router to pick one"))
+		return
+	}
+	if err := t.allowTier(tier.Name()); err != nil {
+		s.refuseErr(w, err)
+		return
+	}
+	st, ok := tier.(airlock.SessionTier)
+	if !ok {
+		s.refuseErr(w, &airlock.NotAdmitted{Tier: tier.Name(), Reason: "the tier keeps no sessions"})
+		return
+	}
+	maxTTL := s.cfg.SessionTTL.or(10 * time.Minute)
+	ttl := req.TTL.or(maxTTL)
+	if ttl > maxTTL {
+		s.refuseErr(w, airlock.Invalid("ttl", "%s is above the server's maximum %s", ttl, maxTTL))
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.answer(w, airlock.Result{}, &overloaded{"the server is shutting down", 5})
+		return
+	}
+	limit := s.cfg.MaxSessions
+	if limit == 0 {
+		limit = 16
+	}
+	if t.nsess >= limit {
+		s.mu.Unlock()
+		s.answer(w, airlock.Result{}, &overloaded{fmt.Sprintf("tenant %s has %d sessions open (the maximum); close one", t.Name, limit), 5})
+		return
+	}
+	t.nsess++
+	s.mu.Unlock()
+	id := newID()
+	sess, err := st.OpenSession(r.Context(), airlock.SessionOptions{ID: id, TTL: ttl})
+	if err != nil {
+		s.mu.Lock()
+		t.nsess--
+		s.mu.Unlock()
+		s.refuseErr(w, fmt.Errorf("opening session: %w", err))
+		return
+	}
+	ss := &session{id: id, tenant: t, tier: tier.Name(), ttl: ttl, s: sess, last: time.Now()}
+	s.mu.Lock()
+	s.sessions[id] = ss
+	s.mu.Unlock()
+	s.metrics.sessions.Add(1)
+	writeJSON(w, http.StatusCreated, openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision})
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "s-" + hex.EncodeToString(b[:])
+}
+
+// lookup returns the tenant's session; another tenant's session is as
+// unknown as one that never existed.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*tenant, *session) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return nil, nil
+	}
+	id := r.PathValue("id")
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	if ss == nil || ss.tenant != t {
+		s.refuse(w, http.StatusNotFound, kindNotFound, "unknown session "+id)
+		return nil, nil
+	}
+	return t, ss
+}
+
+func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
+	t, ss := s.lookup(w, r)
+	if ss == nil {
+		return
+	}
+	job, err := decodeJob(w, r)
+	if err != nil {
+		s.refuseErr(w, err)
+		return
+	}
+	if job.Session != "" && job.Session != ss.id {
+		s.refuseErr(w, airlock.Invalid("session", "names %s, but the request is for %s", job.Session, ss.id))
+		return
+	}
+	if job.Tier != "" && job.Tier != airlock.TierAuto && job.Tier != ss.tier {
+		s.refuseErr(w, airlock.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier))
+		return
+	}
+	job.Session, job.Lifecycle = "", ""
+	res, err := s.execute(r.Context(), &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader), session: ss})
+	s.answer(w, res, err)
+}
+
+func (s *Server) handleCloseSession(w http.ResponseWriter, r *http.Request) {
+	_, ss := s.lookup(w, r)
+	if ss == nil {
+		return
+	}
+	if err := s.closeSession(ss); err != nil {
+		s.refuseErr(w, fmt.Errorf("closing session: %w", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) closeSession(ss *session) error {
+	s.mu.Lock()
+	if s.sessions[ss.id] != ss {
+		s.mu.Unlock()
+		return nil
+	}
+	delete(s.sessions, ss.id)
+	ss.tenant.nsess--
+	s.mu.Unlock()
+	s.metrics.sessions.Add(-1)
+	return ss.s.Close()
+}
+
+// janitor closes idle sessions and forgets expired pending approvals.
+func (s *Server) janitor() {
+	defer close(s.janDone)
+	every := max(time.Second, s.cfg.SessionTTL.or(10*time.Minute)/4)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopJan:
+			return
+		case <-tick.C:
+		}
+		s.sweep(time.Now())
+	}
+}
+
+func (s *Server) sweep(now time.Time) {
+	s.mu.Lock()
+	var idle []*session
+	for _, ss := range s.sessions {
+		if ss.idle(now) {
+			idle = append(idle, ss)
+		}
+	}
+	for d, p := range s.pending {
+		if now.Sub(p.created) > s.approvalTTL() {
+			delete(s.pending, d)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range idle {
+		_ = s.closeSession(ss)
+	}
+}

@@ -1,0 +1,168 @@
+package microvm
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// BenchmarkStart measures /bin/true from call to result, side by side:
+//
+//	cold-vs-bare  alternately: bare QEMU with the same kernel, machine and
+//	              initramfs, whose /init is replaced (by an appended cpio)
+//	              with a busybox script that runs /bin/true and powers off
+//	              (no agent, no control channel), and the tier booting a
+//	              fresh VM
+//	snapshot  the tier restoring its snapshot (made before the timer starts)
+//	pool      the tier claiming a pre-booted VM (the timer stops while the
+//	          pool refills)
+//
+// Each reports medians in ms; run with -benchtime=Nx.
+func BenchmarkStart(b *testing.B) {
+	job := command("/bin/true")
+	ctx := context.Background()
+	// bare and cold alternate within one loop, so that both see the same
+	// load on a shared machine; the ratio of their medians is reported.
+	b.Run("cold-vs-bare", func(b *testing.B) {
+		tier := benchTier(b, testConfig())
+		initrd := bareInitrd(b, tier)
+		args := bareArgs(tier.qemuArgs("bench", b.TempDir(), vmSpec{memMB: tier.baseMem(), vcpus: 1}), initrd)
+		var bare, cold []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			bctx, cancel := context.WithTimeout(ctx, tier.cfg.bootTimeout)
+			cmd := exec.CommandContext(bctx, tier.assets.qemu, args...)
+			console := &tail{n: 2048}
+			cmd.Stdout, cmd.Stderr = console, console
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			err := cmd.Run()
+			cancel()
+			if err != nil {
+				b.Fatalf("bare QEMU: %v (console: %s)", err, console)
+			}
+			bare = append(bare, time.Since(start))
+			start = time.Now()
+			benchRun(b, tier, ctx, job)
+			cold = append(cold, time.Since(start))
+		}
+		mb, mc := median(bare), median(cold)
+		b.ReportMetric(ms(mb), "bare-median-ms")
+		b.ReportMetric(ms(mc), "cold-median-ms")
+		b.ReportMetric(float64(mc)/float64(mb), "cold/bare")
+	})
+	b.Run("snapshot", func(b *testing.B) {
+		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot))
+		if _, err := tier.snapshotFor(ctx, tier.baseMem()); err != nil {
+			b.Fatal(err)
+		}
+		measure(b, func() { benchRun(b, tier, ctx, job) })
+	})
+	b.Run("pool", func(b *testing.B) {
+		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot).WithPool(1))
+		var durs []time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			if err := tier.pool.waitReady(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			start := time.Now()
+			benchRun(b, tier, ctx, job)
+			durs = append(durs, time.Since(start))
+		}
+		reportMedian(b, durs)
+	})
+}
+
+func benchTier(b *testing.B, cfg Config) *Tier {
+	tier, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tier.Close() })
+	if err := tier.Available(); err != nil {
+		b.Skip(err)
+	}
+	return tier
+}
+
+func benchRun(b *testing.B, tier *Tier, ctx context.Context, job airlock.Job) {
+	res, err := tier.Run(ctx, job)
+	if err != nil || res.ExitCode != 0 {
+		b.Fatalf("%v %+v", err, res)
+	}
+}
+
+func measure(b *testing.B, fn func()) {
+	var durs []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		fn()
+		durs = append(durs, time.Since(start))
+	}
+	reportMedian(b, durs)
+}
+
+func reportMedian(b *testing.B, durs []time.Duration) {
+	if len(durs) > 0 {
+		b.ReportMetric(ms(median(durs)), "median-ms")
+	}
+}
+
+func median(durs []time.Duration) time.Duration {
+	s := slices.Clone(durs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// bareInitrd is the tier's base initramfs with a second archive appended
+// whose /init runs /bin/true and powers the machine off.
+func bareInitrd(b *testing.B, tier *Tier) string {
+	base, err := os.ReadFile(tier.assets.initrd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := filepath.Join(b.TempDir(), "bare.cpio")
+	f, err := os.Create(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(base); err != nil {
+		b.Fatal(err)
+	}
+	c := newCPIO(f)
+	c.add(cpioEntry{name: "init", mode: cpioFile | 0o755, data: []byte("#!/bin/busybox sh\n/bin/true\n/bin/busybox poweroff -f\n")})
+	if err := c.close(); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// bareArgs drops the control channel from the tier's command line and
+// swaps in the bare initramfs.
+func bareArgs(args []string, initrd string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch args[i] {
+		case "-chardev", "-device":
+			i++
+			continue
+		case "-initrd":
+			out = append(out, "-initrd", initrd)
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}

@@ -1,0 +1,57 @@
+package microvm
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/corpus"
+)
+
+// TestCorpus runs the microvm cases and the command cases every OS-backed
+// tier shares, against snapshot-restored VMs.
+func TestCorpus(t *testing.T) {
+	tier := shared.get(t, WarmSnapshot)
+	cases, err := corpus.Load("microvm", "command")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatal("no corpus cases")
+	}
+	fileSecret := "canary-secret-file-7f3a91"
+	canaryFile := filepath.Join(t.TempDir(), "canary")
+	if err := os.WriteFile(canaryFile, []byte(fileSecret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	envSecret := "canary-secret-env-2b8c44"
+	t.Setenv("AIRLOCK_CORPUS_CANARY", envSecret)
+	var hits atomic.Int64
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer sink.Close()
+	vars := map[string]string{"CANARY_FILE": canaryFile, "CANARY_ENV": "AIRLOCK_CORPUS_CANARY", "CANARY_URL": sink.URL}
+	for _, c := range cases {
+		if !c.Applies(Name) {
+			continue
+		}
+		t.Run(c.ID, func(t *testing.T) {
+			if c.Skip != "" {
+				t.Skip(c.Skip)
+			}
+			if v := c.MissingVar(vars); v != "" {
+				t.Skipf("this test does not provide ${%s} (airlock corpus does)", v)
+			}
+			v := c.Run(context.Background(), tier, vars, fileSecret, envSecret)
+			if !v.Pass {
+				t.Fatalf("%s (%s): %s: %s", c.ID, c.Class, v.Outcome, v.Detail)
+			}
+		})
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the loopback canary URL was hit %d times", n)
+	}
+}

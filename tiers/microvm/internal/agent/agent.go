@@ -1,0 +1,451 @@
+//go:build linux
+
+// Package agent is the guest side of the microvm tier: the program that is
+// the guest's /init. It mounts the pseudo filesystems, loads the virtio
+// modules, finds its control port, and for the one job it is handed sets
+// the clock, reseeds the kernel's random number generator with host
+// entropy, places the job in a memory/pids cgroup and runs it as an
+// unprivileged user through a small shim (itself, re-executed), framing its
+// output onto the control port. The job never touches the port: it runs as
+// another user, the port's node is root-only, and a virtio port can only be
+// open once.
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
+)
+
+// PortName is the virtio-serial port the host's control channel is on.
+const PortName = "airlock.ctl"
+
+// JobUID is the unprivileged user (and group) jobs run as.
+const JobUID = 65534
+
+const (
+	scratchDir = "/scratch"
+	cgroupDir  = "/sys/fs/cgroup/job"
+	shimFlag   = "--airlock-shim"
+)
+
+// Main is the agent's entry point. As PID 1 it runs one job and powers the
+// machine off; re-executed with the shim flag it becomes the job.
+func Main() {
+	if len(os.Args) == 2 && os.Args[1] == shimFlag {
+		shim()
+		return
+	}
+	err := runAgent()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", err)
+	}
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	select {}
+}
+
+func runAgent() error {
+	if err := mountBase(); err != nil {
+		return err
+	}
+	loadModules("/lib/modules", "/etc/modules.order", cmdlineModules())
+	port, err := openPort(PortName, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer port.Close()
+	st, err := stage()
+	if err != nil {
+		return fail(port, err)
+	}
+	if err := wire.Write(port, wire.TypeReady, nil); err != nil {
+		return fmt.Errorf("announcing readiness: %w", err)
+	}
+	// A restored snapshot resumes here, in a new VM, with a new host.
+	t, payload, err := wire.Read(port)
+	if err != nil {
+		return fmt.Errorf("reading the job: %w", err)
+	}
+	if t != wire.TypeJob {
+		return fmt.Errorf("expected a job frame, got %q", t)
+	}
+	var job wire.Job
+	if err := json.Unmarshal(payload, &job); err != nil {
+		return fail(port, fmt.Errorf("decoding the job: %w", err))
+	}
+	exit, err := st.run(port, &job)
+	if err != nil {
+		return fail(port, err)
+	}
+	return wire.WriteJSON(port, wire.TypeExit, exit)
+}
+
+func fail(port io.Writer, err error) error {
+	msg := err.Error()
+	if len(msg) > wire.MaxSmall {
+		msg = msg[:wire.MaxSmall]
+	}
+	_ = wire.Write(port, wire.TypeFail, []byte(msg))
+	return err
+}
+
+func mountBase() error {
+	mounts := []struct {
+		src, dst, fstype, data string
+		flags                  uintptr
+	}{
+		{"proc", "/proc", "proc", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{"sysfs", "/sys", "sysfs", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{"devtmpfs", "/dev", "devtmpfs", "mode=0755", unix.MS_NOSUID},
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+	}
+	for _, m := range mounts {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, m.dst, m.fstype, m.flags, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	return nil
+}
+
+// cmdlineModules returns the modules the host asked for with
+// airlock.modules=a,b,c on the kernel command line (nil: all of them). The
+// VMM knows which devices it gave the guest; loading only their drivers
+// saves boot time under emulation.
+func cmdlineModules() map[string]bool {
+	data, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return nil
+	}
+	for _, f := range strings.Fields(string(data)) {
+		if v, ok := strings.CutPrefix(f, "airlock.modules="); ok {
+			want := map[string]bool{}
+			for _, m := range strings.Split(v, ",") {
+				want[m] = true
+			}
+			return want
+		}
+	}
+	return nil
+}
+
+// loadModules loads the modules listed in order (those in want, if want
+// is not nil); a module already loaded or built in is not an error.
+func loadModules(dir, orderFile string, want map[string]bool) {
+	data, err := os.ReadFile(orderFile)
+	if err != nil {
+		return
+	}
+	for _, name := range strings.Fields(string(data)) {
+		if want != nil && !want[strings.TrimSuffix(name, ".ko")] {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-agent: module %s: %v\n", name, err)
+			continue
+		}
+		if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+			fmt.Fprintf(os.Stderr, "airlock-agent: loading %s: %v\n", name, err)
+		}
+		f.Close()
+	}
+}
+
+// openPort waits for the control channel and opens it: the named
+// virtio-serial port (QEMU), or else a vsock connection to the host
+// (Firecracker, which has no virtio-console).
+func openPort(name string, wait time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ents, _ := os.ReadDir("/sys/class/virtio-ports")
+		for _, e := range ents {
+			n, err := os.ReadFile(filepath.Join("/sys/class/virtio-ports", e.Name(), "name"))
+			if err != nil || strings.TrimSpace(string(n)) != name {
+				continue
+			}
+			dev := filepath.Join("/dev", e.Name())
+			f, err := os.OpenFile(dev, os.O_RDWR, 0)
+			if err == nil {
+				_ = os.Chmod(dev, 0o600)
+				return f, nil
+			}
+		}
+		if len(ents) == 0 {
+			if f, err := dialVsock(vsockHostCID, vsockPort); err == nil {
+				return f, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("control port %s did not appear", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The host's vsock address under Firecracker.
+const (
+	vsockHostCID = 2
+	vsockPort    = 1024
+)
+
+func dialVsock(cid, port uint32) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrVM{CID: cid, Port: port}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "vsock"), nil
+}
+
+// reseed mixes host entropy into the input pool, credits it, and forces the
+// CRNG to reseed, so VMs restored from one snapshot diverge at once.
+func reseed(entropy []byte) error {
+	if len(entropy) == 0 {
+		return errors.New("no entropy from the host")
+	}
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
+	buf := make([]byte, 8+len(entropy))
+	*(*int32)(unsafe.Pointer(&buf[0])) = int32(8 * len(entropy))
+	*(*int32)(unsafe.Pointer(&buf[4])) = int32(len(entropy))
+	copy(buf[8:], entropy)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&buf[0]))); e != 0 {
+		return fmt.Errorf("adding entropy: %w", e)
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDRESEEDCRNG, 0); e != 0 {
+		return fmt.Errorf("reseeding the CRNG: %w", e)
+	}
+	return nil
+}
+
+func setClock(t time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	tv := unix.NsecToTimeval(t.UnixNano())
+	return unix.Settimeofday(&tv)
+}
+
+// staged is what the agent prepares before it says Ready (and before a
+// snapshot is taken): the scratch and /tmp mounts, the job's cgroup, and
+// the shim, already started inside that cgroup and blocked reading its
+// configuration. A job then costs no Go start-up and no mounts.
+type staged struct {
+	cg             *os.File
+	shim           *exec.Cmd
+	cfg, stdin     *os.File // write ends
+	stdout, stderr *os.File // read ends
+	waited         chan struct{}
+	waitErr        error
+}
+
+func stage() (*staged, error) {
+	for _, d := range []string{scratchDir, "/tmp"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+		opts := fmt.Sprintf("size=1m,mode=0700,uid=%d,gid=%d", JobUID, JobUID)
+		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return nil, fmt.Errorf("mounting %s: %w", d, err)
+		}
+	}
+	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory +pids"), 0); err != nil {
+		return nil, fmt.Errorf("enabling cgroup controllers: %w", err)
+	}
+	if err := os.Mkdir(cgroupDir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	cg, err := os.Open(cgroupDir)
+	if err != nil {
+		return nil, err
+	}
+	st := &staged{cg: cg, waited: make(chan struct{})}
+	var cfgR, stdinR, stdoutW, stderrW *os.File
+	pipes := []struct{ r, w **os.File }{{&cfgR, &st.cfg}, {&stdinR, &st.stdin}, {&st.stdout, &stdoutW}, {&st.stderr, &stderrW}}
+	for _, p := range pipes {
+		if *p.r, *p.w, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.Command("/proc/self/exe", shimFlag)
+	cmd.Args[0] = "airlock-shim"
+	cmd.Env = []string{}
+	cmd.Dir = scratchDir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	cmd.ExtraFiles = []*os.File{cfgR}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the shim: %w", err)
+	}
+	for _, f := range []*os.File{cfgR, stdinR, stdoutW, stderrW} {
+		f.Close()
+	}
+	st.shim = cmd
+	go func() { st.waitErr = cmd.Wait(); close(st.waited) }()
+	return st, nil
+}
+
+// prepare sets up the job's world: clock, entropy, limits, scratch with
+// its files, and a read-only root.
+func (st *staged) prepare(job *wire.Job) error {
+	if err := setClock(job.Clock); err != nil {
+		return fmt.Errorf("setting the clock: %w", err)
+	}
+	if err := reseed(job.Entropy); err != nil {
+		return err
+	}
+	settings := map[string]string{
+		"memory.max":      strconv.FormatInt(job.MemoryMB<<20, 10),
+		"memory.swap.max": "0",
+		"pids.max":        strconv.FormatInt(max(job.Pids, 1), 10),
+	}
+	for k, v := range settings {
+		if err := os.WriteFile(filepath.Join(cgroupDir, k), []byte(v), 0); err != nil && !(k == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
+			return fmt.Errorf("setting %s: %w", k, err)
+		}
+	}
+	scratchMB := max(job.ScratchMB, 1)
+	for _, d := range []string{scratchDir, "/tmp"} {
+		if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm", scratchMB)); err != nil {
+			return fmt.Errorf("sizing %s: %w", d, err)
+		}
+	}
+	for _, name := range sortedKeys(job.Files) {
+		p := filepath.Join(scratchDir, name)
+		if !strings.HasPrefix(p, scratchDir+"/") {
+			return fmt.Errorf("file %q escapes the scratch", name)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(job.Files[name]), 0o644); err != nil {
+			return err
+		}
+		for d := p; d != scratchDir; d = filepath.Dir(d) {
+			_ = os.Lchown(d, JobUID, JobUID)
+		}
+	}
+	// The root is read-only for the job; only the scratch and /tmp are written.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("making the root read-only: %w", err)
+	}
+	return nil
+}
+
+// run hands the job to the waiting shim and streams its output as frames.
+func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
+	defer st.cg.Close()
+	if err := st.prepare(job); err != nil {
+		return wire.Exit{}, err
+	}
+	cfg, err := json.Marshal(shimConfig{Argv: job.Argv, Env: job.Env, CPUMS: job.CPUMS, OpenFiles: job.OpenFiles, Spawn: job.Spawn})
+	if err != nil {
+		return wire.Exit{}, err
+	}
+	if _, err := st.cfg.Write(cfg); err != nil {
+		return wire.Exit{}, fmt.Errorf("configuring the shim: %w", err)
+	}
+	st.cfg.Close()
+	go func() {
+		_, _ = io.WriteString(st.stdin, job.Stdin)
+		st.stdin.Close()
+	}()
+	var mu sync.Mutex // frames from both streams interleave whole
+	var copies sync.WaitGroup
+	for _, s := range []struct {
+		r *os.File
+		t wire.Type
+	}{{st.stdout, wire.TypeStdout}, {st.stderr, wire.TypeStderr}} {
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			_, _ = io.Copy(lockedWriter{&mu, wire.ChunkWriter{W: port, T: s.t}}, s.r)
+		}()
+	}
+	<-st.waited
+	// Whatever the job left behind dies with its cgroup; then the pipes
+	// reach EOF. A straggler holding them open cannot delay the report long.
+	_ = os.WriteFile(filepath.Join(cgroupDir, "cgroup.kill"), []byte("1"), 0)
+	drained := make(chan struct{})
+	go func() { copies.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(200 * time.Millisecond):
+	}
+	var exit wire.Exit
+	if ws, ok := st.shim.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Signaled():
+			exit.Code = 128 + int(ws.Signal())
+			exit.Signal = unix.SignalName(ws.Signal())
+		default:
+			exit.Code = ws.ExitStatus()
+		}
+	} else if st.waitErr != nil {
+		return exit, st.waitErr
+	}
+	if ev, err := os.ReadFile(filepath.Join(cgroupDir, "memory.events")); err == nil && eventCount(string(ev), "oom_kill") > 0 {
+		exit.Reason = "memory"
+	} else if exit.Signal == "SIGXCPU" || (exit.Signal == "SIGKILL" && job.CPUMS > 0 && cpuUsedMS() >= job.CPUMS) {
+		exit.Reason = "cpu"
+	}
+	return exit, nil
+}
+
+func cpuUsedMS() int64 {
+	data, err := os.ReadFile(filepath.Join(cgroupDir, "cpu.stat"))
+	if err != nil {
+		return 0
+	}
+	return eventCount(string(data), "usage_usec") / 1000
+}
+
+func eventCount(data, key string) int64 {
+	for _, line := range strings.Split(data, "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

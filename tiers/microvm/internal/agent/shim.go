@@ -1,0 +1,138 @@
+//go:build linux
+
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// shimConfig is what the agent tells the shim about the job.
+type shimConfig struct {
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	CPUMS     int64             `json:"cpu_ms"`
+	OpenFiles int64             `json:"open_files"`
+	Spawn     bool              `json:"spawn"`
+}
+
+// searchPath is where a bare program name is looked up (the job's own
+// environment holds only its secrets, so it has no PATH of its own).
+var searchPath = []string{"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin"}
+
+// shim is started in the job's cgroup as root before the job is known.
+// It waits for its configuration on fd 3 (closed by the agent after one
+// write), drops to the job's user with its limits and filter, and executes
+// the job.
+func shim() {
+	die := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "airlock: "+format+"\n", args...)
+		os.Exit(127)
+	}
+	cfgFile := os.NewFile(3, "config")
+	data, err := io.ReadAll(io.LimitReader(cfgFile, 64<<20))
+	cfgFile.Close()
+	var cfg shimConfig
+	if err != nil || json.Unmarshal(data, &cfg) != nil || len(cfg.Argv) == 0 {
+		die("bad shim configuration")
+	}
+	argv := cfg.Argv
+	env := make([]string, 0, len(cfg.Env))
+	for _, k := range sortedKeys(cfg.Env) {
+		env = append(env, k+"="+cfg.Env[k])
+	}
+	if cfg.CPUMS > 0 {
+		sec := uint64((cfg.CPUMS + 999) / 1000)
+		if err := unix.Setrlimit(unix.RLIMIT_CPU, &unix.Rlimit{Cur: sec, Max: sec + 1}); err != nil {
+			die("cpu limit: %v", err)
+		}
+	}
+	if cfg.OpenFiles > 0 {
+		n := uint64(cfg.OpenFiles)
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+			die("open-files limit: %v", err)
+		}
+	}
+	_ = unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{})
+	prog, err := lookPath(argv[0])
+	if err != nil {
+		die("%v", err)
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		die("setgroups: %v", err)
+	}
+	if err := syscall.Setgid(JobUID); err != nil {
+		die("setgid: %v", err)
+	}
+	if err := syscall.Setuid(JobUID); err != nil {
+		die("setuid: %v", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		die("no_new_privs: %v", err)
+	}
+	if !cfg.Spawn {
+		if err := denySpawn(); err != nil {
+			die("spawn filter: %v", err)
+		}
+	}
+	if err := syscall.Exec(prog, argv, env); err != nil {
+		die("exec %s: %v", argv[0], err)
+	}
+}
+
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range searchPath {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found", name)
+}
+
+// denySpawn installs a seccomp filter that refuses new processes (fork,
+// vfork, clone without CLONE_THREAD; clone3, whose flags a filter cannot
+// read, answers ENOSYS so C libraries fall back to clone) while threads
+// keep working. Foreign-ABI (x32, i386) syscalls are refused or kill.
+func denySpawn() error {
+	const (
+		ldW   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		jset  = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		ret   = unix.BPF_RET | unix.BPF_K
+		eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	)
+	prog := []unix.SockFilter{
+		{Code: ldW, K: 4}, // arch
+		{Code: jeq, Jt: 1, K: unix.AUDIT_ARCH_X86_64},
+		{Code: ret, K: unix.SECCOMP_RET_KILL_PROCESS},
+		{Code: ldW, K: 0},                                            // 3: nr
+		{Code: jge, Jt: 7, K: 0x40000000},                            // x32
+		{Code: jeq, Jt: 6, K: unix.SYS_FORK},                         // -> 12
+		{Code: jeq, Jt: 5, K: unix.SYS_VFORK},                        // -> 12
+		{Code: jeq, Jt: 5, K: unix.SYS_CLONE3},                       // -> 13
+		{Code: jeq, Jt: 0, Jf: 2, K: unix.SYS_CLONE},                 // -> 9 / 11
+		{Code: ldW, K: 16},                                           // 9: args[0], low word
+		{Code: jset, Jt: 0, Jf: 1, K: unix.CLONE_THREAD},             // -> 11 / 12
+		{Code: ret, K: unix.SECCOMP_RET_ALLOW},                       // 11
+		{Code: ret, K: eperm},                                        // 12
+		{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)}, // 13
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,513 @@
+// Package microvm is airlock's hardware-virtualisation tier: each job runs
+// in its own QEMU "microvm" machine with its own guest kernel (KVM where
+// /dev/kvm opens, TCG emulation elsewhere), started cold, restored from a
+// snapshot, or claimed from a pool of pre-booted VMs, and destroyed after
+// the one job. A Firecracker backend takes over where a firecracker binary
+// and KVM are present.
+//
+// The guest's /init is airlock's agent (tiers/microvm/cmd/airlock-agent):
+// it receives the job over a virtio-serial port and sends back framed
+// output and the exit status (package wire); the host parses nothing else.
+// See docs/microvm.md for what the tier withholds and how that is tested.
+package microvm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
+)
+
+// Name is the tier's name.
+const Name = "microvm"
+
+// Warm says how a VM is made ready for a job.
+type Warm string
+
+// The warm-start modes.
+const (
+	// WarmCold boots a fresh VM for every job.
+	WarmCold Warm = "cold"
+	// WarmSnapshot boots once, snapshots the VM as its agent waits for a
+	// job, and restores that snapshot for every job.
+	WarmSnapshot Warm = "snapshot"
+)
+
+// Guest memory beyond the job's own limit, for the guest kernel and agent.
+const overheadMB = 96
+
+// Config configures the tier. The zero value is not useful; start from
+// [DefaultConfig]. Configs are immutable: With* methods return copies.
+type Config struct {
+	limits                      airlock.LimitPolicy
+	qemu, kernel, rootfs, agent string
+	stateDir, cacheDir          string
+	warm                        Warm
+	pool                        int
+	vcpus                       int
+	bootTimeout                 time.Duration
+	sandbox                     bool
+	accel                       string
+	firecracker                 string
+}
+
+// DefaultConfig returns the defaults: the default limit policy, assets
+// from the project's .tools directory, cold starts, one vCPU, QEMU's
+// -sandbox on, KVM when /dev/kvm opens.
+func DefaultConfig() Config {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return Config{
+		limits:      airlock.DefaultLimitPolicy,
+		stateDir:    filepath.Join(os.TempDir(), "airlock-microvm"),
+		cacheDir:    filepath.Join(cache, "airlock", "microvm"),
+		warm:        WarmCold,
+		vcpus:       1,
+		bootTimeout: 60 * time.Second,
+		sandbox:     true,
+		accel:       "auto",
+	}
+}
+
+// WithLimits sets the operator's limit policy.
+func (c Config) WithLimits(p airlock.LimitPolicy) Config { c.limits = p; return c }
+
+// WithQEMU sets the qemu-system-x86_64 binary.
+func (c Config) WithQEMU(path string) Config { c.qemu = path; return c }
+
+// WithKernel sets the uncompressed guest kernel (vmlinux).
+func (c Config) WithKernel(path string) Config { c.kernel = path; return c }
+
+// WithRootFS sets the directory the set-up script prepares (busybox,
+// modules, their load order, the kernel release).
+func (c Config) WithRootFS(dir string) Config { c.rootfs = dir; return c }
+
+// WithAgent sets the static guest agent binary.
+func (c Config) WithAgent(path string) Config { c.agent = path; return c }
+
+// WithStateDir sets where running VMs keep their sockets and pid files.
+func (c Config) WithStateDir(dir string) Config { c.stateDir = dir; return c }
+
+// WithCacheDir sets where initramfs images and snapshots are kept.
+func (c Config) WithCacheDir(dir string) Config { c.cacheDir = dir; return c }
+
+// WithWarm sets the warm-start mode.
+func (c Config) WithWarm(w Warm) Config { c.warm = w; return c }
+
+// WithPool keeps n VMs booted and waiting for one job each (0: no pool).
+func (c Config) WithPool(n int) Config { c.pool = n; return c }
+
+// WithVCPUs sets the number of virtual CPUs per VM.
+func (c Config) WithVCPUs(n int) Config { c.vcpus = n; return c }
+
+// WithBootTimeout bounds how long a VM may take to become ready.
+func (c Config) WithBootTimeout(d time.Duration) Config { c.bootTimeout = d; return c }
+
+// WithSandbox turns QEMU's own seccomp sandbox (-sandbox on) on or off.
+func (c Config) WithSandbox(on bool) Config { c.sandbox = on; return c }
+
+// WithAccel forces "kvm" or "tcg" ("auto": KVM when /dev/kvm opens).
+func (c Config) WithAccel(a string) Config { c.accel = a; return c }
+
+// WithFirecracker sets the firecracker binary ("" : look it up).
+func (c Config) WithFirecracker(path string) Config { c.firecracker = path; return c }
+
+func (c Config) validate() error {
+	switch {
+	case c.warm != WarmCold && c.warm != WarmSnapshot:
+		return fmt.Errorf("microvm: unknown warm-start mode %q (want cold or snapshot)", c.warm)
+	case c.pool < 0 || c.pool > 64:
+		return fmt.Errorf("microvm: pool size %d out of range 0-64", c.pool)
+	case c.vcpus < 1 || c.vcpus > 64:
+		return fmt.Errorf("microvm: %d vCPUs out of range 1-64", c.vcpus)
+	case c.bootTimeout <= 0:
+		return errors.New("microvm: boot timeout must be positive")
+	case c.accel != "auto" && c.accel != "kvm" && c.accel != "tcg":
+		return fmt.Errorf("microvm: unknown accelerator %q (want auto, kvm or tcg)", c.accel)
+	case c.stateDir == "" || c.cacheDir == "":
+		return errors.New("microvm: state and cache directories must be set")
+	}
+	return nil
+}
+
+// Tier runs command jobs in microVMs. It is safe for concurrent use; Close
+// stops its pool.
+type Tier struct {
+	cfg      Config
+	assets   *assets
+	availErr error
+	kvm      bool
+	fc       string // the firecracker binary, when that backend is used
+	tscKHz   int64
+
+	snapMu sync.Mutex
+	snaps  map[int64]*snapshot // by guest memory size
+
+	pool     *pool
+	poolHits atomic.Int64 // jobs served by a pooled VM
+	reapers  sync.WaitGroup
+}
+
+var _ airlock.Tier = (*Tier)(nil)
+var _ airlock.Prober = (*Tier)(nil)
+
+// New builds the tier. Missing QEMU, kernel or agent do not fail New: the
+// tier then reports them from Available and refuses every job. New sweeps
+// VMs orphaned by earlier processes from the state directory.
+func New(cfg Config) (*Tier, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("microvm state directory: %w", err)
+	}
+	if _, err := sweep(cfg.stateDir); err != nil {
+		return nil, fmt.Errorf("sweeping orphaned VMs: %w", err)
+	}
+	t := &Tier{cfg: cfg, tscKHz: hostTSCkHz(), snaps: map[int64]*snapshot{}}
+	switch cfg.accel {
+	case "kvm":
+		t.kvm = true
+	case "auto":
+		t.kvm = kvmUsable()
+	}
+	t.assets, t.availErr = findAssets(cfg)
+	if t.kvm && cfg.warm == WarmCold {
+		fc := cfg.firecracker
+		if fc == "" {
+			fc, _ = tools.Find("firecracker")
+		}
+		t.fc = fc
+	}
+	if t.availErr == nil && cfg.pool > 0 {
+		t.pool = newPool(t, cfg.pool)
+	}
+	return t, nil
+}
+
+// Name returns "microvm".
+func (t *Tier) Name() string { return Name }
+
+// Level returns [airlock.LevelVirtualisation].
+func (t *Tier) Level() airlock.Level { return airlock.LevelVirtualisation }
+
+// Available reports what is missing for the tier to run here.
+func (t *Tier) Available() error {
+	if t.availErr != nil {
+		return fmt.Errorf("microvm: %w", t.availErr)
+	}
+	return nil
+}
+
+// Accelerator reports "kvm" or "tcg".
+func (t *Tier) Accelerator() string {
+	if t.kvm {
+		return "kvm"
+	}
+	return "tcg"
+}
+
+// Backend reports the VMM in use: "firecracker" where its binary and KVM
+// are present (and starts are cold or pooled), else "qemu".
+func (t *Tier) Backend() string {
+	if t.fc != "" {
+		return "firecracker"
+	}
+	return "qemu"
+}
+
+// GuestKernel returns the guest kernel's release.
+func (t *Tier) GuestKernel() string {
+	if t.assets == nil {
+		return ""
+	}
+	return t.assets.release
+}
+
+// Close stops the pool's VMs and removes the tier's snapshots; the tier
+// still runs jobs afterwards, starting them afresh.
+func (t *Tier) Close() error {
+	if t.pool != nil {
+		t.pool.close()
+	}
+	t.reapers.Wait()
+	t.dropSnapshots()
+	return nil
+}
+
+var (
+	errKind      = "runs only command jobs"
+	errNet       = "egress not wired yet: network grants are refused until the VM can reach the egress proxy through a restricted QEMU user network"
+	errRead      = "host read paths are not passed into the VM (send files in the job instead)"
+	errLifecycle = "runs ephemeral jobs only (one VM per job)"
+)
+
+// Admit accepts command jobs without network grants or host read paths,
+// ephemeral only.
+func (t *Tier) Admit(job *airlock.Job) error {
+	reason := ""
+	switch {
+	case t.availErr != nil:
+		reason = "unavailable: " + t.availErr.Error()
+	case job.Kind != airlock.KindCommand:
+		reason = errKind
+	case len(job.Grants.Net) > 0:
+		reason = errNet
+	case len(job.Grants.FS.Read) > 0:
+		reason = errRead
+	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
+		reason = errLifecycle
+	default:
+		return nil
+	}
+	return &airlock.NotAdmitted{Tier: Name, Reason: reason}
+}
+
+// Run runs one job in a fresh (or freshly restored, or never used) VM and
+// destroys the VM.
+func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, err error) {
+	start := time.Now()
+	res = airlock.Result{Tier: Name, Level: airlock.LevelVirtualisation}
+	defer func() {
+		res.Timings.TotalUS = max(airlock.Since(start), res.Timings.StartUS+res.Timings.RunUS, 1)
+		res.SetError(err)
+	}()
+	job, err = airlock.Prepare(job, t.cfg.limits)
+	res.Clock, res.Seed = job.Clock, job.Seed
+	if err != nil {
+		return res, err
+	}
+	if err = t.Admit(&job); err != nil {
+		return res, err
+	}
+	v, err := t.acquire(ctx, &job)
+	res.Timings.StartUS = airlock.Since(start)
+	if v != nil {
+		defer t.discard(v)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while the VM started"}
+		}
+		return res, fmt.Errorf("starting microvm: %w", err)
+	}
+	runStart := time.Now()
+	err = t.converse(ctx, v, &job, &res)
+	res.Timings.RunUS = airlock.Since(runStart)
+	return res, err
+}
+
+// discard kills a used VM and removes its files at once; reaping the VMM
+// (a VM's memory takes a while to unmap) happens in the background, and
+// Close waits for it. A process that exits before then leaves only an
+// already-killed VMM for init to reap.
+func (t *Tier) discard(v *vm) {
+	v.stop()
+	_ = os.RemoveAll(v.dir)
+	if v.pool != nil {
+		v.pool.release()
+	}
+	t.reapers.Go(v.kill)
+}
+
+// memFor is the guest memory a job needs.
+func memFor(job *airlock.Job) int64 { return job.Limits.MemoryMB + overheadMB }
+
+// baseMem is the guest memory of every VM whose job fits the default
+// memory limit: one size serves them all (the job's own limit is applied
+// inside the guest, by its cgroup), so one snapshot and one pool do too.
+func (t *Tier) baseMem() int64 { return t.cfg.limits.Default.MemoryMB + overheadMB }
+
+// acquire returns a VM whose agent waits for its job: from the pool, from
+// a snapshot, or booted cold.
+func (t *Tier) acquire(ctx context.Context, job *airlock.Job) (*vm, error) {
+	mem := max(memFor(job), t.baseMem())
+	if t.pool != nil {
+		if v := t.pool.claim(mem); v != nil {
+			t.poolHits.Add(1)
+			return v, nil
+		}
+	}
+	start := t.boot
+	if t.cfg.warm == WarmSnapshot {
+		start = t.restore
+	}
+	// A guest that fails to come up (under emulation a boot can, rarely,
+	// hang) is replaced once; a tampered snapshot or a cancellation is not
+	// retried.
+	v, err := start(ctx, mem)
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrSnapshotTampered) {
+		return v, err
+	}
+	if v != nil {
+		v.kill()
+	}
+	return start(ctx, mem)
+}
+
+// boot starts a VM cold and waits for its agent's Ready frame.
+func (t *Tier) boot(ctx context.Context, mem int64) (*vm, error) {
+	v, err := t.launch(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus})
+	if err != nil {
+		return v, err
+	}
+	if err := v.awaitReady(ctx, t.cfg.bootTimeout); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// awaitReady reads the agent's first frame, which must be Ready.
+func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = v.ctl.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = v.ctl.SetReadDeadline(time.Now()) })
+	defer stop()
+	typ, payload, err := wire.Read(v.ctl)
+	_ = v.ctl.SetReadDeadline(time.Time{})
+	switch {
+	case err != nil:
+		return fmt.Errorf("waiting for the guest agent: %w (%s)", err, v.diag())
+	case typ == wire.TypeFail:
+		return fmt.Errorf("guest agent failed: %s", payload)
+	case typ != wire.TypeReady:
+		return fmt.Errorf("guest agent sent %q before ready", typ)
+	}
+	return nil
+}
+
+// wireJob is the job as the agent receives it, with fresh entropy.
+func wireJob(job *airlock.Job) (wire.Job, error) {
+	ent := make([]byte, 64)
+	if _, err := rand.Read(ent); err != nil {
+		return wire.Job{}, err
+	}
+	scratch := job.Grants.FS.ScratchMB
+	if scratch == 0 {
+		scratch = 64
+	}
+	return wire.Job{
+		Argv: job.Argv, Env: job.Grants.Secrets, Files: job.Files, Stdin: job.Stdin,
+		Clock: job.Clock, Entropy: ent,
+		MemoryMB: job.Limits.MemoryMB, CPUMS: job.Limits.CPUMS, Pids: job.Limits.Pids,
+		OpenFiles: job.Limits.Files, ScratchMB: scratch, Spawn: job.Grants.Spawn,
+	}, nil
+}
+
+type frame struct {
+	t   wire.Type
+	p   []byte
+	err error
+}
+
+// converse hands the job to the agent and collects frames until the Exit
+// frame, a limit, or cancellation. Output beyond the cap stops the run.
+func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, res *airlock.Result) error {
+	wj, err := wireJob(job)
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(wj)
+	if err != nil {
+		return err
+	}
+	if len(payload) > wire.MaxJob {
+		return airlock.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), wire.MaxJob)
+	}
+	frames := make(chan frame, 16)
+	readerDone := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			typ, p, err := wire.Read(v.ctl)
+			select {
+			case frames <- frame{typ, p, err}:
+			case <-quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(quit)
+		v.stop() // unblocks the reader
+		<-readerDone
+	}()
+	if err := wire.Write(v.ctl, wire.TypeJob, payload); err != nil {
+		return fmt.Errorf("sending the job: %w (%s)", err, v.diag())
+	}
+	wall := time.NewTimer(job.Limits.Wall())
+	defer wall.Stop()
+	var stdout, stderr []byte
+	capBytes := job.Limits.OutputBytes
+	defer func() {
+		res.Stdout, res.Stderr = string(stdout), string(stderr)
+		res.Usage.OutputBytes = int64(len(stdout) + len(stderr))
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
+		case <-wall.C:
+			return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
+		case <-v.done:
+			return fmt.Errorf("the VM exited before the job finished: %s", v.diag())
+		case f := <-frames:
+			if f.err != nil {
+				return fmt.Errorf("reading from the guest: %w (%s)", f.err, v.diag())
+			}
+			switch f.t {
+			case wire.TypeStdout, wire.TypeStderr:
+				room := capBytes - int64(len(stdout)+len(stderr))
+				p := f.p
+				over := int64(len(p)) > room
+				if over {
+					p = p[:max(room, 0)]
+				}
+				if f.t == wire.TypeStdout {
+					stdout = append(stdout, p...)
+				} else {
+					stderr = append(stderr, p...)
+				}
+				if over {
+					return &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}
+				}
+			case wire.TypeExit:
+				var ex wire.Exit
+				if err := json.Unmarshal(f.p, &ex); err != nil {
+					return fmt.Errorf("bad exit frame from the guest: %w", err)
+				}
+				res.ExitCode = ex.Code
+				switch ex.Reason {
+				case "memory":
+					return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("the job exceeded %d MB", job.Limits.MemoryMB)}
+				case "cpu":
+					return &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("the job used more than %v of CPU", job.Limits.CPU())}
+				}
+				return nil
+			case wire.TypeFail:
+				return fmt.Errorf("guest agent: %s", f.p)
+			default:
+				return fmt.Errorf("unexpected %q frame from the guest", f.t)
+			}
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package microvm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+func command(argv ...string) airlock.Job {
+	return airlock.Job{Kind: airlock.KindCommand, Argv: argv}
+}
+
+func ptr(j airlock.Job) *airlock.Job { return &j }
+
+func TestConformance(t *testing.T) {
+	tier := shared.get(t, WarmSnapshot)
+	before := runtime.NumGoroutine()
+	tiertest.Suite{
+		Tier: tier,
+		OK:   command("sh", "-c", "echo ok"),
+		Check: func(t testing.TB, res airlock.Result) {
+			if res.Stdout != "ok\n" || res.ExitCode != 0 {
+				t.Errorf("OK job: stdout %q exit %d", res.Stdout, res.ExitCode)
+			}
+		},
+		Spin:        ptr(command("sh", "-c", "while :; do :; done")),
+		Flood:       ptr(command("yes", "flood")),
+		Env:         ptr(command("sh", "-c", "echo $"+tiertest.CanaryEnv+"; cat /proc/1/environ")),
+		Concurrency: 2,
+		OKWall:      2 * time.Minute,
+		// The suite's own check runs in a subtest, whose goroutine it
+		// counts as a leak; the same check runs below, in this goroutine.
+		SkipLeak: true,
+	}.Run(t)
+	tiertest.NoGoroutineLeak(t, before)
+	assertNoVMs(t, tier)
+}
+
+// TestColdBoot boots a VM from scratch, as `airlock run --tier microvm`
+// does, and checks the job ran on the guest kernel, as the unprivileged
+// job user, in the scratch, on a read-only root.
+func TestColdBoot(t *testing.T) {
+	tier := shared.get(t, WarmCold)
+	job := command("sh", "-c", "echo hi; uname -r; id -u; pwd; touch /etc/x 2>/dev/null || echo ro")
+	job.Grants.Spawn = true
+	res, err := tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatalf("%v (%+v)", err, res)
+	}
+	want := "hi\n" + tier.GuestKernel() + "\n65534\n/scratch\nro\n"
+	if res.Stdout != want {
+		t.Fatalf("stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
+	if host, _ := os.ReadFile("/proc/sys/kernel/osrelease"); strings.TrimSpace(string(host)) == tier.GuestKernel() {
+		t.Logf("note: host and guest kernels have the same release %s", tier.GuestKernel())
+	}
+	if res.Timings.StartUS <= 0 || res.Timings.RunUS <= 0 {
+		t.Fatalf("timings not recorded: %+v", res.Timings)
+	}
+	assertNoVMs(t, tier)
+}
+
+// assertNoVMs checks that no VM directory of the tier is left behind once
+// its used VMs have been reaped.
+func assertNoVMs(t *testing.T, tier *Tier) {
+	t.Helper()
+	tier.reapers.Wait()
+	ents, _ := os.ReadDir(tier.cfg.stateDir)
+	if n := countVMDirs(ents); n != 0 {
+		t.Errorf("%d VM directories left behind", n)
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	tier := shared.get(t, WarmCold)
+	cases := map[string]struct {
+		job  airlock.Job
+		want string
+	}{
+		"expr":      {airlock.Job{Kind: airlock.KindExpr, Code: "1"}, "command"},
+		"net":       {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: airlock.Grants{Net: []airlock.NetRule{{Host: "example.com"}}}}, "egress not wired yet"},
+		"read":      {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/etc"}}}}, "read paths"},
+		"lifecycle": {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Lifecycle: airlock.LifecycleSession, Session: "s"}, "ephemeral"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := tier.Admit(&c.job)
+			var na *airlock.NotAdmitted
+			if !errors.As(err, &na) || na.Tier != Name || !strings.Contains(na.Reason, c.want) {
+				t.Fatalf("Admit = %v, want *NotAdmitted mentioning %q", err, c.want)
+			}
+			res, err := tier.Run(context.Background(), c.job)
+			if !errors.As(err, &na) || res.Error == nil || res.Error.Kind != airlock.ErrNotAdmitted {
+				t.Fatalf("Run = %v / %+v, want not admitted", err, res.Error)
+			}
+		})
+	}
+	ok := command("true")
+	if n := testing.AllocsPerRun(100, func() { _ = tier.Admit(&ok) }); n != 0 {
+		t.Fatalf("Admit allocates %v times on success", n)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	bad := map[string]Config{
+		"warm":  DefaultConfig().WithWarm("lukewarm"),
+		"pool":  DefaultConfig().WithPool(-1),
+		"vcpus": DefaultConfig().WithVCPUs(0),
+		"boot":  DefaultConfig().WithBootTimeout(0),
+		"accel": DefaultConfig().WithAccel("hvf"),
+	}
+	for name, c := range bad {
+		if _, err := New(c); err == nil {
+			t.Errorf("%s: New accepted an invalid config", name)
+		}
+	}
+	a := DefaultConfig()
+	b := a.WithVCPUs(2)
+	if a.vcpus != 1 || b.vcpus != 2 {
+		t.Fatalf("With* changed the original config: %d %d", a.vcpus, b.vcpus)
+	}
+	// Missing assets make the tier unavailable, with the reason, not New fail.
+	tier, err := New(testConfig().WithKernel(filepath.Join(t.TempDir(), "no-such-vmlinux")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tier.Available(); err == nil || !strings.Contains(err.Error(), "no-such-vmlinux") {
+		t.Fatalf("Available = %v, want it to name the missing kernel", err)
+	}
+}

@@ -1,0 +1,132 @@
+package microvm
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// pool keeps VMs booted (or restored) and waiting for one job each. A
+// claimed VM runs exactly one job and is destroyed after it; it is never
+// returned. Nothing of a job's policy is in a pooled VM: the job's limits,
+// secrets, clock and entropy reach the agent with the job, at claim time.
+type pool struct {
+	t        *Tier
+	mem      int64
+	ready    chan *vm
+	inFlight atomic.Int64  // claimed VMs whose job still runs
+	released chan struct{} // a claimed VM's job has finished
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func newPool(t *Tier, n int) *pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pool{t: t, mem: t.baseMem(), ready: make(chan *vm, n), released: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	p.wg.Add(1)
+	go p.fill()
+	return p
+}
+
+// refillDelay bounds how long a refill waits for claimed jobs to finish.
+const refillDelay = time.Second
+
+// fill keeps the pool full until it is closed. A replacement is started
+// once the jobs of claimed VMs have finished (or after refillDelay): booting
+// it would otherwise compete for the CPU with the very job the pool is
+// there to speed up.
+func (p *pool) fill() {
+	defer p.wg.Done()
+	for p.ctx.Err() == nil {
+		if p.inFlight.Load() > 0 {
+			select {
+			case <-p.released:
+			case <-time.After(refillDelay):
+			case <-p.ctx.Done():
+				return
+			}
+		}
+		var v *vm
+		var err error
+		if p.t.cfg.warm == WarmSnapshot {
+			v, err = p.t.restore(p.ctx, p.mem)
+		} else {
+			v, err = p.t.boot(p.ctx, p.mem)
+		}
+		if err != nil {
+			if v != nil {
+				v.kill()
+			}
+			select { // back off; the tier falls back to unpooled starts
+			case <-p.ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		select {
+		case p.ready <- v:
+		case <-p.ctx.Done():
+			v.kill()
+		}
+	}
+}
+
+// claim takes a waiting VM big enough for mem, or returns nil at once.
+func (p *pool) claim(mem int64) *vm {
+	if mem > p.mem {
+		return nil
+	}
+	for {
+		select {
+		case v := <-p.ready:
+			select {
+			case <-v.done: // died while waiting: drop it
+				v.kill()
+				continue
+			default:
+			}
+			v.pool = p
+			p.inFlight.Add(1)
+			return v
+		default:
+			return nil
+		}
+	}
+}
+
+// release records that a claimed VM's job has finished.
+func (p *pool) release() {
+	p.inFlight.Add(-1)
+	select {
+	case p.released <- struct{}{}:
+	default:
+	}
+}
+
+// waitReady blocks until at least one VM waits in the pool.
+func (p *pool) waitReady(ctx context.Context) error {
+	for len(p.ready) == 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// close stops refilling and destroys the waiting VMs.
+func (p *pool) close() {
+	p.cancel()
+	p.wg.Wait()
+	for {
+		select {
+		case v := <-p.ready:
+			v.kill()
+		default:
+			return
+		}
+	}
+}

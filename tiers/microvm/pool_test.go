@@ -1,0 +1,74 @@
+package microvm
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+// TestPool claims pre-booted VMs: the job's policy (a secret, a memory
+// limit, the clock) is bound at claim time, each VM serves one job and is
+// destroyed, and two claims get two different VMs.
+func TestPool(t *testing.T) {
+	tier, err := New(testConfig().WithPool(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	if err := tier.Available(); err != nil {
+		tiertest.Unavailable(t, Name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	job := command("sh", "-c", `read m < /sys/fs/cgroup/job/memory.max; read b < /proc/sys/kernel/random/boot_id; echo "$TOKEN $m $b"`)
+	job.Grants.Secrets = map[string]string{"TOKEN": "claim-time-secret"}
+	job.Limits.MemoryMB = 48
+	job.Clock = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var boots []string
+	for i := range 2 {
+		if err := tier.pool.waitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := tier.Run(ctx, job)
+		if err != nil {
+			t.Fatalf("run %d: %v (%+v)", i, err, res)
+		}
+		f := strings.Fields(res.Stdout)
+		if len(f) != 3 || f[0] != "claim-time-secret" || f[1] != "50331648" {
+			t.Fatalf("run %d: the job's policy was not applied at claim: %q", i, res.Stdout)
+		}
+		if hits := tier.poolHits.Load(); hits != int64(i+1) {
+			t.Fatalf("run %d did not come from the pool (hits %d)", i, hits)
+		}
+		boots = append(boots, f[2])
+	}
+	if boots[0] == boots[1] {
+		t.Fatalf("two claims ran in the same VM (boot id %s)", boots[0])
+	}
+	// A job bigger than the pooled VMs is not served from the pool.
+	big := command("true")
+	big.Limits.MemoryMB = airlock.DefaultLimitPolicy.Default.MemoryMB * 2
+	if v := tier.pool.claim(memFor(mustPrepare(t, big))); v != nil {
+		v.kill()
+		t.Fatal("a pooled VM was handed a job larger than it")
+	}
+	tier.Close()
+	if ents, _ := os.ReadDir(tier.cfg.stateDir); countVMDirs(ents) != 0 {
+		t.Fatalf("VMs left after Close: %v", ents)
+	}
+}
+
+func countVMDirs(ents []os.DirEntry) int {
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), vmNamePrefix) && !strings.HasPrefix(e.Name(), vmNamePrefix+"snap-") {
+			n++
+		}
+	}
+	return n
+}

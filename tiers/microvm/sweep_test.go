@@ -1,0 +1,62 @@
+package microvm
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSweep plants an orphaned VM directory (its owner is a process that
+// has exited) with a live process named like one of our VMs, and a
+// directory owned by this live process; New must kill and remove the
+// first and keep the second.
+func TestSweep(t *testing.T) {
+	state := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(state, vmNamePrefix+"orphan")
+	live := filepath.Join(state, vmNamePrefix+"live")
+	for _, d := range []string{orphan, live} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(orphan, "owner"), []byte(strconv.Itoa(dead.Process.Pid)+" 1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOwner(live); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in for an orphaned QEMU: its command line carries the name.
+	vmProc := exec.Command("sh", "-c", "sleep 60", "-name", vmNamePrefix+"orphan")
+	vmProc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := vmProc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- vmProc.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(-vmProc.Process.Pid, syscall.SIGKILL) })
+	if err := os.WriteFile(filepath.Join(orphan, "vmm.pid"), []byte(strconv.Itoa(vmProc.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(testConfig().WithStateDir(state)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the orphaned VM process was not killed")
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("orphaned VM directory still there: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("a live owner's VM directory was removed: %v", err)
+	}
+}

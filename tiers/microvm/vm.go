@@ -1,0 +1,290 @@
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// vmNamePrefix marks airlock's VMs: their -name, their directories.
+const vmNamePrefix = "airlock-vm-"
+
+// vmSpec is one VM's shape. Restores must use the shape the snapshot was
+// taken with.
+type vmSpec struct {
+	memMB  int64
+	vcpus  int
+	qmp    bool     // expose a QMP socket (snapshots)
+	input  *os.File // restore: the migration stream (passed as fd 3)
+	paused bool     // -S: wait for QMP cont
+}
+
+// vm is one running QEMU process with its control connection.
+type vm struct {
+	id      string
+	dir     string
+	cmd     *exec.Cmd
+	ln      net.Listener
+	ctl     net.Conn
+	qmp     *qmpClient
+	console *tail
+	stderr  *tail
+	done    chan struct{} // closed when QEMU has exited and been reaped
+	once    sync.Once
+	stopped sync.Once
+	pool    *pool // the pool it was claimed from, if any
+}
+
+// tail keeps the last n bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.n {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(bytes.ToValidUTF8(t.buf, nil)))
+}
+
+// hostTSCkHz reads the host's TSC frequency for tsc_early_khz: without it
+// (and tsc=reliable, no_timer_check) a TCG guest sometimes hangs
+// calibrating against a PIT the microvm machine does not have.
+func hostTSCkHz() int64 {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil && f > 0 {
+				return int64(f * 1000)
+			}
+		}
+	}
+	return 0
+}
+
+// kvmUsable reports whether /dev/kvm opens.
+func kvmUsable() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// qemuModules are the guest drivers for the devices QEMU gives the VM.
+const qemuModules = "virtio,virtio_ring,virtio_mmio,virtio_console"
+
+// qemuArgs is the one place the QEMU command line is built.
+func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
+	accel := "tcg,thread=multi"
+	cpu := "max"
+	if t.kvm {
+		accel, cpu = "kvm", "host"
+	}
+	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + qemuModules
+	if t.tscKHz > 0 {
+		appendLine += fmt.Sprintf(" tsc_early_khz=%d", t.tscKHz)
+	}
+	args := []string{
+		"-name", vmNamePrefix + id,
+		"-M", "microvm,x-option-roms=off,rtc=on,pit=off,pic=off",
+		"-accel", accel, "-cpu", cpu,
+		"-m", strconv.FormatInt(s.memMB, 10), "-smp", strconv.Itoa(s.vcpus),
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-nic", "none",
+		"-serial", "stdio",
+		"-no-reboot",
+		"-kernel", t.assets.kernel, "-initrd", t.assets.initrd, "-append", appendLine,
+		"-device", "virtio-serial-device,max_ports=2",
+		"-chardev", "socket,id=ctl,path=" + filepath.Join(dir, "ctl.sock"),
+		"-device", "virtserialport,chardev=ctl,name=airlock.ctl",
+	}
+	if t.cfg.sandbox {
+		args = append(args, "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")
+	}
+	if s.qmp {
+		args = append(args, "-qmp", "unix:"+filepath.Join(dir, "qmp.sock")+",server=on,wait=off")
+	}
+	if s.input != nil {
+		args = append(args, "-incoming", "fd:3")
+	}
+	if s.paused {
+		args = append(args, "-S")
+	}
+	return args
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// vmmProcess is how one VMM (QEMU or Firecracker) is started: its
+// command line, the files it inherits, the path of the control socket the
+// guest agent reaches us on, and any configuration after it starts.
+type vmmProcess struct {
+	prog      string
+	args      []string
+	extra     []*os.File
+	ctl       string
+	configure func(ctx context.Context, v *vm) error
+}
+
+func (t *Tier) qemuProcess(id, dir string, s vmSpec) vmmProcess {
+	p := vmmProcess{prog: t.assets.qemu, args: t.qemuArgs(id, dir, s), ctl: filepath.Join(dir, "ctl.sock")}
+	if s.input != nil {
+		p.extra = []*os.File{s.input}
+	}
+	return p
+}
+
+// launch starts the VMM and waits until the guest side of the control port is
+// connected (QEMU connects to our listener as it starts).
+func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
+	id := newID()
+	dir := filepath.Join(t.cfg.stateDir, vmNamePrefix+id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	v := &vm{id: id, dir: dir, console: &tail{n: 4096}, stderr: &tail{n: 4096}, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			v.kill()
+		}
+	}()
+	if err := writeOwner(dir); err != nil {
+		return v, err
+	}
+	p := t.qemuProcess(id, dir, s)
+	if t.fc != "" {
+		p = t.firecrackerProcess(id, dir, s)
+	}
+	if v.ln, err = net.Listen("unix", p.ctl); err != nil {
+		return v, err
+	}
+	cmd := exec.Command(p.prog, p.args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = dir
+	cmd.Stdout = v.console
+	cmd.Stderr = v.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.ExtraFiles = p.extra
+	if err := cmd.Start(); err != nil {
+		close(v.done)
+		return v, fmt.Errorf("starting %s: %w", filepath.Base(p.prog), err)
+	}
+	v.cmd = cmd
+	_ = os.WriteFile(filepath.Join(dir, "vmm.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+	go func() { _ = cmd.Wait(); close(v.done) }()
+	if p.configure != nil {
+		if err := p.configure(ctx, v); err != nil {
+			return v, err
+		}
+	}
+
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := v.ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	timer := time.NewTimer(t.cfg.bootTimeout)
+	defer timer.Stop()
+	select {
+	case c, ok := <-accepted:
+		if !ok {
+			return v, errors.New("control socket closed")
+		}
+		v.ctl = c
+	case <-v.done:
+		return v, fmt.Errorf("qemu exited at start: %s", v.diag())
+	case <-ctx.Done():
+		return v, ctx.Err()
+	case <-timer.C:
+		return v, fmt.Errorf("qemu did not connect within %v: %s", t.cfg.bootTimeout, v.diag())
+	}
+	if s.qmp {
+		if v.qmp, err = dialQMP(ctx, filepath.Join(dir, "qmp.sock"), v.done); err != nil {
+			return v, fmt.Errorf("qmp: %w", err)
+		}
+	}
+	return v, nil
+}
+
+// diag summarises what QEMU and the guest console said, for errors.
+func (v *vm) diag() string {
+	s := v.stderr.String()
+	if c := v.console.String(); c != "" {
+		s += " [console: " + c + "]"
+	}
+	if s == "" {
+		return "no output"
+	}
+	if len(s) > 1000 {
+		s = s[len(s)-1000:]
+	}
+	return s
+}
+
+// stop kills the VM's process group and closes its connections, without
+// waiting for the process to be reaped. It is idempotent.
+func (v *vm) stop() {
+	v.stopped.Do(func() {
+		if v.cmd != nil && v.cmd.Process != nil {
+			_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
+		}
+		if v.qmp != nil {
+			v.qmp.close()
+		}
+		if v.ctl != nil {
+			v.ctl.Close()
+		}
+		if v.ln != nil {
+			v.ln.Close()
+		}
+	})
+}
+
+// kill stops the VM, reaps its VMM and removes its directory. It is
+// idempotent.
+func (v *vm) kill() {
+	v.once.Do(func() {
+		v.stop()
+		if v.cmd != nil && v.cmd.Process != nil {
+			<-v.done
+		}
+		_ = os.RemoveAll(v.dir)
+	})
+}

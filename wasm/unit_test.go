@@ -1,0 +1,362 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero/experimental/sys"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+func TestReplayIsByteForByte(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	g := guest(t)
+	ctx := context.Background()
+	job := airlock.Job{Kind: airlock.KindWasm, Module: g, Argv: []string{"time"}}
+	first, err := tier.Run(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replaying with the recorded clock and seed gives the same bytes.
+	job.Clock, job.Seed = first.Clock, first.Seed
+	again, err := tier.Run(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Stdout != again.Stdout {
+		t.Fatalf("replay differs:\n%q\n%q", first.Stdout, again.Stdout)
+	}
+	if !strings.HasPrefix(first.Stdout, first.Clock.Format("2006-01-02T15:04:05")) {
+		t.Fatalf("time %q is not the recorded clock %v", first.Stdout, first.Clock)
+	}
+	// Another seed changes the random number; the times stay on the pinned
+	// clock (a few ticks apart: the Go runtime's own clock reads depend on
+	// its random state).
+	job.Seed++
+	other, err := tier.Run(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := strings.Fields(first.Stdout), strings.Fields(other.Stdout)
+	if a[0][:19] != b[0][:19] || a[2] == b[2] {
+		t.Fatalf("seed %d vs %d: %q vs %q", first.Seed, job.Seed, first.Stdout, other.Stdout)
+	}
+}
+
+func TestEntryFunction(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	add := corpusWAT(t, "add")
+	ctx := context.Background()
+	res, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: add, Entry: "add", Argv: []string{"40", "2"}})
+	if err != nil || res.Value != int64(42) {
+		t.Fatalf("add via argv: %v %#v", err, res.Value)
+	}
+	for name, job := range map[string]airlock.Job{
+		"missing export":   {Entry: "sub", Argv: []string{"1", "2"}},
+		"too few args":     {Entry: "add", Argv: []string{"1"}},
+		"not a number":     {Entry: "add", Argv: []string{"1", "x"}},
+		"float for an i64": {Entry: "add", Input: map[string]any{"args": []any{1.5, int64(2)}}},
+		"args not a list":  {Entry: "add", Input: map[string]any{"args": "1 2"}},
+		"no _start":        {},
+	} {
+		job.Kind, job.Module = airlock.KindWasm, add
+		_, err := tier.Run(ctx, job)
+		var inv *airlock.InvalidJob
+		if !errors.As(err, &inv) {
+			t.Errorf("%s: want *airlock.InvalidJob, got %T %v", name, err, err)
+		}
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	for name, job := range map[string]airlock.Job{
+		"other kind":  {Kind: airlock.KindExpr, Code: "1"},
+		"spawn":       {Kind: airlock.KindWasm, Grants: airlock.Grants{Spawn: true}},
+		"session":     {Kind: airlock.KindWasm, Lifecycle: airlock.LifecycleSession, Session: "s"},
+		"/proc grant": {Kind: airlock.KindWasm, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/proc/self"}}}},
+		"root grant":  {Kind: airlock.KindWasm, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/"}}}},
+		"/sys grant":  {Kind: airlock.KindWasm, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/sys"}}}},
+		"/dev/ grant": {Kind: airlock.KindWasm, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/dev/shm"}}}},
+	} {
+		var na *airlock.NotAdmitted
+		if err := tier.Admit(&job); !errors.As(err, &na) || na.Tier != Name {
+			t.Errorf("%s: want *airlock.NotAdmitted, got %v", name, err)
+		}
+	}
+	ok := airlock.Job{Kind: airlock.KindWasm, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/usr/share"}}}}
+	if err := tier.Admit(&ok); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = tier.Admit(&ok) }); n != 0 {
+		t.Fatalf("Admit allocates %v times on success", n)
+	}
+}
+
+func TestModuleRefusals(t *testing.T) {
+	ctx := context.Background()
+	small := newTier(t, NewConfig().WithMaxModuleBytes(1000))
+	_, err := small.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: guest(t)})
+	var st *airlock.Stopped
+	if !errors.As(err, &st) || st.Reason != airlock.StopMemory || !strings.Contains(st.Detail, "cap of 1000") {
+		t.Fatalf("oversized module: %v", err)
+	}
+	tier := newTier(t, NewConfig())
+	for name, mod := range map[string][]byte{
+		"garbage":         []byte("#!/bin/sh\necho pwned\n"),
+		"truncated":       corpusWAT(t, "add")[:20],
+		"bad version":     append([]byte("\x00asm\x02\x00\x00\x00"), corpusWAT(t, "add")[8:]...),
+		"section overrun": []byte("\x00asm\x01\x00\x00\x00\x04\xff\xff\xff\xff\x0f\x01"),
+	} {
+		_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: mod})
+		if airlock.KindOf(err) != airlock.ErrCompile {
+			t.Errorf("%s: want a compile error, got %T %v", name, err, err)
+		}
+	}
+	_, err = tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/no/such/dir"}}}})
+	if airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("missing grant dir: %v", err)
+	}
+	_, err = tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Grants: airlock.Grants{FS: airlock.FSGrant{ScratchMB: 1}}, Files: map[string]string{"big": strings.Repeat("x", 2<<20)}})
+	if airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("files larger than the scratch: %v", err)
+	}
+}
+
+func TestCompileTimeout(t *testing.T) {
+	tier := newTier(t, NewConfig().WithCompileTimeout(time.Nanosecond))
+	_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: guest(t)})
+	var st *airlock.Stopped
+	if !errors.As(err, &st) || st.Reason != airlock.StopTimeout || !strings.Contains(st.Detail, "compiling") {
+		t.Fatalf("want a compile timeout, got %v", err)
+	}
+}
+
+func TestCompiledCacheIsBounded(t *testing.T) {
+	tier := newTier(t, NewConfig().WithMaxCompiled(2))
+	ctx := context.Background()
+	mods := [][]byte{corpusWAT(t, "add"), corpusWAT(t, "clock"), corpusWAT(t, "random"), corpusWAT(t, "add")}
+	entries := []string{"add", "reads", "rand", "add"}
+	for i, m := range mods {
+		job := airlock.Job{Kind: airlock.KindWasm, Module: m, Entry: entries[i]}
+		if entries[i] == "add" {
+			job.Argv = []string{"1", "2"}
+		}
+		if _, err := tier.Run(ctx, job); err != nil {
+			t.Fatalf("module %d: %v", i, err)
+		}
+		tier.e.mu.Lock()
+		n := tier.e.lru.Len()
+		tier.e.mu.Unlock()
+		if n > 2 {
+			t.Fatalf("%d compiled modules cached, cap 2", n)
+		}
+	}
+}
+
+func TestConfigIsImmutable(t *testing.T) {
+	base := NewConfig()
+	_ = base.WithMaxModuleBytes(1).WithCacheDir("/x").WithClockTick(time.Hour)
+	if base.maxModuleBytes != DefaultMaxModuleBytes || base.cacheDir != "" || base.clockTick != DefaultClockTick {
+		t.Fatal("a With method changed its receiver")
+	}
+	for name, cfg := range map[string]Config{
+		"zero module bytes": base.WithMaxModuleBytes(0),
+		"zero compile time": base.WithCompileTimeout(0),
+		"zero table":        base.WithMaxTableElements(0),
+		"zero cache":        base.WithMaxCompiled(0),
+		"negative tick":     base.WithClockTick(-1),
+	} {
+		if _, err := New(cfg); airlock.KindOf(err) != airlock.ErrInvalid {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestInspectTables(t *testing.T) {
+	// (table 0 funcref) gets a maximum; (table 2 10 funcref) keeps its own
+	// smaller one; a minimum above the cap is refused.
+	mod := wat(t, `(module (table 0 funcref) (table 2 10 funcref) (memory 3))`)
+	out, info, err := inspect(mod, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.memMinPages != 3 || info.tableMin != 2 {
+		t.Fatalf("info %+v", info)
+	}
+	_, info2, err := inspect(out, 100)
+	if err != nil || info2 != info {
+		t.Fatalf("rewritten module does not re-read: %v %+v", err, info2)
+	}
+	lims := tableLimits(t, out)
+	if len(lims) != 2 || !lims[0].hasMax || lims[0].max != 100 || lims[1].max != 10 {
+		t.Fatalf("rewritten tables %+v", lims)
+	}
+	var te *tableError
+	if _, _, err := inspect(mod, 1); !errors.As(err, &te) {
+		t.Fatalf("minimum 2 above cap 1: %v", err)
+	}
+	in := wat(t, `(module (table 1 5 funcref))`)
+	unchanged, _, err := inspect(in, 100)
+	if err != nil || &unchanged[0] != &in[0] {
+		t.Fatalf("a module within the caps was copied or refused: %v", err)
+	}
+}
+
+func tableLimits(t *testing.T, mod []byte) []limits {
+	t.Helper()
+	for off := 8; off < len(mod); {
+		size, n, _ := uleb(mod[off+1:])
+		body := mod[off+1+n : off+1+n+int(size)]
+		if mod[off] == sectionTable {
+			l, err := readLimits(body, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		off += 1 + n + int(size)
+	}
+	return nil
+}
+
+func FuzzInspect(f *testing.F) {
+	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
+	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\x04\x01\x70\x00\x00"))
+	f.Add([]byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01"))
+	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\xff\xff\xff\xff\x0f\x01"))
+	f.Fuzz(func(t *testing.T, mod []byte) {
+		out, _, err := inspect(mod, 1000)
+		if err != nil {
+			return
+		}
+		// A rewritten module inspects again to the same bytes.
+		again, _, err := inspect(out, 1000)
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("not idempotent: %v", err)
+		}
+	})
+}
+
+func TestMemFS(t *testing.T) {
+	m := newMemFS(1100, 0)
+	must(t, m.put("dir/a.txt", []byte("hello")))
+	if errno := m.Mkdir("dir/sub", 0o755); errno != 0 {
+		t.Fatal(errno)
+	}
+	f, errno := m.OpenFile("dir/sub/b", sys.O_CREAT|sys.O_RDWR, 0o644)
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	if n, errno := f.Write([]byte("0123456789")); n != 10 || errno != 0 {
+		t.Fatal(n, errno)
+	}
+	if _, errno := f.Seek(2, io.SeekStart); errno != 0 {
+		t.Fatal(errno)
+	}
+	buf := make([]byte, 3)
+	if n, _ := f.Read(buf); string(buf[:n]) != "234" {
+		t.Fatalf("read %q", buf[:n])
+	}
+	// The size cap: 3 nodes, their names and 15 bytes of contents are
+	// charged against 1100; 100 more bytes do not fit.
+	if _, errno := f.Write(make([]byte, 100)); errno != errNoSpace {
+		t.Fatalf("write past the cap: %v", errno)
+	}
+	if errno := f.Truncate(1000); errno != errNoSpace {
+		t.Fatalf("truncate past the cap: %v", errno)
+	}
+	if errno := m.Rename("dir/sub/b", "dir/c"); errno != 0 {
+		t.Fatal(errno)
+	}
+	if errno := m.Rename("dir", "dir/sub/inside"); errno != sys.EINVAL {
+		t.Fatalf("moving a directory into itself: %v", errno)
+	}
+	d, _ := m.OpenFile("dir", sys.O_RDONLY, 0)
+	ents, _ := d.Readdir(-1)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name)
+	}
+	if strings.Join(names, ",") != "a.txt,c,sub" {
+		t.Fatalf("readdir %v", names)
+	}
+	if errno := m.Rmdir("dir"); errno != sys.ENOTEMPTY {
+		t.Fatalf("rmdir non-empty: %v", errno)
+	}
+	if errno := m.Unlink("dir/c"); errno != 0 {
+		t.Fatal(errno)
+	}
+	if want := int64(3*nodeCost + len("dir") + len("a.txt") + len("sub") + 5); m.used != want {
+		t.Fatalf("used %d after unlink, want %d", m.used, want)
+	}
+	// Empty files are charged too: creating them runs out.
+	full := false
+	for i := 0; i < 10 && !full; i++ {
+		_, errno := m.OpenFile(fmt.Sprintf("empty-%d", i), sys.O_CREAT|sys.O_WRONLY, 0o644)
+		full = errno == errNoSpace
+	}
+	if !full {
+		t.Fatal("ten empty files fit in what remains of 1100 bytes")
+	}
+	// No way out and no links.
+	for _, p := range []string{"../x", "dir/../../x", "/../x"} {
+		if _, errno := m.OpenFile(p, sys.O_RDONLY, 0); errno == 0 {
+			t.Errorf("%s opened", p)
+		}
+	}
+	if errno := m.Symlink("/etc/passwd", "dir/link"); errno != sys.ENOSYS {
+		t.Fatalf("symlink: %v", errno)
+	}
+	if errno := m.Link("dir/a.txt", "dir/hard"); errno != sys.ENOSYS {
+		t.Fatalf("link: %v", errno)
+	}
+	if st, errno := m.Stat("dir"); errno != 0 || !st.Mode.IsDir() || st.Mode&fs.ModePerm != 0o755 {
+		t.Fatalf("stat dir: %v %v", st.Mode, errno)
+	}
+	if _, errno := m.OpenFile("dir/a.txt", sys.O_CREAT|sys.O_EXCL|sys.O_WRONLY, 0o644); errno != sys.EEXIST {
+		t.Fatalf("O_EXCL on an existing file: %v", errno)
+	}
+}
+
+func TestCacheDirMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o777))
+	if _, err := New(NewConfig().WithCacheDir(dir)); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("world-writable cache accepted: %v", err)
+	}
+	must(t, os.Chmod(dir, 0o700))
+	tier, err := New(NewConfig().WithCacheDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tier.Close()
+}
+
+func TestNonFunctionImportsRefused(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	for kind, src := range map[string]string{
+		"global": `(module (import "env" "g" (global i32)) (func (export "_start")))`,
+		"table":  `(module (import "airlock" "t" (table 1 funcref)) (func (export "_start")))`,
+		"memory": `(module (import "env" "memory" (memory 1)) (func (export "_start")))`,
+	} {
+		_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: wat(t, src)})
+		var ce *airlock.CodeError
+		if !errors.As(err, &ce) || ce.Kind != airlock.ErrCompile || !strings.Contains(ce.Message, "imports "+kind) {
+			t.Errorf("%s import: %T %v", kind, err, err)
+		}
+	}
+	_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: wat(t, `(module (func (export "_start") unreachable))`)})
+	var ce *airlock.CodeError
+	if !errors.As(err, &ce) || ce.Kind != airlock.ErrRuntime || !strings.Contains(ce.Message, "unreachable") {
+		t.Fatalf("trap: %T %v", err, err)
+	}
+}
