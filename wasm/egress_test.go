@@ -13,16 +13,17 @@ import (
 
 // TestEgressGateway: with WithEgress, a plugin's http_request goes through
 // a gateway of its own that applies the tool's rules: a granted GET to a
-// loopback origin (pinned as origin.test) succeeds; a redirect to a host
-// the rules do not name is refused by the gateway at that hop; every
-// decision is logged.
+// loopback origin (pinned as origin.test) succeeds; a granted name that
+// resolves to loopback without an operator's pin (localhost) passes the
+// host function's own check but is refused by the gateway; a redirect to
+// an ungranted host is refused; the decisions are logged.
 func TestEgressGateway(t *testing.T) {
 	o := egresstest.StartOrigin(t, "origin.test")
 	rec := &egresstest.Recorder{}
 	h := newHost(t, NewConfig().WithEgress(egress.Config{Job: "plugin", Hosts: o.Pins, Log: rec.Add}))
 	base := "http://origin.test:" + o.Port
-	rules := []airlock.NetRule{o.Rule("origin.test")}
-	tool := load(t, h, wat(t, httpToolWAT), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: rules})
+	rules := []airlock.NetRule{o.Rule("origin.test"), o.Rule("localhost")}
+	tool := load(t, h, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: rules})
 	ctx := context.Background()
 	req := func(u string) []byte { return fmt.Appendf(nil, `{"method":"GET","url":%q}`, u) }
 
@@ -30,12 +31,14 @@ func TestEgressGateway(t *testing.T) {
 	if err != nil || !strings.Contains(string(rep.Output), `"status":200`) {
 		t.Fatalf("granted GET: %v %s", err, rep.Output)
 	}
+	_, err = tool.Call(ctx, "req", req("http://localhost:"+o.Port+"/"))
+	wantDenied(t, err, "net", "localhost")
 	_, err = tool.Call(ctx, "req", req(base+"/redirect?to=http://evil.test:"+o.Port+"/"))
 	wantDenied(t, err, "net", "evil.test")
-	if o.Hits("GET") != 2 { // /ok and /redirect; never evil.test's hop
+	if o.Hits("GET") != 2 { // /ok and /redirect; never localhost nor evil.test's hop
 		t.Errorf("origin saw %d GETs, want 2", o.Hits("GET"))
 	}
-	if !rec.Has("client", "origin.test", egress.Allow) || !rec.Has("client", "evil.test", egress.Deny) {
+	if !rec.Has("client", "origin.test", egress.Allow) || !rec.Has("client", "localhost", egress.Deny) {
 		t.Errorf("decisions not logged as expected")
 	}
 }
@@ -47,7 +50,7 @@ func TestEgressTierJob(t *testing.T) {
 	o := egresstest.StartOrigin(t, "origin.test")
 	rec := &egresstest.Recorder{}
 	tier := newTier(t, NewConfig().WithEgress(egress.Config{Job: "wasm-job", Hosts: o.Pins, Log: rec.Add}))
-	job := airlock.Job{Kind: airlock.KindWasm, Module: wat(t, httpToolWAT), Entry: "req",
+	job := airlock.Job{Kind: airlock.KindWasm, Module: corpusWAT(t, "http-request"), Entry: "req",
 		Stdin: fmt.Sprintf(`{"method":"GET","url":"http://origin.test:%s/ok"}`, o.Port)}
 	_, err := tier.Run(context.Background(), job)
 	wantDenied(t, err, "net", "no hosts granted")
