@@ -2,7 +2,6 @@ package wasm
 
 import (
 	"context"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -102,12 +101,7 @@ func (c Config) WithHTTP(d HTTPDoer) Config { c.http = d; return c }
 // checked, every decision logged to cfg.Log with cfg.Job). cfg's
 // listeners are ignored: the gateway serves in-process only. It takes
 // precedence over WithHTTP.
-func (c Config) WithEgress(cfg egress.Config) Config {
-	cfg.Socket, cfg.Listen, cfg.DNS, cfg.Rules = "", "", "", nil
-	cfg.Hosts = maps.Clone(cfg.Hosts)
-	c.egress = &cfg
-	return c
-}
+func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Template(cfg); return c }
 
 // doer returns the client for a run with these rules, and what to call
 // when the run ends (it returns the gateway's decisions).
@@ -115,9 +109,7 @@ func (c *Config) doer(ctx context.Context, rules []airlock.NetRule) (HTTPDoer, f
 	if c.egress == nil || len(rules) == 0 {
 		return c.http, func() []string { return nil }, nil
 	}
-	cfg := *c.egress
-	cfg.Rules = rules
-	gw, err := egresswire.New(ctx, cfg)
+	gw, err := egresswire.New(ctx, egresswire.ForRun(c.egress, "wasm", rules))
 	if err != nil {
 		return nil, nil, err
 	}

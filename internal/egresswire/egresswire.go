@@ -8,6 +8,7 @@ package egresswire
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 )
 
@@ -23,6 +25,29 @@ const (
 	Socket = "egress.sock"
 	CA     = "ca.pem"
 )
+
+// Template makes cfg a per-run template, as the tiers' WithEgress take it:
+// its listeners and rules are dropped (each run brings its own), its pins
+// copied.
+func Template(cfg egress.Config) *egress.Config {
+	cfg.Socket, cfg.Listen, cfg.DNS, cfg.Rules = "", "", "", nil
+	cfg.Hosts = maps.Clone(cfg.Hosts)
+	return &cfg
+}
+
+// ForRun is tmpl (nil: the defaults) for one run: its rules, and job
+// naming it in the log unless tmpl names one.
+func ForRun(tmpl *egress.Config, job string, rules []airlock.NetRule) egress.Config {
+	var cfg egress.Config
+	if tmpl != nil {
+		cfg = *tmpl
+	}
+	if cfg.Job == "" {
+		cfg.Job = job
+	}
+	cfg.Rules = rules
+	return cfg
+}
 
 // Gateway is one job's gateway and the decisions it logged.
 type Gateway struct {

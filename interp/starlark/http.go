@@ -115,9 +115,7 @@ func (t *Tier) startEgress(ctx context.Context, job *airlock.Job) (*http.Client,
 	if len(job.Grants.Net) == 0 || t.cfg.egress == nil {
 		return nil, func() []string { return nil }, nil
 	}
-	cfg := *t.cfg.egress
-	cfg.Rules = job.Grants.Net
-	gw, err := egresswire.New(ctx, cfg)
+	gw, err := egresswire.New(ctx, egresswire.ForRun(t.cfg.egress, "starlark", job.Grants.Net))
 	if err != nil {
 		return nil, nil, err
 	}

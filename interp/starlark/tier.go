@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // Name is the tier's name.
@@ -59,12 +60,7 @@ func (c Config) WithMaxCodeBytes(n int) Config { c.maxCode = n; return c }
 // run gets an in-process egress gateway of its own, built from cfg with
 // the job's rules, behind an `http` module that only those runs see.
 // cfg's listeners are ignored.
-func (c Config) WithEgress(cfg egress.Config) Config {
-	cfg.Socket, cfg.Listen, cfg.DNS, cfg.Rules = "", "", "", nil
-	cfg.Hosts = maps.Clone(cfg.Hosts)
-	c.egress = &cfg
-	return c
-}
+func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Template(cfg); return c }
 
 // Tier runs Starlark jobs. It is safe for concurrent use.
 type Tier struct {

@@ -1,13 +1,13 @@
 package gvisor
 
 import (
-	"maps"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // Config configures the tier. The zero value is usable; With* methods
@@ -23,8 +23,7 @@ type Config struct {
 	readyTTL time.Duration
 	hostDirs []string
 	// egress
-	egressHosts egress.Hosts
-	egressLog   func(egress.Record)
+	egress *egress.Config
 }
 
 // NewConfig returns the default configuration: runsc found through
@@ -76,14 +75,10 @@ func (c Config) WithHostDirs(dirs ...string) Config {
 	return c
 }
 
-// WithEgressHosts pins names to addresses for the egress gateway of every
-// job (the operator's /etc/hosts for the proxy and resolver; a pin never
-// grants a name, the job's rules still decide). The map is copied.
-func (c Config) WithEgressHosts(h egress.Hosts) Config {
-	c.egressHosts = maps.Clone(h)
-	return c
-}
-
-// WithEgressLog receives every egress decision of every job (the audit
-// trail); a job's decisions are also in its Result.Decision.
-func (c Config) WithEgressLog(f func(egress.Record)) Config { c.egressLog = f; return c }
+// WithEgress sets the template of every net-granted job's egress gateway:
+// the operator's pins (Hosts), the audit log (Log: every decision of every
+// job, which also lands in the job's Result.Decision), origin roots, body
+// caps and DNS rate. Listeners and rules in cfg are ignored (each job gets
+// its own socket and brings its rules); an empty Job names each record
+// after the sandbox. Without it, gateways use the defaults.
+func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Template(cfg); return c }

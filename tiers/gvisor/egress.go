@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
@@ -22,6 +21,6 @@ const sandboxEgressDir = agentDir + "/sock"
 
 // startGateway starts the job's gateway in the sandbox's socket directory.
 func (t *Tier) startGateway(ctx context.Context, sb *sandbox, job *airlock.Job) (*egresswire.Gateway, []string, error) {
-	return egresswire.Start(ctx, egress.Config{Job: sb.id, Rules: job.Grants.Net, Hosts: t.cfg.egressHosts, Log: t.cfg.egressLog},
+	return egresswire.Start(ctx, egresswire.ForRun(t.cfg.egress, sb.id, job.Grants.Net),
 		filepath.Join(sb.dir, "sock"), sandboxEgressDir)
 }

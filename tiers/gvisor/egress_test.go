@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresstest"
 )
 
@@ -22,7 +23,7 @@ func TestEgress(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := egresstest.StartOrigin(t, "origin.test")
 			rec := &egresstest.Recorder{}
-			cfg := NewConfig().WithEgressHosts(o.Pins).WithEgressLog(rec.Add)
+			cfg := NewConfig().WithEgress(egress.Config{Hosts: o.Pins, Log: rec.Add})
 			if pooled {
 				cfg = cfg.WithPool(1, 1)
 			}
@@ -45,7 +46,7 @@ func TestEgressNoGrant(t *testing.T) {
 	egresstest.NeedTools(t, "curl")
 	o := egresstest.StartOrigin(t, "origin.test")
 	rec := &egresstest.Recorder{}
-	tier := newTier(t, NewConfig().WithEgressHosts(o.Pins).WithEgressLog(rec.Add).WithPool(1, 1))
+	tier := newTier(t, NewConfig().WithEgress(egress.Config{Hosts: o.Pins, Log: rec.Add}).WithPool(1, 1))
 	waitReady(t, tier, 1)
 	res, err := tier.Run(context.Background(), cmdJob("sh", "-c", o.UngrantedScript(sandboxEgressDir)))
 	if err != nil {
@@ -62,7 +63,7 @@ func TestEgressNoGrant(t *testing.T) {
 func TestEgressPoolBindsAtClaim(t *testing.T) {
 	egresstest.NeedTools(t, "curl")
 	o := egresstest.StartOrigin(t, "a.test", "b.test")
-	tier := newTier(t, NewConfig().WithEgressHosts(o.Pins).WithPool(1, 1))
+	tier := newTier(t, NewConfig().WithEgress(egress.Config{Hosts: o.Pins}).WithPool(1, 1))
 	for _, j := range []struct{ allowed, refused string }{{"a.test", "b.test"}, {"b.test", "a.test"}} {
 		waitReady(t, tier, 1)
 		hits := tier.Stats().Hits

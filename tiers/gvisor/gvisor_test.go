@@ -184,10 +184,10 @@ func canaries(t *testing.T) (vars map[string]string, secrets []string, contacted
 	release := utsString(uts.Release[:])
 
 	vars = map[string]string{
-		"CANARY_FILE":          file,
-		"CANARY_ENV":           "AIRLOCK_CANARY_ENV",
-		"CANARY_URL":           sink.URL,
-		"HOST_SOCKET":          sock,
+		"CANARY_FILE":   file,
+		"CANARY_ENV":    "AIRLOCK_CANARY_ENV",
+		"CANARY_URL":    sink.URL,
+		"HOST_SOCKET":   sock,
 		"HOST_ABSTRACT": abstract,
 	}
 	secrets = []string{secret, envSecret, release}

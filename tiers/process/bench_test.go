@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/interp/expr"
@@ -128,7 +129,7 @@ func BenchmarkEgress(b *testing.B) {
 		b.Skip(err)
 	}
 	o := egresstest.StartOrigin(b, "origin.test")
-	cfg := NewConfig().WithBaseDir(b.TempDir()).WithEgressHosts(o.Pins)
+	cfg := NewConfig().WithBaseDir(b.TempDir()).WithEgress(egress.Config{Hosts: o.Pins})
 	tier, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -43,7 +43,7 @@ func makeEgressDir(dir string) error {
 
 // startGateway starts the job's gateway in the sandbox's egress directory.
 func (t *Tier) startGateway(ctx context.Context, sb *sandbox, job *airlock.Job) (*egresswire.Gateway, []string, error) {
-	return egresswire.Start(ctx, egress.Config{Job: sb.name, Rules: job.Grants.Net, Hosts: t.cfg.egressHosts, Log: t.cfg.egressLog},
+	return egresswire.Start(ctx, egresswire.ForRun(t.cfg.egress, sb.name, job.Grants.Net),
 		sb.egressDir, sandboxEgressDir)
 }
 

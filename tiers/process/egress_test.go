@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresstest"
 )
 
 // egressConfig is testConfig with the origin's pins and a uid range of its
 // own, so the leftover check sees only this test's sandboxes.
-func egressConfig(t *testing.T, o *egresstest.Origin) Config {
-	return testConfig(t).WithUIDRange(1<<30+1<<20, 1<<12).WithEgressHosts(o.Pins)
+func egressConfig(t *testing.T, o *egresstest.Origin, log func(egress.Record)) Config {
+	return testConfig(t).WithUIDRange(1<<30+1<<20, 1<<12).WithEgress(egress.Config{Hosts: o.Pins, Log: log})
 }
 
 // TestEgress: from inside the process tier, curl through the granted
@@ -25,7 +26,7 @@ func TestEgress(t *testing.T) {
 	egresstest.NeedTools(t, "curl", "nslookup", "getent")
 	o := egresstest.StartOrigin(t, "origin.test")
 	rec := &egresstest.Recorder{}
-	cfg := egressConfig(t, o).WithEgressLog(rec.Add)
+	cfg := egressConfig(t, o, rec.Add)
 	tier := newTestTier(t, bothTiers[0], cfg)
 	res, err := tier.Run(context.Background(), egresstest.ShellJob(o.GrantedScript(), o.Rule("origin.test")))
 	if err != nil {
@@ -43,7 +44,7 @@ func TestEgressNoGrant(t *testing.T) {
 	rec := &egresstest.Recorder{}
 	for _, pooled := range []bool{false, true} {
 		t.Run(fmt.Sprint("pooled=", pooled), func(t *testing.T) {
-			cfg := egressConfig(t, o).WithEgressLog(rec.Add)
+			cfg := egressConfig(t, o, rec.Add)
 			if pooled {
 				cfg = cfg.WithPool(1)
 			}
@@ -81,7 +82,7 @@ func waitPoolFilled(t *testing.T, tier *Tier, n int) {
 func TestEgressPoolBindsAtClaim(t *testing.T) {
 	egresstest.NeedTools(t, "curl")
 	o := egresstest.StartOrigin(t, "a.test", "b.test")
-	cfg := egressConfig(t, o).WithPool(1)
+	cfg := egressConfig(t, o, nil).WithPool(1)
 	tier := newTestTier(t, bothTiers[0], cfg)
 	for _, j := range []struct{ allowed, refused string }{{"a.test", "b.test"}, {"b.test", "a.test"}} {
 		waitPoolFilled(t, tier, 1)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
 // Tier names.
@@ -31,8 +31,7 @@ type Config struct {
 	uidBase      uint32
 	uidCount     uint32
 	poolSize     int
-	egressHosts  egress.Hosts
-	egressLog    func(egress.Record)
+	egress       *egress.Config
 }
 
 // NewConfig returns the defaults: airlock's default limit policy, state
@@ -74,17 +73,13 @@ func (c Config) WithUIDRange(base, count uint32) Config {
 // WithPool keeps n pre-started level-3 sandboxes ready (0: none).
 func (c Config) WithPool(n int) Config { c.poolSize = n; return c }
 
-// WithEgressHosts pins names to addresses for the egress gateway of every
-// job (the operator's /etc/hosts for the proxy and resolver; a pin never
-// grants a name, the job's rules still decide). The map is copied.
-func (c Config) WithEgressHosts(h egress.Hosts) Config {
-	c.egressHosts = maps.Clone(h)
-	return c
-}
-
-// WithEgressLog receives every egress decision of every job (the audit
-// trail); the job's decisions are also in its Result.Decision.
-func (c Config) WithEgressLog(f func(egress.Record)) Config { c.egressLog = f; return c }
+// WithEgress sets the template of every net-granted job's egress gateway:
+// the operator's pins (Hosts), the audit log (Log: every decision of every
+// job, which also lands in the job's Result.Decision), origin roots, body
+// caps and DNS rate. Listeners and rules in cfg are ignored (each job gets
+// its own socket and brings its rules); an empty Job names each record
+// after the sandbox. Without it, gateways use the defaults.
+func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Template(cfg); return c }
 
 // Tier runs command jobs in a container (level 3) or under the syscall
 // filter alone (level 2).
