@@ -5,6 +5,7 @@
 package egresstest
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -211,4 +212,54 @@ func CheckPool(t testing.TB, res airlock.Result, allowed string) {
 func ShellJob(script string, rules ...airlock.NetRule) airlock.Job {
 	return airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", script},
 		Grants: airlock.Grants{Net: rules}, Limits: airlock.Limits{WallMS: 60000}}
+}
+
+// TLSOrigin is a loopback HTTPS origin, pinned as example.com (the name
+// its test certificate carries), and the roots that verify it.
+type TLSOrigin struct {
+	Port  string
+	Pins  egress.Hosts
+	Roots *x509.CertPool
+}
+
+// StartTLSOrigin starts an HTTPS origin on 127.0.0.1, closed when the
+// test ends.
+func StartTLSOrigin(t testing.TB) *TLSOrigin {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "secure hello")
+	}))
+	t.Cleanup(srv.Close)
+	o := &TLSOrigin{Pins: egress.Hosts{}, Roots: x509.NewCertPool()}
+	_, o.Port, _ = net.SplitHostPort(srv.Listener.Addr().String())
+	o.Roots.AddCert(srv.Certificate())
+	if err := o.Pins.Add("example.com", netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// Rule allows GET and HEAD to example.com on the origin's port.
+func (o *TLSOrigin) Rule() airlock.NetRule {
+	p, _ := strconv.Atoi(o.Port)
+	return airlock.NetRule{Host: "example.com", Ports: []int{p}}
+}
+
+// Script fetches the origin over HTTPS through the proxy, trusting only
+// the CA the tier placed (SSL_CERT_FILE and friends), with GET and DELETE.
+func (o *TLSOrigin) Script() string {
+	url := "https://example.com:" + o.Port + "/"
+	return "curl -sS -m 10 -w ' get=%{http_code}\\n' " + url + "\n" +
+		"curl -sS -m 10 -o /dev/null -w 'delete=%{http_code}\\n' -X DELETE " + url + "\n"
+}
+
+// Check: GET went through (body and 200), DELETE was refused inside the
+// tunnel (403).
+func (o *TLSOrigin) Check(t testing.TB, res airlock.Result) {
+	t.Helper()
+	for _, want := range []string{"secure hello\n get=200\n", "delete=403\n"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, res.Stdout, res.Stderr)
+		}
+	}
 }

@@ -77,3 +77,17 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 		egresstest.CheckPool(t, res, j.allowed)
 	}
 }
+
+// TestEgressHTTPS: HTTPS through the proxy with the CA the tier placed:
+// the gateway terminates TLS, checks the method inside the tunnel (GET
+// 200, DELETE 403) and verifies the origin with the operator's roots.
+func TestEgressHTTPS(t *testing.T) {
+	egresstest.NeedTools(t, "curl")
+	o := egresstest.StartTLSOrigin(t)
+	tier := newTier(t, NewConfig().WithEgress(egress.Config{Hosts: o.Pins, OriginRoots: o.Roots}))
+	res, err := tier.Run(context.Background(), egresstest.ShellJob(o.Script(), o.Rule()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Check(t, res)
+}

@@ -113,3 +113,18 @@ func TestEgressFilterRefuses(t *testing.T) {
 		t.Fatalf("want NotAdmitted naming the shared network namespace, got %v", err)
 	}
 }
+
+// TestEgressHTTPS: HTTPS through the proxy with the CA the tier placed:
+// the gateway terminates TLS, checks the method inside the tunnel (GET
+// 200, DELETE 403) and verifies the origin with the operator's roots.
+func TestEgressHTTPS(t *testing.T) {
+	egresstest.NeedTools(t, "curl")
+	o := egresstest.StartTLSOrigin(t)
+	cfg := testConfig(t).WithUIDRange(1<<30+1<<20, 1<<12).WithEgress(egress.Config{Hosts: o.Pins, OriginRoots: o.Roots})
+	tier := newTestTier(t, bothTiers[0], cfg)
+	res, err := tier.Run(context.Background(), egresstest.ShellJob(o.Script(), o.Rule()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Check(t, res)
+}
