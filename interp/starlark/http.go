@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	sl "go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -30,8 +31,28 @@ import (
 // maxHTTPRequestBytes caps a request body the script sends.
 const maxHTTPRequestBytes = 1 << 20
 
+// httpClient is a run's client; it is cut when the run ends, so that a
+// module kept in a session's globals cannot reach a closed run's gateway
+// (or act under its rules) in a later run.
+type httpClient struct {
+	mu sync.Mutex
+	c  *http.Client
+}
+
+func (h *httpClient) get() *http.Client {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.c
+}
+
+func (h *httpClient) cut() {
+	h.mu.Lock()
+	h.c = nil
+	h.mu.Unlock()
+}
+
 // httpModule returns the module for a run whose requests go through c.
-func httpModule(c *http.Client) *starlarkstruct.Module {
+func httpModule(c *httpClient) *starlarkstruct.Module {
 	get := func(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
 		var url string
 		var headers *sl.Dict
@@ -54,8 +75,13 @@ func httpModule(c *http.Client) *starlarkstruct.Module {
 	}}
 }
 
-func httpDo(th *sl.Thread, c *http.Client, method, url, body string, headers *sl.Dict) (sl.Value, error) {
+func httpDo(th *sl.Thread, hc *httpClient, method, url, body string, headers *sl.Dict) (sl.Value, error) {
 	st := stateOf(th)
+	c := hc.get()
+	if c == nil {
+		st.denied = &airlock.Denied{Capability: "net", Detail: "the http module of an earlier run was used: it ends with its run"}
+		return nil, st.denied
+	}
 	if len(body) > maxHTTPRequestBytes {
 		return nil, fmt.Errorf("http.request: body of %d bytes is above %d", len(body), maxHTTPRequestBytes)
 	}
@@ -111,7 +137,7 @@ func httpDo(th *sl.Thread, c *http.Client, method, url, body string, headers *sl
 // startEgress starts the run's gateway when the job is granted net; the
 // returned function closes it and returns its decisions (for
 // Result.Decision; the configured log gets each one as well).
-func (t *Tier) startEgress(ctx context.Context, job *airlock.Job) (*http.Client, func() []string, error) {
+func (t *Tier) startEgress(ctx context.Context, job *airlock.Job) (*httpClient, func() []string, error) {
 	if len(job.Grants.Net) == 0 || t.cfg.egress == nil {
 		return nil, func() []string { return nil }, nil
 	}
@@ -119,5 +145,6 @@ func (t *Tier) startEgress(ctx context.Context, job *airlock.Job) (*http.Client,
 	if err != nil {
 		return nil, nil, err
 	}
-	return gw.Client(), gw.Close, nil
+	hc := &httpClient{c: gw.Client()}
+	return hc, func() []string { hc.cut(); return gw.Close() }, nil
 }

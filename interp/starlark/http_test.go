@@ -62,3 +62,30 @@ result = [r.status, r.body, r.headers["content-type"]]`))
 	assert.Equal(t, airlock.ErrCompile, ce.Kind)
 	assert.Contains(t, ce.Message, "http")
 }
+
+// TestHTTPModuleSession: a session keeps its globals between runs, but an
+// `http` module (or a reference to it) from a granted run is cut when that
+// run ends: a later run without the grant cannot use it.
+func TestHTTPModuleSession(t *testing.T) {
+	o := egresstest.StartOrigin(t, "origin.test")
+	tier, err := starlark.New(starlark.NewConfig().WithEgress(egress.Config{Hosts: o.Pins}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	require.NoError(t, err)
+	defer s.Close()
+	url := "http://origin.test:" + o.Port + "/ok"
+	j := job(`kept = http
+result = kept.get("` + url + `").status`)
+	j.Grants.Net = []airlock.NetRule{o.Rule("origin.test")}
+	res, err := s.Run(ctx, j)
+	require.NoError(t, err)
+	assert.Equal(t, int64(200), res.Value)
+	for _, code := range []string{`kept.get("` + url + `")`, `http.get("` + url + `")`} {
+		_, err = s.Run(ctx, job(code))
+		var d *airlock.Denied
+		require.ErrorAs(t, err, &d, code)
+		assert.Equal(t, "net", d.Capability)
+	}
+	assert.Equal(t, 1, o.Hits("GET"))
+}
