@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresstest"
 )
 
 // medians records per-iteration times and reports their median, which is
@@ -133,4 +135,38 @@ func BenchmarkPooled(b *testing.B) {
 		}
 		m.report(b)
 	})
+}
+
+// BenchmarkEgress measures what the egress wiring costs a pooled job:
+// /bin/true claimed from the pool without and with a net grant (gateway,
+// CA, forwarder in the agent), alternating in each iteration so both see
+// the same load; reports both medians and their ratio.
+func BenchmarkEgress(b *testing.B) {
+	o := egresstest.StartOrigin(b, "origin.test")
+	tier := newTier(b, NewConfig().WithEgress(egress.Config{Hosts: o.Pins}).WithPool(1, 1))
+	plain := cmdJob("/bin/true")
+	granted := cmdJob("/bin/true")
+	granted.Grants.Net = []airlock.NetRule{o.Rule("origin.test")}
+	var without, with medians
+	for i := 0; b.Loop(); i++ {
+		for k := range 2 {
+			job, m := plain, &without
+			if (i+k)%2 == 1 {
+				job, m = granted, &with
+			}
+			b.StopTimer()
+			waitReady(b, tier, 1)
+			b.StartTimer()
+			m.time(func() {
+				if res, err := tier.Run(context.Background(), job); err != nil || res.ExitCode != 0 {
+					b.Fatalf("%v %+v", err, res)
+				}
+			})
+		}
+	}
+	b.ReportMetric(ms(without.median()), "plain-median-ms")
+	b.ReportMetric(ms(with.median()), "net-median-ms")
+	if without.median() > 0 {
+		b.ReportMetric(float64(with.median())/float64(without.median()), "net/plain")
+	}
 }
