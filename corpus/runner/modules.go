@@ -71,9 +71,22 @@ func SourceModules(root string) (ModuleSource, func(), error) {
 		return b.path, b.err
 	}
 	src := func(c *corpus.Case) (string, error) {
+		// corpus/wasm/NAME.wat, or PREFIX.wat for a case named
+		// PREFIX-MORE (cases can share a module), as the tier's tests do.
 		name := strings.TrimPrefix(c.ID, "wasm/")
-		wat := filepath.Join(root, "corpus", "wasm", name+".wat")
-		if _, err := os.Stat(wat); err == nil {
+		wat := ""
+		for n := name; n != ""; {
+			if cand := filepath.Join(root, "corpus", "wasm", n+".wat"); fileExists(cand) {
+				wat = cand
+				break
+			}
+			i := strings.LastIndexByte(n, '-')
+			if i < 0 {
+				break
+			}
+			n = n[:i]
+		}
+		if wat != "" {
 			return get(wat, func(out string) error {
 				w2w, err := tools.Find("wat2wasm")
 				if err != nil {
@@ -109,4 +122,9 @@ func run(cmd *exec.Cmd) error {
 		return errors.New(strings.TrimSpace(fmt.Sprintf("%s: %v\n%s", filepath.Base(cmd.Path), err, stderr.String())))
 	}
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
