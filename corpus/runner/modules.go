@@ -17,28 +17,9 @@ import (
 // FindSource returns the root of an airlock source tree at or above the
 // working directory (or the running program), or "" if there is none.
 func FindSource() string {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, dir := range starts {
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "corpus", "wasm")); err == nil {
-				if _, err := os.Stat(filepath.Join(dir, "wasm", "testdata", "guest")); err == nil {
-					return dir
-				}
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return ""
+	return tools.FindUp(func(dir string) bool {
+		return fileExists(filepath.Join(dir, "corpus", "wasm")) && fileExists(filepath.Join(dir, "wasm", "testdata", "guest"))
+	}, "")
 }
 
 // SourceModules builds the WASM cases' modules from a source tree, the way
