@@ -213,6 +213,12 @@ func (c *Case) MissingVar(vars map[string]string) string {
 			return ""
 		}
 		name := raw[i+2 : i+j]
+		if k := strings.LastIndex(name, "${"); k >= 0 {
+			// A nested ${${X}}: X is the variable; the outer one is the
+			// job's own (shell) syntax once X is substituted.
+			raw = raw[i+2+k:]
+			continue
+		}
 		if _, ok := vars[name]; !ok {
 			if _, ok := c.Expand[name]; !ok {
 				return name

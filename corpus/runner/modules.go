@@ -17,28 +17,9 @@ import (
 // FindSource returns the root of an airlock source tree at or above the
 // working directory (or the running program), or "" if there is none.
 func FindSource() string {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, dir := range starts {
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "corpus", "wasm")); err == nil {
-				if _, err := os.Stat(filepath.Join(dir, "wasm", "testdata", "guest")); err == nil {
-					return dir
-				}
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return ""
+	return tools.FindUp(func(dir string) bool {
+		return fileExists(filepath.Join(dir, "corpus", "wasm")) && fileExists(filepath.Join(dir, "wasm", "testdata", "guest"))
+	}, "")
 }
 
 // SourceModules builds the WASM cases' modules from a source tree, the way
@@ -71,9 +52,22 @@ func SourceModules(root string) (ModuleSource, func(), error) {
 		return b.path, b.err
 	}
 	src := func(c *corpus.Case) (string, error) {
+		// corpus/wasm/NAME.wat, or PREFIX.wat for a case named
+		// PREFIX-MORE (cases can share a module), as the tier's tests do.
 		name := strings.TrimPrefix(c.ID, "wasm/")
-		wat := filepath.Join(root, "corpus", "wasm", name+".wat")
-		if _, err := os.Stat(wat); err == nil {
+		wat := ""
+		for n := name; n != ""; {
+			if cand := filepath.Join(root, "corpus", "wasm", n+".wat"); fileExists(cand) {
+				wat = cand
+				break
+			}
+			i := strings.LastIndexByte(n, '-')
+			if i < 0 {
+				break
+			}
+			n = n[:i]
+		}
+		if wat != "" {
 			return get(wat, func(out string) error {
 				w2w, err := tools.Find("wat2wasm")
 				if err != nil {
@@ -109,4 +103,9 @@ func run(cmd *exec.Cmd) error {
 		return errors.New(strings.TrimSpace(fmt.Sprintf("%s: %v\n%s", filepath.Base(cmd.Path), err, stderr.String())))
 	}
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -19,6 +19,16 @@ func Dir() string {
 	if d := os.Getenv("AIRLOCK_TOOLS"); d != "" {
 		return d
 	}
+	return FindUp(func(dir string) bool {
+		st, err := os.Stat(filepath.Join(dir, ".tools"))
+		return err == nil && st.IsDir()
+	}, ".tools")
+}
+
+// FindUp walks up from the working directory, then from the running
+// executable's directory, and returns filepath.Join(dir, rel) for the
+// first directory for which match is true, or "".
+func FindUp(match func(dir string) bool, rel string) string {
 	var starts []string
 	if wd, err := os.Getwd(); err == nil {
 		starts = append(starts, wd)
@@ -28,9 +38,8 @@ func Dir() string {
 	}
 	for _, dir := range starts {
 		for {
-			cand := filepath.Join(dir, ".tools")
-			if st, err := os.Stat(cand); err == nil && st.IsDir() {
-				return cand
+			if match(dir) {
+				return filepath.Join(dir, rel)
 			}
 			parent := filepath.Dir(dir)
 			if parent == dir {
