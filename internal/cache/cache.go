@@ -33,15 +33,18 @@ func New[K comparable, V any](size int) *Cache[K, V] {
 func (c *Cache[K, V]) Get(key K) (V, bool) {
 	c.mu.RLock()
 	e, ok := c.items[key]
+	var v V
+	if ok {
+		v = e.val // Put may replace it, under the write lock
+	}
 	c.mu.RUnlock()
 	if !ok {
-		var zero V
-		return zero, false
+		return v, false
 	}
 	if !e.used.Load() {
 		e.used.Store(true)
 	}
-	return e.val, true
+	return v, true
 }
 
 // Put stores a value, evicting an entry not used since the hand last
