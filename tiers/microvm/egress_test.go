@@ -1,0 +1,84 @@
+package microvm
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+)
+
+// TestEgress boots one VM for a job granted GET on origin.test (pinned by
+// the gateway to a loopback origin) and probes from inside with busybox
+// wget (the guest has no curl) and, for the PUT busybox wget cannot send,
+// nc: GET through the proxy reaches the origin; PUT to
+// the same name, another name, and an IP literal are refused by the
+// gateway with 403 and each refusal is in Result.Decision; nothing is
+// reached without the proxy (not the host through slirp's 10.0.2.2, not a
+// public address: there is no default route), DNS answers nothing; the
+// proxy and trust variables and the CA are in place.
+func TestEgress(t *testing.T) {
+	o := egresstest.StartOrigin(t, "origin.test", "other.test")
+	var rec egresstest.Recorder
+	tier, err := New(testConfig().WithEgress(egress.Config{Hosts: o.Pins, Log: rec.Add}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	if err := tier.Available(); err != nil {
+		tiertest.Unavailable(t, Name, err)
+	}
+	url := "http://origin.test:" + o.Port + "/ok"
+	script := strings.Join([]string{
+		"timeout 10 wget -q -O - " + url + "; echo get=$?",
+		// busybox wget sends only GET (it drops --post-data behind a
+		// proxy): the PUT is written to the proxy by hand.
+		"printf 'PUT " + url + " HTTP/1.1\\r\\nHost: origin.test:" + o.Port + "\\r\\nContent-Length: 1\\r\\nConnection: close\\r\\n\\r\\nx' | timeout 10 nc 10.0.2.100 3128 | head -n 1",
+		"timeout 10 wget -q -O /dev/null http://other.test:" + o.Port + "/; echo other=$?",
+		"timeout 10 wget -q -O /dev/null http://10.0.2.2:" + o.Port + "/; echo ip=$?",
+		"timeout 3 wget -q -Y off -O /dev/null http://10.0.2.2:" + o.Port + "/; echo direct-host=$?",
+		"timeout 3 wget -q -Y off -O /dev/null http://1.1.1.1/; echo direct-public=$?",
+		"timeout 5 nslookup evil.test 10.0.2.3 >/dev/null 2>&1; echo nslookup=$?",
+		"grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\"",
+		"echo proxy=$http_proxy",
+		"ls /sys/class/net | wc -l",
+	}, "\n")
+	job := egresstest.ShellJob(script, o.Rule("origin.test"))
+	job.Grants.Spawn = true
+	res, err := tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{"origin says hello\nget=0\nHTTP/1.1 403 Forbidden\r\n", "other=1\n", "ip=1\n",
+		"\n1\nproxy=http://" + guestProxy + "\n2\n"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, res.Stdout, res.Stderr)
+		}
+	}
+	// Without the proxy nothing answers: wget fails or times out.
+	for _, bad := range []string{"direct-host=0\n", "direct-public=0\n", "nslookup=0\n", "Segmentation fault"} {
+		if strings.Contains(res.Stdout+res.Stderr, bad) {
+			t.Errorf("output has %q:\n%s\nstderr:\n%s", bad, res.Stdout, res.Stderr)
+		}
+	}
+	if n := strings.Count(res.Stderr, "403 Forbidden"); n != 2 {
+		t.Errorf("%d refusals by the gateway in wget's stderr, want 2:\n%s", n, res.Stderr)
+	}
+	if o.Hits("GET") != 1 || o.Hits("PUT") != 0 {
+		t.Errorf("origin saw GET %d (want 1), PUT %d (want 0)", o.Hits("GET"), o.Hits("PUT"))
+	}
+	joined := strings.Join(res.Decision, "\n")
+	for _, want := range []string{"egress allow http GET origin.test:" + o.Port + "/ok",
+		"egress deny http PUT origin.test:" + o.Port + "/ok", "egress deny http GET other.test:" + o.Port + "/",
+		"egress deny http GET 10.0.2.2"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("decisions lack %q:\n%s", want, joined)
+		}
+	}
+	if !rec.Has("http", "other.test", egress.Deny) {
+		t.Error("the operator's log did not receive the refusal")
+	}
+	assertNoVMs(t, tier)
+}
