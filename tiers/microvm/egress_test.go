@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresstest"
@@ -81,4 +82,30 @@ func TestEgress(t *testing.T) {
 		t.Error("the operator's log did not receive the refusal")
 	}
 	assertNoVMs(t, tier)
+}
+
+// BenchmarkEgress measures, alternately so both see the same load, a cold
+// VM running /bin/true without a grant (-nic none) and a cold VM granted
+// GET on a loopback origin fetching it once through the proxy (network
+// device, gateway, CA, one guestfwd connection). Medians in ms and their
+// ratio; run with -benchtime=Nx.
+func BenchmarkEgress(b *testing.B) {
+	o := egresstest.StartOrigin(b, "origin.test")
+	tier := benchTier(b, testConfig().WithEgress(egress.Config{Hosts: o.Pins}))
+	ctx := context.Background()
+	plain := command("/bin/true")
+	get := egresstest.ShellJob("wget -q -O /dev/null http://origin.test:"+o.Port+"/", o.Rule("origin.test"))
+	var cold, net []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		benchRun(b, tier, ctx, plain)
+		cold = append(cold, time.Since(start))
+		start = time.Now()
+		benchRun(b, tier, ctx, get)
+		net = append(net, time.Since(start))
+	}
+	mc, mn := median(cold), median(net)
+	b.ReportMetric(ms(mc), "cold-median-ms")
+	b.ReportMetric(ms(mn), "cold-net-get-median-ms")
+	b.ReportMetric(float64(mn)/float64(mc), "net-get/cold")
 }
