@@ -104,8 +104,5 @@ func BenchmarkEgress(b *testing.B) {
 		benchRun(b, tier, ctx, get)
 		net = append(net, time.Since(start))
 	}
-	mc, mn := median(cold), median(net)
-	b.ReportMetric(ms(mc), "cold-median-ms")
-	b.ReportMetric(ms(mn), "cold-net-get-median-ms")
-	b.ReportMetric(float64(mn)/float64(mc), "net-get/cold")
+	reportPair(b, "cold", cold, "net-get", net)
 }
