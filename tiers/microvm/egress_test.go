@@ -106,3 +106,33 @@ func BenchmarkEgress(b *testing.B) {
 	}
 	reportPair(b, "cold", cold, "net-get", net)
 }
+
+// TestQEMUArgsNet: only a net-granted VM gets a network device, on a
+// restricted user network whose one guestfwd starts the forwarder (path
+// quoted for glib's shell parser, commas doubled for QEMU's option
+// parser); it loads the net drivers and runs under the sandbox options
+// that let libslirp start the forwarder. Without a grant: -nic none and
+// the full sandbox.
+func TestQEMUArgsNet(t *testing.T) {
+	tier := &Tier{cfg: DefaultConfig(), assets: &assets{qemu: "qemu", kernel: "vmlinux", initrd: "base.cpio"}, forwarder: "/opt/my tools/air,lock"}
+	plain := strings.Join(tier.qemuArgs("id", "/state/vm", vmSpec{memMB: 160, vcpus: 1}), "\x00")
+	withNet := strings.Join(tier.qemuArgs("id", "/state/vm", vmSpec{memMB: 160, vcpus: 1, net: true}), "\x00")
+	for _, want := range []string{"\x00-nic\x00none\x00", "\x00-sandbox\x00" + qemuSandbox} {
+		if !strings.Contains(plain, want) {
+			t.Errorf("without a grant, args lack %q: %q", want, plain)
+		}
+	}
+	if strings.Contains(plain, "netdev") || strings.Contains(plain, "virtio_net") {
+		t.Errorf("a VM without a grant has a network: %q", plain)
+	}
+	fwd := "\x00-netdev\x00user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:'/opt/my tools/air,,lock' " +
+		forwardArg + " '/state/vm/egress.sock'\x00-device\x00virtio-net-device,netdev=n0\x00"
+	for _, want := range []string{fwd, "," + netModules, "\x00-sandbox\x00" + qemuSandboxNet + "\x00"} {
+		if !strings.Contains(withNet, want) {
+			t.Errorf("with a grant, args lack %q: %q", want, withNet)
+		}
+	}
+	if strings.Contains(withNet, "-nic\x00none") || strings.Count(withNet, "guestfwd=") != 1 || strings.Contains(qemuSandboxNet, "spawn=deny") {
+		t.Errorf("with a grant: %q", withNet)
+	}
+}
