@@ -116,7 +116,7 @@ func BenchmarkEgress(b *testing.B) {
 func TestQEMUArgsNet(t *testing.T) {
 	tier := &Tier{cfg: DefaultConfig(), assets: &assets{qemu: "qemu", kernel: "vmlinux", initrd: "base.cpio"}, forwarder: "/opt/my tools/air,lock"}
 	plain := strings.Join(tier.qemuArgs("id", "/state/vm", vmSpec{memMB: 160, vcpus: 1}), "\x00")
-	withNet := strings.Join(tier.qemuArgs("id", "/state/vm", vmSpec{memMB: 160, vcpus: 1, net: true}), "\x00")
+	withNet := strings.Join(tier.qemuArgs("id", "/state/vm", vmSpec{memMB: 160, vcpus: 1, net: true}), "\x00") + "\x00"
 	for _, want := range []string{"\x00-nic\x00none\x00", "\x00-sandbox\x00" + qemuSandbox} {
 		if !strings.Contains(plain, want) {
 			t.Errorf("without a grant, args lack %q: %q", want, plain)
