@@ -1,7 +1,10 @@
 package microvm
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +85,22 @@ func TestEgress(t *testing.T) {
 		t.Error("the operator's log did not receive the refusal")
 	}
 	assertNoVMs(t, tier)
+	if n := forwarders(testDir); n != 0 {
+		t.Errorf("%d guestfwd forwarder processes left behind", n)
+	}
+}
+
+// forwarders counts live forwarder processes serving sockets under dir.
+func forwarders(dir string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(forwardArg)) && bytes.Contains(b, []byte(dir)) {
+			n++
+		}
+	}
+	return n
 }
 
 // BenchmarkEgress measures, alternately so both see the same load, a cold
