@@ -16,7 +16,7 @@ build:
 # Install runsc, QEMU and a guest kernel, wabt, bubblewrap, curl... into
 # .tools/ or through apt-get. Idempotent. Needs root.
 setup:
-	sh scripts/setup.sh
+	bash scripts/setup.sh
 
 vet:
 	$(GO) vet ./...
