@@ -52,10 +52,7 @@ func BenchmarkStart(b *testing.B) {
 			benchRun(b, tier, ctx, job)
 			cold = append(cold, time.Since(start))
 		}
-		mb, mc := median(bare), median(cold)
-		b.ReportMetric(ms(mb), "bare-median-ms")
-		b.ReportMetric(ms(mc), "cold-median-ms")
-		b.ReportMetric(float64(mc)/float64(mb), "cold/bare")
+		reportPair(b, "bare", bare, "cold", cold)
 	})
 	b.Run("snapshot", func(b *testing.B) {
 		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot))
@@ -114,6 +111,15 @@ func reportMedian(b *testing.B, durs []time.Duration) {
 	if len(durs) > 0 {
 		b.ReportMetric(ms(median(durs)), "median-ms")
 	}
+}
+
+// reportPair reports the medians of a peer and of what is compared with
+// it, in ms, and their ratio ("second/first").
+func reportPair(b *testing.B, first string, a []time.Duration, second string, c []time.Duration) {
+	ma, mc := median(a), median(c)
+	b.ReportMetric(ms(ma), first+"-median-ms")
+	b.ReportMetric(ms(mc), second+"-median-ms")
+	b.ReportMetric(float64(mc)/float64(ma), second+"/"+first)
 }
 
 func median(durs []time.Duration) time.Duration {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
@@ -59,6 +60,7 @@ type Config struct {
 	sandbox                     bool
 	accel                       string
 	firecracker                 string
+	egress                      *egress.Config // per-run template; nil: the defaults
 }
 
 // DefaultConfig returns the defaults: the default limit policy, assets
@@ -150,7 +152,10 @@ type Tier struct {
 	availErr error
 	kvm      bool
 	fc       string // the firecracker binary, when that backend is used
-	tscKHz   int64
+	// forwarder is this executable, which QEMU starts per guest
+	// connection to the egress proxy ("" : net grants are refused).
+	forwarder string
+	tscKHz    int64
 
 	snapMu sync.Mutex
 	snaps  map[int64]*snapshot // by guest memory size
@@ -184,6 +189,9 @@ func New(cfg Config) (*Tier, error) {
 		t.kvm = kvmUsable()
 	}
 	t.assets, t.availErr = findAssets(cfg)
+	if exe, err := os.Executable(); err == nil {
+		t.forwarder, _ = filepath.EvalSymlinks(exe)
+	}
 	if t.kvm && cfg.warm == WarmCold {
 		fc := cfg.firecracker
 		if fc == "" {
@@ -249,13 +257,13 @@ func (t *Tier) Close() error {
 
 var (
 	errKind      = "runs only command jobs"
-	errNet       = "egress not wired yet: network grants are refused until the VM can reach the egress proxy through a restricted QEMU user network"
+	errNet       = "network grants need this executable as QEMU's egress forwarder, and it could not be located"
 	errRead      = "host read paths are not passed into the VM (send files in the job instead)"
 	errLifecycle = "runs ephemeral jobs only (one VM per job)"
 )
 
-// Admit accepts command jobs without network grants or host read paths,
-// ephemeral only.
+// Admit accepts ephemeral command jobs without host read paths; network
+// grants are enforced by an egress gateway outside the VM.
 func (t *Tier) Admit(job *airlock.Job) error {
 	reason := ""
 	switch {
@@ -263,7 +271,7 @@ func (t *Tier) Admit(job *airlock.Job) error {
 		reason = "unavailable: " + t.availErr.Error()
 	case job.Kind != airlock.KindCommand:
 		reason = errKind
-	case len(job.Grants.Net) > 0:
+	case len(job.Grants.Net) > 0 && t.forwarder == "":
 		reason = errNet
 	case len(job.Grants.FS.Read) > 0:
 		reason = errRead
@@ -292,6 +300,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err = t.Admit(&job); err != nil {
 		return res, err
 	}
+	var netCfg *wire.Net
 	v, err := t.acquire(ctx, &job)
 	res.Timings.StartUS = airlock.Since(start)
 	if v != nil {
@@ -303,8 +312,18 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		}
 		return res, fmt.Errorf("starting microvm: %w", err)
 	}
+	if len(job.Grants.Net) > 0 {
+		gw, n, netEnv, gerr := t.startEgress(ctx, v, &job)
+		if gerr != nil {
+			return res, gerr
+		}
+		// Closed (ending its connections) before the VM is discarded.
+		defer func() { res.Decision = append(res.Decision, gw.Close()...) }()
+		job.Grants.Secrets = withEnv(job.Grants.Secrets, netEnv)
+		netCfg = n
+	}
 	runStart := time.Now()
-	err = t.converse(ctx, v, &job, &res)
+	err = t.converse(ctx, v, &job, netCfg, &res)
 	res.Timings.RunUS = airlock.Since(runStart)
 	return res, err
 }
@@ -334,6 +353,13 @@ func (t *Tier) baseMem() int64 { return t.cfg.limits.Default.MemoryMB + overhead
 // a snapshot, or booted cold.
 func (t *Tier) acquire(ctx context.Context, job *airlock.Job) (*vm, error) {
 	mem := max(memFor(job), t.baseMem())
+	if len(job.Grants.Net) > 0 {
+		// Pooled VMs and the snapshot have no network device: a job
+		// granted egress boots cold with one.
+		return t.retry(ctx, func(ctx context.Context) (*vm, error) {
+			return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, net: true})
+		})
+	}
 	if t.pool != nil {
 		if v := t.pool.claim(mem); v != nil {
 			t.poolHits.Add(1)
@@ -344,22 +370,32 @@ func (t *Tier) acquire(ctx context.Context, job *airlock.Job) (*vm, error) {
 	if t.cfg.warm == WarmSnapshot {
 		start = t.restore
 	}
-	// A guest that fails to come up (under emulation a boot can, rarely,
-	// hang) is replaced once; a tampered snapshot or a cancellation is not
-	// retried.
-	v, err := start(ctx, mem)
+	return t.retry(ctx, func(ctx context.Context) (*vm, error) { return start(ctx, mem) })
+}
+
+// retry replaces a guest that fails to come up (under emulation a boot
+// can, rarely, hang) once; a tampered snapshot or a cancellation is not
+// retried.
+func (t *Tier) retry(ctx context.Context, start func(context.Context) (*vm, error)) (*vm, error) {
+	v, err := start(ctx)
 	if err == nil || ctx.Err() != nil || errors.Is(err, ErrSnapshotTampered) {
 		return v, err
 	}
 	if v != nil {
 		v.kill()
 	}
-	return start(ctx, mem)
+	return start(ctx)
 }
 
 // boot starts a VM cold and waits for its agent's Ready frame.
 func (t *Tier) boot(ctx context.Context, mem int64) (*vm, error) {
-	v, err := t.launch(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus})
+	return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus})
+}
+
+// bootWith starts a VM of shape s cold and waits for its agent's Ready
+// frame.
+func (t *Tier) bootWith(ctx context.Context, s vmSpec) (*vm, error) {
+	v, err := t.launch(ctx, s)
 	if err != nil {
 		return v, err
 	}
@@ -392,7 +428,7 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // wireJob is the job as the agent receives it, with fresh entropy.
-func wireJob(job *airlock.Job) (wire.Job, error) {
+func wireJob(job *airlock.Job, n *wire.Net) (wire.Job, error) {
 	ent := make([]byte, 64)
 	if _, err := rand.Read(ent); err != nil {
 		return wire.Job{}, err
@@ -405,7 +441,7 @@ func wireJob(job *airlock.Job) (wire.Job, error) {
 		Argv: job.Argv, Env: job.Grants.Secrets, Files: job.Files, Stdin: job.Stdin,
 		Clock: job.Clock, Entropy: ent,
 		MemoryMB: job.Limits.MemoryMB, CPUMS: job.Limits.CPUMS, Pids: job.Limits.Pids,
-		OpenFiles: job.Limits.Files, ScratchMB: scratch, Spawn: job.Grants.Spawn,
+		OpenFiles: job.Limits.Files, ScratchMB: scratch, Spawn: job.Grants.Spawn, Net: n,
 	}, nil
 }
 
@@ -417,8 +453,8 @@ type frame struct {
 
 // converse hands the job to the agent and collects frames until the Exit
 // frame, a limit, or cancellation. Output beyond the cap stops the run.
-func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, res *airlock.Result) error {
-	wj, err := wireJob(job)
+func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, n *wire.Net, res *airlock.Result) error {
+	wj, err := wireJob(job, n)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ type vmSpec struct {
 	qmp    bool     // expose a QMP socket (snapshots)
 	input  *os.File // restore: the migration stream (passed as fd 3)
 	paused bool     // -S: wait for QMP cont
+	net    bool     // a network device whose only way out is the egress guestfwd
 }
 
 // vm is one running QEMU process with its control connection.
@@ -109,7 +110,14 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	if t.kvm {
 		accel, cpu = "kvm", "host"
 	}
-	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + qemuModules
+	modules, nic := qemuModules, []string{"-nic", "none"}
+	sandbox := qemuSandbox
+	if s.net {
+		modules += "," + netModules
+		nic = []string{"-netdev", t.guestfwd(dir), "-device", "virtio-net-device,netdev=n0"}
+		sandbox = qemuSandboxNet
+	}
+	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + modules
 	if t.tscKHz > 0 {
 		appendLine += fmt.Sprintf(" tsc_early_khz=%d", t.tscKHz)
 	}
@@ -119,16 +127,18 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 		"-accel", accel, "-cpu", cpu,
 		"-m", strconv.FormatInt(s.memMB, 10), "-smp", strconv.Itoa(s.vcpus),
 		"-nodefaults", "-no-user-config", "-display", "none",
-		"-nic", "none",
+	}
+	args = append(args, nic...)
+	args = append(args,
 		"-serial", "stdio",
 		"-no-reboot",
 		"-kernel", t.assets.kernel, "-initrd", t.assets.initrd, "-append", appendLine,
 		"-device", "virtio-serial-device,max_ports=2",
-		"-chardev", "socket,id=ctl,path=" + filepath.Join(dir, "ctl.sock"),
+		"-chardev", "socket,id=ctl,path="+filepath.Join(dir, "ctl.sock"),
 		"-device", "virtserialport,chardev=ctl,name=airlock.ctl",
-	}
+	)
 	if t.cfg.sandbox {
-		args = append(args, "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")
+		args = append(args, "-sandbox", sandbox)
 	}
 	if s.qmp {
 		args = append(args, "-qmp", "unix:"+filepath.Join(dir, "qmp.sock")+",server=on,wait=off")
@@ -185,7 +195,7 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 		return v, err
 	}
 	p := t.qemuProcess(id, dir, s)
-	if t.fc != "" {
+	if t.fc != "" && !s.net {
 		p = t.firecrackerProcess(id, dir, s)
 	}
 	if v.ln, err = net.Listen("unix", p.ctl); err != nil {
@@ -193,6 +203,9 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	}
 	cmd := exec.Command(p.prog, p.args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if s.net {
+		cmd.Env = append(cmd.Env, forwardEnv+"=1") // for the guestfwd's forwarder
+	}
 	cmd.Dir = dir
 	cmd.Stdout = v.console
 	cmd.Stderr = v.stderr

@@ -352,6 +352,11 @@ func (st *staged) prepare(job *wire.Job) error {
 			_ = os.Lchown(d, JobUID, JobUID)
 		}
 	}
+	if job.Net != nil {
+		if err := setupNet(job.Net); err != nil {
+			return fmt.Errorf("guest network: %w", err)
+		}
+	}
 	// The root is read-only for the job; only the scratch and /tmp are written.
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("making the root read-only: %w", err)

@@ -62,6 +62,19 @@ type Job struct {
 	OpenFiles int64 `json:"open_files"`
 	ScratchMB int64 `json:"scratch_mb"`
 	Spawn     bool  `json:"spawn"`
+	// Net, when set, configures the guest's one network interface for a
+	// job granted egress (the VM was booted with it).
+	Net *Net `json:"net,omitempty"`
+}
+
+// Net is the guest side of the egress wiring: the interface's address (no
+// default route: only the subnet, on which QEMU's restricted user network
+// answers nothing but the guestfwd to the egress proxy) and the gateway's
+// CA certificate, written to CAPath before the root turns read-only.
+type Net struct {
+	Addr   string `json:"addr"` // CIDR, e.g. 10.0.2.15/24
+	CA     []byte `json:"ca"`
+	CAPath string `json:"ca_path"`
 }
 
 // Exit is how the job ended.

@@ -1,0 +1,101 @@
+package microvm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
+)
+
+// Egress wiring. A VM for a job without grants.net has no network device
+// at all (-nic none). A job granted egress boots cold with one virtio-net
+// device on a QEMU user network with restrict=on, whose only way out is a
+// guestfwd: TCP connections to guestProxy are handed, one per connection,
+// to a forwarder process (this binary, re-executed) that carries them to
+// the job's egress gateway on a Unix socket in the VM's directory. The
+// guest has an address on the user network's subnet and no default route;
+// slirp answers nothing else there (restrict=on), DNS included. The
+// forwarder holds no policy: the gateway outside the VM decides.
+const (
+	guestAddr   = "10.0.2.15/24"
+	guestProxy  = "10.0.2.100:3128"
+	guestCADir  = "/etc/airlock"
+	netModules  = "failover,net_failover,virtio_net"
+	forwardEnv  = "AIRLOCK_MICROVM_FORWARD_5e1d"
+	forwardArg  = "airlock-microvm-egress-forward"
+	qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+	// spawn=deny and elevateprivileges=deny stop QEMU from starting the
+	// guestfwd's forwarder, so a VM with a network device runs with the
+	// rest of the sandbox only.
+	qemuSandboxNet = "on,obsolete=deny,resourcecontrol=deny"
+)
+
+// init turns this process into the guestfwd forwarder when QEMU started
+// it as one (the private marker in its environment and arguments): the
+// guest's connection is on stdin/stdout, the gateway's socket is the
+// argument. The CLI, a server and the test binaries all link this package,
+// so each can serve; the forwarder never runs otherwise.
+func init() {
+	if os.Getenv(forwardEnv) == "1" && len(os.Args) == 3 && os.Args[1] == forwardArg {
+		if err := egress.ForwardStdio(os.Args[2], egress.StreamHTTP, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock egress forwarder: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// WithEgress sets the template of every net-granted job's egress gateway
+// (pins, log sink, limits); each job brings its own rules and gets its own
+// gateway, socket and CA.
+func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Template(cfg); return c }
+
+// guestfwd is the -netdev user option that carries the guest's proxy
+// connections to the gateway's socket in dir. QEMU's option parser needs
+// commas doubled; glib's shell parser (libslirp splits the command with
+// it) needs the paths quoted.
+func (t *Tier) guestfwd(dir string) string {
+	cmd := shellQuote(t.forwarder) + " " + forwardArg + " " + shellQuote(filepath.Join(dir, egresswire.Socket))
+	return "user,id=n0,restrict=on,guestfwd=tcp:" + guestProxy + "-cmd:" + strings.ReplaceAll(cmd, ",", ",,")
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// startEgress starts the job's gateway on the socket the VM's guestfwd
+// names, and returns the guest's network settings and the job's proxy and
+// trust variables.
+func (t *Tier) startEgress(ctx context.Context, v *vm, job *airlock.Job) (*egresswire.Gateway, *wire.Net, []string, error) {
+	gw, env, err := egresswire.Start(ctx, egresswire.ForRun(t.cfg.egress, vmNamePrefix+v.id, job.Grants.Net), v.dir, guestCADir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ca, err := os.ReadFile(filepath.Join(v.dir, egresswire.CA))
+	if err != nil {
+		gw.Close()
+		return nil, nil, nil, fmt.Errorf("reading the egress CA: %w", err)
+	}
+	for i, e := range env {
+		env[i] = strings.ReplaceAll(e, egress.SandboxProxyAddr, guestProxy)
+	}
+	return gw, &wire.Net{Addr: guestAddr, CA: ca, CAPath: guestCADir + "/" + egresswire.CA}, env, nil
+}
+
+// withEnv returns a copy of secrets with the KEY=VALUE pairs of env set
+// over them: the job's environment, with the proxy and trust variables.
+func withEnv(secrets map[string]string, env []string) map[string]string {
+	out := make(map[string]string, len(secrets)+len(env))
+	for k, v := range secrets {
+		out[k] = v
+	}
+	for _, e := range env {
+		k, v, _ := strings.Cut(e, "=")
+		out[k] = v
+	}
+	return out
+}
