@@ -206,10 +206,17 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (airlock.Result, erro
 		return res, err
 	}
 	res, err := r.tiers[ti].tier.Run(ctx, job)
+	var reasons []string
 	if refused || (job.Tier != "" && job.Tier != airlock.TierAuto) {
-		res.Decision = r.lines(job)
+		reasons = r.lines(job)
 	} else {
-		res.Decision = r.decisions[ri][ti]
+		reasons = r.decisions[ri][ti] // shared: never appended to
+	}
+	if len(res.Decision) > 0 {
+		// The tier's own decisions (egress verdicts) follow the router's.
+		res.Decision = append(append(make([]string, 0, len(reasons)+len(res.Decision)), reasons...), res.Decision...)
+	} else {
+		res.Decision = reasons
 	}
 	return res, err
 }

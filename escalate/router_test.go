@@ -188,3 +188,26 @@ func BenchmarkRoute(b *testing.B) {
 		})
 	}
 }
+
+// decisionTier stands in for a tier that records its own decisions (egress
+// verdicts) in the Result.
+type decisionTier struct{ levelTier }
+
+func (t *decisionTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	return airlock.Result{Tier: t.name, Decision: []string{"egress: GET a.example allowed"}}, nil
+}
+
+func TestRunKeepsTheTiersDecisions(t *testing.T) {
+	tier := &decisionTier{levelTier{name: "gvisor", level: 4, kinds: []airlock.Kind{airlock.KindCommand}}}
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{tier}, nil)
+	require.NoError(t, err)
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}}
+	for range 2 { // the second run must not see the first's lines
+		res, err := r.Run(context.Background(), job)
+		require.NoError(t, err)
+		require.Len(t, res.Decision, 3, "%q", res.Decision)
+		assert.Contains(t, res.Decision[0], "rule public")
+		assert.Contains(t, res.Decision[1], "chose gvisor")
+		assert.Equal(t, "egress: GET a.example allowed", res.Decision[2])
+	}
+}
