@@ -34,7 +34,8 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stand-in for an orphaned QEMU: its command line carries the name.
-	vmProc := exec.Command("sh", "-c", "sleep 60", "-name", vmNamePrefix+"orphan")
+	// ("; exit 0" keeps sh from exec-ing sleep, which would drop the name.)
+	vmProc := exec.Command("sh", "-c", "sleep 60; exit 0", "-name", vmNamePrefix+"orphan")
 	vmProc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := vmProc.Start(); err != nil {
 		t.Fatal(err)
