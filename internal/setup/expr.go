@@ -6,7 +6,7 @@ import (
 )
 
 func init() {
-	Register(Factory{Name: expr.Name, Order: 10, New: func(o Options) (airlock.Tier, error) {
+	Register(Factory{Name: expr.Name, Level: airlock.LevelInterpreter, Order: 10, New: func(o Options) (airlock.Tier, error) {
 		return expr.NewWithConfig(expr.NewConfig().WithLimits(o.limits())), nil
 	}})
 }

@@ -21,7 +21,7 @@ func init() {
 		return t
 	})
 	for i, name := range []string{expr.Name, starlark.Name} {
-		Register(Factory{Name: "guarded-" + name, Order: 45 + i, New: func(o Options) (airlock.Tier, error) {
+		Register(Factory{Name: "guarded-" + name, Level: airlock.LevelContainer, Order: 45 + i, New: func(o Options) (airlock.Tier, error) {
 			return process.NewGuarded(name, process.NewConfig().WithLimits(o.limits()))
 		}})
 	}

@@ -15,6 +15,7 @@ import (
 func init() {
 	Register(Factory{
 		Name:  gvisor.Name,
+		Level: airlock.LevelVirtualisation,
 		Order: 60,
 		New: func(o Options) (airlock.Tier, error) {
 			cfg := gvisor.NewConfig().WithLimits(o.limits())

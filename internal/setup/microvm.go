@@ -13,7 +13,7 @@ import (
 // Long-lived processes (the server) choose warm starts with
 // AIRLOCK_MICROVM_WARM=snapshot and AIRLOCK_MICROVM_POOL=<n>.
 func init() {
-	Register(Factory{Name: microvm.Name, Order: 70, New: func(o Options) (airlock.Tier, error) {
+	Register(Factory{Name: microvm.Name, Level: airlock.LevelVirtualisation, Order: 70, New: func(o Options) (airlock.Tier, error) {
 		cfg := microvm.DefaultConfig().WithLimits(o.limits())
 		if w := os.Getenv("AIRLOCK_MICROVM_WARM"); w != "" {
 			cfg = cfg.WithWarm(microvm.Warm(w))

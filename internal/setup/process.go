@@ -13,10 +13,10 @@ import (
 // AIRLOCK_PROCESS_POOL sets the container tier's warm pool (default 0:
 // every job starts cold, which suits one-shot CLI use).
 func init() {
-	Register(Factory{Name: process.NameFilter, Order: 40, New: func(o Options) (airlock.Tier, error) {
+	Register(Factory{Name: process.NameFilter, Level: airlock.LevelSyscallFilter, Order: 40, New: func(o Options) (airlock.Tier, error) {
 		return process.NewFilter(process.NewConfig().WithLimits(o.limits()))
 	}})
-	Register(Factory{Name: process.NameContainer, Order: 50, New: func(o Options) (airlock.Tier, error) {
+	Register(Factory{Name: process.NameContainer, Level: airlock.LevelContainer, Order: 50, New: func(o Options) (airlock.Tier, error) {
 		cfg := process.NewConfig().WithLimits(o.limits())
 		if v := os.Getenv("AIRLOCK_PROCESS_POOL"); v != "" {
 			n, err := strconv.Atoi(v)

@@ -4,6 +4,7 @@
 package setup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,9 @@ type Options struct {
 // Factory builds one tier.
 type Factory struct {
 	Name string
+	// Level is the tier's isolation level, reported even when the tier
+	// cannot be built here.
+	Level airlock.Level
 	// Order sorts tiers by expected start-up cost, cheapest first.
 	Order int
 	New   func(Options) (airlock.Tier, error)
@@ -55,17 +59,41 @@ func (o Options) limits() airlock.LimitPolicy {
 }
 
 // Build constructs every registered tier. A tier whose backend is missing
-// is still built: it reports itself unavailable through airlock.Prober.
+// reports itself unavailable through airlock.Prober; a tier that cannot
+// even be built here (no permission for its state directory, say) is
+// replaced by a stand-in that says why, so one broken tier never stops the
+// others — an expression still evaluates without root.
 func Build(o Options) ([]airlock.Tier, error) {
 	var out []airlock.Tier
 	for _, f := range Factories() {
 		t, err := f.New(o)
 		if err != nil {
-			return nil, fmt.Errorf("building tier %s: %w", f.Name, err)
+			t = &broken{name: f.Name, level: f.Level, err: fmt.Errorf("building tier %s: %w", f.Name, err)}
 		}
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// broken stands for a tier that could not be built: it admits nothing and
+// reports why it is unavailable.
+type broken struct {
+	name  string
+	level airlock.Level
+	err   error
+}
+
+func (b *broken) Name() string         { return b.name }
+func (b *broken) Level() airlock.Level { return b.level }
+func (b *broken) Available() error     { return b.err }
+func (b *broken) Admit(*airlock.Job) error {
+	return &airlock.NotAdmitted{Tier: b.name, Reason: "unavailable: " + b.err.Error()}
+}
+func (b *broken) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	err := b.Admit(nil)
+	res := airlock.Result{Tier: b.name, Level: b.level}
+	res.SetError(err)
+	return res, err
 }
 
 // Close releases tiers that hold resources (pools, sandboxes).

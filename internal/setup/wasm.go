@@ -9,6 +9,7 @@ import (
 func init() {
 	Register(Factory{
 		Name:  wasm.Name,
+		Level: airlock.LevelInterpreter,
 		Order: 30,
 		New: func(o Options) (airlock.Tier, error) {
 			return wasm.New(WasmConfig(o))
