@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/server"
@@ -180,8 +182,8 @@ func TestApprovedCommand(t *testing.T) {
 		rules := append(*c.Approvals.Rules, approve.Rule{Name: "internal-command", Kinds: []airlock.Kind{airlock.KindCommand}, Situations: []airlock.Situation{airlock.SituationInternal}})
 		c.Approvals.Rules = &rules
 	})
-	if f.srv.Router().Unavailable("gvisor") != nil {
-		t.Skip("no command tier available")
+	if err := f.srv.Router().Unavailable("gvisor"); err != nil {
+		tiertest.Unavailable(t, "gvisor", err)
 	}
 	job := `{"kind":"command","situation":"internal","argv":["sh","run.sh","world"],"files":{"run.sh":"echo hello $1\n","lib/x":"data"}}`
 	var req approvalReply

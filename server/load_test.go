@@ -76,7 +76,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // was left behind.
 func TestLoad(t *testing.T) {
 	if testing.Short() {
-		t.Skip("load test")
+		t.Skip("the load test does not run under -short")
 	}
 	f := newFixture(t, func(c *server.Config) {
 		c.Tenants[0].MaxConcurrent = 64

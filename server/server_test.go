@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -356,7 +358,7 @@ func TestApprovalKeyFileSurvivesRestart(t *testing.T) {
 func TestGVisorSession(t *testing.T) {
 	f := newFixture(t)
 	if err := f.srv.Router().Unavailable("gvisor"); err != nil {
-		t.Skip("gVisor unavailable:", err)
+		tiertest.Unavailable(t, "gvisor", err)
 	}
 	var open struct{ ID, Tier string }
 	r := f.do("POST", "/v1/sessions", keyA, `{"job":{"kind":"command","argv":["true"]}}`)

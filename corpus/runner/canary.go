@@ -2,14 +2,12 @@ package runner
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus"
 )
 
 // CanaryEnv is the variable planted in the runner's environment (and so in
@@ -122,7 +121,7 @@ func plant() (_ *canaries, err error) {
 	if err = c.plantSockets(); err != nil {
 		return nil, err
 	}
-	c.staticB64 = staticBinary()
+	c.staticB64 = corpus.StaticBinaryB64()
 	return c, nil
 }
 
@@ -152,36 +151,6 @@ func (c *canaries) plantSockets() error {
 		}()
 	}
 	return os.Chmod(c.sockPath, 0o777)
-}
-
-// staticBinary builds a small static Go program, base64-encoded, or
-// returns "" when there is no Go toolchain (the case is then skipped).
-func staticBinary() string {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return ""
-	}
-	dir, err := os.MkdirTemp("", "airlock-static-")
-	if err != nil {
-		return ""
-	}
-	defer os.RemoveAll(dir)
-	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from a static Go binary\") }\n"
-	if os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644) != nil ||
-		os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644) != nil {
-		return ""
-	}
-	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", "hello", ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
-	if cmd.Run() != nil {
-		return ""
-	}
-	bin, err := os.ReadFile(filepath.Join(dir, "hello"))
-	if err != nil {
-		return ""
-	}
-	return base64.StdEncoding.EncodeToString(bin)
 }
 
 func (c *canaries) hit(token, what string) {

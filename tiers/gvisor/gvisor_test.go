@@ -184,11 +184,12 @@ func canaries(t *testing.T) (vars map[string]string, secrets []string, contacted
 	release := utsString(uts.Release[:])
 
 	vars = map[string]string{
-		"CANARY_FILE":   file,
-		"CANARY_ENV":    "AIRLOCK_CANARY_ENV",
-		"CANARY_URL":    sink.URL,
-		"HOST_SOCKET":   sock,
-		"HOST_ABSTRACT": abstract,
+		"CANARY_FILE":       file,
+		"CANARY_ENV":        "AIRLOCK_CANARY_ENV",
+		"CANARY_URL":        sink.URL,
+		"HOST_SOCKET":       sock,
+		"HOST_ABSTRACT":     abstract,
+		"STATIC_BINARY_B64": staticBinary(t),
 	}
 	secrets = []string{secret, envSecret, release}
 	contacted = func() string {
@@ -350,4 +351,13 @@ func TestAdmit(t *testing.T) {
 	if _, err := New(NewConfig().WithPool(-1, 1)); err == nil {
 		t.Fatal("a negative pool was accepted")
 	}
+}
+
+// staticBinary is ${STATIC_BINARY_B64}, built as `airlock corpus` builds it.
+func staticBinary(t *testing.T) string {
+	b := corpus.StaticBinaryB64()
+	if b == "" {
+		t.Fatal("cannot build the static Go binary the corpus needs (no Go toolchain?)")
+	}
+	return b
 }

@@ -33,7 +33,11 @@ func TestCorpus(t *testing.T) {
 	var hits atomic.Int64
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer sink.Close()
-	vars := map[string]string{"CANARY_FILE": canaryFile, "CANARY_ENV": "AIRLOCK_CORPUS_CANARY", "CANARY_URL": sink.URL}
+	static := corpus.StaticBinaryB64()
+	if static == "" {
+		t.Fatal("cannot build the static Go binary the corpus needs (no Go toolchain?)")
+	}
+	vars := map[string]string{"CANARY_FILE": canaryFile, "CANARY_ENV": "AIRLOCK_CORPUS_CANARY", "CANARY_URL": sink.URL, "STATIC_BINARY_B64": static}
 	for _, c := range cases {
 		if !c.Applies(Name) {
 			continue
