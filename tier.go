@@ -52,3 +52,12 @@ type Session interface {
 	Run(ctx context.Context, job Job) (Result, error)
 	Close() error
 }
+
+// Warmer is implemented by tiers that keep warm capacity: a pool of started,
+// unused sandboxes or VMs. WaitWarm blocks until that capacity is full (or
+// ctx ends), so a caller can measure what a claim costs when the pool is
+// ready rather than how fast it refills. A tier configured without a pool
+// returns nil at once.
+type Warmer interface {
+	WaitWarm(ctx context.Context) error
+}
