@@ -313,11 +313,19 @@ func (c Config) measure(ctx context.Context, t Target, mode string) Result {
 	// Warm runs share one context (a timer per run would cost more than
 	// the run); one that overruns the timeout is caught afterwards, and the
 	// batch's deadline stops one that never returns.
+	// A pooled target waits untimed between runs, so its runs get their
+	// own deadlines instead.
+	perRunCtx := perRunCPU || t.Settle != nil
 	batch, cancelBatch := context.WithTimeout(ctx, c.budget+c.timeout)
 	defer cancelBatch()
+	settle := func() error {
+		sctx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		return t.Settle(sctx)
+	}
 	one := func(run Trial) error {
 		rctx, cancel := batch, context.CancelFunc(func() {})
-		if perRunCPU {
+		if perRunCtx {
 			rctx, cancel = context.WithTimeout(ctx, c.timeout)
 		}
 		var c0, c1 time.Duration
@@ -349,10 +357,24 @@ func (c Config) measure(ctx context.Context, t Target, mode string) Result {
 		var done func()
 		if run, done, err = t.Warm(ctx); err == nil {
 			// One untimed run fills the caches and pools.
-			if err = one(run); err == nil {
+			if t.Settle != nil {
+				err = settle()
+			}
+			if err == nil {
+				err = one(run)
+			}
+			if err == nil {
 				samples, start = samples[:0], time.Now()
 				c0 := cpuTime()
 				for more() {
+					if t.Settle != nil {
+						s0 := time.Now()
+						if err = settle(); err != nil {
+							err = fmt.Errorf("waiting for the pool to refill: %w", err)
+							break
+						}
+						start = start.Add(time.Since(s0)) // the budget counts timed runs only
+					}
 					if err = one(run); err != nil {
 						break
 					}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,5 +269,75 @@ func TestRegisterWarm(t *testing.T) {
 	defer doneCold()
 	if err := cold(ctx); err == nil {
 		t.Fatal("the cold build had the warm setting")
+	}
+}
+
+// poolTier holds one "sandbox" at a time: a run claims it (failing when the
+// pool is empty) and a background refill puts a new one back after a delay.
+type poolTier struct {
+	slot    chan struct{}
+	refill  time.Duration
+	waits   *int
+	pending chan struct{} // one refill in flight
+}
+
+func newPoolTier(refill time.Duration) *poolTier {
+	p := &poolTier{slot: make(chan struct{}, 1), refill: refill, waits: new(int), pending: make(chan struct{}, 1)}
+	p.slot <- struct{}{}
+	return p
+}
+
+func (*poolTier) Name() string             { return "bench-test-pool" }
+func (*poolTier) Level() airlock.Level     { return airlock.LevelInterpreter }
+func (*poolTier) Admit(*airlock.Job) error { return nil }
+func (p *poolTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	select {
+	case <-p.slot:
+	default:
+		return airlock.Result{}, errors.New("pool empty: the claim did not wait for the refill")
+	}
+	p.pending <- struct{}{}
+	go func() {
+		time.Sleep(p.refill)
+		p.slot <- struct{}{}
+		<-p.pending
+	}()
+	return airlock.Result{Value: 2}, nil
+}
+
+func (p *poolTier) WaitWarm(ctx context.Context) error {
+	*p.waits++
+	for {
+		if len(p.slot) == 1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// A tier with a pool is measured claim by claim: the benchmark waits
+// (untimed) for the pool to refill before every warm run, so no run finds
+// it empty.
+func TestWarmSettlesPool(t *testing.T) {
+	p := newPoolTier(5 * time.Millisecond)
+	f := setup.Factory{Name: "bench-test-pool", New: func(setup.Options) (airlock.Tier, error) { return p, nil }}
+	target := tierTarget(f, setup.Options{}, p, airlock.KindExpr)
+	if target.Settle == nil {
+		t.Fatal("a Warmer tier got no Settle")
+	}
+	res := NewConfig().WithIterations(8).measure(context.Background(), target, "warm")
+	if res.Error != "" {
+		t.Fatalf("warm runs of a pooled tier: %s", res.Error)
+	}
+	if res.Stats.N != 8 || *p.waits != 9 {
+		t.Fatalf("runs %d, pool waits %d; want 8 runs after 9 waits (one before the untimed first run)", res.Stats.N, *p.waits)
+	}
+	// A tier without a pool gets no Settle, so its warm runs stay tight.
+	if plain := tierTarget(f, setup.Options{}, envTier{}, airlock.KindExpr); plain.Settle != nil {
+		t.Fatal("a tier without a pool got a Settle")
 	}
 }

@@ -38,6 +38,10 @@ type Target struct {
 	// Warm prepares the warm path once and returns its run, called many
 	// times, and its clean-up; nil when the target has no warm path.
 	Warm func(ctx context.Context) (Trial, func(), error)
+	// Settle, when set, is called untimed before each warm run: a tier with
+	// a pool waits there until the pool is full again, so a warm figure is
+	// what one claim costs, not how fast the pool refills.
+	Settle func(ctx context.Context) error
 	// ColdNote and WarmNote say what cold and warm mean for this target.
 	ColdNote, WarmNote string
 }
@@ -86,6 +90,7 @@ func RegisterWarm(tier string, w WarmSetup) {
 // fresh one, so nothing is cached or pooled.
 func tierTarget(f setup.Factory, opts setup.Options, shared airlock.Tier, kind airlock.Kind) Target {
 	job := Job(kind)
+	var settle func(context.Context) error // the warm instance's pool, if any
 	t := Target{
 		Name: f.Name, Type: TypeTier, Workload: kind, Level: shared.Level(),
 		Available: func() error {
@@ -124,7 +129,20 @@ func tierTarget(f setup.Factory, opts setup.Options, shared airlock.Tier, kind a
 			res, err := tier.Run(ctx, job)
 			return check(kind, res, err)
 		}
+		settle = nil
+		if w, ok := tier.(airlock.Warmer); ok {
+			settle = w.WaitWarm
+		}
 		return run, done, nil
+	}
+	if _, ok := shared.(airlock.Warmer); ok {
+		t.Settle = func(ctx context.Context) error {
+			if settle == nil {
+				return nil
+			}
+			return settle(ctx)
+		}
+		t.WarmNote = "one tier instance with a full pool (refills untimed between runs): the claim of a started sandbox"
 	}
 	return t
 }

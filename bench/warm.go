@@ -4,9 +4,10 @@ import "os"
 
 // The warm forms of the tiers whose registrations build them cold by
 // default (right for one-shot CLI runs) and read their warm settings from
-// the environment: a gVisor sandbox pool, a microVM snapshot and pool. A
-// value the user already set is left alone.
+// the environment: a process sandbox pool, a gVisor sandbox pool, a
+// microVM snapshot and pool. A value the user already set is left alone.
 func init() {
+	RegisterWarm("process", withEnv(map[string]string{"AIRLOCK_PROCESS_POOL": "2"}))
 	RegisterWarm("gvisor", withEnv(map[string]string{"AIRLOCK_GVISOR_POOL": "2"}))
 	RegisterWarm("microvm", withEnv(map[string]string{"AIRLOCK_MICROVM_WARM": "snapshot", "AIRLOCK_MICROVM_POOL": "2"}))
 }
