@@ -186,3 +186,28 @@ func (e *env) report(res airlock.Result, err error) int {
 	}
 	return exitOK
 }
+
+// jobCommand is what eval and run share: the job and router flags, --json,
+// and the parsed arguments.
+type jobCommand struct {
+	jf        jobFlags
+	rf        routerFlags
+	json      *bool
+	pos, rest []string
+}
+
+// parseJobCommand registers the shared flags for the named command (files
+// says whether --file applies), parses the arguments and returns them; when
+// ok is false the command returns code.
+func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand, code int, ok bool) {
+	fs := e.flags(commands[name])
+	jc = &jobCommand{json: fs.Bool("json", false, jsonHelp)}
+	jc.jf.register(fs, files)
+	jc.rf.register(fs)
+	jc.pos, jc.rest, code, ok = e.parse(fs)
+	if ok && len(jc.pos) == 0 && len(jc.rest) == 0 && name == "eval" {
+		fs.Usage()
+		return nil, exitUsage, false
+	}
+	return jc, code, ok
+}

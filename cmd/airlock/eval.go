@@ -17,22 +17,12 @@ func init() {
 }
 
 func evalCmd(ctx context.Context, e *env) int {
-	c := commands["eval"]
-	fs := e.flags(c)
-	var jf jobFlags
-	var rf routerFlags
-	jsonMode := fs.Bool("json", false, "write the whole Result as JSON")
-	jf.register(fs, false)
-	rf.register(fs)
-	pos, rest, code, ok := e.parse(fs)
+	jc, code, ok := e.parseJobCommand("eval", "write the whole Result as JSON", false)
 	if !ok {
 		return code
 	}
-	pos = append(pos, rest...)
-	if len(pos) == 0 {
-		fs.Usage()
-		return exitUsage
-	}
+	jf, rf, jsonMode := &jc.jf, &jc.rf, jc.json
+	pos := append(jc.pos, jc.rest...)
 	job := airlock.Job{Kind: airlock.KindExpr, Code: strings.Join(pos, " ")}
 	if err := jf.apply(&job); err != nil {
 		return e.fail(err)

@@ -23,21 +23,15 @@ func init() {
 }
 
 func runCmd(ctx context.Context, e *env) int {
-	c := commands["run"]
-	fs := e.flags(c)
-	var jf jobFlags
-	var rf routerFlags
-	jsonMode := fs.Bool("json", false, "read a Job as JSON (from FILE or stdin) and write the Result as JSON")
-	jf.register(fs, true)
-	rf.register(fs)
-	pos, rest, code, ok := e.parse(fs)
+	jc, code, ok := e.parseJobCommand("run", "read a Job as JSON (from FILE or stdin) and write the Result as JSON", true)
 	if !ok {
 		return code
 	}
-	if *jsonMode {
-		return runJSON(ctx, e, pos, rest, &jf, &rf)
+	jf, rf, pos, rest := &jc.jf, &jc.rf, jc.pos, jc.rest
+	if *jc.json {
+		return runJSON(ctx, e, pos, rest, jf, rf)
 	}
-	job, err := buildJob(e, pos, rest, &jf)
+	job, err := buildJob(e, pos, rest, jf)
 	if err != nil {
 		return e.fail(err)
 	}
