@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +47,7 @@ func RegisterWorker(name string, newTier func() airlock.Tier) {
 	workersMu.Lock()
 	workers[name] = newTier
 	workersMu.Unlock()
-	if os.Getenv(stageEnv) == stageWorker && os.Getenv(workerEnv) == name {
+	if os.Getenv(stage.Env) == stage.Worker && os.Getenv(workerEnv) == name {
 		runtime.LockOSThread()
 		os.Exit(workerStage(newTier))
 	}
@@ -85,14 +86,14 @@ func workerStage(newTier func() airlock.Tier) int {
 		return 2
 	}
 	baseVM := vmSize()
-	if err := emptyRoot(); err != nil {
+	if err := stage.EmptyRoot(); err != nil {
 		return fail(err)
 	}
 	tier := newTier()
-	if err := loadFilter(filterOptions{}, true); err != nil {
+	if err := stage.LoadFilter(stage.FilterOptions{}, true); err != nil {
 		return fail(err)
 	}
-	if err := out.Encode(status{Ready: true}); err != nil {
+	if err := out.Encode(stage.Status{Ready: true}); err != nil {
 		return fail(err)
 	}
 	var req workerRequest
@@ -107,7 +108,7 @@ func workerStage(newTier func() airlock.Tier) int {
 	// start plus the job's memory and headroom; the cgroup holds the
 	// memory actually used.
 	mem := baseVM + uint64(req.MemoryMB+guardOverheadMB)<<20
-	if err := setRlimits([]rlimit{
+	if err := stage.SetRlimits([]stage.Rlimit{
 		{Resource: unix.RLIMIT_AS, Cur: mem, Max: mem},
 		{Resource: unix.RLIMIT_CPU, Cur: req.CPUSeconds, Max: req.CPUSeconds + 1},
 		{Resource: unix.RLIMIT_CORE},
@@ -120,24 +121,6 @@ func workerStage(newTier func() airlock.Tier) int {
 		return fail(err)
 	}
 	return 0
-}
-
-// emptyRoot pivots into a read-only, empty tmpfs: the worker needs nothing
-// from the filesystem once its binary is loaded.
-func emptyRoot() error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
-	}
-	if err := unix.Mount("tmpfs", newRootDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,mode=0555"); err != nil {
-		return fmt.Errorf("mounting empty root: %w", err)
-	}
-	if err := pivot(newRootDir); err != nil {
-		return err
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("making root read-only: %w", err)
-	}
-	return unix.Sethostname([]byte("airlock"))
 }
 
 // workerRequest is what the parent sends a worker: the job in its wire
@@ -211,6 +194,22 @@ func (g *Guarded) Close() error {
 	return nil
 }
 
+// WaitWarm starts the worker pool if it has not started yet and blocks
+// until it is full and no used worker is still being destroyed
+// (airlock.Warmer).
+func (g *Guarded) WaitWarm(ctx context.Context) error {
+	workers := g.workers()
+	if workers == nil {
+		if err := probe(); err != nil {
+			return fmt.Errorf("warming workers: tier unavailable: %w", err)
+		}
+		return errors.New("warming workers: tier closed")
+	}
+	return workers.wait(ctx)
+}
+
+var _ airlock.Warmer = (*Guarded)(nil)
+
 // workers returns the worker pool, starting it on first use; nil when the
 // tier is unavailable or closed.
 func (g *Guarded) workers() *pool[*worker] {
@@ -258,8 +257,8 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	w.stdin, w.stdout, w.out = stdinW, stdoutR, json.NewDecoder(stdoutR)
 	w.out.UseNumber()
 	w.cmd = &exec.Cmd{
-		Path: fdPath(fdExe), Args: []string{"airlock-worker"}, Dir: "/",
-		Env:        []string{stageEnv + "=" + stageWorker, workerEnv + "=" + g.name, "GOMAXPROCS=1"},
+		Path: stage.FdPath(stage.FdExe), Args: []string{"airlock-worker"}, Dir: "/",
+		Env:        []string{stage.Env + "=" + stage.Worker, workerEnv + "=" + g.name, "GOMAXPROCS=1"},
 		Stdin:      stdinR,
 		Stdout:     stdoutW,
 		Stderr:     stderrW,
@@ -298,7 +297,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}()
 	ready := make(chan error, 1)
 	go func() {
-		var st status
+		var st stage.Status
 		if err := w.out.Decode(&st); err != nil || !st.Ready {
 			ready <- fmt.Errorf("starting worker: not ready (%v)", err)
 			return
@@ -377,7 +376,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	}
 	// The used worker is discarded after the result is returned: killing
 	// and removing its cgroup is not on the caller's path.
-	defer func() { go w.destroy() }()
+	defer workers.release(w)
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits
 	limits.MemoryMB += workerRuntimeMB

@@ -86,7 +86,7 @@ func TestNothingLeftBehind(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		assertClean(t, cfg)
+		assertClean(t, tier, cfg)
 	})
 }
 
@@ -226,7 +226,7 @@ func TestSessions(t *testing.T) {
 				t.Fatal("a workspace name with a path was accepted")
 			}
 		})
-		assertClean(t, cfg)
+		assertClean(t, tier, cfg)
 	})
 }
 
@@ -268,8 +268,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 	job.Limits.MemoryMB = 32
 	_, err := tier.Run(ctx, job)
 	wantStop(t, err, airlock.StopMemory)
-	tier.Close()
-	assertClean(t, cfg)
+	assertClean(t, tier, cfg)
 }
 
 var _ = syscall.Getpid
@@ -298,6 +297,6 @@ func TestPlacedCheck(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "digest mismatch") || res.Stdout != "" {
 			t.Fatalf("a refused check must stop the run before it starts: %v %+v", err, res)
 		}
-		assertClean(t, cfg)
+		assertClean(t, tier, cfg)
 	})
 }

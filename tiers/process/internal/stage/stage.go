@@ -1,13 +1,11 @@
-package process
+package stage
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -23,11 +21,11 @@ import (
 // both can serve as the stage. Worker stages are dispatched from
 // RegisterWorker instead, once the worker's constructor is registered.
 func init() {
-	switch os.Getenv(stageEnv) {
-	case stageContainer:
+	switch os.Getenv(Env) {
+	case Container:
 		runtime.LockOSThread() // never unlocked: the restrictions below are per thread
 		os.Exit(containerStage())
-	case stageFilter:
+	case Filter:
 		runtime.LockOSThread()
 		os.Exit(filterStage())
 	}
@@ -35,11 +33,11 @@ func init() {
 
 // stagePipes returns the spec decoder and the status encoder.
 func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
-	specF := os.NewFile(fdSpec, "spec")
-	statusF := os.NewFile(fdStatus, "status")
-	unix.CloseOnExec(fdSpec)
-	unix.CloseOnExec(fdStatus)
-	unix.CloseOnExec(fdExe)
+	specF := os.NewFile(FdSpec, "spec")
+	statusF := os.NewFile(FdStatus, "status")
+	unix.CloseOnExec(FdSpec)
+	unix.CloseOnExec(FdStatus)
+	unix.CloseOnExec(FdExe)
 	return json.NewDecoder(specF), json.NewEncoder(statusF), statusF
 }
 
@@ -50,20 +48,20 @@ func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
 func containerStage() int {
 	dec, enc, _ := stagePipes()
 	fail := func(err error) int {
-		_ = enc.Encode(status{Error: err.Error()})
+		_ = enc.Encode(Status{Error: err.Error()})
 		return 1
 	}
-	var base baseSpec
+	var base BaseSpec
 	if err := dec.Decode(&base); err != nil {
 		return fail(fmt.Errorf("reading base spec: %w", err))
 	}
 	if err := buildRoot(&base); err != nil {
 		return fail(fmt.Errorf("building sandbox root: %w", err))
 	}
-	if err := enc.Encode(status{Ready: true}); err != nil {
+	if err := enc.Encode(Status{Ready: true}); err != nil {
 		return 1
 	}
-	var job jobSpec
+	var job JobSpec
 	if err := dec.Decode(&job); err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
@@ -100,10 +98,10 @@ func containerStage() int {
 	}
 	prog, err := lookProgram(job.Argv[0])
 	if err != nil {
-		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		_ = enc.Encode(Status{Error: err.Error(), NotFound: true})
 		return 0
 	}
-	if err := setRlimits(job.Rlimits); err != nil {
+	if err := SetRlimits(job.Rlimits); err != nil {
 		return fail(err)
 	}
 	// The program is root in the sandbox's user namespace only; it gets
@@ -120,7 +118,7 @@ func containerStage() int {
 		return fail(err)
 	}
 	rules := containerLandlock()
-	if err := confine(rules, filterOptions{inet: true}); err != nil {
+	if err := confine(rules, FilterOptions{Inet: true}); err != nil {
 		return fail(err)
 	}
 	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
@@ -136,7 +134,7 @@ func containerStage() int {
 // Landlock: the program is forked with the highest score (1000), and the
 // stage returns to 0 at once, so that the memory limit's OOM killer takes
 // the program's processes, never the stage that must reap them.
-func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.File, killRest func() int) int {
+func supervise(enc *json.Encoder, prog, dir string, job *JobSpec, oomAdj *os.File, killRest func() int) int {
 	stdin := uintptr(0)
 	if !job.Stdin {
 		stdin = devNullFd()
@@ -150,7 +148,7 @@ func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.Fil
 	})
 	_, _ = oomAdj.WriteAt([]byte("0"), 0)
 	if err != nil {
-		_ = enc.Encode(status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
+		_ = enc.Encode(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
 		return 0
 	}
 	// Nothing but the program writes to the job's output from here on.
@@ -184,7 +182,7 @@ func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.Fil
 
 // reap waits for the program, reaping every orphan re-parented to us on
 // the way, and returns how the program ended.
-func reap(pid int) status {
+func reap(pid int) Status {
 	for {
 		var ws syscall.WaitStatus
 		got, err := syscall.Wait4(-1, &ws, 0, nil)
@@ -192,15 +190,15 @@ func reap(pid int) status {
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
-			return status{Exited: true, Error: "waiting for the program: " + err.Error()}
+			return Status{Exited: true, Error: "waiting for the program: " + err.Error()}
 		}
 		if got != pid {
 			continue
 		}
 		if ws.Signaled() {
-			return status{Exited: true, Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+			return Status{Exited: true, Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
 		}
-		return status{Exited: true, Code: ws.ExitStatus()}
+		return Status{Exited: true, Code: ws.ExitStatus()}
 	}
 }
 
@@ -214,14 +212,14 @@ func devNullFd() uintptr {
 
 // confine sets no_new_privs, Landlock and seccomp on the calling thread;
 // everything it forks or executes inherits them.
-func confine(rules []llRule, o filterOptions) error {
+func confine(rules []llRule, o FilterOptions) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	if err := landlockRestrict(rules); err != nil {
 		return err
 	}
-	return loadFilter(o, false)
+	return LoadFilter(o, false)
 }
 
 // dropCapabilities empties the calling thread's bounding and ambient
@@ -239,7 +237,7 @@ func dropCapabilities() error {
 	return nil
 }
 
-func setRlimits(rl []rlimit) error {
+func SetRlimits(rl []Rlimit) error {
 	for _, r := range rl {
 		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
@@ -284,7 +282,7 @@ func lookProgram(name string) (string, error) {
 // awaitGo reports the files placed and waits for the parent's go-ahead
 // (the parent inspects what was placed first: see airlock.CheckPlaced).
 func awaitGo(dec *json.Decoder, enc *json.Encoder) error {
-	if err := enc.Encode(status{Placed: true}); err != nil {
+	if err := enc.Encode(Status{Placed: true}); err != nil {
 		return err
 	}
 	var goAhead struct{}
@@ -304,7 +302,7 @@ func placeFiles(dir string, files map[string]string) error {
 	}
 	defer root.Close()
 	for name, content := range files {
-		if d := filepath.Dir(name); d != "." {
+		if d := path.Dir(name); d != "." {
 			if err := root.MkdirAll(d, 0o755); err != nil {
 				return fmt.Errorf("placing file %s: %w", name, err)
 			}
@@ -324,10 +322,10 @@ func placeFiles(dir string, files map[string]string) error {
 func filterStage() int {
 	dec, enc, _ := stagePipes()
 	fail := func(err error) int {
-		_ = enc.Encode(status{Error: err.Error()})
+		_ = enc.Encode(Status{Error: err.Error()})
 		return 1
 	}
-	var job jobSpec
+	var job JobSpec
 	if err := dec.Decode(&job); err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
@@ -348,7 +346,7 @@ func filterStage() int {
 	}
 	prog, err := lookProgramIn(job.Scratch, job.Argv[0])
 	if err != nil {
-		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		_ = enc.Encode(Status{Error: err.Error(), NotFound: true})
 		return 127
 	}
 	if err := placeFiles(job.Scratch, job.Files); err != nil {
@@ -357,21 +355,22 @@ func filterStage() int {
 	if err := awaitGo(dec, enc); err != nil {
 		return fail(err)
 	}
-	if err := setRlimits(job.Rlimits); err != nil {
+	if err := SetRlimits(job.Rlimits); err != nil {
 		return fail(err)
 	}
 	rules := filterLandlock(job.Scratch, job.ReadPaths)
-	if err := confine(rules, filterOptions{}); err != nil {
+	if err := confine(rules, FilterOptions{}); err != nil {
 		return fail(err)
 	}
-	// SIGTERM from the parent (a stop: timeout, cancel, output cap) makes
-	// the stage kill the program's processes itself, so that it reaps
-	// them; killed by the parent, they would become the host init's zombies.
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
+	// The parent stops a job (timeout, cancel, output cap) by closing the
+	// spec pipe: the stage then kills the program's processes itself, so
+	// that it reaps them; killed by the parent, they would become the host
+	// init's zombies. (A pipe rather than a signal keeps os/signal, and its
+	// place in the initialisation order, out of the stage.)
 	go func() {
-		<-term
-		for range 400 { // until the stage exits; bounded
+		var more struct{}
+		_ = dec.Decode(&more) // returns at end of file: the parent's stop
+		for range 400 {       // until the stage exits; bounded
 			killCgroupPeers(procs)
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -393,9 +392,9 @@ func openCgroupProcs() (*os.File, error) {
 		}
 		switch {
 		case parts[1] == "" && cgroupV2():
-			return os.Open(filepath.Join(cgroupRoot, parts[2], "cgroup.procs"))
+			return os.Open(path.Join(cgroupRoot, parts[2], "cgroup.procs"))
 		case parts[1] == "pids":
-			return os.Open(filepath.Join(cgroupRoot, "pids", parts[2], "cgroup.procs"))
+			return os.Open(path.Join(cgroupRoot, "pids", parts[2], "cgroup.procs"))
 		}
 	}
 	return nil, errors.New("own cgroup not found")
@@ -477,4 +476,13 @@ func lookProgramIn(scratch, name string) (string, error) {
 		name = path.Join(scratch, name)
 	}
 	return lookProgram(name)
+}
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupV2 reports whether the unified hierarchy is mounted at the cgroup
+// root (the stage does not link a cgroup library: see the package doc).
+func cgroupV2() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
