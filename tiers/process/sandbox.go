@@ -327,6 +327,15 @@ func (sb *sandbox) placedDir() string {
 	return sb.scratch
 }
 
+// freshScratch reports whether the sandbox's scratch is its own, new and
+// empty (not a session's or a workspace's).
+func (sb *sandbox) freshScratch() bool {
+	if sb.level == airlock.LevelContainer {
+		return sb.scratch == ""
+	}
+	return sb.ownsScr
+}
+
 // kill SIGKILLs the stage and everything in its cgroup. A container's
 // stage goes first (the kernel then kills and reaps its PID namespace); a
 // filter stage goes last, after it has had a moment to reap the program's

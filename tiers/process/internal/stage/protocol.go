@@ -61,6 +61,10 @@ type JobSpec struct {
 	Scratch   string            `json:"scratch,omitempty"`    // filter stage: the writable directory
 	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
 	Egress    bool              `json:"egress,omitempty"`     // container stage: run the egress forwarder
+	// Go: start the program once the files are placed, without reporting
+	// them placed and waiting for the go-ahead (the parent checked the
+	// fresh, empty scratch and there are no files to place).
+	Go bool `json:"go,omitempty"`
 }
 
 // Status is the stage's report: ready (containers), placed, then final.
