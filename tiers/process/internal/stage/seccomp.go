@@ -218,15 +218,31 @@ func assemble(o FilterOptions) ([]bpf.RawInstruction, error) {
 // LoadFilter installs the filter on the calling thread (or, with tsync, on
 // every thread of the process), setting no_new_privs first.
 func LoadFilter(o FilterOptions, tsync bool) error {
+	f, err := buildFilter(o)
+	if err != nil {
+		return err
+	}
+	return f.load(tsync)
+}
+
+// filter is an assembled seccomp program, built ahead of the job so that
+// loading it is the only filter work on the job's path.
+type filter []unix.SockFilter
+
+func buildFilter(o FilterOptions) (filter, error) {
 	raw, err := assemble(o)
 	if err != nil {
-		return fmt.Errorf("assembling seccomp filter: %w", err)
+		return nil, fmt.Errorf("assembling seccomp filter: %w", err)
 	}
-	filter := make([]unix.SockFilter, len(raw))
+	f := make(filter, len(raw))
 	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		f[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
-	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	return f, nil
+}
+
+func (f filter) load(tsync bool) error {
+	fprog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}

@@ -31,14 +31,19 @@ func init() {
 	}
 }
 
-// stagePipes returns the spec decoder and the status encoder.
-func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
+// stagePipes returns the spec decoder, the status encoder and fail, which
+// reports an error on the status pipe and returns the stage's exit code.
+func stagePipes() (*json.Decoder, *json.Encoder, func(error) int) {
 	specF := os.NewFile(FdSpec, "spec")
 	statusF := os.NewFile(FdStatus, "status")
 	unix.CloseOnExec(FdSpec)
 	unix.CloseOnExec(FdStatus)
 	unix.CloseOnExec(FdExe)
-	return json.NewDecoder(specF), json.NewEncoder(statusF), statusF
+	enc := json.NewEncoder(statusF)
+	return json.NewDecoder(specF), enc, func(err error) int {
+		_ = enc.Encode(Status{Error: err.Error()})
+		return 1
+	}
 }
 
 // containerStage is PID 1 of a level-3 sandbox: it builds the root, waits
@@ -46,17 +51,20 @@ func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
 // orphan and reports how the program ended. When it returns, the kernel
 // kills whatever is left in the PID namespace.
 func containerStage() int {
-	dec, enc, _ := stagePipes()
-	fail := func(err error) int {
-		_ = enc.Encode(Status{Error: err.Error()})
-		return 1
-	}
+	dec, enc, fail := stagePipes()
 	var base BaseSpec
 	if err := dec.Decode(&base); err != nil {
 		return fail(fmt.Errorf("reading base spec: %w", err))
 	}
 	if err := buildRoot(&base); err != nil {
 		return fail(fmt.Errorf("building sandbox root: %w", err))
+	}
+	// The Landlock rules (the root's mounts are final) and the seccomp
+	// program are prepared before the job arrives: off a pooled claim's path.
+	rules := containerLandlock()
+	seccompProg, err := buildFilter(FilterOptions{Inet: true})
+	if err != nil {
+		return fail(err)
 	}
 	if err := enc.Encode(Status{Ready: true}); err != nil {
 		return 1
@@ -117,8 +125,7 @@ func containerStage() int {
 	if err != nil {
 		return fail(err)
 	}
-	rules := containerLandlock()
-	if err := confine(rules, FilterOptions{Inet: true}); err != nil {
+	if err := confine(rules, seccompProg); err != nil {
 		return fail(err)
 	}
 	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
@@ -212,14 +219,14 @@ func devNullFd() uintptr {
 
 // confine sets no_new_privs, Landlock and seccomp on the calling thread;
 // everything it forks or executes inherits them.
-func confine(rules []llRule, o FilterOptions) error {
+func confine(rules []llRule, prog filter) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	if err := landlockRestrict(rules); err != nil {
 		return err
 	}
-	return LoadFilter(o, false)
+	return prog.load(false)
 }
 
 // dropCapabilities empties the calling thread's bounding and ambient
@@ -323,11 +330,7 @@ func placeFiles(dir string, files map[string]string) error {
 // supervises the program as a subreaper: when the program exits, what it
 // left running is killed and reaped.
 func filterStage() int {
-	dec, enc, _ := stagePipes()
-	fail := func(err error) int {
-		_ = enc.Encode(Status{Error: err.Error()})
-		return 1
-	}
+	dec, enc, fail := stagePipes()
 	var job JobSpec
 	if err := dec.Decode(&job); err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
@@ -361,8 +364,12 @@ func filterStage() int {
 	if err := SetRlimits(job.Rlimits); err != nil {
 		return fail(err)
 	}
+	seccompProg, err := buildFilter(FilterOptions{})
+	if err != nil {
+		return fail(err)
+	}
 	rules := filterLandlock(job.Scratch, job.ReadPaths)
-	if err := confine(rules, FilterOptions{}); err != nil {
+	if err := confine(rules, seccompProg); err != nil {
 		return fail(err)
 	}
 	// The parent stops a job (timeout, cancel, output cap) by closing the
