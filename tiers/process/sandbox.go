@@ -206,6 +206,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 		childEnds = append(childEnds, f)
 		base.Binds = append(base.Binds, stage.BindSpec{Target: sandboxEgressDir, Fd: 3 + len(extra), Dir: true})
+		base.Egress = true
 		extra = append(extra, f)
 	}
 

@@ -25,14 +25,14 @@ const FdForwarderReady = 3
 // package must not import (see the package doc) — and waits until it
 // listens. The forwarder lives as long as PID 1, that is as long as the
 // job: when PID 1 exits the kernel kills it with the PID namespace.
-func startForwarder() error {
+func startForwarder() (pid int, err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("egress forwarder: %w", err)
+		return 0, fmt.Errorf("egress forwarder: %w", err)
 	}
 	defer r.Close()
 	null := devNullFd()
-	_, err = syscall.ForkExec(FdPath(FdExe), []string{"airlock-forwarder"}, &syscall.ProcAttr{
+	pid, err = syscall.ForkExec(FdPath(FdExe), []string{"airlock-forwarder"}, &syscall.ProcAttr{
 		Env:   []string{Env + "=" + Forwarder, "GOMAXPROCS=1"},
 		Files: []uintptr{null, null, null, w.Fd()},
 	})
@@ -41,17 +41,35 @@ func startForwarder() error {
 		syscall.Close(int(null))
 	}
 	if err != nil {
-		return fmt.Errorf("egress forwarder: starting: %w", err)
+		return 0, fmt.Errorf("egress forwarder: starting: %w", err)
 	}
 	msg, err := io.ReadAll(io.LimitReader(r, 4096))
 	switch {
 	case err != nil:
-		return fmt.Errorf("egress forwarder: %w", err)
+		err = fmt.Errorf("egress forwarder: %w", err)
+	case strings.TrimSpace(string(msg)) != "ok" && len(msg) == 0:
+		err = errors.New("egress forwarder: exited before it listened")
 	case strings.TrimSpace(string(msg)) != "ok":
-		if len(msg) == 0 {
-			return errors.New("egress forwarder: exited before it listened")
-		}
-		return fmt.Errorf("egress forwarder: %s", msg)
+		err = fmt.Errorf("egress forwarder: %s", msg)
 	}
-	return nil
+	if err != nil {
+		_ = stopForwarder(pid)
+		return 0, err
+	}
+	return pid, nil
+}
+
+// stopForwarder kills the forwarder and reaps it: once it is reaped its
+// listening sockets are closed.
+func stopForwarder(pid int) error {
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for {
+		_, err := syscall.Wait4(pid, nil, 0, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			if err != nil && !errors.Is(err, syscall.ECHILD) {
+				return fmt.Errorf("egress forwarder: stopping: %w", err)
+			}
+			return nil
+		}
+	}
 }

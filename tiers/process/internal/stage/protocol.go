@@ -40,6 +40,10 @@ type BaseSpec struct {
 	Binds      []BindSpec `json:"binds,omitempty"`
 	HasScratch bool       `json:"has_scratch"` // bind FdScratch rather than mount a fresh tmpfs
 	ScratchMB  int64      `json:"scratch_mb"`
+	// Egress: the egress directory is bound; start the forwarder ahead of
+	// the job (it is stopped before the program starts if the job has no
+	// net grant).
+	Egress bool `json:"egress,omitempty"`
 }
 
 // Rlimit is one resource limit to set before the program starts.

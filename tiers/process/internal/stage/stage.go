@@ -18,8 +18,9 @@ import (
 // init runs the sandbox's first stage when this binary was re-executed by
 // the tier (the marker is in the environment) and exits; otherwise it does
 // nothing. Test binaries and the airlock binary both link this package, so
-// both can serve as the stage. Worker stages are dispatched from
-// RegisterWorker instead, once the worker's constructor is registered.
+// both can serve as the stage. Worker stages are dispatched by the worker
+// entry packages (or RegisterWorker), the egress forwarder by the process
+// package.
 func init() {
 	switch os.Getenv(Env) {
 	case Container:
@@ -59,6 +60,16 @@ func containerStage() int {
 	if err := buildRoot(&base); err != nil {
 		return fail(fmt.Errorf("building sandbox root: %w", err))
 	}
+	// A sandbox that may get a net-granted job starts its forwarder now,
+	// while it waits (a pooled one) or while the parent starts the job's
+	// gateway (a cold one): off the job's path.
+	fwd := 0
+	if base.Egress {
+		var err error
+		if fwd, err = startForwarder(); err != nil {
+			return fail(err)
+		}
+	}
 	// The Landlock rules (the root's mounts are final) and the seccomp
 	// program are prepared before the job arrives: off a pooled claim's path.
 	rules := containerLandlock()
@@ -79,10 +90,16 @@ func containerStage() int {
 			return fail(fmt.Errorf("resizing scratch: %w", err))
 		}
 	}
-	if job.Egress {
+	switch {
+	case job.Egress && fwd == 0:
 		// Binding port 53 and setting lo up need the capabilities this
 		// stage holds in the sandbox's namespaces until it drops them.
-		if err := startForwarder(); err != nil {
+		if fwd, err = startForwarder(); err != nil {
+			return fail(err)
+		}
+	case !job.Egress && fwd != 0:
+		// No net grant: nothing may listen on loopback for the program.
+		if err := stopForwarder(fwd); err != nil {
 			return fail(err)
 		}
 	}
