@@ -291,6 +291,12 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	defer workers.refill()
 	if !ok {
 		if w, err = g.startWorker(ctx); err != nil {
+			switch {
+			case context.Cause(ctx) == errWall:
+				err = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting a worker"}
+			case ctx.Err() != nil:
+				err = &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting a worker: " + ctx.Err().Error()}
+			}
 			return finish(err)
 		}
 	}

@@ -63,3 +63,17 @@ func TestGuardedWaitWarm(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardedCancelWhileStarting: with no worker ready (a fresh tier's
+// pool has only begun to fill), a run whose context is already cancelled
+// starts a worker of its own and reports a typed stop, not a bare context
+// error.
+func TestGuardedCancelWhileStarting(t *testing.T) {
+	g := newGuarded(t, "expr")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := g.Run(ctx, airlock.Job{Kind: airlock.KindExpr, Code: "1"})
+	if s, ok := airlock.AsStop(err); !ok || s.Reason != airlock.StopKilled || res.Stopped == nil {
+		t.Fatalf("want stopped: killed, got %v (%+v)", err, res)
+	}
+}

@@ -17,22 +17,28 @@ const SandboxEgressDir = "/run/egress"
 // that it listens ("ok") or why it could not (any other text).
 const FdForwarderReady = 3
 
+// forwarder is the egress forwarder process PID 1 started.
+type forwarder struct {
+	pid   int
+	ready *os.File // read end of its ready pipe until it reported
+}
+
 // startForwarder runs in the sandbox's PID 1 while it still holds its
 // capabilities in the sandbox's namespaces (binding port 53 and setting lo
 // up need them): it starts the egress forwarder (127.0.0.1:3128 and :53
 // carried to the gateway's socket) as a child process — this binary again,
 // dispatched by the process package, which links the egress code this
-// package must not import (see the package doc) — and waits until it
-// listens. The forwarder lives as long as PID 1, that is as long as the
-// job: when PID 1 exits the kernel kills it with the PID namespace.
-func startForwarder() (pid int, err error) {
+// package must not import (see the package doc). It does not wait for it
+// to listen: see wait. The forwarder lives as long as PID 1, that is as
+// long as the job: when PID 1 exits the kernel kills it with the PID
+// namespace.
+func startForwarder() (*forwarder, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return 0, fmt.Errorf("egress forwarder: %w", err)
+		return nil, fmt.Errorf("egress forwarder: %w", err)
 	}
-	defer r.Close()
 	null := devNullFd()
-	pid, err = syscall.ForkExec(FdPath(FdExe), []string{"airlock-forwarder"}, &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(FdPath(FdExe), []string{"airlock-forwarder"}, &syscall.ProcAttr{
 		Env:   []string{Env + "=" + Forwarder, "GOMAXPROCS=1"},
 		Files: []uintptr{null, null, null, w.Fd()},
 	})
@@ -41,9 +47,20 @@ func startForwarder() (pid int, err error) {
 		syscall.Close(int(null))
 	}
 	if err != nil {
-		return 0, fmt.Errorf("egress forwarder: starting: %w", err)
+		r.Close()
+		return nil, fmt.Errorf("egress forwarder: starting: %w", err)
 	}
-	msg, err := io.ReadAll(io.LimitReader(r, 4096))
+	return &forwarder{pid: pid, ready: r}, nil
+}
+
+// wait blocks until the forwarder listens (or has failed to).
+func (f *forwarder) wait() error {
+	if f.ready == nil {
+		return nil
+	}
+	msg, err := io.ReadAll(io.LimitReader(f.ready, 4096))
+	f.ready.Close()
+	f.ready = nil
 	switch {
 	case err != nil:
 		err = fmt.Errorf("egress forwarder: %w", err)
@@ -53,18 +70,21 @@ func startForwarder() (pid int, err error) {
 		err = fmt.Errorf("egress forwarder: %s", msg)
 	}
 	if err != nil {
-		_ = stopForwarder(pid)
-		return 0, err
+		_ = f.stop()
 	}
-	return pid, nil
+	return err
 }
 
-// stopForwarder kills the forwarder and reaps it: once it is reaped its
-// listening sockets are closed.
-func stopForwarder(pid int) error {
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+// stop kills the forwarder and reaps it: once it is reaped its listening
+// sockets are closed.
+func (f *forwarder) stop() error {
+	if f.ready != nil {
+		f.ready.Close()
+		f.ready = nil
+	}
+	_ = syscall.Kill(f.pid, syscall.SIGKILL)
 	for {
-		_, err := syscall.Wait4(pid, nil, 0, nil)
+		_, err := syscall.Wait4(f.pid, nil, 0, nil)
 		if !errors.Is(err, syscall.EINTR) {
 			if err != nil && !errors.Is(err, syscall.ECHILD) {
 				return fmt.Errorf("egress forwarder: stopping: %w", err)

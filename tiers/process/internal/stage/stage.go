@@ -57,18 +57,18 @@ func containerStage() int {
 	if err := dec.Decode(&base); err != nil {
 		return fail(fmt.Errorf("reading base spec: %w", err))
 	}
-	if err := buildRoot(&base); err != nil {
-		return fail(fmt.Errorf("building sandbox root: %w", err))
-	}
-	// A sandbox that may get a net-granted job starts its forwarder now,
-	// while it waits (a pooled one) or while the parent starts the job's
-	// gateway (a cold one): off the job's path.
-	fwd := 0
+	// A sandbox that may get a net-granted job starts its forwarder first:
+	// its start-up overlaps building the root (pivot_root moves it into
+	// the new root with us) and, for a pooled sandbox, the wait for a job.
+	var fwd *forwarder
 	if base.Egress {
 		var err error
 		if fwd, err = startForwarder(); err != nil {
 			return fail(err)
 		}
+	}
+	if err := buildRoot(&base); err != nil {
+		return fail(fmt.Errorf("building sandbox root: %w", err))
 	}
 	// The Landlock rules (the root's mounts are final) and the seccomp
 	// program are prepared before the job arrives: off a pooled claim's path.
@@ -91,15 +91,20 @@ func containerStage() int {
 		}
 	}
 	switch {
-	case job.Egress && fwd == 0:
+	case job.Egress && fwd == nil:
 		// Binding port 53 and setting lo up need the capabilities this
 		// stage holds in the sandbox's namespaces until it drops them.
 		if fwd, err = startForwarder(); err != nil {
 			return fail(err)
 		}
-	case !job.Egress && fwd != 0:
+		fallthrough
+	case job.Egress:
+		if err := fwd.wait(); err != nil {
+			return fail(err)
+		}
+	case fwd != nil:
 		// No net grant: nothing may listen on loopback for the program.
-		if err := stopForwarder(fwd); err != nil {
+		if err := fwd.stop(); err != nil {
 			return fail(err)
 		}
 	}
