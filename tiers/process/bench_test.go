@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"testing"
@@ -13,12 +14,13 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/interp/expr"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // medianReport runs fn per iteration and reports the median of the
 // durations it returns (the docs quote medians as ratios against the raw
-// peer of the same run).
-func medianReport(b *testing.B, fn func() (time.Duration, error)) {
+// peer of the same run); it also returns the median.
+func medianReport(b *testing.B, fn func() (time.Duration, error)) time.Duration {
 	b.Helper()
 	times := make([]time.Duration, 0, b.N)
 	for b.Loop() {
@@ -28,10 +30,17 @@ func medianReport(b *testing.B, fn func() (time.Duration, error)) {
 		}
 		times = append(times, d)
 	}
-	slices.Sort(times)
-	if len(times) > 0 {
-		b.ReportMetric(float64(times[len(times)/2].Nanoseconds())/1000, "median-µs")
+	m := median(times)
+	b.ReportMetric(float64(m.Nanoseconds())/1000, "median-µs")
+	return m
+}
+
+func median(times []time.Duration) time.Duration {
+	if len(times) == 0 {
+		return 0
 	}
+	slices.Sort(times)
+	return times[len(times)/2]
 }
 
 // timed times fn.
@@ -43,69 +52,89 @@ func timed(fn func() error) func() (time.Duration, error) {
 	}
 }
 
-// BenchmarkColdStart starts /bin/true: bare fork/exec, bwrap with every
-// namespace, and the two tiers (the container also from a warm pool).
-func BenchmarkColdStart(b *testing.B) {
-	b.Run("exec", func(b *testing.B) {
-		medianReport(b, timed(func() error { return exec.Command("/bin/true").Run() }))
-	})
-	b.Run("bwrap", func(b *testing.B) {
-		bwrap, err := tools.Find("bwrap")
-		if err != nil {
-			b.Skip(err)
+// medians collects the sub-benchmarks' medians of one run, to report them
+// as ratios against the raw peers measured in the same run.
+type medians map[string]time.Duration
+
+// ratios logs each median against each named base, e.g.
+// "process 14.2 ms = 1.31 × bwrap".
+func (m medians) ratios(b *testing.B, bases ...string) {
+	b.Helper()
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		line := fmt.Sprintf("%-16s %10.3f ms", name, float64(m[name].Microseconds())/1000)
+		for _, base := range bases {
+			if d, ok := m[base]; ok && d > 0 && base != name {
+				line += fmt.Sprintf("  %8.2f × %s", float64(m[name])/float64(d), base)
+			}
 		}
-		args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-			"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-			"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
-		medianReport(b, timed(func() error { return exec.Command(bwrap, args...).Run() }))
-	})
-	job := cmdJob("/bin/true")
-	for _, tc := range bothTiers {
-		b.Run(tc.name, func(b *testing.B) {
-			tier := newTestTier(b, tc, testConfig(b))
-			medianReport(b, timed(func() error { _, err := tier.Run(context.Background(), job); return err }))
-		})
+		b.Log(line)
 	}
-	b.Run("process-pooled", func(b *testing.B) {
-		tier := newTestTier(b, bothTiers[0], testConfig(b).WithPool(2))
-		var claims []time.Duration
-		medianReport(b, warm(b, tier.pool.len, func() error {
-			res, err := tier.Run(context.Background(), job)
-			claims = append(claims, time.Duration(res.Timings.StartUS)*time.Microsecond)
-			return err
-		}))
-		slices.Sort(claims)
-		b.ReportMetric(float64(claims[len(claims)/2].Microseconds()), "claim-median-µs")
-	})
 }
 
-// warm times fn once the pool has an instance ready (waiting untimed).
-func warm(b *testing.B, ready func() int, fn func() error) func() (time.Duration, error) {
+// warm times fn once the tier's pool is full and idle (waiting untimed),
+// so that it measures a claim, not the refill rate.
+func warm(b *testing.B, w airlock.Warmer, fn func() error) func() (time.Duration, error) {
 	return func() (time.Duration, error) {
 		b.StopTimer()
-		waitReady(b, ready)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := w.WaitWarm(ctx)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
 		b.StartTimer()
 		return timed(fn)()
 	}
 }
 
-func waitReady(b *testing.B, n func() int) {
-	deadline := time.Now().Add(time.Minute)
-	for n() == 0 {
-		if time.Now().After(deadline) {
-			b.Fatal("pool did not refill")
+// BenchmarkColdStart starts /bin/true: bare fork/exec, bwrap with every
+// namespace, and the two tiers cold; the container also from a warm pool
+// (full and idle before each timed claim).
+func BenchmarkColdStart(b *testing.B) {
+	m := medians{}
+	b.Run("exec", func(b *testing.B) {
+		m["exec"] = medianReport(b, timed(func() error { return exec.Command("/bin/true").Run() }))
+	})
+	b.Run("bwrap", func(b *testing.B) {
+		bwrap, err := tools.Find("bwrap")
+		if err != nil {
+			b.Skip("bwrap (Debian bubblewrap) not installed: ", err)
 		}
-		time.Sleep(time.Millisecond)
+		args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+			"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+			"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
+		m["bwrap"] = medianReport(b, timed(func() error { return exec.Command(bwrap, args...).Run() }))
+	})
+	job := cmdJob("/bin/true")
+	for _, tc := range bothTiers {
+		b.Run(tc.name, func(b *testing.B) {
+			tier := newTestTier(b, tc, testConfig(b))
+			m[tc.name] = medianReport(b, warm(b, tier, func() error { _, err := tier.Run(context.Background(), job); return err }))
+		})
 	}
+	b.Run("process-pooled", func(b *testing.B) {
+		tier := newTestTier(b, bothTiers[0], testConfig(b).WithPool(2))
+		var claims []time.Duration
+		m["process-pooled"] = medianReport(b, warm(b, tier, func() error {
+			res, err := tier.Run(context.Background(), job)
+			claims = append(claims, time.Duration(res.Timings.StartUS)*time.Microsecond)
+			return err
+		}))
+		m["pooled-claim"] = median(claims)
+		b.ReportMetric(float64(m["pooled-claim"].Microseconds()), "claim-median-µs")
+	})
+	m.ratios(b, "exec", "bwrap")
 }
 
 // BenchmarkGuardedExpr compares an expression in-process with the same
-// expression in a warm guarded worker.
+// expression in a warm guarded worker (the pool full and idle before each
+// timed run).
 func BenchmarkGuardedExpr(b *testing.B) {
+	m := medians{}
 	job := airlock.Job{Kind: airlock.KindExpr, Code: "x * 2 + 1", Input: map[string]any{"x": int64(20)}}
 	b.Run("raw", func(b *testing.B) {
 		tier := expr.New()
-		medianReport(b, timed(func() error { _, err := tier.Run(context.Background(), job); return err }))
+		m["expr"] = medianReport(b, timed(func() error { _, err := tier.Run(context.Background(), job); return err }))
 	})
 	b.Run("guarded", func(b *testing.B) {
 		g, err := NewGuarded("expr", testConfig(b).WithPool(4))
@@ -114,10 +143,11 @@ func BenchmarkGuardedExpr(b *testing.B) {
 		}
 		defer g.Close()
 		if err := g.Available(); err != nil {
-			b.Skip(err)
+			tiertest.Unavailable(b, g.Name(), err)
 		}
-		medianReport(b, warm(b, g.pool.len, func() error { _, err := g.Run(context.Background(), job); return err }))
+		m["guarded-expr"] = medianReport(b, warm(b, g, func() error { _, err := g.Run(context.Background(), job); return err }))
 	})
+	m.ratios(b, "expr")
 }
 
 // BenchmarkEgress measures what the egress wiring costs a job: /bin/true

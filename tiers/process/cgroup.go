@@ -67,10 +67,19 @@ func cgroupAvailable() error {
 }
 
 func newJobCgroup(name string, l cgLimits) (jobCgroup, error) {
+	// No typed nil in the interface on failure: callers test it for nil.
 	if cgroupV2() {
-		return newCgroupV2(name, l)
+		cg, err := newCgroupV2(name, l)
+		if err != nil {
+			return nil, err
+		}
+		return cg, nil
 	}
-	return newCgroupV1(name, l)
+	cg, err := newCgroupV1(name, l)
+	if err != nil {
+		return nil, err
+	}
+	return cg, nil
 }
 
 // ---- v1 ----

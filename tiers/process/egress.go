@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
 // Egress wiring. A level-3 sandbox has a network namespace with only
@@ -20,7 +20,7 @@ import (
 // starts the program. The forwarder holds no policy: the claiming job's
 // gateway decides, so a pooled sandbox (created with the empty directory
 // bound) enforces the rules of the job that claims it.
-const sandboxEgressDir = "/run/egress"
+const sandboxEgressDir = stage.SandboxEgressDir
 
 // egressDirFor is the host directory bound into sandbox name.
 func (t *Tier) egressDirFor(name string) string {
@@ -47,14 +47,22 @@ func (t *Tier) startGateway(ctx context.Context, sb *sandbox, job *airlock.Job) 
 		sb.egressDir, sandboxEgressDir)
 }
 
-// startForwarder runs in the sandbox's PID 1 (while it still holds its
-// capabilities in the sandbox's namespaces): it sets loopback up and
-// carries connections to 127.0.0.1:3128 and :53 to the gateway's socket.
-// It lives as long as PID 1, that is as long as the job.
-func startForwarder() error {
-	if err := egress.LoopbackUp(); err != nil {
-		return fmt.Errorf("egress forwarder: loopback: %w", err)
+// init runs the egress forwarder when this binary was started as one by a
+// sandbox's PID 1 (see stage.startForwarder): it listens on loopback in
+// the sandbox's network namespace, reports on its ready descriptor, and
+// carries connections to the gateway's socket until the sandbox ends.
+func init() {
+	if os.Getenv(stage.Env) != stage.Forwarder {
+		return
 	}
-	_, err := egresswire.StartForwarder(sandboxEgressDir)
-	return err
+	ready := os.NewFile(stage.FdForwarderReady, "ready")
+	f, err := egresswire.StartForwarder(sandboxEgressDir)
+	if err != nil {
+		fmt.Fprintf(ready, "%v", err)
+		os.Exit(1)
+	}
+	fmt.Fprint(ready, "ok")
+	ready.Close()
+	defer f.Close()
+	select {} // until the PID namespace ends
 }

@@ -33,7 +33,7 @@ func TestEgress(t *testing.T) {
 		t.Fatalf("%v\n%s\n%s", err, res.Stdout, res.Stderr)
 	}
 	o.CheckGranted(t, res, rec)
-	assertClean(t, cfg)
+	assertClean(t, tier, cfg)
 }
 
 // TestEgressNoGrant: a job without a net grant gets no socket, no
@@ -57,8 +57,7 @@ func TestEgressNoGrant(t *testing.T) {
 				t.Fatal(err)
 			}
 			o.CheckUngranted(t, res)
-			tier.Close()
-			assertClean(t, cfg)
+			assertClean(t, tier, cfg)
 		})
 	}
 	if rec.Len() != 0 {
@@ -96,8 +95,7 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 		}
 		egresstest.CheckPool(t, res, j.allowed)
 	}
-	tier.Close()
-	assertClean(t, cfg)
+	assertClean(t, tier, cfg)
 }
 
 // TestEgressFilterRefuses: the level-2 tier shares the host's network

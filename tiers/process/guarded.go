@@ -8,15 +8,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"golang.org/x/sys/unix"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
 
 // Guarded workers run a language tier (expr, Starlark, WASM) one job per
@@ -27,9 +26,6 @@ import (
 // worker is discarded. A fatal error or a runaway in the interpreter kills
 // only the worker.
 
-// workerEnv names the registered worker a re-executed stage should run.
-const workerEnv = "_AIRLOCK_PROCESS_WORKER"
-
 var (
 	workersMu sync.Mutex
 	workers   = map[string]func() airlock.Tier{}
@@ -39,6 +35,9 @@ var (
 // name. Call it from an init function: the worker process is this same
 // binary, and it finds the constructor through the same registration.
 // When this process is such a worker, RegisterWorker does not return.
+// Where an entry package exists (worker/exprworker, worker/starlarkworker),
+// register its New: linking the package makes the worker process run its
+// job before the rest of the binary initialises.
 func RegisterWorker(name string, newTier func() airlock.Tier) {
 	if name == "" || newTier == nil {
 		panic("process.RegisterWorker: empty name or nil constructor")
@@ -46,108 +45,12 @@ func RegisterWorker(name string, newTier func() airlock.Tier) {
 	workersMu.Lock()
 	workers[name] = newTier
 	workersMu.Unlock()
-	if os.Getenv(stageEnv) == stageWorker && os.Getenv(workerEnv) == name {
-		runtime.LockOSThread()
-		os.Exit(workerStage(newTier))
-	}
+	wk.Dispatch(name, newTier)
 }
-
-// guardOverheadMB is added to the job's memory limit for the address-space
-// rlimit: room for the Go runtime's own growth (thread stacks, heap
-// metadata) beyond what it had reserved at start.
-const guardOverheadMB = 256
 
 // workerRuntimeMB is the worker's own memory (Go runtime, interpreter)
 // on top of the job's limit in its cgroup.
 const workerRuntimeMB = 48
-
-// vmSize returns this process's current address-space size in bytes.
-func vmSize() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 2 << 30
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmSize:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 2 << 30
-}
-
-// workerStage is the worker's side: build the empty root, confine every
-// thread, announce readiness, run one job, write its result, exit.
-func workerStage(newTier func() airlock.Tier) int {
-	out := json.NewEncoder(os.Stdout)
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "airlock worker:", err)
-		return 2
-	}
-	baseVM := vmSize()
-	if err := emptyRoot(); err != nil {
-		return fail(err)
-	}
-	tier := newTier()
-	if err := loadFilter(filterOptions{}, true); err != nil {
-		return fail(err)
-	}
-	if err := out.Encode(status{Ready: true}); err != nil {
-		return fail(err)
-	}
-	var req workerRequest
-	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
-		return fail(fmt.Errorf("reading job: %w", err))
-	}
-	job, err := airlock.DecodeJobBytes(req.Job)
-	if err != nil {
-		return fail(fmt.Errorf("reading job: %w", err))
-	}
-	// The address space is capped at what the runtime had reserved at
-	// start plus the job's memory and headroom; the cgroup holds the
-	// memory actually used.
-	mem := baseVM + uint64(req.MemoryMB+guardOverheadMB)<<20
-	if err := setRlimits([]rlimit{
-		{Resource: unix.RLIMIT_AS, Cur: mem, Max: mem},
-		{Resource: unix.RLIMIT_CPU, Cur: req.CPUSeconds, Max: req.CPUSeconds + 1},
-		{Resource: unix.RLIMIT_CORE},
-		{Resource: unix.RLIMIT_NOFILE, Cur: 64, Max: 64},
-	}); err != nil {
-		return fail(err)
-	}
-	res, _ := tier.Run(context.Background(), job)
-	if err := out.Encode(res); err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-// emptyRoot pivots into a read-only, empty tmpfs: the worker needs nothing
-// from the filesystem once its binary is loaded.
-func emptyRoot() error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
-	}
-	if err := unix.Mount("tmpfs", newRootDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,mode=0555"); err != nil {
-		return fmt.Errorf("mounting empty root: %w", err)
-	}
-	if err := pivot(newRootDir); err != nil {
-		return err
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("making root read-only: %w", err)
-	}
-	return unix.Sethostname([]byte("airlock"))
-}
-
-// workerRequest is what the parent sends a worker: the job in its wire
-// form (decoded strictly by the worker, as a server would) and the limits
-// of the envelope around the interpreter.
-type workerRequest struct {
-	Job        json.RawMessage `json:"job"`
-	MemoryMB   int64           `json:"memory_mb"`
-	CPUSeconds uint64          `json:"cpu_seconds"`
-}
 
 // Guarded is a language tier run in guarded workers, at level 3.
 type Guarded struct {
@@ -211,6 +114,22 @@ func (g *Guarded) Close() error {
 	return nil
 }
 
+// WaitWarm starts the worker pool if it has not started yet and blocks
+// until it is full and no used worker is still being destroyed
+// (airlock.Warmer).
+func (g *Guarded) WaitWarm(ctx context.Context) error {
+	workers := g.workers()
+	if workers == nil {
+		if err := probe(); err != nil {
+			return fmt.Errorf("warming workers: tier unavailable: %w", err)
+		}
+		return errors.New("warming workers: tier closed")
+	}
+	return workers.wait(ctx)
+}
+
+var _ airlock.Warmer = (*Guarded)(nil)
+
 // workers returns the worker pool, starting it on first use; nil when the
 // tier is unavailable or closed.
 func (g *Guarded) workers() *pool[*worker] {
@@ -258,8 +177,8 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	w.stdin, w.stdout, w.out = stdinW, stdoutR, json.NewDecoder(stdoutR)
 	w.out.UseNumber()
 	w.cmd = &exec.Cmd{
-		Path: fdPath(fdExe), Args: []string{"airlock-worker"}, Dir: "/",
-		Env:        []string{stageEnv + "=" + stageWorker, workerEnv + "=" + g.name, "GOMAXPROCS=1"},
+		Path: stage.FdPath(stage.FdExe), Args: []string{"airlock-worker"}, Dir: "/",
+		Env:        []string{stage.Env + "=" + stage.Worker, wk.Env + "=" + g.name, "GOMAXPROCS=1"},
 		Stdin:      stdinR,
 		Stdout:     stdoutW,
 		Stderr:     stderrW,
@@ -298,7 +217,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}()
 	ready := make(chan error, 1)
 	go func() {
-		var st status
+		var st stage.Status
 		if err := w.out.Decode(&st); err != nil || !st.Ready {
 			ready <- fmt.Errorf("starting worker: not ready (%v)", err)
 			return
@@ -372,12 +291,18 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	defer workers.refill()
 	if !ok {
 		if w, err = g.startWorker(ctx); err != nil {
+			switch {
+			case context.Cause(ctx) == errWall:
+				err = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting a worker"}
+			case ctx.Err() != nil:
+				err = &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting a worker: " + ctx.Err().Error()}
+			}
 			return finish(err)
 		}
 	}
 	// The used worker is discarded after the result is returned: killing
 	// and removing its cgroup is not on the caller's path.
-	defer func() { go w.destroy() }()
+	defer workers.release(w)
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits
 	limits.MemoryMB += workerRuntimeMB
@@ -390,7 +315,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if err != nil {
 		return finish(fmt.Errorf("encoding job: %w", err))
 	}
-	req := workerRequest{Job: raw, MemoryMB: limits.MemoryMB, CPUSeconds: uint64((prepared.Limits.CPUMS + 999) / 1000)}
+	req := wk.Request{Job: raw, MemoryMB: limits.MemoryMB, CPUSeconds: uint64((prepared.Limits.CPUMS + 999) / 1000)}
 	res.Timings.StartUS = airlock.Since(begin)
 
 	got := make(chan error, 1)

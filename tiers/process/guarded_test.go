@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/interp/expr"
+	"github.com/airlock-sandbox/airlock/tiers/process/worker/exprworker"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -19,7 +20,7 @@ import (
 // stand for an interpreter bug (a fatal runtime error, unbounded
 // allocation, a loop that ignores its context).
 func init() {
-	RegisterWorker("expr", func() airlock.Tier { return expr.New() })
+	RegisterWorker(expr.Name, exprworker.New) // the entry package: its worker dispatches early
 	RegisterWorker("test-fatal", func() airlock.Tier { return misbehaving{"fatal"} })
 	RegisterWorker("test-alloc", func() airlock.Tier { return misbehaving{"alloc"} })
 	RegisterWorker("test-spin", func() airlock.Tier { return misbehaving{"spin"} })

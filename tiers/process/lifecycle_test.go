@@ -86,7 +86,7 @@ func TestNothingLeftBehind(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		assertClean(t, cfg)
+		assertClean(t, tier, cfg)
 	})
 }
 
@@ -226,7 +226,7 @@ func TestSessions(t *testing.T) {
 				t.Fatal("a workspace name with a path was accepted")
 			}
 		})
-		assertClean(t, cfg)
+		assertClean(t, tier, cfg)
 	})
 }
 
@@ -268,8 +268,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 	job.Limits.MemoryMB = 32
 	_, err := tier.Run(ctx, job)
 	wantStop(t, err, airlock.StopMemory)
-	tier.Close()
-	assertClean(t, cfg)
+	assertClean(t, tier, cfg)
 }
 
 var _ = syscall.Getpid
@@ -298,6 +297,23 @@ func TestPlacedCheck(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "digest mismatch") || res.Stdout != "" {
 			t.Fatalf("a refused check must stop the run before it starts: %v %+v", err, res)
 		}
-		assertClean(t, cfg)
+		// No files: the check runs on the fresh, empty scratch before the
+		// stage is told to start, and a refusal still stops the run.
+		bare := cmdJob("sh", "-c", "echo ran")
+		var checked []string
+		empty := airlock.WithPlacedCheck(context.Background(), func(dir string) error {
+			entries, err := os.ReadDir(dir)
+			for _, e := range entries {
+				checked = append(checked, e.Name())
+			}
+			return err
+		})
+		if res, err = tier.Run(empty, bare); err != nil || res.Stdout != "ran\n" || len(checked) != 0 {
+			t.Fatalf("no files: check saw %v; run: %v %+v", checked, err, res)
+		}
+		if res, err = tier.Run(refuse, bare); err == nil || !strings.Contains(err.Error(), "digest mismatch") || res.Stdout != "" {
+			t.Fatalf("no files: a refused check must stop the run before it starts: %v %+v", err, res)
+		}
+		assertClean(t, tier, cfg)
 	})
 }

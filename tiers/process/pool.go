@@ -2,6 +2,8 @@ package process
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,12 +22,16 @@ type pool[T any] struct {
 	alive   func(T) bool
 	destroy func(T)
 
-	mu     sync.Mutex
-	ready  []T
-	claims atomic.Int64 // instances handed out
-	wake   chan struct{}
-	done   chan struct{}
-	exited chan struct{}
+	mu      sync.Mutex
+	ready   []T
+	pending int           // used instances being destroyed in the background
+	lastErr error         // the last start's failure, nil after a success
+	changed chan struct{} // closed and replaced whenever the above change
+	claims  atomic.Int64  // instances handed out
+	wake    chan struct{}
+	done    chan struct{}
+	exited  chan struct{}
+	discard sync.WaitGroup // background destroys
 }
 
 // poolLimits are the limits a pooled container starts with; the claiming
@@ -34,7 +40,7 @@ var poolLimits = airlock.DefaultLimitPolicy.Default
 
 func newPool[T any](size int, start func(context.Context) (T, error), alive func(T) bool, destroy func(T)) *pool[T] {
 	p := &pool[T]{size: size, start: start, alive: alive, destroy: destroy,
-		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
+		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{}), changed: make(chan struct{})}
 	go p.fill()
 	p.poke()
 	return p
@@ -61,6 +67,10 @@ func (p *pool[T]) fill() {
 			v, err := p.start(ctx)
 			cancel()
 			if err != nil {
+				p.mu.Lock()
+				p.lastErr = err
+				p.notify()
+				p.mu.Unlock()
 				break // try again on the next claim
 			}
 			p.mu.Lock()
@@ -72,6 +82,8 @@ func (p *pool[T]) fill() {
 			default:
 			}
 			p.ready = append(p.ready, v)
+			p.lastErr = nil
+			p.notify()
 			p.mu.Unlock()
 		}
 	}
@@ -105,6 +117,56 @@ func (p *pool[T]) claim() (v T, ok bool) {
 // refill asks the pool to start replacements for what was claimed.
 func (p *pool[T]) refill() { p.poke() }
 
+// notify wakes the waiters of wait; p.mu is held.
+func (p *pool[T]) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// release destroys a used instance in the background, off the caller's
+// path (it is never returned to the pool), and asks for a replacement.
+func (p *pool[T]) release(v T) {
+	p.mu.Lock()
+	p.pending++
+	p.mu.Unlock()
+	p.discard.Add(1)
+	go func() {
+		defer p.discard.Done()
+		p.destroy(v)
+		p.mu.Lock()
+		p.pending--
+		p.notify()
+		p.mu.Unlock()
+	}()
+	p.poke()
+}
+
+// wait blocks until the pool is full and no used instance is still being
+// destroyed, or ctx ends. It returns the last start's error when starting
+// a replacement fails (it is retried on every wait).
+func (p *pool[T]) wait(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		full, ch, err := len(p.ready) >= p.size && p.pending == 0, p.changed, p.lastErr
+		p.lastErr = nil
+		p.mu.Unlock()
+		switch {
+		case full:
+			return nil
+		case err != nil:
+			return fmt.Errorf("warming pool: %w", err)
+		case exitedCh(p.done):
+			return errors.New("warming pool: closed")
+		}
+		p.poke()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // len reports how many instances wait in the pool.
 func (p *pool[T]) len() int {
 	p.mu.Lock()
@@ -123,11 +185,13 @@ func (p *pool[T]) close() {
 	close(p.done)
 	ready := p.ready
 	p.ready = nil
+	p.notify()
 	p.mu.Unlock()
 	<-p.exited
 	for _, v := range ready {
 		p.destroy(v)
 	}
+	p.discard.Wait()
 }
 
 // exitedCh reports whether a channel closed on exit is closed.

@@ -227,7 +227,7 @@ func TestCorpus(t *testing.T) {
 				}
 			})
 		}
-		assertClean(t, cfg)
+		assertClean(t, tier, cfg)
 	})
 	if err := sentinel.Process.Signal(syscall0); err != nil {
 		t.Fatalf("host sentinel process did not survive the corpus: %v", err)
@@ -310,7 +310,7 @@ func TestScenarios(t *testing.T) {
 				}
 			}
 		})
-		assertClean(t, cfg)
+		assertClean(t, tier, cfg)
 	})
 }
 
@@ -328,8 +328,14 @@ func wantStop(t *testing.T, err error, reason airlock.StopReason) {
 
 // assertClean checks that no sandbox of this process is left: no cgroup,
 // no scratch mount or directory, no process running as a sandbox uid.
-func assertClean(t *testing.T, cfg Config) {
+//
+// Used sandboxes are destroyed in the background, so it closes the tier
+// first: Close waits for those clean-ups and reports any that failed.
+func assertClean(t *testing.T, tier *Tier, cfg Config) {
 	t.Helper()
+	if err := tier.Close(); err != nil {
+		t.Errorf("clean-up: %v", err)
+	}
 	mine := namePrefix + strconv.Itoa(os.Getpid()) + "-"
 	for _, name := range leftoverCgroups() {
 		if strings.HasPrefix(name, mine) {

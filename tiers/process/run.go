@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,9 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 
 	var sb *sandbox
 	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 {
-		sb, _ = t.pool.claim()
+		if sb, _ = t.pool.claim(); sb != nil {
+			sb.pooled = true
+		}
 		defer t.pool.refill()
 	}
 	if sb == nil {
@@ -58,16 +61,25 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			}
 			return finish(err)
 		}
-	} else if err := sb.cg.update(cgLimitsFor(job.Limits)); err != nil {
-		// The claiming job's limits are bound here; a pooled sandbox that
-		// cannot take them is discarded.
-		_ = sb.destroy()
-		return finish(fmt.Errorf("claiming pooled sandbox: %w", err))
+	} else if l := cgLimitsFor(job.Limits); l != sb.limits {
+		// The claiming job's limits are bound here (unless the sandbox
+		// already has them); a pooled sandbox that cannot take them is
+		// discarded.
+		if err := sb.cg.update(l); err != nil {
+			t.discard(sb)
+			return finish(fmt.Errorf("claiming pooled sandbox: %w", err))
+		}
+		sb.limits = l
 	}
 	defer func() {
-		if err := sb.destroy(); err != nil {
-			res.Decision = append(res.Decision, "cleanup: "+err.Error())
+		if sess != nil {
+			// The session's next run reuses its uid and scratch: clean up now.
+			if err := sb.destroy(); err != nil {
+				res.Decision = append(res.Decision, "cleanup: "+err.Error())
+			}
+			return
 		}
+		t.discard(sb)
 	}()
 	var (
 		gw     *egresswire.Gateway
@@ -138,12 +150,12 @@ type outcome struct {
 	runUS          int64
 }
 
-func rlimitsFor(job *airlock.Job, scratchMB int64) []rlimit {
+func rlimitsFor(job *airlock.Job, scratchMB int64) []stage.Rlimit {
 	cpuS := uint64((job.Limits.CPUMS + 999) / 1000)
 	// Above the cgroup's pids limit, so the cgroup refuses first (and the
 	// stop is reported as "pids"); a backstop where the cgroup is absent.
 	nproc := uint64(job.Limits.Pids + 2*pidsHeadroom)
-	return []rlimit{
+	return []stage.Rlimit{
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(job.Limits.Files), Max: uint64(job.Limits.Files)},
 		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(scratchMB) << 20, Max: uint64(scratchMB) << 20},
@@ -169,7 +181,7 @@ func envFor(job *airlock.Job) []string {
 // forwarder and the program gets these variables.
 func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
 	var out outcome
-	spec := jobSpec{
+	spec := stage.JobSpec{
 		Argv:      job.Argv,
 		Env:       append(envFor(job), netEnv...),
 		Egress:    netEnv != nil,
@@ -197,6 +209,20 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		sb.stdin.Close()
 	}(job.Stdin)
 
+	// With no files for a fresh scratch, nothing will be placed: the check
+	// (approvals recompute their digest over what is placed) runs on the
+	// empty scratch now, and the stage starts the program without the
+	// placed/go-ahead round trip.
+	early := len(job.Files) == 0 && sb.freshScratch()
+	if early {
+		if err := airlock.CheckPlaced(ctx, sb.placedDir()); err != nil {
+			sb.kill()
+			<-sb.waitCh
+			readers.Wait()
+			return out, err
+		}
+		spec.Go = true
+	}
 	runStart := time.Now()
 	if err := json.NewEncoder(sb.spec).Encode(spec); err != nil {
 		sb.kill()
@@ -204,11 +230,11 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		readers.Wait()
 		return out, fmt.Errorf("starting sandbox: sending job: %w", err)
 	}
-	statusCh := make(chan status, 2)
+	statusCh := make(chan stage.Status, 2)
 	go func() {
 		defer close(statusCh)
 		for {
-			var st status
+			var st stage.Status
 			if err := sb.status.Decode(&st); err != nil {
 				return
 			}
@@ -217,7 +243,10 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	}()
 	// The files are placed; what was placed is checked (approvals recompute
 	// their digest over it) before the program may start.
-	var final *status
+	var final *stage.Status
+	if early {
+		goto started
+	}
 	select {
 	case st, ok := <-statusCh:
 		if ok && st.Placed {
@@ -235,7 +264,10 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	case <-sb.waitCh:
 	case <-ctx.Done():
 	}
-	sb.spec.Close()
+started:
+	if sb.level == airlock.LevelContainer {
+		sb.spec.Close()
+	} // a filter stage reads the spec pipe's end as its stop (see kill)
 
 	var stop *airlock.Stopped
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -281,7 +313,7 @@ wait:
 		sb.stderr.Close()
 		<-drained
 	}
-	var st status
+	var st stage.Status
 	if final != nil {
 		st = *final
 	} else {

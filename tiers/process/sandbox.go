@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,6 +76,8 @@ type sandbox struct {
 	// net-granted job's gateway listens ("" when not bound).
 	egressDir string
 	ready     time.Time
+	limits    cgLimits // what its cgroup enforces now
+	pooled    bool     // claimed from the tier's pool
 	waitCh    chan struct{}
 	waitErr   error
 	closers   []*os.File
@@ -119,9 +122,20 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
-	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, waitCh: make(chan struct{})}
+	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, waitCh: make(chan struct{}), limits: cgLimitsFor(o.limits)}
+	// The job's cgroup is created while the stage starts: the stage runs
+	// only its own start-up and then waits for its spec, which it gets
+	// once it has joined the cgroup (below).
+	cgErr := make(chan error, 1)
+	go func() {
+		cg, err := newJobCgroup(sb.name, sb.limits)
+		sb.cg = cg
+		cgErr <- err
+	}()
+	joinCgroup := sync.OnceValue(func() error { return <-cgErr })
 	defer func() {
 		if err != nil {
+			_ = joinCgroup()
 			sb.destroy()
 		}
 	}()
@@ -131,12 +145,9 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 		sb.ownUID = true
 	}
-	if sb.cg, err = newJobCgroup(sb.name, cgLimitsFor(o.limits)); err != nil {
-		return nil, fmt.Errorf("starting sandbox: %w", err)
-	}
 	// Descriptors for the stage: spec, status, exe, scratch, binds; then
 	// its stdin, stdout and stderr.
-	extra := make([]*os.File, fdBinds-3)
+	extra := make([]*os.File, stage.FdBinds-3)
 	p, err := pipes(5)
 	if err != nil {
 		return nil, err
@@ -151,9 +162,9 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			f.Close()
 		}
 	}()
-	extra[fdSpec-3], extra[fdStatus-3], extra[fdExe-3] = specR, statusW, exe
+	extra[stage.FdSpec-3], extra[stage.FdStatus-3], extra[stage.FdExe-3] = specR, statusW, exe
 
-	var base baseSpec
+	var base stage.BaseSpec
 	base.ScratchMB = o.scratchMB
 	if o.scratch != "" {
 		sb.scratch = o.scratch
@@ -170,7 +181,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			return nil, fmt.Errorf("starting sandbox: scratch: %w", err)
 		}
 		childEnds = append(childEnds, f)
-		extra[fdScratch-3] = f
+		extra[stage.FdScratch-3] = f
 		base.HasScratch = true
 	}
 	for _, p := range o.read {
@@ -180,7 +191,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 		childEnds = append(childEnds, f)
 		st, _ := f.Stat()
-		base.Binds = append(base.Binds, bindSpec{Target: p, Fd: 3 + len(extra), Dir: st != nil && st.IsDir()})
+		base.Binds = append(base.Binds, stage.BindSpec{Target: p, Fd: 3 + len(extra), Dir: st != nil && st.IsDir()})
 		extra = append(extra, f)
 	}
 	if o.egress && o.level == airlock.LevelContainer {
@@ -194,12 +205,13 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			return nil, fmt.Errorf("starting sandbox: egress directory: %w", err)
 		}
 		childEnds = append(childEnds, f)
-		base.Binds = append(base.Binds, bindSpec{Target: sandboxEgressDir, Fd: 3 + len(extra), Dir: true})
+		base.Binds = append(base.Binds, stage.BindSpec{Target: sandboxEgressDir, Fd: 3 + len(extra), Dir: true})
+		base.Egress = true
 		extra = append(extra, f)
 	}
 
 	cmd := &exec.Cmd{
-		Path:       fdPath(fdExe),
+		Path:       stage.FdPath(stage.FdExe),
 		Args:       []string{"airlock-sandbox"},
 		Dir:        "/",
 		Stdin:      stdinR,
@@ -211,7 +223,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		},
 	}
 	if o.level == airlock.LevelContainer {
-		cmd.Env = []string{stageEnv + "=" + stageContainer, "GOMAXPROCS=1", "GOGC=off"}
+		cmd.Env = []string{stage.Env + "=" + stage.Container, "GOMAXPROCS=1", "GOGC=off"}
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
@@ -220,7 +232,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		// own user namespace (and none outside it).
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
 	} else {
-		cmd.Env = []string{stageEnv + "=" + stageFilter, "GOMAXPROCS=1", "GOGC=off"}
+		cmd.Env = []string{stage.Env + "=" + stage.Filter, "GOMAXPROCS=1", "GOGC=off"}
 		cmd.Dir = sb.scratch
 		cmd.SysProcAttr.Setpgid = true
 		// The stage drops to the job's uid itself (see filterStage):
@@ -245,6 +257,9 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		sb.waitErr = cmd.Wait()
 		close(sb.waitCh)
 	}()
+	if err := joinCgroup(); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
 	if err := sb.cg.add(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
 	}
@@ -264,7 +279,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 func (sb *sandbox) awaitReady(ctx context.Context) error {
 	ch := make(chan error, 1)
 	go func() {
-		var st status
+		var st stage.Status
 		err := sb.status.Decode(&st)
 		switch {
 		case err != nil:
@@ -313,6 +328,15 @@ func (sb *sandbox) placedDir() string {
 	return sb.scratch
 }
 
+// freshScratch reports whether the sandbox's scratch is its own, new and
+// empty (not a session's or a workspace's).
+func (sb *sandbox) freshScratch() bool {
+	if sb.level == airlock.LevelContainer {
+		return sb.scratch == ""
+	}
+	return sb.ownsScr
+}
+
 // kill SIGKILLs the stage and everything in its cgroup. A container's
 // stage goes first (the kernel then kills and reaps its PID namespace); a
 // filter stage goes last, after it has had a moment to reap the program's
@@ -321,7 +345,7 @@ func (sb *sandbox) placedDir() string {
 func (sb *sandbox) kill() {
 	running := sb.cmd != nil && sb.cmd.Process != nil
 	if running && sb.level == airlock.LevelSyscallFilter && sb.cg != nil {
-		_ = sb.cmd.Process.Signal(syscall.SIGTERM)
+		sb.spec.Close() // the stage's stop: it kills and reaps the program's tree
 		_ = sb.cg.kill(sb.cmd.Process.Pid)
 		select {
 		case <-sb.waitCh:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
 var sweepMu sync.Mutex
@@ -96,7 +98,7 @@ func leftoverMounts(baseDir string) []string {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := stage.UnescapeMount(fields[4])
 		if filepath.Dir(mp) == baseDir && strings.HasPrefix(filepath.Base(mp), namePrefix) {
 			out = append(out, mp)
 		}

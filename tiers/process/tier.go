@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
 // Tier names.
@@ -89,6 +90,12 @@ type Tier struct {
 	cfg   Config
 	uids  *uidAllocator
 	pool  *pool[*sandbox]
+
+	// Used sandboxes are destroyed in the background, off the caller's
+	// path; Close waits for them and reports what failed.
+	cleanups   sync.WaitGroup
+	cleanupMu  sync.Mutex
+	cleanupErr []error
 }
 
 // New returns the level-3 container tier "process".
@@ -124,7 +131,7 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true})
 				},
 				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
-				func(sb *sandbox) { _ = sb.destroy() })
+				t.destroy)
 		}
 	}
 	return t, nil
@@ -173,7 +180,7 @@ func probe() error {
 	if err := cgroupAvailable(); err != nil {
 		return err
 	}
-	if landlockABI() < 1 {
+	if stage.LandlockABI() < 1 {
 		return errors.New("Landlock is not enabled in this kernel")
 	}
 	for _, ns := range []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"} {
@@ -195,12 +202,55 @@ func probe() error {
 	return nil
 }
 
-// Close stops the tier's pool, if any. Sessions are closed by their owners.
+// Close stops the tier's pool, if any, and waits until every used sandbox
+// is destroyed; it reports the clean-ups that failed. Sessions are closed
+// by their owners.
 func (t *Tier) Close() error {
 	if t.pool != nil {
 		t.pool.close()
 	}
-	return nil
+	t.cleanups.Wait()
+	t.cleanupMu.Lock()
+	defer t.cleanupMu.Unlock()
+	err := errors.Join(t.cleanupErr...)
+	t.cleanupErr = nil
+	return err
+}
+
+// WaitWarm blocks until the warm pool is full and no used sandbox is still
+// being destroyed (airlock.Warmer); without a pool it returns at once.
+func (t *Tier) WaitWarm(ctx context.Context) error {
+	if t.pool == nil {
+		return nil
+	}
+	return t.pool.wait(ctx)
+}
+
+var _ airlock.Warmer = (*Tier)(nil)
+
+// discard destroys a used sandbox in the background: a pooled one through
+// its pool (so WaitWarm sees it), any other on the tier's own account.
+// Nothing is ever reused; by the time this runs, the sandbox's processes
+// are dead (runJob empties its cgroup before it returns).
+func (t *Tier) discard(sb *sandbox) {
+	if sb.pooled && t.pool != nil {
+		t.pool.release(sb)
+		return
+	}
+	t.cleanups.Add(1)
+	go func() {
+		defer t.cleanups.Done()
+		t.destroy(sb)
+	}()
+}
+
+// destroy destroys a sandbox, keeping a failure for Close to report.
+func (t *Tier) destroy(sb *sandbox) {
+	if err := sb.destroy(); err != nil {
+		t.cleanupMu.Lock()
+		t.cleanupErr = append(t.cleanupErr, err)
+		t.cleanupMu.Unlock()
+	}
 }
 
 // Run runs a command job.

@@ -1,4 +1,4 @@
-package process
+package stage
 
 import (
 	"fmt"
@@ -28,8 +28,8 @@ type llRule struct {
 	Access uint64 `json:"access"`
 }
 
-// landlockABI returns the kernel's Landlock ABI version, or 0 without it.
-func landlockABI() int {
+// LandlockABI returns the kernel's Landlock ABI version, or 0 without it.
+func LandlockABI() int {
 	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 {
 		return 0
@@ -56,10 +56,10 @@ func handledFS(abi int) uint64 {
 // or executes) to the rules; everything else on the filesystem is refused.
 // With ABI 6 and later, signals and abstract Unix sockets are scoped to
 // the sandbox too. The caller must hold runtime.LockOSThread and set
-// no_new_privs first (loadFilter does). It fails when Landlock is missing:
+// no_new_privs first (LoadFilter does). It fails when Landlock is missing:
 // the tiers treat it as a required layer, not best effort.
 func landlockRestrict(rules []llRule) error {
-	abi := landlockABI()
+	abi := LandlockABI()
 	if abi < 1 {
 		return fmt.Errorf("landlock is not available in this kernel")
 	}

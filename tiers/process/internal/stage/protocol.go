@@ -1,4 +1,4 @@
-package process
+package stage
 
 // The parent and the sandbox's first stage (this same binary, re-executed)
 // speak JSON over two pipes: the parent sends a base spec (how to build the
@@ -7,63 +7,72 @@ package process
 // A pooled sandbox is one that has received its base spec and waits for
 // its job spec: the job's limits and secrets reach it only at claim time.
 
-// stageEnv carries the stage name into the re-executed binary. Its value is
+// Env carries the stage name into the re-executed binary. Its value is
 // one of the stage constants; nothing else is in the environment.
-const stageEnv = "_AIRLOCK_PROCESS_STAGE"
+const Env = "_AIRLOCK_PROCESS_STAGE"
 
 // The stages.
 const (
-	stageContainer = "container" // level 3: namespaces, pivot_root, PID 1
-	stageFilter    = "filter"    // level 2: seccomp, Landlock and rlimits, then exec
-	stageWorker    = "worker"    // a guarded language worker
+	Container = "container" // level 3: namespaces, pivot_root, PID 1
+	Filter    = "filter"    // level 2: seccomp, Landlock and rlimits, then exec
+	Worker    = "worker"    // a guarded language worker
+	Forwarder = "forwarder" // the egress forwarder a level-3 PID 1 starts for a net-granted job
 )
 
 // Fixed descriptors in the re-executed stage.
 const (
-	fdSpec    = 3 // parent → stage: base spec, then job spec (JSON stream)
-	fdStatus  = 4 // stage → parent: ready, then the final status (JSON stream)
-	fdExe     = 5 // this binary, opened by the parent (exec'd via /proc/self/fd/5)
-	fdScratch = 6 // the scratch directory to bind, when not a fresh tmpfs
-	fdBinds   = 7 // granted read-only paths, in order
+	FdSpec    = 3 // parent → stage: base spec, then job spec (JSON stream)
+	FdStatus  = 4 // stage → parent: ready, then the final status (JSON stream)
+	FdExe     = 5 // this binary, opened by the parent (exec'd via /proc/self/fd/5)
+	FdScratch = 6 // the scratch directory to bind, when not a fresh tmpfs
+	FdBinds   = 7 // granted read-only paths, in order
 )
 
-// bindSpec is one granted host path, passed as a descriptor.
-type bindSpec struct {
+// BindSpec is one granted host path, passed as a descriptor.
+type BindSpec struct {
 	Target string `json:"target"` // absolute path inside the sandbox
 	Fd     int    `json:"fd"`
 	Dir    bool   `json:"dir"`
 }
 
-// baseSpec tells the container stage how to build the sandbox.
-type baseSpec struct {
-	Binds      []bindSpec `json:"binds,omitempty"`
-	HasScratch bool       `json:"has_scratch"` // bind fdScratch rather than mount a fresh tmpfs
+// BaseSpec tells the container stage how to build the sandbox.
+type BaseSpec struct {
+	Binds      []BindSpec `json:"binds,omitempty"`
+	HasScratch bool       `json:"has_scratch"` // bind FdScratch rather than mount a fresh tmpfs
 	ScratchMB  int64      `json:"scratch_mb"`
+	// Egress: the egress directory is bound; start the forwarder ahead of
+	// the job (it is stopped before the program starts if the job has no
+	// net grant).
+	Egress bool `json:"egress,omitempty"`
 }
 
-// rlimit is one resource limit to set before the program starts.
-type rlimit struct {
+// Rlimit is one resource limit to set before the program starts.
+type Rlimit struct {
 	Resource int    `json:"resource"`
 	Cur      uint64 `json:"cur"`
 	Max      uint64 `json:"max"`
 }
 
-// jobSpec is what to run.
-type jobSpec struct {
+// JobSpec is what to run.
+type JobSpec struct {
 	Argv      []string          `json:"argv"`
 	Env       []string          `json:"env"`
 	Files     map[string]string `json:"files,omitempty"`
 	Stdin     bool              `json:"stdin"`
 	ScratchMB int64             `json:"scratch_mb"`
-	Rlimits   []rlimit          `json:"rlimits"`
+	Rlimits   []Rlimit          `json:"rlimits"`
 	ReadPaths []string          `json:"read_paths,omitempty"` // filter stage: Landlock read rules beyond the defaults
 	Scratch   string            `json:"scratch,omitempty"`    // filter stage: the writable directory
 	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
 	Egress    bool              `json:"egress,omitempty"`     // container stage: run the egress forwarder
+	// Go: start the program once the files are placed, without reporting
+	// them placed and waiting for the go-ahead (the parent checked the
+	// fresh, empty scratch and there are no files to place).
+	Go bool `json:"go,omitempty"`
 }
 
-// status is the stage's report: ready (containers), placed, then final.
-type status struct {
+// Status is the stage's report: ready (containers), placed, then final.
+type Status struct {
 	Ready  bool   `json:"ready,omitempty"`
 	Placed bool   `json:"placed,omitempty"` // the job's files are in the scratch; waiting for the go-ahead
 	Exited bool   `json:"exited,omitempty"`

@@ -1,9 +1,9 @@
-package process
+package stage
 
 import (
 	"fmt"
 	"os"
-	"path/filepath"
+	"path"
 	"strconv"
 	"strings"
 
@@ -58,7 +58,7 @@ var devNodes = []string{"null", "zero", "full", "random", "urandom"}
 // mount namespace (it hides the host's directory there only).
 const newRootDir = "/tmp"
 
-func buildRoot(base *baseSpec) error {
+func buildRoot(base *BaseSpec) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
@@ -67,7 +67,7 @@ func buildRoot(base *baseSpec) error {
 	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m,mode=0755"); err != nil {
 		return fmt.Errorf("mounting root tmpfs: %w", err)
 	}
-	if err := bindRO("/usr", filepath.Join(r, "usr"), true); err != nil {
+	if err := bindRO("/usr", path.Join(r, "usr"), true); err != nil {
 		return err
 	}
 	for _, name := range usrLinks {
@@ -81,34 +81,34 @@ func buildRoot(base *baseSpec) error {
 			if err != nil {
 				return err
 			}
-			if err := os.Symlink(target, filepath.Join(r, name)); err != nil {
+			if err := os.Symlink(target, path.Join(r, name)); err != nil {
 				return err
 			}
 		case st.IsDir():
-			if err := bindRO(host, filepath.Join(r, name), true); err != nil {
+			if err := bindRO(host, path.Join(r, name), true); err != nil {
 				return err
 			}
 		}
 	}
-	if err := buildEtc(filepath.Join(r, "etc")); err != nil {
+	if err := buildEtc(path.Join(r, "etc")); err != nil {
 		return err
 	}
-	if err := buildDev(filepath.Join(r, "dev")); err != nil {
+	if err := buildDev(path.Join(r, "dev")); err != nil {
 		return err
 	}
-	if err := os.Mkdir(filepath.Join(r, "proc"), 0o555); err != nil {
+	if err := os.Mkdir(path.Join(r, "proc"), 0o555); err != nil {
 		return err
 	}
-	if err := unix.Mount("proc", filepath.Join(r, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount("proc", path.Join(r, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
-	scratch := filepath.Join(r, "scratch")
+	scratch := path.Join(r, "scratch")
 	if err := os.Mkdir(scratch, 0o755); err != nil {
 		return err
 	}
 	if base.HasScratch {
-		err := unix.MoveMount(fdScratch, "", unix.AT_FDCWD, scratch, unix.MOVE_MOUNT_F_EMPTY_PATH)
-		unix.Close(fdScratch)
+		err := unix.MoveMount(FdScratch, "", unix.AT_FDCWD, scratch, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(FdScratch)
 		if err != nil {
 			return fmt.Errorf("attaching scratch: %w", err)
 		}
@@ -118,10 +118,10 @@ func buildRoot(base *baseSpec) error {
 			return fmt.Errorf("mounting scratch: %w", err)
 		}
 	}
-	if err := os.Mkdir(filepath.Join(r, "tmp"), 0o755); err != nil {
+	if err := os.Mkdir(path.Join(r, "tmp"), 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount(scratch, filepath.Join(r, "tmp"), "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(scratch, path.Join(r, "tmp"), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding /tmp: %w", err)
 	}
 	for _, b := range base.Binds {
@@ -141,20 +141,20 @@ func buildRoot(base *baseSpec) error {
 	return os.Chdir("/scratch")
 }
 
-func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+func FdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 func buildEtc(etc string) error {
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
 	}
 	for _, name := range etcAllow {
-		host := filepath.Join("/etc", name)
+		host := path.Join("/etc", name)
 		st, err := os.Lstat(host)
 		if err != nil {
 			continue
 		}
-		target := filepath.Join(etc, name)
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		target := path.Join(etc, name)
+		if err := os.MkdirAll(path.Dir(target), 0o755); err != nil {
 			return err
 		}
 		switch {
@@ -183,7 +183,7 @@ func buildEtc(etc string) error {
 		}
 	}
 	for name, content := range etcSynth {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(path.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
@@ -198,14 +198,14 @@ func buildDev(dev string) error {
 		return fmt.Errorf("mounting /dev: %w", err)
 	}
 	for _, n := range devNodes {
-		if err := bindDevice("/dev/"+n, filepath.Join(dev, n)); err != nil {
+		if err := bindDevice("/dev/"+n, path.Join(dev, n)); err != nil {
 			return err
 		}
 	}
 	for name, target := range map[string]string{
 		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
 	} {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+		if err := os.Symlink(target, path.Join(dev, name)); err != nil {
 			return err
 		}
 	}
@@ -260,12 +260,12 @@ func lockedFlags(f int64) uintptr {
 // bindGranted attaches a granted host path — a detached, read-only clone
 // of its mount tree made by the parent — at the same path inside the root.
 // A path already visible through the read-only /usr is left as it is.
-func bindGranted(root string, b bindSpec) error {
+func bindGranted(root string, b BindSpec) error {
 	defer unix.Close(b.Fd)
 	if b.Target == "/usr" || strings.HasPrefix(b.Target, "/usr/") {
 		return nil
 	}
-	target := filepath.Join(root, b.Target)
+	target := path.Join(root, b.Target)
 	if err := mountPoint(target, b.Dir); err != nil {
 		return fmt.Errorf("granting %s: %w", b.Target, err)
 	}
@@ -280,7 +280,7 @@ func mountPoint(target string, dir bool) error {
 	if dir {
 		return os.MkdirAll(target, 0o755)
 	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+	if err := os.MkdirAll(path.Dir(target), 0o755); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
@@ -343,7 +343,7 @@ func grantedRules(mountinfo string) []llRule {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescapeMount(f[4])
+		mp := UnescapeMount(f[4])
 		if fixed[mp] || strings.HasPrefix(mp, "/etc/") || strings.HasPrefix(mp, "/dev/") || strings.HasPrefix(mp, "/proc/") {
 			continue
 		}
@@ -352,7 +352,7 @@ func grantedRules(mountinfo string) []llRule {
 	return out
 }
 
-func unescapeMount(s string) string {
+func UnescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
@@ -368,4 +368,22 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// EmptyRoot pivots into a read-only, empty tmpfs: the worker needs nothing
+// from the filesystem once its binary is loaded.
+func EmptyRoot() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := unix.Mount("tmpfs", newRootDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,mode=0555"); err != nil {
+		return fmt.Errorf("mounting empty root: %w", err)
+	}
+	if err := pivot(newRootDir); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("making root read-only: %w", err)
+	}
+	return unix.Sethostname([]byte("airlock"))
 }

@@ -1,4 +1,4 @@
-package process
+package stage
 
 import (
 	"fmt"
@@ -59,12 +59,12 @@ var allowedSyscalls = []string{
 const namespaceCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
-// filterOptions vary the policy between the container and the filter tier.
-type filterOptions struct {
+// FilterOptions vary the policy between the container and the filter tier.
+type FilterOptions struct {
 	// inet allows AF_INET/AF_INET6 stream and datagram sockets. Only the
 	// container has a network namespace of its own (loopback only), so
 	// only it may have them.
-	inet bool
+	Inet bool
 }
 
 // A condition on the low 32 bits of one argument. Only the low half is
@@ -103,7 +103,7 @@ const (
 )
 
 // rules returns the argument-checked rules, evaluated before the allowlist.
-func rules(o filterOptions) []rule {
+func rules(o FilterOptions) []rule {
 	rs := []rule{
 		{name: "ioctl", conds: []argCond{{arg: 1, op: opEq, val: unix.TIOCSTI}}, action: retEPERM},
 		{name: "ioctl", conds: []argCond{{arg: 1, op: opEq, val: unix.TIOCLINUX}}, action: retEPERM},
@@ -111,7 +111,7 @@ func rules(o filterOptions) []rule {
 		{name: "clone3", action: retENOSYS},
 		{name: "socket", conds: []argCond{{arg: 0, op: opEq, val: unix.AF_UNIX}}, action: retAllow},
 	}
-	if o.inet {
+	if o.Inet {
 		for _, fam := range []uint32{unix.AF_INET, unix.AF_INET6} {
 			// Stream and datagram only: no raw or packet sockets.
 			for _, typ := range []uint32{unix.SOCK_STREAM, unix.SOCK_DGRAM} {
@@ -139,7 +139,7 @@ const (
 // does not match leaves the argument in the accumulator and the following
 // syscall comparisons test it instead of the syscall number, so calls after
 // a conditional entry are misjudged.
-func assemble(o filterOptions) ([]bpf.RawInstruction, error) {
+func assemble(o FilterOptions) ([]bpf.RawInstruction, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, err
@@ -215,18 +215,34 @@ func assemble(o filterOptions) ([]bpf.RawInstruction, error) {
 	return bpf.Assemble(prog)
 }
 
-// loadFilter installs the filter on the calling thread (or, with tsync, on
+// LoadFilter installs the filter on the calling thread (or, with tsync, on
 // every thread of the process), setting no_new_privs first.
-func loadFilter(o filterOptions, tsync bool) error {
+func LoadFilter(o FilterOptions, tsync bool) error {
+	f, err := buildFilter(o)
+	if err != nil {
+		return err
+	}
+	return f.load(tsync)
+}
+
+// filter is an assembled seccomp program, built ahead of the job so that
+// loading it is the only filter work on the job's path.
+type filter []unix.SockFilter
+
+func buildFilter(o FilterOptions) (filter, error) {
 	raw, err := assemble(o)
 	if err != nil {
-		return fmt.Errorf("assembling seccomp filter: %w", err)
+		return nil, fmt.Errorf("assembling seccomp filter: %w", err)
 	}
-	filter := make([]unix.SockFilter, len(raw))
+	f := make(filter, len(raw))
 	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		f[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
-	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	return f, nil
+}
+
+func (f filter) load(tsync bool) error {
+	fprog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}

@@ -1,13 +1,11 @@
-package process
+package stage
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,27 +18,33 @@ import (
 // init runs the sandbox's first stage when this binary was re-executed by
 // the tier (the marker is in the environment) and exits; otherwise it does
 // nothing. Test binaries and the airlock binary both link this package, so
-// both can serve as the stage. Worker stages are dispatched from
-// RegisterWorker instead, once the worker's constructor is registered.
+// both can serve as the stage. Worker stages are dispatched by the worker
+// entry packages (or RegisterWorker), the egress forwarder by the process
+// package.
 func init() {
-	switch os.Getenv(stageEnv) {
-	case stageContainer:
+	switch os.Getenv(Env) {
+	case Container:
 		runtime.LockOSThread() // never unlocked: the restrictions below are per thread
 		os.Exit(containerStage())
-	case stageFilter:
+	case Filter:
 		runtime.LockOSThread()
 		os.Exit(filterStage())
 	}
 }
 
-// stagePipes returns the spec decoder and the status encoder.
-func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
-	specF := os.NewFile(fdSpec, "spec")
-	statusF := os.NewFile(fdStatus, "status")
-	unix.CloseOnExec(fdSpec)
-	unix.CloseOnExec(fdStatus)
-	unix.CloseOnExec(fdExe)
-	return json.NewDecoder(specF), json.NewEncoder(statusF), statusF
+// stagePipes returns the spec decoder, the status encoder and fail, which
+// reports an error on the status pipe and returns the stage's exit code.
+func stagePipes() (*json.Decoder, *json.Encoder, func(error) int) {
+	specF := os.NewFile(FdSpec, "spec")
+	statusF := os.NewFile(FdStatus, "status")
+	unix.CloseOnExec(FdSpec)
+	unix.CloseOnExec(FdStatus)
+	unix.CloseOnExec(FdExe)
+	enc := json.NewEncoder(statusF)
+	return json.NewDecoder(specF), enc, func(err error) int {
+		_ = enc.Encode(Status{Error: err.Error()})
+		return 1
+	}
 }
 
 // containerStage is PID 1 of a level-3 sandbox: it builds the root, waits
@@ -48,22 +52,35 @@ func stagePipes() (*json.Decoder, *json.Encoder, *os.File) {
 // orphan and reports how the program ended. When it returns, the kernel
 // kills whatever is left in the PID namespace.
 func containerStage() int {
-	dec, enc, _ := stagePipes()
-	fail := func(err error) int {
-		_ = enc.Encode(status{Error: err.Error()})
-		return 1
-	}
-	var base baseSpec
+	dec, enc, fail := stagePipes()
+	var base BaseSpec
 	if err := dec.Decode(&base); err != nil {
 		return fail(fmt.Errorf("reading base spec: %w", err))
+	}
+	// A sandbox that may get a net-granted job starts its forwarder first:
+	// its start-up overlaps building the root (pivot_root moves it into
+	// the new root with us) and, for a pooled sandbox, the wait for a job.
+	var fwd *forwarder
+	if base.Egress {
+		var err error
+		if fwd, err = startForwarder(); err != nil {
+			return fail(err)
+		}
 	}
 	if err := buildRoot(&base); err != nil {
 		return fail(fmt.Errorf("building sandbox root: %w", err))
 	}
-	if err := enc.Encode(status{Ready: true}); err != nil {
+	// The Landlock rules (the root's mounts are final) and the seccomp
+	// program are prepared before the job arrives: off a pooled claim's path.
+	rules := containerLandlock()
+	seccompProg, err := buildFilter(FilterOptions{Inet: true})
+	if err != nil {
+		return fail(err)
+	}
+	if err := enc.Encode(Status{Ready: true}); err != nil {
 		return 1
 	}
-	var job jobSpec
+	var job JobSpec
 	if err := dec.Decode(&job); err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
@@ -73,17 +90,28 @@ func containerStage() int {
 			return fail(fmt.Errorf("resizing scratch: %w", err))
 		}
 	}
-	if job.Egress {
+	switch {
+	case job.Egress && fwd == nil:
 		// Binding port 53 and setting lo up need the capabilities this
 		// stage holds in the sandbox's namespaces until it drops them.
-		if err := startForwarder(); err != nil {
+		if fwd, err = startForwarder(); err != nil {
+			return fail(err)
+		}
+		fallthrough
+	case job.Egress:
+		if err := fwd.wait(); err != nil {
+			return fail(err)
+		}
+	case fwd != nil:
+		// No net grant: nothing may listen on loopback for the program.
+		if err := fwd.stop(); err != nil {
 			return fail(err)
 		}
 	}
 	if err := placeFiles("/scratch", job.Files); err != nil {
 		return fail(err)
 	}
-	if err := awaitGo(dec, enc); err != nil {
+	if err := awaitGo(dec, enc, &job); err != nil {
 		return fail(err)
 	}
 	// The cgroup and time namespaces are made here rather than at clone,
@@ -100,10 +128,10 @@ func containerStage() int {
 	}
 	prog, err := lookProgram(job.Argv[0])
 	if err != nil {
-		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		_ = enc.Encode(Status{Error: err.Error(), NotFound: true})
 		return 0
 	}
-	if err := setRlimits(job.Rlimits); err != nil {
+	if err := SetRlimits(job.Rlimits); err != nil {
 		return fail(err)
 	}
 	// The program is root in the sandbox's user namespace only; it gets
@@ -119,8 +147,7 @@ func containerStage() int {
 	if err != nil {
 		return fail(err)
 	}
-	rules := containerLandlock()
-	if err := confine(rules, filterOptions{inet: true}); err != nil {
+	if err := confine(rules, seccompProg); err != nil {
 		return fail(err)
 	}
 	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
@@ -136,7 +163,7 @@ func containerStage() int {
 // Landlock: the program is forked with the highest score (1000), and the
 // stage returns to 0 at once, so that the memory limit's OOM killer takes
 // the program's processes, never the stage that must reap them.
-func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.File, killRest func() int) int {
+func supervise(enc *json.Encoder, prog, dir string, job *JobSpec, oomAdj *os.File, killRest func() int) int {
 	stdin := uintptr(0)
 	if !job.Stdin {
 		stdin = devNullFd()
@@ -150,7 +177,7 @@ func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.Fil
 	})
 	_, _ = oomAdj.WriteAt([]byte("0"), 0)
 	if err != nil {
-		_ = enc.Encode(status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
+		_ = enc.Encode(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
 		return 0
 	}
 	// Nothing but the program writes to the job's output from here on.
@@ -184,7 +211,7 @@ func supervise(enc *json.Encoder, prog, dir string, job *jobSpec, oomAdj *os.Fil
 
 // reap waits for the program, reaping every orphan re-parented to us on
 // the way, and returns how the program ended.
-func reap(pid int) status {
+func reap(pid int) Status {
 	for {
 		var ws syscall.WaitStatus
 		got, err := syscall.Wait4(-1, &ws, 0, nil)
@@ -192,15 +219,15 @@ func reap(pid int) status {
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
-			return status{Exited: true, Error: "waiting for the program: " + err.Error()}
+			return Status{Exited: true, Error: "waiting for the program: " + err.Error()}
 		}
 		if got != pid {
 			continue
 		}
 		if ws.Signaled() {
-			return status{Exited: true, Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+			return Status{Exited: true, Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
 		}
-		return status{Exited: true, Code: ws.ExitStatus()}
+		return Status{Exited: true, Code: ws.ExitStatus()}
 	}
 }
 
@@ -214,14 +241,14 @@ func devNullFd() uintptr {
 
 // confine sets no_new_privs, Landlock and seccomp on the calling thread;
 // everything it forks or executes inherits them.
-func confine(rules []llRule, o filterOptions) error {
+func confine(rules []llRule, prog filter) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	if err := landlockRestrict(rules); err != nil {
 		return err
 	}
-	return loadFilter(o, false)
+	return prog.load(false)
 }
 
 // dropCapabilities empties the calling thread's bounding and ambient
@@ -239,7 +266,7 @@ func dropCapabilities() error {
 	return nil
 }
 
-func setRlimits(rl []rlimit) error {
+func SetRlimits(rl []Rlimit) error {
 	for _, r := range rl {
 		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
@@ -283,8 +310,11 @@ func lookProgram(name string) (string, error) {
 
 // awaitGo reports the files placed and waits for the parent's go-ahead
 // (the parent inspects what was placed first: see airlock.CheckPlaced).
-func awaitGo(dec *json.Decoder, enc *json.Encoder) error {
-	if err := enc.Encode(status{Placed: true}); err != nil {
+func awaitGo(dec *json.Decoder, enc *json.Encoder, job *JobSpec) error {
+	if job.Go {
+		return nil
+	}
+	if err := enc.Encode(Status{Placed: true}); err != nil {
 		return err
 	}
 	var goAhead struct{}
@@ -304,7 +334,7 @@ func placeFiles(dir string, files map[string]string) error {
 	}
 	defer root.Close()
 	for name, content := range files {
-		if d := filepath.Dir(name); d != "." {
+		if d := path.Dir(name); d != "." {
 			if err := root.MkdirAll(d, 0o755); err != nil {
 				return fmt.Errorf("placing file %s: %w", name, err)
 			}
@@ -322,12 +352,8 @@ func placeFiles(dir string, files map[string]string) error {
 // supervises the program as a subreaper: when the program exits, what it
 // left running is killed and reaped.
 func filterStage() int {
-	dec, enc, _ := stagePipes()
-	fail := func(err error) int {
-		_ = enc.Encode(status{Error: err.Error()})
-		return 1
-	}
-	var job jobSpec
+	dec, enc, fail := stagePipes()
+	var job JobSpec
 	if err := dec.Decode(&job); err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
@@ -348,30 +374,35 @@ func filterStage() int {
 	}
 	prog, err := lookProgramIn(job.Scratch, job.Argv[0])
 	if err != nil {
-		_ = enc.Encode(status{Error: err.Error(), NotFound: true})
+		_ = enc.Encode(Status{Error: err.Error(), NotFound: true})
 		return 127
 	}
 	if err := placeFiles(job.Scratch, job.Files); err != nil {
 		return fail(err)
 	}
-	if err := awaitGo(dec, enc); err != nil {
+	if err := awaitGo(dec, enc, &job); err != nil {
 		return fail(err)
 	}
-	if err := setRlimits(job.Rlimits); err != nil {
+	if err := SetRlimits(job.Rlimits); err != nil {
+		return fail(err)
+	}
+	seccompProg, err := buildFilter(FilterOptions{})
+	if err != nil {
 		return fail(err)
 	}
 	rules := filterLandlock(job.Scratch, job.ReadPaths)
-	if err := confine(rules, filterOptions{}); err != nil {
+	if err := confine(rules, seccompProg); err != nil {
 		return fail(err)
 	}
-	// SIGTERM from the parent (a stop: timeout, cancel, output cap) makes
-	// the stage kill the program's processes itself, so that it reaps
-	// them; killed by the parent, they would become the host init's zombies.
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
+	// The parent stops a job (timeout, cancel, output cap) by closing the
+	// spec pipe: the stage then kills the program's processes itself, so
+	// that it reaps them; killed by the parent, they would become the host
+	// init's zombies. (A pipe rather than a signal keeps os/signal, and its
+	// place in the initialisation order, out of the stage.)
 	go func() {
-		<-term
-		for range 400 { // until the stage exits; bounded
+		var more struct{}
+		_ = dec.Decode(&more) // returns at end of file: the parent's stop
+		for range 400 {       // until the stage exits; bounded
 			killCgroupPeers(procs)
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -393,9 +424,9 @@ func openCgroupProcs() (*os.File, error) {
 		}
 		switch {
 		case parts[1] == "" && cgroupV2():
-			return os.Open(filepath.Join(cgroupRoot, parts[2], "cgroup.procs"))
+			return os.Open(path.Join(cgroupRoot, parts[2], "cgroup.procs"))
 		case parts[1] == "pids":
-			return os.Open(filepath.Join(cgroupRoot, "pids", parts[2], "cgroup.procs"))
+			return os.Open(path.Join(cgroupRoot, "pids", parts[2], "cgroup.procs"))
 		}
 	}
 	return nil, errors.New("own cgroup not found")
@@ -477,4 +508,13 @@ func lookProgramIn(scratch, name string) (string, error) {
 		name = path.Join(scratch, name)
 	}
 	return lookProgram(name)
+}
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupV2 reports whether the unified hierarchy is mounted at the cgroup
+// root (the stage does not link a cgroup library: see the package doc).
+func cgroupV2() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }

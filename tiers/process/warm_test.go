@@ -1,0 +1,79 @@
+package process
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// TestWaitWarm: a tier without a pool is warm at once; a pooled tier's
+// WaitWarm returns once every pooled sandbox is started and every used
+// one destroyed (a claim then costs what the benchmarks quote); after
+// Close it fails instead of waiting for ever.
+func TestWaitWarm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var _ airlock.Warmer = (*Tier)(nil)
+	cold := newTestTier(t, bothTiers[0], testConfig(t))
+	if err := cold.WaitWarm(ctx); err != nil {
+		t.Fatalf("no pool: %v", err)
+	}
+
+	cfg := testConfig(t).WithPool(2)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	for round := range 3 {
+		if err := tier.WaitWarm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tier.pool.mu.Lock()
+		ready, pending := len(tier.pool.ready), tier.pool.pending
+		tier.pool.mu.Unlock()
+		if ready != 2 || pending != 0 {
+			t.Fatalf("round %d: WaitWarm returned with %d ready, %d being destroyed", round, ready, pending)
+		}
+		before := tier.pool.claims.Load()
+		if res, err := tier.Run(ctx, cmdJob("true")); err != nil || tier.pool.claims.Load() != before+1 {
+			t.Fatalf("round %d: pooled run: %v %+v", round, err, res)
+		}
+	}
+	assertClean(t, tier, cfg)
+	if err := tier.WaitWarm(ctx); err == nil {
+		t.Fatal("WaitWarm on a closed tier returned nil")
+	}
+}
+
+// TestGuardedWaitWarm: WaitWarm starts the worker pool and returns when
+// it is full; a claimed worker is discarded and replaced.
+func TestGuardedWaitWarm(t *testing.T) {
+	g := newGuarded(t, "expr")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for round := range 2 {
+		if err := g.WaitWarm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := g.workers().len(); n != g.size {
+			t.Fatalf("round %d: %d workers ready, want %d", round, n, g.size)
+		}
+		res, err := g.Run(ctx, airlock.Job{Kind: airlock.KindExpr, Code: "1 + 2"})
+		if err != nil || res.Value != int64(3) {
+			t.Fatalf("round %d: %v %+v", round, err, res)
+		}
+	}
+}
+
+// TestGuardedCancelWhileStarting: with no worker ready (a fresh tier's
+// pool has only begun to fill), a run whose context is already cancelled
+// starts a worker of its own and reports a typed stop, not a bare context
+// error.
+func TestGuardedCancelWhileStarting(t *testing.T) {
+	g := newGuarded(t, "expr")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := g.Run(ctx, airlock.Job{Kind: airlock.KindExpr, Code: "1"})
+	if s, ok := airlock.AsStop(err); !ok || s.Reason != airlock.StopKilled || res.Stopped == nil {
+		t.Fatalf("want stopped: killed, got %v (%+v)", err, res)
+	}
+}

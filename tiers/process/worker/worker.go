@@ -1,0 +1,135 @@
+// Package worker is the inside of a guarded worker: a language tier run
+// one job per process, this binary re-executed by the process package
+// into user, PID, mount, network, IPC and UTS namespaces, pivoted into an
+// empty read-only root, under the seccomp filter (on every thread) and
+// address-space and CPU rlimits.
+//
+// It imports little (the root package, the stage's confinement code), so
+// that a worker entry package — one per interpreter, importing only that
+// interpreter and this package, such as [exprworker] — is initialised
+// early (Go initialises packages in import-path order as soon as their
+// imports are) and runs the worker before the binary's unrelated, costly
+// package initialisers.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"golang.org/x/sys/unix"
+)
+
+// Env names the worker a re-executed binary should run (with the stage
+// variable set to the worker stage).
+const Env = "_AIRLOCK_PROCESS_WORKER"
+
+// Dispatch runs the worker named name, and never returns, when this
+// process was started as that worker; otherwise it does nothing. Call it
+// from an init function with the tier's constructor.
+func Dispatch(name string, newTier func() airlock.Tier) {
+	if os.Getenv(stage.Env) == stage.Worker && os.Getenv(Env) == name {
+		runtime.LockOSThread()
+		os.Exit(run(newTier))
+	}
+}
+
+// guardOverheadMB is added to the job's memory limit for the address-space
+// rlimit: room for the Go runtime's own growth (thread stacks, heap
+// metadata) beyond what it had reserved at start.
+const guardOverheadMB = 256
+
+// vmSize returns this process's current address-space size in bytes.
+func vmSize() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 2 << 30
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmSize:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 2 << 30
+}
+
+// run is the worker's side: build the empty root, confine every
+// thread, announce readiness, run one job, write its result, exit.
+func run(newTier func() airlock.Tier) int {
+	out := json.NewEncoder(os.Stdout)
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "airlock worker:", err)
+		return 2
+	}
+	baseVM := vmSize()
+	// The root is replaced below: never in the host's namespaces.
+	if err := inOwnUserNamespace(); err != nil {
+		return fail(err)
+	}
+	if err := stage.EmptyRoot(); err != nil {
+		return fail(err)
+	}
+	tier := newTier()
+	if err := stage.LoadFilter(stage.FilterOptions{}, true); err != nil {
+		return fail(err)
+	}
+	if err := out.Encode(stage.Status{Ready: true}); err != nil {
+		return fail(err)
+	}
+	var req Request
+	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
+		return fail(fmt.Errorf("reading job: %w", err))
+	}
+	job, err := airlock.DecodeJobBytes(req.Job)
+	if err != nil {
+		return fail(fmt.Errorf("reading job: %w", err))
+	}
+	// The address space is capped at what the runtime had reserved at
+	// start plus the job's memory and headroom; the cgroup holds the
+	// memory actually used.
+	mem := baseVM + uint64(req.MemoryMB+guardOverheadMB)<<20
+	if err := stage.SetRlimits([]stage.Rlimit{
+		{Resource: unix.RLIMIT_AS, Cur: mem, Max: mem},
+		{Resource: unix.RLIMIT_CPU, Cur: req.CPUSeconds, Max: req.CPUSeconds + 1},
+		{Resource: unix.RLIMIT_CORE},
+		{Resource: unix.RLIMIT_NOFILE, Cur: 64, Max: 64},
+	}); err != nil {
+		return fail(err)
+	}
+	res, _ := tier.Run(context.Background(), job)
+	if err := out.Encode(res); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// Request is what the parent sends a worker: the job in its wire
+// form (decoded strictly by the worker, as a server would) and the limits
+// of the envelope around the interpreter.
+type Request struct {
+	Job        json.RawMessage `json:"job"`
+	MemoryMB   int64           `json:"memory_mb"`
+	CPUSeconds uint64          `json:"cpu_seconds"`
+}
+
+// inOwnUserNamespace refuses to go on in the host's user namespace (whose
+// uid map is the identity over the whole range): a worker started by
+// anything but the process package must not pivot the host's root.
+func inOwnUserNamespace() error {
+	data, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return fmt.Errorf("reading uid map: %w", err)
+	}
+	if f := strings.Fields(string(data)); len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295" {
+		return errors.New("not in a sandbox's user namespace: refusing to run a worker here")
+	}
+	return nil
+}
