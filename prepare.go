@@ -25,6 +25,13 @@ const MaxSeed = 1<<53 - 1
 // Resolve fills the zero fields of l from the policy's defaults and refuses
 // any field above the policy's maximum, or below zero.
 func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
+	if l == (Limits{}) { // the common case: every limit from the defaults
+		l = p.Default
+		if l.WallMS <= 0 {
+			l.WallMS = DefaultLimitPolicy.Default.WallMS
+		}
+		return l, nil
+	}
 	var err error
 	if l.WallMS, err = resolve("limits.wall_ms", l.WallMS, p.Default.WallMS, p.Max.WallMS); err != nil {
 		return l, err
@@ -76,12 +83,20 @@ func Prepare(job Job, p LimitPolicy) (Job, error) {
 // PrepareAt is [Prepare] with the instant to pin an unpinned clock to, for
 // tiers that already read the time.
 func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
-	if err := Validate(&job); err != nil {
-		return job, err
+	err := PrepareInPlace(&job, p, now)
+	return job, err
+}
+
+// PrepareInPlace is [PrepareAt] on the caller's copy of a job, for tiers
+// whose warm path should not copy the Job struct twice more. On an error
+// the job is left partly prepared and must not be run.
+func PrepareInPlace(job *Job, p LimitPolicy, now time.Time) error {
+	if err := Validate(job); err != nil {
+		return err
 	}
 	var err error
 	if job.Limits, err = p.Resolve(job.Limits); err != nil {
-		return job, err
+		return err
 	}
 	if job.Situation == "" {
 		job.Situation = SituationPublic
@@ -95,7 +110,7 @@ func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
 	if job.Seed == 0 {
 		job.Seed = NewSeed()
 	}
-	return job, nil
+	return nil
 }
 
 // NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
@@ -145,15 +160,17 @@ func Validate(job *Job) error {
 	default:
 		return Invalid("lifecycle", "unknown lifecycle %q", job.Lifecycle)
 	}
-	for name := range job.Files {
-		if err := checkRelPath(name); err != nil {
-			return Invalid("files["+name+"]", "%s", err.Error())
+	if len(job.Files) > 0 {
+		for name := range job.Files {
+			if err := checkRelPath(name); err != nil {
+				return Invalid("files["+name+"]", "%s", err.Error())
+			}
 		}
 	}
 	if err := validateGrants(&job.Grants); err != nil {
 		return err
 	}
-	if job.Input != nil {
+	if len(job.Input) > 0 {
 		if err := CheckValue(job.Input, 0); err != nil {
 			return Invalid("input", "%s", err.Error())
 		}
@@ -180,6 +197,9 @@ func checkRelPath(name string) error {
 }
 
 func validateGrants(g *Grants) error {
+	if len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && len(g.Secrets) == 0 {
+		return nil // nothing granted, nothing to check
+	}
 	for i, p := range g.FS.Read {
 		if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
 			return Invalid("grants.fs.read", "entry %d (%q) must be a clean absolute path", i, p)

@@ -38,7 +38,7 @@ type state struct {
 
 var states = sync.Pool{New: func() any { return new(state) }}
 
-func newState(ctx context.Context, job airlock.Job, now time.Time) *state {
+func newState(ctx context.Context, job *airlock.Job, now time.Time) *state {
 	s := states.Get().(*state)
 	*s = state{
 		done:     ctx.Done(),
