@@ -26,11 +26,7 @@ const MaxSeed = 1<<53 - 1
 // any field above the policy's maximum, or below zero.
 func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 	if l == (Limits{}) { // the common case: every limit from the defaults
-		l = p.Default
-		if l.WallMS <= 0 {
-			l.WallMS = DefaultLimitPolicy.Default.WallMS
-		}
-		return l, nil
+		return p.defaults(), nil
 	}
 	var err error
 	if l.WallMS, err = resolve("limits.wall_ms", l.WallMS, p.Default.WallMS, p.Max.WallMS); err != nil {
@@ -60,6 +56,15 @@ func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 	return l, nil
 }
 
+// defaults is what Resolve makes of zero limits.
+func (p *LimitPolicy) defaults() Limits {
+	l := p.Default
+	if l.WallMS <= 0 {
+		l.WallMS = DefaultLimitPolicy.Default.WallMS // the wall clock is never off
+	}
+	return l
+}
+
 func resolve(name string, v, def, max int64) (int64, error) {
 	switch {
 	case v < 0:
@@ -83,20 +88,24 @@ func Prepare(job Job, p LimitPolicy) (Job, error) {
 // PrepareAt is [Prepare] with the instant to pin an unpinned clock to, for
 // tiers that already read the time.
 func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
-	err := PrepareInPlace(&job, p, now)
+	err := PrepareInPlace(&job, &p, now)
 	return job, err
 }
 
 // PrepareInPlace is [PrepareAt] on the caller's copy of a job, for tiers
 // whose warm path should not copy the Job struct twice more. On an error
 // the job is left partly prepared and must not be run.
-func PrepareInPlace(job *Job, p LimitPolicy, now time.Time) error {
+func PrepareInPlace(job *Job, p *LimitPolicy, now time.Time) error {
 	if err := Validate(job); err != nil {
 		return err
 	}
-	var err error
-	if job.Limits, err = p.Resolve(job.Limits); err != nil {
-		return err
+	if job.Limits == (Limits{}) {
+		job.Limits = p.defaults()
+	} else {
+		var err error
+		if job.Limits, err = p.Resolve(job.Limits); err != nil {
+			return err
+		}
 	}
 	if job.Situation == "" {
 		job.Situation = SituationPublic

@@ -143,7 +143,7 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, start time.Time, res *
 			res.Timings.RunUS = (total - startDur).Microseconds()
 		}
 	}()
-	err = airlock.PrepareInPlace(job, t.cfg.limits, start)
+	err = airlock.PrepareInPlace(job, &t.cfg.limits, start)
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return err
