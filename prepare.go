@@ -125,7 +125,12 @@ func PrepareInPlace(job *Job, p *LimitPolicy, now time.Time) error {
 // NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
 // make runs replayable; they are not secrets.
 func NewSeed() uint64 {
-	return rand.Uint64N(MaxSeed) + 1
+	for {
+		// 53 random bits, uniform over [1, MaxSeed] once zero is redrawn.
+		if s := rand.Uint64() >> (64 - 53); s != 0 {
+			return s
+		}
+	}
 }
 
 // Validate checks a job's shape without resolving limits: a known kind with
