@@ -123,8 +123,8 @@ func BenchmarkExprPaired(b *testing.B) {
 				b.Fatal(err)
 			}
 			env := w.input()
-			i := 0
-			pairbench.Run(b, 1, func() error {
+			i, j := 0, 0 // a new source on each side every call
+			pairbench.Run(b, 4, func() error {
 				i++
 				prog, err := exprlang.Compile(fmt.Sprintf("%s + %d", w.code, i))
 				if err != nil {
@@ -133,7 +133,8 @@ func BenchmarkExprPaired(b *testing.B) {
 				_, err = exprlang.Run(prog, env)
 				return err
 			}, func() error {
-				job := airlock.Job{Kind: airlock.KindExpr, Code: fmt.Sprintf("%s + %d", w.code, i), Input: w.input()}
+				j++
+				job := airlock.Job{Kind: airlock.KindExpr, Code: fmt.Sprintf("%s + %d", w.code, j), Input: w.input()}
 				_, err := r.Run(ctx, job)
 				return err
 			})

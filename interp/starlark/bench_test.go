@@ -98,7 +98,7 @@ func BenchmarkStarlarkPaired(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		pairbench.Run(b, 1, func() error {
+		pairbench.Run(b, 16, func() error {
 			g, err := prog.Init(&sl.Thread{}, nil)
 			g.Freeze() // as ExecFileOptions does
 			return err
@@ -108,7 +108,7 @@ func BenchmarkStarlarkPaired(b *testing.B) {
 		})
 	})
 	b.Run("cold", func(b *testing.B) {
-		pairbench.Run(b, 1, func() error {
+		pairbench.Run(b, 4, func() error {
 			_, err := sl.ExecFileOptions(rawOptions, &sl.Thread{}, "job.star", benchLoop, nil)
 			return err
 		}, func() error {
