@@ -114,12 +114,19 @@ func PrepareInPlace(job *Job, p *LimitPolicy, now time.Time) error {
 		job.Lifecycle = LifecycleEphemeral
 	}
 	if job.Clock.IsZero() {
-		job.Clock = now.UTC().Truncate(time.Microsecond)
+		job.Clock = truncMicro(now)
 	}
 	if job.Seed == 0 {
 		job.Seed = NewSeed()
 	}
 	return nil
+}
+
+// truncMicro is now.UTC().Truncate(time.Microsecond) without the general
+// division: the remainder lies within the current second.
+func truncMicro(now time.Time) time.Time {
+	now = now.UTC() // also drops the monotonic reading
+	return now.Add(-time.Duration(now.Nanosecond() % 1000))
 }
 
 // NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
