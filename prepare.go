@@ -25,6 +25,9 @@ const MaxSeed = 1<<53 - 1
 // Resolve fills the zero fields of l from the policy's defaults and refuses
 // any field above the policy's maximum, or below zero.
 func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
+	if l == (Limits{}) { // the common case: every limit from the defaults
+		return p.defaults(), nil
+	}
 	var err error
 	if l.WallMS, err = resolve("limits.wall_ms", l.WallMS, p.Default.WallMS, p.Max.WallMS); err != nil {
 		return l, err
@@ -53,6 +56,15 @@ func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 	return l, nil
 }
 
+// defaults is what Resolve makes of zero limits.
+func (p *LimitPolicy) defaults() Limits {
+	l := p.Default
+	if l.WallMS <= 0 {
+		l.WallMS = DefaultLimitPolicy.Default.WallMS // the wall clock is never off
+	}
+	return l
+}
+
 func resolve(name string, v, def, max int64) (int64, error) {
 	switch {
 	case v < 0:
@@ -76,12 +88,24 @@ func Prepare(job Job, p LimitPolicy) (Job, error) {
 // PrepareAt is [Prepare] with the instant to pin an unpinned clock to, for
 // tiers that already read the time.
 func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
-	if err := Validate(&job); err != nil {
-		return job, err
+	err := PrepareInPlace(&job, &p, now)
+	return job, err
+}
+
+// PrepareInPlace is [PrepareAt] on the caller's copy of a job, for tiers
+// whose warm path should not copy the Job struct twice more. On an error
+// the job is left partly prepared and must not be run.
+func PrepareInPlace(job *Job, p *LimitPolicy, now time.Time) error {
+	if err := Validate(job); err != nil {
+		return err
 	}
-	var err error
-	if job.Limits, err = p.Resolve(job.Limits); err != nil {
-		return job, err
+	if job.Limits == (Limits{}) {
+		job.Limits = p.defaults()
+	} else {
+		var err error
+		if job.Limits, err = p.Resolve(job.Limits); err != nil {
+			return err
+		}
 	}
 	if job.Situation == "" {
 		job.Situation = SituationPublic
@@ -90,18 +114,30 @@ func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
 		job.Lifecycle = LifecycleEphemeral
 	}
 	if job.Clock.IsZero() {
-		job.Clock = now.UTC().Truncate(time.Microsecond)
+		job.Clock = truncMicro(now)
 	}
 	if job.Seed == 0 {
 		job.Seed = NewSeed()
 	}
-	return job, nil
+	return nil
+}
+
+// truncMicro is now.UTC().Truncate(time.Microsecond) without the general
+// division: the remainder lies within the current second.
+func truncMicro(now time.Time) time.Time {
+	now = now.UTC() // also drops the monotonic reading
+	return now.Add(-time.Duration(now.Nanosecond() % 1000))
 }
 
 // NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
 // make runs replayable; they are not secrets.
 func NewSeed() uint64 {
-	return rand.Uint64N(MaxSeed) + 1
+	for {
+		// 53 random bits, uniform over [1, MaxSeed] once zero is redrawn.
+		if s := rand.Uint64() >> (64 - 53); s != 0 {
+			return s
+		}
+	}
 }
 
 // Validate checks a job's shape without resolving limits: a known kind with
@@ -145,15 +181,17 @@ func Validate(job *Job) error {
 	default:
 		return Invalid("lifecycle", "unknown lifecycle %q", job.Lifecycle)
 	}
-	for name := range job.Files {
-		if err := checkRelPath(name); err != nil {
-			return Invalid("files["+name+"]", "%s", err.Error())
+	if len(job.Files) > 0 {
+		for name := range job.Files {
+			if err := checkRelPath(name); err != nil {
+				return Invalid("files["+name+"]", "%s", err.Error())
+			}
 		}
 	}
 	if err := validateGrants(&job.Grants); err != nil {
 		return err
 	}
-	if job.Input != nil {
+	if len(job.Input) > 0 {
 		if err := CheckValue(job.Input, 0); err != nil {
 			return Invalid("input", "%s", err.Error())
 		}
@@ -180,6 +218,9 @@ func checkRelPath(name string) error {
 }
 
 func validateGrants(g *Grants) error {
+	if len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && len(g.Secrets) == 0 {
+		return nil // nothing granted, nothing to check
+	}
 	for i, p := range g.FS.Read {
 		if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
 			return Invalid("grants.fs.read", "entry %d (%q) must be a clean absolute path", i, p)

@@ -34,20 +34,34 @@ func CheckValue(v any, depth int) error {
 		}
 	case []any:
 		for _, e := range x {
-			if err := CheckValue(e, depth+1); err != nil {
-				return err
+			if depth >= MaxValueDepth || !plainScalar(e) {
+				if err := CheckValue(e, depth+1); err != nil {
+					return err
+				}
 			}
 		}
 	case map[string]any:
 		for _, e := range x {
-			if err := CheckValue(e, depth+1); err != nil {
-				return err
+			if depth >= MaxValueDepth || !plainScalar(e) {
+				if err := CheckValue(e, depth+1); err != nil {
+					return err
+				}
 			}
 		}
 	default:
 		return fmt.Errorf("%T is not a JSON-compatible value", v)
 	}
 	return nil
+}
+
+// plainScalar reports the values CheckValue accepts as they are (below the
+// depth limit), so the loops above skip a call for most of a typical input.
+func plainScalar(v any) bool {
+	switch v.(type) {
+	case nil, bool, string, int, int64:
+		return true
+	}
+	return false
 }
 
 // ExportValue converts a value produced by an engine into JSON-compatible

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/pairbench"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 )
 
@@ -82,4 +83,61 @@ func BenchmarkExpr(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkExprPaired alternates raw and tier in one loop (see package
+// pairbench): warm and cold for the issue's workload over input, and warm
+// and cold for `1+1`, the workload of `airlock bench`.
+func BenchmarkExprPaired(b *testing.B) {
+	ctx := context.Background()
+	for _, w := range []struct {
+		name, code string
+		input      func() map[string]any
+	}{
+		{"", benchCode, benchInput},
+		{"1+1/", "1+1", func() map[string]any { return nil }},
+	} {
+		b.Run(w.name+"warm", func(b *testing.B) {
+			r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			prog, err := exprlang.Compile(w.code)
+			if err != nil {
+				b.Fatal(err)
+			}
+			env := w.input()
+			var machine vm.VM
+			job := airlock.Job{Kind: airlock.KindExpr, Code: w.code, Input: w.input()}
+			pairbench.Run(b, 64, func() error {
+				_, err := machine.Run(prog, env)
+				return err
+			}, func() error {
+				_, err := r.Run(ctx, job)
+				return err
+			})
+		})
+		b.Run(w.name+"cold", func(b *testing.B) {
+			r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.NewWithConfig(expr.NewConfig().WithCacheSize(1))}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			env := w.input()
+			i, j := 0, 0 // a new source on each side every call
+			pairbench.Run(b, 4, func() error {
+				i++
+				prog, err := exprlang.Compile(fmt.Sprintf("%s + %d", w.code, i))
+				if err != nil {
+					return err
+				}
+				_, err = exprlang.Run(prog, env)
+				return err
+			}, func() error {
+				j++
+				job := airlock.Job{Kind: airlock.KindExpr, Code: fmt.Sprintf("%s + %d", w.code, j), Input: w.input()}
+				_, err := r.Run(ctx, job)
+				return err
+			})
+		})
+	}
 }

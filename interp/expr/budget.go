@@ -38,7 +38,7 @@ type state struct {
 
 var states = sync.Pool{New: func() any { return new(state) }}
 
-func newState(ctx context.Context, job airlock.Job, now time.Time) *state {
+func newState(ctx context.Context, job *airlock.Job, now time.Time) *state {
 	s := states.Get().(*state)
 	*s = state{
 		done:     ctx.Done(),
@@ -417,6 +417,12 @@ func toInt(v any) (int64, bool) {
 // references count each time they are reached, as they would be printed.
 // With a state, it also stops at the deadline.
 func sizeWithin(v any, limit int64, s *state) (int64, bool) {
+	switch v.(type) { // the common results, as add counts them
+	case nil:
+		return 4, 4 <= limit
+	case bool, int, int64, float64:
+		return 24, 24 <= limit
+	}
 	e := sizer{limit: limit, s: s}
 	e.add(reflect.ValueOf(v), 0)
 	return e.n, !e.over

@@ -64,7 +64,16 @@ var replaced = map[string]string{
 }
 
 var baseConfig = func() []exprlang.Option {
-	opts := []exprlang.Option{exprlang.DisableBuiltin("timezone")}
+	opts := []exprlang.Option{
+		exprlang.DisableBuiltin("timezone"),
+		// The environment is always a map[string]any: say so, and the
+		// compiler reads variables with a plain map index (OpLoadFast)
+		// instead of a reflective fetch. Variables stay untyped, as
+		// without an environment; the walker has already listed them and
+		// Run refuses input that lacks one.
+		exprlang.Env(map[string]any{}),
+		exprlang.AllowUndefinedVariables(),
+	}
 	for name := range replaced {
 		opts = append(opts, exprlang.DisableBuiltin(name))
 	}

@@ -9,6 +9,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/pairbench"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
 )
 
@@ -97,7 +98,7 @@ func BenchmarkStarlarkPaired(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		paired(b, func() error {
+		pairbench.Run(b, 16, func() error {
 			g, err := prog.Init(&sl.Thread{}, nil)
 			g.Freeze() // as ExecFileOptions does
 			return err
@@ -107,7 +108,7 @@ func BenchmarkStarlarkPaired(b *testing.B) {
 		})
 	})
 	b.Run("cold", func(b *testing.B) {
-		paired(b, func() error {
+		pairbench.Run(b, 4, func() error {
 			_, err := sl.ExecFileOptions(rawOptions, &sl.Thread{}, "job.star", benchLoop, nil)
 			return err
 		}, func() error {
@@ -115,24 +116,4 @@ func BenchmarkStarlarkPaired(b *testing.B) {
 			return err
 		})
 	})
-}
-
-func paired(b *testing.B, raw, tier func() error) {
-	var tr, tt time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		if err := raw(); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := tier(); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		tr += t1.Sub(t0)
-		tt += t2.Sub(t1)
-	}
-	b.ReportMetric(float64(tr.Nanoseconds())/float64(b.N), "raw-ns/op")
-	b.ReportMetric(float64(tt.Nanoseconds())/float64(b.N), "tier-ns/op")
-	b.ReportMetric(float64(tt)/float64(tr), "tier/raw")
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
 )
 
 // Name is the tier's name.
@@ -126,14 +127,16 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 }
 
 func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res airlock.Result, err error) {
-	start := time.Now()
+	// One clock read here and one at the end: a cached program's start
+	// (sub-microsecond) is not measured separately and counts as 0.
+	start := monotime.Now()
 	res.Tier, res.Level = Name, airlock.LevelInterpreter
 	var st *runState
 	var runStart time.Time
 	defer func() {
-		end := time.Now()
+		end := time.Since(start)
 		if !runStart.IsZero() {
-			res.Timings.RunUS = end.Sub(runStart).Microseconds()
+			res.Timings.RunUS = (end - runStart.Sub(start)).Microseconds()
 		}
 		if p := recover(); p != nil {
 			err = fmt.Errorf("starlark tier: internal error: %v", p)
@@ -143,11 +146,10 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 			res.Usage = airlock.Usage{MemoryBytes: st.used, OutputBytes: int64(st.out.Len())}
 			res.Usage.Steps = int64(st.th.Steps)
 		}
-		res.Timings.TotalUS = max(end.Sub(start).Microseconds(), 1)
+		res.Timings.TotalUS = max(end.Microseconds(), 1)
 		res.SetError(err)
 	}()
-	job, err = airlock.Prepare(job, t.cfg.limits)
-	if err != nil {
+	if err = airlock.PrepareInPlace(&job, &t.cfg.limits, start); err != nil {
 		return res, err
 	}
 	res.Clock, res.Seed = job.Clock, job.Seed
@@ -186,16 +188,20 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 
 	var prog *sl.Program
 	var chunk *syntax.File
+	cached := false
 	if sess == nil {
-		prog, err = t.compile(job.Code, "job.star", predeclared, len(job.Input) > 0 || client != nil)
+		prog, cached, err = t.compile(job.Code, "job.star", predeclared, len(job.Input) > 0 || client != nil)
 	} else {
 		chunk, err = t.parse(job.Code, "job.star", false, sess.globals.Has)
 	}
 	if err != nil {
 		return res, err
 	}
-	runStart = time.Now()
-	res.Timings.StartUS = runStart.Sub(start).Microseconds()
+	runStart = start
+	if !cached {
+		runStart = monotime.Now()
+		res.Timings.StartUS = runStart.Sub(start).Microseconds()
+	}
 
 	thread := st.thread
 	thread.SetMaxExecutionSteps(min(pollSteps, st.maxSteps))
@@ -304,7 +310,7 @@ func (t *Tier) parse(code, filename string, infer bool, predeclared func(string)
 
 // compile returns the cached program for code and the predeclared names,
 // compiling it on a miss.
-func (t *Tier) compile(code, filename string, predeclared sl.StringDict, extraNames bool) (*sl.Program, error) {
+func (t *Tier) compile(code, filename string, predeclared sl.StringDict, extraNames bool) (prog *sl.Program, cached bool, err error) {
 	key := code
 	if extraNames || filename != "job.star" {
 		var b strings.Builder
@@ -318,18 +324,18 @@ func (t *Tier) compile(code, filename string, predeclared sl.StringDict, extraNa
 		key = b.String()
 	}
 	if prog := t.cache.get(key); prog != nil {
-		return prog, nil
+		return prog, true, nil
 	}
 	f, err := t.parse(code, filename, true, predeclared.Has)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	prog, err := sl.FileProgram(f, predeclared.Has)
+	prog, err = sl.FileProgram(f, predeclared.Has)
 	if err != nil {
-		return nil, &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		return nil, false, &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
 	}
 	t.cache.put(key, prog)
-	return prog, nil
+	return prog, false, nil
 }
 
 // classify turns an evaluation error into airlock's typed errors: a stop
@@ -381,7 +387,7 @@ func (s *runState) load(th *sl.Thread, module string) (sl.StringDict, error) {
 		s.loaded = map[string]*loadEntry{}
 	}
 	e := &loadEntry{}
-	prog, err := s.tier.compile(src, module, s.tier.base, false)
+	prog, _, err := s.tier.compile(src, module, s.tier.base, false)
 	if err != nil {
 		e.err = err
 	} else {

@@ -1,0 +1,55 @@
+package airlock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestTruncMicroMatchesTruncate(t *testing.T) {
+	for _, now := range []time.Time{
+		time.Now(),
+		time.Unix(0, 999_999_999).In(time.FixedZone("x", 3600)),
+		time.Unix(-1, 1_234_567),
+		time.Date(1, 1, 1, 0, 0, 0, 1999, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+	} {
+		want := now.UTC().Truncate(time.Microsecond)
+		if got := truncMicro(now); !got.Equal(want) || got.Location() != time.UTC {
+			t.Errorf("truncMicro(%v) = %v, want %v", now, got, want)
+		}
+	}
+}
+
+func TestNewSeedInRange(t *testing.T) {
+	for range 10_000 {
+		if s := NewSeed(); s == 0 || s > MaxSeed {
+			t.Fatalf("seed %d outside [1, %d]", s, MaxSeed)
+		}
+	}
+}
+
+// The fast paths of Resolve and validation must agree with the general
+// ones they skip.
+func TestPrepareFastPaths(t *testing.T) {
+	p := LimitPolicy{Default: Limits{MemoryMB: 5}, Max: DefaultLimitPolicy.Max}
+	got, err := p.Resolve(Limits{})
+	if err != nil || got.WallMS != DefaultLimitPolicy.Default.WallMS || got.MemoryMB != 5 {
+		t.Fatalf("Resolve(zero) = %+v, %v", got, err)
+	}
+	job := Job{Kind: KindExpr, Code: "x", Grants: Grants{FS: FSGrant{ScratchMB: -1}}}
+	if err := Validate(&job); err == nil {
+		t.Fatal("negative scratch_mb accepted")
+	}
+	deep := any(map[string]any{"v": 1})
+	for range MaxValueDepth {
+		deep = []any{deep}
+	}
+	if err := CheckValue(deep, 0); err == nil {
+		t.Fatal("a scalar nested deeper than MaxValueDepth accepted")
+	}
+	for _, bad := range []any{map[string]any{"f": func() {}}, []any{1, struct{}{}}} {
+		if err := CheckValue(bad, 0); err == nil {
+			t.Fatalf("%#v accepted", bad)
+		}
+	}
+}
