@@ -2,6 +2,7 @@ package microvm
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,13 +106,19 @@ func (p *pool) release() {
 	}
 }
 
-// waitReady blocks until at least one VM waits in the pool.
-func (p *pool) waitReady(ctx context.Context) error {
-	for len(p.ready) == 0 {
+// waitFull blocks until every slot of the pool holds a VM waiting for its
+// job, or ctx ends. (A VM that dies while waiting still fills its slot
+// until a claim drops it; under emulation that is rare.)
+func (p *pool) waitFull(ctx context.Context) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for len(p.ready) < cap(p.ready) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+		case <-p.ctx.Done():
+			return errors.New("microvm: the pool is closed")
+		case <-tick.C:
 		}
 	}
 	return nil

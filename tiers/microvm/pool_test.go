@@ -3,6 +3,7 @@ package microvm
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,8 +32,11 @@ func TestPool(t *testing.T) {
 	job.Clock = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	var boots []string
 	for i := range 2 {
-		if err := tier.pool.waitReady(ctx); err != nil {
+		if err := tier.WaitWarm(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if n := len(tier.pool.ready); n != 1 {
+			t.Fatalf("WaitWarm returned with %d VMs waiting, want 1", n)
 		}
 		res, err := tier.Run(ctx, job)
 		if err != nil {
@@ -60,6 +64,41 @@ func TestPool(t *testing.T) {
 	tier.Close()
 	if ents, _ := os.ReadDir(tier.cfg.stateDir); countVMDirs(ents) != 0 {
 		t.Fatalf("VMs left after Close: %v", ents)
+	}
+	// A closed pool never fills again: WaitWarm says so instead of blocking.
+	if err := tier.WaitWarm(ctx); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("WaitWarm on a closed pool: %v", err)
+	}
+}
+
+// TestWaitWarm covers the tiers without a pool: cold starts have nothing
+// to wait for, snapshot starts wait for the snapshot, and a tier that
+// cannot run says why.
+func TestWaitWarm(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := shared.get(t, WarmCold).WaitWarm(done); err != nil {
+		t.Fatalf("cold, no pool: WaitWarm = %v, want nil at once", err)
+	}
+	snap := shared.get(t, WarmSnapshot)
+	if err := snap.WaitWarm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	snap.snapMu.Lock()
+	s := snap.snaps[snap.baseMem()]
+	snap.snapMu.Unlock()
+	if s == nil {
+		t.Fatal("WaitWarm returned before the snapshot existed")
+	}
+	if _, err := os.Stat(s.path); err != nil {
+		t.Fatalf("snapshot file: %v", err)
+	}
+	missing, err := New(testConfig().WithKernel(filepath.Join(t.TempDir(), "no-vmlinux")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := missing.WaitWarm(context.Background()); err == nil {
+		t.Fatal("WaitWarm on a tier without its kernel returned nil")
 	}
 }
 

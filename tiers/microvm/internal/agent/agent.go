@@ -41,8 +41,14 @@ const JobUID = 65534
 
 const (
 	scratchDir = "/scratch"
-	cgroupDir  = "/sys/fs/cgroup/job"
-	shimFlag   = "--airlock-shim"
+	// stagedScratchMB is the size the scratch and /tmp are mounted with
+	// before the job is known: the host's default grant, so most jobs need
+	// no remount.
+	stagedScratchMB = 64
+	// caDir holds the egress gateway's CA (a tmpfs: the root is read-only).
+	caDir     = "/etc/airlock"
+	cgroupDir = "/sys/fs/cgroup/job"
+	shimFlag  = "--airlock-shim"
 )
 
 // Main is the agent's entry point. As PID 1 it runs one job and powers the
@@ -62,20 +68,29 @@ func Main() {
 }
 
 func runAgent() error {
+	var ready wire.Ready
+	mark := func(step string) { ready.Marks = append(ready.Marks, wire.Mark{Step: step, US: bootUS()}) }
+	mark("init")
 	if err := mountBase(); err != nil {
 		return err
 	}
-	loadModules("/lib/modules", "/etc/modules.order", cmdlineModules())
+	mark("mounts")
+	// Staging first: the shim's start-up then overlaps the drivers' probing
+	// and the port's handshake with the host, which wait on the VMM.
+	st, stageErr := stage()
+	mark("staged")
+	loadModules("/lib/modules", "/etc/modules.order", cmdlineModules(), mark)
+	mark("modules")
 	port, err := openPort(PortName, 10*time.Second)
 	if err != nil {
 		return err
 	}
 	defer port.Close()
-	st, err := stage()
-	if err != nil {
-		return fail(port, err)
+	mark("port")
+	if stageErr != nil {
+		return fail(port, stageErr)
 	}
-	if err := wire.Write(port, wire.TypeReady, nil); err != nil {
+	if err := wire.WriteJSON(port, wire.TypeReady, ready); err != nil {
 		return fmt.Errorf("announcing readiness: %w", err)
 	}
 	// A restored snapshot resumes here, in a new VM, with a new host.
@@ -83,6 +98,7 @@ func runAgent() error {
 	if err != nil {
 		return fmt.Errorf("reading the job: %w", err)
 	}
+	jobAt := bootUS()
 	if t != wire.TypeJob {
 		return fmt.Errorf("expected a job frame, got %q", t)
 	}
@@ -94,7 +110,17 @@ func runAgent() error {
 	if err != nil {
 		return fail(port, err)
 	}
+	exit.Marks = append([]wire.Mark{{Step: "job", US: jobAt}}, exit.Marks...)
 	return wire.WriteJSON(port, wire.TypeExit, exit)
+}
+
+// bootUS is the time since the guest kernel started, in microseconds.
+func bootUS() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return 0
+	}
+	return ts.Nano() / 1000
 }
 
 func fail(port io.Writer, err error) error {
@@ -150,7 +176,7 @@ func cmdlineModules() map[string]bool {
 
 // loadModules loads the modules listed in order (those in want, if want
 // is not nil); a module already loaded or built in is not an error.
-func loadModules(dir, orderFile string, want map[string]bool) {
+func loadModules(dir, orderFile string, want map[string]bool, mark func(string)) {
 	data, err := os.ReadFile(orderFile)
 	if err != nil {
 		return
@@ -168,6 +194,7 @@ func loadModules(dir, orderFile string, want map[string]bool) {
 			fmt.Fprintf(os.Stderr, "airlock-agent: loading %s: %v\n", name, err)
 		}
 		f.Close()
+		mark("module " + name)
 	}
 }
 
@@ -271,10 +298,22 @@ func stage() (*staged, error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
-		opts := fmt.Sprintf("size=1m,mode=0700,uid=%d,gid=%d", JobUID, JobUID)
+		opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", stagedScratchMB, JobUID, JobUID)
 		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return nil, fmt.Errorf("mounting %s: %w", d, err)
 		}
+	}
+	// The only place outside the scratch the agent writes for a job is the
+	// egress CA: it gets a small tmpfs of its own, and the root turns
+	// read-only now rather than with every job.
+	if err := os.MkdirAll(caDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := unix.Mount("tmpfs", caDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", caDir, err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return nil, fmt.Errorf("making the root read-only: %w", err)
 	}
 	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory +pids"), 0); err != nil {
 		return nil, fmt.Errorf("enabling cgroup controllers: %w", err)
@@ -313,7 +352,7 @@ func stage() (*staged, error) {
 }
 
 // prepare sets up the job's world: clock, entropy, limits, scratch with
-// its files, and a read-only root.
+// its files (the root is already read-only: see stage).
 func (st *staged) prepare(job *wire.Job) error {
 	if err := setClock(job.Clock); err != nil {
 		return fmt.Errorf("setting the clock: %w", err)
@@ -331,10 +370,11 @@ func (st *staged) prepare(job *wire.Job) error {
 			return fmt.Errorf("setting %s: %w", k, err)
 		}
 	}
-	scratchMB := max(job.ScratchMB, 1)
-	for _, d := range []string{scratchDir, "/tmp"} {
-		if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm", scratchMB)); err != nil {
-			return fmt.Errorf("sizing %s: %w", d, err)
+	if scratchMB := max(job.ScratchMB, 1); scratchMB != stagedScratchMB {
+		for _, d := range []string{scratchDir, "/tmp"} {
+			if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm", scratchMB)); err != nil {
+				return fmt.Errorf("sizing %s: %w", d, err)
+			}
 		}
 	}
 	for _, name := range sortedKeys(job.Files) {
@@ -345,7 +385,7 @@ func (st *staged) prepare(job *wire.Job) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, []byte(job.Files[name]), 0o644); err != nil {
+		if err := os.WriteFile(p, job.Files[name], 0o644); err != nil {
 			return err
 		}
 		for d := p; d != scratchDir; d = filepath.Dir(d) {
@@ -357,19 +397,18 @@ func (st *staged) prepare(job *wire.Job) error {
 			return fmt.Errorf("guest network: %w", err)
 		}
 	}
-	// The root is read-only for the job; only the scratch and /tmp are written.
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("making the root read-only: %w", err)
-	}
 	return nil
 }
 
 // run hands the job to the waiting shim and streams its output as frames.
 func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	defer st.cg.Close()
+	var exit wire.Exit
+	mark := func(step string) { exit.Marks = append(exit.Marks, wire.Mark{Step: step, US: bootUS()}) }
 	if err := st.prepare(job); err != nil {
 		return wire.Exit{}, err
 	}
+	mark("prepared")
 	cfg, err := json.Marshal(shimConfig{Argv: job.Argv, Env: job.Env, CPUMS: job.CPUMS, OpenFiles: job.OpenFiles, Spawn: job.Spawn})
 	if err != nil {
 		return wire.Exit{}, err
@@ -378,8 +417,9 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		return wire.Exit{}, fmt.Errorf("configuring the shim: %w", err)
 	}
 	st.cfg.Close()
+	mark("handed")
 	go func() {
-		_, _ = io.WriteString(st.stdin, job.Stdin)
+		_, _ = st.stdin.Write(job.Stdin)
 		st.stdin.Close()
 	}()
 	var mu sync.Mutex // frames from both streams interleave whole
@@ -395,6 +435,7 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		}()
 	}
 	<-st.waited
+	mark("exited")
 	// Whatever the job left behind dies with its cgroup; then the pipes
 	// reach EOF. A straggler holding them open cannot delay the report long.
 	_ = os.WriteFile(filepath.Join(cgroupDir, "cgroup.kill"), []byte("1"), 0)
@@ -404,7 +445,7 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	case <-drained:
 	case <-time.After(200 * time.Millisecond):
 	}
-	var exit wire.Exit
+	mark("drained")
 	if ws, ok := st.shim.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {
 		case ws.Signaled():
