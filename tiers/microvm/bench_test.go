@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
 // BenchmarkStart measures /bin/true from call to result, side by side:
@@ -36,6 +38,7 @@ func BenchmarkStart(b *testing.B) {
 	// load on a shared machine; the ratio of their medians is reported.
 	b.Run("cold-vs-bare", func(b *testing.B) {
 		tier := benchTier(b, testConfig())
+		steps := observeSteps(tier)
 		initrd := bareInitrd(b, tier)
 		dir := b.TempDir()
 		args := bareArgs(tier.qemuArgs("bench", dir, vmSpec{memMB: tier.baseMem(), vcpus: 1}), initrd)
@@ -74,16 +77,20 @@ func BenchmarkStart(b *testing.B) {
 			cold = append(cold, time.Since(start))
 		}
 		reportPair(b, "bare", bare, "cold", cold)
+		steps.report(b)
 	})
 	b.Run("snapshot", func(b *testing.B) {
 		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot))
-		if _, err := tier.snapshotFor(ctx, tier.baseMem()); err != nil {
+		steps := observeSteps(tier)
+		if err := tier.WaitWarm(ctx); err != nil {
 			b.Fatal(err)
 		}
 		measure(b, func() { benchRun(b, tier, ctx, job) })
+		steps.report(b)
 	})
 	b.Run("pool", func(b *testing.B) {
 		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot).WithPool(1))
+		steps := observeSteps(tier)
 		var durs []time.Duration
 		for b.Loop() {
 			b.StopTimer()
@@ -96,7 +103,59 @@ func BenchmarkStart(b *testing.B) {
 			durs = append(durs, time.Since(start))
 		}
 		reportMedian(b, durs)
+		steps.report(b)
 	})
+}
+
+// guestSteps collects, from the guest's own timestamps, where a run's time
+// went inside the VM: kernel (from the kernel's start to the agent's first
+// instruction), agent (from there to Ready: mounts, staging, modules, the
+// port), job (from the Job frame read to the job's output drained).
+type guestSteps struct {
+	mu                  sync.Mutex
+	kernel, agent, jobs []time.Duration
+}
+
+func observeSteps(tier *Tier) *guestSteps {
+	g := &guestSteps{}
+	tier.observe = g.add
+	return g
+}
+
+func (g *guestSteps) add(marks []wire.Mark) {
+	at := map[string]int64{}
+	for _, m := range marks {
+		at[m.Step] = m.US
+	}
+	span := func(from, to string) (time.Duration, bool) {
+		a, okA := at[from]
+		z, okZ := at[to]
+		return time.Duration(z-a) * time.Microsecond, okA && okZ && z >= a
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if at["init"] > 0 {
+		g.kernel = append(g.kernel, time.Duration(at["init"])*time.Microsecond)
+	}
+	if d, ok := span("init", "port"); ok {
+		g.agent = append(g.agent, d)
+	}
+	if d, ok := span("job", "drained"); ok {
+		g.jobs = append(g.jobs, d)
+	}
+}
+
+func (g *guestSteps) report(b *testing.B) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range []struct {
+		name string
+		d    []time.Duration
+	}{{"guest-kernel-ms", g.kernel}, {"guest-agent-ms", g.agent}, {"guest-job-ms", g.jobs}} {
+		if len(s.d) > 0 {
+			b.ReportMetric(ms(median(s.d)), s.name)
+		}
+	}
 }
 
 func benchTier(b *testing.B, cfg Config) *Tier {

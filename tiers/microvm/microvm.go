@@ -163,6 +163,10 @@ type Tier struct {
 	pool     *pool
 	poolHits atomic.Int64 // jobs served by a pooled VM
 	reapers  sync.WaitGroup
+
+	// observe, when set (by benchmarks), receives each used VM's guest
+	// step timestamps as it is discarded.
+	observe func([]wire.Mark)
 }
 
 var _ airlock.Tier = (*Tier)(nil)
@@ -368,6 +372,9 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 // Close waits for it. A process that exits before then leaves only an
 // already-killed VMM for init to reap.
 func (t *Tier) discard(v *vm) {
+	if t.observe != nil {
+		t.observe(v.marks)
+	}
 	v.stop()
 	_ = os.RemoveAll(v.dir)
 	if v.pool != nil {
@@ -475,12 +482,13 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	case typ != wire.TypeReady:
 		return fmt.Errorf("guest agent sent %q before ready", typ)
 	}
-	// The marks are informational (measurements); a guest that garbles
-	// them has none.
+	// The agent has run nothing of a job yet: its Ready is trusted to say
+	// which protocol it speaks.
 	var r wire.Ready
-	if json.Unmarshal(payload, &r) == nil {
-		v.marks = r.Marks
+	if err := json.Unmarshal(payload, &r); err != nil || r.Version != wire.Version {
+		return fmt.Errorf("the guest agent speaks protocol version %d, the host %d: rebuild it (scripts/setup-microvm.sh)", r.Version, wire.Version)
 	}
+	v.marks = r.Marks
 	return nil
 }
 

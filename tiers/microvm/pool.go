@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// pool keeps VMs booted (or restored) and waiting for one job each. A
+// pool keeps VMs booted (or, under KVM with snapshots, restored) and
+// waiting for one job each. A
 // claimed VM runs exactly one job and is destroyed after it; it is never
 // returned. Nothing of a job's policy is in a pooled VM: the job's limits,
 // secrets, clock and entropy reach the agent with the job, at claim time.
@@ -51,10 +52,16 @@ func (p *pool) fill() {
 		}
 		var v *vm
 		var err error
-		if p.t.cfg.warm == WarmSnapshot {
+		if p.t.cfg.warm == WarmSnapshot && p.t.kvm {
 			v, err = p.t.restore(p.ctx, p.mem)
 		} else {
-			v, err = p.t.boot(p.ctx, p.mem)
+			// Under emulation a pooled VM is booted, not restored, and its
+			// agent runs a throwaway /bin/true before Ready: QEMU then has
+			// the path a job takes (the agent's and shim's code, exec,
+			// faults, exit) translated, which a restored VM must translate
+			// afresh during its job — measured, several times the job's
+			// own time in the guest (docs/microvm.md).
+			v, err = p.t.bootWith(p.ctx, vmSpec{memMB: p.mem, vcpus: p.t.cfg.vcpus, warmup: true})
 		}
 		if err != nil {
 			if v != nil {

@@ -33,6 +33,7 @@ type vmSpec struct {
 	paused bool     // -S: wait for QMP cont
 	net    bool     // a network device whose only way out is the egress guestfwd
 	job    []byte   // cold boot: the Job frame's payload, sent as soon as the VMM is up
+	warmup bool     // the agent runs a throwaway job before Ready (pooled VMs)
 }
 
 // vm is one running QEMU process with its control connection.
@@ -125,6 +126,9 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + modules
 	if t.tscKHz > 0 {
 		appendLine += fmt.Sprintf(" tsc_early_khz=%d", t.tscKHz)
+	}
+	if s.warmup {
+		appendLine += " airlock.warmup=1"
 	}
 	args := []string{
 		"-name", vmNamePrefix + id,

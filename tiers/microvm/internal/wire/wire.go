@@ -79,12 +79,18 @@ type Net struct {
 	CAPath string `json:"ca_path"`
 }
 
-// Ready is the agent's report that it waits for its job: how long the guest
-// took to reach each step of its start-up, for the host's measurements.
-// It is informational; the host decides nothing from it.
+// Ready is the agent's report that it waits for its job: its protocol
+// version, and how long the guest took to reach each step of its start-up
+// (informational, for the host's measurements).
 type Ready struct {
-	Marks []Mark `json:"marks,omitempty"`
+	// Version is the agent's protocol version; the host refuses any other
+	// (an agent built from older sources would misread the Job frame).
+	Version int    `json:"version"`
+	Marks   []Mark `json:"marks,omitempty"`
 }
+
+// Version is this protocol's version: 2 carries files and stdin as bytes.
+const Version = 2
 
 // Mark is one step of the guest's start-up and when it ended, in
 // microseconds since the guest kernel started (CLOCK_BOOTTIME).
