@@ -420,22 +420,17 @@ func (t *Tier) acquire(ctx context.Context, job *airlock.Job, payload []byte) (*
 }
 
 // retry replaces a guest that fails to come up (under emulation a boot
-// can, rarely, hang) once; a tampered snapshot or a cancellation is not
-// retried.
+// can, rarely, hang) once; a tampered snapshot, an agent of another
+// protocol version or a cancellation is not retried.
 func (t *Tier) retry(ctx context.Context, start func(context.Context) (*vm, error)) (*vm, error) {
 	v, err := start(ctx)
-	if err == nil || ctx.Err() != nil || errors.Is(err, ErrSnapshotTampered) {
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrSnapshotTampered) || errors.Is(err, ErrAgentVersion) {
 		return v, err
 	}
 	if v != nil {
 		v.kill()
 	}
 	return start(ctx)
-}
-
-// boot starts a VM cold and waits for its agent's Ready frame.
-func (t *Tier) boot(ctx context.Context, mem int64) (*vm, error) {
-	return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus})
 }
 
 // bootWith starts a VM of shape s cold and waits for its agent's Ready
@@ -455,6 +450,10 @@ func (t *Tier) bootWith(ctx context.Context, s vmSpec) (*vm, error) {
 	}
 	return v, nil
 }
+
+// ErrAgentVersion is wrapped by starts whose guest agent speaks another
+// protocol version than the host (an agent built from other sources).
+var ErrAgentVersion = errors.New("guest agent out of date")
 
 // send writes the Job frame in the background (the guest may not read it
 // yet); its outcome arrives on v.sent. Stopping the VM ends the write.
@@ -486,7 +485,7 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	// which protocol it speaks.
 	var r wire.Ready
 	if err := json.Unmarshal(payload, &r); err != nil || r.Version != wire.Version {
-		return fmt.Errorf("the guest agent speaks protocol version %d, the host %d: rebuild it (scripts/setup-microvm.sh)", r.Version, wire.Version)
+		return fmt.Errorf("%w: the guest agent speaks protocol version %d, the host %d: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion, r.Version, wire.Version)
 	}
 	v.marks = r.Marks
 	return nil

@@ -159,7 +159,7 @@ func TestAwaitReadyVersion(t *testing.T) {
 		host.Close()
 		guest.Close()
 		switch {
-		case c.wantErr && (err == nil || !strings.Contains(err.Error(), "rebuild")):
+		case c.wantErr && (!errors.Is(err, ErrAgentVersion) || !strings.Contains(err.Error(), "rebuild")):
 			t.Errorf("Ready %q: %v, want a version refusal", c.ready, err)
 		case !c.wantErr && (err != nil || len(v.marks) != 1 || v.marks[0].US != 7):
 			t.Errorf("Ready %q: %v, marks %v", c.ready, err, v.marks)
