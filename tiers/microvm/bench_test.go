@@ -245,3 +245,42 @@ func bareArgs(args []string, initrd string) []string {
 	}
 	return out
 }
+
+// BenchmarkJobFor measures the host's work before a VM is acquired:
+// encoding the Job frame alone (the raw step) and encoding plus the
+// placed-files check over it (a directory written and removed, the
+// context's check run), for a job with two small files and no check set,
+// and for the same job without files (checked against the tier's empty
+// directory).
+func BenchmarkJobFor(b *testing.B) {
+	tier := benchTier(b, testConfig())
+	job, err := airlock.Prepare(command("sh", "run.sh"), tier.cfg.limits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	job.Files = map[string]string{"run.sh": "echo hi\n", "data/in.txt": "some input\n"}
+	ctx := context.Background()
+	b.Run("encode", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := encodeJob(&job, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encode+check", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := tier.jobFor(ctx, &job, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	bare := job
+	bare.Files = nil
+	b.Run("encode+check/no-files", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := tier.jobFor(ctx, &bare, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

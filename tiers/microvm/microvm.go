@@ -160,6 +160,9 @@ type Tier struct {
 	snapMu sync.Mutex
 	snaps  map[int64]*snapshot // by guest memory size
 
+	emptyMu  sync.Mutex
+	emptyDir string // the empty placed-files directory (see emptyPlaced)
+
 	pool     *pool
 	poolHits atomic.Int64 // jobs served by a pooled VM
 	reapers  sync.WaitGroup
@@ -269,7 +272,8 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the pool's VMs and removes the tier's snapshots; the tier
+// Close stops the pool's VMs and removes the tier's snapshots (and its
+// empty placed-files directory); the tier
 // still runs jobs afterwards, starting them afresh.
 func (t *Tier) Close() error {
 	if t.pool != nil {
@@ -277,6 +281,7 @@ func (t *Tier) Close() error {
 	}
 	t.reapers.Wait()
 	t.dropSnapshots()
+	t.dropEmptyPlaced()
 	return nil
 }
 
