@@ -2,27 +2,33 @@ package microvm
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
 // BenchmarkStart measures /bin/true from call to result, side by side:
 //
-//	cold-vs-bare  alternately: bare QEMU with the same kernel, machine and
-//	              initramfs, whose /init is replaced (by an appended cpio)
-//	              with a busybox script that runs /bin/true and powers off
-//	              (no agent, no control channel), and the tier booting a
+//	cold-vs-bare  alternately: bare QEMU with the tier's own command line
+//	              (machine, kernel and its command line, devices, the
+//	              control port's socket), the same initramfs, whose /init is
+//	              replaced (by an appended cpio) with a busybox script that
+//	              runs /bin/true and powers off (no agent: no modules
+//	              loaded, the port never opened), and the tier booting a
 //	              fresh VM
 //	snapshot  the tier restoring its snapshot (made before the timer starts)
-//	pool      the tier claiming a pre-booted VM (the timer stops while the
-//	          pool refills)
+//	pool      the tier claiming a pooled VM; WaitWarm, untimed, before each
+//	          claim, so the claim is measured, not the refill
 //
 // Each reports medians in ms; run with -benchtime=Nx.
 func BenchmarkStart(b *testing.B) {
@@ -32,8 +38,26 @@ func BenchmarkStart(b *testing.B) {
 	// load on a shared machine; the ratio of their medians is reported.
 	b.Run("cold-vs-bare", func(b *testing.B) {
 		tier := benchTier(b, testConfig())
+		steps := observeSteps(tier)
 		initrd := bareInitrd(b, tier)
-		args := bareArgs(tier.qemuArgs("bench", b.TempDir(), vmSpec{memMB: tier.baseMem(), vcpus: 1}), initrd)
+		dir := b.TempDir()
+		args := bareArgs(tier.qemuArgs("bench", dir, vmSpec{memMB: tier.baseMem(), vcpus: 1}), initrd)
+		// The control port's socket, as for the tier's VMs: QEMU connects
+		// to it as it starts; with no agent, nothing flows.
+		ln, err := net.Listen("unix", filepath.Join(dir, "ctl.sock"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+			}
+		}()
 		var bare, cold []time.Duration
 		for b.Loop() {
 			start := time.Now()
@@ -53,20 +77,24 @@ func BenchmarkStart(b *testing.B) {
 			cold = append(cold, time.Since(start))
 		}
 		reportPair(b, "bare", bare, "cold", cold)
+		steps.report(b)
 	})
 	b.Run("snapshot", func(b *testing.B) {
 		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot))
-		if _, err := tier.snapshotFor(ctx, tier.baseMem()); err != nil {
+		steps := observeSteps(tier)
+		if err := tier.WaitWarm(ctx); err != nil {
 			b.Fatal(err)
 		}
 		measure(b, func() { benchRun(b, tier, ctx, job) })
+		steps.report(b)
 	})
 	b.Run("pool", func(b *testing.B) {
 		tier := benchTier(b, testConfig().WithWarm(WarmSnapshot).WithPool(1))
+		steps := observeSteps(tier)
 		var durs []time.Duration
 		for b.Loop() {
 			b.StopTimer()
-			if err := tier.pool.waitReady(ctx); err != nil {
+			if err := tier.WaitWarm(ctx); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
@@ -75,7 +103,59 @@ func BenchmarkStart(b *testing.B) {
 			durs = append(durs, time.Since(start))
 		}
 		reportMedian(b, durs)
+		steps.report(b)
 	})
+}
+
+// guestSteps collects, from the guest's own timestamps, where a run's time
+// went inside the VM: kernel (from the kernel's start to the agent's first
+// instruction), agent (from there to Ready: mounts, staging, modules, the
+// port), job (from the Job frame read to the job's output drained).
+type guestSteps struct {
+	mu                  sync.Mutex
+	kernel, agent, jobs []time.Duration
+}
+
+func observeSteps(tier *Tier) *guestSteps {
+	g := &guestSteps{}
+	tier.observe = g.add
+	return g
+}
+
+func (g *guestSteps) add(marks []wire.Mark) {
+	at := map[string]int64{}
+	for _, m := range marks {
+		at[m.Step] = m.US
+	}
+	span := func(from, to string) (time.Duration, bool) {
+		a, okA := at[from]
+		z, okZ := at[to]
+		return time.Duration(z-a) * time.Microsecond, okA && okZ && z >= a
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if at["init"] > 0 {
+		g.kernel = append(g.kernel, time.Duration(at["init"])*time.Microsecond)
+	}
+	if d, ok := span("init", "port"); ok {
+		g.agent = append(g.agent, d)
+	}
+	if d, ok := span("job", "drained"); ok {
+		g.jobs = append(g.jobs, d)
+	}
+}
+
+func (g *guestSteps) report(b *testing.B) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range []struct {
+		name string
+		d    []time.Duration
+	}{{"guest-kernel-ms", g.kernel}, {"guest-agent-ms", g.agent}, {"guest-job-ms", g.jobs}} {
+		if len(s.d) > 0 {
+			b.ReportMetric(ms(median(s.d)), s.name)
+		}
+	}
 }
 
 func benchTier(b *testing.B, cfg Config) *Tier {
@@ -154,21 +234,53 @@ func bareInitrd(b *testing.B, tier *Tier) string {
 	return p
 }
 
-// bareArgs drops the control channel from the tier's command line and
-// swaps in the bare initramfs.
+// bareArgs swaps the bare initramfs into the tier's command line; all else
+// (machine, kernel command line, devices, sandbox) stays as the tier has it.
 func bareArgs(args []string, initrd string) []string {
-	var out []string
-	for i := 0; i < len(args); i++ {
-		switch args[i] {
-		case "-chardev", "-device":
-			i++
-			continue
-		case "-initrd":
-			out = append(out, "-initrd", initrd)
-			i++
-			continue
+	out := slices.Clone(args)
+	for i := 0; i+1 < len(out); i++ {
+		if out[i] == "-initrd" {
+			out[i+1] = initrd
 		}
-		out = append(out, args[i])
 	}
 	return out
+}
+
+// BenchmarkJobFor measures the host's work before a VM is acquired:
+// encoding the Job frame alone (the raw step) and encoding plus the
+// placed-files check over it (a directory written and removed, the
+// context's check run), for a job with two small files and no check set,
+// and for the same job without files (checked against the tier's empty
+// directory).
+func BenchmarkJobFor(b *testing.B) {
+	tier := benchTier(b, testConfig())
+	job, err := airlock.Prepare(command("sh", "run.sh"), tier.cfg.limits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	job.Files = map[string]string{"run.sh": "echo hi\n", "data/in.txt": "some input\n"}
+	ctx := context.Background()
+	b.Run("encode", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := encodeJob(&job, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encode+check", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := tier.jobFor(ctx, &job, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	bare := job
+	bare.Files = nil
+	b.Run("encode+check/no-files", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := tier.jobFor(ctx, &bare, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

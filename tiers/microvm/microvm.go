@@ -160,13 +160,21 @@ type Tier struct {
 	snapMu sync.Mutex
 	snaps  map[int64]*snapshot // by guest memory size
 
+	emptyMu  sync.Mutex
+	emptyDir string // the empty placed-files directory (see emptyPlaced)
+
 	pool     *pool
 	poolHits atomic.Int64 // jobs served by a pooled VM
 	reapers  sync.WaitGroup
+
+	// observe, when set (by benchmarks), receives each used VM's guest
+	// step timestamps as it is discarded.
+	observe func([]wire.Mark)
 }
 
 var _ airlock.Tier = (*Tier)(nil)
 var _ airlock.Prober = (*Tier)(nil)
+var _ airlock.Warmer = (*Tier)(nil)
 
 // New builds the tier. Missing QEMU, kernel or agent do not fail New: the
 // tier then reports them from Available and refuses every job. New sweeps
@@ -244,7 +252,28 @@ func (t *Tier) GuestKernel() string {
 	return t.assets.release
 }
 
-// Close stops the pool's VMs and removes the tier's snapshots; the tier
+// WaitWarm blocks until the tier's warm capacity is ready, or ctx ends: the
+// snapshot exists (made now if need be) when starts are restored from one,
+// and every slot of the pool holds a VM waiting for its job. With cold
+// starts and no pool it returns nil at once; an unavailable tier returns
+// why.
+func (t *Tier) WaitWarm(ctx context.Context) error {
+	if err := t.Available(); err != nil {
+		return err
+	}
+	if t.cfg.warm == WarmSnapshot {
+		if _, err := t.snapshotFor(ctx, t.baseMem()); err != nil {
+			return err
+		}
+	}
+	if t.pool != nil {
+		return t.pool.waitFull(ctx)
+	}
+	return nil
+}
+
+// Close stops the pool's VMs and removes the tier's snapshots (and its
+// empty placed-files directory); the tier
 // still runs jobs afterwards, starting them afresh.
 func (t *Tier) Close() error {
 	if t.pool != nil {
@@ -252,6 +281,7 @@ func (t *Tier) Close() error {
 	}
 	t.reapers.Wait()
 	t.dropSnapshots()
+	t.dropEmptyPlaced()
 	return nil
 }
 
@@ -300,8 +330,20 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err = t.Admit(&job); err != nil {
 		return res, err
 	}
-	var netCfg *wire.Net
-	v, err := t.acquire(ctx, &job)
+	// The job is encoded, and its placed files checked, before a VM is
+	// started: a refused job costs no VM, and a cold-booted VM is handed
+	// its job as soon as QEMU is up, so the agent finds it waiting when it
+	// has booted. (A job granted egress is encoded again, and checked
+	// again, once its gateway exists: the frame then carries the network.)
+	payload, err := t.jobFor(ctx, &job, nil)
+	if err != nil {
+		return res, err
+	}
+	var early []byte
+	if len(job.Grants.Net) == 0 {
+		early = payload
+	}
+	v, err := t.acquire(ctx, &job, early)
 	res.Timings.StartUS = airlock.Since(start)
 	if v != nil {
 		defer t.discard(v)
@@ -320,10 +362,12 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		// Closed (ending its connections) before the VM is discarded.
 		defer func() { res.Decision = append(res.Decision, gw.Close()...) }()
 		job.Grants.Secrets = withEnv(job.Grants.Secrets, netEnv)
-		netCfg = n
+		if payload, err = t.jobFor(ctx, &job, n); err != nil {
+			return res, err
+		}
 	}
 	runStart := time.Now()
-	err = t.converse(ctx, v, &job, netCfg, &res)
+	err = t.converse(ctx, v, &job, payload, &res)
 	res.Timings.RunUS = airlock.Since(runStart)
 	return res, err
 }
@@ -333,6 +377,9 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 // Close waits for it. A process that exits before then leaves only an
 // already-killed VMM for init to reap.
 func (t *Tier) discard(v *vm) {
+	if t.observe != nil {
+		t.observe(v.marks)
+	}
 	v.stop()
 	_ = os.RemoveAll(v.dir)
 	if v.pool != nil {
@@ -351,7 +398,10 @@ func (t *Tier) baseMem() int64 { return t.cfg.limits.Default.MemoryMB + overhead
 
 // acquire returns a VM whose agent waits for its job: from the pool, from
 // a snapshot, or booted cold.
-func (t *Tier) acquire(ctx context.Context, job *airlock.Job) (*vm, error) {
+//
+// payload, when set, is the encoded job: a cold-booted VM is handed it as
+// soon as its VMM is up.
+func (t *Tier) acquire(ctx context.Context, job *airlock.Job, payload []byte) (*vm, error) {
 	mem := max(memFor(job), t.baseMem())
 	if len(job.Grants.Net) > 0 {
 		// Pooled VMs and the snapshot have no network device: a job
@@ -366,30 +416,26 @@ func (t *Tier) acquire(ctx context.Context, job *airlock.Job) (*vm, error) {
 			return v, nil
 		}
 	}
-	start := t.boot
 	if t.cfg.warm == WarmSnapshot {
-		start = t.restore
+		return t.retry(ctx, func(ctx context.Context) (*vm, error) { return t.restore(ctx, mem) })
 	}
-	return t.retry(ctx, func(ctx context.Context) (*vm, error) { return start(ctx, mem) })
+	return t.retry(ctx, func(ctx context.Context) (*vm, error) {
+		return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, job: payload})
+	})
 }
 
 // retry replaces a guest that fails to come up (under emulation a boot
-// can, rarely, hang) once; a tampered snapshot or a cancellation is not
-// retried.
+// can, rarely, hang) once; a tampered snapshot, an agent of another
+// protocol version or a cancellation is not retried.
 func (t *Tier) retry(ctx context.Context, start func(context.Context) (*vm, error)) (*vm, error) {
 	v, err := start(ctx)
-	if err == nil || ctx.Err() != nil || errors.Is(err, ErrSnapshotTampered) {
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrSnapshotTampered) || errors.Is(err, ErrAgentVersion) {
 		return v, err
 	}
 	if v != nil {
 		v.kill()
 	}
 	return start(ctx)
-}
-
-// boot starts a VM cold and waits for its agent's Ready frame.
-func (t *Tier) boot(ctx context.Context, mem int64) (*vm, error) {
-	return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus})
 }
 
 // bootWith starts a VM of shape s cold and waits for its agent's Ready
@@ -399,10 +445,26 @@ func (t *Tier) bootWith(ctx context.Context, s vmSpec) (*vm, error) {
 	if err != nil {
 		return v, err
 	}
+	if s.job != nil {
+		// QEMU reads the control socket only once the agent has opened
+		// its port: the frame waits in the socket until then.
+		v.send(s.job)
+	}
 	if err := v.awaitReady(ctx, t.cfg.bootTimeout); err != nil {
 		return v, err
 	}
 	return v, nil
+}
+
+// ErrAgentVersion is wrapped by starts whose guest agent speaks another
+// protocol version than the host (an agent built from other sources).
+var ErrAgentVersion = errors.New("guest agent out of date")
+
+// send writes the Job frame in the background (the guest may not read it
+// yet); its outcome arrives on v.sent. Stopping the VM ends the write.
+func (v *vm) send(payload []byte) {
+	v.sent = make(chan error, 1)
+	go func() { v.sent <- wire.Write(v.ctl, wire.TypeJob, payload) }()
 }
 
 // awaitReady reads the agent's first frame, which must be Ready.
@@ -424,25 +486,47 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	case typ != wire.TypeReady:
 		return fmt.Errorf("guest agent sent %q before ready", typ)
 	}
+	// The agent has run nothing of a job yet: its Ready is trusted to say
+	// which protocol it speaks.
+	var r wire.Ready
+	if err := json.Unmarshal(payload, &r); err != nil || r.Version != wire.Version {
+		return fmt.Errorf("%w: the guest agent speaks protocol version %d, the host %d: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion, r.Version, wire.Version)
+	}
+	v.marks = r.Marks
 	return nil
 }
 
-// wireJob is the job as the agent receives it, with fresh entropy.
-func wireJob(job *airlock.Job, n *wire.Net) (wire.Job, error) {
+// encodeJob is the Job frame's payload: the job as the agent receives it,
+// with fresh entropy. It refuses jobs above the frame's bound.
+func encodeJob(job *airlock.Job, n *wire.Net) ([]byte, error) {
 	ent := make([]byte, 64)
 	if _, err := rand.Read(ent); err != nil {
-		return wire.Job{}, err
+		return nil, err
 	}
 	scratch := job.Grants.FS.ScratchMB
 	if scratch == 0 {
 		scratch = 64
 	}
-	return wire.Job{
-		Argv: job.Argv, Env: job.Grants.Secrets, Files: job.Files, Stdin: job.Stdin,
+	var files map[string][]byte
+	if len(job.Files) > 0 {
+		files = make(map[string][]byte, len(job.Files))
+		for name, data := range job.Files {
+			files[name] = []byte(data)
+		}
+	}
+	payload, err := json.Marshal(wire.Job{
+		Argv: job.Argv, Env: job.Grants.Secrets, Files: files, Stdin: []byte(job.Stdin),
 		Clock: job.Clock, Entropy: ent,
 		MemoryMB: job.Limits.MemoryMB, CPUMS: job.Limits.CPUMS, Pids: job.Limits.Pids,
 		OpenFiles: job.Limits.Files, ScratchMB: scratch, Spawn: job.Grants.Spawn, Net: n,
-	}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(payload) > wire.MaxJob {
+		return nil, airlock.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), wire.MaxJob)
+	}
+	return payload, nil
 }
 
 type frame struct {
@@ -451,20 +535,10 @@ type frame struct {
 	err error
 }
 
-// converse hands the job to the agent and collects frames until the Exit
-// frame, a limit, or cancellation. Output beyond the cap stops the run.
-func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, n *wire.Net, res *airlock.Result) error {
-	wj, err := wireJob(job, n)
-	if err != nil {
-		return err
-	}
-	payload, err := json.Marshal(wj)
-	if err != nil {
-		return err
-	}
-	if len(payload) > wire.MaxJob {
-		return airlock.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), wire.MaxJob)
-	}
+// converse hands the job (its encoded payload, unless a cold boot already
+// sent it) to the agent and collects frames until the Exit frame, a limit,
+// or cancellation. Output beyond the cap stops the run.
+func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []byte, res *airlock.Result) error {
 	frames := make(chan frame, 16)
 	readerDone := make(chan struct{})
 	quit := make(chan struct{})
@@ -487,9 +561,10 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, n *wire.Ne
 		v.stop() // unblocks the reader
 		<-readerDone
 	}()
-	if err := wire.Write(v.ctl, wire.TypeJob, payload); err != nil {
-		return fmt.Errorf("sending the job: %w (%s)", err, v.diag())
+	if v.sent == nil {
+		v.send(payload)
 	}
+	sent := v.sent
 	wall := time.NewTimer(job.Limits.Wall())
 	defer wall.Stop()
 	var stdout, stderr []byte
@@ -504,6 +579,11 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, n *wire.Ne
 			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
 		case <-wall.C:
 			return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
+		case err := <-sent:
+			if err != nil {
+				return fmt.Errorf("sending the job: %w (%s)", err, v.diag())
+			}
+			sent = nil
 		case <-v.done:
 			return fmt.Errorf("the VM exited before the job finished: %s", v.diag())
 		case f := <-frames:
@@ -532,6 +612,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, n *wire.Ne
 					return fmt.Errorf("bad exit frame from the guest: %w", err)
 				}
 				res.ExitCode = ex.Code
+				v.marks = append(v.marks, ex.Marks...)
 				switch ex.Reason {
 				case "memory":
 					return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("the job exceeded %d MB", job.Limits.MemoryMB)}

@@ -3,6 +3,8 @@ package microvm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -133,5 +136,33 @@ func TestConfig(t *testing.T) {
 	}
 	if err := tier.Available(); err == nil || !strings.Contains(err.Error(), "no-such-vmlinux") {
 		t.Fatalf("Available = %v, want it to name the missing kernel", err)
+	}
+}
+
+// TestAwaitReadyVersion: an agent built from other sources (another
+// protocol version, or none) is refused at Ready with a clear message,
+// rather than misreading its job; the current version's marks are kept.
+func TestAwaitReadyVersion(t *testing.T) {
+	for _, c := range []struct {
+		ready   string
+		wantErr bool
+	}{
+		{``, true},
+		{`{"version":1}`, true},
+		{`not json`, true},
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), false},
+	} {
+		host, guest := net.Pipe()
+		go func() { _ = wire.Write(guest, wire.TypeReady, []byte(c.ready)) }()
+		v := &vm{ctl: host, console: &tail{n: 64}, stderr: &tail{n: 64}}
+		err := v.awaitReady(context.Background(), 10*time.Second)
+		host.Close()
+		guest.Close()
+		switch {
+		case c.wantErr && (!errors.Is(err, ErrAgentVersion) || !strings.Contains(err.Error(), "rebuild")):
+			t.Errorf("Ready %q: %v, want a version refusal", c.ready, err)
+		case !c.wantErr && (err != nil || len(v.marks) != 1 || v.marks[0].US != 7):
+			t.Errorf("Ready %q: %v, marks %v", c.ready, err, v.marks)
+		}
 	}
 }

@@ -2,12 +2,14 @@ package microvm
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// pool keeps VMs booted (or restored) and waiting for one job each. A
+// pool keeps VMs booted (or, under KVM with snapshots, restored) and
+// waiting for one job each. A
 // claimed VM runs exactly one job and is destroyed after it; it is never
 // returned. Nothing of a job's policy is in a pooled VM: the job's limits,
 // secrets, clock and entropy reach the agent with the job, at claim time.
@@ -50,10 +52,16 @@ func (p *pool) fill() {
 		}
 		var v *vm
 		var err error
-		if p.t.cfg.warm == WarmSnapshot {
+		if p.t.cfg.warm == WarmSnapshot && p.t.kvm {
 			v, err = p.t.restore(p.ctx, p.mem)
 		} else {
-			v, err = p.t.boot(p.ctx, p.mem)
+			// Under emulation a pooled VM is booted, not restored, and its
+			// agent runs a throwaway /bin/true before Ready: QEMU then has
+			// the path a job takes (the agent's and shim's code, exec,
+			// faults, exit) translated, which a restored VM must translate
+			// afresh during its job — measured, several times the job's
+			// own time in the guest (docs/microvm.md).
+			v, err = p.t.bootWith(p.ctx, vmSpec{memMB: p.mem, vcpus: p.t.cfg.vcpus, warmup: true})
 		}
 		if err != nil {
 			if v != nil {
@@ -105,13 +113,19 @@ func (p *pool) release() {
 	}
 }
 
-// waitReady blocks until at least one VM waits in the pool.
-func (p *pool) waitReady(ctx context.Context) error {
-	for len(p.ready) == 0 {
+// waitFull blocks until every slot of the pool holds a VM waiting for its
+// job, or ctx ends. (A VM that dies while waiting still fills its slot
+// until a claim drops it; under emulation that is rare.)
+func (p *pool) waitFull(ctx context.Context) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for len(p.ready) < cap(p.ready) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+		case <-p.ctx.Done():
+			return errors.New("microvm: the pool is closed")
+		case <-tick.C:
 		}
 	}
 	return nil

@@ -3,11 +3,14 @@ package microvm
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -15,13 +18,17 @@ import (
 // limit, the clock) is bound at claim time, each VM serves one job and is
 // destroyed, and two claims get two different VMs.
 func TestPool(t *testing.T) {
-	tier, err := New(testConfig().WithPool(1))
+	tier, err := New(testConfig().WithPool(1).WithStateDir(t.TempDir())) // its own: nothing but its VMs there
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tier.Close()
 	if err := tier.Available(); err != nil {
 		tiertest.Unavailable(t, Name, err)
+	}
+	var warmed []bool // per used VM: did its agent warm up before Ready?
+	tier.observe = func(marks []wire.Mark) {
+		warmed = append(warmed, slices.ContainsFunc(marks, func(m wire.Mark) bool { return m.Step == "warmup" }))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -31,8 +38,11 @@ func TestPool(t *testing.T) {
 	job.Clock = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	var boots []string
 	for i := range 2 {
-		if err := tier.pool.waitReady(ctx); err != nil {
+		if err := tier.WaitWarm(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if n := len(tier.pool.ready); n != 1 {
+			t.Fatalf("WaitWarm returned with %d VMs waiting, want 1", n)
 		}
 		res, err := tier.Run(ctx, job)
 		if err != nil {
@@ -50,6 +60,9 @@ func TestPool(t *testing.T) {
 	if boots[0] == boots[1] {
 		t.Fatalf("two claims ran in the same VM (boot id %s)", boots[0])
 	}
+	if !slices.Equal(warmed, []bool{true, true}) {
+		t.Fatalf("pooled VMs warmed up before Ready: %v, want both", warmed)
+	}
 	// A job bigger than the pooled VMs is not served from the pool.
 	big := command("true")
 	big.Limits.MemoryMB = airlock.DefaultLimitPolicy.Default.MemoryMB * 2
@@ -58,15 +71,57 @@ func TestPool(t *testing.T) {
 		t.Fatal("a pooled VM was handed a job larger than it")
 	}
 	tier.Close()
-	if ents, _ := os.ReadDir(tier.cfg.stateDir); countVMDirs(ents) != 0 {
-		t.Fatalf("VMs left after Close: %v", ents)
+	ents, _ := os.ReadDir(tier.cfg.stateDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), vmNamePrefix) {
+			t.Fatalf("left after Close: %s", e.Name())
+		}
+	}
+	// A closed pool never fills again: WaitWarm says so instead of blocking.
+	if err := tier.WaitWarm(ctx); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("WaitWarm on a closed pool: %v", err)
+	}
+}
+
+// TestWaitWarm covers the tiers without a pool: cold starts have nothing
+// to wait for, snapshot starts wait for the snapshot, and a tier that
+// cannot run says why.
+func TestWaitWarm(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := shared.get(t, WarmCold).WaitWarm(done); err != nil {
+		t.Fatalf("cold, no pool: WaitWarm = %v, want nil at once", err)
+	}
+	snap := shared.get(t, WarmSnapshot)
+	if err := snap.WaitWarm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	snap.snapMu.Lock()
+	s := snap.snaps[snap.baseMem()]
+	snap.snapMu.Unlock()
+	if s == nil {
+		t.Fatal("WaitWarm returned before the snapshot existed")
+	}
+	if _, err := os.Stat(s.path); err != nil {
+		t.Fatalf("snapshot file: %v", err)
+	}
+	missing, err := New(testConfig().WithKernel(filepath.Join(t.TempDir(), "no-vmlinux")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := missing.WaitWarm(context.Background()); err == nil {
+		t.Fatal("WaitWarm on a tier without its kernel returned nil")
 	}
 }
 
 func countVMDirs(ents []os.DirEntry) int {
 	n := 0
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), vmNamePrefix) && !strings.HasPrefix(e.Name(), vmNamePrefix+"snap-") {
+		// Snapshots and the empty placed-files directory are the tier's
+		// own state, removed by Close; everything else is a VM's (or a
+		// run's placed files).
+		if strings.HasPrefix(e.Name(), vmNamePrefix) && !strings.HasPrefix(e.Name(), vmNamePrefix+"snap-") &&
+			!strings.HasPrefix(e.Name(), vmNamePrefix+"empty-") {
 			n++
 		}
 	}

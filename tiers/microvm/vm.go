@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
 // vmNamePrefix marks airlock's VMs: their -name, their directories.
@@ -30,6 +32,8 @@ type vmSpec struct {
 	input  *os.File // restore: the migration stream (passed as fd 3)
 	paused bool     // -S: wait for QMP cont
 	net    bool     // a network device whose only way out is the egress guestfwd
+	job    []byte   // cold boot: the Job frame's payload, sent as soon as the VMM is up
+	warmup bool     // the agent runs a throwaway job before Ready (pooled VMs)
 }
 
 // vm is one running QEMU process with its control connection.
@@ -45,7 +49,9 @@ type vm struct {
 	done    chan struct{} // closed when QEMU has exited and been reaped
 	once    sync.Once
 	stopped sync.Once
-	pool    *pool // the pool it was claimed from, if any
+	pool    *pool       // the pool it was claimed from, if any
+	marks   []wire.Mark // the guest's steps, from its Ready and Exit frames
+	sent    chan error  // the Job frame's write, once started (see send)
 }
 
 // tail keeps the last n bytes written to it.
@@ -120,6 +126,9 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + modules
 	if t.tscKHz > 0 {
 		appendLine += fmt.Sprintf(" tsc_early_khz=%d", t.tscKHz)
+	}
+	if s.warmup {
+		appendLine += " airlock.warmup=1"
 	}
 	args := []string{
 		"-name", vmNamePrefix + id,

@@ -41,8 +41,14 @@ const JobUID = 65534
 
 const (
 	scratchDir = "/scratch"
-	cgroupDir  = "/sys/fs/cgroup/job"
-	shimFlag   = "--airlock-shim"
+	// stagedScratchMB is the size the scratch and /tmp are mounted with
+	// before the job is known: the host's default grant, so most jobs need
+	// no remount.
+	stagedScratchMB = 64
+	// caDir holds the egress gateway's CA (a tmpfs: the root is read-only).
+	caDir     = "/etc/airlock"
+	cgroupDir = "/sys/fs/cgroup/job"
+	shimFlag  = "--airlock-shim"
 )
 
 // Main is the agent's entry point. As PID 1 it runs one job and powers the
@@ -62,20 +68,35 @@ func Main() {
 }
 
 func runAgent() error {
+	ready := wire.Ready{Version: wire.Version}
+	mark := func(step string) { ready.Marks = append(ready.Marks, wire.Mark{Step: step, US: bootUS()}) }
+	mark("init")
 	if err := mountBase(); err != nil {
 		return err
 	}
-	loadModules("/lib/modules", "/etc/modules.order", cmdlineModules())
+	mark("mounts")
+	// Staging first: the shim's start-up then overlaps the drivers' probing
+	// and the port's handshake with the host, which wait on the VMM.
+	st, stageErr := stage()
+	mark("staged")
+	loadModules("/lib/modules", "/etc/modules.order", cmdlineModules(), mark)
+	mark("modules")
 	port, err := openPort(PortName, 10*time.Second)
 	if err != nil {
 		return err
 	}
 	defer port.Close()
-	st, err := stage()
-	if err != nil {
-		return fail(port, err)
+	mark("port")
+	if stageErr != nil {
+		return fail(port, stageErr)
 	}
-	if err := wire.Write(port, wire.TypeReady, nil); err != nil {
+	if cmdlineFlag("airlock.warmup") == "1" {
+		if err := warmUp(); err != nil {
+			return fail(port, fmt.Errorf("warming up: %w", err))
+		}
+		mark("warmup")
+	}
+	if err := wire.WriteJSON(port, wire.TypeReady, ready); err != nil {
 		return fmt.Errorf("announcing readiness: %w", err)
 	}
 	// A restored snapshot resumes here, in a new VM, with a new host.
@@ -83,6 +104,7 @@ func runAgent() error {
 	if err != nil {
 		return fmt.Errorf("reading the job: %w", err)
 	}
+	jobAt := bootUS()
 	if t != wire.TypeJob {
 		return fmt.Errorf("expected a job frame, got %q", t)
 	}
@@ -94,7 +116,17 @@ func runAgent() error {
 	if err != nil {
 		return fail(port, err)
 	}
+	exit.Marks = append([]wire.Mark{{Step: "job", US: jobAt}}, exit.Marks...)
 	return wire.WriteJSON(port, wire.TypeExit, exit)
+}
+
+// bootUS is the time since the guest kernel started, in microseconds.
+func bootUS() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return 0
+	}
+	return ts.Nano() / 1000
 }
 
 func fail(port io.Writer, err error) error {
@@ -127,30 +159,66 @@ func mountBase() error {
 	return nil
 }
 
+// warmUp runs a throwaway /bin/true through the same path a job takes —
+// a shim of its own in a cgroup of its own, limits, privilege drop, spawn
+// filter, exec, exit, reaping — and removes that cgroup. It is asked for
+// (airlock.warmup=1) in VMs that will wait in a pool: under emulation the
+// VMM then has that path translated before a job claims the VM. Nothing
+// of it remains but warm caches: no job data was ever in this VM.
+func warmUp() error {
+	const dir = "/sys/fs/cgroup/warmup"
+	st, err := stageShim(dir)
+	if err != nil {
+		return err
+	}
+	st.warmup = true
+	if _, err := st.run(io.Discard, &wire.Job{Argv: []string{"/bin/true"}, MemoryMB: 64, Pids: 4, OpenFiles: 16, ScratchMB: stagedScratchMB}); err != nil {
+		return err
+	}
+	// cgroup.kill has emptied it; the removal waits for the kernel to
+	// notice, briefly.
+	for range 100 {
+		if err := unix.Rmdir(dir); err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("removing %s: still busy", dir)
+}
+
+// cmdlineFlag returns the value of name=value on the kernel command line.
+func cmdlineFlag(name string) string {
+	data, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return ""
+	}
+	for _, f := range strings.Fields(string(data)) {
+		if v, ok := strings.CutPrefix(f, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // cmdlineModules returns the modules the host asked for with
 // airlock.modules=a,b,c on the kernel command line (nil: all of them). The
 // VMM knows which devices it gave the guest; loading only their drivers
 // saves boot time under emulation.
 func cmdlineModules() map[string]bool {
-	data, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
+	v := cmdlineFlag("airlock.modules")
+	if v == "" {
 		return nil
 	}
-	for _, f := range strings.Fields(string(data)) {
-		if v, ok := strings.CutPrefix(f, "airlock.modules="); ok {
-			want := map[string]bool{}
-			for _, m := range strings.Split(v, ",") {
-				want[m] = true
-			}
-			return want
-		}
+	want := map[string]bool{}
+	for _, m := range strings.Split(v, ",") {
+		want[m] = true
 	}
-	return nil
+	return want
 }
 
 // loadModules loads the modules listed in order (those in want, if want
 // is not nil); a module already loaded or built in is not an error.
-func loadModules(dir, orderFile string, want map[string]bool) {
+func loadModules(dir, orderFile string, want map[string]bool, mark func(string)) {
 	data, err := os.ReadFile(orderFile)
 	if err != nil {
 		return
@@ -168,6 +236,7 @@ func loadModules(dir, orderFile string, want map[string]bool) {
 			fmt.Fprintf(os.Stderr, "airlock-agent: loading %s: %v\n", name, err)
 		}
 		f.Close()
+		mark("module " + name)
 	}
 }
 
@@ -198,7 +267,7 @@ func openPort(name string, wait time.Duration) (*os.File, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("control port %s did not appear", name)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -226,6 +295,16 @@ func reseed(entropy []byte) error {
 	if len(entropy) == 0 {
 		return errors.New("no entropy from the host")
 	}
+	return mixEntropy(entropy, true)
+}
+
+// mixEntropy mixes bytes into the input pool, crediting them as entropy
+// when credit is set, and forces the CRNG to reseed.
+func mixEntropy(entropy []byte, credit bool) error {
+	bits := int32(0)
+	if credit {
+		bits = int32(8 * len(entropy))
+	}
 	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
 	if err != nil {
 		return err
@@ -233,7 +312,7 @@ func reseed(entropy []byte) error {
 	defer f.Close()
 	// struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
 	buf := make([]byte, 8+len(entropy))
-	*(*int32)(unsafe.Pointer(&buf[0])) = int32(8 * len(entropy))
+	*(*int32)(unsafe.Pointer(&buf[0])) = bits
 	*(*int32)(unsafe.Pointer(&buf[4])) = int32(len(entropy))
 	copy(buf[8:], entropy)
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&buf[0]))); e != 0 {
@@ -259,6 +338,8 @@ func setClock(t time.Time) error {
 // configuration. A job then costs no Go start-up and no mounts.
 type staged struct {
 	cg             *os.File
+	cgDir          string
+	warmup         bool // a throwaway run: no host entropy to add
 	shim           *exec.Cmd
 	cfg, stdin     *os.File // write ends
 	stdout, stderr *os.File // read ends
@@ -266,27 +347,55 @@ type staged struct {
 	waitErr        error
 }
 
+// stage prepares the job's world (see stageWorld) and its shim.
 func stage() (*staged, error) {
-	for _, d := range []string{scratchDir, "/tmp"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-		opts := fmt.Sprintf("size=1m,mode=0700,uid=%d,gid=%d", JobUID, JobUID)
-		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return nil, fmt.Errorf("mounting %s: %w", d, err)
-		}
-	}
-	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory +pids"), 0); err != nil {
-		return nil, fmt.Errorf("enabling cgroup controllers: %w", err)
-	}
-	if err := os.Mkdir(cgroupDir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := stageWorld(); err != nil {
 		return nil, err
 	}
-	cg, err := os.Open(cgroupDir)
+	return stageShim(cgroupDir)
+}
+
+// stageWorld mounts the scratch, /tmp and the CA's tmpfs, turns the root
+// read-only and enables the cgroup controllers jobs are limited by.
+func stageWorld() error {
+	for _, d := range []string{scratchDir, "/tmp"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", stagedScratchMB, JobUID, JobUID)
+		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mounting %s: %w", d, err)
+		}
+	}
+	// The only place outside the scratch the agent writes for a job is the
+	// egress CA: it gets a small tmpfs of its own, and the root turns
+	// read-only now rather than with every job.
+	if err := os.MkdirAll(caDir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", caDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return fmt.Errorf("mounting %s: %w", caDir, err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("making the root read-only: %w", err)
+	}
+	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory +pids"), 0); err != nil {
+		return fmt.Errorf("enabling cgroup controllers: %w", err)
+	}
+	return nil
+}
+
+// stageShim makes the cgroup dir and starts the shim in it, blocked
+// reading its configuration.
+func stageShim(dir string) (*staged, error) {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	cg, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	st := &staged{cg: cg, waited: make(chan struct{})}
+	st := &staged{cg: cg, cgDir: dir, waited: make(chan struct{})}
 	var cfgR, stdinR, stdoutW, stderrW *os.File
 	pipes := []struct{ r, w **os.File }{{&cfgR, &st.cfg}, {&stdinR, &st.stdin}, {&st.stdout, &stdoutW}, {&st.stderr, &stderrW}}
 	for _, p := range pipes {
@@ -313,12 +422,25 @@ func stage() (*staged, error) {
 }
 
 // prepare sets up the job's world: clock, entropy, limits, scratch with
-// its files, and a read-only root.
+// its files (the root is already read-only: see stage).
 func (st *staged) prepare(job *wire.Job) error {
 	if err := setClock(job.Clock); err != nil {
 		return fmt.Errorf("setting the clock: %w", err)
 	}
-	if err := reseed(job.Entropy); err != nil {
+	if st.warmup {
+		// The same calls as a job's, changing nothing: the clock set to
+		// itself, the guest's own bytes mixed in without credit.
+		own := make([]byte, 64)
+		if _, err := unix.Getrandom(own, 0); err != nil {
+			return err
+		}
+		if err := setClock(time.Now()); err != nil {
+			return err
+		}
+		if err := mixEntropy(own, false); err != nil {
+			return err
+		}
+	} else if err := reseed(job.Entropy); err != nil {
 		return err
 	}
 	settings := map[string]string{
@@ -327,14 +449,15 @@ func (st *staged) prepare(job *wire.Job) error {
 		"pids.max":        strconv.FormatInt(max(job.Pids, 1), 10),
 	}
 	for k, v := range settings {
-		if err := os.WriteFile(filepath.Join(cgroupDir, k), []byte(v), 0); err != nil && !(k == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
+		if err := os.WriteFile(filepath.Join(st.cgDir, k), []byte(v), 0); err != nil && !(k == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
 			return fmt.Errorf("setting %s: %w", k, err)
 		}
 	}
-	scratchMB := max(job.ScratchMB, 1)
-	for _, d := range []string{scratchDir, "/tmp"} {
-		if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm", scratchMB)); err != nil {
-			return fmt.Errorf("sizing %s: %w", d, err)
+	if scratchMB := max(job.ScratchMB, 1); scratchMB != stagedScratchMB {
+		for _, d := range []string{scratchDir, "/tmp"} {
+			if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm", scratchMB)); err != nil {
+				return fmt.Errorf("sizing %s: %w", d, err)
+			}
 		}
 	}
 	for _, name := range sortedKeys(job.Files) {
@@ -345,7 +468,7 @@ func (st *staged) prepare(job *wire.Job) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, []byte(job.Files[name]), 0o644); err != nil {
+		if err := os.WriteFile(p, job.Files[name], 0o644); err != nil {
 			return err
 		}
 		for d := p; d != scratchDir; d = filepath.Dir(d) {
@@ -357,19 +480,18 @@ func (st *staged) prepare(job *wire.Job) error {
 			return fmt.Errorf("guest network: %w", err)
 		}
 	}
-	// The root is read-only for the job; only the scratch and /tmp are written.
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("making the root read-only: %w", err)
-	}
 	return nil
 }
 
 // run hands the job to the waiting shim and streams its output as frames.
 func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	defer st.cg.Close()
+	var exit wire.Exit
+	mark := func(step string) { exit.Marks = append(exit.Marks, wire.Mark{Step: step, US: bootUS()}) }
 	if err := st.prepare(job); err != nil {
 		return wire.Exit{}, err
 	}
+	mark("prepared")
 	cfg, err := json.Marshal(shimConfig{Argv: job.Argv, Env: job.Env, CPUMS: job.CPUMS, OpenFiles: job.OpenFiles, Spawn: job.Spawn})
 	if err != nil {
 		return wire.Exit{}, err
@@ -378,8 +500,9 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		return wire.Exit{}, fmt.Errorf("configuring the shim: %w", err)
 	}
 	st.cfg.Close()
+	mark("handed")
 	go func() {
-		_, _ = io.WriteString(st.stdin, job.Stdin)
+		_, _ = st.stdin.Write(job.Stdin)
 		st.stdin.Close()
 	}()
 	var mu sync.Mutex // frames from both streams interleave whole
@@ -395,16 +518,17 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		}()
 	}
 	<-st.waited
+	mark("exited")
 	// Whatever the job left behind dies with its cgroup; then the pipes
 	// reach EOF. A straggler holding them open cannot delay the report long.
-	_ = os.WriteFile(filepath.Join(cgroupDir, "cgroup.kill"), []byte("1"), 0)
+	_ = os.WriteFile(filepath.Join(st.cgDir, "cgroup.kill"), []byte("1"), 0)
 	drained := make(chan struct{})
 	go func() { copies.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(200 * time.Millisecond):
 	}
-	var exit wire.Exit
+	mark("drained")
 	if ws, ok := st.shim.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {
 		case ws.Signaled():
@@ -416,16 +540,16 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	} else if st.waitErr != nil {
 		return exit, st.waitErr
 	}
-	if ev, err := os.ReadFile(filepath.Join(cgroupDir, "memory.events")); err == nil && eventCount(string(ev), "oom_kill") > 0 {
+	if ev, err := os.ReadFile(filepath.Join(st.cgDir, "memory.events")); err == nil && eventCount(string(ev), "oom_kill") > 0 {
 		exit.Reason = "memory"
-	} else if exit.Signal == "SIGXCPU" || (exit.Signal == "SIGKILL" && job.CPUMS > 0 && cpuUsedMS() >= job.CPUMS) {
+	} else if exit.Signal == "SIGXCPU" || (exit.Signal == "SIGKILL" && job.CPUMS > 0 && cpuUsedMS(st.cgDir) >= job.CPUMS) {
 		exit.Reason = "cpu"
 	}
 	return exit, nil
 }
 
-func cpuUsedMS() int64 {
-	data, err := os.ReadFile(filepath.Join(cgroupDir, "cpu.stat"))
+func cpuUsedMS(cgDir string) int64 {
+	data, err := os.ReadFile(filepath.Join(cgDir, "cpu.stat"))
 	if err != nil {
 		return 0
 	}

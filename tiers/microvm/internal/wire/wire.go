@@ -25,7 +25,7 @@ type Type byte
 // Stderr, Exit, Fail.
 const (
 	TypeJob    Type = 'J' // a JSON Job
-	TypeReady  Type = 'R' // the agent is up and waits for its job (empty payload)
+	TypeReady  Type = 'R' // the agent is up and waits for its job (a JSON Ready)
 	TypeStdout Type = 'O' // a chunk of the job's standard output
 	TypeStderr Type = 'E' // a chunk of the job's standard error
 	TypeExit   Type = 'X' // a JSON Exit: the job has finished
@@ -45,10 +45,12 @@ var ErrTooLarge = errors.New("frame too large")
 
 // Job is what the host hands the agent.
 type Job struct {
-	Argv  []string          `json:"argv"`
-	Env   map[string]string `json:"env,omitempty"` // the job's whole environment: its granted secrets
-	Files map[string]string `json:"files,omitempty"`
-	Stdin string            `json:"stdin,omitempty"`
+	Argv []string          `json:"argv"`
+	Env  map[string]string `json:"env,omitempty"` // the job's whole environment: its granted secrets
+	// Files and Stdin are bytes (base64 in JSON), so content that is not
+	// UTF-8 reaches the guest unchanged.
+	Files map[string][]byte `json:"files,omitempty"`
+	Stdin []byte            `json:"stdin,omitempty"`
 	// Clock is the wall-clock instant the guest is set to before the job starts.
 	Clock time.Time `json:"clock"`
 	// Entropy is fresh host randomness mixed into the guest's pool (and the
@@ -77,6 +79,26 @@ type Net struct {
 	CAPath string `json:"ca_path"`
 }
 
+// Ready is the agent's report that it waits for its job: its protocol
+// version, and how long the guest took to reach each step of its start-up
+// (informational, for the host's measurements).
+type Ready struct {
+	// Version is the agent's protocol version; the host refuses any other
+	// (an agent built from older sources would misread the Job frame).
+	Version int    `json:"version"`
+	Marks   []Mark `json:"marks,omitempty"`
+}
+
+// Version is this protocol's version: 2 carries files and stdin as bytes.
+const Version = 2
+
+// Mark is one step of the guest's start-up and when it ended, in
+// microseconds since the guest kernel started (CLOCK_BOOTTIME).
+type Mark struct {
+	Step string `json:"step"`
+	US   int64  `json:"us"`
+}
+
 // Exit is how the job ended.
 type Exit struct {
 	Code   int    `json:"code"`
@@ -84,6 +106,9 @@ type Exit struct {
 	// Reason, when set, is a limit that stopped the job inside the guest:
 	// "memory", "cpu" or "pids".
 	Reason string `json:"reason,omitempty"`
+	// Marks are the steps of the job's run inside the guest (informational,
+	// like Ready's).
+	Marks []Mark `json:"marks,omitempty"`
 }
 
 func limit(t Type) (int, error) {
