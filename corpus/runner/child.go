@@ -95,7 +95,7 @@ func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.WallMS)*time.Millisecond)
 	defer cancel()
-	res, err := tier.Run(ctx, job)
+	res, err := s.Case.Exec(ctx, tier, job, s.Vars)
 	if res.Tier == "" {
 		res.Tier = tier.Name()
 	}
