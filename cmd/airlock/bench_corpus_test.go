@@ -25,7 +25,7 @@ func testFactories() []setup.Factory {
 func corpusRun(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := corpusWith(context.Background(), &env{args: args, stdin: strings.NewReader(""), stdout: &out, stderr: &errb}, testFactories())
+	code := corpusWith(context.Background(), &env{args: args, stdin: strings.NewReader(""), stdout: &out, stderr: &errb}, testFactories(), runnertest.Suites()...)
 	return out.String(), errb.String(), code
 }
 
