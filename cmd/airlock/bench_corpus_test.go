@@ -41,6 +41,32 @@ func TestCorpusCommandFailsOnEscape(t *testing.T) {
 	}
 }
 
+// Against a gateway whose policy allows everything and a sanitiser that
+// passes everything, `airlock corpus` reports the egress and output
+// escapes and exits non-zero; the real gateway and sanitiser contain the
+// same cases.
+func TestCorpusCommandFailsOnWeakenedAreas(t *testing.T) {
+	out, errOut, code := corpusRun(t, "--tiers", strings.Join([]string{runnertest.EgressOpen, runnertest.OutputOff, runner.EgressGateway, runner.Sanitiser}, ","),
+		"--cases", "egress/http-disallowed-host,output/md-image-inline")
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s\n%s", code, exitFailed, out, errOut)
+	}
+	for _, want := range []string{
+		"egress/http-disallowed-host on " + runnertest.EgressOpen + ": ESCAPED",
+		"evidence: the origin saw GET evil.test",
+		"output/md-image-inline on " + runnertest.OutputOff + ": ESCAPED",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, real := range []string{"egress/http-disallowed-host on " + runner.EgressGateway, "output/md-image-inline on " + runner.Sanitiser} {
+		if strings.Contains(out, real+":") {
+			t.Errorf("the real configuration failed (%s):\n%s", real, out)
+		}
+	}
+}
+
 // The same case on the real tier passes, and --json writes the report.
 func TestCorpusCommandJSON(t *testing.T) {
 	out, errOut, code := corpusRun(t, "--tiers", "expr", "--cases", "expr/million-parens,expr/arith", "--json")
