@@ -5,6 +5,9 @@
 // resolver on loopback that count hits. A case escapes when its outcome is
 // not one its expectation lists, when a canary's secret appears in its
 // result, when a sink saw its token, or when its child died or hung.
+// Areas whose cases are not jobs (egress requests, output documents) run
+// as suites against the pseudo-tier they are written for (see [Suite]);
+// approval cases run through the approval gate (corpus.Case.Exec).
 // `airlock corpus` is its command line.
 package runner
 
