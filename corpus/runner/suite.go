@@ -68,11 +68,7 @@ func EgressSuite(name string, adjust func(*egress.Config)) Suite {
 			reqs, err := egresscases.Requests()
 			return suiteCases(reqs, err, func(r egresscases.Request) (string, corpus.Class) { return r.ID, r.Class })
 		},
-		Run: func(_ context.Context, raw json.RawMessage, _ map[string]string) Judgement {
-			var c egresscases.Request
-			if err := json.Unmarshal(raw, &c); err != nil {
-				return Judgement{Outcome: "error:invalid", Detail: err.Error()}
-			}
+		Run: decoded(func(c egresscases.Request) Judgement {
 			env, err := egresstest.Start(adjust)
 			if err != nil {
 				return Judgement{Outcome: "error:internal", Detail: "starting the gateway: " + err.Error()}
@@ -87,7 +83,7 @@ func EgressSuite(name string, adjust func(*egress.Config)) Suite {
 				}
 			}
 			return out
-		},
+		}),
 	}
 }
 
@@ -99,17 +95,24 @@ func OutputSuite(name string, sanitise egresscases.Sanitise) Suite {
 			docs, err := egresscases.Documents()
 			return suiteCases(docs, err, func(d egresscases.Document) (string, corpus.Class) { return d.ID, d.Class })
 		},
-		Run: func(_ context.Context, raw json.RawMessage, _ map[string]string) Judgement {
-			var d egresscases.Document
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return Judgement{Outcome: "error:invalid", Detail: err.Error()}
-			}
+		Run: decoded(func(d egresscases.Document) Judgement {
 			problems, out := d.Check(sanitise)
 			if len(problems) == 0 {
 				return Judgement{Outcome: "sanitised", Pass: true}
 			}
 			return Judgement{Outcome: "unsafe", Detail: strings.Join(problems, "; "), Evidence: []string{fmt.Sprintf("output %q", clip(out, 200))}}
-		},
+		}),
+	}
+}
+
+// decoded is a suite's Run for cases of type T, decoded from the spec.
+func decoded[T any](judge func(T) Judgement) func(context.Context, json.RawMessage, map[string]string) Judgement {
+	return func(_ context.Context, raw json.RawMessage, _ map[string]string) Judgement {
+		var c T
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return Judgement{Outcome: "error:invalid", Detail: err.Error()}
+		}
+		return judge(c)
 	}
 }
 

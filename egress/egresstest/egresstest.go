@@ -7,15 +7,10 @@ package egresstest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -108,13 +103,13 @@ func Start(adjust func(*egress.Config)) (_ *Env, err error) {
 	})
 	env.HTTP = httptest.NewServer(origin)
 	env.closers = append(env.closers, env.HTTP.Close)
-	ca, err := newCA()
+	ca, err := egress.NewCA("egresstest origin", 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
 	env.HTTPS = httptest.NewUnstartedServer(origin)
 	env.HTTPS.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-		return ca.leaf(h.ServerName)
+		return ca.Leaf(h.ServerName)
 	}}
 	env.HTTPS.StartTLS()
 	env.closers = append(env.closers, env.HTTPS.Close)
@@ -130,7 +125,7 @@ func Start(adjust func(*egress.Config)) (_ *Env, err error) {
 		}
 	}
 	env.OriginRoots = x509.NewCertPool()
-	env.OriginRoots.AddCert(ca.cert)
+	env.OriginRoots.AddCert(ca.Certificate())
 	cfg := egress.Config{
 		Job:         JobName,
 		Rules:       Rules(Atoi(env.HTTPPort), Atoi(env.HTTPSPort)),
@@ -275,66 +270,4 @@ func portOf(a net.Addr) string {
 func Atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
-}
-
-// originCA signs a leaf for whatever name a client asks the HTTPS origin
-// for, so every name of the corpus is served with a valid certificate.
-type originCA struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	mu     sync.Mutex
-	leaves map[string]*tls.Certificate
-}
-
-func newCA() (*originCA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egresstest origin CA"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &originCA{cert: cert, key: key, leaves: map[string]*tls.Certificate{}}, nil
-}
-
-func (c *originCA) leaf(name string) (*tls.Certificate, error) {
-	if name == "" {
-		name = "origin.test"
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l, ok := c.leaves[name]; ok {
-		return l, nil
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(int64(len(c.leaves) + 2)), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if ip := net.ParseIP(name); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else {
-		tmpl.DNSNames = []string{name}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		return nil, err
-	}
-	l := &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	c.leaves[name] = l
-	return l, nil
 }
