@@ -422,6 +422,10 @@ func (c Config) judge(ctx context.Context, can *canaries, s spec, token string, 
 	}
 	if j := rp.Judgement; j != nil {
 		v.Outcome, v.Pass, v.Detail, v.Evidence = j.Outcome, j.Pass, j.Detail, j.Evidence
+		if leaks := can.leaked(airlock.Result{Stdout: j.Detail, Stderr: strings.Join(j.Evidence, "\n")}); len(leaks) > 0 {
+			v.Pass = false
+			v.Evidence = append(v.Evidence, leaks...)
+		}
 	} else {
 		tier := v.Tier
 		v.Verdict = s.Case.Judge(rp.Result, rp.Result.Err(), can.secrets()...)
