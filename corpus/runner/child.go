@@ -63,6 +63,7 @@ func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer,
 	if s.Case == nil {
 		return fail("the spec names neither a case nor a suite")
 	}
+	factories = withServer(factories)
 	var f *setup.Factory
 	for i := range factories {
 		if factories[i].Name == s.Tier {

@@ -299,6 +299,17 @@ func TestApprovalArea(t *testing.T) {
 	}
 }
 
+// The server cases hold against the real API on loopback.
+func TestServerArea(t *testing.T) {
+	rep := run(t, config().WithAreas("server").WithTiers(runner.ServerTier))
+	if rep.Failed() {
+		t.Fatalf("escapes or blocked benign cases: %+v", rep.Counts)
+	}
+	if n := tally(rep, runner.ServerTier, "server"); n[runner.Contained] < 8 || n[runner.BenignPassed] < 2 {
+		t.Errorf("server: %v", n)
+	}
+}
+
 // Each new area, run against a deliberately weakened configuration — a
 // gateway whose policy allows everything, a sanitiser that passes every
 // document, a process tier that ignores the approval's placed-files check
@@ -315,18 +326,26 @@ func TestWeakenedAreasEscape(t *testing.T) {
 		}
 	}
 	swapped.Tiers = []string{runnertest.Unchecked}
-	cases, err := corpus.Load("expr")
+	srv, err := corpus.Load("server")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := config().WithSuites(runnertest.Suites()...).WithCases(append(cases[:1], swapped)...).
-		WithTiers(runnertest.EgressOpen, runnertest.OutputOff, runnertest.Unchecked).
-		WithCaseIDs("egress/http-disallowed-host", "egress/http-get-allowed", "output/md-image-inline", swapped.ID)
+	var missing corpus.Case
+	for _, c := range srv {
+		if c.ID == "server/approval-missing" {
+			missing = c
+		}
+	}
+	missing.Tiers = []string{runnertest.ServerOpen}
+	c := config().WithSuites(runnertest.Suites()...).WithCases(swapped, missing).
+		WithTiers(runnertest.EgressOpen, runnertest.OutputOff, runnertest.Unchecked, runnertest.ServerOpen).
+		WithCaseIDs("egress/http-disallowed-host", "egress/http-get-allowed", "output/md-image-inline", swapped.ID, missing.ID)
 	rep := run(t, c)
 	for _, want := range []struct{ id, tier, evidence string }{
 		{"egress/http-disallowed-host", runnertest.EgressOpen, "the origin saw GET evil.test"},
 		{"output/md-image-inline", runnertest.OutputOff, "evil.example"},
 		{swapped.ID, runnertest.Unchecked, "SWAPPED"},
+		{missing.ID, runnertest.ServerOpen, "outcome ok"},
 	} {
 		v := verdict(t, rep, want.id, want.tier)
 		if v.Result == runner.SkippedCase && want.tier == runnertest.Unchecked {

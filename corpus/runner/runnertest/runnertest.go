@@ -17,11 +17,13 @@ import (
 	exprlang "github.com/expr-lang/expr"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/server"
 )
 
 // The weakened tiers' names.
@@ -43,6 +45,10 @@ func Factories() []setup.Factory {
 		mk(Hang, hangTier{}),
 		mk(Down, downTier{}),
 		UncheckedFactory(),
+		runner.ServerFactory(ServerOpen, func() server.Config {
+			none := []approve.Rule{}
+			return server.Config{Tenants: []server.Tenant{runner.CorpusTenant("open")}, Approvals: &server.Approvals{Rules: &none}}
+		}),
 	}
 }
 
@@ -153,6 +159,7 @@ const (
 	EgressOpen  = "egress-open"       // the gateway with a policy that allows every method to every name the cases use
 	OutputOff   = "sanitiser-off"     // a sanitiser that passes every document through
 	Unchecked   = "process-unchecked" // the process tier ignoring the placed-files check's verdict
+	ServerOpen  = "server-open"       // the API with a tenant allowed every situation and tier, and no approval rules
 	uncheckedOf = "process"
 )
 
