@@ -310,33 +310,32 @@ func TestServerArea(t *testing.T) {
 	}
 }
 
+// caseOn returns the corpus case with id, marked for tier only.
+func caseOn(t *testing.T, area, id, tier string) corpus.Case {
+	t.Helper()
+	cases, err := corpus.Load(area)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if c.ID == id {
+			c.Tiers = []string{tier}
+			return c
+		}
+	}
+	t.Fatalf("no case %s", id)
+	return corpus.Case{}
+}
+
 // Each new area, run against a deliberately weakened configuration — a
 // gateway whose policy allows everything, a sanitiser that passes every
-// document, a process tier that ignores the approval's placed-files check
-// — reports an escape with evidence, and the report fails.
+// document, a process tier that ignores the approval's placed-files check,
+// a server whose tenant may do anything unapproved — reports an escape
+// with evidence, and the report fails.
 func TestWeakenedAreasEscape(t *testing.T) {
-	approval, err := corpus.Load("approval")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var swapped corpus.Case
-	for _, c := range approval {
-		if c.ID == "approval/placed-content-swapped" {
-			swapped = c
-		}
-	}
-	swapped.Tiers = []string{runnertest.Unchecked}
-	srv, err := corpus.Load("server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var missing corpus.Case
-	for _, c := range srv {
-		if c.ID == "server/approval-missing" {
-			missing = c
-		}
-	}
-	missing.Tiers = []string{runnertest.ServerOpen}
+	// The cases, re-aimed at the weakened tiers.
+	swapped := caseOn(t, "approval", "approval/placed-content-swapped", runnertest.Unchecked)
+	missing := caseOn(t, "server", "server/approval-missing", runnertest.ServerOpen)
 	c := config().WithSuites(runnertest.Suites()...).WithCases(swapped, missing).
 		WithTiers(runnertest.EgressOpen, runnertest.OutputOff, runnertest.Unchecked, runnertest.ServerOpen).
 		WithCaseIDs("egress/http-disallowed-host", "egress/http-get-allowed", "output/md-image-inline", swapped.ID, missing.ID)
