@@ -308,6 +308,11 @@ func TestServerArea(t *testing.T) {
 	if n := tally(rep, runner.ServerTier, "server"); n[runner.Contained] < 8 || n[runner.BenignPassed] < 2 {
 		t.Errorf("server: %v", n)
 	}
+	// Cases that do not name the server are not run through it.
+	rep = run(t, config().WithTiers(runner.ServerTier).WithCaseIDs("expr/arith", "server/expr-benign"))
+	if len(rep.Verdicts) != 1 || rep.Verdicts[0].Case != "server/expr-benign" {
+		t.Errorf("verdicts on the server: %+v", rep.Verdicts)
+	}
 }
 
 // caseOn returns the corpus case with id, marked for tier only.
