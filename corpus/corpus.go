@@ -48,6 +48,8 @@ type Case struct {
 	Rationale string            `json:"rationale"`
 	Source    string            `json:"source"`
 	Skip      string            `json:"skip,omitempty"`
+	// Approval makes the case an approval case (see [Approval]).
+	Approval *Approval `json:"approval,omitempty"`
 }
 
 // Repeat expands ${NAME} in the job's strings to Text repeated Times times.
@@ -161,6 +163,14 @@ func (c *Case) validate() error {
 	for name, r := range c.Expand {
 		if r.Times < 0 || r.Times > 50_000_000 {
 			return fmt.Errorf("expand %s: times %d out of range", name, r.Times)
+		}
+	}
+	if c.Area == "approval" && c.Approval == nil {
+		return fmt.Errorf("an approval case needs an approval section")
+	}
+	if c.Approval != nil {
+		if err := c.Approval.validate(); err != nil {
+			return err
 		}
 	}
 	_, err := c.BuildJob(nil)
@@ -337,7 +347,7 @@ func (c *Case) Run(ctx context.Context, tier airlock.Tier, vars map[string]strin
 	if err != nil {
 		return Verdict{Case: c.ID, Area: c.Area, Class: c.Class, Tier: tier.Name(), Outcome: "error:invalid", Detail: err.Error()}
 	}
-	res, err := tier.Run(ctx, job)
+	res, err := c.Exec(ctx, tier, job, vars)
 	if res.Tier == "" {
 		res.Tier = tier.Name()
 	}

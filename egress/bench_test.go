@@ -1,4 +1,4 @@
-package egress
+package egress_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/miekg/dns"
 )
 
@@ -30,19 +31,19 @@ func benchGet(b *testing.B, c *http.Client, url string) {
 // with the same GET through each door of the gateway, in the same run.
 func BenchmarkProxy(b *testing.B) {
 	sock := b.TempDir() + "/egress.sock"
-	env := newTestEnv(b, func(c *Config) { c.Log = nil; c.Socket = sock })
-	httpURL := "http://origin.test:" + env.httpPort + "/ok"
-	httpsURL := "https://origin.test:" + env.httpsPort + "/ok"
+	env := newTestEnv(b, func(c *egress.Config) { c.Log = nil; c.Socket = sock })
+	httpURL := "http://origin.test:" + env.HTTPPort + "/ok"
+	httpsURL := "https://origin.test:" + env.HTTPSPort + "/ok"
 	viaProxy := func(proxy string) *http.Client {
-		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL(proxy)), TLSClientConfig: &tls.Config{RootCAs: env.roots}}}
+		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL(proxy)), TLSClientConfig: &tls.Config{RootCAs: env.Roots}}}
 	}
 	b.Run("raw", func(b *testing.B) {
-		benchGet(b, &http.Client{Transport: &http.Transport{}}, env.http.URL+"/ok")
+		benchGet(b, &http.Client{Transport: &http.Transport{}}, env.HTTP.URL+"/ok")
 	})
-	b.Run("proxy", func(b *testing.B) { benchGet(b, viaProxy("http://"+env.gw.ProxyAddr().String()), httpURL) })
-	b.Run("client", func(b *testing.B) { benchGet(b, env.gw.Client(), httpURL) })
+	b.Run("proxy", func(b *testing.B) { benchGet(b, viaProxy("http://"+env.GW.ProxyAddr().String()), httpURL) })
+	b.Run("client", func(b *testing.B) { benchGet(b, env.GW.Client(), httpURL) })
 	b.Run("forwarder", func(b *testing.B) {
-		f, err := StartForwarder(context.Background(), sock, ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
+		f, err := egress.StartForwarder(context.Background(), sock, egress.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -50,17 +51,17 @@ func BenchmarkProxy(b *testing.B) {
 		benchGet(b, viaProxy("http://"+f.HTTPAddr().String()), httpURL)
 	})
 	b.Run("raw-https", func(b *testing.B) {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: env.gw.e.transport.TLSClientConfig.RootCAs, ServerName: "origin.test"}}
-		benchGet(b, &http.Client{Transport: tr}, env.https.URL+"/ok")
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: env.OriginRoots, ServerName: "origin.test"}}
+		benchGet(b, &http.Client{Transport: tr}, env.HTTPS.URL+"/ok")
 	})
-	b.Run("connect-https", func(b *testing.B) { benchGet(b, viaProxy("http://"+env.gw.ProxyAddr().String()), httpsURL) })
+	b.Run("connect-https", func(b *testing.B) { benchGet(b, viaProxy("http://"+env.GW.ProxyAddr().String()), httpsURL) })
 }
 
 // BenchmarkDNS compares a query answered by the upstream server directly
 // (raw) with the same name answered by the gateway's resolver (allowed,
 // through the upstream) and a refused one.
 func BenchmarkDNS(b *testing.B) {
-	env := newTestEnv(b, func(c *Config) { c.Log = nil; c.DNSRate = 1e9; c.DNSBurst = 1 << 30 })
+	env := newTestEnv(b, func(c *egress.Config) { c.Log = nil; c.DNSRate = 1e9; c.DNSBurst = 1 << 30 })
 	cl := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
 	run := func(b *testing.B, name, server string, wantRcode int) {
 		m := new(dns.Msg).SetQuestion(name, dns.TypeA)
@@ -71,8 +72,8 @@ func BenchmarkDNS(b *testing.B) {
 			}
 		}
 	}
-	b.Run("raw", func(b *testing.B) { run(b, "public.test.", env.upstream, dns.RcodeSuccess) })
-	b.Run("gateway", func(b *testing.B) { run(b, "public.test.", env.gw.DNSAddr().String(), dns.RcodeSuccess) })
-	b.Run("gateway-pinned", func(b *testing.B) { run(b, "origin.test.", env.gw.DNSAddr().String(), dns.RcodeSuccess) })
-	b.Run("gateway-refused", func(b *testing.B) { run(b, "evil.test.", env.gw.DNSAddr().String(), dns.RcodeRefused) })
+	b.Run("raw", func(b *testing.B) { run(b, "public.test.", env.Upstream, dns.RcodeSuccess) })
+	b.Run("gateway", func(b *testing.B) { run(b, "public.test.", env.GW.DNSAddr().String(), dns.RcodeSuccess) })
+	b.Run("gateway-pinned", func(b *testing.B) { run(b, "origin.test.", env.GW.DNSAddr().String(), dns.RcodeSuccess) })
+	b.Run("gateway-refused", func(b *testing.B) { run(b, "evil.test.", env.GW.DNSAddr().String(), dns.RcodeRefused) })
 }

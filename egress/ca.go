@@ -95,3 +95,24 @@ func (c *ca) leaf(host string) (*tls.Certificate, error) {
 	c.leaves[host] = l
 	return l, nil
 }
+
+// CA is a certificate authority held in memory, like the one each gateway
+// terminates TLS with: it signs a leaf for any host name on demand. Tests
+// and tools use it to serve TLS origins under names of their choosing.
+type CA struct{ c *ca }
+
+// NewCA generates a CA named name, valid for ttl.
+func NewCA(name string, ttl time.Duration) (*CA, error) {
+	c, err := newCA(name, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{c}, nil
+}
+
+// Certificate is the CA's own certificate, for a client's roots.
+func (a *CA) Certificate() *x509.Certificate { return a.c.cert }
+
+// Leaf returns a certificate for host signed by the CA (cached per host),
+// for a server's tls.Config.GetCertificate.
+func (a *CA) Leaf(host string) (*tls.Certificate, error) { return a.c.leaf(host) }

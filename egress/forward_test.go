@@ -1,4 +1,4 @@
-package egress
+package egress_test
 
 import (
 	"bufio"
@@ -20,17 +20,19 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/egress/egresstest"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // socketEnv is a test environment whose gateway also listens on a Unix
 // socket.
-func socketEnv(t *testing.T) (*testEnv, string) {
+func socketEnv(t *testing.T) (*egresstest.Env, string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "egress.sock")
-	env := newTestEnv(t, func(c *Config) { c.Socket = sock })
-	if env.gw.SocketPath() != sock {
-		t.Fatalf("SocketPath() = %q", env.gw.SocketPath())
+	env := newTestEnv(t, func(c *egress.Config) { c.Socket = sock })
+	if env.GW.SocketPath() != sock {
+		t.Fatalf("SocketPath() = %q", env.GW.SocketPath())
 	}
 	return env, sock
 }
@@ -39,24 +41,24 @@ func socketEnv(t *testing.T) (*testEnv, string) {
 // Unix socket through a forwarder on loopback (no namespace needed).
 func TestForwarderLoopback(t *testing.T) {
 	env, sock := socketEnv(t)
-	f, err := StartForwarder(context.Background(), sock, ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "127.0.0.1:0"})
+	f, err := egress.StartForwarder(context.Background(), sock, egress.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	proxy := mustURL("http://" + f.HTTPAddr().String())
 	client := &http.Client{Transport: &http.Transport{
-		Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: env.roots}, DisableKeepAlives: true,
+		Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: env.Roots}, DisableKeepAlives: true,
 	}}
 	for _, c := range []struct {
 		method, url string
 		status      int
 	}{
-		{"GET", "http://origin.test:" + env.httpPort + "/ok", 200},
-		{"PUT", "http://origin.test:" + env.httpPort + "/ok", 403},
-		{"GET", "https://origin.test:" + env.httpsPort + "/ok", 200},
-		{"POST", "https://origin.test:" + env.httpsPort + "/ok", 403},
-		{"GET", "http://evil.test:" + env.httpPort + "/ok", 403},
+		{"GET", "http://origin.test:" + env.HTTPPort + "/ok", 200},
+		{"PUT", "http://origin.test:" + env.HTTPPort + "/ok", 403},
+		{"GET", "https://origin.test:" + env.HTTPSPort + "/ok", 200},
+		{"POST", "https://origin.test:" + env.HTTPSPort + "/ok", 403},
+		{"GET", "http://evil.test:" + env.HTTPPort + "/ok", 403},
 	} {
 		req, _ := http.NewRequest(c.method, c.url, strings.NewReader("x"))
 		resp, err := client.Do(req)
@@ -81,13 +83,13 @@ func TestForwarderLoopback(t *testing.T) {
 			t.Errorf("%s: evil.test: %v %v", net, r, err)
 		}
 	}
-	logs := env.takeLogs()
-	if !logged(logs, "dns", "evil.test", Deny) || !logged(logs, "http", "origin.test", Deny) || !logged(logs, "https", "origin.test", Deny) {
+	logs := env.TakeLogs()
+	if !logged(logs, "dns", "evil.test", egress.Deny) || !logged(logs, "http", "origin.test", egress.Deny) || !logged(logs, "https", "origin.test", egress.Deny) {
 		t.Errorf("refusals not logged: %+v", logs)
 	}
 }
 
-func logged(logs []Record, via, host string, v Verdict) bool {
+func logged(logs []egress.Record, via, host string, v egress.Verdict) bool {
 	for _, l := range logs {
 		if l.Via == via && l.Host == host && l.Verdict == v {
 			return true
@@ -103,8 +105,8 @@ func TestForwardStdio(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- ForwardStdio(sock, StreamHTTP, inR, outW) }()
-	fmt.Fprintf(inW, "GET http://origin.test:%s/ok HTTP/1.1\r\nHost: origin.test:%s\r\nConnection: close\r\n\r\n", env.httpPort, env.httpPort)
+	go func() { done <- egress.ForwardStdio(sock, egress.StreamHTTP, inR, outW) }()
+	fmt.Fprintf(inW, "GET http://origin.test:%s/ok HTTP/1.1\r\nHost: origin.test:%s\r\nConnection: close\r\n\r\n", env.HTTPPort, env.HTTPPort)
 	resp, err := http.ReadResponse(bufio.NewReader(outR), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +148,7 @@ func TestForwarderNetns(t *testing.T) {
 	}
 	env, sock := socketEnv(t)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, env.gw.CACertPEM(), 0o644); err != nil {
+	if err := os.WriteFile(caFile, env.GW.CACertPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	exe, err := os.Executable()
@@ -158,7 +160,7 @@ func TestForwarderNetns(t *testing.T) {
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestNetnsChild$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(),
 		netnsChildEnv+"=1", "CHILD_SOCKET="+sock, "CHILD_CA="+caFile, "CHILD_CURL="+curl,
-		"CHILD_HTTP="+env.httpPort, "CHILD_HTTPS="+env.httpsPort)
+		"CHILD_HTTP="+env.HTTPPort, "CHILD_HTTPS="+env.HTTPSPort)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -170,8 +172,8 @@ func TestForwarderNetns(t *testing.T) {
 	if !strings.Contains(string(out), "--- PASS: TestNetnsChild") {
 		t.Fatalf("child did not run:\n%s", out)
 	}
-	logs := env.takeLogs()
-	if !logged(logs, "http", "origin.test", Allow) || !logged(logs, "http", "origin.test", Deny) || !logged(logs, "dns", "evil.test", Deny) {
+	logs := env.TakeLogs()
+	if !logged(logs, "http", "origin.test", egress.Allow) || !logged(logs, "http", "origin.test", egress.Deny) || !logged(logs, "dns", "evil.test", egress.Deny) {
 		t.Errorf("decisions from inside the namespace not logged: %+v", logs)
 	}
 }
@@ -191,7 +193,7 @@ func TestNetnsChild(t *testing.T) {
 			t.Fatalf("namespace has interface %s; want only lo", i.Name)
 		}
 	}
-	f, err := StartForwarder(context.Background(), os.Getenv("CHILD_SOCKET"), ForwarderConfig{})
+	f, err := egress.StartForwarder(context.Background(), os.Getenv("CHILD_SOCKET"), egress.ForwarderConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +201,7 @@ func TestNetnsChild(t *testing.T) {
 	curl, httpPort, httpsPort := os.Getenv("CHILD_CURL"), os.Getenv("CHILD_HTTP"), os.Getenv("CHILD_HTTPS")
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(curl, append([]string{"-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}"}, args...)...)
-		cmd.Env = append(SandboxEnv(os.Getenv("CHILD_CA")), "PATH=/usr/bin:/bin")
+		cmd.Env = append(egress.SandboxEnv(os.Getenv("CHILD_CA")), "PATH=/usr/bin:/bin")
 		out, err := cmd.CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
@@ -260,14 +262,14 @@ func TestNetnsChild(t *testing.T) {
 func TestForwarderBindsAtClaim(t *testing.T) {
 	origin := newTestEnv(t, nil) // only for its origins
 	sock := filepath.Join(t.TempDir(), "pool.sock")
-	f, err := StartForwarder(context.Background(), sock, ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
+	f, err := egress.StartForwarder(context.Background(), sock, egress.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL("http://" + f.HTTPAddr().String())), DisableKeepAlives: true}}
 	get := func(host string) int {
-		resp, err := client.Get("http://" + host + ":" + origin.httpPort + "/ok")
+		resp, err := client.Get("http://" + host + ":" + origin.HTTPPort + "/ok")
 		if err != nil {
 			return 0 // no gateway on the socket: nothing reachable
 		}
@@ -277,12 +279,12 @@ func TestForwarderBindsAtClaim(t *testing.T) {
 	if code := get("a.test"); code == 200 {
 		t.Fatal("reached the origin before any job claimed the sandbox")
 	}
-	pins := Hosts{}
+	pins := egress.Hosts{}
 	_ = pins.Add("a.test", netip.MustParseAddr("127.0.0.1"))
 	_ = pins.Add("b.test", netip.MustParseAddr("127.0.0.1"))
-	port := atoi(origin.httpPort)
+	port := egresstest.Atoi(origin.HTTPPort)
 	for _, job := range []struct{ name, allowed, refused string }{{"job-a", "a.test", "b.test"}, {"job-b", "b.test", "a.test"}} {
-		gw, err := Start(context.Background(), Config{Job: job.name, Socket: sock, Hosts: pins,
+		gw, err := egress.Start(context.Background(), egress.Config{Job: job.name, Socket: sock, Hosts: pins,
 			Rules: []airlock.NetRule{{Host: job.allowed, Ports: []int{port}}}})
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package egress
+package egress_test
 
 import (
 	"context"
@@ -15,28 +15,29 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 func TestStartRefusesBadConfig(t *testing.T) {
-	_, err := Start(context.Background(), Config{Rules: []airlock.NetRule{{Host: "0x7f000001"}}})
+	_, err := egress.Start(context.Background(), egress.Config{Rules: []airlock.NetRule{{Host: "0x7f000001"}}})
 	var inv *airlock.InvalidJob
 	if !errors.As(err, &inv) {
 		t.Errorf("IP-literal rule: %v, want *airlock.InvalidJob", err)
 	}
-	if _, err := Start(context.Background(), Config{Socket: "/nonexistent-dir/x.sock"}); err == nil {
+	if _, err := egress.Start(context.Background(), egress.Config{Socket: "/nonexistent-dir/x.sock"}); err == nil {
 		t.Error("socket in a missing directory: no error")
 	}
 	file := filepath.Join(t.TempDir(), "not-a-socket")
 	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Start(context.Background(), Config{Socket: file}); err == nil {
+	if _, err := egress.Start(context.Background(), egress.Config{Socket: file}); err == nil {
 		t.Error("socket path holding a regular file: no error")
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
 		t.Errorf("regular file at the socket path was touched: %q %v", b, err)
 	}
-	if _, err := Start(context.Background(), Config{Listen: "256.0.0.1:1"}); err == nil {
+	if _, err := egress.Start(context.Background(), egress.Config{Listen: "256.0.0.1:1"}); err == nil {
 		t.Error("bad listen address: no error")
 	}
 }
@@ -44,7 +45,7 @@ func TestStartRefusesBadConfig(t *testing.T) {
 func TestCloseRemovesSocket(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "g.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	gw, err := Start(ctx, Config{Socket: sock})
+	gw, err := egress.Start(ctx, egress.Config{Socket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,14 +68,14 @@ func TestCloseRemovesSocket(t *testing.T) {
 // TestBodyCaps checks the request and response caps, through the proxy and
 // in-process.
 func TestBodyCaps(t *testing.T) {
-	env := newTestEnv(t, func(c *Config) {
+	env := newTestEnv(t, func(c *egress.Config) {
 		c.MaxRequestBytes = 4
 		c.MaxResponseBytes = 5 // "origin ok" is 9 bytes
 		c.Rules = append(c.Rules, airlock.NetRule{Host: "up.test", Methods: []string{"PUT"}, Ports: c.Rules[0].Ports})
 		_ = c.Hosts.Add("up.test", netip.MustParseAddr("127.0.0.1"))
 	})
-	proxy := env.proxyClient(false, "")
-	resp, err := proxy.Get("http://origin.test:" + env.httpPort + "/ok")
+	proxy := env.ProxyClient(false, "")
+	resp, err := proxy.Get("http://origin.test:" + env.HTTPPort + "/ok")
 	if err == nil {
 		body, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -82,7 +83,7 @@ func TestBodyCaps(t *testing.T) {
 			t.Errorf("response over the cap passed whole: %s %q", resp.Status, body)
 		}
 	}
-	req, _ := http.NewRequest("PUT", "http://up.test:"+env.httpPort+"/ok", strings.NewReader("more than four bytes"))
+	req, _ := http.NewRequest("PUT", "http://up.test:"+env.HTTPPort+"/ok", strings.NewReader("more than four bytes"))
 	resp, err = proxy.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -91,14 +92,14 @@ func TestBodyCaps(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("request over the cap: %s", resp.Status)
 	}
-	req, _ = http.NewRequest("PUT", "http://up.test:"+env.httpPort+"/ok", strings.NewReader("more than four bytes"))
-	if _, err := env.gw.RoundTrip(req); err == nil {
+	req, _ = http.NewRequest("PUT", "http://up.test:"+env.HTTPPort+"/ok", strings.NewReader("more than four bytes"))
+	if _, err := env.GW.RoundTrip(req); err == nil {
 		t.Error("in-process request over the cap was sent")
 	}
-	logs := env.takeLogs()
+	logs := env.TakeLogs()
 	found := false
 	for _, l := range logs {
-		found = found || (l.Verdict == Deny && strings.Contains(l.Reason, "cap"))
+		found = found || (l.Verdict == egress.Deny && strings.Contains(l.Reason, "cap"))
 	}
 	if !found {
 		t.Errorf("caps not logged: %+v", logs)
@@ -106,11 +107,11 @@ func TestBodyCaps(t *testing.T) {
 }
 
 func TestDNSRateLimit(t *testing.T) {
-	env := newTestEnv(t, func(c *Config) { c.DNSRate = 0.001; c.DNSBurst = 3 })
+	env := newTestEnv(t, func(c *egress.Config) { c.DNSRate = 0.001; c.DNSBurst = 3 })
 	cl := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
 	var rcodes []int
 	for i := 0; i < 5; i++ {
-		r, _, err := cl.Exchange(new(dns.Msg).SetQuestion("origin.test.", dns.TypeA), env.gw.DNSAddr().String())
+		r, _, err := cl.Exchange(new(dns.Msg).SetQuestion("origin.test.", dns.TypeA), env.GW.DNSAddr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,12 +120,12 @@ func TestDNSRateLimit(t *testing.T) {
 	if rcodes[0] != dns.RcodeSuccess || rcodes[4] != dns.RcodeRefused {
 		t.Errorf("rcodes %v: want the burst answered, then refusals", rcodes)
 	}
-	if !hasReason(env.takeLogs(), "rate limit") {
+	if !hasReason(env.TakeLogs(), "rate limit") {
 		t.Error("rate limiting not logged")
 	}
 }
 
-func hasReason(logs []Record, s string) bool {
+func hasReason(logs []egress.Record, s string) bool {
 	for _, l := range logs {
 		if strings.Contains(l.Reason, s) {
 			return true
@@ -152,7 +153,7 @@ func TestDNSFamilies(t *testing.T) {
 		{"public.test.", dns.TypeCNAME, dns.RcodeSuccess, 0},
 		{"private.test.", dns.TypeA, dns.RcodeRefused, 0},
 	} {
-		r, _, err := cl.Exchange(new(dns.Msg).SetQuestion(c.name, c.qtype), env.gw.DNSAddr().String())
+		r, _, err := cl.Exchange(new(dns.Msg).SetQuestion(c.name, c.qtype), env.GW.DNSAddr().String())
 		if err != nil || r.Rcode != c.rcode || len(r.Answer) != c.answers {
 			t.Errorf("%s %s: %v %v", c.name, dns.TypeToString[c.qtype], r, err)
 		}
@@ -163,22 +164,22 @@ func TestDNSFamilies(t *testing.T) {
 // tunnels it opened: no request passes after Close.
 func TestCloseEndsTunnels(t *testing.T) {
 	env := newTestEnv(t, nil)
-	client := env.proxyClient(false, "")
+	client := env.ProxyClient(false, "")
 	client.Transport.(*http.Transport).DisableKeepAlives = false
-	url := "https://origin.test:" + env.httpsPort + "/ok"
+	url := "https://origin.test:" + env.HTTPSPort + "/ok"
 	resp, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	env.gw.Close()
-	before := env.hitCount()
+	env.GW.Close()
+	before := env.Hits()
 	if resp, err := client.Get(url); err == nil {
 		resp.Body.Close()
 		t.Errorf("request after Close: %s", resp.Status)
 	}
-	if env.hitCount() != before {
+	if env.Hits() != before {
 		t.Error("the origin was reached after Close")
 	}
 }

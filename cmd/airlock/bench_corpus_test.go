@@ -25,7 +25,7 @@ func testFactories() []setup.Factory {
 func corpusRun(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := corpusWith(context.Background(), &env{args: args, stdin: strings.NewReader(""), stdout: &out, stderr: &errb}, testFactories())
+	code := corpusWith(context.Background(), &env{args: args, stdin: strings.NewReader(""), stdout: &out, stderr: &errb}, testFactories(), runnertest.Suites()...)
 	return out.String(), errb.String(), code
 }
 
@@ -38,6 +38,32 @@ func TestCorpusCommandFailsOnEscape(t *testing.T) {
 	}
 	if !strings.Contains(out, "expr/million-parens on "+runnertest.Plain+": ESCAPED") {
 		t.Fatalf("escape not reported:\n%s", out)
+	}
+}
+
+// Against a gateway whose policy allows everything and a sanitiser that
+// passes everything, `airlock corpus` reports the egress and output
+// escapes and exits non-zero; the real gateway and sanitiser contain the
+// same cases.
+func TestCorpusCommandFailsOnWeakenedAreas(t *testing.T) {
+	out, errOut, code := corpusRun(t, "--tiers", strings.Join([]string{runnertest.EgressOpen, runnertest.OutputOff, runner.EgressGateway, runner.Sanitiser}, ","),
+		"--cases", "egress/http-disallowed-host,output/md-image-inline")
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s\n%s", code, exitFailed, out, errOut)
+	}
+	for _, want := range []string{
+		"egress/http-disallowed-host on " + runnertest.EgressOpen + ": ESCAPED",
+		"evidence: the origin saw GET evil.test",
+		"output/md-image-inline on " + runnertest.OutputOff + ": ESCAPED",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, real := range []string{"egress/http-disallowed-host on " + runner.EgressGateway, "output/md-image-inline on " + runner.Sanitiser} {
+		if strings.Contains(out, real+":") {
+			t.Errorf("the real configuration failed (%s):\n%s", real, out)
+		}
 	}
 }
 

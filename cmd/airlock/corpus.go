@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:    "corpus",
-		summary: "run every attack and benign case against every tier, each in a bounded child; non-zero on an escape",
+		summary: "run every attack and benign case (tiers, egress, output, approvals) in bounded children; non-zero on an escape",
 		usage:   "corpus [--tiers a,b] [--areas a,b] [--cases id,id] [--timeout D] [--memory MiB] [--parallel N] [--json] [--verbose]",
 		run:     corpusCmd,
 	})
@@ -23,13 +23,14 @@ func corpusCmd(ctx context.Context, e *env) int {
 	return corpusWith(ctx, e, setup.Factories())
 }
 
-// corpusWith runs the corpus over the given tiers (the tests add
-// deliberately weakened ones).
-func corpusWith(ctx context.Context, e *env, factories []setup.Factory) int {
+// corpusWith runs the corpus over the given tiers and, besides the
+// default suites (the egress gateway, the output sanitiser), over suites
+// (the tests add deliberately weakened ones).
+func corpusWith(ctx context.Context, e *env, factories []setup.Factory, suites ...runner.Suite) int {
 	// The runner re-executes this program as `airlock corpus` with a marker
 	// in the environment: that child runs one case and reports it.
 	if runner.IsChild() {
-		return runner.Child(factories, e.stdin, e.stdout, e.stderr)
+		return runner.Child(factories, e.stdin, e.stdout, e.stderr, suites...)
 	}
 	c := commands["corpus"]
 	fs := e.flags(c)
@@ -44,7 +45,8 @@ func corpusWith(ctx context.Context, e *env, factories []setup.Factory) int {
 	if code, ok := e.parseFlagsOnly(fs); !ok {
 		return code
 	}
-	cfg := runner.NewConfig("corpus").WithFactories(factories...).WithTimeout(*timeout).WithMemoryMB(*memory).WithParallel(*parallel)
+	cfg := runner.NewConfig("corpus").WithFactories(factories...).WithSuites(append(runner.DefaultSuites(), suites...)...).
+		WithTimeout(*timeout).WithMemoryMB(*memory).WithParallel(*parallel)
 	if *tiers != "" {
 		cfg = cfg.WithTiers(strings.Split(*tiers, ",")...)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/egress/sanitize"
 )
 
 //go:embed *.jsonl
@@ -154,4 +155,56 @@ func load[T any](name string, validate func(*T) (meta, error)) ([]T, error) {
 		out = append(out, v)
 	}
 	return out, sc.Err()
+}
+
+// Sanitise is an output sanitiser as the document cases see it: it
+// rewrites input under the allowlist and says how many URLs it
+// neutralised.
+type Sanitise func(allow []string, input string) (output string, findings int, err error)
+
+// Sanitiser is the real output sanitiser (egress/sanitize) as a Sanitise.
+func Sanitiser(allow []string, input string) (string, int, error) {
+	s, err := sanitize.New(allow...)
+	if err != nil {
+		return "", 0, err
+	}
+	out, findings := s.Markdown([]byte(input))
+	return string(out), len(findings), nil
+}
+
+// Check runs the document through sanitise and returns the ways it failed
+// (none: it passed) and the output. Attacks must lose their offending
+// URLs and produce at least one finding; benign documents must come back
+// as expected (byte-identical where nothing needed changing); every output
+// must be a fixed point (sanitising it again changes nothing).
+func (d Document) Check(sanitise Sanitise) (problems []string, output string) {
+	got, findings, err := sanitise(d.Allow, d.Input)
+	if err != nil {
+		return []string{"sanitiser: " + err.Error()}, ""
+	}
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	e := d.Expect
+	if e.Unchanged && got != d.Input {
+		bad("changed a benign document: %q", got)
+	}
+	if e.Output != nil && got != *e.Output {
+		bad("output %q, want %q", got, *e.Output)
+	}
+	for _, c := range e.Contains {
+		if !strings.Contains(got, c) {
+			bad("output lacks %q: %q", c, got)
+		}
+	}
+	for _, c := range e.NotContains {
+		if strings.Contains(strings.ToLower(got), strings.ToLower(c)) {
+			bad("output still holds %q: %q", c, got)
+		}
+	}
+	if d.Class == Attack && findings == 0 {
+		bad("attack neutralised without a finding")
+	}
+	if again, _, err := sanitise(d.Allow, got); err != nil || again != got {
+		bad("not a fixed point: %q, then %q (%v)", got, again, err)
+	}
+	return problems, got
 }

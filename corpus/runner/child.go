@@ -26,8 +26,10 @@ func IsChild() bool { return os.Getenv(ChildEnv) == "1" }
 
 // spec is what the parent hands a child on its standard input.
 type spec struct {
-	Tier     string            `json:"tier"`
-	Case     corpus.Case       `json:"case"`
+	Tier     string            `json:"tier,omitempty"`
+	Case     *corpus.Case      `json:"case,omitempty"`
+	Suite    string            `json:"suite,omitempty"` // a suite's case: its pseudo-tier and the case as JSON
+	Raw      json.RawMessage   `json:"raw,omitempty"`
 	Vars     map[string]string `json:"vars"`
 	Module   string            `json:"module,omitempty"` // a file holding the WASM module to run
 	MemoryMB int64             `json:"memory_mb"`
@@ -36,14 +38,17 @@ type spec struct {
 
 // reply is what a child that survived writes on its standard output.
 type reply struct {
-	Result airlock.Result `json:"result"`
+	Result    airlock.Result `json:"result"`
+	Judgement *Judgement     `json:"judgement,omitempty"`
 }
 
 // Child runs one case in this process and writes the result as JSON on
 // stdout. It returns the process's exit code: 0 when the case ran (whatever
 // its outcome), 2 when the child itself could not set the case up. A crash
 // or a hang never returns: the parent sees the signal or the timeout.
-func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer) int {
+//
+// suites are those the parent was given beyond [DefaultSuites].
+func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer, suites ...Suite) int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(stderr, "corpus child: "+format+"\n", args...)
 		return 2
@@ -52,6 +57,13 @@ func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer)
 	if err := json.NewDecoder(io.LimitReader(stdin, 64<<20)).Decode(&s); err != nil {
 		return fail("reading the case: %v", err)
 	}
+	if s.Suite != "" {
+		return childSuite(s, withSuites(suites), stdout, stderr)
+	}
+	if s.Case == nil {
+		return fail("the spec names neither a case nor a suite")
+	}
+	factories = withServer(factories)
 	var f *setup.Factory
 	for i := range factories {
 		if factories[i].Name == s.Tier {
@@ -95,7 +107,7 @@ func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.WallMS)*time.Millisecond)
 	defer cancel()
-	res, err := tier.Run(ctx, job)
+	res, err := s.Case.Exec(ctx, tier, job, s.Vars)
 	if res.Tier == "" {
 		res.Tier = tier.Name()
 	}
@@ -117,4 +129,23 @@ func expandGrants(job *airlock.Job, vars map[string]string) {
 		}
 		job.Grants.FS.Read[i] = p
 	}
+}
+
+// childSuite runs one case of a suite and writes its judgement.
+func childSuite(s spec, suites []Suite, stdout, stderr io.Writer) int {
+	for _, su := range suites {
+		if su.Name != s.Suite {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.WallMS)*time.Millisecond)
+		defer cancel()
+		j := su.Run(ctx, s.Raw, s.Vars)
+		if err := json.NewEncoder(stdout).Encode(reply{Judgement: &j}); err != nil {
+			fmt.Fprintf(stderr, "corpus child: writing the result: %v\n", err)
+			return 2
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "corpus child: no suite named %q\n", s.Suite)
+	return 2
 }

@@ -5,6 +5,9 @@
 // resolver on loopback that count hits. A case escapes when its outcome is
 // not one its expectation lists, when a canary's secret appears in its
 // result, when a sink saw its token, or when its child died or hung.
+// Areas whose cases are not jobs (egress requests, output documents) run
+// as suites against the pseudo-tier they are written for (see [Suite]);
+// approval cases run through the approval gate (corpus.Case.Exec).
 // `airlock corpus` is its command line.
 package runner
 
@@ -45,6 +48,7 @@ type Config struct {
 	parallel  int
 	modules   ModuleSource
 	progress  func(done, total int, v Verdict)
+	suites    []Suite
 }
 
 // NewConfig runs every registered tier against every case of the embedded
@@ -52,8 +56,12 @@ type Config struct {
 // when IsChild is true), two children at a time, each with 60 s and, for
 // in-process tiers, 8 GiB of address space (the Go runtime alone reserves several GiB: 4 GiB makes ordinary children fail).
 func NewConfig(args ...string) Config {
-	return Config{factories: setup.Factories(), args: args, timeout: 60 * time.Second, memoryMB: 8192, parallel: 2}
+	return Config{factories: setup.Factories(), args: args, timeout: 60 * time.Second, memoryMB: 8192, parallel: 2, suites: DefaultSuites()}
 }
+
+// WithSuites sets the suites to run (default: [DefaultSuites]). The child
+// must be given those that are not defaults.
+func (c Config) WithSuites(s ...Suite) Config { c.suites = slices.Clone(s); return c }
 
 // WithFactories sets the tiers to run (default: every registered tier).
 // The child must be given the same factories.
@@ -130,6 +138,9 @@ type TierInfo struct {
 	Level     int    `json:"level"`
 	Available bool   `json:"available"`
 	Reason    string `json:"reason,omitempty"`
+	// Pseudo marks what is not a tier but what an area's cases are
+	// written for: the egress gateway, the output sanitiser.
+	Pseudo bool `json:"pseudo,omitempty"`
 }
 
 // Count sums the verdicts of one tier and area.
@@ -182,16 +193,21 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	} else if len(c.areas) > 0 {
 		cases = slices.DeleteFunc(slices.Clone(cases), func(k corpus.Case) bool { return !slices.Contains(c.areas, k.Area) })
 	}
-	if len(c.ids) > 0 {
-		cases = slices.DeleteFunc(slices.Clone(cases), func(k corpus.Case) bool { return !slices.Contains(c.ids, k.ID) })
-		if len(cases) == 0 {
-			return nil, airlock.Invalid("cases", "no case has any of the ids %v", c.ids)
-		}
-	}
 	rep := &Report{Schema: Schema, Started: time.Now().UTC()}
 	tiers, err := c.probe(rep)
 	if err != nil {
 		return nil, err
+	}
+	suites, err := c.suiteTasks(rep)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.ids) > 0 {
+		cases = slices.DeleteFunc(slices.Clone(cases), func(k corpus.Case) bool { return !slices.Contains(c.ids, k.ID) })
+		suites = slices.DeleteFunc(suites, func(t task) bool { return !slices.Contains(c.ids, t.sc.ID) })
+		if len(cases)+len(suites) == 0 {
+			return nil, airlock.Invalid("cases", "no case has any of the ids %v", c.ids)
+		}
 	}
 	can, err := plant()
 	if err != nil {
@@ -202,18 +218,15 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		return nil, fmt.Errorf("planting the canaries: %w", err)
 	}
 
-	type task struct {
-		tier probed
-		c    *corpus.Case
-	}
 	var tasks []task
 	for _, t := range tiers {
 		for i := range cases {
 			if applies(&cases[i], t) {
-				tasks = append(tasks, task{t, &cases[i]})
+				tasks = append(tasks, task{tier: t, c: &cases[i]})
 			}
 		}
 	}
+	tasks = append(tasks, suites...)
 	verdicts := make([]Verdict, len(tasks))
 	var (
 		mu   sync.Mutex
@@ -229,7 +242,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			v := c.one(ctx, can, tk.tier, tk.c, fmt.Sprintf("t%04d", i))
+			v := c.one(ctx, can, tk, fmt.Sprintf("t%04d", i))
 			mu.Lock()
 			verdicts[i] = v
 			done++
@@ -244,8 +257,8 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		return nil, err
 	}
 	rep.Verdicts = verdicts
-	rep.Counts = count(tiers, verdicts, cases)
-	rep.Uncovered = append(idle(cases, verdicts), uncovered()...)
+	rep.Counts = count(rep.Tiers, verdicts)
+	rep.Uncovered = idle(cases, verdicts)
 	rep.Seconds = float64(time.Since(rep.Started).Milliseconds()) / 1000
 	return rep, nil
 }
@@ -259,6 +272,35 @@ type probed struct {
 	down  error
 }
 
+// task is one case on one tier, or one case of a suite.
+type task struct {
+	tier  probed
+	c     *corpus.Case
+	suite *Suite
+	sc    SuiteCase
+}
+
+// suiteTasks lists the cases of the suites whose area and pseudo-tier are
+// selected, and adds the pseudo-tiers to the report.
+func (c Config) suiteTasks(rep *Report) ([]task, error) {
+	var out []task
+	for i := range c.suites {
+		s := &c.suites[i]
+		if (len(c.areas) > 0 && !slices.Contains(c.areas, s.Area)) || (len(c.tiers) > 0 && !slices.Contains(c.tiers, s.Name)) {
+			continue
+		}
+		cases, err := s.Cases()
+		if err != nil {
+			return nil, fmt.Errorf("loading the %s cases: %w", s.Area, err)
+		}
+		rep.Tiers = append(rep.Tiers, TierInfo{Name: s.Name, Available: true, Pseudo: true})
+		for _, k := range cases {
+			out = append(out, task{suite: s, sc: k})
+		}
+	}
+	return out, nil
+}
+
 // probeJobs are minimal jobs of each kind, used to ask a tier which kinds
 // it runs.
 var probeJobs = []airlock.Job{
@@ -270,8 +312,11 @@ var probeJobs = []airlock.Job{
 
 func (c Config) probe(rep *Report) ([]probed, error) {
 	names := map[string]bool{}
+	for _, s := range c.suites {
+		names[s.Name] = true
+	}
 	var out []probed
-	for _, f := range c.factories {
+	for _, f := range withServer(c.factories) {
 		names[f.Name] = true
 		if len(c.tiers) > 0 && !slices.Contains(c.tiers, f.Name) {
 			continue
@@ -284,13 +329,14 @@ func (c Config) probe(rep *Report) ([]probed, error) {
 		if pr, ok := t.(airlock.Prober); ok {
 			p.down = pr.Available()
 		}
+		// A pseudo-tier runs only the cases that name it.
 		for _, j := range probeJobs {
-			if t.Admit(&j) == nil {
+			if !isServer(t) && t.Admit(&j) == nil {
 				p.kinds[j.Kind] = true
 			}
 		}
 		closeTier(t)
-		info := TierInfo{Name: p.name, Level: int(p.level), Available: p.down == nil}
+		info := TierInfo{Name: p.name, Level: int(p.level), Available: p.down == nil, Pseudo: isServer(t)}
 		if p.down != nil {
 			info.Reason = p.down.Error()
 		}
@@ -319,10 +365,16 @@ func applies(c *corpus.Case, t probed) bool {
 }
 
 // one runs a case in a child and judges it.
-func (c Config) one(ctx context.Context, can *canaries, t probed, k *corpus.Case, token string) (v Verdict) {
-	v = Verdict{Verdict: corpus.Verdict{Case: k.ID, Area: k.Area, Class: k.Class, Tier: t.name}}
+func (c Config) one(ctx context.Context, can *canaries, tk task, token string) (v Verdict) {
 	start := time.Now()
 	defer func() { v.Millis = time.Since(start).Milliseconds() }()
+	if tk.suite != nil {
+		v = Verdict{Verdict: corpus.Verdict{Case: tk.sc.ID, Area: tk.suite.Area, Class: tk.sc.Class, Tier: tk.suite.Name}}
+		s := spec{Suite: tk.suite.Name, Raw: tk.sc.Raw, Vars: can.vars(token), WallMS: c.timeout.Milliseconds()}
+		return c.judge(ctx, can, s, token, v)
+	}
+	t, k := tk.tier, tk.c
+	v = Verdict{Verdict: corpus.Verdict{Case: k.ID, Area: k.Area, Class: k.Class, Tier: t.name}}
 	skip := func(why string) Verdict {
 		v.Result, v.Detail, v.Outcome = SkippedCase, why, "skipped"
 		return v
@@ -333,7 +385,7 @@ func (c Config) one(ctx context.Context, can *canaries, t probed, k *corpus.Case
 	case k.Skip != "":
 		return skip(k.Skip)
 	}
-	s := spec{Tier: t.name, Case: *k, Vars: can.vars(token), MemoryMB: c.memoryMB, WallMS: c.timeout.Milliseconds()}
+	s := spec{Tier: t.name, Case: k, Vars: can.vars(token), MemoryMB: c.memoryMB, WallMS: c.timeout.Milliseconds()}
 	if missing := k.MissingVar(s.Vars); missing != "" {
 		return skip("the runner cannot provide ${" + missing + "} here")
 	}
@@ -348,56 +400,50 @@ func (c Config) one(ctx context.Context, can *canaries, t probed, k *corpus.Case
 			}
 		}
 	}
-	in, err := json.Marshal(s)
-	if err != nil {
-		return skip("encoding the case: " + err.Error())
-	}
-	// The child gets the wall limit plus slack to start, build the tier and
-	// report; the tier itself must stop the job within the case's limits.
-	cctx, cancel := context.WithTimeout(ctx, c.timeout+10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, c.exe, c.args...)
-	cmd.Env = append(os.Environ(), ChildEnv+"=1")
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr capped
-	stdout.max, stderr.max = 16<<20, 64<<10
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	runErr := cmd.Run()
-	// Whatever the child started in its process group goes with it.
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	var rp reply
-	if runErr == nil {
-		runErr = json.Unmarshal(stdout.Bytes(), &rp)
-		if runErr != nil {
-			runErr = fmt.Errorf("child wrote no result: %w", runErr)
-		}
-	}
+	return c.judge(ctx, can, s, token, v)
+}
+
+// judge runs the spec in a child and judges what came back: a dead or
+// hung child, a leaked secret or a canary hit is an escape whatever the
+// case expected.
+func (c Config) judge(ctx context.Context, can *canaries, s spec, token string, v Verdict) Verdict {
+	rp, stderr, runErr := c.spawn(ctx, s)
 	hits := can.taken(token)
+	class := v.Class
 	if runErr != nil {
-		why := runErr.Error()
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-			why = fmt.Sprintf("child still running after %v: killed", c.timeout+10*time.Second)
-		}
 		v.Outcome = "died"
-		v.Detail = "the host did not survive: " + why
-		v.Evidence = append([]string{v.Detail}, tail(stderr.String())...)
+		v.Detail = "the host did not survive: " + runErr.Error()
+		v.Evidence = append([]string{v.Detail}, tail(stderr)...)
 		v.Evidence = append(v.Evidence, hits...)
 		v.Result = Escaped
-		if k.Class == corpus.Benign {
+		if class == corpus.Benign {
 			v.Result = BenignBlocked
 		}
 		return v
 	}
-	v.Verdict = k.Judge(rp.Result, rp.Result.Err(), can.secrets()...)
-	v.Tier = t.name
-	if leaks := can.leaked(rp.Result); len(leaks) > 0 {
-		v.Pass = false
-		v.Evidence = append(v.Evidence, leaks...)
+	if j := rp.Judgement; j != nil {
+		v.Outcome, v.Pass, v.Detail, v.Evidence = j.Outcome, j.Pass, j.Detail, j.Evidence
+		if leaks := can.leaked(airlock.Result{Stdout: j.Detail, Stderr: strings.Join(j.Evidence, "\n")}); len(leaks) > 0 {
+			v.Pass = false
+			v.Evidence = append(v.Evidence, leaks...)
+		}
+	} else {
+		tier := v.Tier
+		v.Verdict = s.Case.Judge(rp.Result, rp.Result.Err(), can.secrets()...)
+		v.Tier = tier
+		if leaks := can.leaked(rp.Result); len(leaks) > 0 {
+			v.Pass = false
+			v.Evidence = append(v.Evidence, leaks...)
+		}
+		if !v.Pass {
+			// What the job printed shows what it got to do.
+			for name, out := range map[string]string{"stdout": rp.Result.Stdout, "stderr": rp.Result.Stderr} {
+				if out != "" {
+					v.Evidence = append(v.Evidence, fmt.Sprintf("%s %q", name, clip(out, 200)))
+				}
+			}
+			slices.Sort(v.Evidence)
+		}
 	}
 	if len(hits) > 0 {
 		v.Pass = false
@@ -405,11 +451,11 @@ func (c Config) one(ctx context.Context, can *canaries, t probed, k *corpus.Case
 		v.Evidence = append(v.Evidence, hits...)
 	}
 	switch {
-	case v.Pass && k.Class == corpus.Attack:
+	case v.Pass && class == corpus.Attack:
 		v.Result = Contained
 	case v.Pass:
 		v.Result = BenignPassed
-	case k.Class == corpus.Attack:
+	case class == corpus.Attack:
 		v.Result = Escaped
 		if len(v.Evidence) == 0 {
 			v.Evidence = []string{v.Detail}
@@ -419,6 +465,43 @@ func (c Config) one(ctx context.Context, can *canaries, t probed, k *corpus.Case
 		v.Evidence = append(v.Evidence, v.Detail)
 	}
 	return v
+}
+
+// spawn runs one child on the spec: in its own process group, killed with
+// it at the deadline, its output capped. An error means the child did not
+// report (it crashed, hung or wrote no result); stderr is its last words.
+func (c Config) spawn(ctx context.Context, s spec) (rp reply, stderr string, err error) {
+	in, err := json.Marshal(s)
+	if err != nil {
+		return rp, "", fmt.Errorf("encoding the case: %w", err)
+	}
+	// The child gets the wall limit plus slack to start, build the tier and
+	// report; the tier itself must stop the job within the case's limits.
+	cctx, cancel := context.WithTimeout(ctx, c.timeout+10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, c.exe, c.args...)
+	cmd.Env = append(os.Environ(), ChildEnv+"=1")
+	cmd.Stdin = bytes.NewReader(in)
+	var out, errb capped
+	out.max, errb.max = 16<<20, 64<<10
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	err = cmd.Run()
+	// Whatever the child started in its process group goes with it.
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err == nil {
+		if err = json.Unmarshal(out.Bytes(), &rp); err != nil {
+			err = fmt.Errorf("child wrote no result: %w", err)
+		}
+	}
+	if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("child still running after %v: killed", c.timeout+10*time.Second)
+	}
+	return rp, errb.String(), err
 }
 
 // tail returns the last lines of a child's stderr, as evidence.
@@ -446,21 +529,22 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func count(tiers []probed, vs []Verdict, cases []corpus.Case) []Count {
+// count sums the verdicts per tier (in the report's order) and area.
+func count(tiers []TierInfo, vs []Verdict) []Count {
 	areas := []string{}
-	for _, k := range cases {
-		if !slices.Contains(areas, k.Area) {
-			areas = append(areas, k.Area)
+	for _, v := range vs {
+		if !slices.Contains(areas, v.Area) {
+			areas = append(areas, v.Area)
 		}
 	}
 	slices.Sort(areas)
 	var out []Count
 	for _, t := range tiers {
 		for _, a := range areas {
-			n := Count{Tier: t.name, Area: a}
+			n := Count{Tier: t.Name, Area: a}
 			seen := false
 			for _, v := range vs {
-				if v.Tier != t.name || v.Area != a {
+				if v.Tier != t.Name || v.Area != a {
 					continue
 				}
 				seen = true
@@ -502,15 +586,6 @@ func idle(cases []corpus.Case, vs []Verdict) []Uncovered {
 		}
 	}
 	return out
-}
-
-// uncovered lists the case sets that are not Jobs and so are run by their
-// own packages' tests rather than here.
-func uncovered() []Uncovered {
-	return []Uncovered{
-		{Area: "egress", Why: "corpus/egress/egress.jsonl holds requests, not jobs; run by `go test ./egress` (TestCorpusEgress) against a real proxy and resolver on loopback"},
-		{Area: "output", Why: "corpus/egress/output.jsonl holds documents for the output sanitiser; run by `go test ./egress/sanitize` (TestCorpusOutput)"},
-	}
 }
 
 func closeTier(t airlock.Tier) {

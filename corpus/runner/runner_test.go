@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
 	"github.com/airlock-sandbox/airlock/internal/setup"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
 
@@ -34,7 +36,7 @@ func factories() []setup.Factory {
 
 func TestMain(m *testing.M) {
 	if runner.IsChild() {
-		os.Exit(runner.Child(factories(), os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(runner.Child(factories(), os.Stdin, os.Stdout, os.Stderr, runnertest.Suites()...))
 	}
 	os.Exit(m.Run())
 }
@@ -247,5 +249,124 @@ func TestWasmCases(t *testing.T) {
 		if v := verdict(t, rep, id, wasm.Name); v.Result == runner.SkippedCase {
 			t.Errorf("%s skipped: %s", id, v.Detail)
 		}
+	}
+}
+
+// tally counts verdicts of one tier and area by result.
+func tally(rep *runner.Report, tier, area string) map[string]int {
+	n := map[string]int{}
+	for _, v := range rep.Verdicts {
+		if v.Tier == tier && v.Area == area {
+			n[v.Result]++
+		}
+	}
+	return n
+}
+
+// Every egress case runs against the real gateway and every output case
+// through the real sanitiser, each in a child, and all hold.
+func TestEgressAndOutputAreas(t *testing.T) {
+	rep := run(t, config().WithAreas("egress", "output").WithTiers(runner.EgressGateway, runner.Sanitiser))
+	if rep.Failed() {
+		t.Fatalf("escapes or blocked benign cases: %+v", rep.Counts)
+	}
+	for _, want := range []struct{ tier, area string }{{runner.EgressGateway, "egress"}, {runner.Sanitiser, "output"}} {
+		n := tally(rep, want.tier, want.area)
+		if n[runner.Contained] < 10 || n[runner.BenignPassed] < 3 || n[runner.SkippedCase] > 0 {
+			t.Errorf("%s on %s: %v", want.area, want.tier, n)
+		}
+	}
+	if len(rep.Uncovered) > 0 {
+		t.Errorf("areas not covered: %+v", rep.Uncovered)
+	}
+}
+
+// The approval cases hold on the real process and Starlark tiers.
+func TestApprovalArea(t *testing.T) {
+	rep := run(t, config().WithAreas("approval").WithTiers("process", "starlark"))
+	for _, c := range rep.Counts {
+		if c.Tier == "process" && c.Skipped > 0 {
+			tiertest.Unavailable(t, "process", errors.New(c.SkipReason))
+		}
+	}
+	if rep.Failed() {
+		t.Fatalf("escapes or blocked benign cases: %+v", rep.Counts)
+	}
+	for _, tier := range []string{"process", "starlark"} {
+		if n := tally(rep, tier, "approval"); n[runner.Contained] < 4 || n[runner.BenignPassed] < 1 {
+			t.Errorf("approval on %s: %v", tier, n)
+		}
+	}
+}
+
+// The server cases hold against the real API on loopback.
+func TestServerArea(t *testing.T) {
+	rep := run(t, config().WithAreas("server").WithTiers(runner.ServerTier))
+	if rep.Failed() {
+		t.Fatalf("escapes or blocked benign cases: %+v", rep.Counts)
+	}
+	if n := tally(rep, runner.ServerTier, "server"); n[runner.Contained] < 8 || n[runner.BenignPassed] < 2 {
+		t.Errorf("server: %v", n)
+	}
+	// Cases that do not name the server are not run through it.
+	rep = run(t, config().WithTiers(runner.ServerTier).WithCaseIDs("expr/arith", "server/expr-benign"))
+	if len(rep.Verdicts) != 1 || rep.Verdicts[0].Case != "server/expr-benign" {
+		t.Errorf("verdicts on the server: %+v", rep.Verdicts)
+	}
+}
+
+// caseOn returns the corpus case with id, marked for tier only.
+func caseOn(t *testing.T, area, id, tier string) corpus.Case {
+	t.Helper()
+	cases, err := corpus.Load(area)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if c.ID == id {
+			c.Tiers = []string{tier}
+			return c
+		}
+	}
+	t.Fatalf("no case %s", id)
+	return corpus.Case{}
+}
+
+// Each new area, run against a deliberately weakened configuration — a
+// gateway whose policy allows everything, a sanitiser that passes every
+// document, a process tier that ignores the approval's placed-files check,
+// a server whose tenant may do anything unapproved — reports an escape
+// with evidence, and the report fails.
+func TestWeakenedAreasEscape(t *testing.T) {
+	// The cases, re-aimed at the weakened tiers.
+	swapped := caseOn(t, "approval", "approval/placed-content-swapped", runnertest.Unchecked)
+	missing := caseOn(t, "server", "server/approval-missing", runnertest.ServerOpen)
+	c := config().WithSuites(runnertest.Suites()...).WithCases(swapped, missing).
+		WithTiers(runnertest.EgressOpen, runnertest.OutputOff, runnertest.Unchecked, runnertest.ServerOpen).
+		WithCaseIDs("egress/http-disallowed-host", "egress/http-get-allowed", "output/md-image-inline", swapped.ID, missing.ID)
+	rep := run(t, c)
+	for _, want := range []struct{ id, tier, evidence string }{
+		{"egress/http-disallowed-host", runnertest.EgressOpen, "the origin saw GET evil.test"},
+		{"output/md-image-inline", runnertest.OutputOff, "evil.example"},
+		{swapped.ID, runnertest.Unchecked, "SWAPPED"},
+		{missing.ID, runnertest.ServerOpen, "outcome ok"},
+	} {
+		v := verdict(t, rep, want.id, want.tier)
+		if v.Result == runner.SkippedCase && want.tier == runnertest.Unchecked {
+			tiertest.Unavailable(t, "process", errors.New(v.Detail))
+		}
+		if v.Result != runner.Escaped {
+			t.Errorf("%s on %s: %s (%s), want escaped", want.id, want.tier, v.Result, v.Detail)
+			continue
+		}
+		if all := strings.Join(append(v.Evidence, v.Detail), "\n"); !strings.Contains(all, want.evidence) {
+			t.Errorf("%s: evidence %q lacks %q", want.id, all, want.evidence)
+		}
+	}
+	if v := verdict(t, rep, "egress/http-get-allowed", runnertest.EgressOpen); v.Result != runner.BenignPassed {
+		t.Errorf("benign egress case on the open gateway: %s (%s)", v.Result, v.Detail)
+	}
+	if !rep.Failed() {
+		t.Fatal("the report does not fail on the escapes")
 	}
 }

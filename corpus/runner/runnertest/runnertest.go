@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,8 +17,13 @@ import (
 	exprlang "github.com/expr-lang/expr"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/corpus/runner"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/egress/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/server"
 )
 
 // The weakened tiers' names.
@@ -38,6 +44,11 @@ func Factories() []setup.Factory {
 		mk(Leaky, &exprTier{name: Leaky, leaky: true}),
 		mk(Hang, hangTier{}),
 		mk(Down, downTier{}),
+		UncheckedFactory(),
+		runner.ServerFactory(ServerOpen, func() server.Config {
+			none := []approve.Rule{}
+			return server.Config{Tenants: []server.Tenant{runner.CorpusTenant("open")}, Approvals: &server.Approvals{Rules: &none}}
+		}),
 	}
 }
 
@@ -141,4 +152,75 @@ func Cases() []corpus.Case {
 		panic(err)
 	}
 	return cases
+}
+
+// The weakened suites' pseudo-tiers and the weakened approval tier.
+const (
+	EgressOpen  = "egress-open"       // the gateway with a policy that allows every method to every name the cases use
+	OutputOff   = "sanitiser-off"     // a sanitiser that passes every document through
+	Unchecked   = "process-unchecked" // the process tier ignoring the placed-files check's verdict
+	ServerOpen  = "server-open"       // the API with a tenant allowed every situation and tier, and no approval rules
+	uncheckedOf = "process"
+)
+
+// Suites returns the weakened suites: the egress cases against a gateway
+// that allows everything, the output cases through a sanitiser that
+// changes nothing.
+func Suites() []runner.Suite {
+	open := func(c *egress.Config) {
+		var ports []int
+		for _, r := range c.Rules {
+			ports = append(ports, r.Ports...)
+		}
+		for _, n := range egresstest.Pinned {
+			c.Rules = append(c.Rules, airlock.NetRule{Host: n, Methods: []string{egress.AnyMethod}, Ports: ports})
+		}
+	}
+	passthrough := func(_ []string, in string) (string, int, error) { return in, 0, nil }
+	return []runner.Suite{runner.EgressSuite(EgressOpen, open), runner.OutputSuite(OutputOff, passthrough)}
+}
+
+// UncheckedFactory is the real process tier wrapped so that it ignores
+// what the approval's placed-files check says (the check still runs, so a
+// case's swap is made): an approval check that is skipped.
+func UncheckedFactory() setup.Factory {
+	return setup.Factory{Name: Unchecked, Order: 1000, New: func(o setup.Options) (airlock.Tier, error) {
+		for _, f := range setup.Factories() {
+			if f.Name == uncheckedOf {
+				t, err := f.New(o)
+				if err != nil {
+					return nil, err
+				}
+				return unchecked{t}, nil
+			}
+		}
+		return nil, errors.New("no process tier registered")
+	}}
+}
+
+type unchecked struct{ airlock.Tier }
+
+func (u unchecked) Name() string { return Unchecked }
+
+func (u unchecked) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	check := ctx
+	ctx = airlock.WithPlacedCheck(ctx, func(dir string) error {
+		_ = airlock.CheckPlaced(check, dir) // made, and ignored
+		return nil
+	})
+	return u.Tier.Run(ctx, job)
+}
+
+func (u unchecked) Available() error {
+	if p, ok := u.Tier.(airlock.Prober); ok {
+		return p.Available()
+	}
+	return nil
+}
+
+func (u unchecked) Close() error {
+	if c, ok := u.Tier.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
