@@ -25,3 +25,11 @@ func CheckPlaced(ctx context.Context, dir string) error {
 	}
 	return nil
 }
+
+// HasPlacedCheck reports whether ctx carries a placed-files check, so a tier
+// can skip work that only the check needs (staging files on the host, an
+// extra round trip) when there is none.
+func HasPlacedCheck(ctx context.Context) bool {
+	check, ok := ctx.Value(placedKey{}).(PlacedCheck)
+	return ok && check != nil
+}
