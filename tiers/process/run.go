@@ -212,8 +212,9 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	// With no files for a fresh scratch, nothing will be placed: the check
 	// (approvals recompute their digest over what is placed) runs on the
 	// empty scratch now, and the stage starts the program without the
-	// placed/go-ahead round trip.
-	early := len(job.Files) == 0 && sb.freshScratch()
+	// placed/go-ahead round trip. Without a check there is nothing to wait
+	// for either.
+	early := !airlock.HasPlacedCheck(ctx) || (len(job.Files) == 0 && sb.freshScratch())
 	if early {
 		if err := airlock.CheckPlaced(ctx, sb.placedDir()); err != nil {
 			sb.kill()

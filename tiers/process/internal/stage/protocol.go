@@ -66,8 +66,8 @@ type JobSpec struct {
 	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
 	Egress    bool              `json:"egress,omitempty"`     // container stage: run the egress forwarder
 	// Go: start the program once the files are placed, without reporting
-	// them placed and waiting for the go-ahead (the parent checked the
-	// fresh, empty scratch and there are no files to place).
+	// them placed and waiting for the go-ahead (the parent has no check to
+	// make, or checked the fresh, empty scratch and there are no files).
 	Go bool `json:"go,omitempty"`
 }
 
