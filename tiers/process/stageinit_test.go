@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,12 @@ func initTrace(t *testing.T, env ...string) (inits []string, st stage.Status, st
 	if err != nil {
 		t.Fatal(err)
 	}
+	return initTraceOf(t, exe, env...)
+}
+
+// initTraceOf is initTrace for another binary.
+func initTraceOf(t *testing.T, exe string, env ...string) (inits []string, st stage.Status, stderr string) {
+	t.Helper()
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -126,4 +133,39 @@ func TestWorkerInitOrder(t *testing.T) {
 			t.Error("the process package was initialised before the worker dispatched")
 		}
 	}
+}
+
+// binaryLateInit are the costly packages of the airlock binary (its bench,
+// MCP and peer dependencies, WASM), none of which a stage may wait for. A
+// few cheap leaves (protobuf's detrand, cel's operators, parts of expr) are
+// ready so early that they initialise first, at little cost.
+var binaryLateInit = []string{
+	"github.com/yuin/goldmark", "gonum.org/v1/plot", "github.com/google/jsonschema-go",
+	"google.golang.org/protobuf/reflect/", "google.golang.org/protobuf/types/",
+	"cel.dev/cel-go/cel", "cel.dev/cel-go/common/types", "github.com/modelcontextprotocol/go-sdk/mcp",
+	"github.com/tetratelabs/wazero",
+}
+
+// TestBinaryStageInitOrder pins the same property on the airlock binary
+// itself, which links far more than this test binary: it is built, run as
+// a container stage with the init trace on, and must dispatch before any
+// of its costly packages initialises.
+func TestBinaryStageInitOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the airlock binary; skipped with -short")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the airlock binary with")
+	}
+	exe := filepath.Join(t.TempDir(), "airlock")
+	build := exec.Command(goTool, "build", "-o", exe, "github.com/airlock-sandbox/airlock/cmd/airlock")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the airlock binary: %v\n%s", err, out)
+	}
+	inits, st, stderr := initTraceOf(t, exe, stage.Env+"="+stage.Container)
+	if !strings.Contains(st.Error, "reading base spec") {
+		t.Fatalf("the stage did not run (status %+v):\n%s", st, stderr)
+	}
+	checkNoLateInit(t, inits, binaryLateInit, "stage")
 }
