@@ -106,7 +106,7 @@ func BenchmarkPooled(b *testing.B) {
 		var m medians
 		for b.Loop() {
 			b.StopTimer()
-			waitReady(b, tier, 1)
+			warm(b, tier)
 			tier.bg.Wait()
 			b.StartTimer()
 			m.time(func() {
@@ -121,7 +121,7 @@ func BenchmarkPooled(b *testing.B) {
 		}
 	})
 	b.Run("runsc-exec", func(b *testing.B) {
-		waitReady(b, tier, 1)
+		warm(b, tier)
 		sb := tier.pool.claim()
 		defer tier.destroyLater(sb)
 		var m medians
@@ -155,7 +155,7 @@ func BenchmarkEgress(b *testing.B) {
 				job, m = granted, &with
 			}
 			b.StopTimer()
-			waitReady(b, tier, 1)
+			warm(b, tier)
 			b.StartTimer()
 			m.time(func() {
 				if res, err := tier.Run(context.Background(), job); err != nil || res.ExitCode != 0 {

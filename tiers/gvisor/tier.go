@@ -43,6 +43,7 @@ var (
 	_ airlock.Tier        = (*Tier)(nil)
 	_ airlock.Prober      = (*Tier)(nil)
 	_ airlock.SessionTier = (*Tier)(nil)
+	_ airlock.Warmer      = (*Tier)(nil)
 )
 
 // New builds a tier. A missing runsc or kernel feature does not fail New:
