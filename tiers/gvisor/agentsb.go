@@ -25,6 +25,7 @@ type sandbox struct {
 	cg      cgroup
 	conn    *net.UnixConn
 	created time.Time
+	gone    bool // being destroyed (set by destroyLater)
 }
 
 // agentStartTimeout bounds how long a new sandbox's agent may take to
@@ -117,6 +118,7 @@ func tail(path string) string {
 
 // destroyLater destroys a sandbox in the background; Close waits for it.
 func (t *Tier) destroyLater(sb *sandbox) {
+	sb.gone = true
 	sb.conn.Close()
 	t.bg.Add(1)
 	go func() {
@@ -142,6 +144,11 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 			t.destroyLater(sb)
 		}
 	}()
+	files, err := t.stage(ctx, sb.id, job.Files)
+	if err != nil {
+		keep = !ephemeral // nothing reached the sandbox: a session goes on
+		return r.finish(err)
+	}
 	if err := sb.cg.set(cgroupLimits(job.Limits, t.cfg.cpus)); err != nil {
 		if ephemeral && len(job.Grants.Net) == 0 {
 			// The sandbox already uses more memory than the job may: run it
@@ -154,7 +161,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	aj := agentJob{
 		Argv:   job.Argv,
 		Env:    jobEnv(job.Grants.Secrets),
-		Files:  job.Files,
+		Files:  files,
 		Stdin:  job.Stdin,
 		UID:    sandboxUID,
 		NoFile: uint64(job.Limits.Files),

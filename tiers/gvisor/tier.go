@@ -276,6 +276,11 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	if err := writeFiles(scratch, job.Files, sandboxUID); err != nil {
 		return r.finish(err)
 	}
+	// What was placed is checked (approvals recompute their digest over
+	// it) before the sandbox starts.
+	if err := airlock.CheckPlaced(ctx, scratch); err != nil {
+		return r.finish(err)
+	}
 	b := t.newBundle(id, job)
 	b.args = job.Argv
 	b.env = jobEnv(job.Grants.Secrets)
