@@ -17,6 +17,10 @@ import (
 // to the agent are exactly the bytes that passed the check. The directory
 // is removed before stage returns.
 func (t *Tier) stage(ctx context.Context, id string, files map[string]string) (map[string]string, error) {
+	if len(files) == 0 {
+		// Nothing to place: the check sees the tier's empty directory.
+		return nil, airlock.CheckPlaced(ctx, t.empty)
+	}
 	dir := filepath.Join(t.base, "sb", id, "placed")
 	defer os.RemoveAll(dir)
 	if err := writeFiles(dir, files, sandboxUID); err != nil {
@@ -24,9 +28,6 @@ func (t *Tier) stage(ctx context.Context, id string, files map[string]string) (m
 	}
 	if err := airlock.CheckPlaced(ctx, dir); err != nil {
 		return nil, err
-	}
-	if len(files) == 0 {
-		return nil, nil
 	}
 	placed := make(map[string]string, len(files))
 	for name := range files {

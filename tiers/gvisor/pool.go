@@ -188,9 +188,20 @@ func (p *pool) claim() *sandbox {
 		p.st.Misses++
 	}
 	p.mu.Unlock()
-	p.poke()
+	if sb == nil {
+		p.poke()
+	} else {
+		// The replacement is started once the claim's job is over (see
+		// destroyLater), so that creating it does not compete with the
+		// job for the CPU; a long job delays it by refillDelay at most.
+		time.AfterFunc(refillDelay, p.poke)
+	}
 	return sb
 }
+
+// refillDelay bounds how long a claim's replacement waits for the job to
+// end before it is started anyway.
+const refillDelay = 500 * time.Millisecond
 
 // errPoolClosed is returned by WaitWarm once the tier is closed.
 var errPoolClosed = errors.New("gvisor: pool closed")

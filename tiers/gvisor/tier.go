@@ -28,6 +28,7 @@ type Tier struct {
 	base   string // real path of cfg.dir
 	state  string // runsc --root
 	rootfs string
+	empty  string   // an empty directory: what a job without files placed
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
 	pool   *pool
@@ -101,7 +102,8 @@ func (t *Tier) init() error {
 	}
 	t.state = filepath.Join(t.base, "state")
 	t.rootfs = filepath.Join(t.base, "rootfs")
-	for _, d := range []string{t.state, t.rootfs, filepath.Join(t.base, "sb")} {
+	t.empty = filepath.Join(t.base, "empty")
+	for _, d := range []string{t.state, t.rootfs, t.empty, filepath.Join(t.base, "sb")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
 		}
