@@ -25,6 +25,8 @@ type sandbox struct {
 	cg      cgroup
 	conn    *net.UnixConn
 	created time.Time
+	gone    bool   // being destroyed (set by destroyLater)
+	lim     limits // what the cgroup holds now
 }
 
 // agentStartTimeout bounds how long a new sandbox's agent may take to
@@ -78,7 +80,8 @@ func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err erro
 	if err := sb.cg.create(); err != nil {
 		return nil, err
 	}
-	if err := sb.cg.set(cgroupLimits(def, t.cfg.cpus)); err != nil {
+	sb.lim = cgroupLimits(def, t.cfg.cpus)
+	if err := sb.cg.set(sb.lim); err != nil {
 		return nil, err
 	}
 	// run --detach must not be handed pipes: the sandbox inherits them and a
@@ -117,6 +120,7 @@ func tail(path string) string {
 
 // destroyLater destroys a sandbox in the background; Close waits for it.
 func (t *Tier) destroyLater(sb *sandbox) {
+	sb.gone = true
 	sb.conn.Close()
 	t.bg.Add(1)
 	go func() {
@@ -125,6 +129,9 @@ func (t *Tier) destroyLater(sb *sandbox) {
 			logf("%v", err)
 		}
 	}()
+	if t.pool != nil {
+		t.pool.poke() // a claimed sandbox's replacement starts now
+	}
 }
 
 // errSandboxLost means an agent sandbox died or hung up mid-job.
@@ -142,19 +149,29 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 			t.destroyLater(sb)
 		}
 	}()
-	if err := sb.cg.set(cgroupLimits(job.Limits, t.cfg.cpus)); err != nil {
-		if ephemeral && len(job.Grants.Net) == 0 {
-			// The sandbox already uses more memory than the job may: run it
-			// cold instead, under exactly its own limits.
-			return t.runCold(ctx, job, r)
+	files, err := t.stage(ctx, sb.id, job.Files)
+	if err != nil {
+		keep = !ephemeral // nothing reached the sandbox: a session goes on
+		return r.finish(err)
+	}
+	// The job's limits replace the sandbox's (the writes are skipped when
+	// they are the same, as for a job under the default limits).
+	if l := cgroupLimits(job.Limits, t.cfg.cpus); l != sb.lim {
+		if err := sb.cg.set(l); err != nil {
+			if ephemeral && len(job.Grants.Net) == 0 {
+				// The sandbox already uses more memory than the job may: run
+				// it cold instead, under exactly its own limits.
+				return t.runCold(ctx, job, r)
+			}
+			return r.finish(fmt.Errorf("binding limits: %w", err))
 		}
-		return r.finish(fmt.Errorf("binding limits: %w", err))
+		sb.lim = l
 	}
 	baseOOM, basePids, baseCPU := sb.cg.ooms(), sb.cg.pidsHits(), sb.cg.cpuTime()
 	aj := agentJob{
 		Argv:   job.Argv,
 		Env:    jobEnv(job.Grants.Secrets),
-		Files:  job.Files,
+		Files:  files,
 		Stdin:  job.Stdin,
 		UID:    sandboxUID,
 		NoFile: uint64(job.Limits.Files),

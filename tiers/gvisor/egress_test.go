@@ -29,7 +29,7 @@ func TestEgress(t *testing.T) {
 			}
 			tier := newTier(t, cfg)
 			if pooled {
-				waitReady(t, tier, 1)
+				warm(t, tier)
 			}
 			res, err := tier.Run(context.Background(), egresstest.ShellJob(o.GrantedScript(), o.Rule("origin.test")))
 			if err != nil {
@@ -47,7 +47,7 @@ func TestEgressNoGrant(t *testing.T) {
 	o := egresstest.StartOrigin(t, "origin.test")
 	rec := &egresstest.Recorder{}
 	tier := newTier(t, NewConfig().WithEgress(egress.Config{Hosts: o.Pins, Log: rec.Add}).WithPool(1, 1))
-	waitReady(t, tier, 1)
+	warm(t, tier)
 	res, err := tier.Run(context.Background(), cmdJob("sh", "-c", o.UngrantedScript(sandboxEgressDir)))
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 	o := egresstest.StartOrigin(t, "a.test", "b.test")
 	tier := newTier(t, NewConfig().WithEgress(egress.Config{Hosts: o.Pins}).WithPool(1, 1))
 	for _, j := range []struct{ allowed, refused string }{{"a.test", "b.test"}, {"b.test", "a.test"}} {
-		waitReady(t, tier, 1)
+		warm(t, tier)
 		hits := tier.Stats().Hits
 		res, err := tier.Run(context.Background(), egresstest.ShellJob(o.PoolScript(j.allowed, j.refused), o.Rule(j.allowed)))
 		if err != nil {

@@ -77,15 +77,17 @@ func cmdJob(argv ...string) airlock.Job {
 	return airlock.Job{Kind: airlock.KindCommand, Argv: argv}
 }
 
-// waitReady waits until the pool holds n ready sandboxes.
-func waitReady(t testing.TB, tier *Tier, n int) {
+// warm waits (through WaitWarm) until the pool holds its configured number
+// of ready sandboxes.
+func warm(t testing.TB, tier *Tier) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for tier.Stats().Ready < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool did not fill: %+v", tier.Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatalf("pool did not fill: %v %+v", err, tier.Stats())
+	}
+	if st := tier.Stats(); st.Ready != st.Size {
+		t.Fatalf("WaitWarm returned with %d of %d sandboxes ready", st.Ready, st.Size)
 	}
 }
 
@@ -126,7 +128,7 @@ func TestConformance(t *testing.T) {
 
 func TestConformancePooled(t *testing.T) {
 	tier := newTier(t, NewConfig().WithPool(2, 2))
-	waitReady(t, tier, 2)
+	warm(t, tier)
 	runSuite(t, tier)
 	if st := tier.Stats(); st.Hits == 0 {
 		t.Fatalf("no job was served from the pool: %+v", st)
@@ -258,7 +260,7 @@ func TestCorpus(t *testing.T) {
 // case (the pool is refilled between cases).
 func TestCorpusPooled(t *testing.T) {
 	tier := newTier(t, NewConfig().WithPool(1, 1))
-	waitReady(t, tier, 1)
+	warm(t, tier)
 	runCorpus(t, &waitingTier{tier})
 	if st := tier.Stats(); st.Misses > 0 {
 		t.Errorf("some cases ran cold: %+v", st)

@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -26,6 +28,16 @@ func (t *Tier) Stats() Stats {
 	return t.pool.stats()
 }
 
+// WaitWarm blocks until the warm pool holds its configured number of ready
+// sandboxes, ctx ends, or the tier is closed. Without a pool (or when the
+// tier is unavailable) it returns nil at once.
+func (t *Tier) WaitWarm(ctx context.Context) error {
+	if t.pool == nil {
+		return nil
+	}
+	return t.pool.waitFull(ctx)
+}
+
 // pool keeps unused agent sandboxes ready. A claimed sandbox is never
 // returned: after its job it is destroyed and the filler creates a fresh
 // one in its place.
@@ -42,6 +54,7 @@ type pool struct {
 	mu      sync.Mutex
 	st      Stats
 	fillSum time.Duration
+	added   chan struct{} // closed (and replaced) when a sandbox becomes ready
 }
 
 // failBackoff spaces out creations after a failure.
@@ -54,6 +67,7 @@ func newPool(t *Tier, size, refill int, ttl time.Duration) *pool {
 		kick:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
+		added: make(chan struct{}),
 	}
 	p.st.Size = size
 	go p.fill()
@@ -110,6 +124,10 @@ func (p *pool) fill() {
 			inflight--
 			if sb != nil {
 				p.ready <- sb // never blocks: ready+inflight <= size
+				p.mu.Lock()
+				close(p.added)
+				p.added = make(chan struct{})
+				p.mu.Unlock()
 			}
 		case <-p.kick:
 		case <-expire:
@@ -170,8 +188,41 @@ func (p *pool) claim() *sandbox {
 		p.st.Misses++
 	}
 	p.mu.Unlock()
-	p.poke()
+	if sb == nil {
+		p.poke()
+	} else {
+		// The replacement is started once the claim's job is over (see
+		// destroyLater), so that creating it does not compete with the
+		// job for the CPU; a long job delays it by refillDelay at most.
+		time.AfterFunc(refillDelay, p.poke)
+	}
 	return sb
+}
+
+// refillDelay bounds how long a claim's replacement waits for the job to
+// end before it is started anyway.
+const refillDelay = 500 * time.Millisecond
+
+// errPoolClosed is returned by WaitWarm once the tier is closed.
+var errPoolClosed = errors.New("gvisor: pool closed")
+
+// waitFull blocks until the pool holds size ready sandboxes.
+func (p *pool) waitFull(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		full, added := len(p.ready) >= p.size, p.added
+		p.mu.Unlock()
+		if full {
+			return nil
+		}
+		select {
+		case <-added:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-p.quit:
+			return errPoolClosed
+		}
+	}
 }
 
 func (p *pool) stats() Stats {

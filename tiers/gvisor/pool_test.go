@@ -23,7 +23,7 @@ func TestPoolBindsPolicyAtClaim(t *testing.T) {
 	tier := newTier(t, NewConfig().WithLimits(policy).WithPool(1, 1))
 	run := func(job airlock.Job) (airlock.Result, error) {
 		t.Helper()
-		waitReady(t, tier, 1)
+		warm(t, tier)
 		hits := tier.Stats().Hits
 		res, err := tier.Run(context.Background(), job)
 		if tier.Stats().Hits != hits+1 {
@@ -87,7 +87,7 @@ func TestPoolBindsPolicyAtClaim(t *testing.T) {
 func TestPoolNeverReuses(t *testing.T) {
 	tier := newTier(t, NewConfig().WithPool(1, 1))
 	for i := range 3 {
-		waitReady(t, tier, 1)
+		warm(t, tier)
 		res, err := tier.Run(context.Background(), cmdJob("sh", "-c", "ls; echo x > left-behind"))
 		if err != nil || strings.Contains(res.Stdout, "left-behind") {
 			t.Fatalf("run %d: %v, stdout %q", i, err, res.Stdout)
@@ -283,5 +283,33 @@ func TestSweep(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived the sweep", p)
 		}
+	}
+}
+
+// TestWaitWarm checks that WaitWarm returns only once the pool is full,
+// honours its context while the pool refills, and returns at once without
+// a pool.
+func TestWaitWarm(t *testing.T) {
+	if err := newTier(t, NewConfig()).WaitWarm(context.Background()); err != nil {
+		t.Fatalf("no pool: %v", err)
+	}
+	tier := newTier(t, NewConfig().WithPool(2, 1))
+	warm(t, tier) // fails unless Ready == Size on return
+	sb := tier.pool.claim()
+	if sb == nil {
+		t.Fatal("a full pool gave no sandbox")
+	}
+	tier.destroyLater(sb)
+	// The filler needs hundreds of milliseconds to create a sandbox: an
+	// already-cancelled wait must not report the pool full.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := tier.WaitWarm(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait on a refilling pool: %v (stats %+v)", err, tier.Stats())
+	}
+	warm(t, tier)
+	tier.Close()
+	if err := tier.WaitWarm(context.Background()); !errors.Is(err, errPoolClosed) {
+		t.Fatalf("wait on a closed pool: %v", err)
 	}
 }

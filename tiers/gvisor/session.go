@@ -107,16 +107,16 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		s.timer.Stop()
 	}
 	sb := s.sb
-	// runAgent keeps the sandbox only after a clean run; otherwise it is
-	// being destroyed and the session is over.
+	// runAgent keeps the sandbox after a clean run, or a run refused before
+	// anything reached it; otherwise the sandbox is being destroyed and the
+	// session is over.
 	res, err := s.t.runAgent(ctx, sb, &job, r, false)
-	if err != nil && (errors.Is(err, errSandboxLost) || isStop(err)) {
-		s.forget("ended by a stopped run: " + err.Error())
-		return res, err
-	}
-	if err != nil {
-		// Binding limits failed: the sandbox is gone too.
-		s.forget(err.Error())
+	if sb.gone {
+		why := "ended by a failed run: "
+		if errors.Is(err, errSandboxLost) || isStop(err) {
+			why = "ended by a stopped run: "
+		}
+		s.forget(why + err.Error())
 		return res, err
 	}
 	if s.timer != nil {

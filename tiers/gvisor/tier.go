@@ -28,6 +28,7 @@ type Tier struct {
 	base   string // real path of cfg.dir
 	state  string // runsc --root
 	rootfs string
+	empty  string   // an empty directory: what a job without files placed
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
 	pool   *pool
@@ -43,6 +44,7 @@ var (
 	_ airlock.Tier        = (*Tier)(nil)
 	_ airlock.Prober      = (*Tier)(nil)
 	_ airlock.SessionTier = (*Tier)(nil)
+	_ airlock.Warmer      = (*Tier)(nil)
 )
 
 // New builds a tier. A missing runsc or kernel feature does not fail New:
@@ -100,7 +102,8 @@ func (t *Tier) init() error {
 	}
 	t.state = filepath.Join(t.base, "state")
 	t.rootfs = filepath.Join(t.base, "rootfs")
-	for _, d := range []string{t.state, t.rootfs, filepath.Join(t.base, "sb")} {
+	t.empty = filepath.Join(t.base, "empty")
+	for _, d := range []string{t.state, t.rootfs, t.empty, filepath.Join(t.base, "sb")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
 		}
@@ -273,6 +276,11 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	}()
 	scratch := filepath.Join(dir, "scratch")
 	if err := writeFiles(scratch, job.Files, sandboxUID); err != nil {
+		return r.finish(err)
+	}
+	// What was placed is checked (approvals recompute their digest over
+	// it) before the sandbox starts.
+	if err := airlock.CheckPlaced(ctx, scratch); err != nil {
 		return r.finish(err)
 	}
 	b := t.newBundle(id, job)

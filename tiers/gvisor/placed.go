@@ -1,0 +1,41 @@
+package gvisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// stage places a job's files for an agent sandbox and runs the context's
+// placed-files check (airlock.CheckPlaced: approvals recompute the job's
+// digest there) over them. An agent sandbox's scratch lives in gVisor's
+// memory, out of the host's sight, so the files are placed in a host
+// directory first, checked there, and read back from it: the bytes handed
+// to the agent are exactly the bytes that passed the check. The directory
+// is removed before stage returns.
+func (t *Tier) stage(ctx context.Context, id string, files map[string]string) (map[string]string, error) {
+	if len(files) == 0 {
+		// Nothing to place: the check sees the tier's empty directory.
+		return nil, airlock.CheckPlaced(ctx, t.empty)
+	}
+	dir := filepath.Join(t.base, "sb", id, "placed")
+	defer os.RemoveAll(dir)
+	if err := writeFiles(dir, files, sandboxUID); err != nil {
+		return nil, fmt.Errorf("placing files: %w", err)
+	}
+	if err := airlock.CheckPlaced(ctx, dir); err != nil {
+		return nil, err
+	}
+	placed := make(map[string]string, len(files))
+	for name := range files {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("placing files: %w", err)
+		}
+		placed[name] = string(data)
+	}
+	return placed, nil
+}
