@@ -1,0 +1,200 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// The job the throughput benchmark posts: a cached expression.
+const benchJob = `{"kind":"expr","code":"a + b * 2","input":{"a":1,"b":2}}`
+
+// benchConns is how many keep-alive connections the load generator keeps
+// open: enough to keep two cores busy, bounded.
+const benchConns = 32
+
+// BenchmarkRunHTTP measures POST /v1/run for a cached expression with
+// keep-alive connections over loopback, in one run next to its peers:
+//
+//   - tier: the expr tier called in process (no HTTP, no server);
+//   - raw: a bare net/http handler answering a canned Result;
+//   - server: the server, auditing to a file, as `airlock serve` runs it;
+//   - handler: the server's handler called without the network.
+//
+// server/tier is the cost of the API around a run; server/raw is what the
+// API adds to bare HTTP. The load generator runs in the same process and
+// shares the cores with the server.
+func BenchmarkRunHTTP(b *testing.B) {
+	b.Run("tier", func(b *testing.B) {
+		srv := benchServer(b)
+		job, err := airlock.DecodeJobBytes([]byte(benchJob))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var tier airlock.Tier
+		for _, t := range srv.Router().Tiers() {
+			if t.Name() == "expr" {
+				tier = t
+			}
+		}
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if res, err := tier.Run(ctx, job); err != nil || res.Value == nil {
+					b.Errorf("expr tier: %v %+v", err, res)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
+	})
+	canned := `{"tier":"expr","level":1,"value":5,"stdout":"","stderr":"","exit_code":0,"timings":{"start_us":0,"run_us":0,"total_us":1}}` + "\n"
+	b.Run("raw", func(b *testing.B) {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, canned)
+		}))
+		defer hs.Close()
+		hammer(b, hs.Listener.Addr().String(), benchConns)
+	})
+	b.Run("server", func(b *testing.B) {
+		hs := httptest.NewServer(benchServer(b).Handler())
+		defer hs.Close()
+		hammer(b, hs.Listener.Addr().String(), benchConns)
+	})
+	b.Run("handler", func(b *testing.B) {
+		h := benchServer(b).Handler()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				req := httptest.NewRequest("POST", "/v1/run", strings.NewReader(benchJob))
+				req.Header.Set("Authorization", "Bearer "+keyA)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Errorf("status %d: %s", w.Code, w.Body)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
+	})
+}
+
+// benchServer is the test configuration with room for the load generator's
+// connections (tenant a runs benchConns jobs at once), auditing to a file.
+func benchServer(b *testing.B) *server.Server {
+	cfg := testConfig()
+	cfg.Tenants[0].MaxConcurrent = benchConns
+	cfg.Audit = filepath.Join(b.TempDir(), "audit.jsonl")
+	srv, err := server.New(cfg, server.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return srv
+}
+
+// hammer is the load generator: conns keep-alive connections to addr, each
+// posting benchJob and reading the answer in turn until b.N requests have
+// been answered. It speaks just enough HTTP/1.1 (a fixed request, a status
+// line, headers and a Content-Length body) to cost the cores it shares
+// with the server less than net/http's client would. Every answer must be
+// 200 with a body; each connection has a deadline, so it cannot hang.
+func hammer(b *testing.B, addr string, conns int) {
+	req := []byte("POST /v1/run HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + keyA +
+		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(benchJob)) + "\r\n\r\n" + benchJob)
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	errs := make(chan error, conns)
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- client(addr, req, &left)
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
+}
+
+func client(addr string, req []byte, left *atomic.Int64) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(5 * time.Minute)); err != nil {
+		return err
+	}
+	r := bufio.NewReader(c)
+	body := make([]byte, 0, 1024)
+	for left.Add(-1) >= 0 {
+		if _, err := c.Write(req); err != nil {
+			return err
+		}
+		status, err := r.ReadSlice('\n')
+		if err != nil {
+			return fmt.Errorf("reading the status line: %w", err)
+		}
+		if !bytes.HasPrefix(status, []byte("HTTP/1.1 200 ")) {
+			return fmt.Errorf("answer: %q", status)
+		}
+		n := -1
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return fmt.Errorf("reading headers: %w", err)
+			}
+			if len(line) <= 2 {
+				break
+			}
+			if v, ok := bytes.CutPrefix(line, []byte("Content-Length: ")); ok {
+				n, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+			}
+		}
+		if n <= 0 {
+			return errors.New("an answer without a Content-Length body")
+		}
+		body = body[:0]
+		if cap(body) < n {
+			body = make([]byte, n)
+		}
+		if _, err := io.ReadFull(r, body[:n]); err != nil {
+			return fmt.Errorf("reading the body: %w", err)
+		}
+	}
+	return nil
+}
