@@ -342,10 +342,27 @@ func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	case res.Tier == "" && err != nil:
 		s.refuseErr(w, err)
 	case res.Error != nil:
-		writeJSON(w, statusOf(res.Error.Kind), res)
+		writeResult(w, statusOf(res.Error.Kind), &res)
 	default:
-		writeJSON(w, http.StatusOK, res)
+		writeResult(w, http.StatusOK, &res)
 	}
+}
+
+// writeResult writes a Result as writeJSON would, without reflection.
+func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
+	buf := lineBufs.Get().(*[]byte)
+	defer lineBufs.Put(buf)
+	b, err := appendResult((*buf)[:0], res)
+	if err != nil {
+		writeJSON(w, status, res)
+		return
+	}
+	*buf = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(*buf)))
+	w.WriteHeader(status)
+	_, _ = w.Write(*buf)
 }
 
 // tenantJob authenticates a request and decodes its job, answering the
