@@ -14,13 +14,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"hash"
 	"io"
 	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 )
 
 // Digest is the hex SHA-256 of a job's canonical encoding.
@@ -98,7 +98,10 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	c.str("stdin", job.Stdin)
 	// encoding/json sorts map keys, and DecodeJob normalises numbers, so
 	// equal inputs encode equally.
-	in, _ := json.Marshal(job.Input)
+	in, err := jsonappend.Value(make([]byte, 0, 256), job.Input, true) // as json.Marshal
+	if err != nil {
+		in = nil
+	}
 	c.str("input", string(in))
 	names := make([]string, 0, len(files))
 	for n := range files {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 )
 
 // Record is one line of the audit trail: one run, as the server saw it.
@@ -70,7 +71,13 @@ func redactGrants(g airlock.Grants) airlock.Grants {
 // stderr and the exit code.
 func OutputDigest(res *airlock.Result) string {
 	h := sha256.New()
-	v, _ := json.Marshal(res.Value)
+	buf := lineBufs.Get().(*[]byte)
+	defer lineBufs.Put(buf)
+	v, err := jsonappend.Value((*buf)[:0], res.Value, true) // as json.Marshal
+	if err != nil {
+		v = nil
+	}
+	*buf = v
 	for _, part := range [][]byte{v, []byte(res.Stdout), []byte(res.Stderr)} {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))

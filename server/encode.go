@@ -1,142 +1,20 @@
 package server
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/json"
-	"slices"
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/airlock-sandbox/airlock"
 )
 
-// This file encodes the hot path's JSON — a run's Result, an audit Record
-// and input values — by appending, without reflection. The output is
-// byte for byte what encoding/json writes for the same value (HTML
-// escaping off, except in [appendValue] with html set, which is
-// json.Marshal's form); whatever is not a common simple case (a string
-// that needs escaping, a float, a time outside UTC or years 0–9999, ...)
-// is handed to encoding/json, so the two can never disagree.
-// TestEncodersMatchEncodingJSON holds them to that.
-
-// jsonBufs are the buffers of the fallback encoder.
-var jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// appendJSON appends v as encoding/json writes it.
-func appendJSON(b []byte, v any, html bool) ([]byte, error) {
-	buf := jsonBufs.Get().(*bytes.Buffer)
-	defer jsonBufs.Put(buf)
-	buf.Reset()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(html)
-	if err := enc.Encode(v); err != nil {
-		return b, err
-	}
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...), nil
-}
-
-// plain reports whether s needs no escaping in JSON: printable ASCII
-// without quote or backslash (and, for html, without <, > and &).
-func plain(s string, html bool) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || html && (c == '<' || c == '>' || c == '&') {
-			return false
-		}
-	}
-	return true
-}
-
-// appendString appends s as a JSON string. It cannot fail.
-func appendString(b []byte, s string, html bool) []byte {
-	if plain(s, html) {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	b, _ = appendJSON(b, s, html)
-	return b
-}
-
-func appendStrings(b []byte, list []string) []byte {
-	b = append(b, '[')
-	for i, s := range list {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, s, false)
-	}
-	return append(b, ']')
-}
-
-// appendTime appends t as time.Time's MarshalJSON does (RFC 3339 with
-// nanoseconds, quoted).
-func appendTime(b []byte, t time.Time) ([]byte, error) {
-	if y := t.Year(); t.Location() == time.UTC && y >= 0 && y <= 9999 {
-		b = append(b, '"')
-		b = t.AppendFormat(b, time.RFC3339Nano)
-		return append(b, '"'), nil
-	}
-	return appendJSON(b, t, false)
-}
-
-// appendValue appends a JSON-compatible value: what DecodeJob leaves in a
-// job's input (nil, bool, string, int64, float64, *big.Int, []any,
-// map[string]any) and what the interpreters return. With html, strings are
-// escaped as json.Marshal escapes them.
-func appendValue(b []byte, v any, html bool) ([]byte, error) {
-	var err error
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...), nil
-	case bool:
-		return strconv.AppendBool(b, x), nil
-	case string:
-		return appendString(b, x, html), nil
-	case int:
-		return strconv.AppendInt(b, int64(x), 10), nil
-	case int64:
-		return strconv.AppendInt(b, x, 10), nil
-	case []any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendValue(b, e, html); err != nil {
-				return b, err
-			}
-		}
-		return append(b, ']'), nil
-	case map[string]any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k, html)
-			b = append(b, ':')
-			if b, err = appendValue(b, x[k], html); err != nil {
-				return b, err
-			}
-		}
-		return append(b, '}'), nil
-	}
-	return appendJSON(b, v, html)
-}
+// This file encodes the hot path's JSON — a run's Result and an audit
+// Record — by appending, without reflection (values and strings through
+// package jsonappend). The output is byte for byte what encoding/json
+// writes for the same value with HTML escaping off; what is not a common
+// simple case (a time outside UTC or years 0–9999, a grant, a file map)
+// is handed to encoding/json. TestEncodersMatchEncodingJSON holds them to
+// that.
 
 // field appends a member's key, with the comma before every member but
 // the first (b ends in '{' before the first).
@@ -162,7 +40,7 @@ func appendOmit(b []byte, key string, v int64) []byte {
 }
 
 func appendStr(b []byte, key, s string) []byte {
-	return appendString(field(b, key), s, false)
+	return jsonappend.String(field(b, key), s, false)
 }
 
 // appendStrOmit appends a non-empty string member (omitempty).
@@ -212,7 +90,7 @@ func appendResult(b []byte, r *airlock.Result) ([]byte, error) {
 	b = append(b, '{')
 	b = appendStr(b, "tier", r.Tier)
 	b = appendInt(b, "level", int64(r.Level))
-	if b, err = appendValue(field(b, "value"), r.Value, false); err != nil {
+	if b, err = jsonappend.Value(field(b, "value"), r.Value, false); err != nil {
 		return b, err
 	}
 	b = appendStr(b, "stdout", r.Stdout)
@@ -237,7 +115,7 @@ func appendResult(b []byte, r *airlock.Result) ([]byte, error) {
 		b = append(b, '}')
 	}
 	if !r.Clock.IsZero() {
-		if b, err = appendTime(field(b, "clock"), r.Clock); err != nil {
+		if b, err = jsonappend.Time(field(b, "clock"), r.Clock); err != nil {
 			return b, err
 		}
 	}
@@ -245,7 +123,7 @@ func appendResult(b []byte, r *airlock.Result) ([]byte, error) {
 		b = strconv.AppendUint(field(b, "seed"), r.Seed, 10)
 	}
 	if len(r.Decision) > 0 {
-		b = appendStrings(field(b, "decision"), r.Decision)
+		b = jsonappend.Strings(field(b, "decision"), r.Decision)
 	}
 	return append(b, '}'), nil
 }
@@ -263,21 +141,21 @@ func appendJob(b []byte, j *airlock.Job) ([]byte, error) {
 	}
 	b = appendStrOmit(b, "entry", j.Entry)
 	if len(j.Argv) > 0 {
-		b = appendStrings(field(b, "argv"), j.Argv)
+		b = jsonappend.Strings(field(b, "argv"), j.Argv)
 	}
 	b = appendStrOmit(b, "stdin", j.Stdin)
 	if len(j.Input) > 0 {
-		if b, err = appendValue(field(b, "input"), j.Input, false); err != nil {
+		if b, err = jsonappend.Value(field(b, "input"), j.Input, false); err != nil {
 			return b, err
 		}
 	}
 	if len(j.Files) > 0 {
-		if b, err = appendJSON(field(b, "files"), j.Files, false); err != nil {
+		if b, err = jsonappend.Any(field(b, "files"), j.Files, false); err != nil {
 			return b, err
 		}
 	}
 	if !grantsZero(&j.Grants) {
-		if b, err = appendJSON(field(b, "grants"), j.Grants, false); err != nil {
+		if b, err = jsonappend.Any(field(b, "grants"), j.Grants, false); err != nil {
 			return b, err
 		}
 	}
@@ -285,7 +163,7 @@ func appendJob(b []byte, j *airlock.Job) ([]byte, error) {
 		b = appendLimits(field(b, "limits"), j.Limits)
 	}
 	if !j.Clock.IsZero() {
-		if b, err = appendTime(field(b, "clock"), j.Clock); err != nil {
+		if b, err = jsonappend.Time(field(b, "clock"), j.Clock); err != nil {
 			return b, err
 		}
 	}
@@ -304,7 +182,7 @@ func appendJob(b []byte, j *airlock.Job) ([]byte, error) {
 func appendRecord(b []byte, r *Record) ([]byte, error) {
 	var err error
 	b = append(b, '{')
-	if b, err = appendTime(field(b, "time"), r.Time); err != nil {
+	if b, err = jsonappend.Time(field(b, "time"), r.Time); err != nil {
 		return b, err
 	}
 	b = appendStr(b, "tenant", r.Tenant)
@@ -314,16 +192,16 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	b = appendStrOmit(b, "approval", r.Approval)
 	b = appendStr(b, "tier", r.Tier)
 	if len(r.Decision) > 0 {
-		b = appendStrings(field(b, "decision"), r.Decision)
+		b = jsonappend.Strings(field(b, "decision"), r.Decision)
 	}
 	if !grantsZero(&r.Grants) {
-		if b, err = appendJSON(field(b, "grants"), r.Grants, false); err != nil {
+		if b, err = jsonappend.Any(field(b, "grants"), r.Grants, false); err != nil {
 			return b, err
 		}
 	}
 	b = appendLimits(field(b, "limits"), r.Limits)
 	if !r.Clock.IsZero() {
-		if b, err = appendTime(field(b, "clock"), r.Clock); err != nil {
+		if b, err = jsonappend.Time(field(b, "clock"), r.Clock); err != nil {
 			return b, err
 		}
 	}
@@ -331,7 +209,7 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 		b = strconv.AppendUint(field(b, "seed"), r.Seed, 10)
 	}
 	if len(r.Egress) > 0 {
-		b = appendStrings(field(b, "egress"), r.Egress)
+		b = jsonappend.Strings(field(b, "egress"), r.Egress)
 	}
 	b = appendStr(b, "outcome", r.Outcome)
 	if r.Stopped != nil {

@@ -70,12 +70,6 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	for _, r := range records() {
 		got, err := appendRecord(nil, &r)
 		sameAsStd(t, "record "+r.Tenant, got, err, r, false)
-		if r.Job != nil {
-			for _, html := range []bool{false, true} {
-				got, err := appendValue(nil, r.Job.Input, html)
-				sameAsStd(t, "input", got, err, r.Job.Input, html)
-			}
-		}
 	}
 	results := []airlock.Result{{}, {Tier: "expr", Level: 1, Value: int64(5), Timings: airlock.Timings{TotalUS: 1}},
 		{Tier: "starlark", Level: 1, Value: []any{1.5, "<x>", map[string]any{"k": nil}}, Stdout: "out\n", Stderr: "é", ExitCode: 2,
@@ -95,17 +89,4 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	if _, err := appendRecord(nil, &far); err == nil {
 		t.Error("a record in the year 10000 encoded")
 	}
-}
-
-func FuzzAppendString(f *testing.F) {
-	for _, s := range awkward {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		for _, html := range []bool{false, true} {
-			v := map[string]any{s: []any{s}}
-			got, err := appendValue(nil, v, html)
-			sameAsStd(t, "value", got, err, v, html)
-		}
-	})
 }

@@ -260,10 +260,12 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	defer release()
 	queueUS := airlock.Since(queued)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.base, cancel)
-	defer stop()
+	if !s.underBase(ctx) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.base, cancel)()
+	}
 	s.metrics.inFlight.Add(1)
 	start := time.Now()
 	var res airlock.Result
@@ -348,6 +350,10 @@ func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	}
 }
 
+// jsonType is the Content-Type header's value, shared (never modified) to
+// spare an allocation per answer.
+var jsonType = []string{"application/json"}
+
 // writeResult writes a Result as writeJSON would, without reflection.
 func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
 	buf := lineBufs.Get().(*[]byte)
@@ -358,9 +364,7 @@ func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
 		return
 	}
 	*buf = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(*buf)))
+	w.Header()["Content-Type"] = jsonType
 	w.WriteHeader(status)
 	_, _ = w.Write(*buf)
 }
