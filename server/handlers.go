@@ -1,14 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -105,15 +108,31 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(key), ok && strings.TrimSpace(key) != ""
 }
 
-// decodeJob reads a job body strictly.
+// bodies are the buffers request bodies are read into.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody bounds the body buffers kept for reuse.
+const maxPooledBody = 64 << 10
+
+// decodeJob reads a job body strictly: the common shape without
+// reflection (quickJob), anything else with airlock.DecodeJobBytes.
 func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
-	// One byte more than a job may have, so DecodeJob reports the size.
-	job, err := airlock.DecodeJob(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes+1))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return job, airlock.Invalid("", "job is larger than %d bytes", airlock.MaxJobBytes)
+	buf := bodies.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			bodies.Put(buf)
+		}
+	}()
+	buf.Reset()
+	// One byte more than a job may have, so DecodeJobBytes reports the size.
+	_, err := buf.ReadFrom(io.LimitReader(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes+1), airlock.MaxJobBytes+1))
+	if err != nil {
+		return airlock.Job{}, airlock.Invalid("", "reading the job: %s", err.Error())
 	}
-	return job, err
+	if job, ok := quickJob(buf.Bytes()); ok {
+		return job, nil
+	}
+	return airlock.DecodeJobBytes(buf.Bytes())
 }
 
 // admit applies the tenant's rules to a job: situations, tiers, and limits

@@ -34,7 +34,8 @@ const benchConns = 32
 //
 //   - tier: the expr tier called in process (no HTTP, no server);
 //   - raw: a bare net/http handler answering a canned Result;
-//   - server: the server, auditing to a file, as `airlock serve` runs it;
+//   - server: the server's Serve, auditing to a file, as `airlock serve`
+//     runs it;
 //   - handler: the server's handler called without the network.
 //
 // server/tier is the cost of the API around a run; server/raw is what the
@@ -76,13 +77,24 @@ func BenchmarkRunHTTP(b *testing.B) {
 		hammer(b, hs.Listener.Addr().String(), benchConns)
 	})
 	b.Run("server", func(b *testing.B) {
-		hs := httptest.NewServer(benchServer(b).Handler())
-		defer hs.Close()
-		hammer(b, hs.Listener.Addr().String(), benchConns)
+		srv := benchServer(b)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ctx, ln) }()
+		hammer(b, ln.Addr().String(), benchConns)
+		stop()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
 	})
 	b.Run("handler", func(b *testing.B) {
 		h := benchServer(b).Handler()
 		b.ReportAllocs()
+		b.SetParallelism(benchConns / 2) // as many runs at once as over HTTP
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				req := httptest.NewRequest("POST", "/v1/run", strings.NewReader(benchJob))
