@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -125,6 +126,7 @@ type auditor struct {
 	queued  uint64     // lines added to pending, ever
 	written uint64     // lines written (or failed to), ever
 	writing bool       // a write is in progress
+	writes  uint64     // writes, ever
 	wrote   *sync.Cond // signalled after each write, on mu
 }
 
@@ -198,9 +200,16 @@ func (a *auditor) add(r Record) {
 			a.wrote.Wait()
 			continue
 		}
-		// Lead a write of everything pending, this line included.
+		// Lead a write of everything pending, this line included —
+		// after letting the runs that are ready add theirs (as
+		// PostgreSQL's commit_delay does, for the length of one yield).
+		a.writing = true
+		a.mu.Unlock()
+		runtime.Gosched()
+		a.mu.Lock()
 		batch, upto := a.pending, a.queued
-		a.pending, a.writing = a.spare[:0], true
+		a.pending = a.spare[:0]
+		a.writes++
 		a.mu.Unlock()
 		_, err := a.w.Write(batch)
 		a.mu.Lock()
