@@ -228,9 +228,10 @@ type runRequest struct {
 // with an empty result tier means the job never reached a tier.
 func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	res, err := s.run(ctx, rq)
-	var ov *overloaded
-	if res.Tier == "" && err != nil && !errors.As(err, &ov) {
-		s.recordRefusal(rq, err)
+	if res.Tier == "" && err != nil {
+		if ov := (*overloaded)(nil); !errors.As(err, &ov) {
+			s.recordRefusal(rq, err)
+		}
 	}
 	return res, err
 }
@@ -357,7 +358,7 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	var ov *overloaded
 	switch {
-	case errors.As(err, &ov):
+	case err != nil && errors.As(err, &ov):
 		w.Header().Set("Retry-After", strconv.Itoa(ov.retryAfter))
 		s.refuse(w, http.StatusTooManyRequests, kindOverloaded, ov.msg)
 	case res.Tier == "" && err != nil:
