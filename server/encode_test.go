@@ -2,36 +2,30 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"math/big"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 )
 
 // awkward are strings that take every escaping path of encoding/json.
 var awkward = []string{"", "plain text", `quote " and \ backslash`, "<b>&amp;</b>", "tab\tnew\nline\r",
 	"\x00\x01\x1f\x7f", "é ü 漢字 🙂", "bad \xff\xfe utf-8", "line\u2028sep\u2029", "a\bb\fc"}
 
-// stdJSON is what encoding/json writes for v (without the newline).
-func stdJSON(t testing.TB, v any, html bool) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(html)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-}
-
-func sameAsStd(t testing.TB, what string, got []byte, err error, v any, html bool) {
+// sameAsStd compares got with what encoding/json writes for v
+// (jsonappend.Any is an encoding/json Encoder, without the newline).
+func sameAsStd(t testing.TB, what string, got []byte, err error, v any) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	if want := stdJSON(t, v, html); !bytes.Equal(got, want) {
+	want, err := jsonappend.Any(nil, v, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
 		t.Errorf("%s:\n got %s\nwant %s", what, got, want)
 	}
 }
@@ -69,7 +63,7 @@ func records() []Record {
 func TestEncodersMatchEncodingJSON(t *testing.T) {
 	for _, r := range records() {
 		got, err := appendRecord(nil, &r)
-		sameAsStd(t, "record "+r.Tenant, got, err, r, false)
+		sameAsStd(t, "record "+r.Tenant, got, err, r)
 	}
 	results := []airlock.Result{{}, {Tier: "expr", Level: 1, Value: int64(5), Timings: airlock.Timings{TotalUS: 1}},
 		{Tier: "starlark", Level: 1, Value: []any{1.5, "<x>", map[string]any{"k": nil}}, Stdout: "out\n", Stderr: "é", ExitCode: 2,
@@ -82,7 +76,7 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	}
 	for _, r := range results {
 		got, err := appendResult(nil, &r)
-		sameAsStd(t, "result", got, err, r, false)
+		sameAsStd(t, "result", got, err, r)
 	}
 	// A time encoding/json refuses is refused here too.
 	far := Record{Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
