@@ -18,6 +18,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jsonappend"
@@ -38,8 +39,16 @@ type canonical struct {
 // direct is the length from which a value bypasses the buffer.
 const direct = 4096
 
-func newCanonical() *canonical {
+// canonicals are reused: a digest is taken for every run.
+var canonicals = sync.Pool{New: func() any {
 	return &canonical{h: sha256.New(), buf: make([]byte, 0, 1024)}
+}}
+
+func newCanonical() *canonical {
+	c := canonicals.Get().(*canonical)
+	c.h.Reset()
+	c.buf = c.buf[:0]
+	return c
 }
 
 func (c *canonical) str(tag string, s string) {
@@ -74,7 +83,11 @@ func (c *canonical) flush() {
 func (c *canonical) sum() Digest {
 	c.flush()
 	var d [sha256.Size]byte
-	return Digest(hex.EncodeToString(c.h.Sum(d[:0])))
+	sum := Digest(hex.EncodeToString(c.h.Sum(d[:0])))
+	if cap(c.buf) <= 64<<10 {
+		canonicals.Put(c)
+	}
+	return sum
 }
 
 // Of returns the digest of job as it runs on tier for tenant. Files are
