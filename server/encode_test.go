@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"math/big"
+	"reflect"
 	"testing"
 	"time"
 
@@ -68,11 +69,17 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	results := []airlock.Result{{}, {Tier: "expr", Level: 1, Value: int64(5), Timings: airlock.Timings{TotalUS: 1}},
 		{Tier: "starlark", Level: 1, Value: []any{1.5, "<x>", map[string]any{"k": nil}}, Stdout: "out\n", Stderr: "é", ExitCode: 2,
 			Stopped: &airlock.Stop{Reason: airlock.StopSteps, Detail: "d"}, Error: &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "m\"x"},
-			Usage: airlock.Usage{Steps: 1, CPUUS: 4}, Clock: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seed: 7, Decision: []string{"a", "b"}},
+			Timings: airlock.Timings{StartUS: 1, RunUS: 2, TotalUS: 3}, Usage: airlock.Usage{Steps: 1, MemoryBytes: 2, OutputBytes: 3, CPUUS: 4}, Clock: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seed: 7, Decision: []string{"a", "b"}},
 		{Value: map[string]int{"x": 1}, Usage: airlock.Usage{OutputBytes: 3}},
 	}
 	for _, s := range awkward {
 		results = append(results, airlock.Result{Tier: s, Value: s, Stdout: s, Stderr: s, Decision: []string{s}})
+	}
+	// The fullest record and result set every field, so that a field
+	// added to these types and not to the encoders fails here.
+	full, res := records()[2], results[2]
+	for _, v := range []any{full, *full.Job, full.Job.Limits, full.Timings, *full.Stopped, res, res.Usage, *res.Error} {
+		everyField(t, v)
 	}
 	for _, r := range results {
 		got, err := appendResult(nil, &r)
@@ -82,5 +89,16 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	far := Record{Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
 	if _, err := appendRecord(nil, &far); err == nil {
 		t.Error("a record in the year 10000 encoded")
+	}
+}
+
+// everyField fails for each field of the struct v that is zero.
+func everyField(t *testing.T, v any) {
+	t.Helper()
+	rv := reflect.ValueOf(v)
+	for i := range rv.NumField() {
+		if rv.Field(i).IsZero() {
+			t.Errorf("%s.%s is not set in the encoder test: set it, and check the encoders write it", rv.Type(), rv.Type().Field(i).Name)
+		}
 	}
 }
