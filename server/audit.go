@@ -121,13 +121,14 @@ type auditor struct {
 	recent map[string]*ring
 	keep   int
 
-	pending []byte     // encoded lines not yet written
-	spare   []byte     // the buffer of the last write, for reuse
-	queued  uint64     // lines added to pending, ever
-	written uint64     // lines written (or failed to), ever
-	writing bool       // a write is in progress
-	writes  uint64     // writes, ever
-	wrote   *sync.Cond // signalled after each write, on mu
+	pending []byte       // encoded lines not yet written
+	spare   []byte       // the buffer of the last write, for reuse
+	queued  uint64       // lines added to pending, ever
+	written uint64       // lines written (or failed to), ever
+	writing bool         // a write is in progress
+	writes  uint64       // writes, ever
+	sync    func() error // when set, called after each write (fsync)
+	wrote   *sync.Cond   // signalled after each write, on mu
 }
 
 // ring keeps a tenant's latest records without copying on each add.
@@ -212,6 +213,9 @@ func (a *auditor) add(r Record) {
 		a.writes++
 		a.mu.Unlock()
 		_, err := a.w.Write(batch)
+		if err == nil && a.sync != nil {
+			err = a.sync()
+		}
 		a.mu.Lock()
 		if err != nil {
 			a.err = err

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,22 @@ type slowFile struct {
 	mu     sync.Mutex
 	b      bytes.Buffer
 	writes int
+	synced int // bytes of b on "disk": written before the last Sync
+	syncs  int
+}
+
+func (f *slowFile) Sync() error {
+	time.Sleep(time.Millisecond)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.synced, f.syncs = f.b.Len(), f.syncs+1
+	return nil
+}
+
+func (f *slowFile) hasSynced(s string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return bytes.Contains(f.b.Bytes()[:f.synced], []byte(s))
 }
 
 func (f *slowFile) Write(p []byte) (int, error) {
@@ -71,5 +89,50 @@ func TestAuditGroupCommit(t *testing.T) {
 	t.Logf("%d records in %d writes", n, f.writes)
 	if err := a.failed(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestAuditSync: with audit_sync, add returns only once its line is
+// synced, and one sync serves a whole group write.
+func TestAuditSync(t *testing.T) {
+	f := &slowFile{}
+	a := newAuditor(f)
+	a.sync = f.Sync
+	const n = 100
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tenant := fmt.Sprintf("tenant-%03d", i)
+			a.add(Record{Tenant: tenant, Outcome: "ok"})
+			if !f.hasSynced(`"tenant":"` + tenant + `"`) {
+				t.Errorf("add returned before %s's line was synced", tenant)
+			}
+		}()
+	}
+	wg.Wait()
+	if f.syncs != f.writes || f.syncs >= n {
+		t.Errorf("%d syncs for %d writes of %d records", f.syncs, f.writes, n)
+	}
+}
+
+// TestAuditSyncConfig: audit_sync reaches the audit file.
+func TestAuditSyncConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg := Config{Audit: path, AuditSync: true, Tenants: []Tenant{{Name: "a", KeySHA256: HashKey("test-key-sync-0123456789abcdef0123")}}}
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.audit.sync == nil {
+		t.Error("audit_sync set, but the auditor does not sync")
+	}
+	s.audit.add(Record{Tenant: "a", Outcome: "ok"})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), `"tenant":"a"`) {
+		t.Errorf("audit file: %q, %v", b, err)
 	}
 }

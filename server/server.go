@@ -141,6 +141,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		s.auditFile, w = f, f
 	}
 	s.audit = newAuditor(w)
+	if cfg.AuditSync && s.auditFile != nil {
+		s.audit.sync = s.auditFile.Sync
+	}
 	if s.tiers, err = setup.Build(setup.Options{Limits: serverLimits}); err != nil {
 		s.closeAudit()
 		return nil, err
