@@ -72,8 +72,8 @@ func redactGrants(g airlock.Grants) airlock.Grants {
 // stderr and the exit code.
 func OutputDigest(res *airlock.Result) string {
 	h := sha256.New()
-	buf := lineBufs.Get().(*[]byte)
-	defer lineBufs.Put(buf)
+	buf := getBuf()
+	defer putBuf(buf)
 	v, err := jsonappend.Value((*buf)[:0], res.Value, true) // as json.Marshal
 	if err != nil {
 		v = nil
@@ -159,8 +159,18 @@ func newAuditor(w io.Writer) *auditor {
 	return a
 }
 
-// lineBufs hold lines while they are encoded, outside the lock.
+// lineBufs hold lines and answers while they are encoded, outside locks.
 var lineBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// getBuf takes a buffer of lineBufs; putBuf returns it unless a large
+// result grew it (a pool must not pin megabytes of output).
+func getBuf() *[]byte { return lineBufs.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) <= maxPooledBody {
+		lineBufs.Put(b)
+	}
+}
 
 // maxSpare bounds the write buffer kept for reuse after a burst.
 const maxSpare = 1 << 20
@@ -171,8 +181,8 @@ func (a *auditor) add(r Record) {
 	var line *[]byte
 	if a.w != nil {
 		// Encode outside the lock: only the write is serialised.
-		line = lineBufs.Get().(*[]byte)
-		defer lineBufs.Put(line)
+		line = getBuf()
+		defer putBuf(line)
 		b, err := appendRecord((*line)[:0], &r)
 		*line = append(b, '\n')
 		if err != nil {

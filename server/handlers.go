@@ -376,8 +376,8 @@ var jsonType = []string{"application/json"}
 
 // writeResult writes a Result as writeJSON would, without reflection.
 func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
-	buf := lineBufs.Get().(*[]byte)
-	defer lineBufs.Put(buf)
+	buf := getBuf()
+	defer putBuf(buf)
 	b, err := appendResult((*buf)[:0], res)
 	if err != nil {
 		writeJSON(w, status, res)
