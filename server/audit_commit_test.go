@@ -48,13 +48,10 @@ func (f *slowFile) has(s string) bool {
 	return bytes.Contains(f.b.Bytes(), []byte(s))
 }
 
-// TestAuditGroupCommit checks the audit trail's durability contract:
-// add returns only once its own line is written, every line is written
-// whole and exactly once, and lines that arrive together share writes.
-func TestAuditGroupCommit(t *testing.T) {
-	f := &slowFile{}
-	a := newAuditor(f)
-	const n = 200
+// addAtOnce adds n records from n goroutines and checks, as each add
+// returns, that its line is already where done says (written, synced).
+func addAtOnce(t *testing.T, a *auditor, n int, state string, done func(string) bool) {
+	t.Helper()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -62,12 +59,22 @@ func TestAuditGroupCommit(t *testing.T) {
 			defer wg.Done()
 			tenant := fmt.Sprintf("tenant-%03d", i)
 			a.add(Record{Tenant: tenant, Outcome: "ok"})
-			if !f.has(`"tenant":"` + tenant + `"`) {
-				t.Errorf("add returned before %s's line was written", tenant)
+			if !done(`"tenant":"` + tenant + `"`) {
+				t.Errorf("add returned before %s's line was %s", tenant, state)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// TestAuditGroupCommit checks the audit trail's durability contract:
+// add returns only once its own line is written, every line is written
+// whole and exactly once, and lines that arrive together share writes.
+func TestAuditGroupCommit(t *testing.T) {
+	f := &slowFile{}
+	a := newAuditor(f)
+	const n = 200
+	addAtOnce(t, a, n, "written", f.has)
 	lines := strings.Split(strings.TrimSuffix(f.b.String(), "\n"), "\n")
 	if len(lines) != n {
 		t.Fatalf("%d lines for %d records", len(lines), n)
@@ -99,19 +106,7 @@ func TestAuditSync(t *testing.T) {
 	a := newAuditor(f)
 	a.sync = f.Sync
 	const n = 100
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tenant := fmt.Sprintf("tenant-%03d", i)
-			a.add(Record{Tenant: tenant, Outcome: "ok"})
-			if !f.hasSynced(`"tenant":"` + tenant + `"`) {
-				t.Errorf("add returned before %s's line was synced", tenant)
-			}
-		}()
-	}
-	wg.Wait()
+	addAtOnce(t, a, n, "synced", f.hasSynced)
 	if f.syncs != f.writes || f.syncs >= n {
 		t.Errorf("%d syncs for %d writes of %d records", f.syncs, f.writes, n)
 	}
