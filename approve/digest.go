@@ -14,12 +14,14 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"hash"
+	"io"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 )
 
 // Digest is the hex SHA-256 of a job's canonical encoding.
@@ -27,28 +29,65 @@ type Digest string
 
 // canonical writes length-prefixed fields, so no two different jobs encode
 // to the same bytes (a field boundary can never be forged by content).
-type canonical struct{ h hash.Hash }
-
-func (c canonical) str(tag string, s string) {
-	var n [8]byte
-	c.h.Write([]byte(tag))
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	c.h.Write(n[:])
-	c.h.Write([]byte(s))
+// Fields are gathered in a buffer and hashed in large writes; a long value
+// is hashed directly, so a big file is never copied into the buffer.
+type canonical struct {
+	h   hash.Hash
+	buf []byte
 }
 
-func (c canonical) int(tag string, v int64) {
-	var n [8]byte
-	c.h.Write([]byte(tag))
-	binary.BigEndian.PutUint64(n[:], uint64(v))
-	c.h.Write(n[:])
+// direct is the length from which a value bypasses the buffer.
+const direct = 4096
+
+// canonicals are reused: a digest is taken for every run.
+var canonicals = sync.Pool{New: func() any {
+	return &canonical{h: sha256.New(), buf: make([]byte, 0, 1024)}
+}}
+
+func newCanonical() *canonical {
+	c := canonicals.Get().(*canonical)
+	c.h.Reset()
+	c.buf = c.buf[:0]
+	return c
 }
 
-func (c canonical) strs(tag string, list []string) {
+func (c *canonical) str(tag string, s string) {
+	c.buf = append(c.buf, tag...)
+	c.buf = binary.BigEndian.AppendUint64(c.buf, uint64(len(s)))
+	if len(s) < direct {
+		c.buf = append(c.buf, s...)
+		return
+	}
+	c.flush()
+	_, _ = io.WriteString(c.h, s)
+}
+
+func (c *canonical) int(tag string, v int64) {
+	c.buf = append(c.buf, tag...)
+	c.buf = binary.BigEndian.AppendUint64(c.buf, uint64(v))
+}
+
+func (c *canonical) strs(tag string, list []string) {
 	c.int(tag, int64(len(list)))
 	for _, s := range list {
 		c.str("", s)
 	}
+}
+
+func (c *canonical) flush() {
+	c.h.Write(c.buf)
+	c.buf = c.buf[:0]
+}
+
+// sum flushes the buffer and returns the hex digest.
+func (c *canonical) sum() Digest {
+	c.flush()
+	var d [sha256.Size]byte
+	sum := Digest(hex.EncodeToString(c.h.Sum(d[:0])))
+	if cap(c.buf) <= 64<<10 {
+		canonicals.Put(c)
+	}
+	return sum
 }
 
 // Of returns the digest of job as it runs on tier for tenant. Files are
@@ -60,7 +99,7 @@ func Of(job *airlock.Job, tier, tenant string) Digest {
 }
 
 func digest(job *airlock.Job, tier, tenant string, files map[string]string) Digest {
-	c := canonical{sha256.New()}
+	c := newCanonical()
 	c.str("airlock-job-v1", "")
 	c.str("tenant", tenant)
 	c.str("tier", tier)
@@ -72,7 +111,10 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	c.str("stdin", job.Stdin)
 	// encoding/json sorts map keys, and DecodeJob normalises numbers, so
 	// equal inputs encode equally.
-	in, _ := json.Marshal(job.Input)
+	in, err := jsonappend.Value(make([]byte, 0, 256), job.Input, true) // as json.Marshal
+	if err != nil {
+		in = nil
+	}
 	c.str("input", string(in))
 	names := make([]string, 0, len(files))
 	for n := range files {
@@ -116,7 +158,7 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	c.str("situation", string(job.Situation))
 	c.str("lifecycle", string(job.Lifecycle))
 	c.str("session", job.Session)
-	return Digest(hex.EncodeToString(c.h.Sum(nil)))
+	return c.sum()
 }
 
 func b2i(b bool) int64 {

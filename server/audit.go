@@ -10,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 )
 
 // Record is one line of the audit trail: one run, as the server saw it.
@@ -70,7 +72,13 @@ func redactGrants(g airlock.Grants) airlock.Grants {
 // stderr and the exit code.
 func OutputDigest(res *airlock.Result) string {
 	h := sha256.New()
-	v, _ := json.Marshal(res.Value)
+	buf := getBuf()
+	defer putBuf(buf)
+	v, err := jsonappend.Value((*buf)[:0], res.Value, true) // as json.Marshal
+	if err != nil {
+		v = nil
+	}
+	*buf = v
 	for _, part := range [][]byte{v, []byte(res.Stdout), []byte(res.Stderr)} {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
@@ -98,12 +106,29 @@ func outcome(res *airlock.Result) string {
 
 // auditor appends records to a writer and keeps the latest per tenant in
 // memory, so a tenant can read its own (and only its own) trail.
+//
+// Writes are group-committed: add returns only once its line has been
+// written (handed to the kernel by write(2)), so a run is answered only
+// after its record is in the trail; lines that arrive while a write is in
+// progress are written together by the next one, so under load one
+// system call carries many records. Lines are whole and never
+// interleaved: every write holds complete lines, and only one is in
+// progress at a time.
 type auditor struct {
 	mu     sync.Mutex
 	w      io.Writer
 	err    error
 	recent map[string]*ring
 	keep   int
+
+	pending []byte       // encoded lines not yet written
+	spare   []byte       // the buffer of the last write, for reuse
+	queued  uint64       // lines added to pending, ever
+	written uint64       // lines written (or failed to), ever
+	writing bool         // a write is in progress
+	writes  uint64       // writes, ever
+	sync    func() error // when set, called after each write (fsync)
+	wrote   *sync.Cond   // signalled after each write, on mu
 }
 
 // ring keeps a tenant's latest records without copying on each add.
@@ -129,24 +154,41 @@ func (r *ring) list() []Record {
 }
 
 func newAuditor(w io.Writer) *auditor {
-	return &auditor{w: w, recent: map[string]*ring{}, keep: 256}
+	a := &auditor{w: w, recent: map[string]*ring{}, keep: 256}
+	a.wrote = sync.NewCond(&a.mu)
+	return a
 }
 
-var lineBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// lineBufs hold lines and answers while they are encoded, outside locks.
+var lineBufs = sync.Pool{New: func() any { return new([]byte) }}
 
+// getBuf takes a buffer of lineBufs; putBuf returns it unless a large
+// result grew it (a pool must not pin megabytes of output).
+func getBuf() *[]byte { return lineBufs.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) <= maxPooledBody {
+		lineBufs.Put(b)
+	}
+}
+
+// maxSpare bounds the write buffer kept for reuse after a burst.
+const maxSpare = 1 << 20
+
+// add records r: in memory for its tenant, and as one line in the trail,
+// returning once the line is written.
 func (a *auditor) add(r Record) {
-	var buf *bytes.Buffer
+	var line *[]byte
 	if a.w != nil {
 		// Encode outside the lock: only the write is serialised.
-		buf = lineBufs.Get().(*bytes.Buffer)
-		defer lineBufs.Put(buf)
-		buf.Reset()
-		enc := json.NewEncoder(buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(r); err != nil {
-			buf = nil
+		line = getBuf()
+		defer putBuf(line)
+		b, err := appendRecord((*line)[:0], &r)
+		*line = append(b, '\n')
+		if err != nil {
+			line = nil
 			a.mu.Lock()
-			a.err = err
+			a.err = fmt.Errorf("audit record: %w", err)
 			a.mu.Unlock()
 		}
 	}
@@ -158,12 +200,43 @@ func (a *auditor) add(r Record) {
 		a.recent[r.Tenant] = rg
 	}
 	rg.add(r, a.keep)
-	if buf == nil {
+	if line == nil {
 		return
 	}
-	// One write per line: with O_APPEND a line is never interleaved.
-	if _, err := a.w.Write(buf.Bytes()); err != nil {
-		a.err = err
+	a.pending = append(a.pending, *line...)
+	a.queued++
+	mine := a.queued
+	for a.written < mine {
+		if a.writing {
+			a.wrote.Wait()
+			continue
+		}
+		// Lead a write of everything pending, this line included —
+		// after letting the runs that are ready add theirs (as
+		// PostgreSQL's commit_delay does, for the length of one yield).
+		a.writing = true
+		a.mu.Unlock()
+		runtime.Gosched()
+		a.mu.Lock()
+		batch, upto := a.pending, a.queued
+		a.pending = a.spare[:0]
+		a.writes++
+		a.mu.Unlock()
+		_, err := a.w.Write(batch)
+		if err == nil && a.sync != nil {
+			err = a.sync()
+		}
+		a.mu.Lock()
+		if err != nil {
+			a.err = err
+		}
+		if cap(batch) <= maxSpare {
+			a.spare = batch[:0]
+		} else {
+			a.spare = nil
+		}
+		a.writing, a.written = false, upto
+		a.wrote.Broadcast()
 	}
 }
 

@@ -28,6 +28,10 @@ type Config struct {
 	// Audit is the file every run appends one JSON line to ("-": stderr,
 	// empty: no audit file; records are still kept in memory per tenant).
 	Audit string `json:"audit,omitempty"`
+	// AuditSync fsyncs the audit file after each (group) write, before
+	// the runs it carries are answered: records then survive a power loss
+	// or kernel crash too, at the cost of a disk flush per write.
+	AuditSync bool `json:"audit_sync,omitempty"`
 	// Policy is a routing policy file; empty: the built-in policy.
 	Policy string `json:"policy,omitempty"`
 	// Limits is the operator's limit policy the tiers are built with.

@@ -1,14 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -105,15 +108,31 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(key), ok && strings.TrimSpace(key) != ""
 }
 
-// decodeJob reads a job body strictly.
+// bodies are the buffers request bodies are read into.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody bounds the body buffers kept for reuse.
+const maxPooledBody = 64 << 10
+
+// decodeJob reads a job body strictly: the common shape without
+// reflection (quickJob), anything else with airlock.DecodeJobBytes.
 func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
-	// One byte more than a job may have, so DecodeJob reports the size.
-	job, err := airlock.DecodeJob(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes+1))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return job, airlock.Invalid("", "job is larger than %d bytes", airlock.MaxJobBytes)
+	buf := bodies.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			bodies.Put(buf)
+		}
+	}()
+	buf.Reset()
+	// One byte more than a job may have, so DecodeJobBytes reports the size.
+	_, err := buf.ReadFrom(io.LimitReader(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes+1), airlock.MaxJobBytes+1))
+	if err != nil {
+		return airlock.Job{}, airlock.Invalid("", "reading the job: %s", err.Error())
 	}
-	return job, err
+	if job, ok := quickJob(buf.Bytes()); ok {
+		return job, nil
+	}
+	return airlock.DecodeJobBytes(buf.Bytes())
 }
 
 // admit applies the tenant's rules to a job: situations, tiers, and limits
@@ -209,9 +228,10 @@ type runRequest struct {
 // with an empty result tier means the job never reached a tier.
 func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	res, err := s.run(ctx, rq)
-	var ov *overloaded
-	if res.Tier == "" && err != nil && !errors.As(err, &ov) {
-		s.recordRefusal(rq, err)
+	if res.Tier == "" && err != nil {
+		if ov := (*overloaded)(nil); !errors.As(err, &ov) {
+			s.recordRefusal(rq, err)
+		}
 	}
 	return res, err
 }
@@ -260,10 +280,12 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	defer release()
 	queueUS := airlock.Since(queued)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.base, cancel)
-	defer stop()
+	if !s.underBase(ctx) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.base, cancel)()
+	}
 	s.metrics.inFlight.Add(1)
 	start := time.Now()
 	var res airlock.Result
@@ -336,16 +358,35 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	var ov *overloaded
 	switch {
-	case errors.As(err, &ov):
+	case err != nil && errors.As(err, &ov):
 		w.Header().Set("Retry-After", strconv.Itoa(ov.retryAfter))
 		s.refuse(w, http.StatusTooManyRequests, kindOverloaded, ov.msg)
 	case res.Tier == "" && err != nil:
 		s.refuseErr(w, err)
 	case res.Error != nil:
-		writeJSON(w, statusOf(res.Error.Kind), res)
+		writeResult(w, statusOf(res.Error.Kind), &res)
 	default:
-		writeJSON(w, http.StatusOK, res)
+		writeResult(w, http.StatusOK, &res)
 	}
+}
+
+// jsonType is the Content-Type header's value, shared (never modified) to
+// spare an allocation per answer.
+var jsonType = []string{"application/json"}
+
+// writeResult writes a Result as writeJSON would, without reflection.
+func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
+	buf := getBuf()
+	defer putBuf(buf)
+	b, err := appendResult((*buf)[:0], res)
+	if err != nil {
+		writeJSON(w, status, res)
+		return
+	}
+	*buf = append(b, '\n')
+	w.Header()["Content-Type"] = jsonType
+	w.WriteHeader(status)
+	_, _ = w.Write(*buf)
 }
 
 // tenantJob authenticates a request and decodes its job, answering the

@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"slices"
@@ -208,77 +207,4 @@ func TestLoad(t *testing.T) {
 			}
 		}
 	}
-}
-
-// BenchmarkRunHTTP measures POST /v1/run for a cached expression with
-// keep-alive over loopback, next to a bare net/http handler answering a
-// constant result through the same client, in the same run.
-func BenchmarkRunHTTP(b *testing.B) {
-	const job = `{"kind":"expr","code":"a + b * 2","input":{"a":1,"b":2}}`
-	const canned = `{"tier":"expr","level":1,"value":5,"stdout":"","stderr":"","exit_code":0,"timings":{"start_us":0,"run_us":0,"total_us":1}}` + "\n"
-	bench := func(b *testing.B, url string) {
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-		defer client.CloseIdleConnections()
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				req, _ := http.NewRequest("POST", url, strings.NewReader(job))
-				req.Header.Set("Authorization", "Bearer "+keyA)
-				resp, err := client.Do(req)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Errorf("status %d", resp.StatusCode)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
-	}
-	b.Run("raw", func(b *testing.B) {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, canned)
-		}))
-		defer srv.Close()
-		bench(b, srv.URL+"/v1/run")
-	})
-	b.Run("server", func(b *testing.B) {
-		srv, err := server.New(testConfig(), server.Options{Audit: io.Discard})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer srv.Close()
-		hs := httptest.NewServer(srv.Handler())
-		defer hs.Close()
-		bench(b, hs.URL+"/v1/run")
-	})
-	// Without the network: what the server itself costs per run.
-	b.Run("handler", func(b *testing.B) {
-		srv, err := server.New(testConfig(), server.Options{Audit: io.Discard})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer srv.Close()
-		h := srv.Handler()
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				req := httptest.NewRequest("POST", "/v1/run", strings.NewReader(job))
-				req.Header.Set("Authorization", "Bearer "+keyA)
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, req)
-				if w.Code != 200 {
-					b.Errorf("status %d: %s", w.Code, w.Body)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
-	})
 }

@@ -141,6 +141,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		s.auditFile, w = f, f
 	}
 	s.audit = newAuditor(w)
+	if cfg.AuditSync && s.auditFile != nil {
+		s.audit.sync = s.auditFile.Sync
+	}
 	if s.tiers, err = setup.Build(setup.Options{Limits: serverLimits}); err != nil {
 		s.closeAudit()
 		return nil, err
@@ -158,11 +161,21 @@ func New(cfg Config, opts Options) (*Server, error) {
 		s.closeAudit()
 		return nil, fmt.Errorf("routing policy: %w", err)
 	}
-	s.base, s.cancel = context.WithCancel(context.Background())
+	s.base, s.cancel = context.WithCancel(context.WithValue(context.Background(), baseKey{}, s))
 	s.metrics.started = time.Now()
 	s.routes()
 	go s.janitor()
 	return s, nil
+}
+
+// baseKey marks the server's base context, which every run's context must
+// descend from, so that closing the server cancels it.
+type baseKey struct{}
+
+// underBase reports whether ctx descends from the server's base context
+// (requests served by [Server.Serve] do), so it is cancelled with it.
+func (s *Server) underBase(ctx context.Context) bool {
+	return ctx.Value(baseKey{}) == s
 }
 
 // Handler returns the API's HTTP handler.
@@ -177,6 +190,7 @@ func (s *Server) Router() *escalate.Router { return s.router }
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.mux,
+		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
