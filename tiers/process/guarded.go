@@ -45,7 +45,7 @@ func RegisterWorker(name string, newTier func() airlock.Tier) {
 	workersMu.Lock()
 	workers[name] = newTier
 	workersMu.Unlock()
-	wk.Dispatch(name, newTier)
+	wk.Dispatch(name, newTier, "") // no warm-up job known for an arbitrary tier
 }
 
 // workerRuntimeMB is the worker's own memory (Go runtime, interpreter)

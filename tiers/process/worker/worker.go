@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -33,12 +34,31 @@ const Env = "_AIRLOCK_PROCESS_WORKER"
 
 // Dispatch runs the worker named name, and never returns, when this
 // process was started as that worker; otherwise it does nothing. Call it
-// from an init function with the tier's constructor.
-func Dispatch(name string, newTier func() airlock.Tier) {
+// from an init function with the tier's constructor and a trivial job in
+// wire form that the worker runs once before it reports ready (see run).
+func Dispatch(name string, newTier func() airlock.Tier, warmJob string) {
 	if os.Getenv(stage.Env) == stage.Worker && os.Getenv(Env) == name {
 		runtime.LockOSThread()
-		os.Exit(run(newTier))
+		os.Exit(run(newTier, warmJob))
 	}
+}
+
+// warmUp runs a trivial job through the same steps as the real one
+// (strict decoding, the tier, encoding the Result) before the worker
+// reports ready, so the first touch of that code — page faults into this
+// large binary, lazily built tables — is paid while the worker waits in the
+// pool rather than after the claim. It carries no job data, and the worker
+// still serves exactly one job.
+func warmUp(tier airlock.Tier, warmJob string) {
+	if warmJob == "" {
+		return
+	}
+	job, err := airlock.DecodeJobBytes([]byte(warmJob))
+	if err != nil {
+		return
+	}
+	res, _ := tier.Run(context.Background(), job)
+	_ = json.NewEncoder(io.Discard).Encode(res)
 }
 
 // guardOverheadMB is added to the job's memory limit for the address-space
@@ -62,8 +82,8 @@ func vmSize() uint64 {
 }
 
 // run is the worker's side: build the empty root, confine every
-// thread, announce readiness, run one job, write its result, exit.
-func run(newTier func() airlock.Tier) int {
+// thread, warm up, announce readiness, run one job, write its result, exit.
+func run(newTier func() airlock.Tier, warmJob string) int {
 	out := json.NewEncoder(os.Stdout)
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "airlock worker:", err)
@@ -81,6 +101,7 @@ func run(newTier func() airlock.Tier) int {
 	if err := stage.LoadFilter(stage.FilterOptions{}, true); err != nil {
 		return fail(err)
 	}
+	warmUp(tier, warmJob)
 	if err := out.Encode(stage.Status{Ready: true}); err != nil {
 		return fail(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
 
-func init() { worker.Dispatch(expr.Name, New) }
+func init() { worker.Dispatch(expr.Name, New, `{"kind":"expr","code":"1 + 1"}`) }
 
 // New returns the tier a guarded expr worker runs; register it with
 // process.RegisterWorker(expr.Name, exprworker.New).

@@ -10,7 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
 
-func init() { worker.Dispatch(starlark.Name, New) }
+func init() { worker.Dispatch(starlark.Name, New, `{"kind":"starlark","code":"result = 1 + 1"}`) }
 
 // New returns the tier a guarded Starlark worker runs, with the default
 // configuration; register it with process.RegisterWorker(starlark.Name,
