@@ -61,3 +61,18 @@ type Session interface {
 type Warmer interface {
 	WaitWarm(ctx context.Context) error
 }
+
+// PoolStats are a warm pool's counters.
+type PoolStats struct {
+	Size   int    // configured number of ready instances
+	Ready  int    // instances ready now
+	Hits   uint64 // jobs that claimed a ready instance
+	Misses uint64 // jobs that found the pool empty and started cold
+}
+
+// Pooler is implemented by tiers that keep a warm pool, so that servers
+// and benchmarks can export its counters. A tier without a pool returns
+// the zero PoolStats.
+type Pooler interface {
+	PoolStats() PoolStats
+}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/airlock-sandbox/airlock"
+
 	"fmt"
 	"io"
 	"math"
@@ -72,13 +74,7 @@ func sortedKeys(m *sync.Map) []string {
 	return keys
 }
 
-// PoolStats is implemented by tiers that keep a warm pool, so that its
-// size, hits and misses are exported.
-type PoolStats interface {
-	PoolStats() (size, hits, misses int64)
-}
-
-func (m *metrics) write(w io.Writer, pools map[string]PoolStats) {
+func (m *metrics) write(w io.Writer, pools map[string]airlock.Pooler) {
 	fmt.Fprintln(w, "# HELP airlock_runs_total Runs by tier and outcome (ok, exit_nonzero, stopped_REASON, error_KIND).")
 	fmt.Fprintln(w, "# TYPE airlock_runs_total counter")
 	for _, k := range sortedKeys(&m.runs) {
@@ -126,18 +122,25 @@ func (m *metrics) write(w io.Writer, pools map[string]PoolStats) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
+		stats := make([]airlock.PoolStats, len(names))
+		for i, n := range names {
+			stats[i] = pools[n].PoolStats()
+		}
 		fmt.Fprintln(w, "# HELP airlock_pool_size Warm instances ready, per tier.")
 		fmt.Fprintln(w, "# TYPE airlock_pool_size gauge")
-		for _, n := range names {
-			s, _, _ := pools[n].PoolStats()
-			fmt.Fprintf(w, "airlock_pool_size{tier=\"%s\"} %d\n", escapeLabel(n), s)
+		for i, n := range names {
+			fmt.Fprintf(w, "airlock_pool_size{tier=\"%s\"} %d\n", escapeLabel(n), stats[i].Ready)
+		}
+		fmt.Fprintln(w, "# HELP airlock_pool_capacity Warm instances configured, per tier.")
+		fmt.Fprintln(w, "# TYPE airlock_pool_capacity gauge")
+		for i, n := range names {
+			fmt.Fprintf(w, "airlock_pool_capacity{tier=\"%s\"} %d\n", escapeLabel(n), stats[i].Size)
 		}
 		fmt.Fprintln(w, "# HELP airlock_pool_claims_total Pool claims by result (hit: a warm instance, miss: a cold start).")
 		fmt.Fprintln(w, "# TYPE airlock_pool_claims_total counter")
-		for _, n := range names {
-			_, h, ms := pools[n].PoolStats()
-			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"hit\"} %d\n", escapeLabel(n), h)
-			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"miss\"} %d\n", escapeLabel(n), ms)
+		for i, n := range names {
+			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"hit\"} %d\n", escapeLabel(n), stats[i].Hits)
+			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"miss\"} %d\n", escapeLabel(n), stats[i].Misses)
 		}
 	}
 	fmt.Fprintln(w, "# HELP airlock_uptime_seconds Seconds since the server started.")

@@ -21,19 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/setup"
-	"github.com/airlock-sandbox/airlock/tiers/gvisor"
 )
-
-// gvisorPool exports the gVisor tier's warm-pool counters. (A shared
-// pool-statistics interface in the root package would replace this.)
-type gvisorPool struct {
-	t interface{ Stats() gvisor.Stats }
-}
-
-func (g gvisorPool) PoolStats() (size, hits, misses int64) {
-	st := g.t.Stats()
-	return int64(st.Ready), int64(st.Hits), int64(st.Misses)
-}
 
 // Options are what a server takes besides its configuration.
 type Options struct {
@@ -58,7 +46,7 @@ type Server struct {
 	cfg       Config
 	tiers     []airlock.Tier
 	router    *escalate.Router
-	pools     map[string]PoolStats
+	pools     map[string]airlock.Pooler
 	tenants   []*tenant
 	keys      keyring
 	approvals approve.Policy
@@ -99,7 +87,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		now:       opts.Now,
 		sessions:  map[string]*session{},
 		pending:   map[approve.Digest]*pending{},
-		pools:     map[string]PoolStats{},
+		pools:     map[string]airlock.Pooler{},
 		stopJan:   make(chan struct{}),
 		janDone:   make(chan struct{}),
 	}
@@ -149,11 +137,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	for _, t := range s.tiers {
-		switch p := t.(type) {
-		case PoolStats:
+		if p, ok := t.(airlock.Pooler); ok {
 			s.pools[t.Name()] = p
-		case interface{ Stats() gvisor.Stats }:
-			s.pools[t.Name()] = gvisorPool{p}
 		}
 	}
 	if s.router, err = escalate.New(policy, s.tiers, nil); err != nil {

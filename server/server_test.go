@@ -269,9 +269,17 @@ func TestMetrics(t *testing.T) {
 	}
 	body := string(f.do("GET", "/metrics", "", nil).body)
 	if f.srv.Router().Unavailable("gvisor") == nil {
-		for _, want := range []string{`airlock_pool_size{tier="gvisor"} `, `airlock_pool_claims_total{tier="gvisor",result="miss"} `} {
+		for _, want := range []string{`airlock_pool_size{tier="gvisor"} `, `airlock_pool_capacity{tier="gvisor"} `, `airlock_pool_claims_total{tier="gvisor",result="miss"} `} {
 			if !strings.Contains(body, want) {
 				t.Errorf("metrics lack the gVisor pool's %q", want)
+			}
+		}
+	}
+	if f.srv.Router().Unavailable("process") == nil {
+		// Every pooled tier (airlock.Pooler) is exported, not only gVisor.
+		for _, want := range []string{`airlock_pool_capacity{tier="process"} `, `airlock_pool_claims_total{tier="guarded-expr",result="hit"} `} {
+			if !strings.Contains(body, want) {
+				t.Errorf("metrics lack %q", want)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock"
 )
 
 // Stats describe the warm pool.
@@ -18,6 +20,13 @@ type Stats struct {
 	Expired  uint64 // ready sandboxes recycled after the ready TTL
 	LastFill time.Duration
 	MeanFill time.Duration // mean time to create one pooled sandbox
+}
+
+// PoolStats returns the warm pool's counters in the root package's terms
+// (airlock.Pooler).
+func (t *Tier) PoolStats() airlock.PoolStats {
+	st := t.Stats()
+	return airlock.PoolStats{Size: st.Size, Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
 }
 
 // Stats returns the warm pool's counters (zero when there is no pool).

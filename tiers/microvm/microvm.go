@@ -20,7 +20,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -164,7 +163,6 @@ type Tier struct {
 	emptyDir string // the empty placed-files directory (see emptyPlaced)
 
 	pool     *pool
-	poolHits atomic.Int64 // jobs served by a pooled VM
 	reapers  sync.WaitGroup
 
 	// observe, when set (by benchmarks), receives each used VM's guest
@@ -270,6 +268,15 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 		return t.pool.waitFull(ctx)
 	}
 	return nil
+}
+
+// PoolStats returns the warm pool's counters (airlock.Pooler); zero
+// without a pool.
+func (t *Tier) PoolStats() airlock.PoolStats {
+	if t.pool == nil {
+		return airlock.PoolStats{}
+	}
+	return t.pool.stats()
 }
 
 // Close stops the pool's VMs and removes the tier's snapshots (and its
@@ -412,7 +419,6 @@ func (t *Tier) acquire(ctx context.Context, job *airlock.Job, payload []byte) (*
 	}
 	if t.pool != nil {
 		if v := t.pool.claim(mem); v != nil {
-			t.poolHits.Add(1)
 			return v, nil
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-sandbox/airlock"
 )
 
 // pool keeps VMs booted (or, under KVM with snapshots, restored) and
@@ -18,6 +20,8 @@ type pool struct {
 	mem      int64
 	ready    chan *vm
 	inFlight atomic.Int64  // claimed VMs whose job still runs
+	hits     atomic.Uint64 // claims that took a waiting VM
+	misses   atomic.Uint64 // claims that found none (the job started unpooled)
 	released chan struct{} // a claimed VM's job has finished
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -84,6 +88,7 @@ func (p *pool) fill() {
 // claim takes a waiting VM big enough for mem, or returns nil at once.
 func (p *pool) claim(mem int64) *vm {
 	if mem > p.mem {
+		p.misses.Add(1)
 		return nil
 	}
 	for {
@@ -97,11 +102,18 @@ func (p *pool) claim(mem int64) *vm {
 			}
 			v.pool = p
 			p.inFlight.Add(1)
+			p.hits.Add(1)
 			return v
 		default:
+			p.misses.Add(1)
 			return nil
 		}
 	}
+}
+
+// stats returns the pool's counters.
+func (p *pool) stats() airlock.PoolStats {
+	return airlock.PoolStats{Size: cap(p.ready), Ready: len(p.ready), Hits: p.hits.Load(), Misses: p.misses.Load()}
 }
 
 // release records that a claimed VM's job has finished.

@@ -52,7 +52,7 @@ func TestPool(t *testing.T) {
 		if len(f) != 3 || f[0] != "claim-time-secret" || f[1] != "50331648" {
 			t.Fatalf("run %d: the job's policy was not applied at claim: %q", i, res.Stdout)
 		}
-		if hits := tier.poolHits.Load(); hits != int64(i+1) {
+		if hits := tier.PoolStats().Hits; hits != uint64(i+1) {
 			t.Fatalf("run %d did not come from the pool (hits %d)", i, hits)
 		}
 		boots = append(boots, f[2])

@@ -130,6 +130,18 @@ func (g *Guarded) WaitWarm(ctx context.Context) error {
 
 var _ airlock.Warmer = (*Guarded)(nil)
 
+// PoolStats returns the worker pool's counters (airlock.Pooler); zero
+// before the pool has started.
+func (g *Guarded) PoolStats() airlock.PoolStats {
+	g.mu.Lock()
+	p := g.pool
+	g.mu.Unlock()
+	if p == nil {
+		return airlock.PoolStats{Size: g.size}
+	}
+	return p.stats()
+}
+
 // workers returns the worker pool, starting it on first use; nil when the
 // tier is unavailable or closed.
 func (g *Guarded) workers() *pool[*worker] {

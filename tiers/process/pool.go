@@ -28,6 +28,7 @@ type pool[T any] struct {
 	lastErr error         // the last start's failure, nil after a success
 	changed chan struct{} // closed and replaced whenever the above change
 	claims  atomic.Int64  // instances handed out
+	misses  atomic.Int64  // claims that found no ready instance
 	wake    chan struct{}
 	done    chan struct{}
 	exited  chan struct{}
@@ -99,6 +100,7 @@ func (p *pool[T]) claim() (v T, ok bool) {
 		n := len(p.ready)
 		if n == 0 {
 			p.mu.Unlock()
+			p.misses.Add(1)
 			p.poke()
 			return v, false
 		}
@@ -112,6 +114,14 @@ func (p *pool[T]) claim() (v T, ok bool) {
 		p.claims.Add(1)
 		return v, true
 	}
+}
+
+// stats returns the pool's counters.
+func (p *pool[T]) stats() airlock.PoolStats {
+	p.mu.Lock()
+	ready := len(p.ready)
+	p.mu.Unlock()
+	return airlock.PoolStats{Size: p.size, Ready: ready, Hits: uint64(p.claims.Load()), Misses: uint64(p.misses.Load())}
 }
 
 // refill asks the pool to start replacements for what was claimed.

@@ -228,6 +228,15 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 
 var _ airlock.Warmer = (*Tier)(nil)
 
+// PoolStats returns the warm pool's counters (airlock.Pooler); zero
+// without a pool.
+func (t *Tier) PoolStats() airlock.PoolStats {
+	if t.pool == nil {
+		return airlock.PoolStats{}
+	}
+	return t.pool.stats()
+}
+
 // discard destroys a used sandbox in the background: a pooled one through
 // its pool (so WaitWarm sees it), any other on the tier's own account.
 // Nothing is ever reused; by the time this runs, the sandbox's processes

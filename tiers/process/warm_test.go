@@ -37,6 +37,12 @@ func TestWaitWarm(t *testing.T) {
 		if res, err := tier.Run(ctx, cmdJob("true")); err != nil || tier.pool.claims.Load() != before+1 {
 			t.Fatalf("round %d: pooled run: %v %+v", round, err, res)
 		}
+		if st := tier.PoolStats(); st.Size != 2 || st.Hits != uint64(round+1) || st.Misses != 0 {
+			t.Fatalf("round %d: pool stats %+v; want size 2, %d hits, no misses", round, st, round+1)
+		}
+	}
+	if st := cold.PoolStats(); st != (airlock.PoolStats{}) {
+		t.Fatalf("a tier without a pool reports %+v", st)
 	}
 	assertClean(t, tier, cfg)
 	if err := tier.WaitWarm(ctx); err == nil {
