@@ -162,8 +162,8 @@ type Tier struct {
 	emptyMu  sync.Mutex
 	emptyDir string // the empty placed-files directory (see emptyPlaced)
 
-	pool     *pool
-	reapers  sync.WaitGroup
+	pool    *pool
+	reapers sync.WaitGroup
 
 	// observe, when set (by benchmarks), receives each used VM's guest
 	// step timestamps as it is discarded.
