@@ -139,6 +139,10 @@ const netnsChildEnv = "AIRLOCK_EGRESS_NETNS_CHILD"
 // origin and PUT is refused; with --noproxy nothing is reachable; DNS
 // answers granted names only. The gateway (and its log) stays outside.
 func TestForwarderNetns(t *testing.T) {
+	if os.Getenv(netnsChildEnv) != "" {
+		netnsChild(t) // this process is the half inside the namespace
+		return
+	}
 	if os.Geteuid() != 0 {
 		tiertest.Unavailable(t, "egress-netns", fmt.Errorf("needs root to create a network namespace"))
 	}
@@ -157,7 +161,7 @@ func TestForwarderNetns(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestNetnsChild$", "-test.v", "-test.count=1")
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestForwarderNetns$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(),
 		netnsChildEnv+"=1", "CHILD_SOCKET="+sock, "CHILD_CA="+caFile, "CHILD_CURL="+curl,
 		"CHILD_HTTP="+env.HTTPPort, "CHILD_HTTPS="+env.HTTPSPort)
@@ -169,7 +173,7 @@ func TestForwarderNetns(t *testing.T) {
 		}
 		t.Fatalf("child in a network namespace: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "--- PASS: TestNetnsChild") {
+	if !strings.Contains(string(out), "--- PASS: TestForwarderNetns") {
 		t.Fatalf("child did not run:\n%s", out)
 	}
 	logs := env.TakeLogs()
@@ -178,12 +182,9 @@ func TestForwarderNetns(t *testing.T) {
 	}
 }
 
-// TestNetnsChild is the half of TestForwarderNetns that runs inside the
-// namespace; on its own it skips.
-func TestNetnsChild(t *testing.T) {
-	if os.Getenv(netnsChildEnv) == "" {
-		t.Skip("helper for TestForwarderNetns")
-	}
+// netnsChild is the half of TestForwarderNetns that runs inside the
+// namespace: the test binary re-executed with netnsChildEnv set.
+func netnsChild(t *testing.T) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		t.Fatal(err)
