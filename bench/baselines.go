@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"cel.dev/cel-go/cel"
 	exprlang "github.com/expr-lang/expr"
@@ -293,9 +292,9 @@ func qemuBoot() Target {
 		"qemu -M microvm, the tier's kernel, no root: boot until the kernel gives up",
 		func() ([]string, func(), error) {
 			line := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1"
-			if khz := tscKHz(); khz > 0 {
+			if khz := tools.TSCkHz(); khz > 0 {
 				// Without it a TCG guest can spin calibrating its clock.
-				line += " tsc_early_khz=" + strconv.Itoa(khz)
+				line += " tsc_early_khz=" + strconv.FormatInt(khz, 10)
 			}
 			return []string{qemu, "-M", "microvm,x-option-roms=off,rtc=on,pit=off,pic=off", "-accel", accel, "-cpu", cpu,
 				"-m", "256", "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none", "-no-reboot",
@@ -308,37 +307,9 @@ func qemuBoot() Target {
 			if kernel, err = tools.File("AIRLOCK_MICROVM_KERNEL", "microvm/vmlinux"); err != nil {
 				return err
 			}
-			if kvmUsable() {
+			if tools.KVMUsable() {
 				accel, cpu = "kvm", "host"
 			}
 			return nil
 		})
-}
-
-// tscKHz is the host's TSC frequency from /proc/cpuinfo, or 0.
-func tscKHz() int {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return 0
-			}
-			return int(f * 1000)
-		}
-	}
-	return 0
-}
-
-// kvmUsable reports whether /dev/kvm can be opened.
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	_ = f.Close()
-	return true
 }

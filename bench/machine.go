@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/tools"
 )
 
 // Machine describes where a report was measured.
@@ -24,7 +26,7 @@ type Machine struct {
 }
 
 func machine() Machine {
-	m := Machine{Cores: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version(), KVM: kvmUsable()}
+	m := Machine{Cores: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version(), KVM: tools.KVMUsable()}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])

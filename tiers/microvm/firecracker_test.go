@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/tools"
 )
 
 // fakeFirecracker serves Firecracker's API shape on a Unix socket and
@@ -156,7 +158,7 @@ func TestFirecrackerAPIWaitsForSocket(t *testing.T) {
 // TestFirecrackerBoot runs a job under Firecracker where it can.
 func TestFirecrackerBoot(t *testing.T) {
 	fc, err := exec.LookPath("firecracker")
-	if err != nil || !kvmUsable() {
+	if err != nil || !tools.KVMUsable() {
 		t.Skip("Firecracker needs a firecracker binary and /dev/kvm; this machine has neither (no Debian package, not on the Go module proxy, no KVM)")
 	}
 	tier, err := New(testConfig().WithFirecracker(fc))

@@ -187,12 +187,12 @@ func New(cfg Config) (*Tier, error) {
 	if _, err := sweep(cfg.stateDir); err != nil {
 		return nil, fmt.Errorf("sweeping orphaned VMs: %w", err)
 	}
-	t := &Tier{cfg: cfg, tscKHz: hostTSCkHz(), snaps: map[int64]*snapshot{}}
+	t := &Tier{cfg: cfg, tscKHz: tools.TSCkHz(), snaps: map[int64]*snapshot{}}
 	switch cfg.accel {
 	case "kvm":
 		t.kvm = true
 	case "auto":
-		t.kvm = kvmUsable()
+		t.kvm = tools.KVMUsable()
 	}
 	t.assets, t.availErr = findAssets(cfg)
 	if exe, err := os.Executable(); err == nil {

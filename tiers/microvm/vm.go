@@ -77,35 +77,6 @@ func (t *tail) String() string {
 	return strings.TrimSpace(string(bytes.ToValidUTF8(t.buf, nil)))
 }
 
-// hostTSCkHz reads the host's TSC frequency for tsc_early_khz: without it
-// (and tsc=reliable, no_timer_check) a TCG guest sometimes hangs
-// calibrating against a PIT the microvm machine does not have.
-func hostTSCkHz() int64 {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err == nil && f > 0 {
-				return int64(f * 1000)
-			}
-		}
-	}
-	return 0
-}
-
-// kvmUsable reports whether /dev/kvm opens.
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
-
 // qemuModules are the guest drivers for the devices QEMU gives the VM.
 const qemuModules = "virtio,virtio_ring,virtio_mmio,virtio_console"
 
