@@ -2,6 +2,8 @@ package airlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"time"
 )
 
@@ -43,6 +45,20 @@ type SessionOptions struct {
 	// Workspace, when set, names a persistent workspace that is reattached
 	// rather than created: what the session leaves there accumulates.
 	Workspace string
+}
+
+// Resolve checks the options a tier cannot act on (a negative TTL) and
+// fills an empty ID with a random one. Every session tier calls it first.
+func (o SessionOptions) Resolve() (SessionOptions, error) {
+	if o.TTL < 0 {
+		return o, Invalid("ttl", "must not be negative")
+	}
+	if o.ID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		o.ID = hex.EncodeToString(b[:])
+	}
+	return o, nil
 }
 
 // Session is one instance kept across runs. Its Run behaves like the tier's,

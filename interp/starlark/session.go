@@ -2,8 +2,6 @@ package starlark
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"maps"
 	"sync"
@@ -29,16 +27,11 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	if opts.Workspace != "" {
 		return nil, &airlock.NotAdmitted{Tier: Name, Reason: "persistent workspaces need a filesystem, which the starlark tier does not have"}
 	}
-	if opts.TTL < 0 {
-		return nil, airlock.Invalid("ttl", "must not be negative")
+	opts, err := opts.Resolve()
+	if err != nil {
+		return nil, err
 	}
-	id := opts.ID
-	if id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		id = "starlark-" + hex.EncodeToString(b[:])
-	}
-	return &session{t: t, id: id, ttl: opts.TTL, last: time.Now(), globals: maps.Clone(t.base)}, nil
+	return &session{t: t, id: opts.ID, ttl: opts.TTL, last: time.Now(), globals: maps.Clone(t.base)}, nil
 }
 
 type session struct {

@@ -2,8 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -24,15 +22,11 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	if opts.Workspace != "" {
 		return nil, &airlock.NotAdmitted{Tier: Name, Reason: "persistent workspaces are not supported"}
 	}
-	if opts.TTL < 0 {
-		return nil, airlock.Invalid("ttl", "must not be negative")
+	opts, err := opts.Resolve()
+	if err != nil {
+		return nil, err
 	}
 	id := opts.ID
-	if id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		id = hex.EncodeToString(b[:])
-	}
 	type made struct {
 		sb  *sandbox
 		err error

@@ -2,8 +2,6 @@ package process
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -48,12 +46,11 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	if opts.Workspace != "" && !workspaceName.MatchString(opts.Workspace) {
 		return nil, airlock.Invalid("workspace", "%q must be 1-128 letters, digits, '_', '.' or '-'", opts.Workspace)
 	}
-	s := &Session{t: t, id: opts.ID, ttl: opts.TTL}
-	if s.id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		s.id = hex.EncodeToString(b[:])
+	opts, err := opts.Resolve()
+	if err != nil {
+		return nil, err
 	}
+	s := &Session{t: t, id: opts.ID, ttl: opts.TTL}
 	uid, err := t.uids.get()
 	if err != nil {
 		return nil, err

@@ -70,6 +70,9 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("OutputCap", s.outputCap)
 	t.Run("EmptyEnvironment", s.emptyEnv)
 	t.Run("Concurrent", s.concurrent)
+	if st, ok := s.Tier.(airlock.SessionTier); ok {
+		t.Run("SessionOptions", func(t *testing.T) { sessionOptions(t, st) })
+	}
 	if !s.SkipLeak {
 		// The subtest's own goroutine is the one more allowed.
 		t.Run("NoGoroutinesLeft", func(t *testing.T) { NoGoroutineLeak(t, before+1) })
@@ -105,6 +108,19 @@ func (s Suite) identity(t *testing.T) {
 	job := s.okJob()
 	if err := s.Tier.Admit(&job); err != nil {
 		t.Fatalf("tier does not admit its own OK job: %v", err)
+	}
+}
+
+// sessionOptions: a session tier refuses options it cannot honour (a
+// negative TTL) as invalid input, before it starts anything.
+func sessionOptions(t *testing.T, st airlock.SessionTier) {
+	sess, err := st.OpenSession(context.Background(), airlock.SessionOptions{TTL: -time.Second})
+	var inv *airlock.InvalidJob
+	if !errors.As(err, &inv) || inv.Field != "ttl" {
+		if sess != nil {
+			_ = sess.Close()
+		}
+		t.Fatalf("negative TTL: want *airlock.InvalidJob naming ttl, got %T: %v", err, err)
 	}
 }
 
