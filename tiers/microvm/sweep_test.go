@@ -46,6 +46,15 @@ func TestSweep(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(orphan, "vmm.pid"), []byte(strconv.Itoa(vmProc.Process.Pid)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Start returns once the child is forked, possibly before it has
+	// exec'd sh: until then its command line is still this test binary's,
+	// and the sweep rightly refuses to kill it. Wait for the exec.
+	for deadline := time.Now().Add(10 * time.Second); !isOurVM(vmProc.Process.Pid, vmNamePrefix+"orphan"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in VM process never showed its name in its command line")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if _, err := New(testConfig().WithStateDir(state)); err != nil {
 		t.Fatal(err)
 	}
