@@ -1,10 +1,14 @@
-// Package monotime reads the time with one clock read instead of two.
+// Package monotime reads the time cheaply.
 //
 // time.Now reads both the wall and the monotonic clock; on a virtual
 // machine each read can cost more than an inline expression takes to run.
-// Now derives the wall time from a base instant plus monotonic elapsed
-// time, re-reading the wall clock once a second so that clock adjustments
-// are picked up.
+// Now derives the current time from a base instant (one time.Now) plus
+// the elapsed time since it, taken from the CPU's time-stamp counter where
+// that counter is invariant and has been calibrated against the monotonic
+// clock, and from the monotonic clock otherwise. The base is renewed at
+// least once a second, so clock adjustments are picked up, and each renewal
+// checks the counter against the clock: a counter that drifts is dropped
+// for the rest of the process's life.
 package monotime
 
 import (
@@ -12,22 +16,159 @@ import (
 	"time"
 )
 
-var base atomic.Pointer[time.Time]
+// base is one time.Now reading and what extrapolates from it.
+type base struct {
+	wall time.Time // with a monotonic reading
+	tsc  uint64    // the counter when wall was read (0: no counter)
+	// nsPerTick converts counter ticks to nanoseconds; 0 until the
+	// counter has been calibrated over two consistent intervals.
+	nsPerTick float64
+	limit     uint64  // ticks after which the base is renewed (about 1 s)
+	cand      float64 // a calibration from one interval, awaiting a second
+}
 
-func init() { rebase() }
+const (
+	interval = time.Second
+	// calInterval is the renewal interval while the counter is being
+	// calibrated, so that a process reads it within half a second; read
+	// pairs are tight enough (maxReadTicks) for that to be precise.
+	calInterval = interval / 4
+	// tolerance is how far two calibrations, or a prediction and the
+	// clock, may disagree (relative) before the counter is distrusted.
+	tolerance = 1e-4
+)
 
-func rebase() {
-	now := time.Now()
-	base.Store(&now)
+var (
+	cur    atomic.Pointer[base]
+	useTSC = haveInvariantTSC()
+)
+
+func init() {
+	now, tsc := read()
+	cur.Store(&base{wall: now, tsc: tsc})
+}
+
+// maxReadTicks bounds the ticks between the two counter reads around one
+// time.Now: a pair further apart (the goroutine was descheduled) would
+// skew the calibration and is not used.
+const maxReadTicks = 10_000
+
+// read returns time.Now and, where the counter is in use, the counter at
+// that instant (0 if no tight pair could be read).
+func read() (time.Time, uint64) {
+	if !useTSC {
+		return time.Now(), 0
+	}
+	for range 3 {
+		t1 := ticks()
+		now := time.Now()
+		if t2 := ticks(); t2-t1 < maxReadTicks {
+			return now, t1 + (t2-t1)/2
+		}
+	}
+	return time.Now(), 0
 }
 
 // Now returns the current time, with a monotonic reading, like time.Now.
 func Now() time.Time {
-	b := base.Load()
-	d := time.Since(*b)
-	if d > time.Second || d < 0 {
-		rebase()
-		return *base.Load()
+	b := cur.Load()
+	if b.nsPerTick != 0 {
+		if d := ticks() - b.tsc; d < b.limit { // also false if the counter went back
+			return b.wall.Add(time.Duration(float64(d) * b.nsPerTick))
+		}
+		return rebase(b)
 	}
-	return b.Add(d)
+	d := time.Since(b.wall)
+	if d > interval || d < 0 || (d > calInterval && b.tsc != 0) {
+		return rebase(b)
+	}
+	return b.wall.Add(d)
+}
+
+// A Stamp is an instant to measure elapsed time from: Elapsed on a
+// stamp taken while the counter is in use reads only the counter.
+type Stamp struct {
+	at        time.Time
+	tsc       uint64
+	nsPerTick float64 // 0: measure with the clock
+}
+
+// Start returns a stamp for now.
+func Start() Stamp {
+	b := cur.Load()
+	if b.nsPerTick != 0 {
+		t := ticks()
+		if d := t - b.tsc; d < b.limit {
+			return Stamp{at: b.wall.Add(time.Duration(float64(d) * b.nsPerTick)), tsc: t, nsPerTick: b.nsPerTick}
+		}
+	}
+	return Stamp{at: Now()}
+}
+
+// Time returns the stamp's instant, with a monotonic reading.
+func (s Stamp) Time() time.Time { return s.at }
+
+// Elapsed returns the time since the stamp; never negative.
+func (s Stamp) Elapsed() time.Duration {
+	if s.nsPerTick != 0 {
+		if d := ticks() - s.tsc; d < 1<<40 { // also false if the counter went back
+			return time.Duration(float64(d) * s.nsPerTick)
+		}
+	}
+	return Since(s.at)
+}
+
+// Since returns the time elapsed since t, a time from Now or time.Now;
+// never negative.
+func Since(t time.Time) time.Duration {
+	if d := Now().Sub(t); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// rebase reads the clock afresh and, where there is a counter, calibrates
+// or checks it over the interval since prev.
+func rebase(prev *base) time.Time {
+	now, tsc := read()
+	b := &base{wall: now, tsc: tsc}
+	if tsc != 0 {
+		b.nsPerTick, b.cand = calibrate(prev, now, tsc)
+		if b.nsPerTick != 0 {
+			b.limit = uint64(float64(interval) / b.nsPerTick)
+		}
+	}
+	cur.Store(b)
+	return now
+}
+
+// calibrate measures nanoseconds per tick over the interval from prev to
+// (now, tsc) and returns the rate to use (0: not yet, or never) and a
+// candidate for the next renewal to confirm.
+func calibrate(prev *base, now time.Time, tsc uint64) (rate, cand float64) {
+	elapsed := now.Sub(prev.wall)
+	if prev.tsc == 0 || tsc <= prev.tsc || elapsed < calInterval || elapsed > time.Minute {
+		// Too short to be precise, or long enough for anything (a
+		// suspended machine) to have happened: start over.
+		return prev.nsPerTick, 0
+	}
+	m := float64(elapsed) / float64(tsc-prev.tsc)
+	switch {
+	case prev.nsPerTick != 0:
+		// In use: the counter's prediction must match the clock, or it
+		// is set aside until two further intervals agree.
+		if !near(m, prev.nsPerTick) {
+			return 0, m
+		}
+		return m, 0
+	case prev.cand != 0 && near(m, prev.cand):
+		return m, 0 // two intervals agree: start using the counter
+	default:
+		return 0, m
+	}
+}
+
+func near(a, b float64) bool {
+	r := a/b - 1
+	return r < tolerance && r > -tolerance
 }

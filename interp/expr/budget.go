@@ -14,6 +14,7 @@ import (
 	"github.com/expr-lang/expr/vm/runtime"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
 )
 
 // stateVar is the hidden variable through which helpers reach the run's
@@ -74,7 +75,7 @@ func (s *state) checkTime() error {
 		return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
 	default:
 	}
-	if time.Now().After(s.deadline) {
+	if monotime.Now().After(s.deadline) {
 		return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v exceeded", s.limits.Wall())}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	sl "go.starlark.net/starlark"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
 )
 
 // pollSteps is how many interpreter steps run between two looks at the wall
@@ -120,7 +121,7 @@ func (s *runState) poll() error {
 		}
 		return s.stop(airlock.StopKilled, "cancelled by the caller")
 	}
-	if !time.Now().Before(s.deadline) {
+	if !monotime.Now().Before(s.deadline) {
 		return s.stop(airlock.StopTimeout, "wall clock limit reached")
 	}
 	return nil

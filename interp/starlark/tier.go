@@ -134,7 +134,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	var st *runState
 	var runStart time.Time
 	defer func() {
-		end := time.Since(start)
+		end := monotime.Since(start)
 		if !runStart.IsZero() {
 			res.Timings.RunUS = (end - runStart.Sub(start)).Microseconds()
 		}
