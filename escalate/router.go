@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -45,7 +46,8 @@ type entry struct {
 type Router struct {
 	policy    Policy
 	tiers     []entry
-	decisions [][][]string // [rule][tier]: reasons when nothing cheaper refused admission
+	decisions [][][]string                // [rule][tier]: reasons when nothing cheaper refused admission
+	spare     atomic.Pointer[airlock.Job] // one routing copy kept in front of the pool
 }
 
 // New builds a router over the given tiers. costs orders them (cheapest
@@ -194,11 +196,16 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 func (r *Router) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	// Admit takes a pointer through an interface, which would move job to
 	// the heap on every run; route a pooled copy instead.
-	jp := jobs.Get().(*airlock.Job)
+	jp := r.spare.Swap(nil)
+	if jp == nil {
+		jp = jobs.Get().(*airlock.Job)
+	}
 	*jp = job
 	ri, ti, refused, err := r.route(jp)
 	*jp = airlock.Job{}
-	jobs.Put(jp)
+	if !r.spare.CompareAndSwap(nil, jp) {
+		jobs.Put(jp)
+	}
 	if err != nil {
 		res := airlock.Result{Clock: job.Clock, Seed: job.Seed}
 		res.Decision = r.lines(job)

@@ -79,6 +79,7 @@ type Tier struct {
 	cache *cache.Cache[string, *program]
 	last  atomic.Pointer[program] // the program last compiled or found
 	vms   sync.Pool
+	spare atomic.Pointer[vm.VM] // one VM kept in front of the pool, cheaper to take
 }
 
 // New returns a tier with the default configuration.
@@ -119,59 +120,58 @@ func (t *Tier) Admit(job *airlock.Job) error {
 //
 // The warm path (a cached program) reads the clock twice, at the start
 // and at the end, and allocates nothing beyond what the VM itself does.
-func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
-	res := airlock.Result{Tier: Name, Level: airlock.LevelInterpreter}
-	start := monotime.Now()
-	err := t.run(ctx, &job, start, &res)
+func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, err error) {
+	res.Tier, res.Level = Name, airlock.LevelInterpreter
+	stamp := monotime.Start()
+	// Clock reads cost as much as a small expression: a cached program's
+	// start (sub-microsecond) is not measured separately and counts as 0.
+	var startDur time.Duration
+	ran, err := t.run(ctx, &job, stamp, &startDur, &res)
+	total := stamp.Elapsed()
+	res.Timings.TotalUS = total.Microseconds()
+	if ran {
+		res.Timings.RunUS = (total - startDur).Microseconds()
+	}
 	if err != nil {
 		res.SetError(err)
 	}
 	return res, err
 }
 
-// run fills res, including its timings, and returns what ended the run.
-// job is Run's own copy, prepared in place.
-func (t *Tier) run(ctx context.Context, job *airlock.Job, start time.Time, res *airlock.Result) (err error) {
-	// Clock reads cost as much as a small expression: a cached program's
-	// start (sub-microsecond) is not measured separately and counts as 0.
-	var startDur time.Duration
-	ran := false
-	defer func() {
-		total := time.Since(start)
-		res.Timings.TotalUS = total.Microseconds()
-		if ran {
-			res.Timings.RunUS = (total - startDur).Microseconds()
-		}
-	}()
+// run fills res but for its total and run timings, and returns whether
+// the program ran and what ended the run. job is Run's own copy, prepared
+// in place; *startDur is set when the program had to be compiled.
+func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, startDur *time.Duration, res *airlock.Result) (ran bool, err error) {
+	start := stamp.Time()
+	// The input is checked below, in the one pass over it that also
+	// finds the program's variables, rather than by Validate as well.
+	in := job.Input
+	job.Input = nil
 	err = airlock.PrepareInPlace(job, &t.cfg.limits, start)
+	job.Input = in
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := t.Admit(job); err != nil {
-		return err
-	}
-	if _, ok := job.Input[stateVar]; ok {
-		return airlock.Invalid("input", "variable name %q is reserved", stateVar)
+		return false, err
 	}
 	p, cached, err := t.compile(job.Code)
 	if err != nil {
-		return err
+		return false, err
 	}
-	for _, name := range p.idents {
-		if _, ok := job.Input[name]; !ok {
-			return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("unknown variable %q (not in input)", name)}
-		}
+	if err := checkInput(in, p.idents); err != nil {
+		return false, err
 	}
 	if !cached {
-		startDur = time.Since(start)
+		*startDur = stamp.Elapsed()
 		res.Timings.StartUS = startDur.Microseconds()
 	}
 
 	var env any = job.Input
 	var st *state
 	if p.needsState {
-		st = newState(ctx, job, start.Add(startDur))
+		st = newState(ctx, job, start.Add(*startDur))
 		defer st.release()
 		m := make(map[string]any, len(job.Input)+1)
 		for k, v := range job.Input {
@@ -182,29 +182,86 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, start time.Time, res *
 	} else if job.Input == nil {
 		env = map[string]any(nil)
 	}
-	machine := t.vms.Get().(*vm.VM)
+	machine := t.spare.Swap(nil)
+	if machine == nil {
+		machine = t.vms.Get().(*vm.VM)
+	}
 	machine.MemoryBudget = uint(job.Limits.MemoryMB << 20 / elementBytes)
 	out, err := machine.Run(p.prog, env)
-	t.vms.Put(machine)
-	ran = true
+	if !t.spare.CompareAndSwap(nil, machine) {
+		t.vms.Put(machine)
+	}
 	if st != nil {
 		res.Usage.Steps = st.steps
 		res.Usage.MemoryBytes = st.bytes
 	}
 	if err != nil {
-		return runError(err, job.Limits)
+		return true, runError(err, job.Limits)
 	}
 	if ctx.Err() != nil {
-		return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
+		return true, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
 	}
 	if _, ok := sizeWithin(out, job.Limits.OutputBytes, nil); !ok {
-		return &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("value larger than %d bytes", job.Limits.OutputBytes)}
+		return true, &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("value larger than %d bytes", job.Limits.OutputBytes)}
 	}
 	v, err := airlock.ExportValue(out)
 	if err != nil {
-		return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: err.Error()}
+		return true, &airlock.CodeError{Kind: airlock.ErrRuntime, Message: err.Error()}
 	}
 	res.Value = v
+	return true, nil
+}
+
+// checkInput does for the input what Validate would (every value
+// JSON-compatible), refuses the reserved variable, and checks that every
+// variable the program reads is there, in one pass over the map.
+func checkInput(in map[string]any, idents []string) error {
+	if len(in) == len(idents) && len(idents) <= 4 {
+		// The common case, the input holding just the program's variables,
+		// needs no iteration (which draws a random start every time):
+		// when every variable is found, they are all the keys there are,
+		// and none is reserved (the compiler refuses names beginning "__").
+		ok := true
+		for _, name := range idents {
+			v, found := in[name]
+			if !found {
+				ok = false
+				break
+			}
+			if err := airlock.CheckValue(v, 1); err != nil {
+				return airlock.Invalid("input", "%s", err.Error())
+			}
+		}
+		if ok {
+			return nil
+		}
+	}
+	found := 0
+	scan := len(idents) <= 8 // beyond that, look each one up instead
+	for k, v := range in {
+		if err := airlock.CheckValue(v, 1); err != nil {
+			return airlock.Invalid("input", "%s", err.Error())
+		}
+		if k == stateVar {
+			return airlock.Invalid("input", "variable name %q is reserved", stateVar)
+		}
+		if scan {
+			for _, name := range idents {
+				if name == k {
+					found++
+					break
+				}
+			}
+		}
+	}
+	if found == len(idents) {
+		return nil
+	}
+	for _, name := range idents {
+		if _, ok := in[name]; !ok {
+			return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("unknown variable %q (not in input)", name)}
+		}
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package expr_test
 import (
 	"context"
 	"errors"
+	"math"
 	"math/big"
 	"testing"
 	"time"
@@ -111,6 +112,47 @@ func TestReservedInputNames(t *testing.T) {
 	_, err := expr.New().Run(context.Background(), job("1", map[string]any{"__s": 1}))
 	var inv *airlock.InvalidJob
 	require.True(t, errors.As(err, &inv), "got %v", err)
+}
+
+// TestInputChecks covers both ways the tier checks its input (lookups
+// when the input holds just the program's variables, one pass over it
+// otherwise): a value that is not JSON-compatible is invalid, the reserved
+// name is refused, and a variable missing from the input is a runtime error.
+func TestInputChecks(t *testing.T) {
+	fn := func() {}
+	for _, c := range []struct {
+		name, code string
+		input      map[string]any
+		want       any // *airlock.InvalidJob, *airlock.CodeError, or the value
+	}{
+		{"exact", "x + y", map[string]any{"x": 1, "y": 2}, int64(3)},
+		{"extra", "x + 1", map[string]any{"x": 1, "unused": "a"}, int64(2)},
+		{"bad value, exact", "x", map[string]any{"x": fn}, &airlock.InvalidJob{}},
+		{"bad value, extra", "x", map[string]any{"x": 1, "y": math.NaN()}, &airlock.InvalidJob{}},
+		{"bad nested value", "x", map[string]any{"x": []any{map[string]any{"f": fn}}}, &airlock.InvalidJob{}},
+		{"reserved, extra", "x", map[string]any{"x": 1, "__s": 1}, &airlock.InvalidJob{}},
+		{"missing, same count", "x", map[string]any{"y": 1}, &airlock.CodeError{}},
+		{"missing, more keys", "x + z", map[string]any{"y": 1, "w": 2, "x": 3}, &airlock.CodeError{}},
+		{"missing, no input", "x", nil, &airlock.CodeError{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := expr.New().Run(context.Background(), job(c.code, c.input))
+			switch want := c.want.(type) {
+			case *airlock.InvalidJob:
+				var inv *airlock.InvalidJob
+				require.ErrorAs(t, err, &inv)
+				assert.Equal(t, "input", inv.Field)
+			case *airlock.CodeError:
+				var ce *airlock.CodeError
+				require.ErrorAs(t, err, &ce)
+				assert.Equal(t, airlock.ErrRuntime, ce.Kind)
+				assert.Contains(t, ce.Message, "not in input")
+			default:
+				require.NoError(t, err)
+				assert.Equal(t, want, res.Value)
+			}
+		})
+	}
 }
 
 func TestAdmit(t *testing.T) {
