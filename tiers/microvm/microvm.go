@@ -101,7 +101,8 @@ func (c Config) WithAgent(path string) Config { c.agent = path; return c }
 // WithStateDir sets where running VMs keep their sockets and pid files.
 func (c Config) WithStateDir(dir string) Config { c.stateDir = dir; return c }
 
-// WithCacheDir sets where initramfs images and snapshots are kept.
+// WithCacheDir sets where initramfs images are kept (snapshots live in
+// memory).
 func (c Config) WithCacheDir(dir string) Config { c.cacheDir = dir; return c }
 
 // WithWarm sets the warm-start mode.
@@ -158,6 +159,7 @@ type Tier struct {
 
 	snapMu sync.Mutex
 	snaps  map[int64]*snapshot // by guest memory size
+	spares spares              // a VMM launched ahead for the next restore
 
 	emptyMu  sync.Mutex
 	emptyDir string // the empty placed-files directory (see emptyPlaced)
@@ -251,8 +253,8 @@ func (t *Tier) GuestKernel() string {
 }
 
 // WaitWarm blocks until the tier's warm capacity is ready, or ctx ends: the
-// snapshot exists (made now if need be) when starts are restored from one,
-// and every slot of the pool holds a VM waiting for its job. With cold
+// snapshot exists (made now if need be) and a VMM waits to restore it
+// when starts are restored from one, and every slot of the pool holds a VM waiting for its job. With cold
 // starts and no pool it returns nil at once; an unavailable tier returns
 // why.
 func (t *Tier) WaitWarm(ctx context.Context) error {
@@ -263,6 +265,7 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 		if _, err := t.snapshotFor(ctx, t.baseMem()); err != nil {
 			return err
 		}
+		t.spares.ready(ctx, t, t.baseMem())
 	}
 	if t.pool != nil {
 		return t.pool.waitFull(ctx)
@@ -286,6 +289,7 @@ func (t *Tier) Close() error {
 	if t.pool != nil {
 		t.pool.close()
 	}
+	t.spares.close()
 	t.reapers.Wait()
 	t.dropSnapshots()
 	t.dropEmptyPlaced()

@@ -102,8 +102,8 @@ func TestWaitWarm(t *testing.T) {
 	if s == nil {
 		t.Fatal("WaitWarm returned before the snapshot existed")
 	}
-	if _, err := os.Stat(s.path); err != nil {
-		t.Fatalf("snapshot file: %v", err)
+	if err := s.check(); err != nil {
+		t.Fatalf("snapshot: %v", err)
 	}
 	missing, err := New(testConfig().WithKernel(filepath.Join(t.TempDir(), "no-vmlinux")))
 	if err != nil {
@@ -117,10 +117,10 @@ func TestWaitWarm(t *testing.T) {
 func countVMDirs(ents []os.DirEntry) int {
 	n := 0
 	for _, e := range ents {
-		// Snapshots and the empty placed-files directory are the tier's
-		// own state, removed by Close; everything else is a VM's (or a
-		// run's placed files).
-		if strings.HasPrefix(e.Name(), vmNamePrefix) && !strings.HasPrefix(e.Name(), vmNamePrefix+"snap-") &&
+		// The spare VMM and the empty placed-files directory are the
+		// tier's own state, removed by Close (TestSpareVMM); everything
+		// else is a VM's (or a run's placed files).
+		if strings.HasPrefix(e.Name(), vmNamePrefix) && !strings.HasPrefix(e.Name(), vmNamePrefix+spareID) &&
 			!strings.HasPrefix(e.Name(), vmNamePrefix+"empty-") {
 			n++
 		}

@@ -2,36 +2,76 @@ package microvm
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// A snapshot is a VM saved (QMP stop + migrate to a file) while its agent
-// waits for a job. Each restore streams the file into a new QEMU started
-// with -incoming, hashing it on the way: only when the stream's SHA-256
-// equals the digest taken when the snapshot was made does the VM continue.
-// The digest lives in this process's memory, so a file swapped or edited
-// on disk is refused, not run. Each restored VM gets fresh host entropy
-// and the job's clock with its job (see the agent), so no two runs share
-// random numbers.
+// A snapshot is a VM saved (QMP stop + migrate) while its agent waits for
+// a job. The stream is written into an anonymous memory file that only
+// this process holds (no path on disk), which is then sealed: the kernel
+// refuses every later write, truncation or growth through any descriptor,
+// this process's included. Each restore hands a new VMM a read-only
+// descriptor of it; before that the seals and the size are checked again.
+// Each restored VM gets fresh host entropy and the job's clock with its
+// job (see the agent), so no two runs share random numbers.
 type snapshot struct {
-	dir    string
-	path   string
-	digest string // hex SHA-256 of the file
-	size   int64
-	mem    int64
+	f    *os.File // the sealed memory file
+	size int64
+	mem  int64
 }
 
-// ErrSnapshotTampered is wrapped by restores whose snapshot does not match
-// the digest recorded when it was made.
-var ErrSnapshotTampered = errors.New("snapshot does not match its digest")
+// snapshotSeals are the seals a snapshot must carry to be restored.
+const snapshotSeals = unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// ErrSnapshotTampered is wrapped by restores whose snapshot is no longer
+// the one that was made (its seals or its size changed).
+var ErrSnapshotTampered = errors.New("snapshot is not the one that was made")
+
+// withFd calls fn with the memory file's descriptor, which stays open
+// (Close waits) until fn returns; a snapshot dropped by Close is an error.
+func (s *snapshot) withFd(fn func(fd int) error) error {
+	rc, err := s.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return fmt.Errorf("the snapshot was dropped: %w", err)
+	}
+	return ferr
+}
+
+// check verifies that the snapshot is still sealed and of its size.
+func (s *snapshot) check() error {
+	return s.withFd(func(fd int) error {
+		seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrSnapshotTampered, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("%w: %v", ErrSnapshotTampered, err)
+		}
+		if seals&snapshotSeals != snapshotSeals || st.Size != s.size {
+			return fmt.Errorf("%w: seals %#x, %d bytes (made with %d)", ErrSnapshotTampered, seals, st.Size, s.size)
+		}
+		return nil
+	})
+}
+
+// reader opens a read-only descriptor of the snapshot with its own offset.
+func (s *snapshot) reader() (f *os.File, err error) {
+	err = s.withFd(func(fd int) error {
+		f, err = os.Open(fmt.Sprintf("/proc/self/fd/%d", fd))
+		return err
+	})
+	return f, err
+}
 
 // snapshotFor returns the tier's snapshot for a memory size, making it on
 // first use.
@@ -50,18 +90,16 @@ func (t *Tier) snapshotFor(ctx context.Context, mem int64) (*snapshot, error) {
 }
 
 func (t *Tier) makeSnapshot(ctx context.Context, mem int64) (_ *snapshot, err error) {
-	dir := filepath.Join(t.cfg.stateDir, vmNamePrefix+"snap-"+newID())
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+	fd, err := unix.MemfdCreate("airlock-snapshot", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memory file: %w", err)
 	}
+	f := os.NewFile(uintptr(fd), "airlock-snapshot")
 	defer func() {
 		if err != nil {
-			os.RemoveAll(dir)
+			f.Close()
 		}
 	}()
-	if err := writeOwner(dir); err != nil {
-		return nil, err
-	}
 	v, err := t.launch(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, qmp: true})
 	if err != nil {
 		return nil, err
@@ -73,14 +111,7 @@ func (t *Tier) makeSnapshot(ctx context.Context, mem int64) (_ *snapshot, err er
 	if _, err := v.qmp.do("stop", nil); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, "vm.snap")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	_, err = v.qmp.doFile("getfd", map[string]any{"fdname": "snap"}, f)
-	f.Close()
-	if err != nil {
+	if _, err := v.qmp.doFile("getfd", map[string]any{"fdname": "snap"}, f); err != nil {
 		return nil, err
 	}
 	if _, err := v.qmp.do("migrate", map[string]any{"uri": "fd:snap"}); err != nil {
@@ -110,16 +141,18 @@ func (t *Tier) makeSnapshot(ctx context.Context, mem int64) (_ *snapshot, err er
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	v.kill()
-	digest, err := hashFile(path)
-	if err != nil {
+	v.kill() // QEMU's descriptor goes with it
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, snapshotSeals); err != nil {
+		return nil, fmt.Errorf("sealing the snapshot: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, err
 	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
+	if st.Size == 0 {
+		return nil, errors.New("the migration wrote nothing")
 	}
-	return &snapshot{dir: dir, path: path, digest: digest, size: st.Size(), mem: mem}, nil
+	return &snapshot{f: f, size: st.Size, mem: mem}, nil
 }
 
 // restore starts a VM from the tier's snapshot for mem and lets it run once
@@ -133,47 +166,36 @@ func (t *Tier) restore(ctx context.Context, mem int64) (*vm, error) {
 }
 
 func (t *Tier) restoreFrom(ctx context.Context, s *snapshot) (_ *vm, err error) {
-	src, err := os.Open(s.path)
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	src, err := s.reader()
 	if err != nil {
 		return nil, fmt.Errorf("opening the snapshot: %w", err)
 	}
 	defer src.Close()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	verified := make(chan error, 1)
-	go func() {
-		h := sha256.New()
-		n, err := io.Copy(io.MultiWriter(pw, h), src)
-		pw.Close()
-		switch {
-		case err != nil:
-			verified <- err
-		case n != s.size || hex.EncodeToString(h.Sum(nil)) != s.digest:
-			verified <- ErrSnapshotTampered
-		default:
-			verified <- nil
+	// A VMM launched ahead of time for this memory size saves QEMU's own
+	// start (loading its libraries and the kernel image) from the restore;
+	// the next one is launched now, for the restore after this.
+	v := t.spares.take(ctx, s.mem)
+	t.spares.fill(t, s.mem)
+	if v == nil {
+		if v, err = t.launch(ctx, t.spareSpec(s.mem)); err != nil {
+			return v, err
 		}
-	}()
-	v, err := t.launch(ctx, vmSpec{memMB: s.mem, vcpus: t.cfg.vcpus, qmp: true, input: pr, paused: true})
-	pr.Close()
-	if err != nil {
-		pw.Close() // a copier blocked on a dead reader gets EPIPE
-		<-verified
-		return v, err
 	}
 	defer func() {
 		if err != nil {
 			v.kill()
-			// QEMU may have choked on a damaged stream before the copier
-			// finished hashing it: judge the file itself.
-			if d, herr := hashFile(s.path); herr == nil && d != s.digest && !errors.Is(err, ErrSnapshotTampered) {
-				err = fmt.Errorf("%w: %v", ErrSnapshotTampered, err)
-			}
 		}
 	}()
-	// The VM is paused until cont; wait until QEMU has loaded the stream.
+	if _, err := v.qmp.doFile("getfd", map[string]any{"fdname": "snap"}, src); err != nil {
+		return v, fmt.Errorf("restoring: %w (%s)", err, v.diag())
+	}
+	if _, err := v.qmp.do("migrate-incoming", map[string]any{"uri": "fd:snap"}); err != nil {
+		return v, fmt.Errorf("restoring: %w (%s)", err, v.diag())
+	}
+	// The VM stays paused until cont; wait until QEMU has loaded the stream.
 	deadline := time.Now().Add(t.cfg.bootTimeout)
 	for {
 		st, err := v.qmp.status()
@@ -191,17 +213,9 @@ func (t *Tier) restoreFrom(ctx context.Context, s *snapshot) (_ *vm, err error) 
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	select {
-	case err := <-verified:
-		if err != nil {
-			return v, fmt.Errorf("restoring: %w", err)
-		}
-	case <-time.After(2 * time.Second):
-		// QEMU finished loading but did not consume the whole file: the
-		// stream carries more than the snapshot that was made.
-		v.kill()
-		<-verified
-		return v, fmt.Errorf("restoring: %w (trailing data)", ErrSnapshotTampered)
+	// Checked again now that QEMU has read it: what ran is what was made.
+	if err := s.check(); err != nil {
+		return v, err
 	}
 	if _, err := v.qmp.do("cont", nil); err != nil {
 		return v, err
@@ -214,7 +228,7 @@ func (t *Tier) dropSnapshots() {
 	t.snapMu.Lock()
 	defer t.snapMu.Unlock()
 	for k, s := range t.snaps {
-		os.RemoveAll(s.dir)
+		s.f.Close()
 		delete(t.snaps, k)
 	}
 }

@@ -3,11 +3,16 @@ package microvm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // TestSnapshotFreshEntropy restores the same snapshot twice: the two runs
@@ -29,8 +34,11 @@ func TestSnapshotFreshEntropy(t *testing.T) {
 	}
 }
 
-// TestSnapshotTampered edits the snapshot on disk (a flipped byte, then a
-// trailing byte) and checks that restores are refused before the VM runs.
+// TestSnapshotTampered attacks the snapshot: every way to change it
+// through a descriptor (write, write at an offset, truncate, grow, a
+// shared writable mapping) must fail, and the job still runs as made; a
+// snapshot substituted without the seals, or of another size, is refused
+// before any VM runs it.
 func TestSnapshotTampered(t *testing.T) {
 	tier := shared.get(t, WarmSnapshot)
 	job := command("sh", "-c", "echo ran")
@@ -44,41 +52,84 @@ func TestSnapshotTampered(t *testing.T) {
 	if s == nil {
 		t.Fatalf("no snapshot for %d MB", mem)
 	}
-	orig, err := os.ReadFile(s.path)
+	var rw *os.File
+	if err := s.withFd(func(fd int) (err error) {
+		rw, err = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_RDWR, 0)
+		return err
+	}); err != nil {
+		t.Fatalf("opening the snapshot for writing (the open is allowed; the writes are not): %v", err)
+	}
+	defer rw.Close()
+	attacks := map[string]func() error{
+		"write":    func() error { _, err := rw.Write([]byte{0xff}); return err },
+		"write at": func() error { _, err := rw.WriteAt([]byte{0xff}, s.size/2); return err },
+		"truncate": func() error { return rw.Truncate(s.size - 4096) },
+		"grow":     func() error { return rw.Truncate(s.size + 4096) },
+		"append":   func() error { _, err := rw.WriteAt([]byte{0}, s.size); return err },
+		"mmap": func() error {
+			b, err := unix.Mmap(int(rw.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			if err == nil {
+				b[0] ^= 0xff
+				_ = unix.Munmap(b)
+			}
+			return err
+		},
+	}
+	for name, attack := range attacks {
+		if err := attack(); err == nil {
+			t.Errorf("%s: the sealed snapshot accepted it", name)
+		}
+	}
+	if err := s.check(); err != nil {
+		t.Fatalf("after the attacks: %v", err)
+	}
+	if res, err := tier.Run(context.Background(), job); err != nil || res.Stdout != "ran\n" {
+		t.Fatalf("run after the attacks: %v %+v", err, res)
+	}
+
+	// A snapshot swapped for one without the seals, or cut short.
+	orig, err := s.reader()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := os.WriteFile(s.path, orig, 0o600); err != nil {
-			t.Error(err)
-		}
-	})
-	tampered := map[string][]byte{
-		"flipped byte":  flip(orig, len(orig)/2),
-		"trailing data": append(append([]byte(nil), orig...), 0),
-		"truncated":     orig[:len(orig)-4096],
+	data, err := io.ReadAll(orig)
+	orig.Close()
+	if err != nil || int64(len(data)) != s.size {
+		t.Fatalf("reading the snapshot: %d bytes, %v", len(data), err)
 	}
-	for name, data := range tampered {
+	for name, c := range map[string]struct {
+		data []byte
+		seal bool
+	}{
+		"unsealed":  {data, false},
+		"truncated": {data[:len(data)-4096], true},
+	} {
 		t.Run(name, func(t *testing.T) {
-			if err := os.WriteFile(s.path, data, 0o600); err != nil {
+			fd, err := unix.MemfdCreate("fake", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := tier.Run(context.Background(), job)
-			if !errors.Is(err, ErrSnapshotTampered) {
-				t.Fatalf("restore of a tampered snapshot: %v (%+v)", err, res)
+			f := os.NewFile(uintptr(fd), "fake")
+			defer f.Close()
+			if _, err := f.Write(c.data); err != nil {
+				t.Fatal(err)
 			}
-			if res.Stdout != "" || res.Error == nil {
-				t.Fatalf("tampered snapshot ran or the result hides the error: %+v", res)
+			if c.seal {
+				if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, snapshotSeals); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fake := &snapshot{f: f, size: s.size, mem: s.mem}
+			v, err := tier.restoreFrom(context.Background(), fake)
+			if v != nil {
+				v.kill()
+			}
+			if !errors.Is(err, ErrSnapshotTampered) {
+				t.Fatalf("restore of a swapped snapshot: %v", err)
 			}
 		})
 	}
 	assertNoVMs(t, tier)
-}
-
-func flip(b []byte, i int) []byte {
-	c := append([]byte(nil), b...)
-	c[i] ^= 0xff
-	return c
 }
 
 func mustPrepare(t *testing.T, job airlock.Job) *airlock.Job {
@@ -88,4 +139,53 @@ func mustPrepare(t *testing.T, job airlock.Job) *airlock.Job {
 		t.Fatal(err)
 	}
 	return &j
+}
+
+// TestSpareVMM checks the VMM launched ahead for restores: WaitWarm leaves
+// exactly one, a run uses it (and a new one replaces it), and Close leaves
+// nothing of the tier's in its state directory.
+func TestSpareVMM(t *testing.T) {
+	tier, err := New(testConfig().WithWarm(WarmSnapshot).WithStateDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tier.Available(); err != nil {
+		tiertest.Unavailable(t, Name, err)
+	}
+	defer tier.Close()
+	ctx := context.Background()
+	spares := func() (names []string) {
+		ents, _ := os.ReadDir(tier.cfg.stateDir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), vmNamePrefix+spareID) {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := spares()
+	if len(first) != 1 {
+		t.Fatalf("after WaitWarm: spare VMMs %v, want one", first)
+	}
+	if res, err := tier.Run(ctx, command("true")); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tier.reapers.Wait()
+	second := spares()
+	if len(second) != 1 || second[0] == first[0] {
+		t.Fatalf("after a run: spare VMMs %v (before: %v), want one new one", second, first)
+	}
+	tier.Close()
+	ents, _ := os.ReadDir(tier.cfg.stateDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), vmNamePrefix) {
+			t.Errorf("left after Close: %s", e.Name())
+		}
+	}
 }
