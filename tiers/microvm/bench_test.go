@@ -30,7 +30,6 @@ import (
 //	          starts) into the VMM it launched ahead
 //	pool      the tier claiming a pooled VM; WaitWarm, untimed, before each
 //	          claim, so the claim is measured, not the refill
-//	pool-idle the same, the VM having then waited poolIdle in the pool
 //
 // Each reports medians in ms; run with -benchtime=Nx.
 func BenchmarkStart(b *testing.B) {
@@ -90,25 +89,10 @@ func BenchmarkStart(b *testing.B) {
 		measure(b, func() { benchRun(b, tier, ctx, job) })
 		steps.report(b)
 	})
-	// pool: each claim is of the VM that has just said it is ready (the
-	// refill after the previous claim); pool-idle: of one that has then
-	// waited poolIdle in the pool, as a pooled VM normally has before a
-	// job comes. Right after Ready the VMM is still busy with the tail of
-	// its start (and each claim starts the next refill), which shows in
-	// the difference.
-	for _, idle := range []time.Duration{0, poolIdle} {
-		name := "pool"
-		if idle > 0 {
-			name = "pool-idle"
-		}
-		b.Run(name, func(b *testing.B) { benchPool(b, idle) })
-	}
+	b.Run("pool", benchPool)
 }
 
-// poolIdle is how long pool-idle lets a ready VM wait before its claim.
-const poolIdle = 250 * time.Millisecond
-
-func benchPool(b *testing.B, idle time.Duration) {
+func benchPool(b *testing.B) {
 	ctx := context.Background()
 	job := command("/bin/true")
 	tier := benchTier(b, testConfig().WithWarm(WarmSnapshot).WithPool(1))
@@ -119,7 +103,6 @@ func benchPool(b *testing.B, idle time.Duration) {
 		if err := tier.WaitWarm(ctx); err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(idle)
 		b.StartTimer()
 		start := time.Now()
 		benchRun(b, tier, ctx, job)

@@ -23,6 +23,7 @@ type pool struct {
 	hits     atomic.Uint64 // claims that took a waiting VM
 	misses   atomic.Uint64 // claims that found none (the job started unpooled)
 	released chan struct{} // a claimed VM's job has finished
+	claimed  chan struct{} // a slot has been emptied
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -30,7 +31,7 @@ type pool struct {
 
 func newPool(t *Tier, n int) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pool{t: t, mem: t.baseMem(), ready: make(chan *vm, n), released: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	p := &pool{t: t, mem: t.baseMem(), ready: make(chan *vm, n), released: make(chan struct{}, 1), claimed: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	p.wg.Add(1)
 	go p.fill()
 	return p
@@ -39,13 +40,23 @@ func newPool(t *Tier, n int) *pool {
 // refillDelay bounds how long a refill waits for claimed jobs to finish.
 const refillDelay = time.Second
 
-// fill keeps the pool full until it is closed. A replacement is started
-// once the jobs of claimed VMs have finished (or after refillDelay): booting
-// it would otherwise compete for the CPU with the very job the pool is
-// there to speed up.
+// fill keeps the pool full until it is closed. A VM is booted only for an
+// empty slot (one booted ahead would wait outside the pool, and the boot
+// of its successor would start at the very claim that let it in), and
+// once the jobs of claimed VMs have finished (or after refillDelay):
+// booting would otherwise compete for the CPU with the very job the pool
+// is there to speed up.
 func (p *pool) fill() {
 	defer p.wg.Done()
 	for p.ctx.Err() == nil {
+		if len(p.ready) == cap(p.ready) {
+			select {
+			case <-p.claimed:
+			case <-p.ctx.Done():
+				return
+			}
+			continue
+		}
 		if p.inFlight.Load() > 0 {
 			select {
 			case <-p.released:
@@ -97,9 +108,11 @@ func (p *pool) claim(mem int64) *vm {
 			select {
 			case <-v.done: // died while waiting: drop it
 				v.kill()
+				p.emptied()
 				continue
 			default:
 			}
+			p.emptied()
 			v.pool = p
 			p.inFlight.Add(1)
 			p.hits.Add(1)
@@ -108,6 +121,14 @@ func (p *pool) claim(mem int64) *vm {
 			p.misses.Add(1)
 			return nil
 		}
+	}
+}
+
+// emptied tells fill that a slot is free.
+func (p *pool) emptied() {
+	select {
+	case p.claimed <- struct{}{}:
+	default:
 	}
 }
 

@@ -44,6 +44,14 @@ func TestPool(t *testing.T) {
 		if n := len(tier.pool.ready); n != 1 {
 			t.Fatalf("WaitWarm returned with %d VMs waiting, want 1", n)
 		}
+		// A full pool boots nothing more: no VM waits outside it (whose
+		// successor's boot would start at the next claim).
+		time.Sleep(300 * time.Millisecond)
+		tier.reapers.Wait()
+		ents, _ := os.ReadDir(tier.cfg.stateDir)
+		if n := countVMDirs(ents); n != 1 {
+			t.Fatalf("a full pool of one has %d VMs", n)
+		}
 		res, err := tier.Run(ctx, job)
 		if err != nil {
 			t.Fatalf("run %d: %v (%+v)", i, err, res)
