@@ -85,6 +85,22 @@ func Now() time.Time {
 	return b.wall.Add(d)
 }
 
+// Calibrated reports whether Now reads the time-stamp counter.
+func Calibrated() bool { return cur.Load().nsPerTick != 0 }
+
+// WarmUp reads the clock until the counter is calibrated or the timeout
+// passes (about half a second where there is an invariant counter; at
+// once where there is none), so that what follows measures the steady
+// state of a long-running process. It reports whether it is calibrated.
+func WarmUp(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for useTSC && !Calibrated() && time.Now().Before(deadline) {
+		Now()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return Calibrated()
+}
+
 // A Stamp is an instant to measure elapsed time from: Elapsed on a
 // stamp taken while the counter is in use reads only the counter.
 type Stamp struct {

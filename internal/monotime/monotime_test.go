@@ -106,3 +106,15 @@ func TestStamp(t *testing.T) {
 		t.Fatalf("a stamp ahead of the counter: Elapsed() = %v", d)
 	}
 }
+
+// TestWarmUp: on a machine with an invariant counter, WarmUp calibrates it
+// well within a second.
+func TestWarmUp(t *testing.T) {
+	got := WarmUp(2 * time.Second)
+	if useTSC && !got {
+		t.Fatal("WarmUp returned without a calibrated counter")
+	}
+	if !useTSC && got {
+		t.Fatal("calibrated without an invariant counter")
+	}
+}
