@@ -45,7 +45,7 @@ func (s *spares) take(ctx context.Context, mem int64) *vm {
 	s.v = nil
 	select {
 	case <-v.done: // QEMU died while it waited
-		go v.kill()
+		s.wg.Go(v.kill)
 		return nil
 	default:
 		return v
@@ -61,7 +61,7 @@ func (s *spares) fill(t *Tier, mem int64) {
 		return
 	}
 	if s.v != nil {
-		go s.v.kill()
+		s.wg.Go(s.v.kill)
 		s.v = nil
 	}
 	ch := make(chan struct{})
@@ -76,7 +76,7 @@ func (s *spares) fill(t *Tier, mem int64) {
 		s.inflight = nil
 		if err != nil || s.closed {
 			if v != nil {
-				go v.kill()
+				s.wg.Go(v.kill)
 			}
 			return
 		}
@@ -98,7 +98,8 @@ func (s *spares) ready(ctx context.Context, t *Tier, mem int64) {
 	}
 }
 
-// close kills the spare and launches no more.
+// close kills the spare, waits for launches and kills in flight, and
+// launches no more.
 func (s *spares) close() {
 	s.mu.Lock()
 	s.closed = true
