@@ -7,8 +7,12 @@
 // that counter is invariant and has been calibrated against the monotonic
 // clock, and from the monotonic clock otherwise. The base is renewed at
 // least once a second, so clock adjustments are picked up, and each renewal
-// checks the counter against the clock: a counter that drifts is dropped
-// for the rest of the process's life.
+// checks the counter against the clock: a counter that disagrees is set
+// aside until two further intervals agree. The counter is taken to be
+// synchronised across CPUs, as an invariant counter is on one socket and
+// on hypervisors that keep it stable; calibration checks its rate, not
+// per-CPU offsets. Readings feed timings and deadlines, never security
+// decisions beyond a wall-clock limit.
 package monotime
 
 import (
