@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/tools"
@@ -268,6 +269,9 @@ func runscRun() Target {
 			state := filepath.Join(dir, "state")
 			done := func() {
 				_ = exec.Command(runsc, "--root", state, "delete", "--force", id).Run()
+				// runsc bind-mounts an empty network namespace into its
+				// root for --network=none; it outlives the sandbox.
+				_ = unix.Unmount(filepath.Join(state, "null-netns"), unix.MNT_DETACH)
 				_ = os.RemoveAll(dir)
 			}
 			return []string{runsc, "--root", state, "--network=none", "--platform=systrap", "run", "--bundle", dir, id}, done, nil
