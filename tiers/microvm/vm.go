@@ -28,10 +28,9 @@ const vmNamePrefix = "airlock-vm-"
 type vmSpec struct {
 	memMB int64
 	vcpus int
-	qmp   bool     // expose a QMP socket (snapshots)
-	input *os.File // restore: the migration stream (passed as fd 3)
+	qmp   bool // expose a QMP socket (snapshots)
 	// incoming: wait for a migration stream to be named over QMP
-	// (-incoming defer), as a spare VMM for the next restore does.
+	// (-incoming defer), as the VMM a restore uses does.
 	incoming bool
 	paused   bool   // -S: wait for QMP cont
 	net      bool   // a network device whose only way out is the egress guestfwd
@@ -131,10 +130,7 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	if s.qmp {
 		args = append(args, "-qmp", "unix:"+filepath.Join(dir, "qmp.sock")+",server=on,wait=off")
 	}
-	switch {
-	case s.input != nil:
-		args = append(args, "-incoming", "fd:3")
-	case s.incoming:
+	if s.incoming {
 		args = append(args, "-incoming", "defer")
 	}
 	if s.paused {
@@ -150,22 +146,17 @@ func newID() string {
 }
 
 // vmmProcess is how one VMM (QEMU or Firecracker) is started: its
-// command line, the files it inherits, the path of the control socket the
+// command line, the path of the control socket the
 // guest agent reaches us on, and any configuration after it starts.
 type vmmProcess struct {
 	prog      string
 	args      []string
-	extra     []*os.File
 	ctl       string
 	configure func(ctx context.Context, v *vm) error
 }
 
 func (t *Tier) qemuProcess(id, dir string, s vmSpec) vmmProcess {
-	p := vmmProcess{prog: t.assets.qemu, args: t.qemuArgs(id, dir, s), ctl: filepath.Join(dir, "ctl.sock")}
-	if s.input != nil {
-		p.extra = []*os.File{s.input}
-	}
-	return p
+	return vmmProcess{prog: t.assets.qemu, args: t.qemuArgs(id, dir, s), ctl: filepath.Join(dir, "ctl.sock")}
 }
 
 // launch starts the VMM and waits until the guest side of the control port is
@@ -204,7 +195,6 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	cmd.Stdout = v.console
 	cmd.Stderr = v.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.ExtraFiles = p.extra
 	if err := cmd.Start(); err != nil {
 		close(v.done)
 		return v, fmt.Errorf("starting %s: %w", filepath.Base(p.prog), err)
