@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
 func netJob() airlock.Job {
@@ -172,7 +173,7 @@ func TestPlacedFiles(t *testing.T) {
 		dir := place(t, job)
 		os.Remove(filepath.Join(dir, "lib", "a.txt"))
 		if err := unix.Mkfifo(filepath.Join(dir, "lib", "a.txt"), 0o644); err != nil {
-			t.Skip("mkfifo:", err)
+			testenv.Skipf(t, "cannot make a fifo to swap in: %v", err)
 		}
 		expectStale(t, approve.CheckPlaced(ctx, dir), "not a regular file")
 	})

@@ -208,6 +208,18 @@ func (c *Case) BuildJob(vars map[string]string) (airlock.Job, error) {
 	return job, nil
 }
 
+// SkipReason says why the case cannot run with vars — its own skip, or a
+// ${VAR} that neither its expansions nor vars provide — or returns "".
+func (c *Case) SkipReason(vars map[string]string) string {
+	if c.Skip != "" {
+		return c.Skip
+	}
+	if v := c.MissingVar(vars); v != "" {
+		return "nothing here provides ${" + v + "}"
+	}
+	return ""
+}
+
 // MissingVar names a ${VAR} in the case's job that neither its own
 // expansions nor vars provide, or returns "". Runners skip such a case
 // with the reason instead of running it with the placeholder in place.

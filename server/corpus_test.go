@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
 func TestCorpus(t *testing.T) {
@@ -19,8 +20,8 @@ func TestCorpus(t *testing.T) {
 	tier := httpTier{f: f, key: keyB}
 	for _, c := range cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Skip != "" {
-				t.Skip(c.Skip)
+			if why := c.SkipReason(nil); why != "" {
+				testenv.Skipf(t, "%s", why)
 			}
 			if !c.Applies(tier.Name()) {
 				t.Fatalf("%s is not marked for the server (tiers: [\"server\"]), so tier runners would run it", c.ID)

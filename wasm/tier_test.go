@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -112,8 +113,8 @@ func TestCorpus(t *testing.T) {
 			continue
 		}
 		t.Run(strings.TrimPrefix(c.ID, "wasm/"), func(t *testing.T) {
-			if c.Skip != "" {
-				t.Skip(c.Skip)
+			if why := c.SkipReason(nil); why != "" {
+				testenv.Skipf(t, "%s", why)
 			}
 			mod := g
 			if name, ok := caseWAT(strings.TrimPrefix(c.ID, "wasm/")); ok {

@@ -118,7 +118,7 @@ const spin = `{"kind":"starlark","code":"x = 0\nfor i in range(1 << 40):\n    x 
 
 func TestServeKill9AndRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts server processes")
+		t.Skip("starts server processes; skipped with -short")
 	}
 	dir, cfg := writeConfig(t, "limits:\n  max: {steps: 100000000000}\n")
 	c := startServe(t, cfg)

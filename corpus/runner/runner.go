@@ -379,15 +379,12 @@ func (c Config) one(ctx context.Context, can *canaries, tk task, token string) (
 		v.Result, v.Detail, v.Outcome = SkippedCase, why, "skipped"
 		return v
 	}
-	switch {
-	case t.down != nil:
+	if t.down != nil {
 		return skip("tier unavailable: " + t.down.Error())
-	case k.Skip != "":
-		return skip(k.Skip)
 	}
 	s := spec{Tier: t.name, Case: k, Vars: can.vars(token), MemoryMB: c.memoryMB, WallMS: c.timeout.Milliseconds()}
-	if missing := k.MissingVar(s.Vars); missing != "" {
-		return skip("the runner cannot provide ${" + missing + "} here")
+	if why := k.SkipReason(s.Vars); why != "" {
+		return skip(why)
 	}
 	if k.Area == "wasm" || strings.Contains(string(k.Job), `"wasm"`) {
 		job, err := k.BuildJob(nil)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
@@ -45,8 +46,8 @@ func TestCorpus(t *testing.T) {
 	tier := expr.New()
 	for _, c := range cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Skip != "" {
-				t.Skip(c.Skip)
+			if why := c.SkipReason(nil); why != "" {
+				testenv.Skipf(t, "%s", why)
 			}
 			v := c.Run(context.Background(), tier, nil)
 			if !v.Pass {

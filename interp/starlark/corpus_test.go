@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
 // TestCorpus runs every starlark case in this process: a crasher that got
@@ -32,8 +33,8 @@ func TestCorpus(t *testing.T) {
 			continue
 		}
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Skip != "" {
-				t.Skip(c.Skip)
+			if why := c.SkipReason(vars); why != "" {
+				testenv.Skipf(t, "%s", why)
 			}
 			start := time.Now()
 			v := c.Run(context.Background(), tier, vars, secret)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -231,11 +232,8 @@ func runCorpus(t *testing.T, tier airlock.Tier) {
 		}
 		ran++
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Skip != "" {
-				t.Skip(c.Skip)
-			}
-			if v := c.MissingVar(vars); v != "" {
-				t.Skipf("this test does not provide ${%s} (airlock corpus does)", v)
+			if why := c.SkipReason(vars); why != "" {
+				testenv.Skipf(t, "%s", why)
 			}
 			v := c.Run(context.Background(), tier, vars, secrets...)
 			t.Logf("outcome %s", v.Outcome)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // BenchmarkStart measures /bin/true from call to result, side by side:
@@ -170,7 +171,7 @@ func benchTier(b *testing.B, cfg Config) *Tier {
 	}
 	b.Cleanup(func() { tier.Close() })
 	if err := tier.Available(); err != nil {
-		b.Skip(err)
+		tiertest.Unavailable(b, Name, err)
 	}
 	return tier
 }

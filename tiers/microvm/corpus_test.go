@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
 // TestCorpus runs the microvm cases and the command cases every OS-backed
@@ -43,11 +44,8 @@ func TestCorpus(t *testing.T) {
 			continue
 		}
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Skip != "" {
-				t.Skip(c.Skip)
-			}
-			if v := c.MissingVar(vars); v != "" {
-				t.Skipf("this test does not provide ${%s} (airlock corpus does)", v)
+			if why := c.SkipReason(vars); why != "" {
+				testenv.Skipf(t, "%s", why)
 			}
 			v := c.Run(context.Background(), tier, vars, fileSecret, envSecret)
 			if !v.Pass {

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
@@ -98,7 +99,7 @@ func BenchmarkColdStart(b *testing.B) {
 	b.Run("bwrap", func(b *testing.B) {
 		bwrap, err := tools.Find("bwrap")
 		if err != nil {
-			b.Skip("bwrap (Debian bubblewrap) not installed: ", err)
+			testenv.Skipf(b, "bwrap (Debian bubblewrap; scripts/setup.sh installs it) is missing: %v", err)
 		}
 		args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
 			"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -156,7 +157,7 @@ func BenchmarkGuardedExpr(b *testing.B) {
 // curl run on the host straight to the origin.
 func BenchmarkEgress(b *testing.B) {
 	if _, err := exec.LookPath("curl"); err != nil {
-		b.Skip(err)
+		testenv.Skipf(b, "curl (scripts/setup-egress.sh installs it) is missing: %v", err)
 	}
 	o := egresstest.StartOrigin(b, "origin.test")
 	cfg := NewConfig().WithBaseDir(b.TempDir()).WithEgress(egress.Config{Hosts: o.Pins})
@@ -165,7 +166,7 @@ func BenchmarkEgress(b *testing.B) {
 		b.Fatal(err)
 	}
 	if err := tier.Available(); err != nil {
-		b.Skip(err)
+		tiertest.Unavailable(b, tier.Name(), err)
 	}
 	defer tier.Close()
 	run := func(job airlock.Job) func() error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -215,11 +216,8 @@ func TestCorpus(t *testing.T) {
 				continue
 			}
 			t.Run(strings.TrimPrefix(c.ID, "command/"), func(t *testing.T) {
-				if c.Skip != "" {
-					t.Skip(c.Skip)
-				}
-				if v := c.MissingVar(cn.vars); v != "" {
-					t.Skipf("this test does not provide ${%s} (airlock corpus does)", v)
+				if why := c.SkipReason(cn.vars); why != "" {
+					testenv.Skipf(t, "%s", why)
 				}
 				v := c.Run(context.Background(), tier, cn.vars, cn.secrets...)
 				if !v.Pass {

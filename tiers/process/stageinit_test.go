@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
@@ -156,7 +157,7 @@ func TestBinaryStageInitOrder(t *testing.T) {
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go command to build the airlock binary with")
+		testenv.Skipf(t, "no go command to build the airlock binary with: %v", err)
 	}
 	exe := filepath.Join(t.TempDir(), "airlock")
 	build := exec.Command(goTool, "build", "-o", exe, "github.com/airlock-sandbox/airlock/cmd/airlock")
