@@ -9,11 +9,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/reuse"
 )
 
 // DefaultCosts are typical start-up costs per tier on a small machine,
@@ -32,8 +31,6 @@ var DefaultCosts = map[string]time.Duration{
 	"remote":           2 * time.Second,
 }
 
-var jobs = sync.Pool{New: func() any { return new(airlock.Job) }}
-
 type entry struct {
 	tier        airlock.Tier
 	name        string
@@ -46,8 +43,8 @@ type entry struct {
 type Router struct {
 	policy    Policy
 	tiers     []entry
-	decisions [][][]string                // [rule][tier]: reasons when nothing cheaper refused admission
-	spare     atomic.Pointer[airlock.Job] // one routing copy kept in front of the pool
+	decisions [][][]string            // [rule][tier]: reasons when nothing cheaper refused admission
+	jobs      reuse.Pool[airlock.Job] // routing copies (see Run)
 }
 
 // New builds a router over the given tiers. costs orders them (cheapest
@@ -196,16 +193,11 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 func (r *Router) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	// Admit takes a pointer through an interface, which would move job to
 	// the heap on every run; route a pooled copy instead.
-	jp := r.spare.Swap(nil)
-	if jp == nil {
-		jp = jobs.Get().(*airlock.Job)
-	}
+	jp := r.jobs.Get()
 	*jp = job
 	ri, ti, refused, err := r.route(jp)
 	*jp = airlock.Job{}
-	if !r.spare.CompareAndSwap(nil, jp) {
-		jobs.Put(jp)
-	}
+	r.jobs.Put(jp)
 	if err != nil {
 		res := airlock.Result{Clock: job.Clock, Seed: job.Seed}
 		res.Decision = r.lines(job)

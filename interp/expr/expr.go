@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +37,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/cache"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/reuse"
 )
 
 // Name is the tier's name.
@@ -78,8 +78,7 @@ type Tier struct {
 	cfg   Config
 	cache *cache.Cache[string, *program]
 	last  atomic.Pointer[program] // the program last compiled or found
-	vms   sync.Pool
-	spare atomic.Pointer[vm.VM] // one VM kept in front of the pool, cheaper to take
+	vms   reuse.Pool[vm.VM]
 }
 
 // New returns a tier with the default configuration.
@@ -91,7 +90,6 @@ func NewWithConfig(c Config) *Tier {
 		c = NewConfig()
 	}
 	t := &Tier{cfg: c, cache: cache.New[string, *program](c.cacheSize)}
-	t.vms.New = func() any { return new(vm.VM) }
 	return t
 }
 
@@ -182,15 +180,10 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, 
 	} else if job.Input == nil {
 		env = map[string]any(nil)
 	}
-	machine := t.spare.Swap(nil)
-	if machine == nil {
-		machine = t.vms.Get().(*vm.VM)
-	}
+	machine := t.vms.Get()
 	machine.MemoryBudget = uint(job.Limits.MemoryMB << 20 / elementBytes)
 	out, err := machine.Run(p.prog, env)
-	if !t.spare.CompareAndSwap(nil, machine) {
-		t.vms.Put(machine)
-	}
+	t.vms.Put(machine)
 	if st != nil {
 		res.Usage.Steps = st.steps
 		res.Usage.MemoryBytes = st.bytes
