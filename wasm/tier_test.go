@@ -113,7 +113,7 @@ func TestCorpus(t *testing.T) {
 			continue
 		}
 		t.Run(strings.TrimPrefix(c.ID, "wasm/"), func(t *testing.T) {
-			if why := c.SkipReason(nil); why != "" {
+			if why := c.SkipReason(vars); why != "" {
 				testenv.Skipf(t, "%s", why)
 			}
 			mod := g
