@@ -19,7 +19,7 @@ import (
 type Tier interface {
 	Name() string
 	Level() Level
-	Admit(job *Job) error
+	Admit(job Job) error
 	Run(ctx context.Context, job Job) (Result, error)
 }
 

@@ -229,9 +229,9 @@ func BenchmarkStartup(b *testing.B) {
 // envTier returns 2 only when it was built with AIRLOCK_BENCH_TEST_WARM set.
 type envTier struct{ warm bool }
 
-func (envTier) Name() string             { return "bench-test-warm" }
-func (envTier) Level() airlock.Level     { return airlock.LevelInterpreter }
-func (envTier) Admit(*airlock.Job) error { return nil }
+func (envTier) Name() string            { return "bench-test-warm" }
+func (envTier) Level() airlock.Level    { return airlock.LevelInterpreter }
+func (envTier) Admit(airlock.Job) error { return nil }
 func (t envTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
 	if !t.warm {
 		return airlock.Result{Value: 0}, nil
@@ -287,9 +287,9 @@ func newPoolTier(refill time.Duration) *poolTier {
 	return p
 }
 
-func (*poolTier) Name() string             { return "bench-test-pool" }
-func (*poolTier) Level() airlock.Level     { return airlock.LevelInterpreter }
-func (*poolTier) Admit(*airlock.Job) error { return nil }
+func (*poolTier) Name() string            { return "bench-test-pool" }
+func (*poolTier) Level() airlock.Level    { return airlock.LevelInterpreter }
+func (*poolTier) Admit(airlock.Job) error { return nil }
 func (p *poolTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
 	select {
 	case <-p.slot:

@@ -165,7 +165,7 @@ func kindOf(t airlock.Tier) (airlock.Kind, error) {
 	var errs []error
 	for _, k := range Kinds {
 		job := Job(k)
-		err := t.Admit(&job)
+		err := t.Admit(job)
 		if err == nil {
 			return k, nil
 		}

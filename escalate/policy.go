@@ -147,14 +147,14 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-func (m *Match) matches(job *airlock.Job, situation airlock.Situation) bool {
+func (m *Match) matches(kind airlock.Kind, situation airlock.Situation, hermetic bool) bool {
 	if len(m.Situations) > 0 && !contains(m.Situations, situation) {
 		return false
 	}
-	if len(m.Kinds) > 0 && !contains(m.Kinds, job.Kind) {
+	if len(m.Kinds) > 0 && !contains(m.Kinds, kind) {
 		return false
 	}
-	if m.Hermetic != nil && *m.Hermetic != job.Grants.Hermetic() {
+	if m.Hermetic != nil && *m.Hermetic != hermetic {
 		return false
 	}
 	return true

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/reuse"
 )
 
 // DefaultCosts are typical start-up costs per tier on a small machine,
@@ -43,8 +42,8 @@ type entry struct {
 type Router struct {
 	policy    Policy
 	tiers     []entry
-	decisions [][][]string            // [rule][tier]: reasons when nothing cheaper refused admission
-	jobs      reuse.Pool[airlock.Job] // routing copies (see Run)
+	decisions [][][]string // [rule][tier]: reasons when nothing cheaper refused admission
+	table     ruleTable
 }
 
 // New builds a router over the given tiers. costs orders them (cheapest
@@ -56,6 +55,7 @@ func New(policy Policy, tiers []airlock.Tier, costs map[string]time.Duration) (*
 		return nil, err
 	}
 	r := &Router{policy: policy}
+	r.table = newRuleTable(&r.policy)
 	seen := map[string]bool{}
 	for _, t := range tiers {
 		name := t.Name()
@@ -115,11 +115,83 @@ func situationOf(job *airlock.Job) airlock.Situation {
 	return job.Situation
 }
 
+// The kinds and situations the router's rule table is indexed by.
+var (
+	tableKinds      = [...]airlock.Kind{airlock.KindExpr, airlock.KindStarlark, airlock.KindWasm, airlock.KindCommand}
+	tableSituations = [...]airlock.Situation{airlock.SituationExpression, airlock.SituationInternal, airlock.SituationPublic, airlock.SituationMultiTenant, airlock.SituationCredentials}
+)
+
+// ruleTable holds, for every known kind, situation and hermetic or not,
+// the index of the first rule whose Match selects such a job (-1: none),
+// so that routing a job costs a lookup rather than string comparisons
+// against every rule. Lifecycles are checked after the lookup.
+type ruleTable [len(tableKinds)][len(tableSituations)][2]int16
+
+func newRuleTable(p *Policy) (t ruleTable) {
+	for k, kind := range tableKinds {
+		for s, situation := range tableSituations {
+			for h := range 2 {
+				t[k][s][h] = -1
+				for i := range p.Rules {
+					if p.Rules[i].Match.matches(kind, situation, h == 1) {
+						t[k][s][h] = int16(i)
+						break
+					}
+				}
+			}
+		}
+	}
+	return t
+}
+
+func kindIndex(k airlock.Kind) int {
+	switch k {
+	case airlock.KindExpr:
+		return 0
+	case airlock.KindStarlark:
+		return 1
+	case airlock.KindWasm:
+		return 2
+	case airlock.KindCommand:
+		return 3
+	}
+	return -1
+}
+
+func situationIndex(s airlock.Situation) int {
+	switch s {
+	case airlock.SituationExpression:
+		return 0
+	case airlock.SituationInternal:
+		return 1
+	case airlock.SituationPublic, "":
+		return 2
+	case airlock.SituationMultiTenant:
+		return 3
+	case airlock.SituationCredentials:
+		return 4
+	}
+	return -1
+}
+
 func (r *Router) rule(job *airlock.Job) (int, error) {
 	situation := situationOf(job)
-	for i := range r.policy.Rules {
+	hermetic := job.Grants.Hermetic()
+	first := 0
+	if k, s := kindIndex(job.Kind), situationIndex(job.Situation); k >= 0 && s >= 0 {
+		h := 0
+		if hermetic {
+			h = 1
+		}
+		if i := int(r.table[k][s][h]); i >= 0 {
+			first = i // the rules before it cannot match
+		} else {
+			first = len(r.policy.Rules)
+		}
+	}
+	for i := first; i < len(r.policy.Rules); i++ {
 		rule := &r.policy.Rules[i]
-		if !rule.Match.matches(job, situation) {
+		if !rule.Match.matches(job.Kind, situation, hermetic) {
 			continue
 		}
 		if len(rule.Lifecycles) > 0 {
@@ -168,7 +240,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 			case e.unavailable != nil:
 				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: "unavailable: " + e.unavailable.Error()}
 			}
-			if err := e.tier.Admit(job); err != nil {
+			if err := e.tier.Admit(*job); err != nil {
 				return ri, -1, false, err
 			}
 			return ri, i, false, nil
@@ -180,7 +252,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 		if e.level < rule.MinLevel || e.unavailable != nil || (len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name)) {
 			continue
 		}
-		if e.tier.Admit(job) == nil {
+		if e.tier.Admit(*job) == nil {
 			return ri, i, refused, nil
 		}
 		refused = true
@@ -191,13 +263,9 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 // Run routes the job and runs it, recording the router's reasons in the
 // result's Decision.
 func (r *Router) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
-	// Admit takes a pointer through an interface, which would move job to
-	// the heap on every run; route a pooled copy instead.
-	jp := r.jobs.Get()
-	*jp = job
-	ri, ti, refused, err := r.route(jp)
-	*jp = airlock.Job{}
-	r.jobs.Put(jp)
+	// Admit takes the job by value, so routing a pointer to job does
+	// not move it to the heap.
+	ri, ti, refused, err := r.route(&job)
 	if err != nil {
 		res := airlock.Result{Clock: job.Clock, Seed: job.Seed}
 		res.Decision = r.lines(job)

@@ -26,7 +26,7 @@ type levelTier struct {
 
 func (t *levelTier) Name() string         { return t.name }
 func (t *levelTier) Level() airlock.Level { return t.level }
-func (t *levelTier) Admit(j *airlock.Job) error {
+func (t *levelTier) Admit(j airlock.Job) error {
 	for _, k := range t.kinds {
 		if k == j.Kind {
 			return nil

@@ -170,9 +170,9 @@ type httpTier struct {
 	key string
 }
 
-func (h httpTier) Name() string                 { return "server" }
-func (h httpTier) Level() airlock.Level         { return airlock.LevelInterpreter }
-func (h httpTier) Admit(job *airlock.Job) error { return nil }
+func (h httpTier) Name() string                { return "server" }
+func (h httpTier) Level() airlock.Level        { return airlock.LevelInterpreter }
+func (h httpTier) Admit(job airlock.Job) error { return nil }
 func (h httpTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	r := h.f.do("POST", "/v1/run", h.key, job)
 	var res airlock.Result

@@ -56,7 +56,7 @@ func (t *Tier) Level() airlock.Level { return airlock.LevelInterpreter }
 // Admit refuses what the tier cannot enforce: jobs of another kind,
 // process spawning, sessions (each run is a fresh instance), and read
 // grants of /, /proc, /sys or /dev.
-func (t *Tier) Admit(job *airlock.Job) error {
+func (t *Tier) Admit(job airlock.Job) error {
 	switch {
 	case job.Kind != airlock.KindWasm:
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs only kind wasm, not " + strconv.Quote(string(job.Kind))}
@@ -86,7 +86,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err != nil {
 		return res, err
 	}
-	if err = t.Admit(&job); err != nil {
+	if err = t.Admit(job); err != nil {
 		return res, err
 	}
 	// Compiling has its own cap (WithCompileTimeout); the wall clock is

@@ -88,15 +88,15 @@ func TestAdmit(t *testing.T) {
 		"/dev/ grant": {Kind: airlock.KindWasm, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/dev/shm"}}}},
 	} {
 		var na *airlock.NotAdmitted
-		if err := tier.Admit(&job); !errors.As(err, &na) || na.Tier != Name {
+		if err := tier.Admit(job); !errors.As(err, &na) || na.Tier != Name {
 			t.Errorf("%s: want *airlock.NotAdmitted, got %v", name, err)
 		}
 	}
 	ok := airlock.Job{Kind: airlock.KindWasm, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/usr/share"}}}}
-	if err := tier.Admit(&ok); err != nil {
+	if err := tier.Admit(ok); err != nil {
 		t.Fatal(err)
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = tier.Admit(&ok) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _ = tier.Admit(ok) }); n != 0 {
 		t.Fatalf("Admit allocates %v times on success", n)
 	}
 }

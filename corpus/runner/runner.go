@@ -331,7 +331,7 @@ func (c Config) probe(rep *Report) ([]probed, error) {
 		}
 		// A pseudo-tier runs only the cases that name it.
 		for _, j := range probeJobs {
-			if !isServer(t) && t.Admit(&j) == nil {
+			if !isServer(t) && t.Admit(j) == nil {
 				p.kinds[j.Kind] = true
 			}
 		}

@@ -79,7 +79,7 @@ func (s *serverTier) Name() string { return s.name }
 func (*serverTier) Level() airlock.Level { return airlock.LevelInterpreter }
 
 // Admit takes every job: refusing is the server's job, and the cases'.
-func (*serverTier) Admit(*airlock.Job) error { return nil }
+func (*serverTier) Admit(airlock.Job) error { return nil }
 
 func (s *serverTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	body, err := json.Marshal(job)

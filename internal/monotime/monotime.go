@@ -22,8 +22,9 @@ import (
 
 // base is one time.Now reading and what extrapolates from it.
 type base struct {
-	wall time.Time // with a monotonic reading
-	tsc  uint64    // the counter when wall was read (0: no counter)
+	wall   time.Time // with a monotonic reading
+	unixNS int64     // wall in nanoseconds since the Unix epoch
+	tsc    uint64    // the counter when wall was read (0: no counter)
 	// nsPerTick converts counter ticks to nanoseconds; 0 until the
 	// counter has been calibrated over two consistent intervals.
 	nsPerTick float64
@@ -49,7 +50,7 @@ var (
 
 func init() {
 	now, tsc := read()
-	cur.Store(&base{wall: now, tsc: tsc})
+	cur.Store(&base{wall: now, unixNS: now.UnixNano(), tsc: tsc})
 }
 
 // maxReadTicks bounds the ticks between the two counter reads around one
@@ -105,12 +106,14 @@ func WarmUp(timeout time.Duration) bool {
 	return Calibrated()
 }
 
-// A Stamp is an instant to measure elapsed time from: Elapsed on a
-// stamp taken while the counter is in use reads only the counter.
+// A Stamp is an instant to measure elapsed time from. A stamp taken while
+// the counter is in use holds just the counter reading and the base it
+// extrapolates from: Start and Elapsed each read only the counter, and
+// the instant itself is worked out only when Time or WallMicro asks for it.
 type Stamp struct {
-	at        time.Time
-	tsc       uint64
-	nsPerTick float64 // 0: measure with the clock
+	b   *base     // the calibrated base; nil: at holds the instant
+	tsc uint64    // the counter at the stamp, when b is set
+	at  time.Time // the instant, when b is nil
 }
 
 // Start returns a stamp for now.
@@ -118,22 +121,41 @@ func Start() Stamp {
 	b := cur.Load()
 	if b.nsPerTick != 0 {
 		t := ticks()
-		if d := t - b.tsc; d < b.limit {
-			return Stamp{at: b.wall.Add(time.Duration(float64(d) * b.nsPerTick)), tsc: t, nsPerTick: b.nsPerTick}
+		if t-b.tsc < b.limit {
+			return Stamp{b: b, tsc: t}
 		}
 	}
 	return Stamp{at: Now()}
 }
 
 // Time returns the stamp's instant, with a monotonic reading.
-func (s Stamp) Time() time.Time { return s.at }
+func (s Stamp) Time() time.Time {
+	if s.b != nil {
+		return s.b.wall.Add(time.Duration(float64(s.tsc-s.b.tsc) * s.b.nsPerTick))
+	}
+	return s.at
+}
+
+// WallMicro returns the stamp's instant in UTC, truncated to the
+// microsecond and without a monotonic reading: the form a recorded clock
+// takes, at less cost than Time.
+func (s Stamp) WallMicro() time.Time {
+	if s.b != nil {
+		ns := s.b.unixNS + int64(float64(s.tsc-s.b.tsc)*s.b.nsPerTick)
+		ns -= ns % 1000
+		return time.Unix(ns/1e9, ns%1e9).UTC()
+	}
+	t := s.at.UTC()
+	return t.Add(-time.Duration(t.Nanosecond() % 1000))
+}
 
 // Elapsed returns the time since the stamp; never negative.
 func (s Stamp) Elapsed() time.Duration {
-	if s.nsPerTick != 0 {
+	if s.b != nil {
 		if d := ticks() - s.tsc; d < 1<<40 { // also false if the counter went back
-			return time.Duration(float64(d) * s.nsPerTick)
+			return time.Duration(float64(d) * s.b.nsPerTick)
 		}
+		return Since(s.Time())
 	}
 	return Since(s.at)
 }
@@ -151,7 +173,7 @@ func Since(t time.Time) time.Duration {
 // or checks it over the interval since prev.
 func rebase(prev *base) time.Time {
 	now, tsc := read()
-	b := &base{wall: now, tsc: tsc}
+	b := &base{wall: now, unixNS: now.UnixNano(), tsc: tsc}
 	if tsc != 0 {
 		b.nsPerTick, b.cand = calibrate(prev, now, tsc)
 		if b.nsPerTick != 0 {

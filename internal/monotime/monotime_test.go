@@ -98,10 +98,12 @@ func TestStamp(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		got, want := s.Elapsed(), time.Since(t0)
 		if diff := want - got; diff < -50*time.Millisecond || diff > 50*time.Millisecond {
-			t.Fatalf("Elapsed() = %v, the clock says %v (counter rate %g)", got, want, s.nsPerTick)
+			t.Fatalf("Elapsed() = %v, the clock says %v (counter in use: %v)", got, want, s.b != nil)
 		}
 	}
-	s := Stamp{at: time.Now(), tsc: ticks() + 1<<50, nsPerTick: 1} // a counter that went back
+	now := time.Now()
+	b := &base{wall: now, unixNS: now.UnixNano(), tsc: ticks(), nsPerTick: 1}
+	s := Stamp{b: b, tsc: ticks() + 1<<50} // a counter that went back
 	if d := s.Elapsed(); d < 0 || d > time.Second {
 		t.Fatalf("a stamp ahead of the counter: Elapsed() = %v", d)
 	}
@@ -117,4 +119,63 @@ func TestWarmUp(t *testing.T) {
 	if !useTSC && got {
 		t.Fatal("calibrated without an invariant counter")
 	}
+}
+
+// TestStampWallMicro: WallMicro is Time in UTC, truncated to the
+// microsecond, without the monotonic reading; with and without the counter.
+func TestStampWallMicro(t *testing.T) {
+	WarmUp(2 * time.Second)
+	now := time.Now()
+	for _, s := range []Stamp{Start(), {at: now}} {
+		tm, w := s.Time(), s.WallMicro()
+		if w.Location() != time.UTC {
+			t.Fatalf("WallMicro() in %v, want UTC", w.Location())
+		}
+		if w != w.Round(0) {
+			t.Fatal("WallMicro() carries a monotonic reading")
+		}
+		if w.Nanosecond()%1000 != 0 {
+			t.Fatalf("WallMicro() %v is not a whole microsecond", w)
+		}
+		if d := tm.Round(0).Sub(w); d < 0 || d >= 2*time.Microsecond {
+			t.Fatalf("WallMicro() %v, Time() %v: %v apart", w, tm, d)
+		}
+	}
+	if w, want := (Stamp{at: now}).WallMicro(), now.UTC().Truncate(time.Microsecond); !w.Equal(want) {
+		t.Fatalf("WallMicro() of a clock stamp %v, want %v", w, want)
+	}
+}
+
+// BenchmarkStamp: what a stamp and its elapsed time cost, beside the
+// counter read alone and time.Now.
+func BenchmarkStamp(b *testing.B) {
+	WarmUp(2 * time.Second)
+	b.Run("ticks", func(b *testing.B) {
+		var s uint64
+		for b.Loop() {
+			s += ticks()
+		}
+		_ = s
+	})
+	b.Run("start+elapsed", func(b *testing.B) {
+		var d time.Duration
+		for b.Loop() {
+			d += Start().Elapsed()
+		}
+		_ = d
+	})
+	b.Run("start+wallmicro+elapsed", func(b *testing.B) {
+		var d time.Duration
+		for b.Loop() {
+			s := Start()
+			_ = s.WallMicro()
+			d += s.Elapsed()
+		}
+		_ = d
+	})
+	b.Run("time.Now", func(b *testing.B) {
+		for b.Loop() {
+			_ = time.Now()
+		}
+	})
 }

@@ -33,7 +33,7 @@ func TestBuildSurvivesABrokenTier(t *testing.T) {
 			}
 			job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}}
 			var na *airlock.NotAdmitted
-			if err := tier.Admit(&job); !errors.As(err, &na) {
+			if err := tier.Admit(job); !errors.As(err, &na) {
 				t.Errorf("Admit: %v, want *NotAdmitted", err)
 			}
 			if _, err := tier.Run(context.Background(), job); !errors.As(err, &na) {

@@ -86,11 +86,11 @@ type broken struct {
 func (b *broken) Name() string         { return b.name }
 func (b *broken) Level() airlock.Level { return b.level }
 func (b *broken) Available() error     { return b.err }
-func (b *broken) Admit(*airlock.Job) error {
+func (b *broken) Admit(airlock.Job) error {
 	return &airlock.NotAdmitted{Tier: b.name, Reason: "unavailable: " + b.err.Error()}
 }
 func (b *broken) Run(context.Context, airlock.Job) (airlock.Result, error) {
-	err := b.Admit(nil)
+	err := b.Admit(airlock.Job{})
 	res := airlock.Result{Tier: b.name, Level: b.level}
 	res.SetError(err)
 	return res, err

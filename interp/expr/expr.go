@@ -101,7 +101,9 @@ func (t *Tier) Level() airlock.Level { return airlock.LevelInterpreter }
 
 // Admit accepts expression jobs that are granted nothing: an expression has
 // no filesystem, network, processes or credentials to use.
-func (t *Tier) Admit(job *airlock.Job) error {
+func (t *Tier) Admit(job airlock.Job) error { return admit(&job) }
+
+func admit(job *airlock.Job) error {
 	if job.Kind != airlock.KindExpr {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs only expr jobs, not " + string(job.Kind)}
 	}
@@ -140,18 +142,23 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 // the program ran and what ended the run. job is Run's own copy, prepared
 // in place; *startDur is set when the program had to be compiled.
 func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, startDur *time.Duration, res *airlock.Result) (ran bool, err error) {
-	start := stamp.Time()
+	// The instant is worked out only where it is used: to pin a clock
+	// the job left open (as Prepare would: UTC, whole microseconds), and
+	// for a budgeted program's deadline.
+	if job.Clock.IsZero() {
+		job.Clock = stamp.WallMicro()
+	}
 	// The input is checked below, in the one pass over it that also
 	// finds the program's variables, rather than by Validate as well.
 	in := job.Input
 	job.Input = nil
-	err = airlock.PrepareInPlace(job, &t.cfg.limits, start)
+	err = airlock.PrepareInPlace(job, &t.cfg.limits, time.Time{})
 	job.Input = in
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return false, err
 	}
-	if err := t.Admit(job); err != nil {
+	if err := admit(job); err != nil {
 		return false, err
 	}
 	p, cached, err := t.compile(job.Code)
@@ -169,7 +176,7 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, 
 	var env any = job.Input
 	var st *state
 	if p.needsState {
-		st = newState(ctx, job, start.Add(*startDur))
+		st = newState(ctx, job, stamp.Time().Add(*startDur))
 		defer st.release()
 		m := make(map[string]any, len(job.Input)+1)
 		for k, v := range job.Input {

@@ -159,12 +159,12 @@ func TestInputChecks(t *testing.T) {
 func TestAdmit(t *testing.T) {
 	tier := expr.New()
 	j := job("1", nil)
-	require.NoError(t, tier.Admit(&j))
+	require.NoError(t, tier.Admit(j))
 	j.Grants.Spawn = true
 	var na *airlock.NotAdmitted
-	require.ErrorAs(t, tier.Admit(&j), &na)
+	require.ErrorAs(t, tier.Admit(j), &na)
 	j = airlock.Job{Kind: airlock.KindStarlark, Code: "x = 1"}
-	require.ErrorAs(t, tier.Admit(&j), &na)
+	require.ErrorAs(t, tier.Admit(j), &na)
 }
 
 func TestCacheIsBounded(t *testing.T) {

@@ -102,7 +102,7 @@ func (t *Tier) Level() airlock.Level { return airlock.LevelInterpreter }
 // Admit refuses what the tier cannot enforce: other kinds, and every grant
 // (the tier has no filesystem, no processes, no credentials store, and
 // network egress is not wired in yet).
-func (t *Tier) Admit(job *airlock.Job) error {
+func (t *Tier) Admit(job airlock.Job) error {
 	g := &job.Grants
 	switch {
 	case job.Kind != airlock.KindStarlark:
@@ -153,7 +153,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 		return res, err
 	}
 	res.Clock, res.Seed = job.Clock, job.Seed
-	if err = t.Admit(&job); err != nil {
+	if err = t.Admit(job); err != nil {
 		return res, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -152,7 +152,7 @@ func TestAdmit(t *testing.T) {
 	} {
 		j := job("result = 1")
 		mutate(&j)
-		err := tier.Admit(&j)
+		err := tier.Admit(j)
 		var na *airlock.NotAdmitted
 		require.ErrorAs(t, err, &na, name)
 		assert.Equal(t, starlark.Name, na.Tier)
@@ -163,8 +163,8 @@ func TestAdmit(t *testing.T) {
 		}
 	}
 	ok := job("result = 1")
-	assert.NoError(t, tier.Admit(&ok))
-	allocs := testing.AllocsPerRun(100, func() { _ = tier.Admit(&ok) })
+	assert.NoError(t, tier.Admit(ok))
+	allocs := testing.AllocsPerRun(100, func() { _ = tier.Admit(ok) })
 	assert.Zero(t, allocs, "Admit allocates on success")
 }
 

@@ -326,19 +326,19 @@ func TestAdmit(t *testing.T) {
 		t.Fatal("a missing runsc was not reported")
 	}
 	job := cmdJob("true")
-	if err := tier.Admit(&job); err != nil {
+	if err := tier.Admit(job); err != nil {
 		t.Fatalf("command job refused: %v", err)
 	}
 	var na *airlock.NotAdmitted
 	job.Grants.Net = []airlock.NetRule{{Host: "example.com"}}
-	if err := tier.Admit(&job); err != nil {
+	if err := tier.Admit(job); err != nil {
 		t.Fatalf("net grant refused: %v", err)
 	}
 	expr := airlock.Job{Kind: airlock.KindExpr, Code: "1+1"}
-	if err := tier.Admit(&expr); !errors.As(err, &na) {
+	if err := tier.Admit(expr); !errors.As(err, &na) {
 		t.Fatalf("expr job: want NotAdmitted, got %v", err)
 	}
-	if allocs := testing.AllocsPerRun(100, func() { job := cmdJob("true"); _ = tier.Admit(&job) }); allocs > 0 {
+	if allocs := testing.AllocsPerRun(100, func() { job := cmdJob("true"); _ = tier.Admit(job) }); allocs > 0 {
 		t.Fatalf("Admit allocates %.0f times on success", allocs)
 	}
 	res, err := tier.Run(context.Background(), cmdJob("true"))

@@ -86,7 +86,7 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if err != nil {
 		return r.finish(err)
 	}
-	if err := s.t.Admit(&job); err != nil {
+	if err := s.t.Admit(job); err != nil {
 		return r.finish(err)
 	}
 	if len(job.Grants.FS.Read) > 0 {

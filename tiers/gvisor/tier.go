@@ -133,7 +133,7 @@ func (t *Tier) Available() error { return t.avail }
 
 // Admit accepts command jobs. Network grants are enforced by a per-job
 // egress gateway outside the sandbox (see egress.go).
-func (t *Tier) Admit(job *airlock.Job) error {
+func (t *Tier) Admit(job airlock.Job) error {
 	if job.Kind != airlock.KindCommand {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs command jobs only, not " + string(job.Kind)}
 	}
@@ -170,7 +170,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	if err != nil {
 		return r.finish(err)
 	}
-	if err := t.Admit(&job); err != nil {
+	if err := t.Admit(job); err != nil {
 		return r.finish(err)
 	}
 	if t.avail != nil {

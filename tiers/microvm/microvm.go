@@ -305,7 +305,7 @@ var (
 
 // Admit accepts ephemeral command jobs without host read paths; network
 // grants are enforced by an egress gateway outside the VM.
-func (t *Tier) Admit(job *airlock.Job) error {
+func (t *Tier) Admit(job airlock.Job) error {
 	reason := ""
 	switch {
 	case t.availErr != nil:
@@ -338,7 +338,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err != nil {
 		return res, err
 	}
-	if err = t.Admit(&job); err != nil {
+	if err = t.Admit(job); err != nil {
 		return res, err
 	}
 	// The job is encoded, and its placed files checked, before a VM is

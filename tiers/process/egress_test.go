@@ -107,7 +107,7 @@ func TestEgressFilterRefuses(t *testing.T) {
 	}
 	job := egresstest.ShellJob("true", airlock.NetRule{Host: "example.com"})
 	var na *airlock.NotAdmitted
-	if err := tier.Admit(&job); !asErr(err, &na) || !strings.Contains(na.Reason, "network namespace") {
+	if err := tier.Admit(job); !asErr(err, &na) || !strings.Contains(na.Reason, "network namespace") {
 		t.Fatalf("want NotAdmitted naming the shared network namespace, got %v", err)
 	}
 }

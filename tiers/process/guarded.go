@@ -93,7 +93,7 @@ func (g *Guarded) Level() airlock.Level { return airlock.LevelContainer }
 func (g *Guarded) Available() error { return probe() }
 
 // Admit admits what the language tier admits.
-func (g *Guarded) Admit(job *airlock.Job) error {
+func (g *Guarded) Admit(job airlock.Job) error {
 	err := g.inner.Admit(job)
 	var na *airlock.NotAdmitted
 	if errors.As(err, &na) {
@@ -283,7 +283,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if err != nil {
 		return finish(err)
 	}
-	if err := g.Admit(&prepared); err != nil {
+	if err := g.Admit(prepared); err != nil {
 		return finish(err)
 	}
 	workers := g.workers()

@@ -29,9 +29,9 @@ func init() {
 
 type misbehaving struct{ how string }
 
-func (m misbehaving) Name() string                 { return "test-" + m.how }
-func (m misbehaving) Level() airlock.Level         { return airlock.LevelInterpreter }
-func (m misbehaving) Admit(job *airlock.Job) error { return nil }
+func (m misbehaving) Name() string                { return "test-" + m.how }
+func (m misbehaving) Level() airlock.Level        { return airlock.LevelInterpreter }
+func (m misbehaving) Admit(job airlock.Job) error { return nil }
 
 var sink [][]byte
 

@@ -280,7 +280,7 @@ func TestScenarios(t *testing.T) {
 			if tier.Level() == airlock.LevelContainer && err != nil {
 				t.Fatalf("net-granted job: %v", err)
 			}
-			if tier.Admit(&airlock.Job{Kind: airlock.KindExpr, Code: "1"}) == nil {
+			if tier.Admit(airlock.Job{Kind: airlock.KindExpr, Code: "1"}) == nil {
 				t.Fatal("admitted an expr job")
 			}
 		})

@@ -29,7 +29,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	if err != nil {
 		return finish(err)
 	}
-	if err := t.Admit(&job); err != nil {
+	if err := t.Admit(job); err != nil {
 		return finish(err)
 	}
 	if err := t.Available(); err != nil {

@@ -150,7 +150,7 @@ var (
 
 // Admit accepts command jobs; network grants only at level 3, whose
 // sandbox reaches the network only through the egress gateway.
-func (t *Tier) Admit(job *airlock.Job) error {
+func (t *Tier) Admit(job airlock.Job) error {
 	if job.Kind != airlock.KindCommand {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNotCommand}
 	}

@@ -103,7 +103,7 @@ func (s Suite) identity(t *testing.T) {
 		t.Fatalf("tier level %d out of range", l)
 	}
 	job := s.okJob()
-	if err := s.Tier.Admit(&job); err != nil {
+	if err := s.Tier.Admit(job); err != nil {
 		t.Fatalf("tier does not admit its own OK job: %v", err)
 	}
 }

@@ -62,7 +62,7 @@ type exprTier struct {
 
 func (t *exprTier) Name() string         { return t.name }
 func (t *exprTier) Level() airlock.Level { return airlock.LevelInterpreter }
-func (t *exprTier) Admit(job *airlock.Job) error {
+func (t *exprTier) Admit(job airlock.Job) error {
 	if job.Kind != airlock.KindExpr {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: "runs only expressions"}
 	}
@@ -122,7 +122,7 @@ type hangTier struct{}
 
 func (hangTier) Name() string         { return Hang }
 func (hangTier) Level() airlock.Level { return airlock.LevelInterpreter }
-func (hangTier) Admit(job *airlock.Job) error {
+func (hangTier) Admit(job airlock.Job) error {
 	if job.Kind != airlock.KindExpr {
 		return &airlock.NotAdmitted{Tier: Hang, Reason: "runs only expressions"}
 	}
@@ -134,9 +134,9 @@ func (hangTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
 
 type downTier struct{ hangTier }
 
-func (downTier) Name() string             { return Down }
-func (downTier) Available() error         { return errors.New("backend not installed (a test tier)") }
-func (downTier) Admit(*airlock.Job) error { return nil }
+func (downTier) Name() string            { return Down }
+func (downTier) Available() error        { return errors.New("backend not installed (a test tier)") }
+func (downTier) Admit(airlock.Job) error { return nil }
 
 // Cases are attacks on the host that the weakened tiers fall for and the
 // real expression tier refuses: each reaches for one canary.
