@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // LimitPolicy is an operator's choice of default and maximum limits.
@@ -140,13 +141,28 @@ func NewSeed() uint64 {
 	}
 }
 
+// blank reports whether s is empty or white space only, as
+// strings.TrimSpace(s) == "" does, returning at the first ASCII byte that
+// is not a space (the first byte of nearly every program).
+func blank(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= utf8.RuneSelf:
+			return strings.TrimSpace(s[i:]) == ""
+		case c != ' ' && c != '\t' && c != '\n' && c != '\v' && c != '\f' && c != '\r':
+			return false
+		}
+	}
+	return true
+}
+
 // Validate checks a job's shape without resolving limits: a known kind with
 // its payload, known situation and lifecycle, safe file names, well-formed
 // grants and JSON-compatible input.
 func Validate(job *Job) error {
 	switch job.Kind {
 	case KindExpr, KindStarlark:
-		if strings.TrimSpace(job.Code) == "" {
+		if blank(job.Code) {
 			return Invalid("code", "is empty")
 		}
 	case KindWasm:

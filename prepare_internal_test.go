@@ -1,6 +1,7 @@
 package airlock
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,6 +51,17 @@ func TestPrepareFastPaths(t *testing.T) {
 	for _, bad := range []any{map[string]any{"f": func() {}}, []any{1, struct{}{}}} {
 		if err := CheckValue(bad, 0); err == nil {
 			t.Fatalf("%#v accepted", bad)
+		}
+	}
+}
+
+func TestBlankMatchesTrimSpace(t *testing.T) {
+	for _, s := range []string{
+		"", " ", " \t\n\v\f\r", "x", " x", "x ", "\u00a0", " \u00a0 ", "\u2003x",
+		"\u0085", "\xff", " \xff", "\u3000\u3000", "1+1",
+	} {
+		if got, want := blank(s), strings.TrimSpace(s) == ""; got != want {
+			t.Errorf("blank(%q) = %v, strings.TrimSpace says %v", s, got, want)
 		}
 	}
 }

@@ -262,17 +262,17 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 
 // Run routes the job and runs it, recording the router's reasons in the
 // result's Decision.
-func (r *Router) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, err error) {
 	// Admit takes the job by value, so routing a pointer to job does
 	// not move it to the heap.
 	ri, ti, refused, err := r.route(&job)
 	if err != nil {
-		res := airlock.Result{Clock: job.Clock, Seed: job.Seed}
+		res = airlock.Result{Clock: job.Clock, Seed: job.Seed}
 		res.Decision = r.lines(job)
 		res.SetError(err)
 		return res, err
 	}
-	res, err := r.tiers[ti].tier.Run(ctx, job)
+	res, err = r.tiers[ti].tier.Run(ctx, job)
 	var reasons []string
 	if refused || (job.Tier != "" && job.Tier != airlock.TierAuto) {
 		reasons = r.lines(job)

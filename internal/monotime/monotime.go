@@ -141,7 +141,7 @@ func (s Stamp) Time() time.Time {
 // takes, at less cost than Time.
 func (s Stamp) WallMicro() time.Time {
 	if s.b != nil {
-		ns := s.b.unixNS + int64(float64(s.tsc-s.b.tsc)*s.b.nsPerTick)
+		ns := s.b.unixNS + int64(float64(int64(s.tsc-s.b.tsc))*s.b.nsPerTick) // within a renewal interval: fits an int64
 		ns -= ns % 1000
 		return time.Unix(ns/1e9, ns%1e9).UTC()
 	}
@@ -153,7 +153,7 @@ func (s Stamp) WallMicro() time.Time {
 func (s Stamp) Elapsed() time.Duration {
 	if s.b != nil {
 		if d := ticks() - s.tsc; d < 1<<40 { // also false if the counter went back
-			return time.Duration(float64(d) * s.b.nsPerTick)
+			return time.Duration(float64(int64(d)) * s.b.nsPerTick) // d < 1<<40
 		}
 		return Since(s.Time())
 	}
