@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	exprlang "github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -83,18 +84,38 @@ var baseConfig = func() []exprlang.Option {
 	return opts
 }()
 
-func baseOptions() []exprlang.Option { return append([]exprlang.Option(nil), baseConfig...) }
+// maxNodes bounds the syntax tree's size.
+const maxNodes = 10_000
+
+// configs holds compiler configurations built from baseConfig. Building
+// one (expr's builtin table, then every option: a few hundred map
+// insertions) costs about as much as compiling a small expression, and
+// every compile would build the same one. The parser, checker, optimizer
+// and compiler only read a configuration, but for the checker's cache of
+// type information, which holds nothing of a job's; so each is used by one
+// compile at a time and then kept for the next.
+var configs sync.Pool
+
+func getConfig() *conf.Config {
+	if c, ok := configs.Get().(*conf.Config); ok {
+		return c
+	}
+	c := conf.CreateNew()
+	for _, op := range baseConfig {
+		op(c)
+	}
+	exprlang.MaxNodes(maxNodes)(c)
+	for name := range c.Disabled {
+		delete(c.Builtins, name)
+	}
+	return c
+}
 
 // compileWith runs expr's pipeline with airlock's walk between parsing and
 // type checking, so nothing recursive or exponential sees an unchecked tree.
-func compileWith(code string, w *walker, opts []exprlang.Option) (*vm.Program, error) {
-	config := conf.CreateNew()
-	for _, op := range opts {
-		op(config)
-	}
-	for name := range config.Disabled {
-		delete(config.Builtins, name)
-	}
+func compileWith(code string, w *walker) (*vm.Program, error) {
+	config := getConfig()
+	defer configs.Put(config)
 	tree, err := parser.ParseWithConfig(code, config)
 	if err != nil {
 		return nil, compileError(err, code)

@@ -30,7 +30,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	exprlang "github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 
@@ -327,8 +326,7 @@ func (t *Tier) compileUncached(code string) (*program, error) {
 		return nil, err
 	}
 	w := &walker{maxDepth: t.cfg.maxDepth}
-	opts := append(baseOptions(), exprlang.MaxNodes(10_000))
-	prog, err := compileWith(code, w, opts)
+	prog, err := compileWith(code, w)
 	if err != nil {
 		return nil, err
 	}
