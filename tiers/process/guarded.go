@@ -327,19 +327,36 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if err != nil {
 		return finish(fmt.Errorf("encoding job: %w", err))
 	}
-	req := wk.Request{Job: raw, MemoryMB: limits.MemoryMB, CPUSeconds: uint64((prepared.Limits.CPUMS + 999) / 1000)}
+	req := wk.AppendRequest(make([]byte, 0, len(raw)+64), limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), raw)
 	res.Timings.StartUS = airlock.Since(begin)
 
+	// The request is written on this goroutine: a hand-off to another one
+	// costs a scheduler wake-up on the claim's path. The pipe is fresh and
+	// empty, so a request of at most one page never blocks; a larger one
+	// waits for the worker to read it, bounded by the wall clock and the
+	// caller's context through the write deadline.
+	if len(req) > os.Getpagesize() {
+		stop := context.AfterFunc(ctx, func() { _ = w.stdin.SetWriteDeadline(time.Now()) })
+		defer stop()
+		if dl, ok := ctx.Deadline(); ok {
+			_ = w.stdin.SetWriteDeadline(dl)
+		}
+	}
+	_, err = w.stdin.Write(req)
+	w.stdin.Close()
+	if err != nil {
+		_ = w.cmd.Process.Kill()
+		switch {
+		case context.Cause(ctx) == errWall:
+			return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out while sending the job (worker killed)", wall)})
+		case ctx.Err() != nil:
+			return finish(&airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while sending the job: " + ctx.Err().Error()})
+		}
+		return finish(g.crashed(w, &prepared))
+	}
 	got := make(chan error, 1)
 	var inner airlock.Result
-	go func() {
-		if err := json.NewEncoder(w.stdin).Encode(req); err != nil {
-			got <- err
-			return
-		}
-		w.stdin.Close()
-		got <- w.out.Decode(&inner)
-	}()
+	go func() { got <- w.out.Decode(&inner) }()
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
 	tick := ticker.C

@@ -13,6 +13,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,20 +45,21 @@ func Dispatch(name string, newTier func() airlock.Tier, warmJob string) {
 }
 
 // warmUp runs a trivial job through the same steps as the real one
-// (strict decoding, the tier, encoding the Result) before the worker
-// reports ready, so the first touch of that code — page faults into this
-// large binary, lazily built tables — is paid while the worker waits in the
-// pool rather than after the claim. It carries no job data, and the worker
+// (the request's framing, strict decoding, the tier, encoding the Result)
+// before the worker reports ready, so the first touch of that code — page
+// faults into this large binary, encoding/json's per-type tables, lazily
+// built interpreter tables — is paid while the worker waits in the pool
+// rather than after the claim. It carries no job data, and the worker
 // still serves exactly one job.
 func warmUp(tier airlock.Tier, warmJob string) {
 	if warmJob == "" {
 		return
 	}
-	job, err := airlock.DecodeJobBytes([]byte(warmJob))
+	req, err := ReadRequest(bytes.NewReader(AppendRequest(nil, 1, 1, []byte(warmJob))))
 	if err != nil {
 		return
 	}
-	res, _ := tier.Run(context.Background(), job)
+	res, _ := tier.Run(context.Background(), req.Job)
 	_ = json.NewEncoder(io.Discard).Encode(res)
 }
 
@@ -105,14 +107,11 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 	if err := out.Encode(stage.Status{Ready: true}); err != nil {
 		return fail(err)
 	}
-	var req Request
-	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
-		return fail(fmt.Errorf("reading job: %w", err))
-	}
-	job, err := airlock.DecodeJobBytes(req.Job)
+	req, err := ReadRequest(os.Stdin)
 	if err != nil {
-		return fail(fmt.Errorf("reading job: %w", err))
+		return fail(err)
 	}
+	job := req.Job
 	// The address space is capped at what the runtime had reserved at
 	// start plus the job's memory and headroom; the cgroup holds the
 	// memory actually used.
@@ -132,13 +131,55 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 	return 0
 }
 
-// Request is what the parent sends a worker: the job in its wire
-// form (decoded strictly by the worker, as a server would) and the limits
-// of the envelope around the interpreter.
+// Request is what the parent sends a worker: the limits of the envelope
+// around the interpreter and the job. On the wire it is one header line,
+// "airlock-job <memory MiB> <CPU seconds>\n", then the job in its v1 wire
+// form (decoded strictly, as a server would, by [airlock.DecodeJobBytes]),
+// then end of file. The header is parsed without encoding/json: the
+// reflection-driven decoding of an envelope around the job cost a cold
+// worker more than the job's own decoding.
 type Request struct {
-	Job        json.RawMessage `json:"job"`
-	MemoryMB   int64           `json:"memory_mb"`
-	CPUSeconds uint64          `json:"cpu_seconds"`
+	MemoryMB   int64
+	CPUSeconds uint64
+	Job        airlock.Job
+}
+
+const requestMagic = "airlock-job "
+
+// AppendRequest appends a request's wire form to dst: the header, then
+// job (a job's JSON wire form).
+func AppendRequest(dst []byte, memoryMB int64, cpuSeconds uint64, job []byte) []byte {
+	dst = append(dst, requestMagic...)
+	dst = strconv.AppendInt(dst, memoryMB, 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendUint(dst, cpuSeconds, 10)
+	dst = append(dst, '\n')
+	return append(dst, job...)
+}
+
+// ReadRequest reads a request to the end of r and decodes its job
+// strictly.
+func ReadRequest(r io.Reader) (Request, error) {
+	data, err := io.ReadAll(io.LimitReader(r, airlock.MaxJobBytes+int64(len(requestMagic))+64))
+	if err != nil {
+		return Request{}, fmt.Errorf("reading job: %w", err)
+	}
+	header, job, ok := bytes.Cut(data, []byte{'\n'})
+	if !ok || !bytes.HasPrefix(header, []byte(requestMagic)) {
+		return Request{}, errors.New("reading job: no request header")
+	}
+	mem, cpu, ok := strings.Cut(string(header[len(requestMagic):]), " ")
+	var req Request
+	var err1, err2 error
+	req.MemoryMB, err1 = strconv.ParseInt(mem, 10, 64)
+	req.CPUSeconds, err2 = strconv.ParseUint(cpu, 10, 64)
+	if !ok || err1 != nil || err2 != nil || req.MemoryMB < 0 {
+		return Request{}, fmt.Errorf("reading job: malformed request header %q", header)
+	}
+	if req.Job, err = airlock.DecodeJobBytes(job); err != nil {
+		return Request{}, fmt.Errorf("reading job: %w", err)
+	}
+	return req, nil
 }
 
 // inOwnUserNamespace refuses to go on in the host's user namespace (whose
