@@ -100,6 +100,14 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 		return fail(err)
 	}
 	tier := newTier()
+	// The limits that do not depend on the job are set now; the job's
+	// address space and CPU time are bound when it arrives.
+	if err := stage.SetRlimits([]stage.Rlimit{
+		{Resource: unix.RLIMIT_CORE},
+		{Resource: unix.RLIMIT_NOFILE, Cur: 64, Max: 64},
+	}); err != nil {
+		return fail(err)
+	}
 	if err := stage.LoadFilter(stage.FilterOptions{}, true); err != nil {
 		return fail(err)
 	}
@@ -119,8 +127,6 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 	if err := stage.SetRlimits([]stage.Rlimit{
 		{Resource: unix.RLIMIT_AS, Cur: mem, Max: mem},
 		{Resource: unix.RLIMIT_CPU, Cur: req.CPUSeconds, Max: req.CPUSeconds + 1},
-		{Resource: unix.RLIMIT_CORE},
-		{Resource: unix.RLIMIT_NOFILE, Cur: 64, Max: 64},
 	}); err != nil {
 		return fail(err)
 	}
