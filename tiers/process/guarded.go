@@ -210,6 +210,9 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l)); err != nil {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
+	if err := w.cg.holdMemoryLimit(); err != nil {
+		return nil, fmt.Errorf("starting worker: %w", err)
+	}
 	err = w.cmd.Start()
 	stdinR.Close()
 	stdoutW.Close()
