@@ -14,6 +14,9 @@ func TestWarmJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if job.Clock.IsZero() || job.Seed == 0 {
+		t.Fatal("the warm-up job must pin a clock and seed, as every job the host sends does (their decoding is otherwise cold at the claim)")
+	}
 	res, err := New().Run(context.Background(), job)
 	if err != nil {
 		t.Fatalf("warm-up job failed: %v", err)
