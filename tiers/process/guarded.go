@@ -165,6 +165,12 @@ type worker struct {
 	stderr *capture
 	errWG  sync.WaitGroup
 	waitCh chan struct{}
+	result chan workerResult // the job's result, read ahead of the claim
+}
+
+type workerResult struct {
+	res airlock.Result
+	err error
 }
 
 func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
@@ -172,7 +178,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{waitCh: make(chan struct{}), stderr: &capture{limit: 4096, over: make(chan struct{})}}
+	w := &worker{waitCh: make(chan struct{}), result: make(chan workerResult, 1), stderr: &capture{limit: 4096, over: make(chan struct{})}}
 	if w.uid, err = sharedUIDs(g.cfg.uidBase, g.cfg.uidCount).get(); err != nil {
 		return nil, err
 	}
@@ -231,13 +237,21 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		close(w.waitCh)
 	}()
 	ready := make(chan error, 1)
+	w.errWG.Add(1)
 	go func() {
+		defer w.errWG.Done()
 		var st stage.Status
 		if err := w.out.Decode(&st); err != nil || !st.Ready {
 			ready <- fmt.Errorf("starting worker: not ready (%v)", err)
 			return
 		}
 		ready <- nil
+		// This goroutine then waits for the job's result, so that a claim
+		// starts no goroutine: on the claim's path that is a scheduler
+		// wake-up of another thread. It ends when the worker's stdout does.
+		var r workerResult
+		r.err = w.out.Decode(&r.res)
+		w.result <- r
 	}()
 	select {
 	case err := <-ready:
@@ -357,27 +371,25 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		}
 		return finish(g.crashed(w, &prepared))
 	}
-	got := make(chan error, 1)
 	var inner airlock.Result
-	go func() { got <- w.out.Decode(&inner) }()
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
 	tick := ticker.C
 	for err == nil {
 		select {
-		case err = <-got:
-			if err == nil {
+		case r := <-w.result:
+			if inner, err = r.res, r.err; err == nil {
 				goto done
 			}
 		case <-tick:
 			if stop := (&sandbox{cg: w.cg}).watch(&prepared); stop != nil {
 				_ = w.cmd.Process.Kill()
-				<-got
+				<-w.result
 				return finish(stop)
 			}
 		case <-ctx.Done():
 			_ = w.cmd.Process.Kill()
-			<-got
+			<-w.result
 			if context.Cause(ctx) == errWall {
 				return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)})
 			}
