@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
@@ -60,7 +61,16 @@ func warmUp(tier airlock.Tier, warmJob string) {
 		return
 	}
 	res, _ := tier.Run(context.Background(), req.Job)
-	_ = json.NewEncoder(io.Discard).Encode(res)
+	_ = writeResult(json.NewEncoder(io.Discard), res)
+}
+
+// writeResult sends the Result without the fields the parent replaces
+// (tier and level become the guarded tier's, clock and seed the ones it
+// pinned in the job): neither side then formats or parses a time on the
+// claim's path.
+func writeResult(out *json.Encoder, res airlock.Result) error {
+	res.Tier, res.Level, res.Clock, res.Seed = "", 0, time.Time{}, 0
+	return out.Encode(res)
 }
 
 // guardOverheadMB is added to the job's memory limit for the address-space
@@ -131,7 +141,7 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 		return fail(err)
 	}
 	res, _ := tier.Run(context.Background(), job)
-	if err := out.Encode(res); err != nil {
+	if err := writeResult(out, res); err != nil {
 		return fail(err)
 	}
 	return 0
