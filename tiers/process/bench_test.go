@@ -3,7 +3,9 @@ package process
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"os"
 	"os/exec"
 	"slices"
 	"testing"
@@ -149,6 +151,123 @@ func BenchmarkGuardedExpr(b *testing.B) {
 		m["guarded-expr"] = medianReport(b, warm(b, g, func() error { _, err := g.Run(context.Background(), job); return err }))
 	})
 	m.ratios(b, "expr")
+}
+
+// pipeEchoEnv makes the test binary a pipe echo: it answers each byte on
+// stdin with one on stdout, for the round-trip floor in
+// BenchmarkGuardedRoundTrip.
+const pipeEchoEnv = "_AIRLOCK_TEST_PIPE_ECHO"
+
+func init() {
+	if os.Getenv(pipeEchoEnv) != "1" {
+		return
+	}
+	var b [1]byte
+	for {
+		if n, err := os.Stdin.Read(b[:]); n != 1 || err != nil {
+			os.Exit(0)
+		}
+		if _, err := os.Stdout.Write(b[:]); err != nil {
+			os.Exit(0)
+		}
+	}
+}
+
+// BenchmarkGuardedRoundTrip isolates a warm guarded job from claim to
+// result and pairs it, iteration by iteration and in alternating order,
+// with the floor it cannot beat on this machine: a one-byte pipe round
+// trip to an idle process (this binary as an echo, with GOMAXPROCS=1 like
+// a worker). Both sides start idle: the pool is full and nothing is being
+// destroyed (waited for untimed), then a short pause lets the CPUs idle,
+// as they do between sporadic jobs. It reports both medians, their ratio,
+// and the median of the job's Timings.StartUS (the host's claim up to the
+// request, plus the worker's compile).
+func BenchmarkGuardedRoundTrip(b *testing.B) {
+	g, err := NewGuarded("expr", testConfig(b).WithPool(2))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Available(); err != nil {
+		tiertest.Unavailable(b, g.Name(), err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	echo := exec.Command(exe)
+	echo.Env = []string{pipeEchoEnv + "=1", "GOMAXPROCS=1"}
+	in, err := echo.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := echo.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := echo.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { in.Close(); _ = echo.Wait() }()
+	ping := func() (time.Duration, error) {
+		var buf [1]byte
+		start := time.Now()
+		if _, err := in.Write(buf[:]); err != nil {
+			return 0, err
+		}
+		_, err := io.ReadFull(out, buf[:])
+		return time.Since(start), err
+	}
+	if _, err := ping(); err != nil { // the echo's own start-up
+		b.Fatal(err)
+	}
+	job := airlock.Job{Kind: airlock.KindExpr, Code: "x * 2 + 1", Input: map[string]any{"x": int64(20)}}
+	guarded := func() (time.Duration, time.Duration, error) {
+		start := time.Now()
+		res, err := g.Run(context.Background(), job)
+		d := time.Since(start)
+		if err == nil && res.Value != int64(41) {
+			err = fmt.Errorf("value %v, want 41", res.Value)
+		}
+		return d, time.Duration(res.Timings.StartUS) * time.Microsecond, err
+	}
+	var pipes, jobs, starts []time.Duration
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := g.WaitWarm(ctx)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		b.StartTimer()
+		for k := range 2 {
+			if (i+k)%2 == 0 {
+				d, err := ping()
+				if err != nil {
+					b.Fatal(err)
+				}
+				pipes = append(pipes, d)
+			} else {
+				d, start, err := guarded()
+				if err != nil {
+					b.Fatal(err)
+				}
+				jobs, starts = append(jobs, d), append(starts, start)
+			}
+			time.Sleep(time.Millisecond) // idle again before the other side
+		}
+		i++
+	}
+	pm, jm, sm := median(pipes), median(jobs), median(starts)
+	b.ReportMetric(float64(pm.Nanoseconds())/1000, "pipe-median-µs")
+	b.ReportMetric(float64(jm.Nanoseconds())/1000, "guarded-median-µs")
+	b.ReportMetric(float64(sm.Nanoseconds())/1000, "start-median-µs")
+	if pm > 0 {
+		b.ReportMetric(float64(jm)/float64(pm), "guarded/pipe")
+	}
 }
 
 // BenchmarkEgress measures what the egress wiring costs a job: /bin/true

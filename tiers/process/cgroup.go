@@ -35,6 +35,10 @@ type jobCgroup interface {
 	// setMemory changes only the memory limit (one file write: the fast
 	// path for claiming a guarded worker).
 	setMemory(bytes int64) error
+	// holdMemoryLimit opens the memory limit file ahead of setMemory, so
+	// that the claim pays one write rather than a path walk, an open, a
+	// write and a close (≈ 90 µs on a cold CPU here). destroy closes it.
+	holdMemoryLimit() error
 	// events reports whether the memory limit killed something and how
 	// often a fork was refused by the pids limit.
 	events() (oomKills, pidsMax int64)
@@ -94,8 +98,9 @@ func v1Hierarchy() ([]cgroup1.Subsystem, error) {
 }
 
 type cgroupV1 struct {
-	name string
-	cg   cgroup1.Cgroup
+	name     string
+	cg       cgroup1.Cgroup
+	memLimit *os.File // held open by holdMemoryLimit
 }
 
 // v1Resources: on v1 the kernel's OOM killer is disabled for the group —
@@ -131,7 +136,12 @@ func (c *cgroupV1) add(pid int) error {
 func (c *cgroupV1) update(l cgLimits) error { return c.cg.Update(v1Resources(l)) }
 
 func (c *cgroupV1) setMemory(bytes int64) error {
-	return os.WriteFile(c.file("memory", "memory.limit_in_bytes"), []byte(strconv.FormatInt(bytes, 10)), 0)
+	return writeLimit(c.memLimit, c.file("memory", "memory.limit_in_bytes"), bytes)
+}
+
+func (c *cgroupV1) holdMemoryLimit() (err error) {
+	c.memLimit, err = os.OpenFile(c.file("memory", "memory.limit_in_bytes"), os.O_WRONLY, 0)
+	return err
 }
 
 func (c *cgroupV1) file(subsys, name string) string {
@@ -156,6 +166,9 @@ func (c *cgroupV1) kill(except int) error {
 }
 
 func (c *cgroupV1) destroy() error {
+	if c.memLimit != nil {
+		c.memLimit.Close()
+	}
 	kerr := c.kill(0)
 	return errors.Join(kerr, removeCgroupV1(c.name))
 }
@@ -176,8 +189,9 @@ func removeCgroupV1(name string) error {
 // ---- v2 ----
 
 type cgroupV2m struct {
-	name string
-	m    *cgroup2.Manager
+	name     string
+	m        *cgroup2.Manager
+	memLimit *os.File // held open by holdMemoryLimit
 }
 
 func v2Resources(l cgLimits) *cgroup2.Resources {
@@ -203,7 +217,12 @@ func newCgroupV2(name string, l cgLimits) (*cgroupV2m, error) {
 func (c *cgroupV2m) add(pid int) error       { return c.m.AddProc(uint64(pid)) }
 func (c *cgroupV2m) update(l cgLimits) error { return c.m.Update(v2Resources(l)) }
 func (c *cgroupV2m) setMemory(bytes int64) error {
-	return os.WriteFile(c.file("memory.max"), []byte(strconv.FormatInt(bytes, 10)), 0)
+	return writeLimit(c.memLimit, c.file("memory.max"), bytes)
+}
+
+func (c *cgroupV2m) holdMemoryLimit() (err error) {
+	c.memLimit, err = os.OpenFile(c.file("memory.max"), os.O_WRONLY, 0)
+	return err
 }
 func (c *cgroupV2m) file(name string) string { return filepath.Join(cgroupRoot, c.name, name) }
 
@@ -223,11 +242,25 @@ func (c *cgroupV2m) kill(except int) error {
 }
 
 func (c *cgroupV2m) destroy() error {
+	if c.memLimit != nil {
+		c.memLimit.Close()
+	}
 	kerr := c.kill(0)
 	return errors.Join(kerr, rmdirRetry(filepath.Join(cgroupRoot, c.name)))
 }
 
 // ---- shared ----
+
+// writeLimit writes a limit through f, the file held open, or else by
+// name.
+func writeLimit(f *os.File, name string, v int64) error {
+	b := strconv.AppendInt(nil, v, 10)
+	if f == nil {
+		return os.WriteFile(name, b, 0)
+	}
+	_, err := f.Write(b)
+	return err
+}
 
 // killAll asks the kernel to freeze the group (so nothing forks while we
 // look; without waiting for it, as tasks blocked at the memory limit do not

@@ -165,6 +165,12 @@ type worker struct {
 	stderr *capture
 	errWG  sync.WaitGroup
 	waitCh chan struct{}
+	result chan workerResult // the job's result, read ahead of the claim
+}
+
+type workerResult struct {
+	res airlock.Result
+	err error
 }
 
 func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
@@ -172,7 +178,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{waitCh: make(chan struct{}), stderr: &capture{limit: 4096, over: make(chan struct{})}}
+	w := &worker{waitCh: make(chan struct{}), result: make(chan workerResult, 1), stderr: &capture{limit: 4096, over: make(chan struct{})}}
 	if w.uid, err = sharedUIDs(g.cfg.uidBase, g.cfg.uidCount).get(); err != nil {
 		return nil, err
 	}
@@ -210,6 +216,9 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l)); err != nil {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
+	if err := w.cg.holdMemoryLimit(); err != nil {
+		return nil, fmt.Errorf("starting worker: %w", err)
+	}
 	err = w.cmd.Start()
 	stdinR.Close()
 	stdoutW.Close()
@@ -228,13 +237,21 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		close(w.waitCh)
 	}()
 	ready := make(chan error, 1)
+	w.errWG.Add(1)
 	go func() {
+		defer w.errWG.Done()
 		var st stage.Status
 		if err := w.out.Decode(&st); err != nil || !st.Ready {
 			ready <- fmt.Errorf("starting worker: not ready (%v)", err)
 			return
 		}
 		ready <- nil
+		// This goroutine then waits for the job's result, so that a claim
+		// starts no goroutine: on the claim's path that is a scheduler
+		// wake-up of another thread. It ends when the worker's stdout does.
+		var r workerResult
+		r.err = w.out.Decode(&r.res)
+		w.result <- r
 	}()
 	select {
 	case err := <-ready:
@@ -327,37 +344,52 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if err != nil {
 		return finish(fmt.Errorf("encoding job: %w", err))
 	}
-	req := wk.Request{Job: raw, MemoryMB: limits.MemoryMB, CPUSeconds: uint64((prepared.Limits.CPUMS + 999) / 1000)}
+	req := wk.AppendRequest(make([]byte, 0, len(raw)+64), limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), raw)
 	res.Timings.StartUS = airlock.Since(begin)
 
-	got := make(chan error, 1)
-	var inner airlock.Result
-	go func() {
-		if err := json.NewEncoder(w.stdin).Encode(req); err != nil {
-			got <- err
-			return
+	// The request is written on this goroutine: a hand-off to another one
+	// costs a scheduler wake-up on the claim's path. The pipe is fresh and
+	// empty, so a request of at most one page never blocks; a larger one
+	// waits for the worker to read it, bounded by the wall clock and the
+	// caller's context through the write deadline.
+	if len(req) > os.Getpagesize() {
+		stop := context.AfterFunc(ctx, func() { _ = w.stdin.SetWriteDeadline(time.Now()) })
+		defer stop()
+		if dl, ok := ctx.Deadline(); ok {
+			_ = w.stdin.SetWriteDeadline(dl)
 		}
-		w.stdin.Close()
-		got <- w.out.Decode(&inner)
-	}()
+	}
+	_, err = w.stdin.Write(req)
+	w.stdin.Close()
+	if err != nil {
+		_ = w.cmd.Process.Kill()
+		switch {
+		case context.Cause(ctx) == errWall:
+			return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out while sending the job (worker killed)", wall)})
+		case ctx.Err() != nil:
+			return finish(&airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while sending the job: " + ctx.Err().Error()})
+		}
+		return finish(g.crashed(w, &prepared))
+	}
+	var inner airlock.Result
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
 	tick := ticker.C
 	for err == nil {
 		select {
-		case err = <-got:
-			if err == nil {
+		case r := <-w.result:
+			if inner, err = r.res, r.err; err == nil {
 				goto done
 			}
 		case <-tick:
 			if stop := (&sandbox{cg: w.cg}).watch(&prepared); stop != nil {
 				_ = w.cmd.Process.Kill()
-				<-got
+				<-w.result
 				return finish(stop)
 			}
 		case <-ctx.Done():
 			_ = w.cmd.Process.Kill()
-			<-got
+			<-w.result
 			if context.Cause(ctx) == errWall {
 				return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)})
 			}

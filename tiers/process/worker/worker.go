@@ -13,6 +13,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
@@ -44,21 +46,31 @@ func Dispatch(name string, newTier func() airlock.Tier, warmJob string) {
 }
 
 // warmUp runs a trivial job through the same steps as the real one
-// (strict decoding, the tier, encoding the Result) before the worker
-// reports ready, so the first touch of that code — page faults into this
-// large binary, lazily built tables — is paid while the worker waits in the
-// pool rather than after the claim. It carries no job data, and the worker
+// (the request's framing, strict decoding, the tier, encoding the Result)
+// before the worker reports ready, so the first touch of that code — page
+// faults into this large binary, encoding/json's per-type tables, lazily
+// built interpreter tables — is paid while the worker waits in the pool
+// rather than after the claim. It carries no job data, and the worker
 // still serves exactly one job.
 func warmUp(tier airlock.Tier, warmJob string) {
 	if warmJob == "" {
 		return
 	}
-	job, err := airlock.DecodeJobBytes([]byte(warmJob))
+	req, err := ReadRequest(bytes.NewReader(AppendRequest(nil, 1, 1, []byte(warmJob))))
 	if err != nil {
 		return
 	}
-	res, _ := tier.Run(context.Background(), job)
-	_ = json.NewEncoder(io.Discard).Encode(res)
+	res, _ := tier.Run(context.Background(), req.Job)
+	_ = writeResult(json.NewEncoder(io.Discard), res)
+}
+
+// writeResult sends the Result without the fields the parent replaces
+// (tier and level become the guarded tier's, clock and seed the ones it
+// pinned in the job): neither side then formats or parses a time on the
+// claim's path.
+func writeResult(out *json.Encoder, res airlock.Result) error {
+	res.Tier, res.Level, res.Clock, res.Seed = "", 0, time.Time{}, 0
+	return out.Encode(res)
 }
 
 // guardOverheadMB is added to the job's memory limit for the address-space
@@ -98,6 +110,14 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 		return fail(err)
 	}
 	tier := newTier()
+	// The limits that do not depend on the job are set now; the job's
+	// address space and CPU time are bound when it arrives.
+	if err := stage.SetRlimits([]stage.Rlimit{
+		{Resource: unix.RLIMIT_CORE},
+		{Resource: unix.RLIMIT_NOFILE, Cur: 64, Max: 64},
+	}); err != nil {
+		return fail(err)
+	}
 	if err := stage.LoadFilter(stage.FilterOptions{}, true); err != nil {
 		return fail(err)
 	}
@@ -105,14 +125,11 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 	if err := out.Encode(stage.Status{Ready: true}); err != nil {
 		return fail(err)
 	}
-	var req Request
-	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
-		return fail(fmt.Errorf("reading job: %w", err))
-	}
-	job, err := airlock.DecodeJobBytes(req.Job)
+	req, err := ReadRequest(os.Stdin)
 	if err != nil {
-		return fail(fmt.Errorf("reading job: %w", err))
+		return fail(err)
 	}
+	job := req.Job
 	// The address space is capped at what the runtime had reserved at
 	// start plus the job's memory and headroom; the cgroup holds the
 	// memory actually used.
@@ -120,25 +137,65 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 	if err := stage.SetRlimits([]stage.Rlimit{
 		{Resource: unix.RLIMIT_AS, Cur: mem, Max: mem},
 		{Resource: unix.RLIMIT_CPU, Cur: req.CPUSeconds, Max: req.CPUSeconds + 1},
-		{Resource: unix.RLIMIT_CORE},
-		{Resource: unix.RLIMIT_NOFILE, Cur: 64, Max: 64},
 	}); err != nil {
 		return fail(err)
 	}
 	res, _ := tier.Run(context.Background(), job)
-	if err := out.Encode(res); err != nil {
+	if err := writeResult(out, res); err != nil {
 		return fail(err)
 	}
 	return 0
 }
 
-// Request is what the parent sends a worker: the job in its wire
-// form (decoded strictly by the worker, as a server would) and the limits
-// of the envelope around the interpreter.
+// Request is what the parent sends a worker: the limits of the envelope
+// around the interpreter and the job. On the wire it is one header line,
+// "airlock-job <memory MiB> <CPU seconds>\n", then the job in its v1 wire
+// form (decoded strictly, as a server would, by [airlock.DecodeJobBytes]),
+// then end of file. The header is parsed without encoding/json: the
+// reflection-driven decoding of an envelope around the job cost a cold
+// worker more than the job's own decoding.
 type Request struct {
-	Job        json.RawMessage `json:"job"`
-	MemoryMB   int64           `json:"memory_mb"`
-	CPUSeconds uint64          `json:"cpu_seconds"`
+	MemoryMB   int64
+	CPUSeconds uint64
+	Job        airlock.Job
+}
+
+const requestMagic = "airlock-job "
+
+// AppendRequest appends a request's wire form to dst: the header, then
+// job (a job's JSON wire form).
+func AppendRequest(dst []byte, memoryMB int64, cpuSeconds uint64, job []byte) []byte {
+	dst = append(dst, requestMagic...)
+	dst = strconv.AppendInt(dst, memoryMB, 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendUint(dst, cpuSeconds, 10)
+	dst = append(dst, '\n')
+	return append(dst, job...)
+}
+
+// ReadRequest reads a request to the end of r and decodes its job
+// strictly.
+func ReadRequest(r io.Reader) (Request, error) {
+	data, err := io.ReadAll(io.LimitReader(r, airlock.MaxJobBytes+int64(len(requestMagic))+64))
+	if err != nil {
+		return Request{}, fmt.Errorf("reading job: %w", err)
+	}
+	header, job, ok := bytes.Cut(data, []byte{'\n'})
+	if !ok || !bytes.HasPrefix(header, []byte(requestMagic)) {
+		return Request{}, errors.New("reading job: no request header")
+	}
+	mem, cpu, ok := strings.Cut(string(header[len(requestMagic):]), " ")
+	var req Request
+	var err1, err2 error
+	req.MemoryMB, err1 = strconv.ParseInt(mem, 10, 64)
+	req.CPUSeconds, err2 = strconv.ParseUint(cpu, 10, 64)
+	if !ok || err1 != nil || err2 != nil || req.MemoryMB < 0 {
+		return Request{}, fmt.Errorf("reading job: malformed request header %q", header)
+	}
+	if req.Job, err = airlock.DecodeJobBytes(job); err != nil {
+		return Request{}, fmt.Errorf("reading job: %w", err)
+	}
+	return req, nil
 }
 
 // inOwnUserNamespace refuses to go on in the host's user namespace (whose

@@ -10,7 +10,12 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
 
-func init() { worker.Dispatch(starlark.Name, New, `{"kind":"starlark","code":"result = 1 + 1"}`) }
+func init() { worker.Dispatch(starlark.Name, New, WarmJob) }
+
+// WarmJob is the trivial job a worker runs before it reports ready (see
+// exprworker.WarmJob): input variables, arithmetic, a loop, a string
+// built-in, a pinned clock and seed. It carries no job data.
+const WarmJob = `{"kind":"starlark","code":"n = 0\nfor i in range(3):\n    n += x * 2 + 1 - y % 3\nresult = s + str(n) if len(s) == 2 else s","input":{"x":20,"y":7,"s":"ab"},"clock":"2000-01-01T00:00:00.123456789Z","seed":1}`
 
 // New returns the tier a guarded Starlark worker runs, with the default
 // configuration; register it with process.RegisterWorker(starlark.Name,

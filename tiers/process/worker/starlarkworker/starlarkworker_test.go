@@ -1,0 +1,27 @@
+package starlarkworker
+
+import (
+	"context"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// TestWarmJob runs the warm-up job in-process: a worker ignores its
+// errors, so a warm-up that stopped compiling would silently warm nothing.
+func TestWarmJob(t *testing.T) {
+	job, err := airlock.DecodeJobBytes([]byte(WarmJob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Clock.IsZero() || job.Seed == 0 {
+		t.Fatal("the warm-up job must pin a clock and seed, as every job the host sends does (their decoding is otherwise cold at the claim)")
+	}
+	res, err := New().Run(context.Background(), job)
+	if err != nil {
+		t.Fatalf("warm-up job failed: %v", err)
+	}
+	if res.Value == nil {
+		t.Fatalf("warm-up job gave no value: %+v", res)
+	}
+}
