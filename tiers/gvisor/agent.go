@@ -40,6 +40,8 @@ func init() {
 
 // agentMain connects to the host's socket and serves jobs.
 func agentMain(mode string) int {
+	// Before reporting ready (connecting), so that the claim pays nothing.
+	prewarmAddressSpace()
 	var conn net.Conn
 	var err error
 	for i := 0; i < 100; i++ {
