@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"encoding/json"
+	"io"
 	"runtime"
 	"syscall"
 	"unsafe"
@@ -52,4 +54,13 @@ func forkExit() (uintptr, syscall.Errno) {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 	}
 	return r, e
+}
+
+// prewarmCodecs decodes a sample job frame and encodes an exit frame once,
+// so that encoding/json has built its codecs for both types (reflection
+// work, and code paged in through the Sentry) before a job waits on them.
+func prewarmCodecs() {
+	var j agentJob
+	_ = json.Unmarshal([]byte(`{"argv":["true"],"env":["A=b"],"files":{"f":"x"},"stdin":"x","uid":1,"nofile":1,"output":1}`), &j)
+	_ = writeJSONFrame(io.Discard, frameExit, agentExit{Code: 1, SpawnUS: 1, ExitUS: 1})
 }
