@@ -40,6 +40,9 @@ func init() {
 
 // agentMain connects to the host's socket and serves jobs.
 func agentMain(mode string) int {
+	// Before reporting ready (connecting), so that the claim pays nothing.
+	prewarmAddressSpace()
+	prewarmCodecs()
 	var conn net.Conn
 	var err error
 	for i := 0; i < 100; i++ {
@@ -125,10 +128,29 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
 		return agentExit{Code: 127}
 	}
-	inR, inW, err1 := os.Pipe()
-	outR, outW, err2 := os.Pipe()
-	errR, errW, err3 := os.Pipe()
-	if err := errors.Join(err1, err2, err3); err != nil {
+	// The job's ends of its pipes are plain blocking descriptors (never
+	// registered with the agent's poller); a job without stdin gets a pipe
+	// whose other end is already closed: it reads EOF.
+	child := [3]int{-1, -1, -1}
+	var inW, outR, errR *os.File
+	child[0], inW, err = jobPipe(false, job.Stdin != "")
+	if err == nil {
+		child[1], outR, err = jobPipe(true, true)
+		if err == nil {
+			child[2], errR, err = jobPipe(true, true)
+		}
+	}
+	if err != nil {
+		for _, fd := range child {
+			if fd >= 0 {
+				syscall.Close(fd)
+			}
+		}
+		for _, f := range []*os.File{inW, outR, errR} {
+			if f != nil {
+				f.Close()
+			}
+		}
 		return agentExit{Code: -1, Error: err.Error()}
 	}
 	var old syscall.Rlimit
@@ -139,18 +161,20 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{
 		Dir:   scratchDir,
 		Env:   job.Env,
-		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+		Files: []uintptr{uintptr(child[0]), uintptr(child[1]), uintptr(child[2])},
 		Sys: &syscall.SysProcAttr{
 			Setsid:     true,
 			Credential: &syscall.Credential{Uid: uint32(job.UID), Gid: uint32(job.UID)},
 		},
 	})
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	for _, fd := range child {
+		syscall.Close(fd)
+	}
 	if err != nil {
-		inW.Close()
+		if inW != nil {
+			inW.Close()
+		}
 		outR.Close()
 		errR.Close()
 		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
@@ -158,10 +182,12 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		return agentExit{Code: 126}
 	}
 	spawned := time.Since(received).Microseconds()
-	go func() {
-		_, _ = io.WriteString(inW, job.Stdin)
-		inW.Close()
-	}()
+	if inW != nil {
+		go func() {
+			_, _ = io.WriteString(inW, job.Stdin)
+			inW.Close()
+		}()
+	}
 	var mu sync.Mutex
 	budget := job.Output + 1
 	var copies sync.WaitGroup
@@ -190,6 +216,32 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	case <-time.After(2 * time.Second):
 	}
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
+}
+
+// jobPipe makes a pipe for one of the job's standard streams and returns
+// the job's end, a blocking close-on-exec descriptor (ForkExec dups it into
+// place), and the agent's end, a non-blocking *os.File served by the
+// poller. childWrites says which way data flows. With keep false (stdin
+// with nothing to send) the agent's end is closed at once and nil.
+func jobPipe(childWrites, keep bool) (int, *os.File, error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return -1, nil, os.NewSyscallError("pipe2", err)
+	}
+	child, mine := p[0], p[1]
+	if childWrites {
+		child, mine = p[1], p[0]
+	}
+	if !keep {
+		syscall.Close(mine)
+		return child, nil, nil
+	}
+	if err := syscall.SetNonblock(mine, true); err != nil {
+		syscall.Close(child)
+		syscall.Close(mine)
+		return -1, nil, os.NewSyscallError("fcntl", err)
+	}
+	return child, os.NewFile(uintptr(mine), "|job"), nil
 }
 
 // reap waits for pid, reaping any orphan that exits first, and returns its

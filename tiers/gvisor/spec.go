@@ -210,5 +210,8 @@ func makeRootfs(dir string, hostDirs []string) ([]string, error) {
 			return nil, err
 		}
 	}
+	if err := writeLdCache(dir, hostDirs); err != nil {
+		return nil, err
+	}
 	return mounts, nil
 }
