@@ -227,8 +227,12 @@ func checkInput(in map[string]any, idents []string) error {
 				ok = false
 				break
 			}
-			if err := airlock.CheckValue(v, 1); err != nil {
-				return airlock.Invalid("input", "%s", err.Error())
+			switch v.(type) {
+			case nil, bool, string, int, int64: // plain scalars: nothing to check
+			default:
+				if err := airlock.CheckValue(v, 1); err != nil {
+					return airlock.Invalid("input", "%s", err.Error())
+				}
 			}
 		}
 		if ok {
