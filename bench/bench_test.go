@@ -341,3 +341,33 @@ func TestWarmSettlesPool(t *testing.T) {
 		t.Fatal("a tier without a pool got a Settle")
 	}
 }
+
+// Warm runs far shorter than a clock read are timed in batches, each
+// sample its batch's mean; the run count stays the cap; a run as long as
+// a batch is timed alone; an error inside a batch is reported.
+func TestWarmBatches(t *testing.T) {
+	fast := Target{Name: "fast", Warm: warmOnly(func(context.Context) error { return nil })}
+	res := NewConfig().WithIterations(5000).measure(context.Background(), fast, "warm")
+	if res.Error != "" || res.N != 5000 || res.Batch < 2 || res.Batch > 1000 {
+		t.Fatalf("fast runs: error %q, n %d, batch %d; want 5000 runs in batches of 2 to 1000", res.Error, res.N, res.Batch)
+	}
+	slow := Target{Name: "slow", Warm: warmOnly(func(context.Context) error { time.Sleep(2 * batchTarget); return nil })}
+	if res := NewConfig().WithIterations(6).measure(context.Background(), slow, "warm"); res.Error != "" || res.N != 6 || res.Batch != 0 {
+		t.Fatalf("slow runs: error %q, n %d, batch %d; want 6 runs timed alone", res.Error, res.N, res.Batch)
+	}
+	calls := 0
+	failing := Target{Name: "failing", Warm: warmOnly(func(context.Context) error {
+		if calls++; calls > 50 {
+			return errors.New("broke")
+		}
+		return nil
+	})}
+	if res := NewConfig().measure(context.Background(), failing, "warm"); !strings.Contains(res.Error, "broke") {
+		t.Fatalf("a run failing inside a batch: error %q", res.Error)
+	}
+	var out strings.Builder
+	(&Report{Results: []Result{res, {Name: "fast", Mode: "warm", Stats: Stats{N: 1, Batch: 40}}}}).WriteTable(&out)
+	if !strings.Contains(out.String(), "fast warm ×40") {
+		t.Fatalf("the table does not say which runs were batched:\n%s", out.String())
+	}
+}

@@ -33,6 +33,15 @@ func (r *Report) WriteTable(w io.Writer) {
 			Dur(x.P50), Dur(x.P95), Dur(x.P99), Dur(x.Min), Dur(x.Max), Dur(x.CPU), vs, strings.Join(peers, ", "))
 	}
 	tw.Flush()
+	var batched []string
+	for _, x := range r.Results {
+		if x.Error == "" && x.Batch > 1 {
+			batched = append(batched, fmt.Sprintf("%s %s ×%d", x.Name, x.Mode, x.Batch))
+		}
+	}
+	if len(batched) > 0 {
+		fmt.Fprintf(w, "\ntimed in batches (runs shorter than a few clock reads; each sample is its batch's mean): %s\n", strings.Join(batched, ", "))
+	}
 	if len(r.Routes) > 0 {
 		fmt.Fprintln(w, "\ntier: auto (default policy) — what an agent pays per situation, warm")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

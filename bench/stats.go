@@ -21,6 +21,10 @@ type Stats struct {
 	// CPU is the CPU time (user + system, of this process and of the
 	// children it waited for) per run, from getrusage deltas around each run.
 	CPU float64 `json:"cpu_us_per_run"`
+	// Batch, when above 1, is how many warm runs each sample timed
+	// together: runs shorter than a few clock reads are timed in batches,
+	// each sample its batch's mean, so percentiles describe batch means.
+	Batch int `json:"batch,omitempty"`
 }
 
 // summarise computes Stats from wall-clock samples and the total CPU time.
