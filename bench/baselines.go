@@ -312,7 +312,7 @@ func qemuBoot() Target {
 			if kernel, err = tools.File("AIRLOCK_MICROVM_KERNEL", "microvm/vmlinux"); err != nil {
 				return err
 			}
-			if tools.KVMUsable() {
+			if tools.KVMBoots(qemu, kernel, "") {
 				accel, cpu = "kvm", "host"
 			}
 			return nil

@@ -20,7 +20,7 @@ type Machine struct {
 	OS      string  `json:"os"`
 	Arch    string  `json:"arch"`
 	Go      string  `json:"go_version"`
-	KVM     bool    `json:"kvm"` // /dev/kvm was usable, so the microVM baseline and tier could use it
+	KVM     bool    `json:"kvm"` // /dev/kvm opened (the microVM tier and baseline use KVM only where a probe guest also boots under it)
 	Load1   float64 `json:"load1"`
 	MemoryB uint64  `json:"memory_bytes,omitempty"`
 }

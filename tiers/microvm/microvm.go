@@ -1,6 +1,6 @@
 // Package microvm is airlock's hardware-virtualisation tier: each job runs
 // in its own QEMU "microvm" machine with its own guest kernel (KVM where
-// /dev/kvm opens, TCG emulation elsewhere), started cold, restored from a
+// a guest boots under it, TCG emulation elsewhere), started cold, restored from a
 // snapshot, or claimed from a pool of pre-booted VMs, and destroyed after
 // the one job. A Firecracker backend takes over where a firecracker binary
 // and KVM are present.
@@ -64,7 +64,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults: the default limit policy, assets
 // from the project's .tools directory, cold starts, one vCPU, QEMU's
-// -sandbox on, KVM when /dev/kvm opens.
+// -sandbox on, KVM when /dev/kvm opens and a probe guest boots under it.
 func DefaultConfig() Config {
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -120,7 +120,8 @@ func (c Config) WithBootTimeout(d time.Duration) Config { c.bootTimeout = d; ret
 // WithSandbox turns QEMU's own seccomp sandbox (-sandbox on) on or off.
 func (c Config) WithSandbox(on bool) Config { c.sandbox = on; return c }
 
-// WithAccel forces "kvm" or "tcg" ("auto": KVM when /dev/kvm opens).
+// WithAccel forces "kvm" or "tcg" ("auto": KVM when /dev/kvm opens and a
+// probe guest boots under it, TCG otherwise).
 func (c Config) WithAccel(a string) Config { c.accel = a; return c }
 
 // WithFirecracker sets the firecracker binary ("" : look it up).
@@ -190,13 +191,15 @@ func New(cfg Config) (*Tier, error) {
 		return nil, fmt.Errorf("sweeping orphaned VMs: %w", err)
 	}
 	t := &Tier{cfg: cfg, tscKHz: tools.TSCkHz(), snaps: map[int64]*snapshot{}}
+	t.assets, t.availErr = findAssets(cfg)
 	switch cfg.accel {
 	case "kvm":
 		t.kvm = true
 	case "auto":
-		t.kvm = tools.KVMUsable()
+		// KVM where a guest really boots under it (see tools.KVMBoots),
+		// emulation elsewhere.
+		t.kvm = t.availErr == nil && tools.KVMBoots(t.assets.qemu, t.assets.kernel, cfg.cacheDir)
 	}
-	t.assets, t.availErr = findAssets(cfg)
 	if exe, err := os.Executable(); err == nil {
 		t.forwarder, _ = filepath.EvalSymlinks(exe)
 	}
