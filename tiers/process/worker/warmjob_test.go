@@ -14,7 +14,7 @@ import (
 // nothing.
 func TestWarmJob(t *testing.T) {
 	for name, w := range map[string]struct {
-		job string
+		job  string
 		tier func() airlock.Tier
 	}{
 		"expr":     {exprworker.WarmJob, exprworker.New},
