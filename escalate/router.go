@@ -125,7 +125,7 @@ var (
 // the index of the first rule whose Match selects such a job (-1: none),
 // so that routing a job costs a lookup rather than string comparisons
 // against every rule. Lifecycles are checked after the lookup.
-type ruleTable [len(tableKinds)][len(tableSituations)][2]int16
+type ruleTable [len(tableKinds)][len(tableSituations)][2]int32
 
 func newRuleTable(p *Policy) (t ruleTable) {
 	for k, kind := range tableKinds {
@@ -134,7 +134,7 @@ func newRuleTable(p *Policy) (t ruleTable) {
 				t[k][s][h] = -1
 				for i := range p.Rules {
 					if p.Rules[i].Match.matches(kind, situation, h == 1) {
-						t[k][s][h] = int16(i)
+						t[k][s][h] = int32(i)
 						break
 					}
 				}
