@@ -1,5 +1,0 @@
-//go:build !race
-
-package expr_test
-
-const raceEnabled = false
