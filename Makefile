@@ -4,7 +4,7 @@
 
 GO ?= go
 # Packages whose tests run in-process; they also run under the race detector.
-RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monotime/... ./internal/reuse/... ./egress/...
+RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monotime/... ./egress/...
 
 .PHONY: all build setup test test-go test-race vet bench corpus clean
 

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +37,6 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/cache"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
-	"github.com/airlock-sandbox/airlock/internal/reuse"
 )
 
 // Name is the tier's name.
@@ -77,7 +77,7 @@ type Tier struct {
 	cfg   Config
 	cache *cache.Cache[string, *program]
 	last  atomic.Pointer[program] // the program last compiled or found
-	vms   reuse.Pool[vm.VM]
+	vms   sync.Pool               // *vm.VM, reset by each Run
 }
 
 // New returns a tier with the default configuration.
@@ -186,7 +186,10 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, 
 	} else if job.Input == nil {
 		env = map[string]any(nil)
 	}
-	machine := t.vms.Get()
+	machine, _ := t.vms.Get().(*vm.VM)
+	if machine == nil {
+		machine = new(vm.VM)
+	}
 	machine.MemoryBudget = uint(job.Limits.MemoryMB << 20 / elementBytes)
 	out, err := machine.Run(p.prog, env)
 	t.vms.Put(machine)
