@@ -158,8 +158,11 @@ func TestFirecrackerAPIWaitsForSocket(t *testing.T) {
 // TestFirecrackerBoot runs a job under Firecracker where it can.
 func TestFirecrackerBoot(t *testing.T) {
 	fc, err := exec.LookPath("firecracker")
-	if err != nil || !tools.KVMUsable() {
-		t.Skip("Firecracker needs a firecracker binary and /dev/kvm; this machine has neither (no Debian package, not on the Go module proxy, no KVM)")
+	switch {
+	case err != nil:
+		t.Skip("Firecracker needs a firecracker binary: none is on PATH, and none can be installed here (no Debian package, not on the Go module proxy)")
+	case !tools.KVMUsable():
+		t.Skip("Firecracker needs /dev/kvm, which this machine lacks")
 	}
 	tier, err := New(testConfig().WithFirecracker(fc))
 	if err != nil {
