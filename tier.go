@@ -23,6 +23,19 @@ type Tier interface {
 	Run(ctx context.Context, job Job) (Result, error)
 }
 
+// SelfAdmitting is implemented by tiers whose Run does the tier's own
+// admission first: a job that Admit refuses gets the same [*NotAdmitted]
+// from Run before any of it runs, and Run returns *NotAdmitted for nothing
+// else. The router (package escalate) runs such a tier without calling
+// Admit first, a call through the interface that copies the Job, and when
+// Run refuses it moves on to the next tier as it would after Admit; its
+// Route and Explain still call Admit. AdmitsInRun does nothing: it marks
+// the promise.
+type SelfAdmitting interface {
+	Tier
+	AdmitsInRun()
+}
+
 // Prober is implemented by tiers whose backend may be missing (a runsc
 // binary, QEMU, a kernel feature). Available returns nil when the tier can
 // run jobs here, or an error saying what is missing.

@@ -36,6 +36,9 @@ type entry struct {
 	level       airlock.Level
 	cost        time.Duration
 	unavailable error
+	// selfAdmits: the tier's Run admits the job itself (airlock.SelfAdmitting),
+	// so Run skips the separate Admit call.
+	selfAdmits bool
 }
 
 // Router chooses a tier for each job. It is safe for concurrent use.
@@ -70,6 +73,7 @@ func New(policy Policy, tiers []airlock.Tier, costs map[string]time.Duration) (*
 				e.cost = time.Duration(e.level) * time.Second
 			}
 		}
+		_, e.selfAdmits = t.(airlock.SelfAdmitting)
 		if p, ok := t.(airlock.Prober); ok {
 			e.unavailable = p.Available()
 		}
@@ -247,32 +251,72 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 		}
 		return ri, -1, false, airlock.Invalid("tier", "unknown tier %q (see `airlock tiers`)", job.Tier)
 	}
-	for i := range r.tiers {
-		e := &r.tiers[i]
-		if e.level < rule.MinLevel || e.unavailable != nil || (len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name)) {
-			continue
-		}
-		if e.tier.Admit(*job) == nil {
+	for i := r.candidate(rule, 0); i >= 0; i = r.candidate(rule, i+1) {
+		if r.tiers[i].tier.Admit(*job) == nil {
 			return ri, i, refused, nil
 		}
 		refused = true
 	}
-	return ri, -1, refused, &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s; see `airlock explain`)", rule.MinLevel, rule.MinLevel, rule.Name)}
+	return ri, -1, refused, noneAdmits(rule)
+}
+
+// candidate returns the first tier from index i on that rule lets a job
+// use (at or above its minimum level, available, allowed), or -1.
+func (r *Router) candidate(rule *Rule, i int) int {
+	for ; i < len(r.tiers); i++ {
+		e := &r.tiers[i]
+		if e.level >= rule.MinLevel && e.unavailable == nil && (len(rule.Tiers) == 0 || contains(rule.Tiers, e.name)) {
+			return i
+		}
+	}
+	return -1
+}
+
+func noneAdmits(rule *Rule) error {
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s; see `airlock explain`)", rule.MinLevel, rule.MinLevel, rule.Name)}
 }
 
 // Run routes the job and runs it, recording the router's reasons in the
 // result's Decision.
+//
+// A tier that admits jobs in its own Run (airlock.SelfAdmitting) is run
+// without a separate Admit call; when its Run refuses the job, the next
+// candidate is tried, as after a refusing Admit.
 func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, err error) {
-	// Admit takes the job by value, so routing a pointer to job does
-	// not move it to the heap.
-	ri, ti, refused, err := r.route(&job)
-	if err != nil {
-		res = airlock.Result{Clock: job.Clock, Seed: job.Seed}
-		res.Decision = r.lines(job)
-		res.SetError(err)
-		return res, err
+	var ri, ti int
+	refused := false
+	if job.Tier != "" && job.Tier != airlock.TierAuto {
+		// Admit takes the job by value, so routing a pointer to job does
+		// not move it to the heap.
+		if ri, ti, refused, err = r.route(&job); err != nil {
+			return r.refuse(job, err)
+		}
+		res, err = r.tiers[ti].tier.Run(ctx, job)
+	} else {
+		if ri, err = r.rule(&job); err != nil {
+			return r.refuse(job, err)
+		}
+		rule := &r.policy.Rules[ri]
+		for ti = r.candidate(rule, 0); ti >= 0; ti = r.candidate(rule, ti+1) {
+			e := &r.tiers[ti]
+			if !e.selfAdmits {
+				if e.tier.Admit(job) != nil {
+					refused = true
+					continue
+				}
+				res, err = e.tier.Run(ctx, job)
+				break
+			}
+			res, err = e.tier.Run(ctx, job)
+			if _, no := err.(*airlock.NotAdmitted); !no {
+				break
+			}
+			refused = true
+		}
+		if ti < 0 {
+			return r.refuse(job, noneAdmits(rule))
+		}
 	}
-	res, err = r.tiers[ti].tier.Run(ctx, job)
 	var reasons []string
 	if refused || (job.Tier != "" && job.Tier != airlock.TierAuto) {
 		reasons = r.lines(job)
@@ -285,6 +329,14 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 	} else {
 		res.Decision = reasons
 	}
+	return res, err
+}
+
+// refuse is the Result of a job no tier runs.
+func (r *Router) refuse(job airlock.Job, err error) (airlock.Result, error) {
+	res := airlock.Result{Clock: job.Clock, Seed: job.Seed}
+	res.Decision = r.lines(job)
+	res.SetError(err)
 	return res, err
 }
 

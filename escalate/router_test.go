@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -210,4 +211,68 @@ func TestRunKeepsTheTiersDecisions(t *testing.T) {
 		assert.Contains(t, res.Decision[1], "chose gvisor")
 		assert.Equal(t, "egress: GET a.example allowed", res.Decision[2])
 	}
+}
+
+// selfTier admits in its Run (airlock.SelfAdmitting): it counts the Admit
+// calls it gets and the runs it refuses or accepts.
+type selfTier struct {
+	levelTier
+	admits, refusals, runs int
+}
+
+func (t *selfTier) AdmitsInRun() {}
+func (t *selfTier) Admit(j airlock.Job) error {
+	t.admits++
+	return t.levelTier.Admit(j)
+}
+func (t *selfTier) Run(_ context.Context, j airlock.Job) (airlock.Result, error) {
+	if err := t.levelTier.Admit(j); err != nil {
+		t.refusals++
+		return airlock.Result{Tier: t.name}, err
+	}
+	t.runs++
+	return airlock.Result{Tier: t.name, Value: "ran"}, nil
+}
+
+// A self-admitting tier is run without an Admit call; when its Run
+// refuses, the router goes on to the next candidate and says why it passed
+// the refusing one over, as it does after a refusing Admit.
+func TestSelfAdmittingTier(t *testing.T) {
+	cmd := []airlock.Kind{airlock.KindCommand}
+	vm := &selfTier{levelTier: levelTier{name: "microvm", level: 4, kinds: cmd}}
+	gv := &selfTier{levelTier: levelTier{name: "gvisor", level: 4, kinds: []airlock.Kind{airlock.KindWasm}}}
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{vm, gv}, map[string]time.Duration{"gvisor": 1, "microvm": 2})
+	require.NoError(t, err)
+
+	// The cheapest candidate admits: no Admit call at all.
+	res, err := r.Run(context.Background(), airlock.Job{Kind: "wasm", Module: []byte("\x00asm")})
+	require.NoError(t, err)
+	assert.Equal(t, "gvisor", res.Tier)
+	assert.Equal(t, 1, gv.runs)
+	assert.Zero(t, gv.admits+vm.admits, "Run needs no Admit call for a self-admitting tier")
+
+	// The cheapest refuses in its Run: the next one runs the job.
+	res, err = r.Run(context.Background(), airlock.Job{Kind: "command", Argv: []string{"true"}})
+	require.NoError(t, err)
+	assert.Equal(t, "microvm", res.Tier)
+	assert.Equal(t, "ran", res.Value)
+	assert.Equal(t, 1, gv.refusals, "the cheaper tier was offered the job through Run")
+	assert.Equal(t, 1, vm.runs)
+	assert.Contains(t, strings.Join(res.Decision, "\n"), "gvisor: runs only wasm", "the refusal is explained")
+
+	// Nothing admits: the router's own refusal, as without the interface.
+	res, err = r.Run(context.Background(), airlock.Job{Kind: "starlark", Code: "result = 1"})
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, na.Reason, "no available tier")
+	assert.Equal(t, airlock.ErrNotAdmitted, res.Error.Kind)
+	assert.Equal(t, 2, gv.runs+vm.runs, "a refused job ran nowhere")
+	assert.Equal(t, 3, gv.refusals+vm.refusals)
+
+	// Route and Explain still ask Admit.
+	before := vm.admits
+	tier, err := r.Route(&airlock.Job{Kind: "command", Argv: []string{"true"}})
+	require.NoError(t, err)
+	assert.Equal(t, "microvm", tier.Name())
+	assert.Greater(t, vm.admits, before)
 }

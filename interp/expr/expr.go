@@ -102,6 +102,14 @@ func (t *Tier) Level() airlock.Level { return airlock.LevelInterpreter }
 // no filesystem, network, processes or credentials to use.
 func (t *Tier) Admit(job airlock.Job) error { return admit(&job) }
 
+// AdmitsInRun marks the tier as [airlock.SelfAdmitting]: Run refuses, with
+// Admit's *NotAdmitted and before anything else, every job Admit refuses,
+// and returns *NotAdmitted for nothing else, so the router need not call
+// Admit first.
+func (t *Tier) AdmitsInRun() {}
+
+var _ airlock.SelfAdmitting = (*Tier)(nil)
+
 func admit(job *airlock.Job) error {
 	if job.Kind != airlock.KindExpr {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs only expr jobs, not " + string(job.Kind)}
@@ -147,6 +155,11 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, 
 	if job.Clock.IsZero() {
 		job.Clock = stamp.WallMicro()
 	}
+	// Admission comes first, as the router's Admit call would (see
+	// AdmitsInRun): a job refused here has had nothing done with it.
+	if err := admit(job); err != nil {
+		return false, err
+	}
 	// The input is checked below, in the one pass over it that also
 	// finds the program's variables, rather than by Validate as well.
 	in := job.Input
@@ -155,9 +168,6 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, 
 	job.Input = in
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
-		return false, err
-	}
-	if err := admit(job); err != nil {
 		return false, err
 	}
 	p, cached, err := t.compile(job.Code)

@@ -70,6 +70,9 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("OutputCap", s.outputCap)
 	t.Run("EmptyEnvironment", s.emptyEnv)
 	t.Run("Concurrent", s.concurrent)
+	if _, ok := s.Tier.(airlock.SelfAdmitting); ok {
+		t.Run("AdmitsInRun", s.admitsInRun)
+	}
 	if st, ok := s.Tier.(airlock.SessionTier); ok {
 		t.Run("SessionOptions", func(t *testing.T) { sessionOptions(t, st) })
 	}
@@ -105,6 +108,48 @@ func (s Suite) identity(t *testing.T) {
 	job := s.okJob()
 	if err := s.Tier.Admit(job); err != nil {
 		t.Fatalf("tier does not admit its own OK job: %v", err)
+	}
+}
+
+// admitsInRun holds a self-admitting tier (airlock.SelfAdmitting) to its
+// promise, on which the router relies when it runs the tier without
+// calling Admit: every job Admit refuses, Run refuses with a bare
+// *NotAdmitted (the router checks the type, not a wrapped chain) and
+// runs nothing of it.
+func (s Suite) admitsInRun(t *testing.T) {
+	kinds := []airlock.Kind{airlock.KindExpr, airlock.KindStarlark, airlock.KindWasm, airlock.KindCommand}
+	cases := map[string]func(j *airlock.Job){
+		"spawn":   func(j *airlock.Job) { j.Grants.Spawn = true },
+		"network": func(j *airlock.Job) { j.Grants.Net = []airlock.NetRule{{Host: "example.com"}} },
+		"files":   func(j *airlock.Job) { j.Files = map[string]string{"a.txt": "x"} },
+	}
+	for _, k := range kinds {
+		cases["kind "+string(k)] = func(j *airlock.Job) {
+			j.Kind, j.Code, j.Argv = k, "1", nil
+			if k == airlock.KindCommand {
+				j.Code, j.Argv = "", []string{"true"}
+			}
+		}
+	}
+	refused := 0
+	for name, mutate := range cases {
+		job := s.okJob()
+		mutate(&job)
+		if s.Tier.Admit(job) == nil {
+			continue // admitted: nothing to hold Run to
+		}
+		refused++
+		res, err := s.Tier.Run(context.Background(), job)
+		if _, ok := err.(*airlock.NotAdmitted); !ok {
+			t.Errorf("%s: Admit refuses the job, but Run returned %T: %v", name, err, err)
+			continue
+		}
+		if res.Value != nil || res.Stdout != "" || res.Timings.RunUS != 0 || res.Usage != (airlock.Usage{}) {
+			t.Errorf("%s: Run refused the job but reports running it: %+v", name, res)
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no case was refused by Admit: the check proved nothing")
 	}
 }
 
