@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -304,6 +305,11 @@ func baselineWanted(b Target, tiers []Target, kinds map[airlock.Kind]bool) bool 
 // until the budget or the iteration cap, at least the minimum.
 func (c Config) measure(ctx context.Context, t Target, mode string) Result {
 	res := Result{Name: t.Name, Type: t.Type, Workload: t.Workload, Level: int(t.Level), Mode: mode, Note: t.ColdNote}
+	// The previous measurement's garbage (a cold run's thousands of fresh
+	// tier instances) is collected now, untimed, rather than by collector
+	// cycles running beside this one's runs, as testing does before each
+	// benchmark.
+	runtime.GC()
 	var (
 		samples []time.Duration
 		cpu     time.Duration
