@@ -179,37 +179,46 @@ func situationIndex(s airlock.Situation) int {
 }
 
 func (r *Router) rule(job *airlock.Job) (int, error) {
-	situation := situationOf(job)
 	hermetic := job.Grants.Hermetic()
-	first := 0
 	if k, s := kindIndex(job.Kind), situationIndex(job.Situation); k >= 0 && s >= 0 {
 		h := 0
 		if hermetic {
 			h = 1
 		}
+		// The table holds the first rule whose Match selects this kind,
+		// situation and grant, so no Match needs checking again.
 		if i := int(r.table[k][s][h]); i >= 0 {
-			first = i // the rules before it cannot match
-		} else {
-			first = len(r.policy.Rules)
+			return i, r.lifecycle(i, job)
+		}
+		return -1, noRule(job)
+	}
+	situation := situationOf(job)
+	for i := range r.policy.Rules {
+		if r.policy.Rules[i].Match.matches(job.Kind, situation, hermetic) {
+			return i, r.lifecycle(i, job)
 		}
 	}
-	for i := first; i < len(r.policy.Rules); i++ {
-		rule := &r.policy.Rules[i]
-		if !rule.Match.matches(job.Kind, situation, hermetic) {
-			continue
-		}
-		if len(rule.Lifecycles) > 0 {
-			lc := job.Lifecycle
-			if lc == "" {
-				lc = airlock.LifecycleEphemeral
-			}
-			if !contains(rule.Lifecycles, lc) {
-				return i, &airlock.NotAdmitted{Reason: fmt.Sprintf("rule %s allows only lifecycles %v, not %s", rule.Name, rule.Lifecycles, lc)}
-			}
-		}
-		return i, nil
+	return -1, noRule(job)
+}
+
+// lifecycle checks the job's lifecycle against rule i's.
+func (r *Router) lifecycle(i int, job *airlock.Job) error {
+	rule := &r.policy.Rules[i]
+	if len(rule.Lifecycles) == 0 {
+		return nil
 	}
-	return -1, &airlock.NotAdmitted{Reason: fmt.Sprintf("no policy rule matches a %s job in situation %s", job.Kind, situation)}
+	lc := job.Lifecycle
+	if lc == "" {
+		lc = airlock.LifecycleEphemeral
+	}
+	if !contains(rule.Lifecycles, lc) {
+		return &airlock.NotAdmitted{Reason: fmt.Sprintf("rule %s allows only lifecycles %v, not %s", rule.Name, rule.Lifecycles, lc)}
+	}
+	return nil
+}
+
+func noRule(job *airlock.Job) error {
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no policy rule matches a %s job in situation %s", job.Kind, situationOf(job))}
 }
 
 // Route returns the tier a job runs on. It does not allocate when it
