@@ -10,8 +10,11 @@ RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monoti
 
 all: build
 
+# bin/airlock-stage beside bin/airlock: the process tier's small stage
+# binary, which it finds next to its executable (see docs/process.md).
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -o bin/airlock-stage ./tiers/process/cmd/airlock-stage
 
 # Install runsc, QEMU and a guest kernel, wabt, bubblewrap, curl... into
 # .tools/ or through apt-get. Idempotent. Needs root.

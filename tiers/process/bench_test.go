@@ -90,6 +90,73 @@ func warm(b *testing.B, w airlock.Warmer, fn func() error) func() (time.Duration
 	}
 }
 
+// bwrapArgs start /bin/true under bwrap with every namespace, a read-only
+// /usr, a fresh /proc and /dev and a tmpfs /tmp.
+var bwrapArgs = []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+	"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+	"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
+
+// BenchmarkColdStartPaired starts /bin/true cold, interleaved within each
+// iteration (the order rotating) so that the host's noise falls on all of
+// them alike: bwrap, each tier with the separate stage binary, and each
+// tier re-executing this binary as its stage (the fallback; a test binary
+// links cgo and more packages than a CGO_ENABLED=0 airlock binary, so this
+// is the fallback's worst case). It needs a separate stage binary (built
+// by `make setup`, or named by AIRLOCK_AIRLOCK_STAGE).
+func BenchmarkColdStartPaired(b *testing.B) {
+	bwrap, err := tools.Find("bwrap")
+	if err != nil {
+		testenv.Skipf(b, "bwrap (Debian bubblewrap; scripts/setup.sh installs it) is missing: %v", err)
+	}
+	sb, err := discoverStage()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !sb.separate() {
+		testenv.Skipf(b, "no separate stage binary to compare with: %s", sb.why)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	job := cmdJob("/bin/true")
+	names := []string{"bwrap"}
+	runs := map[string]func() error{"bwrap": func() error { return exec.Command(bwrap, bwrapArgs...).Run() }}
+	for _, tc := range bothTiers {
+		for _, v := range []struct {
+			suffix string
+			cfg    Config
+		}{{"", testConfig(b)}, {"-reexec", testConfig(b).WithStageBinary(self)}} {
+			tier := newTestTier(b, tc, v.cfg)
+			names = append(names, tc.name+v.suffix)
+			runs[tc.name+v.suffix] = func() error { _, err := tier.Run(context.Background(), job); return err }
+		}
+	}
+	times := map[string][]time.Duration{}
+	i := 0
+	for b.Loop() {
+		for k := range names {
+			name := names[(i+k)%len(names)]
+			start := time.Now()
+			if err := runs[name](); err != nil {
+				b.Fatalf("%s: %v", name, err)
+			}
+			times[name] = append(times[name], time.Since(start))
+		}
+		i++
+	}
+	m := medians{}
+	for name, ts := range times {
+		m[name] = median(ts)
+	}
+	b.Logf("stage binary: %s; %d rounds", sb.path, i)
+	m.ratios(b, "bwrap", "process-reexec", "seccomp-reexec")
+	if m["bwrap"] > 0 {
+		b.ReportMetric(float64(m["process"])/float64(m["bwrap"]), "process/bwrap")
+		b.ReportMetric(float64(m["seccomp"])/float64(m["bwrap"]), "seccomp/bwrap")
+	}
+}
+
 // BenchmarkColdStart starts /bin/true: bare fork/exec, bwrap with every
 // namespace, and the two tiers cold; the container also from a warm pool
 // (full and idle before each timed claim).
@@ -103,12 +170,16 @@ func BenchmarkColdStart(b *testing.B) {
 		if err != nil {
 			testenv.Skipf(b, "bwrap (Debian bubblewrap; scripts/setup.sh installs it) is missing: %v", err)
 		}
-		args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-			"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-			"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
-		m["bwrap"] = medianReport(b, timed(func() error { return exec.Command(bwrap, args...).Run() }))
+		m["bwrap"] = medianReport(b, timed(func() error { return exec.Command(bwrap, bwrapArgs...).Run() }))
 	})
 	job := cmdJob("/bin/true")
+	if sb, err := discoverStage(); err == nil {
+		if sb.separate() {
+			b.Logf("stage binary: %s", sb.path)
+		} else {
+			b.Logf("stage binary: this test binary re-executed (%s)", sb.why)
+		}
+	}
 	for _, tc := range bothTiers {
 		b.Run(tc.name, func(b *testing.B) {
 			tier := newTestTier(b, tc, testConfig(b))

@@ -118,10 +118,11 @@ func cgLimitsFor(l airlock.Limits) cgLimits {
 // start launches a stage. For a container it sends the base spec and
 // waits until the root is built.
 func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error) {
-	exe, err := selfExe()
+	bin, err := t.stageBin()
 	if err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
+	exe := bin.file
 	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, waitCh: make(chan struct{}), limits: cgLimitsFor(o.limits)}
 	// The job's cgroup is created while the stage starts: the stage runs
 	// only its own start-up and then waits for its spec, which it gets
@@ -208,6 +209,16 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		base.Binds = append(base.Binds, stage.BindSpec{Target: sandboxEgressDir, Fd: 3 + len(extra), Dir: true})
 		base.Egress = true
 		extra = append(extra, f)
+		if bin.separate() {
+			// The forwarder is this binary (the small stage binary has no
+			// egress code); the stage executes it through this descriptor.
+			self, err := selfExe()
+			if err != nil {
+				return nil, fmt.Errorf("starting sandbox: %w", err)
+			}
+			base.ForwarderFd = 3 + len(extra)
+			extra = append(extra, self)
+		}
 	}
 
 	cmd := &exec.Cmd{

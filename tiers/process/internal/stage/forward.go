@@ -32,13 +32,13 @@ type forwarder struct {
 // to listen: see wait. The forwarder lives as long as PID 1, that is as
 // long as the job: when PID 1 exits the kernel kills it with the PID
 // namespace.
-func startForwarder() (*forwarder, error) {
+func startForwarder(exeFd int) (*forwarder, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("egress forwarder: %w", err)
 	}
 	null := devNullFd()
-	pid, err := syscall.ForkExec(FdPath(FdExe), []string{"airlock-forwarder"}, &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(FdPath(exeFd), []string{"airlock-forwarder"}, &syscall.ProcAttr{
 		Env:   []string{Env + "=" + Forwarder, "GOMAXPROCS=1"},
 		Files: []uintptr{null, null, null, w.Fd()},
 	})

@@ -23,7 +23,7 @@ const (
 const (
 	FdSpec    = 3 // parent → stage: base spec, then job spec (JSON stream)
 	FdStatus  = 4 // stage → parent: ready, then the final status (JSON stream)
-	FdExe     = 5 // this binary, opened by the parent (exec'd via /proc/self/fd/5)
+	FdExe     = 5 // the stage's binary, opened by the parent (exec'd via /proc/self/fd/5)
 	FdScratch = 6 // the scratch directory to bind, when not a fresh tmpfs
 	FdBinds   = 7 // granted read-only paths, in order
 )
@@ -44,6 +44,10 @@ type BaseSpec struct {
 	// the job (it is stopped before the program starts if the job has no
 	// net grant).
 	Egress bool `json:"egress,omitempty"`
+	// ForwarderFd is the descriptor of the binary the forwarder runs
+	// (the parent's, which has the egress code) when the stage is a
+	// separate binary; 0: this binary (FdExe).
+	ForwarderFd int `json:"forwarder_fd,omitempty"`
 }
 
 // Rlimit is one resource limit to set before the program starts.

@@ -29,6 +29,8 @@ func init() {
 	case Filter:
 		runtime.LockOSThread()
 		os.Exit(filterStage())
+	case Digest:
+		os.Exit(printDigest())
 	}
 }
 
@@ -60,10 +62,15 @@ func containerStage() int {
 	// A sandbox that may get a net-granted job starts its forwarder first:
 	// its start-up overlaps building the root (pivot_root moves it into
 	// the new root with us) and, for a pooled sandbox, the wait for a job.
+	fwdExe := FdExe
+	if base.ForwarderFd > 0 {
+		fwdExe = base.ForwarderFd
+		unix.CloseOnExec(fwdExe)
+	}
 	var fwd *forwarder
 	if base.Egress {
 		var err error
-		if fwd, err = startForwarder(); err != nil {
+		if fwd, err = startForwarder(fwdExe); err != nil {
 			return fail(err)
 		}
 	}
@@ -94,7 +101,7 @@ func containerStage() int {
 	case job.Egress && fwd == nil:
 		// Binding port 53 and setting lo up need the capabilities this
 		// stage holds in the sandbox's namespaces until it drops them.
-		if fwd, err = startForwarder(); err != nil {
+		if fwd, err = startForwarder(fwdExe); err != nil {
 			return fail(err)
 		}
 		fallthrough
