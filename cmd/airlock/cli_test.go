@@ -111,3 +111,15 @@ func TestUsageErrors(t *testing.T) {
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "eval")
 }
+
+// TestDefaultSituationHint: a job refused because it defaulted to public
+// says so, and names the flag; with --situation given the hint is gone.
+func TestDefaultSituationHint(t *testing.T) {
+	_, errOut, code := run(t, "", "run", "--tier", "process", "--", "true")
+	assert.Equal(t, exitNotAdmitted, code)
+	assert.Contains(t, errOut, "without --situation a job counts as public")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	_, errOut, code = run(t, "", "run", "--tier", "process", "--situation", "public", "--", "true")
+	assert.Equal(t, exitNotAdmitted, code)
+	assert.NotContains(t, errOut, "without --situation")
+}
