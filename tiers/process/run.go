@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
 )
 
@@ -196,6 +197,12 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	} else {
 		spec.UID = sb.uid
 		spec.ReadPaths = job.Grants.FS.Read
+		var err error
+		if spec.Seccomp, err = sysfilter.Program(sysfilter.FilterOptions{}); err != nil {
+			sb.kill()
+			<-sb.waitCh
+			return out, fmt.Errorf("starting sandbox: %w", err)
+		}
 	}
 	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{})}
 	var readers sync.WaitGroup
@@ -274,10 +281,31 @@ started:
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	cpuLimitUS := job.Limits.CPUMS * 1000
+	// The program's end is known from the stage's final status, sent
+	// once the program has exited (and, at level 2, what it left running
+	// has been killed and reaped): the result does not wait for the
+	// stage's own exit, which takes its namespaces down in the background.
+	var exitedCh <-chan stage.Status
+	statusFirst := false // the final status came before the stage's exit
+	if final == nil {
+		exitedCh = statusCh
+	}
 wait:
 	for {
 		select {
 		case <-sb.waitCh:
+			break wait
+		case st, ok := <-exitedCh:
+			if !ok {
+				exitedCh = nil // the stage is gone without a status: waitCh follows
+				continue
+			}
+			if !st.Exited {
+				final = &st // a failure or a missing program: the stage exits
+				exitedCh = nil
+				continue
+			}
+			final, statusFirst = &st, true
 			break wait
 		case <-capt.over:
 			stop = &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
@@ -302,17 +330,35 @@ wait:
 	}
 	out.runUS = airlock.Since(runStart)
 	// The program's tree dies with it: the PID namespace's init is gone,
-	// or (level 2) the cgroup is emptied.
-	_ = sb.cg.kill(0)
+	// or (level 2) the cgroup is emptied. After an early final status, a
+	// container's stage is exiting, which kills what the program left
+	// running; its output ends then.
+	stageGone := sb.waitCh
+	if !statusFirst {
+		_ = sb.cg.kill(0)
+		stageGone = nil
+	}
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(5 * time.Second):
-		// A descriptor escaped the cgroup (should not happen): stop reading.
-		sb.stdout.Close()
-		sb.stderr.Close()
-		<-drained
+	timeout := time.After(5 * time.Second)
+drain:
+	for {
+		select {
+		case <-drained:
+			break drain
+		case <-stageGone:
+			_ = sb.cg.kill(0) // a descriptor outlived the stage (a level-2 escapee)
+			stageGone = nil
+		case <-timeout:
+			// A descriptor escaped the cgroup (should not happen): stop reading.
+			sb.stdout.Close()
+			sb.stderr.Close()
+			<-drained
+			break drain
+		}
+	}
+	if stop == nil && capt.overflowed() {
+		stop = &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
 	}
 	var st stage.Status
 	if final != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
 )
 
@@ -167,6 +168,13 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 
 	var base stage.BaseSpec
 	base.ScratchMB = o.scratchMB
+	if o.level == airlock.LevelContainer {
+		// The container has a loopback-only network of its own, so it may
+		// have inet sockets.
+		if base.Seccomp, err = sysfilter.Program(sysfilter.FilterOptions{Inet: true}); err != nil {
+			return nil, fmt.Errorf("starting sandbox: %w", err)
+		}
+	}
 	if o.scratch != "" {
 		sb.scratch = o.scratch
 	} else if o.level == airlock.LevelSyscallFilter {
@@ -444,6 +452,16 @@ type capture struct {
 	out, err []byte
 	over     chan struct{}
 	overOnce sync.Once
+}
+
+// overflowed reports whether more output came than the cap.
+func (c *capture) overflowed() bool {
+	select {
+	case <-c.over:
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {

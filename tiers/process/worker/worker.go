@@ -27,6 +27,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,7 +119,7 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 	}); err != nil {
 		return fail(err)
 	}
-	if err := stage.LoadFilter(stage.FilterOptions{}, true); err != nil {
+	if err := loadFilter(); err != nil {
 		return fail(err)
 	}
 	warmUp(tier, warmJob)
@@ -210,4 +211,13 @@ func inOwnUserNamespace() error {
 		return errors.New("not in a sandbox's user namespace: refusing to run a worker here")
 	}
 	return nil
+}
+
+// loadFilter confines every thread of the worker with the level-2 policy.
+func loadFilter() error {
+	prog, err := sysfilter.Program(sysfilter.FilterOptions{})
+	if err != nil {
+		return err
+	}
+	return stage.LoadProgram(prog, true)
 }

@@ -48,6 +48,9 @@ type BaseSpec struct {
 	// (the parent's, which has the egress code) when the stage is a
 	// separate binary; 0: this binary (FdExe).
 	ForwarderFd int `json:"forwarder_fd,omitempty"`
+	// Seccomp is the program the job is confined with (package seccomp's
+	// Program for containers); the stage refuses to run without one.
+	Seccomp []byte `json:"seccomp"`
 }
 
 // Rlimit is one resource limit to set before the program starts.
@@ -68,6 +71,7 @@ type JobSpec struct {
 	ReadPaths []string          `json:"read_paths,omitempty"` // filter stage: Landlock read rules beyond the defaults
 	Scratch   string            `json:"scratch,omitempty"`    // filter stage: the writable directory
 	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
+	Seccomp   []byte            `json:"seccomp,omitempty"`    // filter stage: the program to confine with
 	Egress    bool              `json:"egress,omitempty"`     // container stage: run the egress forwarder
 	// Go: start the program once the files are placed, without reporting
 	// them placed and waiting for the go-ahead (the parent has no check to

@@ -80,7 +80,7 @@ func containerStage() int {
 	// The Landlock rules (the root's mounts are final) and the seccomp
 	// program are prepared before the job arrives: off a pooled claim's path.
 	rules := containerLandlock()
-	seccompProg, err := buildFilter(FilterOptions{Inet: true})
+	seccompProg, err := parseFilter(base.Seccomp)
 	if err != nil {
 		return fail(err)
 	}
@@ -393,7 +393,7 @@ func filterStage() int {
 	if err := SetRlimits(job.Rlimits); err != nil {
 		return fail(err)
 	}
-	seccompProg, err := buildFilter(FilterOptions{})
+	seccompProg, err := parseFilter(job.Seccomp)
 	if err != nil {
 		return fail(err)
 	}
