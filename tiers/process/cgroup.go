@@ -149,8 +149,8 @@ func (c *cgroupV1) file(subsys, name string) string {
 }
 
 func (c *cgroupV1) events() (oomKills, pidsMax int64) {
-	oc := c.file("memory", "memory.oom_control")
-	return readKey(oc, "oom_kill") + readKey(oc, "under_oom"), readKey(c.file("pids", "pids.events"), "max")
+	oc := readKeys(c.file("memory", "memory.oom_control"), "oom_kill", "under_oom")
+	return oc[0] + oc[1], readKey(c.file("pids", "pids.events"), "max")
 }
 
 func (c *cgroupV1) usage() (peakBytes, cpuUS int64) {
@@ -332,16 +332,26 @@ func readInt(file string) (int64, error) {
 }
 
 // readKey reads "key value" lines and returns the value for key (0 if absent).
-func readKey(file, key string) int64 {
+func readKey(file, key string) int64 { return readKeys(file, key)[0] }
+
+// readKeys reads the file once and returns the value of each key (0 if
+// absent).
+func readKeys(file string, keys ...string) []int64 {
+	out := make([]int64, len(keys))
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return 0
+		return out
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		for i, key := range keys {
+			if k == key {
+				out[i], _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
 		}
 	}
-	return 0
+	return out
 }

@@ -56,6 +56,15 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		if sess != nil {
 			o.uid, o.scratch = sess.uid, sess.dir
 		}
+		if t.level == airlock.LevelContainer && !o.egress && !airlock.HasPlacedCheck(ctx) {
+			// Nothing to learn from the sandbox before the job can go: the
+			// job spec follows the base spec, and the stage runs the job as
+			// soon as its root is built, without waiting for the ready round
+			// trip.
+			spec := containerJobSpec(&job, scratchMB, nil)
+			spec.Go = true
+			o.job = &spec
+		}
 		if sb, err = t.start(ctx, o); err != nil {
 			if context.Cause(ctx) == errWall {
 				err = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting the sandbox"}
@@ -180,9 +189,10 @@ func envFor(job *airlock.Job) []string {
 //
 // netEnv, when not nil, is the egress environment: the stage runs the
 // forwarder and the program gets these variables.
-func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
-	var out outcome
-	spec := stage.JobSpec{
+// containerJobSpec is the job spec a container's stage gets (a level-2
+// stage gets more: see runJob).
+func containerJobSpec(job *airlock.Job, scratchMB int64, netEnv []string) stage.JobSpec {
+	return stage.JobSpec{
 		Argv:      job.Argv,
 		Env:       append(envFor(job), netEnv...),
 		Egress:    netEnv != nil,
@@ -190,11 +200,14 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		Stdin:     job.Stdin != "",
 		ScratchMB: scratchMB,
 		Rlimits:   rlimitsFor(job, scratchMB),
-		Scratch:   sb.scratch,
 	}
-	if sb.level == airlock.LevelContainer {
-		spec.Scratch = ""
-	} else {
+}
+
+func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
+	var out outcome
+	spec := containerJobSpec(job, scratchMB, netEnv)
+	if sb.level != airlock.LevelContainer {
+		spec.Scratch = sb.scratch
 		spec.UID = sb.uid
 		spec.ReadPaths = job.Grants.FS.Read
 		var err error
@@ -232,7 +245,9 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		spec.Go = true
 	}
 	runStart := time.Now()
-	if err := json.NewEncoder(sb.spec).Encode(spec); err != nil {
+	if sb.jobSent {
+		// Sent with the base spec (see startOptions.job).
+	} else if err := json.NewEncoder(sb.spec).Encode(spec); err != nil {
 		sb.kill()
 		<-sb.waitCh
 		readers.Wait()
@@ -369,8 +384,12 @@ drain:
 	capt.mu.Lock()
 	out.stdout, out.stderr, out.outBytes = capt.out, capt.err, capt.total
 	capt.mu.Unlock()
+	// Four small cgroup files, read two at a time.
+	var oom, pidsMax int64
+	evDone := make(chan struct{})
+	go func() { oom, pidsMax = sb.cg.events(); close(evDone) }()
 	out.memPeak, out.cpuUS = sb.cg.usage()
-	oom, pidsMax := sb.cg.events()
+	<-evDone
 
 	// How did the program end?
 	code, signal := -1, 0

@@ -79,10 +79,15 @@ type sandbox struct {
 	ready     time.Time
 	limits    cgLimits // what its cgroup enforces now
 	pooled    bool     // claimed from the tier's pool
+	jobSent   bool     // the job spec went with the base spec
 	waitCh    chan struct{}
 	waitErr   error
 	closers   []*os.File
 }
+
+// preSendMax bounds a job spec sent with the base spec: with it, well
+// within a pipe's 64 KiB buffer.
+const preSendMax = 32 << 10
 
 // startOptions say how to build a sandbox.
 type startOptions struct {
@@ -93,6 +98,9 @@ type startOptions struct {
 	uid       uint32   // 0: allocate one
 	scratch   string   // an existing scratch directory (session, workspace); "" for a fresh one
 	egress    bool     // bind an egress directory (containers only)
+	// job, for a cold container whose job needs no round trip first
+	// (no net grant, no placed check), is sent right after the base spec.
+	job *stage.JobSpec
 }
 
 // pipes makes n pipes ([read, write] each), or none.
@@ -125,9 +133,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	}
 	exe := bin.file
 	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, waitCh: make(chan struct{}), limits: cgLimitsFor(o.limits)}
-	// The job's cgroup is created while the stage starts: the stage runs
-	// only its own start-up and then waits for its spec, which it gets
-	// once it has joined the cgroup (below).
+	// The job's cgroup is created while the stage starts; the stage is
+	// moved into it before it gets its job (below).
 	cgErr := make(chan error, 1)
 	go func() {
 		cg, err := newJobCgroup(sb.name, sb.limits)
@@ -276,6 +283,24 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		sb.waitErr = cmd.Wait()
 		close(sb.waitCh)
 	}()
+	// A container builds its root while the parent moves it into the
+	// job's cgroup: the move is done before the job spec goes out, and so
+	// before the stage makes its cgroup namespace or anything of the job
+	// runs. A stage that starts the egress forwarder at once is moved
+	// first, so that the forwarder is born inside the cgroup.
+	sendBase := func() error {
+		if err := json.NewEncoder(sb.spec).Encode(base); err != nil {
+			return fmt.Errorf("starting sandbox: sending spec: %w", err)
+		}
+		return nil
+	}
+	baseFirst := o.level == airlock.LevelContainer && !base.Egress
+	if baseFirst {
+		if err := sendBase(); err != nil {
+			return nil, err
+		}
+	}
+
 	if err := joinCgroup(); err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
@@ -283,8 +308,22 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
 	}
 	if o.level == airlock.LevelContainer {
-		if err := json.NewEncoder(sb.spec).Encode(base); err != nil {
-			return nil, fmt.Errorf("starting sandbox: sending spec: %w", err)
+		if !baseFirst {
+			if err := sendBase(); err != nil {
+				return nil, err
+			}
+		}
+		if o.job != nil {
+			// Now that the stage is in its cgroup: it reads the job once
+			// its root is built and it has reported ready. Only a job that
+			// fits in the pipe with the base spec goes now, so that the
+			// write cannot block on a stage that is still building.
+			if b, err := json.Marshal(o.job); err == nil && len(b) <= preSendMax {
+				if _, err := sb.spec.Write(append(b, '\n')); err != nil {
+					return nil, fmt.Errorf("starting sandbox: sending job: %w", err)
+				}
+				sb.jobSent = true
+			}
 		}
 		if err := sb.awaitReady(ctx); err != nil {
 			return nil, err

@@ -123,7 +123,7 @@ func containerStage() int {
 	}
 	// The cgroup and time namespaces are made here rather than at clone,
 	// so the cgroup namespace is rooted at the job's own cgroup (the parent
-	// moved us there before sending the base spec). Both take effect for
+	// moved us there before sending the job spec). Both take effect for
 	// the children of this thread.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fail(fmt.Errorf("cgroup namespace: %w", err))
