@@ -31,6 +31,13 @@ type assets struct {
 func findAssets(c Config) (*assets, error) {
 	a := &assets{qemu: c.qemu, kernel: c.kernel}
 	var err error
+	// A kernel named in the configuration is checked first: that mistake
+	// is reported as such, whatever else is missing on this machine.
+	if a.kernel != "" {
+		if _, err := os.Stat(a.kernel); err != nil {
+			return nil, fmt.Errorf("guest kernel: %w", err)
+		}
+	}
 	if a.qemu == "" {
 		if a.qemu, err = tools.Find("qemu-system-x86_64"); err != nil {
 			return nil, err
