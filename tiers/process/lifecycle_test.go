@@ -120,6 +120,17 @@ func TestSweep(t *testing.T) {
 	if err := mountScratch(scratch, 1, 65534); err != nil {
 		t.Fatal(err)
 	}
+	// A crashed airlock's /etc template: its mounts went with its mount
+	// namespace; the empty mount point is left on the host.
+	template := filepath.Join(cfg.baseDir, deadName+"-etc")
+	if err := os.Mkdir(template, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	liveTemplate := filepath.Join(cfg.baseDir, namePrefix+strconv.Itoa(os.Getpid())+"-0123456789ab-etc")
+	if err := os.Mkdir(liveTemplate, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(liveTemplate)
 	liveName := namePrefix + strconv.Itoa(os.Getpid()) + "-ba9876543210"
 	live, err := newJobCgroup(liveName, cgLimits{memoryBytes: 64 << 20, pids: 8})
 	if err != nil {
@@ -151,6 +162,12 @@ func TestSweep(t *testing.T) {
 	}
 	if _, err := os.Stat(scratch); !os.IsNotExist(err) {
 		t.Errorf("the crashed airlock's scratch directory survived the sweep: %v", err)
+	}
+	if _, err := os.Stat(template); !os.IsNotExist(err) {
+		t.Errorf("the crashed airlock's /etc template survived the sweep: %v", err)
+	}
+	if _, err := os.Stat(liveTemplate); err != nil {
+		t.Errorf("the sweep removed a live owner's /etc template: %v", err)
 	}
 }
 

@@ -94,6 +94,11 @@ func TestConformance(t *testing.T) {
 				// the same check runs below from this goroutine instead.
 				SkipLeak: true,
 			}.Run(t)
+			// Close ends what lives as long as the tier (the /etc
+			// template's thread); nothing of the runs may be left.
+			if err := tier.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
 			tiertest.NoGoroutineLeak(t, before)
 		})
 	}

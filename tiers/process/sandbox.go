@@ -200,6 +200,15 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		extra[stage.FdScratch-3] = f
 		base.HasScratch = true
 	}
+	if o.level == airlock.LevelContainer && !grantsUnderEtc(o.read) {
+		// Without a template (it could not be built) the stage builds
+		// /etc itself.
+		if f, err := t.etc.clone(t.cfg.baseDir); err == nil {
+			childEnds = append(childEnds, f)
+			base.EtcFd = 3 + len(extra)
+			extra = append(extra, f)
+		}
+	}
 	for _, p := range o.read {
 		f, err := cloneTree(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 		if err != nil {

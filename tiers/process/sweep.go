@@ -28,8 +28,8 @@ func sweepOnce(baseDir string) {
 }
 
 // Sweep removes what sandboxes of an airlock process that no longer runs
-// left behind: their cgroups (killing any process still in them) and their
-// scratch mounts under baseDir. Names carry the owner's pid
+// left behind: their cgroups (killing any process still in them), their
+// scratch mounts and /etc templates under baseDir. Names carry the owner's pid
 // (airlock-process-<pid>-<random>); a live owner's sandboxes are left
 // alone.
 func Sweep(baseDir string) error {
@@ -48,13 +48,22 @@ func Sweep(baseDir string) error {
 		}
 	}
 	for _, dir := range leftoverMounts(baseDir) {
-		if !ownerAlive(filepath.Base(dir)) {
+		switch {
+		case ownerAlive(filepath.Base(dir)):
+		case strings.HasSuffix(dir, "-etc"):
+			errs = append(errs, removeTemplate(dir))
+		default:
 			errs = append(errs, unmountScratch(dir))
 		}
 	}
 	entries, _ := os.ReadDir(baseDir)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), namePrefix) && !ownerAlive(e.Name()) {
+		if !strings.HasPrefix(e.Name(), namePrefix) || ownerAlive(e.Name()) {
+			continue
+		}
+		if strings.HasSuffix(e.Name(), "-etc") {
+			errs = append(errs, removeTemplate(filepath.Join(baseDir, e.Name())))
+		} else {
 			errs = append(errs, unmountScratch(filepath.Join(baseDir, e.Name())))
 		}
 	}

@@ -103,6 +103,8 @@ type Tier struct {
 	// stage is the configured stage binary; nil: discovered at the first
 	// start (see stageBin).
 	stage *stageBinary
+	// etc is the containers' /etc template (see etcTemplate).
+	etc etcTemplate
 
 	// Used sandboxes are destroyed in the background, off the caller's
 	// path; Close waits for them and reports what failed.
@@ -235,7 +237,7 @@ func (t *Tier) Close() error {
 	t.cleanups.Wait()
 	t.cleanupMu.Lock()
 	defer t.cleanupMu.Unlock()
-	err := errors.Join(t.cleanupErr...)
+	err := errors.Join(append(t.cleanupErr, t.etc.close())...)
 	t.cleanupErr = nil
 	return err
 }

@@ -90,7 +90,13 @@ func buildRoot(base *BaseSpec) error {
 			}
 		}
 	}
-	if err := buildEtc(path.Join(r, "etc")); err != nil {
+	if base.EtcFd > 0 {
+		err := attachTree(base.EtcFd, path.Join(r, "etc"))
+		unix.Close(base.EtcFd)
+		if err != nil {
+			return fmt.Errorf("attaching /etc: %w", err)
+		}
+	} else if err := buildEtc(path.Join(r, "etc"), true); err != nil {
 		return err
 	}
 	if err := buildDev(path.Join(r, "dev")); err != nil {
@@ -143,8 +149,28 @@ func buildRoot(base *BaseSpec) error {
 
 func FdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-func buildEtc(etc string) error {
-	if err := os.Mkdir(etc, 0o755); err != nil {
+// BuildEtcTemplate fills dir (an empty, private tmpfs) with the sandbox's
+// /etc, once, for the process package to clone into each container: the
+// same files as a stage builds itself, every host file bound read-only
+// rather than copied, so that edits made in place show through (a file
+// replaced by rename does not: the process package rebuilds the template
+// when /etc changes).
+func BuildEtcTemplate(dir string) error { return buildEtc(dir, false) }
+
+// attachTree moves the detached mount tree fd (made by the parent with
+// open_tree) to target, created as a directory.
+func attachTree(fd int, target string) error {
+	if err := os.Mkdir(target, 0o755); err != nil {
+		return err
+	}
+	return unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// buildEtc makes the sandbox's /etc at etc: the allowed host entries
+// (small files copied when copySmall, other files and directories bound
+// read-only, symlinks recreated) and the synthesised files.
+func buildEtc(etc string, copySmall bool) error {
+	if err := os.MkdirAll(etc, 0o755); err != nil {
 		return err
 	}
 	for _, name := range etcAllow {
@@ -166,7 +192,7 @@ func buildEtc(etc string) error {
 			if err := os.Symlink(link, target); err != nil {
 				return err
 			}
-		case st.Mode().IsRegular() && st.Size() <= 1<<20:
+		case copySmall && st.Mode().IsRegular() && st.Size() <= 1<<20:
 			// Small files are copied (cheaper than a bind mount each); the
 			// root is read-only once built.
 			data, err := os.ReadFile(host)

@@ -48,6 +48,10 @@ type BaseSpec struct {
 	// (the parent's, which has the egress code) when the stage is a
 	// separate binary; 0: this binary (FdExe).
 	ForwarderFd int `json:"forwarder_fd,omitempty"`
+	// EtcFd is the descriptor of a detached clone of the process
+	// package's /etc template, attached as the sandbox's /etc; 0: the
+	// stage builds /etc itself.
+	EtcFd int `json:"etc_fd,omitempty"`
 	// Seccomp is the program the job is confined with (package seccomp's
 	// Program for containers); the stage refuses to run without one.
 	Seccomp []byte `json:"seccomp"`
