@@ -36,12 +36,25 @@ import (
 type etcTemplate struct {
 	mu     sync.Mutex
 	reqs   chan etcRequest // to the namespace thread; nil until it runs
+	refill chan struct{}   // asks the thread for a clone ahead (buffered, 1)
 	done   chan struct{}   // closed when the thread has exited
 	err    error           // why there is no template (stages then build /etc)
 	failed time.Time       // when err was set: retried after etcMaxAge
 	closed bool
 	// closeErr is the final removal's failure, set before done is closed.
 	closeErr error
+	// ahead is a clone made in advance, of the template built at aheadOf
+	// from /etc as aheadEtc; a start takes it without waking the thread.
+	// aheadMu guards these (never held while waiting for the thread).
+	aheadMu     sync.Mutex
+	ahead       *os.File
+	aheadEtc    os.FileInfo
+	aheadOf     time.Time
+	aheadClosed bool
+
+	// watch is the directory whose changes rebuild the template ("":
+	// /etc; tests point it elsewhere). Set before the first clone.
+	watch string
 
 	// Owned by the namespace thread.
 	dir   string      // the mount point ("" when there is no template)
@@ -61,21 +74,37 @@ type etcReply struct {
 	err error
 }
 
-// clone returns a detached, read-only clone of the template, building or
-// rebuilding it first if needed; nil and the reason when there is none.
-// Clones are made one at a time, by the namespace thread.
+// clone returns a detached, read-only clone of the template: the one made
+// ahead if it is of the current /etc, else a new one (building or
+// rebuilding the template first if needed); nil and the reason when there
+// is none.
 func (e *etcTemplate) clone(baseDir string) (*os.File, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return nil, errors.New("tier closed")
 	}
+	cur, err := os.Stat(e.watched())
+	if err != nil {
+		return nil, err
+	}
+	e.aheadMu.Lock()
+	f, fresh := e.ahead, e.ahead != nil && sameEtc(e.aheadEtc, cur) && time.Since(e.aheadOf) < etcMaxAge
+	e.ahead = nil
+	e.aheadMu.Unlock()
+	if fresh {
+		e.poke()
+		return f, nil
+	}
+	if f != nil {
+		f.Close()
+	}
 	if e.err != nil && time.Since(e.failed) < etcMaxAge {
 		return nil, e.err // do not retry a failing build on every start
 	}
 	if e.reqs == nil {
 		ready := make(chan error, 1)
-		e.reqs, e.done = make(chan etcRequest), make(chan struct{})
+		e.reqs, e.refill, e.done = make(chan etcRequest), make(chan struct{}, 1), make(chan struct{})
 		go e.thread(ready)
 		if err := <-ready; err != nil {
 			<-e.done
@@ -89,8 +118,26 @@ func (e *etcTemplate) clone(baseDir string) (*os.File, error) {
 	r := <-reply
 	if r.err != nil {
 		e.err, e.failed = r.err, time.Now()
+		return nil, r.err
 	}
-	return r.f, r.err
+	e.err = nil
+	e.poke()
+	return r.f, nil
+}
+
+func (e *etcTemplate) watched() string {
+	if e.watch == "" {
+		return "/etc"
+	}
+	return e.watch
+}
+
+// poke asks the thread for a clone ahead.
+func (e *etcTemplate) poke() {
+	select {
+	case e.refill <- struct{}{}:
+	default:
+	}
 }
 
 // thread runs the template's mount namespace: this goroutine's OS thread
@@ -108,17 +155,49 @@ func (e *etcTemplate) thread(ready chan<- error) {
 		return
 	}
 	ready <- nil
-	for req := range e.reqs {
-		f, err := e.cloneHere(req.baseDir)
-		req.reply <- etcReply{f, err}
+	for {
+		select {
+		case req, ok := <-e.reqs:
+			if !ok {
+				e.closeErr = e.remove()
+				return
+			}
+			f, err := e.cloneHere(req.baseDir)
+			req.reply <- etcReply{f, err}
+		case <-e.refill:
+			e.cloneAhead()
+		}
 	}
-	e.closeErr = e.remove()
+}
+
+// cloneAhead (on the namespace thread) makes the clone a start takes next.
+func (e *etcTemplate) cloneAhead() {
+	if e.dir == "" {
+		return
+	}
+	f, err := e.cloneNow()
+	if err != nil {
+		return
+	}
+	e.aheadMu.Lock()
+	if e.ahead == nil && !e.aheadClosed {
+		e.ahead, e.aheadEtc, e.aheadOf, f = f, e.etc, e.built, nil
+	}
+	e.aheadMu.Unlock()
+	if f != nil {
+		f.Close()
+	}
+}
+
+// cloneNow (on the namespace thread) clones the current template.
+func (e *etcTemplate) cloneNow() (*os.File, error) {
+	return cloneTree(e.dir, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
 // cloneHere (on the namespace thread) rebuilds the template if /etc
 // changed or it is old, and clones it.
 func (e *etcTemplate) cloneHere(baseDir string) (*os.File, error) {
-	cur, err := os.Stat("/etc")
+	cur, err := os.Stat(e.watched())
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +213,7 @@ func (e *etcTemplate) cloneHere(baseDir string) (*os.File, error) {
 		}
 		e.dir, e.etc, e.built = dir, cur, time.Now()
 	}
-	return cloneTree(e.dir, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	return e.cloneNow()
 }
 
 // sameEtc reports whether /etc is unchanged: same directory, same
@@ -178,6 +257,13 @@ func (e *etcTemplate) close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closed = true
+	e.aheadMu.Lock()
+	e.aheadClosed = true
+	if e.ahead != nil {
+		e.ahead.Close()
+		e.ahead = nil
+	}
+	e.aheadMu.Unlock()
 	if e.reqs == nil {
 		return nil
 	}

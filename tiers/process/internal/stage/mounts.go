@@ -96,7 +96,7 @@ func buildRoot(base *BaseSpec) error {
 		if err != nil {
 			return fmt.Errorf("attaching /etc: %w", err)
 		}
-	} else if err := buildEtc(path.Join(r, "etc"), true); err != nil {
+	} else if err := buildEtc(path.Join(r, "etc")); err != nil {
 		return err
 	}
 	if err := buildDev(path.Join(r, "dev")); err != nil {
@@ -150,12 +150,10 @@ func buildRoot(base *BaseSpec) error {
 func FdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 // BuildEtcTemplate fills dir (an empty, private tmpfs) with the sandbox's
-// /etc, once, for the process package to clone into each container: the
-// same files as a stage builds itself, every host file bound read-only
-// rather than copied, so that edits made in place show through (a file
-// replaced by rename does not: the process package rebuilds the template
-// when /etc changes).
-func BuildEtcTemplate(dir string) error { return buildEtc(dir, false) }
+// /etc, once, for the process package to clone into each container: what
+// a stage builds itself (the process package rebuilds the template when
+// /etc changes, and when it is a minute old).
+func BuildEtcTemplate(dir string) error { return buildEtc(dir) }
 
 // attachTree moves the detached mount tree fd (made by the parent with
 // open_tree) to target, created as a directory.
@@ -167,9 +165,9 @@ func attachTree(fd int, target string) error {
 }
 
 // buildEtc makes the sandbox's /etc at etc: the allowed host entries
-// (small files copied when copySmall, other files and directories bound
-// read-only, symlinks recreated) and the synthesised files.
-func buildEtc(etc string, copySmall bool) error {
+// (small files copied, other files and directories bound read-only,
+// symlinks recreated) and the synthesised files.
+func buildEtc(etc string) error {
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		return err
 	}
@@ -192,7 +190,7 @@ func buildEtc(etc string, copySmall bool) error {
 			if err := os.Symlink(link, target); err != nil {
 				return err
 			}
-		case copySmall && st.Mode().IsRegular() && st.Size() <= 1<<20:
+		case st.Mode().IsRegular() && st.Size() <= 1<<20:
 			// Small files are copied (cheaper than a bind mount each); the
 			// root is read-only once built.
 			data, err := os.ReadFile(host)
