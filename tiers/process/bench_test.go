@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -102,7 +103,8 @@ var bwrapArgs = []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/us
 // tier re-executing this binary as its stage (the fallback; a test binary
 // links cgo and more packages than a CGO_ENABLED=0 airlock binary, so this
 // is the fallback's worst case). It needs a separate stage binary (built
-// by `make setup`, or named by AIRLOCK_AIRLOCK_STAGE).
+// by `make setup`, or named by AIRLOCK_AIRLOCK_STAGE). process-direct
+// starts its containers from this process rather than through the spawner.
 func BenchmarkColdStartPaired(b *testing.B) {
 	bwrap, err := tools.Find("bwrap")
 	if err != nil {
@@ -126,8 +128,13 @@ func BenchmarkColdStartPaired(b *testing.B) {
 		for _, v := range []struct {
 			suffix string
 			cfg    Config
-		}{{"", testConfig(b)}, {"-reexec", testConfig(b).WithStageBinary(self)}} {
+			direct bool
+		}{{"", testConfig(b), false}, {"-reexec", testConfig(b).WithStageBinary(self), false}, {"-direct", testConfig(b), true}} {
+			if v.direct && tc.name != NameContainer {
+				continue // only containers start through the spawner
+			}
 			tier := newTestTier(b, tc, v.cfg)
+			tier.noSpawner = v.direct
 			names = append(names, tc.name+v.suffix)
 			runs[tc.name+v.suffix] = func() error { _, err := tier.Run(context.Background(), job); return err }
 		}
@@ -155,6 +162,44 @@ func BenchmarkColdStartPaired(b *testing.B) {
 		b.ReportMetric(float64(m["process"])/float64(m["bwrap"]), "process/bwrap")
 		b.ReportMetric(float64(m["seccomp"])/float64(m["bwrap"]), "seccomp/bwrap")
 	}
+}
+
+// BenchmarkColdStartLargeCaller starts a cold container from a process
+// holding a 1 GiB heap (as a long-running server may), through the
+// tier's spawner and directly from this process, interleaved. A stage in
+// a new user namespace is started with a full fork, whose cost grows with
+// the forking process's memory: the spawner is a small process.
+func BenchmarkColdStartLargeCaller(b *testing.B) {
+	ballast := make([][]byte, 0, 1024)
+	for range 1024 {
+		page := make([]byte, 1<<20)
+		for i := 0; i < len(page); i += 4096 {
+			page[i] = 1
+		}
+		ballast = append(ballast, page)
+	}
+	defer runtime.KeepAlive(ballast)
+	job := cmdJob("/bin/true")
+	viaSpawner := newTestTier(b, bothTiers[0], testConfig(b))
+	direct := newTestTier(b, bothTiers[0], testConfig(b))
+	direct.noSpawner = true
+	var ts, td []time.Duration
+	for b.Loop() {
+		for _, v := range []struct {
+			tier  *Tier
+			times *[]time.Duration
+		}{{viaSpawner, &ts}, {direct, &td}} {
+			start := time.Now()
+			if _, err := v.tier.Run(context.Background(), job); err != nil {
+				b.Fatal(err)
+			}
+			*v.times = append(*v.times, time.Since(start))
+		}
+	}
+	ms, md := median(ts), median(td)
+	b.Logf("1 GiB heap in the caller: spawner %.3f ms, direct fork %.3f ms (%.2f×)", float64(ms.Microseconds())/1000, float64(md.Microseconds())/1000, float64(md)/float64(ms))
+	b.ReportMetric(float64(ms.Microseconds())/1000, "spawner-ms")
+	b.ReportMetric(float64(md.Microseconds())/1000, "direct-ms")
 }
 
 // BenchmarkColdStart starts /bin/true: bare fork/exec, bwrap with every

@@ -144,8 +144,16 @@ func (e *etcTemplate) poke() {
 // is locked and never unlocked, so it ends with the goroutine and no
 // other goroutine ever runs in that namespace.
 func (e *etcTemplate) thread(ready chan<- error) {
-	defer close(e.done)
 	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// Never the main thread: /proc/self is the main thread's view,
+		// and it cannot end with a goroutine. This thread is locked, so a
+		// new goroutine gets another one.
+		go e.thread(ready)
+		runtime.UnlockOSThread()
+		return
+	}
+	defer close(e.done)
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		ready <- fmt.Errorf("/etc template: mount namespace: %w", err)
 		return

@@ -102,7 +102,8 @@ func (p *pool[T]) claim() (v T, ok bool) {
 			p.mu.Unlock()
 			p.misses.Add(1)
 			p.poke()
-			return v, false
+			var none T // not a dead instance discarded on the way
+			return none, false
 		}
 		v = p.ready[n-1]
 		p.ready = p.ready[:n-1]

@@ -46,7 +46,8 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 
 	var sb *sandbox
 	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 {
-		if sb, _ = t.pool.claim(); sb != nil {
+		var ok bool
+		if sb, ok = t.pool.claim(); ok {
 			sb.pooled = true
 		}
 		defer t.pool.refill()
@@ -395,8 +396,8 @@ drain:
 	code, signal := -1, 0
 	if st.Exited {
 		code, signal = st.Code, st.Signal
-	} else if ps := sb.cmd.ProcessState; ps != nil && st.Error == "" {
-		ws := ps.Sys().(syscall.WaitStatus)
+	} else if sb.wsOK && st.Error == "" {
+		ws := sb.ws
 		switch {
 		case ws.Signaled():
 			code, signal = 128+int(ws.Signal()), int(ws.Signal())

@@ -59,11 +59,18 @@ func selfExe() (*os.File, error) {
 // sandbox is one started stage: a container waiting for its job (its base
 // spec sent), or a filter stage waiting for its job.
 type sandbox struct {
-	name    string
-	level   airlock.Level
-	uid     uint32
-	ownUID  bool
+	name   string
+	level  airlock.Level
+	uid    uint32
+	ownUID bool
+	// The stage: its pid, and either a pidfd (started by the spawner) or
+	// cmd (started here). exited records its end and closes waitCh.
+	pid     int
+	pidfd   *os.File
 	cmd     *exec.Cmd
+	ws      syscall.WaitStatus // valid when wsOK
+	wsOK    bool
+	exitOne sync.Once
 	cg      jobCgroup
 	spec    *os.File
 	status  *json.Decoder
@@ -84,6 +91,10 @@ type sandbox struct {
 	waitErr   error
 	closers   []*os.File
 }
+
+// spawnMaxFiles bounds the descriptors a start through the spawner may
+// pass (one message; SCM_MAX_FD is 253).
+const spawnMaxFiles = 250
 
 // preSendMax bounds a job spec sent with the base spec: with it, well
 // within a pipe's 64 KiB buffer.
@@ -277,8 +288,24 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// The stage's environment holds only its marker and runtime settings
 	// (one P, no GC: it allocates little and lives briefly); the program
 	// gets an environment of its own (the job's secrets only).
-	sb.cmd = cmd
-	err = cmd.Start()
+	// A container whose descriptors fit in one message starts through the
+	// tier's spawner (see spawner.go); anything else, or when the spawner
+	// cannot be had, starts here.
+	var sp *spawner
+	if o.level == airlock.LevelContainer && 3+len(extra) <= spawnMaxFiles && !t.noSpawner {
+		sp, _ = t.spawnerFor(bin)
+	}
+	if sp != nil {
+		err = sp.spawn(sb, stage.SpawnRequest{
+			Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
+			Cloneflags: cmd.SysProcAttr.Cloneflags, UID: sb.uid,
+		}, append([]*os.File{stdinR, stdoutW, stderrW}, extra...))
+	} else {
+		sb.cmd = cmd
+		if err = cmd.Start(); err == nil {
+			sb.pid = cmd.Process.Pid
+		}
+	}
 	// The parent's copies of the child's ends go now, so that the stage's
 	// exit is seen as end-of-file on every pipe.
 	for _, f := range childEnds {
@@ -288,10 +315,17 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
-	go func() {
-		sb.waitErr = cmd.Wait()
-		close(sb.waitCh)
-	}()
+	if sp == nil {
+		go func() {
+			err := cmd.Wait()
+			var ws syscall.WaitStatus
+			ok := cmd.ProcessState != nil
+			if ok {
+				ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+			}
+			sb.exited(ws, ok, err)
+		}()
+	}
 	// A container builds its root while the parent moves it into the
 	// job's cgroup: the move is done before the job spec goes out, and so
 	// before the stage makes its cgroup namespace or anything of the job
@@ -313,7 +347,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if err := joinCgroup(); err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
-	if err := sb.cg.add(cmd.Process.Pid); err != nil {
+	if err := sb.cg.add(sb.pid); err != nil {
 		return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
 	}
 	if o.level == airlock.LevelContainer {
@@ -390,7 +424,7 @@ func cloneTree(p string, attrs uint64) (*os.File, error) {
 // the host directory, or the container's own tmpfs through its PID 1.
 func (sb *sandbox) placedDir() string {
 	if sb.level == airlock.LevelContainer && sb.scratch == "" {
-		return fmt.Sprintf("/proc/%d/root/scratch", sb.cmd.Process.Pid)
+		return fmt.Sprintf("/proc/%d/root/scratch", sb.pid)
 	}
 	return sb.scratch
 }
@@ -410,21 +444,52 @@ func (sb *sandbox) freshScratch() bool {
 // processes, which are its children — killed first, they would otherwise
 // be re-parented to the host's init as zombies.
 func (sb *sandbox) kill() {
-	running := sb.cmd != nil && sb.cmd.Process != nil
+	running := sb.pid != 0
 	if running && sb.level == airlock.LevelSyscallFilter && sb.cg != nil {
 		sb.spec.Close() // the stage's stop: it kills and reaps the program's tree
-		_ = sb.cg.kill(sb.cmd.Process.Pid)
+		_ = sb.cg.kill(sb.pid)
 		select {
 		case <-sb.waitCh:
 		case <-time.After(2 * time.Second):
 		}
 	}
 	if running {
-		_ = sb.cmd.Process.Kill()
+		sb.killStage()
 	}
 	if sb.cg != nil {
 		_ = sb.cg.kill(0)
 	}
+}
+
+// killStage SIGKILLs the stage process (through its pidfd when it has
+// one: the spawner, not this process, is its parent).
+func (sb *sandbox) killStage() {
+	if sb.pidfd != nil {
+		_ = unix.PidfdSendSignal(int(sb.pidfd.Fd()), unix.SIGKILL, nil, 0)
+		return
+	}
+	if sb.cmd != nil && sb.cmd.Process != nil {
+		_ = sb.cmd.Process.Kill()
+	}
+}
+
+// exited records the stage's end (once) and closes waitCh: its wait
+// status if known (ok), and err, why not or how it failed.
+func (sb *sandbox) exited(ws syscall.WaitStatus, ok bool, err error) {
+	sb.exitOne.Do(func() {
+		sb.ws, sb.wsOK, sb.waitErr = ws, ok, err
+		if err == nil && ok && (ws.Signaled() || ws.ExitStatus() != 0) {
+			sb.waitErr = fmt.Errorf("stage %s", describeWait(ws))
+		}
+		close(sb.waitCh)
+	})
+}
+
+func describeWait(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exited with status %d", ws.ExitStatus())
 }
 
 // destroy kills what is left and removes every trace: cgroup, scratch
@@ -432,9 +497,12 @@ func (sb *sandbox) kill() {
 func (sb *sandbox) destroy() error {
 	var errs []error
 	sb.kill()
-	if sb.cmd != nil && sb.cmd.Process != nil {
+	if sb.pid != 0 {
 		select {
 		case <-sb.waitCh:
+			if sb.pidfd != nil {
+				sb.pidfd.Close()
+			}
 		case <-time.After(10 * time.Second):
 			errs = append(errs, fmt.Errorf("sandbox %s: stage did not exit", sb.name))
 		}

@@ -43,7 +43,7 @@ func stagePid(t *testing.T, tier *Tier) int {
 	if len(tier.pool.ready) == 0 {
 		t.Fatal("no pooled sandbox")
 	}
-	return tier.pool.ready[0].cmd.Process.Pid
+	return tier.pool.ready[0].pid
 }
 
 // TestStageBinary: with a separate stage binary configured, a container's

@@ -17,6 +17,7 @@ const (
 	Filter    = "filter"    // level 2: seccomp, Landlock and rlimits, then exec
 	Worker    = "worker"    // a guarded language worker
 	Forwarder = "forwarder" // the egress forwarder a level-3 PID 1 starts for a net-granted job
+	Spawner   = "spawner"   // starts containers for the parent (see spawn.go)
 )
 
 // Fixed descriptors in the re-executed stage.

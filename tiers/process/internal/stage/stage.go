@@ -31,6 +31,11 @@ func init() {
 		os.Exit(filterStage())
 	case Digest:
 		os.Exit(printDigest())
+	case Spawner:
+		// Locked: its children's parent-death signal follows the thread
+		// that forked them.
+		runtime.LockOSThread()
+		os.Exit(spawner())
 	}
 }
 

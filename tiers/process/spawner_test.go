@@ -1,0 +1,82 @@
+package process
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// parentOf reads a process's parent pid from /proc.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatalf("no PPid for %d", pid)
+	return 0
+}
+
+// TestSpawner: containers are started by the tier's spawner (a pooled
+// sandbox's stage is its child, with a pidfd here); when the spawner dies,
+// the sandboxes it started die with it and are seen to, and the next job
+// gets a new spawner; Close leaves no spawner behind.
+func TestSpawner(t *testing.T) {
+	cfg := testConfig(t).WithPool(1)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	waitPoolFilled(t, tier, 1)
+	tier.pool.mu.Lock()
+	sb := tier.pool.ready[0]
+	tier.pool.mu.Unlock()
+	tier.spawnMu.Lock()
+	sp := tier.spawn
+	tier.spawnMu.Unlock()
+	if sp == nil || sb.pidfd == nil {
+		t.Fatalf("the pooled sandbox was not started by a spawner (spawner %v, pidfd %v)", sp, sb.pidfd)
+	}
+	if got := parentOf(t, sb.pid); got != sp.proc.Pid {
+		t.Fatalf("the stage's parent is %d, not the spawner %d", got, sp.proc.Pid)
+	}
+	checkRuns(t, tier) // claims the pooled sandbox
+
+	waitPoolFilled(t, tier, 1)
+	tier.pool.mu.Lock()
+	sb = tier.pool.ready[0]
+	tier.pool.mu.Unlock()
+	if err := sp.proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.waitCh:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a sandbox of the killed spawner was not seen to end")
+	}
+	if st, err := os.ReadFile("/proc/" + strconv.Itoa(sb.pid) + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {
+		t.Fatalf("the stage %d outlived its spawner: %s", sb.pid, st)
+	}
+	// The dead pooled sandbox is discarded; the next job runs.
+	res, err := tier.Run(context.Background(), cmdJob("sh", "-c", "echo again"))
+	if err != nil || res.Stdout != "again\n" {
+		t.Fatalf("after the spawner died: %v %q %q", err, res.Stdout, res.Stderr)
+	}
+	tier.spawnMu.Lock()
+	next := tier.spawn
+	tier.spawnMu.Unlock()
+	if next == nil || next == sp {
+		t.Fatal("no new spawner after the first died")
+	}
+	assertClean(t, tier, cfg)
+	if err := syscall.Kill(next.proc.Pid, 0); err == nil {
+		t.Fatalf("the spawner %d outlived Close", next.proc.Pid)
+	}
+}
