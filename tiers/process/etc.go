@@ -16,10 +16,10 @@ import (
 )
 
 // etcTemplate is a container's /etc built once — a read-only tmpfs with
-// the allowed host files bound into it — and cloned (open_tree) for each
-// container, so that a stage attaches it with one call instead of creating
-// some thirty files and mounts (most of the time a stage spent building its
-// root).
+// what a stage would build (small host files copied, directories bound) —
+// and cloned (open_tree) for each container, so that a stage attaches it
+// with one call instead of creating some thirty files and mounts (most of
+// the time a stage spent building its root).
 //
 // The template lives in a mount namespace of its own, held by one locked
 // OS thread that builds it and makes every clone: the host's mount table
@@ -30,9 +30,10 @@ import (
 //
 // It is rebuilt when /etc itself changes (a file replaced by rename, as
 // package managers and ldconfig do, changes the directory) and at least
-// every etcMaxAge; files edited in place show through the binds at once.
-// A rebuild detaches the old template: clones already made hold their own
-// references and are not affected.
+// every etcMaxAge, which bounds how long a copied file edited in place
+// stays stale (bound directories are always current). A rebuild detaches
+// the old template: clones already made hold their own references and are
+// not affected.
 type etcTemplate struct {
 	mu     sync.Mutex
 	reqs   chan etcRequest // to the namespace thread; nil until it runs

@@ -300,7 +300,14 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
 			Cloneflags: cmd.SysProcAttr.Cloneflags, UID: sb.uid,
 		}, append([]*os.File{stdinR, stdoutW, stderrW}, extra...))
-	} else {
+		if err != nil && !sp.alive() {
+			// The spawner died under this request (and whatever it had
+			// started with it): start from here instead.
+			sp, err = nil, nil
+			sb.pid, sb.pidfd = 0, nil
+		}
+	}
+	if sp == nil {
 		sb.cmd = cmd
 		if err = cmd.Start(); err == nil {
 			sb.pid = cmd.Process.Pid
