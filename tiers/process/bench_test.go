@@ -134,7 +134,7 @@ func BenchmarkColdStartPaired(b *testing.B) {
 				continue // only containers start through the spawner
 			}
 			tier := newTestTier(b, tc, v.cfg)
-			tier.noSpawner = v.direct
+			tier.spawn.off = v.direct
 			names = append(names, tc.name+v.suffix)
 			runs[tc.name+v.suffix] = func() error { _, err := tier.Run(context.Background(), job); return err }
 		}
@@ -182,7 +182,7 @@ func BenchmarkColdStartLargeCaller(b *testing.B) {
 	job := cmdJob("/bin/true")
 	viaSpawner := newTestTier(b, bothTiers[0], testConfig(b))
 	direct := newTestTier(b, bothTiers[0], testConfig(b))
-	direct.noSpawner = true
+	direct.spawn.off = true
 	var ts, td []time.Duration
 	for b.Loop() {
 		for _, v := range []struct {

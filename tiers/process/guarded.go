@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
+	"golang.org/x/sys/unix"
 )
 
 // Guarded workers run a language tier (expr, Starlark, WASM) one job per
@@ -62,6 +63,9 @@ type Guarded struct {
 	mu     sync.Mutex
 	pool   *pool[*worker] // started on first use: building the tier costs nothing
 	closed bool
+	// spawn starts the workers (see spawner), so that a refill does not
+	// fork this process.
+	spawn spawners
 }
 
 // NewGuarded returns the tier "guarded-<name>" for a worker registered
@@ -111,6 +115,7 @@ func (g *Guarded) Close() error {
 	if p != nil {
 		p.close()
 	}
+	g.spawn.close()
 	return nil
 }
 
@@ -155,7 +160,14 @@ func (g *Guarded) workers() *pool[*worker] {
 
 // worker is one started worker process.
 type worker struct {
-	cmd    *exec.Cmd
+	// The process: its pid, and a pidfd (started by the spawner) or cmd.
+	pid     int
+	pidfd   *os.File
+	cmd     *exec.Cmd
+	ws      syscall.WaitStatus // valid when wsOK
+	wsOK    bool
+	exitOne sync.Once
+
 	cg     jobCgroup
 	memMB  int64 // the cgroup's current memory limit
 	uid    uint32
@@ -219,7 +231,28 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	if err := w.cg.holdMemoryLimit(); err != nil {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
-	err = w.cmd.Start()
+	// Through the spawner where there is one (the worker is still this
+	// binary: the spawner only forks), else from here.
+	var sp *spawner
+	if bin, berr := discoverStage(); berr == nil {
+		sp, _ = g.spawn.get(bin)
+	}
+	if sp != nil {
+		err = sp.spawn(w, stage.SpawnRequest{
+			Path: w.cmd.Path, Args: w.cmd.Args, Env: w.cmd.Env, Dir: w.cmd.Dir,
+			Cloneflags: w.cmd.SysProcAttr.Cloneflags, UID: w.uid,
+		}, []*os.File{stdinR, stdoutW, stderrW, nil, nil, exe})
+		if err != nil && !sp.alive() {
+			sp, err = nil, nil
+			w.pid, w.pidfd = 0, nil
+		}
+	}
+	direct := sp == nil
+	if direct {
+		if err = w.cmd.Start(); err == nil {
+			w.pid = w.cmd.Process.Pid
+		}
+	}
 	stdinR.Close()
 	stdoutW.Close()
 	stderrW.Close()
@@ -227,15 +260,22 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		stderrR.Close()
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
-	if err := w.cg.add(w.cmd.Process.Pid); err != nil {
+	if err := w.cg.add(w.pid); err != nil {
 		return nil, fmt.Errorf("starting worker: joining cgroup: %w", err)
 	}
 	w.errWG.Add(1)
 	go w.stderr.read(stderrR, &w.stderr.err, &w.errWG)
-	go func() {
-		_ = w.cmd.Wait()
-		close(w.waitCh)
-	}()
+	if direct {
+		go func() {
+			err := w.cmd.Wait()
+			var ws syscall.WaitStatus
+			ok := w.cmd.ProcessState != nil
+			if ok {
+				ws, _ = w.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			}
+			w.exited(ws, ok, err)
+		}()
+	}
 	ready := make(chan error, 1)
 	w.errWG.Add(1)
 	go func() {
@@ -265,10 +305,35 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}
 }
 
+// started, exited and pidFile make a worker a spawnee.
+func (w *worker) started(pid int, pidfd *os.File) { w.pid, w.pidfd = pid, pidfd }
+
+func (w *worker) pidFile() *os.File { return w.pidfd }
+
+func (w *worker) exited(ws syscall.WaitStatus, ok bool, _ error) {
+	w.exitOne.Do(func() {
+		w.ws, w.wsOK = ws, ok
+		close(w.waitCh)
+	})
+}
+
+// kill SIGKILLs the worker process.
+func (w *worker) kill() {
+	switch {
+	case w.pidfd != nil:
+		_ = unix.PidfdSendSignal(int(w.pidfd.Fd()), unix.SIGKILL, nil, 0)
+	case w.cmd != nil && w.cmd.Process != nil:
+		w.kill()
+	}
+}
+
 func (w *worker) destroy() {
-	if w.cmd != nil && w.cmd.Process != nil {
-		_ = w.cmd.Process.Kill()
+	if w.pid != 0 {
+		w.kill()
 		<-w.waitCh
+		if w.pidfd != nil {
+			w.pidfd.Close()
+		}
 	}
 	if w.cg != nil {
 		_ = w.cg.destroy()
@@ -362,7 +427,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	_, err = w.stdin.Write(req)
 	w.stdin.Close()
 	if err != nil {
-		_ = w.cmd.Process.Kill()
+		w.kill()
 		switch {
 		case context.Cause(ctx) == errWall:
 			return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out while sending the job (worker killed)", wall)})
@@ -383,12 +448,12 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			}
 		case <-tick:
 			if stop := (&sandbox{cg: w.cg}).watch(&prepared); stop != nil {
-				_ = w.cmd.Process.Kill()
+				w.kill()
 				<-w.result
 				return finish(stop)
 			}
 		case <-ctx.Done():
-			_ = w.cmd.Process.Kill()
+			w.kill()
 			<-w.result
 			if context.Cause(ctx) == errWall {
 				return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)})
@@ -413,7 +478,7 @@ func (g *Guarded) crashed(w *worker, job *airlock.Job) error {
 	<-w.waitCh
 	w.errWG.Wait()
 	stderr := string(bytes.TrimSpace(w.stderr.err))
-	ws, _ := w.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	ws := w.ws // zero when the worker's end is not known (its spawner died)
 	switch {
 	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory"):
 		return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("worker ran out of its address space (%d MiB + runtime)", job.Limits.MemoryMB)}
@@ -429,7 +494,11 @@ func (g *Guarded) crashed(w *worker, job *airlock.Job) error {
 	if i := strings.LastIndex(stderr, "\n\ngoroutine "); i > 0 {
 		stderr = stderr[:i] // the first lines say what happened; the stacks do not help the caller
 	}
-	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("interpreter crashed; only its guarded worker died (%v): %s", w.cmd.ProcessState, firstLines(stderr, 3))}
+	how := "its end unknown"
+	if w.wsOK {
+		how = describeWait(ws)
+	}
+	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("interpreter crashed; only its guarded worker died (%s): %s", how, firstLines(stderr, 3))}
 }
 
 func firstLines(s string, n int) string {

@@ -292,8 +292,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// tier's spawner (see spawner.go); anything else, or when the spawner
 	// cannot be had, starts here.
 	var sp *spawner
-	if o.level == airlock.LevelContainer && 3+len(extra) <= spawnMaxFiles && !t.noSpawner {
-		sp, _ = t.spawnerFor(bin)
+	if o.level == airlock.LevelContainer && 3+len(extra) <= spawnMaxFiles {
+		sp, _ = t.spawn.get(bin)
 	}
 	if sp != nil {
 		err = sp.spawn(sb, stage.SpawnRequest{
@@ -479,6 +479,11 @@ func (sb *sandbox) killStage() {
 		_ = sb.cmd.Process.Kill()
 	}
 }
+
+// started records the stage the spawner started (spawnee).
+func (sb *sandbox) started(pid int, pidfd *os.File) { sb.pid, sb.pidfd = pid, pidfd }
+
+func (sb *sandbox) pidFile() *os.File { return sb.pidfd }
 
 // exited records the stage's end (once) and closes waitCh: its wait
 // status if known (ok), and err, why not or how it failed.

@@ -30,10 +30,20 @@ type spawner struct {
 	replies chan spawnReply
 
 	regMu   sync.Mutex
-	pending *sandbox         // the sandbox of the request in flight
-	live    map[int]*sandbox // started stages by pid, until their exit
+	pending spawnee         // whose request is in flight
+	live    map[int]spawnee // started processes by pid, until their exit
 	dead    bool
 	deadErr error
+}
+
+// spawnee is what the spawner starts a process for: a sandbox or a
+// guarded worker.
+type spawnee interface {
+	// started records the process (before anything else of it is read).
+	started(pid int, pidfd *os.File)
+	// exited records its end: the wait status if known (ok), or why not.
+	exited(ws syscall.WaitStatus, ok bool, err error)
+	pidFile() *os.File
 }
 
 type spawnReply struct {
@@ -58,7 +68,7 @@ func startSpawner(bin *stageBinary) (*spawner, error) {
 		childF.Close()
 		return nil, fmt.Errorf("spawner socket: %w", err)
 	}
-	s := &spawner{conn: c.(*net.UnixConn), gone: make(chan struct{}), replies: make(chan spawnReply, 1), live: map[int]*sandbox{}}
+	s := &spawner{conn: c.(*net.UnixConn), gone: make(chan struct{}), replies: make(chan spawnReply, 1), live: map[int]spawnee{}}
 	// The spawner's parent-death signal follows the thread that started
 	// it: a goroutine locked to its thread starts it and waits for it, so
 	// the thread lives exactly as long as the spawner.
@@ -136,7 +146,7 @@ func (s *spawner) demux() {
 			sb := s.pending
 			s.pending = nil
 			if sb != nil && perr == nil {
-				sb.pid, sb.pidfd = m.Pid, pidfd
+				sb.started(m.Pid, pidfd)
 				s.live[m.Pid] = sb
 			}
 			s.regMu.Unlock()
@@ -149,17 +159,18 @@ func (s *spawner) demux() {
 	s.regMu.Lock()
 	s.dead, s.deadErr = true, fmt.Errorf("spawner: %w", err)
 	live := s.live
-	s.live = map[int]*sandbox{}
+	s.live = map[int]spawnee{}
 	s.regMu.Unlock()
 	// Their parent-death signal kills them: each is reported once its
 	// pidfd says it has exited (the kernel's init reaps them).
 	for _, sb := range live {
-		pfd := []unix.PollFd{{Fd: int32(sb.pidfd.Fd()), Events: unix.POLLIN}}
+		fd := int(sb.pidFile().Fd())
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
 			if n, err := unix.Poll(pfd, 100); n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
 				break
 			}
-			_ = unix.PidfdSendSignal(int(sb.pidfd.Fd()), unix.SIGKILL, nil, 0)
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 		}
 		sb.exited(0, false, s.deadErr)
 	}
@@ -195,10 +206,10 @@ func (s *spawner) alive() bool {
 	return !s.dead
 }
 
-// spawn starts sb's stage with the given descriptors (stdin, stdout,
-// stderr, then from 3 on; nil entries become /dev/null). On success sb's
-// pid and pidfd are set and its waitCh closes when the stage exits.
-func (s *spawner) spawn(sb *sandbox, req stage.SpawnRequest, files []*os.File) error {
+// spawn starts sb's process with the given descriptors (stdin, stdout,
+// stderr, then from 3 on; nil entries become /dev/null). On success sb
+// has been told its pid and pidfd, and is told of the exit later.
+func (s *spawner) spawn(sb spawnee, req stage.SpawnRequest, files []*os.File) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fds := make([]int, len(files))
@@ -268,36 +279,54 @@ func devNull() (*os.File, error) {
 	return devNullFile, devNullErr
 }
 
-// spawnerFor returns the tier's running spawner, starting one if there is
-// none (or the last one died).
-func (t *Tier) spawnerFor(bin *stageBinary) (*spawner, error) {
-	t.spawnMu.Lock()
-	defer t.spawnMu.Unlock()
-	if t.spawnClosed {
+// spawners holds a tier's spawner: started with the first process it
+// starts, replaced when it dies, stopped by close.
+type spawners struct {
+	mu     sync.Mutex
+	sp     *spawner
+	closed bool
+	off    bool // tests and benchmarks: start everything from this process
+}
+
+// get returns the running spawner, starting one from bin if there is none
+// (or the last one died).
+func (h *spawners) get(bin *stageBinary) (*spawner, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
 		return nil, errors.New("tier closed")
+	case h.off:
+		return nil, errors.New("spawner off")
+	case h.sp != nil && h.sp.alive():
+		return h.sp, nil
 	}
-	if t.spawn != nil && t.spawn.alive() {
-		return t.spawn, nil
-	}
-	if t.spawn != nil {
-		t.spawn.close()
+	if h.sp != nil {
+		h.sp.close()
 	}
 	s, err := startSpawner(bin)
 	if err != nil {
-		t.spawn = nil
+		h.sp = nil
 		return nil, err
 	}
-	t.spawn = s
+	h.sp = s
 	return s, nil
 }
 
-// closeSpawner stops the tier's spawner (Tier.Close).
-func (t *Tier) closeSpawner() {
-	t.spawnMu.Lock()
-	defer t.spawnMu.Unlock()
-	t.spawnClosed = true
-	if t.spawn != nil {
-		t.spawn.close()
-		t.spawn = nil
+// current is the spawner in use, if any (tests).
+func (h *spawners) current() *spawner {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sp
+}
+
+// close stops the spawner (the tier's Close).
+func (h *spawners) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.sp != nil {
+		h.sp.close()
+		h.sp = nil
 	}
 }

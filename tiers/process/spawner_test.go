@@ -38,9 +38,7 @@ func TestSpawner(t *testing.T) {
 	tier.pool.mu.Lock()
 	sb := tier.pool.ready[0]
 	tier.pool.mu.Unlock()
-	tier.spawnMu.Lock()
-	sp := tier.spawn
-	tier.spawnMu.Unlock()
+	sp := tier.spawn.current()
 	if sp == nil || sb.pidfd == nil {
 		t.Fatalf("the pooled sandbox was not started by a spawner (spawner %v, pidfd %v)", sp, sb.pidfd)
 	}
@@ -69,14 +67,39 @@ func TestSpawner(t *testing.T) {
 	if err != nil || res.Stdout != "again\n" {
 		t.Fatalf("after the spawner died: %v %q %q", err, res.Stdout, res.Stderr)
 	}
-	tier.spawnMu.Lock()
-	next := tier.spawn
-	tier.spawnMu.Unlock()
+	next := tier.spawn.current()
 	if next == nil || next == sp {
 		t.Fatal("no new spawner after the first died")
 	}
 	assertClean(t, tier, cfg)
 	if err := syscall.Kill(next.proc.Pid, 0); err == nil {
 		t.Fatalf("the spawner %d outlived Close", next.proc.Pid)
+	}
+}
+
+// TestGuardedSpawner: guarded workers are started by their tier's spawner
+// too, and Close stops it.
+func TestGuardedSpawner(t *testing.T) {
+	g := newGuarded(t, "expr")
+	if err := g.WaitWarm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sp := g.spawn.current()
+	g.mu.Lock()
+	p := g.pool
+	g.mu.Unlock()
+	p.mu.Lock()
+	w := p.ready[0]
+	p.mu.Unlock()
+	if sp == nil || w.pidfd == nil || parentOf(t, w.pid) != sp.proc.Pid {
+		t.Fatalf("the worker %d was not started by a spawner (%v)", w.pid, sp)
+	}
+	res, err := g.Run(context.Background(), exprJob("6 * 7"))
+	if err != nil || res.Value != int64(42) {
+		t.Fatalf("%v %#v", err, res.Value)
+	}
+	g.Close()
+	if err := syscall.Kill(sp.proc.Pid, 0); err == nil {
+		t.Fatalf("the spawner %d outlived Close", sp.proc.Pid)
 	}
 }

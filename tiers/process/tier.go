@@ -105,11 +105,8 @@ type Tier struct {
 	stage *stageBinary
 	// etc is the containers' /etc template (see etcTemplate).
 	etc etcTemplate
-	// spawn starts containers (see spawner); nil until the first.
-	spawnMu     sync.Mutex
-	spawn       *spawner
-	spawnClosed bool
-	noSpawner   bool // tests and benchmarks: start containers from this process
+	// spawn starts containers (see spawner).
+	spawn spawners
 
 	// Used sandboxes are destroyed in the background, off the caller's
 	// path; Close waits for them and reports what failed.
@@ -240,7 +237,7 @@ func (t *Tier) Close() error {
 		t.pool.close()
 	}
 	t.cleanups.Wait()
-	t.closeSpawner()
+	t.spawn.close()
 	t.cleanupMu.Lock()
 	defer t.cleanupMu.Unlock()
 	err := errors.Join(append(t.cleanupErr, t.etc.close())...)
