@@ -16,7 +16,6 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
-	"golang.org/x/sys/unix"
 )
 
 // Guarded workers run a language tier (expr, Starlark, WASM) one job per
@@ -160,13 +159,7 @@ func (g *Guarded) workers() *pool[*worker] {
 
 // worker is one started worker process.
 type worker struct {
-	// The process: its pid, and a pidfd (started by the spawner) or cmd.
-	pid     int
-	pidfd   *os.File
-	cmd     *exec.Cmd
-	ws      syscall.WaitStatus // valid when wsOK
-	wsOK    bool
-	exitOne sync.Once
+	proc // the worker process
 
 	cg     jobCgroup
 	memMB  int64 // the cgroup's current memory limit
@@ -176,7 +169,6 @@ type worker struct {
 	stdout *os.File
 	stderr *capture
 	errWG  sync.WaitGroup
-	waitCh chan struct{}
 	result chan workerResult // the job's result, read ahead of the claim
 }
 
@@ -190,7 +182,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{waitCh: make(chan struct{}), result: make(chan workerResult, 1), stderr: &capture{limit: 4096, over: make(chan struct{})}}
+	w := &worker{proc: newProc(), result: make(chan workerResult, 1), stderr: &capture{limit: 4096, over: make(chan struct{})}}
 	if w.uid, err = sharedUIDs(g.cfg.uidBase, g.cfg.uidCount).get(); err != nil {
 		return nil, err
 	}
@@ -232,26 +224,12 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
 	// Through the spawner where there is one (the worker is still this
-	// binary: the spawner only forks), else from here.
-	var sp *spawner
+	// binary, passed as a descriptor: the spawner only forks), else from
+	// here.
 	if bin, berr := discoverStage(); berr == nil {
-		sp, _ = g.spawn.get(bin)
-	}
-	if sp != nil {
-		err = sp.spawn(w, stage.SpawnRequest{
-			Path: w.cmd.Path, Args: w.cmd.Args, Env: w.cmd.Env, Dir: w.cmd.Dir,
-			Cloneflags: w.cmd.SysProcAttr.Cloneflags, UID: w.uid,
-		}, []*os.File{stdinR, stdoutW, stderrW, nil, nil, exe})
-		if err != nil && !sp.alive() {
-			sp, err = nil, nil
-			w.pid, w.pidfd = 0, nil
-		}
-	}
-	direct := sp == nil
-	if direct {
-		if err = w.cmd.Start(); err == nil {
-			w.pid = w.cmd.Process.Pid
-		}
+		err = w.startProc(&g.spawn, bin, w.cmd, w.uid)
+	} else {
+		err = w.startHere(w.cmd)
 	}
 	stdinR.Close()
 	stdoutW.Close()
@@ -265,17 +243,6 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}
 	w.errWG.Add(1)
 	go w.stderr.read(stderrR, &w.stderr.err, &w.errWG)
-	if direct {
-		go func() {
-			err := w.cmd.Wait()
-			var ws syscall.WaitStatus
-			ok := w.cmd.ProcessState != nil
-			if ok {
-				ws, _ = w.cmd.ProcessState.Sys().(syscall.WaitStatus)
-			}
-			w.exited(ws, ok, err)
-		}()
-	}
 	ready := make(chan error, 1)
 	w.errWG.Add(1)
 	go func() {
@@ -305,35 +272,11 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}
 }
 
-// started, exited and pidFile make a worker a spawnee.
-func (w *worker) started(pid int, pidfd *os.File) { w.pid, w.pidfd = pid, pidfd }
-
-func (w *worker) pidFile() *os.File { return w.pidfd }
-
-func (w *worker) exited(ws syscall.WaitStatus, ok bool, _ error) {
-	w.exitOne.Do(func() {
-		w.ws, w.wsOK = ws, ok
-		close(w.waitCh)
-	})
-}
-
-// kill SIGKILLs the worker process.
-func (w *worker) kill() {
-	switch {
-	case w.pidfd != nil:
-		_ = unix.PidfdSendSignal(int(w.pidfd.Fd()), unix.SIGKILL, nil, 0)
-	case w.cmd != nil && w.cmd.Process != nil:
-		w.kill()
-	}
-}
-
 func (w *worker) destroy() {
 	if w.pid != 0 {
-		w.kill()
+		w.signalKill()
 		<-w.waitCh
-		if w.pidfd != nil {
-			w.pidfd.Close()
-		}
+		w.release()
 	}
 	if w.cg != nil {
 		_ = w.cg.destroy()
@@ -427,7 +370,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	_, err = w.stdin.Write(req)
 	w.stdin.Close()
 	if err != nil {
-		w.kill()
+		w.signalKill()
 		switch {
 		case context.Cause(ctx) == errWall:
 			return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out while sending the job (worker killed)", wall)})
@@ -448,12 +391,12 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			}
 		case <-tick:
 			if stop := (&sandbox{cg: w.cg}).watch(&prepared); stop != nil {
-				w.kill()
+				w.signalKill()
 				<-w.result
 				return finish(stop)
 			}
 		case <-ctx.Done():
-			w.kill()
+			w.signalKill()
 			<-w.result
 			if context.Cause(ctx) == errWall {
 				return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)})

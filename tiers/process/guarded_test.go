@@ -94,6 +94,20 @@ func TestGuardedConformance(t *testing.T) {
 // runtime error, unbounded allocation, a loop deaf to cancellation — takes
 // only its worker with it, and the caller gets a typed error.
 func TestGuardedContainsCrashes(t *testing.T) {
+	// Both ways a worker can be started: through the tier's spawner, and
+	// from this process (when no spawner can be had).
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "spawner", true: "direct"}[direct], func(t *testing.T) {
+			guardedCrashes(t, func(t *testing.T, name string) *Guarded {
+				g := newGuarded(t, name)
+				g.spawn.off = direct
+				return g
+			})
+		})
+	}
+}
+
+func guardedCrashes(t *testing.T, newGuarded func(*testing.T, string) *Guarded) {
 	ctx := context.Background()
 	job := exprJob("1")
 	job.Limits.MemoryMB = 64

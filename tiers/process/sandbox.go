@@ -63,14 +63,7 @@ type sandbox struct {
 	level  airlock.Level
 	uid    uint32
 	ownUID bool
-	// The stage: its pid, and either a pidfd (started by the spawner) or
-	// cmd (started here). exited records its end and closes waitCh.
-	pid     int
-	pidfd   *os.File
-	cmd     *exec.Cmd
-	ws      syscall.WaitStatus // valid when wsOK
-	wsOK    bool
-	exitOne sync.Once
+	proc    // the stage
 	cg      jobCgroup
 	spec    *os.File
 	status  *json.Decoder
@@ -87,8 +80,6 @@ type sandbox struct {
 	limits    cgLimits // what its cgroup enforces now
 	pooled    bool     // claimed from the tier's pool
 	jobSent   bool     // the job spec went with the base spec
-	waitCh    chan struct{}
-	waitErr   error
 	closers   []*os.File
 }
 
@@ -143,7 +134,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
 	exe := bin.file
-	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, waitCh: make(chan struct{}), limits: cgLimitsFor(o.limits)}
+	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
 	// The job's cgroup is created while the stage starts; the stage is
 	// moved into it before it gets its job (below).
 	cgErr := make(chan error, 1)
@@ -288,30 +279,13 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// The stage's environment holds only its marker and runtime settings
 	// (one P, no GC: it allocates little and lives briefly); the program
 	// gets an environment of its own (the job's secrets only).
-	// A container whose descriptors fit in one message starts through the
-	// tier's spawner (see spawner.go); anything else, or when the spawner
-	// cannot be had, starts here.
-	var sp *spawner
-	if o.level == airlock.LevelContainer && 3+len(extra) <= spawnMaxFiles {
-		sp, _ = t.spawn.get(bin)
-	}
-	if sp != nil {
-		err = sp.spawn(sb, stage.SpawnRequest{
-			Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
-			Cloneflags: cmd.SysProcAttr.Cloneflags, UID: sb.uid,
-		}, append([]*os.File{stdinR, stdoutW, stderrW}, extra...))
-		if err != nil && !sp.alive() {
-			// The spawner died under this request (and whatever it had
-			// started with it): start from here instead.
-			sp, err = nil, nil
-			sb.pid, sb.pidfd = 0, nil
-		}
-	}
-	if sp == nil {
-		sb.cmd = cmd
-		if err = cmd.Start(); err == nil {
-			sb.pid = cmd.Process.Pid
-		}
+	// A container starts through the tier's spawner (see spawner.go); a
+	// level-2 stage (no user namespace: Go starts it with vfork) starts
+	// here.
+	if o.level == airlock.LevelContainer {
+		err = sb.startProc(&t.spawn, bin, cmd, sb.uid)
+	} else {
+		err = sb.startHere(cmd)
 	}
 	// The parent's copies of the child's ends go now, so that the stage's
 	// exit is seen as end-of-file on every pipe.
@@ -321,17 +295,6 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	childEnds = nil
 	if err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
-	}
-	if sp == nil {
-		go func() {
-			err := cmd.Wait()
-			var ws syscall.WaitStatus
-			ok := cmd.ProcessState != nil
-			if ok {
-				ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
-			}
-			sb.exited(ws, ok, err)
-		}()
 	}
 	// A container builds its root while the parent moves it into the
 	// job's cgroup: the move is done before the job spec goes out, and so
@@ -461,47 +424,11 @@ func (sb *sandbox) kill() {
 		}
 	}
 	if running {
-		sb.killStage()
+		sb.signalKill()
 	}
 	if sb.cg != nil {
 		_ = sb.cg.kill(0)
 	}
-}
-
-// killStage SIGKILLs the stage process (through its pidfd when it has
-// one: the spawner, not this process, is its parent).
-func (sb *sandbox) killStage() {
-	if sb.pidfd != nil {
-		_ = unix.PidfdSendSignal(int(sb.pidfd.Fd()), unix.SIGKILL, nil, 0)
-		return
-	}
-	if sb.cmd != nil && sb.cmd.Process != nil {
-		_ = sb.cmd.Process.Kill()
-	}
-}
-
-// started records the stage the spawner started (spawnee).
-func (sb *sandbox) started(pid int, pidfd *os.File) { sb.pid, sb.pidfd = pid, pidfd }
-
-func (sb *sandbox) pidFile() *os.File { return sb.pidfd }
-
-// exited records the stage's end (once) and closes waitCh: its wait
-// status if known (ok), and err, why not or how it failed.
-func (sb *sandbox) exited(ws syscall.WaitStatus, ok bool, err error) {
-	sb.exitOne.Do(func() {
-		sb.ws, sb.wsOK, sb.waitErr = ws, ok, err
-		if err == nil && ok && (ws.Signaled() || ws.ExitStatus() != 0) {
-			sb.waitErr = fmt.Errorf("stage %s", describeWait(ws))
-		}
-		close(sb.waitCh)
-	})
-}
-
-func describeWait(ws syscall.WaitStatus) string {
-	if ws.Signaled() {
-		return "killed by signal " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exited with status %d", ws.ExitStatus())
 }
 
 // destroy kills what is left and removes every trace: cgroup, scratch
@@ -512,9 +439,7 @@ func (sb *sandbox) destroy() error {
 	if sb.pid != 0 {
 		select {
 		case <-sb.waitCh:
-			if sb.pidfd != nil {
-				sb.pidfd.Close()
-			}
+			sb.release()
 		case <-time.After(10 * time.Second):
 			errs = append(errs, fmt.Errorf("sandbox %s: stage did not exit", sb.name))
 		}

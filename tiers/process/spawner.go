@@ -30,20 +30,10 @@ type spawner struct {
 	replies chan spawnReply
 
 	regMu   sync.Mutex
-	pending spawnee         // whose request is in flight
-	live    map[int]spawnee // started processes by pid, until their exit
+	pending *proc         // whose request is in flight
+	live    map[int]*proc // started processes by pid, until their exit
 	dead    bool
 	deadErr error
-}
-
-// spawnee is what the spawner starts a process for: a sandbox or a
-// guarded worker.
-type spawnee interface {
-	// started records the process (before anything else of it is read).
-	started(pid int, pidfd *os.File)
-	// exited records its end: the wait status if known (ok), or why not.
-	exited(ws syscall.WaitStatus, ok bool, err error)
-	pidFile() *os.File
 }
 
 type spawnReply struct {
@@ -68,7 +58,7 @@ func startSpawner(bin *stageBinary) (*spawner, error) {
 		childF.Close()
 		return nil, fmt.Errorf("spawner socket: %w", err)
 	}
-	s := &spawner{conn: c.(*net.UnixConn), gone: make(chan struct{}), replies: make(chan spawnReply, 1), live: map[int]spawnee{}}
+	s := &spawner{conn: c.(*net.UnixConn), gone: make(chan struct{}), replies: make(chan spawnReply, 1), live: map[int]*proc{}}
 	// The spawner's parent-death signal follows the thread that started
 	// it: a goroutine locked to its thread starts it and waits for it, so
 	// the thread lives exactly as long as the spawner.
@@ -159,7 +149,7 @@ func (s *spawner) demux() {
 	s.regMu.Lock()
 	s.dead, s.deadErr = true, fmt.Errorf("spawner: %w", err)
 	live := s.live
-	s.live = map[int]spawnee{}
+	s.live = map[int]*proc{}
 	s.regMu.Unlock()
 	// Their parent-death signal kills them: each is reported once its
 	// pidfd says it has exited (the kernel's init reaps them).
@@ -209,7 +199,7 @@ func (s *spawner) alive() bool {
 // spawn starts sb's process with the given descriptors (stdin, stdout,
 // stderr, then from 3 on; nil entries become /dev/null). On success sb
 // has been told its pid and pidfd, and is told of the exit later.
-func (s *spawner) spawn(sb spawnee, req stage.SpawnRequest, files []*os.File) error {
+func (s *spawner) spawn(sb *proc, req stage.SpawnRequest, files []*os.File) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fds := make([]int, len(files))

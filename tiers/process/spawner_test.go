@@ -2,6 +2,8 @@ package process
 
 import (
 	"context"
+
+	"github.com/airlock-sandbox/airlock"
 	"os"
 	"strconv"
 	"strings"
@@ -102,4 +104,24 @@ func TestGuardedSpawner(t *testing.T) {
 	if err := syscall.Kill(sp.proc.Pid, 0); err == nil {
 		t.Fatalf("the spawner %d outlived Close", sp.proc.Pid)
 	}
+}
+
+// TestContainerDirect: with no spawner to be had, containers start from
+// the tier's process, run, are killed at the wall clock, and leave
+// nothing behind.
+func TestContainerDirect(t *testing.T) {
+	cfg := testConfig(t)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	tier.spawn.off = true
+	checkRuns(t, tier)
+	spin := cmdJob("sh", "-c", "while :; do :; done")
+	spin.Limits.WallMS = 300
+	_, err := tier.Run(context.Background(), spin)
+	if s, ok := airlock.AsStop(err); !ok || s.Reason != airlock.StopTimeout {
+		t.Fatalf("want a timeout, got %v", err)
+	}
+	if sp := tier.spawn.current(); sp != nil {
+		t.Fatal("a spawner was started")
+	}
+	assertClean(t, tier, cfg)
 }

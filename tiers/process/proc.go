@@ -1,0 +1,119 @@
+package process
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"golang.org/x/sys/unix"
+)
+
+// proc is a process a tier starts in its own namespaces — a container's
+// stage, a guarded worker — started by the tier's spawner (then it has a
+// pidfd: the spawner is its parent) or from this process (cmd). waitCh
+// closes when it has exited.
+type proc struct {
+	pid     int
+	pidfd   *os.File
+	cmd     *exec.Cmd
+	ws      syscall.WaitStatus // valid when wsOK
+	wsOK    bool
+	waitErr error // why its end is not known, or how it failed
+	waitCh  chan struct{}
+	exitOne sync.Once
+}
+
+func newProc() proc { return proc{waitCh: make(chan struct{})} }
+
+// startProc starts cmd for uid (its sandbox root's host id) through the
+// spawner in h when one can be had and the descriptors fit in one
+// message, else from this process. cmd's Stdin, Stdout and Stderr must be
+// *os.File, and its settings those the spawner applies (stage.SpawnRequest:
+// a new user namespace mapping root to uid, and the given clone flags).
+func (p *proc) startProc(h *spawners, bin *stageBinary, cmd *exec.Cmd, uid uint32) error {
+	if 3+len(cmd.ExtraFiles) <= spawnMaxFiles {
+		if sp, err := h.get(bin); err == nil {
+			files := append([]*os.File{asFile(cmd.Stdin), asFile(cmd.Stdout), asFile(cmd.Stderr)}, cmd.ExtraFiles...)
+			err := sp.spawn(p, stage.SpawnRequest{
+				Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
+				Cloneflags: cmd.SysProcAttr.Cloneflags, UID: uid,
+			}, files)
+			if err == nil || sp.alive() {
+				return err
+			}
+			// The spawner died under this request (and whatever it had
+			// started with it): start from here instead.
+			p.pid, p.pidfd = 0, nil
+		}
+	}
+	return p.startHere(cmd)
+}
+
+// startHere starts cmd from this process.
+func (p *proc) startHere(cmd *exec.Cmd) error {
+	p.cmd = cmd
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.pid = cmd.Process.Pid
+	go func() {
+		err := cmd.Wait()
+		var ws syscall.WaitStatus
+		ok := cmd.ProcessState != nil
+		if ok {
+			ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+		}
+		p.exited(ws, ok, err)
+	}()
+	return nil
+}
+
+func asFile(v any) *os.File {
+	f, _ := v.(*os.File)
+	return f
+}
+
+// started records the process the spawner started.
+func (p *proc) started(pid int, pidfd *os.File) { p.pid, p.pidfd = pid, pidfd }
+
+func (p *proc) pidFile() *os.File { return p.pidfd }
+
+// exited records the end (once) and closes waitCh: the wait status if
+// known (ok), and err, why not or how it failed.
+func (p *proc) exited(ws syscall.WaitStatus, ok bool, err error) {
+	p.exitOne.Do(func() {
+		p.ws, p.wsOK, p.waitErr = ws, ok, err
+		if err == nil && ok && (ws.Signaled() || ws.ExitStatus() != 0) {
+			p.waitErr = fmt.Errorf("stage %s", describeWait(ws))
+		}
+		close(p.waitCh)
+	})
+}
+
+func describeWait(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exited with status %d", ws.ExitStatus())
+}
+
+// signalKill SIGKILLs the process (through its pidfd when it has one).
+func (p *proc) signalKill() {
+	switch {
+	case p.pidfd != nil:
+		_ = unix.PidfdSendSignal(int(p.pidfd.Fd()), unix.SIGKILL, nil, 0)
+	case p.cmd != nil && p.cmd.Process != nil:
+		_ = p.cmd.Process.Kill()
+	}
+}
+
+// release closes the pidfd once the process has exited.
+func (p *proc) release() {
+	if p.pidfd != nil {
+		p.pidfd.Close()
+		p.pidfd = nil
+	}
+}
