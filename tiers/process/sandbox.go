@@ -59,10 +59,10 @@ func selfExe() (*os.File, error) {
 // sandbox is one started stage: a container waiting for its job (its base
 // spec sent), or a filter stage waiting for its job.
 type sandbox struct {
-	name   string
-	level  airlock.Level
-	uid    uint32
-	ownUID bool
+	name    string
+	level   airlock.Level
+	uid     uint32
+	ownUID  bool
 	proc    // the stage
 	cg      jobCgroup
 	spec    *os.File
