@@ -168,23 +168,15 @@ func (s *spawner) demux() {
 }
 
 func oneFd(oob []byte) (*os.File, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
+	fds, err := stage.ReceivedFds(oob)
+	if err == nil && len(fds) != 1 {
+		err = fmt.Errorf("%d descriptors, want a pidfd", len(fds))
+	}
 	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for _, m := range msgs {
-		r, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			return nil, err
-		}
-		fds = append(fds, r...)
-	}
-	if len(fds) != 1 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("%d descriptors, want a pidfd", len(fds))
+		return nil, err
 	}
 	return os.NewFile(uintptr(fds[0]), "pidfd"), nil
 }

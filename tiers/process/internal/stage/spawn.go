@@ -106,7 +106,7 @@ func spawner() int {
 		if err != nil || n == 0 {
 			return killAll(children) // the parent is gone
 		}
-		fds, perr := receivedFds(oob[:oobn])
+		fds, perr := ReceivedFds(oob[:oobn])
 		pid, pidfd, serr := spawnOne(buf[:n], fds)
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -131,7 +131,9 @@ func spawner() int {
 	}
 }
 
-func receivedFds(oob []byte) ([]int, error) {
+// ReceivedFds returns the descriptors in a message's SCM_RIGHTS control
+// data.
+func ReceivedFds(oob []byte) ([]int, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil, err

@@ -157,27 +157,9 @@ const (
 // syscall comparisons test it instead of the syscall number, so calls after
 // a conditional entry are misjudged.
 func assemble(o FilterOptions) ([]bpf.RawInstruction, error) {
-	info, err := arch.GetInfo("")
+	_, prog, nr, err := prologue()
 	if err != nil {
 		return nil, err
-	}
-	nr := func(name string) (uint32, error) {
-		n, ok := info.SyscallNames[name]
-		if !ok {
-			return 0, fmt.Errorf("unknown system call %q for %s", name, info.Name)
-		}
-		return uint32(n), nil
-	}
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
-	}
-	if info.SeccompMask != 0 {
-		prog = append(prog,
-			bpf.LoadAbsolute{Off: offNr, Size: 4},
-			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: uint32(info.SeccompMask), SkipFalse: 1},
-			bpf.RetConstant{Val: retEPERM})
 	}
 	// Each listed call's leaf: its argument rules in order, then allow or
 	// EPERM.
@@ -195,30 +177,7 @@ func assemble(o FilterOptions) ([]bpf.RawInstruction, error) {
 		if err != nil {
 			return nil, err
 		}
-		// [(ld arg, [and], test → end)*, ret action]; end is the next rule.
-		var block []bpf.Instruction
-		var fails []int // indexes of jumps to patch to "end of block"
-		for _, c := range r.conds {
-			block = append(block, bpf.LoadAbsolute{Off: offArgs + 8*c.arg, Size: 4})
-			switch c.op {
-			case opEq:
-				block = append(block, bpf.JumpIf{Cond: bpf.JumpEqual, Val: c.val})
-			case opAnyBits:
-				block = append(block, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: c.val})
-			case opMaskedEq:
-				block = append(block, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: c.mask},
-					bpf.JumpIf{Cond: bpf.JumpEqual, Val: c.val})
-			}
-			fails = append(fails, len(block)-1)
-		}
-		block = append(block, bpf.RetConstant{Val: r.action})
-		end := len(block)
-		for _, i := range fails {
-			j := block[i].(bpf.JumpIf)
-			j.SkipFalse = uint8(end - i - 1)
-			block[i] = j
-		}
-		leaves[n] = append(leaves[n], block...)
+		leaves[n] = append(leaves[n], ruleBlock(r)...)
 	}
 	nrs := make([]uint32, 0, len(allowed)+len(leaves))
 	for n := range allowed {
@@ -244,6 +203,65 @@ func assemble(o FilterOptions) ([]bpf.RawInstruction, error) {
 	prog = append(prog, bpf.LoadAbsolute{Off: offNr, Size: 4})
 	prog = append(prog, tree...)
 	return bpf.Assemble(prog)
+}
+
+// prologue returns this machine's architecture, the program's start —
+// a foreign architecture killed, the x32 ABI refused — and the lookup of
+// system call numbers by name.
+func prologue() (*arch.Info, []bpf.Instruction, func(string) (uint32, error), error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nr := func(name string) (uint32, error) {
+		n, ok := info.SyscallNames[name]
+		if !ok {
+			return 0, fmt.Errorf("unknown system call %q for %s", name, info.Name)
+		}
+		return uint32(n), nil
+	}
+	prog := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: offArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
+	}
+	if info.SeccompMask != 0 {
+		prog = append(prog,
+			bpf.LoadAbsolute{Off: offNr, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: uint32(info.SeccompMask), SkipFalse: 1},
+			bpf.RetConstant{Val: retEPERM})
+	}
+	return info, prog, nr, nil
+}
+
+// ruleBlock is one rule's argument checks and its action:
+// [(ld arg, [and], test → end)*, ret action]; a failing check jumps past
+// the block (to the next rule, or the call's verdict). It leaves an
+// argument in the accumulator.
+func ruleBlock(r rule) []bpf.Instruction {
+	var block []bpf.Instruction
+	var fails []int // indexes of jumps to patch to "end of block"
+	for _, c := range r.conds {
+		block = append(block, bpf.LoadAbsolute{Off: offArgs + 8*c.arg, Size: 4})
+		switch c.op {
+		case opEq:
+			block = append(block, bpf.JumpIf{Cond: bpf.JumpEqual, Val: c.val})
+		case opAnyBits:
+			block = append(block, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: c.val})
+		case opMaskedEq:
+			block = append(block, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: c.mask},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: c.val})
+		}
+		fails = append(fails, len(block)-1)
+	}
+	block = append(block, bpf.RetConstant{Val: r.action})
+	end := len(block)
+	for _, i := range fails {
+		j := block[i].(bpf.JumpIf)
+		j.SkipFalse = uint8(end - i - 1)
+		block[i] = j
+	}
+	return block
 }
 
 // searchTree is a binary search over the sorted numbers in nrs, the

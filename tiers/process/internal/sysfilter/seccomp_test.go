@@ -2,7 +2,6 @@ package sysfilter
 
 import (
 	"encoding/binary"
-	"fmt"
 	"runtime"
 	"slices"
 	"testing"
@@ -196,67 +195,27 @@ func TestProgram(t *testing.T) {
 	}
 }
 
-// assembleLinear is the earlier, linear assembler, kept as the reference
-// the tree is checked against. It builds the BPF program: the architecture check, the x32 ABI
-// refused, the argument rules, then the allowlist; EPERM for the rest.
-//
-// The program is assembled here rather than by go-seccomp-bpf's Policy
-// (whose syscall tables it uses): in v1.6.0 an argument condition that
-// does not match leaves the argument in the accumulator and the following
-// syscall comparisons test it instead of the syscall number, so calls after
-// a conditional entry are misjudged.
+// assembleLinear is the earlier, linear layout, kept as the reference the
+// tree is checked against: the same start and rule blocks (prologue,
+// ruleBlock), then each rule behind its own call-number test in policy
+// order, then the allowlist as flat comparisons; EPERM for the rest. What
+// TestFilterTree compares is thus the dispatch on the call number, which
+// is what the tree changed; the rule blocks' own verdicts are checked by
+// name there.
 func assembleLinear(o FilterOptions) ([]bpf.RawInstruction, error) {
-	info, err := arch.GetInfo("")
+	_, prog, nr, err := prologue()
 	if err != nil {
 		return nil, err
-	}
-	nr := func(name string) (uint32, error) {
-		n, ok := info.SyscallNames[name]
-		if !ok {
-			return 0, fmt.Errorf("unknown system call %q for %s", name, info.Name)
-		}
-		return uint32(n), nil
-	}
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
-	}
-	if info.SeccompMask != 0 {
-		prog = append(prog,
-			bpf.LoadAbsolute{Off: offNr, Size: 4},
-			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: uint32(info.SeccompMask), SkipFalse: 1},
-			bpf.RetConstant{Val: retEPERM})
 	}
 	for _, r := range rules(o) {
 		n, err := nr(r.name)
 		if err != nil {
 			return nil, err
 		}
-		// [ld nr, jne nr → end, (ld arg, [and], test → end)*, ret]
-		block := []bpf.Instruction{bpf.LoadAbsolute{Off: offNr, Size: 4}, nil}
-		var fails []int // indexes of jumps to patch to "end of block"
-		for _, c := range r.conds {
-			block = append(block, bpf.LoadAbsolute{Off: offArgs + 8*c.arg, Size: 4})
-			switch c.op {
-			case opEq:
-				block = append(block, bpf.JumpIf{Cond: bpf.JumpEqual, Val: c.val})
-			case opAnyBits:
-				block = append(block, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: c.val})
-			case opMaskedEq:
-				block = append(block, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: c.mask},
-					bpf.JumpIf{Cond: bpf.JumpEqual, Val: c.val})
-			}
-			fails = append(fails, len(block)-1)
-		}
-		block = append(block, bpf.RetConstant{Val: r.action})
-		end := len(block)
-		block[1] = bpf.JumpIf{Cond: bpf.JumpEqual, Val: n, SkipFalse: uint8(end - 2)}
-		for _, i := range fails {
-			j := block[i].(bpf.JumpIf)
-			j.SkipFalse = uint8(end - i - 1)
-			block[i] = j
-		}
+		// [ld nr, jne nr → past the block, the rule's block]
+		block := ruleBlock(r)
+		prog = append(prog, bpf.LoadAbsolute{Off: offNr, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: n, SkipFalse: uint8(len(block))})
 		prog = append(prog, block...)
 	}
 	allowed := make([]uint32, 0, len(allowedSyscalls)+1)
