@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,11 +23,27 @@ func egressConfig(t *testing.T, o *egresstest.Origin, log func(egress.Record)) C
 // policy reaches an allowed loopback origin with GET and is refused with
 // PUT; a disallowed name does not resolve and the refusal is logged; curl
 // bypassing the proxy has no route; the CA and proxy variables are placed.
+//
+// The stage here is this test binary re-executed (its forwarder is the
+// stage's own binary); TestStageBinaryEgress runs the same checks with the
+// separate stage binary, which the other egress tests find as the tier
+// does.
 func TestEgress(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEgress(t, func(c Config) Config { return c.WithStageBinary(self) })
+}
+
+// checkEgress runs TestEgress's checks on a container tier configured by
+// adjust.
+func checkEgress(t *testing.T, adjust func(Config) Config) {
+	t.Helper()
 	egresstest.NeedTools(t, "curl", "nslookup", "getent")
 	o := egresstest.StartOrigin(t, "origin.test")
 	rec := &egresstest.Recorder{}
-	cfg := egressConfig(t, o, rec.Add)
+	cfg := adjust(egressConfig(t, o, rec.Add))
 	tier := newTestTier(t, bothTiers[0], cfg)
 	res, err := tier.Run(context.Background(), egresstest.ShellJob(o.GrantedScript(), o.Rule("origin.test")))
 	if err != nil {

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
@@ -96,18 +94,8 @@ func checkRuns(t *testing.T, tier *Tier) {
 // net-granted container started from it runs this binary's forwarder and
 // reaches the granted origin (and only it) as from the full binary.
 func TestStageBinaryEgress(t *testing.T) {
-	egresstest.NeedTools(t, "curl", "nslookup", "getent")
 	exe := buildStage(t)
-	o := egresstest.StartOrigin(t, "origin.test")
-	rec := &egresstest.Recorder{}
-	cfg := testConfig(t).WithUIDRange(1<<30+2<<20, 1<<12).WithEgress(egress.Config{Hosts: o.Pins, Log: rec.Add}).WithStageBinary(exe)
-	tier := newTestTier(t, bothTiers[0], cfg)
-	res, err := tier.Run(context.Background(), egresstest.ShellJob(o.GrantedScript(), o.Rule("origin.test")))
-	if err != nil {
-		t.Fatalf("%v\n%s\n%s", err, res.Stdout, res.Stderr)
-	}
-	o.CheckGranted(t, res, rec)
-	assertClean(t, tier, cfg)
+	checkEgress(t, func(c Config) Config { return c.WithStageBinary(exe) })
 }
 
 // TestStageBinaryRefused: a configured stage binary the tier may not
