@@ -169,13 +169,15 @@ func TestStageBinaryRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := testConfig(t).WithStageBinary(self)
-		tier := newTestTier(t, bothTiers[0], cfg)
-		if tier.stage.separate() {
-			t.Fatalf("the test binary was not recognised as this binary: %+v", tier.stage)
+		for _, tc := range bothTiers { // the re-execution fallback, at both levels
+			cfg := testConfig(t).WithStageBinary(self)
+			tier := newTestTier(t, tc, cfg)
+			if tier.stage.separate() {
+				t.Fatalf("the test binary was not recognised as this binary: %+v", tier.stage)
+			}
+			checkRuns(t, tier)
+			assertClean(t, tier, cfg)
 		}
-		checkRuns(t, tier)
-		assertClean(t, tier, cfg)
 	})
 }
 
