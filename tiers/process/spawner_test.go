@@ -1,9 +1,13 @@
 package process
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"os/exec"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"os"
 	"strconv"
 	"strings"
@@ -124,4 +128,96 @@ func TestContainerDirect(t *testing.T) {
 		t.Fatal("a spawner was started")
 	}
 	assertClean(t, tier, cfg)
+}
+
+// TestSpawnerDiesWithCaller: when the tier's process dies (SIGKILL, no
+// clean-up), its spawner dies and so do the sandboxes the spawner started;
+// the start-up sweep then removes what the dead process left.
+func TestSpawnerDiesWithCaller(t *testing.T) {
+	if err := probe(); err != nil {
+		tiertest.Unavailable(t, NameContainer, err)
+	}
+	cfg := testConfig(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(self)
+	child.Env = append(os.Environ(), callerEnv+"="+cfg.baseDir)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	var spawnerPid, stagePid int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "PIDS %d %d", &spawnerPid, &stagePid); err == nil {
+			break
+		}
+	}
+	if spawnerPid == 0 || stagePid == 0 {
+		t.Fatalf("the helper reported no pids: %v", sc.Err())
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	gone := func(pid int) bool {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err != nil || strings.Contains(string(st), ") Z ")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !(gone(spawnerPid) && gone(stagePid)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the caller died: spawner %d gone %v, stage %d gone %v", spawnerPid, gone(spawnerPid), stagePid, gone(stagePid))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := Sweep(cfg.baseDir); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	dead := namePrefix + strconv.Itoa(child.Process.Pid) + "-"
+	for _, name := range leftoverCgroups() {
+		if strings.HasPrefix(name, dead) {
+			t.Errorf("cgroup %s of the dead caller survived the sweep", name)
+		}
+	}
+	if entries, _ := os.ReadDir(cfg.baseDir); len(entries) > 0 {
+		t.Errorf("left in the base directory after the sweep: %v", entries)
+	}
+}
+
+// callerEnv makes this test binary, re-executed by
+// TestSpawnerDiesWithCaller, act as the dying caller (see init below),
+// starting its tier in the base directory it names.
+const callerEnv = "AIRLOCK_TEST_SPAWNER_CALLER"
+
+// init, in TestSpawnerDiesWithCaller's child, starts a pooled container,
+// prints its spawner's and its stage's pids, and waits to be killed.
+func init() {
+	base := os.Getenv(callerEnv)
+	if base == "" {
+		return
+	}
+	tier, err := New(NewConfig().WithBaseDir(base).WithPool(1))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	for deadline := time.Now().Add(time.Minute); tier.pool.len() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fmt.Println("ERROR pool did not fill")
+			os.Exit(1)
+		}
+	}
+	tier.pool.mu.Lock()
+	sb := tier.pool.ready[0]
+	tier.pool.mu.Unlock()
+	fmt.Printf("PIDS %d %d\n", tier.spawn.current().proc.Pid, sb.pid)
+	time.Sleep(time.Minute)
+	os.Exit(1)
 }
