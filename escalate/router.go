@@ -247,7 +247,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 			}
 			switch {
 			case e.level < rule.MinLevel:
-				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("level %d (%s) is below the minimum %d (%s) that rule %s requires", e.level, e.level, rule.MinLevel, rule.MinLevel, rule.Name)}
+				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("level %d (%s) is below the minimum %d (%s) that rule %s requires%s", e.level, e.level, rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job))}
 			case len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name):
 				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("rule %s allows only tiers %v", rule.Name, rule.Tiers)}
 			case e.unavailable != nil:
@@ -266,7 +266,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 		}
 		refused = true
 	}
-	return ri, -1, refused, noneAdmits(rule)
+	return ri, -1, refused, noneAdmits(rule, job)
 }
 
 // candidate returns the first tier from index i on that rule lets a job
@@ -281,8 +281,18 @@ func (r *Router) candidate(rule *Rule, i int) int {
 	return -1
 }
 
-func noneAdmits(rule *Rule) error {
-	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s; see `airlock explain`)", rule.MinLevel, rule.MinLevel, rule.Name)}
+func noneAdmits(rule *Rule, job *airlock.Job) error {
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job))}
+}
+
+// defaulted says, in a refusal, that the job named no situation and got
+// the default one: the usual reason an operator's own tooling is sent to
+// a stronger tier than expected.
+func defaulted(job *airlock.Job) string {
+	if job.Situation != "" {
+		return ""
+	}
+	return "; the job names no situation, so " + string(airlock.SituationPublic) + " applies (untrusted code from outside; your own tooling is situation " + string(airlock.SituationInternal) + ")"
 }
 
 // Run routes the job and runs it, recording the router's reasons in the
@@ -323,7 +333,7 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 			refused = true
 		}
 		if ti < 0 {
-			return r.refuse(job, noneAdmits(rule))
+			return r.refuse(job, noneAdmits(rule, &job))
 		}
 	}
 	var reasons []string

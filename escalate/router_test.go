@@ -113,6 +113,24 @@ func TestNothingRunsBelowItsMinimum(t *testing.T) {
 	require.ErrorAs(t, err, &inv)
 }
 
+// TestDefaultSituationNamed: a refusal of a job that named no situation
+// says the default applied; one that named it does not.
+func TestDefaultSituationNamed(t *testing.T) {
+	r := newRouter(t, nil)
+	for _, job := range []airlock.Job{
+		{Kind: "command", Argv: []string{"true"}, Tier: "process"},     // an explicit tier below the minimum
+		{Kind: "expr", Code: "1", Grants: airlock.Grants{Spawn: true}}, // no tier at the level admits it
+	} {
+		_, err := r.Route(&job)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "names no situation, so public applies")
+		job.Situation = airlock.SituationPublic
+		_, err = r.Route(&job)
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "names no situation")
+	}
+}
+
 func TestPolicyAsData(t *testing.T) {
 	yaml := `
 rules:

@@ -112,14 +112,17 @@ func TestUsageErrors(t *testing.T) {
 	assert.Contains(t, out, "eval")
 }
 
-// TestDefaultSituationHint: a job refused because it defaulted to public
-// says so, and names the flag; with --situation given the hint is gone.
+// TestDefaultSituationHint: a job refused under the default situation
+// says so (plain and --json); with a situation given the hint is gone.
 func TestDefaultSituationHint(t *testing.T) {
 	_, errOut, code := run(t, "", "run", "--tier", "process", "--", "true")
 	assert.Equal(t, exitNotAdmitted, code)
-	assert.Contains(t, errOut, "without --situation a job counts as public")
+	assert.Contains(t, errOut, "the job names no situation, so public applies")
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	out, _, code := run(t, `{"kind":"command","argv":["true"],"tier":"process"}`, "run", "--json", "-")
+	assert.Equal(t, exitNotAdmitted, code)
+	assert.Contains(t, out, "the job names no situation")
 	_, errOut, code = run(t, "", "run", "--tier", "process", "--situation", "public", "--", "true")
 	assert.Equal(t, exitNotAdmitted, code)
-	assert.NotContains(t, errOut, "without --situation")
+	assert.NotContains(t, errOut, "names no situation")
 }

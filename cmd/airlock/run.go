@@ -41,9 +41,6 @@ func runCmd(ctx context.Context, e *env) int {
 	}
 	defer closeAll()
 	res, err := r.Run(ctx, job)
-	if err != nil && job.Situation == "" && airlock.KindOf(err) == airlock.ErrNotAdmitted {
-		err = fmt.Errorf("%w (without --situation a job counts as public, untrusted code from outside; --situation internal is for your own tooling)", err)
-	}
 	return e.report(res, err)
 }
 
