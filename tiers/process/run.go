@@ -206,7 +206,10 @@ func containerJobSpec(job *airlock.Job, scratchMB int64, netEnv []string) stage.
 
 func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
 	var out outcome
-	spec := containerJobSpec(job, scratchMB, netEnv)
+	var spec stage.JobSpec // sent below, unless it went with the base spec
+	if !sb.jobSent {
+		spec = containerJobSpec(job, scratchMB, netEnv)
+	}
 	if sb.level != airlock.LevelContainer {
 		spec.Scratch = sb.scratch
 		spec.UID = sb.uid
