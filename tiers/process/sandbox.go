@@ -80,7 +80,6 @@ type sandbox struct {
 	limits    cgLimits // what its cgroup enforces now
 	pooled    bool     // claimed from the tier's pool
 	jobSent   bool     // the job spec went with the base spec
-	closers   []*os.File
 }
 
 // spawnMaxFiles bounds the descriptors a start through the spawner may
