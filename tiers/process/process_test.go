@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -432,4 +433,42 @@ func startTime(pid string) uint64 {
 	}
 	n, _ := strconv.ParseUint(f[19], 10, 64)
 	return n
+}
+
+// TestNoInheritedDescriptors: a descriptor the tier's process holds
+// without close-on-exec (as a supervisor's pipe or a careless caller's
+// file may be) does not reach the sandboxed program, at either level,
+// started through the spawner or not.
+func TestNoInheritedDescriptors(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "canary")
+	if err := os.WriteFile(secret, []byte("inherited-canary"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(secret, syscall.O_RDONLY, 0) // no O_CLOEXEC
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	script := fmt.Sprintf("if [ -e /proc/self/fd/%d ]; then echo LEAK; cat /proc/self/fd/%d; fi; ls /proc/self/fd", fd, fd)
+	for _, tc := range bothTiers {
+		for _, direct := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/direct=%v", tc.name, direct), func(t *testing.T) {
+				cfg := testConfig(t)
+				tier := newTestTier(t, tc, cfg)
+				tier.spawn.off = direct
+				res, err := tier.Run(context.Background(), cmdJob("sh", "-c", script))
+				if err != nil {
+					t.Fatalf("%v\n%s", err, res.Stderr)
+				}
+				if strings.Contains(res.Stdout, "LEAK") || strings.Contains(res.Stdout, "inherited-canary") {
+					t.Fatalf("the program got descriptor %d:\n%s", fd, res.Stdout)
+				}
+				// ls's own: 0, 1, 2 and the directory it reads.
+				if got := strings.Fields(res.Stdout); len(got) > 4 {
+					t.Errorf("the program holds more than its standard descriptors: %v", got)
+				}
+				assertClean(t, tier, cfg)
+			})
+		}
+	}
 }

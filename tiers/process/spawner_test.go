@@ -51,6 +51,7 @@ func TestSpawner(t *testing.T) {
 	if got := parentOf(t, sb.pid); got != sp.proc.Pid {
 		t.Fatalf("the stage's parent is %d, not the spawner %d", got, sp.proc.Pid)
 	}
+	checkSpawnerFds(t, sp.proc.Pid, sb)
 	checkRuns(t, tier) // claims the pooled sandbox
 
 	waitPoolFilled(t, tier, 1)
@@ -220,4 +221,46 @@ func init() {
 	fmt.Printf("PIDS %d %d\n", tier.spawn.current().proc.Pid, sb.pid)
 	time.Sleep(time.Minute)
 	os.Exit(1)
+}
+
+// checkSpawnerFds: the spawner holds none of sb's pipes after starting it
+// (sb's exit would then not be seen as end of file), and its socket has no
+// path another process could connect to.
+func checkSpawnerFds(t *testing.T, pid int, sb *sandbox) {
+	t.Helper()
+	pipes := map[string]bool{}
+	for _, f := range []*os.File{sb.spec, sb.statusR, sb.stdin, sb.stdout, sb.stderr} {
+		if st, err := f.Stat(); err == nil {
+			pipes[fmt.Sprintf("pipe:[%d]", st.Sys().(*syscall.Stat_t).Ino)] = true
+		}
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unixSockets, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		link, err := os.Readlink(dir + "/" + e.Name())
+		if err != nil {
+			continue
+		}
+		switch {
+		case pipes[link]:
+			t.Errorf("the spawner holds the sandbox's %s (fd %s)", link, e.Name())
+		case strings.HasPrefix(link, "socket:["):
+			ino := strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")
+			for _, line := range strings.Split(string(unixSockets), "\n") {
+				if f := strings.Fields(line); len(f) > 7 && f[6] == ino {
+					t.Errorf("the spawner's socket (fd %s) is bound to %s", e.Name(), f[7])
+				}
+			}
+		}
+	}
+	if len(pipes) != 5 {
+		t.Fatalf("found %d of the sandbox's pipes to look for", len(pipes))
+	}
 }

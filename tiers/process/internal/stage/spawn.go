@@ -54,7 +54,9 @@ const spawnMaxFds = 250
 // spawner is the Spawner stage.
 func spawner() int {
 	sock := FdSpawner
-	unix.CloseOnExec(sock)
+	// Neither the socket, nor the binary, nor anything the tier's process
+	// left open may reach a stage: only the descriptors of its request do.
+	closeInherited()
 	children := map[int]int{} // pidfd → pid
 	buf := make([]byte, 1<<20)
 	oob := make([]byte, unix.CmsgSpace(4*spawnMaxFds))

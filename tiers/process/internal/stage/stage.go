@@ -44,9 +44,7 @@ func init() {
 func stagePipes() (*json.Decoder, *json.Encoder, func(error) int) {
 	specF := os.NewFile(FdSpec, "spec")
 	statusF := os.NewFile(FdStatus, "status")
-	unix.CloseOnExec(FdSpec)
-	unix.CloseOnExec(FdStatus)
-	unix.CloseOnExec(FdExe)
+	closeInherited()
 	enc := json.NewEncoder(statusF)
 	return json.NewDecoder(specF), enc, func(err error) int {
 		_ = enc.Encode(Status{Error: err.Error()})
@@ -243,8 +241,26 @@ func reap(pid int) Status {
 	}
 }
 
+// closeInherited marks every descriptor from 3 on close-on-exec: the
+// stage's own (spec, status, binary, scratch, grants) and whatever the
+// process that started the tier left open without the flag (a supervisor's
+// pipe, say). Nothing the stage executes — the program, the forwarder —
+// gets any descriptor but those it is handed explicitly.
+func closeInherited() {
+	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	// Before Linux 5.11: one by one.
+	entries, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= 3 {
+			unix.CloseOnExec(fd)
+		}
+	}
+}
+
 func devNullFd() uintptr {
-	fd, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0
 	}
