@@ -41,9 +41,7 @@ func TestSpawner(t *testing.T) {
 	cfg := testConfig(t).WithPool(1)
 	tier := newTestTier(t, bothTiers[0], cfg)
 	waitPoolFilled(t, tier, 1)
-	tier.pool.mu.Lock()
-	sb := tier.pool.ready[0]
-	tier.pool.mu.Unlock()
+	sb := pooledSandbox(t, tier)
 	sp := tier.spawn.current()
 	if sp == nil || sb.pidfd == nil {
 		t.Fatalf("the pooled sandbox was not started by a spawner (spawner %v, pidfd %v)", sp, sb.pidfd)
@@ -55,9 +53,7 @@ func TestSpawner(t *testing.T) {
 	checkRuns(t, tier) // claims the pooled sandbox
 
 	waitPoolFilled(t, tier, 1)
-	tier.pool.mu.Lock()
-	sb = tier.pool.ready[0]
-	tier.pool.mu.Unlock()
+	sb = pooledSandbox(t, tier)
 	if err := sp.proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

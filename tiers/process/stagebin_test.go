@@ -33,15 +33,15 @@ func buildStage(t *testing.T) string {
 	return exe
 }
 
-// stagePid is the host pid of a pooled sandbox's first stage.
-func stagePid(t *testing.T, tier *Tier) int {
+// pooledSandbox is a pooled sandbox waiting for its job.
+func pooledSandbox(t testing.TB, tier *Tier) *sandbox {
 	t.Helper()
 	tier.pool.mu.Lock()
 	defer tier.pool.mu.Unlock()
 	if len(tier.pool.ready) == 0 {
 		t.Fatal("no pooled sandbox")
 	}
-	return tier.pool.ready[0].pid
+	return tier.pool.ready[0]
 }
 
 // TestStageBinary: with a separate stage binary configured, a container's
@@ -56,7 +56,7 @@ func TestStageBinary(t *testing.T) {
 			t.Fatalf("stage binary %+v, want %s", tier.stage, exe)
 		}
 		waitPoolFilled(t, tier, 1)
-		running, err := os.Stat("/proc/" + strconv.Itoa(stagePid(t, tier)) + "/exe")
+		running, err := os.Stat("/proc/" + strconv.Itoa(pooledSandbox(t, tier).pid) + "/exe")
 		if err != nil {
 			t.Fatal(err)
 		}
