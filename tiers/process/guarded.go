@@ -1,15 +1,16 @@
 package process
 
 import (
+	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,8 +23,8 @@ import (
 // process: this binary re-executed into user, PID, mount, network, IPC and
 // UTS namespaces, pivoted into an empty read-only root, under the seccomp
 // filter (on every thread) and address-space and CPU rlimits. The Job goes
-// in as JSON on stdin, the Result comes back as JSON on stdout, and the
-// worker is discarded. A fatal error or a runaway in the interpreter kills
+// in on stdin and the Result comes back on stdout, in the worker package's
+// binary frames, and the worker is discarded. A fatal error or a runaway in the interpreter kills
 // only the worker.
 
 var (
@@ -165,16 +166,13 @@ type worker struct {
 	memMB  int64 // the cgroup's current memory limit
 	uid    uint32
 	stdin  *os.File
-	out    *json.Decoder
 	stdout *os.File
+	out    *bufio.Reader // stdout, after the ready frame
 	stderr *capture
 	errWG  sync.WaitGroup
-	result chan workerResult // the job's result, read ahead of the claim
-}
-
-type workerResult struct {
-	res airlock.Result
-	err error
+	// stop is why the worker was killed during its job (the wall clock,
+	// the caller's context, a cgroup limit), set before the kill.
+	stop atomic.Pointer[airlock.Stopped]
 }
 
 func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
@@ -182,7 +180,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{proc: newProc(), result: make(chan workerResult, 1), stderr: &capture{limit: 4096, over: make(chan struct{})}}
+	w := &worker{proc: newProc(), stderr: &capture{limit: 4096, over: make(chan struct{})}}
 	if w.uid, err = sharedUIDs(g.cfg.uidBase, g.cfg.uidCount).get(); err != nil {
 		return nil, err
 	}
@@ -196,8 +194,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		return nil, err
 	}
 	stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW := p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1]
-	w.stdin, w.stdout, w.out = stdinW, stdoutR, json.NewDecoder(stdoutR)
-	w.out.UseNumber()
+	w.stdin, w.stdout = stdinW, stdoutR
 	w.cmd = &exec.Cmd{
 		Path: stage.FdPath(stage.FdExe), Args: []string{"airlock-worker"}, Dir: "/",
 		Env:        []string{stage.Env + "=" + stage.Worker, wk.Env + "=" + g.name, "GOMAXPROCS=1"},
@@ -247,18 +244,13 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	w.errWG.Add(1)
 	go func() {
 		defer w.errWG.Done()
-		var st stage.Status
-		if err := w.out.Decode(&st); err != nil || !st.Ready {
+		out := bufio.NewReader(w.stdout)
+		if err := wk.ReadReady(out); err != nil {
 			ready <- fmt.Errorf("starting worker: not ready (%v)", err)
 			return
 		}
+		w.out = out // published by the channel send
 		ready <- nil
-		// This goroutine then waits for the job's result, so that a claim
-		// starts no goroutine: on the claim's path that is a scheduler
-		// wake-up of another thread. It ends when the worker's stdout does.
-		var r workerResult
-		r.err = w.out.Decode(&r.res)
-		w.result <- r
 	}()
 	select {
 	case err := <-ready:
@@ -348,62 +340,53 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			return finish(fmt.Errorf("claiming worker: %w", err))
 		}
 	}
-	raw, err := json.Marshal(job)
+	req, err := wk.AppendRequest(nil, limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), &job)
 	if err != nil {
-		return finish(fmt.Errorf("encoding job: %w", err))
+		return finish(airlock.Invalid("", "encoding job: %s", err.Error()))
 	}
-	req := wk.AppendRequest(make([]byte, 0, len(raw)+64), limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), raw)
 	res.Timings.StartUS = airlock.Since(begin)
 
-	// The request is written on this goroutine: a hand-off to another one
-	// costs a scheduler wake-up on the claim's path. The pipe is fresh and
-	// empty, so a request of at most one page never blocks; a larger one
-	// waits for the worker to read it, bounded by the wall clock and the
-	// caller's context through the write deadline.
-	if len(req) > os.Getpagesize() {
-		stop := context.AfterFunc(ctx, func() { _ = w.stdin.SetWriteDeadline(time.Now()) })
-		defer stop()
-		if dl, ok := ctx.Deadline(); ok {
-			_ = w.stdin.SetWriteDeadline(dl)
+	// From here the worker is killed, with the reason recorded first, when
+	// the caller's context ends, the wall clock runs out, or a cgroup
+	// limit is crossed (checked every 20 ms). This goroutine reads the
+	// result itself: a hand-off from another goroutine costs a scheduler
+	// wake-up on the claim's path.
+	gd := &guard{w: w}
+	defer gd.end() // before the release: nothing touches the worker after
+	defer context.AfterFunc(ctx, func() {
+		gd.check(func() *airlock.Stopped {
+			if context.Cause(ctx) == errWall {
+				return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)}
+			}
+			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
+		})
+	})()
+	var watch *time.Timer
+	watch = time.AfterFunc(watchEvery, func() {
+		if !gd.check(func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) }) {
+			watch.Reset(watchEvery)
 		}
-	}
+	})
+	defer watch.Stop()
+
+	// The pipe is fresh and empty, so a request of at most one page never
+	// blocks; a larger one waits for the worker to read it, and a kill
+	// ends that wait.
 	_, err = w.stdin.Write(req)
 	w.stdin.Close()
-	if err != nil {
-		w.signalKill()
-		switch {
-		case context.Cause(ctx) == errWall:
-			return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out while sending the job (worker killed)", wall)})
-		case ctx.Err() != nil:
-			return finish(&airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while sending the job: " + ctx.Err().Error()})
-		}
-		return finish(g.crashed(w, &prepared))
-	}
 	var inner airlock.Result
-	ticker := time.NewTicker(20 * time.Millisecond)
-	defer ticker.Stop()
-	tick := ticker.C
-	for err == nil {
-		select {
-		case r := <-w.result:
-			if inner, err = r.res, r.err; err == nil {
-				goto done
-			}
-		case <-tick:
-			if stop := (&sandbox{cg: w.cg}).watch(&prepared); stop != nil {
-				w.signalKill()
-				<-w.result
-				return finish(stop)
-			}
-		case <-ctx.Done():
-			w.signalKill()
-			<-w.result
-			if context.Cause(ctx) == errWall {
-				return finish(&airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)})
-			}
-			return finish(&airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()})
-		}
+	if err == nil {
+		inner, err = wk.ReadResult(w.out, wk.ResultLimit(prepared.Limits.OutputBytes))
 	}
+	if stop := w.stop.Load(); stop != nil {
+		w.signalKill()
+		<-w.waitCh
+		return finish(stop)
+	}
+	if err == nil {
+		goto done
+	}
+	w.signalKill()
 	return finish(g.crashed(w, &prepared))
 done:
 	if inner.Value, err = airlock.NormalizeInput(inner.Value); err != nil {
@@ -414,6 +397,42 @@ done:
 	res.Timings.StartUS += start
 	res.Clock, res.Seed = prepared.Clock, prepared.Seed
 	return finish(inner.Err())
+}
+
+// watchEvery is how often a worker's cgroup is checked during its job.
+const watchEvery = 20 * time.Millisecond
+
+// guard kills a claimed worker, recording why first, until its job has
+// ended.
+type guard struct {
+	mu    sync.Mutex
+	ended bool
+	w     *worker
+}
+
+// check runs why and kills the worker if it returns a stop, unless the
+// job has ended; it reports whether the worker was killed or the job had
+// ended.
+func (g *guard) check(why func() *airlock.Stopped) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		return true
+	}
+	stop := why()
+	if stop == nil {
+		return false
+	}
+	g.w.stop.CompareAndSwap(nil, stop)
+	g.w.signalKill()
+	return true
+}
+
+// end stops every later check; one running finishes first.
+func (g *guard) end() {
+	g.mu.Lock()
+	g.ended = true
+	g.mu.Unlock()
 }
 
 // crashed explains a worker that died without a result.

@@ -15,7 +15,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
@@ -57,21 +55,35 @@ func warmUp(tier airlock.Tier, warmJob string) {
 	if warmJob == "" {
 		return
 	}
-	req, err := ReadRequest(bytes.NewReader(AppendRequest(nil, 1, 1, []byte(warmJob))))
+	job, err := airlock.DecodeJobBytes([]byte(warmJob))
+	if err != nil {
+		return
+	}
+	frame, err := AppendRequest(nil, 1, 1, &job)
+	if err != nil {
+		return
+	}
+	req, err := ReadRequest(bytes.NewReader(frame))
 	if err != nil {
 		return
 	}
 	res, _ := tier.Run(context.Background(), req.Job)
-	_ = writeResult(json.NewEncoder(io.Discard), res)
+	_ = writeResult(io.Discard, res)
 }
 
-// writeResult sends the Result without the fields the parent replaces
-// (tier and level become the guarded tier's, clock and seed the ones it
-// pinned in the job): neither side then formats or parses a time on the
-// claim's path.
-func writeResult(out *json.Encoder, res airlock.Result) error {
-	res.Tier, res.Level, res.Clock, res.Seed = "", 0, time.Time{}, 0
-	return out.Encode(res)
+// writeResult sends the Result (the parent replaces its tier, level,
+// clock and seed). A result that cannot be encoded is replaced by an
+// internal error saying why.
+func writeResult(w io.Writer, res airlock.Result) error {
+	frame, err := AppendResult(nil, &res)
+	if err != nil {
+		res = airlock.Result{Error: &airlock.ErrorInfo{Kind: airlock.ErrInternal, Message: "encoding the result: " + err.Error()}}
+		if frame, err = AppendResult(nil, &res); err != nil {
+			return err
+		}
+	}
+	_, err = w.Write(frame)
+	return err
 }
 
 // guardOverheadMB is added to the job's memory limit for the address-space
@@ -97,7 +109,6 @@ func vmSize() uint64 {
 // run is the worker's side: build the empty root, confine every
 // thread, warm up, announce readiness, run one job, write its result, exit.
 func run(newTier func() airlock.Tier, warmJob string) int {
-	out := json.NewEncoder(os.Stdout)
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "airlock worker:", err)
 		return 2
@@ -123,7 +134,7 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 		return fail(err)
 	}
 	warmUp(tier, warmJob)
-	if err := out.Encode(stage.Status{Ready: true}); err != nil {
+	if err := WriteReady(os.Stdout); err != nil {
 		return fail(err)
 	}
 	req, err := ReadRequest(os.Stdin)
@@ -142,61 +153,10 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 		return fail(err)
 	}
 	res, _ := tier.Run(context.Background(), job)
-	if err := writeResult(out, res); err != nil {
+	if err := writeResult(os.Stdout, res); err != nil {
 		return fail(err)
 	}
 	return 0
-}
-
-// Request is what the parent sends a worker: the limits of the envelope
-// around the interpreter and the job. On the wire it is one header line,
-// "airlock-job <memory MiB> <CPU seconds>\n", then the job in its v1 wire
-// form (decoded strictly, as a server would, by [airlock.DecodeJobBytes]),
-// then end of file. The header is parsed without encoding/json: the
-// reflection-driven decoding of an envelope around the job cost a cold
-// worker more than the job's own decoding.
-type Request struct {
-	MemoryMB   int64
-	CPUSeconds uint64
-	Job        airlock.Job
-}
-
-const requestMagic = "airlock-job "
-
-// AppendRequest appends a request's wire form to dst: the header, then
-// job (a job's JSON wire form).
-func AppendRequest(dst []byte, memoryMB int64, cpuSeconds uint64, job []byte) []byte {
-	dst = append(dst, requestMagic...)
-	dst = strconv.AppendInt(dst, memoryMB, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, cpuSeconds, 10)
-	dst = append(dst, '\n')
-	return append(dst, job...)
-}
-
-// ReadRequest reads a request to the end of r and decodes its job
-// strictly.
-func ReadRequest(r io.Reader) (Request, error) {
-	data, err := io.ReadAll(io.LimitReader(r, airlock.MaxJobBytes+int64(len(requestMagic))+64))
-	if err != nil {
-		return Request{}, fmt.Errorf("reading job: %w", err)
-	}
-	header, job, ok := bytes.Cut(data, []byte{'\n'})
-	if !ok || !bytes.HasPrefix(header, []byte(requestMagic)) {
-		return Request{}, errors.New("reading job: no request header")
-	}
-	mem, cpu, ok := strings.Cut(string(header[len(requestMagic):]), " ")
-	var req Request
-	var err1, err2 error
-	req.MemoryMB, err1 = strconv.ParseInt(mem, 10, 64)
-	req.CPUSeconds, err2 = strconv.ParseUint(cpu, 10, 64)
-	if !ok || err1 != nil || err2 != nil || req.MemoryMB < 0 {
-		return Request{}, fmt.Errorf("reading job: malformed request header %q", header)
-	}
-	if req.Job, err = airlock.DecodeJobBytes(job); err != nil {
-		return Request{}, fmt.Errorf("reading job: %w", err)
-	}
-	return req, nil
 }
 
 // inOwnUserNamespace refuses to go on in the host's user namespace (whose
