@@ -45,9 +45,11 @@ func NewConfig() Config {
 // tools directory, AIRLOCK_RUNSC or $PATH).
 func (c Config) WithRunsc(path string) Config { c.runsc = path; return c }
 
-// WithDir sets the directory holding runsc's state, the shared read-only
-// root and one directory per sandbox. Sandboxes whose owner died are swept
-// from it when a tier is built.
+// WithDir sets the directory holding runsc's state, each tier's read-only
+// root and one directory per sandbox. Any number of tiers, in one process
+// or several, may share it (the default is shared by every airlock process
+// on the machine): none touches what a live one uses, and what tiers that
+// are gone left behind is swept from it when a tier is built.
 func (c Config) WithDir(dir string) Config { c.dir = dir; return c }
 
 // WithPlatform sets gVisor's platform (default systrap; kvm needs /dev/kvm).

@@ -41,17 +41,21 @@ func newTier(t testing.TB, cfg Config) *Tier {
 	return tier
 }
 
-// checkNoLeftovers fails if the tier left a sandbox, a sandbox directory or
-// a cgroup behind.
-func checkNoLeftovers(t testing.TB, tier *Tier) {
+// checkNoLeftovers fails if the tiers, all closed and sharing one
+// directory, left a sandbox, a sandbox directory, a root, a lock file, a
+// mount, a runsc process or a cgroup behind.
+func checkNoLeftovers(t testing.TB, tiers ...*Tier) {
 	t.Helper()
+	tier := tiers[0]
 	if out, err := tier.runscOut(context.Background(), "list", "-quiet"); err != nil {
 		t.Errorf("runsc list: %v", err)
 	} else if s := strings.TrimSpace(string(out)); s != "" {
 		t.Errorf("sandboxes left running: %s", s)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(tier.base, "sb")); len(entries) > 0 {
-		t.Errorf("%d sandbox directories left behind", len(entries))
+	for _, d := range []string{"sb", "roots", "owners"} {
+		if entries, _ := os.ReadDir(filepath.Join(tier.base, d)); len(entries) > 0 {
+			t.Errorf("%d entries left behind in %s/", len(entries), d)
+		}
 	}
 	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(data), tier.base) {
 		t.Errorf("mounts left under %s", tier.base)
@@ -62,13 +66,21 @@ func checkNoLeftovers(t testing.TB, tier *Tier) {
 			t.Errorf("runsc process left running: %s", strings.ReplaceAll(string(data), "\x00", " "))
 		}
 	}
-	prefix := idPrefix + itoa(os.Getpid()) + "-"
+	prefixes := []string{idPrefix + itoa(os.Getpid()) + "-"}
+	for _, tr := range tiers {
+		if tr.owner != "" {
+			prefixes = append(prefixes, tr.owner+"-")
+		}
+	}
 	hier, _ := os.ReadDir(cgroupRoot)
 	for _, h := range hier {
 		groups, _ := os.ReadDir(filepath.Join(cgroupRoot, h.Name()))
 		for _, g := range groups {
-			if strings.HasPrefix(g.Name(), prefix) {
-				t.Errorf("cgroup left behind: %s/%s", h.Name(), g.Name())
+			for _, p := range prefixes {
+				if strings.HasPrefix(g.Name(), p) {
+					t.Errorf("cgroup left behind: %s/%s", h.Name(), g.Name())
+					break
+				}
 			}
 		}
 	}

@@ -247,8 +247,10 @@ func TestNoLeaks(t *testing.T) {
 	}
 }
 
-// TestSweep simulates a crashed airlock: sandboxes of a process that no
-// longer exists are still running; a new tier sweeps them away.
+// TestSweep simulates a crashed airlock: the sandbox of a tier whose
+// process died is still running; a new tier in the same directory sweeps
+// it away, with its directory, cgroups, root and lock file. Leftovers named
+// as earlier versions named them are swept by PID.
 func TestSweep(t *testing.T) {
 	dir := t.TempDir()
 	crashed, err := New(NewConfig().WithDir(dir))
@@ -258,18 +260,27 @@ func TestSweep(t *testing.T) {
 	if err := crashed.Available(); err != nil {
 		tiertest.Unavailable(t, Name, err)
 	}
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
-	crashed.owner = dead.Process.Pid
 	sb, err := crashed.newAgentSandbox(modeOnce, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb.conn.Close() // the owner "crashes": nothing destroys the sandbox
+	sb.conn.Close()
+	crash(crashed) // nothing destroys the sandbox
 	if !exists(filepath.Join(cgroupRoot, "memory", sb.id)) {
 		t.Fatal("test sandbox has no cgroup")
+	}
+	// An earlier version's directories: one of a dead process, one of a
+	// live one (PID 1).
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	legacyDead := filepath.Join(crashed.base, "sb", idPrefix+itoa(dead.Process.Pid)+"-0123456789ab")
+	legacyLive := filepath.Join(crashed.base, "sb", idPrefix+"1-0123456789ab")
+	for _, d := range []string{legacyDead, legacyLive} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tier, err := New(NewConfig().WithDir(dir)) // sweeps
 	if err != nil {
@@ -279,11 +290,16 @@ func TestSweep(t *testing.T) {
 	if out, _ := tier.runscOut(context.Background(), "list", "-quiet"); strings.Contains(string(out), sb.id) {
 		t.Fatalf("crashed owner's sandbox still listed: %s", out)
 	}
-	for _, p := range []string{sb.dir, filepath.Join(cgroupRoot, "memory", sb.id), filepath.Join(cgroupRoot, "pids", sb.id)} {
-		if _, err := os.Stat(p); !os.IsNotExist(err) {
+	for _, p := range []string{sb.dir, filepath.Join(cgroupRoot, "memory", sb.id), filepath.Join(cgroupRoot, "pids", sb.id),
+		crashed.rootfs, crashed.lock.Name(), legacyDead} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived the sweep", p)
 		}
 	}
+	if !exists(legacyLive) {
+		t.Error("the sweep removed a directory of a live process (legacy name)")
+	}
+	os.Remove(legacyLive)
 }
 
 // TestWaitWarm checks that WaitWarm returns only once the pool is full,

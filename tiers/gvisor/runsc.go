@@ -3,8 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,32 +11,13 @@ import (
 	"time"
 )
 
-// idPrefix starts the name of every sandbox, cgroup and directory the tier
-// creates; the owner's PID follows, so a sweep can tell a crashed owner's
-// leftovers from a live one's.
+// idPrefix starts the name of every owner, sandbox, cgroup and directory
+// the tier creates (see owner.go).
 const idPrefix = "airlock-gv-"
 
+// newID names a new sandbox of the tier: its owner name and a number.
 func (t *Tier) newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return idPrefix + strconv.Itoa(t.owner) + "-" + hex.EncodeToString(b[:])
-}
-
-// ownerPID returns the PID encoded in an id, or 0 if it is not one of ours.
-func ownerPID(id string) int {
-	rest, ok := strings.CutPrefix(id, idPrefix)
-	if !ok {
-		return 0
-	}
-	pid, _, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(pid)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return n
+	return t.owner + "-" + strconv.FormatUint(t.seq.Add(1), 10)
 }
 
 // runscFlags are the global flags of every sandbox the tier creates.

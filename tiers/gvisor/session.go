@@ -26,6 +26,11 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	if err != nil {
 		return nil, err
 	}
+	// A session counts as in progress (enter) until its sandbox is being
+	// destroyed: see forget.
+	if err := t.enter(); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
 	id := opts.ID
 	type made struct {
 		sb  *sandbox
@@ -44,14 +49,22 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 			if m := <-ch; m.sb != nil {
 				t.destroyLater(m.sb)
 			}
+			t.leave()
 		}()
 		return nil, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting the session"}
 	}
 	if m.err != nil {
+		t.leave()
 		return nil, m.err
 	}
 	s := &session{t: t, id: id, sb: m.sb, ttl: opts.TTL}
 	t.mu.Lock()
+	if t.closed { // Close did not see the session: end it here
+		t.mu.Unlock()
+		t.destroyLater(m.sb)
+		t.leave()
+		return nil, fmt.Errorf("starting sandbox: %w", errClosed)
+	}
 	if t.sessions == nil {
 		t.sessions = map[*session]struct{}{}
 	}
@@ -135,16 +148,19 @@ func (s *session) Close() error {
 		return nil
 	}
 	sb := s.sb
-	s.forget("closed")
 	sb.conn.Close()
-	return s.t.destroy(sb.id, sb.dir, true)
+	err := s.t.destroy(sb.id, sb.dir, true)
+	s.forget("closed")
+	return err
 }
 
-// forget marks the session over (its sandbox destroyed or being destroyed)
-// and drops it from the tier's open sessions. s.mu is held.
+// forget marks the session over (its sandbox destroyed or being destroyed
+// in the background, which the tier waits for), drops it from the tier's
+// open sessions and ends its count in the tier (leave). s.mu is held.
 func (s *session) forget(reason string) {
 	s.sb, s.reason = nil, reason
 	s.t.mu.Lock()
 	delete(s.t.sessions, s)
 	s.t.mu.Unlock()
+	s.t.leave()
 }

@@ -149,11 +149,14 @@ func (b *bundle) write(dir string) error {
 	return nil
 }
 
-// makeRootfs builds the shared read-only root in dir: empty mount points
-// for the host's program directories (or the same symbolic links the host
-// has, e.g. /bin -> usr/bin), the sandbox's own mount points, and a minimal
-// /etc that reveals nothing about the host. It returns the host directories
-// to bind-mount. dir must be an absolute path without symbolic links.
+// makeRootfs builds a tier's read-only root in dir, a new empty directory
+// no other tier uses: empty mount points for the host's program
+// directories (or the same symbolic links the host has, e.g. /bin ->
+// usr/bin), the sandbox's own mount points, and a minimal /etc that
+// reveals nothing about the host. It returns the host directories to
+// bind-mount. dir must be an absolute path without symbolic links. A root
+// in use must never be rebuilt: rewriting a file a sandbox has mapped
+// (the loader maps /etc/ld.so.cache) kills its processes with SIGBUS.
 func makeRootfs(dir string, hostDirs []string) ([]string, error) {
 	var mounts []string
 	for _, d := range []string{"proc", "dev", "sys", "tmp", "etc", "scratch", ".airlock/sock"} {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 )
 
@@ -16,16 +15,10 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// orphaned reports whether name belongs to a sandbox whose owning airlock
-// process is gone.
-func orphaned(name string) bool {
-	pid := ownerPID(name)
-	return pid > 0 && pid != os.Getpid() && !alive(pid)
-}
-
-// Sweep removes what crashed airlock processes left in the tier's
-// directory and the cgroup hierarchies (New already sweeps once) and
-// returns how many items it removed.
+// Sweep removes what tiers that are gone (their process crashed or exited
+// without Close) left in the tier's directory and the cgroup hierarchies
+// (New already sweeps once) and returns how many items it removed. It
+// never touches what belongs to a live tier (see owner.go).
 func (t *Tier) Sweep() int {
 	if t.avail != nil {
 		return 0
@@ -33,32 +26,93 @@ func (t *Tier) Sweep() int {
 	return t.sweep()
 }
 
-// sweep removes what crashed airlock processes left behind in this tier's
-// directory: runsc sandboxes (killed and deleted), sandbox directories and
-// cgroups, all recognised by the id prefix and a dead owner PID. A PID
-// reused by an unrelated process hides its sandboxes until that process
-// exits (see docs).
+// sweep removes what dead owners left behind: runsc sandboxes (killed and
+// deleted), sandbox directories, cgroups and roots, and finally the
+// owners' lock files. An owner is dead when its lock can be taken, or,
+// for a sandbox or directory in this tier's directory, when its lock file
+// is gone (a live owner's exists before its first sandbox and outlives
+// its last). Cgroups are shared by every directory, so only those of
+// owners whose lock this sweep holds are removed.
+//
+// Ids of earlier versions carry no owner: they are judged by PID, and a
+// PID reused by an unrelated process hides them until it exits (see
+// docs).
 func (t *Tier) sweep() (removed int) {
+	owners := filepath.Join(t.base, "owners")
+	dead := map[string]*os.File{} // owner -> its lock, held until the end
+	failed := map[string]bool{}   // dead owners something of which could not be removed
+	defer func() {
+		for owner, lock := range dead {
+			if !failed[owner] {
+				if err := os.RemoveAll(filepath.Join(t.base, "roots", owner)); err != nil {
+					logf("sweep: %v", err)
+				} else {
+					os.Remove(lock.Name())
+					removed++
+				}
+			}
+			lock.Close()
+		}
+	}()
+	entries, _ := os.ReadDir(owners)
+	for _, e := range entries {
+		if e.Name() != t.owner && isOwnerName(e.Name()) {
+			if lock := lockDead(filepath.Join(owners, e.Name())); lock != nil {
+				dead[e.Name()] = lock
+			}
+		}
+	}
+	// here reports whether something of this directory named id is a dead
+	// owner's.
+	here := func(id string) bool {
+		owner, pid := parseID(id)
+		switch {
+		case pid > 0:
+			return pid != os.Getpid() && !alive(pid)
+		case owner == "" || owner == t.owner:
+			return false
+		case dead[owner] != nil:
+			return true
+		}
+		_, err := os.Lstat(filepath.Join(owners, owner))
+		return errors.Is(err, os.ErrNotExist)
+	}
+	fail := func(id string) {
+		if owner, _ := parseID(id); owner != "" {
+			failed[owner] = true
+		}
+	}
+
 	out, err := t.runscOut(context.Background(), "list", "--format", "json")
-	if err == nil {
+	if err != nil {
+		// Without the list, dead owners' sandboxes may still run: their
+		// lock files stay for a later sweep.
+		for owner := range dead {
+			failed[owner] = true
+		}
+	} else {
 		var list []struct {
 			ID string `json:"id"`
 		}
 		if json.Unmarshal(out, &list) == nil {
 			for _, c := range list {
-				if orphaned(c.ID) {
+				if here(c.ID) {
 					if err := t.destroy(c.ID, "", true); err != nil {
 						logf("sweep: %v", err)
+						fail(c.ID)
 					}
 					removed++
 				}
 			}
 		}
 	}
-	entries, _ := os.ReadDir(filepath.Join(t.base, "sb"))
-	for _, e := range entries {
-		if orphaned(e.Name()) {
-			_ = os.RemoveAll(filepath.Join(t.base, "sb", e.Name()))
+	sbs, _ := os.ReadDir(filepath.Join(t.base, "sb"))
+	for _, e := range sbs {
+		if here(e.Name()) {
+			if err := os.RemoveAll(filepath.Join(t.base, "sb", e.Name())); err != nil {
+				logf("sweep: %v", err)
+				fail(e.Name())
+			}
 			removed++
 		}
 	}
@@ -66,12 +120,19 @@ func (t *Tier) sweep() (removed int) {
 	for _, h := range hier {
 		groups, _ := os.ReadDir(filepath.Join(cgroupRoot, h.Name()))
 		for _, g := range groups {
-			if g.IsDir() && strings.HasPrefix(g.Name(), idPrefix) && orphaned(g.Name()) {
-				// One attempt: a cgroup that still has tasks belongs to a
-				// sandbox of another state directory, which this sweep
-				// cannot kill (its own sandboxes were destroyed above).
+			if !g.IsDir() {
+				continue
+			}
+			owner, pid := parseID(g.Name())
+			if (pid > 0 && pid != os.Getpid() && !alive(pid)) || dead[owner] != nil {
+				// One attempt: the sandboxes of dead owners were destroyed
+				// above, so their cgroups are empty. A legacy cgroup that
+				// still has tasks belongs to a sandbox of another state
+				// directory, which this sweep cannot kill.
 				if os.Remove(filepath.Join(cgroupRoot, h.Name(), g.Name())) == nil {
 					removed++
+				} else {
+					fail(g.Name())
 				}
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,24 +21,30 @@ import (
 const Name = "gvisor"
 
 // Tier runs command jobs in gVisor sandboxes. It is safe for concurrent use.
-// Close it to destroy the warm pool.
+// Close it to destroy the warm pool and give up its share of the directory.
 type Tier struct {
 	cfg    Config
 	runsc  string
-	avail  error  // why the tier cannot run jobs here, or nil
-	base   string // real path of cfg.dir
-	state  string // runsc --root
-	rootfs string
+	avail  error    // why the tier cannot run jobs here, or nil
+	base   string   // real path of cfg.dir
+	state  string   // runsc --root, shared with the directory's other tiers
+	rootfs string   // this tier's own root (see owner.go)
 	empty  string   // an empty directory: what a job without files placed
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
 	pool   *pool
-	owner  int // the PID in sandbox ids: this process
+
+	owner      string        // the tier's name in the directory, which starts its sandbox ids
+	lock       *os.File      // owners/<owner>, locked while the tier lives
+	seq        atomic.Uint64 // the last sandbox number
+	disownOnce sync.Once
 
 	bg sync.WaitGroup // background destroys
 
 	mu       sync.Mutex
 	sessions map[*session]struct{} // open sessions, closed by Close
+	closed   bool                  // Close was called: no new runs or sessions
+	active   int                   // runs and sessions in progress
 }
 
 var (
@@ -48,9 +55,11 @@ var (
 )
 
 // New builds a tier. A missing runsc or kernel feature does not fail New:
-// Available reports it and Run refuses jobs. New sweeps the sandboxes,
-// directories and cgroups of crashed airlock processes from cfg's directory
-// and, with a pool configured, starts filling it.
+// Available reports it and Run refuses jobs. Other tiers, in this process
+// or others, may share cfg's directory: New builds the tier's own root
+// there, sweeps what tiers that are gone left behind (sandboxes,
+// directories, cgroups, roots) and, with a pool configured, starts filling
+// the pool.
 func New(cfg Config) (*Tier, error) {
 	if cfg.dir == "" || !filepath.IsAbs(cfg.dir) {
 		return nil, fmt.Errorf("gvisor: directory %q must be an absolute path", cfg.dir)
@@ -70,8 +79,11 @@ func New(cfg Config) (*Tier, error) {
 	if cfg.limits == (airlock.LimitPolicy{}) {
 		cfg.limits = airlock.DefaultLimitPolicy
 	}
-	t := &Tier{cfg: cfg, owner: os.Getpid()}
+	t := &Tier{cfg: cfg}
 	t.avail = t.init()
+	if t.avail != nil {
+		t.disown()
+	}
 	if t.avail == nil && cfg.pool > 0 {
 		t.pool = newPool(t, cfg.pool, cfg.refill, cfg.readyTTL)
 	}
@@ -101,12 +113,20 @@ func (t *Tier) init() error {
 		return err
 	}
 	t.state = filepath.Join(t.base, "state")
-	t.rootfs = filepath.Join(t.base, "rootfs")
 	t.empty = filepath.Join(t.base, "empty")
-	for _, d := range []string{t.state, t.rootfs, t.empty, filepath.Join(t.base, "sb")} {
+	for _, d := range []string{t.state, t.empty, filepath.Join(t.base, "roots"), filepath.Join(t.base, "sb")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
 		}
+	}
+	if err := t.own(); err != nil {
+		return err
+	}
+	// The root is the tier's own and new: no other tier ever writes it, and
+	// it is never written again (see owner.go).
+	t.rootfs = filepath.Join(t.base, "roots", t.owner)
+	if err := os.Mkdir(t.rootfs, 0o711); err != nil {
+		return fmt.Errorf("building the sandbox root: %w", err)
 	}
 	if t.mounts, err = makeRootfs(t.rootfs, t.cfg.hostDirs); err != nil {
 		return fmt.Errorf("building the sandbox root: %w", err)
@@ -140,10 +160,15 @@ func (t *Tier) Admit(job airlock.Job) error {
 	return nil
 }
 
-// Close empties the warm pool, closes open sessions and waits for
-// background clean-up. Call it once runs have returned: a run still in
-// flight finishes, but its clean-up may outlive Close.
+// Close empties the warm pool, closes open sessions, waits for background
+// clean-up and then removes the tier's root and releases its share of the
+// directory. Runs and sessions started after Close fail. Call it once runs
+// have returned: a run still in flight finishes, and the root is removed
+// only after its clean-up. Close is safe to call more than once.
 func (t *Tier) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
 	if t.pool != nil {
 		t.pool.close()
 	}
@@ -158,7 +183,40 @@ func (t *Tier) Close() error {
 		errs = append(errs, s.Close())
 	}
 	t.bg.Wait()
+	t.mu.Lock()
+	idle := t.active == 0
+	t.mu.Unlock()
+	if idle {
+		t.disown()
+	} // otherwise the last run to finish does it (leave)
 	return errors.Join(errs...)
+}
+
+// errClosed refuses runs and sessions after Close.
+var errClosed = errors.New("gvisor: tier closed")
+
+// enter counts a run or session starting; it refuses once Close was called.
+func (t *Tier) enter() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errClosed
+	}
+	t.active++
+	return nil
+}
+
+// leave ends what enter counted. Once Close was called, the last to leave
+// waits for background clean-up and gives up the tier's ownership.
+func (t *Tier) leave() {
+	t.mu.Lock()
+	t.active--
+	last := t.closed && t.active == 0
+	t.mu.Unlock()
+	if last {
+		t.bg.Wait()
+		t.disown()
+	}
 }
 
 // Run runs a command job: in a pooled sandbox when one is ready, otherwise
@@ -176,6 +234,12 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	if t.avail != nil {
 		return r.finish(fmt.Errorf("starting sandbox: %w", t.avail))
 	}
+	if err := t.enter(); err != nil {
+		return r.finish(fmt.Errorf("starting sandbox: %w", err))
+	}
+	// Left after the run's sandbox is being destroyed (runCold and
+	// runAgent start that in their own deferred calls).
+	defer t.leave()
 	if job.Lifecycle != airlock.LifecycleEphemeral {
 		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "lifecycle " + string(job.Lifecycle) + " needs a session (OpenSession)"})
 	}
