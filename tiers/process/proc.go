@@ -24,6 +24,9 @@ type proc struct {
 	waitErr error // why its end is not known, or how it failed
 	waitCh  chan struct{}
 	exitOne sync.Once
+	// spareNet: the spawner gave the process a network namespace made
+	// ahead (stage.SpawnRequest.SpareNet).
+	spareNet bool
 }
 
 func newProc() proc { return proc{waitCh: make(chan struct{})} }
@@ -33,13 +36,15 @@ func newProc() proc { return proc{waitCh: make(chan struct{})} }
 // message, else from this process. cmd's Stdin, Stdout and Stderr must be
 // *os.File, and its settings those the spawner applies (stage.SpawnRequest:
 // a new user namespace mapping root to uid, and the given clone flags).
-func (p *proc) startProc(h *spawners, bin *stageBinary, cmd *exec.Cmd, uid uint32) error {
+// spareNet allows a network namespace made ahead in place of a new one,
+// for a process that configures nothing in it.
+func (p *proc) startProc(h *spawners, bin *stageBinary, cmd *exec.Cmd, uid uint32, spareNet bool) error {
 	if 3+len(cmd.ExtraFiles) <= spawnMaxFiles {
 		if sp, err := h.get(bin); err == nil {
 			files := append([]*os.File{asFile(cmd.Stdin), asFile(cmd.Stdout), asFile(cmd.Stderr)}, cmd.ExtraFiles...)
 			err := sp.spawn(p, stage.SpawnRequest{
 				Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
-				Cloneflags: cmd.SysProcAttr.Cloneflags, UID: uid,
+				Cloneflags: cmd.SysProcAttr.Cloneflags, UID: uid, SpareNet: spareNet,
 			}, files)
 			if err == nil || sp.alive() {
 				return err

@@ -282,7 +282,9 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// level-2 stage (no user namespace: Go starts it with vfork) starts
 	// here.
 	if o.level == airlock.LevelContainer {
-		err = sb.startProc(&t.spawn, bin, cmd, sb.uid)
+		// Without egress nothing configures the sandbox's network, so a
+		// namespace made ahead will do (see stage.netSpares).
+		err = sb.startProc(&t.spawn, bin, cmd, sb.uid, !base.Egress)
 	} else {
 		err = sb.startHere(cmd)
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +35,8 @@ type spawner struct {
 	live    map[int]*proc // started processes by pid, until their exit
 	dead    bool
 	deadErr error
+
+	spares atomic.Int64 // stages started in a network namespace made ahead
 }
 
 type spawnReply struct {
@@ -137,6 +140,10 @@ func (s *spawner) demux() {
 			s.pending = nil
 			if sb != nil && perr == nil {
 				sb.started(m.Pid, pidfd)
+				sb.spareNet = m.SpareNet
+				if m.SpareNet {
+					s.spares.Add(1)
+				}
 				s.live[m.Pid] = sb
 			}
 			s.regMu.Unlock()

@@ -4,16 +4,21 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os/exec"
-
-	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // parentOf reads a process's parent pid from /proc.
@@ -258,5 +263,140 @@ func checkSpawnerFds(t *testing.T, pid int, sb *sandbox) {
 	}
 	if len(pipes) != 5 {
 		t.Fatalf("found %d of the sandbox's pipes to look for", len(pipes))
+	}
+}
+
+// TestSpareNetns: a cold container without egress, and a guarded worker,
+// start in a network namespace the spawner made ahead (as root, which CI
+// is), one per sandbox: three at once see three namespaces, none the
+// host's; inside, there is only a loopback that is down, a listener on the
+// host's loopback cannot be reached, and the sandbox's root cannot bring
+// lo up, change a sysctl or bind a low port (as in a namespace of its own,
+// where the program runs without capabilities). A container with egress gets a namespace of its
+// own as before (its forwarder sets lo up).
+func TestSpareNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skipf(t, "network namespaces made ahead need root (CAP_SYS_ADMIN in the initial user namespace); without it every sandbox gets CLONE_NEWNET, as the other tests show")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var reached atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			reached.Add(1)
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	host, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier := newTestTier(t, bothTiers[0], testConfig(t))
+	script := fmt.Sprintf(`
+import os, socket, sys
+print("ns", os.readlink("/proc/self/ns/net"))
+print("ifaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]))
+s = socket.socket()
+s.settimeout(1)
+try:
+    s.connect(("127.0.0.1", %d)); print("connect reached")
+except OSError as e:
+    print("connect refused", e.errno)
+try:
+    open("/proc/sys/net/ipv4/ip_forward", "w").write("1"); print("sysctl written")
+except OSError as e:
+    print("sysctl refused", e.errno)
+import fcntl, struct
+try:
+    fcntl.ioctl(socket.socket(), 0x8914, struct.pack("16sH", b"lo", 1)); print("lo up")
+except OSError as e:
+    print("lo refused", e.errno)
+b = socket.socket()
+try:
+    b.bind(("0.0.0.0", 80)); print("bound 80")
+except OSError as e:
+    print("bind refused", e.errno)
+import time; time.sleep(0.5)
+`, port)
+	var wg sync.WaitGroup
+	outs := make([]string, 3)
+	errs := make([]error, 3)
+	for i := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := tier.Run(context.Background(), cmdJob("python3", "-c", script))
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			outs[i], errs[i] = res.Stdout, err
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for i, out := range outs {
+		if errs[i] != nil {
+			t.Fatalf("job %d: %v", i, errs[i])
+		}
+		ns := ""
+		for _, line := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(line, "ns "); ok {
+				ns = v
+			}
+		}
+		if ns == "" || ns == host || seen[ns] {
+			t.Fatalf("job %d ran in network namespace %q (host %s, others %v)", i, ns, host, seen)
+		}
+		seen[ns] = true
+		for _, want := range []string{"ifaces ['lo']", "connect refused", "sysctl refused", "lo refused", "bind refused"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("job %d: no %q in:\n%s", i, want, out)
+			}
+		}
+	}
+	if reached.Load() != 0 {
+		t.Fatalf("a sandbox reached the host's loopback listener %d times", reached.Load())
+	}
+	sp := tier.spawn.current()
+	if sp == nil {
+		t.Fatal("no spawner")
+	}
+	if sp.spares.Load() == 0 {
+		t.Fatal("no job got a spare namespace")
+	}
+	spares := sp.spares.Load()
+
+	// A guarded worker gets one too.
+	g := newGuarded(t, "expr")
+	if res, err := g.Run(context.Background(), airlock.Job{Kind: airlock.KindExpr, Code: "1 + 1"}); err != nil || res.Value != int64(2) {
+		t.Fatalf("guarded: %v %+v", err, res)
+	}
+	if gs := g.spawn.current(); gs == nil || gs.spares.Load() == 0 {
+		t.Fatal("no guarded worker got a spare namespace")
+	}
+
+	// With egress, a namespace of its own: the stage's forwarder brings lo
+	// up and listens there (TestEgress checks what it does).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	job := cmdJob("true")
+	job.Grants.Net = []airlock.NetRule{{Host: "example.test"}}
+	etier := newTestTier(t, bothTiers[0], testConfig(t).WithEgress(egress.Config{}))
+	if res, err := etier.Run(ctx, job); err != nil || res.ExitCode != 0 {
+		t.Fatalf("egress job: %v %+v", err, res)
+	}
+	if es := etier.spawn.current(); es == nil || es.spares.Load() != 0 {
+		t.Fatalf("a sandbox with egress got a spare namespace, or no spawner started it (%v)", es)
+	}
+	if sp.spares.Load() != spares {
+		t.Fatal("spare count changed without jobs")
 	}
 }

@@ -37,15 +37,21 @@ type SpawnRequest struct {
 	Cloneflags uintptr  `json:"cloneflags"`
 	// UID is the host uid and gid the sandbox's root is mapped to.
 	UID uint32 `json:"uid"`
+	// SpareNet lets the spawner give the stage a network namespace it
+	// made ahead (see netSpares) in place of CLONE_NEWNET, for a stage
+	// that configures nothing in its network namespace.
+	SpareNet bool `json:"spare_net,omitempty"`
 }
 
 // SpawnMessage is what the spawner sends: a reply to a request (Pid, or
 // Error; a pidfd travels with a successful reply) or, later, a stage's exit.
 type SpawnMessage struct {
-	Pid    int    `json:"pid,omitempty"`
-	Error  string `json:"error,omitempty"`
-	Exited int    `json:"exited,omitempty"` // the pid that exited
-	Status int    `json:"status,omitempty"` // its wait status
+	Pid   int    `json:"pid,omitempty"`
+	Error string `json:"error,omitempty"`
+	// SpareNet says the stage got a network namespace made ahead.
+	SpareNet bool `json:"spare_net,omitempty"`
+	Exited   int  `json:"exited,omitempty"` // the pid that exited
+	Status   int  `json:"status,omitempty"` // its wait status
 }
 
 // spawnMaxFds bounds the descriptors of one request (SCM_MAX_FD is 253).
@@ -57,6 +63,7 @@ func spawner() int {
 	// Neither the socket, nor the binary, nor anything the tier's process
 	// left open may reach a stage: only the descriptors of its request do.
 	closeInherited()
+	nets := startNetSpares()
 	children := map[int]int{} // pidfd → pid
 	buf := make([]byte, 1<<20)
 	oob := make([]byte, unix.CmsgSpace(4*spawnMaxFds))
@@ -109,7 +116,7 @@ func spawner() int {
 			return killAll(children) // the parent is gone
 		}
 		fds, perr := ReceivedFds(oob[:oobn])
-		pid, pidfd, serr := spawnOne(buf[:n], fds)
+		pid, pidfd, spare, serr := spawnOne(buf[:n], fds, nets)
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
@@ -126,7 +133,7 @@ func spawner() int {
 			}
 		default:
 			children[pidfd] = pid
-			if !send(SpawnMessage{Pid: pid}, pidfd) {
+			if !send(SpawnMessage{Pid: pid, SpareNet: spare}, pidfd) {
 				return killAll(children)
 			}
 		}
@@ -151,15 +158,24 @@ func ReceivedFds(oob []byte) ([]int, error) {
 	return fds, nil
 }
 
-// spawnOne starts one stage; the returned pidfd is -1 on failure.
-func spawnOne(msg []byte, fds []int) (pid, pidfd int, err error) {
+// spawnOne starts one stage; the returned pidfd is -1 on failure. spare
+// reports that the stage got a network namespace made ahead.
+func spawnOne(msg []byte, fds []int, nets *netSpares) (pid, pidfd int, spare bool, err error) {
 	pidfd = -1
 	var req SpawnRequest
 	if err := json.Unmarshal(msg, &req); err != nil {
-		return 0, -1, fmt.Errorf("spawn request: %w", err)
+		return 0, -1, false, fmt.Errorf("spawn request: %w", err)
 	}
 	if len(fds) < 3 {
-		return 0, -1, fmt.Errorf("spawn request: %d descriptors, want at least 3", len(fds))
+		return 0, -1, false, fmt.Errorf("spawn request: %d descriptors, want at least 3", len(fds))
+	}
+	flags := req.Cloneflags
+	if req.SpareNet && flags&unix.CLONE_NEWNET != 0 && nets.enter() {
+		// This thread is in the spare until the fork is done; the child
+		// is born in it.
+		flags &^= unix.CLONE_NEWNET
+		spare = true
+		defer nets.leave()
 	}
 	files := make([]uintptr, len(fds))
 	for i, fd := range fds {
@@ -171,7 +187,7 @@ func spawnOne(msg []byte, fds []int) (pid, pidfd int, err error) {
 		Env:   req.Env,
 		Files: files,
 		Sys: &syscall.SysProcAttr{
-			Cloneflags:  req.Cloneflags,
+			Cloneflags:  flags,
 			UidMappings: m,
 			GidMappings: m,
 			// Become the mapped root, so the stage holds capabilities in
@@ -182,9 +198,9 @@ func spawnOne(msg []byte, fds []int) (pid, pidfd int, err error) {
 		},
 	})
 	if err != nil {
-		return 0, -1, fmt.Errorf("starting stage: %w", err)
+		return 0, -1, false, fmt.Errorf("starting stage: %w", err)
 	}
-	return pid, pidfd, nil
+	return pid, pidfd, spare, nil
 }
 
 // killAll kills and reaps the stages still running and returns the
