@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
 )
 
 // The wire between the host and a worker is private to one binary (the
@@ -73,34 +74,30 @@ type Request struct {
 // input holds a value that is not JSON-compatible (see
 // [airlock.CheckValue]).
 func AppendRequest(dst []byte, memoryMB int64, cpuSeconds uint64, job *airlock.Job) ([]byte, error) {
-	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0)
+	dst, start := wire.Begin(dst)
 	dst = binary.AppendVarint(dst, memoryMB)
 	dst = binary.AppendUvarint(dst, cpuSeconds)
 	dst, err := appendJob(dst, job)
 	if err != nil {
 		return dst[:start], err
 	}
-	return endFrame(dst, start, MaxRequestBytes)
+	return wire.End(dst, start, MaxRequestBytes)
 }
 
 // ReadRequest reads one request frame from r.
 func ReadRequest(r io.Reader) (Request, error) {
-	data, err := readFrame(r, MaxRequestBytes)
+	data, err := wire.ReadFrame(r, MaxRequestBytes)
 	if err != nil {
 		return Request{}, fmt.Errorf("reading job: %w", err)
 	}
-	d := decoder{b: data}
-	req := Request{MemoryMB: d.varint(), CPUSeconds: d.uvarint()}
+	d := decoder{wire.Decoder{B: data}}
+	req := Request{MemoryMB: d.Int(), CPUSeconds: d.Uint()}
 	req.Job = d.job()
-	if d.err == nil && len(d.b) > 0 {
-		d.fail("trailing bytes")
+	if d.Done() == nil && req.MemoryMB < 0 {
+		d.Fail("negative memory limit")
 	}
-	if d.err == nil && req.MemoryMB < 0 {
-		d.fail("negative memory limit")
-	}
-	if d.err != nil {
-		return Request{}, fmt.Errorf("reading job: %w", d.err)
+	if d.Err != nil {
+		return Request{}, fmt.Errorf("reading job: %w", d.Err)
 	}
 	return req, nil
 }
@@ -108,26 +105,25 @@ func ReadRequest(r io.Reader) (Request, error) {
 // AppendResult appends a result frame to dst. The fields the host
 // replaces (tier, level, clock, seed) are left out.
 func AppendResult(dst []byte, res *airlock.Result) ([]byte, error) {
-	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0)
+	dst, start := wire.Begin(dst)
 	dst, err := appendValue(dst, res.Value, 0)
 	if err != nil {
 		return dst[:start], fmt.Errorf("result value: %w", err)
 	}
-	dst = appendString(dst, res.Stdout)
-	dst = appendString(dst, res.Stderr)
+	dst = wire.String(dst, res.Stdout)
+	dst = wire.String(dst, res.Stderr)
 	dst = binary.AppendVarint(dst, int64(res.ExitCode))
 	if s := res.Stopped; s != nil {
 		dst = append(dst, 1)
-		dst = appendString(dst, string(s.Reason))
-		dst = appendString(dst, s.Detail)
+		dst = wire.String(dst, string(s.Reason))
+		dst = wire.String(dst, s.Detail)
 	} else {
 		dst = append(dst, 0)
 	}
 	if e := res.Error; e != nil {
 		dst = append(dst, 1)
-		dst = appendString(dst, string(e.Kind))
-		dst = appendString(dst, e.Message)
+		dst = wire.String(dst, string(e.Kind))
+		dst = wire.String(dst, e.Message)
 	} else {
 		dst = append(dst, 0)
 	}
@@ -135,15 +131,15 @@ func AppendResult(dst []byte, res *airlock.Result) ([]byte, error) {
 		res.Usage.Steps, res.Usage.MemoryBytes, res.Usage.OutputBytes, res.Usage.CPUUS} {
 		dst = binary.AppendVarint(dst, v)
 	}
-	dst = appendStrings(dst, res.Decision)
-	return endFrame(dst, start, math.MaxUint32)
+	dst = wire.Strings(dst, res.Decision)
+	return wire.End(dst, start, math.MaxUint32)
 }
 
 // ReadResult reads the result frame a worker sent, of at most limit bytes.
 // The worker is not trusted: lengths, nesting and values are checked as
 // they are read.
 func ReadResult(r io.Reader, limit int) (airlock.Result, error) {
-	data, err := readFrame(r, limit)
+	data, err := wire.ReadFrame(r, limit)
 	if err != nil {
 		return airlock.Result{}, err
 	}
@@ -151,27 +147,24 @@ func ReadResult(r io.Reader, limit int) (airlock.Result, error) {
 }
 
 func decodeResult(data []byte) (airlock.Result, error) {
-	d := decoder{b: data}
+	d := decoder{wire.Decoder{B: data}}
 	var res airlock.Result
 	res.Value = d.value(0)
-	res.Stdout, res.Stderr = d.string(), d.string()
-	res.ExitCode = int(d.varint())
-	if d.flag() {
-		res.Stopped = &airlock.Stop{Reason: airlock.StopReason(d.string()), Detail: d.string()}
+	res.Stdout, res.Stderr = d.String(), d.String()
+	res.ExitCode = int(d.Int())
+	if d.Bool() {
+		res.Stopped = &airlock.Stop{Reason: airlock.StopReason(d.String()), Detail: d.String()}
 	}
-	if d.flag() {
-		res.Error = &airlock.ErrorInfo{Kind: airlock.ErrorKind(d.string()), Message: d.string()}
+	if d.Bool() {
+		res.Error = &airlock.ErrorInfo{Kind: airlock.ErrorKind(d.String()), Message: d.String()}
 	}
 	for _, p := range [...]*int64{&res.Timings.StartUS, &res.Timings.RunUS, &res.Timings.TotalUS,
 		&res.Usage.Steps, &res.Usage.MemoryBytes, &res.Usage.OutputBytes, &res.Usage.CPUUS} {
-		*p = d.varint()
+		*p = d.Int()
 	}
-	res.Decision = d.strings()
-	if d.err == nil && len(d.b) > 0 {
-		d.fail("trailing bytes")
-	}
-	if d.err != nil {
-		return airlock.Result{}, fmt.Errorf("malformed result: %w", d.err)
+	res.Decision = d.Strings()
+	if d.Done() != nil {
+		return airlock.Result{}, fmt.Errorf("malformed result: %w", d.Err)
 	}
 	return res, nil
 }
@@ -184,7 +177,7 @@ func WriteReady(w io.Writer) error {
 
 // ReadReady reads the ready frame.
 func ReadReady(r io.Reader) error {
-	data, err := readFrame(r, 1)
+	data, err := wire.ReadFrame(r, 1)
 	if err != nil {
 		return err
 	}
@@ -194,44 +187,13 @@ func ReadReady(r io.Reader) error {
 	return nil
 }
 
-func endFrame(dst []byte, start, limit int) ([]byte, error) {
-	n := len(dst) - start - 4
-	if n > limit {
-		return dst[:start], fmt.Errorf("message of %d bytes is over the limit of %d", n, limit)
-	}
-	binary.LittleEndian.PutUint32(dst[start:], uint32(n))
-	return dst, nil
-}
-
-func readFrame(r io.Reader, limit int) ([]byte, error) {
-	var head [4]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		if err == io.EOF {
-			return nil, io.ErrUnexpectedEOF // the peer ended without a message
-		}
-		return nil, err
-	}
-	n := binary.LittleEndian.Uint32(head[:])
-	if uint64(n) > uint64(limit) {
-		return nil, fmt.Errorf("message of %d bytes is over the limit of %d", n, limit)
-	}
-	data := make([]byte, n)
-	if _, err := io.ReadFull(r, data); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return data, nil
-}
-
 func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
-	dst = appendString(dst, string(j.Kind))
-	dst = appendString(dst, j.Code)
-	dst = appendString(dst, string(j.Module))
-	dst = appendString(dst, j.Entry)
-	dst = appendStrings(dst, j.Argv)
-	dst = appendString(dst, j.Stdin)
+	dst = wire.String(dst, string(j.Kind))
+	dst = wire.String(dst, j.Code)
+	dst = wire.String(dst, string(j.Module))
+	dst = wire.String(dst, j.Entry)
+	dst = wire.Strings(dst, j.Argv)
+	dst = wire.String(dst, j.Stdin)
 	if j.Input == nil {
 		dst = append(dst, tagNil)
 	} else {
@@ -240,21 +202,21 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 			return dst, fmt.Errorf("input: %w", err)
 		}
 	}
-	dst = appendStringMap(dst, j.Files)
+	dst = wire.StringMap(dst, j.Files)
 	g := &j.Grants
-	dst = appendStrings(dst, g.FS.Read)
+	dst = wire.Strings(dst, g.FS.Read)
 	dst = binary.AppendVarint(dst, g.FS.ScratchMB)
-	dst = appendCount(dst, g.Net == nil, len(g.Net))
+	dst = wire.Count(dst, g.Net == nil, len(g.Net))
 	for _, r := range g.Net {
-		dst = appendString(dst, r.Host)
-		dst = appendStrings(dst, r.Methods)
-		dst = appendCount(dst, r.Ports == nil, len(r.Ports))
+		dst = wire.String(dst, r.Host)
+		dst = wire.Strings(dst, r.Methods)
+		dst = wire.Count(dst, r.Ports == nil, len(r.Ports))
 		for _, p := range r.Ports {
 			dst = binary.AppendVarint(dst, int64(p))
 		}
 	}
-	dst = appendBool(dst, g.Spawn)
-	dst = appendStringMap(dst, g.Secrets)
+	dst = wire.Bool(dst, g.Spawn)
+	dst = wire.StringMap(dst, g.Secrets)
 	l := &j.Limits
 	for _, v := range [...]int64{l.WallMS, l.CPUMS, l.MemoryMB, l.OutputBytes, l.Pids, l.Files, l.Steps} {
 		dst = binary.AppendVarint(dst, v)
@@ -267,105 +229,67 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 			return dst, fmt.Errorf("clock: %w", err)
 		}
 		dst = append(dst, 1)
-		dst = appendString(dst, string(clock))
+		dst = wire.String(dst, string(clock))
 	}
 	dst = binary.AppendUvarint(dst, j.Seed)
-	dst = appendString(dst, string(j.Situation))
-	dst = appendString(dst, string(j.Lifecycle))
-	dst = appendString(dst, j.Session)
-	dst = appendString(dst, j.Tier)
+	dst = wire.String(dst, string(j.Situation))
+	dst = wire.String(dst, string(j.Lifecycle))
+	dst = wire.String(dst, j.Session)
+	dst = wire.String(dst, j.Tier)
 	return dst, nil
 }
 
 func (d *decoder) job() airlock.Job {
 	var j airlock.Job
-	j.Kind = airlock.Kind(d.string())
-	j.Code = d.string()
-	if m := d.bytes(); len(m) > 0 {
+	j.Kind = airlock.Kind(d.String())
+	j.Code = d.String()
+	if m := d.Bytes(); len(m) > 0 {
 		j.Module = m
 	}
-	j.Entry = d.string()
-	j.Argv = d.strings()
-	j.Stdin = d.string()
+	j.Entry = d.String()
+	j.Argv = d.Strings()
+	j.Stdin = d.String()
 	switch in := d.value(0).(type) {
 	case nil:
 	case map[string]any:
 		j.Input = in
 	default:
-		d.fail("input is not an object")
+		d.Fail("input is not an object")
 	}
-	j.Files = d.stringMap()
+	j.Files = d.StringMap()
 	g := &j.Grants
-	g.FS.Read = d.strings()
-	g.FS.ScratchMB = d.varint()
-	if n, ok := d.count(); ok {
+	g.FS.Read = d.Strings()
+	g.FS.ScratchMB = d.Int()
+	if n, ok := d.Count(); ok {
 		g.Net = make([]airlock.NetRule, n)
 		for i := range g.Net {
 			r := &g.Net[i]
-			r.Host, r.Methods = d.string(), d.strings()
-			if n, ok := d.count(); ok {
+			r.Host, r.Methods = d.String(), d.Strings()
+			if n, ok := d.Count(); ok {
 				r.Ports = make([]int, n)
 				for k := range r.Ports {
-					r.Ports[k] = int(d.varint())
+					r.Ports[k] = int(d.Int())
 				}
 			}
 		}
 	}
-	g.Spawn = d.flag()
-	g.Secrets = d.stringMap()
+	g.Spawn = d.Bool()
+	g.Secrets = d.StringMap()
 	l := &j.Limits
 	for _, p := range [...]*int64{&l.WallMS, &l.CPUMS, &l.MemoryMB, &l.OutputBytes, &l.Pids, &l.Files, &l.Steps} {
-		*p = d.varint()
+		*p = d.Int()
 	}
-	if d.flag() {
-		if err := j.Clock.UnmarshalBinary(d.bytes()); err != nil {
-			d.fail("clock: " + err.Error())
+	if d.Bool() {
+		if err := j.Clock.UnmarshalBinary(d.Bytes()); err != nil {
+			d.Fail("clock: " + err.Error())
 		}
 	}
-	j.Seed = d.uvarint()
-	j.Situation = airlock.Situation(d.string())
-	j.Lifecycle = airlock.Lifecycle(d.string())
-	j.Session = d.string()
-	j.Tier = d.string()
+	j.Seed = d.Uint()
+	j.Situation = airlock.Situation(d.String())
+	j.Lifecycle = airlock.Lifecycle(d.String())
+	j.Session = d.String()
+	j.Tier = d.String()
 	return j
-}
-
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-func appendBool(dst []byte, b bool) []byte {
-	if b {
-		return append(dst, 1)
-	}
-	return append(dst, 0)
-}
-
-// appendCount writes a list's length, keeping nil apart from empty: 0 is
-// nil, n+1 a list of n.
-func appendCount(dst []byte, isNil bool, n int) []byte {
-	if isNil {
-		return append(dst, 0)
-	}
-	return binary.AppendUvarint(dst, uint64(n)+1)
-}
-
-func appendStrings(dst []byte, ss []string) []byte {
-	dst = appendCount(dst, ss == nil, len(ss))
-	for _, s := range ss {
-		dst = appendString(dst, s)
-	}
-	return dst
-}
-
-func appendStringMap(dst []byte, m map[string]string) []byte {
-	dst = appendCount(dst, m == nil, len(m))
-	for k, v := range m {
-		dst = appendString(dst, k)
-		dst = appendString(dst, v)
-	}
-	return dst
 }
 
 // appendValue encodes a JSON-compatible value; json.Number becomes what
@@ -392,7 +316,7 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		}
 		return binary.LittleEndian.AppendUint64(append(dst, tagFloat), math.Float64bits(x)), nil
 	case string:
-		return appendString(append(dst, tagString), x), nil
+		return wire.String(append(dst, tagString), x), nil
 	case *big.Int:
 		if x == nil {
 			return dst, errors.New("nil integer")
@@ -400,7 +324,7 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		if x.IsInt64() {
 			return binary.AppendVarint(append(dst, tagInt), x.Int64()), nil
 		}
-		return appendString(append(dst, tagBig), x.String()), nil
+		return wire.String(append(dst, tagBig), x.String()), nil
 	case json.Number:
 		n, err := airlock.NormalizeInput(x)
 		if err != nil {
@@ -419,7 +343,7 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 	case map[string]any:
 		dst = binary.AppendUvarint(append(dst, tagMap), uint64(len(x)))
 		for k, e := range x {
-			dst = appendString(dst, k)
+			dst = wire.String(dst, k)
 			var err error
 			if dst, err = appendValue(dst, e, depth+1); err != nil {
 				return dst, err
@@ -434,123 +358,18 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	return appendString(append(dst, tagJSON), string(raw)), nil
+	return wire.String(append(dst, tagJSON), string(raw)), nil
 }
 
-// decoder reads the binary form; the first error sticks and every later
-// read returns zero values.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(msg string) {
-	if d.err == nil {
-		d.err = errors.New(msg)
-	}
-	d.b = nil
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	if len(d.b) == 0 {
-		d.fail("truncated")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) flag() bool {
-	switch d.byte() {
-	case 0:
-		return false
-	case 1:
-		return true
-	}
-	d.fail("bad flag")
-	return false
-}
-
-// bytes returns the next byte string, aliasing the frame.
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
-		d.fail("length past the end")
-		return nil
-	}
-	s := d.b[:n:n]
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *decoder) string() string { return string(d.bytes()) }
-
-// count reads a list's length (see appendCount); ok is false for nil. A
-// count is bounded by the bytes left, since every item takes at least one.
-func (d *decoder) count() (int, bool) {
-	n := d.uvarint()
-	if n == 0 {
-		return 0, false
-	}
-	if n-1 > uint64(len(d.b)) {
-		d.fail("count past the end")
-		return 0, false
-	}
-	return int(n - 1), true
-}
-
-func (d *decoder) strings() []string {
-	n, ok := d.count()
-	if !ok {
-		return nil
-	}
-	ss := make([]string, n)
-	for i := range ss {
-		ss[i] = d.string()
-	}
-	return ss
-}
-
-func (d *decoder) stringMap() map[string]string {
-	n, ok := d.count()
-	if !ok {
-		return nil
-	}
-	m := make(map[string]string, n)
-	for range n {
-		k := d.string()
-		m[k] = d.string()
-	}
-	return m
-}
+// decoder adds the Job and value forms to the wire's decoder.
+type decoder struct{ wire.Decoder }
 
 func (d *decoder) value(depth int) any {
 	if depth > airlock.MaxValueDepth {
-		d.fail(fmt.Sprintf("value nested more than %d deep", airlock.MaxValueDepth))
+		d.Fail(fmt.Sprintf("value nested more than %d deep", airlock.MaxValueDepth))
 		return nil
 	}
-	switch tag := d.byte(); tag {
+	switch tag := d.Byte(); tag {
 	case tagNil:
 		return nil
 	case tagFalse:
@@ -558,32 +377,32 @@ func (d *decoder) value(depth int) any {
 	case tagTrue:
 		return true
 	case tagInt:
-		return d.varint()
+		return d.Int()
 	case tagFloat:
-		if len(d.b) < 8 {
-			d.fail("truncated number")
+		if len(d.B) < 8 {
+			d.Fail("truncated number")
 			return nil
 		}
-		f := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
-		d.b = d.b[8:]
+		f := math.Float64frombits(binary.LittleEndian.Uint64(d.B))
+		d.B = d.B[8:]
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			d.fail("number that JSON cannot hold")
+			d.Fail("number that JSON cannot hold")
 			return nil
 		}
 		return f
 	case tagString:
-		return d.string()
+		return d.String()
 	case tagBig:
-		s := d.string()
+		s := d.String()
 		if b, ok := new(big.Int).SetString(s, 10); ok && !b.IsInt64() && !strings.HasPrefix(s, "+") {
 			return b
 		}
-		d.fail("bad big integer " + strconv.Quote(s))
+		d.Fail("bad big integer " + strconv.Quote(s))
 		return nil
 	case tagList:
-		n := d.uvarint()
-		if n > uint64(len(d.b)) {
-			d.fail("count past the end")
+		n := d.Uint()
+		if n > uint64(len(d.B)) {
+			d.Fail("count past the end")
 			return nil
 		}
 		l := make([]any, n)
@@ -592,27 +411,27 @@ func (d *decoder) value(depth int) any {
 		}
 		return l
 	case tagMap:
-		n := d.uvarint()
-		if n > uint64(len(d.b)) {
-			d.fail("count past the end")
+		n := d.Uint()
+		if n > uint64(len(d.B)) {
+			d.Fail("count past the end")
 			return nil
 		}
 		m := make(map[string]any, n)
 		for range n {
-			k := d.string()
+			k := d.String()
 			m[k] = d.value(depth + 1)
 		}
 		return m
 	case tagJSON:
-		raw := d.bytes()
-		if d.err != nil {
+		raw := d.Bytes()
+		if d.Err != nil {
 			return nil
 		}
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.UseNumber()
 		var v any
 		if err := dec.Decode(&v); err != nil || dec.More() {
-			d.fail(fmt.Sprintf("bad JSON value (%v)", err))
+			d.Fail(fmt.Sprintf("bad JSON value (%v)", err))
 			return nil
 		}
 		v, err := airlock.NormalizeInput(v)
@@ -620,12 +439,12 @@ func (d *decoder) value(depth int) any {
 			err = airlock.CheckValue(v, depth)
 		}
 		if err != nil {
-			d.fail(err.Error())
+			d.Fail(err.Error())
 			return nil
 		}
 		return v
 	default:
-		d.fail(fmt.Sprintf("unknown value tag %d", tag))
+		d.Fail(fmt.Sprintf("unknown value tag %d", tag))
 		return nil
 	}
 }
