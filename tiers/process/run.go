@@ -2,9 +2,9 @@ package process
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"syscall"
 	"time"
@@ -251,7 +251,7 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	runStart := time.Now()
 	if sb.jobSent {
 		// Sent with the base spec (see startOptions.job).
-	} else if err := json.NewEncoder(sb.spec).Encode(spec); err != nil {
+	} else if err := sendJob(sb.spec, spec); err != nil {
 		sb.kill()
 		<-sb.waitCh
 		readers.Wait()
@@ -261,8 +261,8 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	go func() {
 		defer close(statusCh)
 		for {
-			var st stage.Status
-			if err := sb.status.Decode(&st); err != nil {
+			st, err := stage.ReadStatus(sb.status)
+			if err != nil {
 				return
 			}
 			statusCh <- st
@@ -284,7 +284,7 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 				readers.Wait()
 				return out, err
 			}
-			_ = json.NewEncoder(sb.spec).Encode(struct{}{})
+			_, _ = sb.spec.Write(stage.AppendGo(nil))
 		} else if ok {
 			final = &st
 		}
@@ -428,4 +428,13 @@ drain:
 		return out, fmt.Errorf("running sandbox: stage ended without a status (%v)", sb.waitErr)
 	}
 	return out, nil
+}
+
+// sendJob writes a job spec to the stage.
+func sendJob(w io.Writer, spec stage.JobSpec) error {
+	b, err := stage.AppendJob(nil, &spec)
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	return err
 }

@@ -1,10 +1,10 @@
 package process
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,7 +66,7 @@ type sandbox struct {
 	proc    // the stage
 	cg      jobCgroup
 	spec    *os.File
-	status  *json.Decoder
+	status  *bufio.Reader // statusR's stage.Status frames
 	statusR *os.File
 	stdin   *os.File
 	stdout  *os.File
@@ -164,7 +164,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	}
 	specR, specW, statusR, statusW := p[0][0], p[0][1], p[1][0], p[1][1]
 	stdinR, stdoutW, stderrW := p[2][0], p[3][1], p[4][1]
-	sb.spec, sb.statusR, sb.status = specW, statusR, json.NewDecoder(statusR)
+	sb.spec, sb.statusR, sb.status = specW, statusR, bufio.NewReaderSize(statusR, 512)
 	sb.stdin, sb.stdout, sb.stderr = p[2][1], p[3][0], p[4][0]
 	childEnds := []*os.File{specR, statusW, stdinR, stdoutW, stderrW}
 	defer func() {
@@ -303,7 +303,11 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// runs. A stage that starts the egress forwarder at once is moved
 	// first, so that the forwarder is born inside the cgroup.
 	sendBase := func() error {
-		if err := json.NewEncoder(sb.spec).Encode(base); err != nil {
+		b, err := stage.AppendBase(nil, &base)
+		if err == nil {
+			_, err = sb.spec.Write(b)
+		}
+		if err != nil {
 			return fmt.Errorf("starting sandbox: sending spec: %w", err)
 		}
 		return nil
@@ -332,8 +336,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			// its root is built and it has reported ready. Only a job that
 			// fits in the pipe with the base spec goes now, so that the
 			// write cannot block on a stage that is still building.
-			if b, err := json.Marshal(o.job); err == nil && len(b) <= preSendMax {
-				if _, err := sb.spec.Write(append(b, '\n')); err != nil {
+			if b, err := stage.AppendJob(nil, o.job); err == nil && len(b) <= preSendMax {
+				if _, err := sb.spec.Write(b); err != nil {
 					return nil, fmt.Errorf("starting sandbox: sending job: %w", err)
 				}
 				sb.jobSent = true
@@ -351,8 +355,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 func (sb *sandbox) awaitReady(ctx context.Context) error {
 	ch := make(chan error, 1)
 	go func() {
-		var st stage.Status
-		err := sb.status.Decode(&st)
+		st, err := stage.ReadStatus(sb.status)
 		switch {
 		case err != nil:
 			err = fmt.Errorf("starting sandbox: stage ended before it was ready: %w", err)

@@ -1,7 +1,6 @@
 package process
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -116,7 +115,8 @@ func (s *spawner) demux() {
 			break
 		}
 		var m stage.SpawnMessage
-		if err = json.Unmarshal(buf[:n], &m); err != nil {
+		if m, err = stage.DecodeSpawnMessage(buf[:n]); err != nil {
+			err = fmt.Errorf("spawner message: %w", err)
 			break
 		}
 		switch {
@@ -212,10 +212,7 @@ func (s *spawner) spawn(sb *proc, req stage.SpawnRequest, files []*os.File) erro
 		}
 		fds[i] = int(f.Fd())
 	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
+	b := stage.AppendSpawnRequest(nil, &req)
 	s.regMu.Lock()
 	if s.dead {
 		s.regMu.Unlock()
@@ -223,7 +220,7 @@ func (s *spawner) spawn(sb *proc, req stage.SpawnRequest, files []*os.File) erro
 	}
 	s.pending = sb
 	s.regMu.Unlock()
-	_, _, err = s.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	_, _, err := s.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
 	runtime.KeepAlive(files)
 	if err != nil {
 		s.regMu.Lock()

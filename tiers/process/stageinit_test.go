@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +67,7 @@ func initTraceOf(t *testing.T, exe string, env ...string) (inits []string, st st
 	cmd.Stderr = &trace
 	_ = cmd.Run()
 	statusW.Close()
-	_ = json.NewDecoder(statusR).Decode(&st)
+	st, _ = stage.ReadStatus(statusR)
 	sc := bufio.NewScanner(bytes.NewReader(trace.Bytes()))
 	for sc.Scan() {
 		if f := strings.Fields(sc.Text()); len(f) > 1 && f[0] == "init" {

@@ -12,66 +12,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire/wiretest"
 )
-
-// fill sets every field reachable from v to a non-zero value derived from
-// n, so that a field the wire forgets shows up in a round trip.
-func fill(v reflect.Value, n *int) {
-	*n++
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString(strings.Repeat("s", *n%5+1) + string(rune('a'+*n%26)))
-	case reflect.Int, reflect.Int64:
-		if v.Type() == reflect.TypeFor[time.Duration]() {
-			v.SetInt(int64(*n) * int64(time.Millisecond))
-		} else {
-			v.SetInt(int64(*n) * 1001)
-		}
-	case reflect.Uint64:
-		v.SetUint(uint64(*n) * 7919)
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Slice:
-		if v.Type().Elem().Kind() == reflect.Uint8 {
-			v.SetBytes([]byte{0, 1, 2, byte(*n)})
-			return
-		}
-		s := reflect.MakeSlice(v.Type(), 2, 2)
-		for i := range 2 {
-			fill(s.Index(i), n)
-		}
-		v.Set(s)
-	case reflect.Map:
-		m := reflect.MakeMap(v.Type())
-		for range 2 {
-			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
-			fill(k, n)
-			if e.Kind() == reflect.Interface {
-				e.Set(reflect.ValueOf(int64(*n)))
-			} else {
-				fill(e, n)
-			}
-			m.SetMapIndex(k, e)
-		}
-		v.Set(m)
-	case reflect.Struct:
-		if v.Type() == reflect.TypeFor[time.Time]() {
-			v.Set(reflect.ValueOf(time.Date(2001, 2, 3, 4, 5, 6, *n, time.UTC)))
-			return
-		}
-		for i := range v.NumField() {
-			fill(v.Field(i), n)
-		}
-	case reflect.Pointer:
-		p := reflect.New(v.Type().Elem())
-		fill(p.Elem(), n)
-		v.Set(p)
-	case reflect.Interface:
-		v.Set(reflect.ValueOf("any" + string(rune('a'+*n%26))))
-	default:
-		panic("fill: unhandled kind " + v.Kind().String() + " in " + v.Type().String())
-	}
-}
 
 // TestRequestRoundTrip: every field of a Job survives the wire (fill sets
 // them all, so a field added to Job and not to the wire fails here), and
@@ -79,7 +21,7 @@ func fill(v reflect.Value, n *int) {
 func TestRequestRoundTrip(t *testing.T) {
 	var full airlock.Job
 	n := 0
-	fill(reflect.ValueOf(&full).Elem(), &n)
+	wiretest.Fill(reflect.ValueOf(&full).Elem(), &n)
 	full.Input = map[string]any{"i": int64(-3), "f": 2.0, "s": "é\xff", "b": true, "n": nil,
 		"big": new(big.Int).Lsh(big.NewInt(1), 70), "l": []any{int64(1), []any{}, map[string]any{}}, "m": map[string]any{"k": "v"}}
 	for _, job := range []airlock.Job{full, {}, {Kind: airlock.KindExpr, Input: map[string]any{}, Argv: []string{}}} {
@@ -140,7 +82,7 @@ func deep(n int) any {
 func TestResultRoundTrip(t *testing.T) {
 	var full airlock.Result
 	n := 0
-	fill(reflect.ValueOf(&full).Elem(), &n)
+	wiretest.Fill(reflect.ValueOf(&full).Elem(), &n)
 	full.Value = map[string]any{"x": []any{int64(1), 2.5, "s", nil, false, new(big.Int).Lsh(big.NewInt(1), 80)}}
 	want := full
 	want.Tier, want.Level, want.Clock, want.Seed = "", 0, time.Time{}, 0

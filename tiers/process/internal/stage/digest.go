@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
 )
 
 // Digest is the stage mode in which the binary prints its Digest and
@@ -17,8 +19,8 @@ import (
 const Digest = "digest"
 
 // sources is this package's own code, which both sides of the protocol
-// share: a stage binary built from other sources (an older checkout, a
-// newer one) has another digest.
+// share (with the wire package's, hashed too): a stage binary built from
+// other sources (an older checkout, a newer one) has another digest.
 //
 //go:embed *.go
 var sources embed.FS
@@ -29,15 +31,17 @@ var sources embed.FS
 // it is found and who may write it (see the process package).
 var CodeDigest = sync.OnceValue(func() string {
 	h := fnv.New64a()
-	names, _ := fs.Glob(sources, "*.go")
-	sort.Strings(names)
-	for _, n := range names {
-		b, _ := sources.ReadFile(n)
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-		h.Write([]byte(strconv.Itoa(len(b))))
-		h.Write([]byte{0})
-		h.Write(b)
+	for _, src := range []embed.FS{sources, wire.Sources} {
+		names, _ := fs.Glob(src, "*.go")
+		sort.Strings(names)
+		for _, n := range names {
+			b, _ := src.ReadFile(n)
+			h.Write([]byte(n))
+			h.Write([]byte{0})
+			h.Write([]byte(strconv.Itoa(len(b))))
+			h.Write([]byte{0})
+			h.Write(b)
+		}
 	}
 	h.Write([]byte(runtime.Version()))
 	return strconv.FormatUint(h.Sum64(), 16)

@@ -1,7 +1,8 @@
 package stage
 
-// The parent and the sandbox's first stage (this same binary, re-executed)
-// speak JSON over two pipes: the parent sends a base spec (how to build the
+// The parent and the sandbox's first stage (this same binary, re-executed,
+// or the separate stage binary of the same build) speak the wire package's
+// binary frames over two pipes (see codec.go): the parent sends a base spec (how to build the
 // sandbox) and then a job spec (what to run in it); the stage reports
 // "ready" once the sandbox is built and, at the end, how the program ended.
 // A pooled sandbox is one that has received its base spec and waits for
@@ -22,8 +23,8 @@ const (
 
 // Fixed descriptors in the re-executed stage.
 const (
-	FdSpec    = 3 // parent → stage: base spec, then job spec (JSON stream)
-	FdStatus  = 4 // stage → parent: ready, then the final status (JSON stream)
+	FdSpec    = 3 // parent → stage: base spec, then job spec (frames)
+	FdStatus  = 4 // stage → parent: ready, then the final status (frames)
 	FdExe     = 5 // the stage's binary, opened by the parent (exec'd via /proc/self/fd/5)
 	FdScratch = 6 // the scratch directory to bind, when not a fresh tmpfs
 	FdBinds   = 7 // granted read-only paths, in order
@@ -31,67 +32,67 @@ const (
 
 // BindSpec is one granted host path, passed as a descriptor.
 type BindSpec struct {
-	Target string `json:"target"` // absolute path inside the sandbox
-	Fd     int    `json:"fd"`
-	Dir    bool   `json:"dir"`
+	Target string // absolute path inside the sandbox
+	Fd     int
+	Dir    bool
 }
 
 // BaseSpec tells the container stage how to build the sandbox.
 type BaseSpec struct {
-	Binds      []BindSpec `json:"binds,omitempty"`
-	HasScratch bool       `json:"has_scratch"` // bind FdScratch rather than mount a fresh tmpfs
-	ScratchMB  int64      `json:"scratch_mb"`
+	Binds      []BindSpec
+	HasScratch bool // bind FdScratch rather than mount a fresh tmpfs
+	ScratchMB  int64
 	// Egress: the egress directory is bound; start the forwarder ahead of
 	// the job (it is stopped before the program starts if the job has no
 	// net grant).
-	Egress bool `json:"egress,omitempty"`
+	Egress bool
 	// ForwarderFd is the descriptor of the binary the forwarder runs
 	// (the parent's, which has the egress code) when the stage is a
 	// separate binary; 0: this binary (FdExe).
-	ForwarderFd int `json:"forwarder_fd,omitempty"`
+	ForwarderFd int
 	// EtcFd is the descriptor of a detached clone of the process
 	// package's /etc template, attached as the sandbox's /etc; 0: the
 	// stage builds /etc itself.
-	EtcFd int `json:"etc_fd,omitempty"`
+	EtcFd int
 	// Seccomp is the program the job is confined with (package seccomp's
 	// Program for containers); the stage refuses to run without one.
-	Seccomp []byte `json:"seccomp"`
+	Seccomp []byte
 }
 
 // Rlimit is one resource limit to set before the program starts.
 type Rlimit struct {
-	Resource int    `json:"resource"`
-	Cur      uint64 `json:"cur"`
-	Max      uint64 `json:"max"`
+	Resource int
+	Cur      uint64
+	Max      uint64
 }
 
 // JobSpec is what to run.
 type JobSpec struct {
-	Argv      []string          `json:"argv"`
-	Env       []string          `json:"env"`
-	Files     map[string]string `json:"files,omitempty"`
-	Stdin     bool              `json:"stdin"`
-	ScratchMB int64             `json:"scratch_mb"`
-	Rlimits   []Rlimit          `json:"rlimits"`
-	ReadPaths []string          `json:"read_paths,omitempty"` // filter stage: Landlock read rules beyond the defaults
-	Scratch   string            `json:"scratch,omitempty"`    // filter stage: the writable directory
-	UID       uint32            `json:"uid,omitempty"`        // filter stage: the uid and gid to become
-	Seccomp   []byte            `json:"seccomp,omitempty"`    // filter stage: the program to confine with
-	Egress    bool              `json:"egress,omitempty"`     // container stage: run the egress forwarder
+	Argv      []string
+	Env       []string
+	Files     map[string]string
+	Stdin     bool
+	ScratchMB int64
+	Rlimits   []Rlimit
+	ReadPaths []string // filter stage: Landlock read rules beyond the defaults
+	Scratch   string   // filter stage: the writable directory
+	UID       uint32   // filter stage: the uid and gid to become
+	Seccomp   []byte   // filter stage: the program to confine with
+	Egress    bool     // container stage: run the egress forwarder
 	// Go: start the program once the files are placed, without reporting
 	// them placed and waiting for the go-ahead (the parent has no check to
 	// make, or checked the fresh, empty scratch and there are no files).
-	Go bool `json:"go,omitempty"`
+	Go bool
 }
 
 // Status is the stage's report: ready (containers), placed, then final.
 type Status struct {
-	Ready  bool   `json:"ready,omitempty"`
-	Placed bool   `json:"placed,omitempty"` // the job's files are in the scratch; waiting for the go-ahead
-	Exited bool   `json:"exited,omitempty"`
-	Code   int    `json:"code"`
-	Signal int    `json:"signal,omitempty"`
-	Error  string `json:"error,omitempty"`
+	Ready  bool
+	Placed bool // the job's files are in the scratch; waiting for the go-ahead
+	Exited bool
+	Code   int
+	Signal int
+	Error  string
 	// NotFound marks an Error that means the program does not exist.
-	NotFound bool `json:"not_found,omitempty"`
+	NotFound bool
 }

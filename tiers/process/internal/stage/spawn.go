@@ -1,7 +1,6 @@
 package stage
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"syscall"
@@ -30,28 +29,28 @@ const FdSpawner = 3
 // as SCM_RIGHTS in the same message: stdin, stdout, stderr, then the
 // stage's descriptors from 3 on.
 type SpawnRequest struct {
-	Path       string   `json:"path"`
-	Args       []string `json:"args"`
-	Env        []string `json:"env"`
-	Dir        string   `json:"dir"`
-	Cloneflags uintptr  `json:"cloneflags"`
+	Path       string
+	Args       []string
+	Env        []string
+	Dir        string
+	Cloneflags uintptr
 	// UID is the host uid and gid the sandbox's root is mapped to.
-	UID uint32 `json:"uid"`
+	UID uint32
 	// SpareNet lets the spawner give the stage a network namespace it
 	// made ahead (see netSpares) in place of CLONE_NEWNET, for a stage
 	// that configures nothing in its network namespace.
-	SpareNet bool `json:"spare_net,omitempty"`
+	SpareNet bool
 }
 
 // SpawnMessage is what the spawner sends: a reply to a request (Pid, or
 // Error; a pidfd travels with a successful reply) or, later, a stage's exit.
 type SpawnMessage struct {
-	Pid   int    `json:"pid,omitempty"`
-	Error string `json:"error,omitempty"`
+	Pid   int
+	Error string
 	// SpareNet says the stage got a network namespace made ahead.
-	SpareNet bool `json:"spare_net,omitempty"`
-	Exited   int  `json:"exited,omitempty"` // the pid that exited
-	Status   int  `json:"status,omitempty"` // its wait status
+	SpareNet bool
+	Exited   int // the pid that exited
+	Status   int // its wait status
 }
 
 // spawnMaxFds bounds the descriptors of one request (SCM_MAX_FD is 253).
@@ -68,7 +67,7 @@ func spawner() int {
 	buf := make([]byte, 1<<20)
 	oob := make([]byte, unix.CmsgSpace(4*spawnMaxFds))
 	send := func(m SpawnMessage, fds ...int) bool {
-		b, _ := json.Marshal(m)
+		b := AppendSpawnMessage(nil, &m)
 		var rights []byte
 		if len(fds) > 0 {
 			rights = unix.UnixRights(fds...)
@@ -162,8 +161,8 @@ func ReceivedFds(oob []byte) ([]int, error) {
 // reports that the stage got a network namespace made ahead.
 func spawnOne(msg []byte, fds []int, nets *netSpares) (pid, pidfd int, spare bool, err error) {
 	pidfd = -1
-	var req SpawnRequest
-	if err := json.Unmarshal(msg, &req); err != nil {
+	req, err := DecodeSpawnRequest(msg)
+	if err != nil {
 		return 0, -1, false, fmt.Errorf("spawn request: %w", err)
 	}
 	if len(fds) < 3 {

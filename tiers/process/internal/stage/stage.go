@@ -1,7 +1,7 @@
 package stage
 
 import (
-	"encoding/json"
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -39,15 +39,17 @@ func init() {
 	}
 }
 
-// stagePipes returns the spec decoder, the status encoder and fail, which
+// stagePipes returns the spec reader, the status writer and fail, which
 // reports an error on the status pipe and returns the stage's exit code.
-func stagePipes() (*json.Decoder, *json.Encoder, func(error) int) {
+func stagePipes() (specPipe, statusPipe, func(error) int) {
 	specF := os.NewFile(FdSpec, "spec")
 	statusF := os.NewFile(FdStatus, "status")
 	closeInherited()
-	enc := json.NewEncoder(statusF)
-	return json.NewDecoder(specF), enc, func(err error) int {
-		_ = enc.Encode(Status{Error: err.Error()})
+	enc := statusPipe{statusF}
+	// Buffered: a cold job's spec arrives with the base spec, and one read
+	// takes both.
+	return specPipe{bufio.NewReaderSize(specF, 64<<10)}, enc, func(err error) int {
+		_ = enc.send(Status{Error: err.Error()})
 		return 1
 	}
 }
@@ -58,8 +60,8 @@ func stagePipes() (*json.Decoder, *json.Encoder, func(error) int) {
 // kills whatever is left in the PID namespace.
 func containerStage() int {
 	dec, enc, fail := stagePipes()
-	var base BaseSpec
-	if err := dec.Decode(&base); err != nil {
+	base, err := dec.base()
+	if err != nil {
 		return fail(fmt.Errorf("reading base spec: %w", err))
 	}
 	// A sandbox that may get a net-granted job starts its forwarder first:
@@ -72,7 +74,6 @@ func containerStage() int {
 	}
 	var fwd *forwarder
 	if base.Egress {
-		var err error
 		if fwd, err = startForwarder(fwdExe); err != nil {
 			return fail(err)
 		}
@@ -87,11 +88,11 @@ func containerStage() int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := enc.Encode(Status{Ready: true}); err != nil {
+	if err := enc.send(Status{Ready: true}); err != nil {
 		return 1
 	}
-	var job JobSpec
-	if err := dec.Decode(&job); err != nil {
+	job, err := dec.job()
+	if err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
 	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
@@ -138,7 +139,7 @@ func containerStage() int {
 	}
 	prog, err := lookProgram(job.Argv[0])
 	if err != nil {
-		_ = enc.Encode(Status{Error: err.Error(), NotFound: true})
+		_ = enc.send(Status{Error: err.Error(), NotFound: true})
 		return 0
 	}
 	if err := SetRlimits(job.Rlimits); err != nil {
@@ -173,7 +174,7 @@ func containerStage() int {
 // Landlock: the program is forked with the highest score (1000), and the
 // stage returns to 0 at once, so that the memory limit's OOM killer takes
 // the program's processes, never the stage that must reap them.
-func supervise(enc *json.Encoder, prog, dir string, job *JobSpec, oomAdj *os.File, killRest func() int) int {
+func supervise(enc statusPipe, prog, dir string, job *JobSpec, oomAdj *os.File, killRest func() int) int {
 	stdin := uintptr(0)
 	if !job.Stdin {
 		stdin = devNullFd()
@@ -187,7 +188,7 @@ func supervise(enc *json.Encoder, prog, dir string, job *JobSpec, oomAdj *os.Fil
 	})
 	_, _ = oomAdj.WriteAt([]byte("0"), 0)
 	if err != nil {
-		_ = enc.Encode(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
+		_ = enc.send(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
 		return 0
 	}
 	// Nothing but the program writes to the job's output from here on.
@@ -215,7 +216,7 @@ func supervise(enc *json.Encoder, prog, dir string, job *JobSpec, oomAdj *os.Fil
 			}
 		}
 	}
-	_ = enc.Encode(st)
+	_ = enc.send(st)
 	return 0
 }
 
@@ -338,15 +339,14 @@ func lookProgram(name string) (string, error) {
 
 // awaitGo reports the files placed and waits for the parent's go-ahead
 // (the parent inspects what was placed first: see airlock.CheckPlaced).
-func awaitGo(dec *json.Decoder, enc *json.Encoder, job *JobSpec) error {
+func awaitGo(dec specPipe, enc statusPipe, job *JobSpec) error {
 	if job.Go {
 		return nil
 	}
-	if err := enc.Encode(Status{Placed: true}); err != nil {
+	if err := enc.send(Status{Placed: true}); err != nil {
 		return err
 	}
-	var goAhead struct{}
-	if err := dec.Decode(&goAhead); err != nil {
+	if err := dec.next(); err != nil {
 		return fmt.Errorf("waiting for the go-ahead: %w", err)
 	}
 	return nil
@@ -381,8 +381,8 @@ func placeFiles(dir string, files map[string]string) error {
 // left running is killed and reaped.
 func filterStage() int {
 	dec, enc, fail := stagePipes()
-	var job JobSpec
-	if err := dec.Decode(&job); err != nil {
+	job, err := dec.job()
+	if err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
 	procs, err := openCgroupProcs()
@@ -402,7 +402,7 @@ func filterStage() int {
 	}
 	prog, err := lookProgramIn(job.Scratch, job.Argv[0])
 	if err != nil {
-		_ = enc.Encode(Status{Error: err.Error(), NotFound: true})
+		_ = enc.send(Status{Error: err.Error(), NotFound: true})
 		return 127
 	}
 	if err := placeFiles(job.Scratch, job.Files); err != nil {
@@ -428,9 +428,8 @@ func filterStage() int {
 	// init's zombies. (A pipe rather than a signal keeps os/signal, and its
 	// place in the initialisation order, out of the stage.)
 	go func() {
-		var more struct{}
-		_ = dec.Decode(&more) // returns at end of file: the parent's stop
-		for range 400 {       // until the stage exits; bounded
+		_ = dec.next()  // returns at end of file: the parent's stop
+		for range 400 { // until the stage exits; bounded
 			killCgroupPeers(procs)
 			time.Sleep(5 * time.Millisecond)
 		}

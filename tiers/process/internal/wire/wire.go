@@ -10,11 +10,18 @@
 package wire
 
 import (
+	"embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 )
+
+// Sources is this package's code: the stage's code digest covers it, since
+// the stage speaks this encoding.
+//
+//go:embed *.go
+var Sources embed.FS
 
 // Begin starts a frame in dst: it appends the length's placeholder and
 // returns where the frame starts, for End.
