@@ -3,6 +3,7 @@ package process
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -101,6 +102,8 @@ type cgroupV1 struct {
 	name     string
 	cg       cgroup1.Cgroup
 	memLimit *os.File // held open by holdMemoryLimit
+	// The files events and usage read, opened at creation.
+	oomControl, pidsEvents, memPeak, cpuUsage statFile
 }
 
 // v1Resources: on v1 the kernel's OOM killer is disabled for the group —
@@ -126,7 +129,10 @@ func newCgroupV1(name string, l cgLimits) (*cgroupV1, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating cgroup %s: %w", name, err)
 	}
-	return &cgroupV1{name: name, cg: cg}, nil
+	c := &cgroupV1{name: name, cg: cg}
+	c.oomControl, c.pidsEvents = openStat(c.file("memory", "memory.oom_control")), openStat(c.file("pids", "pids.events"))
+	c.memPeak, c.cpuUsage = openStat(c.file("memory", "memory.max_usage_in_bytes")), openStat(c.file("cpuacct", "cpuacct.usage"))
+	return c, nil
 }
 
 func (c *cgroupV1) add(pid int) error {
@@ -149,13 +155,13 @@ func (c *cgroupV1) file(subsys, name string) string {
 }
 
 func (c *cgroupV1) events() (oomKills, pidsMax int64) {
-	oc := readKeys(c.file("memory", "memory.oom_control"), "oom_kill", "under_oom")
-	return oc[0] + oc[1], readKey(c.file("pids", "pids.events"), "max")
+	oc := readKeys(c.oomControl, "oom_kill", "under_oom")
+	return oc[0] + oc[1], readKey(c.pidsEvents, "max")
 }
 
 func (c *cgroupV1) usage() (peakBytes, cpuUS int64) {
-	peak, _ := readInt(c.file("memory", "memory.max_usage_in_bytes"))
-	ns, _ := readInt(c.file("cpuacct", "cpuacct.usage"))
+	peak, _ := readInt(c.memPeak)
+	ns, _ := readInt(c.cpuUsage)
 	return peak, ns / 1000
 }
 
@@ -169,6 +175,7 @@ func (c *cgroupV1) destroy() error {
 	if c.memLimit != nil {
 		c.memLimit.Close()
 	}
+	closeStats(c.oomControl, c.pidsEvents, c.memPeak, c.cpuUsage)
 	kerr := c.kill(0)
 	return errors.Join(kerr, removeCgroupV1(c.name))
 }
@@ -192,6 +199,8 @@ type cgroupV2m struct {
 	name     string
 	m        *cgroup2.Manager
 	memLimit *os.File // held open by holdMemoryLimit
+	// The files events and usage read, opened at creation.
+	memEvents, pidsEvents, memPeak, cpuStat statFile
 }
 
 func v2Resources(l cgLimits) *cgroup2.Resources {
@@ -211,7 +220,10 @@ func newCgroupV2(name string, l cgLimits) (*cgroupV2m, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating cgroup %s: %w", name, err)
 	}
-	return &cgroupV2m{name: name, m: m}, nil
+	c := &cgroupV2m{name: name, m: m}
+	c.memEvents, c.pidsEvents = openStat(c.file("memory.events")), openStat(c.file("pids.events"))
+	c.memPeak, c.cpuStat = openStat(c.file("memory.peak")), openStat(c.file("cpu.stat"))
+	return c, nil
 }
 
 func (c *cgroupV2m) add(pid int) error       { return c.m.AddProc(uint64(pid)) }
@@ -227,12 +239,12 @@ func (c *cgroupV2m) holdMemoryLimit() (err error) {
 func (c *cgroupV2m) file(name string) string { return filepath.Join(cgroupRoot, c.name, name) }
 
 func (c *cgroupV2m) events() (oomKills, pidsMax int64) {
-	return readKey(c.file("memory.events"), "oom_kill"), readKey(c.file("pids.events"), "max")
+	return readKey(c.memEvents, "oom_kill"), readKey(c.pidsEvents, "max")
 }
 
 func (c *cgroupV2m) usage() (peakBytes, cpuUS int64) {
-	peak, _ := readInt(c.file("memory.peak"))
-	return peak, readKey(c.file("cpu.stat"), "usage_usec")
+	peak, _ := readInt(c.memPeak)
+	return peak, readKey(c.cpuStat, "usage_usec")
 }
 
 func (c *cgroupV2m) kill(except int) error {
@@ -245,6 +257,7 @@ func (c *cgroupV2m) destroy() error {
 	if c.memLimit != nil {
 		c.memLimit.Close()
 	}
+	closeStats(c.memEvents, c.pidsEvents, c.memPeak, c.cpuStat)
 	kerr := c.kill(0)
 	return errors.Join(kerr, rmdirRetry(filepath.Join(cgroupRoot, c.name)))
 }
@@ -323,8 +336,47 @@ func readPids(file string) ([]int, error) {
 	return out, nil
 }
 
-func readInt(file string) (int64, error) {
-	data, err := os.ReadFile(file)
+// statFile is a cgroup file read during and after a job, opened once when
+// the group is made (off the job's path): a read through the held
+// descriptor (pread from offset 0, which the kernel answers afresh) costs
+// a few microseconds; by name, with a path walk in the cgroup filesystem,
+// an open and a close, 20–30 each here. Without the descriptor (the open
+// failed) it is read by name.
+type statFile struct {
+	path string
+	f    *os.File
+}
+
+func openStat(path string) statFile {
+	f, err := os.Open(path)
+	if err != nil {
+		return statFile{path: path}
+	}
+	return statFile{path: path, f: f}
+}
+
+func (s statFile) read() ([]byte, error) {
+	if s.f == nil {
+		return os.ReadFile(s.path)
+	}
+	buf := make([]byte, 1024) // the largest, cpu.stat and oom_control, are far smaller
+	n, err := s.f.ReadAt(buf, 0)
+	if err == io.EOF {
+		err = nil
+	}
+	return buf[:n], err
+}
+
+func closeStats(files ...statFile) {
+	for _, s := range files {
+		if s.f != nil {
+			s.f.Close()
+		}
+	}
+}
+
+func readInt(file statFile) (int64, error) {
+	data, err := file.read()
 	if err != nil {
 		return 0, err
 	}
@@ -332,13 +384,13 @@ func readInt(file string) (int64, error) {
 }
 
 // readKey reads "key value" lines and returns the value for key (0 if absent).
-func readKey(file, key string) int64 { return readKeys(file, key)[0] }
+func readKey(file statFile, key string) int64 { return readKeys(file, key)[0] }
 
 // readKeys reads the file once and returns the value of each key (0 if
 // absent).
-func readKeys(file string, keys ...string) []int64 {
+func readKeys(file statFile, keys ...string) []int64 {
 	out := make([]int64, len(keys))
-	data, err := os.ReadFile(file)
+	data, err := file.read()
 	if err != nil {
 		return out
 	}
