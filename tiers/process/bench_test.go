@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -98,8 +99,8 @@ var bwrapArgs = []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/us
 	"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
 
 // BenchmarkColdStartPaired starts /bin/true cold, interleaved within each
-// iteration (the order rotating) so that the host's noise falls on all of
-// them alike: bwrap, each tier with the separate stage binary, and each
+// iteration (in a new random order each time) so that the host's noise
+// falls on all of them alike: bwrap, each tier with the separate stage binary, and each
 // tier re-executing this binary as its stage (the fallback; a test binary
 // links cgo and more packages than a CGO_ENABLED=0 airlock binary, so this
 // is the fallback's worst case). It needs a separate stage binary (built
@@ -140,10 +141,16 @@ func BenchmarkColdStartPaired(b *testing.B) {
 		}
 	}
 	times := map[string][]time.Duration{}
+	// Each round runs the variants in a new random order: each start's
+	// background clean-up (a sandbox's destroy, the kernel's teardown of
+	// its namespaces) falls on whichever runs next, and a fixed rotation
+	// would keep giving each variant the same predecessor.
+	rng := rand.New(rand.NewPCG(1, 2))
 	i := 0
 	for b.Loop() {
-		for k := range names {
-			name := names[(i+k)%len(names)]
+		order := slices.Clone(names)
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, name := range order {
 			start := time.Now()
 			if err := runs[name](); err != nil {
 				b.Fatalf("%s: %v", name, err)

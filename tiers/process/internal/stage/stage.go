@@ -21,13 +21,20 @@ import (
 // both can serve as the stage. Worker stages are dispatched by the worker
 // entry packages (or RegisterWorker), the egress forwarder by the process
 // package.
+//
+// The container and filter stages never return from init, and init runs on
+// the startup thread, locked to it by the runtime until initialisation
+// ends (see runtime.LockOSThread): the restrictions they apply per thread
+// (namespaces unshared, Landlock, the seccomp filter) stay on the thread
+// that forks the program. They do not call LockOSThread themselves, which
+// would first start the runtime's template thread (a thread creation on
+// every cold start); a thread the runtime starts from the locked one
+// inherits its restrictions.
 func init() {
 	switch os.Getenv(Env) {
 	case Container:
-		runtime.LockOSThread() // never unlocked: the restrictions below are per thread
 		os.Exit(containerStage())
 	case Filter:
-		runtime.LockOSThread()
 		os.Exit(filterStage())
 	case Digest:
 		os.Exit(printDigest())
