@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -258,13 +259,24 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		return out, fmt.Errorf("starting sandbox: sending job: %w", err)
 	}
 	statusCh := make(chan stage.Status, 2)
+	// startFailed: the stage reported an error before it was ready.
+	var startFailed atomic.Bool
 	go func() {
 		defer close(statusCh)
+		pending := sb.readyPending
 		for {
 			st, err := stage.ReadStatus(sb.status)
 			if err != nil {
 				return
 			}
+			if pending && st.Ready && st.Error == "" {
+				pending = false // the ready report start did not wait for
+				continue
+			}
+			if pending && st.Error != "" {
+				startFailed.Store(true)
+			}
+			pending = false
 			statusCh <- st
 		}
 	}()
@@ -422,6 +434,8 @@ drain:
 		out.exit = 127
 		out.stderr = append(out.stderr, []byte("airlock: "+st.Error+"\n")...)
 		return out, nil
+	case st.Error != "" && startFailed.Load():
+		return out, fmt.Errorf("starting sandbox: %s", st.Error)
 	case st.Error != "":
 		return out, fmt.Errorf("running sandbox: %s", st.Error)
 	case code < 0:
