@@ -24,8 +24,8 @@ import (
 // UTS namespaces, pivoted into an empty read-only root, under the seccomp
 // filter (on every thread) and address-space and CPU rlimits. The Job goes
 // in on stdin and the Result comes back on stdout, in the worker package's
-// binary frames, and the worker is discarded. A fatal error or a runaway in the interpreter kills
-// only the worker.
+// binary frames, and the worker is discarded. A fatal error or a runaway
+// in the interpreter kills only the worker.
 
 var (
 	workersMu sync.Mutex
@@ -361,13 +361,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
 		})
 	})()
-	var watch *time.Timer
-	watch = time.AfterFunc(watchEvery, func() {
-		if !gd.check(func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) }) {
-			watch.Reset(watchEvery)
-		}
-	})
-	defer watch.Stop()
+	gd.watchEvery(func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) })
 
 	// The pipe is fresh and empty, so a request of at most one page never
 	// blocks; a larger one waits for the worker to read it, and a kill
@@ -408,6 +402,25 @@ type guard struct {
 	mu    sync.Mutex
 	ended bool
 	w     *worker
+	timer *time.Timer // the watch's
+}
+
+// watchEvery checks why every watchEvery until the job ends.
+func (g *guard) watchEvery(why func() *airlock.Stopped) {
+	var tick func()
+	tick = func() {
+		if g.check(why) {
+			return
+		}
+		g.mu.Lock()
+		if !g.ended {
+			g.timer.Reset(watchEvery)
+		}
+		g.mu.Unlock()
+	}
+	g.mu.Lock() // the first tick waits for the timer to be recorded
+	g.timer = time.AfterFunc(watchEvery, tick)
+	g.mu.Unlock()
 }
 
 // check runs why and kills the worker if it returns a stop, unless the
@@ -428,10 +441,13 @@ func (g *guard) check(why func() *airlock.Stopped) bool {
 	return true
 }
 
-// end stops every later check; one running finishes first.
+// end stops every later check and the watch; one running finishes first.
 func (g *guard) end() {
 	g.mu.Lock()
 	g.ended = true
+	if g.timer != nil {
+		g.timer.Stop()
+	}
 	g.mu.Unlock()
 }
 
