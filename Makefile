@@ -3,8 +3,9 @@
 #   make test                           (installs what the heavier tiers need, then runs every test)
 
 GO ?= go
-# Packages whose tests run in-process; they also run under the race detector.
-RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monotime/... ./egress/...
+# Packages whose tests also run under the race detector (the in-process
+# tiers, and the process tier, whose host side is concurrent).
+RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monotime/... ./egress/... ./tiers/process/...
 
 .PHONY: all build setup test test-go test-race vet bench corpus clean
 
