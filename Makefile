@@ -17,7 +17,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -o bin/airlock ./cmd/airlock
 	CGO_ENABLED=0 $(GO) build -o bin/airlock-stage ./tiers/process/cmd/airlock-stage
 
-# Install runsc, QEMU and a guest kernel, wabt, bubblewrap, curl... into
+# Install runsc, QEMU and a guest kernel, wabt, bubblewrap, curl, python3... into
 # .tools/ or through apt-get. Idempotent. Needs root.
 setup:
 	bash scripts/setup.sh

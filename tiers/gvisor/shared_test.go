@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -89,7 +90,7 @@ print('unchanged', n)
 // left.
 func TestSharedDirRoot(t *testing.T) {
 	if !exists("/usr/bin/python3") {
-		t.Skip("no /usr/bin/python3 to map a file with") // a tool of the test, not of the tier
+		testenv.Skipf(t, "no /usr/bin/python3 to map a file with (scripts/setup-python.sh installs it)")
 	}
 	dir := t.TempDir()
 	var a *Tier
