@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -170,9 +169,6 @@ type worker struct {
 	out    *bufio.Reader // stdout, after the ready frame
 	stderr *capture
 	errWG  sync.WaitGroup
-	// stop is why the worker was killed during its job (the wall clock,
-	// the caller's context, a cgroup limit), set before the kill.
-	stop atomic.Pointer[airlock.Stopped]
 }
 
 func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
@@ -372,7 +368,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if err == nil {
 		inner, err = wk.ReadResult(w.out, wk.ResultLimit(prepared.Limits.OutputBytes))
 	}
-	if stop := w.stop.Load(); stop != nil {
+	if stop := gd.stopped(); stop != nil {
 		w.signalKill()
 		<-w.waitCh
 		return finish(stop)
@@ -402,7 +398,8 @@ type guard struct {
 	mu    sync.Mutex
 	ended bool
 	w     *worker
-	timer *time.Timer // the watch's
+	timer *time.Timer      // the watch's
+	stop  *airlock.Stopped // why the worker was killed, the first reason
 }
 
 // watchEvery checks why every watchEvery until the job ends.
@@ -436,9 +433,18 @@ func (g *guard) check(why func() *airlock.Stopped) bool {
 	if stop == nil {
 		return false
 	}
-	g.w.stop.CompareAndSwap(nil, stop)
+	if g.stop == nil {
+		g.stop = stop
+	}
 	g.w.signalKill()
 	return true
+}
+
+// stopped returns why the worker was killed, or nil.
+func (g *guard) stopped() *airlock.Stopped {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stop
 }
 
 // end stops every later check and the watch; one running finishes first.

@@ -24,9 +24,6 @@ type proc struct {
 	waitErr error // why its end is not known, or how it failed
 	waitCh  chan struct{}
 	exitOne sync.Once
-	// spareNet: the spawner gave the process a network namespace made
-	// ahead (stage.SpawnRequest.SpareNet).
-	spareNet bool
 }
 
 func newProc() proc { return proc{waitCh: make(chan struct{})} }

@@ -263,14 +263,14 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	var startFailed atomic.Bool
 	go func() {
 		defer close(statusCh)
-		pending := sb.readyPending
+		pending := sb.jobSent // the ready report start did not wait for
 		for {
 			st, err := stage.ReadStatus(sb.status)
 			if err != nil {
 				return
 			}
 			if pending && st.Ready && st.Error == "" {
-				pending = false // the ready report start did not wait for
+				pending = false
 				continue
 			}
 			if pending && st.Error != "" {

@@ -79,10 +79,9 @@ type sandbox struct {
 	ready     time.Time
 	limits    cgLimits // what its cgroup enforces now
 	pooled    bool     // claimed from the tier's pool
-	jobSent   bool     // the job spec went with the base spec
-	// readyPending: the stage's ready report has not been read (the job
-	// went with the base spec, so start did not wait for it).
-	readyPending bool
+	// jobSent: the job spec went with the base spec, and start did not
+	// wait for the stage's ready report (runJob reads it).
+	jobSent bool
 }
 
 // spawnMaxFiles bounds the descriptors a start through the spawner may
@@ -346,12 +345,12 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 				sb.jobSent = true
 			}
 		}
-		if sb.jobSent {
-			// Its job is on its way: the ready report is read with the
-			// job's statuses (see runJob), and nothing here waits for it.
-			sb.readyPending = true
-		} else if err := sb.awaitReady(ctx); err != nil {
-			return nil, err
+		// A stage whose job is on its way is not waited for: its ready
+		// report is read with the job's statuses (see runJob).
+		if !sb.jobSent {
+			if err := sb.awaitReady(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	sb.ready = time.Now()

@@ -140,7 +140,6 @@ func (s *spawner) demux() {
 			s.pending = nil
 			if sb != nil && perr == nil {
 				sb.started(m.Pid, pidfd)
-				sb.spareNet = m.SpareNet
 				if m.SpareNet {
 					s.spares.Add(1)
 				}

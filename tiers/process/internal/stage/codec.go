@@ -26,7 +26,7 @@ const (
 // AppendBase appends a base spec frame.
 func AppendBase(dst []byte, b *BaseSpec) ([]byte, error) {
 	dst, start := wire.Begin(dst)
-	dst = wire.Uint(dst, uint64(len(b.Binds)))
+	dst = wire.Count(dst, b.Binds == nil, len(b.Binds))
 	for _, bd := range b.Binds {
 		dst = wire.String(dst, bd.Target)
 		dst = wire.Int(dst, int64(bd.Fd))
@@ -44,9 +44,7 @@ func AppendBase(dst []byte, b *BaseSpec) ([]byte, error) {
 func decodeBase(data []byte) (BaseSpec, error) {
 	d := wire.Decoder{B: data}
 	var b BaseSpec
-	if n := d.Uint(); n > uint64(len(d.B)) {
-		d.Fail("count past the end")
-	} else if n > 0 {
+	if n, ok := d.Count(); ok {
 		b.Binds = make([]BindSpec, n)
 		for i := range b.Binds {
 			b.Binds[i] = BindSpec{Target: d.String(), Fd: int(d.Int()), Dir: d.Bool()}
@@ -71,7 +69,7 @@ func AppendJob(dst []byte, j *JobSpec) ([]byte, error) {
 	dst = wire.StringMap(dst, j.Files)
 	dst = wire.Bool(dst, j.Stdin)
 	dst = wire.Int(dst, j.ScratchMB)
-	dst = wire.Uint(dst, uint64(len(j.Rlimits)))
+	dst = wire.Count(dst, j.Rlimits == nil, len(j.Rlimits))
 	for _, r := range j.Rlimits {
 		dst = wire.Int(dst, int64(r.Resource))
 		dst = wire.Uint(dst, r.Cur)
@@ -92,9 +90,7 @@ func decodeJob(data []byte) (JobSpec, error) {
 	j.Argv, j.Env, j.Files = d.Strings(), d.Strings(), d.StringMap()
 	j.Stdin = d.Bool()
 	j.ScratchMB = d.Int()
-	if n := d.Uint(); n > uint64(len(d.B)) {
-		d.Fail("count past the end")
-	} else if n > 0 {
+	if n, ok := d.Count(); ok {
 		j.Rlimits = make([]Rlimit, n)
 		for i := range j.Rlimits {
 			j.Rlimits[i] = Rlimit{Resource: int(d.Int()), Cur: d.Uint(), Max: d.Uint()}
@@ -102,11 +98,7 @@ func decodeJob(data []byte) (JobSpec, error) {
 	}
 	j.ReadPaths = d.Strings()
 	j.Scratch = d.String()
-	uid := d.Uint()
-	if uid > 1<<32-1 {
-		d.Fail("uid out of range")
-	}
-	j.UID = uint32(uid)
+	j.UID = d.Uint32()
 	if s := d.Bytes(); len(s) > 0 {
 		j.Seccomp = s
 	}
@@ -181,11 +173,7 @@ func AppendSpawnRequest(dst []byte, r *SpawnRequest) []byte {
 func DecodeSpawnRequest(msg []byte) (SpawnRequest, error) {
 	d := wire.Decoder{B: msg}
 	r := SpawnRequest{Path: d.String(), Args: d.Strings(), Env: d.Strings(), Dir: d.String(), Cloneflags: uintptr(d.Uint())}
-	uid := d.Uint()
-	if uid > 1<<32-1 {
-		d.Fail("uid out of range")
-	}
-	r.UID = uint32(uid)
+	r.UID = d.Uint32()
 	r.SpareNet = d.Bool()
 	return r, d.Done()
 }

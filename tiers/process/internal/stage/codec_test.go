@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire/wiretest"
 )
 
@@ -106,4 +107,15 @@ func FuzzReadStatus(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = ReadStatus(bytes.NewReader(data))
 	})
+}
+
+// TestSpawnRequestUID: a uid beyond 32 bits is refused, not truncated to
+// another user's id.
+func TestSpawnRequestUID(t *testing.T) {
+	msg := wire.Strings(wire.String(nil, "/stage"), []string{"stage"})
+	msg = wire.String(wire.Strings(msg, nil), "/")
+	msg = wire.Bool(wire.Uint(wire.Uint(msg, 0), 1<<32+1000), false)
+	if r, err := DecodeSpawnRequest(msg); err == nil {
+		t.Fatalf("uid 2^32+1000 accepted as %d", r.UID)
+	}
 }

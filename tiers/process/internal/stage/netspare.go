@@ -24,40 +24,30 @@ import (
 
 // netSpares hands out network namespaces made ahead.
 type netSpares struct {
-	spares chan int // descriptors of spare namespaces
+	spares chan int // the spare, offered by the maker (unbuffered: one ahead)
 	home   int      // this process's own network namespace
 }
 
-// startNetSpares starts making spares; nil when this process cannot make
-// network namespaces (then every stage gets CLONE_NEWNET).
+// startNetSpares starts making spares; nil when this process cannot even
+// name its own network namespace. Without the privilege to make one, the
+// maker gives up at once and every stage gets CLONE_NEWNET.
 func startNetSpares() *netSpares {
 	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	n := &netSpares{spares: make(chan int, 1), home: home}
-	made := make(chan bool, 1)
-	go n.make(made)
-	if !<-made {
-		unix.Close(home)
-		return nil
-	}
+	n := &netSpares{spares: make(chan int), home: home}
+	go n.make()
 	return n
 }
 
 // make runs on a thread of its own, locked and never unlocked (the thread
-// ends with the spawner): it makes a namespace, comes home, hands the
-// namespace over (blocking while one is waiting), and again. It reports on
-// made whether the first one could be made.
-func (n *netSpares) make(made chan<- bool) {
+// ends with the spawner): it makes a namespace, comes home, offers the
+// namespace until a stage takes it, and again.
+func (n *netSpares) make() {
 	runtime.LockOSThread()
-	first := true
 	for {
 		fd, err := n.makeOne()
-		if first {
-			made <- err == nil
-			first = false
-		}
 		if err != nil {
 			close(n.spares) // enter finds no more
 			return

@@ -156,6 +156,16 @@ func (d *Decoder) Int() int64 {
 	return v
 }
 
+// Uint32 reads an unsigned integer that must fit in 32 bits (a uid).
+func (d *Decoder) Uint32() uint32 {
+	v := d.Uint()
+	if v > 1<<32-1 {
+		d.Fail("integer out of 32-bit range")
+		return 0
+	}
+	return uint32(v)
+}
+
 // Byte reads one byte.
 func (d *Decoder) Byte() byte {
 	if len(d.B) == 0 {
