@@ -28,26 +28,36 @@ type netSpares struct {
 	home   int      // this process's own network namespace
 }
 
-// startNetSpares starts making spares; nil when this process cannot even
-// name its own network namespace. Without the privilege to make one, the
-// maker gives up at once and every stage gets CLONE_NEWNET.
+// startNetSpares starts making spares and waits until the first is made,
+// so that the spawner's first stage already finds one (the wait costs what
+// that stage saves); nil when this process cannot make network namespaces
+// (then every stage gets CLONE_NEWNET).
 func startNetSpares() *netSpares {
 	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
 	n := &netSpares{spares: make(chan int), home: home}
-	go n.make()
+	made := make(chan bool)
+	go n.make(made)
+	if !<-made {
+		unix.Close(home)
+		return nil
+	}
 	return n
 }
 
 // make runs on a thread of its own, locked and never unlocked (the thread
 // ends with the spawner): it makes a namespace, comes home, offers the
-// namespace until a stage takes it, and again.
-func (n *netSpares) make() {
+// namespace until a stage takes it, and again. It reports on made whether
+// the first could be made.
+func (n *netSpares) make(made chan<- bool) {
 	runtime.LockOSThread()
-	for {
+	for first := true; ; first = false {
 		fd, err := n.makeOne()
+		if first {
+			made <- err == nil
+		}
 		if err != nil {
 			close(n.spares) // enter finds no more
 			return
