@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -333,4 +334,35 @@ func TestPlacedCheck(t *testing.T) {
 		}
 		assertClean(t, tier, cfg)
 	})
+}
+
+// TestPoolClaimRefusedLimits shows that a pooled sandbox whose cgroup
+// cannot take the claiming job's limits (v1 refuses a memory limit below
+// what the group already holds) is discarded and the job starts cold,
+// rather than failing.
+func TestPoolClaimRefusedLimits(t *testing.T) {
+	if cgroupV2() {
+		t.Skip("cgroup v2 lowers memory.max below the usage by reclaiming, it does not refuse it")
+	}
+	cfg := testConfig(t).WithPool(1)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	job := cmdJob("true")
+	job.Limits.MemoryMB = 1 // below what the idle pooled stage holds
+	res, err := tier.Run(ctx, job)
+	if tier.pool.claims.Load() != 1 {
+		t.Fatalf("the job did not claim the pooled sandbox (claims %d)", tier.pool.claims.Load())
+	}
+	if !slices.ContainsFunc(res.Decision, func(d string) bool { return strings.Contains(d, "started cold") }) {
+		t.Fatalf("no cold start after the refused claim: err %v, decision %q", err, res.Decision)
+	}
+	t.Logf("outcome: %v (decision %q)", err, res.Decision)
+	if err != nil {
+		wantStop(t, err, airlock.StopMemory) // the cold start under 1 MiB
+	}
+	assertClean(t, tier, cfg)
 }

@@ -50,6 +50,19 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		var ok bool
 		if sb, ok = t.pool.claim(); ok {
 			sb.pooled = true
+			// The claiming job's limits are bound here (unless the sandbox
+			// already has them). One that cannot take them — v1 refuses a
+			// memory limit below what the group already holds — is
+			// discarded, and the job starts cold.
+			if l := cgLimitsFor(job.Limits); l != sb.limits {
+				if err := sb.cg.update(l); err != nil {
+					t.discard(sb)
+					sb = nil
+					res.Decision = append(res.Decision, "pool: the claimed sandbox could not take the job's limits ("+err.Error()+"); started cold")
+				} else {
+					sb.limits = l
+				}
+			}
 		}
 		defer t.pool.refill()
 	}
@@ -73,15 +86,6 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			}
 			return finish(err)
 		}
-	} else if l := cgLimitsFor(job.Limits); l != sb.limits {
-		// The claiming job's limits are bound here (unless the sandbox
-		// already has them); a pooled sandbox that cannot take them is
-		// discarded.
-		if err := sb.cg.update(l); err != nil {
-			t.discard(sb)
-			return finish(fmt.Errorf("claiming pooled sandbox: %w", err))
-		}
-		sb.limits = l
 	}
 	defer func() {
 		if sess != nil {
