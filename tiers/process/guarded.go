@@ -153,6 +153,10 @@ func (g *Guarded) workers() *pool[*worker] {
 	defer g.mu.Unlock()
 	if g.pool == nil && !g.closed && probe() == nil {
 		g.pool = newPool(g.size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy)
+		// A used worker exits after writing its result, and the goroutine
+		// that learns of that then destroys it; the kill is for one that
+		// would not.
+		g.pool.afterEnd = func(w *worker, f func()) { w.signalKill(); w.whenExited(f) }
 	}
 	return g.pool
 }
@@ -310,11 +314,12 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	// pinned here so the result records what ran.
 	job.Clock, job.Seed = prepared.Clock, prepared.Seed
 	wall := prepared.Limits.Wall()
-	ctx, cancel := context.WithTimeoutCause(ctx, wall+250*time.Millisecond, errWall)
-	defer cancel()
-	w, ok := workers.claim()
-	defer workers.refill()
+	deadline := begin.Add(wall + 250*time.Millisecond)
+	w, ok := workers.claim() // a miss asks the pool for more
 	if !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, deadline, errWall)
+		defer cancel()
 		if w, err = g.startWorker(ctx); err != nil {
 			switch {
 			case context.Cause(ctx) == errWall:
@@ -326,7 +331,8 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		}
 	}
 	// The used worker is discarded after the result is returned: killing
-	// and removing its cgroup is not on the caller's path.
+	// it, removing its cgroup and starting a replacement are not on the
+	// caller's path.
 	defer workers.release(w)
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits
@@ -344,26 +350,27 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 
 	// From here the worker is killed, with the reason recorded first, when
 	// the caller's context ends, the wall clock runs out, or a cgroup
-	// limit is crossed (checked every 20 ms). This goroutine reads the
-	// result itself: a hand-off from another goroutine costs a scheduler
-	// wake-up on the claim's path.
+	// limit is crossed (one timer checks both of the latter). This
+	// goroutine reads the result itself: a hand-off from another goroutine
+	// costs a scheduler wake-up on the claim's path.
 	gd := &guard{w: w}
 	defer gd.end() // before the release: nothing touches the worker after
 	defer context.AfterFunc(ctx, func() {
 		gd.check(func() *airlock.Stopped {
-			if context.Cause(ctx) == errWall {
-				return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)}
+			if context.Cause(ctx) == errWall { // the deadline of a start after a miss
+				return stopWall(wall)
 			}
 			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
 		})
 	})()
-	gd.watchEvery(func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) })
+	gd.watch(deadline, func() *airlock.Stopped { return stopWall(wall) },
+		func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) })
 
 	// The pipe is fresh and empty, so a request of at most one page never
 	// blocks; a larger one waits for the worker to read it, and a kill
-	// ends that wait.
+	// ends that wait. Stdin stays open until the worker is destroyed: the
+	// worker reads one frame, and closing costs the claim's path.
 	_, err = w.stdin.Write(req)
-	w.stdin.Close()
 	var inner airlock.Result
 	if err == nil {
 		inner, err = wk.ReadResult(w.out, wk.ResultLimit(prepared.Limits.OutputBytes))
@@ -402,22 +409,37 @@ type guard struct {
 	stop  *airlock.Stopped // why the worker was killed, the first reason
 }
 
-// watchEvery checks why every watchEvery until the job ends.
-func (g *guard) watchEvery(why func() *airlock.Stopped) {
+// watch checks until the job ends, every watchEvery and at the deadline,
+// that the deadline has not passed (else the stop is late's) and that why
+// returns nil. One runtime timer does both: arming one costs the claim's
+// path a scheduler wake-up.
+func (g *guard) watch(deadline time.Time, late, why func() *airlock.Stopped) {
+	next := func() time.Duration { return min(watchEvery, time.Until(deadline)) }
+	check := func() *airlock.Stopped {
+		if !time.Now().Before(deadline) {
+			return late()
+		}
+		return why()
+	}
 	var tick func()
 	tick = func() {
-		if g.check(why) {
+		if g.check(check) {
 			return
 		}
 		g.mu.Lock()
 		if !g.ended {
-			g.timer.Reset(watchEvery)
+			g.timer.Reset(next())
 		}
 		g.mu.Unlock()
 	}
 	g.mu.Lock() // the first tick waits for the timer to be recorded
-	g.timer = time.AfterFunc(watchEvery, tick)
+	g.timer = time.AfterFunc(next(), tick)
 	g.mu.Unlock()
+}
+
+// stopWall is the stop of a worker killed when the wall clock ran out.
+func stopWall(wall time.Duration) *airlock.Stopped {
+	return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)}
 }
 
 // check runs why and kills the worker if it returns a stop, unless the

@@ -21,6 +21,11 @@ type pool[T any] struct {
 	start   func(ctx context.Context) (T, error)
 	alive   func(T) bool
 	destroy func(T)
+	// afterEnd, when set, calls f without blocking once a used instance
+	// has ended, from a goroutine that learns of that anyway; release then
+	// starts no goroutine on the caller's path. Set before the pool is
+	// shared.
+	afterEnd func(v T, f func())
 
 	mu      sync.Mutex
 	ready   []T
@@ -135,21 +140,28 @@ func (p *pool[T]) notify() {
 }
 
 // release destroys a used instance in the background, off the caller's
-// path (it is never returned to the pool), and asks for a replacement.
+// path, and asks for a replacement.
 func (p *pool[T]) release(v T) {
 	p.mu.Lock()
 	p.pending++
 	p.mu.Unlock()
 	p.discard.Add(1)
-	go func() {
-		defer p.discard.Done()
-		p.destroy(v)
-		p.mu.Lock()
-		p.pending--
-		p.notify()
-		p.mu.Unlock()
-	}()
-	p.poke()
+	destroy := func() {
+		go func() {
+			defer p.discard.Done()
+			p.destroy(v)
+			p.mu.Lock()
+			p.pending--
+			p.notify()
+			p.mu.Unlock()
+		}()
+		p.poke()
+	}
+	if p.afterEnd != nil {
+		p.afterEnd(v, destroy)
+		return
+	}
+	destroy()
 }
 
 // wait blocks until the pool is full and no used instance is still being

@@ -24,6 +24,8 @@ type proc struct {
 	waitErr error // why its end is not known, or how it failed
 	waitCh  chan struct{}
 	exitOne sync.Once
+	endMu   sync.Mutex
+	onExit  func() // run by exited; set by whenExited
 }
 
 func newProc() proc { return proc{waitCh: make(chan struct{})} }
@@ -91,8 +93,29 @@ func (p *proc) exited(ws syscall.WaitStatus, ok bool, err error) {
 		if err == nil && ok && (ws.Signaled() || ws.ExitStatus() != 0) {
 			p.waitErr = fmt.Errorf("stage %s", describeWait(ws))
 		}
+		p.endMu.Lock()
 		close(p.waitCh)
+		f := p.onExit
+		p.endMu.Unlock()
+		if f != nil {
+			f()
+		}
 	})
+}
+
+// whenExited runs f once the process has exited: right away when it has,
+// else on the goroutine that learns of its end (so f must not block). It
+// lets a caller hand clean-up to a goroutine that wakes for the end
+// anyway, instead of starting one.
+func (p *proc) whenExited(f func()) {
+	p.endMu.Lock()
+	if !exitedCh(p.waitCh) {
+		p.onExit = f
+		p.endMu.Unlock()
+		return
+	}
+	p.endMu.Unlock()
+	f()
 }
 
 func describeWait(ws syscall.WaitStatus) string {
