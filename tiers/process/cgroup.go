@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,6 +86,73 @@ func newJobCgroup(name string, l cgLimits) (jobCgroup, error) {
 		return nil, err
 	}
 	return cg, nil
+}
+
+// spareCgroup holds at most one empty cgroup made ahead of need. A start
+// takes it instead of creating its own (≈ 0.2 ms of a CPU on v1, five
+// hierarchies, beside the start), setting the start's limits if they
+// differ: a group with no task takes any limit. It is filled after a
+// sandbox is destroyed, off the caller's path, and removed by close; a
+// crashed process's spare is swept like any other cgroup of ours.
+type spareCgroup struct {
+	mu     sync.Mutex
+	cg     jobCgroup
+	limits cgLimits
+	making bool
+	closed bool
+}
+
+// take returns the spare with limits l set, or nil when there is none or
+// it could not take them.
+func (s *spareCgroup) take(l cgLimits) jobCgroup {
+	s.mu.Lock()
+	cg, have := s.cg, s.limits
+	s.cg = nil
+	s.mu.Unlock()
+	if cg == nil {
+		return nil
+	}
+	if l != have {
+		if err := cg.update(l); err != nil {
+			_ = cg.destroy()
+			return nil
+		}
+	}
+	return cg
+}
+
+// fill makes a spare with limits l unless there is one (or one being
+// made) or s is closed.
+func (s *spareCgroup) fill(l cgLimits) {
+	s.mu.Lock()
+	if s.cg != nil || s.making || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.making = true
+	s.mu.Unlock()
+	cg, err := newJobCgroup(newName(), l)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.making = false
+	switch {
+	case err != nil: // the next start creates its own, and reports why it cannot
+	case s.closed || s.cg != nil:
+		_ = cg.destroy()
+	default:
+		s.cg, s.limits = cg, l
+	}
+}
+
+// close removes the spare; later fills make none.
+func (s *spareCgroup) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.cg != nil {
+		_ = s.cg.destroy()
+		s.cg = nil
+	}
 }
 
 // ---- v1 ----

@@ -366,3 +366,88 @@ func TestPoolClaimRefusedLimits(t *testing.T) {
 	}
 	assertClean(t, tier, cfg)
 }
+
+// TestSpareCgroup shows the spare cgroup is handed out once, with the
+// taker's limits set, and that close removes it and ends later fills.
+func TestSpareCgroup(t *testing.T) {
+	if err := probe(); err != nil {
+		tiertest.Unavailable(t, "process", err)
+	}
+	memLimit := func(cg jobCgroup) string {
+		var p string
+		switch c := cg.(type) {
+		case *cgroupV1:
+			p = filepath.Join(cgroupRoot, "memory", c.name, "memory.limit_in_bytes")
+		case *cgroupV2m:
+			p = filepath.Join(cgroupRoot, c.name, "memory.max")
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	var s spareCgroup
+	l := cgLimitsFor(airlock.DefaultLimitPolicy.Default)
+	s.fill(l)
+	spare := s.cg
+	if spare == nil {
+		t.Fatal("fill made no spare")
+	}
+	l2 := l
+	l2.memoryBytes = 64 << 20
+	cg := s.take(l2)
+	if cg != spare {
+		t.Fatal("take did not return the spare")
+	}
+	if got := memLimit(cg); got != strconv.Itoa(64<<20) {
+		t.Fatalf("the spare's memory limit is %s, want the taker's %d", got, 64<<20)
+	}
+	if s.take(l) != nil {
+		t.Fatal("the spare was handed out twice")
+	}
+	if err := cg.destroy(); err != nil {
+		t.Fatal(err)
+	}
+	s.fill(l)
+	s.close()
+	s.fill(l)
+	if s.cg != nil {
+		t.Fatal("a fill after close made a spare")
+	}
+	mine := namePrefix + strconv.Itoa(os.Getpid()) + "-"
+	for _, name := range leftoverCgroups() {
+		if strings.HasPrefix(name, mine) {
+			t.Errorf("cgroup %s left behind", name)
+		}
+	}
+}
+
+// TestSpareCgroupUsed shows a tier's next start takes the spare cgroup
+// made after its previous sandbox was destroyed.
+func TestSpareCgroupUsed(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		run := func() {
+			t.Helper()
+			if _, err := tier.Run(context.Background(), cmdJob("true")); err != nil {
+				t.Fatal(err)
+			}
+			tier.cleanups.Wait()
+		}
+		run()
+		tier.cgSpare.mu.Lock()
+		spare := tier.cgSpare.cg
+		tier.cgSpare.mu.Unlock()
+		if spare == nil {
+			t.Fatal("no spare cgroup after a sandbox was destroyed")
+		}
+		run()
+		tier.cgSpare.mu.Lock()
+		next := tier.cgSpare.cg
+		tier.cgSpare.mu.Unlock()
+		if next == nil || next == spare {
+			t.Fatal("the second start did not take the spare")
+		}
+		assertClean(t, tier, cfg)
+	})
+}

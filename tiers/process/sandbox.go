@@ -136,14 +136,20 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	}
 	exe := bin.file
 	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
-	// The job's cgroup is created while the stage starts; the stage is
-	// moved into it before it gets its job (below).
+	// The job's cgroup is the spare one made after the tier's previous
+	// sandbox, or else created while the stage starts; the stage is moved
+	// into it before it gets its job (below).
 	cgErr := make(chan error, 1)
-	go func() {
-		cg, err := newJobCgroup(sb.name, sb.limits)
+	if cg := t.cgSpare.take(sb.limits); cg != nil {
 		sb.cg = cg
-		cgErr <- err
-	}()
+		cgErr <- nil
+	} else {
+		go func() {
+			cg, err := newJobCgroup(sb.name, sb.limits)
+			sb.cg = cg
+			cgErr <- err
+		}()
+	}
 	joinCgroup := sync.OnceValue(func() error { return <-cgErr })
 	defer func() {
 		if err != nil {

@@ -107,6 +107,8 @@ type Tier struct {
 	etc etcTemplate
 	// spawn starts containers (see spawner).
 	spawn spawners
+	// cgSpare is a cgroup made ahead for the next start.
+	cgSpare spareCgroup
 
 	// Used sandboxes are destroyed in the background, off the caller's
 	// path; Close waits for them and reports what failed.
@@ -237,6 +239,7 @@ func (t *Tier) Close() error {
 		t.pool.close()
 	}
 	t.cleanups.Wait()
+	t.cgSpare.close()
 	t.spawn.close()
 	t.cleanupMu.Lock()
 	defer t.cleanupMu.Unlock()
@@ -278,6 +281,10 @@ func (t *Tier) discard(sb *sandbox) {
 	go func() {
 		defer t.cleanups.Done()
 		t.destroy(sb)
+		// The next start's cgroup is made here, after this job has
+		// returned, rather than beside that start's stage, where it would
+		// take a CPU from it; with this job's limits, the likeliest.
+		t.cgSpare.fill(sb.limits)
 	}()
 }
 
