@@ -138,9 +138,17 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
 	// The job's cgroup is the spare one made after the tier's previous
 	// sandbox, or else created while the stage starts; the stage is moved
-	// into it before it gets its job (below).
+	// into it before it gets its job (below). Only a start that goes
+	// straight on to its job (level 2, or a container whose job follows
+	// the base spec) takes the spare: with one, a pooled or net-granted
+	// container's stage failed to make its root read-only (EBUSY) under
+	// load, not yet understood.
 	cgErr := make(chan error, 1)
-	if cg := t.cgSpare.take(sb.limits); cg != nil {
+	var spare jobCgroup
+	if o.level == airlock.LevelSyscallFilter || o.job != nil {
+		spare = t.cgSpare.take(sb.limits)
+	}
+	if cg := spare; cg != nil {
 		sb.cg = cg
 		cgErr <- nil
 	} else {
