@@ -154,9 +154,9 @@ func (g *Guarded) workers() *pool[*worker] {
 	if g.pool == nil && !g.closed && probe() == nil {
 		g.pool = newPool(g.size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy)
 		// A used worker exits after writing its result, and the goroutine
-		// that learns of that then destroys it; the kill is for one that
-		// would not.
-		g.pool.afterEnd = func(w *worker, f func()) { w.signalKill(); w.whenExited(f) }
+		// that learns of that then destroys it (one that would not is
+		// killed by its guard's last tick, or in Run before there is one).
+		g.pool.afterEnd = func(w *worker, f func()) { w.whenExited(f) }
 	}
 	return g.pool
 }
@@ -330,10 +330,17 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			return finish(err)
 		}
 	}
-	// The used worker is discarded after the result is returned: killing
-	// it, removing its cgroup and starting a replacement are not on the
-	// caller's path.
-	defer workers.release(w)
+	// The used worker is discarded after the result is returned: removing
+	// its cgroup and starting a replacement are not on the caller's path.
+	// Once the guard is armed, a worker that outlives its job is killed by
+	// the guard; before that, here.
+	guarded := false
+	defer func() {
+		if !guarded {
+			w.signalKill()
+		}
+		workers.release(w)
+	}()
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits
 	limits.MemoryMB += workerRuntimeMB
@@ -365,6 +372,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	})()
 	gd.watch(deadline, func() *airlock.Stopped { return stopWall(wall) },
 		func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) })
+	guarded = true
 
 	// The pipe is fresh and empty, so a request of at most one page never
 	// blocks; a larger one waits for the worker to read it, and a kill
@@ -412,7 +420,9 @@ type guard struct {
 // watch checks until the job ends, every watchEvery and at the deadline,
 // that the deadline has not passed (else the stop is late's) and that why
 // returns nil. One runtime timer does both: arming one costs the claim's
-// path a scheduler wake-up.
+// path a scheduler wake-up. Its first tick after the job has ended kills
+// the worker if it has not exited by itself, which a used worker does at
+// once: neither that kill nor stopping the timer is on the caller's path.
 func (g *guard) watch(deadline time.Time, late, why func() *airlock.Stopped) {
 	next := func() time.Duration { return min(watchEvery, time.Until(deadline)) }
 	check := func() *airlock.Stopped {
@@ -423,13 +433,12 @@ func (g *guard) watch(deadline time.Time, late, why func() *airlock.Stopped) {
 	}
 	var tick func()
 	tick = func() {
-		if g.check(check) {
+		if g.check(check) { // the job has ended, or the worker was killed
+			g.w.killIfRunning() // one that outlived its job (after a kill, no-op)
 			return
 		}
 		g.mu.Lock()
-		if !g.ended {
-			g.timer.Reset(next())
-		}
+		g.timer.Reset(next()) // also when the job has just ended: for the tick above
 		g.mu.Unlock()
 	}
 	g.mu.Lock() // the first tick waits for the timer to be recorded
@@ -469,13 +478,11 @@ func (g *guard) stopped() *airlock.Stopped {
 	return g.stop
 }
 
-// end stops every later check and the watch; one running finishes first.
+// end stops every later check (one running finishes first); the watch's
+// timer fires once more (see watch).
 func (g *guard) end() {
 	g.mu.Lock()
 	g.ended = true
-	if g.timer != nil {
-		g.timer.Stop()
-	}
 	g.mu.Unlock()
 }
 

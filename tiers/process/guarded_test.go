@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/interp/expr"
+	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 	"github.com/airlock-sandbox/airlock/tiers/process/worker/exprworker"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
@@ -25,6 +26,7 @@ func init() {
 	RegisterWorker("test-fatal", func() airlock.Tier { return misbehaving{"fatal"} })
 	RegisterWorker("test-alloc", func() airlock.Tier { return misbehaving{"alloc"} })
 	RegisterWorker("test-spin", func() airlock.Tier { return misbehaving{"spin"} })
+	RegisterWorker("test-linger", func() airlock.Tier { return misbehaving{"linger"} })
 }
 
 type misbehaving struct{ how string }
@@ -51,6 +53,10 @@ func (m misbehaving) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 		for {
 			runtime.Gosched()
 		}
+	case "linger": // a result, then no exit
+		frame, _ := wk.AppendResult(nil, &airlock.Result{Value: int64(7)})
+		_, _ = os.Stdout.Write(frame)
+		select {}
 	}
 	return airlock.Result{}, nil
 }
@@ -123,6 +129,20 @@ func guardedCrashes(t *testing.T, newGuarded func(*testing.T, string) *Guarded) 
 	t.Run("UnboundedAllocation", func(t *testing.T) {
 		_, err := newGuarded(t, "test-alloc").Run(ctx, job)
 		wantStop(t, err, airlock.StopMemory)
+	})
+	t.Run("LingerAfterResult", func(t *testing.T) {
+		// The host has its result and returns; the worker's guard kills it
+		// at its next tick, and only then is it destroyed and replaced.
+		g := newGuarded(t, "test-linger")
+		res, err := g.Run(ctx, job)
+		if err != nil || res.Value != int64(7) {
+			t.Fatalf("got %v, %v; want the worker's value 7", res.Value, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := g.WaitWarm(wctx); err != nil {
+			t.Fatalf("the lingering worker was not killed and replaced: %v", err)
+		}
 	})
 	t.Run("DeafSpin", func(t *testing.T) {
 		start := time.Now()

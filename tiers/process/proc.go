@@ -135,6 +135,17 @@ func (p *proc) signalKill() {
 	}
 }
 
+// killIfRunning sends SIGKILL unless the process's end has been recorded
+// (holding endMu keeps a clean-up waiting for that end from closing the
+// pidfd meanwhile).
+func (p *proc) killIfRunning() {
+	p.endMu.Lock()
+	defer p.endMu.Unlock()
+	if !exitedCh(p.waitCh) {
+		p.signalKill()
+	}
+}
+
 // release closes the pidfd once the process has exited.
 func (p *proc) release() {
 	if p.pidfd != nil {
