@@ -86,6 +86,10 @@ func writeResult(w io.Writer, res airlock.Result) error {
 	return err
 }
 
+// exitPauseNS is how long a worker sleeps between writing its result and
+// exiting (see run).
+const exitPauseNS = 200_000
+
 // guardOverheadMB is added to the job's memory limit for the address-space
 // rlimit: room for the Go runtime's own growth (thread stacks, heap
 // metadata) beyond what it had reserved at start.
@@ -156,6 +160,12 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 	if err := writeResult(os.Stdout, res); err != nil {
 		return fail(err)
 	}
+	// The CPU goes to the host before this process exits: the write woke
+	// the host's reader, often onto this CPU, and exiting first (tearing
+	// down this address space) would keep it waiting. Measured: a warm
+	// job's median 98–108 µs with this pause, 107–132 µs without, five
+	// alternating runs. Nothing waits for the exit on the caller's path.
+	_ = unix.Nanosleep(&unix.Timespec{Nsec: exitPauseNS}, nil)
 	return 0
 }
 
