@@ -119,3 +119,18 @@ func TestSpawnRequestUID(t *testing.T) {
 		t.Fatalf("uid 2^32+1000 accepted as %d", r.UID)
 	}
 }
+
+// TestGrantRule pins which binds get a Landlock read rule of their own:
+// a grant of a fixed path (/ above all) must not widen what the fixed
+// rules allow.
+func TestGrantRule(t *testing.T) {
+	for target, want := range map[string]bool{
+		"/": false, "/usr": false, "/usr/share": false, "/etc": false, "/etc/ssl": false,
+		"/dev": false, "/dev/shm": false, "/proc": false, "/proc/1": false, "/scratch": false, "/tmp": false,
+		"/data": true, "/opt/tools": true, "/srv/x/y": true, "/usrx": true, "/etcetera": true,
+	} {
+		if got := grantRule(target); got != want {
+			t.Errorf("grantRule(%q) = %v, want %v", target, got, want)
+		}
+	}
+}

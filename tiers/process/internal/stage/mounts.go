@@ -355,8 +355,11 @@ func pivot(root string) error {
 // containerLandlock is the Landlock layer inside the container: the system
 // directories readable and executable, /proc and granted paths readable,
 // the device nodes usable, the scratch writable; everything else — which
-// should not exist in the mount namespace anyway — refused.
-func containerLandlock() []llRule {
+// should not exist in the mount namespace anyway — refused. The granted
+// paths are the base spec's binds, where buildRoot put them (see
+// grantRule), rather than what mountinfo lists: reading it cost the start
+// ≈ 0.1 ms.
+func containerLandlock(binds []BindSpec) []llRule {
 	rules := []llRule{
 		{Path: "/usr", Access: llRead | llExec},
 		{Path: "/etc", Access: llRead},
@@ -373,29 +376,29 @@ func containerLandlock() []llRule {
 	for _, n := range devNodes {
 		rules = append(rules, llRule{Path: "/dev/" + n, Access: llRead | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
 	}
-	if granted, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		rules = append(rules, grantedRules(string(granted))...)
+	for _, b := range binds {
+		if grantRule(b.Target) {
+			rules = append(rules, llRule{Path: b.Target, Access: llRead})
+		}
 	}
 	return rules
 }
 
-// grantedRules finds the read-only binds beyond the fixed layout (the
-// granted fs.read paths) in mountinfo and makes them readable.
-func grantedRules(mountinfo string) []llRule {
-	fixed := map[string]bool{"/": true, "/usr": true, "/etc": true, "/dev": true, "/proc": true, "/scratch": true, "/tmp": true}
-	var out []llRule
-	for _, line := range strings.Split(mountinfo, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := UnescapeMount(f[4])
-		if fixed[mp] || strings.HasPrefix(mp, "/etc/") || strings.HasPrefix(mp, "/dev/") || strings.HasPrefix(mp, "/proc/") {
-			continue
-		}
-		out = append(out, llRule{Path: mp, Access: llRead})
+// grantRule reports whether a bind at target gets a read rule of its own:
+// not one of the fixed layout's paths (a grant of / or /proc changes
+// nothing Landlock allows) nor one beneath /usr (not bound), /etc, /dev or
+// /proc.
+func grantRule(target string) bool {
+	switch target {
+	case "/", "/usr", "/etc", "/dev", "/proc", "/scratch", "/tmp":
+		return false
 	}
-	return out
+	for _, p := range []string{"/usr/", "/etc/", "/dev/", "/proc/"} {
+		if strings.HasPrefix(target, p) {
+			return false
+		}
+	}
+	return true
 }
 
 func UnescapeMount(s string) string {

@@ -90,7 +90,7 @@ func containerStage() int {
 	}
 	// The Landlock rules (the root's mounts are final) and the seccomp
 	// program are prepared before the job arrives: off a pooled claim's path.
-	rules := containerLandlock()
+	rules := containerLandlock(base.Binds)
 	seccompProg, err := parseFilter(base.Seccomp)
 	if err != nil {
 		return fail(err)
