@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -399,4 +400,63 @@ import time; time.sleep(0.5)
 	if sp.spares.Load() != spares {
 		t.Fatal("spare count changed without jobs")
 	}
+}
+
+// TestSpawnerMounts: as root the spawner's mount namespace (which every
+// stage's starts as a copy of) holds only what a stage reads from before
+// it pivots — /, /proc, /dev and what is under /usr, /etc and the links
+// into /usr — and none of the host's other mounts.
+func TestSpawnerMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skipf(t, "the spawner trims its mounts only as root (it needs a mount namespace of its own)")
+	}
+	cfg := testConfig(t)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	checkRuns(t, tier)
+	sp := tier.spawn.current()
+	if sp == nil {
+		t.Fatal("no spawner")
+	}
+	points := func(pid string) map[string]bool {
+		data, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 4 {
+				out[stage.UnescapeMount(f[4])] = true
+			}
+		}
+		return out
+	}
+	host, mine := points("self"), points(strconv.Itoa(sp.proc.Pid))
+	for _, want := range []string{"/", "/proc", "/dev"} {
+		if host[want] && !mine[want] {
+			t.Errorf("the spawner lacks %s", want)
+		}
+	}
+	kept := func(p string) bool {
+		if p == "/" || p == "/proc" || p == "/dev" {
+			return true
+		}
+		for _, d := range []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+			if p == d || strings.HasPrefix(p, d+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	dropped := 0
+	for p := range host {
+		switch {
+		case kept(p):
+		case mine[p]:
+			t.Errorf("the spawner still has the host's mount at %s", p)
+		default:
+			dropped++
+		}
+	}
+	t.Logf("host mounts %d, the spawner's %d (%d dropped)", len(host), len(mine), dropped)
+	assertClean(t, tier, cfg)
 }

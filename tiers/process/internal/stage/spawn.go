@@ -3,6 +3,10 @@ package stage
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -62,6 +66,7 @@ func spawner() int {
 	// Neither the socket, nor the binary, nor anything the tier's process
 	// left open may reach a stage: only the descriptors of its request do.
 	closeInherited()
+	trimMounts()
 	nets := startNetSpares()
 	children := map[int]int{} // pidfd → pid
 	buf := make([]byte, 1<<20)
@@ -212,4 +217,62 @@ func killAll(children map[int]int) int {
 		unix.Close(fd)
 	}
 	return 0
+}
+
+// trimMounts gives the spawner a mount namespace of its own holding only
+// the mounts a stage reads from before it pivots (see stageMount): a
+// stage's new mount namespace starts as a copy of this one, and its pivot
+// detaches that copy, so every other mount on the host (/sys and its
+// cgroup hierarchies, /run, /tmp, a container runtime's binds, …) would
+// cost each start twice. Host mount events still propagate in (a slave).
+// Without the privilege to make a mount namespace it changes nothing.
+func trimMounts() {
+	if unix.Unshare(unix.CLONE_NEWNS) != nil {
+		return
+	}
+	if unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, "") != nil {
+		return
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			points = append(points, UnescapeMount(f[4]))
+		}
+	}
+	// Shallowest first; a detach takes everything beneath it along, and
+	// is repeated for mounts stacked on one point.
+	sort.Slice(points, func(a, b int) bool { return strings.Count(points[a], "/") < strings.Count(points[b], "/") })
+	var gone []string
+	for _, p := range points {
+		if stageMount(p) || slices.Contains(gone, p) || slices.ContainsFunc(gone, func(g string) bool { return strings.HasPrefix(p, g+"/") }) {
+			continue
+		}
+		for range 64 {
+			if unix.Unmount(p, unix.MNT_DETACH) != nil {
+				break
+			}
+		}
+		gone = append(gone, p)
+	}
+}
+
+// stageMount reports whether a stage may need the mount at p: the root,
+// /proc (a new one is mounted from it), /dev (the device nodes are bound
+// from it), and what is at or beneath /usr, /etc and the top-level
+// directories that are links into /usr on a merged-/usr host.
+func stageMount(p string) bool {
+	switch p {
+	case "/", "/proc", "/dev":
+		return true
+	}
+	for _, dir := range append([]string{"usr", "etc"}, usrLinks...) {
+		if p == "/"+dir || strings.HasPrefix(p, "/"+dir+"/") {
+			return true
+		}
+	}
+	return false
 }
