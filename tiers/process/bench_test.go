@@ -123,6 +123,7 @@ func BenchmarkColdStartPaired(b *testing.B) {
 		b.Fatal(err)
 	}
 	job := cmdJob("/bin/true")
+	var tiers []*Tier
 	names := []string{"bwrap"}
 	runs := map[string]func() error{"bwrap": func() error { return exec.Command(bwrap, bwrapArgs...).Run() }}
 	for _, tc := range bothTiers {
@@ -136,21 +137,33 @@ func BenchmarkColdStartPaired(b *testing.B) {
 			}
 			tier := newTestTier(b, tc, v.cfg)
 			tier.spawn.off = v.direct
+			tiers = append(tiers, tier)
 			names = append(names, tc.name+v.suffix)
 			runs[tc.name+v.suffix] = func() error { _, err := tier.Run(context.Background(), job); return err }
 		}
 	}
 	times := map[string][]time.Duration{}
-	// Each round runs the variants in a new random order: each start's
+	// Each round runs the variants in a new random order, and each start
+	// waits, untimed, for the others' clean-up (below): a start's
 	// background clean-up (a sandbox's destroy, the kernel's teardown of
-	// its namespaces) falls on whichever runs next, and a fixed rotation
-	// would keep giving each variant the same predecessor.
+	// its namespaces) would otherwise fall on whichever runs next.
 	rng := rand.New(rand.NewPCG(1, 2))
 	i := 0
 	for b.Loop() {
 		order := slices.Clone(names)
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, name := range order {
+			// Untimed: every sandbox's background clean-up is done and the
+			// kernel's teardown of the last start's namespaces has had time,
+			// so that no variant pays for another's (five of the six are
+			// this package's, whose clean-up would otherwise fall mostly on
+			// the others, bwrap included).
+			b.StopTimer()
+			for _, t := range tiers {
+				t.cleanups.Wait()
+			}
+			time.Sleep(5 * time.Millisecond)
+			b.StartTimer()
 			start := time.Now()
 			if err := runs[name](); err != nil {
 				b.Fatalf("%s: %v", name, err)
