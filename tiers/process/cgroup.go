@@ -171,8 +171,8 @@ type cgroupV1 struct {
 	cg       cgroup1.Cgroup
 	memLimit *os.File // held open by holdMemoryLimit
 	// The files events and usage read, opened at creation.
-	oomControl, pidsEvents, memPeak, cpuUsage statFile
-	procs                                     []procsFile // one per hierarchy
+	oomControl, pidsEvents, memPeak, cpuUsage cgFile
+	procs                                     []cgFile // one per hierarchy
 }
 
 // v1Resources: on v1 the kernel's OOM killer is disabled for the group —
@@ -252,8 +252,8 @@ func (c *cgroupV1) destroy() error {
 	if c.memLimit != nil {
 		c.memLimit.Close()
 	}
-	closeStats(c.oomControl, c.pidsEvents, c.memPeak, c.cpuUsage)
-	closeProcs(c.procs)
+	closeFiles(c.oomControl, c.pidsEvents, c.memPeak, c.cpuUsage)
+	closeFiles(c.procs...)
 	kerr := c.kill(0)
 	return errors.Join(kerr, removeCgroupV1(c.name))
 }
@@ -278,8 +278,8 @@ type cgroupV2m struct {
 	m        *cgroup2.Manager
 	memLimit *os.File // held open by holdMemoryLimit
 	// The files events and usage read, opened at creation.
-	memEvents, pidsEvents, memPeak, cpuStat statFile
-	procs                                   procsFile
+	memEvents, pidsEvents, memPeak, cpuStat cgFile
+	procs                                   cgFile
 }
 
 func v2Resources(l cgLimits) *cgroup2.Resources {
@@ -337,8 +337,7 @@ func (c *cgroupV2m) destroy() error {
 	if c.memLimit != nil {
 		c.memLimit.Close()
 	}
-	closeStats(c.memEvents, c.pidsEvents, c.memPeak, c.cpuStat)
-	closeProcs([]procsFile{c.procs})
+	closeFiles(c.procs, c.memEvents, c.pidsEvents, c.memPeak, c.cpuStat)
 	kerr := c.kill(0)
 	return errors.Join(kerr, rmdirRetry(filepath.Join(cgroupRoot, c.name)))
 }
@@ -417,65 +416,49 @@ func readPids(file string) ([]int, error) {
 	return out, nil
 }
 
-// statFile is a cgroup file read during and after a job, opened once when
+// cgFile is a cgroup file used during and after a job, opened once when
 // the group is made (off the job's path): a read through the held
-// descriptor (pread from offset 0, which the kernel answers afresh) costs
-// a few microseconds; by name, with a path walk in the cgroup filesystem,
-// an open and a close, 20–30 each here. Without the descriptor (the open
-// failed) it is read by name.
-// procsFile is a group's cgroup.procs, held open from the group's
-// creation: moving a process in is then a write per hierarchy rather than
-// an open, a write and a close (v1's five: 118 → 32 µs, on the path of
-// every cold start).
-type procsFile struct {
+// descriptor (pread from offset 0, which the kernel answers afresh) or a
+// write costs a few microseconds; by name, with a path walk in the cgroup
+// filesystem, an open and a close, 20–30 each here (moving a process into
+// v1's five hierarchies: 118 µs by name, 32 µs held, on every cold
+// start's path). Without the descriptor (the open failed) it is used by
+// name, which then reports why it cannot.
+type cgFile struct {
 	path string
 	f    *os.File
 }
 
-func openProcs(path string) procsFile {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+// openStat opens a file to read (events, usage).
+func openStat(path string) cgFile { return openCgFile(path, os.O_RDONLY) }
+
+// openProcs opens a group's cgroup.procs to move processes in.
+func openProcs(path string) cgFile { return openCgFile(path, os.O_WRONLY) }
+
+func openCgFile(path string, flag int) cgFile {
+	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {
-		return procsFile{path: path} // add opens it, and reports why it cannot
+		return cgFile{path: path}
 	}
-	return procsFile{path: path, f: f}
+	return cgFile{path: path, f: f}
 }
 
-func (p procsFile) add(pid int) error {
+// add moves pid in (the file is a cgroup.procs).
+func (s cgFile) add(pid int) error {
 	b := strconv.AppendInt(nil, int64(pid), 10)
 	var err error
-	if p.f == nil {
-		err = os.WriteFile(p.path, b, 0)
+	if s.f == nil {
+		err = os.WriteFile(s.path, b, 0)
 	} else {
-		_, err = p.f.Write(b)
+		_, err = s.f.Write(b)
 	}
 	if err != nil {
-		return fmt.Errorf("adding %d to %s: %w", pid, p.path, err)
+		return fmt.Errorf("adding %d to %s: %w", pid, s.path, err)
 	}
 	return nil
 }
 
-func closeProcs(files []procsFile) {
-	for _, p := range files {
-		if p.f != nil {
-			p.f.Close()
-		}
-	}
-}
-
-type statFile struct {
-	path string
-	f    *os.File
-}
-
-func openStat(path string) statFile {
-	f, err := os.Open(path)
-	if err != nil {
-		return statFile{path: path}
-	}
-	return statFile{path: path, f: f}
-}
-
-func (s statFile) read() ([]byte, error) {
+func (s cgFile) read() ([]byte, error) {
 	if s.f == nil {
 		return os.ReadFile(s.path)
 	}
@@ -487,7 +470,7 @@ func (s statFile) read() ([]byte, error) {
 	return buf[:n], err
 }
 
-func closeStats(files ...statFile) {
+func closeFiles(files ...cgFile) {
 	for _, s := range files {
 		if s.f != nil {
 			s.f.Close()
@@ -495,7 +478,7 @@ func closeStats(files ...statFile) {
 	}
 }
 
-func readInt(file statFile) (int64, error) {
+func readInt(file cgFile) (int64, error) {
 	data, err := file.read()
 	if err != nil {
 		return 0, err
@@ -504,11 +487,11 @@ func readInt(file statFile) (int64, error) {
 }
 
 // readKey reads "key value" lines and returns the value for key (0 if absent).
-func readKey(file statFile, key string) int64 { return readKeys(file, key)[0] }
+func readKey(file cgFile, key string) int64 { return readKeys(file, key)[0] }
 
 // readKeys reads the file once and returns the value of each key (0 if
 // absent).
-func readKeys(file statFile, keys ...string) []int64 {
+func readKeys(file cgFile, keys ...string) []int64 {
 	out := make([]int64, len(keys))
 	data, err := file.read()
 	if err != nil {

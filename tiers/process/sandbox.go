@@ -144,12 +144,10 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// path, and a net-granted one waits tens of milliseconds for its
 	// forwarder anyway.
 	cgErr := make(chan error, 1)
-	var spare jobCgroup
 	if o.level == airlock.LevelSyscallFilter || o.job != nil {
-		spare = t.cgSpare.take(sb.limits)
+		sb.cg = t.cgSpare.take(sb.limits)
 	}
-	if cg := spare; cg != nil {
-		sb.cg = cg
+	if sb.cg != nil {
 		cgErr <- nil
 	} else {
 		go func() {
