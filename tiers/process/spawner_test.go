@@ -418,15 +418,13 @@ func TestSpawnerMounts(t *testing.T) {
 		t.Fatal("no spawner")
 	}
 	points := func(pid string) map[string]bool {
-		data, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+		list, err := stage.MountPoints(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out := map[string]bool{}
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 4 {
-				out[stage.UnescapeMount(f[4])] = true
-			}
+		for _, p := range list {
+			out[p] = true
 		}
 		return out
 	}

@@ -1,7 +1,6 @@
 package process
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
@@ -95,19 +94,9 @@ func leftoverCgroups() []string {
 
 // leftoverMounts lists our scratch mounts under baseDir.
 func leftoverMounts(baseDir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
+	points, _ := stage.MountPoints("self")
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := stage.UnescapeMount(fields[4])
+	for _, mp := range points {
 		if filepath.Dir(mp) == baseDir && strings.HasPrefix(filepath.Base(mp), namePrefix) {
 			out = append(out, mp)
 		}

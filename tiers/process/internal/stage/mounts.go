@@ -401,6 +401,23 @@ func grantRule(target string) bool {
 	return true
 }
 
+// MountPoints lists the mount points in a process's mountinfo ("self" or
+// a pid), in the file's order, unescaped.
+func MountPoints(pid string) ([]string, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			out = append(out, UnescapeMount(f[4]))
+		}
+	}
+	return out, nil
+}
+
+// UnescapeMount undoes mountinfo's octal escapes (\040 for a space).
 func UnescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s

@@ -3,7 +3,6 @@ package stage
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -233,15 +232,9 @@ func trimMounts() {
 	if unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, "") != nil {
 		return
 	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	points, err := MountPoints("self")
 	if err != nil {
 		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 {
-			points = append(points, UnescapeMount(f[4]))
-		}
 	}
 	// Shallowest first; a detach takes everything beneath it along, and
 	// is repeated for mounts stacked on one point.
