@@ -4,6 +4,7 @@
 # (dnsutils; DNS through the resolver). Idempotent; installs with apt-get
 # only what is missing. Needs root when something is missing.
 set -eu
+. "$(dirname "$0")/apt.sh"
 
 missing=""
 command -v curl >/dev/null 2>&1 || missing="$missing curl"
@@ -14,16 +15,6 @@ if [ -z "$missing" ]; then
 	echo "setup-egress: curl, nslookup and ca-certificates present"
 	exit 0
 fi
-
-if [ "$(id -u)" != 0 ]; then
-	echo "setup-egress: need root to install:$missing" >&2
-	exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
 # shellcheck disable=SC2086 # word splitting of the package list is intended
-if ! apt-get install -y --no-install-recommends $missing; then
-	apt-get update
-	apt-get install -y --no-install-recommends $missing
-fi
+apt_install setup-egress $missing
 echo "setup-egress: installed$missing"

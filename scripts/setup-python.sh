@@ -4,17 +4,10 @@
 # Idempotent; installs with apt-get only when it is missing. Needs root
 # then.
 set -eu
+. "$(dirname "$0")/apt.sh"
 if command -v python3 >/dev/null 2>&1 && [ -x /usr/bin/python3 ]; then
 	echo "setup-python: $(python3 --version 2>&1) present"
 	exit 0
 fi
-if [ "$(id -u)" != 0 ]; then
-	echo "setup-python: need root to install python3" >&2
-	exit 1
-fi
-export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y --no-install-recommends python3-minimal; then
-	apt-get update
-	apt-get install -y --no-install-recommends python3-minimal
-fi
+apt_install setup-python python3-minimal
 echo "setup-python: installed python3"
