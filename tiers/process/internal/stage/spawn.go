@@ -241,7 +241,7 @@ func trimMounts() {
 	sort.Slice(points, func(a, b int) bool { return strings.Count(points[a], "/") < strings.Count(points[b], "/") })
 	var gone []string
 	for _, p := range points {
-		if stageMount(p) || slices.Contains(gone, p) || slices.ContainsFunc(gone, func(g string) bool { return strings.HasPrefix(p, g+"/") }) {
+		if stageMount(p) || slices.ContainsFunc(gone, func(g string) bool { return p == g || strings.HasPrefix(p, g+"/") }) {
 			continue
 		}
 		for range 64 {
