@@ -33,6 +33,11 @@ type cgLimits struct {
 // the unified hierarchy).
 type jobCgroup interface {
 	add(pid int) error
+	// joinFiles are the files a thread writes "0" to in order to move
+	// itself in (see stage.BaseSpec.CgroupFds), opened at creation; nil
+	// when there are none (v2, where threads of one process cannot be in
+	// different groups, or an open failed): the parent then uses add.
+	joinFiles() []*os.File
 	update(l cgLimits) error
 	// setMemory changes only the memory limit (one file write: the fast
 	// path for claiming a guarded worker).
@@ -173,6 +178,7 @@ type cgroupV1 struct {
 	// The files events and usage read, opened at creation.
 	oomControl, pidsEvents, memPeak, cpuUsage cgFile
 	procs                                     []cgFile // one per hierarchy
+	tasks                                     []*os.File
 }
 
 // v1Resources: on v1 the kernel's OOM killer is disabled for the group —
@@ -204,8 +210,21 @@ func newCgroupV1(name string, l cgLimits) (*cgroupV1, error) {
 	for _, s := range v1Subsystems {
 		c.procs = append(c.procs, openProcs(c.file(string(s), "cgroup.procs")))
 	}
+	for _, s := range v1Subsystems {
+		f, err := os.OpenFile(c.file(string(s), "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range c.tasks {
+				f.Close()
+			}
+			c.tasks = nil
+			break
+		}
+		c.tasks = append(c.tasks, f)
+	}
 	return c, nil
 }
+
+func (c *cgroupV1) joinFiles() []*os.File { return c.tasks }
 
 func (c *cgroupV1) add(pid int) error {
 	for _, p := range c.procs {
@@ -254,6 +273,9 @@ func (c *cgroupV1) destroy() error {
 	}
 	closeFiles(c.oomControl, c.pidsEvents, c.memPeak, c.cpuUsage)
 	closeFiles(c.procs...)
+	for _, f := range c.tasks {
+		f.Close()
+	}
 	kerr := c.kill(0)
 	return errors.Join(kerr, removeCgroupV1(c.name))
 }
@@ -307,6 +329,7 @@ func newCgroupV2(name string, l cgLimits) (*cgroupV2m, error) {
 }
 
 func (c *cgroupV2m) add(pid int) error       { return c.procs.add(pid) }
+func (c *cgroupV2m) joinFiles() []*os.File   { return nil }
 func (c *cgroupV2m) update(l cgLimits) error { return c.m.Update(v2Resources(l)) }
 func (c *cgroupV2m) setMemory(bytes int64) error {
 	return writeLimit(c.memLimit, c.file("memory.max"), bytes)

@@ -478,3 +478,87 @@ func TestSpareCgroupUsed(t *testing.T) {
 		assertClean(t, tier, cfg)
 	})
 }
+
+// TestStageJoinsCgroup: a start that goes straight on to its job (a cold
+// container, a level-2 start) hands the stage its cgroup's per-thread
+// membership files, and the stage moves its own thread in before anything
+// else, instead of the parent writing its pid to cgroup.procs (see
+// stage.BaseSpec.CgroupFds). Seen from the host while the program runs:
+// the stage and the program are in the job's group in every hierarchy,
+// and the stage's runtime thread that started before the join is not —
+// which only a per-thread move leaves behind, not the parent's move of
+// the whole process.
+func TestStageJoinsCgroup(t *testing.T) {
+	if err := probe(); err != nil {
+		tiertest.Unavailable(t, "process", err)
+	}
+	if cgroupV2() {
+		t.Skip("cgroup v2: a process's threads cannot be split between groups, so the parent moves the stage in")
+	}
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		if _, err := tier.Run(context.Background(), cmdJob("true")); err != nil {
+			t.Fatal(err)
+		}
+		tier.cleanups.Wait()
+		tier.cgSpare.mu.Lock()
+		spare, _ := tier.cgSpare.cg.(*cgroupV1)
+		tier.cgSpare.mu.Unlock()
+		if spare == nil || spare.joinFiles() == nil {
+			t.Fatal("no spare cgroup with join files after a sandbox was destroyed")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, err := tier.Run(ctx, cmdJob("sleep", "30"))
+			done <- err
+		}()
+		want := "/" + spare.name
+		groups := func(file string) map[string]string {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return nil
+			}
+			m := map[string]string{}
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				parts := strings.SplitN(line, ":", 3)
+				if len(parts) == 3 {
+					for _, c := range strings.Split(parts[1], ",") {
+						m[c] = parts[2]
+					}
+				}
+			}
+			return m
+		}
+		var pids []int
+		for deadline := time.Now().Add(10 * time.Second); len(pids) < 2; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the job's group holds %v, want the stage and the program", pids)
+			}
+			pids, _ = readPids(spare.file("pids", "cgroup.procs"))
+		}
+		outside := 0
+		for _, pid := range pids {
+			g := groups(fmt.Sprintf("/proc/%d/cgroup", pid))
+			for _, s := range v1Subsystems {
+				if g[string(s)] != want {
+					t.Errorf("pid %d: %s group %q, want %q", pid, s, g[string(s)], want)
+				}
+			}
+			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			for _, task := range tasks {
+				if groups(fmt.Sprintf("/proc/%d/task/%s/cgroup", pid, task.Name()))["pids"] != want {
+					outside++
+				}
+			}
+		}
+		if outside == 0 {
+			t.Error("every thread of the stage is in the job's group: the parent moved the whole process, the stage did not join by itself")
+		}
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("a cancelled job reported success")
+		}
+		assertClean(t, tier, cfg)
+	})
+}

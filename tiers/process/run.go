@@ -218,6 +218,7 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	if sb.level != airlock.LevelContainer {
 		spec.Scratch = sb.scratch
 		spec.UID = sb.uid
+		spec.CgroupFds = sb.joinFds
 		spec.ReadPaths = job.Grants.FS.Read
 		var err error
 		if spec.Seccomp, err = sysfilter.Program(sysfilter.FilterOptions{}); err != nil {

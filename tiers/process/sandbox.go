@@ -82,6 +82,9 @@ type sandbox struct {
 	// jobSent: the job spec went with the base spec, and start did not
 	// wait for the stage's ready report (runJob reads it).
 	jobSent bool
+	// joinFds: the stage's descriptors of the cgroup files it joins
+	// through itself (nil: start moved it in).
+	joinFds []int
 }
 
 // spawnMaxFiles bounds the descriptors a start through the spawner may
@@ -137,15 +140,26 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	exe := bin.file
 	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
 	// The job's cgroup is the spare one made after the tier's previous
-	// sandbox, or else created while the stage starts; the stage is moved
-	// into it before it gets its job (below). Only a start that goes
-	// straight on to its job (level 2, or a container whose job follows
-	// the base spec) takes the spare: a pooled start is off the caller's
-	// path, and a net-granted one waits tens of milliseconds for its
-	// forwarder anyway.
+	// sandbox, or else created here. A start that goes straight on to its
+	// job (level 2, or a container whose job follows the base spec) has
+	// it before the stage starts, and the stage joins it itself, first
+	// (see stage.BaseSpec.CgroupFds: moving a process in from here waits
+	// out an RCU grace period, 6–9 ms, whenever the machine has been idle
+	// for a few tens of milliseconds). Any other start (pooled, off the
+	// caller's path; net-granted, which waits tens of milliseconds for its
+	// forwarder anyway) creates its group while the stage starts and
+	// moves the stage in before it gets its job (below).
 	cgErr := make(chan error, 1)
-	if o.level == airlock.LevelSyscallFilter || o.job != nil {
+	direct := o.level == airlock.LevelSyscallFilter || o.job != nil
+	if direct {
 		sb.cg = t.cgSpare.take(sb.limits)
+		if sb.cg == nil && !cgroupV2() {
+			cg, err := newJobCgroup(sb.name, sb.limits)
+			if err != nil {
+				return nil, fmt.Errorf("starting sandbox: %w", err)
+			}
+			sb.cg = cg
+		}
 	}
 	if sb.cg != nil {
 		cgErr <- nil
@@ -260,6 +274,14 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 	}
 
+	if sb.cg != nil {
+		for _, f := range sb.cg.joinFiles() {
+			sb.joinFds = append(sb.joinFds, 3+len(extra))
+			extra = append(extra, f)
+		}
+		base.CgroupFds = sb.joinFds // a level-2 stage gets them in its job spec
+	}
+
 	cmd := &exec.Cmd{
 		Path:       stage.FdPath(stage.FdExe),
 		Args:       []string{"airlock-sandbox"},
@@ -336,8 +358,10 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if err := joinCgroup(); err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
-	if err := sb.cg.add(sb.pid); err != nil {
-		return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
+	if sb.joinFds == nil {
+		if err := sb.cg.add(sb.pid); err != nil {
+			return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
+		}
 	}
 	if o.level == airlock.LevelContainer {
 		if !baseFirst {

@@ -38,7 +38,28 @@ func AppendBase(dst []byte, b *BaseSpec) ([]byte, error) {
 	dst = wire.Int(dst, int64(b.ForwarderFd))
 	dst = wire.Int(dst, int64(b.EtcFd))
 	dst = wire.Bytes(dst, b.Seccomp)
+	dst = appendFds(dst, b.CgroupFds)
 	return wire.End(dst, start, specLimit)
+}
+
+func appendFds(dst []byte, fds []int) []byte {
+	dst = wire.Count(dst, fds == nil, len(fds))
+	for _, fd := range fds {
+		dst = wire.Int(dst, int64(fd))
+	}
+	return dst
+}
+
+func decodeFds(d *wire.Decoder) []int {
+	n, ok := d.Count()
+	if !ok {
+		return nil
+	}
+	fds := make([]int, n)
+	for i := range fds {
+		fds[i] = int(d.Int())
+	}
+	return fds
 }
 
 func decodeBase(data []byte) (BaseSpec, error) {
@@ -58,6 +79,7 @@ func decodeBase(data []byte) (BaseSpec, error) {
 	if s := d.Bytes(); len(s) > 0 {
 		b.Seccomp = s
 	}
+	b.CgroupFds = decodeFds(&d)
 	return b, d.Done()
 }
 
@@ -81,6 +103,7 @@ func AppendJob(dst []byte, j *JobSpec) ([]byte, error) {
 	dst = wire.Bytes(dst, j.Seccomp)
 	dst = wire.Bool(dst, j.Egress)
 	dst = wire.Bool(dst, j.Go)
+	dst = appendFds(dst, j.CgroupFds)
 	return wire.End(dst, start, specLimit)
 }
 
@@ -104,6 +127,7 @@ func decodeJob(data []byte) (JobSpec, error) {
 	}
 	j.Egress = d.Bool()
 	j.Go = d.Bool()
+	j.CgroupFds = decodeFds(&d)
 	return j, d.Done()
 }
 

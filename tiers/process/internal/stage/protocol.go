@@ -57,6 +57,11 @@ type BaseSpec struct {
 	// Seccomp is the program the job is confined with (package seccomp's
 	// Program for containers); the stage refuses to run without one.
 	Seccomp []byte
+	// CgroupFds are the job's cgroup's per-thread membership files (v1
+	// "tasks", one per hierarchy), opened by the parent: the stage joins
+	// the group itself, first, by writing "0" to each (see JoinCgroup).
+	// None: the parent moves the stage in.
+	CgroupFds []int
 }
 
 // Rlimit is one resource limit to set before the program starts.
@@ -79,6 +84,9 @@ type JobSpec struct {
 	UID       uint32   // filter stage: the uid and gid to become
 	Seccomp   []byte   // filter stage: the program to confine with
 	Egress    bool     // container stage: run the egress forwarder
+	// CgroupFds: as BaseSpec.CgroupFds, for the filter stage (which reads
+	// no base spec); it joins before anything else.
+	CgroupFds []int
 	// Go: start the program once the files are placed, without reporting
 	// them placed and waiting for the go-ahead (the parent has no check to
 	// make, or checked the fresh, empty scratch and there are no files).

@@ -71,6 +71,9 @@ func containerStage() int {
 	if err != nil {
 		return fail(fmt.Errorf("reading base spec: %w", err))
 	}
+	if err := joinCgroup(base.CgroupFds); err != nil {
+		return fail(err)
+	}
 	// A sandbox that may get a net-granted job starts its forwarder first:
 	// its start-up overlaps building the root (pivot_root moves it into
 	// the new root with us) and, for a pooled sandbox, the wait for a job.
@@ -169,6 +172,30 @@ func containerStage() int {
 		return fail(err)
 	}
 	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
+}
+
+// joinCgroup moves the calling thread into the job's cgroup by writing
+// "0" to each of fds (v1 "tasks" files, opened by the parent; writing one
+// moves a single thread) and closes them. A thread moving itself is the
+// one migration the kernel makes without write-locking its global
+// threadgroup semaphore, and the first such write-lock after a quiet
+// spell waits out an RCU grace period (6–9 ms here): the parent writing
+// the stage's pid to cgroup.procs paid it on every start that followed a
+// few tens of milliseconds of idleness. The stage runs on its startup
+// thread (see init), so what it forks — the forwarder, the program — is
+// born inside; the runtime's threads started before this stay outside
+// and run none of the job's code.
+func joinCgroup(fds []int) error {
+	var err error
+	for _, fd := range fds {
+		if err == nil {
+			if _, werr := unix.Write(fd, []byte("0")); werr != nil {
+				err = fmt.Errorf("joining the job's cgroup: %w", werr)
+			}
+		}
+		unix.Close(fd)
+	}
+	return err
 }
 
 // supervise forks the program from the calling (confined) thread, reaps
@@ -391,6 +418,9 @@ func filterStage() int {
 	job, err := dec.job()
 	if err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
+	}
+	if err := joinCgroup(job.CgroupFds); err != nil {
+		return fail(err)
 	}
 	procs, err := openCgroupProcs()
 	if err != nil {
