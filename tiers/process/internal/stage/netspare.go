@@ -1,8 +1,6 @@
 package stage
 
 import (
-	"runtime"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -10,11 +8,18 @@ import (
 // make: about 0.7 ms here (the kernel sets up every network subsystem's
 // per-namespace state), against 0.05–0.15 ms for each of the others. A
 // spawner with the privilege to make one (CAP_SYS_ADMIN: the tier runs as
-// root) keeps one made ahead, on a thread of its own, as the process
-// package keeps an /etc clone ahead. A stage that configures nothing in its
-// network (no egress forwarder: nothing listens, lo stays down, as in a
-// namespace of its own) is forked from a thread that has entered the
-// spare instead of with CLONE_NEWNET, and each spare serves one stage.
+// root) keeps one made ahead, as the process package keeps an /etc clone
+// ahead. A stage that configures nothing in its network (no egress
+// forwarder: nothing listens, lo stays down, as in a namespace of its
+// own) is forked from the spawner's thread after it has entered the spare
+// instead of with CLONE_NEWNET, and each spare serves one stage.
+//
+// The spare is made on the spawner's own (locked) thread, after it has
+// answered the request that used the last one. It used to be made on a
+// second locked thread that handed it over through a channel; on one P
+// that handover cost each start ≈ 0.13 ms of goroutine switching (the
+// maker's thread had to run to send, the spawner's was preempted and
+// waited for the P back) before the fork.
 //
 // The spare belongs to the initial user namespace, not to the sandbox's:
 // the sandbox's root holds no capability in it, so it cannot bring an
@@ -22,87 +27,65 @@ import (
 // even if it kept capabilities (the program runs without them in either
 // case).
 
-// netSpares hands out network namespaces made ahead.
+// netSpares holds at most one network namespace made ahead.
 type netSpares struct {
-	spares chan int // the spare, offered by the maker (unbuffered: one ahead)
-	home   int      // this process's own network namespace
+	spare int // the namespace made ahead; -1: none
+	home  int // this process's own network namespace
 }
 
-// startNetSpares starts making spares and waits until the first is made,
-// so that the spawner's first stage already finds one (the wait costs what
-// that stage saves); nil when this process cannot make network namespaces
-// (then every stage gets CLONE_NEWNET).
+// startNetSpares makes the first spare, so that the spawner's first stage
+// already finds one (the wait costs what that stage saves); nil when this
+// process cannot make network namespaces (then every stage gets
+// CLONE_NEWNET).
 func startNetSpares() *netSpares {
 	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	n := &netSpares{spares: make(chan int), home: home}
-	made := make(chan bool)
-	go n.make(made)
-	if !<-made {
+	n := &netSpares{spare: -1, home: home}
+	if !n.fill() {
 		unix.Close(home)
 		return nil
 	}
 	return n
 }
 
-// make runs on a thread of its own, locked and never unlocked (the thread
-// ends with the spawner): it makes a namespace, comes home, offers the
-// namespace until a stage takes it, and again. It reports on made whether
-// the first could be made.
-func (n *netSpares) make(made chan<- bool) {
-	runtime.LockOSThread()
-	for first := true; ; first = false {
-		fd, err := n.makeOne()
-		if first {
-			made <- err == nil
-		}
-		if err != nil {
-			close(n.spares) // enter finds no more
-			return
-		}
-		n.spares <- fd
-	}
-}
-
-func (n *netSpares) makeOne() (int, error) {
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		return -1, err
-	}
-	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if herr := unix.Setns(n.home, unix.CLONE_NEWNET); herr != nil {
-		// This thread cannot come home: it makes no more.
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		return -1, herr
-	}
-	return fd, err
-}
-
-// enter moves the calling (locked) thread into a spare, if one is ready,
-// and reports whether it did; leave must follow once the child is forked.
-func (n *netSpares) enter() bool {
+// fill makes a spare unless there is one, on the calling thread, which
+// comes home at once; it reports whether there is a spare.
+func (n *netSpares) fill() bool {
 	if n == nil {
 		return false
 	}
-	select {
-	case fd, ok := <-n.spares:
-		if !ok {
-			return false
-		}
-		err := unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd) // the thread (and then the child) holds it now
-		return err == nil
-	default:
+	if n.spare >= 0 {
+		return true
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return false
 	}
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	n.leave() // exits if this thread cannot come home
+	if err != nil {
+		return false
+	}
+	n.spare = fd
+	return true
 }
 
-// leave brings the calling thread home from the spare it entered, so that
-// the spawner holds no sandbox's namespace; if it cannot, the spawner must
-// not go on forking from a sandbox's namespace, and exits.
+// enter moves the calling thread into the spare, if there is one, and
+// reports whether it did; leave must follow once the child is forked.
+func (n *netSpares) enter() bool {
+	if n == nil || n.spare < 0 {
+		return false
+	}
+	err := unix.Setns(n.spare, unix.CLONE_NEWNET)
+	unix.Close(n.spare) // the thread (and then the child) holds it now
+	n.spare = -1
+	return err == nil
+}
+
+// leave brings the calling thread home, so that the spawner holds no
+// sandbox's namespace; if it cannot, the spawner must not go on forking
+// from a sandbox's namespace, and exits.
 func (n *netSpares) leave() {
 	if err := unix.Setns(n.home, unix.CLONE_NEWNET); err != nil {
 		unix.Exit(3)

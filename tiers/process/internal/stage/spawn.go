@@ -140,6 +140,7 @@ func spawner() int {
 				return killAll(children)
 			}
 		}
+		nets.fill() // the next spare, now that the stage is on its way
 	}
 }
 
