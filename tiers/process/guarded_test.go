@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 	"github.com/airlock-sandbox/airlock/tiers/process/worker/exprworker"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"golang.org/x/sys/unix"
 )
 
 // Workers for the tests: the real expr tier, and misbehaving tiers that
@@ -27,6 +29,7 @@ func init() {
 	RegisterWorker("test-alloc", func() airlock.Tier { return misbehaving{"alloc"} })
 	RegisterWorker("test-spin", func() airlock.Tier { return misbehaving{"spin"} })
 	RegisterWorker("test-linger", func() airlock.Tier { return misbehaving{"linger"} })
+	RegisterWorker("test-threads", func() airlock.Tier { return misbehaving{"threads"} })
 }
 
 type misbehaving struct{ how string }
@@ -53,6 +56,35 @@ func (m misbehaving) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 		for {
 			runtime.Gosched()
 		}
+	case "threads": // an escape tried from threads started after the worker confined itself
+		var (
+			mu      sync.Mutex
+			wg      sync.WaitGroup
+			tids    = map[int]bool{}
+			escapes []any
+		)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Never unlocked: the thread ends with the goroutine, so
+				// the next one runs on a thread made after it.
+				runtime.LockOSThread()
+				uerr := unix.Unshare(unix.CLONE_NEWUTS)
+				_, serr := os.Stat("/usr")
+				mu.Lock()
+				defer mu.Unlock()
+				tids[unix.Gettid()] = true
+				if uerr == nil {
+					escapes = append(escapes, "unshare allowed")
+				}
+				if serr == nil {
+					escapes = append(escapes, "the host's /usr visible")
+				}
+			}()
+		}
+		wg.Wait()
+		return airlock.Result{Value: map[string]any{"threads": int64(len(tids)), "escapes": escapes}}, nil
 	case "linger": // a result, then no exit
 		frame, _ := wk.AppendResult(nil, &airlock.Result{Value: int64(7)})
 		_, _ = os.Stdout.Write(frame)
@@ -187,6 +219,26 @@ func TestGuardedExprCorpus(t *testing.T) {
 				t.Errorf("%s: %s (outcome %s)", c.ID, v.Detail, v.Outcome)
 			}
 		})
+	}
+}
+
+// TestGuardedConfinedThreads: a worker's job runs on whichever thread the
+// runtime gives it (the worker's goroutine is not locked to one), so
+// every thread must be confined. A worker tries, from four threads it
+// starts after it confined itself, to unshare a namespace (refused by
+// the seccomp filter) and to see the host's /usr (outside its empty
+// root).
+func TestGuardedConfinedThreads(t *testing.T) {
+	res, err := newGuarded(t, "test-threads").Run(context.Background(), exprJob("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := res.Value.(map[string]any)
+	if n, _ := v["threads"].(int64); n < 2 {
+		t.Fatalf("the job ran on %v threads, want several: %+v", v["threads"], res.Value)
+	}
+	if e, _ := v["escapes"].([]any); len(e) > 0 {
+		t.Fatalf("a thread of the worker was not confined: %v", e)
 	}
 }
 
