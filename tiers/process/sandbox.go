@@ -161,7 +161,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			sb.cg = cg
 		}
 	}
-	if sb.cg != nil {
+	ready := sb.cg // before the goroutine below may set sb.cg
+	if ready != nil {
 		cgErr <- nil
 	} else {
 		go func() {
@@ -274,8 +275,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 	}
 
-	if sb.cg != nil {
-		for _, f := range sb.cg.joinFiles() {
+	if ready != nil {
+		for _, f := range ready.joinFiles() {
 			sb.joinFds = append(sb.joinFds, 3+len(extra))
 			extra = append(extra, f)
 		}
