@@ -388,6 +388,9 @@ func TestPoolClaimRefusedLimits(t *testing.T) {
 	if !slices.ContainsFunc(res.Decision, func(d string) bool { return strings.Contains(d, "started cold") }) {
 		t.Fatalf("no cold start after the refused claim: err %v, decision %q", err, res.Decision)
 	}
+	if slices.ContainsFunc(res.Decision, func(d string) bool { return strings.Contains(d, cgroupRoot) }) {
+		t.Fatalf("the decision names the host's cgroup paths: %q", res.Decision)
+	}
 	if err != nil {
 		t.Fatalf("the cold start failed: %v", err)
 	}

@@ -58,7 +58,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 				if err := sb.cg.update(l); err != nil {
 					t.discard(sb)
 					sb = nil
-					res.Decision = append(res.Decision, "pool: the claimed sandbox could not take the job's limits ("+err.Error()+"); started cold")
+					res.Decision = append(res.Decision, "pool: the claimed sandbox could not take the job's limits ("+limitRefusal(err)+"); started cold")
 				} else {
 					sb.limits = l
 				}
@@ -127,6 +127,17 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 }
 
 var errWall = errors.New("wall clock")
+
+// limitRefusal says why a cgroup refused new limits without the host's
+// cgroup paths, which the full error names: the decision goes to the
+// caller, the rest stays with the operator.
+func limitRefusal(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return "the kernel refused the new limit: " + errno.Error()
+	}
+	return "the new limit was refused"
+}
 
 func stopMemory(job *airlock.Job) *airlock.Stopped {
 	return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
