@@ -36,8 +36,13 @@ type jobCgroup interface {
 	// joinFiles are the files a thread writes "0" to in order to move
 	// itself in (see stage.BaseSpec.CgroupFds), opened at creation; nil
 	// when there are none (v2, where threads of one process cannot be in
-	// different groups, or an open failed): the parent then uses add.
+	// different groups: see dir; or an open failed: the parent then uses
+	// add).
 	joinFiles() []*os.File
+	// dir is the group's directory, opened at creation, for a clone
+	// straight into it (v2's CLONE_INTO_CGROUP); nil on v1, or when the
+	// open failed: the parent then uses add.
+	dir() *os.File
 	update(l cgLimits) error
 	// setMemory changes only the memory limit (one file write: the fast
 	// path for claiming a guarded worker).
@@ -225,6 +230,7 @@ func newCgroupV1(name string, l cgLimits) (*cgroupV1, error) {
 }
 
 func (c *cgroupV1) joinFiles() []*os.File { return c.tasks }
+func (c *cgroupV1) dir() *os.File         { return nil }
 
 func (c *cgroupV1) add(pid int) error {
 	for _, p := range c.procs {
@@ -302,6 +308,7 @@ type cgroupV2m struct {
 	// The files events and usage read, opened at creation.
 	memEvents, pidsEvents, memPeak, cpuStat cgFile
 	procs                                   cgFile
+	dirF                                    *os.File
 }
 
 func v2Resources(l cgLimits) *cgroup2.Resources {
@@ -325,11 +332,13 @@ func newCgroupV2(name string, l cgLimits) (*cgroupV2m, error) {
 	c.memEvents, c.pidsEvents = openStat(c.file("memory.events")), openStat(c.file("pids.events"))
 	c.memPeak, c.cpuStat = openStat(c.file("memory.peak")), openStat(c.file("cpu.stat"))
 	c.procs = openProcs(c.file("cgroup.procs"))
+	c.dirF, _ = os.Open(filepath.Join(cgroupRoot, name))
 	return c, nil
 }
 
 func (c *cgroupV2m) add(pid int) error       { return c.procs.add(pid) }
 func (c *cgroupV2m) joinFiles() []*os.File   { return nil }
+func (c *cgroupV2m) dir() *os.File           { return c.dirF }
 func (c *cgroupV2m) update(l cgLimits) error { return c.m.Update(v2Resources(l)) }
 func (c *cgroupV2m) setMemory(bytes int64) error {
 	return writeLimit(c.memLimit, c.file("memory.max"), bytes)
@@ -361,6 +370,9 @@ func (c *cgroupV2m) destroy() error {
 		c.memLimit.Close()
 	}
 	closeFiles(c.procs, c.memEvents, c.pidsEvents, c.memPeak, c.cpuStat)
+	if c.dirF != nil {
+		c.dirF.Close()
+	}
 	kerr := c.kill(0)
 	return errors.Join(kerr, rmdirRetry(filepath.Join(cgroupRoot, c.name)))
 }

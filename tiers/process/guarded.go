@@ -224,7 +224,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	// binary, passed as a descriptor: the spawner only forks), else from
 	// here.
 	if bin, berr := discoverStage(); berr == nil {
-		err = w.startProc(&g.spawn, bin, w.cmd, w.uid, true) // a worker has no network at all
+		err = w.startProc(&g.spawn, bin, w.cmd, w.uid, true, nil) // a worker has no network at all
 	} else {
 		err = w.startHere(w.cmd)
 	}

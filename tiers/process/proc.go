@@ -36,14 +36,24 @@ func newProc() proc { return proc{waitCh: make(chan struct{})} }
 // *os.File, and its settings those the spawner applies (stage.SpawnRequest:
 // a new user namespace mapping root to uid, and the given clone flags).
 // spareNet allows a network namespace made ahead in place of a new one,
-// for a process that configures nothing in it.
-func (p *proc) startProc(h *spawners, bin *stageBinary, cmd *exec.Cmd, uid uint32, spareNet bool) error {
-	if 3+len(cmd.ExtraFiles) <= spawnMaxFiles {
+// for a process that configures nothing in it. cgDir, if not nil, is the
+// cgroup v2 directory the process is born in (cmd.SysProcAttr's
+// CgroupFD names it for a start from here).
+func (p *proc) startProc(h *spawners, bin *stageBinary, cmd *exec.Cmd, uid uint32, spareNet bool, cgDir *os.File) error {
+	n := 3 + len(cmd.ExtraFiles)
+	if cgDir != nil {
+		n++
+	}
+	if n <= spawnMaxFiles {
 		if sp, err := h.get(bin); err == nil {
 			files := append([]*os.File{asFile(cmd.Stdin), asFile(cmd.Stdout), asFile(cmd.Stderr)}, cmd.ExtraFiles...)
+			if cgDir != nil {
+				files = append(files, cgDir) // last: see stage.SpawnRequest.IntoCgroup
+			}
 			err := sp.spawn(p, stage.SpawnRequest{
 				Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
 				Cloneflags: cmd.SysProcAttr.Cloneflags, UID: uid, SpareNet: spareNet,
+				IntoCgroup: cgDir != nil,
 			}, files)
 			if err == nil || sp.alive() {
 				return err

@@ -142,10 +142,10 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// The job's cgroup is the spare one made after the tier's previous
 	// sandbox, or else created here. A start that goes straight on to its
 	// job (level 2, or a container whose job follows the base spec) has
-	// it before the stage starts, and the stage joins it itself, first
-	// (see stage.BaseSpec.CgroupFds: moving a process in from here waits
-	// out an RCU grace period, 6–9 ms, whenever the machine has been idle
-	// for a few tens of milliseconds). Any other start (pooled, off the
+	// it before the stage starts, and the stage is born in it (v2) or
+	// joins it itself, first (v1; see stage.BaseSpec.CgroupFds): moving a
+	// process in from here waits out an RCU grace period, 6–9 ms, whenever
+	// the machine has been idle for a few tens of milliseconds. Any other start (pooled, off the
 	// caller's path; net-granted, which waits tens of milliseconds for its
 	// forwarder anyway) creates its group while the stage starts and
 	// moves the stage in before it gets its job (below).
@@ -153,7 +153,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	direct := o.level == airlock.LevelSyscallFilter || o.job != nil
 	if direct {
 		sb.cg = t.cgSpare.take(sb.limits)
-		if sb.cg == nil && !cgroupV2() {
+		if sb.cg == nil {
 			cg, err := newJobCgroup(sb.name, sb.limits)
 			if err != nil {
 				return nil, fmt.Errorf("starting sandbox: %w", err)
@@ -318,10 +318,17 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// A container starts through the tier's spawner (see spawner.go); a
 	// level-2 stage (no user namespace: Go starts it with vfork) starts
 	// here.
+	var cgDir *os.File // v2: the stage is born in its cgroup
+	if ready != nil && sb.joinFds == nil {
+		if cgDir = ready.dir(); cgDir != nil {
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = int(cgDir.Fd())
+		}
+	}
 	if o.level == airlock.LevelContainer {
 		// Without egress nothing configures the sandbox's network, so a
 		// namespace made ahead will do (see stage.netSpares).
-		err = sb.startProc(&t.spawn, bin, cmd, sb.uid, !base.Egress)
+		err = sb.startProc(&t.spawn, bin, cmd, sb.uid, !base.Egress, cgDir)
 	} else {
 		err = sb.startHere(cmd)
 	}
@@ -359,7 +366,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if err := joinCgroup(); err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
-	if sb.joinFds == nil {
+	if sb.joinFds == nil && cgDir == nil {
 		if err := sb.cg.add(sb.pid); err != nil {
 			return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
 		}

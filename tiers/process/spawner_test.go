@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"golang.org/x/sys/unix"
 )
 
 // parentOf reads a process's parent pid from /proc.
@@ -457,4 +460,88 @@ func TestSpawnerMounts(t *testing.T) {
 	}
 	t.Logf("host mounts %d, the spawner's %d (%d dropped)", len(host), len(mine), dropped)
 	assertClean(t, tier, cfg)
+}
+
+// TestSpawnIntoCgroup: a process started with a cgroup v2 directory is
+// born in that group (clone3's CLONE_INTO_CGROUP), through the spawner
+// and from this process alike: how a start on a cgroup v2 host puts its
+// stage in the job's group without moving it in afterwards (see
+// stage.SpawnRequest.IntoCgroup). A v1 host's hybrid mount
+// (/sys/fs/cgroup/unified, no controllers) is used when there is no
+// unified hierarchy at the root.
+func TestSpawnIntoCgroup(t *testing.T) {
+	if err := probe(); err != nil {
+		tiertest.Unavailable(t, "process", err)
+	}
+	root := ""
+	for _, p := range []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			root = p
+			break
+		}
+	}
+	if root == "" {
+		t.Skip("no cgroup v2 hierarchy is mounted (neither unified nor hybrid)")
+	}
+	bin, err := discoverStage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := newName() + "-test"
+	path := filepath.Join(root, name)
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rmdirRetry(path); err != nil {
+			t.Errorf("removing the test's cgroup: %v", err)
+		}
+	})
+	dir, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	var h spawners
+	defer h.close()
+	for _, viaSpawner := range []bool{true, false} {
+		cmd := &exec.Cmd{
+			Path: "/bin/sleep", Args: []string{"sleep", "30"}, Dir: "/",
+			Stdin: null, Stdout: null, Stderr: null,
+			SysProcAttr: &syscall.SysProcAttr{
+				Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+				Pdeathsig:   syscall.SIGKILL, UseCgroupFD: true, CgroupFD: int(dir.Fd()),
+			},
+		}
+		p := newProc()
+		if viaSpawner {
+			err = p.startProc(&h, bin, cmd, 65534, false, dir)
+		} else {
+			err = p.startHere(cmd)
+		}
+		if err != nil {
+			t.Fatalf("spawner %v: %v", viaSpawner, err)
+		}
+		if got := p.pidFile() != nil; got != viaSpawner {
+			t.Fatalf("started through the spawner: %v, want %v", got, viaSpawner)
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
+		p.killIfRunning()
+		<-p.waitCh
+		p.release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(strings.Split(strings.TrimSpace(string(b)), "\n"), "0::/"+name) {
+			t.Errorf("spawner %v: the process was not born in %s:\n%s", viaSpawner, path, b)
+		}
+	}
 }

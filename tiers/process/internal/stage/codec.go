@@ -190,7 +190,8 @@ func AppendSpawnRequest(dst []byte, r *SpawnRequest) []byte {
 	dst = wire.String(dst, r.Dir)
 	dst = wire.Uint(dst, uint64(r.Cloneflags))
 	dst = wire.Uint(dst, uint64(r.UID))
-	return wire.Bool(dst, r.SpareNet)
+	dst = wire.Bool(dst, r.SpareNet)
+	return wire.Bool(dst, r.IntoCgroup)
 }
 
 // DecodeSpawnRequest decodes a spawn request.
@@ -199,6 +200,7 @@ func DecodeSpawnRequest(msg []byte) (SpawnRequest, error) {
 	r := SpawnRequest{Path: d.String(), Args: d.Strings(), Env: d.Strings(), Dir: d.String(), Cloneflags: uintptr(d.Uint())}
 	r.UID = d.Uint32()
 	r.SpareNet = d.Bool()
+	r.IntoCgroup = d.Bool()
 	return r, d.Done()
 }
 

@@ -43,6 +43,10 @@ type SpawnRequest struct {
 	// made ahead (see netSpares) in place of CLONE_NEWNET, for a stage
 	// that configures nothing in its network namespace.
 	SpareNet bool
+	// IntoCgroup: the request's last descriptor is a cgroup v2 directory,
+	// which the stage is born in (clone3's CLONE_INTO_CGROUP) instead of
+	// being moved in afterwards; the stage does not inherit it.
+	IntoCgroup bool
 }
 
 // SpawnMessage is what the spawner sends: a reply to a request (Pid, or
@@ -170,6 +174,10 @@ func spawnOne(msg []byte, fds []int, nets *netSpares) (pid, pidfd int, spare boo
 	if err != nil {
 		return 0, -1, false, fmt.Errorf("spawn request: %w", err)
 	}
+	cgroupFd := -1
+	if req.IntoCgroup && len(fds) > 0 {
+		cgroupFd, fds = fds[len(fds)-1], fds[:len(fds)-1]
+	}
 	if len(fds) < 3 {
 		return 0, -1, false, fmt.Errorf("spawn request: %d descriptors, want at least 3", len(fds))
 	}
@@ -196,9 +204,11 @@ func spawnOne(msg []byte, fds []int, nets *netSpares) (pid, pidfd int, spare boo
 			GidMappings: m,
 			// Become the mapped root, so the stage holds capabilities in
 			// its own user namespace (and none outside it).
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
-			Pdeathsig:  syscall.SIGKILL,
-			PidFD:      &pidfd,
+			Credential:  &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+			Pdeathsig:   syscall.SIGKILL,
+			PidFD:       &pidfd,
+			UseCgroupFD: cgroupFd >= 0,
+			CgroupFD:    cgroupFd,
 		},
 	})
 	if err != nil {
