@@ -222,9 +222,14 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}
 	// Through the spawner where there is one (the worker is still this
 	// binary, passed as a descriptor: the spawner only forks), else from
-	// here.
+	// here. On cgroup v2 it is born in its group (see sandbox.start).
+	cgDir := w.cg.dir()
+	if cgDir != nil {
+		w.cmd.SysProcAttr.UseCgroupFD = true
+		w.cmd.SysProcAttr.CgroupFD = int(cgDir.Fd())
+	}
 	if bin, berr := discoverStage(); berr == nil {
-		err = w.startProc(&g.spawn, bin, w.cmd, w.uid, true, nil) // a worker has no network at all
+		err = w.startProc(&g.spawn, bin, w.cmd, w.uid, true, cgDir) // a worker has no network at all
 	} else {
 		err = w.startHere(w.cmd)
 	}
@@ -235,8 +240,10 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		stderrR.Close()
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
-	if err := w.cg.add(w.pid); err != nil {
-		return nil, fmt.Errorf("starting worker: joining cgroup: %w", err)
+	if cgDir == nil {
+		if err := w.cg.add(w.pid); err != nil {
+			return nil, fmt.Errorf("starting worker: joining cgroup: %w", err)
+		}
 	}
 	w.errWG.Add(1)
 	go w.stderr.read(stderrR, &w.stderr.err, &w.errWG)
