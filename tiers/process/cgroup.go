@@ -34,10 +34,11 @@ type cgLimits struct {
 type jobCgroup interface {
 	add(pid int) error
 	// joinFiles are the files a thread writes "0" to in order to move
-	// itself in (see stage.BaseSpec.CgroupFds), opened at creation; nil
-	// when there are none (v2, where threads of one process cannot be in
-	// different groups: see dir; or an open failed: the parent then uses
-	// add).
+	// itself in (see stage.BaseSpec.CgroupFds), opened at creation when
+	// the group was made for a stage that joins by itself; nil when there
+	// are none (not asked for; v2, where threads of one process cannot be
+	// in different groups: see dir; or an open failed: the parent then
+	// uses add).
 	joinFiles() []*os.File
 	// dir is the group's directory, opened at creation, for a clone
 	// straight into it (v2's CLONE_INTO_CGROUP); nil on v1, or when the
@@ -82,7 +83,11 @@ func cgroupAvailable() error {
 	return nil
 }
 
-func newJobCgroup(name string, l cgLimits) (jobCgroup, error) {
+// newJobCgroup makes the named group with limits l; selfJoin opens the
+// files a stage joins it through (see joinFiles) for a start that uses
+// them, sparing every other group (pooled sandboxes, guarded workers)
+// five opens and closes.
+func newJobCgroup(name string, l cgLimits, selfJoin bool) (jobCgroup, error) {
 	// No typed nil in the interface on failure: callers test it for nil.
 	if cgroupV2() {
 		cg, err := newCgroupV2(name, l)
@@ -91,7 +96,7 @@ func newJobCgroup(name string, l cgLimits) (jobCgroup, error) {
 		}
 		return cg, nil
 	}
-	cg, err := newCgroupV1(name, l)
+	cg, err := newCgroupV1(name, l, selfJoin)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +146,7 @@ func (s *spareCgroup) fill(l cgLimits) {
 	}
 	s.making = true
 	s.mu.Unlock()
-	cg, err := newJobCgroup(newName(), l)
+	cg, err := newJobCgroup(newName(), l, true) // only direct starts take it
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.making = false
@@ -204,7 +209,7 @@ func v1Resources(l cgLimits) *specs.LinuxResources {
 	return r
 }
 
-func newCgroupV1(name string, l cgLimits) (*cgroupV1, error) {
+func newCgroupV1(name string, l cgLimits, selfJoin bool) (*cgroupV1, error) {
 	cg, err := cgroup1.New(cgroup1.StaticPath("/"+name), v1Resources(l), cgroup1.WithHierarchy(v1Hierarchy))
 	if err != nil {
 		return nil, fmt.Errorf("creating cgroup %s: %w", name, err)
@@ -215,18 +220,26 @@ func newCgroupV1(name string, l cgLimits) (*cgroupV1, error) {
 	for _, s := range v1Subsystems {
 		c.procs = append(c.procs, openProcs(c.file(string(s), "cgroup.procs")))
 	}
+	if selfJoin {
+		c.tasks = c.openTasks()
+	}
+	return c, nil
+}
+
+// openTasks opens the group's "tasks" file in every hierarchy, or none.
+func (c *cgroupV1) openTasks() []*os.File {
+	var files []*os.File
 	for _, s := range v1Subsystems {
 		f, err := os.OpenFile(c.file(string(s), "tasks"), os.O_WRONLY, 0)
 		if err != nil {
-			for _, f := range c.tasks {
+			for _, f := range files {
 				f.Close()
 			}
-			c.tasks = nil
-			break
+			return nil
 		}
-		c.tasks = append(c.tasks, f)
+		files = append(files, f)
 	}
-	return c, nil
+	return files
 }
 
 func (c *cgroupV1) joinFiles() []*os.File { return c.tasks }

@@ -214,7 +214,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	w.memMB = poolLimits.MemoryMB + workerRuntimeMB
 	l := poolLimits
 	l.MemoryMB = w.memMB
-	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l)); err != nil {
+	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l), false); err != nil {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
 	if err := w.cg.holdMemoryLimit(); err != nil {
@@ -222,12 +222,8 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}
 	// Through the spawner where there is one (the worker is still this
 	// binary, passed as a descriptor: the spawner only forks), else from
-	// here. On cgroup v2 it is born in its group (see sandbox.start).
-	cgDir := w.cg.dir()
-	if cgDir != nil {
-		w.cmd.SysProcAttr.UseCgroupFD = true
-		w.cmd.SysProcAttr.CgroupFD = int(cgDir.Fd())
-	}
+	// here. On cgroup v2 it is born in its group.
+	cgDir := cloneInto(w.cmd, w.cg)
 	if bin, berr := discoverStage(); berr == nil {
 		err = w.startProc(&g.spawn, bin, w.cmd, w.uid, true, cgDir) // a worker has no network at all
 	} else {

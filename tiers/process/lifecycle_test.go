@@ -106,7 +106,7 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadName := namePrefix + strconv.Itoa(dead.Process.Pid) + "-0123456789ab"
-	cg, err := newJobCgroup(deadName, cgLimits{memoryBytes: 64 << 20, pids: 8})
+	cg, err := newJobCgroup(deadName, cgLimits{memoryBytes: 64 << 20, pids: 8}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestSweep(t *testing.T) {
 	}
 	defer os.Remove(liveTemplate)
 	liveName := namePrefix + strconv.Itoa(os.Getpid()) + "-ba9876543210"
-	live, err := newJobCgroup(liveName, cgLimits{memoryBytes: 64 << 20, pids: 8})
+	live, err := newJobCgroup(liveName, cgLimits{memoryBytes: 64 << 20, pids: 8}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,19 @@ func (p *proc) startHere(cmd *exec.Cmd) error {
 	return nil
 }
 
+// cloneInto sets cmd to clone its process straight into cg (v2's
+// CLONE_INTO_CGROUP) and returns cg's directory, to be passed to
+// startProc; or, on v1 or without the directory, leaves cmd as it is and
+// returns nil, and the caller moves the process in.
+func cloneInto(cmd *exec.Cmd, cg jobCgroup) *os.File {
+	dir := cg.dir()
+	if dir != nil {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(dir.Fd())
+	}
+	return dir
+}
+
 func asFile(v any) *os.File {
 	f, _ := v.(*os.File)
 	return f

@@ -144,17 +144,18 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// job (level 2, or a container whose job follows the base spec) has
 	// it before the stage starts, and the stage is born in it (v2) or
 	// joins it itself, first (v1; see stage.BaseSpec.CgroupFds): moving a
-	// process in from here waits out an RCU grace period, 6–9 ms, whenever
-	// the machine has been idle for a few tens of milliseconds. Any other start (pooled, off the
-	// caller's path; net-granted, which waits tens of milliseconds for its
-	// forwarder anyway) creates its group while the stage starts and
-	// moves the stage in before it gets its job (below).
+	// process in from here waits out an RCU grace period, 6–9 ms,
+	// whenever the machine has been idle for a few tens of milliseconds.
+	// Any other start (pooled, off the caller's path; net-granted, which
+	// waits tens of milliseconds for its forwarder anyway) creates its
+	// group while the stage starts and moves the stage in before it gets
+	// its job (below).
 	cgErr := make(chan error, 1)
 	direct := o.level == airlock.LevelSyscallFilter || o.job != nil
 	if direct {
 		sb.cg = t.cgSpare.take(sb.limits)
 		if sb.cg == nil {
-			cg, err := newJobCgroup(sb.name, sb.limits)
+			cg, err := newJobCgroup(sb.name, sb.limits, true)
 			if err != nil {
 				return nil, fmt.Errorf("starting sandbox: %w", err)
 			}
@@ -166,7 +167,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		cgErr <- nil
 	} else {
 		go func() {
-			cg, err := newJobCgroup(sb.name, sb.limits)
+			cg, err := newJobCgroup(sb.name, sb.limits, false)
 			sb.cg = cg
 			cgErr <- err
 		}()
@@ -275,7 +276,10 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 	}
 
-	if ready != nil {
+	// The stage joins (v1) or is born in (v2) a group it has before it
+	// starts.
+	own := ready != nil
+	if own {
 		for _, f := range ready.joinFiles() {
 			sb.joinFds = append(sb.joinFds, 3+len(extra))
 			extra = append(extra, f)
@@ -319,11 +323,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	// level-2 stage (no user namespace: Go starts it with vfork) starts
 	// here.
 	var cgDir *os.File // v2: the stage is born in its cgroup
-	if ready != nil && sb.joinFds == nil {
-		if cgDir = ready.dir(); cgDir != nil {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = int(cgDir.Fd())
-		}
+	if own && sb.joinFds == nil {
+		cgDir = cloneInto(cmd, ready)
 	}
 	if o.level == airlock.LevelContainer {
 		// Without egress nothing configures the sandbox's network, so a
