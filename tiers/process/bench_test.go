@@ -106,7 +106,9 @@ var bwrapArgs = []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/us
 // is the fallback's worst case). It needs a separate stage binary (built
 // by `make setup`, or named by AIRLOCK_AIRLOCK_STAGE). process-direct
 // starts its containers from this process rather than through the spawner.
-func BenchmarkColdStartPaired(b *testing.B) { coldStartPaired(b, 5*time.Millisecond, true) }
+func BenchmarkColdStartPaired(b *testing.B) {
+	coldStartPaired(b, 5*time.Millisecond, "-reexec", "-direct")
+}
 
 // BenchmarkColdStartIdle is BenchmarkColdStartPaired for bwrap and the
 // two tiers only, with 50 ms of idleness before each start, as before a
@@ -114,12 +116,15 @@ func BenchmarkColdStartPaired(b *testing.B) { coldStartPaired(b, 5*time.Millisec
 // falls on every variant: caches, idle CPUs, and the cgroup core's
 // "recently written" state, whose loss made moving a process into a
 // cgroup wait out an RCU grace period (6–9 ms here) until the stages
-// joined their groups themselves (see stage.BaseSpec.CgroupFds).
-func BenchmarkColdStartIdle(b *testing.B) { coldStartPaired(b, 50*time.Millisecond, false) }
+// joined their groups themselves (see stage.BaseSpec.CgroupFds). The
+// -moved variants are the tiers with the tier moving each stage in, as
+// before.
+func BenchmarkColdStartIdle(b *testing.B) { coldStartPaired(b, 50*time.Millisecond, "-moved") }
 
-// coldStartPaired runs the paired cold starts, each after idle (untimed);
-// variants adds the re-executing and direct variants.
-func coldStartPaired(b *testing.B, idle time.Duration, variants bool) {
+// coldStartPaired runs the paired cold starts, each after idle (untimed):
+// bwrap, the two tiers, and the named variants of them (-reexec, -direct,
+// -moved).
+func coldStartPaired(b *testing.B, idle time.Duration, variants ...string) {
 	bwrap, err := tools.Find("bwrap")
 	if err != nil {
 		testenv.Skipf(b, "bwrap (Debian bubblewrap; scripts/setup.sh installs it) is missing: %v", err)
@@ -141,18 +146,24 @@ func coldStartPaired(b *testing.B, idle time.Duration, variants bool) {
 	runs := map[string]func() error{"bwrap": func() error { return exec.Command(bwrap, bwrapArgs...).Run() }}
 	for _, tc := range bothTiers {
 		for _, v := range []struct {
-			suffix string
-			cfg    Config
-			direct bool
-		}{{"", testConfig(b), false}, {"-reexec", testConfig(b).WithStageBinary(self), false}, {"-direct", testConfig(b), true}} {
+			suffix        string
+			cfg           Config
+			direct, moved bool
+		}{
+			{"", testConfig(b), false, false},
+			{"-reexec", testConfig(b).WithStageBinary(self), false, false},
+			{"-direct", testConfig(b), true, false},
+			{"-moved", testConfig(b), false, true},
+		} {
 			if v.direct && tc.name != NameContainer {
 				continue // only containers start through the spawner
 			}
-			if v.suffix != "" && !variants {
+			if v.suffix != "" && !slices.Contains(variants, v.suffix) {
 				continue
 			}
 			tier := newTestTier(b, tc, v.cfg)
 			tier.spawn.off = v.direct
+			tier.cgMove = v.moved
 			tiers = append(tiers, tier)
 			names = append(names, tc.name+v.suffix)
 			runs[tc.name+v.suffix] = func() error { _, err := tier.Run(context.Background(), job); return err }
@@ -193,7 +204,7 @@ func coldStartPaired(b *testing.B, idle time.Duration, variants bool) {
 		m[name] = median(ts)
 	}
 	b.Logf("stage binary: %s; %d rounds, each start after %v idle", sb.path, i, idle)
-	m.ratios(b, "bwrap", "process-reexec", "seccomp-reexec")
+	m.ratios(b, "bwrap", "process-reexec", "seccomp-reexec", "process-moved", "seccomp-moved")
 	if m["bwrap"] > 0 {
 		b.ReportMetric(float64(m["process"])/float64(m["bwrap"]), "process/bwrap")
 		b.ReportMetric(float64(m["seccomp"])/float64(m["bwrap"]), "seccomp/bwrap")

@@ -277,8 +277,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	}
 
 	// The stage joins (v1) or is born in (v2) a group it has before it
-	// starts.
-	own := ready != nil
+	// starts, unless a test has the tier move it in.
+	own := ready != nil && !t.cgMove
 	if own {
 		for _, f := range ready.joinFiles() {
 			sb.joinFds = append(sb.joinFds, 3+len(extra))

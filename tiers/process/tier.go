@@ -109,6 +109,9 @@ type Tier struct {
 	spawn spawners
 	// cgSpare is a cgroup made ahead for the next start.
 	cgSpare spareCgroup
+	// cgMove (tests and benchmarks): the tier moves every stage into its
+	// cgroup, as before stages joined or were born in theirs.
+	cgMove bool
 
 	// Used sandboxes are destroyed in the background, off the caller's
 	// path; Close waits for them and reports what failed.
