@@ -160,7 +160,7 @@ func TestFirecrackerBoot(t *testing.T) {
 	fc, err := exec.LookPath("firecracker")
 	switch {
 	case err != nil:
-		t.Skip("Firecracker needs a firecracker binary: none is on PATH, and none can be installed here (no Debian package, not on the Go module proxy)")
+		t.Skip("Firecracker needs a firecracker binary: none is on PATH, and none can be installed here (no Debian package, nothing on the Go module proxy or npm)")
 	case !tools.KVMUsable():
 		t.Skip("Firecracker needs /dev/kvm, which this machine lacks")
 	}
