@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
 func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
@@ -113,16 +115,64 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // TestDefaultSituationHint: a job refused under the default situation
-// says so (plain and --json); with a situation given the hint is gone.
+// says so (plain and --json); with a situation given the hint is gone. A
+// job file's own "tier" field does not imply a situation.
 func TestDefaultSituationHint(t *testing.T) {
-	_, errOut, code := run(t, "", "run", "--tier", "process", "--", "true")
-	assert.Equal(t, exitNotAdmitted, code)
-	assert.Contains(t, errOut, "the job names no situation, so public applies")
-	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
 	out, _, code := run(t, `{"kind":"command","argv":["true"],"tier":"process"}`, "run", "--json", "-")
 	assert.Equal(t, exitNotAdmitted, code)
-	assert.Contains(t, out, "the job names no situation")
+	assert.Contains(t, out, "the job names no situation, so public applies")
+	_, errOut, code := run(t, "", "run", "--tier", "seccomp", "--", "true")
+	assert.Equal(t, exitNotAdmitted, code, "level 2 is below internal too: nothing is implied")
+	assert.Contains(t, errOut, "the job names no situation, so public applies")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
 	_, errOut, code = run(t, "", "run", "--tier", "process", "--situation", "public", "--", "true")
 	assert.Equal(t, exitNotAdmitted, code)
 	assert.NotContains(t, errOut, "names no situation")
+	out, _, code = run(t, "", "explain", "--tier", "seccomp")
+	assert.Equal(t, exitNotAdmitted, code)
+	assert.Contains(t, out, "situation: public")
+	assert.NotContains(t, out, "implied")
+}
+
+// TestTierImpliesSituation: naming a container tier on the command line,
+// with no situation, runs the job as internal and records why; the
+// issue's own example shows the sandbox's view of the world.
+func TestTierImpliesSituation(t *testing.T) {
+	out, _, code := run(t, "", "explain", "--tier", "process")
+	assert.Equal(t, exitOK, code, out)
+	assert.Contains(t, out, "situation internal: implied by --tier process")
+	assert.Contains(t, out, "situation: internal")
+	assert.Contains(t, out, "chosen:    process")
+
+	r, closeAll, err := (&routerFlags{}).open()
+	require.NoError(t, err)
+	why := r.Unavailable("process")
+	closeAll()
+	if why != nil {
+		testenv.Skipf(t, "the process tier is unavailable here: %v", why)
+	}
+	out, errOut, code := run(t, "", "run", "--tier", "process", "--", "sh", "-c", "echo hi; id; ls /")
+	require.Equal(t, exitOK, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Greater(t, len(lines), 2, out)
+	assert.Equal(t, "hi", lines[0])
+	assert.Contains(t, lines[1], "uid=0(root)", "the sandbox's root, mapped to an unprivileged host id")
+	root := lines[2:]
+	assert.Contains(t, root, "scratch", "the writable scratch")
+	assert.Contains(t, root, "usr")
+	for _, host := range []string{"home", "root", "var", "srv", "mnt", "opt", "boot"} {
+		assert.NotContains(t, root, host, "the host's /%s is not in the sandbox's root", host)
+	}
+
+	// The flag implies it for a job file as well, and the Result says so.
+	out, _, code = run(t, `{"kind":"command","argv":["true"]}`, "run", "--json", "--tier", "process", "-")
+	require.Equal(t, exitOK, code, out)
+	var res struct {
+		Tier     string
+		Decision []string
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Equal(t, "process", res.Tier)
+	require.NotEmpty(t, res.Decision)
+	assert.Contains(t, res.Decision[0], "situation internal: implied by --tier process")
 }

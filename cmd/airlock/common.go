@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -57,7 +58,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	if withKind {
 		fs.StringVar(&f.kind, "kind", "", "job kind: expr, starlark, wasm or command (default: from the file extension)")
 	}
-	fs.StringVar(&f.tier, "tier", "", "run on this tier instead of letting the router choose")
+	fs.StringVar(&f.tier, "tier", "", "run on this tier instead of letting the router choose (with no --situation, a level-3 tier runs the job as internal)")
 	fs.StringVar(&f.situation, "situation", "", "expression, internal, public (default), multi-tenant or credentials")
 	fs.StringVar(&f.input, "input", "", "input variables as a JSON object, or @FILE")
 	fs.StringVar(&f.entry, "entry", "", "function to call (Starlark, WASM)")
@@ -210,4 +211,69 @@ func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand
 		return nil, exitUsage, false
 	}
 	return jc, code, ok
+}
+
+// impliedSituation is the situation a job runs as when the operator names
+// a tier on the command line (--tier) but no situation. Without it the
+// default, public, would refuse any tier below virtualisation, so
+// `airlock run --tier process -- ...` could never run. The operator who
+// types a tier has chosen the boundary, so the job runs as internal
+// (the operator's own tooling) when that tier's level meets the internal
+// rule but not the public one. It returns "" otherwise: when the job
+// names a situation, when the tier is unknown, when public already
+// applies, and when the tier is below internal's level too (a level-2 or
+// interpreter tier for a command job: the router then refuses as usual,
+// and its refusal says which situation would do).
+//
+// Only the --tier flag implies a situation: a job file's own "tier" field
+// does not, since a job from elsewhere must not lower its own situation.
+func impliedSituation(r *escalate.Router, job *airlock.Job) airlock.Situation {
+	if job.Situation != "" || job.Tier == "" || job.Tier == airlock.TierAuto {
+		return ""
+	}
+	level := airlock.Level(-1)
+	for _, t := range r.Tiers() {
+		if t.Name() == job.Tier {
+			level = t.Level()
+		}
+	}
+	if level < 0 {
+		return ""
+	}
+	meets := func(s airlock.Situation) bool {
+		trial := *job
+		trial.Situation = s
+		x := r.Explain(&trial)
+		return x.Rule != "" && x.MinLevel <= level
+	}
+	if meets(airlock.SituationPublic) || !meets(airlock.SituationInternal) {
+		return ""
+	}
+	return airlock.SituationInternal
+}
+
+// implySituation sets the situation a --tier flag implies (see
+// impliedSituation) and returns the line that records it in the result's
+// decision, or "" when nothing was implied.
+func implySituation(r *escalate.Router, job *airlock.Job, jf *jobFlags) string {
+	if jf.tier == "" || jf.situation != "" {
+		return ""
+	}
+	s := impliedSituation(r, job)
+	if s == "" {
+		return ""
+	}
+	job.Situation = s
+	return fmt.Sprintf("situation %s: implied by --tier %s, as no situation was given (pass --situation to choose another)", s, job.Tier)
+}
+
+// runFlagged runs a job built from the command line, with the situation
+// its --tier flag implies recorded first in the result's decision.
+func runFlagged(ctx context.Context, r *escalate.Router, job airlock.Job, jf *jobFlags) (airlock.Result, error) {
+	note := implySituation(r, &job, jf)
+	res, err := r.Run(ctx, job)
+	if note != "" {
+		res.Decision = append([]string{note}, res.Decision...)
+	}
+	return res, err
 }

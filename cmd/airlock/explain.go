@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 
@@ -31,7 +32,7 @@ func explainCmd(ctx context.Context, e *env) int {
 	jsonMode := fs.Bool("json", false, "write the explanation as JSON")
 	kind := fs.String("kind", "command", "job kind when no job file is given")
 	situation := fs.String("situation", "", "situation (default public)")
-	tier := fs.String("tier", "", "an explicitly requested tier")
+	tier := fs.String("tier", "", "an explicitly requested tier (with no --situation, a level-3 tier implies internal)")
 	spawn := fs.Bool("spawn", false, "grant process spawn")
 	var nets, reads stringList
 	fs.Var(&nets, "net", "grant egress to HOST (repeatable)")
@@ -83,12 +84,16 @@ func explainCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	defer closeAll()
+	note := implySituation(r, &job, &jobFlags{tier: *tier, situation: *situation})
 	x := r.Explain(&job)
 	if *jsonMode {
 		if err := writeJSON(e.stdout, x); err != nil {
 			return e.fail(err)
 		}
 	} else {
+		if note != "" {
+			fmt.Fprintf(e.stdout, "note:      %s\n", note)
+		}
 		x.Write(e.stdout)
 	}
 	if x.Chosen == "" {

@@ -40,7 +40,7 @@ func runCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	defer closeAll()
-	res, err := r.Run(ctx, job)
+	res, err := runFlagged(ctx, r, job, jf)
 	return e.report(res, err)
 }
 
@@ -86,7 +86,7 @@ func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *
 		return finish(airlock.Result{}, err)
 	}
 	defer closeAll()
-	return finish(r.Run(ctx, job))
+	return finish(runFlagged(ctx, r, job, jf))
 }
 
 var kindByExt = map[string]airlock.Kind{
