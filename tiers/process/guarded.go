@@ -363,6 +363,21 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	// limit is crossed (one timer checks both of the latter). This
 	// goroutine reads the result itself: a hand-off from another goroutine
 	// costs a scheduler wake-up on the claim's path.
+	//
+	// A request of at most one page goes out first: the pipe is fresh and
+	// empty, so the write cannot block, and the guard below is armed while
+	// the worker wakes up rather than before (arming its timer wakes
+	// another of this process's threads, ≈ 4 µs off a warm claim's median
+	// in alternated runs). Nothing the job does can outrun the guard: the
+	// deadline is fixed above, a context already done kills at once, and
+	// the result is read only once the guard is armed. A larger request is
+	// written after, as its write waits for the worker, and a kill ends
+	// that wait.
+	early := len(req) <= 4096
+	var werr error
+	if early {
+		_, werr = w.stdin.Write(req)
+	}
 	gd := &guard{w: w}
 	defer gd.end() // before the release: nothing touches the worker after
 	defer context.AfterFunc(ctx, func() {
@@ -377,11 +392,13 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) })
 	guarded = true
 
-	// The pipe is fresh and empty, so a request of at most one page never
-	// blocks; a larger one waits for the worker to read it, and a kill
-	// ends that wait. Stdin stays open until the worker is destroyed: the
-	// worker reads one frame, and closing costs the claim's path.
-	_, err = w.stdin.Write(req)
+	// Stdin stays open until the worker is destroyed: the worker reads
+	// one frame, and closing costs the claim's path.
+	if early {
+		err = werr
+	} else {
+		_, err = w.stdin.Write(req)
+	}
 	var inner airlock.Result
 	if err == nil {
 		inner, err = wk.ReadResult(w.out, wk.ResultLimit(prepared.Limits.OutputBytes))

@@ -129,7 +129,7 @@ func TestGuardedConformance(t *testing.T) {
 }
 
 // TestGuardedContainsCrashes shows that an interpreter that dies — a fatal
-// runtime error, unbounded allocation, a loop deaf to cancellation — takes
+// runtime error, unbounded allocation, a loop deaf to cancellation, a caller that gives up — takes
 // only its worker with it, and the caller gets a typed error.
 func TestGuardedContainsCrashes(t *testing.T) {
 	// Both ways a worker can be started: through the tier's spawner, and
@@ -183,6 +183,19 @@ func guardedCrashes(t *testing.T, newGuarded func(*testing.T, string) *Guarded) 
 		_, err := newGuarded(t, "test-spin").Run(ctx, spin)
 		wantStop(t, err, airlock.StopTimeout)
 		t.Logf("stopped after %v", time.Since(start))
+	})
+	t.Run("CallerCancels", func(t *testing.T) {
+		// A worker deaf to everything is killed when the caller gives up,
+		// before or during its job, and the stop says so.
+		g := newGuarded(t, "test-spin")
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := g.Run(done, job)
+		wantStop(t, err, airlock.StopKilled)
+		later, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err = g.Run(later, job)
+		wantStop(t, err, airlock.StopKilled)
 	})
 	t.Run("ExprRunaway", func(t *testing.T) {
 		g := newGuarded(t, "expr")
