@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/internal/cpio"
 	"maps"
 	"os"
 	"os/exec"
@@ -127,28 +128,28 @@ func buildInitramfs(cacheDir, root, agentPath string) (string, error) {
 		return "", err
 	}
 	defer os.Remove(tmp.Name())
-	c := newCPIO(tmp)
+	c := cpio.NewWriter(tmp)
 	for _, d := range []string{"bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "scratch", "etc", "lib", "lib/modules", "root", "run", "var"} {
-		c.add(cpioEntry{name: d, mode: cpioDir | 0o755})
+		c.Add(cpio.Entry{Name: d, Mode: cpio.Dir | 0o755})
 	}
-	c.add(cpioEntry{name: "dev/console", mode: cpioChar | 0o600, rmaj: 5, rminor: 1})
-	c.add(cpioEntry{name: "dev/null", mode: cpioChar | 0o666, rmaj: 1, rminor: 3})
-	c.add(cpioEntry{name: "init", mode: cpioFile | 0o700, data: agent})
-	c.add(cpioEntry{name: "bin/busybox", mode: cpioFile | 0o755, data: busybox})
+	c.Add(cpio.Entry{Name: "dev/console", Mode: cpio.Char | 0o600, RMajor: 5, RMinor: 1})
+	c.Add(cpio.Entry{Name: "dev/null", Mode: cpio.Char | 0o666, RMajor: 1, RMinor: 3})
+	c.Add(cpio.Entry{Name: "init", Mode: cpio.File | 0o700, Data: agent})
+	c.Add(cpio.Entry{Name: "bin/busybox", Mode: cpio.File | 0o755, Data: busybox})
 	for _, app := range applets {
 		if app == "busybox" || app == "init" || app == "linuxrc" {
 			continue
 		}
-		c.add(cpioEntry{name: "bin/" + app, mode: cpioSymlink | 0o777, data: []byte("busybox")})
+		c.Add(cpio.Entry{Name: "bin/" + app, Mode: cpio.Symlink | 0o777, Data: []byte("busybox")})
 	}
-	c.add(cpioEntry{name: "etc/modules.order", mode: cpioFile | 0o644, data: order})
-	c.add(cpioEntry{name: "etc/kernel-release", mode: cpioFile | 0o644, data: release})
-	c.add(cpioEntry{name: "etc/passwd", mode: cpioFile | 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/scratch:/bin/sh\n")})
-	c.add(cpioEntry{name: "etc/group", mode: cpioFile | 0o644, data: []byte("root:x:0:\nnogroup:x:65534:\n")})
+	c.Add(cpio.Entry{Name: "etc/modules.order", Mode: cpio.File | 0o644, Data: order})
+	c.Add(cpio.Entry{Name: "etc/kernel-release", Mode: cpio.File | 0o644, Data: release})
+	c.Add(cpio.Entry{Name: "etc/passwd", Mode: cpio.File | 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/scratch:/bin/sh\n")})
+	c.Add(cpio.Entry{Name: "etc/group", Mode: cpio.File | 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n")})
 	for _, m := range slices.Sorted(maps.Keys(mods)) {
-		c.add(cpioEntry{name: "lib/modules/" + m, mode: cpioFile | 0o644, data: mods[m]})
+		c.Add(cpio.Entry{Name: "lib/modules/" + m, Mode: cpio.File | 0o644, Data: mods[m]})
 	}
-	if err := c.close(); err != nil {
+	if err := c.Close(); err != nil {
 		tmp.Close()
 		return "", err
 	}

@@ -2,6 +2,7 @@ package microvm
 
 import (
 	"context"
+	"github.com/airlock-sandbox/airlock/internal/cpio"
 	"io"
 	"net"
 	"os"
@@ -232,9 +233,9 @@ func bareInitrd(b *testing.B, tier *Tier) string {
 	if _, err := f.Write(base); err != nil {
 		b.Fatal(err)
 	}
-	c := newCPIO(f)
-	c.add(cpioEntry{name: "init", mode: cpioFile | 0o755, data: []byte("#!/bin/busybox sh\n/bin/true\n/bin/busybox poweroff -f\n")})
-	if err := c.close(); err != nil {
+	c := cpio.NewWriter(f)
+	c.Add(cpio.Entry{Name: "init", Mode: cpio.File | 0o755, Data: []byte("#!/bin/busybox sh\n/bin/true\n/bin/busybox poweroff -f\n")})
+	if err := c.Close(); err != nil {
 		b.Fatal(err)
 	}
 	return p
