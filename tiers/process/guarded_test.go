@@ -129,8 +129,9 @@ func TestGuardedConformance(t *testing.T) {
 }
 
 // TestGuardedContainsCrashes shows that an interpreter that dies — a fatal
-// runtime error, unbounded allocation, a loop deaf to cancellation, a caller that gives up — takes
-// only its worker with it, and the caller gets a typed error.
+// runtime error, unbounded allocation, a loop deaf to cancellation, a
+// caller that gives up — takes only its worker with it, and the caller
+// gets a typed error.
 func TestGuardedContainsCrashes(t *testing.T) {
 	// Both ways a worker can be started: through the tier's spawner, and
 	// from this process (when no spawner can be had).

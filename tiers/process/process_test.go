@@ -172,10 +172,19 @@ var (
 	staticErr  error
 )
 
+// staticBinaryEnv names a prebuilt static test program, for a test run
+// with no Go toolchain (TestCgroupV2's guest).
+const staticBinaryEnv = "AIRLOCK_TEST_STATIC_BINARY"
+
 // staticBinary builds a static Go program and returns it base64-encoded.
 func staticBinary(t *testing.T) string {
 	t.Helper()
 	staticOnce.Do(func() {
+		if p := os.Getenv(staticBinaryEnv); p != "" { // prebuilt (TestCgroupV2's guest)
+			bin, err := os.ReadFile(p)
+			staticB64, staticErr = base64.StdEncoding.EncodeToString(bin), err
+			return
+		}
 		dir, err := os.MkdirTemp("", "airlock-static-")
 		if err != nil {
 			staticErr = err
@@ -298,7 +307,7 @@ func TestScenarios(t *testing.T) {
 			wantStop(t, err, airlock.StopCPU)
 		})
 		t.Run("SandboxView", func(t *testing.T) {
-			res, err := tier.Run(ctx, cmdJob("sh", "-c", "id -u; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs|CapEff)'; ls /"))
+			res, err := tier.Run(ctx, cmdJob("sh", "-c", "id -u; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs|CapEff)'; ls /; readlink /proc/self/ns/time || true"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -312,6 +321,10 @@ func TestScenarios(t *testing.T) {
 					if strings.Contains(res.Stdout, absent) {
 						t.Errorf("container root shows %q:\n%s", absent, res.Stdout)
 					}
+				}
+				// The program runs in a time namespace of its own.
+				if host, err := os.Readlink("/proc/self/ns/time"); err == nil && (strings.Contains(res.Stdout, host) || !strings.Contains(res.Stdout, "time:[")) {
+					t.Errorf("the program's time namespace is not its own (host %s):\n%s", host, res.Stdout)
 				}
 			}
 		})

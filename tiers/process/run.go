@@ -232,7 +232,7 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 		spec.CgroupFds = sb.joinFds
 		spec.ReadPaths = job.Grants.FS.Read
 		var err error
-		if spec.Seccomp, err = sysfilter.Program(sysfilter.FilterOptions{}); err != nil {
+		if spec.Seccomp, err = sysfilter.Program(filterPolicy()); err != nil {
 			sb.kill()
 			<-sb.waitCh
 			return out, fmt.Errorf("starting sandbox: %w", err)

@@ -33,6 +33,27 @@ func newName() string {
 	return namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 }
 
+// cloneNewTime is CLONE_NEWTIME where the kernel has time namespaces
+// (5.6 and later), else 0. A container's stage is born in its own time
+// namespace (Go clones with clone3 for it) rather than unsharing one
+// later: before 6.3 the kernel refuses, with EINVAL, a vfork-style child
+// of a process whose children go to another time namespace than its own,
+// and that is how the stage starts the program.
+var cloneNewTime = sync.OnceValue(func() uintptr {
+	if _, err := os.Stat("/proc/self/ns/time"); err == nil {
+		return unix.CLONE_NEWTIME
+	}
+	return 0
+})
+
+// filterPolicy is level 2's seccomp policy. Without Landlock's scoping
+// of abstract Unix sockets (ABI 6, Linux 6.12) a program sharing the
+// host's network namespace could connect to any abstract socket there, so
+// on older kernels it gets no AF_UNIX sockets at all.
+var filterPolicy = sync.OnceValue(func() sysfilter.FilterOptions {
+	return sysfilter.FilterOptions{NoUnix: stage.LandlockABI() < 6}
+})
+
 // pidsHeadroom is added to the job's process limit for the stage's own
 // runtime threads (PID 1 of the sandbox is a Go program).
 const pidsHeadroom = 16
@@ -302,7 +323,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if o.level == airlock.LevelContainer {
 		cmd.Env = []string{stage.Env + "=" + stage.Container, "GOMAXPROCS=1", "GOGC=off"}
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | cloneNewTime()
 		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
 		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
 		// Become the mapped root, so the stage holds capabilities in its

@@ -135,17 +135,15 @@ func containerStage() int {
 	if err := awaitGo(dec, enc, &job); err != nil {
 		return fail(err)
 	}
-	// The cgroup and time namespaces are made here rather than at clone,
-	// so the cgroup namespace is rooted at the job's own cgroup (the parent
-	// moved us there before sending the job spec). Both take effect for
-	// the children of this thread.
+	// The cgroup namespace is made here rather than at clone, so that it
+	// is rooted at the job's own cgroup (the parent moved us there before
+	// sending the job spec); it takes effect for the children of this
+	// thread. The time namespace is made at clone (TimeNamespaces): one
+	// unshared here would make every vfork-style fork (Go's ForkExec)
+	// fail with EINVAL on kernels before 6.3, which refuse a child that
+	// shares its parent's memory but not its time namespace.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fail(fmt.Errorf("cgroup namespace: %w", err))
-	}
-	if _, err := os.Stat("/proc/self/ns/time"); err == nil {
-		if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
-			return fail(fmt.Errorf("time namespace: %w", err))
-		}
 	}
 	prog, err := lookProgram(job.Argv[0])
 	if err != nil {

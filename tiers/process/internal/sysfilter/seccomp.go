@@ -73,6 +73,12 @@ type FilterOptions struct {
 	// container has a network namespace of its own (loopback only), so
 	// only it may have them.
 	Inet bool
+	// NoUnix refuses AF_UNIX sockets too (socketpair stays). Level 2
+	// shares the host's network namespace, where abstract Unix sockets
+	// have no permissions at all: only Landlock's scoping (ABI 6, Linux
+	// 6.12) keeps a program from connecting to the host's, so on older
+	// kernels the filter tier sets this.
+	NoUnix bool
 }
 
 // A condition on the low 32 bits of one argument. Only the low half is
@@ -117,7 +123,9 @@ func rules(o FilterOptions) []rule {
 		{name: "ioctl", conds: []argCond{{arg: 1, op: opEq, val: unix.TIOCLINUX}}, action: retEPERM},
 		{name: "clone", conds: []argCond{{arg: 0, op: opAnyBits, val: namespaceCloneFlags}}, action: retEPERM},
 		{name: "clone3", action: retENOSYS},
-		{name: "socket", conds: []argCond{{arg: 0, op: opEq, val: unix.AF_UNIX}}, action: retAllow},
+	}
+	if !o.NoUnix {
+		rs = append(rs, rule{name: "socket", conds: []argCond{{arg: 0, op: opEq, val: unix.AF_UNIX}}, action: retAllow})
 	}
 	if o.Inet {
 		for _, fam := range []uint32{unix.AF_INET, unix.AF_INET6} {
@@ -318,15 +326,24 @@ func searchTree(nrs []uint32, leaf func(uint32) []bpf.Instruction) ([]bpf.Instru
 	return append(append(out, left...), right...), nil
 }
 
-var programs = map[FilterOptions]func() ([]byte, error){
-	{}:           sync.OnceValues(func() ([]byte, error) { return program(FilterOptions{}) }),
-	{Inet: true}: sync.OnceValues(func() ([]byte, error) { return program(FilterOptions{Inet: true}) }),
+var programs = map[FilterOptions]func() ([]byte, error){}
+
+func init() {
+	for _, o := range []FilterOptions{{}, {Inet: true}, {NoUnix: true}} {
+		programs[o] = sync.OnceValues(func() ([]byte, error) { return program(o) })
+	}
 }
 
 // Program is the policy for o as a seccomp program: 8-byte sock_filter
 // records in the machine's byte order, what stage.LoadProgram takes.
 // It is assembled once per process.
-func Program(o FilterOptions) ([]byte, error) { return programs[o]() }
+func Program(o FilterOptions) ([]byte, error) {
+	p := programs[o]
+	if p == nil {
+		return nil, fmt.Errorf("seccomp filter: no policy for %+v", o)
+	}
+	return p()
+}
 
 func program(o FilterOptions) ([]byte, error) {
 	raw, err := assemble(o)

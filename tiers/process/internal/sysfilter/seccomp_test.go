@@ -66,7 +66,7 @@ func TestFilterTree(t *testing.T) {
 	for _, n := range info.SyscallNames {
 		maxNr = max(maxNr, uint32(n))
 	}
-	for _, o := range []FilterOptions{{}, {Inet: true}} {
+	for _, o := range []FilterOptions{{}, {Inet: true}, {NoUnix: true}} {
 		tree, err := assemble(o)
 		if err != nil {
 			t.Fatal(err)
@@ -97,9 +97,12 @@ func TestFilterTree(t *testing.T) {
 			}
 			return verdict(t, tvm, uint32(info.ID), uint32(n), args)
 		}
-		inet := uint32(retEPERM)
+		inet, unixSock := uint32(retEPERM), uint32(retAllow)
 		if o.Inet {
 			inet = retAllow
+		}
+		if o.NoUnix {
+			unixSock = retEPERM
 		}
 		for _, c := range []struct {
 			name string
@@ -117,7 +120,8 @@ func TestFilterTree(t *testing.T) {
 			{"clone", [6]uint32{unix.CLONE_NEWUSER | uint32(unix.SIGCHLD)}, retEPERM},
 			{"ioctl", [6]uint32{0, unix.TCGETS}, retAllow},
 			{"ioctl", [6]uint32{0, unix.TIOCSTI}, retEPERM},
-			{"socket", [6]uint32{unix.AF_UNIX, unix.SOCK_STREAM}, retAllow},
+			{"socket", [6]uint32{unix.AF_UNIX, unix.SOCK_STREAM}, unixSock},
+			{"socketpair", [6]uint32{unix.AF_UNIX, unix.SOCK_STREAM}, retAllow},
 			{"socket", [6]uint32{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_CLOEXEC}, inet},
 			{"socket", [6]uint32{unix.AF_INET6, unix.SOCK_DGRAM}, inet},
 			{"socket", [6]uint32{unix.AF_INET, unix.SOCK_RAW}, retEPERM},
