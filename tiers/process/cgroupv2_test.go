@@ -303,11 +303,7 @@ func buildV2Guest(path string, hello []byte) error {
 	if err != nil {
 		return err
 	}
-	libs, err := sharedLibs(libsOf)
-	if err != nil {
-		return err
-	}
-	for _, l := range libs {
+	for _, l := range sharedLibs(libsOf) {
 		if err := g.host(l); err != nil {
 			return err
 		}
@@ -320,7 +316,7 @@ func buildV2Guest(path string, hello []byte) error {
 
 // sharedLibs lists the shared libraries (and the dynamic loader) that
 // ldd says the given ELF files load.
-func sharedLibs(files []string) ([]string, error) {
+func sharedLibs(files []string) []string {
 	var out []string
 	for _, f := range files {
 		res, err := exec.Command("ldd", f).Output()
@@ -338,7 +334,7 @@ func sharedLibs(files []string) ([]string, error) {
 		}
 	}
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	return slices.Compact(out)
 }
 
 // guestRoot adds host files to an initramfs at their own paths.

@@ -482,7 +482,7 @@ func TestSpawnIntoCgroup(t *testing.T) {
 		}
 	}
 	if root == "" {
-		t.Skip("no cgroup v2 hierarchy is mounted (neither unified nor hybrid)")
+		testenv.Skipf(t, "no cgroup v2 hierarchy is mounted (neither unified nor hybrid); TestCgroupV2 runs this test in a guest that has one")
 	}
 	bin, err := discoverStage()
 	if err != nil {
