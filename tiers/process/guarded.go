@@ -513,7 +513,7 @@ func (g *Guarded) crashed(w *worker, job *airlock.Job) error {
 	stderr := string(bytes.TrimSpace(w.stderr.err))
 	ws := w.ws // zero when the worker's end is not known (its spawner died)
 	switch {
-	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory"):
+	case outOfMemory(stderr):
 		return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("worker ran out of its address space (%d MiB + runtime)", job.Limits.MemoryMB)}
 	case ws.Signaled() && ws.Signal() == syscall.SIGXCPU:
 		return stopCPU(job)
@@ -532,6 +532,16 @@ func (g *Guarded) crashed(w *worker, job *airlock.Job) error {
 		how = describeWait(ws)
 	}
 	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("interpreter crashed; only its guarded worker died (%s): %s", how, firstLines(stderr, 3))}
+}
+
+// outOfMemory reports whether a worker's last words say it ran out of memory:
+// the Go runtime's "out of memory" or an ENOMEM, and, in a race-built worker,
+// the race runtime failing to map its shadow memory under the address-space
+// limit (it exits with status 66 rather than the runtime's 2).
+func outOfMemory(stderr string) bool {
+	return strings.Contains(stderr, "out of memory") ||
+		strings.Contains(stderr, "cannot allocate memory") ||
+		(strings.Contains(stderr, "ThreadSanitizer") && strings.Contains(stderr, "failed to allocate"))
 }
 
 func firstLines(s string, n int) string {

@@ -261,3 +261,25 @@ func TestGuardedUnknownWorker(t *testing.T) {
 		t.Fatal("NewGuarded accepted an unregistered worker")
 	}
 }
+
+// TestOutOfMemoryWords: the last words by which a worker that ran out of
+// memory is told from one that crashed otherwise, including a race-built
+// worker's, whose race runtime exits 66 when it cannot map shadow memory.
+func TestOutOfMemoryWords(t *testing.T) {
+	for _, c := range []struct {
+		stderr string
+		want   bool
+	}{
+		{"fatal error: runtime: out of memory", true},
+		{"runtime: mmap: cannot allocate memory", true},
+		{"==123==ERROR: ThreadSanitizer failed to allocate 0x4000 (16384) bytes at address 7f0000000000 (errno: 12)", true},
+		{"panic: runtime error: index out of range [3] with length 2", false},
+		{"fatal error: stack overflow", false},
+		{"failed to allocate a ticket", false},
+		{"", false},
+	} {
+		if got := outOfMemory(c.stderr); got != c.want {
+			t.Errorf("outOfMemory(%q) = %v, want %v", c.stderr, got, c.want)
+		}
+	}
+}
