@@ -211,6 +211,103 @@ func coldStartPaired(b *testing.B, idle time.Duration, variants ...string) {
 	}
 }
 
+// BenchmarkFirstContainer splits a fresh container tier's first start
+// (the `airlock bench` cold row) into what it does once and what every
+// start does, interleaved and in a new random order each round, each start
+// after every clean-up and 5 ms of idle: bwrap; a new tier's first
+// container; a new tier's first after its spawner was started (untimed);
+// after its spawner and one container (whose spare cgroup, spare network
+// namespace and /etc template the next start finds ready); and the next
+// container of a live tier. Each round's new tiers are built and closed
+// untimed.
+func BenchmarkFirstContainer(b *testing.B) {
+	bwrap, err := tools.Find("bwrap")
+	if err != nil {
+		testenv.Skipf(b, "bwrap (Debian bubblewrap; scripts/setup.sh installs it) is missing: %v", err)
+	}
+	job := cmdJob("/bin/true")
+	live := newTestTier(b, bothTiers[0], testConfig(b))
+	if _, err := live.Run(context.Background(), job); err != nil {
+		b.Fatal(err)
+	}
+	fresh := func(prepare func(*Tier) error) func() (func() error, func()) {
+		return func() (func() error, func()) {
+			t, err := New(testConfig(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if prepare != nil {
+				if err := prepare(t); err != nil {
+					b.Fatal(err)
+				}
+				t.cleanups.Wait()
+			}
+			return func() error { _, err := t.Run(context.Background(), job); return err },
+				func() {
+					if err := t.Close(); err != nil {
+						b.Error(err)
+					}
+				}
+		}
+	}
+	withSpawner := func(t *Tier) error {
+		bin, err := t.stageBin()
+		if err == nil {
+			_, err = t.spawn.get(bin)
+		}
+		return err
+	}
+	variants := map[string]func() (func() error, func()){
+		"bwrap": func() (func() error, func()) {
+			return func() error { return exec.Command(bwrap, bwrapArgs...).Run() }, func() {}
+		},
+		"first":         fresh(nil),
+		"spawner-ready": fresh(withSpawner),
+		"second": fresh(func(t *Tier) error {
+			if err := withSpawner(t); err != nil {
+				return err
+			}
+			_, err := t.Run(context.Background(), job)
+			return err
+		}),
+		"live": func() (func() error, func()) {
+			return func() error { _, err := live.Run(context.Background(), job); return err }, func() {}
+		},
+	}
+	names := []string{"bwrap", "first", "spawner-ready", "second", "live"}
+	times := map[string][]time.Duration{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for b.Loop() {
+		order := slices.Clone(names)
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, name := range order {
+			b.StopTimer()
+			run, done := variants[name]()
+			live.cleanups.Wait()
+			time.Sleep(5 * time.Millisecond)
+			b.StartTimer()
+			start := time.Now()
+			err := run()
+			times[name] = append(times[name], time.Since(start))
+			b.StopTimer()
+			done()
+			b.StartTimer()
+			if err != nil {
+				b.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+	m := medians{}
+	for name, ts := range times {
+		m[name] = median(ts)
+	}
+	m.ratios(b, "bwrap", "live")
+	if m["bwrap"] > 0 {
+		b.ReportMetric(float64(m["first"])/float64(m["bwrap"]), "first/bwrap")
+		b.ReportMetric(float64(m["live"])/float64(m["bwrap"]), "live/bwrap")
+	}
+}
+
 // BenchmarkColdStartLargeCaller starts a cold container from a process
 // holding a 1 GiB heap (as a long-running server may), through the
 // tier's spawner and directly from this process, interleaved. A stage in

@@ -159,6 +159,9 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
 	exe := bin.file
+	if o.level == airlock.LevelContainer {
+		t.spawn.startAhead(bin) // a tier's first container: see startAhead
+	}
 	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
 	// The job's cgroup is the spare one made after the tier's previous
 	// sandbox, or else created here. A start that goes straight on to its

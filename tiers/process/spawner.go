@@ -298,6 +298,19 @@ func (h *spawners) get(bin *stageBinary) (*spawner, error) {
 	return s, nil
 }
 
+// startAhead starts a spawner from bin in the background if there is none
+// (or the last one died), so that its start-up overlaps the rest of the
+// first start's preparation (cgroup, /etc template, descriptors); get
+// then waits for it. A failure is get's to report, which retries.
+func (h *spawners) startAhead(bin *stageBinary) {
+	h.mu.Lock()
+	need := !h.closed && !h.off && (h.sp == nil || !h.sp.alive())
+	h.mu.Unlock()
+	if need {
+		go func() { _, _ = h.get(bin) }()
+	}
+}
+
 // current is the spawner in use, if any (tests).
 func (h *spawners) current() *spawner {
 	h.mu.Lock()

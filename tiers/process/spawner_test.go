@@ -89,6 +89,83 @@ func TestSpawner(t *testing.T) {
 	}
 }
 
+// TestSpawnerAhead: a container start begins the tier's spawner ahead
+// (see spawners.startAhead), which the start then uses; a second request
+// ahead while one runs starts no second spawner; and a spawner started
+// ahead does not outlive Close, even when Close comes at once.
+func TestSpawnerAhead(t *testing.T) {
+	cfg := testConfig(t)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	bin, err := tier.stageBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier.spawn.startAhead(bin)
+	var sp *spawner
+	for deadline := time.Now().Add(10 * time.Second); sp == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("no spawner was started ahead")
+		}
+		time.Sleep(time.Millisecond)
+		sp = tier.spawn.current()
+	}
+	tier.spawn.startAhead(bin)
+	checkRuns(t, tier)
+	if got := tier.spawn.current(); got != sp {
+		t.Fatalf("a second spawner (%v) replaced the one started ahead (%v)", got, sp)
+	}
+	if n := spawnersOf(t, os.Getpid()); n != 1 {
+		t.Fatalf("%d spawners run for one tier", n)
+	}
+	assertClean(t, tier, cfg)
+	if err := syscall.Kill(sp.proc.Pid, 0); err == nil {
+		t.Fatalf("the spawner %d outlived Close", sp.proc.Pid)
+	}
+	for range 10 {
+		tier, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tier.spawn.startAhead(bin)
+		if err := tier.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A request ahead that lost the race with Close starts nothing; one
+	// that won it was stopped by Close. Give a late one time to show.
+	time.Sleep(100 * time.Millisecond)
+	if n := spawnersOf(t, os.Getpid()); n != 0 {
+		t.Fatalf("%d spawners outlived their tiers' Close", n)
+	}
+}
+
+// spawnersOf counts the live spawners among pid's children.
+func spawnersOf(t *testing.T, pid int) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cmdline), "airlock-spawner\x00") {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			continue
+		}
+		if fields := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			n++
+		}
+	}
+	return n
+}
+
 // TestGuardedSpawner: guarded workers are started by their tier's spawner
 // too, and Close stops it.
 func TestGuardedSpawner(t *testing.T) {
