@@ -79,11 +79,23 @@ type FSGrant struct {
 }
 
 // NetRule allows egress to one host with the listed HTTP methods (empty:
-// GET and HEAD) on the listed ports (empty: 80 and 443).
+// GET and HEAD) on the listed ports, over the named scheme, to the listed
+// paths.
+//
+// Scheme is "http", "https" or empty (both). Ports default to the
+// scheme's own port (80 for http, 443 for https; both for an empty
+// scheme). Paths, when present, are the only request paths allowed: an
+// entry is an exact path ("/info/refs"), a prefix ending in "*"
+// ("/org/repo/*"), or a suffix starting with "*" ("*/git-upload-pack").
+// Paths are matched on the request's normalised path without its query;
+// a request to such a rule whose path hides its shape (an encoded slash,
+// a "." or ".." segment, an empty segment) is refused.
 type NetRule struct {
 	Host    string   `json:"host"`
 	Methods []string `json:"methods,omitempty"`
 	Ports   []int    `json:"ports,omitempty"`
+	Scheme  string   `json:"scheme,omitempty"`
+	Paths   []string `json:"paths,omitempty"`
 }
 
 // Limits bound a run. A zero field takes the tier's default; a field above

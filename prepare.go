@@ -259,11 +259,52 @@ func validateGrants(g *Grants) error {
 				return Invalid("grants.net", "rule %d: port %d out of range", i, p)
 			}
 		}
+		switch r.Scheme {
+		case "", "http", "https":
+		default:
+			return Invalid("grants.net", "rule %d: scheme %q (want http, https or none for both)", i, r.Scheme)
+		}
+		for _, p := range r.Paths {
+			if err := CheckPathPattern(p); err != nil {
+				return Invalid("grants.net", "rule %d: path %q: %s", i, p, err)
+			}
+		}
 	}
 	for name := range g.Secrets {
 		if !validEnvName(name) {
 			return Invalid("grants.secrets", "%q is not a valid variable name", name)
 		}
+	}
+	return nil
+}
+
+// CheckPathPattern checks one entry of [NetRule.Paths]: an absolute path,
+// optionally ending in "*" (a prefix), or "*" followed by an absolute path
+// (a suffix); printable ASCII, no query, fragment, percent sign, empty,
+// "." or ".." segment.
+func CheckPathPattern(p string) error {
+	body := p
+	switch {
+	case strings.HasPrefix(p, "*"):
+		body = p[1:]
+	case strings.HasSuffix(p, "*"):
+		body = p[:len(p)-1]
+	}
+	if !strings.HasPrefix(body, "/") {
+		return pathError("want an absolute path, \"/prefix/*\" or \"*/suffix\"")
+	}
+	for i := 0; i < len(body); i++ {
+		if c := body[i]; c <= ' ' || c >= 0x7f || c == '*' || c == '?' || c == '#' || c == '%' || c == '\\' {
+			return pathError("only printable ASCII without spaces, '*' (at one end), '?', '#', '%' or '\\'")
+		}
+	}
+	for _, seg := range strings.Split(body[1:], "/") {
+		if seg == "." || seg == ".." {
+			return pathError("no '.' or '..' segments")
+		}
+	}
+	if strings.Contains(body, "//") {
+		return pathError("no empty segments ('//')")
 	}
 	return nil
 }

@@ -137,6 +137,15 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 		for _, p := range r.Ports {
 			c.int("", int64(p))
 		}
+		// Added after the first encoding: present only when set, so the
+		// digests of rules without them are unchanged (tags are distinct,
+		// values length-prefixed, so the encoding stays unambiguous).
+		if r.Scheme != "" {
+			c.str("scheme", r.Scheme)
+		}
+		if len(r.Paths) > 0 {
+			c.strs("paths", r.Paths)
+		}
 	}
 	c.int("spawn", b2i(g.Spawn))
 	secrets := make([]string, 0, len(g.Secrets))
