@@ -214,6 +214,8 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 		for _, p := range r.Ports {
 			dst = binary.AppendVarint(dst, int64(p))
 		}
+		dst = wire.String(dst, r.Scheme)
+		dst = wire.Strings(dst, r.Paths)
 	}
 	dst = wire.Bool(dst, g.Spawn)
 	dst = wire.StringMap(dst, g.Secrets)
@@ -271,6 +273,7 @@ func (d *decoder) job() airlock.Job {
 					r.Ports[k] = int(d.Int())
 				}
 			}
+			r.Scheme, r.Paths = d.String(), d.Strings()
 		}
 	}
 	g.Spawn = d.Bool()

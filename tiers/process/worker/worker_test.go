@@ -24,7 +24,14 @@ func TestRequestRoundTrip(t *testing.T) {
 	wiretest.Fill(reflect.ValueOf(&full).Elem(), &n)
 	full.Input = map[string]any{"i": int64(-3), "f": 2.0, "s": "é\xff", "b": true, "n": nil,
 		"big": new(big.Int).Lsh(big.NewInt(1), 70), "l": []any{int64(1), []any{}, map[string]any{}}, "m": map[string]any{"k": "v"}}
-	for _, job := range []airlock.Job{full, {}, {Kind: airlock.KindExpr, Input: map[string]any{}, Argv: []string{}}} {
+	// Network rules: a scheme and paths, and paths absent, empty or set.
+	rules := airlock.Job{Grants: airlock.Grants{Net: []airlock.NetRule{
+		{Host: "git.example", Methods: []string{"GET"}, Scheme: "https", Paths: []string{"*/info/refs", "/org/repo/*"}},
+		{Host: "git.example", Methods: []string{"POST"}, Ports: []int{8443}, Paths: []string{"*/git-upload-pack"}},
+		{Host: "plain.example", Scheme: "http", Paths: []string{}},
+		{Host: "any.example"},
+	}}}
+	for _, job := range []airlock.Job{full, {}, {Kind: airlock.KindExpr, Input: map[string]any{}, Argv: []string{}}, rules} {
 		frame, err := AppendRequest([]byte("prefix"), 512, 10, &job)
 		if err != nil {
 			t.Fatal(err)
