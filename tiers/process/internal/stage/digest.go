@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/airlock-sandbox/airlock/internal/place"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
 )
 
@@ -19,8 +20,9 @@ import (
 const Digest = "digest"
 
 // sources is this package's own code, which both sides of the protocol
-// share (with the wire package's, hashed too): a stage binary built from
-// other sources (an older checkout, a newer one) has another digest.
+// share (with the wire package's, hashed too, and the placement code's
+// the stage writes job files with): a stage binary built from other
+// sources (an older checkout, a newer one) has another digest.
 //
 //go:embed *.go
 var sources embed.FS
@@ -31,7 +33,7 @@ var sources embed.FS
 // it is found and who may write it (see the process package).
 var CodeDigest = sync.OnceValue(func() string {
 	h := fnv.New64a()
-	for _, src := range []embed.FS{sources, wire.Sources} {
+	for _, src := range []embed.FS{sources, wire.Sources, place.Sources} {
 		names, _ := fs.Glob(src, "*.go")
 		sort.Strings(names)
 		for _, n := range names {

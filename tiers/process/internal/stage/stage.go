@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/place"
 )
 
 // init runs the sandbox's first stage when this binary was re-executed by
@@ -384,26 +386,14 @@ func awaitGo(dec specPipe, enc statusPipe, job *JobSpec) error {
 	return nil
 }
 
-// placeFiles writes the job's files into dir. Names are validated by
-// airlock.Validate (relative, clean, no '..'); parents are created, and an
-// existing symlink on the way is refused rather than followed.
+// placeFiles writes the job's files into dir (see internal/place): a
+// session's or workspace's scratch holds what earlier jobs left, and a
+// link, hard link or special file there refuses the placement before
+// anything is written, rather than being written through. The files are
+// made by this stage, already the sandbox's root or the job's user, so
+// they need no chown.
 func placeFiles(dir string, files map[string]string) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return fmt.Errorf("opening scratch: %w", err)
-	}
-	defer root.Close()
-	for name, content := range files {
-		if d := path.Dir(name); d != "." {
-			if err := root.MkdirAll(d, 0o755); err != nil {
-				return fmt.Errorf("placing file %s: %w", name, err)
-			}
-		}
-		if err := root.WriteFile(name, []byte(content), 0o755); err != nil {
-			return fmt.Errorf("placing file %s: %w", name, err)
-		}
-	}
-	return nil
+	return place.Files(dir, files, place.Options{FileMode: 0o755, DirMode: 0o755})
 }
 
 // filterStage is the level-2 stage: already in the job's cgroup, it
