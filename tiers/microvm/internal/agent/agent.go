@@ -30,6 +30,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/place"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
@@ -460,20 +461,10 @@ func (st *staged) prepare(job *wire.Job) error {
 			}
 		}
 	}
-	for _, name := range sortedKeys(job.Files) {
-		p := filepath.Join(scratchDir, name)
-		if !strings.HasPrefix(p, scratchDir+"/") {
-			return fmt.Errorf("file %q escapes the scratch", name)
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, job.Files[name], 0o644); err != nil {
-			return err
-		}
-		for d := p; d != scratchDir; d = filepath.Dir(d) {
-			_ = os.Lchown(d, JobUID, JobUID)
-		}
+	// The placement every tier shares (internal/place): nothing in the
+	// scratch is followed, and a name outside it is refused.
+	if err := place.Files(scratchDir, job.Files, place.Options{FileMode: 0o644, DirMode: 0o755, Owner: &place.Owner{UID: JobUID, GID: JobUID}}); err != nil {
+		return err
 	}
 	if job.Net != nil {
 		if err := setupNet(job.Net); err != nil {
