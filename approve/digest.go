@@ -1,7 +1,9 @@
 // Package approve binds human or policy-engine approvals to the exact job
 // that was approved. A job's digest is SHA-256 over a canonical encoding of
 // everything that decides what it does: kind, code, module, entry, argv,
-// stdin, input, every file's name and content, grants, resolved limits,
+// stdin, input, every file's name and content, grants (with what each
+// granted host path is: its type, device and inode and, for a file of up
+// to a MiB, its content), resolved limits,
 // situation, lifecycle, session, the tier it runs on and the tenant that
 // submits it. An approval is a token signed by the server (HMAC-SHA-256)
 // over that digest, the tenant and an expiry; at execution the digest is
@@ -21,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 )
 
@@ -128,6 +131,20 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	}
 	g := &job.Grants
 	c.strs("fs.read", g.FS.Read)
+	if len(g.FS.Read) > 0 {
+		// What each path is now, not just its name: a path swapped for a
+		// link, or a small file edited, after the approval is another job.
+		// Present only with read grants, so other digests are unchanged.
+		ids := make([]string, len(g.FS.Read))
+		for i, p := range g.FS.Read {
+			id, err := hostpath.Identity(p)
+			if err != nil {
+				id = "unresolvable: " + err.Error()
+			}
+			ids[i] = id
+		}
+		c.strs("fs.read.identity", ids)
+	}
 	c.int("fs.scratch_mb", g.FS.ScratchMB)
 	c.int("net", int64(len(g.Net)))
 	for _, r := range g.Net {

@@ -62,6 +62,22 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.refuseErr(w, err)
 		return
+	if job.Session != "" {
+		// A job for a session is approved for that session only: its id is
+		// part of the digest, and its runs are routed to the session's tier.
+		s.mu.Lock()
+		ss := s.sessions[job.Session]
+		s.mu.Unlock()
+		if ss == nil || ss.tenant != t {
+			s.refuse(w, http.StatusNotFound, kindNotFound, "unknown session "+job.Session)
+			return
+		}
+		if job.Tier != "" && job.Tier != airlock.TierAuto && job.Tier != ss.tier {
+			s.refuseErr(w, airlock.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier))
+			return
+		}
+		job.Tier, job.Lifecycle = ss.tier, ""
+	}
 	}
 	d := approve.Of(&job, tier.Name(), t.Name)
 	rule := s.approvals.Requires(&job, tier.Name())

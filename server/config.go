@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,6 +59,8 @@ type Config struct {
 // LimitPolicy is airlock.LimitPolicy in the configuration file.
 type LimitPolicy struct {
 	Default airlock.Limits `json:"default,omitzero"`
+
+	source string // the file it was loaded from, which no job may read
 	Max     airlock.Limits `json:"max,omitzero"`
 }
 
@@ -110,7 +113,13 @@ type Tenant struct {
 	// Limits are the defaults and maxima the tenant may ask for; a
 	// maximum above the server's is capped by the tiers.
 	Limits *LimitPolicy `json:"limits,omitempty"`
-	// Situations and Tiers, when set, are the only ones the tenant may use.
+	// Situation is what a job that names none runs as (default public).
+	// It is the operator's word on who writes the tenant's code; the
+	// MCP tools always run as it.
+	Situation airlock.Situation `json:"situation,omitempty"`
+	// Situations are the only situations the tenant's jobs may name
+	// (default: Situation alone). Tiers, when set, are the only tiers
+	// it may use.
 	Situations []airlock.Situation `json:"situations,omitempty"`
 	Tiers      []string            `json:"tiers,omitempty"`
 }
@@ -118,6 +127,29 @@ type Tenant struct {
 // Duration is a time.Duration written as a Go duration string.
 type Duration time.Duration
 
+	// ReadRoots are the host directories the tenant's jobs may name in
+	// grants.fs.read (default: none). A grant is resolved to the real
+	// path it names; one outside every root, or touching a path the
+	// server keeps (its configuration, keys, audit, policy, the tiers'
+	// state), is refused.
+	ReadRoots []string `json:"read_roots,omitempty"`
+	// MCPIsolation lets the tenant's MCP clients pass "situation" and
+	// "tier" (default: the tools do not take them, so whoever the agent
+	// obeys cannot lower the boundary).
+	MCPIsolation bool `json:"mcp_isolation,omitempty"`
+}
+
+// situations returns the situations the tenant may use, and the one its
+// jobs run as when they name none.
+func (t *Tenant) situations() ([]airlock.Situation, airlock.Situation) {
+	def := t.Situation
+	if def == "" {
+		def = airlock.SituationPublic
+	}
+	if len(t.Situations) == 0 {
+		return []airlock.Situation{def}, def
+	}
+	return t.Situations, def
 // UnmarshalJSON reads "30s" (or a number of nanoseconds).
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
@@ -189,6 +221,9 @@ func LoadConfig(path string) (Config, error) {
 		if *p != "" && *p != "-" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
+	if c.source, err = filepath.Abs(path); err != nil {
+		return c, err
+	}
 	}
 	rel(&c.Audit)
 	rel(&c.Policy)
@@ -200,6 +235,11 @@ func LoadConfig(path string) (Config, error) {
 
 // Validate checks tenants, keys and approval rules.
 func (c *Config) Validate() error {
+	for i := range c.Tenants {
+		for j := range c.Tenants[i].ReadRoots {
+			rel(&c.Tenants[i].ReadRoots[j])
+		}
+	}
 	if len(c.Tenants) == 0 {
 		return fmt.Errorf("no tenants: the API would refuse every request")
 	}
@@ -267,6 +307,24 @@ func HashKey(key string) string {
 // keyring finds the holder of a key, comparing the key's hash against
 // every stored hash in constant time.
 type keyring struct {
+// readKey reads a secret key file, refusing one that group or others may
+// read or write, as ssh refuses a private key.
+func readKey(what, name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if m := st.Mode().Perm(); m&0o077 != 0 {
+		return nil, fmt.Errorf("%s: %s is accessible by group or others (mode %04o); chmod 600 it", what, name, m)
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
+}
+
 	hashes [][]byte
 	owners []int
 }

@@ -69,6 +69,14 @@ func (s *Server) refuse(w http.ResponseWriter, status int, kind, msg string) {
 
 // refuseErr answers an airlock error with the status its kind implies.
 func (s *Server) refuseErr(w http.ResponseWriter, err error) {
+	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
+		// A capability the tenant may not grant (a host path outside its
+		// roots): refused before any tier, as a denied stop.
+		counter(&s.metrics.refusals, strconv.Itoa(http.StatusForbidden)).Add(1)
+		stop, _ := airlock.AsStop(d)
+		writeResult(w, http.StatusForbidden, &airlock.Result{Stopped: &stop})
+		return
+	}
 	kind := airlock.KindOf(err)
 	s.refuse(w, statusOf(kind), string(kind), err.Error())
 }
@@ -142,12 +150,11 @@ func (t *tenant) admit(job *airlock.Job) error {
 	if err := airlock.Validate(job); err != nil {
 		return err
 	}
-	situation := job.Situation
-	if situation == "" {
-		situation = airlock.SituationPublic
+	if job.Situation == "" {
+		job.Situation = t.defSit
 	}
-	if len(t.Situations) > 0 && !slices.Contains(t.Situations, situation) {
-		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not run jobs in situation %s (allowed: %v)", t.Name, situation, t.Situations)}
+	if !slices.Contains(t.allowed, job.Situation) {
+		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not run jobs in situation %s (allowed: %v)", t.Name, job.Situation, t.allowed)}
 	}
 	if job.Tier != "" && job.Tier != airlock.TierAuto {
 		if err := t.allowTier(job.Tier); err != nil {
@@ -155,7 +162,11 @@ func (t *tenant) admit(job *airlock.Job) error {
 		}
 	}
 	var err error
-	job.Limits, err = t.limits.Resolve(job.Limits)
+	if job.Limits, err = t.limits.Resolve(job.Limits); err != nil {
+		return err
+	}
+	// What is bound and approved is the real path each grant names.
+	job.Grants.FS.Read, err = t.roots.Resolve(job.Grants.FS.Read)
 	return err
 }
 
@@ -240,8 +251,12 @@ func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, e
 // approval, a tier or situation the tenant may not use, ...), so that
 // attempts show in the trail too. Overload refusals are only counted.
 func (s *Server) recordRefusal(rq *runRequest, err error) {
+	outcome := "refused_" + string(airlock.KindOf(err))
+	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
+		outcome = "refused_denied"
+	}
 	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Grants: redactGrants(rq.job.Grants),
-		Limits: rq.job.Limits, Outcome: "refused_" + string(airlock.KindOf(err)), Error: err.Error()}
+		Limits: rq.job.Limits, Outcome: outcome, Error: err.Error()}
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
@@ -425,14 +440,16 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	x := s.router.Explain(&job)
 	out := struct {
 		Explanation any    `json:"explanation"`
 		Tenant      string `json:"tenant_refusal,omitempty"`
 		Approval    string `json:"approval_required,omitempty"`
-	}{Explanation: x}
-	if err := t.admit(&job); err != nil {
-		out.Tenant = err.Error()
+	}{}
+	admitErr := t.admit(&job) // first: it sets the tenant's situation
+	x := s.router.Explain(&job)
+	out.Explanation = x
+	if admitErr != nil {
+		out.Tenant = admitErr.Error()
 	} else if x.Chosen != "" {
 		if err := t.allowTier(x.Chosen); err != nil {
 			out.Tenant = err.Error()

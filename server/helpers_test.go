@@ -51,7 +51,8 @@ func testConfig() server.Config {
 		},
 		Tenants: []server.Tenant{
 			{Name: "a", KeySHA256: server.HashKey(keyA), ApproverSHA256: []string{server.HashKey(keyApprover)}, MaxConcurrent: 8,
-				Limits: &server.LimitPolicy{Max: airlock.Limits{WallMS: 5000, Steps: 50_000_000}}},
+				Situations: []airlock.Situation{airlock.SituationPublic, airlock.SituationInternal},
+				Limits:     &server.LimitPolicy{Max: airlock.Limits{WallMS: 5000, Steps: 50_000_000}}},
 			{Name: "b", KeySHA256: server.HashKey(keyB), MaxConcurrent: 2, Situations: []airlock.Situation{airlock.SituationExpression, airlock.SituationPublic, airlock.SituationInternal}, Tiers: []string{"expr", "starlark"}},
 		},
 	}

@@ -80,7 +80,6 @@ func TestLoad(t *testing.T) {
 	}
 	f := newFixture(t, func(c *server.Config) {
 		c.Tenants[0].MaxConcurrent = 64
-		c.Tenants[0].Situations = nil
 		c.Tenants[0].Limits = nil
 	})
 	jobs := map[string]string{

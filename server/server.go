@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
@@ -34,6 +35,9 @@ type Options struct {
 type tenant struct {
 	Tenant
 	limits  airlock.LimitPolicy
+	roots   hostpath.Roots
+	allowed []airlock.Situation // the situations its jobs may name
+	defSit  airlock.Situation   // what a job that names none runs as
 	slots   chan struct{}
 	waiting atomic.Int64
 	rate    *rate.Limiter
@@ -96,20 +100,45 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	var key []byte
 	if cfg.Approvals != nil && cfg.Approvals.KeyFile != "" {
-		if key, err = os.ReadFile(cfg.Approvals.KeyFile); err != nil {
-			return nil, fmt.Errorf("approval key: %w", err)
+		if key, err = readKey("approvals.key_file", cfg.Approvals.KeyFile); err != nil {
+			return nil, err
 		}
 	}
 	if s.signer, err = approve.NewSigner(key); err != nil {
 		return nil, err
 	}
 	serverLimits := cfg.Limits.policy(airlock.DefaultLimitPolicy)
+	if s.tiers, err = setup.Build(setup.Options{Limits: serverLimits}); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Server, error) {
+		_ = setup.Close(s.tiers)
+		s.closeAudit()
+		return nil, err
+	}
+	// No job may read what the server keeps for itself, whatever the roots.
+	keep := []string{cfg.source, cfg.Policy}
+	if cfg.Audit != "-" {
+		keep = append(keep, cfg.Audit)
+	}
+	if cfg.Approvals != nil {
+		keep = append(keep, cfg.Approvals.KeyFile)
+	}
+	for _, t := range s.tiers {
+		if sd, ok := t.(interface{ StateDirs() []string }); ok {
+			keep = append(keep, sd.StateDirs()...)
+		}
+	}
 	for i, t := range cfg.Tenants {
 		mc := t.MaxConcurrent
 		if mc == 0 {
 			mc = 4
 		}
 		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc)}
+		tn.allowed, tn.defSit = t.situations()
+		if tn.roots, err = hostpath.NewRoots(t.ReadRoots, keep); err != nil {
+			return fail(fmt.Errorf("tenants[%d].read_roots: %w", i, err))
+		}
 		if t.RunsPerMinute > 0 {
 			tn.rate = rate.NewLimiter(rate.Limit(float64(t.RunsPerMinute)/60), max(1, t.RunsPerMinute/10))
 		}
@@ -124,17 +153,13 @@ func New(cfg Config, opts Options) (*Server, error) {
 	case cfg.Audit != "":
 		f, err := os.OpenFile(cfg.Audit, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			return nil, fmt.Errorf("audit file: %w", err)
+			return fail(fmt.Errorf("audit file: %w", err))
 		}
 		s.auditFile, w = f, f
 	}
 	s.audit = newAuditor(w)
 	if cfg.AuditSync && s.auditFile != nil {
 		s.audit.sync = s.auditFile.Sync
-	}
-	if s.tiers, err = setup.Build(setup.Options{Limits: serverLimits}); err != nil {
-		s.closeAudit()
-		return nil, err
 	}
 	for _, t := range s.tiers {
 		if p, ok := t.(airlock.Pooler); ok {

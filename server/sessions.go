@@ -209,7 +209,9 @@ func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, airlock.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier))
 		return
 	}
-	job.Session, job.Lifecycle = "", ""
+	// The session's id stays in the job so an approval's digest binds it:
+	// a token issued for one session is stale in any other.
+	job.Session, job.Lifecycle = ss.id, ""
 	res, err := s.execute(r.Context(), &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader), session: ss})
 	s.answer(w, res, err)
 }

@@ -176,3 +176,38 @@ func TestTierImpliesSituation(t *testing.T) {
 	require.NotEmpty(t, res.Decision)
 	assert.Contains(t, res.Decision[0], "situation internal: implied by --tier process")
 }
+
+// The CLI's caller grants host paths with --read; a job file cannot grant
+// itself one its caller did not name, directly or through a link.
+func TestReadFlag(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	ok := filepath.Join(dir, "ok.txt")
+	require.NoError(t, os.WriteFile(ok, []byte("granted\n"), 0o644))
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "link")))
+	for _, job := range []string{
+		`{"kind":"command","situation":"internal","argv":["cat","/etc/passwd"],"grants":{"fs":{"read":["/etc/passwd"]}}}`,
+		`{"kind":"command","situation":"internal","argv":["cat","/etc/passwd"],"grants":{"fs":{"read":["` + filepath.Join(dir, "link") + `"]}}}`,
+	} {
+		for _, args := range [][]string{{"run", "--json", "-"}, {"run", "--json", "--read", dir, "-"}} {
+			out, _, code := run(t, job, args...)
+			assert.Equal(t, exitDenied, code, out)
+			assert.Contains(t, out, `"reason": "denied"`, args)
+			assert.NotContains(t, out, "root:x:0:0", args)
+		}
+	}
+	r, closeAll, err := (&routerFlags{}).open()
+	require.NoError(t, err)
+	why := r.Unavailable("process")
+	closeAll()
+	if why != nil {
+		testenv.Skipf(t, "the process tier is unavailable here: %v", why)
+	}
+	out, errOut, code := run(t, "", "run", "--tier", "process", "--read", dir, "--", "cat", ok)
+	assert.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "granted\n", out)
+	job := `{"kind":"command","situation":"internal","argv":["cat","` + ok + `"],"grants":{"fs":{"read":["` + ok + `"]}}}`
+	out, _, code = run(t, job, "run", "--json", "--read", dir, "-")
+	assert.Equal(t, exitOK, code, out)
+	assert.Contains(t, out, `"stdout": "granted\n"`)
+}

@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
@@ -52,6 +55,7 @@ type jobFlags struct {
 	wall                                       time.Duration
 	memory, output, steps                      int64
 	seed                                       uint64
+	read                                       stringList
 }
 
 func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
@@ -68,6 +72,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.Int64Var(&f.memory, "memory", 0, "memory limit in MiB")
 	fs.Int64Var(&f.output, "output", 0, "output limit in bytes")
 	fs.Int64Var(&f.steps, "steps", 0, "interpreter step limit")
+	fs.Var(&f.read, "read", "grant read-only access to the host path `PATH` (repeatable); a job file's own read grants must lie under one")
 }
 
 // apply copies the flags that were set onto a job.
@@ -116,7 +121,32 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 	if f.steps != 0 {
 		job.Limits.Steps = f.steps
 	}
-	return nil
+	return f.resolveReads(job)
+}
+
+// resolveReads adds the --read paths to the job's grants and resolves
+// every read grant to the real path it names, as the server does: the
+// caller's --read paths are the only roots, so a job file cannot grant
+// itself a host path its caller did not name.
+func (f *jobFlags) resolveReads(job *airlock.Job) error {
+	for _, p := range f.read {
+		if !slices.Contains(job.Grants.FS.Read, p) {
+			job.Grants.FS.Read = append(job.Grants.FS.Read, p)
+		}
+	}
+	if len(job.Grants.FS.Read) == 0 {
+		return nil
+	}
+	roots, err := hostpath.NewRoots(f.read, nil)
+	if err != nil {
+		return airlock.Invalid("read", "%s", err.Error())
+	}
+	read, err := roots.Resolve(job.Grants.FS.Read)
+	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
+		d.Detail += "; grant it with --read"
+	}
+	job.Grants.FS.Read = read
+	return err
 }
 
 func parseInput(s string) (map[string]any, error) {

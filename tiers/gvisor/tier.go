@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 )
 
@@ -243,9 +244,11 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	if job.Lifecycle != airlock.LifecycleEphemeral {
 		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "lifecycle " + string(job.Lifecycle) + " needs a session (OpenSession)"})
 	}
+	// A read grant is bound as the path it names, never through a link
+	// (runsc follows one, so it is refused here).
 	for _, p := range job.Grants.FS.Read {
-		if _, err := os.Stat(p); err != nil {
-			return r.finish(airlock.Invalid("grants.fs.read", "%s: %v", p, err))
+		if err := hostpath.Check(p); err != nil {
+			return r.finish(airlock.Invalid("grants.fs.read", "%v", err))
 		}
 	}
 	// Pooled sandboxes were created before the job: they carry no read
@@ -419,6 +422,10 @@ func writeFiles(dir string, files map[string]string, uid int) error {
 	}
 	if err := os.Chown(dir, uid, uid); err != nil {
 		return err
+
+// StateDirs returns the host directories the tier keeps its state in,
+// which no job may be granted to read.
+func (t *Tier) StateDirs() []string { return []string{t.cfg.dir, t.base} }
 	}
 	for name, content := range files {
 		p := filepath.Join(dir, name)

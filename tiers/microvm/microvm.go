@@ -641,3 +641,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 		}
 	}
 }
+
+// StateDirs returns the host directories the tier keeps its state and
+// guest images in, which no job may be granted to read.
+func (t *Tier) StateDirs() []string { return []string{t.cfg.stateDir, t.cfg.cacheDir} }

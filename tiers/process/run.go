@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
@@ -36,6 +37,13 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	}
 	if err := t.Available(); err != nil {
 		return finish(fmt.Errorf("starting sandbox: tier unavailable: %w", err))
+	}
+	// A read grant is bound as the path it names, never through a link:
+	// what was checked and approved is what is mounted.
+	for _, p := range job.Grants.FS.Read {
+		if err := hostpath.Check(p); err != nil {
+			return finish(airlock.Invalid("grants.fs.read", "%v", err))
+		}
 	}
 	scratchMB := job.Grants.FS.ScratchMB
 	if scratchMB == 0 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
@@ -265,7 +266,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 	}
 	for _, p := range o.read {
-		f, err := cloneTree(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		f, err := cloneGrant(p)
 		if err != nil {
 			return nil, airlock.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
@@ -462,6 +463,27 @@ func cloneTree(p string, attrs uint64) (*os.File, error) {
 		return nil, err
 	}
 	attr := unix.MountAttr{Attr_set: attrs}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("setting mount attributes: %w", err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// cloneGrant is cloneTree, read-only, for a read grant, opened refusing
+// any symbolic link on its path (a link swapped in after the grant was
+// resolved and approved is not followed).
+func cloneGrant(p string) (*os.File, error) {
+	dir, err := hostpath.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	fd, err := unix.OpenTree(dir, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return nil, err
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("setting mount attributes: %w", err)

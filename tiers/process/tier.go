@@ -304,3 +304,7 @@ func (t *Tier) destroy(sb *sandbox) {
 func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	return t.run(ctx, job, nil)
 }
+
+// StateDirs returns the host directories the tier keeps its state in
+// (sandboxes, workspaces), which no job may be granted to read.
+func (t *Tier) StateDirs() []string { return []string{t.cfg.baseDir, t.cfg.workspaceDir} }
