@@ -38,7 +38,8 @@ type Record struct {
 	Port    int       `json:"port,omitempty"`
 	Method  string    `json:"method,omitempty"` // the HTTP method, or the DNS query type
 	Path    string    `json:"path,omitempty"`
-	Addr    string    `json:"addr,omitempty"` // the address dialled, when one was
+	Addr    string    `json:"addr,omitempty"`   // the address dialled, when one was
+	Remote  string    `json:"remote,omitempty"` // the client's address, at the proxy
 	Verdict Verdict   `json:"verdict"`
 	Reason  string    `json:"reason"`
 }
@@ -314,7 +315,7 @@ func (c *cappedReader) Close() error { return c.r.Close() }
 // roundTrip checks and sends one request to the origin, logging the
 // decision; via says which door it came through.
 func (e *engine) roundTrip(r *http.Request, scheme string, t target, via string) (*http.Response, int, error) {
-	rec := Record{Via: via, Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path}
+	rec := Record{Via: via, Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, Remote: r.RemoteAddr}
 	if ok, status, reason := e.checkRequest(r, t); !ok {
 		rec.Verdict, rec.Reason = Deny, reason
 		e.record(rec)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -70,8 +69,7 @@ const (
 type Gateway struct {
 	e      *engine
 	ca     *ca
-	srv    *http.Server
-	mux    *connListener
+	p      *proxy
 	lns    []net.Listener
 	dnsSrv []*dns.Server
 	socket string
@@ -81,8 +79,6 @@ type Gateway struct {
 	client *http.Client
 	conns  tracker // Unix-socket streams, closed with the gateway
 }
-
-var quietLog = log.New(io.Discard, "", 0)
 
 // Start builds the policy, generates the gateway's CA and opens the
 // listeners the config names. Invalid rules are an *airlock.InvalidJob.
@@ -102,8 +98,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g := &Gateway{e: e, ca: authority, cancel: cancel}
-	p := &proxy{e: e, ca: authority, conns: &g.conns}
-	g.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, ErrorLog: quietLog}
+	g.p = &proxy{e: e, ca: authority}
 	g.client = &http.Client{
 		Transport: g,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
@@ -141,8 +136,6 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 		}
 		g.socket = cfg.Socket
 		g.lns = append(g.lns, ln)
-		g.mux = newConnListener(ln.Addr())
-		g.serve(func() { _ = g.srv.Serve(g.mux) })
 		g.serve(func() { g.demux(ctx, ln) })
 	}
 	if cfg.Listen != "" {
@@ -151,7 +144,9 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 			return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 		}
 		g.lns = append(g.lns, ln)
-		g.serve(func() { _ = g.srv.Serve(ln) })
+		g.serve(func() {
+			g.conns.serve(ln, func(c net.Conn) { g.p.serveConn(ctx, c, door{via: "http", remote: remoteOf(c)}) })
+		})
 	}
 	if cfg.DNS != "" {
 		pc, ln, err := listenDNS(cfg.DNS)
@@ -191,7 +186,10 @@ func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
 		_ = c.SetReadDeadline(time.Time{})
 		switch kind[0] {
 		case StreamHTTP:
-			g.mux.push(newHalfClosed(c))
+			// A forwarder half-closes a stream when the sandbox's client has
+			// sent everything (QEMU's guestfwd, nc -N); the proxy heeds that
+			// EOF only when it looks for the next request, after answering.
+			g.p.serveConn(ctx, c, door{via: "http", remote: remoteOf(c)})
 		case StreamDNS:
 			g.e.serveDNSStream(ctx, c)
 		default:
@@ -270,10 +268,6 @@ func (g *Gateway) Do(req *http.Request) (*http.Response, error) { return g.clien
 func (g *Gateway) Close() error {
 	g.once.Do(func() {
 		g.cancel()
-		_ = g.srv.Close()
-		if g.mux != nil {
-			g.mux.Close()
-		}
 		for _, ln := range g.lns {
 			ln.Close()
 		}
@@ -367,84 +361,6 @@ func (t *tracker) closeAll() {
 	for c := range t.conns {
 		c.Close()
 	}
-}
-
-// halfClosed hides a client's half-close from the HTTP server. A stream
-// from a forwarder ends its write side when the sandbox's client has sent
-// everything (QEMU's guestfwd, `nc -N`), and net/http would take that EOF
-// for a vanished client and cancel the request. Here a read at EOF waits
-// instead, as a read on a quiet connection would: until the read deadline
-// passes (the server uses deadlines to abort its background read and to
-// end idle connections) or the connection is closed.
-type halfClosed struct {
-	net.Conn
-	mu       sync.Mutex
-	deadline time.Time
-	wake     chan struct{} // closed and replaced when the deadline changes
-	closed   bool
-}
-
-func newHalfClosed(c net.Conn) *halfClosed {
-	return &halfClosed{Conn: c, wake: make(chan struct{})}
-}
-
-func (c *halfClosed) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if err != io.EOF || n > 0 {
-		return n, err
-	}
-	for {
-		c.mu.Lock()
-		closed, deadline, wake := c.closed, c.deadline, c.wake
-		c.mu.Unlock()
-		if closed {
-			return 0, io.EOF
-		}
-		if deadline.IsZero() {
-			<-wake
-			continue
-		}
-		d := time.Until(deadline)
-		if d <= 0 {
-			return 0, os.ErrDeadlineExceeded
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-wake:
-			t.Stop()
-		case <-t.C:
-			return 0, os.ErrDeadlineExceeded
-		}
-	}
-}
-
-func (c *halfClosed) setDeadline(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.deadline = t
-	close(c.wake)
-	c.wake = make(chan struct{})
-}
-
-func (c *halfClosed) SetReadDeadline(t time.Time) error {
-	c.setDeadline(t)
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *halfClosed) SetDeadline(t time.Time) error {
-	c.setDeadline(t)
-	return c.Conn.SetDeadline(t)
-}
-
-func (c *halfClosed) Close() error {
-	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		close(c.wake)
-		c.wake = make(chan struct{})
-	}
-	c.mu.Unlock()
-	return c.Conn.Close()
 }
 
 // listenDNS listens on UDP and TCP on the same address. With port 0 it

@@ -43,6 +43,7 @@ type Request struct {
 	SNI       string            `json:"sni,omitempty"`    // connect: a TLS server name other than the URL's host
 	Follow    bool              `json:"follow,omitempty"` // follow redirects; the verdict is the last hop's
 	Body      string            `json:"body,omitempty"`
+	Raw       string            `json:"raw,omitempty"`   // proxy, connect: the bytes written (inside the tunnel to url's host for connect)
 	QName     string            `json:"qname,omitempty"` // dns
 	QType     string            `json:"qtype,omitempty"` // dns (default A)
 	Expect    string            `json:"expect"`          // allow or deny
@@ -79,7 +80,9 @@ func Requests() ([]Request, error) {
 			return meta{}, fmt.Errorf("expect %q (want allow or deny)", r.Expect)
 		case r.Via == "dns" && r.QName == "":
 			return meta{}, fmt.Errorf("a dns case needs qname")
-		case r.Via != "dns" && r.URL == "":
+		case r.Raw != "" && r.Via != "proxy" && r.Via != "connect":
+			return meta{}, fmt.Errorf("raw is for the proxy and connect doors, not %s", r.Via)
+		case r.Via != "dns" && r.URL == "" && (r.Raw == "" || r.Via == "connect"):
 			return meta{}, fmt.Errorf("a %s case needs url", r.Via)
 		}
 		return meta{r.ID, r.Class, r.Rationale, r.Source}, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -102,6 +103,9 @@ func (env *Env) perform(c egresscases.Request, j *Judgement) (verdict, detail st
 	if c.Via == "dns" {
 		return env.query(c)
 	}
+	if c.Raw != "" {
+		return env.raw(c)
+	}
 	var body io.Reader
 	if c.Body != "" {
 		body = strings.NewReader(c.Body)
@@ -137,6 +141,28 @@ func (env *Env) perform(c egresscases.Request, j *Judgement) (verdict, detail st
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.Header.Get("X-Origin") == "yes" && resp.StatusCode < 400 {
+		return "allow", resp.Status
+	}
+	return "deny", resp.Status + ": " + string(b)
+}
+
+// raw writes the case's bytes to the proxy, or inside a tunnel to the
+// URL's host for via connect.
+func (env *Env) raw(c egresscases.Request) (string, string) {
+	tunnel := ""
+	if c.Via == "connect" {
+		u, err := url.Parse(env.Expand(c.URL))
+		if err != nil || u.Port() == "" {
+			return "error", fmt.Sprintf("a raw connect case needs a URL with a port: %q", c.URL)
+		}
+		tunnel = u.Host
+	}
+	resp, err := env.Raw(tunnel, env.Expand(c.Raw))
+	if err != nil {
+		return "deny", err.Error()
+	}
+	b, _ := io.ReadAll(resp.Body)
 	if resp.Header.Get("X-Origin") == "yes" && resp.StatusCode < 400 {
 		return "allow", resp.Status
 	}

@@ -6,11 +6,14 @@
 package egresstest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -212,6 +215,61 @@ func (env *Env) ProxyClient(follow bool, sni string) *http.Client {
 		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	}
 	return c
+}
+
+// Raw writes raw to the proxy byte for byte and reads one response, whose
+// body it reads whole. With tunnel set (host:port), it first opens a
+// CONNECT tunnel there and starts TLS inside it (server name: tunnel's
+// host, trusting the gateway's CA), and writes raw in the tunnel. A
+// connection that ends without a response is an error.
+func (env *Env) Raw(tunnel, raw string) (*http.Response, error) {
+	conn, err := net.DialTimeout("tcp", env.GW.ProxyAddr().String(), 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	var c net.Conn = conn
+	if tunnel != "" {
+		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", tunnel, tunnel); err != nil {
+			return nil, err
+		}
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			return nil, fmt.Errorf("CONNECT %s: %w", tunnel, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return readWhole(resp)
+		}
+		if br.Buffered() > 0 {
+			return nil, fmt.Errorf("CONNECT %s: bytes after the response", tunnel)
+		}
+		host, _, _ := net.SplitHostPort(tunnel)
+		tc := tls.Client(conn, &tls.Config{RootCAs: env.Roots, ServerName: host})
+		if err := tc.Handshake(); err != nil {
+			return nil, fmt.Errorf("TLS in the tunnel to %s: %w", tunnel, err)
+		}
+		c = tc
+	}
+	if _, err := io.WriteString(c, raw); err != nil {
+		return nil, err
+	}
+	method, _, _ := strings.Cut(raw, " ")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	if err != nil {
+		return nil, fmt.Errorf("no response: %w", err)
+	}
+	return readWhole(resp)
+}
+
+// readWhole reads resp's body into memory, so that it outlives the
+// connection.
+func readWhole(resp *http.Response) (*http.Response, error) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return resp, err
 }
 
 // startUpstream runs a DNS server answering UpstreamRecords.

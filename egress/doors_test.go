@@ -1,0 +1,193 @@
+package egress_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/egress/egresstest"
+)
+
+// rawCase is one request written byte for byte to the proxy, or inside a
+// TLS tunnel to tunnel (host:port). path is what the origin would see: a
+// refused request must not reach it, an allowed one must, once.
+type rawCase struct {
+	name, tunnel, raw, path string
+	allow                   bool
+	reason                  string // part of the refusal's logged reason
+}
+
+func runRaw(t *testing.T, env *egresstest.Env, cases []rawCase) {
+	t.Helper()
+	for _, c := range cases {
+		env.TakeLogs()
+		before := env.HitsOf(c.path)
+		resp, err := env.Raw(c.tunnel, c.raw)
+		got := err == nil && resp.StatusCode < 400 && resp.Header.Get("X-Origin") == "yes"
+		detail := ""
+		if err != nil {
+			detail = err.Error()
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			detail = resp.Status + ": " + string(b)
+		}
+		hits := env.HitsOf(c.path) - before
+		logs := env.TakeLogs()
+		switch {
+		case got != c.allow:
+			t.Errorf("%s: allowed=%v, want %v (%s)", c.name, got, c.allow, strings.TrimSpace(detail))
+		case c.allow && hits != 1:
+			t.Errorf("%s: the origin saw %s %d times", c.name, c.path, hits)
+		case !c.allow && hits != 0:
+			t.Errorf("%s: refused, but the origin saw %s", c.name, c.path)
+		case !c.allow && !decided(logs, egress.Deny, c.reason):
+			t.Errorf("%s: no refusal mentioning %q logged: %+v", c.name, c.reason, logs)
+		case c.allow && !decided(logs, egress.Allow, ""):
+			t.Errorf("%s: no allow decision logged: %+v", c.name, logs)
+		}
+	}
+}
+
+func decided(logs []egress.Record, v egress.Verdict, reason string) bool {
+	for _, l := range logs {
+		if l.Verdict == v && strings.Contains(l.Reason, reason) && l.Job == egresstest.JobName && l.Via != "" && !l.Time.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// TestMalformedRequestsLogged: a request the proxy cannot parse is
+// answered with an error and leaves a decision record, at the proxy and
+// inside a tunnel.
+func TestMalformedRequestsLogged(t *testing.T) {
+	env := newTestEnv(t, nil)
+	p := env.HTTPPort
+	tp := "origin.test:" + env.HTTPSPort
+	u := "http://origin.test:" + p
+	runRaw(t, env, []rawCase{
+		{"not HTTP", "", "HELLO\r\n\r\n", "/", false, "malformed request"},
+		{"two Host headers", "", "GET " + u + "/m1 HTTP/1.1\r\nHost: origin.test:" + p + "\r\nHost: evil.test\r\n\r\n", "/m1", false, "malformed request"},
+		{"no Host header", "", "GET " + u + "/m2 HTTP/1.1\r\n\r\n", "/m2", false, "malformed request"},
+		{"bad header name", "", "GET " + u + "/m3 HTTP/1.1\r\nHost: origin.test:" + p + "\r\nBad Name: x\r\n\r\n", "/m3", false, "malformed request"},
+		{"unknown transfer coding", "", "POST http://post.test:" + p + "/m4 HTTP/1.1\r\nHost: post.test:" + p + "\r\nTransfer-Encoding: gzip\r\n\r\n", "/m4", false, "malformed request"},
+		{"conflicting lengths", "", "POST http://post.test:" + p + "/m5 HTTP/1.1\r\nHost: post.test:" + p + "\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "/m5", false, "malformed request"},
+		{"HTTP/2 preface", "", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "/", false, "malformed request"},
+		{"bad version", "", "GET " + u + "/m6 HTTP/9.9\r\nHost: origin.test:" + p + "\r\n\r\n", "/m6", false, "malformed request"},
+		{"tunnel: not HTTP", tp, "HELLO\r\n\r\n", "/", false, "malformed request"},
+		{"tunnel: two Host headers", tp, "GET /m7 HTTP/1.1\r\nHost: " + tp + "\r\nHost: evil.test\r\n\r\n", "/m7", false, "malformed request"},
+	})
+
+	// The record says where the request came from.
+	env.TakeLogs()
+	_, _ = env.Raw("", "GET "+u+"/m8 HTTP/1.1\r\nHost: origin.test:"+p+"\r\nHost: evil.test\r\n\r\n")
+	logs := env.TakeLogs()
+	if len(logs) != 1 || logs[0].Via != "http" || logs[0].Method != "GET" || !strings.HasPrefix(logs[0].Remote, "127.0.0.1:") {
+		t.Errorf("malformed request's record: %+v", logs)
+	}
+
+	// Plain HTTP where the tunnel's TLS should start.
+	c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", tp, tp)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	fmt.Fprintf(c, "GET /m9 HTTP/1.1\r\nHost: %s\r\n\r\n", tp)
+	_, _ = io.Copy(io.Discard, br) // the gateway ends the connection
+	if logs := env.TakeLogs(); !decided(logs, egress.Deny, "no TLS handshake") {
+		t.Errorf("plain HTTP in a tunnel: %+v", logs)
+	}
+	if env.HitsOf("/m9") != 0 {
+		t.Error("plain HTTP in a tunnel reached the origin")
+	}
+}
+
+// TestProxyConnections: the proxy's own HTTP/1.x serving keeps a
+// connection across requests (pipelined too), answers 100 Continue only
+// once a request is allowed, and ends HTTP/1.0 connections after the
+// answer.
+func TestProxyConnections(t *testing.T) {
+	env := newTestEnv(t, nil)
+	hp := "origin.test:" + env.HTTPPort
+	pp := "post.test:" + env.HTTPPort
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	read := func(br *bufio.Reader, method string) (*http.Response, string) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+
+	// Pipelined: three requests written at once, three answers in order.
+	c, br := dial()
+	fmt.Fprintf(c, "GET http://%s/k1 HTTP/1.1\r\nHost: %s\r\n\r\nPOST http://%s/k2 HTTP/1.1\r\nHost: %s\r\nContent-Length: 3\r\n\r\na=1HEAD http://%s/k3 HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp, pp, pp, hp, hp)
+	for _, m := range []string{"GET", "POST", "HEAD"} {
+		if resp, body := read(br, m); resp.StatusCode != 200 || (m != "HEAD" && body != "origin ok") {
+			t.Errorf("pipelined %s: %s %q", m, resp.Status, body)
+		}
+	}
+	if env.HitsOf("/k1")+env.HitsOf("/k2")+env.HitsOf("/k3") != 3 {
+		t.Error("the origin did not see the three pipelined requests")
+	}
+
+	// Expect: 100-continue, allowed: 100, then the body, then the answer.
+	c, br = dial()
+	fmt.Fprintf(c, "POST http://%s/k4 HTTP/1.1\r\nHost: %s\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n", pp, pp)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("100 Continue: %q %v", line, err)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, "a=1")
+	if resp, body := read(br, "POST"); resp.StatusCode != 200 || body != "origin ok" {
+		t.Errorf("after 100 Continue: %s %q", resp.Status, body)
+	}
+
+	// Expect: 100-continue, refused: no 100, a refusal, the end.
+	c, br = dial()
+	fmt.Fprintf(c, "POST http://%s/k5 HTTP/1.1\r\nHost: %s\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n", hp, hp)
+	if resp, _ := read(br, "POST"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("refused with Expect: %s", resp.Status)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("connection not ended after a refusal: %v", err)
+	}
+
+	// HTTP/1.0: the answer, then the end.
+	c, br = dial()
+	fmt.Fprintf(c, "GET http://%s/k6 HTTP/1.0\r\n\r\n", hp)
+	if resp, body := read(br, "GET"); resp.StatusCode != 200 || body != "origin ok" {
+		t.Errorf("HTTP/1.0: %s %q", resp.Status, body)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("HTTP/1.0 connection not ended: %v", err)
+	}
+	if env.HitsOf("/k5") != 0 {
+		t.Error("the refused request reached the origin")
+	}
+}
