@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -144,17 +145,20 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		Instructions: "airlock runs untrusted code in the cheapest isolation boundary that still holds. Each tool result says which tier ran the job and why.",
 	})
 	run := func(ctx context.Context, req *mcp.CallToolRequest, job airlock.Job, c common) (*mcp.CallToolResult, ToolOutput, error) {
+		if err := isolationChosen(t, c); err != nil {
+			return toolError(err)
+		}
 		return s.mcpRun(ctx, t, req, job, c)
 	}
-	mcp.AddTool(srv, &mcp.Tool{Name: "evaluate_expression", Description: "Evaluate an expression (expr-lang) against input variables. No I/O; microseconds."},
+	mcp.AddTool(srv, &mcp.Tool{Name: "evaluate_expression", InputSchema: inputSchema[exprInput](t.MCPIsolation), Description: "Evaluate an expression (expr-lang) against input variables. No I/O; microseconds."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in exprInput) (*mcp.CallToolResult, ToolOutput, error) {
 			return run(ctx, req, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: in.Input}, in.common)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "run_starlark", Description: "Run a Starlark (Python-like) script with a step budget; no filesystem or network."},
+	mcp.AddTool(srv, &mcp.Tool{Name: "run_starlark", InputSchema: inputSchema[starlarkInput](t.MCPIsolation), Description: "Run a Starlark (Python-like) script with a step budget; no filesystem or network."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in starlarkInput) (*mcp.CallToolResult, ToolOutput, error) {
 			return run(ctx, req, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: in.Input, Entry: in.Entry, Files: in.Files}, in.common)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "run_wasm", Description: "Run a WebAssembly module (WASI) with a memory cap and no host access unless granted."},
+	mcp.AddTool(srv, &mcp.Tool{Name: "run_wasm", InputSchema: inputSchema[wasmInput](t.MCPIsolation), Description: "Run a WebAssembly module (WASI) with a memory cap and no host access unless granted."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, ToolOutput, error) {
 			job := airlock.Job{Kind: airlock.KindWasm, Entry: in.Entry, Argv: in.Args, Stdin: in.Stdin}
 			raw, _ := json.Marshal(in.Module)
@@ -163,15 +167,19 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			}
 			return run(ctx, req, job, in.common)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "run_command", Description: "Run a program in an OS sandbox; the router picks the tier (process, gVisor or microVM) from the situation."},
+	mcp.AddTool(srv, &mcp.Tool{Name: "run_command", InputSchema: inputSchema[commandInput](t.MCPIsolation), Description: "Run a program in an OS sandbox; the router picks the tier (process, gVisor or microVM) from the situation."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, ToolOutput, error) {
 			return run(ctx, req, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files}, in.common)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "explain", Description: "Explain which tier the router would choose for a job, and why each cheaper tier was passed over."},
+	mcp.AddTool(srv, &mcp.Tool{Name: "explain", InputSchema: inputSchema[explainInput](t.MCPIsolation), Description: "Explain which tier the router would choose for a job, and why each cheaper tier was passed over."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in explainInput) (*mcp.CallToolResult, any, error) {
-			job, err := normalize(airlock.Job{Kind: airlock.Kind(in.Kind), Code: in.Code, Argv: in.Argv}, in.common)
+			err := isolationChosen(t, in.common)
+			job := airlock.Job{Kind: airlock.Kind(in.Kind), Code: in.Code, Argv: in.Argv}
 			if err == nil {
-				err = airlock.Validate(&job)
+				job, err = normalize(job, in.common)
+			}
+			if err == nil {
+				err = t.admit(&job) // the tenant's situation, as a run would have
 			}
 			if err != nil {
 				r, _, _ := toolError(err)
@@ -182,6 +190,31 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		})
 	s.mcp.per[t] = srv
 	return srv, nil
+}
+
+// inputSchema is the tool's input schema inferred from In, without
+// "situation" and "tier" unless the tenant's MCP clients may choose them:
+// whoever the agent obeys must not lower its own boundary. The schema
+// refuses unknown properties, so a call that passes them anyway fails.
+func inputSchema[In any](isolation bool) *jsonschema.Schema {
+	sc, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("MCP input schema: %v", err)) // the types are fixed at compile time
+	}
+	if !isolation {
+		delete(sc.Properties, "situation")
+		delete(sc.Properties, "tier")
+	}
+	return sc
+}
+
+// isolationChosen refuses a call that names a situation or tier when the
+// tenant's MCP clients may not (a client that skips schema validation).
+func isolationChosen(t *tenant, c common) error {
+	if !t.MCPIsolation && (c.Situation != "" || c.Tier != "") {
+		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s's MCP tools run as situation %s; they take no situation or tier", t.Name, t.defSit)}
+	}
+	return nil
 }
 
 // normalize applies the common fields and sends the job through the

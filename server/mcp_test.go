@@ -118,7 +118,7 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 	case !strings.Contains(text(res), "not admitted"):
 		t.Errorf("run_command neither ran nor explained the refusal: %s", text(res))
 	}
-	res, _ = call(t, cs, "explain", map[string]any{"kind": "command", "argv": []string{"sh"}, "situation": "public"})
+	res, _ = call(t, cs, "explain", map[string]any{"kind": "command", "argv": []string{"sh"}})
 	if !strings.Contains(text(res), "rule public") {
 		t.Errorf("explain: %s", text(res))
 	}
@@ -168,5 +168,48 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	// Without a key the endpoint refuses.
 	if _, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.http.URL + "/mcp", MaxRetries: -1}, nil); err == nil {
 		t.Error("MCP over HTTP without a key connected")
+	}
+}
+
+// The model cannot choose its own isolation through MCP: by default the
+// tools take neither situation nor tier, and the tenant's situation is
+// the operator's. A tenant whose clients may choose still cannot go
+// below the situation's minimum.
+func TestMCPModelCannotLowerIsolation(t *testing.T) {
+	f := newFixture(t)
+	cs := connectMemory(t, f, "a")
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		schema, _ := json.Marshal(tool.InputSchema)
+		if strings.Contains(string(schema), `"situation"`) || strings.Contains(string(schema), `"tier"`) {
+			t.Errorf("tool %s offers the model a situation or tier: %s", tool.Name, schema)
+		}
+	}
+	for _, args := range []map[string]any{
+		{"argv": []string{"sh", "-c", "id"}, "tier": "seccomp", "situation": "expression"},
+		{"argv": []string{"sh", "-c", "id"}, "situation": "internal"},
+		{"argv": []string{"sh", "-c", "id"}, "tier": "process"},
+	} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_command", Arguments: args})
+		if err == nil && !res.IsError {
+			t.Errorf("run_command %v ran: %s", args, text(res))
+		}
+		if err == nil && strings.Contains(text(res), "tier: seccomp") || strings.Contains(text(res), "tier: process") {
+			t.Errorf("run_command %v ran below the tenant's situation: %s", args, text(res))
+		}
+	}
+	// An operator may let a tenant's clients choose, within its situations.
+	g := newFixture(t, func(c *server.Config) { c.Tenants[0].MCPIsolation = true })
+	cs = connectMemory(t, g, "a")
+	res, _ := call(t, cs, "run_command", map[string]any{"argv": []string{"true"}, "tier": "seccomp", "situation": "expression"})
+	if !res.IsError || !strings.Contains(text(res), "may not run jobs in situation expression") {
+		t.Errorf("a situation the tenant may not use: %s", text(res))
+	}
+	res, _ = call(t, cs, "run_command", map[string]any{"argv": []string{"true"}, "tier": "seccomp", "situation": "internal"})
+	if !res.IsError || !strings.Contains(text(res), "below the minimum") {
+		t.Errorf("a tier below the situation's minimum: %s", text(res))
 	}
 }
