@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/place"
 )
 
 // stage places a job's files for an agent sandbox and runs the context's
@@ -41,4 +42,20 @@ func (t *Tier) stage(ctx context.Context, id string, files map[string]string) (m
 		placed[name] = string(data)
 	}
 	return placed, nil
+}
+
+// writeFiles places the job's files under dir (made if missing), owned by
+// uid: on the host, in a cold run's scratch and in stage's directory, and
+// in an agent sandbox by the agent, whose scratch outlives a session's
+// jobs. A link, hard link or special file an earlier job left where a
+// file goes refuses the placement before anything is written (see
+// internal/place, which needs no openat2: gVisor may lack it).
+func writeFiles(dir string, files map[string]string, uid int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, uid, uid); err != nil {
+		return err
+	}
+	return place.Files(dir, files, place.Options{FileMode: 0o644, DirMode: 0o755, Owner: &place.Owner{UID: uid, GID: uid}})
 }

@@ -415,38 +415,6 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	return r.finish(nil)
 }
 
-// writeFiles places the job's files under dir, owned by uid.
-func writeFiles(dir string, files map[string]string, uid int) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chown(dir, uid, uid); err != nil {
-		return err
-
-// StateDirs returns the host directories the tier keeps its state in,
-// which no job may be granted to read.
-func (t *Tier) StateDirs() []string { return []string{t.cfg.dir, t.base} }
-	}
-	for name, content := range files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("placing %s: %w", name, err)
-		}
-		for d := filepath.Dir(p); d != dir; d = filepath.Dir(d) {
-			if err := os.Chown(d, uid, uid); err != nil {
-				return err
-			}
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			return fmt.Errorf("placing %s: %w", name, err)
-		}
-		if err := os.Chown(p, uid, uid); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func usage(cg cgroup, out *output) airlock.Usage {
 	return airlock.Usage{MemoryBytes: cg.maxMemory(), CPUUS: cg.cpuTime().Microseconds(), OutputBytes: out.total()}
 }
@@ -454,3 +422,7 @@ func usage(cg cgroup, out *output) airlock.Usage {
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "airlock gvisor: "+format+"\n", args...)
 }
+
+// StateDirs returns the host directories the tier keeps its state in,
+// which no job may be granted to read.
+func (t *Tier) StateDirs() []string { return []string{t.cfg.dir, t.base} }
