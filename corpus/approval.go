@@ -74,7 +74,20 @@ func (a *Approval) validate() error {
 // Exec runs job, built from the case with vars, on tier. A case with an
 // approval goes through the approval gate: job is approved, then changed
 // and swapped as the case says, then authorised and run.
+//
+// A case with jobs to run before it runs them and then job in one session
+// of tier (see [Case.Before]); the session is closed before Exec returns.
 func (c *Case) Exec(ctx context.Context, tier airlock.Tier, job airlock.Job, vars map[string]string) (airlock.Result, error) {
+	if len(c.Before) > 0 {
+		s, err := c.session(ctx, tier, vars)
+		if err != nil {
+			res := airlock.Result{Tier: tier.Name(), Level: tier.Level()}
+			res.SetError(err)
+			return res, err
+		}
+		defer s.Close()
+		tier = inSession{tier, s}
+	}
 	if c.Approval == nil {
 		return tier.Run(ctx, job)
 	}

@@ -50,6 +50,10 @@ type Case struct {
 	Skip      string            `json:"skip,omitempty"`
 	// Approval makes the case an approval case (see [Approval]).
 	Approval *Approval `json:"approval,omitempty"`
+	// Before lists jobs run first, in order, in one session of the tier
+	// that the case's job then runs in too (see [Case.Exec]): what an
+	// earlier job of a conversation leaves in the scratch.
+	Before []json.RawMessage `json:"before,omitempty"`
 }
 
 // Repeat expands ${NAME} in the job's strings to Text repeated Times times.
@@ -173,6 +177,11 @@ func (c *Case) validate() error {
 			return err
 		}
 	}
+	for i, raw := range c.Before {
+		if _, err := c.buildJob(raw, nil); err != nil {
+			return fmt.Errorf("before[%d]: %w", i, err)
+		}
+	}
 	_, err := c.BuildJob(nil)
 	return err
 }
@@ -181,7 +190,13 @@ func (c *Case) validate() error {
 // code, argv, stdin, entry and files: the case's own expansions, then vars
 // (the runner's canaries, such as CANARY_FILE).
 func (c *Case) BuildJob(vars map[string]string) (airlock.Job, error) {
-	job, err := airlock.DecodeJobBytes(c.Job)
+	return c.buildJob(c.Job, vars)
+}
+
+// buildJob is BuildJob for the job raw (the case's, or one it runs
+// before it).
+func (c *Case) buildJob(raw json.RawMessage, vars map[string]string) (airlock.Job, error) {
+	job, err := airlock.DecodeJobBytes(raw)
 	if err != nil {
 		return job, err
 	}
@@ -225,6 +240,9 @@ func (c *Case) SkipReason(vars map[string]string) string {
 // with the reason instead of running it with the placeholder in place.
 func (c *Case) MissingVar(vars map[string]string) string {
 	raw := string(c.Job)
+	for _, b := range c.Before {
+		raw += "\x00" + string(b)
+	}
 	for {
 		i := strings.Index(raw, "${")
 		if i < 0 {
