@@ -27,7 +27,10 @@ import (
 //
 // Every tier is an owner named "airlock-gv-<pid>-<random>", unique in the
 // directory because its lock file is created exclusively. Its sandboxes,
-// their directories and cgroups are named "<owner>-<n>".
+// their directories and cgroups are named "<owner>-<n>.sb" (see idEnd: no
+// id is a prefix of another, which runsc needs). The PID is decimal and
+// the random part of fixed length, each followed by "-", so no owner's
+// name or ids extend another owner's.
 //
 // No tier writes anything another tier uses. Each builds its own root,
 // once, in a new directory, and never writes it again: a root rebuilt in
@@ -48,7 +51,9 @@ import (
 // namespace that hides the owner misleads a sweep. Sandboxes named in the
 // form of earlier versions ("airlock-gv-<pid>-<hex>", no lock) are still
 // judged by their PID; the shared root those versions kept in <dir>/rootfs
-// is left alone.
+// is left alone. Ids of the version before idEnd ("<owner>-<n>") belong to
+// their owner like current ones; some are prefixes of others, so a sweep
+// deletes the longest first.
 
 // ownerNameBytes is the random part of an owner's name, in bytes.
 const ownerNameBytes = 4
@@ -140,9 +145,10 @@ func samePath(f *os.File, path string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(a, b)
 }
 
-// parseID splits a sandbox id. For "airlock-gv-<pid>-<random>-<n>" it
-// returns the owner's name; for an id of an earlier version,
-// "airlock-gv-<pid>-<hex>", the PID; for anything else neither.
+// parseID splits a sandbox id. For "airlock-gv-<pid>-<random>-<n>.sb"
+// (or "…-<n>", as the previous version named them) it returns the owner's
+// name; for an id of an earlier version, "airlock-gv-<pid>-<hex>", the PID;
+// for anything else neither.
 func parseID(id string) (owner string, legacyPID int) {
 	rest, ok := strings.CutPrefix(id, idPrefix)
 	if !ok {
@@ -154,7 +160,7 @@ func parseID(id string) (owner string, legacyPID int) {
 		return "", 0
 	}
 	switch {
-	case len(parts) == 3 && isOwnerName(idPrefix+parts[0]+"-"+parts[1]) && isDecimal(parts[2]):
+	case len(parts) == 3 && isOwnerName(idPrefix+parts[0]+"-"+parts[1]) && isDecimal(strings.TrimSuffix(parts[2], idEnd)):
 		return idPrefix + parts[0] + "-" + parts[1], 0
 	case len(parts) == 2 && len(parts[1]) == legacyIDHex && isHex(parts[1]):
 		return "", pid

@@ -15,9 +15,19 @@ import (
 // the tier creates (see owner.go).
 const idPrefix = "airlock-gv-"
 
-// newID names a new sandbox of the tier: its owner name and a number.
+// idEnd ends every sandbox id. runsc takes the id of every command as a
+// prefix of the ids in its state directory, and an exact match does not
+// win: while "<owner>-10" exists, `runsc delete <owner>-1` fails as
+// ambiguous, and the sandbox cannot be killed. With the number closed by a
+// non-digit no id extends another ("-1.sb", "-10.sb"), and owner names
+// never extend one another (owner.go), so every id the tiers of a
+// directory hand out names exactly one sandbox. The id also names the
+// sandbox's cgroup and directory, which are matched exactly.
+const idEnd = ".sb"
+
+// newID names a new sandbox of the tier: its owner name, a number and idEnd.
 func (t *Tier) newID() string {
-	return t.owner + "-" + strconv.FormatUint(t.seq.Add(1), 10)
+	return t.owner + "-" + strconv.FormatUint(t.seq.Add(1), 10) + idEnd
 }
 
 // runscFlags are the global flags of every sandbox the tier creates.

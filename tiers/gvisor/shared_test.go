@@ -343,7 +343,11 @@ func TestParseID(t *testing.T) {
 		id, owner string
 		pid       int
 	}{
-		{"airlock-gv-42-0a1b2c3d-7", "airlock-gv-42-0a1b2c3d", 0},
+		{"airlock-gv-42-0a1b2c3d-7.sb", "airlock-gv-42-0a1b2c3d", 0},
+		{"airlock-gv-42-0a1b2c3d-7", "airlock-gv-42-0a1b2c3d", 0}, // the previous version's
+		{"airlock-gv-42-0a1b2c3d-.sb", "", 0},
+		{"airlock-gv-42-0a1b2c3d-7.sb.sb", "", 0},
+		{"airlock-gv-42-0a1b2c3d-7.s", "", 0},
 		{"airlock-gv-42-0123456789ab", "", 42}, // an earlier version's
 		{"airlock-gv-42-0a1b2c3d", "", 0},      // an owner's name, not a sandbox's
 		{"airlock-gv-42-0a1b2c3d-x", "", 0},

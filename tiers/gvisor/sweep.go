@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 )
 
@@ -95,14 +96,18 @@ func (t *Tier) sweep() (removed int) {
 			ID string `json:"id"`
 		}
 		if json.Unmarshal(out, &list) == nil {
+			var ids []string
 			for _, c := range list {
 				if here(c.ID) {
-					if err := t.destroy(c.ID, "", true); err != nil {
-						logf("sweep: %v", err)
-						fail(c.ID)
-					}
-					removed++
+					ids = append(ids, c.ID)
 				}
+			}
+			for _, id := range deleteOrder(ids) {
+				if err := t.destroy(id, "", true); err != nil {
+					logf("sweep: %v", err)
+					fail(id)
+				}
+				removed++
 			}
 		}
 	}
@@ -138,4 +143,13 @@ func (t *Tier) sweep() (removed int) {
 		}
 	}
 	return removed
+}
+
+// deleteOrder sorts ids so that each comes after every id it is a prefix
+// of: the longest first. Ids of the version before idEnd ("<owner>-1",
+// "<owner>-10") can be prefixes of one another, and runsc refuses an id
+// while a longer one it abbreviates exists.
+func deleteOrder(ids []string) []string {
+	slices.SortStableFunc(ids, func(a, b string) int { return len(b) - len(a) })
+	return ids
 }
