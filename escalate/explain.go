@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
 )
 
 // Explanation says how the router decided, tier by tier.
@@ -59,7 +60,9 @@ func (r *Router) Explain(job *airlock.Job) Explanation {
 			s.Reason = "no rule applies"
 		case explicit && e.name != job.Tier:
 			s.Verdict = "passed over"
-			s.Reason = "the job requested tier " + job.Tier
+			// The job's own text, printed to a person: escaped.
+			tier, _ := approve.Visible(job.Tier)
+			s.Reason = "the job requested tier " + tier
 		default:
 			s.Verdict = "passed over"
 			s.Reason = r.whyNot(ri, e, job)

@@ -33,8 +33,12 @@ type approvalRequest struct {
 	Tier     string         `json:"tier"`
 	Rule     string         `json:"rule,omitempty"` // the rule that requires approval; empty: none does
 	Required bool           `json:"required"`
-	Job      *airlock.Job   `json:"job,omitempty"`
-	Tenant   string         `json:"tenant,omitempty"`
+	// Job is the pending job as it will run, for machines. Its strings are
+	// raw: a hidden character in them is invisible when rendered, so a
+	// person must be shown Display instead.
+	Job     *airlock.Job     `json:"job,omitempty"`
+	Display *approve.Display `json:"display,omitempty"`
+	Tenant  string           `json:"tenant,omitempty"`
 }
 
 type approvalToken struct {
@@ -149,7 +153,8 @@ func (s *Server) handleShowApproval(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job := p.job
-	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: p.tier, Rule: p.rule, Required: true, Job: &job, Tenant: p.tenant.Name})
+	shown := approve.DisplayOf(&job, p.tier, p.tenant.Name)
+	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: p.tier, Rule: p.rule, Required: true, Job: &job, Display: &shown, Tenant: p.tenant.Name})
 }
 
 // handleApprove issues a token for a pending digest to one of the
