@@ -62,10 +62,6 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	tier, err := t.route(s, &job)
-	if err != nil {
-		s.refuseErr(w, err)
-		return
 	if job.Session != "" {
 		// A job for a session is approved for that session only: its id is
 		// part of the digest, and its runs are routed to the session's tier.
@@ -82,6 +78,10 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 		}
 		job.Tier, job.Lifecycle = ss.tier, ""
 	}
+	tier, err := t.route(s, &job)
+	if err != nil {
+		s.refuseErr(w, err)
+		return
 	}
 	d := approve.Of(&job, tier.Name(), t.Name)
 	rule := s.approvals.Requires(&job, tier.Name())
