@@ -54,13 +54,13 @@ type Config struct {
 	OutputHosts []string `json:"output_hosts,omitempty"`
 	// Tenants are the API's clients.
 	Tenants []Tenant `json:"tenants"`
+
+	source string // the file it was loaded from, which no job may read
 }
 
 // LimitPolicy is airlock.LimitPolicy in the configuration file.
 type LimitPolicy struct {
 	Default airlock.Limits `json:"default,omitzero"`
-
-	source string // the file it was loaded from, which no job may read
 	Max     airlock.Limits `json:"max,omitzero"`
 }
 
@@ -122,11 +122,6 @@ type Tenant struct {
 	// it may use.
 	Situations []airlock.Situation `json:"situations,omitempty"`
 	Tiers      []string            `json:"tiers,omitempty"`
-}
-
-// Duration is a time.Duration written as a Go duration string.
-type Duration time.Duration
-
 	// ReadRoots are the host directories the tenant's jobs may name in
 	// grants.fs.read (default: none). A grant is resolved to the real
 	// path it names; one outside every root, or touching a path the
@@ -150,6 +145,11 @@ func (t *Tenant) situations() ([]airlock.Situation, airlock.Situation) {
 		return []airlock.Situation{def}, def
 	}
 	return t.Situations, def
+}
+
+// Duration is a time.Duration written as a Go duration string.
+type Duration time.Duration
+
 // UnmarshalJSON reads "30s" (or a number of nanoseconds).
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
@@ -216,30 +216,30 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
+	if c.source, err = filepath.Abs(path); err != nil {
+		return c, err
+	}
 	dir := filepath.Dir(path)
 	rel := func(p *string) {
 		if *p != "" && *p != "-" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
-	if c.source, err = filepath.Abs(path); err != nil {
-		return c, err
-	}
 	}
 	rel(&c.Audit)
 	rel(&c.Policy)
 	if c.Approvals != nil {
 		rel(&c.Approvals.KeyFile)
 	}
-	return c, nil
-}
-
-// Validate checks tenants, keys and approval rules.
-func (c *Config) Validate() error {
 	for i := range c.Tenants {
 		for j := range c.Tenants[i].ReadRoots {
 			rel(&c.Tenants[i].ReadRoots[j])
 		}
 	}
+	return c, nil
+}
+
+// Validate checks tenants, keys and approval rules.
+func (c *Config) Validate() error {
 	if len(c.Tenants) == 0 {
 		return fmt.Errorf("no tenants: the API would refuse every request")
 	}
@@ -275,6 +275,15 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.situations: unknown situation %q", where, s)
 			}
 		}
+		if t.Situation != "" {
+			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: t.Situation}
+			if err := airlock.Validate(&j); err != nil {
+				return fmt.Errorf("%s.situation: unknown situation %q", where, t.Situation)
+			}
+			if len(t.Situations) > 0 && !slices.Contains(t.Situations, t.Situation) {
+				return fmt.Errorf("%s.situation: %s is not among the tenant's situations %v", where, t.Situation, t.Situations)
+			}
+		}
 	}
 	if c.Approvals != nil && c.Approvals.Rules != nil {
 		if err := (approve.Policy{Rules: *c.Approvals.Rules}).Validate(); err != nil {
@@ -287,6 +296,24 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// readKey reads a secret key file, refusing one that group or others may
+// read or write, as ssh refuses a private key.
+func readKey(what, name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if m := st.Mode().Perm(); m&0o077 != 0 {
+		return nil, fmt.Errorf("%s: %s is accessible by group or others (mode %04o); chmod 600 it", what, name, m)
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
 }
 
 func checkHash(h string) error {
@@ -307,24 +334,6 @@ func HashKey(key string) string {
 // keyring finds the holder of a key, comparing the key's hash against
 // every stored hash in constant time.
 type keyring struct {
-// readKey reads a secret key file, refusing one that group or others may
-// read or write, as ssh refuses a private key.
-func readKey(what, name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if m := st.Mode().Perm(); m&0o077 != 0 {
-		return nil, fmt.Errorf("%s: %s is accessible by group or others (mode %04o); chmod 600 it", what, name, m)
-	}
-	return io.ReadAll(io.LimitReader(f, 1<<20))
-}
-
 	hashes [][]byte
 	owners []int
 }
