@@ -2,6 +2,7 @@ package egress_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/egresstest"
 )
@@ -61,6 +63,69 @@ func decided(logs []egress.Record, v egress.Verdict, reason string) bool {
 		}
 	}
 	return false
+}
+
+// TestBodyRefusedOnGetAndHead: a GET or HEAD carrying a body (by length
+// or chunked) is refused at every door, so a read-only grant is not a
+// write channel; the same request without a body, and a body on a method
+// the rule grants, pass.
+func TestBodyRefusedOnGetAndHead(t *testing.T) {
+	env := newTestEnv(t, nil)
+	hp := "origin.test:" + env.HTTPPort
+	tp := "origin.test:" + env.HTTPSPort
+	req := func(method, target, host, path, extra string) string {
+		return method + " " + target + path + " HTTP/1.1\r\nHost: " + host + "\r\n" + extra
+	}
+	const cl = "Content-Length: 6\r\n\r\nsecret"
+	const te = "Transfer-Encoding: chunked\r\n\r\n6\r\nsecret\r\n0\r\n\r\n"
+	runRaw(t, env, []rawCase{
+		{"proxy GET with content", "", req("GET", "http://"+hp, hp, "/b1", cl), "/b1", false, "body"},
+		{"proxy GET chunked", "", req("GET", "http://"+hp, hp, "/b2", te), "/b2", false, "body"},
+		{"proxy HEAD with content", "", req("HEAD", "http://"+hp, hp, "/b3", cl), "/b3", false, "body"},
+		{"proxy HEAD chunked", "", req("HEAD", "http://"+hp, hp, "/b4", te), "/b4", false, "body"},
+		{"tunnel GET with content", tp, req("GET", "", tp, "/b5", cl), "/b5", false, "body"},
+		{"tunnel GET chunked", tp, req("GET", "", tp, "/b6", te), "/b6", false, "body"},
+		{"tunnel HEAD chunked", tp, req("HEAD", "", tp, "/b7", te), "/b7", false, "body"},
+		{"proxy GET", "", req("GET", "http://"+hp, hp, "/b8", "\r\n"), "/b8", true, ""},
+		{"proxy GET with Content-Length 0", "", req("GET", "http://"+hp, hp, "/b9", "Content-Length: 0\r\n\r\n"), "/b9", true, ""},
+		{"tunnel HEAD", tp, req("HEAD", "", tp, "/b10", "\r\n"), "/b10", true, ""},
+		{"proxy POST to a POST host", "", req("POST", "http://post.test:"+env.HTTPPort, "post.test:"+env.HTTPPort, "/b11", cl), "/b11", true, ""},
+		{"tunnel POST chunked to a POST host", "post.test:" + env.HTTPSPort, req("POST", "", "post.test:"+env.HTTPSPort, "/b12", te), "/b12", true, ""},
+	})
+
+	// The in-process client (WASM and Starlark tiers): a body of known
+	// length, and one of unknown length (sent chunked).
+	for _, c := range []struct {
+		method string
+		body   io.Reader
+	}{
+		{"GET", strings.NewReader("secret")},
+		{"GET", io.MultiReader(strings.NewReader("secret"))},
+		{"HEAD", strings.NewReader("secret")},
+	} {
+		env.TakeLogs()
+		r, _ := http.NewRequest(c.method, "http://"+hp+"/b13", c.body)
+		resp, err := env.GW.RoundTrip(r)
+		var d *airlock.Denied
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("client %s with a body: %s", c.method, resp.Status)
+		} else if !errors.As(err, &d) || d.Capability != "net" {
+			t.Errorf("client %s with a body: %v, want *airlock.Denied{net}", c.method, err)
+		}
+		if !decided(env.TakeLogs(), egress.Deny, "body") {
+			t.Errorf("client %s with a body: refusal not logged", c.method)
+		}
+	}
+	if n := env.HitsOf("/b13"); n != 0 {
+		t.Errorf("the origin saw %d client requests with a body", n)
+	}
+	r, _ := http.NewRequest("GET", "https://"+tp+"/b14", nil)
+	if resp, err := env.GW.RoundTrip(r); err != nil {
+		t.Errorf("client GET without a body: %v", err)
+	} else {
+		resp.Body.Close()
+	}
 }
 
 // TestMalformedRequestsLogged: a request the proxy cannot parse is

@@ -233,6 +233,9 @@ func (e *engine) checkRequest(r *http.Request, t target) (ok bool, status int, r
 	if r.Method == http.MethodConnect {
 		return false, http.StatusForbidden, "CONNECT inside a tunnel is refused"
 	}
+	if reason := bodyRefused(r); reason != "" {
+		return false, http.StatusForbidden, reason
+	}
 	if r.ContentLength > e.maxReq {
 		return false, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the cap of %d", r.ContentLength, e.maxReq)
 	}
@@ -240,6 +243,36 @@ func (e *engine) checkRequest(r *http.Request, t target) (ok bool, status int, r
 		return false, http.StatusForbidden, reason
 	}
 	return true, 0, ""
+}
+
+// RefusesBody reports whether a request with method may not carry a body:
+// GET and HEAD (whose content has no meaning, RFC 9110 section 9.3), TRACE
+// and CONNECT (which have none). A rule granting GET grants reading; a
+// body would make it a channel for writing.
+func RefusesBody(method string) bool {
+	switch strings.ToUpper(method) {
+	case http.MethodGet, http.MethodHead, http.MethodTrace, http.MethodConnect:
+		return true
+	}
+	return false
+}
+
+// bodyRefused says why r may not be sent ("" if it may): a body (a
+// non-zero Content-Length, any Transfer-Encoding, or a body of unknown
+// length) on a method that has none.
+func bodyRefused(r *http.Request) string {
+	if !RefusesBody(r.Method) {
+		return ""
+	}
+	switch {
+	case len(r.TransferEncoding) > 0:
+		return fmt.Sprintf("a %s request may not carry a body (Transfer-Encoding %s)", r.Method, strings.Join(r.TransferEncoding, ", "))
+	case r.ContentLength > 0:
+		return fmt.Sprintf("a %s request may not carry a body (Content-Length %d)", r.Method, r.ContentLength)
+	case r.Body != nil && r.Body != http.NoBody:
+		return fmt.Sprintf("a %s request may not carry a body", r.Method)
+	}
+	return ""
 }
 
 func headerHasToken(h http.Header, name, token string) bool {

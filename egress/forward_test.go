@@ -61,7 +61,11 @@ func TestForwarderLoopback(t *testing.T) {
 		{"POST", "https://origin.test:" + env.HTTPSPort + "/ok", 403},
 		{"GET", "http://evil.test:" + env.HTTPPort + "/ok", 403},
 	} {
-		req, _ := http.NewRequest(c.method, c.url, strings.NewReader("x"))
+		var body io.Reader
+		if c.method != "GET" { // a GET with a body is refused
+			body = strings.NewReader("x")
+		}
+		req, _ := http.NewRequest(c.method, c.url, body)
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", c.method, c.url, err)

@@ -93,6 +93,10 @@ func (p *proxy) connect(ctx context.Context, w *respWriter, r *request, c net.Co
 		p.refuse(w, r.Request, d, target{host: r.Host}, http.StatusForbidden, err.Error())
 		return false
 	}
+	if reason := bodyRefused(r.Request); reason != "" {
+		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
+		return false
+	}
 	if ok, reason := p.e.policy.CheckHost(t.host, t.port); !ok {
 		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
 		return false

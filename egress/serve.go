@@ -194,7 +194,10 @@ func readRequest(c net.Conn, br *bufio.Reader) (*request, error) {
 		return bad(http.StatusExpectationFailed, "Expect %q is not supported", strings.Join(e, ", "))
 	}
 	req.body = frame(r, br)
-	r.Body = req.body
+	r.Body = http.NoBody
+	if !req.body.done {
+		r.Body = req.body
+	}
 	return req, nil
 }
 

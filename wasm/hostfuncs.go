@@ -18,6 +18,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 // hostModule is the import module of airlock's host functions.
@@ -237,6 +238,9 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	}
 	if !allowed(s.net, r.Method, u) {
 		s.fail(&airlock.Denied{Capability: "net", Detail: "not granted: " + what})
+	}
+	if len(r.Body) > 0 && egress.RefusesBody(r.Method) {
+		s.fail(&airlock.Denied{Capability: "net", Detail: "a " + r.Method + " request may not carry a body: " + what})
 	}
 	if s.http == nil {
 		s.fail(&airlock.Denied{Capability: "net", Detail: "egress not wired (no HTTP client configured): " + what})

@@ -212,6 +212,11 @@ func TestPluginHTTP(t *testing.T) {
 		_, err := tool.Call(ctx, "req", req(c.method, c.url))
 		wantDenied(t, err, "net", c.detail)
 	}
+	// A body on GET or HEAD would make a read grant a write channel.
+	for _, m := range []string{"GET", "HEAD"} {
+		_, err := tool.Call(ctx, "req", fmt.Appendf(nil, `{"method":%q,"url":%q,"body":"c2VjcmV0"}`, m, local))
+		wantDenied(t, err, "net", "body")
+	}
 	if hits != 1 {
 		t.Fatalf("server saw %d requests, want exactly the granted one", hits)
 	}

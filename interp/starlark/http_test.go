@@ -41,9 +41,11 @@ result = [r.status, r.body, r.headers["content-type"]]`))
 	assert.True(t, strings.HasPrefix(res.Decision[0], "egress allow client GET origin.test:"+o.Port+"/ok"), res.Decision[0])
 
 	for name, code := range map[string]string{
-		"put":      `http.request("PUT", "` + base + `/ok", body = "x")`,
-		"redirect": `http.get("` + base + `/redirect?to=http://evil.test:` + o.Port + `/")`,
-		"other":    `http.get("http://other.test:` + o.Port + `/")`,
+		"put":       `http.request("PUT", "` + base + `/ok", body = "x")`,
+		"redirect":  `http.get("` + base + `/redirect?to=http://evil.test:` + o.Port + `/")`,
+		"other":     `http.get("http://other.test:` + o.Port + `/")`,
+		"get-body":  `http.request("GET", "` + base + `/ok", body = "secret")`,
+		"head-body": `http.request("HEAD", "` + base + `/ok", body = "secret")`,
 	} {
 		_, err := tier.Run(ctx, granted(code))
 		var d *airlock.Denied
