@@ -128,6 +128,34 @@ func TestBodyRefusedOnGetAndHead(t *testing.T) {
 	}
 }
 
+// TestHostHeaderMismatch: an absolute-form request whose Host header names
+// another host (or port) than its URL is refused, at the proxy and inside
+// a tunnel, where an absolute URL must also be the tunnel's (https, its
+// host and port); so is a CONNECT whose Host is not its authority.
+func TestHostHeaderMismatch(t *testing.T) {
+	env := newTestEnv(t, nil)
+	p, ps := env.HTTPPort, env.HTTPSPort
+	tp := "origin.test:" + ps
+	get := func(target, host string) string {
+		return "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n"
+	}
+	runRaw(t, env, []rawCase{
+		{"proxy: another host", "", get("http://origin.test:"+p+"/h1", "evil.test:"+p), "/h1", false, "Host"},
+		{"proxy: another host, no port", "", get("http://origin.test:"+p+"/h2", "evil.test"), "/h2", false, "Host"},
+		{"proxy: another port", "", get("http://origin.test:"+p+"/h3", "origin.test:1"), "/h3", false, "Host"},
+		{"proxy: HTTP/1.0, another host", "", "GET http://origin.test:" + p + "/h4 HTTP/1.0\r\nHost: evil.test\r\n\r\n", "/h4", false, "Host"},
+		{"tunnel: absolute URL, another Host", tp, get("https://"+tp+"/h5", "evil.test"), "/h5", false, "Host"},
+		{"tunnel: absolute URL to another host", tp, get("https://evil.test:"+ps+"/h6", tp), "/h6", false, ""},
+		{"tunnel: http URL in a TLS tunnel", tp, get("http://"+tp+"/h7", tp), "/h7", false, "scheme"},
+		{"tunnel: origin-form, another Host", tp, get("/h8", "evil.test:"+ps), "/h8", false, "Host"},
+		{"CONNECT: another Host", "", "CONNECT " + tp + " HTTP/1.1\r\nHost: evil.test:" + ps + "\r\n\r\n", "/h13", false, "Host"},
+		{"proxy: same host, other spelling", "", get("http://origin.test:"+p+"/h9", "ORIGIN.test.:"+p), "/h9", true, ""},
+		{"proxy: same host, port left out", "", get("http://origin.test:"+p+"/h10", "origin.test"), "/h10", true, ""},
+		{"proxy: HTTP/1.0 without Host", "", "GET http://origin.test:" + p + "/h11 HTTP/1.0\r\n\r\n", "/h11", true, ""},
+		{"tunnel: absolute URL, same host", tp, get("https://"+tp+"/h12", tp), "/h12", true, ""},
+	})
+}
+
 // TestMalformedRequestsLogged: a request the proxy cannot parse is
 // answered with an error and leaves a decision record, at the proxy and
 // inside a tunnel.

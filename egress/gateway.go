@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -247,8 +246,8 @@ func (g *Gateway) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, d
 	}
 	if r.Host != "" && r.Host != r.URL.Host {
-		if ht, err := parseTarget(r.Host, r.URL.Scheme); err != nil || ht != t {
-			d := &airlock.Denied{Capability: "net", Detail: "Host " + strconv.Quote(r.Host) + " does not match the URL's host " + t.String()}
+		if reason := hostMismatch([]string{r.Host}, t, r.URL.Scheme, "the URL's authority"); reason != "" {
+			d := &airlock.Denied{Capability: "net", Detail: reason}
 			g.e.record(Record{Via: "client", Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, Verdict: Deny, Reason: d.Detail})
 			return nil, d
 		}

@@ -38,8 +38,29 @@ func (p *proxy) serve(ctx context.Context, w *respWriter, r *request, c net.Conn
 		p.refuse(w, r.Request, d, target{host: r.URL.Hostname()}, http.StatusForbidden, err.Error())
 		return false
 	}
+	// RFC 9112 has a proxy ignore the Host header of an absolute-form
+	// request; one naming another authority is refused instead, as
+	// whatever reads the request after the proxy may not ignore it.
+	if reason := hostMismatch(r.host, t, "http", "the URL's authority"); reason != "" {
+		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
+		return false
+	}
 	p.forward(w, r.Request, "http", t, d)
 	return false
+}
+
+// hostMismatch says how Host header lines fail to name t ("" if they do,
+// or there are none): the name must be t's host, and a port, if given,
+// t's port (clients leave out the scheme's port, and some leave out any).
+func hostMismatch(hosts []string, t target, scheme, what string) string {
+	for _, h := range hosts {
+		ht, err := parseTarget(h, scheme)
+		_, _, noPort := net.SplitHostPort(h)
+		if err != nil || ht.host != t.host || (noPort == nil && ht.port != t.port) {
+			return "Host " + strconv.Quote(h) + " does not match " + what + " " + t.String()
+		}
+	}
+	return ""
 }
 
 // refuse logs a decision made before any forwarding and answers it.
@@ -97,6 +118,10 @@ func (p *proxy) connect(ctx context.Context, w *respWriter, r *request, c net.Co
 		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
 		return false
 	}
+	if reason := hostMismatch(r.host, t, "https", "the CONNECT authority"); reason != "" {
+		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
+		return false
+	}
 	if ok, reason := p.e.policy.CheckHost(t.host, t.port); !ok {
 		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
 		return false
@@ -145,13 +170,25 @@ func (p *proxy) serveTunnel(ctx context.Context, conn net.Conn, t target, remote
 	p.serveConn(ctx, tconn, d)
 }
 
-// inner checks one request inside a terminated tunnel.
+// inner checks one request inside a terminated tunnel: its Host header,
+// and its URL if absolute (https, naming the tunnel's host), must name
+// the CONNECT authority.
 func (p *proxy) inner(w *respWriter, r *request, d door) {
 	t := *d.tunnel
-	ht, err := parseTarget(r.Host, "https")
-	_, _, noPort := net.SplitHostPort(r.Host)
-	if err != nil || ht.host != t.host || (noPort == nil && ht.port != t.port) {
-		p.refuse(w, r.Request, d, t, http.StatusForbidden, "Host "+strconv.Quote(r.Host)+" does not match the CONNECT authority "+t.String())
+	named := r.host
+	if r.URL.IsAbs() {
+		if r.URL.Scheme != "https" {
+			p.refuse(w, r.Request, d, t, http.StatusForbidden, "URL scheme "+strconv.Quote(r.URL.Scheme)+" inside a TLS tunnel")
+			return
+		}
+		named = append([]string{r.URL.Host}, named...)
+	}
+	reason := hostMismatch(named, t, "https", "the CONNECT authority")
+	if len(named) == 0 {
+		reason = "no Host header names the CONNECT authority " + t.String()
+	}
+	if reason != "" {
+		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
 		return
 	}
 	p.forward(w, r.Request, "https", t, d)

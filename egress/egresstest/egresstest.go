@@ -260,6 +260,10 @@ func (env *Env) Raw(tunnel, raw string) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no response: %w", err)
 	}
+	if method == http.MethodConnect && resp.StatusCode/100 == 2 {
+		resp.Body = http.NoBody // a tunnel, not a body
+		return resp, nil
+	}
 	return readWhole(resp)
 }
 
