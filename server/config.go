@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/escalate"
 )
 
@@ -50,7 +51,11 @@ type Config struct {
 	// before it is refused with 429 (default 1s).
 	QueueWait Duration `json:"queue_wait,omitempty"`
 	// OutputHosts are the hosts links and images in MCP tool output may
-	// point to; every other URL is neutralised by the output sanitiser.
+	// point to; every other URL is neutralised by the output sanitiser,
+	// and so is a URL on one of them whose query, fragment or path
+	// carries a URL or host name that is not allowed (an open redirect).
+	// "relaxed:HOST" allows HOST and lets its URLs carry any (see
+	// sanitize.Relaxed).
 	OutputHosts []string `json:"output_hosts,omitempty"`
 	// Tenants are the API's clients.
 	Tenants []Tenant `json:"tenants"`
@@ -284,6 +289,9 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.situation: %s is not among the tenant's situations %v", where, t.Situation, t.Situations)
 			}
 		}
+	}
+	if _, err := sanitize.New(c.OutputHosts...); err != nil {
+		return fmt.Errorf("output_hosts: %w", err)
 	}
 	if c.Approvals != nil && c.Approvals.Rules != nil {
 		if err := (approve.Policy{Rules: *c.Approvals.Rules}).Validate(); err != nil {

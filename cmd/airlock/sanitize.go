@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "sanitize",
 		summary: "neutralise links and images to hosts not on the allowlist (markdown on stdin, markdown on stdout)",
-		usage:   "sanitize [--allow HOST]... [--html] [--report] [HOST...]",
+		usage:   "sanitize [--allow HOST]... [--relax HOST]... [--html] [--report] [HOST...]",
 		run:     runSanitize,
 	})
 }
@@ -41,6 +41,8 @@ func runSanitize(_ context.Context, e *env) int {
 	fs := e.flags(c)
 	var allow hostList
 	fs.Var(&allow, "allow", "a host whose URLs may stay (repeatable, or comma-separated; \"*.name\" for subdomains)")
+	var relax hostList
+	fs.Var(&relax, "relax", "an allowed host whose URLs may carry other URLs and host names in their query, fragment and path (repeatable, or comma-separated)")
 	isHTML := fs.Bool("html", false, "the input is HTML rather than markdown")
 	report := fs.Bool("report", false, "print what was neutralised on stderr, as JSON lines")
 	pos, rest, code, ok := e.parse(fs)
@@ -49,9 +51,12 @@ func runSanitize(_ context.Context, e *env) int {
 	}
 	pos = append(pos, rest...)
 	allow = append(allow, pos...)
+	for _, h := range relax {
+		allow = append(allow, sanitize.Relaxed+h)
+	}
 	s, err := sanitize.New(allow...)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "airlock sanitize: --allow: %v\n", err)
+		fmt.Fprintf(e.stderr, "airlock sanitize: --allow, --relax: %v\n", err)
 		return exitUsage
 	}
 	in, err := io.ReadAll(io.LimitReader(e.stdin, maxSanitizeInput+1))

