@@ -47,7 +47,9 @@ func Factories() []setup.Factory {
 		UncheckedFactory(),
 		runner.ServerFactory(ServerOpen, func() server.Config {
 			none := []approve.Rule{}
-			return server.Config{Tenants: []server.Tenant{runner.CorpusTenant("open")}, Approvals: &server.Approvals{Rules: &none}}
+			open := runner.CorpusTenant("open")
+			open.Situations = []airlock.Situation{airlock.SituationPublic, airlock.SituationInternal}
+			return server.Config{Tenants: []server.Tenant{open}, Approvals: &server.Approvals{Rules: &none}}
 		}),
 	}
 }
