@@ -156,6 +156,80 @@ func TestHostHeaderMismatch(t *testing.T) {
 	})
 }
 
+// TestPathAndSchemeRules: rules naming paths and a scheme hold at every
+// door. git.test may be cloned (GET */info/refs, POST */git-upload-pack)
+// but not pushed to; plain.test is http only, tls.test https only. A path
+// that hides its shape is refused on a rule with paths.
+func TestPathAndSchemeRules(t *testing.T) {
+	env := newTestEnv(t, nil)
+	p, ps := env.HTTPPort, env.HTTPSPort
+	gp, gs := "git.test:"+p, "git.test:"+ps
+	get := func(target, host string) string {
+		return "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n"
+	}
+	post := func(target, host string) string {
+		return "POST " + target + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/x-git-upload-pack-request\r\nContent-Length: 4\r\n\r\n0000"
+	}
+	const refs = "/org/repo.git/info/refs"
+	runRaw(t, env, []rawCase{
+		{"proxy: clone refs", "", get("http://"+gp+refs+"?service=git-upload-pack", gp), refs, true, ""},
+		{"proxy: clone pack", "", post("http://"+gp+"/org/repo.git/git-upload-pack", gp), "/org/repo.git/git-upload-pack", true, ""},
+		{"proxy: push pack", "", post("http://"+gp+"/org/repo.git/git-receive-pack", gp), "/org/repo.git/git-receive-pack", false, "path"},
+		{"proxy: push refs by POST", "", post("http://"+gp+refs, gp), refs, false, "POST"},
+		{"proxy: another path", "", get("http://"+gp+"/org/repo.git/HEAD", gp), "/org/repo.git/HEAD", false, "path"},
+		{"proxy: GET on the POST path", "", get("http://"+gp+"/org/repo.git/git-upload-pack", gp), "/org/repo.git/git-upload-pack", false, "GET"},
+		{"tunnel: clone refs", gs, get(refs+"?service=git-upload-pack", gs), refs, true, ""},
+		{"tunnel: clone pack", gs, post("/org/repo.git/git-upload-pack", gs), "/org/repo.git/git-upload-pack", true, ""},
+		{"tunnel: push pack", gs, post("/org/repo.git/git-receive-pack", gs), "/org/repo.git/git-receive-pack", false, "path"},
+		// Paths that hide their shape: what the origin makes of them is
+		// not what the rule was matched on.
+		{"encoded slash", "", get("http://"+gp+"/x/..%2finfo/refs", gp), "/x/../info/refs", false, "slash"},
+		{"encoded slash, upper case", gs, get("/x/..%2Finfo/refs", gs), "/x/../info/refs", false, "slash"},
+		{"dot-dot segment", "", get("http://"+gp+"/org/../admin/info/refs", gp), "/org/../admin/info/refs", false, "segment"},
+		{"encoded dot-dot", "", get("http://"+gp+"/org/%2e%2e/admin/info/refs", gp), "/org/../admin/info/refs", false, "segment"},
+		{"half-encoded dot-dot", gs, get("/org/.%2E/admin/info/refs", gs), "/org/../admin/info/refs", false, "segment"},
+		{"dot segment", "", get("http://"+gp+"/org/./info/refs", gp), "/org/./info/refs", false, "segment"},
+		{"dot-dot with a parameter", "", get("http://"+gp+"/org/..;x/admin/info/refs", gp), "/org/..;x/admin/info/refs", false, "segment"},
+		{"empty segment", "", get("http://"+gp+"/org//info/refs", gp), "/org//info/refs", false, "empty"},
+		{"encoded backslash", "", get("http://"+gp+"/org/..%5cadmin/info/refs", gp), "/org/..\\admin/info/refs", false, "backslash"},
+		{"double encoding", "", get("http://"+gp+"/org/%252e%252e/admin/info/refs", gp), "/org/%2e%2e/admin/info/refs", false, "percent"},
+		{"overlong dot", "", get("http://"+gp+"/org/%c0%ae%c0%ae/admin/info/refs", gp), "/org/\xc0\xae\xc0\xae/admin/info/refs", false, "UTF-8"},
+		{"encoded but plain path", "", get("http://"+gp+"/org/r%65po.git/info/refs", gp), "/org/repo.git/info/refs", true, ""},
+		// Schemes.
+		{"http rule over http", "", get("http://plain.test:"+p+"/s1", "plain.test:"+p), "/s1", true, ""},
+		{"http rule over https", "plain.test:" + ps, get("/s2", "plain.test:"+ps), "/s2", false, "scheme"},
+		{"https rule over https", "tls.test:" + ps, get("/s3", "tls.test:"+ps), "/s3", true, ""},
+		{"https rule over http", "", get("http://tls.test:"+p+"/s4", "tls.test:"+p), "/s4", false, "scheme"},
+	})
+
+	// The in-process client.
+	for _, c := range []struct {
+		method, url string
+		allow       bool
+	}{
+		{"GET", "https://" + gs + refs + "?service=git-upload-pack", true},
+		{"POST", "https://" + gs + "/org/repo.git/git-upload-pack", true},
+		{"POST", "https://" + gs + "/org/repo.git/git-receive-pack", false},
+		{"GET", "http://" + gp + "/org/%2e%2e/info/refs", false},
+		{"GET", "https://plain.test:" + ps + "/c1", false},
+		{"GET", "http://tls.test:" + p + "/c2", false},
+		{"GET", "http://plain.test:" + p + "/c3", true},
+	} {
+		var body io.Reader
+		if c.method == "POST" {
+			body = strings.NewReader("0000")
+		}
+		r, _ := http.NewRequest(c.method, c.url, body)
+		resp, err := env.GW.RoundTrip(r)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if (err == nil) != c.allow {
+			t.Errorf("client %s %s: %v, want allowed=%v", c.method, c.url, err, c.allow)
+		}
+	}
+}
+
 // TestMalformedRequestsLogged: a request the proxy cannot parse is
 // answered with an error and leaves a decision record, at the proxy and
 // inside a tunnel.

@@ -217,8 +217,9 @@ func parseTarget(hostport, scheme string) (target, error) {
 	return target{host: name, port: port}, nil
 }
 
-// checkRequest applies the policy to one HTTP request bound for t.
-func (e *engine) checkRequest(r *http.Request, t target) (ok bool, status int, reason string) {
+// checkRequest applies the policy to one HTTP request bound for t over
+// scheme.
+func (e *engine) checkRequest(r *http.Request, scheme string, t target) (ok bool, status int, reason string) {
 	for _, h := range methodOverrideHeaders {
 		if _, present := r.Header[h]; present {
 			return false, http.StatusForbidden, "method-override header " + h + " is refused"
@@ -239,7 +240,10 @@ func (e *engine) checkRequest(r *http.Request, t target) (ok bool, status int, r
 	if r.ContentLength > e.maxReq {
 		return false, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the cap of %d", r.ContentLength, e.maxReq)
 	}
-	if ok, reason := e.policy.Check(r.Method, t.host, t.port); !ok {
+	// The path is checked as it will be sent: the request-target the
+	// transport writes (see outbound), without its query.
+	path, _, _ := strings.Cut(r.URL.RequestURI(), "?")
+	if ok, reason := e.policy.Check(r.Method, scheme, t.host, t.port, path); !ok {
 		return false, http.StatusForbidden, reason
 	}
 	return true, 0, ""
@@ -349,7 +353,7 @@ func (c *cappedReader) Close() error { return c.r.Close() }
 // decision; via says which door it came through.
 func (e *engine) roundTrip(r *http.Request, scheme string, t target, via string) (*http.Response, int, error) {
 	rec := Record{Via: via, Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, Remote: r.RemoteAddr}
-	if ok, status, reason := e.checkRequest(r, t); !ok {
+	if ok, status, reason := e.checkRequest(r, scheme, t); !ok {
 		rec.Verdict, rec.Reason = Deny, reason
 		e.record(rec)
 		return nil, status, &airlock.Denied{Capability: "net", Detail: reason}

@@ -12,7 +12,8 @@ import (
 )
 
 // ParseRules reads a policy file: a JSON or YAML list of rules in the
-// grants.net shape ({host, methods, ports}). Unknown fields are errors.
+// grants.net shape ({host, methods, ports, scheme, paths}). Unknown fields
+// are errors.
 // The rules are compiled (and so checked) by [NewPolicy] or [Start].
 func ParseRules(data []byte) ([]airlock.NetRule, error) {
 	trimmed := bytes.TrimSpace(data)
@@ -35,6 +36,8 @@ func ParseRules(data []byte) ([]airlock.NetRule, error) {
 		Host    string   `yaml:"host"`
 		Methods []string `yaml:"methods"`
 		Ports   []int    `yaml:"ports"`
+		Scheme  string   `yaml:"scheme"`
+		Paths   []string `yaml:"paths"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(trimmed))
 	dec.KnownFields(true)
@@ -42,7 +45,7 @@ func ParseRules(data []byte) ([]airlock.NetRule, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	for _, r := range yrules {
-		rules = append(rules, airlock.NetRule{Host: r.Host, Methods: r.Methods, Ports: r.Ports})
+		rules = append(rules, airlock.NetRule{Host: r.Host, Methods: r.Methods, Ports: r.Ports, Scheme: r.Scheme, Paths: r.Paths})
 	}
 	return rules, nil
 }

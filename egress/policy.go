@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,14 +17,17 @@ import (
 // AnyMethod in a rule's methods allows every HTTP method.
 const AnyMethod = "*"
 
-// Default methods and ports of a rule that lists none (see airlock.NetRule).
+// Default methods and ports of a rule that lists none (see airlock.NetRule):
+// DefaultPorts for a rule naming no scheme, the scheme's own port for one
+// that does.
 var (
 	DefaultMethods = []string{"GET", "HEAD"}
 	DefaultPorts   = []int{80, 443}
 )
 
-// Policy decides which hosts, methods and ports a job may reach. It is built
-// once from the job's grants.net rules and is safe for concurrent use.
+// Policy decides which hosts, schemes, ports, methods and paths a job may
+// reach. It is built once from the job's grants.net rules and is safe for
+// concurrent use.
 type Policy struct {
 	rules []rule
 }
@@ -31,8 +35,10 @@ type Policy struct {
 type rule struct {
 	host     string // normalised A-label form, without the "*." prefix
 	wildcard bool   // "*.host": proper subdomains of host only
+	scheme   string // "http", "https", or "" for both
 	methods  []string
 	ports    []int
+	paths    []string // nil: every path
 }
 
 // NewPolicy compiles rules. A rule whose host is not a DNS name (an IP
@@ -54,7 +60,16 @@ func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 		if wildcard && !strings.Contains(name, ".") {
 			return nil, airlock.Invalid("grants.net", "rule %d (%q): a wildcard needs at least two labels after \"*.\"", i, r.Host)
 		}
-		ru := rule{host: name, wildcard: wildcard, methods: DefaultMethods, ports: DefaultPorts}
+		ru := rule{host: name, wildcard: wildcard, scheme: r.Scheme, methods: DefaultMethods, ports: DefaultPorts}
+		switch r.Scheme {
+		case "":
+		case "http":
+			ru.ports = []int{80}
+		case "https":
+			ru.ports = []int{443}
+		default:
+			return nil, airlock.Invalid("grants.net", "rule %d: scheme %q (want http, https or none for both)", i, r.Scheme)
+		}
 		if len(r.Methods) > 0 {
 			ru.methods = make([]string, len(r.Methods))
 			for j, m := range r.Methods {
@@ -72,6 +87,14 @@ func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 				}
 			}
 			ru.ports = slices.Clone(r.Ports)
+		}
+		for _, path := range r.Paths {
+			if err := airlock.CheckPathPattern(path); err != nil {
+				return nil, airlock.Invalid("grants.net", "rule %d: path %q: %s", i, path, err)
+			}
+		}
+		if r.Paths != nil {
+			ru.paths = slices.Clone(r.Paths)
 		}
 		p.rules = append(p.rules, ru)
 	}
@@ -96,60 +119,169 @@ func (p *Policy) AllowsName(host string) bool {
 	return false
 }
 
-// Check decides whether method may be used on host:port. host may be in any
-// spelling a client sends (upper case, trailing dot, U-labels); IP literals
-// are refused whatever the rules say. The reason explains a refusal.
-func (p *Policy) Check(method, host string, port int) (ok bool, reason string) {
+// Check decides whether method may be used on host:port over scheme
+// ("http" or "https") at path: the request's path as sent, still
+// percent-encoded, without its query. host may be in any spelling a client
+// sends (upper case, trailing dot, U-labels); IP literals are refused
+// whatever the rules say. The reason explains a refusal, or names the
+// rule that allowed.
+func (p *Policy) Check(method, scheme, host string, port int, path string) (ok bool, reason string) {
 	name, err := NormalizeHost(host)
 	if err != nil {
 		return false, err.Error()
 	}
 	method = strings.ToUpper(method)
-	hostOK, portOK := false, false
+	// How far the closest rule got: host, scheme, port, method; its path
+	// is the last check.
+	stage, pathReason := 0, ""
+	clean, pathErr := "", error(nil)
+	cleaned := false
+	for i := range p.rules {
+		r := &p.rules[i]
+		if !r.matches(name) {
+			continue
+		}
+		stage = max(stage, 1)
+		if r.scheme != "" && r.scheme != scheme {
+			continue
+		}
+		stage = max(stage, 2)
+		if !slices.Contains(r.ports, port) {
+			continue
+		}
+		stage = max(stage, 3)
+		if !slices.Contains(r.methods, method) && !slices.Contains(r.methods, AnyMethod) {
+			continue
+		}
+		stage = 4
+		if r.paths == nil {
+			return true, "allowed by rule " + r.String()
+		}
+		if !cleaned {
+			clean, pathErr = requestPath(path)
+			cleaned = true
+		}
+		if pathErr != nil {
+			pathReason = pathErr.Error()
+			continue
+		}
+		if r.matchesPath(clean) {
+			return true, "allowed by rule " + r.String()
+		}
+		if pathReason == "" {
+			pathReason = fmt.Sprintf("path %s is not granted for %s on %s", clean, method, name)
+		}
+	}
+	switch stage {
+	case 0:
+		return false, "host " + name + " is not granted"
+	case 1:
+		return false, "scheme " + scheme + " is not granted for " + name
+	case 2:
+		return false, fmt.Sprintf("port %d is not granted for %s over %s", port, name, scheme)
+	case 3:
+		return false, "method " + method + " is not granted for " + name
+	}
+	return false, pathReason
+}
+
+// CheckHost decides whether some method may be used on host:port over
+// scheme: the check for a CONNECT, before the requests inside it are
+// visible. A rule's methods and paths are left to the check of each
+// request.
+func (p *Policy) CheckHost(scheme, host string, port int) (ok bool, reason string) {
+	name, err := NormalizeHost(host)
+	if err != nil {
+		return false, err.Error()
+	}
+	hostOK, schemeOK := false, false
 	for i := range p.rules {
 		r := &p.rules[i]
 		if !r.matches(name) {
 			continue
 		}
 		hostOK = true
-		if !slices.Contains(r.ports, port) {
+		if r.scheme != "" && r.scheme != scheme {
 			continue
 		}
-		portOK = true
-		if slices.Contains(r.methods, method) || slices.Contains(r.methods, AnyMethod) {
+		schemeOK = true
+		if slices.Contains(r.ports, port) {
 			return true, "allowed by rule " + r.String()
 		}
 	}
 	switch {
 	case !hostOK:
 		return false, "host " + name + " is not granted"
-	case !portOK:
-		return false, fmt.Sprintf("port %d is not granted for %s", port, name)
+	case !schemeOK:
+		return false, "scheme " + scheme + " is not granted for " + name
 	}
-	return false, "method " + method + " is not granted for " + name
+	return false, fmt.Sprintf("port %d is not granted for %s over %s", port, name, scheme)
 }
 
-// CheckHost decides whether some method may be used on host:port: the
-// check for a CONNECT, before the methods inside it are visible.
-func (p *Policy) CheckHost(host string, port int) (ok bool, reason string) {
-	name, err := NormalizeHost(host)
-	if err != nil {
-		return false, err.Error()
+// requestPath returns the path rules' paths are matched on: escaped (a
+// request's path as sent, without its query) with each segment
+// percent-decoded. It refuses a path whose shape a server could read
+// otherwise: an encoded slash or a backslash (raw or encoded), a "." or
+// ".." segment in any encoding or followed by ";parameters" (which servlet
+// containers strip), an empty segment, a percent sign left after decoding
+// (double encoding), invalid UTF-8 after decoding (overlong forms of '.'
+// and '/') or a control character.
+func requestPath(escaped string) (string, error) {
+	hides := func(what string) (string, error) {
+		return "", errorf("path %q hides its shape: %s", escaped, what)
 	}
-	hostOK := false
-	for i := range p.rules {
-		r := &p.rules[i]
-		if r.matches(name) {
-			hostOK = true
-			if slices.Contains(r.ports, port) {
-				return true, "allowed by rule " + r.String()
+	if !strings.HasPrefix(escaped, "/") {
+		return "", errorf("path %q is not an absolute path", escaped)
+	}
+	segs := strings.Split(escaped[1:], "/")
+	var b strings.Builder
+	for i, seg := range segs {
+		if seg == "" && i < len(segs)-1 {
+			return hides("an empty segment")
+		}
+		dec, err := url.PathUnescape(seg)
+		if err != nil {
+			return hides("a bad percent-encoding")
+		}
+		switch {
+		case strings.Contains(dec, "/"):
+			return hides("an encoded slash")
+		case strings.Contains(dec, "\\"):
+			return hides("a backslash")
+		case strings.Contains(dec, "%"):
+			return hides("a percent sign left after decoding (double encoding)")
+		case !utf8.ValidString(dec):
+			return hides("invalid UTF-8 after decoding")
+		case strings.ContainsFunc(dec, func(c rune) bool { return c < ' ' || c == 0x7f }):
+			return hides("a control character")
+		}
+		if base, _, _ := strings.Cut(dec, ";"); base == "." || base == ".." {
+			return hides("a '.' or '..' segment")
+		}
+		b.WriteByte('/')
+		b.WriteString(dec)
+	}
+	return b.String(), nil
+}
+
+// matchesPath reports whether one of the rule's paths matches clean: an
+// exact path, a prefix ending in "*", or a suffix starting with "*".
+func (r *rule) matchesPath(clean string) bool {
+	for _, p := range r.paths {
+		switch {
+		case strings.HasPrefix(p, "*"):
+			if strings.HasSuffix(clean, p[1:]) {
+				return true
 			}
+		case strings.HasSuffix(p, "*"):
+			if strings.HasPrefix(clean, p[:len(p)-1]) {
+				return true
+			}
+		case clean == p:
+			return true
 		}
 	}
-	if !hostOK {
-		return false, "host " + name + " is not granted"
-	}
-	return false, fmt.Sprintf("port %d is not granted for %s", port, name)
+	return false
 }
 
 func (r *rule) matches(name string) bool {
@@ -164,11 +296,18 @@ func (r *rule) String() string {
 	if r.wildcard {
 		h = "*." + h
 	}
+	if r.scheme != "" {
+		h = r.scheme + "://" + h
+	}
 	ports := make([]string, len(r.ports))
 	for i, p := range r.ports {
 		ports[i] = strconv.Itoa(p)
 	}
-	return h + " " + strings.Join(r.methods, ",") + " :" + strings.Join(ports, ",")
+	s := h + " " + strings.Join(r.methods, ",") + " :" + strings.Join(ports, ",")
+	if r.paths != nil {
+		s += " " + strings.Join(r.paths, ",")
+	}
+	return s
 }
 
 // idnaProfile maps and validates host names the way a browser's URL parser

@@ -3,6 +3,7 @@ package egress
 import (
 	"errors"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -76,16 +77,110 @@ func TestPolicy(t *testing.T) {
 		{"DELETE", "xn--bcher-kva.example", 443, true, ""},
 		{"GET", "2130706433", 80, false, "IP literal"},
 	} {
-		ok, reason := p.Check(c.method, c.host, c.port)
+		ok, reason := p.Check(c.method, "https", c.host, c.port, "/")
 		if ok != c.ok || !strings.Contains(reason, c.reason) {
 			t.Errorf("Check(%s %s:%d) = %v %q; want %v (%q)", c.method, c.host, c.port, ok, reason, c.ok, c.reason)
 		}
 	}
-	if ok, _ := p.CheckHost("api.example", 8443); !ok {
+	if ok, _ := p.CheckHost("https", "api.example", 8443); !ok {
 		t.Error("CheckHost(api.example:8443) refused")
 	}
-	if ok, _ := p.CheckHost("api.example", 22); ok {
+	if ok, _ := p.CheckHost("https", "api.example", 22); ok {
 		t.Error("CheckHost(api.example:22) allowed")
+	}
+}
+
+// TestPolicySchemeAndPaths: a rule's scheme picks its default port and
+// limits the scheme; its paths limit the requests it allows (exact,
+// prefix, suffix), matched on the decoded path without the query; a path
+// that hides its shape is refused by a rule with paths and allowed by one
+// without.
+func TestPolicySchemeAndPaths(t *testing.T) {
+	p, err := NewPolicy([]airlock.NetRule{
+		{Host: "git.example", Methods: []string{"GET"}, Paths: []string{"*/info/refs"}},
+		{Host: "git.example", Methods: []string{"POST"}, Paths: []string{"*/git-upload-pack"}},
+		{Host: "docs.example", Scheme: "https", Paths: []string{"/org/repo/*", "/"}},
+		{Host: "plain.example", Scheme: "http"},
+		{Host: "open.example"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		method, scheme, host string
+		port                 int
+		path                 string
+		ok                   bool
+		reason               string
+	}{
+		{"GET", "https", "git.example", 443, "/org/repo.git/info/refs", true, ""},
+		{"GET", "http", "git.example", 80, "/org/repo.git/info/refs", true, ""},
+		{"POST", "https", "git.example", 443, "/org/repo.git/git-upload-pack", true, ""},
+		{"POST", "https", "git.example", 443, "/org/repo.git/git-receive-pack", false, "path /org/repo.git/git-receive-pack is not granted"},
+		{"GET", "https", "git.example", 443, "/org/repo.git/git-upload-pack", false, "not granted"},
+		{"PUT", "https", "git.example", 443, "/org/repo.git/info/refs", false, "method PUT"},
+		{"GET", "https", "git.example", 443, "/org/r%65po.git/info/refs", true, ""},
+		{"GET", "https", "git.example", 443, "/info/refs", true, ""},
+		{"GET", "https", "git.example", 443, "/org/info/refs/x", false, "not granted"},
+		{"GET", "https", "git.example", 443, "/x/..%2Finfo/refs", false, "encoded slash"},
+		{"GET", "https", "git.example", 443, "/x/%2e%2E/info/refs", false, "'..' segment"},
+		{"GET", "https", "git.example", 443, "/x/./info/refs", false, "'..' segment"},
+		{"GET", "https", "git.example", 443, "/x/..;a=b/info/refs", false, "'..' segment"},
+		{"GET", "https", "git.example", 443, "/x//info/refs", false, "empty segment"},
+		{"GET", "https", "git.example", 443, "/x/a%5cb/info/refs", false, "backslash"},
+		{"GET", "https", "git.example", 443, "/x/%252e/info/refs", false, "double encoding"},
+		{"GET", "https", "git.example", 443, "/x/%c0%ae/info/refs", false, "UTF-8"},
+		{"GET", "https", "git.example", 443, "/x/%00/info/refs", false, "control"},
+		{"GET", "https", "git.example", 443, "/x/%zz/info/refs", false, "percent-encoding"},
+		{"GET", "https", "git.example", 443, "*", false, "not an absolute path"},
+		{"GET", "https", "docs.example", 443, "/org/repo/a/b", true, ""},
+		{"GET", "https", "docs.example", 443, "/org/repo/", true, ""},
+		{"GET", "https", "docs.example", 443, "/", true, ""},
+		{"GET", "https", "docs.example", 443, "/org/repo", false, "not granted"},
+		{"GET", "https", "docs.example", 443, "/org/repository", false, "not granted"},
+		{"GET", "http", "docs.example", 80, "/org/repo/a", false, "scheme http"},
+		{"GET", "https", "docs.example", 80, "/org/repo/a", false, "port 80"},
+		{"GET", "http", "plain.example", 80, "/", true, ""},
+		{"GET", "http", "plain.example", 443, "/", false, "port 443"},
+		{"GET", "https", "plain.example", 443, "/", false, "scheme https"},
+		{"GET", "https", "open.example", 443, "/x/../y", true, ""},
+		{"GET", "http", "open.example", 80, "//a%2fb", true, ""},
+	} {
+		ok, reason := p.Check(c.method, c.scheme, c.host, c.port, c.path)
+		if ok != c.ok || !strings.Contains(reason, c.reason) {
+			t.Errorf("Check(%s %s://%s:%d%s) = %v %q; want %v (%q)", c.method, c.scheme, c.host, c.port, c.path, ok, reason, c.ok, c.reason)
+		}
+	}
+	for _, c := range []struct {
+		scheme, host string
+		port         int
+		ok           bool
+	}{
+		{"https", "git.example", 443, true}, // its rules have paths: checked per request
+		{"https", "docs.example", 443, true},
+		{"https", "plain.example", 443, false},
+		{"https", "plain.example", 80, false},
+		{"https", "open.example", 443, true},
+		{"https", "docs.example", 8443, false},
+	} {
+		if ok, reason := p.CheckHost(c.scheme, c.host, c.port); ok != c.ok {
+			t.Errorf("CheckHost(%s %s:%d) = %v %q, want %v", c.scheme, c.host, c.port, ok, reason, c.ok)
+		}
+	}
+}
+
+// TestParseRulesSchemeAndPaths: the policy file's YAML and JSON forms
+// carry a rule's scheme and paths.
+func TestParseRulesSchemeAndPaths(t *testing.T) {
+	want := []airlock.NetRule{{Host: "git.example", Methods: []string{"GET"}, Scheme: "https", Paths: []string{"*/info/refs"}}}
+	for _, in := range []string{
+		"- host: git.example\n  methods: [GET]\n  scheme: https\n  paths: [\"*/info/refs\"]\n",
+		`[{"host":"git.example","methods":["GET"],"scheme":"https","paths":["*/info/refs"]}]`,
+	} {
+		got, err := ParseRules([]byte(in))
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("ParseRules(%q) = %+v, %v", in, got, err)
+		}
 	}
 }
 
@@ -95,6 +190,10 @@ func TestPolicyRefusesBadRules(t *testing.T) {
 		{Host: "https://example.com"}, {Host: "example.com:443"}, {Host: "ex ample.com"},
 		{Host: "example.com", Methods: []string{"GE T"}}, {Host: "example.com", Ports: []int{0}},
 		{Host: "*.com"},
+		{Host: "example.com", Scheme: "ftp"}, {Host: "example.com", Scheme: "HTTPS"},
+		{Host: "example.com", Paths: []string{"info/refs"}}, {Host: "example.com", Paths: []string{"/a/../b"}},
+		{Host: "example.com", Paths: []string{"/a%2fb"}}, {Host: "example.com", Paths: []string{"/a//b"}},
+		{Host: "example.com", Paths: []string{"*"}}, {Host: "example.com", Paths: []string{"/a*b"}},
 	} {
 		_, err := NewPolicy([]airlock.NetRule{r})
 		var inv *airlock.InvalidJob

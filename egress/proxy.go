@@ -103,10 +103,11 @@ func (p *proxy) forward(w *respWriter, r *http.Request, scheme string, t target,
 }
 
 // connect handles CONNECT: the authority must be granted (some method on
-// that host and port, over https: the proxy terminates TLS in every
-// tunnel, so what a tunnel carries is https); the tunnel is then
-// terminated with the gateway's CA so each inner request is checked like
-// a plain one. True if the tunnel was opened.
+// that host and port over https); the tunnel is then terminated with the
+// gateway's CA so each inner request, its method and path, is checked like
+// a plain one. The scheme of a tunnel is https: the proxy terminates TLS
+// in every tunnel and serves no plain HTTP inside one, so a rule limited
+// to http never opens a tunnel. True if the tunnel was opened.
 func (p *proxy) connect(ctx context.Context, w *respWriter, r *request, c net.Conn, br *bufio.Reader, d door) bool {
 	d.via = "connect"
 	t, err := parseTarget(r.Host, "")
@@ -122,7 +123,7 @@ func (p *proxy) connect(ctx context.Context, w *respWriter, r *request, c net.Co
 		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
 		return false
 	}
-	if ok, reason := p.e.policy.CheckHost(t.host, t.port); !ok {
+	if ok, reason := p.e.policy.CheckHost("https", t.host, t.port); !ok {
 		p.refuse(w, r.Request, d, t, http.StatusForbidden, reason)
 		return false
 	}

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -236,8 +234,8 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	if len(s.net) == 0 {
 		s.fail(&airlock.Denied{Capability: "net", Detail: "no hosts granted: " + what})
 	}
-	if !allowed(s.net, r.Method, u) {
-		s.fail(&airlock.Denied{Capability: "net", Detail: "not granted: " + what})
+	if ok, reason := allowed(s.net, r.Method, u); !ok {
+		s.fail(&airlock.Denied{Capability: "net", Detail: "not granted: " + what + " (" + reason + ")"})
 	}
 	if len(r.Body) > 0 && egress.RefusesBody(r.Method) {
 		s.fail(&airlock.Denied{Capability: "net", Detail: "a " + r.Method + " request may not carry a body: " + what})
@@ -287,8 +285,8 @@ func checkRedirects(d HTTPDoer, rules []airlock.NetRule) HTTPDoer {
 	cc := *c
 	next := c.CheckRedirect
 	cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if !allowed(rules, req.Method, req.URL) {
-			return &airlock.Denied{Capability: "net", Detail: "redirect not granted: " + req.Method + " " + req.URL.String()}
+		if ok, reason := allowed(rules, req.Method, req.URL); !ok {
+			return &airlock.Denied{Capability: "net", Detail: "redirect not granted: " + req.Method + " " + req.URL.String() + " (" + reason + ")"}
 		}
 		if next != nil {
 			return next(req, via)
@@ -301,38 +299,25 @@ func checkRedirects(d HTTPDoer, rules []airlock.NetRule) HTTPDoer {
 	return &cc
 }
 
-// allowed reports whether a rule grants method on u's host and port.
-func allowed(rules []airlock.NetRule, method string, u *url.URL) bool {
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
-	if net.ParseIP(host) != nil {
-		return false // IP literals are never granted by name
+// allowed reports whether a rule grants method on u (its scheme, host,
+// port and path), by the egress policy's own reading of the rules, and
+// says why not.
+func allowed(rules []airlock.NetRule, method string, u *url.URL) (bool, string) {
+	p, err := egress.NewPolicy(rules)
+	if err != nil {
+		return false, err.Error()
 	}
 	port := 443
 	if u.Scheme == "http" {
 		port = 80
 	}
-	if p := u.Port(); p != "" {
-		n, err := strconv.Atoi(p)
+	if s := u.Port(); s != "" {
+		n, err := strconv.Atoi(s)
 		if err != nil {
-			return false
+			return false, "bad port " + strconv.Quote(s)
 		}
 		port = n
 	}
-	for _, r := range rules {
-		if strings.TrimSuffix(strings.ToLower(r.Host), ".") != host {
-			continue
-		}
-		methods := r.Methods
-		if len(methods) == 0 {
-			methods = []string{http.MethodGet, http.MethodHead}
-		}
-		ports := r.Ports
-		if len(ports) == 0 {
-			ports = []int{80, 443}
-		}
-		if slices.Contains(methods, method) && slices.Contains(ports, port) {
-			return true
-		}
-	}
-	return false
+	path, _, _ := strings.Cut(u.RequestURI(), "?") // as the client will send it
+	return p.Check(method, u.Scheme, u.Hostname(), port, path)
 }

@@ -217,6 +217,19 @@ func TestPluginHTTP(t *testing.T) {
 		_, err := tool.Call(ctx, "req", fmt.Appendf(nil, `{"method":%q,"url":%q,"body":"c2VjcmV0"}`, m, local))
 		wantDenied(t, err, "net", "body")
 	}
+	// A rule's scheme and paths hold too.
+	narrow := load(t, h, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{
+		{Host: "localhost", Ports: []int{port}, Paths: []string{"/x"}},
+		{Host: "localhost", Ports: []int{port}, Scheme: "https", Paths: []string{"/tls/*"}},
+	}})
+	for _, c := range []struct{ url, detail string }{
+		{"http://localhost:" + u.Port() + "/y", "path /y is not granted"},
+		{"http://localhost:" + u.Port() + "/a/..%2fx", "encoded slash"},
+		{"http://localhost:" + u.Port() + "/tls/a", "path /tls/a is not granted"}, // the https rule only
+	} {
+		_, err := narrow.Call(ctx, "req", req("GET", c.url))
+		wantDenied(t, err, "net", c.detail)
+	}
 	if hits != 1 {
 		t.Fatalf("server saw %d requests, want exactly the granted one", hits)
 	}

@@ -67,7 +67,8 @@ var UpstreamRecords = map[string]string{
 // Pinned are the names pinned to the loopback origin, granted or not: a
 // refusal of an ungranted one then proves that the policy refused, not
 // that the name failed to resolve.
-var Pinned = []string{"origin.test", "post.test", "a.wild.test", "wild.test", "evil.test", "x.origin.test", "evilorigin.test", "bücher.test"}
+var Pinned = []string{"origin.test", "post.test", "a.wild.test", "wild.test", "evil.test", "x.origin.test", "evilorigin.test", "bücher.test",
+	"git.test", "plain.test", "tls.test"}
 
 // Rules are the corpus's grants, for origins listening on ports.
 func Rules(ports ...int) []airlock.NetRule {
@@ -79,6 +80,11 @@ func Rules(ports ...int) []airlock.NetRule {
 		{Host: "rebind.test", Ports: ports}, {Host: "nat64.test", Ports: ports},
 		{Host: "mapped.test", Ports: ports}, {Host: "public.test"}, {Host: "private.test"},
 		{Host: "Bücher.test", Ports: ports},
+		// A git remote that may be cloned and fetched, not pushed to.
+		{Host: "git.test", Methods: []string{"GET"}, Ports: ports, Paths: []string{"*/info/refs"}},
+		{Host: "git.test", Methods: []string{"POST"}, Ports: ports, Paths: []string{"*/git-upload-pack"}},
+		{Host: "plain.test", Scheme: "http", Ports: ports},
+		{Host: "tls.test", Scheme: "https", Ports: ports},
 	}
 }
 
