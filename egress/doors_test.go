@@ -244,6 +244,8 @@ func TestMalformedRequestsLogged(t *testing.T) {
 		{"no Host header", "", "GET " + u + "/m2 HTTP/1.1\r\n\r\n", "/m2", false, "malformed request"},
 		{"bad header name", "", "GET " + u + "/m3 HTTP/1.1\r\nHost: origin.test:" + p + "\r\nBad Name: x\r\n\r\n", "/m3", false, "malformed request"},
 		{"unknown transfer coding", "", "POST http://post.test:" + p + "/m4 HTTP/1.1\r\nHost: post.test:" + p + "\r\nTransfer-Encoding: gzip\r\n\r\n", "/m4", false, "malformed request"},
+		{"length and chunked", "", "POST http://post.test:" + p + "/m10 HTTP/1.1\r\nHost: post.test:" + p + "\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\na=1\r\n0\r\n\r\n", "/m10", false, "malformed request"},
+		{"empty lines only", "", strings.Repeat("\r\n", 8), "/", false, "malformed request"},
 		{"conflicting lengths", "", "POST http://post.test:" + p + "/m5 HTTP/1.1\r\nHost: post.test:" + p + "\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "/m5", false, "malformed request"},
 		{"HTTP/2 preface", "", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "/", false, "malformed request"},
 		{"bad version", "", "GET " + u + "/m6 HTTP/9.9\r\nHost: origin.test:" + p + "\r\n\r\n", "/m6", false, "malformed request"},

@@ -172,6 +172,9 @@ func readRequest(c net.Conn, br *bufio.Reader) (*request, error) {
 		return bad(http.StatusBadRequest, "Host header %q is not valid", hosts[0])
 	case r.ProtoMinor == 0 && len(sent["Transfer-Encoding"]) > 0:
 		return bad(http.StatusBadRequest, "Transfer-Encoding in an HTTP/1.0 request (faulty framing)")
+	case len(sent["Transfer-Encoding"]) > 0 && len(sent["Content-Length"]) > 0:
+		// RFC 9112 section 6.3: a sign of request smuggling.
+		return bad(http.StatusBadRequest, "both Transfer-Encoding and Content-Length")
 	}
 	for k, vs := range r.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
@@ -204,11 +207,11 @@ func readRequest(c net.Conn, br *bufio.Reader) (*request, error) {
 var errHeadTooLarge = errors.New("request head too large")
 
 // readHead reads a request's line and headers, through the empty line
-// that ends them; empty lines before the request line are skipped (RFC
-// 9112, section 2.2).
+// that ends them; a few empty lines before the request line are skipped
+// (RFC 9112, section 2.2).
 func readHead(br *bufio.Reader) ([]byte, error) {
 	var head []byte
-	for {
+	for skipped := 0; ; {
 		line, err := br.ReadSlice('\n')
 		if len(head)+len(line) > maxHeadBytes {
 			return nil, errHeadTooLarge
@@ -225,6 +228,9 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 		}
 		blank := len(bytes.TrimRight(line, "\r\n")) == 0
 		if blank && len(head) == 0 {
+			if skipped++; skipped > 4 {
+				return nil, errors.New("empty lines instead of a request line")
+			}
 			continue
 		}
 		head = append(head, line...)
