@@ -347,6 +347,30 @@ func TestProxyConnections(t *testing.T) {
 		t.Errorf("connection not ended after a refusal: %v", err)
 	}
 
+	// A large body the origin answers before reading: the transport may
+	// still be sending it when the answer is back (run with -race). The
+	// connection then carries on or ends, never mixes the two.
+	for _, expect := range []string{"", "Expect: 100-continue\r\n"} {
+		c, br = dial()
+		big := strings.Repeat("x", 2<<20)
+		fmt.Fprintf(c, "POST http://%s/k7 HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s\r\n", pp, pp, len(big), expect)
+		go func(c net.Conn) {
+			io.WriteString(c, big)
+			fmt.Fprintf(c, "GET http://%s/k8 HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp)
+		}(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: "POST"})
+		for err == nil && resp.StatusCode == http.StatusContinue {
+			resp, err = http.ReadResponse(br, &http.Request{Method: "POST"})
+		}
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("large POST (%q): %v %v", expect, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp, err := http.ReadResponse(br, &http.Request{Method: "GET"}); err == nil && resp.StatusCode != 200 {
+			t.Errorf("the request after a large POST (%q): %s", expect, resp.Status)
+		}
+	}
+
 	// HTTP/1.0: the answer, then the end.
 	c, br = dial()
 	fmt.Fprintf(c, "GET http://%s/k6 HTTP/1.0\r\n\r\n", hp)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -105,22 +106,29 @@ func (p *proxy) serveConn(ctx context.Context, c net.Conn, d door) {
 		}
 		req.RemoteAddr = d.remote
 		req.Request = req.WithContext(ctx)
+		w := newRespWriter(bw, req.Request)
 		if req.expect {
+			// The transport reads the body from a goroutine of its own,
+			// which may still run when the answer begins.
 			req.body.onFirstRead = func() error {
+				w.gate.Lock()
+				defer w.gate.Unlock()
+				if w.begun {
+					return errors.New("the answer has begun")
+				}
 				if _, err := bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
 					return err
 				}
 				return bw.Flush()
 			}
 		}
-		w := newRespWriter(bw, req.Request)
 		if p.serve(ctx, w, req, c, br, d) {
 			return // the connection is a tunnel now, and ended with it
 		}
 		if w.aborted || w.finish() != nil || w.closeConn || req.Close {
-			return
+			return // the transport may still be reading the body: closing the connection ends that
 		}
-		if !req.body.drain() {
+		if !req.body.release() {
 			return
 		}
 	}
@@ -256,6 +264,8 @@ func oneLine(s string) string {
 // framedBody is a request body read off the connection by its framing
 // (Content-Length or chunked); EOF before the end is an error.
 type framedBody struct {
+	mu          sync.Mutex // the transport reads it from a goroutine of its own
+	released    bool       // serveConn took the connection back: reads fail
 	r           io.Reader
 	br          *bufio.Reader
 	chunked     bool
@@ -282,6 +292,15 @@ func frame(r *http.Request, br *bufio.Reader) *framedBody {
 }
 
 func (b *framedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.read(p)
+}
+
+func (b *framedBody) read(p []byte) (int, error) {
+	if b.released {
+		return 0, errors.New("request body read after its request ended")
+	}
 	if b.done {
 		return 0, io.EOF
 	}
@@ -318,18 +337,26 @@ func (b *framedBody) Read(p []byte) (int, error) {
 // what a handler did not read, or ends the connection.
 func (b *framedBody) Close() error { return nil }
 
-// drain reads what is left of the body so that the next request can be
-// read; false if the connection must end instead.
-func (b *framedBody) drain() bool {
+// release reads what is left of the body so that the next request can be
+// read, and makes later reads fail; false if the connection must end
+// instead.
+func (b *framedBody) release() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer func() { b.released = true }()
 	if b.done {
 		return true
 	}
 	if (!b.started && b.onFirstRead != nil) || b.err != nil {
 		return false // the client has not sent it, or it broke
 	}
-	n, err := io.Copy(io.Discard, io.LimitReader(b, maxDrainBytes+1))
+	n, err := io.Copy(io.Discard, io.LimitReader(readerFunc(b.read), maxDrainBytes+1))
 	return err == nil && n <= maxDrainBytes && b.done
 }
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // skipTrailer reads a chunked body's trailer section, which is not
 // forwarded.
@@ -364,6 +391,9 @@ type respWriter struct {
 	closeConn bool  // the connection ends after this response
 	aborted   bool  // the body was cut: end the connection without finishing it
 	err       error
+
+	gate  sync.Mutex // orders a 100 Continue before the answer
+	begun bool       // the answer has begun: no 100 Continue after it
 }
 
 func newRespWriter(bw *bufio.Writer, req *http.Request) *respWriter {
@@ -376,6 +406,9 @@ func (w *respWriter) WriteHeader(status int) {
 	if w.status != 0 || status < 200 {
 		return
 	}
+	w.gate.Lock()
+	w.begun = true
+	w.gate.Unlock()
 	w.status = status
 	h := w.header
 	method := ""
