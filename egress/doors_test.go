@@ -191,6 +191,7 @@ func TestPathAndSchemeRules(t *testing.T) {
 		{"dot segment", "", get("http://"+gp+"/org/./info/refs", gp), "/org/./info/refs", false, "segment"},
 		{"dot-dot with a parameter", "", get("http://"+gp+"/org/..;x/admin/info/refs", gp), "/org/..;x/admin/info/refs", false, "segment"},
 		{"empty segment", "", get("http://"+gp+"/org//info/refs", gp), "/org//info/refs", false, "empty"},
+		{"path parameter", "", post("http://"+gp+"/org/repo.git/git-receive-pack;/git-upload-pack", gp), "/org/repo.git/git-receive-pack;/git-upload-pack", false, "';'"},
 		{"encoded backslash", "", get("http://"+gp+"/org/..%5cadmin/info/refs", gp), "/org/..\\admin/info/refs", false, "backslash"},
 		{"double encoding", "", get("http://"+gp+"/org/%252e%252e/admin/info/refs", gp), "/org/%2e%2e/admin/info/refs", false, "percent"},
 		{"overlong dot", "", get("http://"+gp+"/org/%c0%ae%c0%ae/admin/info/refs", gp), "/org/\xc0\xae\xc0\xae/admin/info/refs", false, "UTF-8"},

@@ -223,9 +223,9 @@ func (p *Policy) CheckHost(scheme, host string, port int) (ok bool, reason strin
 // percent-decoded. It refuses a path whose shape a server could read
 // otherwise: an encoded slash or a backslash (raw or encoded), a "." or
 // ".." segment in any encoding or followed by ";parameters" (which servlet
-// containers strip), an empty segment, a percent sign left after decoding
-// (double encoding), invalid UTF-8 after decoding (overlong forms of '.'
-// and '/') or a control character.
+// containers strip), any other ';', an empty segment, a percent sign left
+// after decoding (double encoding), invalid UTF-8 after decoding (overlong
+// forms of '.' and '/') or a control character.
 func requestPath(escaped string) (string, error) {
 	hides := func(what string) (string, error) {
 		return "", errorf("path %q hides its shape: %s", escaped, what)
@@ -257,6 +257,9 @@ func requestPath(escaped string) (string, error) {
 		}
 		if base, _, _ := strings.Cut(dec, ";"); base == "." || base == ".." {
 			return hides("a '.' or '..' segment")
+		}
+		if strings.Contains(dec, ";") {
+			return hides("a ';' (path parameters, which servers strip or cut the path at)")
 		}
 		b.WriteByte('/')
 		b.WriteString(dec)

@@ -127,6 +127,8 @@ func TestPolicySchemeAndPaths(t *testing.T) {
 		{"GET", "https", "git.example", 443, "/x/./info/refs", false, "'..' segment"},
 		{"GET", "https", "git.example", 443, "/x/..;a=b/info/refs", false, "'..' segment"},
 		{"GET", "https", "git.example", 443, "/x//info/refs", false, "empty segment"},
+		{"POST", "https", "git.example", 443, "/x;/git-upload-pack", false, "';'"},
+		{"POST", "https", "git.example", 443, "/x%3b/git-upload-pack", false, "';'"},
 		{"GET", "https", "git.example", 443, "/x/a%5cb/info/refs", false, "backslash"},
 		{"GET", "https", "git.example", 443, "/x/%252e/info/refs", false, "double encoding"},
 		{"GET", "https", "git.example", 443, "/x/%c0%ae/info/refs", false, "UTF-8"},
