@@ -362,8 +362,8 @@ func unescape(s string) string {
 	return b.String()
 }
 
-// normalize does what cleanURL does inside a decoded string: tabs and
-// newlines removed, backslashes read as slashes.
+// normalize reads a URL as a browser does inside it: tabs and newlines
+// removed, backslashes read as slashes (cleanURL also trims its ends).
 func normalize(s string) string {
 	if !strings.ContainsAny(s, "\t\n\r\\") {
 		return s

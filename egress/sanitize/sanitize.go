@@ -424,17 +424,7 @@ func (s *Sanitizer) checkURL(raw string, carried bool) (reason string, bad bool)
 // leading and trailing C0 controls and spaces, remove tabs and newlines
 // anywhere, and read backslashes as slashes.
 func cleanURL(raw string) string {
-	u := strings.TrimFunc(raw, func(r rune) bool { return r <= ' ' })
-	u = strings.Map(func(r rune) rune {
-		switch r {
-		case '\t', '\n', '\r':
-			return -1
-		case '\\':
-			return '/'
-		}
-		return r
-	}, u)
-	return u
+	return normalize(strings.TrimFunc(raw, func(r rune) bool { return r <= ' ' }))
 }
 
 func isScheme(s string) bool {
