@@ -87,9 +87,11 @@ type FSGrant struct {
 // scheme). Paths, when present, are the only request paths allowed: an
 // entry is an exact path ("/info/refs"), a prefix ending in "*"
 // ("/org/repo/*"), or a suffix starting with "*" ("*/git-upload-pack").
-// Paths are matched on the request's normalised path without its query;
-// a request to such a rule whose path hides its shape (an encoded slash,
-// a "." or ".." segment, an empty segment) is refused.
+// Paths are matched on the request's decoded path without its query (the
+// query is never matched); a request to such a rule whose path could be
+// read as another (an encoded slash or backslash, a "." or ".." segment
+// in any encoding, an empty segment, a ';', a '%' left after decoding) is
+// refused.
 type NetRule struct {
 	Host    string   `json:"host"`
 	Methods []string `json:"methods,omitempty"`

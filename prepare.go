@@ -280,8 +280,9 @@ func validateGrants(g *Grants) error {
 
 // CheckPathPattern checks one entry of [NetRule.Paths]: an absolute path,
 // optionally ending in "*" (a prefix), or "*" followed by an absolute path
-// (a suffix); printable ASCII, no query, fragment, percent sign, empty,
-// "." or ".." segment.
+// (a suffix); printable ASCII, no query, fragment, percent sign,
+// semicolon (a request path holding one is refused), empty, "." or ".."
+// segment.
 func CheckPathPattern(p string) error {
 	body := p
 	switch {
@@ -294,8 +295,8 @@ func CheckPathPattern(p string) error {
 		return pathError("want an absolute path, \"/prefix/*\" or \"*/suffix\"")
 	}
 	for i := 0; i < len(body); i++ {
-		if c := body[i]; c <= ' ' || c >= 0x7f || c == '*' || c == '?' || c == '#' || c == '%' || c == '\\' {
-			return pathError("only printable ASCII without spaces, '*' (at one end), '?', '#', '%' or '\\'")
+		if c := body[i]; c <= ' ' || c >= 0x7f || c == '*' || c == '?' || c == '#' || c == '%' || c == '\\' || c == ';' {
+			return pathError("only printable ASCII without spaces, '*' (at one end), '?', '#', '%', ';' or '\\'")
 		}
 	}
 	for _, seg := range strings.Split(body[1:], "/") {
