@@ -151,6 +151,9 @@ func guardedCrashes(t *testing.T, newGuarded func(*testing.T, string) *Guarded) 
 	job := exprJob("1")
 	job.Limits.MemoryMB = 64
 	job.Limits.WallMS = 20000
+	// CPU up to the wall: a race-built worker in a TCG guest (TestCgroupV2)
+	// can spend the default 10 s of CPU before it reaches 64 MB.
+	job.Limits.CPUMS = 20000
 
 	t.Run("FatalError", func(t *testing.T) {
 		_, err := newGuarded(t, "test-fatal").Run(ctx, job)
