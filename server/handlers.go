@@ -69,11 +69,10 @@ func (s *Server) refuse(w http.ResponseWriter, status int, kind, msg string) {
 
 // refuseErr answers an airlock error with the status its kind implies.
 func (s *Server) refuseErr(w http.ResponseWriter, err error) {
-	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
+	if stop, ok := airlock.AsStop(err); ok && stop.Reason == airlock.StopDenied {
 		// A capability the tenant may not grant (a host path outside its
-		// roots): refused before any tier, as a denied stop.
+		// roots): refused before any tier, as the denied stop it is.
 		counter(&s.metrics.refusals, strconv.Itoa(http.StatusForbidden)).Add(1)
-		stop, _ := airlock.AsStop(d)
 		writeResult(w, http.StatusForbidden, &airlock.Result{Stopped: &stop})
 		return
 	}
@@ -252,8 +251,8 @@ func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, e
 // attempts show in the trail too. Overload refusals are only counted.
 func (s *Server) recordRefusal(rq *runRequest, err error) {
 	outcome := "refused_" + string(airlock.KindOf(err))
-	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
-		outcome = "refused_denied"
+	if stop, ok := airlock.AsStop(err); ok {
+		outcome = "refused_" + string(stop.Reason)
 	}
 	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Grants: redactGrants(rq.job.Grants),
 		Limits: rq.job.Limits, Outcome: outcome, Error: err.Error()}
