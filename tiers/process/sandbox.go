@@ -458,7 +458,13 @@ func (sb *sandbox) awaitReady(ctx context.Context) error {
 // not do: bind mounts from another mount namespace are refused, and the
 // sandbox's uid may not search the path's parents.
 func cloneTree(p string, attrs uint64) (*os.File, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	return cloneTreeAt(unix.AT_FDCWD, p, 0, p, attrs)
+}
+
+// cloneTreeAt is cloneTree of path relative to dirfd, with extra open_tree
+// flags (AT_EMPTY_PATH: dirfd itself); name names the file.
+func cloneTreeAt(dirfd int, path string, flags uint, name string, attrs uint64) (*os.File, error) {
+	fd, err := unix.OpenTree(dirfd, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|flags)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +473,7 @@ func cloneTree(p string, attrs uint64) (*os.File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("setting mount attributes: %w", err)
 	}
-	return os.NewFile(uintptr(fd), p), nil
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // cloneGrant is cloneTree, read-only, for a read grant, opened refusing
@@ -479,16 +485,7 @@ func cloneGrant(p string) (*os.File, error) {
 		return nil, err
 	}
 	defer unix.Close(dir)
-	fd, err := unix.OpenTree(dir, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
-	if err != nil {
-		return nil, err
-	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("setting mount attributes: %w", err)
-	}
-	return os.NewFile(uintptr(fd), p), nil
+	return cloneTreeAt(dir, "", unix.AT_EMPTY_PATH, p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
 // placedDir is where the parent sees the scratch with the job's files:
