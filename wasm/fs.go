@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 )
 
 // fsSpec is the filesystem a run sees: host directories mounted read-only
@@ -46,7 +47,7 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(m, "/")
 	}
 	for _, p := range f.read {
-		r, err := os.OpenRoot(p)
+		r, err := hostpath.OpenRoot(p) // never through a link
 		if err != nil {
 			closeAll()
 			if errors.Is(err, os.ErrNotExist) {

@@ -159,6 +159,18 @@ func Open(p string) (int, error) {
 	return fd, nil
 }
 
+// OpenRoot opens the directory p as an [os.Root] through [Open]: the
+// root is the directory the path names without following a link.
+func OpenRoot(p string) (*os.Root, error) {
+	fd, err := Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	// Reopening the descriptor's magic link gives the same directory.
+	return os.OpenRoot("/proc/self/fd/" + strconv.Itoa(fd))
+}
+
 // Check reports whether p can be opened without following a symbolic
 // link (see [Open]).
 func Check(p string) error {

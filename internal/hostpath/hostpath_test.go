@@ -110,3 +110,23 @@ func TestIdentity(t *testing.T) {
 		t.Errorf("a directory's identity: %q", d1)
 	}
 }
+
+func TestOpenRoot(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "d", "f"), "x")
+	if err := os.Symlink("d", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRoot(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := r.ReadFile("f"); err != nil || string(data) != "x" {
+		t.Errorf("reading through the root: %q, %v", data, err)
+	}
+	r.Close()
+	if r, err := OpenRoot(filepath.Join(dir, "l")); err == nil {
+		r.Close()
+		t.Error("a root opened through a link")
+	}
+}
