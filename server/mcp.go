@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -14,10 +15,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
+	"github.com/airlock-sandbox/airlock/internal/version"
 )
-
-// Version is reported to MCP clients.
-const Version = "v1"
 
 // The MCP tools' inputs. Every run goes through the same path as POST
 // /v1/run: the tenant's rules and quotas, the router, approvals and the
@@ -72,7 +71,7 @@ type ToolOutput struct {
 	Value     any                `json:"value,omitempty"`
 	Stdout    string             `json:"stdout,omitempty"`
 	Stderr    string             `json:"stderr,omitempty"`
-	ExitCode  int                `json:"exit_code"`
+	ExitCode  *int               `json:"exit_code,omitempty"` // for programs (command, wasm)
 	Stopped   *airlock.Stop      `json:"stopped,omitempty"`
 	Error     *airlock.ErrorInfo `json:"error,omitempty"`
 	Sanitized []sanitize.Finding `json:"sanitized,omitempty"`
@@ -141,38 +140,49 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		s.mcp.san = san
 		s.mcp.per = map[*tenant]*mcp.Server{}
 	}
-	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: Version}, &mcp.ServerOptions{
+	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version.String()}, &mcp.ServerOptions{
 		Instructions: "airlock runs untrusted code in the cheapest isolation boundary that still holds. Each tool result says which tier ran the job and why.",
 	})
-	run := func(ctx context.Context, req *mcp.CallToolRequest, job airlock.Job, c common) (*mcp.CallToolResult, ToolOutput, error) {
+	iso := isolationEnums{tiers: s.tierNames(), situations: t.allowed}
+	run := func(ctx context.Context, job airlock.Job, c common, ss *session) (*mcp.CallToolResult, any, error) {
 		if err := isolationChosen(t, c); err != nil {
 			return toolError(err)
 		}
-		return s.mcpRun(ctx, t, req, job, c)
+		job, err := normalize(job, c)
+		if err != nil {
+			return toolError(err)
+		}
+		var res airlock.Result
+		if ss != nil {
+			res, err = s.sessionRun(ctx, t, ss, job, c.Approval)
+		} else {
+			res, err = s.execute(ctx, &runRequest{t: t, job: job, token: c.Approval})
+		}
+		return s.toolResult(job.Kind, res, err)
 	}
-	mcp.AddTool(srv, &mcp.Tool{Name: "evaluate_expression", InputSchema: inputSchema[exprInput](t.MCPIsolation), Description: "Evaluate an expression (expr-lang) against input variables. No I/O; microseconds."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in exprInput) (*mcp.CallToolResult, ToolOutput, error) {
-			return run(ctx, req, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: in.Input}, in.common)
+	addTool[exprInput](srv, t, iso, "evaluate_expression", descExpr,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in exprInput) (*mcp.CallToolResult, any, error) {
+			return run(ctx, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: in.Input}, in.common, nil)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "run_starlark", InputSchema: inputSchema[starlarkInput](t.MCPIsolation), Description: "Run a Starlark (Python-like) script with a step budget; no filesystem or network."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in starlarkInput) (*mcp.CallToolResult, ToolOutput, error) {
-			return run(ctx, req, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: in.Input, Entry: in.Entry, Files: in.Files}, in.common)
+	addTool[starlarkInput](srv, t, iso, "run_starlark", descStarlark,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in starlarkInput) (*mcp.CallToolResult, any, error) {
+			return run(ctx, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: in.Input, Entry: in.Entry, Files: in.Files}, in.common, nil)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "run_wasm", InputSchema: inputSchema[wasmInput](t.MCPIsolation), Description: "Run a WebAssembly module (WASI) with a memory cap and no host access unless granted."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, ToolOutput, error) {
+	addTool[wasmInput](srv, t, iso, "run_wasm", descWasm,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, any, error) {
 			job := airlock.Job{Kind: airlock.KindWasm, Entry: in.Entry, Argv: in.Args, Stdin: in.Stdin}
 			raw, _ := json.Marshal(in.Module)
 			if err := json.Unmarshal(raw, &job.Module); err != nil {
 				return toolError(airlock.Invalid("module_base64", "want base64: %v", err))
 			}
-			return run(ctx, req, job, in.common)
+			return run(ctx, job, in.common, nil)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "run_command", InputSchema: inputSchema[commandInput](t.MCPIsolation), Description: "Run a program in an OS sandbox; the router picks the tier (process, gVisor or microVM) from the situation."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, ToolOutput, error) {
-			return run(ctx, req, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files}, in.common)
+	addTool[commandInput](srv, t, iso, "run_command", descCommand,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, any, error) {
+			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files}, in.common, nil)
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "explain", InputSchema: inputSchema[explainInput](t.MCPIsolation), Description: "Explain which tier the router would choose for a job, and why each cheaper tier was passed over."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in explainInput) (*mcp.CallToolResult, any, error) {
+	addTool[explainInput](srv, t, iso, "explain", descExplain,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in explainInput) (*mcp.CallToolResult, any, error) {
 			err := isolationChosen(t, in.common)
 			job := airlock.Job{Kind: airlock.Kind(in.Kind), Code: in.Code, Argv: in.Argv}
 			if err == nil {
@@ -182,30 +192,200 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 				err = t.admit(&job) // the tenant's situation, as a run would have
 			}
 			if err != nil {
-				r, _, _ := toolError(err)
-				return r, nil, nil
+				return toolError(err)
 			}
 			x := s.router.Explain(&job)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(x.Lines(), "\n")}}}, x, nil
 		})
+	addTool[openInput](srv, t, iso, "open_session", descOpen,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in openInput) (*mcp.CallToolResult, any, error) {
+			if err := isolationChosen(t, in.common); err != nil {
+				return toolError(err)
+			}
+			// The router picks the tier for a command job of the tenant's
+			// situation, as it would for run_command.
+			job, err := normalize(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}}, in.common)
+			var o openResponse
+			if err == nil {
+				o, err = s.openSession(ctx, t, "", &job, time.Duration(in.TTLSeconds)*time.Second)
+			}
+			if err != nil {
+				return toolError(err)
+			}
+			out := sessionOutput{Session: o.ID, Tier: o.Tier, TTLSeconds: int64(time.Duration(o.TTL) / time.Second)}
+			text := fmt.Sprintf("session %s on tier %s; it closes after %s idle", o.ID, o.Tier, time.Duration(o.TTL))
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+		})
+	addTool[sessionRunInput](srv, t, iso, "run_in_session", descSessionRun,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in sessionRunInput) (*mcp.CallToolResult, any, error) {
+			ss := s.sessionOf(t, in.Session)
+			if ss == nil {
+				return toolError(airlock.Invalid("session", "unknown session %q", in.Session))
+			}
+			c := common{WallMS: in.WallMS, Approval: in.Approval}
+			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files}, c, ss)
+		})
+	addTool[closeInput](srv, t, iso, "close_session", descClose,
+		func(ctx context.Context, _ *mcp.CallToolRequest, in closeInput) (*mcp.CallToolResult, any, error) {
+			ss := s.sessionOf(t, in.Session)
+			if ss == nil {
+				return toolError(airlock.Invalid("session", "unknown session %q", in.Session))
+			}
+			if err := s.closeSession(ss); err != nil {
+				return toolError(fmt.Errorf("closing session: %w", err))
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "closed " + ss.id}}}, sessionOutput{Session: ss.id, Tier: ss.tier}, nil
+		})
 	s.mcp.per[t] = srv
 	return srv, nil
+}
+
+// Tool descriptions say what the program sees, what network it has and
+// what comes back: a model chooses tools by them.
+const (
+	descExpr       = "Evaluate one expr-lang expression (arithmetic, comparisons, string, list and map functions) against the given input variables, in-process. No files, network or clock. Returns the value as JSON."
+	descStarlark   = "Run a Starlark script (a small Python dialect: no imports, classes or exceptions) under a step and memory budget, in-process. No filesystem or network; load() reads only the modules given in files. Returns the global named result (or the entry function's return value) as JSON, and what the script printed."
+	descWasm       = "Run a WebAssembly module (WASI preview 1) under a memory cap. It sees an empty in-memory scratch directory, no host files and no network. Returns stdout, stderr and the exit code."
+	descCommand    = "Run a program (argv) in a Linux sandbox the router picks for this server's policy (namespaces with seccomp, gVisor or a microVM). The program sees a read-only system with the programs the operator installed, and a writable scratch directory, its working directory, holding the files given. It has no network unless the operator's policy grants hosts. Returns stdout, stderr and the exit code."
+	descExplain    = "Explain which tier would run a job and why each cheaper tier was passed over, without running anything."
+	descOpen       = "Open a sandbox that keeps its scratch directory across run_in_session calls (installed packages, written files), for a conversation. It closes when idle for its TTL or on close_session. Returns the session id."
+	descSessionRun = "Run a program (argv) in a session opened by open_session: same sandbox and scratch directory as the session's earlier runs. Returns stdout, stderr and the exit code."
+	descClose      = "Close a session opened by open_session and destroy its sandbox."
+)
+
+type (
+	openInput struct {
+		TTLSeconds int64 `json:"ttl_seconds,omitempty" jsonschema:"close the session after this many idle seconds (default and maximum: the server's)"`
+		common
+	}
+	sessionRunInput struct {
+		Session  string            `json:"session" jsonschema:"the id open_session returned"`
+		Argv     []string          `json:"argv" jsonschema:"the program and its arguments"`
+		Stdin    string            `json:"stdin,omitempty"`
+		Files    map[string]string `json:"files,omitempty" jsonschema:"files placed in the scratch directory, by relative path"`
+		WallMS   int64             `json:"wall_ms,omitempty" jsonschema:"wall-clock limit in milliseconds"`
+		Approval string            `json:"approval,omitempty" jsonschema:"an approval token for a job the approval policy covers"`
+	}
+	closeInput struct {
+		Session string `json:"session" jsonschema:"the id open_session returned"`
+	}
+	sessionOutput struct {
+		Session    string             `json:"session,omitempty"`
+		Tier       string             `json:"tier,omitempty"`
+		TTLSeconds int64              `json:"ttl_seconds,omitempty"`
+		Error      *airlock.ErrorInfo `json:"error,omitempty"`
+	}
+)
+
+// isolationEnums are the values a tenant whose MCP clients may choose
+// their isolation can name.
+type isolationEnums struct {
+	tiers      []string
+	situations []airlock.Situation
+}
+
+// addTool registers a tool whose structured output is Out's schema made
+// portable (see portable). Handlers return a ToolOutput, an error-only
+// output, or another value of the tool's own.
+func addTool[In any](srv *mcp.Server, t *tenant, iso isolationEnums, name, desc string, h mcp.ToolHandlerFor[In, any]) {
+	var out *jsonschema.Schema
+	switch name {
+	case "explain":
+		out = nil // the router's explanation; free-form
+	case "open_session", "close_session":
+		out = outputSchema[sessionOutput]()
+	case "evaluate_expression", "run_starlark":
+		out = outputSchema[ToolOutput]()
+	default:
+		out = outputSchema[ToolOutput]()
+		delete(out.Properties, "value") // programs return output, not a value
+	}
+	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: inputSchema[In](t.MCPIsolation, iso)}
+	if out != nil {
+		tool.OutputSchema = out
+	}
+	mcp.AddTool(srv, tool, h)
 }
 
 // inputSchema is the tool's input schema inferred from In, without
 // "situation" and "tier" unless the tenant's MCP clients may choose them:
 // whoever the agent obeys must not lower its own boundary. The schema
 // refuses unknown properties, so a call that passes them anyway fails.
-func inputSchema[In any](isolation bool) *jsonschema.Schema {
-	sc, err := jsonschema.For[In](nil)
-	if err != nil {
-		panic(fmt.Sprintf("MCP input schema: %v", err)) // the types are fixed at compile time
+func inputSchema[In any](isolation bool, iso isolationEnums) *jsonschema.Schema {
+	sc := schemaFor[In]()
+	if sit := sc.Properties["situation"]; sit != nil {
+		if !isolation {
+			delete(sc.Properties, "situation")
+		} else {
+			sit.Enum = nil
+			for _, v := range iso.situations {
+				sit.Enum = append(sit.Enum, string(v))
+			}
+		}
 	}
-	if !isolation {
-		delete(sc.Properties, "situation")
-		delete(sc.Properties, "tier")
+	if tier := sc.Properties["tier"]; tier != nil {
+		if !isolation {
+			delete(sc.Properties, "tier")
+		} else {
+			tier.Enum = []any{airlock.TierAuto}
+			for _, v := range iso.tiers {
+				tier.Enum = append(tier.Enum, v)
+			}
+		}
 	}
 	return sc
+}
+
+// outputSchema is Out's schema with nothing required: a failed call's
+// structured content holds only its error.
+func outputSchema[Out any]() *jsonschema.Schema {
+	sc := schemaFor[Out]()
+	sc.Required = nil
+	if v := sc.Properties["value"]; v != nil {
+		// An inferred any is the bare schema true, which the MCP schema
+		// does not allow where an object is expected.
+		*v = jsonschema.Schema{Description: "the value the code produced", AnyOf: []*jsonschema.Schema{
+			{Type: "string"}, {Type: "number"}, {Type: "boolean"},
+			{Type: "array"}, {Type: "object", AdditionalProperties: &jsonschema.Schema{}}}}
+	}
+	return sc
+}
+
+// schemaFor infers T's schema and makes it portable: a field that may be
+// null in Go (a slice, a map, a pointer) is inferred as the type pair
+// [null, T], which clients that map schemas onto a single-type dialect
+// reject; airlock never sends null for them, so each becomes T alone.
+func schemaFor[T any]() *jsonschema.Schema {
+	sc, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("MCP schema: %v", err)) // the types are fixed at compile time
+	}
+	var walk func(*jsonschema.Schema)
+	walk = func(s *jsonschema.Schema) {
+		if s == nil {
+			return
+		}
+		if len(s.Types) == 2 && s.Types[0] == "null" {
+			s.Type, s.Types = s.Types[1], nil
+		}
+		for _, p := range s.Properties {
+			walk(p)
+		}
+		walk(s.Items)
+		if s.AdditionalProperties != nil {
+			walk(s.AdditionalProperties)
+		}
+	}
+	walk(sc)
+	return sc
+}
+
+func (s *Server) tierNames() []string {
+	var names []string
+	for _, tr := range s.router.Tiers() {
+		names = append(names, tr.Name())
+	}
+	return names
 }
 
 // isolationChosen refuses a call that names a situation or tier when the
@@ -228,20 +408,27 @@ func normalize(job airlock.Job, c common) (airlock.Job, error) {
 	return airlock.DecodeJobBytes(data)
 }
 
-func toolError(err error) (*mcp.CallToolResult, ToolOutput, error) {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, ToolOutput{Error: &airlock.ErrorInfo{Kind: airlock.KindOf(err), Message: err.Error()}}, nil
+// errorOutput is a failed call's structured content: the error alone.
+type errorOutput struct {
+	Error *airlock.ErrorInfo `json:"error"`
 }
 
-func (s *Server) mcpRun(ctx context.Context, t *tenant, _ *mcp.CallToolRequest, job airlock.Job, c common) (*mcp.CallToolResult, ToolOutput, error) {
-	job, err := normalize(job, c)
-	if err != nil {
-		return toolError(err)
-	}
-	res, err := s.execute(ctx, &runRequest{t: t, job: job, token: c.Approval})
+func toolError(err error) (*mcp.CallToolResult, any, error) {
+	info := &airlock.ErrorInfo{Kind: airlock.KindOf(err), Message: err.Error()}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, errorOutput{info}, nil
+}
+
+// toolResult is a run's answer: the text a model reads (the tier and what
+// the program produced; the router's reasons stay in the structured
+// content) and the structured ToolOutput.
+func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*mcp.CallToolResult, any, error) {
 	if res.Tier == "" && err != nil {
 		return toolError(err)
 	}
-	out := ToolOutput{Tier: res.Tier, Level: res.Level, Decision: res.Decision, ExitCode: res.ExitCode, Stopped: res.Stopped, Error: res.Error}
+	out := ToolOutput{Tier: res.Tier, Level: res.Level, Decision: res.Decision, Stopped: res.Stopped, Error: res.Error}
+	if kind == airlock.KindCommand || kind == airlock.KindWasm {
+		out.ExitCode = &res.ExitCode
+	}
 	var f1, f2, f3 []sanitize.Finding
 	out.Stdout, f1 = s.clean(res.Stdout)
 	out.Stderr, f2 = s.clean(res.Stderr)
@@ -249,9 +436,6 @@ func (s *Server) mcpRun(ctx context.Context, t *tenant, _ *mcp.CallToolRequest, 
 	out.Sanitized = append(append(f1, f2...), f3...)
 	var text strings.Builder
 	fmt.Fprintf(&text, "tier: %s (level %d)\n", out.Tier, out.Level)
-	if len(out.Decision) > 0 {
-		fmt.Fprintf(&text, "why: %s\n", strings.Join(out.Decision, "; "))
-	}
 	if out.Value != nil {
 		v, _ := json.Marshal(out.Value)
 		fmt.Fprintf(&text, "value: %s\n", v)
@@ -262,8 +446,8 @@ func (s *Server) mcpRun(ctx context.Context, t *tenant, _ *mcp.CallToolRequest, 
 	if out.Stderr != "" {
 		fmt.Fprintf(&text, "stderr:\n%s\n", out.Stderr)
 	}
-	if out.ExitCode != 0 {
-		fmt.Fprintf(&text, "exit code: %d\n", out.ExitCode)
+	if res.ExitCode != 0 {
+		fmt.Fprintf(&text, "exit code: %d\n", res.ExitCode)
 	}
 	switch {
 	case out.Stopped != nil:
@@ -275,7 +459,7 @@ func (s *Server) mcpRun(ctx context.Context, t *tenant, _ *mcp.CallToolRequest, 
 		fmt.Fprintf(&text, "note: %d link(s) to hosts that are not allowed were neutralised\n", len(out.Sanitized))
 	}
 	return &mcp.CallToolResult{
-		IsError: out.Stopped != nil || out.Error != nil || out.ExitCode != 0,
+		IsError: out.Stopped != nil || out.Error != nil || res.ExitCode != 0,
 		Content: []mcp.Content{&mcp.TextContent{Text: text.String()}},
 	}, out, nil
 }

@@ -79,7 +79,7 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	for _, want := range []string{"evaluate_expression", "run_starlark", "run_wasm", "run_command", "explain"} {
+	for _, want := range []string{"evaluate_expression", "run_starlark", "run_wasm", "run_command", "explain", "open_session", "run_in_session", "close_session"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("tool %s is missing (have %v)", want, names)
 		}
@@ -112,9 +112,13 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 	res, out = call(t, cs, "run_command", map[string]any{"argv": []string{"echo", "hi"}})
 	switch {
 	case out.Tier != "":
-		if out.Stdout != "hi\n" || out.Level < 4 || !strings.Contains(text(res), "why: rule public") {
+		// The router's reasons are in the structured content, not in the
+		// text a model reads.
+		if out.Stdout != "hi\n" || out.Level < 4 || out.ExitCode == nil || *out.ExitCode != 0 ||
+			len(out.Decision) == 0 || !strings.HasPrefix(out.Decision[0], "rule public") || strings.Contains(text(res), "rule public") {
 			t.Errorf("run_command on %s: %+v\n%s", out.Tier, out, text(res))
 		}
+		testSessionTools(t, cs)
 	case !strings.Contains(text(res), "not admitted"):
 		t.Errorf("run_command neither ran nor explained the refusal: %s", text(res))
 	}
@@ -125,6 +129,41 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 	res, _ = call(t, cs, "evaluate_expression", map[string]any{"expression": "1", "wall_ms": 10_000_000})
 	if !res.IsError || !strings.Contains(text(res), "limits.wall_ms") {
 		t.Errorf("a limit above the tenant's maximum: %s", text(res))
+	}
+	// A refused call's structured content is its error alone: no empty
+	// tier, level or exit code beside it.
+	if got, _ := json.Marshal(res.StructuredContent); !strings.HasPrefix(string(got), `{"error":{"kind":"invalid"`) || strings.Contains(string(got), "tier") {
+		t.Errorf("a refused call's structured content: %s", got)
+	}
+}
+
+// testSessionTools opens a session, keeps a file across two runs in it,
+// closes it, and checks that it is gone.
+func testSessionTools(t *testing.T, cs *mcp.ClientSession) {
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "open_session", Arguments: map[string]any{"ttl_seconds": 60}})
+	if err != nil || res.IsError {
+		t.Fatalf("open_session: %v %s", err, text(res))
+	}
+	var o struct {
+		Session, Tier string
+		TTL           int64 `json:"ttl_seconds"`
+	}
+	data, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(data, &o); err != nil || o.Session == "" || o.Tier == "" || o.TTL != 60 {
+		t.Fatalf("open_session answered %s (%v)", data, err)
+	}
+	if res, out := call(t, cs, "run_in_session", map[string]any{"session": o.Session, "argv": []string{"sh", "-c", "echo kept > note"}}); res.IsError {
+		t.Fatalf("run_in_session: %+v %s", out, text(res))
+	}
+	res, out := call(t, cs, "run_in_session", map[string]any{"session": o.Session, "argv": []string{"cat", "note"}})
+	if res.IsError || out.Stdout != "kept\n" || out.Tier != o.Tier {
+		t.Errorf("the session's second run: %+v %s", out, text(res))
+	}
+	if res, _ := call(t, cs, "close_session", map[string]any{"session": o.Session}); res.IsError {
+		t.Errorf("close_session: %s", text(res))
+	}
+	if res, _ := call(t, cs, "run_in_session", map[string]any{"session": o.Session, "argv": []string{"true"}}); !res.IsError || !strings.Contains(text(res), "unknown session") {
+		t.Errorf("a run in a closed session: %s", text(res))
 	}
 }
 
@@ -147,6 +186,8 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Closed before the test server, which waits for the client's stream.
+	t.Cleanup(func() { cs.Close() })
 	testTools(t, cs)
 	// Another tenant presenting a's MCP session ID is refused.
 	call := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"evaluate_expression","arguments":{"expression":"1"}}}`
@@ -204,8 +245,20 @@ func TestMCPModelCannotLowerIsolation(t *testing.T) {
 	// An operator may let a tenant's clients choose, within its situations.
 	g := newFixture(t, func(c *server.Config) { c.Tenants[0].MCPIsolation = true })
 	cs = connectMemory(t, g, "a")
+	// The schema names the situations the tenant may use and the tiers, so
+	// the SDK refuses another before the server's own check would.
+	tools, err = cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if schema, _ := json.Marshal(tool.InputSchema); tool.Name == "run_command" &&
+			(!strings.Contains(string(schema), `"enum":["public","internal"]`) || !strings.Contains(string(schema), `"enum":["auto","expr",`)) {
+			t.Errorf("run_command's schema lacks the enums: %s", schema)
+		}
+	}
 	res, _ := call(t, cs, "run_command", map[string]any{"argv": []string{"true"}, "tier": "seccomp", "situation": "expression"})
-	if !res.IsError || !strings.Contains(text(res), "may not run jobs in situation expression") {
+	if !res.IsError || !strings.Contains(text(res), "expression does not equal any of") {
 		t.Errorf("a situation the tenant may not use: %s", text(res))
 	}
 	res, _ = call(t, cs, "run_command", map[string]any{"argv": []string{"true"}, "tier": "seccomp", "situation": "internal"})

@@ -80,64 +80,74 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, airlock.Invalid("", "session request: %s", err.Error()))
 		return
 	}
-	var tier airlock.Tier
-	var decision []string
-	switch {
-	case len(req.Job) > 0:
-		job, err := airlock.DecodeJobBytes(req.Job)
+	var job *airlock.Job
+	if len(req.Job) > 0 {
+		j, err := airlock.DecodeJobBytes(req.Job)
 		if err != nil {
 			s.refuseErr(w, err)
 			return
 		}
-		if req.Tier != "" {
-			job.Tier = req.Tier
+		job = &j
+	}
+	resp, err := s.openSession(r.Context(), t, req.Tier, job, time.Duration(req.TTL))
+	if err != nil {
+		s.answer(w, airlock.Result{}, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, resp)
+}
+
+// openSession opens a session for t on the named tier, or on the tier the
+// router picks for job; a ttl of zero or less is the server's maximum.
+func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, job *airlock.Job, ttl time.Duration) (openResponse, error) {
+	var tier airlock.Tier
+	var decision []string
+	switch {
+	case job != nil:
+		if tierName != "" {
+			job.Tier = tierName
 		}
 		job.Session, job.Lifecycle = "", ""
-		if tier, err = t.route(s, &job); err != nil {
-			s.refuseErr(w, err)
-			return
+		var err error
+		if tier, err = t.route(s, job); err != nil {
+			return openResponse{}, err
 		}
-		decision = s.router.Explain(&job).Lines()
-	case req.Tier != "":
+		decision = s.router.Explain(job).Lines()
+	case tierName != "":
 		// Every run in the session is routed to this tier, so the policy
 		// still decides per job whether the tier is strong enough.
 		for _, tr := range s.router.Tiers() {
-			if tr.Name() == req.Tier {
+			if tr.Name() == tierName {
 				tier = tr
 			}
 		}
 		if tier == nil {
-			s.refuseErr(w, airlock.Invalid("tier", "unknown tier %q", req.Tier))
-			return
+			return openResponse{}, airlock.Invalid("tier", "unknown tier %q", tierName)
 		}
-		if err := s.router.Unavailable(req.Tier); err != nil {
-			s.refuseErr(w, &airlock.NotAdmitted{Tier: req.Tier, Reason: "unavailable: " + err.Error()})
-			return
+		if err := s.router.Unavailable(tierName); err != nil {
+			return openResponse{}, &airlock.NotAdmitted{Tier: tierName, Reason: "unavailable: " + err.Error()}
 		}
 	default:
-		s.refuseErr(w, airlock.Invalid("tier", "name a tier, or describe a job for the router to pick one"))
-		return
+		return openResponse{}, airlock.Invalid("tier", "name a tier, or describe a job for the router to pick one")
 	}
 	if err := t.allowTier(tier.Name()); err != nil {
-		s.refuseErr(w, err)
-		return
+		return openResponse{}, err
 	}
 	st, ok := tier.(airlock.SessionTier)
 	if !ok {
-		s.refuseErr(w, &airlock.NotAdmitted{Tier: tier.Name(), Reason: "the tier keeps no sessions"})
-		return
+		return openResponse{}, &airlock.NotAdmitted{Tier: tier.Name(), Reason: "the tier keeps no sessions"}
 	}
 	maxTTL := s.cfg.SessionTTL.or(10 * time.Minute)
-	ttl := req.TTL.or(maxTTL)
+	if ttl <= 0 {
+		ttl = maxTTL
+	}
 	if ttl > maxTTL {
-		s.refuseErr(w, airlock.Invalid("ttl", "%s is above the server's maximum %s", ttl, maxTTL))
-		return
+		return openResponse{}, airlock.Invalid("ttl", "%s is above the server's maximum %s", ttl, maxTTL)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		s.answer(w, airlock.Result{}, &overloaded{"the server is shutting down", 5})
-		return
+		return openResponse{}, &overloaded{"the server is shutting down", 5}
 	}
 	limit := s.cfg.MaxSessions
 	if limit == 0 {
@@ -145,26 +155,24 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 	}
 	if t.nsess >= limit {
 		s.mu.Unlock()
-		s.answer(w, airlock.Result{}, &overloaded{fmt.Sprintf("tenant %s has %d sessions open (the maximum); close one", t.Name, limit), 5})
-		return
+		return openResponse{}, &overloaded{fmt.Sprintf("tenant %s has %d sessions open (the maximum); close one", t.Name, limit), 5}
 	}
 	t.nsess++
 	s.mu.Unlock()
 	id := newID()
-	sess, err := st.OpenSession(r.Context(), airlock.SessionOptions{ID: id, TTL: ttl})
+	sess, err := st.OpenSession(ctx, airlock.SessionOptions{ID: id, TTL: ttl})
 	if err != nil {
 		s.mu.Lock()
 		t.nsess--
 		s.mu.Unlock()
-		s.refuseErr(w, fmt.Errorf("opening session: %w", err))
-		return
+		return openResponse{}, fmt.Errorf("opening session: %w", err)
 	}
 	ss := &session{id: id, tenant: t, tier: tier.Name(), ttl: ttl, s: sess, last: time.Now()}
 	s.mu.Lock()
 	s.sessions[id] = ss
 	s.mu.Unlock()
 	s.metrics.sessions.Add(1)
-	writeJSON(w, http.StatusCreated, openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision})
+	return openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision}, nil
 }
 
 func newID() string {
@@ -180,15 +188,24 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*tenant, *sessi
 	if t == nil {
 		return nil, nil
 	}
-	id := r.PathValue("id")
+	ss := s.sessionOf(t, r.PathValue("id"))
+	if ss == nil {
+		s.refuse(w, http.StatusNotFound, kindNotFound, "unknown session "+r.PathValue("id"))
+		return nil, nil
+	}
+	return t, ss
+}
+
+// sessionOf returns t's session id, or nil: another tenant's session is as
+// unknown as one that never existed.
+func (s *Server) sessionOf(t *tenant, id string) *session {
 	s.mu.Lock()
 	ss := s.sessions[id]
 	s.mu.Unlock()
 	if ss == nil || ss.tenant != t {
-		s.refuse(w, http.StatusNotFound, kindNotFound, "unknown session "+id)
-		return nil, nil
+		return nil
 	}
-	return t, ss
+	return ss
 }
 
 func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
@@ -201,19 +218,21 @@ func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, err)
 		return
 	}
+	res, err := s.sessionRun(r.Context(), t, ss, job, r.Header.Get(ApprovalHeader))
+	s.answer(w, res, err)
+}
+
+func (s *Server) sessionRun(ctx context.Context, t *tenant, ss *session, job airlock.Job, token string) (airlock.Result, error) {
 	if job.Session != "" && job.Session != ss.id {
-		s.refuseErr(w, airlock.Invalid("session", "names %s, but the request is for %s", job.Session, ss.id))
-		return
+		return airlock.Result{}, airlock.Invalid("session", "names %s, but the request is for %s", job.Session, ss.id)
 	}
 	if job.Tier != "" && job.Tier != airlock.TierAuto && job.Tier != ss.tier {
-		s.refuseErr(w, airlock.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier))
-		return
+		return airlock.Result{}, airlock.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier)
 	}
 	// The session's id stays in the job so an approval's digest binds it:
 	// a token issued for one session is stale in any other.
 	job.Session, job.Lifecycle = ss.id, ""
-	res, err := s.execute(r.Context(), &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader), session: ss})
-	s.answer(w, res, err)
+	return s.execute(ctx, &runRequest{t: t, job: job, token: token, session: ss})
 }
 
 func (s *Server) handleCloseSession(w http.ResponseWriter, r *http.Request) {
