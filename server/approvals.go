@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -157,6 +159,57 @@ func (s *Server) handleShowApproval(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: p.tier, Rule: p.rule, Required: true, Job: &job, Display: &shown, Tenant: p.tenant.Name})
 }
 
+// handleListApprovals lists the pending approvals the caller may see, the
+// oldest first: a tenant's own, and those of every tenant it approves for.
+func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
+	key, ok := bearer(r)
+	i, isTenant := s.keys.find(key)
+	if !ok || (!isTenant && !s.isApprover(r)) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+		s.refuse(w, http.StatusUnauthorized, kindUnauthorized, "a tenant's or an approver's API key is needed (Authorization: Bearer KEY)")
+		return
+	}
+	type entry struct {
+		d approve.Digest
+		p *pending
+	}
+	var mine []entry
+	now := s.now()
+	s.mu.Lock()
+	for d, p := range s.pending {
+		if now.Sub(p.created) > s.approvalTTL() {
+			continue
+		}
+		if (isTenant && s.tenants[i] == p.tenant) || approver(r, p.tenant) {
+			mine = append(mine, entry{d, p})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(mine, func(a, b entry) int {
+		if c := a.p.created.Compare(b.p.created); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.d), string(b.d))
+	})
+	out := make([]approvalRequest, 0, len(mine))
+	for _, e := range mine {
+		job := e.p.job
+		shown := approve.DisplayOf(&job, e.p.tier, e.p.tenant.Name)
+		out = append(out, approvalRequest{Digest: e.d, Tier: e.p.tier, Rule: e.p.rule, Required: true, Job: &job, Display: &shown, Tenant: e.p.tenant.Name})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// isApprover reports whether r's key approves for any tenant.
+func (s *Server) isApprover(r *http.Request) bool {
+	for _, t := range s.tenants {
+		if approver(r, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // handleApprove issues a token for a pending digest to one of the
 // tenant's approvers.
 func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +218,7 @@ func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !approver(r, p.tenant) {
-		s.refuse(w, http.StatusForbidden, kindUnauthorized, "this key may not approve jobs of this tenant")
+		s.refuse(w, http.StatusForbidden, kindForbidden, "this key may not approve jobs of this tenant")
 		return
 	}
 	exp := s.now().Add(s.approvalTTL()).UTC().Truncate(time.Second)

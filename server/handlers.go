@@ -24,8 +24,10 @@ const ApprovalHeader = "Airlock-Approval"
 // The kinds of refusals that are not a Result's error kinds.
 const (
 	kindUnauthorized = "unauthorized"
+	kindForbidden    = "forbidden"
 	kindOverloaded   = "overloaded"
 	kindNotFound     = "not_found"
+	kindMethod       = "method_not_allowed"
 )
 
 func (s *Server) routes() {
@@ -33,9 +35,11 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/run", s.handleRun)
 	m.HandleFunc("POST /v1/explain", s.handleExplain)
 	m.HandleFunc("GET /v1/tiers", s.handleTiers)
+	m.HandleFunc("GET /v1/sessions", s.handleListSessions)
 	m.HandleFunc("POST /v1/sessions", s.handleOpenSession)
 	m.HandleFunc("POST /v1/sessions/{id}/run", s.handleSessionRun)
 	m.HandleFunc("DELETE /v1/sessions/{id}", s.handleCloseSession)
+	m.HandleFunc("GET /v1/approvals", s.handleListApprovals)
 	m.HandleFunc("POST /v1/approvals", s.handleRequestApproval)
 	m.HandleFunc("GET /v1/approvals/{digest}", s.handleShowApproval)
 	m.HandleFunc("POST /v1/approvals/{digest}/approve", s.handleApprove)
@@ -43,10 +47,30 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /healthz", s.handleHealth)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.Handle("/mcp", s.MCPHandler())
+	// Without a catch-all the mux would answer a wrong method and an
+	// unknown path in plain text; these answer in the API's error shape.
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowed(m, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			s.refuse(w, http.StatusMethodNotAllowed, kindMethod, r.Method+" "+r.URL.Path+" is not allowed (allowed: "+strings.Join(allow, ", ")+")")
+			return
+		}
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
 	})
 	s.mux = m
+}
+
+// allowed lists the methods with a route of their own for r's path.
+func allowed(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // apiError is the body of a refusal: the shape of a Result's error.
@@ -472,7 +496,7 @@ func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
 	if t == nil {
 		return
 	}
-	var out []tierInfo
+	out := []tierInfo{}
 	for _, tr := range s.router.Tiers() {
 		ti := tierInfo{Name: tr.Name(), Level: tr.Level(), Available: true, Allowed: t.allowTier(tr.Name()) == nil}
 		if err := s.router.Unavailable(tr.Name()); err != nil {
@@ -489,7 +513,11 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if t == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.audit.list(t.Name))
+	recs := s.audit.list(t.Name)
+	if recs == nil {
+		recs = []Record{}
+	}
+	writeJSON(w, http.StatusOK, recs)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

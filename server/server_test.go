@@ -73,7 +73,7 @@ func TestBadInputNamesTheField(t *testing.T) {
 			t.Errorf("%s: status %d body %.200s; want %d mentioning %q", c.name, r.status, r.body, c.status, c.want)
 		}
 	}
-	if r := f.do("GET", "/v1/run", keyA, nil); r.status != http.StatusNotFound || !strings.Contains(string(r.body), "GET /v1/run") {
+	if r := f.do("GET", "/v1/run", keyA, nil); r.status != http.StatusMethodNotAllowed || !strings.Contains(string(r.body), "GET /v1/run") {
 		t.Errorf("GET /v1/run: status %d", r.status)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +63,39 @@ type openResponse struct {
 	Tier     string   `json:"tier"`
 	TTL      Duration `json:"ttl"`
 	Decision []string `json:"decision,omitempty"`
+	// Warning says why a job of the tenant's default situation would be
+	// refused in the session, when it would.
+	Warning string `json:"warning,omitempty"`
+}
+
+// sessionInfo is an entry of GET /v1/sessions.
+type sessionInfo struct {
+	ID   string   `json:"id"`
+	Tier string   `json:"tier"`
+	TTL  Duration `json:"ttl"`
+	Idle Duration `json:"idle"`
+}
+
+// handleListSessions lists the tenant's open sessions.
+func (s *Server) handleListSessions(w http.ResponseWriter, r *http.Request) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return
+	}
+	now := time.Now()
+	out := []sessionInfo{}
+	s.mu.Lock()
+	for _, ss := range s.sessions {
+		if ss.tenant == t {
+			ss.mu.Lock()
+			idle := now.Sub(ss.last).Truncate(time.Second)
+			ss.mu.Unlock()
+			out = append(out, sessionInfo{ID: ss.id, Tier: ss.tier, TTL: Duration(ss.ttl), Idle: Duration(idle)})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b sessionInfo) int { return strings.Compare(a.ID, b.ID) })
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +207,33 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	s.sessions[id] = ss
 	s.mu.Unlock()
 	s.metrics.sessions.Add(1)
-	return openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision}, nil
+	resp := openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision}
+	if job == nil {
+		resp.Warning = s.defaultRefusal(t, tier)
+	}
+	return resp, nil
+}
+
+// defaultRefusal says why a job of the kind the tier runs, in the tenant's
+// default situation, would be refused on the tier, or "" when it would
+// run: a session opened by tier name learns it when opened, not on every
+// run.
+func (s *Server) defaultRefusal(t *tenant, tier airlock.Tier) string {
+	for _, probe := range []airlock.Job{
+		{Kind: airlock.KindCommand, Argv: []string{"true"}},
+		{Kind: airlock.KindStarlark, Code: "result = 1"},
+		{Kind: airlock.KindExpr, Code: "1"},
+	} {
+		if tier.Admit(probe) != nil {
+			continue // not the tier's kind
+		}
+		probe.Tier = tier.Name()
+		if _, err := t.route(s, &probe); err != nil {
+			return fmt.Sprintf("a %s job of situation %s (the tenant's default) would be refused in this session: %v", probe.Kind, t.defSit, err)
+		}
+		return ""
+	}
+	return ""
 }
 
 func newID() string {
