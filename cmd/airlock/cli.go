@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
 // Exit codes. They distinguish what went wrong so scripts can react.
@@ -51,6 +54,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	name := args[0]
 	switch name {
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "airlock %s (%s, %s/%s)\n", version.String(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
@@ -71,7 +77,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "airlock runs untrusted code inside the cheapest isolation boundary that still holds.")
-	fmt.Fprintln(w, "\nusage: airlock COMMAND [flags] [args]\n\ncommands:")
+	fmt.Fprintln(w, "\nusage: airlock COMMAND [flags] [args]   (airlock --version: which airlock this is)\n\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -99,11 +105,20 @@ func (e *env) flags(c *command) *flag.FlagSet {
 // argument after it; ok=false carries the exit code to use.
 func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 	args := e.args
+	// The flag package prints the whole usage after any error; a bad value
+	// deserves one line, and only -h the whole usage.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(e.stderr) }()
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stderr)
+				usage()
 				return nil, nil, exitOK, false
 			}
+			fmt.Fprintf(e.stderr, "%s: %v (see `airlock help %s`)\n", fs.Name(), err, strings.TrimPrefix(fs.Name(), "airlock "))
 			return nil, nil, exitUsage, false
 		}
 		left := fs.Args()

@@ -112,6 +112,18 @@ func TestUsageErrors(t *testing.T) {
 	out, _, code := run(t, "", "help")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "eval")
+	// A bad flag value is one line naming the flag, not the whole usage.
+	_, errOut, code = run(t, "", "run", "--wall", "soon", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	assert.Contains(t, errOut, "airlock run: invalid value \"soon\" for flag -wall")
+	// -h is the whole usage, and not an error.
+	_, errOut, code = run(t, "", "run", "-h")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, errOut, "flags:")
+	out, _, code = run(t, "", "--version")
+	assert.Equal(t, exitOK, code)
+	assert.Regexp(t, `^airlock (v\S+|devel\S*) \(go1\.\d+`, out)
 }
 
 // TestDefaultSituationHint: a job refused under the default situation
