@@ -17,7 +17,7 @@ import (
 // Exit codes. They distinguish what went wrong so scripts can react.
 const (
 	exitOK          = 0 // the run succeeded
-	exitFailed      = 1 // the code failed: compile or runtime error, or a non-zero exit
+	exitFailed      = 1 // the code failed: a compile or runtime error (a program's non-zero exit is its own status)
 	exitUsage       = 2 // invalid input: bad flags, a malformed job
 	exitStopped     = 3 // stopped by a limit (timeout, memory, output, ...)
 	exitDenied      = 4 // a withheld capability was attempted
@@ -86,7 +86,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 code failed, 2 invalid input, 3 stopped by a limit, 4 capability denied, 5 not admitted, 6 internal error")
+	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 code failed, 2 invalid input, 3 stopped by a limit, 4 capability denied, 5 not admitted, 6 internal error;\na program that ran to its end with a non-zero status: that status")
 }
 
 // flags returns a FlagSet for a subcommand that reports errors on stderr.

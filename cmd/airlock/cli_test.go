@@ -223,3 +223,18 @@ func needProcess(t *testing.T) {
 		testenv.Skipf(t, "the process tier is unavailable here: %v", why)
 	}
 }
+
+// TestProgramExitStatus: a program's own non-zero status is airlock run's
+// exit status (plain and --json); airlock's codes stay for its outcomes.
+func TestProgramExitStatus(t *testing.T) {
+	needProcess(t)
+	_, errOut, code := run(t, "", "run", "--tier", "process", "--", "sh", "-c", "exit 7")
+	assert.Equal(t, 7, code, errOut)
+	assert.Contains(t, errOut, "program exited with status 7")
+	out, _, code := run(t, `{"kind":"command","argv":["sh","-c","exit 42"]}`, "run", "--json", "--tier", "process", "-")
+	assert.Equal(t, 42, code, out)
+	_, _, code = run(t, "", "run", "--tier", "process", "--", "no-such-program")
+	assert.Equal(t, 127, code, "a missing program is the shell's 127")
+	assert.Equal(t, exitFailed, programExit(-1))
+	assert.Equal(t, exitFailed, programExit(256))
+}

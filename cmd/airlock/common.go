@@ -213,9 +213,20 @@ func (e *env) report(res airlock.Result, err error) int {
 	}
 	if res.ExitCode != 0 {
 		fmt.Fprintf(e.stderr, "airlock: program exited with status %d\n", res.ExitCode)
-		return exitFailed
+		return programExit(res.ExitCode)
 	}
 	return exitOK
+}
+
+// programExit is airlock's exit status for a program that ran to its end
+// with a non-zero status: that status, as docker run and kubectl exec
+// return theirs, so scripts read the program's own codes. A status that
+// no exit could carry is exitFailed.
+func programExit(status int) int {
+	if status < 1 || status > 255 {
+		return exitFailed
+	}
+	return status
 }
 
 // jobCommand is what eval and run share: the job and router flags, --json,

@@ -58,7 +58,7 @@ func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *
 			return exitCode(err)
 		}
 		if res.ExitCode != 0 {
-			return exitFailed
+			return programExit(res.ExitCode)
 		}
 		return exitOK
 	}
