@@ -9,7 +9,7 @@ GO ?= go
 # the memory stop it is.
 RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monotime/... ./egress/... ./tiers/process/...
 
-.PHONY: all build setup test test-go test-race vet bench corpus clean
+.PHONY: all build setup install test test-go test-race vet bench corpus clean
 
 all: build
 
@@ -18,6 +18,26 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/airlock ./cmd/airlock
 	CGO_ENABLED=0 $(GO) build -o bin/airlock-stage ./tiers/process/cmd/airlock-stage
+
+# Install airlock where it runs from any directory: the binaries into
+# $(PREFIX)/bin, and what the heavier tiers use (runsc, QEMU, the guest
+# kernel and agent) into $(PREFIX)/lib/airlock, which the binary finds
+# relative to itself. Run `make setup` first for those.
+PREFIX ?= /usr/local
+LIBDIR = $(DESTDIR)$(PREFIX)/lib/airlock
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(LIBDIR)/bin
+	install -m 0755 bin/airlock bin/airlock-stage $(DESTDIR)$(PREFIX)/bin/
+	# A tool that set-up linked from a system package (QEMU, which loads
+	# its modules relative to its own path) stays a link; the rest are copied.
+	for t in runsc qemu-system-x86_64 firecracker; do \
+		if [ -L .tools/bin/$$t ]; then ln -sfn "$$(readlink -f .tools/bin/$$t)" $(LIBDIR)/bin/$$t; \
+		elif [ -e .tools/bin/$$t ]; then install -m 0755 .tools/bin/$$t $(LIBDIR)/bin/$$t; fi; \
+	done
+	if [ -d .tools/microvm ]; then \
+		rm -rf $(LIBDIR)/microvm && cp -R .tools/microvm $(LIBDIR)/microvm; \
+	fi
+	@echo "installed airlock into $(DESTDIR)$(PREFIX)/bin, its tiers' tools into $(LIBDIR)"
 
 # Install runsc, QEMU and a guest kernel, wabt, bubblewrap, curl, python3... into
 # .tools/ or through apt-get. Idempotent. Needs root.

@@ -12,17 +12,50 @@ import (
 	"strings"
 )
 
-// Dir returns the project-local tools directory: $AIRLOCK_TOOLS if set,
-// else the first .tools directory found walking up from the working
-// directory or from the running executable. It returns "" if none exists.
+// Dir returns the tools directory: $AIRLOCK_TOOLS if set; else the first
+// .tools directory found walking up from the working directory or from the
+// running executable (a checkout); else the first that exists of
+// <executable>/../lib/airlock (what `make install PREFIX=...` writes),
+// $XDG_DATA_HOME/airlock (~/.local/share/airlock) and
+// /usr/local/lib/airlock. It returns "" if none exists.
 func Dir() string {
 	if d := os.Getenv("AIRLOCK_TOOLS"); d != "" {
 		return d
 	}
-	return FindUp(func(dir string) bool {
+	if d := FindUp(func(dir string) bool {
 		st, err := os.Stat(filepath.Join(dir, ".tools"))
 		return err == nil && st.IsDir()
-	}, ".tools")
+	}, ".tools"); d != "" {
+		return d
+	}
+	for _, d := range installed() {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+	}
+	return ""
+}
+
+// installed lists where an installation keeps its tools, most specific
+// first.
+func installed() []string {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		dirs = append(dirs, filepath.Join(filepath.Dir(exe), "..", "lib", "airlock"))
+	}
+	data := os.Getenv("XDG_DATA_HOME")
+	if data == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			data = filepath.Join(home, ".local", "share")
+		}
+	}
+	if data != "" {
+		dirs = append(dirs, filepath.Join(data, "airlock"))
+	}
+	return append(dirs, "/usr/local/lib/airlock")
 }
 
 // FindUp walks up from the working directory, then from the running
@@ -73,7 +106,7 @@ func Find(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("%s %w (set %s, or run `make setup` to install it into .tools/bin)", name, ErrNotFound, env)
+	return "", fmt.Errorf("%s %w (set %s, run `make setup` in a checkout, or `make install PREFIX=...` there to install airlock with it)", name, ErrNotFound, env)
 }
 
 // File locates a data file (a kernel, an initramfs) under the tools
