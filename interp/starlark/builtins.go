@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	sl "go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -468,7 +469,19 @@ func builtinBytes(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple
 	if len(args) == 1 && len(kwargs) == 0 {
 		switch x := args[0].(type) {
 		case sl.String:
-			return sl.Bytes(x), stateOf(th).charge(int64(len(x)), "bytes")
+			// Invalid encodings become U+FFFD, as upstream does: at most
+			// three bytes for each input byte.
+			if utf8.ValidString(string(x)) {
+				return sl.Bytes(x), stateOf(th).charge(int64(len(x)), "bytes")
+			}
+			if err := stateOf(th).chargeMul(int64(len(x)), utf8.UTFMax-1, "bytes"); err != nil {
+				return nil, err
+			}
+			var buf strings.Builder
+			for _, r := range string(x) {
+				buf.WriteRune(r) // one U+FFFD per invalid byte
+			}
+			return sl.Bytes(buf.String()), nil
 		case sl.Bytes:
 			return x, nil
 		case sl.Iterable:
@@ -479,11 +492,9 @@ func builtinBytes(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple
 			}
 			buf := make([]byte, len(elems))
 			for i, e := range elems {
-				var c int
-				if err := sl.AsInt(e, &c); err != nil || c < 0 || c > 255 {
-					return nil, fmt.Errorf("bytes: at index %d, %s out of range (want value in unsigned 8-bit range)", i, clip(e.String()))
+				if err := sl.AsInt(e, &buf[i]); err != nil {
+					return nil, fmt.Errorf("bytes: at index %d, %s", i, err)
 				}
-				buf[i] = byte(c)
 			}
 			return sl.Bytes(buf), nil
 		}
