@@ -9,6 +9,8 @@ import (
 
 	sl "go.starlark.net/starlark"
 	"go.starlark.net/syntax"
+
+	"github.com/airlock-sandbox/airlock"
 )
 
 // MaxIntDigits bounds the length of a decimal (or other non-power-of-two
@@ -304,8 +306,19 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 	if len(args) > 1 {
 		return nil, fmt.Errorf("dict: got %d arguments, want at most 1", len(args))
 	}
-	st := stateOf(th)
 	d := new(sl.Dict)
+	if err := updateDict(stateOf(th), d, args, kwargs); err != nil {
+		if _, ok := err.(*airlock.Stopped); ok {
+			return nil, err
+		}
+		return nil, fmt.Errorf("dict: %v", err)
+	}
+	return d, nil
+}
+
+// updateDict is upstream's dict update (the same pairs accepted, the same
+// errors), charged and polled.
+func updateDict(st *runState, d *sl.Dict, args sl.Tuple, kwargs []sl.Tuple) error {
 	n := 0
 	put := func(k, v sl.Value) error {
 		if n++; n%pollIters == 1 {
@@ -319,37 +332,55 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 		if m, ok := args[0].(sl.IterableMapping); ok {
 			for _, kv := range m.Items() {
 				if err := put(kv[0], kv[1]); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		} else {
 			it, ok := args[0].(sl.Iterable)
 			if !ok {
-				return nil, fmt.Errorf("dict: got %s, want iterable", args[0].Type())
+				return fmt.Errorf("got %s, want iterable", args[0].Type())
 			}
 			i := 0
 			err := forEach(st, it, func(pair sl.Value) error {
 				defer func() { i++ }()
-				if sl.Len(pair) != 2 {
-					return fmt.Errorf("dict: dictionary update sequence element #%d is not a pair (%s of length %d)", i, pair.Type(), sl.Len(pair))
+				iter := sl.Iterate(pair)
+				if iter == nil {
+					return fmt.Errorf("dictionary update sequence element #%d is not iterable (%s)", i, pair.Type())
 				}
-				seq, ok := pair.(sl.Indexable)
-				if !ok {
-					return fmt.Errorf("dict: dictionary update sequence element #%d is not indexable (%s)", i, pair.Type())
+				defer iter.Done()
+				switch l := sl.Len(pair); {
+				case l < 0:
+					return fmt.Errorf("dictionary update sequence element #%d has unknown length (%s)", i, pair.Type())
+				case l != 2:
+					return fmt.Errorf("dictionary update sequence element #%d has length %d, want 2", i, l)
 				}
-				return put(seq.Index(0), seq.Index(1))
+				var k, v sl.Value
+				iter.Next(&k)
+				iter.Next(&v)
+				return put(k, v)
 			})
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
+	before := d.Len()
 	for _, kv := range kwargs {
 		if err := put(kv[0], kv[1]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return d, nil
+	if d.Len() < before+len(kwargs) {
+		seen := make(map[sl.String]bool, len(kwargs))
+		for _, kv := range kwargs {
+			k := kv[0].(sl.String)
+			if seen[k] {
+				return fmt.Errorf("duplicate keyword arg: %v", k)
+			}
+			seen[k] = true
+		}
+	}
+	return nil
 }
 
 func builtinMinMax(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
