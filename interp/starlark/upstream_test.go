@@ -42,9 +42,7 @@ var knownStarlarkDiffs = []upstreamDiff{
 	{"benchmark.star", 0, "# Benchmarks of Starlark execution", "the tier predeclares json, math, time and random; upstream's run, without them, fails to compile the chunk"},
 	{"builtins.star", 0, "# Tests of Starlark built-in functions", "sorted reports the first incomparable pair in the other order; range(1<<64) loses upstream's range hint"},
 	{"json.star", 1, "", "an empty chunk: the tier refuses a job with no code"},
-	{"string.star", 0, "# Tests of Starlark 'string'", "an oversized repetition stops on the memory budget instead of upstream's repeat count error"},
 	{"time.star", 0, "# Tests of time module.", "the tier offers only UTC: other zones would read the host's zoneinfo files"},
-	{"tuple.star", 0, "# Tests of Starlark 'tuple'", "an oversized repetition stops on the memory budget instead of upstream's repeat count error"},
 }
 
 // moduleDir returns the directory of module path in the module cache, as
