@@ -190,15 +190,17 @@ func builtinSorted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 	for i := range idx {
 		idx[i] = i
 	}
-	var cmpErr error
+	// As upstream, a failed comparison does not end the sort, and the last
+	// one is reported; a stop or a refused walk ends it at once.
+	var cmpErr, stopErr error
 	compares := 0
 	w := newCostWalk(st)
 	sort.SliceStable(idx, func(i, j int) bool {
-		if cmpErr != nil {
+		if stopErr != nil {
 			return false
 		}
 		if compares++; compares%pollIters == 0 {
-			if cmpErr = st.poll(); cmpErr != nil {
+			if stopErr = st.poll(); stopErr != nil {
 				return false
 			}
 		}
@@ -206,12 +208,20 @@ func builtinSorted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 		if reverse {
 			a, c = c, a
 		}
-		less, err := w.compare(syntax.LT, a, c)
+		if isContainer(a) && isContainer(c) {
+			if stopErr = w.pair(a, c, 0); stopErr != nil {
+				return false
+			}
+		}
+		less, err := sl.Compare(syntax.LT, a, c)
 		if err != nil {
 			cmpErr = err
 		}
 		return less
 	})
+	if stopErr != nil {
+		return nil, stopErr
+	}
 	if cmpErr != nil {
 		return nil, cmpErr
 	}
