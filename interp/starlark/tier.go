@@ -410,6 +410,9 @@ func (s *runState) load(th *sl.Thread, module string) (sl.StringDict, error) {
 		e.err = err
 	} else {
 		e.globals, e.err = prog.Init(th, s.tier.base)
+		// Frozen as upstream's ExecFile leaves a module: what load()
+		// hands out is immutable.
+		e.globals.Freeze()
 	}
 	s.loaded[module] = e
 	return e.globals, e.err
