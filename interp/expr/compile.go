@@ -282,7 +282,14 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 		x.Node = w.call(x.Node, "__tick", x.Node)
 		return nil
 	case *ast.ConditionalNode:
+		// The parser gives `a ?: b` one node as both condition and first
+		// branch; it is walked (and patched) once and shared again.
+		shared := x.Exp1 == x.Cond
 		for _, c := range []*ast.Node{&x.Cond, &x.Exp1, &x.Exp2} {
+			if c == &x.Exp1 && shared {
+				x.Exp1 = x.Cond
+				continue
+			}
 			if err := w.walk(c, d); err != nil {
 				return err
 			}
