@@ -91,6 +91,10 @@ func exprOutcome(v any, err error, unordered bool) (outcome, detail string) {
 func TestUpstreamExpr(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-json", "github.com/expr-lang/expr").Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
 		testenv.Skipf(t, "go list -m github.com/expr-lang/expr: %v", err)
 	}
 	var mod struct{ Dir string }

@@ -50,6 +50,10 @@ func moduleDir(t *testing.T, path string) string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-json", path).Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
 		testenv.Skipf(t, "go list -m %s: %v", path, err)
 	}
 	var m struct{ Dir string }
