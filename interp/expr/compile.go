@@ -26,10 +26,14 @@ const maxTreeDepth = 1000
 
 // allowedBuiltins are expr's builtins that may be called as they are.
 // Those that can multiply their input's size are replaced (see replaced);
-// timezone (reads the host's zone database) is absent on purpose.
+// timezone (reads the host's zone database) is absent on purpose, and so
+// are findLast and findLastIndex: expr's backward loop leaves one value on
+// the VM stack per element it visits, memory no budget sees, and a wrong
+// operand for whatever the call is part of (1 + findLast(...) adds a bool).
+// last(filter(...)) stays a filter here, because filter is charged.
 var allowedBuiltins = map[string]bool{
 	"all": true, "none": true, "any": true, "one": true, "filter": true, "map": true,
-	"find": true, "findIndex": true, "findLast": true, "findLastIndex": true,
+	"find": true, "findIndex": true,
 	"count": true, "sum": true, "groupBy": true, "sortBy": true, "reduce": true,
 	"len": true, "type": true, "abs": true, "ceil": true, "floor": true, "round": true,
 	"int": true, "float": true, "trim": true, "trimPrefix": true, "trimSuffix": true,
@@ -47,7 +51,7 @@ var allowedBuiltins = map[string]bool{
 // an element that already exists).
 var scalarBuiltins = map[string]bool{
 	"all": true, "none": true, "any": true, "one": true, "find": true, "findIndex": true,
-	"findLast": true, "findLastIndex": true, "count": true, "sum": true, "len": true,
+	"count": true, "sum": true, "len": true,
 	"type": true, "abs": true, "ceil": true, "floor": true, "round": true, "int": true,
 	"float": true, "indexOf": true, "lastIndexOf": true, "hasPrefix": true, "hasSuffix": true,
 	"max": true, "min": true, "mean": true, "median": true, "duration": true, "date": true,
@@ -282,7 +286,14 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 		x.Node = w.call(x.Node, "__tick", x.Node)
 		return nil
 	case *ast.ConditionalNode:
+		// The parser gives `a ?: b` one node as both condition and first
+		// branch; it is walked (and patched) once and shared again.
+		shared := x.Exp1 == x.Cond
 		for _, c := range []*ast.Node{&x.Cond, &x.Exp1, &x.Exp2} {
+			if c == &x.Exp1 && shared {
+				x.Exp1 = x.Cond
+				continue
+			}
 			if err := w.walk(c, d); err != nil {
 				return err
 			}

@@ -5,9 +5,12 @@ import (
 	"math/bits"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	sl "go.starlark.net/starlark"
 	"go.starlark.net/syntax"
+
+	"github.com/airlock-sandbox/airlock"
 )
 
 // MaxIntDigits bounds the length of a decimal (or other non-power-of-two
@@ -187,15 +190,17 @@ func builtinSorted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 	for i := range idx {
 		idx[i] = i
 	}
-	var cmpErr error
+	// As upstream, a failed comparison does not end the sort, and the last
+	// one is reported; a stop or a refused walk ends it at once.
+	var cmpErr, stopErr error
 	compares := 0
 	w := newCostWalk(st)
 	sort.SliceStable(idx, func(i, j int) bool {
-		if cmpErr != nil {
+		if stopErr != nil {
 			return false
 		}
 		if compares++; compares%pollIters == 0 {
-			if cmpErr = st.poll(); cmpErr != nil {
+			if stopErr = st.poll(); stopErr != nil {
 				return false
 			}
 		}
@@ -203,12 +208,20 @@ func builtinSorted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 		if reverse {
 			a, c = c, a
 		}
-		less, err := w.compare(syntax.LT, a, c)
+		if isContainer(a) && isContainer(c) {
+			if stopErr = w.pair(a, c, 0); stopErr != nil {
+				return false
+			}
+		}
+		less, err := sl.Compare(syntax.LT, a, c)
 		if err != nil {
 			cmpErr = err
 		}
 		return less
 	})
+	if stopErr != nil {
+		return nil, stopErr
+	}
 	if cmpErr != nil {
 		return nil, cmpErr
 	}
@@ -303,8 +316,19 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 	if len(args) > 1 {
 		return nil, fmt.Errorf("dict: got %d arguments, want at most 1", len(args))
 	}
-	st := stateOf(th)
 	d := new(sl.Dict)
+	if err := updateDict(stateOf(th), d, args, kwargs); err != nil {
+		if _, ok := err.(*airlock.Stopped); ok {
+			return nil, err
+		}
+		return nil, fmt.Errorf("dict: %v", err)
+	}
+	return d, nil
+}
+
+// updateDict is upstream's dict update (the same pairs accepted, the same
+// errors), charged and polled.
+func updateDict(st *runState, d *sl.Dict, args sl.Tuple, kwargs []sl.Tuple) error {
 	n := 0
 	put := func(k, v sl.Value) error {
 		if n++; n%pollIters == 1 {
@@ -318,37 +342,55 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 		if m, ok := args[0].(sl.IterableMapping); ok {
 			for _, kv := range m.Items() {
 				if err := put(kv[0], kv[1]); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		} else {
 			it, ok := args[0].(sl.Iterable)
 			if !ok {
-				return nil, fmt.Errorf("dict: got %s, want iterable", args[0].Type())
+				return fmt.Errorf("got %s, want iterable", args[0].Type())
 			}
 			i := 0
 			err := forEach(st, it, func(pair sl.Value) error {
 				defer func() { i++ }()
-				if sl.Len(pair) != 2 {
-					return fmt.Errorf("dict: dictionary update sequence element #%d is not a pair (%s of length %d)", i, pair.Type(), sl.Len(pair))
+				iter := sl.Iterate(pair)
+				if iter == nil {
+					return fmt.Errorf("dictionary update sequence element #%d is not iterable (%s)", i, pair.Type())
 				}
-				seq, ok := pair.(sl.Indexable)
-				if !ok {
-					return fmt.Errorf("dict: dictionary update sequence element #%d is not indexable (%s)", i, pair.Type())
+				defer iter.Done()
+				switch l := sl.Len(pair); {
+				case l < 0:
+					return fmt.Errorf("dictionary update sequence element #%d has unknown length (%s)", i, pair.Type())
+				case l != 2:
+					return fmt.Errorf("dictionary update sequence element #%d has length %d, want 2", i, l)
 				}
-				return put(seq.Index(0), seq.Index(1))
+				var k, v sl.Value
+				iter.Next(&k)
+				iter.Next(&v)
+				return put(k, v)
 			})
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
+	before := d.Len()
 	for _, kv := range kwargs {
 		if err := put(kv[0], kv[1]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return d, nil
+	if d.Len() < before+len(kwargs) {
+		seen := make(map[sl.String]bool, len(kwargs))
+		for _, kv := range kwargs {
+			k := kv[0].(sl.String)
+			if seen[k] {
+				return fmt.Errorf("duplicate keyword arg: %v", k)
+			}
+			seen[k] = true
+		}
+	}
+	return nil
 }
 
 func builtinMinMax(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
@@ -468,7 +510,19 @@ func builtinBytes(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple
 	if len(args) == 1 && len(kwargs) == 0 {
 		switch x := args[0].(type) {
 		case sl.String:
-			return sl.Bytes(x), stateOf(th).charge(int64(len(x)), "bytes")
+			// Invalid encodings become U+FFFD, as upstream does: at most
+			// three bytes for each input byte.
+			if utf8.ValidString(string(x)) {
+				return sl.Bytes(x), stateOf(th).charge(int64(len(x)), "bytes")
+			}
+			if err := stateOf(th).chargeMul(int64(len(x)), utf8.UTFMax-1, "bytes"); err != nil {
+				return nil, err
+			}
+			var buf strings.Builder
+			for _, r := range string(x) {
+				buf.WriteRune(r) // one U+FFFD per invalid byte
+			}
+			return sl.Bytes(buf.String()), nil
 		case sl.Bytes:
 			return x, nil
 		case sl.Iterable:
@@ -479,11 +533,9 @@ func builtinBytes(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple
 			}
 			buf := make([]byte, len(elems))
 			for i, e := range elems {
-				var c int
-				if err := sl.AsInt(e, &c); err != nil || c < 0 || c > 255 {
-					return nil, fmt.Errorf("bytes: at index %d, %s out of range (want value in unsigned 8-bit range)", i, clip(e.String()))
+				if err := sl.AsInt(e, &buf[i]); err != nil {
+					return nil, fmt.Errorf("bytes: at index %d, %s", i, err)
 				}
-				buf[i] = byte(c)
 			}
 			return sl.Bytes(buf), nil
 		}

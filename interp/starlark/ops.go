@@ -2,6 +2,7 @@ package starlark
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"strings"
 	"unicode/utf8"
@@ -15,6 +16,9 @@ import (
 // shifts (about 79,000 decimal digits): big-integer arithmetic and
 // formatting cost grows faster than linearly in the size.
 const MaxIntBits = 1 << 18
+
+// maxRepeat is upstream's bound on the elements of a repetition's result.
+const maxRepeat = 1 << 30
 
 // elemBytes is what one element slot of a list or tuple is charged.
 const elemBytes = 16
@@ -83,11 +87,14 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 		if _, ok := x.(sl.Int); ok {
 			seq, count = y, x
 		}
-		if n, unit, ok := seqSize(seq); ok {
+		if n, unit, ok := seqSize(seq); ok && n > 0 {
 			if c, ok := count.(sl.Int); ok && c.Sign() > 0 {
+				// Upstream refuses a count beyond int32 and a result of
+				// maxRepeat elements or more before allocating anything;
+				// those keep upstream's error.
 				times, ok := c.Int64()
-				if !ok {
-					return nil, st.charge(-1, "repetition")
+				if !ok || times > math.MaxInt32 || uint64(n)*uint64(times) >= maxRepeat {
+					return sl.Binary(op, x, y)
 				}
 				if err := st.chargeMul(int64(n)*unit, times, "repetition"); err != nil {
 					return nil, err

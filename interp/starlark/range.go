@@ -42,7 +42,9 @@ func builtinRange(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple
 		}
 		v, ok := n.Int64()
 		if !ok || int64(int(v)) != v {
-			return nil, fmt.Errorf("range: for parameter %d: %s out of range", i+1, n)
+			var x int
+			err := sl.AsInt(n, &x) // upstream's message, with the range it wants
+			return nil, fmt.Errorf("range: for parameter %d: %v", i+1, err)
 		}
 		vals[i] = int(v)
 	}

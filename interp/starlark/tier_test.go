@@ -233,6 +233,25 @@ result = double(K)`)
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Message, "load cycle: a.star -> b.star -> a.star")
 
+	// A loaded module is frozen once it has run, as upstream's loaders
+	// leave it: neither the loader nor the module's own functions change it.
+	j.Files = map[string]string{"lib.star": "L = [1]\ndef add(x):\n    L.append(x)\nadd(2)"}
+	for code, want := range map[string]string{
+		`load("lib.star", "L")` + "\nL.append(3)":   "cannot append to frozen list",
+		`load("lib.star", "add")` + "\nadd(3)":      "cannot append to frozen list",
+		`load("lib.star", "L")` + "\nresult = L[1]": "",
+	} {
+		j.Code = code
+		res, err := run(t, j)
+		if want == "" {
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), res.Value)
+			continue
+		}
+		require.ErrorAs(t, err, &ce, code)
+		assert.Contains(t, ce.Message, want, code)
+	}
+
 	for _, path := range []string{"/etc/passwd", "../job.star", "~/x.star"} {
 		j := job(`load("` + path + `", "x")`)
 		_, err = run(t, j)
@@ -276,7 +295,7 @@ func TestSession(t *testing.T) {
 }
 
 func TestStopsKeepOutput(t *testing.T) {
-	j := job("print('partial')\nx = 'x' * (1 << 40)")
+	j := job("print('partial')\nx = 'x' * ((1 << 30) - 1)")
 	res, err := run(t, j)
 	var st *airlock.Stopped
 	require.ErrorAs(t, err, &st)
