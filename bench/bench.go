@@ -563,7 +563,7 @@ func situations() []situation {
 // route measures, for each situation, the tier the default policy picks and
 // a warm run through the router; then the router's decision alone.
 func (c Config) route(ctx context.Context, rep *Report, tiers []airlock.Tier, sits []situation, step func(string), done *int) error {
-	r, err := escalate.New(escalate.DefaultPolicy(), tiers, nil)
+	r, err := escalate.New(escalate.DefaultPolicy(), tiers)
 	if err != nil {
 		return fmt.Errorf("building the router: %w", err)
 	}

@@ -166,7 +166,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 			s.pools[t.Name()] = p
 		}
 	}
-	if s.router, err = escalate.New(policy, s.tiers, nil); err != nil {
+	if s.router, err = escalate.New(policy, s.tiers); err != nil {
 		_ = setup.Close(s.tiers)
 		s.closeAudit()
 		return nil, fmt.Errorf("routing policy: %w", err)

@@ -41,7 +41,7 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := escalate.New(policy, tiers, nil)
+	r, err := escalate.New(policy, tiers)
 	if err != nil {
 		_ = setup.Close(tiers)
 		return nil, nil, airlock.Invalid("policy", "%s", err.Error())
