@@ -39,8 +39,7 @@ type Router struct {
 
 // New builds a router over the given tiers, ordered by the start-up cost
 // each declares with a method Cost() time.Duration, cheapest first; a tier
-// that declares none costs its level in seconds, after every declared tier
-// of its level. Tiers implementing airlock.Prober are probed once here;
+// that declares none is placed as if it cost its level in seconds. Tiers implementing airlock.Prober are probed once here;
 // unavailable ones are kept for explanations but never chosen.
 func New(policy Policy, tiers []airlock.Tier) (*Router, error) {
 	if err := policy.Validate(); err != nil {
