@@ -16,6 +16,10 @@ import (
 // filled as far as the run got, together with a typed error when the run was
 // stopped or failed. A program that exits non-zero is not an error: its exit
 // code is in the Result. Run must be safe for concurrent use.
+//
+// A tier may declare its typical start-up cost with a method
+// Cost() time.Duration; the router (package escalate) tries tiers cheapest
+// first, and places a tier that declares none by its level.
 type Tier interface {
 	Name() string
 	Level() Level

@@ -9,7 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -37,12 +37,12 @@ func TestCorpusApproval(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(vars["GRANT_DIR"], "ok.txt"), []byte("granted\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range setup.Factories() {
+	for _, f := range tierset.Entries() {
 		if f.Name != "process" && f.Name != "starlark" {
 			continue
 		}
 		t.Run(f.Name, func(t *testing.T) {
-			tier, err := f.New(setup.Options{})
+			tier, err := f.New(tierset.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,7 +17,6 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
 // Schema names the report's JSON format; it changes only with a new suffix.
@@ -32,12 +31,13 @@ type Config struct {
 	timeout    time.Duration
 	tiers      []string
 	progress   func(Progress)
-	setup      setup.Options
+	sources    []TierSource
 	notes      []string
 }
 
 // NewConfig returns the defaults: at most 10000 runs and about two seconds
-// per measurement (at least 5 runs), 60 s for one run, every tier.
+// per measurement (at least 5 runs), 60 s for one run, no tier (see
+// [Config.WithSources]), every baseline.
 func NewConfig() Config {
 	return Config{iterations: 10000, minIter: 5, budget: 2 * time.Second, timeout: 60 * time.Second}
 }
@@ -54,7 +54,7 @@ func (c Config) WithBudget(d time.Duration) Config { c.budget = d; return c }
 func (c Config) WithTimeout(d time.Duration) Config { c.timeout = d; return c }
 
 // WithTiers restricts the run to the named tiers (and their raw engines and
-// peers); none means every registered tier.
+// peers); none means every tier of the sources.
 func (c Config) WithTiers(names ...string) Config { c.tiers = slices.Clone(names); return c }
 
 // WithProgress sets a function called before and after each measurement.
@@ -67,8 +67,19 @@ func (c Config) WithNotes(notes ...string) Config {
 	return c
 }
 
-// WithSetup sets the options tiers are built with.
-func (c Config) WithSetup(o setup.Options) Config { c.setup = o; return c }
+// TierSource is a tier to measure: its name, how to build a fresh
+// instance (cold runs, the probe, the router) and, when its warm form
+// differs (a pool, a snapshot), how to build that.
+type TierSource struct {
+	Name string
+	New  func() (airlock.Tier, error)
+	// Warm builds the instance the warm runs use; nil: the instance New
+	// built first.
+	Warm func() (airlock.Tier, error)
+}
+
+// WithSources sets the tiers to measure.
+func (c Config) WithSources(s ...TierSource) Config { c.sources = slices.Clone(s); return c }
 
 // Progress reports where a run is.
 type Progress struct {
@@ -248,12 +259,12 @@ func (c Config) targets(rep *Report) ([]Target, []airlock.Tier, error) {
 		kinds  = map[airlock.Kind]bool{}
 		names  = map[string]bool{}
 	)
-	for _, f := range setup.Factories() {
+	for _, f := range c.sources {
 		names[f.Name] = true
 		if len(want) > 0 && !want[f.Name] {
 			continue
 		}
-		t, err := f.New(c.setup)
+		t, err := f.New()
 		if err != nil {
 			for _, s := range shared {
 				closeTier(s)
@@ -267,7 +278,7 @@ func (c Config) targets(rep *Report) ([]Target, []airlock.Tier, error) {
 			continue
 		}
 		kinds[kind] = true
-		out = append(out, tierTarget(f, c.setup, t, kind))
+		out = append(out, tierTarget(f, t, kind))
 	}
 	for n := range want {
 		if !names[n] {
@@ -563,7 +574,7 @@ func situations() []situation {
 // route measures, for each situation, the tier the default policy picks and
 // a warm run through the router; then the router's decision alone.
 func (c Config) route(ctx context.Context, rep *Report, tiers []airlock.Tier, sits []situation, step func(string), done *int) error {
-	r, err := escalate.New(escalate.DefaultPolicy(), tiers, nil)
+	r, err := escalate.New(escalate.DefaultPolicy(), tiers)
 	if err != nil {
 		return fmt.Errorf("building the router: %w", err)
 	}

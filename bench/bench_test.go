@@ -13,7 +13,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 )
 
 // The hand-assembled module is valid WebAssembly, returns 2, and stays
@@ -72,7 +72,7 @@ func TestBadConfig(t *testing.T) {
 // the report survives JSON, the table, the chart and a comparison.
 func TestRun(t *testing.T) {
 	var steps []Progress
-	c := NewConfig().WithTiers("expr", "starlark").WithIterations(30).WithBudget(50 * time.Millisecond).
+	c := NewConfig().WithSources(commandSources()...).WithTiers("expr", "starlark").WithIterations(30).WithBudget(50 * time.Millisecond).
 		WithProgress(func(p Progress) { steps = append(steps, p) })
 	rep, err := Run(context.Background(), c)
 	if err != nil {
@@ -168,13 +168,27 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// BenchmarkStartup measures every registered tier and baseline, cold and
-// warm, side by side (go test -bench Startup ./bench).
+// commandSources are the airlock command's tiers, as `airlock bench`
+// measures them.
+func commandSources() []TierSource {
+	var out []TierSource
+	for _, e := range tierset.Entries() {
+		f := TierSource{Name: e.Name, New: func() (airlock.Tier, error) { return e.New(tierset.Options{}) }}
+		if e.Pooled {
+			f.Warm = func() (airlock.Tier, error) { return e.New(tierset.Options{}.Warm()) }
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// BenchmarkStartup measures the airlock command's tiers and every
+// baseline, cold and warm, side by side (go test -bench Startup ./bench).
 func BenchmarkStartup(b *testing.B) {
 	ctx := context.Background()
 	var targets []Target
-	for _, f := range setup.Factories() {
-		t, err := f.New(setup.Options{})
+	for _, f := range commandSources() {
+		t, err := f.New()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -183,7 +197,7 @@ func BenchmarkStartup(b *testing.B) {
 		if err != nil {
 			continue
 		}
-		targets = append(targets, tierTarget(f, setup.Options{}, t, kind))
+		targets = append(targets, tierTarget(f, t, kind))
 	}
 	targets = append(targets, Baselines()...)
 	for _, t := range targets {
@@ -226,7 +240,7 @@ func BenchmarkStartup(b *testing.B) {
 	}
 }
 
-// envTier returns 2 only when it was built with AIRLOCK_BENCH_TEST_WARM set.
+// envTier returns 2 only when it was built as the warm form.
 type envTier struct{ warm bool }
 
 func (envTier) Name() string            { return "bench-test-warm" }
@@ -239,17 +253,15 @@ func (t envTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
 	return airlock.Result{Value: 2}, nil
 }
 
-// A registered warm setup is applied while the warm instance is built, and
-// undone afterwards; cold runs use the default build.
-func TestRegisterWarm(t *testing.T) {
-	const name = "AIRLOCK_BENCH_TEST_WARM"
-	RegisterWarm("bench-test-warm", withEnv(map[string]string{name: "1"}))
-	f := setup.Factory{Name: "bench-test-warm", New: func(setup.Options) (airlock.Tier, error) {
-		_, warm := os.LookupEnv(name)
-		return envTier{warm: warm}, nil
-	}}
-	shared, _ := f.New(setup.Options{})
-	target := tierTarget(f, setup.Options{}, shared, airlock.KindExpr)
+// A source's warm form serves the warm runs; cold runs use its default
+// build.
+func TestWarmSource(t *testing.T) {
+	f := TierSource{Name: "bench-test-warm",
+		New:  func() (airlock.Tier, error) { return envTier{}, nil },
+		Warm: func() (airlock.Tier, error) { return envTier{warm: true}, nil },
+	}
+	shared, _ := f.New()
+	target := tierTarget(f, shared, airlock.KindExpr)
 	ctx := context.Background()
 	run, done, err := target.Warm(ctx)
 	if err != nil {
@@ -257,10 +269,7 @@ func TestRegisterWarm(t *testing.T) {
 	}
 	defer done()
 	if err := run(ctx); err != nil {
-		t.Fatalf("warm run on a tier built without the warm setting: %v", err)
-	}
-	if _, set := os.LookupEnv(name); set {
-		t.Fatal("the warm setting was not undone")
+		t.Fatalf("warm run on a tier built without the warm form: %v", err)
 	}
 	cold, doneCold, err := target.Cold(ctx, 0)
 	if err != nil {
@@ -268,7 +277,7 @@ func TestRegisterWarm(t *testing.T) {
 	}
 	defer doneCold()
 	if err := cold(ctx); err == nil {
-		t.Fatal("the cold build had the warm setting")
+		t.Fatal("the cold build was the warm form")
 	}
 }
 
@@ -324,8 +333,8 @@ func (p *poolTier) WaitWarm(ctx context.Context) error {
 // it empty.
 func TestWarmSettlesPool(t *testing.T) {
 	p := newPoolTier(5 * time.Millisecond)
-	f := setup.Factory{Name: "bench-test-pool", New: func(setup.Options) (airlock.Tier, error) { return p, nil }}
-	target := tierTarget(f, setup.Options{}, p, airlock.KindExpr)
+	f := TierSource{Name: "bench-test-pool", New: func() (airlock.Tier, error) { return p, nil }}
+	target := tierTarget(f, p, airlock.KindExpr)
 	if target.Settle == nil {
 		t.Fatal("a Warmer tier got no Settle")
 	}
@@ -337,7 +346,7 @@ func TestWarmSettlesPool(t *testing.T) {
 		t.Fatalf("runs %d, pool waits %d; want 8 runs after 9 waits (one before the untimed first run)", res.Stats.N, *p.waits)
 	}
 	// A tier without a pool gets no Settle, so its warm runs stay tight.
-	if plain := tierTarget(f, setup.Options{}, envTier{}, airlock.KindExpr); plain.Settle != nil {
+	if plain := tierTarget(f, envTier{}, airlock.KindExpr); plain.Settle != nil {
 		t.Fatal("a tier without a pool got a Settle")
 	}
 }

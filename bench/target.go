@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
 // The types of target.
@@ -71,24 +70,11 @@ func Baselines() []Target {
 	return out
 }
 
-// WarmSetup lets a tier say how to build its warm form (a pool, a snapshot)
-// when its default build has none: it returns the options' changes to make
-// before building and undoes them when called.
-type WarmSetup func() (undo func())
-
-var warmSetups = map[string]WarmSetup{}
-
-// RegisterWarm records how to build a tier's warm form.
-func RegisterWarm(tier string, w WarmSetup) {
-	baselineMu.Lock()
-	defer baselineMu.Unlock()
-	warmSetups[tier] = w
-}
-
-// tierTarget wraps a registered tier. The instance built first (and
-// probed) serves the warm runs and the router; every cold run builds a
-// fresh one, so nothing is cached or pooled.
-func tierTarget(f setup.Factory, opts setup.Options, shared airlock.Tier, kind airlock.Kind) Target {
+// tierTarget wraps a tier. The instance built first (and probed) serves
+// the warm runs, unless the source builds a warm form of its own, and the
+// router; every cold run builds a fresh one, so nothing is cached or
+// pooled.
+func tierTarget(f TierSource, shared airlock.Tier, kind airlock.Kind) Target {
 	job := Job(kind)
 	var settle func(context.Context) error // the warm instance's pool, if any
 	t := Target{
@@ -103,7 +89,7 @@ func tierTarget(f setup.Factory, opts setup.Options, shared airlock.Tier, kind a
 		WarmNote: "one tier instance, the same job again: its caches (compiled program or module) and pools are warm",
 	}
 	t.Cold = func(ctx context.Context, i int) (Trial, func(), error) {
-		fresh, err := f.New(opts)
+		fresh, err := f.New()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -116,10 +102,8 @@ func tierTarget(f setup.Factory, opts setup.Options, shared airlock.Tier, kind a
 	t.Warm = func(ctx context.Context) (Trial, func(), error) {
 		tier := shared
 		done := func() {}
-		if w, ok := warmSetup(f.Name); ok {
-			undo := w()
-			fresh, err := f.New(opts)
-			undo()
+		if f.Warm != nil {
+			fresh, err := f.Warm()
 			if err != nil {
 				return nil, nil, err
 			}
@@ -145,13 +129,6 @@ func tierTarget(f setup.Factory, opts setup.Options, shared airlock.Tier, kind a
 		t.WarmNote = "one tier instance with a full pool (refills untimed between runs): the claim of a started sandbox"
 	}
 	return t
-}
-
-func warmSetup(name string) (WarmSetup, bool) {
-	baselineMu.Lock()
-	defer baselineMu.Unlock()
-	w, ok := warmSetups[name]
-	return w, ok
 }
 
 func closeTier(t airlock.Tier) {

@@ -14,21 +14,9 @@ import (
 	"github.com/airlock-sandbox/airlock"
 )
 
-// DefaultCosts are typical start-up costs per tier on a small machine,
-// used to order tiers when no measured costs are given.
-var DefaultCosts = map[string]time.Duration{
-	"expr":             200 * time.Nanosecond,
-	"starlark":         5 * time.Microsecond,
-	"wasm":             30 * time.Microsecond,
-	"guarded-expr":     100 * time.Microsecond,
-	"guarded-starlark": 150 * time.Microsecond,
-	"guarded-wasm":     200 * time.Microsecond,
-	"seccomp":          3 * time.Millisecond,
-	"process":          12 * time.Millisecond,
-	"gvisor":           400 * time.Millisecond,
-	"microvm":          1500 * time.Millisecond,
-	"remote":           2 * time.Second,
-}
+// coster is implemented by tiers that declare their typical start-up
+// cost; the router orders tiers by it, cheapest first.
+type coster interface{ Cost() time.Duration }
 
 type entry struct {
 	tier        airlock.Tier
@@ -49,11 +37,11 @@ type Router struct {
 	table     ruleTable
 }
 
-// New builds a router over the given tiers. costs orders them (cheapest
-// first); tiers missing from costs take DefaultCosts, then their level.
-// Tiers implementing airlock.Prober are probed once here; unavailable ones
-// are kept for explanations but never chosen.
-func New(policy Policy, tiers []airlock.Tier, costs map[string]time.Duration) (*Router, error) {
+// New builds a router over the given tiers, ordered by the start-up cost
+// each declares with a method Cost() time.Duration, cheapest first; a tier
+// that declares none is placed as if it cost its level in seconds. Tiers implementing airlock.Prober are probed once here;
+// unavailable ones are kept for explanations but never chosen.
+func New(policy Policy, tiers []airlock.Tier) (*Router, error) {
 	if err := policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -67,11 +55,10 @@ func New(policy Policy, tiers []airlock.Tier, costs map[string]time.Duration) (*
 		}
 		seen[name] = true
 		e := entry{tier: t, name: name, level: t.Level()}
-		var ok bool
-		if e.cost, ok = costs[name]; !ok {
-			if e.cost, ok = DefaultCosts[name]; !ok {
-				e.cost = time.Duration(e.level) * time.Second
-			}
+		if c, ok := t.(coster); ok {
+			e.cost = c.Cost()
+		} else {
+			e.cost = time.Duration(e.level) * time.Second
 		}
 		_, e.selfAdmits = t.(airlock.SelfAdmitting)
 		if p, ok := t.(airlock.Prober); ok {

@@ -16,14 +16,18 @@ import (
 )
 
 // levelTier is a stand-in for an OS-backed tier in these pure routing
-// tests: it has a name, a level and the kinds it admits, and it refuses to
-// run (routing never runs it). The real tiers run their own suites.
+// tests: it has a name, a level, a cost and the kinds it admits, and it
+// refuses to run (routing never runs it). The real tiers run their own
+// suites.
 type levelTier struct {
 	name  string
 	level airlock.Level
+	cost  time.Duration
 	kinds []airlock.Kind
 	down  error
 }
+
+func (t *levelTier) Cost() time.Duration { return t.cost }
 
 func (t *levelTier) Name() string         { return t.name }
 func (t *levelTier) Level() airlock.Level { return t.level }
@@ -43,16 +47,16 @@ func (t *levelTier) Available() error { return t.down }
 func tiers(gvisorDown error) []airlock.Tier {
 	cmd := []airlock.Kind{airlock.KindCommand}
 	return []airlock.Tier{
-		&levelTier{name: "microvm", level: 4, kinds: cmd},
-		&levelTier{name: "gvisor", level: 4, kinds: cmd, down: gvisorDown},
-		&levelTier{name: "process", level: 3, kinds: cmd},
-		&levelTier{name: "seccomp", level: 2, kinds: cmd},
+		&levelTier{name: "microvm", level: 4, cost: 1500 * time.Millisecond, kinds: cmd},
+		&levelTier{name: "gvisor", level: 4, cost: 400 * time.Millisecond, kinds: cmd, down: gvisorDown},
+		&levelTier{name: "process", level: 3, cost: 12 * time.Millisecond, kinds: cmd},
+		&levelTier{name: "seccomp", level: 2, cost: 3 * time.Millisecond, kinds: cmd},
 		expr.New(),
 	}
 }
 
 func newRouter(t *testing.T, down error) *escalate.Router {
-	r, err := escalate.New(escalate.DefaultPolicy(), tiers(down), nil)
+	r, err := escalate.New(escalate.DefaultPolicy(), tiers(down))
 	require.NoError(t, err)
 	return r
 }
@@ -143,7 +147,7 @@ rules:
 `
 	p, err := escalate.ParsePolicy([]byte(yaml))
 	require.NoError(t, err)
-	r, err := escalate.New(p, tiers(nil), nil)
+	r, err := escalate.New(p, tiers(nil))
 	require.NoError(t, err)
 	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public"}
 	tier, err := r.Route(&job)
@@ -190,7 +194,7 @@ func TestRouteDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkRoute(b *testing.B) {
-	r, err := escalate.New(escalate.DefaultPolicy(), tiers(nil), nil)
+	r, err := escalate.New(escalate.DefaultPolicy(), tiers(nil))
 	require.NoError(b, err)
 	jobs := map[string]airlock.Job{
 		"expr":    {Kind: "expr", Code: "1"},
@@ -218,7 +222,7 @@ func (t *decisionTier) Run(context.Context, airlock.Job) (airlock.Result, error)
 
 func TestRunKeepsTheTiersDecisions(t *testing.T) {
 	tier := &decisionTier{levelTier{name: "gvisor", level: 4, kinds: []airlock.Kind{airlock.KindCommand}}}
-	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{tier}, nil)
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{tier})
 	require.NoError(t, err)
 	job := airlock.Job{Kind: "command", Argv: []string{"true"}}
 	for range 2 { // the second run must not see the first's lines
@@ -257,9 +261,9 @@ func (t *selfTier) Run(_ context.Context, j airlock.Job) (airlock.Result, error)
 // the refusing one over, as it does after a refusing Admit.
 func TestSelfAdmittingTier(t *testing.T) {
 	cmd := []airlock.Kind{airlock.KindCommand}
-	vm := &selfTier{levelTier: levelTier{name: "microvm", level: 4, kinds: cmd}}
-	gv := &selfTier{levelTier: levelTier{name: "gvisor", level: 4, kinds: []airlock.Kind{airlock.KindWasm}}}
-	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{vm, gv}, map[string]time.Duration{"gvisor": 1, "microvm": 2})
+	vm := &selfTier{levelTier: levelTier{name: "microvm", level: 4, cost: 2, kinds: cmd}}
+	gv := &selfTier{levelTier: levelTier{name: "gvisor", level: 4, cost: 1, kinds: []airlock.Kind{airlock.KindWasm}}}
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{vm, gv})
 	require.NoError(t, err)
 
 	// The cheapest candidate admits: no Admit call at all.
@@ -293,4 +297,46 @@ func TestSelfAdmittingTier(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "microvm", tier.Name())
 	assert.Greater(t, vm.admits, before)
+}
+
+// ownCost is a caller's own tier: the real expr tier under another name,
+// declaring a start-up cost of its own.
+type ownCost struct {
+	*expr.Tier
+	name string
+	cost time.Duration
+}
+
+func (t ownCost) Name() string        { return t.name }
+func (t ownCost) Cost() time.Duration { return t.cost }
+
+// The router orders a tier it was handed by the cost that tier declares,
+// and falls back to the level for a tier that declares none.
+func TestCallersTierOrderedByItsCost(t *testing.T) {
+	job := airlock.Job{Kind: airlock.KindExpr, Code: "1 + 1", Situation: airlock.SituationExpression}
+	for _, c := range []struct {
+		cost time.Duration
+		want string
+	}{{time.Nanosecond, "mine"}, {time.Second, "expr"}} {
+		mine := ownCost{Tier: expr.New(), name: "mine", cost: c.cost}
+		r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New(), mine})
+		require.NoError(t, err)
+		res, err := r.Run(context.Background(), job)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, r.Tiers()[0].Name(), "cost %v", c.cost)
+		assert.Contains(t, res.Decision[len(res.Decision)-1], "chose "+c.want, "cost %v", c.cost)
+		assert.Equal(t, int64(2), res.Value)
+	}
+	// Without a declared cost a tier is ordered by its level: after the
+	// declared interpreter tiers, before a declared level-4 one.
+	bare := &levelTier{name: "bare", level: 1, kinds: []airlock.Kind{airlock.KindExpr}}
+	noCost := struct{ airlock.Tier }{bare} // hides Cost
+	vm := &levelTier{name: "vm", level: 4, cost: 2 * time.Second, kinds: []airlock.Kind{airlock.KindCommand}}
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{vm, noCost, expr.New()})
+	require.NoError(t, err)
+	var names []string
+	for _, tier := range r.Tiers() {
+		names = append(names, tier.Name())
+	}
+	assert.Equal(t, []string{"expr", "bare", "vm"}, names)
 }

@@ -42,7 +42,7 @@ func TestRuleTableAgreesWithScan(t *testing.T) {
 		if err := p.Validate(); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		r, err := New(p, nil, nil)
+		r, err := New(p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/interp/expr"
 )
 
 // slowFile is an audit writer whose writes take a while, as a disk's can.
@@ -116,7 +119,7 @@ func TestAuditSync(t *testing.T) {
 func TestAuditSyncConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg := Config{Audit: path, AuditSync: true, Tenants: []Tenant{{Name: "a", KeySHA256: HashKey("test-key-sync-0123456789abcdef0123")}}}
-	s, err := New(cfg, Options{})
+	s, err := New(cfg, []airlock.Tier{expr.New()}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

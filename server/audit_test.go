@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -27,11 +27,11 @@ func TestAuditTrailAndReplay(t *testing.T) {
 	if len(lines) != len(jobs) {
 		t.Fatalf("%d audit lines for %d runs", len(lines), len(jobs))
 	}
-	tiers, err := setup.Build(setup.Options{})
+	tiers, err := tierset.Build(tierset.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer setup.Close(tiers)
+	defer tierset.Close(tiers)
 	for i, line := range lines {
 		rec, err := server.ParseRecord([]byte(line))
 		if err != nil {

@@ -36,7 +36,8 @@ type Config struct {
 	AuditSync bool `json:"audit_sync,omitempty"`
 	// Policy is a routing policy file; empty: the built-in policy.
 	Policy string `json:"policy,omitempty"`
-	// Limits is the operator's limit policy the tiers are built with.
+	// Limits is the operator's limit policy: the tiers are built with it
+	// (see [Config.TierLimits]) and tenants' limits are taken over it.
 	Limits *LimitPolicy `json:"limits,omitempty"`
 	// Approvals says which jobs need an approval, and for how long one holds.
 	Approvals *Approvals `json:"approvals,omitempty"`
@@ -57,10 +58,36 @@ type Config struct {
 	// "relaxed:HOST" allows HOST and lets its URLs carry any (see
 	// sanitize.Relaxed).
 	OutputHosts []string `json:"output_hosts,omitempty"`
+	// TierSettings are what `airlock serve` and `airlock mcp` build the
+	// server's tiers with; a program that builds its own tiers for [New]
+	// has no use for them.
+	TierSettings *TierSettings `json:"tier_settings,omitempty"`
 	// Tenants are the API's clients.
 	Tenants []Tenant `json:"tenants"`
 
 	source string // the file it was loaded from, which no job may read
+}
+
+// TierSettings are the tiers' warm capacity in the configuration file.
+// Zero values build every tier cold, which suits one-shot use; a
+// long-lived server keeps sandboxes ready.
+type TierSettings struct {
+	// ProcessPool is how many started sandboxes the container tier
+	// ("process") keeps ready, 0 to 64.
+	ProcessPool int `json:"process_pool,omitempty"`
+	// GVisorPool is how many started sandboxes the gVisor tier keeps ready.
+	GVisorPool int `json:"gvisor_pool,omitempty"`
+	// MicroVMWarm is how microVMs start: "cold" (the default) or
+	// "snapshot" (restore a snapshot of a booted VM).
+	MicroVMWarm string `json:"microvm_warm,omitempty"`
+	// MicroVMPool is how many booted VMs the microVM tier keeps ready.
+	MicroVMPool int `json:"microvm_pool,omitempty"`
+}
+
+// TierLimits is the operator's limit policy the tiers are to be built
+// with: the configuration's limits over airlock.DefaultLimitPolicy.
+func (c *Config) TierLimits() airlock.LimitPolicy {
+	return c.Limits.policy(airlock.DefaultLimitPolicy)
 }
 
 // LimitPolicy is airlock.LimitPolicy in the configuration file.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -89,7 +90,7 @@ func newFixture(t *testing.T, mutate ...func(*server.Config)) *fixture {
 		m(&cfg)
 	}
 	f := &fixture{t: t, audit: &syncBuffer{}, clock: &clock{t: time.Now()}}
-	srv, err := server.New(cfg, server.Options{Audit: f.audit, Now: f.clock.now})
+	srv, err := newServer(cfg, server.Options{Audit: f.audit, Now: f.clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,4 +185,20 @@ func (h httpTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		h.f.t.Errorf("status %d for %s", r.status, r.body)
 	}
 	return res, res.Err()
+}
+
+// newServer builds a server over the airlock command's tiers, built with
+// cfg's limits as `airlock serve` builds them. The server closes them, or
+// newServer does when New fails.
+func newServer(cfg server.Config, opts server.Options) (*server.Server, error) {
+	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits()})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.New(cfg, tiers, opts)
+	if err != nil {
+		_ = tierset.Close(tiers)
+		return nil, err
+	}
+	return srv, nil
 }

@@ -147,13 +147,13 @@ func TestKeyFileMode(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.Approvals.KeyFile = key
-	if _, err := server.New(cfg, server.Options{}); err == nil || !strings.Contains(err.Error(), "mode 0644") || !strings.Contains(err.Error(), key) {
+	if _, err := newServer(cfg, server.Options{}); err == nil || !strings.Contains(err.Error(), "mode 0644") || !strings.Contains(err.Error(), key) {
 		t.Fatalf("key file mode 0644: %v; want a refusal naming the file and the mode", err)
 	}
 	if err := os.Chmod(key, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(cfg, server.Options{})
+	srv, err := newServer(cfg, server.Options{})
 	if err != nil {
 		t.Fatalf("key file mode 0600: %v", err)
 	}

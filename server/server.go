@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,6 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
 // Options are what a server takes besides its configuration.
@@ -44,8 +44,8 @@ type tenant struct {
 	nsess   int // open sessions, under Server.mu
 }
 
-// Server serves the API. Build it with [New]; it owns its tiers and closes
-// them in [Server.Close].
+// Server serves the API. Build it with [New]; it owns the tiers it was
+// given and closes them in [Server.Close].
 type Server struct {
 	cfg       Config
 	tiers     []airlock.Tier
@@ -75,9 +75,14 @@ type Server struct {
 	closed   bool
 }
 
-// New builds every registered tier (the OS tiers sweep orphans of an
-// earlier crash when they are constructed), the router and the handlers.
-func New(cfg Config, opts Options) (*Server, error) {
+// New builds the router over tiers and the handlers. The tiers are the
+// caller's to build, with the limits of cfg.TierLimits for the
+// configuration's limits to hold; jobs run on them as the router and each
+// tenant's rules allow. When New succeeds the server owns the tiers and
+// closes those that are io.Closers in [Server.Close]; when it fails they
+// are still the caller's. Tiers with a StateDirs() []string method name
+// the directories no job may read.
+func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -107,12 +112,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if s.signer, err = approve.NewSigner(key); err != nil {
 		return nil, err
 	}
-	serverLimits := cfg.Limits.policy(airlock.DefaultLimitPolicy)
-	if s.tiers, err = setup.Build(setup.Options{Limits: serverLimits}); err != nil {
-		return nil, err
-	}
+	serverLimits := cfg.TierLimits()
+	s.tiers = slices.Clone(tiers)
 	fail := func(err error) (*Server, error) {
-		_ = setup.Close(s.tiers)
 		s.closeAudit()
 		return nil, err
 	}
@@ -166,10 +168,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 			s.pools[t.Name()] = p
 		}
 	}
-	if s.router, err = escalate.New(policy, s.tiers, nil); err != nil {
-		_ = setup.Close(s.tiers)
-		s.closeAudit()
-		return nil, fmt.Errorf("routing policy: %w", err)
+	if s.router, err = escalate.New(policy, s.tiers); err != nil {
+		return fail(fmt.Errorf("routing policy: %w", err))
 	}
 	s.base, s.cancel = context.WithCancel(context.WithValue(context.Background(), baseKey{}, s))
 	s.metrics.started = time.Now()
@@ -264,7 +264,12 @@ func (s *Server) Close() error {
 		delete(s.sessions, id)
 	}
 	s.mu.Unlock()
-	errs = append(errs, setup.Close(s.tiers), s.closeAudit())
+	for _, t := range s.tiers {
+		if c, ok := t.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	errs = append(errs, s.closeAudit())
 	return errors.Join(errs...)
 }
 

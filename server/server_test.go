@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/interp/starlark"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -321,7 +323,7 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, fmt.Errorf("disk full") }
 
 func TestHealthReportsAuditFailure(t *testing.T) {
-	srv, err := server.New(testConfig(), server.Options{Audit: failingWriter{}})
+	srv, err := newServer(testConfig(), server.Options{Audit: failingWriter{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +358,7 @@ func TestApprovalKeyFileSurvivesRestart(t *testing.T) {
 	os.WriteFile(keyFile, []byte("short"), 0o600)
 	cfg := testConfig()
 	withKey(&cfg)
-	if _, err := server.New(cfg, server.Options{}); err == nil || !strings.Contains(err.Error(), "at least 32") {
+	if _, err := newServer(cfg, server.Options{}); err == nil || !strings.Contains(err.Error(), "at least 32") {
 		t.Errorf("a short key file: %v", err)
 	}
 }
@@ -387,5 +389,49 @@ func TestGVisorSession(t *testing.T) {
 	r = f.do("POST", path, keyA, `{"kind":"command","argv":["true"],"situation":"credentials"}`)
 	if r.status != 403 {
 		t.Errorf("a credentials job in a gVisor session: %d %s", r.status, r.body)
+	}
+}
+
+// ownStarlark is the real Starlark tier, built by the test, counting the
+// server's Close calls.
+type ownStarlark struct {
+	*starlark.Tier
+	closes int
+}
+
+func (o *ownStarlark) Close() error { o.closes++; return nil }
+
+// A server runs jobs on the tiers its caller built, and only on those,
+// and closes them when it closes.
+func TestServesTheCallersTiers(t *testing.T) {
+	tier, err := starlark.New(starlark.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &ownStarlark{Tier: tier}
+	cfg := server.Config{Tenants: []server.Tenant{{Name: "a", KeySHA256: server.HashKey(keyA)}}}
+	srv, err := server.New(cfg, []airlock.Tier{own}, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
+	defer f.http.Close()
+	if got := srv.Router().Tiers(); len(got) != 1 || got[0] != airlock.Tier(own) {
+		t.Fatalf("the router has %v, want the caller's tier alone", got)
+	}
+	r := f.do("POST", "/v1/run", keyA, `{"kind":"starlark","code":"result = 6 * 7"}`)
+	if res := r.result(t); r.status != 200 || res.Tier != "starlark" || fmt.Sprint(res.Value) != "42" {
+		t.Fatalf("starlark: status %d: %s", r.status, r.body)
+	}
+	// No expr tier was given: nothing runs an expression.
+	r = f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1 + 1"}`)
+	if res := r.result(t); res.Error == nil || res.Error.Kind != airlock.ErrNotAdmitted {
+		t.Fatalf("expr without an expr tier: status %d: %s", r.status, r.body)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if own.closes != 1 {
+		t.Errorf("the caller's tier was closed %d times, want 1", own.closes)
 	}
 }

@@ -141,7 +141,7 @@ func benchServer(b *testing.B) *server.Server {
 	cfg := testConfig()
 	cfg.Tenants[0].MaxConcurrent = benchConns
 	cfg.Audit = filepath.Join(b.TempDir(), "audit.jsonl")
-	srv, err := server.New(cfg, server.Options{})
+	srv, err := newServer(cfg, server.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

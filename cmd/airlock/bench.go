@@ -10,7 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/bench"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 )
 
 func init() {
@@ -26,7 +28,7 @@ func benchCmd(ctx context.Context, e *env) int {
 	c := commands["bench"]
 	fs := e.flags(c)
 	def := bench.NewConfig()
-	tiers := fs.String("tiers", "", "comma-separated tiers to measure (default: every registered tier)")
+	tiers := fs.String("tiers", "", "comma-separated tiers to measure (default: every tier)")
 	iterations := fs.Int("iterations", def.Iterations(), "at most this many runs per measurement")
 	budget := fs.Duration("budget", def.Budget(), "time per measurement (at least 5 runs are made regardless)")
 	timeout := fs.Duration("timeout", def.Timeout(), "longest a single run may take")
@@ -35,8 +37,14 @@ func benchCmd(ctx context.Context, e *env) int {
 	compare := fs.String("compare", "", "print the change against an earlier report.json")
 	var notes noteList
 	fs.Var(&notes, "note", "a note to record in the report (repeatable)")
+	var tf tierFlags
+	tf.register(fs)
 	if code, ok := e.parseFlagsOnly(fs); !ok {
 		return code
+	}
+	o, err := tf.options(tierset.Options{})
+	if err != nil {
+		return e.fail(err)
 	}
 	var old *bench.Report
 	if *compare != "" {
@@ -46,7 +54,7 @@ func benchCmd(ctx context.Context, e *env) int {
 			return exitUsage
 		}
 	}
-	cfg := def.WithNotes(notes...).WithIterations(*iterations).WithBudget(*budget).WithTimeout(*timeout).WithProgress(progress(e.stderr))
+	cfg := def.WithSources(benchSources(o)...).WithNotes(notes...).WithIterations(*iterations).WithBudget(*budget).WithTimeout(*timeout).WithProgress(progress(e.stderr))
 	if *tiers != "" {
 		cfg = cfg.WithTiers(strings.Split(*tiers, ",")...)
 	}
@@ -135,3 +143,18 @@ type noteList []string
 
 func (n *noteList) String() string     { return strings.Join(*n, "; ") }
 func (n *noteList) Set(s string) error { *n = append(*n, s); return nil }
+
+// benchSources are the command's tiers as o builds them. A tier with a
+// pool or a snapshot is measured warm in its warm form (o.Warm: the
+// settings o leaves unset), which a one-shot build leaves out.
+func benchSources(o tierset.Options) []bench.TierSource {
+	var out []bench.TierSource
+	for _, t := range tierset.Entries() {
+		s := bench.TierSource{Name: t.Name, New: func() (airlock.Tier, error) { return t.New(o) }}
+		if t.Pooled {
+			s.Warm = func() (airlock.Tier, error) { return t.New(o.Warm()) }
+		}
+		out = append(out, s)
+	}
+	return out
+}

@@ -12,20 +12,19 @@ import (
 	"github.com/airlock-sandbox/airlock/bench"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
 	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
 // testFactories are the registered tiers plus deliberately weakened ones,
 // which only this test binary knows.
-func testFactories() []setup.Factory {
-	return append(setup.Factories(), runnertest.Factories()...)
+func testSources() []runner.TierSource {
+	return append(corpusSources(), runnertest.Sources()...)
 }
 
 // TestMain lets `airlock corpus` re-execute this test binary as its child.
 func corpusRun(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := corpusWith(context.Background(), &env{args: args, stdin: strings.NewReader(""), stdout: &out, stderr: &errb}, testFactories(), runnertest.Suites()...)
+	code := corpusWith(context.Background(), &env{args: args, stdin: strings.NewReader(""), stdout: &out, stderr: &errb}, testSources(), runnertest.Suites()...)
 	return out.String(), errb.String(), code
 }
 

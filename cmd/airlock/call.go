@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
 
@@ -54,7 +54,7 @@ func runCall(ctx context.Context, e *env) int {
 			funcs = append(funcs, g)
 		}
 	}
-	host, err := wasm.NewHost(setup.WasmConfig(setup.Options{}))
+	host, err := wasm.NewHost(tierset.WasmConfig(tierset.Options{}))
 	if err != nil {
 		return e.fail(err)
 	}

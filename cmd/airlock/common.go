@@ -16,16 +16,18 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 )
 
 // routerFlags are shared by the subcommands that route jobs.
 type routerFlags struct {
 	policy string
+	tiers  tierFlags
 }
 
 func (f *routerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.policy, "policy", "", "routing policy file (JSON or YAML); default: the built-in policy")
+	f.tiers.register(fs)
 }
 
 // open builds every tier and the router over them. Call close when done.
@@ -37,16 +39,20 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 			return nil, nil, airlock.Invalid("policy", "%s", err.Error())
 		}
 	}
-	tiers, err := setup.Build(setup.Options{})
+	o, err := f.tiers.options(tierset.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := escalate.New(policy, tiers, nil)
+	tiers, err := tierset.Build(o)
 	if err != nil {
-		_ = setup.Close(tiers)
+		return nil, nil, err
+	}
+	r, err := escalate.New(policy, tiers)
+	if err != nil {
+		_ = tierset.Close(tiers)
 		return nil, nil, airlock.Invalid("policy", "%s", err.Error())
 	}
-	return r, func() { _ = setup.Close(tiers) }, nil
+	return r, func() { _ = tierset.Close(tiers) }, nil
 }
 
 // jobFlags are the job settings a subcommand can take from flags.

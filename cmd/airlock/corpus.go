@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/server"
 )
 
 func init() {
@@ -20,21 +22,34 @@ func init() {
 }
 
 func corpusCmd(ctx context.Context, e *env) int {
-	return corpusWith(ctx, e, setup.Factories())
+	return corpusWith(ctx, e, corpusSources())
+}
+
+// corpusSources are the command's tiers, built with the default settings,
+// and the server the server cases run against, over the same tiers.
+func corpusSources() []runner.TierSource {
+	var out []runner.TierSource
+	for _, t := range tierset.Entries() {
+		out = append(out, runner.TierSource{Name: t.Name, New: func() (airlock.Tier, error) { return t.New(tierset.Options{}) }})
+	}
+	serverTiers := func(cfg server.Config) ([]airlock.Tier, error) {
+		return tierset.Build(tierset.Options{Limits: cfg.TierLimits()})
+	}
+	return append(out, runner.ServerSource(runner.ServerTier, runner.ServerConfig, serverTiers))
 }
 
 // corpusWith runs the corpus over the given tiers and, besides the
 // default suites (the egress gateway, the output sanitiser), over suites
 // (the tests add deliberately weakened ones).
-func corpusWith(ctx context.Context, e *env, factories []setup.Factory, suites ...runner.Suite) int {
+func corpusWith(ctx context.Context, e *env, sources []runner.TierSource, suites ...runner.Suite) int {
 	// The runner re-executes this program as `airlock corpus` with a marker
 	// in the environment: that child runs one case and reports it.
 	if runner.IsChild() {
-		return runner.Child(factories, e.stdin, e.stdout, e.stderr, suites...)
+		return runner.Child(sources, e.stdin, e.stdout, e.stderr, suites...)
 	}
 	c := commands["corpus"]
 	fs := e.flags(c)
-	tiers := fs.String("tiers", "", "comma-separated tiers (default: every registered tier)")
+	tiers := fs.String("tiers", "", "comma-separated tiers (default: every tier)")
 	areas := fs.String("areas", "", "comma-separated areas (default: every area in corpus/)")
 	cases := fs.String("cases", "", "comma-separated case ids (default: every case)")
 	timeout := fs.Duration("timeout", 60e9, "wall clock of one case's child; a child still running is killed (an escape for an attack)")
@@ -45,7 +60,7 @@ func corpusWith(ctx context.Context, e *env, factories []setup.Factory, suites .
 	if code, ok := e.parseFlagsOnly(fs); !ok {
 		return code
 	}
-	cfg := runner.NewConfig("corpus").WithFactories(factories...).WithSuites(append(runner.DefaultSuites(), suites...)...).
+	cfg := runner.NewConfig(sources, "corpus").WithSuites(append(runner.DefaultSuites(), suites...)...).
 		WithTimeout(*timeout).WithMemoryMB(*memory).WithParallel(*parallel)
 	if *tiers != "" {
 		cfg = cfg.WithTiers(strings.Split(*tiers, ",")...)

@@ -16,7 +16,7 @@ import (
 // start a server process and kill it (AIRLOCK_CLI_CHILD=1).
 func TestMain(m *testing.M) {
 	if runner.IsChild() {
-		os.Exit(corpusWith(context.Background(), &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}, testFactories(), runnertest.Suites()...))
+		os.Exit(corpusWith(context.Background(), &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}, testSources(), runnertest.Suites()...))
 	}
 	if os.Getenv("AIRLOCK_CLI_CHILD") == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -30,6 +30,8 @@ func mcpCmd(ctx context.Context, e *env) int {
 	config := fs.String("config", "", "server configuration (default: one local tenant with the default limits)")
 	tenant := fs.String("tenant", "", "tenant the stdio tools run as (default: the first in the configuration)")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on this address instead of stdio")
+	var tf tierFlags
+	tf.register(fs)
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -53,7 +55,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 		}
 		cfg = server.Config{Tenants: []server.Tenant{{Name: "local", KeySHA256: server.HashKey(key)}}}
 	}
-	srv, err := server.New(cfg, server.Options{})
+	srv, err := newServer(cfg, &tf, server.Options{})
 	if err != nil {
 		return e.fail(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -43,11 +43,11 @@ func replayCmd(ctx context.Context, e *env) int {
 	if err != nil {
 		return e.fail(airlock.Invalid("", "%s", err.Error()))
 	}
-	tiers, err := setup.Build(setup.Options{})
+	tiers, err := tierset.Build(tierset.Options{})
 	if err != nil {
 		return e.fail(err)
 	}
-	defer setup.Close(tiers)
+	defer tierset.Close(tiers)
 	res, match, err := server.Replay(ctx, rec, tiers)
 	if err != nil {
 		return e.fail(airlock.Invalid("", "%s", err.Error()))

@@ -15,7 +15,7 @@ func init() {
 	register(&command{
 		name:    "serve",
 		summary: "serve the HTTP API (/v1, /metrics, /healthz) and MCP over streamable HTTP (/mcp)",
-		usage: `serve --config FILE [--listen ADDR]
+		usage: `serve --config FILE [--listen ADDR] [--process-pool N] [--gvisor-pool N] [--microvm-warm MODE] [--microvm-pool N]
        airlock serve --new-key    print a fresh API key and the hash to put in the configuration`,
 		run: serveCmd,
 	})
@@ -27,6 +27,8 @@ func serveCmd(ctx context.Context, e *env) int {
 	config := fs.String("config", "", "server configuration (YAML or JSON; see docs/server.md)")
 	listen := fs.String("listen", "", "address to listen on (default: the configuration's, else 127.0.0.1:8420)")
 	newKey := fs.Bool("new-key", false, "print a fresh random API key and its SHA-256, then exit")
+	var tf tierFlags
+	tf.register(fs)
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -53,7 +55,7 @@ func serveCmd(ctx context.Context, e *env) int {
 	if addr == "" {
 		addr = "127.0.0.1:8420"
 	}
-	srv, err := server.New(cfg, server.Options{})
+	srv, err := newServer(cfg, &tf, server.Options{})
 	if err != nil {
 		return e.fail(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -315,7 +316,7 @@ func TestReplayCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(c, server.Options{})
+	srv, err := newServer(c, &tierFlags{}, server.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +356,7 @@ func TestSampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(cfg, server.Options{Audit: io.Discard})
+	srv, err := newServer(cfg, &tierFlags{}, server.Options{Audit: io.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,5 +367,39 @@ func TestSampleConfig(t *testing.T) {
 	srv.Handler().ServeHTTP(w, req)
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"value":3`) {
 		t.Errorf("sample config: %d %s", w.Code, w.Body)
+	}
+}
+
+// The tiers' settings come from the configuration's tier_settings, and a
+// flag that is set overrides the file; settings out of range are refused
+// before anything is built or served.
+func TestTierSettings(t *testing.T) {
+	_, path := writeConfig(t, "tier_settings:\n  process_pool: 3\n  gvisor_pool: 2\n  microvm_warm: snapshot\n")
+	cfg, err := server.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf tierFlags
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	tf.register(fs)
+	if err := fs.Parse([]string{"--process-pool", "5", "--microvm-pool", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := tf.options(configTiers(&cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ProcessPool != 5 || o.GVisorPool != 2 || o.MicroVMWarm != "snapshot" || o.MicroVMPool != 1 || o.Limits != cfg.TierLimits() {
+		t.Errorf("settings %+v", o)
+	}
+	_, bad := writeConfig(t, "tier_settings:\n  process_pool: 65\n")
+	if _, errOut, code := run(t, "", "serve", "--config", bad, "--listen", "127.0.0.1:0"); code != exitUsage || !strings.Contains(errOut, "process pool 65") {
+		t.Errorf("serve with process_pool 65: %d %s", code, errOut)
+	}
+	if _, errOut, code := run(t, "", "eval", "--microvm-warm", "tepid", "1"); code != exitUsage || !strings.Contains(errOut, "tepid") {
+		t.Errorf("eval --microvm-warm tepid: %d %s", code, errOut)
+	}
+	if out, errOut, code := run(t, "", "eval", "--process-pool", "1", "1 + 1"); code != exitOK || out != "2\n" {
+		t.Errorf("eval --process-pool 1: %d %s %s", code, out, errOut)
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
 // ChildEnv marks a process as a corpus child: the program re-executed by
@@ -47,8 +46,9 @@ type reply struct {
 // its outcome), 2 when the child itself could not set the case up. A crash
 // or a hang never returns: the parent sees the signal or the timeout.
 //
-// suites are those the parent was given beyond [DefaultSuites].
-func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer, suites ...Suite) int {
+// sources are the parent's (see [NewConfig]); suites are those the parent
+// was given beyond [DefaultSuites].
+func Child(sources []TierSource, stdin io.Reader, stdout, stderr io.Writer, suites ...Suite) int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(stderr, "corpus child: "+format+"\n", args...)
 		return 2
@@ -63,17 +63,16 @@ func Child(factories []setup.Factory, stdin io.Reader, stdout, stderr io.Writer,
 	if s.Case == nil {
 		return fail("the spec names neither a case nor a suite")
 	}
-	factories = withServer(factories)
-	var f *setup.Factory
-	for i := range factories {
-		if factories[i].Name == s.Tier {
-			f = &factories[i]
+	var f *TierSource
+	for i := range sources {
+		if sources[i].Name == s.Tier {
+			f = &sources[i]
 		}
 	}
 	if f == nil {
 		return fail("no tier named %q", s.Tier)
 	}
-	tier, err := f.New(setup.Options{})
+	tier, err := f.New()
 	if err != nil {
 		return fail("building tier %s: %v", s.Tier, err)
 	}

@@ -28,7 +28,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 )
 
 // Schema names the report's JSON format.
@@ -36,36 +35,42 @@ const Schema = "airlock-corpus/v1"
 
 // Config configures a run. It is immutable: With methods return copies.
 type Config struct {
-	factories []setup.Factory
-	cases     []corpus.Case
-	areas     []string
-	ids       []string
-	tiers     []string
-	exe       string
-	args      []string
-	timeout   time.Duration
-	memoryMB  int64
-	parallel  int
-	modules   ModuleSource
-	progress  func(done, total int, v Verdict)
-	suites    []Suite
+	sources  []TierSource
+	cases    []corpus.Case
+	areas    []string
+	ids      []string
+	tiers    []string
+	exe      string
+	args     []string
+	timeout  time.Duration
+	memoryMB int64
+	parallel int
+	modules  ModuleSource
+	progress func(done, total int, v Verdict)
+	suites   []Suite
 }
 
-// NewConfig runs every registered tier against every case of the embedded
+// TierSource is a tier the runner runs cases on: its name, and how to
+// build a fresh instance of it. The runner builds one to probe it, and
+// each child builds its own for its case.
+type TierSource struct {
+	Name string
+	New  func() (airlock.Tier, error)
+}
+
+// NewConfig runs the tiers of sources against every case of the embedded
 // corpus, re-executing this program with args (the child must call Child
-// when IsChild is true), two children at a time, each with 60 s and, for
-// in-process tiers, 8 GiB of address space (the Go runtime alone reserves several GiB: 4 GiB makes ordinary children fail).
-func NewConfig(args ...string) Config {
-	return Config{factories: setup.Factories(), args: args, timeout: 60 * time.Second, memoryMB: 8192, parallel: 2, suites: DefaultSuites()}
+// with the same sources when IsChild is true), two children at a time,
+// each with 60 s and, for in-process tiers, 8 GiB of address space (the
+// Go runtime alone reserves several GiB: 4 GiB makes ordinary children
+// fail). The server cases need a [ServerSource] among them.
+func NewConfig(sources []TierSource, args ...string) Config {
+	return Config{sources: slices.Clone(sources), args: args, timeout: 60 * time.Second, memoryMB: 8192, parallel: 2, suites: DefaultSuites()}
 }
 
 // WithSuites sets the suites to run (default: [DefaultSuites]). The child
 // must be given those that are not defaults.
 func (c Config) WithSuites(s ...Suite) Config { c.suites = slices.Clone(s); return c }
-
-// WithFactories sets the tiers to run (default: every registered tier).
-// The child must be given the same factories.
-func (c Config) WithFactories(f ...setup.Factory) Config { c.factories = slices.Clone(f); return c }
 
 // WithCases replaces the embedded corpus with these cases.
 func (c Config) WithCases(cases ...corpus.Case) Config { c.cases = slices.Clone(cases); return c }
@@ -316,12 +321,12 @@ func (c Config) probe(rep *Report) ([]probed, error) {
 		names[s.Name] = true
 	}
 	var out []probed
-	for _, f := range withServer(c.factories) {
+	for _, f := range c.sources {
 		names[f.Name] = true
 		if len(c.tiers) > 0 && !slices.Contains(c.tiers, f.Name) {
 			continue
 		}
-		t, err := f.New(setup.Options{})
+		t, err := f.New()
 		if err != nil {
 			return nil, fmt.Errorf("building tier %s: %w", f.Name, err)
 		}

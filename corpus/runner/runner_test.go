@@ -9,41 +9,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
 	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
 
-// factories are the real tiers plus the weakened ones; the re-executed
+// sources are the real tiers plus the weakened ones; the re-executed
 // test binary builds its tier from the same list.
-func factories() []setup.Factory {
-	fs := append(setup.Factories(), runnertest.Factories()...)
-	if !slices.ContainsFunc(fs, func(f setup.Factory) bool { return f.Name == wasm.Name }) {
-		fs = append(fs, setup.Factory{Name: wasm.Name, Order: 30, New: func(setup.Options) (airlock.Tier, error) {
-			// Children share a compilation cache, so the Go guest module is
-			// compiled once rather than once per child; that once may take
-			// long on a busy machine, and compile speed is not under test.
-			return wasm.New(wasm.NewConfig().WithCacheDir(os.Getenv("AIRLOCK_TEST_WASM_CACHE")).WithCompileTimeout(2 * time.Minute))
-		}})
-	}
-	return fs
+func sources() []runner.TierSource {
+	return append(runnertest.TierSources(), runnertest.Sources()...)
 }
 
 func TestMain(m *testing.M) {
 	if runner.IsChild() {
-		os.Exit(runner.Child(factories(), os.Stdin, os.Stdout, os.Stderr, runnertest.Suites()...))
+		os.Exit(runner.Child(sources(), os.Stdin, os.Stdout, os.Stderr, runnertest.Suites()...))
 	}
 	os.Exit(m.Run())
 }
 
 func config() runner.Config {
-	return runner.NewConfig("-test.run=^$").WithFactories(factories()...).WithTimeout(20 * time.Second)
+	return runner.NewConfig(sources(), "-test.run=^$").WithTimeout(20 * time.Second)
 }
 
 func run(t *testing.T, c runner.Config) *runner.Report {
@@ -232,7 +221,6 @@ func TestWasmCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cleanup()
-	t.Setenv("AIRLOCK_TEST_WASM_CACHE", t.TempDir())
 	// One case first, alone: it fills the compilation cache.
 	c := config().WithTiers(wasm.Name).WithModules(mods)
 	if rep := run(t, c.WithCaseIDs("wasm/hello").WithParallel(1)); rep.Failed() {

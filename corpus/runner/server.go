@@ -8,11 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
-	"github.com/airlock-sandbox/airlock/internal/setup"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -40,12 +38,21 @@ func ServerConfig() server.Config {
 	}
 }
 
-// ServerFactory builds a server pseudo-tier named name from cfg, whose
-// tenants must include the corpus tenant's key (see [ServerConfig]).
-func ServerFactory(name string, cfg func() server.Config) setup.Factory {
-	return setup.Factory{Name: name, Order: 900, New: func(setup.Options) (airlock.Tier, error) {
-		srv, err := server.New(cfg(), server.Options{Audit: io.Discard})
+// ServerSource is a server pseudo-tier named name: the HTTP API on
+// loopback serving cfg, whose tenants must include the corpus tenant's key
+// (see [ServerConfig]), over the tiers that tiers builds for it.
+func ServerSource(name string, cfg func() server.Config, tiers func(server.Config) ([]airlock.Tier, error)) TierSource {
+	return TierSource{Name: name, New: func() (airlock.Tier, error) {
+		c := cfg()
+		ts, err := tiers(c)
 		if err != nil {
+			return nil, err
+		}
+		srv, err := server.New(c, ts, server.Options{Audit: io.Discard})
+		if err != nil {
+			for _, t := range ts {
+				closeTier(t)
+			}
 			return nil, err
 		}
 		return &serverTier{name: name, srv: srv, http: httptest.NewServer(srv.Handler())}, nil
@@ -56,14 +63,6 @@ func ServerFactory(name string, cfg func() server.Config) setup.Factory {
 // configurations other than [ServerConfig].
 func CorpusTenant(name string) server.Tenant {
 	return server.Tenant{Name: name, KeySHA256: server.HashKey(serverKey), MaxConcurrent: 2}
-}
-
-// withServer adds the server pseudo-tier to factories that lack one.
-func withServer(f []setup.Factory) []setup.Factory {
-	if slices.ContainsFunc(f, func(f setup.Factory) bool { return f.Name == ServerTier }) {
-		return f
-	}
-	return append(slices.Clone(f), ServerFactory(ServerTier, ServerConfig))
 }
 
 type serverTier struct {

@@ -22,7 +22,7 @@ import (
 // router and the tier to a Result, allocates nothing (the warm path's
 // budget is a few hundred nanoseconds; an allocation is a good share of it).
 func TestWarmRunDoesNotAllocate(t *testing.T) {
-	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()}, nil)
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()})
 	require.NoError(t, err)
 	j := job("x * 2 + 1", map[string]any{"x": int64(21)})
 	ctx := context.Background()

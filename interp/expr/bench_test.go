@@ -43,7 +43,7 @@ func BenchmarkExpr(b *testing.B) {
 		}
 	})
 	b.Run("warm/tier", func(b *testing.B) {
-		r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()}, nil)
+		r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func BenchmarkExpr(b *testing.B) {
 		}
 	})
 	b.Run("cold/tier", func(b *testing.B) {
-		r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.NewWithConfig(expr.NewConfig().WithCacheSize(1))}, nil)
+		r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.NewWithConfig(expr.NewConfig().WithCacheSize(1))})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func BenchmarkExprPaired(b *testing.B) {
 		{"1+1/", "1+1", func() map[string]any { return nil }},
 	} {
 		b.Run(w.name+"warm", func(b *testing.B) {
-			r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()}, nil)
+			r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.New()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func BenchmarkExprPaired(b *testing.B) {
 			})
 		})
 		b.Run(w.name+"cold", func(b *testing.B) {
-			r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.NewWithConfig(expr.NewConfig().WithCacheSize(1))}, nil)
+			r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{expr.NewWithConfig(expr.NewConfig().WithCacheSize(1))})
 			if err != nil {
 				b.Fatal(err)
 			}

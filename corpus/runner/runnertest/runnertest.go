@@ -1,6 +1,6 @@
 // Package runnertest holds deliberately weakened tiers that prove the
-// corpus runner catches escapes. They are for tests only: nothing
-// registers them in the airlock binary.
+// corpus runner catches escapes. They are for tests only: the airlock
+// binary never offers them.
 package runnertest
 
 import (
@@ -22,7 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/corpus/runner"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/egresstest"
-	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -34,23 +34,40 @@ const (
 	Down  = "down"       // reports itself unavailable
 )
 
-// Factories returns the weakened tiers.
-func Factories() []setup.Factory {
-	mk := func(name string, t airlock.Tier) setup.Factory {
-		return setup.Factory{Name: name, Order: 1000, New: func(setup.Options) (airlock.Tier, error) { return t, nil }}
+// TierSources are the airlock command's tiers, built with the default
+// settings, and the server pseudo-tier over them, as the runner takes
+// them.
+func TierSources() []runner.TierSource {
+	var out []runner.TierSource
+	for _, e := range tierset.Entries() {
+		out = append(out, runner.TierSource{Name: e.Name, New: func() (airlock.Tier, error) { return e.New(tierset.Options{}) }})
 	}
-	return []setup.Factory{
+	return append(out, runner.ServerSource(runner.ServerTier, runner.ServerConfig, ServerTiers))
+}
+
+// ServerTiers builds the airlock command's tiers for a server of cfg, as
+// `airlock serve` does.
+func ServerTiers(cfg server.Config) ([]airlock.Tier, error) {
+	return tierset.Build(tierset.Options{Limits: cfg.TierLimits()})
+}
+
+// Sources returns the weakened tiers.
+func Sources() []runner.TierSource {
+	mk := func(name string, t airlock.Tier) runner.TierSource {
+		return runner.TierSource{Name: name, New: func() (airlock.Tier, error) { return t, nil }}
+	}
+	return []runner.TierSource{
 		mk(Plain, &exprTier{name: Plain}),
 		mk(Leaky, &exprTier{name: Leaky, leaky: true}),
 		mk(Hang, hangTier{}),
 		mk(Down, downTier{}),
-		UncheckedFactory(),
-		runner.ServerFactory(ServerOpen, func() server.Config {
+		UncheckedSource(),
+		runner.ServerSource(ServerOpen, func() server.Config {
 			none := []approve.Rule{}
 			open := runner.CorpusTenant("open")
 			open.Situations = []airlock.Situation{airlock.SituationPublic, airlock.SituationInternal}
 			return server.Config{Tenants: []server.Tenant{open}, Approvals: &server.Approvals{Rules: &none}}
-		}),
+		}, ServerTiers),
 	}
 }
 
@@ -182,21 +199,21 @@ func Suites() []runner.Suite {
 	return []runner.Suite{runner.EgressSuite(EgressOpen, open), runner.OutputSuite(OutputOff, passthrough)}
 }
 
-// UncheckedFactory is the real process tier wrapped so that it ignores
+// UncheckedSource is the real process tier wrapped so that it ignores
 // what the approval's placed-files check says (the check still runs, so a
 // case's swap is made): an approval check that is skipped.
-func UncheckedFactory() setup.Factory {
-	return setup.Factory{Name: Unchecked, Order: 1000, New: func(o setup.Options) (airlock.Tier, error) {
-		for _, f := range setup.Factories() {
-			if f.Name == uncheckedOf {
-				t, err := f.New(o)
+func UncheckedSource() runner.TierSource {
+	return runner.TierSource{Name: Unchecked, New: func() (airlock.Tier, error) {
+		for _, e := range tierset.Entries() {
+			if e.Name == uncheckedOf {
+				t, err := e.New(tierset.Options{})
 				if err != nil {
 					return nil, err
 				}
 				return unchecked{t}, nil
 			}
 		}
-		return nil, errors.New("no process tier registered")
+		return nil, errors.New("no process tier in the set")
 	}}
 }
 

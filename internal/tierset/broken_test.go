@@ -1,4 +1,4 @@
-package setup
+package tierset
 
 import (
 	"context"
@@ -10,13 +10,10 @@ import (
 
 // A tier that cannot be built must not take the others down with it.
 func TestBuildSurvivesABrokenTier(t *testing.T) {
-	Register(Factory{Name: "test-broken", Level: airlock.LevelContainer, Order: 99, New: func(Options) (airlock.Tier, error) {
+	entries := append(Entries()[:1], Entry{Name: "test-broken", Level: airlock.LevelContainer, New: func(Options) (airlock.Tier, error) {
 		return nil, errors.New("no permission for its state directory")
 	}})
-	tiers, err := Build(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tiers := BuildFrom(entries, Options{})
 	defer Close(tiers)
 	var found, expr bool
 	for _, tier := range tiers {

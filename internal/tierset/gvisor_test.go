@@ -1,4 +1,4 @@
-package setup
+package tierset
 
 import (
 	"context"
@@ -10,19 +10,10 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
-// TestGVisorRegistered builds the gVisor tier the way the CLI does and runs
-// the acceptance command through it.
-func TestGVisorRegistered(t *testing.T) {
-	var f *Factory
-	for _, c := range Factories() {
-		if c.Name == "gvisor" {
-			f = &c
-		}
-	}
-	if f == nil || f.Order != 60 {
-		t.Fatalf("gvisor factory missing or misordered: %+v", f)
-	}
-	t.Setenv("AIRLOCK_GVISOR_POOL", "")
+// TestGVisorBuilt builds the gVisor tier the way the CLI does and runs
+// a command through it.
+func TestGVisorBuilt(t *testing.T) {
+	f := entry(t, "gvisor")
 	t.Setenv("TMPDIR", t.TempDir()) // the tier's default directory
 	tier, err := f.New(Options{})
 	if err != nil {
@@ -38,8 +29,7 @@ func TestGVisorRegistered(t *testing.T) {
 	if err != nil || !strings.HasPrefix(res.Stdout, "hi\n") || !strings.Contains(res.Stdout, "gvisor") {
 		t.Fatalf("%v (%+v)", err, res)
 	}
-	t.Setenv("AIRLOCK_GVISOR_POOL", "many")
-	if _, err := f.New(Options{}); err == nil {
-		t.Fatal("a malformed pool size was accepted")
+	if _, err := f.New(Options{GVisorPool: -1}); err == nil {
+		t.Fatal("a negative pool size was accepted")
 	}
 }

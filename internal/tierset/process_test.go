@@ -1,4 +1,4 @@
-package setup
+package tierset
 
 import (
 	"context"
@@ -12,21 +12,12 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
-// TestProcessRegistered builds both process tiers the way the CLI does and
-// runs the acceptance command through them.
-func TestProcessRegistered(t *testing.T) {
-	want := map[string]int{"seccomp": 40, "process": 50}
-	for _, f := range Factories() {
-		order, ok := want[f.Name]
-		if !ok {
-			continue
-		}
-		delete(want, f.Name)
-		if f.Order != order {
-			t.Errorf("%s registered with order %d, want %d", f.Name, f.Order, order)
-		}
+// TestProcessBuilt builds both process tiers the way the CLI does and
+// runs a command through them.
+func TestProcessBuilt(t *testing.T) {
+	for _, name := range []string{"seccomp", "process"} {
+		f := entry(t, name)
 		t.Run(f.Name, func(t *testing.T) {
-			t.Setenv("AIRLOCK_PROCESS_POOL", "")
 			// The tier's default directory, reachable by the level-2 sandbox's uid.
 			tmp := t.TempDir()
 			for _, d := range []string{tmp, filepath.Dir(tmp)} {
@@ -54,15 +45,16 @@ func TestProcessRegistered(t *testing.T) {
 			}
 		})
 	}
-	if len(want) > 0 {
-		t.Fatalf("not registered: %v", want)
+	// The pool setting reaches the tier.
+	pooled, err := entry(t, "process").New(Options{ProcessPool: 1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Setenv("AIRLOCK_PROCESS_POOL", "many")
-	for _, f := range Factories() {
-		if f.Name == "process" {
-			if _, err := f.New(Options{}); err == nil {
-				t.Fatal("a malformed pool size was accepted")
-			}
-		}
+	defer pooled.(io.Closer).Close()
+	if got := pooled.(airlock.Pooler).PoolStats().Size; got != 1 {
+		t.Errorf("pool size %d, want 1", got)
+	}
+	if _, err := entry(t, "process").New(Options{ProcessPool: 65}); err == nil {
+		t.Fatal("a pool size above 64 was accepted")
 	}
 }

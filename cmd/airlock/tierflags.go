@@ -1,0 +1,77 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// tierFlags are the tiers' warm capacity, from flags. Where a command also
+// reads a configuration file (serve, mcp), a flag that is set overrides
+// the file's tier_settings.
+type tierFlags struct {
+	fs                                   *flag.FlagSet
+	processPool, gvisorPool, microvmPool int
+	microvmWarm                          string
+}
+
+func (f *tierFlags) register(fs *flag.FlagSet) {
+	f.fs = fs
+	fs.IntVar(&f.processPool, "process-pool", 0, "started sandboxes the container tier (process) keeps ready, 0-64 (default 0: each job starts one)")
+	fs.IntVar(&f.gvisorPool, "gvisor-pool", 0, "started sandboxes the gVisor tier keeps ready (default 0: each job starts one)")
+	fs.StringVar(&f.microvmWarm, "microvm-warm", "", "how microVMs start: cold (default) or snapshot")
+	fs.IntVar(&f.microvmPool, "microvm-pool", 0, "booted VMs the microVM tier keeps ready (default 0)")
+}
+
+// options returns base with the flags that were set applied, checked.
+func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
+	if f.fs != nil {
+		f.fs.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "process-pool":
+				base.ProcessPool = f.processPool
+			case "gvisor-pool":
+				base.GVisorPool = f.gvisorPool
+			case "microvm-warm":
+				base.MicroVMWarm = f.microvmWarm
+			case "microvm-pool":
+				base.MicroVMPool = f.microvmPool
+			}
+		})
+	}
+	if err := base.Validate(); err != nil {
+		return base, airlock.Invalid("", "%s", err.Error())
+	}
+	return base, nil
+}
+
+// configTiers returns the settings a server's configuration builds its
+// tiers with: its limits and its tier_settings.
+func configTiers(cfg *server.Config) tierset.Options {
+	o := tierset.Options{Limits: cfg.TierLimits()}
+	if s := cfg.TierSettings; s != nil {
+		o.ProcessPool, o.GVisorPool, o.MicroVMWarm, o.MicroVMPool = s.ProcessPool, s.GVisorPool, s.MicroVMWarm, s.MicroVMPool
+	}
+	return o
+}
+
+// newServer builds the tiers for cfg, with the flags that were set over
+// its tier_settings, and the server over them, which then owns them.
+func newServer(cfg server.Config, tf *tierFlags, opts server.Options) (*server.Server, error) {
+	o, err := tf.options(configTiers(&cfg))
+	if err != nil {
+		return nil, err
+	}
+	tiers, err := tierset.Build(o)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.New(cfg, tiers, opts)
+	if err != nil {
+		_ = tierset.Close(tiers)
+		return nil, err
+	}
+	return srv, nil
+}

@@ -1,0 +1,227 @@
+// Package tierset builds the tiers the airlock command offers, from the
+// operator's settings (configuration file and flags). It is the command's
+// wiring: a library user builds the tiers it wants and hands them to
+// escalate.New or server.New. The list is explicit; the router orders the
+// tiers by the cost each declares, not by their place in it.
+package tierset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/interp/expr"
+	"github.com/airlock-sandbox/airlock/interp/starlark"
+	"github.com/airlock-sandbox/airlock/tiers/gvisor"
+	"github.com/airlock-sandbox/airlock/tiers/microvm"
+	"github.com/airlock-sandbox/airlock/tiers/process"
+	"github.com/airlock-sandbox/airlock/tiers/process/worker/exprworker"
+	"github.com/airlock-sandbox/airlock/tiers/process/worker/starlarkworker"
+	"github.com/airlock-sandbox/airlock/wasm"
+)
+
+// Options configure the tiers. The zero value builds every tier cold with
+// the default limits, which suits one-shot CLI runs; a long-lived server
+// sets pools so that sandboxes are ready before jobs arrive.
+type Options struct {
+	// Limits is the operator's limit policy (zero: airlock.DefaultLimitPolicy).
+	Limits airlock.LimitPolicy
+	// ProcessPool is how many started sandboxes the container tier
+	// ("process") keeps ready, 0 to 64.
+	ProcessPool int
+	// GVisorPool is how many started sandboxes the gVisor tier keeps ready.
+	GVisorPool int
+	// MicroVMWarm is how microVMs start: "cold" (the default) boots each
+	// one, "snapshot" restores a snapshot of a booted VM.
+	MicroVMWarm string
+	// MicroVMPool is how many booted VMs the microVM tier keeps ready.
+	MicroVMPool int
+}
+
+// Validate checks the settings.
+func (o Options) Validate() error {
+	switch {
+	case o.ProcessPool < 0 || o.ProcessPool > 64:
+		return fmt.Errorf("process pool %d: want a pool size from 0 to 64", o.ProcessPool)
+	case o.GVisorPool < 0:
+		return fmt.Errorf("gVisor pool %d: want a pool size >= 0", o.GVisorPool)
+	case o.MicroVMPool < 0:
+		return fmt.Errorf("microVM pool %d: want a pool size >= 0", o.MicroVMPool)
+	}
+	switch microvm.Warm(o.MicroVMWarm) {
+	case "", microvm.WarmCold, microvm.WarmSnapshot:
+		return nil
+	}
+	return fmt.Errorf("microVM warm mode %q: want %s or %s", o.MicroVMWarm, microvm.WarmCold, microvm.WarmSnapshot)
+}
+
+// Warm returns o with the warm capacity a benchmark's warm runs measure
+// (two ready sandboxes or VMs, a microVM snapshot) where o sets none.
+func (o Options) Warm() Options {
+	if o.ProcessPool == 0 {
+		o.ProcessPool = 2
+	}
+	if o.GVisorPool == 0 {
+		o.GVisorPool = 2
+	}
+	if o.MicroVMWarm == "" {
+		o.MicroVMWarm = string(microvm.WarmSnapshot)
+	}
+	if o.MicroVMPool == 0 {
+		o.MicroVMPool = 2
+	}
+	return o
+}
+
+func (o Options) limits() airlock.LimitPolicy {
+	if o.Limits == (airlock.LimitPolicy{}) {
+		return airlock.DefaultLimitPolicy
+	}
+	return o.Limits
+}
+
+// Entry is one tier the set can build.
+type Entry struct {
+	Name string
+	// Level is the tier's isolation level, reported even when the tier
+	// cannot be built here.
+	Level airlock.Level
+	// Pooled: the tier's build reads the pool settings, so its warm form
+	// (Options.Warm) differs from its cold one.
+	Pooled bool
+	New    func(Options) (airlock.Tier, error)
+}
+
+// Entries returns every tier this build of airlock offers, by level.
+func Entries() []Entry {
+	return []Entry{
+		{Name: expr.Name, Level: airlock.LevelInterpreter, New: func(o Options) (airlock.Tier, error) {
+			return expr.NewWithConfig(expr.NewConfig().WithLimits(o.limits())), nil
+		}},
+		{Name: starlark.Name, Level: airlock.LevelInterpreter, New: func(o Options) (airlock.Tier, error) {
+			// Net-granted runs get an egress gateway of their own
+			// (decisions in the result) behind the `http` module.
+			return starlark.New(starlark.NewConfig().WithLimits(o.limits()).WithEgress(egress.Config{}))
+		}},
+		{Name: wasm.Name, Level: airlock.LevelInterpreter, New: func(o Options) (airlock.Tier, error) {
+			return wasm.New(WasmConfig(o))
+		}},
+		{Name: process.NameFilter, Level: airlock.LevelSyscallFilter, New: func(o Options) (airlock.Tier, error) {
+			return process.NewFilter(process.NewConfig().WithLimits(o.limits()))
+		}},
+		guarded(expr.Name, exprworker.New),
+		guarded(starlark.Name, starlarkworker.New),
+		{Name: process.NameContainer, Level: airlock.LevelContainer, Pooled: true, New: func(o Options) (airlock.Tier, error) {
+			if err := o.Validate(); err != nil {
+				return nil, err
+			}
+			return process.New(process.NewConfig().WithLimits(o.limits()).WithPool(o.ProcessPool))
+		}},
+		{Name: gvisor.Name, Level: airlock.LevelVirtualisation, Pooled: true, New: func(o Options) (airlock.Tier, error) {
+			if err := o.Validate(); err != nil {
+				return nil, err
+			}
+			cfg := gvisor.NewConfig().WithLimits(o.limits())
+			if o.GVisorPool > 0 {
+				cfg = cfg.WithPool(o.GVisorPool, 1)
+			}
+			return gvisor.New(cfg)
+		}},
+		{Name: microvm.Name, Level: airlock.LevelVirtualisation, Pooled: true, New: func(o Options) (airlock.Tier, error) {
+			if err := o.Validate(); err != nil {
+				return nil, err
+			}
+			cfg := microvm.DefaultConfig().WithLimits(o.limits())
+			if o.MicroVMWarm != "" {
+				cfg = cfg.WithWarm(microvm.Warm(o.MicroVMWarm))
+			}
+			if o.MicroVMPool > 0 {
+				cfg = cfg.WithPool(o.MicroVMPool)
+			}
+			return microvm.New(cfg)
+		}},
+	}
+}
+
+// guarded is a language tier re-executed inside the process sandbox
+// (level 3), for language jobs whose situation asks for more than an
+// interpreter. The worker's entry package (exprworker, starlarkworker)
+// dispatches a worker process's job from its own init, before the rest of
+// the binary initialises; registering the worker here names it for
+// NewGuarded.
+func guarded(name string, worker func() airlock.Tier) Entry {
+	return Entry{Name: "guarded-" + name, Level: airlock.LevelContainer, New: func(o Options) (airlock.Tier, error) {
+		process.RegisterWorker(name, worker)
+		return process.NewGuarded(name, process.NewConfig().WithLimits(o.limits()))
+	}}
+}
+
+// WasmConfig is the WASM tier's configuration for the CLI and the server:
+// the operator's limits and the on-disk compilation cache (see
+// wasm.DefaultCacheDir), so that a second process starts warm, and an
+// egress gateway per run with network rules (decisions in the result).
+func WasmConfig(o Options) wasm.Config {
+	return wasm.NewConfig().WithLimits(o.limits()).WithCacheDir(wasm.DefaultCacheDir()).WithEgress(egress.Config{})
+}
+
+// Build constructs every tier. Settings that do not validate are an
+// error. A tier whose backend is missing reports itself unavailable
+// through airlock.Prober; a tier that cannot even be built here (no
+// permission for its state directory, say) is replaced by a stand-in that
+// says why, so one broken tier never stops the others — an expression
+// still evaluates without root.
+func Build(o Options) ([]airlock.Tier, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return BuildFrom(Entries(), o), nil
+}
+
+// BuildFrom constructs the given entries' tiers, with a stand-in for each
+// that cannot be built (see Build).
+func BuildFrom(entries []Entry, o Options) []airlock.Tier {
+	var out []airlock.Tier
+	for _, e := range entries {
+		t, err := e.New(o)
+		if err != nil {
+			t = &broken{name: e.Name, level: e.Level, err: fmt.Errorf("building tier %s: %w", e.Name, err)}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// broken stands for a tier that could not be built: it admits nothing and
+// reports why it is unavailable.
+type broken struct {
+	name  string
+	level airlock.Level
+	err   error
+}
+
+func (b *broken) Name() string         { return b.name }
+func (b *broken) Level() airlock.Level { return b.level }
+func (b *broken) Available() error     { return b.err }
+func (b *broken) Admit(airlock.Job) error {
+	return &airlock.NotAdmitted{Tier: b.name, Reason: "unavailable: " + b.err.Error()}
+}
+func (b *broken) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	err := b.Admit(airlock.Job{})
+	res := airlock.Result{Tier: b.name, Level: b.level}
+	res.SetError(err)
+	return res, err
+}
+
+// Close releases tiers that hold resources (pools, sandboxes).
+func Close(tiers []airlock.Tier) error {
+	var errs []error
+	for _, t := range tiers {
+		if c, ok := t.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
