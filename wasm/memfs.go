@@ -67,6 +67,7 @@ func (m *memFS) newNode(dir bool, perm fs.FileMode) *memNode {
 }
 
 // split cleans a guest path ("." or "" for the root) into its elements.
+// A trailing slash is dropped here; dirOnly keeps its meaning.
 func split(p string) ([]string, sys.Errno) {
 	p = strings.TrimSuffix(p, "/")
 	if p == "" || p == "." || p == "/" {
@@ -78,6 +79,11 @@ func split(p string) ([]string, sys.Errno) {
 	}
 	return strings.Split(p, "/"), 0
 }
+
+// dirOnly reports whether p ends in a slash, which makes it name a
+// directory: on anything else POSIX (and WASI) answer ENOTDIR. wazero
+// hands the file system cleaned paths and keeps a trailing slash.
+func dirOnly(p string) bool { return strings.HasSuffix(p, "/") }
 
 // lookup walks to p's node; with parent it returns p's directory and base
 // name instead (the node itself may not exist).
@@ -96,6 +102,9 @@ func (m *memFS) lookup(p string) (*memNode, sys.Errno) {
 			return nil, sys.ENOENT
 		}
 		n = c
+	}
+	if !n.dir && dirOnly(p) {
+		return nil, sys.ENOTDIR
 	}
 	return n, 0
 }
@@ -153,6 +162,8 @@ func (m *memFS) OpenFile(p string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 	defer m.mu.Unlock()
 	n, errno := m.lookup(p)
 	switch {
+	case errno == sys.ENOENT && flag&sys.O_CREAT != 0 && dirOnly(p):
+		return nil, sys.EISDIR // only a regular file can be created, and it cannot be named "x/"
 	case errno == sys.ENOENT && flag&sys.O_CREAT != 0:
 		dir, name, errno := m.parent(p)
 		if errno != 0 {
@@ -235,6 +246,9 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 	if !ok {
 		return sys.ENOENT
 	}
+	if !n.dir && (dirOnly(from) || dirOnly(to)) {
+		return sys.ENOTDIR
+	}
 	tdir, tname, errno := m.parent(to)
 	if errno != 0 {
 		return errno
@@ -285,6 +299,8 @@ func (m *memFS) remove(p string, dir bool) sys.Errno {
 	switch {
 	case !ok:
 		return sys.ENOENT
+	case !n.dir && dirOnly(p):
+		return sys.ENOTDIR
 	case dir && !n.dir:
 		return sys.ENOTDIR
 	case !dir && n.dir:
