@@ -73,7 +73,12 @@ func split(p string) ([]string, sys.Errno) {
 	if p == "" || p == "." || p == "/" {
 		return nil, 0
 	}
+	// A descriptor opened as "." has the empty name, and wazero joins a
+	// path from it as "/" + path: "/." is the root again.
 	p = path.Clean(strings.TrimPrefix(p, "/"))
+	if p == "." {
+		return nil, 0
+	}
 	if !fs.ValidPath(p) {
 		return nil, sys.EPERM
 	}

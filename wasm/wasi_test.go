@@ -143,3 +143,25 @@ func TestWASITrailingSlash(t *testing.T) {
 		}
 	}
 }
+
+// TestWASIDotFromDot: a directory opened as "." is the preopen itself, and
+// "." from it is that directory again (wazero joins the two names).
+func TestWASIDotFromDot(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	files := map[string]string{"file": "x", "dir/inner": "y"}
+	for _, c := range []probeCase{
+		{"open_in_dot", []string{"2"}, []string{"."}, wasiESUCCESS}, // O_DIRECTORY
+		{"open_in_dot", []string{"0"}, []string{"."}, wasiESUCCESS},
+		{"open_in_dot", []string{"2"}, []string{"./"}, wasiESUCCESS},
+		{"open_in_dot", []string{"0"}, []string{"file"}, wasiESUCCESS},
+		{"open_in_dot", []string{"0"}, []string{"dir/inner"}, wasiESUCCESS},
+		{"open_in_dot", []string{"0"}, []string{"missing"}, wasiENOENT},
+	} {
+		if got := probeTier(t, tier, files, c); got != c.want {
+			t.Errorf("tier %v = %d, want %d", c, got, c.want)
+		}
+		if got := probeRaw(t, files, c); got != c.want {
+			t.Errorf("raw wazero on a host directory %v = %d, want %d", c, got, c.want)
+		}
+	}
+}
