@@ -318,8 +318,50 @@ func (m *memFS) remove(p string, dir bool) sys.Errno {
 	return 0
 }
 
-// Link, Symlink and Readlink stay unimplemented (ENOSYS): the scratch has
-// no links, so none can point out of it.
+// The scratch has no links, so none can point out of it. Link and Symlink
+// check their arguments as a host file system would (a missing source, an
+// existing target, a missing or non-directory parent), so a guest sees the
+// same error for a bad call, and refuse a valid one with EPERM, POSIX's
+// answer for a file system that does not support links.
+
+func (m *memFS) Link(oldPath, newPath string) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, errno := m.lookup(oldPath); errno != 0 {
+		return errno
+	}
+	return m.linkTarget(newPath)
+}
+
+func (m *memFS) Symlink(_, linkPath string) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.linkTarget(linkPath)
+}
+
+// linkTarget checks the path a link would be created at.
+func (m *memFS) linkTarget(p string) sys.Errno {
+	if _, errno := m.lookup(strings.TrimSuffix(p, "/")); errno == 0 {
+		return sys.EEXIST
+	}
+	if _, _, errno := m.parent(p); errno != 0 {
+		return errno
+	}
+	if dirOnly(p) {
+		return sys.ENOENT // a link is not a directory, so "link/" cannot name one
+	}
+	return sys.EPERM
+}
+
+// Readlink answers EINVAL for whatever exists: nothing is a link.
+func (m *memFS) Readlink(p string) (string, sys.Errno) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, errno := m.lookup(p); errno != 0 {
+		return "", errno
+	}
+	return "", sys.EINVAL
+}
 
 func (m *memFS) Utimens(p string, atim, mtim int64) sys.Errno {
 	m.mu.Lock()

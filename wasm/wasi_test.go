@@ -165,3 +165,52 @@ func TestWASIDotFromDot(t *testing.T) {
 		}
 	}
 }
+
+// TestWASILinks: the scratch has no links, and says so as POSIX does for a
+// file system without them (EPERM), but only once the arguments are
+// valid: a bad descriptor, a missing source, an existing target, a missing
+// directory or a non-directory with a trailing slash answer as on a host
+// file system, and readlink of anything answers EINVAL (not a link) or
+// ENOENT.
+func TestWASILinks(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	files := map[string]string{"file": "x", "dir/inner": "y"}
+	for _, c := range []struct {
+		probeCase
+		host bool // the host's answer is the same (links exist there)
+	}{
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "link"}, wasiEPERM}, false},
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "dir/link"}, wasiEPERM}, false},
+		{probeCase{"link", []string{"3", "3"}, []string{"dir", "link"}, wasiEPERM}, true},
+		{probeCase{"link", []string{"9", "3"}, []string{"file", "link"}, wasiEBADF}, true},
+		{probeCase{"link", []string{"3", "9"}, []string{"file", "link"}, wasiEBADF}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"missing", "link"}, wasiENOENT}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"file/", "link"}, wasiENOTDIR}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "file"}, wasiEEXIST}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "dir"}, wasiEEXIST}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "."}, wasiEEXIST}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "link/"}, wasiENOENT}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "missing/link"}, wasiENOENT}, true},
+		{probeCase{"link", []string{"3", "3"}, []string{"file", "file/link"}, wasiENOTDIR}, true},
+		{probeCase{"symlink", []string{"3"}, []string{"target", "link"}, wasiEPERM}, false},
+		{probeCase{"symlink", []string{"3"}, []string{"/etc/passwd", "dir/link"}, wasiEPERM}, false},
+		{probeCase{"symlink", []string{"9"}, []string{"target", "link"}, wasiEBADF}, true},
+		{probeCase{"symlink", []string{"3"}, []string{"target", "file"}, wasiEEXIST}, true},
+		{probeCase{"symlink", []string{"3"}, []string{"target", "dir"}, wasiEEXIST}, true},
+		{probeCase{"symlink", []string{"3"}, []string{"target", "missing/link"}, wasiENOENT}, true},
+		{probeCase{"symlink", []string{"3"}, []string{"target", "file/link"}, wasiENOTDIR}, true},
+		{probeCase{"readlink", nil, []string{"file"}, wasiEINVAL}, true},
+		{probeCase{"readlink", nil, []string{"dir"}, wasiEINVAL}, true},
+		{probeCase{"readlink", nil, []string{"missing"}, wasiENOENT}, true},
+	} {
+		if got := probeTier(t, tier, files, c.probeCase); got != c.want {
+			t.Errorf("tier %v = %d, want %d", c.probeCase, got, c.want)
+		}
+		if !c.host {
+			continue
+		}
+		if got := probeRaw(t, files, c.probeCase); got != c.want {
+			t.Errorf("raw wazero on a host directory %v = %d, want %d", c.probeCase, got, c.want)
+		}
+	}
+}
