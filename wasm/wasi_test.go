@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -212,5 +213,35 @@ func TestWASILinks(t *testing.T) {
 		if got := probeRaw(t, files, c.probeCase); got != c.want {
 			t.Errorf("raw wazero on a host directory %v = %d, want %d", c.probeCase, got, c.want)
 		}
+	}
+}
+
+// TestJobEnv: a job's env is the guest's environment, beside its secrets,
+// and leaves the job hermetic.
+func TestJobEnv(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	job := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Argv: []string{"env", "MODE"},
+		Env: map[string]string{"MODE": "plain", "EMPTY": ""}}
+	if !job.Grants.Hermetic() {
+		t.Fatal("a job with only env is not hermetic")
+	}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "EMPTY=\nMODE=plain\ncanary: plain\n"; res.Stdout != want {
+		t.Errorf("stdout %q, want %q", res.Stdout, want)
+	}
+	job.Grants.Secrets = map[string]string{"TOKEN": "s"}
+	if res, err = tier.Run(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	if want := "EMPTY=\nMODE=plain\nTOKEN=s\ncanary: plain\n"; res.Stdout != want {
+		t.Errorf("with a secret: stdout %q, want %q", res.Stdout, want)
+	}
+	job.Grants.Secrets = map[string]string{"MODE": "s"}
+	var inv *airlock.InvalidJob
+	if _, err := tier.Run(context.Background(), job); !errors.As(err, &inv) {
+		t.Errorf("a name in env and in grants.secrets: want InvalidJob, got %v", err)
 	}
 }
