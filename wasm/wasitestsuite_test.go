@@ -117,7 +117,7 @@ func loadWASISuite(t *testing.T, root string) []wasiTest {
 // TestWASITestsuite runs every test of the WASI test suite on raw wazero,
 // configured as the suite's runner configures a runtime (wazero's WASI,
 // host directories preopened), and through the tier (the fixtures as job
-// files in the scratch, the environment as grants.secrets), and compares
+// files in the scratch, the environment as the job's env), and compares
 // the verdicts.
 func TestWASITestsuite(t *testing.T) {
 	root := os.Getenv(wasiSuiteEnv)
@@ -246,7 +246,7 @@ func runWASITier(ctx context.Context, t *testing.T, tier *Tier, wt wasiTest, mod
 		Argv:   wt.spec.Args,
 		Stdin:  wt.spec.Stdin,
 		Files:  files,
-		Grants: airlock.Grants{Secrets: wt.spec.Env},
+		Env:    wt.spec.Env,
 	}
 	res, err := tier.Run(ctx, job)
 	return wasiRun{exit: res.ExitCode, stdout: res.Stdout, stderr: res.Stderr, err: err}
