@@ -22,6 +22,8 @@ func TestDecodeJobStrict(t *testing.T) {
 		`{"kind":"expr","code":"1","clock":"yesterday"}`:          "clock",
 		`{"kind":"wasm","module":"!!!"}`:                          "module",
 		`{"kind":"expr","code":"1","grants":{"fs":{"write":[]}}}`: "write",
+		`{"kind":"wasm","module":"AA==","env":{"A":1}}`:           "env",
+		`{"kind":"wasm","module":"AA==","env":["A=1"]}`:           "env",
 		`{"kind":"expr"`: "",
 		`[]`:             "(top level)",
 		`{} {}`:          "",
@@ -77,12 +79,37 @@ func TestPrepare(t *testing.T) {
 		{Kind: "expr", Code: "1", Grants: airlock.Grants{Secrets: map[string]string{"1X": "v"}}},
 		{Kind: "expr", Code: "1", Lifecycle: "session"},
 		{Kind: "expr", Code: "1", Input: map[string]any{"f": func() {}}},
+		{Kind: "expr", Code: "1", Env: map[string]string{"A": "1"}},
+		{Kind: "starlark", Code: "1", Env: map[string]string{"A": "1"}},
+		{Kind: "wasm", Module: []byte{0}, Env: map[string]string{"A=B": "1"}},
+		{Kind: "wasm", Module: []byte{0}, Env: map[string]string{"": "1"}},
+		{Kind: "wasm", Module: []byte{0}, Env: map[string]string{"A": "a\x00b"}},
+		{Kind: "wasm", Module: []byte{0}, Env: map[string]string{"TOKEN": "1"}, Grants: airlock.Grants{Secrets: map[string]string{"TOKEN": "2"}}},
 	}
 	for _, j := range bad {
 		_, err := airlock.Prepare(j, airlock.DefaultLimitPolicy)
 		var inv *airlock.InvalidJob
 		assert.True(t, errors.As(err, &inv), "%+v: %v", j, err)
 	}
+}
+
+// TestJobEnv: env is plain job data: it decodes strictly, survives a
+// round trip through the wire format, and grants nothing.
+func TestJobEnv(t *testing.T) {
+	job, err := airlock.DecodeJobBytes([]byte(`{"kind":"wasm","module":"AA==","env":{"LANG":"C.UTF-8","EMPTY":""}}`))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"LANG": "C.UTF-8", "EMPTY": ""}, job.Env)
+	assert.True(t, job.Grants.Hermetic())
+	data, err := json.Marshal(job)
+	require.NoError(t, err)
+	back, err := airlock.DecodeJobBytes(data)
+	require.NoError(t, err)
+	assert.Equal(t, job, back)
+	_, err = airlock.Prepare(job, airlock.DefaultLimitPolicy)
+	require.NoError(t, err)
+	job.Kind, job.Module, job.Argv = airlock.KindCommand, nil, []string{"env"}
+	_, err = airlock.Prepare(job, airlock.DefaultLimitPolicy)
+	require.NoError(t, err, "command jobs may carry env; a tier that cannot pass it refuses to admit them")
 }
 
 func TestResultErrorsRoundTrip(t *testing.T) {

@@ -44,14 +44,18 @@ const TierAuto = "auto"
 // Job is what to run and what it may touch. The zero value of every grant
 // withholds it. Job is plain data: its JSON form is the v1 wire format.
 type Job struct {
-	Kind      Kind              `json:"kind"`
-	Code      string            `json:"code,omitempty"`
-	Module    []byte            `json:"module,omitempty"` // base64 in JSON
-	Entry     string            `json:"entry,omitempty"`
-	Argv      []string          `json:"argv,omitempty"`
-	Stdin     string            `json:"stdin,omitempty"`
-	Input     map[string]any    `json:"input,omitempty"`
-	Files     map[string]string `json:"files,omitempty"`
+	Kind   Kind              `json:"kind"`
+	Code   string            `json:"code,omitempty"`
+	Module []byte            `json:"module,omitempty"` // base64 in JSON
+	Entry  string            `json:"entry,omitempty"`
+	Argv   []string          `json:"argv,omitempty"`
+	Stdin  string            `json:"stdin,omitempty"`
+	Input  map[string]any    `json:"input,omitempty"`
+	Files  map[string]string `json:"files,omitempty"`
+	// Env is the program's environment, name to value, for wasm jobs. It is
+	// part of the job like argv (recorded, replayed, approved) and grants
+	// nothing: credentials belong in Grants.Secrets.
+	Env       map[string]string `json:"env,omitempty"`
 	Grants    Grants            `json:"grants,omitzero"`
 	Limits    Limits            `json:"limits,omitzero"`
 	Clock     time.Time         `json:"clock,omitzero"`
@@ -117,6 +121,11 @@ func (l Limits) Wall() time.Duration { return time.Duration(l.WallMS) * time.Mil
 
 // CPU returns the CPU-time limit as a duration.
 func (l Limits) CPU() time.Duration { return time.Duration(l.CPUMS) * time.Millisecond }
+
+// ReasonEnvUnsupported is the reason a tier that cannot pass [Job.Env] to
+// its programs gives for not admitting a job that sets it: an environment
+// silently dropped would change what the program does.
+const ReasonEnvUnsupported = "env is not passed to programs on this tier yet (only wasm jobs have one): refused rather than dropped"
 
 // Hermetic reports whether the job is granted nothing: no filesystem, no
 // network, no process spawn and no credentials.

@@ -207,6 +207,11 @@ func Validate(job *Job) error {
 	if err := validateGrants(&job.Grants); err != nil {
 		return err
 	}
+	if len(job.Env) > 0 {
+		if err := validateEnv(job); err != nil {
+			return err
+		}
+	}
 	if len(job.Input) > 0 {
 		if err := CheckValue(job.Input, 0); err != nil {
 			return Invalid("input", "%s", err.Error())
@@ -306,6 +311,27 @@ func CheckPathPattern(p string) error {
 	}
 	if strings.Contains(body, "//") {
 		return pathError("no empty segments ('//')")
+	}
+	return nil
+}
+
+// validateEnv checks a job's plain environment: valid names and values,
+// none also a secret (which would be shadowed one way or the other), and a
+// kind that has an environment.
+func validateEnv(job *Job) error {
+	if job.Kind == KindExpr || job.Kind == KindStarlark {
+		return Invalid("env", "a %s job has no environment", job.Kind)
+	}
+	for name, v := range job.Env {
+		switch {
+		case !validEnvName(name):
+			return Invalid("env", "%q is not a valid variable name", name)
+		case strings.IndexByte(v, 0) >= 0:
+			return Invalid("env["+name+"]", "contains a NUL byte")
+		}
+		if _, ok := job.Grants.Secrets[name]; ok {
+			return Invalid("env["+name+"]", "is also in grants.secrets")
+		}
 	}
 	return nil
 }

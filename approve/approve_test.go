@@ -55,6 +55,8 @@ func TestDigestCoversEveryField(t *testing.T) {
 		"spawn":         func(j *airlock.Job) { j.Grants.Spawn = true },
 		"fs read":       func(j *airlock.Job) { j.Grants.FS.Read = []string{"/etc"} },
 		"secret value":  func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"TOKEN": "b"} },
+		"env":           func(j *airlock.Job) { j.Env = map[string]string{"MODE": "a"} },
+		"env or secret": func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"MODE": "a"} },
 		"limits":        func(j *airlock.Job) { j.Limits.WallMS = 2000 },
 		"situation":     func(j *airlock.Job) { j.Situation = airlock.SituationInternal },
 	}
@@ -64,6 +66,16 @@ func TestDigestCoversEveryField(t *testing.T) {
 		if approve.Of(&j, "process", "acme") == d0 {
 			t.Errorf("changing the %s does not change the digest", name)
 		}
+	}
+	// The environment's value counts, and so does where a variable is.
+	a, b := netJob(), netJob()
+	a.Env, b.Env = map[string]string{"MODE": "a"}, map[string]string{"MODE": "b"}
+	if approve.Of(&a, "process", "acme") == approve.Of(&b, "process", "acme") {
+		t.Error("changing an env value does not change the digest")
+	}
+	b.Env, b.Grants.Secrets = nil, map[string]string{"MODE": "a"}
+	if approve.Of(&a, "process", "acme") == approve.Of(&b, "process", "acme") {
+		t.Error("moving a variable from env to grants.secrets does not change the digest")
 	}
 	if approve.Of(&base, "gvisor", "acme") == d0 {
 		t.Error("the tier is not in the digest")

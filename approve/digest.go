@@ -1,7 +1,7 @@
 // Package approve binds human or policy-engine approvals to the exact job
 // that was approved. A job's digest is SHA-256 over a canonical encoding of
 // everything that decides what it does: kind, code, module, entry, argv,
-// stdin, input, every file's name and content, grants (with what each
+// stdin, input, every file's name and content, the environment, grants (with what each
 // granted host path is: its type, device and inode and, for a file of up
 // to a MiB, its content), resolved limits,
 // situation, lifecycle, session, the tier it runs on and the tenant that
@@ -128,6 +128,16 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	for _, n := range names {
 		c.str("name", n)
 		c.str("content", files[n])
+	}
+	if len(job.Env) > 0 {
+		// Present only when set, so the digests of jobs without an
+		// environment are unchanged (the tag is distinct and values are
+		// length-prefixed, so the encoding stays unambiguous).
+		c.int("env", int64(len(job.Env)))
+		for _, n := range airlock.SortedKeys(job.Env) {
+			c.str("name", n)
+			c.str("value", job.Env[n])
+		}
 	}
 	g := &job.Grants
 	c.strs("fs.read", g.FS.Read)

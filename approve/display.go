@@ -31,6 +31,7 @@ type Display struct {
 	Argv      []string       `json:"argv,omitempty"`
 	Stdin     *Content       `json:"stdin,omitempty"`
 	Files     []File         `json:"files,omitempty"` // sorted by name
+	Env       []string       `json:"env,omitempty"`   // NAME=value, sorted by name
 	Input     map[string]any `json:"input,omitempty"` // keys and strings escaped, at every depth
 	Grants    DisplayGrants  `json:"grants"`
 	Limits    airlock.Limits `json:"limits"`
@@ -320,6 +321,10 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		shown, _ := escape(n, modeLine, "")
 		label := "files[" + shown + "]"
 		out.Files = append(out.Files, File{Name: d.line(label+" (name)", n), Content: *d.content(label, job.Files[n])})
+	}
+	for _, n := range airlock.SortedKeys(job.Env) {
+		shown, _ := escape(n, modeLine, "") // the label too: a name is checked only when the job is prepared
+		out.Env = append(out.Env, d.line("env["+shown+"]", n+"="+job.Env[n]))
 	}
 	if len(job.Input) > 0 {
 		out.Input = d.object("input", job.Input)

@@ -152,6 +152,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 		Stdin:     "stdin" + rlo,
 		Input:     map[string]any{"k" + rlo: []any{"v" + rlo, int64(1), map[string]any{"deep": "x" + rlo}}, "n": json.Number("2")},
 		Files:     map[string]string{"run" + rlo + ".sh": "echo" + rlo, "bin": binary},
+		Env:       map[string]string{"MODE": "x" + rlo, "LANG": "C"},
 		Situation: airlock.Situation("public" + rlo),
 		Lifecycle: airlock.Lifecycle("session" + rlo),
 		Session:   "s" + rlo,
@@ -167,7 +168,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 	d := DisplayOf(&job, "tier"+rlo, "tenant"+rlo)
 	wantFields := []string{
 		"tenant", "tier", "kind", "situation", "lifecycle", "session", "code", "entry", "argv[1]", "stdin",
-		`files[run\u202e.sh] (name)`, `files[run\u202e.sh]`,
+		`files[run\u202e.sh] (name)`, `files[run\u202e.sh]`, "env[MODE]",
 		`input.k\u202e (key)`, `input.k\u202e[0]`, `input.k\u202e[2].deep`,
 		"grants.fs.read[0]", "grants.net[0].host", "grants.net[0].scheme", "grants.net[0].methods[0]", "grants.net[0].paths[0]",
 		"grants.secrets",
@@ -204,6 +205,9 @@ func TestDisplayCoversEveryField(t *testing.T) {
 	if d.Stdin == nil || d.Stdin.Text != `stdin\u202e` {
 		t.Errorf("stdin shown as %+v", d.Stdin)
 	}
+	if !slices.Equal(d.Env, []string{"LANG=C", `MODE=x\u202e`}) {
+		t.Errorf("env shown as %q", d.Env)
+	}
 	if d.Input["n"] != json.Number("2") {
 		t.Errorf("input number shown as %#v", d.Input["n"])
 	}
@@ -213,7 +217,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 
 	// A field added to Job must be shown (or be known not to be read by a
 	// person): add it to DisplayOf, then here.
-	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true,
+	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true, "Env": true,
 		"Grants": true, "Limits": true, "Situation": true, "Lifecycle": true, "Session": true,
 		"Tier": true, "Clock": true, "Seed": true} // Tier: the routed tier is shown; clock and seed are chosen per run
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[airlock.Job]()) {

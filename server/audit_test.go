@@ -2,12 +2,18 @@ package server_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -84,3 +90,65 @@ func TestAuditRedactsSecretsAndRefusesReplay(t *testing.T) {
 		t.Error("an unknown field in a record is accepted")
 	}
 }
+
+// TestAuditReplaysEnv: a job's env is plain data: the audit trail keeps
+// it, and the replay runs with it (the module prints its environment, so
+// a replay without it would not match).
+func TestAuditReplaysEnv(t *testing.T) {
+	w2w, err := tools.Find("wat2wasm")
+	if err != nil {
+		testenv.Skipf(t, "the test's module needs wat2wasm (scripts/setup-wabt.sh): %v", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "env.wat")
+	if err := os.WriteFile(src, []byte(envWAT), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(w2w, src, "-o", filepath.Join(dir, "env.wasm")).CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm: %v\n%s", err, out)
+	}
+	mod, err := os.ReadFile(filepath.Join(dir, "env.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	job := `{"kind":"wasm","module":"` + base64.StdEncoding.EncodeToString(mod) + `","env":{"MODE":"plain-env-value"}}`
+	r := f.do("POST", "/v1/run", keyA, job)
+	if r.status != 200 || !strings.Contains(string(r.body), "MODE=plain-env-value") {
+		t.Fatalf("run: %d %s", r.status, r.body)
+	}
+	lines := f.audit.lines()
+	if len(lines) != 1 || !strings.Contains(lines[0], `"env":{"MODE":"plain-env-value"}`) {
+		t.Fatalf("audit trail: %q", lines)
+	}
+	rec, err := server.ParseRecord([]byte(lines[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, err := tierset.Build(tierset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tierset.Close(tiers)
+	if res, match, err := server.Replay(context.Background(), rec, tiers); err != nil || !match {
+		t.Fatalf("replay: match=%v err=%v result=%+v", match, err, res)
+	}
+	rec.Job.Env["MODE"] = "other"
+	if _, match, _ := server.Replay(context.Background(), rec, tiers); match {
+		t.Error("a replay with another env matches")
+	}
+}
+
+// envWAT writes its environment (NUL-separated NAME=value strings) to
+// stdout.
+const envWAT = `(module
+  (import "wasi_snapshot_preview1" "environ_sizes_get" (func $sizes (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "environ_get" (func $get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (drop (call $sizes (i32.const 0) (i32.const 4)))
+    (drop (call $get (i32.const 64) (i32.const 1024)))
+    (i32.store (i32.const 16) (i32.const 1024))
+    (i32.store (i32.const 20) (i32.load (i32.const 4)))
+    (drop (call $write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 24)))))`

@@ -154,6 +154,11 @@ func appendJob(b []byte, j *airlock.Job) ([]byte, error) {
 			return b, err
 		}
 	}
+	if len(j.Env) > 0 {
+		if b, err = jsonappend.Any(field(b, "env"), j.Env, false); err != nil {
+			return b, err
+		}
+	}
 	if !grantsZero(&j.Grants) {
 		if b, err = jsonappend.Any(field(b, "grants"), j.Grants, false); err != nil {
 			return b, err

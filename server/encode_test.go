@@ -37,6 +37,7 @@ func records() []Record {
 		"list": []any{true, nil, "s", map[string]any{"k": int64(-3)}}, "empty": map[string]any{}, "none": []any{}}}
 	full := airlock.Job{Kind: airlock.KindCommand, Code: "c", Module: []byte{0, 1, 2, 250}, Entry: "main", Argv: []string{"echo", "hi\n"},
 		Stdin: "in", Input: map[string]any{"x": int64(1)}, Files: map[string]string{"b.txt": "B", "a.txt": "<A>"},
+		Env: map[string]string{"LANG": "C.UTF-8", "A": "<&>"},
 		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/etc"}, ScratchMB: 8}, Net: []airlock.NetRule{{Host: "example.com", Methods: []string{"GET"}, Ports: []int{443}}},
 			Spawn: true, Secrets: map[string]string{"TOKEN": redacted}},
 		Limits: airlock.Limits{WallMS: 1, CPUMS: 2, MemoryMB: 3, OutputBytes: 4, Pids: 5, Files: 6, Steps: 7},

@@ -67,17 +67,28 @@ func (m *memFS) newNode(dir bool, perm fs.FileMode) *memNode {
 }
 
 // split cleans a guest path ("." or "" for the root) into its elements.
+// A trailing slash is dropped here; dirOnly keeps its meaning.
 func split(p string) ([]string, sys.Errno) {
 	p = strings.TrimSuffix(p, "/")
 	if p == "" || p == "." || p == "/" {
 		return nil, 0
 	}
+	// A descriptor opened as "." has the empty name, and wazero joins a
+	// path from it as "/" + path: "/." is the root again.
 	p = path.Clean(strings.TrimPrefix(p, "/"))
+	if p == "." {
+		return nil, 0
+	}
 	if !fs.ValidPath(p) {
 		return nil, sys.EPERM
 	}
 	return strings.Split(p, "/"), 0
 }
+
+// dirOnly reports whether p ends in a slash, which makes it name a
+// directory: on anything else POSIX (and WASI) answer ENOTDIR. wazero
+// hands the file system cleaned paths and keeps a trailing slash.
+func dirOnly(p string) bool { return strings.HasSuffix(p, "/") }
 
 // lookup walks to p's node; with parent it returns p's directory and base
 // name instead (the node itself may not exist).
@@ -96,6 +107,9 @@ func (m *memFS) lookup(p string) (*memNode, sys.Errno) {
 			return nil, sys.ENOENT
 		}
 		n = c
+	}
+	if !n.dir && dirOnly(p) {
+		return nil, sys.ENOTDIR
 	}
 	return n, 0
 }
@@ -153,6 +167,8 @@ func (m *memFS) OpenFile(p string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 	defer m.mu.Unlock()
 	n, errno := m.lookup(p)
 	switch {
+	case errno == sys.ENOENT && flag&sys.O_CREAT != 0 && dirOnly(p):
+		return nil, sys.EISDIR // only a regular file can be created, and it cannot be named "x/"
 	case errno == sys.ENOENT && flag&sys.O_CREAT != 0:
 		dir, name, errno := m.parent(p)
 		if errno != 0 {
@@ -235,6 +251,9 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 	if !ok {
 		return sys.ENOENT
 	}
+	if !n.dir && (dirOnly(from) || dirOnly(to)) {
+		return sys.ENOTDIR
+	}
 	tdir, tname, errno := m.parent(to)
 	if errno != 0 {
 		return errno
@@ -285,6 +304,8 @@ func (m *memFS) remove(p string, dir bool) sys.Errno {
 	switch {
 	case !ok:
 		return sys.ENOENT
+	case !n.dir && dirOnly(p):
+		return sys.ENOTDIR
 	case dir && !n.dir:
 		return sys.ENOTDIR
 	case !dir && n.dir:
@@ -297,8 +318,50 @@ func (m *memFS) remove(p string, dir bool) sys.Errno {
 	return 0
 }
 
-// Link, Symlink and Readlink stay unimplemented (ENOSYS): the scratch has
-// no links, so none can point out of it.
+// The scratch has no links, so none can point out of it. Link and Symlink
+// check their arguments as a host file system would (a missing source, an
+// existing target, a missing or non-directory parent), so a guest sees the
+// same error for a bad call, and refuse a valid one with EPERM, POSIX's
+// answer for a file system that does not support links.
+
+func (m *memFS) Link(oldPath, newPath string) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, errno := m.lookup(oldPath); errno != 0 {
+		return errno
+	}
+	return m.linkTarget(newPath)
+}
+
+func (m *memFS) Symlink(_, linkPath string) sys.Errno {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.linkTarget(linkPath)
+}
+
+// linkTarget checks the path a link would be created at.
+func (m *memFS) linkTarget(p string) sys.Errno {
+	if _, errno := m.lookup(strings.TrimSuffix(p, "/")); errno == 0 {
+		return sys.EEXIST
+	}
+	if _, _, errno := m.parent(p); errno != 0 {
+		return errno
+	}
+	if dirOnly(p) {
+		return sys.ENOENT // a link is not a directory, so "link/" cannot name one
+	}
+	return sys.EPERM
+}
+
+// Readlink answers EINVAL for whatever exists: nothing is a link.
+func (m *memFS) Readlink(p string) (string, sys.Errno) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, errno := m.lookup(p); errno != 0 {
+		return "", errno
+	}
+	return "", sys.EINVAL
+}
 
 func (m *memFS) Utimens(p string, atim, mtim int64) sys.Errno {
 	m.mu.Lock()

@@ -16,6 +16,7 @@ package wasm
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"time"
@@ -122,7 +123,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 func (t *Tier) spec(job *airlock.Job, c *compiled) (*spec, error) {
 	s := &spec{
 		args:     append([]string{"module.wasm"}, job.Argv...),
-		env:      job.Grants.Secrets,
+		env:      environment(job),
 		stdin:    job.Stdin,
 		entry:    job.Entry,
 		memLimit: uint64(job.Limits.MemoryMB) << 20,
@@ -159,6 +160,18 @@ func (t *Tier) spec(job *airlock.Job, c *compiled) (*spec, error) {
 		s.entry = ""
 	}
 	return s, nil
+}
+
+// environment is the guest's environment: the job's env and its secrets
+// (Validate refuses a name in both).
+func environment(job *airlock.Job) map[string]string {
+	if len(job.Env) == 0 {
+		return job.Grants.Secrets
+	}
+	env := make(map[string]string, len(job.Env)+len(job.Grants.Secrets))
+	maps.Copy(env, job.Env)
+	maps.Copy(env, job.Grants.Secrets)
+	return env
 }
 
 // entryParams reads an exported function's arguments from input.args (a

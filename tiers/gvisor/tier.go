@@ -158,6 +158,9 @@ func (t *Tier) Admit(job airlock.Job) error {
 	if job.Kind != airlock.KindCommand {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs command jobs only, not " + string(job.Kind)}
 	}
+	if len(job.Env) > 0 {
+		return &airlock.NotAdmitted{Tier: Name, Reason: airlock.ReasonEnvUnsupported}
+	}
 	return nil
 }
 

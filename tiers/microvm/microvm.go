@@ -321,6 +321,8 @@ func (t *Tier) Admit(job airlock.Job) error {
 		reason = errRead
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
 		reason = errLifecycle
+	case len(job.Env) > 0:
+		reason = airlock.ReasonEnvUnsupported
 	default:
 		return nil
 	}

@@ -115,6 +115,23 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 	assertClean(t, tier, cfg)
 }
 
+// TestEnvRefused: neither process tier passes a job's plain environment
+// yet, so both refuse it rather than run without it.
+func TestEnvRefused(t *testing.T) {
+	for _, mk := range []func(Config) (*Tier, error){New, NewFilter} {
+		tier, err := mk(testConfig(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := cmdJob("true")
+		job.Env = map[string]string{"MODE": "x"}
+		var na *airlock.NotAdmitted
+		if err := tier.Admit(job); !asErr(err, &na) || !strings.Contains(na.Reason, "env is not passed") {
+			t.Fatalf("%s: want NotAdmitted naming env, got %v", tier.Name(), err)
+		}
+	}
+}
+
 // TestEgressFilterRefuses: the level-2 tier shares the host's network
 // namespace, so it refuses net grants with the reason.
 func TestEgressFilterRefuses(t *testing.T) {

@@ -189,6 +189,9 @@ func (t *Tier) Admit(job airlock.Job) error {
 	if len(job.Grants.Net) > 0 && t.level != airlock.LevelContainer {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
 	}
+	if len(job.Env) > 0 {
+		return &airlock.NotAdmitted{Tier: t.name, Reason: airlock.ReasonEnvUnsupported}
+	}
 	return nil
 }
 
