@@ -258,7 +258,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 	waitPool := func() {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
-		for tier.pool.len() < 2 {
+		for tier.PoolStats().Ready < 2 {
 			if time.Now().After(deadline) {
 				t.Fatal("pool did not fill")
 			}
@@ -268,7 +268,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 	ctx := context.Background()
 	for i, who := range []string{"alpha", "beta"} {
 		waitPool()
-		before := tier.pool.claims.Load()
+		before := tier.PoolStats().Hits
 		job := cmdJob("sh", "-c", "echo $WHO; ulimit -n; ls; echo used > marker")
 		job.Grants.Secrets = map[string]string{"WHO": who}
 		job.Limits.Files = int64(100 * (i + 1))
@@ -279,7 +279,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 		if want := fmt.Sprintf("%s\n%d\n", who, 100*(i+1)); res.Stdout != want {
 			t.Fatalf("pooled run printed %q, want %q (no marker from an earlier job)", res.Stdout, want)
 		}
-		if tier.pool.claims.Load() != before+1 {
+		if tier.PoolStats().Hits != before+1 {
 			t.Fatal("the job did not run in a pooled sandbox")
 		}
 	}
@@ -360,9 +360,7 @@ func TestPoolClaimRefusedLimits(t *testing.T) {
 	if err != nil {
 		testenv.Skipf(t, "python3 (scripts/setup-python.sh installs it) is missing: %v", err)
 	}
-	tier.pool.mu.Lock()
-	pooled := tier.pool.ready[0]
-	tier.pool.mu.Unlock()
+	pooled := pooledSandbox(t, tier)
 	hog := exec.Command(python, "-c", "import sys; sys.stdin.readline(); b = b'x' * (16 << 20); print('ready', flush=True); sys.stdin.readline()")
 	in, _ := hog.StdinPipe()
 	out, _ := hog.StdoutPipe()
@@ -382,8 +380,8 @@ func TestPoolClaimRefusedLimits(t *testing.T) {
 	job := cmdJob("true")
 	job.Limits.MemoryMB = 4 // below what the pooled sandbox's group holds
 	res, err := tier.Run(ctx, job)
-	if tier.pool.claims.Load() != 1 {
-		t.Fatalf("the job did not claim the pooled sandbox (claims %d)", tier.pool.claims.Load())
+	if tier.PoolStats().Hits != 1 {
+		t.Fatalf("the job did not claim the pooled sandbox (claims %d)", tier.PoolStats().Hits)
 	}
 	if !slices.ContainsFunc(res.Decision, func(d string) bool { return strings.Contains(d, "started cold") }) {
 		t.Fatalf("no cold start after the refused claim: err %v, decision %q", err, res.Decision)

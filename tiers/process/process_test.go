@@ -510,7 +510,7 @@ func TestContainerRootMount(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v\n%s", err, res.Stderr)
 			}
-			if pooled && tier.pool.claims.Load() != 1 {
+			if pooled && tier.PoolStats().Hits != 1 {
 				t.Fatal("the job did not run in a pooled sandbox")
 			}
 			opts := strings.Split(strings.TrimSpace(res.Stdout), ",")

@@ -177,9 +177,7 @@ func TestGuardedSpawner(t *testing.T) {
 	g.mu.Lock()
 	p := g.pool
 	g.mu.Unlock()
-	p.mu.Lock()
-	w := p.ready[0]
-	p.mu.Unlock()
+	w := p.Ready(poolKey{})[0]
 	if sp == nil || w.pidfd == nil || parentOf(t, w.pid) != sp.proc.Pid {
 		t.Fatalf("the worker %d was not started by a spawner (%v)", w.pid, sp)
 	}
@@ -291,15 +289,13 @@ func init() {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	for deadline := time.Now().Add(time.Minute); tier.pool.len() < 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); tier.PoolStats().Ready < 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			fmt.Println("ERROR pool did not fill")
 			os.Exit(1)
 		}
 	}
-	tier.pool.mu.Lock()
-	sb := tier.pool.ready[0]
-	tier.pool.mu.Unlock()
+	sb := tier.pool.Ready(poolKey{})[0]
 	fmt.Printf("PIDS %d %d\n", tier.spawn.current().proc.Pid, sb.pid)
 	time.Sleep(time.Minute)
 	os.Exit(1)

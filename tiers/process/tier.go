@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
@@ -99,7 +100,7 @@ type Tier struct {
 	level airlock.Level
 	cfg   Config
 	uids  *uidAllocator
-	pool  *pool[*sandbox]
+	pool  *warmpool.Pool[poolKey, *sandbox]
 	// stage is the configured stage binary; nil: discovered at the first
 	// start (see stageBin).
 	stage *stageBinary
@@ -163,7 +164,7 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true})
 				},
 				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
-				t.destroy)
+				t.destroy, nil)
 		}
 	}
 	return t, nil
@@ -239,7 +240,7 @@ func probe() error {
 // by their owners.
 func (t *Tier) Close() error {
 	if t.pool != nil {
-		t.pool.close()
+		t.pool.Close()
 	}
 	t.cleanups.Wait()
 	t.cgSpare.close()
@@ -257,7 +258,7 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.pool == nil {
 		return nil
 	}
-	return t.pool.wait(ctx)
+	return waitPool(ctx, t.pool)
 }
 
 var _ airlock.Warmer = (*Tier)(nil)
@@ -268,7 +269,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
 	}
-	return t.pool.stats()
+	return t.pool.Stats(poolKey{}).PoolStats()
 }
 
 // discard destroys a used sandbox in the background: a pooled one through
@@ -277,7 +278,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 // are dead (runJob empties its cgroup before it returns).
 func (t *Tier) discard(sb *sandbox) {
 	if sb.pooled && t.pool != nil {
-		t.pool.release(sb)
+		t.pool.Release(poolKey{}, sb)
 		return
 	}
 	t.cleanups.Add(1)
