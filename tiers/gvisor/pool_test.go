@@ -291,7 +291,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("crashed owner's sandbox still listed: %s", out)
 	}
 	for _, p := range []string{sb.dir, filepath.Join(cgroupRoot, "memory", sb.id), filepath.Join(cgroupRoot, "pids", sb.id),
-		crashed.rootfs, crashed.lock.Name(), legacyDead} {
+		crashed.rootfs, crashed.lease.Path(), legacyDead} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived the sweep", p)
 		}

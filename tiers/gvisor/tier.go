@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 )
 
@@ -37,7 +38,7 @@ type Tier struct {
 	pool   *warmpool.Pool[poolKey, *sandbox]
 
 	owner      string        // the tier's name in the directory, which starts its sandbox ids
-	lock       *os.File      // owners/<owner>, locked while the tier lives
+	lease      *lease.Owner  // owners/<owner>, locked while the tier lives
 	seq        atomic.Uint64 // the last sandbox number
 	disownOnce sync.Once
 
