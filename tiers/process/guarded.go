@@ -215,7 +215,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	w.memMB = poolLimits.MemoryMB + workerRuntimeMB
 	l := poolLimits
 	l.MemoryMB = w.memMB
-	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l), false); err != nil {
+	if w.cg, err = newJobCgroup(newName(g.cfg.baseDir), cgLimitsFor(l), false); err != nil {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
 	if err := w.cg.holdMemoryLimit(); err != nil {

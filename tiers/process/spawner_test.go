@@ -267,7 +267,7 @@ func TestSpawnerDiesWithCaller(t *testing.T) {
 			t.Errorf("cgroup %s of the dead caller survived the sweep", name)
 		}
 	}
-	if entries, _ := os.ReadDir(cfg.baseDir); len(entries) > 0 {
+	if entries := sandboxLeftovers(cfg.baseDir); len(entries) > 0 {
 		t.Errorf("left in the base directory after the sweep: %v", entries)
 	}
 }
@@ -561,7 +561,7 @@ func TestSpawnIntoCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := newName() + "-test"
+	name := newName(testConfig(t).baseDir) + "-test"
 	path := filepath.Join(root, name)
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)

@@ -288,7 +288,7 @@ func (t *Tier) discard(sb *sandbox) {
 		// The next start's cgroup is made here, after this job has
 		// returned, rather than beside that start's stage, where it would
 		// take a CPU from it; with this job's limits, the likeliest.
-		t.cgSpare.fill(sb.limits)
+		t.cgSpare.fill(t.cfg.baseDir, sb.limits)
 	}()
 }
 

@@ -55,6 +55,13 @@ func Own(dir, prefix string, pid int) (*Owner, error) {
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
+		if errors.Is(err, os.ErrNotExist) {
+			// A sweep removed the directory while it was empty (see Tidy).
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("creating lock file: %w", err)
 		}
@@ -196,6 +203,10 @@ func Sweep(dir, prefix, self string, clean func(owner string) error) int {
 	}
 	return n
 }
+
+// Tidy removes dir if it holds no lock file, so that a sweep leaves
+// nothing behind; Own makes it again.
+func Tidy(dir string) { os.Remove(dir) }
 
 // IsName reports whether name has the form of an owner's name with
 // prefix.
