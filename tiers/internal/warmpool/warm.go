@@ -351,6 +351,7 @@ func (p *Pool[K, T]) Claim(k K, fits func(T) bool) (v T, ok bool) {
 		p.mu.Lock()
 		ks.st.Hits++
 		ks.inUse++
+		ks.freed = false // a Done before this claim does not end its job
 		p.mu.Unlock()
 		if p.o.RefillDelay > 0 {
 			p.poke() // the filler holds the replacement back (see startLocked)

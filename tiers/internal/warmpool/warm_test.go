@@ -394,3 +394,21 @@ func TestConcurrentClaims(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRefillDelayStaleDone checks that a Done reported while the pool was
+// full does not let the next claim's replacement start during its job.
+func TestRefillDelayStaleDone(t *testing.T) {
+	ps := newProcs(t)
+	p := newPool(t, ps, Options[string, *proc]{RefillDelay: time.Second})
+	p.SetSize("k", 1)
+	waitFull(t, p, "k")
+	p.Done("k") // no claim is running: nothing to start
+	v, _ := p.Claim("k", nil)
+	time.Sleep(200 * time.Millisecond)
+	if st := p.Stats("k"); st.Created != 1 {
+		t.Fatalf("replacement started while the job ran: %+v", st)
+	}
+	p.Done("k")
+	waitFull(t, p, "k")
+	ps.destroy(v)
+}
