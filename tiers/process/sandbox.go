@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,18 +30,23 @@ import (
 // start-up sweep removes what an owner that is gone left behind.
 const namePrefix = "airlock-process-"
 
-// newName names what a sandbox of baseDir leaves on the host. Without a
-// lease there (the base directory cannot be written, which the start
+// nameSeq numbers this process's sandbox names.
+var nameSeq atomic.Uint64
+
+// newName names what a sandbox of baseDir leaves on the host:
+// <owner>-<n>, n counting in base 36, so that names are no longer than
+// "airlock-process-<pid>-<12 hex>" for the first 46656 of a process (a
+// scratch directory's name ends up in a socket path, which is short).
+// Without a lease (the base directory cannot be written, which the start
 // fails on anyway) the name carries only the pid, as earlier versions'
 // names did, and a sweep judges it by that.
 func newName(baseDir string) string {
+	if o, err := processOwner(baseDir); err == nil {
+		return o.Name() + "-" + strconv.FormatUint(nameSeq.Add(1), 36)
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	random := hex.EncodeToString(b[:])
-	if o, err := processOwner(baseDir); err == nil {
-		return o.Name() + "-" + random
-	}
-	return namePrefix + strconv.Itoa(os.Getpid()) + "-" + random
+	return namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 }
 
 // cloneNewTime is CLONE_NEWTIME where the kernel has time namespaces

@@ -125,7 +125,8 @@ func TestKeysNeverMix(t *testing.T) {
 	for round := range 3 {
 		waitFull(t, p, "a")
 		waitFull(t, p, "b")
-		for _, k := range []string{"a", "b", "a", "b", "b"} {
+		claimed := map[*proc]string{}
+		claim := func(k string) {
 			v, ok := p.Claim(k, nil)
 			if !ok {
 				t.Fatalf("round %d: claim %q of a full pool missed (stats %+v)", round, k, p.Stats(k))
@@ -133,10 +134,21 @@ func TestKeysNeverMix(t *testing.T) {
 			if got := keyOf(t, v); got != k {
 				t.Fatalf("round %d: claim %q got an instance of %q", round, k, got)
 			}
-			p.Release(k, v)
+			claimed[v] = k
 		}
+		claim("a")
+		claim("b")
+		claim("a")
+		// Key a's instances are out (and released only at the end, so
+		// none is replaced yet) while b still has two ready: a's next
+		// claim must miss rather than take one of b's.
 		if v, ok := p.Claim("a", nil); ok {
 			t.Fatalf("round %d: key a served a third claim from 2 instances (%s)", round, keyOf(t, v))
+		}
+		claim("b")
+		claim("b")
+		for v, k := range claimed {
+			p.Release(k, v)
 		}
 	}
 	sa, sb := p.Stats("a"), p.Stats("b")
