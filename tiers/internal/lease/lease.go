@@ -181,29 +181,6 @@ func Owners(dir, prefix string) []string {
 	return out
 }
 
-// Sweep takes the lock of every dead owner in dir but self, calls clean
-// with its name and removes its lock file if clean succeeds (else keeps
-// it for a later sweep). It returns how many owners it removed.
-func Sweep(dir, prefix, self string, clean func(owner string) error) int {
-	n := 0
-	for _, name := range Owners(dir, prefix) {
-		if name == self {
-			continue
-		}
-		l := TakeDead(dir, name)
-		if l == nil {
-			continue
-		}
-		if clean(name) != nil {
-			l.Keep()
-			continue
-		}
-		l.Remove()
-		n++
-	}
-	return n
-}
-
 // Tidy removes dir if it holds no lock file, so that a sweep leaves
 // nothing behind; Own makes it again.
 func Tidy(dir string) { os.Remove(dir) }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 const prefix = "test-owner-"
@@ -25,7 +26,8 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		fmt.Println(o.Name())
-		select {}
+		time.Sleep(time.Hour) // until killed
+		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }
@@ -238,4 +240,28 @@ func TestForProcess(t *testing.T) {
 	if a != b || a == c || TakeDead(dir, a.Name()) != nil {
 		t.Fatal("ForProcess: not one held owner per directory")
 	}
+}
+
+// Sweep is a sweep as the tiers make them: it takes the lock of every
+// dead owner in dir but self, calls clean with its name and removes its
+// lock file if clean succeeds (else keeps it for a later sweep). It
+// returns how many owners it removed.
+func Sweep(dir, prefix, self string, clean func(owner string) error) int {
+	n := 0
+	for _, name := range Owners(dir, prefix) {
+		if name == self {
+			continue
+		}
+		l := TakeDead(dir, name)
+		if l == nil {
+			continue
+		}
+		if clean(name) != nil {
+			l.Keep()
+			continue
+		}
+		l.Remove()
+		n++
+	}
+	return n
 }
