@@ -29,6 +29,7 @@ func newPool[T any](size int, start func(context.Context) (T, error), alive func
 		AfterEnd:     afterEnd,
 		StartTimeout: poolStartTimeout,
 		WaitErr:      true,
+		Newest:       true,
 	})
 	p.SetSize(poolKey{}, size)
 	return p

@@ -59,6 +59,10 @@ type Options[K comparable, T any] struct {
 	// WaitErr makes WaitFull return a failed start's error (once) instead
 	// of waiting for a later start to succeed.
 	WaitErr bool
+	// Newest makes a claim take the newest ready instance rather than the
+	// oldest: the one whose memory is likeliest still in the caches. Without
+	// a TTL the oldest may then wait indefinitely.
+	Newest bool
 }
 
 // Stats are one key's counters.
@@ -313,11 +317,10 @@ func (p *Pool[K, T]) expire() {
 	}
 }
 
-// Claim takes the oldest ready instance of k for which fits (if set)
-// holds; ok is false when there is none, and the miss asks the pool for
-// more. An instance that died while it waited is destroyed on the way.
-// Oldest first: none then waits past its TTL while younger ones are
-// taken.
+// Claim takes the oldest (or, with Newest, the newest) ready instance of k
+// for which fits (if set) holds; ok is false when there is none, and the
+// miss asks the pool for more. An instance that died while it waited is
+// destroyed on the way.
 func (p *Pool[K, T]) Claim(k K, fits func(T) bool) (v T, ok bool) {
 	for {
 		p.mu.Lock()
@@ -327,13 +330,17 @@ func (p *Pool[K, T]) Claim(k K, fits func(T) bool) (v T, ok bool) {
 			return none, false
 		}
 		ks := p.key(k)
-		i := 0
-		for ; i < len(ks.ready); i++ {
-			if fits == nil || fits(ks.ready[i].v) {
+		i := -1
+		for j := range ks.ready {
+			if p.o.Newest {
+				j = len(ks.ready) - 1 - j
+			}
+			if fits == nil || fits(ks.ready[j].v) {
+				i = j
 				break
 			}
 		}
-		if i == len(ks.ready) {
+		if i < 0 {
 			ks.st.Misses++
 			p.ask(ks)
 			p.mu.Unlock()

@@ -424,3 +424,25 @@ func TestRefillDelayStaleDone(t *testing.T) {
 	waitFull(t, p, "k")
 	ps.destroy(v)
 }
+
+// TestOrder checks that claims take the oldest ready instance, or with
+// Newest the newest.
+func TestOrder(t *testing.T) {
+	for _, newest := range []bool{false, true} {
+		ps := newProcs(t)
+		p := newPool(t, ps, Options[string, *proc]{Newest: newest})
+		p.SetSize("k", 3)
+		waitFull(t, p, "k")
+		ready := p.Ready("k")
+		want := ready[0]
+		if newest {
+			want = ready[len(ready)-1]
+		}
+		v, ok := p.Claim("k", nil)
+		if !ok || v != want {
+			t.Fatalf("Newest %v: claimed %v, want %v", newest, v, want)
+		}
+		p.Release("k", v)
+		p.Close()
+	}
+}
