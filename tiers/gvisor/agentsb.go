@@ -24,8 +24,8 @@ type sandbox struct {
 	dir     string
 	cg      cgroup
 	conn    *net.UnixConn
-	created time.Time
 	gone    bool   // being destroyed (set by destroyLater)
+	claimed bool   // taken from the warm pool
 	lim     limits // what the cgroup holds now
 }
 
@@ -105,7 +105,6 @@ func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err erro
 	if sb.conn, err = ln.AcceptUnix(); err != nil {
 		return nil, fmt.Errorf("waiting for the agent: %w", err)
 	}
-	sb.created = time.Now()
 	return sb, nil
 }
 
@@ -129,8 +128,12 @@ func (t *Tier) destroyLater(sb *sandbox) {
 			logf("%v", err)
 		}
 	}()
-	if t.pool != nil {
-		t.pool.poke() // a claimed sandbox's replacement starts now
+	switch {
+	case t.pool == nil:
+	case sb.claimed:
+		t.pool.Done(poolKey{}) // a claimed sandbox's replacement starts now
+	default:
+		t.pool.Poke()
 	}
 }
 

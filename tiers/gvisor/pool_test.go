@@ -105,10 +105,10 @@ func TestPoolEmptyFallsBackCold(t *testing.T) {
 	tier := newTier(t, NewConfig().WithPool(1, 1))
 	// Claim the only sandbox (or find none yet): either way the next job
 	// meets an empty pool while the filler works.
-	tier.pool.claim()
+	tier.pool.Claim(poolKey{}, nil)
 	var sb *sandbox
-	for sb == nil {
-		sb = tier.pool.claim()
+	for ok := false; !ok; {
+		sb, ok = tier.pool.Claim(poolKey{}, nil)
 		time.Sleep(10 * time.Millisecond)
 	}
 	tier.destroyLater(sb)
@@ -291,7 +291,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("crashed owner's sandbox still listed: %s", out)
 	}
 	for _, p := range []string{sb.dir, filepath.Join(cgroupRoot, "memory", sb.id), filepath.Join(cgroupRoot, "pids", sb.id),
-		crashed.rootfs, crashed.lock.Name(), legacyDead} {
+		crashed.rootfs, crashed.lease.Path(), legacyDead} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived the sweep", p)
 		}
@@ -311,8 +311,8 @@ func TestWaitWarm(t *testing.T) {
 	}
 	tier := newTier(t, NewConfig().WithPool(2, 1))
 	warm(t, tier) // fails unless Ready == Size on return
-	sb := tier.pool.claim()
-	if sb == nil {
+	sb, ok := tier.pool.Claim(poolKey{}, nil)
+	if !ok {
 		t.Fatal("a full pool gave no sandbox")
 	}
 	tier.destroyLater(sb)

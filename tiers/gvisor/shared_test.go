@@ -181,7 +181,7 @@ func TestSharedDirRoot(t *testing.T) {
 // crash makes tier look like a tier whose process died without Close: its
 // lock is released, as the kernel releases it when a process dies, and
 // nothing else is cleaned up.
-func crash(tier *Tier) { tier.lock.Close() }
+func crash(tier *Tier) { tier.lease.Release(false) }
 
 // listed returns the ids runsc lists in tier's state directory.
 func listed(t *testing.T, tier *Tier) []string {
@@ -260,13 +260,13 @@ func TestSharedDirSweep(t *testing.T) {
 	if got := listed(t, a); strings.Join(got, " ") != strings.Join(live, " ") {
 		t.Errorf("after the sweeps runsc lists %v, want the live tiers' %v", got, live)
 	}
-	for _, p := range []string{left.dir, c.rootfs, c.lock.Name(), filepath.Join(cgroupRoot, "memory", left.id)} {
+	for _, p := range []string{left.dir, c.rootfs, c.lease.Path(), filepath.Join(cgroupRoot, "memory", left.id)} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("the crashed tier's %s survived the sweeps", p)
 		}
 	}
 	for _, tier := range []*Tier{a, b} {
-		for _, p := range []string{tier.rootfs, tier.lock.Name()} {
+		for _, p := range []string{tier.rootfs, tier.lease.Path()} {
 			if !exists(p) {
 				t.Errorf("a live tier's %s was swept", p)
 			}
@@ -318,14 +318,14 @@ func TestCloseWhileRunning(t *testing.T) {
 	if err := tier.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !exists(tier.rootfs) || !exists(tier.lock.Name()) {
+	if !exists(tier.rootfs) || !exists(tier.lease.Path()) {
 		t.Error("Close removed the root or lock of a tier with a run in flight")
 	}
 	got := <-done
 	if got.err != nil || got.res.Stdout != "1\n" {
 		t.Errorf("the run in flight at Close: %v (%+v)", got.err, got.res)
 	}
-	for _, p := range []string{tier.rootfs, tier.lock.Name()} {
+	for _, p := range []string{tier.rootfs, tier.lease.Path()} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left after the last run of a closed tier", p)
 		}

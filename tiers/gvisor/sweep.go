@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 )
 
 // alive reports whether a process with the given PID exists.
@@ -40,26 +42,26 @@ func (t *Tier) Sweep() int {
 // docs).
 func (t *Tier) sweep() (removed int) {
 	owners := filepath.Join(t.base, "owners")
-	dead := map[string]*os.File{} // owner -> its lock, held until the end
-	failed := map[string]bool{}   // dead owners something of which could not be removed
+	dead := map[string]*lease.Lock{} // owner -> its lock, held until the end
+	failed := map[string]bool{}      // dead owners something of which could not be removed
 	defer func() {
 		for owner, lock := range dead {
 			if !failed[owner] {
 				if err := os.RemoveAll(filepath.Join(t.base, "roots", owner)); err != nil {
 					logf("sweep: %v", err)
 				} else {
-					os.Remove(lock.Name())
+					lock.Remove()
 					removed++
+					continue
 				}
 			}
-			lock.Close()
+			lock.Keep()
 		}
 	}()
-	entries, _ := os.ReadDir(owners)
-	for _, e := range entries {
-		if e.Name() != t.owner && isOwnerName(e.Name()) {
-			if lock := lockDead(filepath.Join(owners, e.Name())); lock != nil {
-				dead[e.Name()] = lock
+	for _, name := range lease.Owners(owners, idPrefix) {
+		if name != t.owner {
+			if lock := lease.TakeDead(owners, name); lock != nil {
+				dead[name] = lock
 			}
 		}
 	}
@@ -75,8 +77,7 @@ func (t *Tier) sweep() (removed int) {
 		case dead[owner] != nil:
 			return true
 		}
-		_, err := os.Lstat(filepath.Join(owners, owner))
-		return errors.Is(err, os.ErrNotExist)
+		return lease.Gone(owners, owner)
 	}
 	fail := func(id string) {
 		if owner, _ := parseID(id); owner != "" {

@@ -16,6 +16,8 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
+	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 )
 
 // Name is the tier's name.
@@ -33,10 +35,10 @@ type Tier struct {
 	empty  string   // an empty directory: what a job without files placed
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
-	pool   *pool
+	pool   *warmpool.Pool[poolKey, *sandbox]
 
 	owner      string        // the tier's name in the directory, which starts its sandbox ids
-	lock       *os.File      // owners/<owner>, locked while the tier lives
+	lease      *lease.Owner  // owners/<owner>, locked while the tier lives
 	seq        atomic.Uint64 // the last sandbox number
 	disownOnce sync.Once
 
@@ -174,7 +176,7 @@ func (t *Tier) Close() error {
 	t.closed = true
 	t.mu.Unlock()
 	if t.pool != nil {
-		t.pool.close()
+		t.pool.Close()
 	}
 	t.mu.Lock()
 	open := make([]*session, 0, len(t.sessions))
@@ -257,7 +259,8 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	// Pooled sandboxes were created before the job: they carry no read
 	// grants, which are mounts. A job with some starts cold.
 	if t.pool != nil && len(job.Grants.FS.Read) == 0 {
-		if sb := t.pool.claim(); sb != nil {
+		if sb, ok := t.pool.Claim(poolKey{}, nil); ok {
+			sb.claimed = true
 			return t.runAgent(ctx, sb, &job, r, true)
 		}
 	}

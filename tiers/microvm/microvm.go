@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
@@ -165,7 +166,7 @@ type Tier struct {
 	emptyMu  sync.Mutex
 	emptyDir string // the empty placed-files directory (see emptyPlaced)
 
-	pool    *pool
+	pool    *warmpool.Pool[int64, *vm] // keyed by guest memory
 	reapers sync.WaitGroup
 
 	// observe, when set (by benchmarks), receives each used VM's guest
@@ -271,7 +272,7 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 		t.spares.ready(ctx, t, t.baseMem())
 	}
 	if t.pool != nil {
-		return t.pool.waitFull(ctx)
+		return t.waitPool(ctx)
 	}
 	return nil
 }
@@ -282,7 +283,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
 	}
-	return t.pool.stats()
+	return t.pool.Stats(t.baseMem()).PoolStats()
 }
 
 // Close stops the pool's VMs and removes the tier's snapshots (and its
@@ -290,7 +291,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 // still runs jobs afterwards, starting them afresh.
 func (t *Tier) Close() error {
 	if t.pool != nil {
-		t.pool.close()
+		t.pool.Close()
 	}
 	t.spares.close()
 	t.reapers.Wait()
@@ -398,8 +399,8 @@ func (t *Tier) discard(v *vm) {
 	}
 	v.stop()
 	_ = os.RemoveAll(v.dir)
-	if v.pool != nil {
-		v.pool.release()
+	if v.claimed {
+		t.pool.Done(t.baseMem())
 	}
 	t.reapers.Go(v.kill)
 }
@@ -427,7 +428,7 @@ func (t *Tier) acquire(ctx context.Context, job *airlock.Job, payload []byte) (*
 		})
 	}
 	if t.pool != nil {
-		if v := t.pool.claim(mem); v != nil {
+		if v := t.claim(mem); v != nil {
 			return v, nil
 		}
 	}

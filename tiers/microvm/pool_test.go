@@ -41,7 +41,7 @@ func TestPool(t *testing.T) {
 		if err := tier.WaitWarm(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(tier.pool.ready); n != 1 {
+		if n := tier.PoolStats().Ready; n != 1 {
 			t.Fatalf("WaitWarm returned with %d VMs waiting, want 1", n)
 		}
 		// A full pool boots nothing more: no VM waits outside it (whose
@@ -74,7 +74,7 @@ func TestPool(t *testing.T) {
 	// A job bigger than the pooled VMs is not served from the pool.
 	big := command("true")
 	big.Limits.MemoryMB = airlock.DefaultLimitPolicy.Default.MemoryMB * 2
-	if v := tier.pool.claim(memFor(mustPrepare(t, big))); v != nil {
+	if v := tier.claim(memFor(mustPrepare(t, big))); v != nil {
 		v.kill()
 		t.Fatal("a pooled VM was handed a job larger than it")
 	}

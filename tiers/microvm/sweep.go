@@ -8,13 +8,106 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 )
 
-// Every VM directory holds an "owner" file naming the host process that
-// started it (pid and start time, so a recycled pid does not count) and a
-// "vmm.pid" file. sweep removes the directories whose owner is gone,
-// killing their VMM if it is still running under the recognisable name.
+// Every VM directory holds an "owner" file naming the lease (see package
+// lease) of the host process that made it, held in <state>/owners for the
+// life of the process, and a "vmm.pid" file. sweep removes the directories
+// whose owner is dead, killing their VMM if it is still running under the
+// recognisable name. Owner files of earlier versions name a pid and its
+// start time instead, and are judged by those.
 
+// ownerPrefix starts the names of the owners of VM directories.
+const ownerPrefix = vmNamePrefix + "owner-"
+
+// ownersDir is where the owners of VM directories in stateDir hold their
+// leases.
+func ownersDir(stateDir string) string { return filepath.Join(stateDir, "owners") }
+
+// writeOwner names this process's lease in dir.
+func writeOwner(dir string) error {
+	o, err := lease.ForProcess(ownersDir(filepath.Dir(dir)), ownerPrefix)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "owner"), []byte(o.Name()), 0o600)
+}
+
+// sweep kills orphaned VMs under stateDir and removes their files, and
+// the leases of their dead owners. It returns how many VMs it removed.
+func sweep(stateDir string) (int, error) {
+	ents, err := os.ReadDir(stateDir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	owners := ownersDir(stateDir)
+	dead := map[string]*lease.Lock{} // held until the end: no other sweep works on these
+	failed := map[string]bool{}
+	for _, name := range lease.Owners(owners, ownerPrefix) {
+		if l := lease.TakeDead(owners, name); l != nil {
+			dead[name] = l
+		}
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), vmNamePrefix) {
+			continue
+		}
+		dir := filepath.Join(stateDir, e.Name())
+		owner, alive := ownerOf(dir, owners, dead)
+		if alive {
+			continue
+		}
+		if data, err := os.ReadFile(filepath.Join(dir, "vmm.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 && isOurVM(pid, e.Name()) {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if err := os.RemoveAll(dir); err == nil {
+			n++
+		} else if owner != "" {
+			failed[owner] = true
+		}
+	}
+	for name, l := range dead {
+		if failed[name] {
+			l.Keep()
+		} else {
+			l.Remove()
+		}
+	}
+	return n, nil
+}
+
+// ownerOf reads dir's owner file: the owner's lease name (if it names
+// one) and whether the owner is alive. dead holds the locks of dead
+// owners; an owner whose lock file is gone is dead too.
+func ownerOf(dir, owners string, dead map[string]*lease.Lock) (owner string, alive bool) {
+	data, err := os.ReadFile(filepath.Join(dir, "owner"))
+	if err != nil {
+		return "", false
+	}
+	s := strings.TrimSpace(string(data))
+	if lease.IsName(ownerPrefix, s) {
+		return s, dead[s] == nil && !lease.Gone(owners, s)
+	}
+	pidS, start, ok := strings.Cut(s, " ")
+	pid, err := strconv.Atoi(pidS)
+	if !ok || err != nil {
+		return "", false
+	}
+	now, err := procStartTime(pid)
+	return "", err == nil && now == start
+}
+
+// procStartTime is the start time of pid, for owner files of earlier
+// versions.
 func procStartTime(pid int) (string, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -30,62 +123,6 @@ func procStartTime(pid int) (string, error) {
 		return "", fmt.Errorf("malformed stat for %d", pid)
 	}
 	return fields[19], nil // field 22: starttime
-}
-
-func writeOwner(dir string) error {
-	pid := os.Getpid()
-	st, err := procStartTime(pid)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "owner"), []byte(fmt.Sprintf("%d %s", pid, st)), 0o600)
-}
-
-// ownerAlive reports whether the process that wrote dir's owner file runs.
-func ownerAlive(dir string) bool {
-	data, err := os.ReadFile(filepath.Join(dir, "owner"))
-	if err != nil {
-		return false
-	}
-	pidS, start, ok := strings.Cut(strings.TrimSpace(string(data)), " ")
-	pid, err := strconv.Atoi(pidS)
-	if !ok || err != nil {
-		return false
-	}
-	now, err := procStartTime(pid)
-	return err == nil && now == start
-}
-
-// sweep kills orphaned VMs under stateDir and removes their files. It
-// returns how many it removed.
-func sweep(stateDir string) (int, error) {
-	ents, err := os.ReadDir(stateDir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return 0, nil
-		}
-		return 0, err
-	}
-	n := 0
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), vmNamePrefix) {
-			continue
-		}
-		dir := filepath.Join(stateDir, e.Name())
-		if ownerAlive(dir) {
-			continue
-		}
-		if data, err := os.ReadFile(filepath.Join(dir, "vmm.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 && isOurVM(pid, e.Name()) {
-				_ = syscall.Kill(-pid, syscall.SIGKILL)
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		if err := os.RemoveAll(dir); err == nil {
-			n++
-		}
-	}
-	return n, nil
 }
 
 // isOurVM checks that pid is a VMM started under the name: QEMU's

@@ -8,12 +8,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 )
 
-// TestSweep plants an orphaned VM directory (its owner is a process that
-// has exited) with a live process named like one of our VMs, and a
-// directory owned by this live process; New must kill and remove the
-// first and keep the second.
+// TestSweep plants an orphaned VM directory (its owner, named as earlier
+// versions did, is a process that has exited) with a live process named
+// like one of our VMs, one whose owner's lease is dead, and a directory
+// owned by this live process; New must kill and remove the first two
+// (and the dead lease) and keep the third.
 func TestSweep(t *testing.T) {
 	state := t.TempDir()
 	dead := exec.Command("true")
@@ -21,8 +24,9 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	orphan := filepath.Join(state, vmNamePrefix+"orphan")
+	leased := filepath.Join(state, vmNamePrefix+"leased")
 	live := filepath.Join(state, vmNamePrefix+"live")
-	for _, d := range []string{orphan, live} {
+	for _, d := range []string{orphan, leased, live} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -31,6 +35,14 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := writeOwner(live); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := lease.Own(ownersDir(state), ownerPrefix, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Release(false) // as when its process died
+	if err := os.WriteFile(filepath.Join(leased, "owner"), []byte(gone.Name()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// A stand-in for an orphaned QEMU: its command line carries the name.
@@ -63,8 +75,10 @@ func TestSweep(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the orphaned VM process was not killed")
 	}
-	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
-		t.Fatalf("orphaned VM directory still there: %v", err)
+	for _, p := range []string{orphan, leased, gone.Path()} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("orphaned %s still there: %v", p, err)
+		}
 	}
 	if _, err := os.Stat(live); err != nil {
 		t.Fatalf("a live owner's VM directory was removed: %v", err)

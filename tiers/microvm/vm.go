@@ -51,7 +51,7 @@ type vm struct {
 	done    chan struct{} // closed when QEMU has exited and been reaped
 	once    sync.Once
 	stopped sync.Once
-	pool    *pool       // the pool it was claimed from, if any
+	claimed bool        // taken from the tier's pool
 	marks   []wire.Mark // the guest's steps, from its Ready and Exit frames
 	sent    chan error  // the Job frame's write, once started (see send)
 }

@@ -136,9 +136,9 @@ func (s *spareCgroup) take(l cgLimits) jobCgroup {
 	return cg
 }
 
-// fill makes a spare with limits l unless there is one (or one being
-// made) or s is closed.
-func (s *spareCgroup) fill(l cgLimits) {
+// fill makes a spare with limits l, named for baseDir, unless there is
+// one (or one being made) or s is closed.
+func (s *spareCgroup) fill(baseDir string, l cgLimits) {
 	s.mu.Lock()
 	if s.cg != nil || s.making || s.closed {
 		s.mu.Unlock()
@@ -146,7 +146,7 @@ func (s *spareCgroup) fill(l cgLimits) {
 	}
 	s.making = true
 	s.mu.Unlock()
-	cg, err := newJobCgroup(newName(), l, true) // only direct starts take it
+	cg, err := newJobCgroup(newName(baseDir), l, true) // only direct starts take it
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.making = false

@@ -85,7 +85,7 @@ func TestEgressNoGrant(t *testing.T) {
 func waitPoolFilled(t *testing.T, tier *Tier, n int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for tier.pool.len() < n {
+	for tier.PoolStats().Ready < n {
 		if time.Now().After(deadline) {
 			t.Fatal("pool did not fill")
 		}
@@ -102,12 +102,12 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 	tier := newTestTier(t, bothTiers[0], cfg)
 	for _, j := range []struct{ allowed, refused string }{{"a.test", "b.test"}, {"b.test", "a.test"}} {
 		waitPoolFilled(t, tier, 1)
-		before := tier.pool.claims.Load()
+		before := tier.PoolStats().Hits
 		res, err := tier.Run(context.Background(), egresstest.ShellJob(o.PoolScript(j.allowed, j.refused), o.Rule(j.allowed)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tier.pool.claims.Load() != before+1 {
+		if tier.PoolStats().Hits != before+1 {
 			t.Fatal("the job did not run in a pooled sandbox")
 		}
 		egresstest.CheckPool(t, res, j.allowed)

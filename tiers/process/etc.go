@@ -216,7 +216,7 @@ func (e *etcTemplate) cloneHere(baseDir string) (*os.File, error) {
 		}
 	}
 	if e.dir == "" {
-		dir := filepath.Join(baseDir, newName()+"-etc")
+		dir := filepath.Join(baseDir, newName(baseDir)+"-etc")
 		if err := buildEtcTemplate(dir); err != nil {
 			return nil, err
 		}

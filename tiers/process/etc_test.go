@@ -79,7 +79,7 @@ func TestEtcTemplate(t *testing.T) {
 		t.Fatalf("a grant under /etc: %v\n%s\n%s", err, res.Stdout, res.Stderr)
 	}
 	assertClean(t, tier, cfg)
-	if entries, _ := os.ReadDir(cfg.baseDir); len(entries) > 0 {
+	if entries := sandboxLeftovers(cfg.baseDir); len(entries) > 0 {
 		t.Fatalf("left in the base directory: %v", entries)
 	}
 }

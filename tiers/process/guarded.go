@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
@@ -60,7 +61,7 @@ type Guarded struct {
 	size  int
 
 	mu     sync.Mutex
-	pool   *pool[*worker] // started on first use: building the tier costs nothing
+	pool   *warmpool.Pool[poolKey, *worker] // started on first use: building the tier costs nothing
 	closed bool
 	// spawn starts the workers (see spawner), so that a refill does not
 	// fork this process.
@@ -112,7 +113,7 @@ func (g *Guarded) Close() error {
 	g.pool, g.closed = nil, true
 	g.mu.Unlock()
 	if p != nil {
-		p.close()
+		p.Close()
 	}
 	g.spawn.close()
 	return nil
@@ -129,7 +130,7 @@ func (g *Guarded) WaitWarm(ctx context.Context) error {
 		}
 		return errors.New("warming workers: tier closed")
 	}
-	return workers.wait(ctx)
+	return waitPool(ctx, workers)
 }
 
 var _ airlock.Warmer = (*Guarded)(nil)
@@ -143,20 +144,20 @@ func (g *Guarded) PoolStats() airlock.PoolStats {
 	if p == nil {
 		return airlock.PoolStats{Size: g.size}
 	}
-	return p.stats()
+	return p.Stats(poolKey{}).PoolStats()
 }
 
 // workers returns the worker pool, starting it on first use; nil when the
 // tier is unavailable or closed.
-func (g *Guarded) workers() *pool[*worker] {
+func (g *Guarded) workers() *warmpool.Pool[poolKey, *worker] {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.pool == nil && !g.closed && probe() == nil {
-		g.pool = newPool(g.size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy)
 		// A used worker exits after writing its result, and the goroutine
 		// that learns of that then destroys it (one that would not is
 		// killed by its guard's last tick, or in Run before there is one).
-		g.pool.afterEnd = func(w *worker, f func()) { w.whenExited(f) }
+		g.pool = newPool(g.size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy,
+			func(w *worker, f func()) { w.whenExited(f) })
 	}
 	return g.pool
 }
@@ -214,7 +215,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	w.memMB = poolLimits.MemoryMB + workerRuntimeMB
 	l := poolLimits
 	l.MemoryMB = w.memMB
-	if w.cg, err = newJobCgroup(newName(), cgLimitsFor(l), false); err != nil {
+	if w.cg, err = newJobCgroup(newName(g.cfg.baseDir), cgLimitsFor(l), false); err != nil {
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
 	if err := w.cg.holdMemoryLimit(); err != nil {
@@ -318,7 +319,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	job.Clock, job.Seed = prepared.Clock, prepared.Seed
 	wall := prepared.Limits.Wall()
 	deadline := begin.Add(wall + 250*time.Millisecond)
-	w, ok := workers.claim() // a miss asks the pool for more
+	w, ok := workers.Claim(poolKey{}, nil) // a miss asks the pool for more
 	if !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadlineCause(ctx, deadline, errWall)
@@ -342,7 +343,10 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		if !guarded {
 			w.signalKill()
 		}
-		workers.release(w)
+		workers.Release(poolKey{}, w)
+		if ok {
+			workers.Done(poolKey{})
+		}
 	}()
 	// The claiming job's limits are bound here.
 	limits := prepared.Limits

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -94,8 +95,10 @@ func TestNothingLeftBehind(t *testing.T) {
 }
 
 // TestSweep plays a crashed airlock: a cgroup with a live process and a
-// scratch mount, both named for an owner pid that no longer runs, are
-// removed by the start-up sweep; a live owner's are left alone.
+// scratch mount, both named for an owner pid that no longer runs (as
+// earlier versions named them), and a cgroup and scratch directory of an
+// owner whose lease is dead, are removed by the start-up sweep; a live
+// owner's are left alone.
 func TestSweep(t *testing.T) {
 	if err := probe(); err != nil {
 		tiertest.Unavailable(t, NameContainer, err)
@@ -140,6 +143,31 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.destroy()
+	deadOwner, err := lease.Own(owners(cfg.baseDir), namePrefix, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadOwner.Release(false) // as when its process died
+	leasedName := deadOwner.Name() + "-0123456789ab"
+	leasedCg, err := newJobCgroup(leasedName, cgLimits{memoryBytes: 64 << 20, pids: 8}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leasedScratch := filepath.Join(cfg.baseDir, leasedName)
+	if err := os.Mkdir(leasedScratch, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	liveLeased := newName(cfg.baseDir)
+	liveLeasedCg, err := newJobCgroup(liveLeased, cgLimits{memoryBytes: 64 << 20, pids: 8}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveLeasedCg.destroy()
+	liveLeasedDir := filepath.Join(cfg.baseDir, liveLeased)
+	if err := os.Mkdir(liveLeasedDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(liveLeasedDir)
 
 	if err := Sweep(cfg.baseDir); err != nil {
 		t.Fatalf("sweep: %v", err)
@@ -157,8 +185,20 @@ func TestSweep(t *testing.T) {
 	if found[deadName] {
 		t.Error("the crashed airlock's cgroup survived the sweep")
 	}
-	if !found[liveName] {
+	if !found[liveName] || !found[liveLeased] {
 		t.Error("the sweep removed a live owner's cgroup")
+	}
+	if found[leasedName] {
+		_ = leasedCg.destroy()
+		t.Error("the cgroup of an owner whose lease is dead survived the sweep")
+	}
+	for _, p := range []string{leasedScratch, deadOwner.Path()} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("the dead lease's %s survived the sweep: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(liveLeasedDir); err != nil {
+		t.Errorf("the sweep removed a live owner's scratch directory: %v", err)
 	}
 	if m := leftoverMounts(cfg.baseDir); len(m) > 0 {
 		t.Errorf("the crashed airlock's scratch mount survived the sweep: %v", m)
@@ -258,7 +298,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 	waitPool := func() {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
-		for tier.pool.len() < 2 {
+		for tier.PoolStats().Ready < 2 {
 			if time.Now().After(deadline) {
 				t.Fatal("pool did not fill")
 			}
@@ -268,7 +308,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 	ctx := context.Background()
 	for i, who := range []string{"alpha", "beta"} {
 		waitPool()
-		before := tier.pool.claims.Load()
+		before := tier.PoolStats().Hits
 		job := cmdJob("sh", "-c", "echo $WHO; ulimit -n; ls; echo used > marker")
 		job.Grants.Secrets = map[string]string{"WHO": who}
 		job.Limits.Files = int64(100 * (i + 1))
@@ -279,7 +319,7 @@ func TestPoolBindsAtClaim(t *testing.T) {
 		if want := fmt.Sprintf("%s\n%d\n", who, 100*(i+1)); res.Stdout != want {
 			t.Fatalf("pooled run printed %q, want %q (no marker from an earlier job)", res.Stdout, want)
 		}
-		if tier.pool.claims.Load() != before+1 {
+		if tier.PoolStats().Hits != before+1 {
 			t.Fatal("the job did not run in a pooled sandbox")
 		}
 	}
@@ -360,9 +400,7 @@ func TestPoolClaimRefusedLimits(t *testing.T) {
 	if err != nil {
 		testenv.Skipf(t, "python3 (scripts/setup-python.sh installs it) is missing: %v", err)
 	}
-	tier.pool.mu.Lock()
-	pooled := tier.pool.ready[0]
-	tier.pool.mu.Unlock()
+	pooled := pooledSandbox(t, tier)
 	hog := exec.Command(python, "-c", "import sys; sys.stdin.readline(); b = b'x' * (16 << 20); print('ready', flush=True); sys.stdin.readline()")
 	in, _ := hog.StdinPipe()
 	out, _ := hog.StdoutPipe()
@@ -382,8 +420,8 @@ func TestPoolClaimRefusedLimits(t *testing.T) {
 	job := cmdJob("true")
 	job.Limits.MemoryMB = 4 // below what the pooled sandbox's group holds
 	res, err := tier.Run(ctx, job)
-	if tier.pool.claims.Load() != 1 {
-		t.Fatalf("the job did not claim the pooled sandbox (claims %d)", tier.pool.claims.Load())
+	if tier.PoolStats().Hits != 1 {
+		t.Fatalf("the job did not claim the pooled sandbox (claims %d)", tier.PoolStats().Hits)
 	}
 	if !slices.ContainsFunc(res.Decision, func(d string) bool { return strings.Contains(d, "started cold") }) {
 		t.Fatalf("no cold start after the refused claim: err %v, decision %q", err, res.Decision)
@@ -418,8 +456,9 @@ func TestSpareCgroup(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	var s spareCgroup
+	base := testConfig(t).baseDir
 	l := cgLimitsFor(airlock.DefaultLimitPolicy.Default)
-	s.fill(l)
+	s.fill(base, l)
 	spare := s.cg
 	if spare == nil {
 		t.Fatal("fill made no spare")
@@ -439,9 +478,9 @@ func TestSpareCgroup(t *testing.T) {
 	if err := cg.destroy(); err != nil {
 		t.Fatal(err)
 	}
-	s.fill(l)
+	s.fill(base, l)
 	s.close()
-	s.fill(l)
+	s.fill(base, l)
 	if s.cg != nil {
 		t.Fatal("a fill after close made a spare")
 	}

@@ -56,7 +56,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	var sb *sandbox
 	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 {
 		var ok bool
-		if sb, ok = t.pool.claim(); ok {
+		if sb, ok = t.pool.Claim(poolKey{}, nil); ok {
 			sb.pooled = true
 			// The claiming job's limits are bound here (unless the sandbox
 			// already has them). One that cannot take them — v1 refuses a
@@ -72,7 +72,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 				}
 			}
 		}
-		defer t.pool.refill()
+		defer t.pool.Done(poolKey{}) // the replacement starts once the job is over
 	}
 	if sb == nil {
 		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read, egress: len(job.Grants.Net) > 0}

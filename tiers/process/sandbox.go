@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,11 +25,25 @@ import (
 )
 
 // namePrefix marks everything a sandbox leaves on the host while it runs
-// (cgroups, scratch mounts): airlock-process-<owner pid>-<random>. The
+// (cgroups, scratch mounts, /etc templates): <owner>-<random>, where the
+// owner is this process's lease in the base directory (see sweep.go). The
 // start-up sweep removes what an owner that is gone left behind.
 const namePrefix = "airlock-process-"
 
-func newName() string {
+// nameSeq numbers this process's sandbox names.
+var nameSeq atomic.Uint64
+
+// newName names what a sandbox of baseDir leaves on the host:
+// <owner>-<n>, n counting in base 36, so that names are no longer than
+// "airlock-process-<pid>-<12 hex>" for the first 46656 of a process (a
+// scratch directory's name ends up in a socket path, which is short).
+// Without a lease (the base directory cannot be written, which the start
+// fails on anyway) the name carries only the pid, as earlier versions'
+// names did, and a sweep judges it by that.
+func newName(baseDir string) string {
+	if o, err := processOwner(baseDir); err == nil {
+		return o.Name() + "-" + strconv.FormatUint(nameSeq.Add(1), 36)
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
@@ -163,7 +178,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if o.level == airlock.LevelContainer {
 		t.spawn.startAhead(bin) // a tier's first container: see startAhead
 	}
-	sb := &sandbox{name: newName(), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
+	sb := &sandbox{name: newName(t.cfg.baseDir), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
 	// The job's cgroup is the spare one made after the tier's previous
 	// sandbox, or else created here. A start that goes straight on to its
 	// job (level 2, or a container whose job follows the base spec) has

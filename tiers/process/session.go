@@ -69,7 +69,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 			return nil, fmt.Errorf("opening workspace: %w", err)
 		}
 	} else {
-		s.dir = filepath.Join(t.cfg.baseDir, newName())
+		s.dir = filepath.Join(t.cfg.baseDir, newName(t.cfg.baseDir))
 		if err := mountScratch(s.dir, DefaultScratchMB, uid); err != nil {
 			sharedUIDsPut(uid)
 			return nil, fmt.Errorf("opening session: %w", err)

@@ -177,9 +177,7 @@ func TestGuardedSpawner(t *testing.T) {
 	g.mu.Lock()
 	p := g.pool
 	g.mu.Unlock()
-	p.mu.Lock()
-	w := p.ready[0]
-	p.mu.Unlock()
+	w := p.Ready(poolKey{})[0]
 	if sp == nil || w.pidfd == nil || parentOf(t, w.pid) != sp.proc.Pid {
 		t.Fatalf("the worker %d was not started by a spawner (%v)", w.pid, sp)
 	}
@@ -269,7 +267,7 @@ func TestSpawnerDiesWithCaller(t *testing.T) {
 			t.Errorf("cgroup %s of the dead caller survived the sweep", name)
 		}
 	}
-	if entries, _ := os.ReadDir(cfg.baseDir); len(entries) > 0 {
+	if entries := sandboxLeftovers(cfg.baseDir); len(entries) > 0 {
 		t.Errorf("left in the base directory after the sweep: %v", entries)
 	}
 }
@@ -291,15 +289,13 @@ func init() {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	for deadline := time.Now().Add(time.Minute); tier.pool.len() < 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); tier.PoolStats().Ready < 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			fmt.Println("ERROR pool did not fill")
 			os.Exit(1)
 		}
 	}
-	tier.pool.mu.Lock()
-	sb := tier.pool.ready[0]
-	tier.pool.mu.Unlock()
+	sb := tier.pool.Ready(poolKey{})[0]
 	fmt.Printf("PIDS %d %d\n", tier.spawn.current().proc.Pid, sb.pid)
 	time.Sleep(time.Minute)
 	os.Exit(1)
@@ -565,7 +561,7 @@ func TestSpawnIntoCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := newName() + "-test"
+	name := newName(testConfig(t).baseDir) + "-test"
 	path := filepath.Join(root, name)
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)

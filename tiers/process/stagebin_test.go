@@ -36,12 +36,11 @@ func buildStage(t *testing.T) string {
 // pooledSandbox is a pooled sandbox waiting for its job.
 func pooledSandbox(t testing.TB, tier *Tier) *sandbox {
 	t.Helper()
-	tier.pool.mu.Lock()
-	defer tier.pool.mu.Unlock()
-	if len(tier.pool.ready) == 0 {
+	ready := tier.pool.Ready(poolKey{})
+	if len(ready) == 0 {
 		t.Fatal("no pooled sandbox")
 	}
-	return tier.pool.ready[0]
+	return ready[0]
 }
 
 // TestStageBinary: with a separate stage binary configured, a container's

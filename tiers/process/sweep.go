@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
@@ -26,46 +27,115 @@ func sweepOnce(baseDir string) {
 	_ = Sweep(baseDir)
 }
 
-// Sweep removes what sandboxes of an airlock process that no longer runs
+// owners is where the owners of a base directory's sandboxes hold their
+// leases (see package lease).
+func owners(baseDir string) string { return filepath.Join(baseDir, "owners") }
+
+// processOwners caches this process's lease per base directory.
+var processOwners sync.Map // base directory -> *lease.Owner
+
+// processOwner returns this process's lease in baseDir, taken on first
+// use and held for the life of the process.
+func processOwner(baseDir string) (*lease.Owner, error) {
+	if o, ok := processOwners.Load(baseDir); ok {
+		return o.(*lease.Owner), nil
+	}
+	// The base directory is made as the sandboxes need it, not by the
+	// lease's MkdirAll.
+	if err := os.MkdirAll(baseDir, 0o711); err != nil {
+		return nil, err
+	}
+	o, err := lease.ForProcess(owners(baseDir), namePrefix)
+	if err != nil {
+		return nil, err
+	}
+	processOwners.Store(baseDir, o)
+	return o, nil
+}
+
+// Sweep removes what sandboxes of airlock processes that no longer run
 // left behind: their cgroups (killing any process still in them), their
-// scratch mounts and /etc templates under baseDir. Names carry the owner's pid
-// (airlock-process-<pid>-<random>); a live owner's sandboxes are left
-// alone.
+// scratch mounts and /etc templates under baseDir. Names start with the
+// owner's lease (<owner>-<random>); an owner is dead when a sweep can take
+// its lock, or, for what is under baseDir, when its lock file is gone.
+// Cgroups are shared by every base directory, so only those of owners
+// whose lock this sweep holds are removed. A live owner's sandboxes are
+// left alone. Names of earlier versions carry only the owner's pid
+// (airlock-process-<pid>-<random>) and are judged by it.
 func Sweep(baseDir string) error {
+	dir := owners(baseDir)
+	dead := map[string]*lease.Lock{} // held until the end: no other sweep works on these
+	for _, name := range lease.Owners(dir, namePrefix) {
+		if l := lease.TakeDead(dir, name); l != nil {
+			dead[name] = l
+		}
+	}
+	failed := map[string]bool{}
 	var errs []error
+	try := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			if o := lease.OwnerOf(namePrefix, name); o != "" {
+				failed[o] = true
+			}
+		}
+	}
+	// gone reports whether the owner of what is named name is dead; here:
+	// it is under baseDir.
+	gone := func(name string, here bool) bool {
+		owner := lease.OwnerOf(namePrefix, name)
+		switch {
+		case owner == "":
+			return !legacyOwnerAlive(name)
+		case dead[owner] != nil:
+			return true
+		}
+		return here && lease.Gone(dir, owner)
+	}
 	for _, name := range leftoverCgroups() {
-		if ownerAlive(name) {
+		if !gone(name, false) {
 			continue
 		}
 		// kill thaws a group a crashed airlock may have left frozen.
 		if cgroupV2() {
 			c := &cgroupV2m{name: name}
-			errs = append(errs, c.kill(0), rmdirRetry(c.file("")))
+			try(name, c.kill(0))
+			try(name, rmdirRetry(c.file("")))
 		} else {
 			c := &cgroupV1{name: name}
-			errs = append(errs, c.kill(0), removeCgroupV1(name))
+			try(name, c.kill(0))
+			try(name, removeCgroupV1(name))
 		}
 	}
-	for _, dir := range leftoverMounts(baseDir) {
+	for _, mp := range leftoverMounts(baseDir) {
+		name := filepath.Base(mp)
 		switch {
-		case ownerAlive(filepath.Base(dir)):
-		case strings.HasSuffix(dir, "-etc"):
-			errs = append(errs, removeTemplate(dir))
+		case !gone(name, true):
+		case strings.HasSuffix(mp, "-etc"):
+			try(name, removeTemplate(mp))
 		default:
-			errs = append(errs, unmountScratch(dir))
+			try(name, unmountScratch(mp))
 		}
 	}
 	entries, _ := os.ReadDir(baseDir)
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), namePrefix) || ownerAlive(e.Name()) {
+		if !strings.HasPrefix(e.Name(), namePrefix) || !gone(e.Name(), true) {
 			continue
 		}
 		if strings.HasSuffix(e.Name(), "-etc") {
-			errs = append(errs, removeTemplate(filepath.Join(baseDir, e.Name())))
+			try(e.Name(), removeTemplate(filepath.Join(baseDir, e.Name())))
 		} else {
-			errs = append(errs, unmountScratch(filepath.Join(baseDir, e.Name())))
+			try(e.Name(), unmountScratch(filepath.Join(baseDir, e.Name())))
 		}
 	}
+	for owner, l := range dead {
+		if failed[owner] {
+			l.Keep()
+		} else {
+			l.Remove()
+		}
+	}
+	lease.Tidy(dir)
 	return errors.Join(errs...)
 }
 
@@ -104,9 +174,9 @@ func leftoverMounts(baseDir string) []string {
 	return out
 }
 
-// ownerAlive reports whether the airlock process named in a sandbox name
-// still runs.
-func ownerAlive(name string) bool {
+// legacyOwnerAlive reports whether the airlock process named in a sandbox
+// name of an earlier version (airlock-process-<pid>-<random>) still runs.
+func legacyOwnerAlive(name string) bool {
 	rest := strings.TrimPrefix(name, namePrefix)
 	pidStr, _, ok := strings.Cut(rest, "-")
 	if !ok {

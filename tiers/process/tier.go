@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
@@ -99,7 +100,7 @@ type Tier struct {
 	level airlock.Level
 	cfg   Config
 	uids  *uidAllocator
-	pool  *pool[*sandbox]
+	pool  *warmpool.Pool[poolKey, *sandbox]
 	// stage is the configured stage binary; nil: discovered at the first
 	// start (see stageBin).
 	stage *stageBinary
@@ -163,7 +164,7 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true})
 				},
 				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
-				t.destroy)
+				t.destroy, nil)
 		}
 	}
 	return t, nil
@@ -242,7 +243,7 @@ func probe() error {
 // by their owners.
 func (t *Tier) Close() error {
 	if t.pool != nil {
-		t.pool.close()
+		t.pool.Close()
 	}
 	t.cleanups.Wait()
 	t.cgSpare.close()
@@ -260,7 +261,7 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.pool == nil {
 		return nil
 	}
-	return t.pool.wait(ctx)
+	return waitPool(ctx, t.pool)
 }
 
 var _ airlock.Warmer = (*Tier)(nil)
@@ -271,7 +272,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
 	}
-	return t.pool.stats()
+	return t.pool.Stats(poolKey{}).PoolStats()
 }
 
 // discard destroys a used sandbox in the background: a pooled one through
@@ -280,7 +281,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 // are dead (runJob empties its cgroup before it returns).
 func (t *Tier) discard(sb *sandbox) {
 	if sb.pooled && t.pool != nil {
-		t.pool.release(sb)
+		t.pool.Release(poolKey{}, sb)
 		return
 	}
 	t.cleanups.Add(1)
@@ -290,7 +291,7 @@ func (t *Tier) discard(sb *sandbox) {
 		// The next start's cgroup is made here, after this job has
 		// returned, rather than beside that start's stage, where it would
 		// take a CPU from it; with this job's limits, the likeliest.
-		t.cgSpare.fill(sb.limits)
+		t.cgSpare.fill(t.cfg.baseDir, sb.limits)
 	}()
 }
 

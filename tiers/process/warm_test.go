@@ -27,14 +27,13 @@ func TestWaitWarm(t *testing.T) {
 		if err := tier.WaitWarm(ctx); err != nil {
 			t.Fatal(err)
 		}
-		tier.pool.mu.Lock()
-		ready, pending := len(tier.pool.ready), tier.pool.pending
-		tier.pool.mu.Unlock()
+		st := tier.pool.Stats(poolKey{})
+		ready, pending := st.Ready, st.Pending
 		if ready != 2 || pending != 0 {
 			t.Fatalf("round %d: WaitWarm returned with %d ready, %d being destroyed", round, ready, pending)
 		}
-		before := tier.pool.claims.Load()
-		if res, err := tier.Run(ctx, cmdJob("true")); err != nil || tier.pool.claims.Load() != before+1 {
+		before := tier.PoolStats().Hits
+		if res, err := tier.Run(ctx, cmdJob("true")); err != nil || tier.PoolStats().Hits != before+1 {
 			t.Fatalf("round %d: pooled run: %v %+v", round, err, res)
 		}
 		if st := tier.PoolStats(); st.Size != 2 || st.Hits != uint64(round+1) || st.Misses != 0 {
@@ -60,7 +59,7 @@ func TestGuardedWaitWarm(t *testing.T) {
 		if err := g.WaitWarm(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n := g.workers().len(); n != g.size {
+		if n := g.PoolStats().Ready; n != g.size {
 			t.Fatalf("round %d: %d workers ready, want %d", round, n, g.size)
 		}
 		res, err := g.Run(ctx, airlock.Job{Kind: airlock.KindExpr, Code: "1 + 2"})
