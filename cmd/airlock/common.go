@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,6 +64,12 @@ type jobFlags struct {
 	memory, output, steps                      int64
 	seed                                       uint64
 	read                                       stringList
+	// The permission flags: each adds to the job's grants.
+	net     stringList
+	secrets stringList
+	env     stringList
+	scratch int64
+	spawn   bool
 }
 
 func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
@@ -78,7 +86,86 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.Int64Var(&f.memory, "memory", 0, "memory limit in MiB")
 	fs.Int64Var(&f.output, "output", 0, "output limit in bytes")
 	fs.Int64Var(&f.steps, "steps", 0, "interpreter step limit")
-	fs.Var(&f.read, "read", "grant read-only access to the host path `PATH` (repeatable); a job file's own read grants must lie under one")
+	fs.Var(&f.read, "allow-read", "grant read-only access to the host path `PATH` (repeatable); a job file's own read grants must lie under one")
+	fs.Var(&f.read, "read", "the same as --allow-read")
+	fs.Var(&f.net, "allow-net", "allow egress to `HOST[:PORT][=METHOD,...]` (repeatable; default port: 80 and 443, methods: GET and HEAD)")
+	fs.Int64Var(&f.scratch, "scratch", 0, "size of the writable scratch directory in `MB` (default: the tier's)")
+	fs.BoolVar(&f.spawn, "allow-spawn", false, "let the program start other programs")
+	fs.Var(&f.secrets, "secret", "pass the environment variable `NAME` to the job as a secret (repeatable; its value is taken from this environment)")
+	fs.Var(&f.env, "env", "set `NAME=VALUE` in the program's environment (repeatable; recorded and replayed, unlike a secret)")
+}
+
+// netRule parses an --allow-net value: HOST[:PORT][=METHOD,...].
+func netRule(spec string) (airlock.NetRule, error) {
+	bad := func(format string, args ...any) (airlock.NetRule, error) {
+		return airlock.NetRule{}, airlock.Invalid("--allow-net", "%q: "+format, append([]any{spec}, args...)...)
+	}
+	hostPort, methods, hasMethods := strings.Cut(spec, "=")
+	var r airlock.NetRule
+	if hasMethods {
+		for _, m := range strings.Split(methods, ",") {
+			m = strings.ToUpper(strings.TrimSpace(m))
+			if m == "" {
+				return bad("an empty method")
+			}
+			r.Methods = append(r.Methods, m)
+		}
+	}
+	r.Host = hostPort
+	if h, p, err := net.SplitHostPort(hostPort); err == nil {
+		port, err := strconv.Atoi(p)
+		if err != nil || port < 1 || port > 65535 {
+			return bad("port %q is not a number from 1 to 65535", p)
+		}
+		r.Host, r.Ports = h, []int{port}
+	} else if strings.Count(hostPort, ":") == 1 {
+		return bad("%v", err)
+	}
+	if r.Host == "" || strings.ContainsAny(r.Host, "/ ") {
+		return bad("want HOST[:PORT][=METHOD,...], e.g. api.example.com:443=GET,POST")
+	}
+	return r, nil
+}
+
+// permissions adds the permission flags to the job's grants.
+func (f *jobFlags) permissions(job *airlock.Job) error {
+	for _, spec := range f.net {
+		r, err := netRule(spec)
+		if err != nil {
+			return err
+		}
+		job.Grants.Net = append(job.Grants.Net, r)
+	}
+	for _, name := range f.secrets {
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return airlock.Invalid("--secret", "%s is not set in this environment", name)
+		}
+		if job.Grants.Secrets == nil {
+			job.Grants.Secrets = map[string]string{}
+		}
+		job.Grants.Secrets[name] = v
+	}
+	for _, kv := range f.env {
+		name, v, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return airlock.Invalid("--env", "%q: want NAME=VALUE", kv)
+		}
+		if job.Env == nil {
+			job.Env = map[string]string{}
+		}
+		job.Env[name] = v
+	}
+	if f.scratch < 0 {
+		return airlock.Invalid("--scratch", "must not be negative")
+	}
+	if f.scratch > 0 {
+		job.Grants.FS.ScratchMB = f.scratch
+	}
+	if f.spawn {
+		job.Grants.Spawn = true
+	}
+	return nil
 }
 
 // apply copies the flags that were set onto a job.
@@ -126,6 +213,9 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 	}
 	if f.steps != 0 {
 		job.Limits.Steps = f.steps
+	}
+	if err := f.permissions(job); err != nil {
+		return err
 	}
 	return f.resolveReads(job)
 }

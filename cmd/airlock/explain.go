@@ -14,7 +14,7 @@ func init() {
 		name:    "explain",
 		summary: "show which tier the router would choose for a job, and why each cheaper one was passed over",
 		usage: `explain [--json] [--policy FILE] JOB.json|-
-       airlock explain [--kind K] [--situation S] [--tier T] [--spawn] [--net HOST] [--read PATH]`,
+       airlock explain [--kind K] [--situation S] [--tier T] [--allow-spawn] [--allow-net HOST] [--allow-read PATH]`,
 		run: explainCmd,
 	})
 }
@@ -33,10 +33,14 @@ func explainCmd(ctx context.Context, e *env) int {
 	kind := fs.String("kind", "command", "job kind when no job file is given")
 	situation := fs.String("situation", "", "situation (default public)")
 	tier := fs.String("tier", "", "an explicitly requested tier (with no --situation, a level-3 tier implies internal)")
-	spawn := fs.Bool("spawn", false, "grant process spawn")
+	var spawn bool
+	fs.BoolVar(&spawn, "allow-spawn", false, "grant process spawn")
+	fs.BoolVar(&spawn, "spawn", false, "the same as --allow-spawn")
 	var nets, reads stringList
-	fs.Var(&nets, "net", "grant egress to HOST (repeatable)")
-	fs.Var(&reads, "read", "grant read access to PATH (repeatable)")
+	fs.Var(&nets, "allow-net", "grant egress to `HOST[:PORT][=METHOD,...]` (repeatable)")
+	fs.Var(&nets, "net", "the same as --allow-net")
+	fs.Var(&reads, "allow-read", "grant read access to `PATH` (repeatable)")
+	fs.Var(&reads, "read", "the same as --allow-read")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -53,10 +57,14 @@ func explainCmd(ctx context.Context, e *env) int {
 		default:
 			job.Code = "1"
 		}
-		job.Grants.Spawn = *spawn
+		job.Grants.Spawn = spawn
 		job.Grants.FS.Read = reads
-		for _, h := range nets {
-			job.Grants.Net = append(job.Grants.Net, airlock.NetRule{Host: h})
+		for _, spec := range nets {
+			r, err := netRule(spec)
+			if err != nil {
+				return e.fail(err)
+			}
+			job.Grants.Net = append(job.Grants.Net, r)
 		}
 	case 1:
 		var src io.Reader = e.stdin

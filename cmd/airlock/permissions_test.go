@@ -1,0 +1,73 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+func applyFlags(t *testing.T, args ...string) (airlock.Job, error) {
+	t.Helper()
+	var jf jobFlags
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	jf.register(fs, true)
+	require.NoError(t, fs.Parse(args))
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}}
+	return job, jf.apply(&job)
+}
+
+// The permission flags become the job's grants, as a job file would
+// state them.
+func TestPermissionFlags(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_TOKEN", "s3cret")
+	job, err := applyFlags(t,
+		"--allow-net", "api.example.com:8443=get,post",
+		"--allow-net", "pypi.org",
+		"--allow-net", "[::1]:8080",
+		"--scratch", "64", "--allow-spawn",
+		"--secret", "AIRLOCK_TEST_TOKEN",
+		"--env", "MODE=fast", "--env", "EMPTY=")
+	require.NoError(t, err)
+	assert.Equal(t, []airlock.NetRule{
+		{Host: "api.example.com", Ports: []int{8443}, Methods: []string{"GET", "POST"}},
+		{Host: "pypi.org"},
+		{Host: "::1", Ports: []int{8080}},
+	}, job.Grants.Net)
+	assert.Equal(t, int64(64), job.Grants.FS.ScratchMB)
+	assert.True(t, job.Grants.Spawn)
+	assert.Equal(t, map[string]string{"AIRLOCK_TEST_TOKEN": "s3cret"}, job.Grants.Secrets)
+	assert.Equal(t, map[string]string{"MODE": "fast", "EMPTY": ""}, job.Env)
+
+	for _, c := range []struct{ args []string }{
+		{[]string{"--allow-net", "example.com:http"}},
+		{[]string{"--allow-net", "example.com:0"}},
+		{[]string{"--allow-net", "example.com=GET,"}},
+		{[]string{"--allow-net", "https://example.com"}},
+		{[]string{"--allow-net", ":443"}},
+		{[]string{"--secret", "AIRLOCK_TEST_UNSET_VARIABLE"}},
+		{[]string{"--env", "NOVALUE"}},
+		{[]string{"--scratch", "-1"}},
+	} {
+		_, err := applyFlags(t, c.args...)
+		assert.Equal(t, airlock.ErrInvalid, airlock.KindOf(err), "%v: %v", c.args, err)
+	}
+}
+
+// The flags reach a real sandbox: spawn, scratch and a secret on the
+// process tier.
+func TestPermissionFlagsRun(t *testing.T) {
+	needProcess(t)
+	t.Setenv("AIRLOCK_TEST_TOKEN", "s3cret")
+	out, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--secret", "AIRLOCK_TEST_TOKEN", "--",
+		"sh", "-c", `echo "$AIRLOCK_TEST_TOKEN" | cat`)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "s3cret\n", out)
+	_, errOut, code = run(t, "", "run", "--tier", "process", "--env", "A=1", "--", "true")
+	assert.Equal(t, exitNotAdmitted, code, "the process tier refuses env until it supports it: %s", errOut)
+}
