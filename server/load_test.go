@@ -190,7 +190,15 @@ func TestLoad(t *testing.T) {
 		buf := make([]byte, 1<<16)
 		t.Errorf("goroutines: %d before, %d after\n%s", baseG, g, buf[:runtime.Stack(buf, true)])
 	}
-	if fd := fds(t); fd > baseFD+2 {
+	// A used sandbox is destroyed in the background, off the caller's
+	// path: its descriptors may outlive the last answer by a moment, which
+	// is not a leak; one that stays is.
+	fd := fds(t)
+	for i := 0; i < 100 && fd > baseFD+2; i++ {
+		time.Sleep(20 * time.Millisecond)
+		fd = fds(t)
+	}
+	if fd > baseFD+2 {
 		t.Errorf("file descriptors: %d before, %d after", baseFD, fd)
 	}
 	if k := children(); len(k) > len(baseKids) {
