@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
 // The agent is the running executable re-executed inside a sandbox: the
@@ -57,11 +58,11 @@ func agentMain(mode string) int {
 	}
 	defer conn.Close()
 	for {
-		typ, payload, err := readFrame(conn)
+		typ, payload, err := frame.Read(conn)
 		if errors.Is(err, io.EOF) {
 			return 0
 		}
-		if err != nil || typ != frameJob {
+		if err != nil || typ != frame.Job {
 			fmt.Fprintf(os.Stderr, "airlock agent: bad job frame: %v\n", err)
 			return 2
 		}
@@ -73,7 +74,7 @@ func agentMain(mode string) int {
 		} else {
 			exit = runAgentJob(conn, &job, received)
 		}
-		if err := writeJSONFrame(conn, frameExit, exit); err != nil || mode == modeOnce {
+		if err := frame.WriteJSON(conn, frame.Exit, exit); err != nil || mode == modeOnce {
 			return 0
 		}
 	}
@@ -84,12 +85,12 @@ func agentMain(mode string) int {
 type frameWriter struct {
 	mu     *sync.Mutex
 	conn   net.Conn
-	typ    byte
+	typ    frame.Type
 	budget *int64
 }
 
 func (w frameWriter) copyFrom(r io.Reader) {
-	buf := make([]byte, maxChunk)
+	buf := make([]byte, frame.MaxChunk)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -97,7 +98,7 @@ func (w frameWriter) copyFrom(r io.Reader) {
 			send := min(int64(n), *w.budget)
 			*w.budget -= send
 			if send > 0 {
-				_ = writeFrame(w.conn, w.typ, buf[:send])
+				_ = frame.Write(w.conn, w.typ, buf[:send])
 			}
 			w.mu.Unlock()
 		}
@@ -125,7 +126,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	prog, err := lookPath(job.Argv[0], job.Env)
 	if err != nil {
 		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
-		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
+		_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
 		return agentExit{Code: 127}
 	}
 	// The job's ends of its pipes are plain blocking descriptors (never
@@ -178,7 +179,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		outR.Close()
 		errR.Close()
 		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
-		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
+		_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
 		return agentExit{Code: 126}
 	}
 	spawned := time.Since(received).Microseconds()
@@ -193,8 +194,8 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	var copies sync.WaitGroup
 	for _, s := range []struct {
 		r   *os.File
-		typ byte
-	}{{outR, frameStdout}, {errR, frameStderr}} {
+		typ frame.Type
+	}{{outR, frame.Stdout}, {errR, frame.Stderr}} {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
