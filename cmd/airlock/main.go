@@ -7,7 +7,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/setup"
+	"github.com/airlock-sandbox/airlock/role"
 )
+
+// The tiers start this binary again in their roles: a sandbox's stage or
+// agent, a guarded worker, an egress forwarder. It dispatches from init,
+// where the runtime holds the startup thread locked, as the process tier's
+// container and filter stages need (see package role); the registrations
+// the roles use (guarded workers) are made by then, in package setup.
+func init() { role.Run(setup.Roles()) }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

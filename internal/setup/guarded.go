@@ -12,13 +12,10 @@ import (
 // Guarded workers: the language tiers re-executed inside the process
 // sandbox (level 3), for language jobs whose situation asks for more than
 // an interpreter. The registrations run in the worker too (same binary),
-// which is how it finds the tier to run.
+// which is how its role (see Roles) finds the tier to run.
 func init() {
-	// The entry packages' own init runs a worker process's job before
-	// the rest of the binary initialises; registering them here names the
-	// workers for NewGuarded.
-	process.RegisterWorker(expr.Name, exprworker.New)
-	process.RegisterWorker(starlark.Name, starlarkworker.New)
+	process.RegisterWorkerEntry(expr.Name, exprworker.Entry)
+	process.RegisterWorkerEntry(starlark.Name, starlarkworker.Entry)
 	for i, name := range []string{expr.Name, starlark.Name} {
 		Register(Factory{Name: "guarded-" + name, Level: airlock.LevelContainer, Order: 45 + i, New: func(o Options) (airlock.Tier, error) {
 			return process.NewGuarded(name, process.NewConfig().WithLimits(o.limits()))

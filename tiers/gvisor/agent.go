@@ -15,28 +15,34 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
-// The agent is the running executable re-executed inside a sandbox: the
-// CLI, a server, or a test binary all carry it, because this package's
-// init function turns the process into the agent when it finds the private
-// marker below in its environment and arguments. The host's executable is
-// bind-mounted read-only into the sandbox, and the host's library
-// directories are mounted too, so a dynamically linked executable works.
-// Keeping the agent in the same binary means it can never be out of step
-// with the host side of the protocol.
+// The agent is the running executable re-executed inside a sandbox in the
+// agent role (see Roles): the CLI, a server, or a test binary all carry
+// it. The host's executable is bind-mounted read-only into the sandbox,
+// and the host's library directories are mounted too, so a dynamically
+// linked executable works. Keeping the agent in the same binary means it
+// can never be out of step with the host side of the protocol.
 const (
-	agentEnv  = "AIRLOCK_GVISOR_AGENT_a7c3"
+	agentRole = "gvisor-agent"
 	agentArg  = "airlock-gvisor-agent"
 	modeOnce  = "once"    // run one job, then exit (pooled sandboxes)
 	modeServe = "session" // run jobs until the host hangs up (sessions)
 )
 
-func init() {
-	if os.Getenv(agentEnv) == "1" && len(os.Args) == 3 && os.Args[1] == agentArg {
-		os.Exit(agentMain(os.Args[2]))
-	}
+// Roles are the roles this tier starts the running binary in: the agent
+// inside each sandbox. A program that uses the tier passes them to
+// role.Run first thing in main.
+func Roles() []role.Role {
+	return []role.Role{{Name: agentRole, Main: func() int {
+		if len(os.Args) != 3 || os.Args[1] != agentArg {
+			fmt.Fprintln(os.Stderr, "airlock agent: started without its arguments")
+			return 2
+		}
+		return agentMain(os.Args[2])
+	}}}
 }
 
 // agentMain connects to the host's socket and serves jobs.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
@@ -70,7 +71,7 @@ func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err erro
 	b := t.newBundle(id, &airlock.Job{Limits: def})
 	b.read = read
 	b.args = []string{agentBin, agentArg, mode}
-	b.env = []string{agentEnv + "=1", "PATH=" + defaultPATH}
+	b.env = []string{role.Env + "=" + agentRole, "PATH=" + defaultPATH}
 	b.cwd = "/"
 	b.uid = 0
 	b.agent = t.agent
