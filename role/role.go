@@ -11,7 +11,8 @@
 //
 // The tier names the role in the environment (Env) of the process it
 // starts; a process started without it never enters a role, and Run
-// returns at once.
+// returns at once. The package imports little (no fmt, no path/filepath),
+// so that a role dispatched early (RunEarly) waits for little.
 //
 // Some roles apply restrictions to the thread they run on (the process
 // tier's container and filter stages unshare namespaces and load Landlock
@@ -24,10 +25,8 @@ package role
 
 import (
 	"embed"
-	"fmt"
 	"os"
-	"path/filepath"
-	"sync/atomic"
+	"strconv"
 )
 
 // Env names the role of a re-executed process. Its value is one of the
@@ -39,6 +38,10 @@ type Role struct {
 	Name string
 	// Main runs the role and returns the process's exit status.
 	Main func() int
+	// Wants, when set, says whether this process is one Main serves; a
+	// role of that name it declines is left to a later dispatch (see
+	// RunEarly).
+	Wants func() bool
 }
 
 // Sources is this package's code, part of the code digest that tells
@@ -47,8 +50,6 @@ type Role struct {
 //go:embed role.go
 var Sources embed.FS
 
-var ran atomic.Bool
-
 // Run runs the role this process was started in, among roles, and exits
 // with its status; it refuses a role it does not know with one line on
 // standard error and status 2. In a process started without a role it
@@ -56,22 +57,43 @@ var ran atomic.Bool
 func Run(roles ...[]Role) {
 	name := os.Getenv(Env)
 	if name == "" {
-		ran.Store(true)
 		return
 	}
 	for _, rs := range roles {
 		for _, r := range rs {
-			if r.Name == name {
+			if r.Name == name && (r.Wants == nil || r.Wants()) {
 				os.Exit(r.Main())
 			}
 		}
 	}
-	fmt.Fprintf(os.Stderr, "%s: unknown role %q in %s: this binary was not built to serve it\n", filepath.Base(os.Args[0]), name, Env)
+	prog := os.Args[0]
+	for i := len(prog) - 1; i >= 0; i-- {
+		if prog[i] == '/' {
+			prog = prog[i+1:]
+			break
+		}
+	}
+	os.Stderr.WriteString(prog + ": unknown role " + strconv.Quote(name) + " in " + Env + ": this binary was not built to serve it\n")
 	os.Exit(2)
 }
 
-// Ran reports whether Run has been called in this process (and found no
-// role): a tier that re-executes the running binary checks it, so that a
-// program whose main does not dispatch fails with a reason rather than
-// starting its own main inside a sandbox.
-func Ran() bool { return ran.Load() }
+// RunEarly is Run for the roles of a binary that would otherwise wait for
+// its heavy package initialisers: it runs this process's role if roles
+// has it (and its Wants, if set, agrees) and exits; otherwise it returns,
+// leaving the role, or the refusal of an unknown one, to Run. Call it
+// from the init function of a package of the binary that imports only
+// those roles' code: Go initialises a package as soon as its imports
+// are, on the startup thread, locked.
+func RunEarly(roles ...[]Role) {
+	name := os.Getenv(Env)
+	if name == "" {
+		return
+	}
+	for _, rs := range roles {
+		for _, r := range rs {
+			if r.Name == name && (r.Wants == nil || r.Wants()) {
+				os.Exit(r.Main())
+			}
+		}
+	}
+}

@@ -12,17 +12,20 @@ import (
 	"github.com/airlock-sandbox/airlock/role"
 )
 
-// testRoles are the roles this test binary can be started in.
-var testRoles = []role.Role{
-	{Name: "test-exit-7", Main: func() int { fmt.Print("role ran"); return 7 }},
-}
+// testRoles are the roles this test binary can be started in; earlyRoles
+// serves one of them for some processes, and declines the others.
+var (
+	testRoles = []role.Role{
+		{Name: "test-exit-7", Main: func() int { fmt.Print("role ran"); return 7 }},
+	}
+	earlyRoles = []role.Role{
+		{Name: "test-exit-7", Wants: func() bool { return os.Getenv("ROLE_TEST_EARLY") == "1" }, Main: func() int { fmt.Print("early role ran"); return 8 }},
+	}
+)
 
 func TestMain(m *testing.M) {
+	role.RunEarly(earlyRoles)
 	role.Run(nil, testRoles)
-	if !role.Ran() {
-		fmt.Fprintln(os.Stderr, "role.Ran is false after Run returned")
-		os.Exit(3)
-	}
 	os.Exit(m.Run())
 }
 
@@ -58,6 +61,10 @@ func TestRole(t *testing.T) {
 	code, out, errOut := start(t, role.Env+"=test-exit-7")
 	if code != 7 || out != "role ran" {
 		t.Errorf("in its role: status %d, stdout %q, stderr %q; want 7, %q", code, out, errOut, "role ran")
+	}
+	code, out, errOut = start(t, role.Env+"=test-exit-7", "ROLE_TEST_EARLY=1")
+	if code != 8 || out != "early role ran" {
+		t.Errorf("in its early role: status %d, stdout %q, stderr %q; want 8, %q", code, out, errOut, "early role ran")
 	}
 }
 

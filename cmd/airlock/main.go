@@ -8,6 +8,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	// The light roles, started before the heavy initialisers.
+	_ "github.com/airlock-sandbox/airlock/cmd/airlock/internal/earlyexpr"
+	_ "github.com/airlock-sandbox/airlock/cmd/airlock/internal/earlystage"
 	"github.com/airlock-sandbox/airlock/internal/setup"
 	"github.com/airlock-sandbox/airlock/role"
 )

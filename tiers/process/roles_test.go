@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,8 +119,32 @@ func TestWorkerRole(t *testing.T) {
 	}
 }
 
+// binaryLateInit are the costly packages of the airlock binary (its bench,
+// MCP and peer dependencies, WASM), none of which its stage (started from
+// cmd/airlock/internal/earlystage) may wait for. A few cheap leaves
+// (protobuf's detrand, cel's operators, parts of expr) are ready so early
+// that they initialise first, at little cost.
+var binaryLateInit = []string{
+	"github.com/yuin/goldmark", "gonum.org/v1/plot", "github.com/google/jsonschema-go",
+	"google.golang.org/protobuf/reflect/", "google.golang.org/protobuf/types/",
+	"cel.dev/cel-go/cel", "cel.dev/cel-go/common/types", "github.com/modelcontextprotocol/go-sdk/mcp",
+	"github.com/tetratelabs/wazero",
+}
+
+// workerLateInit are packages of the airlock binary that its expr worker
+// (started from cmd/airlock/internal/earlyexpr) needs none of. The worker
+// waits for expr-lang, whose imports include standard packages sorted
+// late, so more comes before it than before the stage.
+var workerLateInit = []string{
+	"github.com/yuin/goldmark", "github.com/google/jsonschema-go",
+	"github.com/modelcontextprotocol/go-sdk/mcp", "github.com/airlock-sandbox/airlock/egress",
+	"github.com/airlock-sandbox/airlock/corpus", "github.com/airlock-sandbox/airlock/tiers/tiertest",
+	"github.com/airlock-sandbox/airlock/tiers/gvisor", "github.com/miekg/",
+}
+
 // TestBinaryRoles pins the dispatch of the airlock binary itself: built,
-// it runs as a container stage when started in that role; refuses a role
+// it runs as a container stage, and as an expr worker, before any of its
+// costly packages initialises when started in that role; refuses a role
 // it does not know with one line and status 2, before anything else; and
 // started without a role it is the CLI, and never a stage (its status
 // pipe stays empty).
@@ -136,9 +161,22 @@ func TestBinaryRoles(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the airlock binary: %v\n%s", err, out)
 	}
-	_, st, stderr := initTraceOf(t, exe, stage.Env+"="+stage.Container)
+	inits, st, stderr := initTraceOf(t, exe, stage.Env+"="+stage.Container)
 	if !strings.Contains(st.Error, "reading base spec") {
 		t.Fatalf("the stage did not run (status %+v):\n%s", st, stderr)
+	}
+	checkNoLateInit(t, inits, binaryLateInit, "stage")
+	inits, _, stderr = initTraceOf(t, exe, stage.Env+"="+stage.Worker, wk.Env+"=expr")
+	if !strings.Contains(stderr, "not in a sandbox's user namespace") {
+		t.Fatalf("the expr worker did not run or did not refuse the host's namespaces:\n%s", stderr)
+	}
+	checkNoLateInit(t, inits, workerLateInit, "expr worker")
+	if slices.Contains(inits, "github.com/airlock-sandbox/airlock/tiers/process") {
+		t.Error("the process package was initialised before the expr worker dispatched")
+	}
+	_, _, stderr = initTraceOf(t, exe, stage.Env+"="+stage.Worker, wk.Env+"=starlark")
+	if !strings.Contains(stderr, "not in a sandbox's user namespace") {
+		t.Fatalf("the Starlark worker (main's role) did not run:\n%s", stderr)
 	}
 
 	cmd := exec.Command(exe, "help")
@@ -153,7 +191,7 @@ func TestBinaryRoles(t *testing.T) {
 		t.Fatalf("unknown role: stderr %q; want one line naming it", exit.Stderr)
 	}
 
-	inits, st, stderr := initTraceOf(t, exe)
+	inits, st, stderr = initTraceOf(t, exe)
 	if st != (stage.Status{}) || len(inits) == 0 || !strings.Contains(stderr, "airlock") {
 		t.Fatalf("without a role: status %+v, stderr:\n%s", st, stderr)
 	}

@@ -37,6 +37,10 @@ type Entry struct {
 	WarmJob string
 }
 
+// RoleName is the worker stage's role (see package role); Env names the
+// worker.
+const RoleName = stage.Worker
+
 // Main is the worker stage's role (see package role): it runs the worker
 // Env names, found by lookup, and never returns but by exiting.
 func Main(lookup func(name string) (Entry, bool)) int {
