@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +14,9 @@ import (
 	"github.com/airlock-sandbox/airlock/corpus/runner"
 	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
@@ -24,7 +27,16 @@ func sources() []runner.TierSource {
 	return append(runnertest.TierSources(), runnertest.Sources()...)
 }
 
+// The process tier's container and filter stages need the startup thread
+// locked to them (see package role); TestMain releases it once it knows
+// this binary was not started in a role.
+func init() { runtime.LockOSThread() }
+
+// TestMain lets the tiers re-execute this test binary in their roles, and
+// the runner in its children.
 func TestMain(m *testing.M) {
+	role.Run(tierset.Roles())
+	runtime.UnlockOSThread()
 	if runner.IsChild() {
 		os.Exit(runner.Child(sources(), os.Stdin, os.Stdout, os.Stderr, runnertest.Suites()...))
 	}

@@ -18,8 +18,6 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/gvisor"
 	"github.com/airlock-sandbox/airlock/tiers/microvm"
 	"github.com/airlock-sandbox/airlock/tiers/process"
-	"github.com/airlock-sandbox/airlock/tiers/process/worker/exprworker"
-	"github.com/airlock-sandbox/airlock/tiers/process/worker/starlarkworker"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
 
@@ -112,8 +110,8 @@ func Entries() []Entry {
 		{Name: process.NameFilter, Level: airlock.LevelSyscallFilter, New: func(o Options) (airlock.Tier, error) {
 			return process.NewFilter(process.NewConfig().WithLimits(o.limits()))
 		}},
-		guarded(expr.Name, exprworker.New),
-		guarded(starlark.Name, starlarkworker.New),
+		guarded(expr.Name),
+		guarded(starlark.Name),
 		{Name: process.NameContainer, Level: airlock.LevelContainer, Pooled: true, New: func(o Options) (airlock.Tier, error) {
 			if err := o.Validate(); err != nil {
 				return nil, err
@@ -148,13 +146,10 @@ func Entries() []Entry {
 
 // guarded is a language tier re-executed inside the process sandbox
 // (level 3), for language jobs whose situation asks for more than an
-// interpreter. The worker's entry package (exprworker, starlarkworker)
-// dispatches a worker process's job from its own init, before the rest of
-// the binary initialises; registering the worker here names it for
-// NewGuarded.
-func guarded(name string, worker func() airlock.Tier) Entry {
+// interpreter.
+func guarded(name string) Entry {
 	return Entry{Name: "guarded-" + name, Level: airlock.LevelContainer, New: func(o Options) (airlock.Tier, error) {
-		process.RegisterWorker(name, worker)
+		registerWorkers()
 		return process.NewGuarded(name, process.NewConfig().WithLimits(o.limits()))
 	}}
 }

@@ -15,27 +15,34 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
-// The agent is the running executable re-executed inside a sandbox: the
-// CLI, a server, or a test binary all carry it, because this package's
-// init function turns the process into the agent when it finds the private
-// marker below in its environment and arguments. The host's executable is
-// bind-mounted read-only into the sandbox, and the host's library
-// directories are mounted too, so a dynamically linked executable works.
-// Keeping the agent in the same binary means it can never be out of step
-// with the host side of the protocol.
+// The agent is the running executable re-executed inside a sandbox in the
+// agent role (see Roles): the CLI, a server, or a test binary all carry
+// it. The host's executable is bind-mounted read-only into the sandbox,
+// and the host's library directories are mounted too, so a dynamically
+// linked executable works. Keeping the agent in the same binary means it
+// can never be out of step with the host side of the protocol.
 const (
-	agentEnv  = "AIRLOCK_GVISOR_AGENT_a7c3"
+	agentRole = "gvisor-agent"
 	agentArg  = "airlock-gvisor-agent"
 	modeOnce  = "once"    // run one job, then exit (pooled sandboxes)
 	modeServe = "session" // run jobs until the host hangs up (sessions)
 )
 
-func init() {
-	if os.Getenv(agentEnv) == "1" && len(os.Args) == 3 && os.Args[1] == agentArg {
-		os.Exit(agentMain(os.Args[2]))
-	}
+// Roles are the roles this tier starts the running binary in: the agent
+// inside each sandbox. A program that uses the tier passes them to
+// role.Run first thing in main.
+func Roles() []role.Role {
+	return []role.Role{{Name: agentRole, Main: func() int {
+		if len(os.Args) != 3 || os.Args[1] != agentArg {
+			fmt.Fprintln(os.Stderr, "airlock agent: started without its arguments")
+			return 2
+		}
+		return agentMain(os.Args[2])
+	}}}
 }
 
 // agentMain connects to the host's socket and serves jobs.
@@ -57,11 +64,11 @@ func agentMain(mode string) int {
 	}
 	defer conn.Close()
 	for {
-		typ, payload, err := readFrame(conn)
+		typ, payload, err := frame.Read(conn)
 		if errors.Is(err, io.EOF) {
 			return 0
 		}
-		if err != nil || typ != frameJob {
+		if err != nil || typ != frame.Job {
 			fmt.Fprintf(os.Stderr, "airlock agent: bad job frame: %v\n", err)
 			return 2
 		}
@@ -73,7 +80,7 @@ func agentMain(mode string) int {
 		} else {
 			exit = runAgentJob(conn, &job, received)
 		}
-		if err := writeJSONFrame(conn, frameExit, exit); err != nil || mode == modeOnce {
+		if err := frame.WriteJSON(conn, frame.Exit, exit); err != nil || mode == modeOnce {
 			return 0
 		}
 	}
@@ -84,12 +91,12 @@ func agentMain(mode string) int {
 type frameWriter struct {
 	mu     *sync.Mutex
 	conn   net.Conn
-	typ    byte
+	typ    frame.Type
 	budget *int64
 }
 
 func (w frameWriter) copyFrom(r io.Reader) {
-	buf := make([]byte, maxChunk)
+	buf := make([]byte, frame.MaxChunk)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -97,7 +104,7 @@ func (w frameWriter) copyFrom(r io.Reader) {
 			send := min(int64(n), *w.budget)
 			*w.budget -= send
 			if send > 0 {
-				_ = writeFrame(w.conn, w.typ, buf[:send])
+				_ = frame.Write(w.conn, w.typ, buf[:send])
 			}
 			w.mu.Unlock()
 		}
@@ -125,7 +132,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	prog, err := lookPath(job.Argv[0], job.Env)
 	if err != nil {
 		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
-		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
+		_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
 		return agentExit{Code: 127}
 	}
 	// The job's ends of its pipes are plain blocking descriptors (never
@@ -178,7 +185,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		outR.Close()
 		errR.Close()
 		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
-		_ = writeFrame(conn, frameStderr, []byte(msg[:min(len(msg), maxChunk)]))
+		_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
 		return agentExit{Code: 126}
 	}
 	spawned := time.Since(received).Microseconds()
@@ -193,8 +200,8 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	var copies sync.WaitGroup
 	for _, s := range []struct {
 		r   *os.File
-		typ byte
-	}{{outR, frameStdout}, {errR, frameStderr}} {
+		typ frame.Type
+	}{{outR, frame.Stdout}, {errR, frame.Stderr}} {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
 // sandbox is a running sandbox whose PID 1 is the agent, connected and
@@ -69,7 +71,7 @@ func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err erro
 	b := t.newBundle(id, &airlock.Job{Limits: def})
 	b.read = read
 	b.args = []string{agentBin, agentArg, mode}
-	b.env = []string{agentEnv + "=1", "PATH=" + defaultPATH}
+	b.env = []string{role.Env + "=" + agentRole, "PATH=" + defaultPATH}
 	b.cwd = "/"
 	b.uid = 0
 	b.agent = t.agent
@@ -192,7 +194,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		aj.Egress = true
 	}
 	r.ready()
-	if err := writeJSONFrame(sb.conn, frameJob, aj); err != nil {
+	if err := frame.WriteJSON(sb.conn, frame.Job, aj); err != nil {
 		return r.finish(fmt.Errorf("handing over the job: %w", err))
 	}
 	out := newOutput(job.Limits.OutputBytes)
@@ -206,15 +208,15 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	var exit *agentExit
 	var lost error
 	for exit == nil && lost == nil {
-		typ, payload, err := readFrame(sb.conn)
+		typ, payload, err := frame.Read(sb.conn)
 		switch {
 		case err != nil:
 			lost = err
-		case typ == frameStdout:
+		case typ == frame.Stdout:
 			out.write(&out.stdout, payload)
-		case typ == frameStderr:
+		case typ == frame.Stderr:
 			out.write(&out.stderr, payload)
-		case typ == frameExit:
+		case typ == frame.Exit:
 			exit = new(agentExit)
 			if err := json.Unmarshal(payload, exit); err != nil {
 				exit, lost = nil, err

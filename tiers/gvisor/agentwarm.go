@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"syscall"
 	"unsafe"
+
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
 // prewarmAddressSpace leaves one spare address space in the Sentry for the
@@ -62,5 +64,5 @@ func forkExit() (uintptr, syscall.Errno) {
 func prewarmCodecs() {
 	var j agentJob
 	_ = json.Unmarshal([]byte(`{"argv":["true"],"env":["A=b"],"files":{"f":"x"},"stdin":"x","uid":1,"nofile":1,"output":1}`), &j)
-	_ = writeJSONFrame(io.Discard, frameExit, agentExit{Code: 1, SpawnUS: 1, ExitUS: 1})
+	_ = frame.WriteJSON(io.Discard, frame.Exit, agentExit{Code: 1, SpawnUS: 1, ExitUS: 1})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -62,7 +63,7 @@ func TestPoolBindsPolicyAtClaim(t *testing.T) {
 		if err != nil || !strings.Contains(res.Stdout, "token=claim-time-secret") {
 			t.Fatalf("claim's secret missing: %v (%+v)", err, res)
 		}
-		if strings.Contains(res.Stdout, agentEnv) {
+		if strings.Contains(res.Stdout, role.Env) {
 			t.Fatalf("the agent's environment leaked into the job: %q", res.Stdout)
 		}
 		// The next claim gets a fresh sandbox: the secret is gone.

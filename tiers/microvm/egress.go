@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
@@ -27,7 +28,7 @@ const (
 	guestProxy  = "10.0.2.100:3128"
 	guestCADir  = "/etc/airlock"
 	netModules  = "failover,net_failover,virtio_net"
-	forwardEnv  = "AIRLOCK_MICROVM_FORWARD_5e1d"
+	forwardRole = "microvm-forward"
 	forwardArg  = "airlock-microvm-egress-forward"
 	qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 	// spawn=deny and elevateprivileges=deny stop QEMU from starting the
@@ -36,19 +37,23 @@ const (
 	qemuSandboxNet = "on,obsolete=deny,resourcecontrol=deny"
 )
 
-// init turns this process into the guestfwd forwarder when QEMU started
-// it as one (the private marker in its environment and arguments): the
-// guest's connection is on stdin/stdout, the gateway's socket is the
-// argument. The CLI, a server and the test binaries all link this package,
-// so each can serve; the forwarder never runs otherwise.
-func init() {
-	if os.Getenv(forwardEnv) == "1" && len(os.Args) == 3 && os.Args[1] == forwardArg {
+// Roles are the roles this tier starts the running binary in: the
+// guestfwd forwarder that QEMU starts for a net-granted VM (the role in
+// its environment, the marker in its arguments), with the guest's
+// connection on stdin/stdout and the gateway's socket as the argument. A
+// program that uses the tier passes them to role.Run first thing in main.
+func Roles() []role.Role {
+	return []role.Role{{Name: forwardRole, Main: func() int {
+		if len(os.Args) != 3 || os.Args[1] != forwardArg {
+			fmt.Fprintln(os.Stderr, "airlock egress forwarder: started without its arguments")
+			return 2
+		}
 		if err := egress.ForwardStdio(os.Args[2], egress.StreamHTTP, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "airlock egress forwarder: %v\n", err)
-			os.Exit(1)
+			return 1
 		}
-		os.Exit(0)
-	}
+		return 0
+	}}}
 }
 
 // WithEgress sets the template of every net-granted job's egress gateway

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -19,6 +20,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	role.Run(Roles()) // the egress forwarder QEMU starts is this binary
 	var err error
 	testDir, err = os.MkdirTemp("", "airlock-microvm-test-")
 	if err != nil {

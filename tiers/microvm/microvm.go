@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
@@ -480,7 +481,7 @@ var ErrAgentVersion = errors.New("guest agent out of date")
 // yet); its outcome arrives on v.sent. Stopping the VM ends the write.
 func (v *vm) send(payload []byte) {
 	v.sent = make(chan error, 1)
-	go func() { v.sent <- wire.Write(v.ctl, wire.TypeJob, payload) }()
+	go func() { v.sent <- frame.Write(v.ctl, frame.Job, payload) }()
 }
 
 // awaitReady reads the agent's first frame, which must be Ready.
@@ -492,14 +493,14 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	_ = v.ctl.SetReadDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = v.ctl.SetReadDeadline(time.Now()) })
 	defer stop()
-	typ, payload, err := wire.Read(v.ctl)
+	typ, payload, err := frame.Read(v.ctl)
 	_ = v.ctl.SetReadDeadline(time.Time{})
 	switch {
 	case err != nil:
 		return fmt.Errorf("waiting for the guest agent: %w (%s)", err, v.diag())
-	case typ == wire.TypeFail:
+	case typ == frame.Fail:
 		return fmt.Errorf("guest agent failed: %s", payload)
-	case typ != wire.TypeReady:
+	case typ != frame.Ready:
 		return fmt.Errorf("guest agent sent %q before ready", typ)
 	}
 	// The agent has run nothing of a job yet: its Ready is trusted to say
@@ -539,14 +540,14 @@ func encodeJob(job *airlock.Job, n *wire.Net) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(payload) > wire.MaxJob {
-		return nil, airlock.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), wire.MaxJob)
+	if len(payload) > frame.MaxJob {
+		return nil, airlock.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), frame.MaxJob)
 	}
 	return payload, nil
 }
 
-type frame struct {
-	t   wire.Type
+type guestFrame struct {
+	t   frame.Type
 	p   []byte
 	err error
 }
@@ -555,15 +556,15 @@ type frame struct {
 // sent it) to the agent and collects frames until the Exit frame, a limit,
 // or cancellation. Output beyond the cap stops the run.
 func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []byte, res *airlock.Result) error {
-	frames := make(chan frame, 16)
+	frames := make(chan guestFrame, 16)
 	readerDone := make(chan struct{})
 	quit := make(chan struct{})
 	go func() {
 		defer close(readerDone)
 		for {
-			typ, p, err := wire.Read(v.ctl)
+			typ, p, err := frame.Read(v.ctl)
 			select {
-			case frames <- frame{typ, p, err}:
+			case frames <- guestFrame{typ, p, err}:
 			case <-quit:
 				return
 			}
@@ -607,14 +608,14 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				return fmt.Errorf("reading from the guest: %w (%s)", f.err, v.diag())
 			}
 			switch f.t {
-			case wire.TypeStdout, wire.TypeStderr:
+			case frame.Stdout, frame.Stderr:
 				room := capBytes - int64(len(stdout)+len(stderr))
 				p := f.p
 				over := int64(len(p)) > room
 				if over {
 					p = p[:max(room, 0)]
 				}
-				if f.t == wire.TypeStdout {
+				if f.t == frame.Stdout {
 					stdout = append(stdout, p...)
 				} else {
 					stderr = append(stderr, p...)
@@ -622,7 +623,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				if over {
 					return &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}
 				}
-			case wire.TypeExit:
+			case frame.Exit:
 				var ex wire.Exit
 				if err := json.Unmarshal(f.p, &ex); err != nil {
 					return fmt.Errorf("bad exit frame from the guest: %w", err)
@@ -636,7 +637,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 					return &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("the job used more than %v of CPU", job.Limits.CPU())}
 				}
 				return nil
-			case wire.TypeFail:
+			case frame.Fail:
 				return fmt.Errorf("guest agent: %s", f.p)
 			default:
 				return fmt.Errorf("unexpected %q frame from the guest", f.t)

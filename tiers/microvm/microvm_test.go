@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
@@ -154,7 +155,7 @@ func TestAwaitReadyVersion(t *testing.T) {
 		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), false},
 	} {
 		host, guest := net.Pipe()
-		go func() { _ = wire.Write(guest, wire.TypeReady, []byte(c.ready)) }()
+		go func() { _ = frame.Write(guest, frame.Ready, []byte(c.ready)) }()
 		v := &vm{ctl: host, console: &tail{n: 64}, stderr: &tail{n: 64}}
 		err := v.awaitReady(context.Background(), 10*time.Second)
 		host.Close()

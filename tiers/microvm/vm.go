@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
@@ -189,7 +190,7 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	cmd := exec.Command(p.prog, p.args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	if s.net {
-		cmd.Env = append(cmd.Env, forwardEnv+"=1") // for the guestfwd's forwarder
+		cmd.Env = append(cmd.Env, role.Env+"="+forwardRole) // for the guestfwd's forwarder
 	}
 	cmd.Dir = dir
 	cmd.Stdout = v.console

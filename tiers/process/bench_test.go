@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/interp/expr"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
@@ -413,22 +414,19 @@ func BenchmarkGuardedExpr(b *testing.B) {
 	m.ratios(b, "expr")
 }
 
-// pipeEchoEnv makes the test binary a pipe echo: it answers each byte on
+// pipeEchoRole makes the test binary a pipe echo: it answers each byte on
 // stdin with one on stdout, for the round-trip floor in
 // BenchmarkGuardedRoundTrip.
-const pipeEchoEnv = "_AIRLOCK_TEST_PIPE_ECHO"
+const pipeEchoRole = "test-pipe-echo"
 
-func init() {
-	if os.Getenv(pipeEchoEnv) != "1" {
-		return
-	}
+func pipeEcho() int {
 	var b [1]byte
 	for {
 		if n, err := os.Stdin.Read(b[:]); n != 1 || err != nil {
-			os.Exit(0)
+			return 0
 		}
 		if _, err := os.Stdout.Write(b[:]); err != nil {
-			os.Exit(0)
+			return 0
 		}
 	}
 }
@@ -456,7 +454,7 @@ func BenchmarkGuardedRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	echo := exec.Command(exe)
-	echo.Env = []string{pipeEchoEnv + "=1", "GOMAXPROCS=1"}
+	echo.Env = []string{role.Env + "=" + pipeEchoRole, "GOMAXPROCS=1"}
 	in, err := echo.StdinPipe()
 	if err != nil {
 		b.Fatal(err)

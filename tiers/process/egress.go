@@ -47,19 +47,16 @@ func (t *Tier) startGateway(ctx context.Context, sb *sandbox, job *airlock.Job) 
 		sb.egressDir, sandboxEgressDir)
 }
 
-// init runs the egress forwarder when this binary was started as one by a
-// sandbox's PID 1 (see stage.startForwarder): it listens on loopback in
-// the sandbox's network namespace, reports on its ready descriptor, and
+// forwarderMain is the egress forwarder's role, started by a sandbox's
+// PID 1 (see stage.startForwarder): it listens on loopback in the
+// sandbox's network namespace, reports on its ready descriptor, and
 // carries connections to the gateway's socket until the sandbox ends.
-func init() {
-	if os.Getenv(stage.Env) != stage.Forwarder {
-		return
-	}
+func forwarderMain() int {
 	ready := os.NewFile(stage.FdForwarderReady, "ready")
 	f, err := egresswire.StartForwarder(sandboxEgressDir)
 	if err != nil {
 		fmt.Fprintf(ready, "%v", err)
-		os.Exit(1)
+		return 1
 	}
 	fmt.Fprint(ready, "ok")
 	ready.Close()

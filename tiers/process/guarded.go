@@ -29,24 +29,34 @@ import (
 
 var (
 	workersMu sync.Mutex
-	workers   = map[string]func() airlock.Tier{}
+	workers   = map[string]wk.Entry{}
 )
 
 // RegisterWorker makes a language tier available as a guarded worker under
-// name. Call it from an init function: the worker process is this same
-// binary, and it finds the constructor through the same registration.
-// When this process is such a worker, RegisterWorker does not return.
-// Where an entry package exists (worker/exprworker, worker/starlarkworker),
-// register its New: linking the package makes the worker process run its
-// job before the rest of the binary initialises.
+// name. The worker process is this same binary re-executed, which finds
+// the constructor through the same registration: register from an init
+// function or at the start of main, before role.Run(process.Roles()).
 func RegisterWorker(name string, newTier func() airlock.Tier) {
-	if name == "" || newTier == nil {
+	RegisterWorkerEntry(name, wk.Entry{New: newTier})
+}
+
+// RegisterWorkerEntry is RegisterWorker with a warm-up job, as the entry
+// packages (worker/exprworker, worker/starlarkworker) provide: a worker
+// runs it before it reports ready.
+func RegisterWorkerEntry(name string, e wk.Entry) {
+	if name == "" || e.New == nil {
 		panic("process.RegisterWorker: empty name or nil constructor")
 	}
 	workersMu.Lock()
-	workers[name] = newTier
+	workers[name] = e
 	workersMu.Unlock()
-	wk.Dispatch(name, newTier, "") // no warm-up job known for an arbitrary tier
+}
+
+func registeredWorker(name string) (wk.Entry, bool) {
+	workersMu.Lock()
+	defer workersMu.Unlock()
+	e, ok := workers[name]
+	return e, ok
 }
 
 // workerRuntimeMB is the worker's own memory (Go runtime, interpreter)
@@ -69,16 +79,14 @@ type Guarded struct {
 }
 
 // NewGuarded returns the tier "guarded-<name>" for a worker registered
-// with RegisterWorker. cfg's pool size is how many workers are kept
+// with RegisterWorker or RegisterWorkerEntry. cfg's pool size is how many workers are kept
 // started (0 means 2).
 func NewGuarded(name string, cfg Config) (*Guarded, error) {
-	workersMu.Lock()
-	newTier, ok := workers[name]
-	workersMu.Unlock()
+	e, ok := registeredWorker(name)
 	if !ok {
 		return nil, fmt.Errorf("guarded tier: no worker registered as %q", name)
 	}
-	g := &Guarded{name: name, inner: newTier(), cfg: cfg}
+	g := &Guarded{name: name, inner: e.New(), cfg: cfg}
 	size := cfg.poolSize
 	if size == 0 {
 		size = 2

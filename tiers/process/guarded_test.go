@@ -24,7 +24,7 @@ import (
 // stand for an interpreter bug (a fatal runtime error, unbounded
 // allocation, a loop that ignores its context).
 func init() {
-	RegisterWorker(expr.Name, exprworker.New) // the entry package: its worker dispatches early
+	RegisterWorkerEntry(expr.Name, exprworker.Entry) // with its warm-up job, as the airlock binary registers it
 	RegisterWorker("test-fatal", func() airlock.Tier { return misbehaving{"fatal"} })
 	RegisterWorker("test-alloc", func() airlock.Tier { return misbehaving{"alloc"} })
 	RegisterWorker("test-spin", func() airlock.Tier { return misbehaving{"spin"} })

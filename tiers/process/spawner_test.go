@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"golang.org/x/sys/unix"
@@ -224,7 +225,7 @@ func TestSpawnerDiesWithCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := exec.Command(self)
-	child.Env = append(os.Environ(), callerEnv+"="+cfg.baseDir)
+	child.Env = append(os.Environ(), role.Env+"="+spawnerCallerRole, callerEnv+"="+cfg.baseDir)
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -272,18 +273,17 @@ func TestSpawnerDiesWithCaller(t *testing.T) {
 	}
 }
 
-// callerEnv makes this test binary, re-executed by
-// TestSpawnerDiesWithCaller, act as the dying caller (see init below),
-// starting its tier in the base directory it names.
+// callerEnv names the base directory in which the dying caller (see
+// spawnerCaller) starts its tier.
 const callerEnv = "AIRLOCK_TEST_SPAWNER_CALLER"
 
-// init, in TestSpawnerDiesWithCaller's child, starts a pooled container,
-// prints its spawner's and its stage's pids, and waits to be killed.
-func init() {
+// spawnerCallerRole is TestSpawnerDiesWithCaller's child: it starts a
+// pooled container, prints its spawner's and its stage's pids, and waits
+// to be killed.
+const spawnerCallerRole = "test-spawner-caller"
+
+func spawnerCaller() int {
 	base := os.Getenv(callerEnv)
-	if base == "" {
-		return
-	}
 	tier, err := New(NewConfig().WithBaseDir(base).WithPool(1))
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -298,7 +298,7 @@ func init() {
 	sb := tier.pool.Ready(poolKey{})[0]
 	fmt.Printf("PIDS %d %d\n", tier.spawn.current().proc.Pid, sb.pid)
 	time.Sleep(time.Minute)
-	os.Exit(1)
+	return 1
 }
 
 // checkSpawnerFds: the spawner holds none of sb's pipes after starting it

@@ -4,12 +4,9 @@
 // empty read-only root, under the seccomp filter (on every thread) and
 // address-space and CPU rlimits.
 //
-// It imports little (the root package, the stage's confinement code), so
-// that a worker entry package — one per interpreter, importing only that
-// interpreter and this package, such as [exprworker] — is initialised
-// early (Go initialises packages in import-path order as soon as their
-// imports are) and runs the worker before the binary's unrelated, costly
-// package initialisers.
+// The process package's worker role runs it (see package role), with the
+// tiers registered in the binary; the entry packages, such as
+// [exprworker], hold an interpreter's constructor and warm-up job.
 package worker
 
 import (
@@ -32,27 +29,40 @@ import (
 // variable set to the worker stage).
 const Env = "_AIRLOCK_PROCESS_WORKER"
 
-// Dispatch runs the worker named name, and never returns, when this
-// process was started as that worker; otherwise it does nothing. Call it
-// from an init function with the tier's constructor and a trivial job in
-// wire form that the worker runs once before it reports ready (see run).
-func Dispatch(name string, newTier func() airlock.Tier, warmJob string) {
-	if os.Getenv(stage.Env) == stage.Worker && os.Getenv(Env) == name {
-		// The worker runs on a goroutine of its own, which no thread is
-		// locked to (init's goroutine is locked to the startup thread
-		// until initialisation ends, and it never ends here). What
-		// confines a worker applies to the whole process: its namespaces
-		// (made at clone), the pivoted root (pivot_root moves every
-		// thread's), the seccomp filter (loaded on every thread) and the
-		// rlimits. A locked goroutine that resumes after more than 10 ms
-		// in a system call, as a worker does when its job arrives after
-		// it has waited in the pool, is preempted by the runtime's
-		// monitor, and a locked one can only be rescheduled by handing
-		// its P to another thread and back, ≈ 0.1 ms here on the claim's
-		// path; an unlocked one goes back to its thread at once.
-		go func() { os.Exit(run(newTier, warmJob)) }()
-		select {}
+// An Entry is a language tier a worker can run: its constructor and a
+// trivial job in wire form that the worker runs once before it reports
+// ready (see warmUp; empty for none).
+type Entry struct {
+	New     func() airlock.Tier
+	WarmJob string
+}
+
+// RoleName is the worker stage's role (see package role); Env names the
+// worker.
+const RoleName = stage.Worker
+
+// Main is the worker stage's role (see package role): it runs the worker
+// Env names, found by lookup, and never returns but by exiting.
+func Main(lookup func(name string) (Entry, bool)) int {
+	name := os.Getenv(Env)
+	e, ok := lookup(name)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "airlock worker: no worker %q registered in this binary\n", name)
+		return 2
 	}
+	// The worker runs on a goroutine of its own, which no thread is
+	// locked to (the role runs on the startup thread, locked to it).
+	// What confines a worker applies to the whole process: its
+	// namespaces (made at clone), the pivoted root (pivot_root moves
+	// every thread's), the seccomp filter (loaded on every thread) and
+	// the rlimits. A locked goroutine that resumes after more than 10 ms
+	// in a system call, as a worker does when its job arrives after it
+	// has waited in the pool, is preempted by the runtime's monitor, and
+	// a locked one can only be rescheduled by handing its P to another
+	// thread and back, ≈ 0.1 ms here on the claim's path; an unlocked one
+	// goes back to its thread at once.
+	go func() { os.Exit(run(e.New, e.WarmJob)) }()
+	select {}
 }
 
 // warmUp runs a trivial job through the same steps as the real one

@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/place"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
@@ -97,16 +98,16 @@ func runAgent() error {
 		}
 		mark("warmup")
 	}
-	if err := wire.WriteJSON(port, wire.TypeReady, ready); err != nil {
+	if err := frame.WriteJSON(port, frame.Ready, ready); err != nil {
 		return fmt.Errorf("announcing readiness: %w", err)
 	}
 	// A restored snapshot resumes here, in a new VM, with a new host.
-	t, payload, err := wire.Read(port)
+	t, payload, err := frame.Read(port)
 	if err != nil {
 		return fmt.Errorf("reading the job: %w", err)
 	}
 	jobAt := bootUS()
-	if t != wire.TypeJob {
+	if t != frame.Job {
 		return fmt.Errorf("expected a job frame, got %q", t)
 	}
 	var job wire.Job
@@ -118,7 +119,7 @@ func runAgent() error {
 		return fail(port, err)
 	}
 	exit.Marks = append([]wire.Mark{{Step: "job", US: jobAt}}, exit.Marks...)
-	return wire.WriteJSON(port, wire.TypeExit, exit)
+	return frame.WriteJSON(port, frame.Exit, exit)
 }
 
 // bootUS is the time since the guest kernel started, in microseconds.
@@ -132,10 +133,10 @@ func bootUS() int64 {
 
 func fail(port io.Writer, err error) error {
 	msg := err.Error()
-	if len(msg) > wire.MaxSmall {
-		msg = msg[:wire.MaxSmall]
+	if len(msg) > frame.MaxSmall {
+		msg = msg[:frame.MaxSmall]
 	}
-	_ = wire.Write(port, wire.TypeFail, []byte(msg))
+	_ = frame.Write(port, frame.Fail, []byte(msg))
 	return err
 }
 
@@ -500,12 +501,12 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	var copies sync.WaitGroup
 	for _, s := range []struct {
 		r *os.File
-		t wire.Type
-	}{{st.stdout, wire.TypeStdout}, {st.stderr, wire.TypeStderr}} {
+		t frame.Type
+	}{{st.stdout, frame.Stdout}, {st.stderr, frame.Stderr}} {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
-			_, _ = io.Copy(lockedWriter{&mu, wire.ChunkWriter{W: port, T: s.t}}, s.r)
+			_, _ = io.Copy(lockedWriter{&mu, frame.ChunkWriter{W: port, T: s.t}}, s.r)
 		}()
 	}
 	<-st.waited

@@ -19,10 +19,14 @@ import (
 	"fmt"
 	"os"
 
-	// The stage dispatches from its init when the process tier starts
-	// this binary; main runs only when someone else does.
-	_ "github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
+
+// The stage runs from init, where the runtime holds the startup thread
+// locked, as the container and filter stages need (see package role);
+// main runs only when something other than the tier starts this binary.
+func init() { role.Run(stage.Roles) }
 
 func main() {
 	fmt.Fprintln(os.Stderr, "airlock-stage: started by airlock's process tier for each sandbox; it is not a command to run by hand")

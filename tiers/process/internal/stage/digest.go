@@ -11,17 +11,19 @@ import (
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/internal/place"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
 )
 
 // Digest is the stage mode in which the binary prints its Digest and
 // exits: how the process package checks that a separate stage binary
 // speaks this binary's protocol before it uses one.
-const Digest = "digest"
+const Digest = "process-digest"
 
 // sources is this package's own code, which both sides of the protocol
 // share (with the wire package's, hashed too, and the placement code's
-// the stage writes job files with): a stage binary built from other
+// the stage writes job files with, and the role dispatcher's, which names
+// the stage in the environment): a stage binary built from other
 // sources (an older checkout, a newer one) has another digest.
 //
 //go:embed *.go
@@ -33,7 +35,7 @@ var sources embed.FS
 // it is found and who may write it (see the process package).
 var CodeDigest = sync.OnceValue(func() string {
 	h := fnv.New64a()
-	for _, src := range []embed.FS{sources, wire.Sources, place.Sources} {
+	for _, src := range []embed.FS{sources, wire.Sources, place.Sources, role.Sources} {
 		names, _ := fs.Glob(src, "*.go")
 		sort.Strings(names)
 		for _, n := range names {

@@ -1,5 +1,7 @@
 package stage
 
+import "github.com/airlock-sandbox/airlock/role"
+
 // The parent and the sandbox's first stage (this same binary, re-executed,
 // or the separate stage binary of the same build) speak the wire package's
 // binary frames over two pipes (see codec.go): the parent sends a base spec (how to build the
@@ -8,17 +10,18 @@ package stage
 // A pooled sandbox is one that has received its base spec and waits for
 // its job spec: the job's limits and secrets reach it only at claim time.
 
-// Env carries the stage name into the re-executed binary. Its value is
-// one of the stage constants; nothing else is in the environment.
-const Env = "_AIRLOCK_PROCESS_STAGE"
+// Env carries the stage's role name into the re-executed binary (see
+// package role). Its value is one of the stage constants; nothing else is
+// in the environment.
+const Env = role.Env
 
-// The stages.
+// The stages, each a role.
 const (
-	Container = "container" // level 3: namespaces, pivot_root, PID 1
-	Filter    = "filter"    // level 2: seccomp, Landlock and rlimits, then exec
-	Worker    = "worker"    // a guarded language worker
-	Forwarder = "forwarder" // the egress forwarder a level-3 PID 1 starts for a net-granted job
-	Spawner   = "spawner"   // starts containers for the parent (see spawn.go)
+	Container = "process-container" // level 3: namespaces, pivot_root, PID 1
+	Filter    = "process-filter"    // level 2: seccomp, Landlock and rlimits, then exec
+	Worker    = "process-worker"    // a guarded language worker
+	Forwarder = "process-forwarder" // the egress forwarder a level-3 PID 1 starts for a net-granted job
+	Spawner   = "process-spawner"   // starts containers for the parent (see spawn.go)
 )
 
 // Fixed descriptors in the re-executed stage.

@@ -15,37 +15,33 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/place"
+	"github.com/airlock-sandbox/airlock/role"
 )
 
-// init runs the sandbox's first stage when this binary was re-executed by
-// the tier (the marker is in the environment) and exits; otherwise it does
-// nothing. Test binaries and the airlock binary both link this package, so
-// both can serve as the stage. Worker stages are dispatched by the worker
-// entry packages (or RegisterWorker), the egress forwarder by the process
-// package.
+// Roles are the stages this package runs in a binary the tier re-executes
+// (the airlock binary, a test binary, the stage binary), dispatched by
+// that binary's main through package role. Worker stages are the worker
+// package's, the egress forwarder the process package's.
 //
-// The container and filter stages never return from init, and init runs on
-// the startup thread, locked to it by the runtime until initialisation
-// ends (see runtime.LockOSThread): the restrictions they apply per thread
-// (namespaces unshared, Landlock, the seccomp filter) stay on the thread
-// that forks the program. They do not call LockOSThread themselves, which
-// would first start the runtime's template thread (a thread creation on
-// every cold start); a thread the runtime starts from the locked one
-// inherits its restrictions.
-func init() {
-	switch os.Getenv(Env) {
-	case Container:
-		os.Exit(containerStage())
-	case Filter:
-		os.Exit(filterStage())
-	case Digest:
-		os.Exit(printDigest())
-	case Spawner:
+// The container and filter stages never return, and run on the startup
+// thread while it is locked to them (see package role): the restrictions
+// they apply per thread (namespaces unshared, Landlock, the seccomp
+// filter) stay on the thread that forks the program. They do not call
+// runtime.LockOSThread themselves: in an init function, where the runtime
+// holds the lock, that would start the runtime's template thread (a
+// thread creation on every cold start), and while the template thread
+// exists new threads are cloned from it rather than from the locked one,
+// whose restrictions they would otherwise inherit.
+var Roles = []role.Role{
+	{Name: Container, Main: containerStage},
+	{Name: Filter, Main: filterStage},
+	{Name: Digest, Main: printDigest},
+	{Name: Spawner, Main: func() int {
 		// Locked: its children's parent-death signal follows the thread
 		// that forked them.
 		runtime.LockOSThread()
-		os.Exit(spawner())
-	}
+		return spawner()
+	}},
 }
 
 // stagePipes returns the spec reader, the status writer and fail, which

@@ -1,7 +1,6 @@
 // Package starlarkworker is the guarded worker entry for the Starlark
-// tier (see package worker and exprworker). Starlark's imports (the
-// egress policy for its HTTP module) are initialised late, so this entry
-// gains less than expr's.
+// tier: its constructor and warm-up job (see package worker and
+// exprworker).
 package starlarkworker
 
 import (
@@ -10,7 +9,9 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
 
-func init() { worker.Dispatch(starlark.Name, New, WarmJob) }
+// Entry is the Starlark worker; register it with
+// process.RegisterWorkerEntry(starlark.Name, starlarkworker.Entry).
+var Entry = worker.Entry{New: New, WarmJob: WarmJob}
 
 // WarmJob is the trivial job a worker runs before it reports ready (see
 // exprworker.WarmJob): input variables, arithmetic, a loop, a string
@@ -18,8 +19,7 @@ func init() { worker.Dispatch(starlark.Name, New, WarmJob) }
 const WarmJob = `{"kind":"starlark","code":"n = 0\nfor i in range(3):\n    n += x * 2 + 1 - y % 3\nresult = s + str(n) if len(s) == 2 else s","input":{"x":20,"y":7,"s":"ab"},"clock":"2000-01-01T00:00:00.123456789Z","seed":1}`
 
 // New returns the tier a guarded Starlark worker runs, with the default
-// configuration; register it with process.RegisterWorker(starlark.Name,
-// starlarkworker.New).
+// configuration.
 func New() airlock.Tier {
 	t, err := starlark.New(starlark.NewConfig())
 	if err != nil {
