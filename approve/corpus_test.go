@@ -10,7 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/internal/setup"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestCorpusApproval runs corpus/approval.jsonl through the approval gate

@@ -20,15 +20,15 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/egress/egresstest"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // socketEnv is a test environment whose gateway also listens on a Unix
 // socket.
-func socketEnv(t *testing.T) (*egresstest.Env, string) {
+func socketEnv(t *testing.T) (*gatewaylab.Env, string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "egress.sock")
 	env := newTestEnv(t, func(c *egress.Config) { c.Socket = sock })
@@ -288,7 +288,7 @@ func TestForwarderBindsAtClaim(t *testing.T) {
 	pins := egress.Hosts{}
 	_ = pins.Add("a.test", netip.MustParseAddr("127.0.0.1"))
 	_ = pins.Add("b.test", netip.MustParseAddr("127.0.0.1"))
-	port := egresstest.Atoi(origin.HTTPPort)
+	port := gatewaylab.Atoi(origin.HTTPPort)
 	for _, job := range []struct{ name, allowed, refused string }{{"job-a", "a.test", "b.test"}, {"job-b", "b.test", "a.test"}} {
 		gw, err := egress.Start(context.Background(), egress.Config{Job: job.name, Socket: sock, Hosts: pins,
 			Rules: []airlock.NetRule{{Host: job.allowed, Ports: []int{port}}}})

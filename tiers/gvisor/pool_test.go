@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestPoolBindsPolicyAtClaim proves that a pooled sandbox, created under the

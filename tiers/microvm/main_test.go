@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // testAgent is the guest agent built from this checkout for the tests, so

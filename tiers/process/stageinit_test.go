@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
@@ -116,7 +116,7 @@ func TestStageInitOrder(t *testing.T) {
 // gonum/plot, cel-go and protobuf are not).
 var workerLateInit = []string{
 	"github.com/airlock-sandbox/airlock/egress", "github.com/airlock-sandbox/airlock/corpus",
-	"github.com/airlock-sandbox/airlock/tiers/tiertest", "github.com/miekg/",
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest", "github.com/miekg/",
 }
 
 // TestWorkerInitOrder does the same for a guarded expr worker, linked
