@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/internal/setup"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -48,7 +48,12 @@ func ServerFactory(name string, cfg func() server.Config) setup.Factory {
 		if err != nil {
 			return nil, err
 		}
-		return &serverTier{name: name, srv: srv, http: httptest.NewServer(srv.Handler())}, nil
+		hs, err := gatewaylab.Serve(srv.Handler(), nil)
+		if err != nil {
+			srv.Close()
+			return nil, err
+		}
+		return &serverTier{name: name, srv: srv, http: hs, client: &http.Client{Transport: &http.Transport{}}}, nil
 	}}
 }
 
@@ -67,9 +72,10 @@ func withServer(f []setup.Factory) []setup.Factory {
 }
 
 type serverTier struct {
-	name string
-	srv  *server.Server
-	http *httptest.Server
+	name   string
+	srv    *server.Server
+	http   *gatewaylab.Server
+	client *http.Client
 }
 
 func (s *serverTier) Name() string { return s.name }
@@ -91,7 +97,7 @@ func (s *serverTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 		return airlock.Result{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+serverKey)
-	resp, err := s.http.Client().Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return airlock.Result{}, err
 	}
@@ -109,6 +115,7 @@ func (s *serverTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 
 func (s *serverTier) Close() error {
 	s.http.Close()
+	s.client.CloseIdleConnections()
 	return s.srv.Close()
 }
 

@@ -37,8 +37,8 @@ const JobName = "test-job"
 // Env is the gateway and everything around it. Close stops it all.
 type Env struct {
 	GW        *egress.Gateway
-	HTTP      *Origin
-	HTTPS     *Origin
+	HTTP      *Server
+	HTTPS     *Server
 	HTTPPort  string
 	HTTPSPort string
 	// Upstream is the address of the upstream DNS server.
@@ -111,7 +111,7 @@ func Start(adjust func(*egress.Config)) (_ *Env, err error) {
 		w.Header().Set("X-Origin", "yes")
 		fmt.Fprint(w, "origin ok")
 	})
-	if env.HTTP, err = startOrigin(origin, nil); err != nil {
+	if env.HTTP, err = Serve(origin, nil); err != nil {
 		return nil, err
 	}
 	env.closers = append(env.closers, env.HTTP.Close)
@@ -119,7 +119,7 @@ func Start(adjust func(*egress.Config)) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	env.HTTPS, err = startOrigin(origin, &tls.Config{
+	env.HTTPS, err = Serve(origin, &tls.Config{
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return ca.Leaf(h.ServerName)
@@ -336,21 +336,21 @@ func UpstreamLookup(addr string) egress.LookupFunc {
 	return r.LookupNetIP
 }
 
-// Origin is an HTTP or HTTPS server on loopback.
-type Origin struct {
+// Server is an HTTP or HTTPS server on loopback.
+type Server struct {
 	URL      string // scheme://127.0.0.1:port
 	Listener net.Listener
 	srv      *http.Server
 	done     chan struct{}
 }
 
-// startOrigin serves h on a loopback port, over TLS when tc is not nil.
-func startOrigin(h http.Handler, tc *tls.Config) (*Origin, error) {
+// Serve serves h on a loopback port, over TLS when tc is not nil.
+func Serve(h http.Handler, tc *tls.Config) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	o := &Origin{Listener: ln, srv: &http.Server{Handler: h}, done: make(chan struct{}), URL: "http://" + ln.Addr().String()}
+	o := &Server{Listener: ln, srv: &http.Server{Handler: h}, done: make(chan struct{}), URL: "http://" + ln.Addr().String()}
 	serve := ln
 	if tc != nil {
 		serve = tls.NewListener(ln, tc)
@@ -364,7 +364,7 @@ func startOrigin(h http.Handler, tc *tls.Config) (*Origin, error) {
 }
 
 // Close stops the server and ends its connections.
-func (o *Origin) Close() {
+func (o *Server) Close() {
 	_ = o.srv.Close()
 	<-o.done
 }
