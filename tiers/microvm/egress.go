@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egressfwd"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
@@ -43,7 +44,7 @@ const (
 // so each can serve; the forwarder never runs otherwise.
 func init() {
 	if os.Getenv(forwardEnv) == "1" && len(os.Args) == 3 && os.Args[1] == forwardArg {
-		if err := egress.ForwardStdio(os.Args[2], egress.StreamHTTP, os.Stdin, os.Stdout); err != nil {
+		if err := egressfwd.ForwardStdio(os.Args[2], egressfwd.StreamHTTP, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "airlock egress forwarder: %v\n", err)
 			os.Exit(1)
 		}
