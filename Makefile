@@ -9,7 +9,11 @@ GO ?= go
 # the memory stop it is.
 RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monotime/... ./egress/... ./tiers/process/...
 
-.PHONY: all build setup install test test-go test-race vet bench corpus clean
+# The portable core: what builds (and vets, tests included) for macOS and
+# Windows. The tiers, the server and the CLI are Linux only.
+PORTABLE_PKGS = . ./escalate ./interp/expr ./interp/starlark ./wasm ./egress ./egress/sanitize
+
+.PHONY: all build setup install test test-go test-race vet portable bench corpus clean
 
 all: build
 
@@ -47,8 +51,14 @@ setup:
 vet:
 	$(GO) vet ./...
 
+portable:
+	GOOS=darwin $(GO) build $(PORTABLE_PKGS)
+	GOOS=darwin $(GO) vet $(PORTABLE_PKGS)
+	GOOS=windows $(GO) build $(PORTABLE_PKGS)
+	GOOS=windows $(GO) vet $(PORTABLE_PKGS)
+
 # Every tier is mandatory here: a missing backend fails instead of skipping.
-test: setup vet build
+test: setup vet portable build
 	CI=true $(GO) test -count=1 -timeout 45m ./...
 	CI=true $(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
 	./bin/airlock corpus

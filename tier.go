@@ -8,7 +8,7 @@ import (
 )
 
 // Tier runs jobs behind one isolation boundary. Every tier passes the
-// conformance suite in tiers/tiertest.
+// conformance suite in internal/testing/tiertest.
 //
 // Admit reports, without running anything, whether the tier can enforce
 // everything the job needs; it returns a [*NotAdmitted] saying which part it

@@ -9,8 +9,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // TestCorpusApproval runs corpus/approval.jsonl through the approval gate

@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
@@ -180,45 +177,24 @@ func replacer(vars map[string]string) *strings.Replacer {
 	return strings.NewReplacer(repl...)
 }
 
-// swap makes the case's swaps in dir. It acts as the owner of dir: a
-// sandbox's placed files may live in a user namespace where the host's
-// root has no id, so files root creates there could not be owned by
-// anyone (EOVERFLOW); the attacker this stands for is whoever owns them.
+// swap makes the case's swaps in dir, as the owner of dir (see asOwner).
 func swap(dir string, swaps []Swap, r *strings.Replacer) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return err
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	// setfsuid and setfsgid are per thread, and only change the ids used
-	// for file access; the thread is restored before it is unlocked.
-	oldGID, err := unix.SetfsgidRetGid(int(st.Gid))
-	if err != nil {
-		return err
-	}
-	oldUID, err := unix.SetfsuidRetUid(int(st.Uid))
-	defer func() {
-		_, _ = unix.SetfsuidRetUid(oldUID)
-		_, _ = unix.SetfsgidRetGid(oldGID)
-	}()
-	if err != nil {
-		return err
-	}
-	for _, s := range swaps {
-		p := filepath.Join(dir, filepath.Clean(s.Path))
-		if err := os.RemoveAll(p); err != nil {
-			return err
-		}
-		if s.Content != nil {
-			if err := os.WriteFile(p, []byte(r.Replace(*s.Content)), 0o644); err != nil {
+	return asOwner(dir, func() error {
+		for _, s := range swaps {
+			p := filepath.Join(dir, filepath.Clean(s.Path))
+			if err := os.RemoveAll(p); err != nil {
 				return err
 			}
-			continue
+			if s.Content != nil {
+				if err := os.WriteFile(p, []byte(r.Replace(*s.Content)), 0o644); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := os.Symlink(r.Replace(s.Link), p); err != nil {
+				return err
+			}
 		}
-		if err := os.Symlink(r.Replace(s.Link), p); err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	})
 }

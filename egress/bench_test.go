@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egressfwd"
 	"github.com/miekg/dns"
 )
 
@@ -43,7 +44,7 @@ func BenchmarkProxy(b *testing.B) {
 	b.Run("proxy", func(b *testing.B) { benchGet(b, viaProxy("http://"+env.GW.ProxyAddr().String()), httpURL) })
 	b.Run("client", func(b *testing.B) { benchGet(b, env.GW.Client(), httpURL) })
 	b.Run("forwarder", func(b *testing.B) {
-		f, err := egress.StartForwarder(context.Background(), sock, egress.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
+		f, err := egressfwd.StartForwarder(context.Background(), sock, egressfwd.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	egresscases "github.com/airlock-sandbox/airlock/corpus/egress"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/egress/egresstest"
 )
 
 func mustURL(s string) *url.URL {
@@ -18,11 +18,11 @@ func mustURL(s string) *url.URL {
 	return u
 }
 
-// newTestEnv is the corpus's environment (egresstest), stopped when the
+// newTestEnv is the corpus's environment (gatewaylab), stopped when the
 // test ends; extra adjusts the gateway's config before it starts.
-func newTestEnv(t testing.TB, extra func(*egress.Config)) *egresstest.Env {
+func newTestEnv(t testing.TB, extra func(*egress.Config)) *gatewaylab.Env {
 	t.Helper()
-	env, err := egresstest.Start(extra)
+	env, err := gatewaylab.Start(extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func newTestEnv(t testing.TB, extra func(*egress.Config)) *egresstest.Env {
 
 // TestCorpusEgress runs every case of corpus/egress/egress.jsonl against a
 // real proxy, resolver, origins and upstream on loopback, judged by
-// egresstest (the code `airlock corpus` runs them with too).
+// gatewaylab (the code `airlock corpus` runs them with too).
 func TestCorpusEgress(t *testing.T) {
 	cases, err := egresscases.Requests()
 	if err != nil {

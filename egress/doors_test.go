@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/egress/egresstest"
 )
 
 // rawCase is one request written byte for byte to the proxy, or inside a
@@ -25,7 +25,7 @@ type rawCase struct {
 	reason                  string // part of the refusal's logged reason
 }
 
-func runRaw(t *testing.T, env *egresstest.Env, cases []rawCase) {
+func runRaw(t *testing.T, env *gatewaylab.Env, cases []rawCase) {
 	t.Helper()
 	for _, c := range cases {
 		env.TakeLogs()
@@ -58,7 +58,7 @@ func runRaw(t *testing.T, env *egresstest.Env, cases []rawCase) {
 
 func decided(logs []egress.Record, v egress.Verdict, reason string) bool {
 	for _, l := range logs {
-		if l.Verdict == v && strings.Contains(l.Reason, reason) && l.Job == egresstest.JobName && l.Via != "" && !l.Time.IsZero() {
+		if l.Verdict == v && strings.Contains(l.Reason, reason) && l.Job == gatewaylab.JobName && l.Via != "" && !l.Time.IsZero() {
 			return true
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // Lists answer [] when empty, never null.

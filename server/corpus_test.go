@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/corpus"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 func TestCorpus(t *testing.T) {

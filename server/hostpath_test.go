@@ -9,8 +9,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/server"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // readJob is an internal command job that reads path, granted.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 )
 
 // TestEgressGateway: with WithEgress, a plugin's http_request goes through

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/internal/tools"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // buildDir holds the modules the tests build; TestMain removes it.

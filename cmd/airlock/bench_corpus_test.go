@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
-	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/runnertest"
 )
 
 // testFactories are the registered tiers plus deliberately weakened ones,

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egressfwd"
 )
 
 func init() {
@@ -38,20 +38,20 @@ func runEgressForward(ctx context.Context, e *env) int {
 		return exitUsage
 	}
 	if *serve {
-		if err := egress.RunForwarder(ctx, pos[0]); err != nil {
+		if err := egressfwd.RunForwarder(ctx, pos[0]); err != nil {
 			return e.fail(err)
 		}
 		return exitOK
 	}
-	kind := egress.StreamHTTP
+	kind := egressfwd.StreamHTTP
 	if *dns {
-		kind = egress.StreamDNS
+		kind = egressfwd.StreamDNS
 	}
 	var out io.WriteCloser = nopWriteCloser{e.stdout}
 	if f, ok := e.stdout.(*os.File); ok {
 		out = f // closing it tells QEMU the connection is done
 	}
-	if err := egress.ForwardStdio(pos[0], kind, e.stdin, out); err != nil {
+	if err := egressfwd.ForwardStdio(pos[0], kind, e.stdin, out); err != nil {
 		return e.fail(err)
 	}
 	return exitOK

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/corpus/runner"
-	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/runnertest"
 )
 
 // TestMain lets the test binary stand in for the airlock binary: as a

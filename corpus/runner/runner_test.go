@@ -12,12 +12,12 @@ import (
 
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
-	"github.com/airlock-sandbox/airlock/corpus/runner/runnertest"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/runnertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/role"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
 

@@ -5,13 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/server"
+	"io"
+	"net/http"
 )
 
 // ServerTier is the pseudo-tier the server cases (corpus/server.jsonl) are
@@ -55,7 +54,12 @@ func ServerSource(name string, cfg func() server.Config, tiers func(server.Confi
 			}
 			return nil, err
 		}
-		return &serverTier{name: name, srv: srv, http: httptest.NewServer(srv.Handler())}, nil
+		hs, err := gatewaylab.Serve(srv.Handler(), nil)
+		if err != nil {
+			srv.Close()
+			return nil, err
+		}
+		return &serverTier{name: name, srv: srv, http: hs, client: &http.Client{Transport: &http.Transport{}}}, nil
 	}}
 }
 
@@ -66,9 +70,10 @@ func CorpusTenant(name string) server.Tenant {
 }
 
 type serverTier struct {
-	name string
-	srv  *server.Server
-	http *httptest.Server
+	name   string
+	srv    *server.Server
+	http   *gatewaylab.Server
+	client *http.Client
 }
 
 func (s *serverTier) Name() string { return s.name }
@@ -90,7 +95,7 @@ func (s *serverTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 		return airlock.Result{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+serverKey)
-	resp, err := s.http.Client().Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return airlock.Result{}, err
 	}
@@ -108,6 +113,7 @@ func (s *serverTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 
 func (s *serverTier) Close() error {
 	s.http.Close()
+	s.client.CloseIdleConnections()
 	return s.srv.Close()
 }
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/corpus"
 	egresscases "github.com/airlock-sandbox/airlock/corpus/egress"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/egress/egresstest"
 )
 
 // Suite runs an area whose cases are not jobs for a tier against the
@@ -57,7 +57,7 @@ func DefaultSuites() []Suite {
 }
 
 // EgressSuite runs corpus/egress/egress.jsonl, each case against a fresh
-// egresstest environment (a real gateway on loopback in front of real
+// gatewaylab environment (a real gateway on loopback in front of real
 // origins and an upstream resolver) whose config adjust may change: the
 // origins are the sinks, and a refused request they saw is the evidence
 // of an escape.
@@ -69,7 +69,7 @@ func EgressSuite(name string, adjust func(*egress.Config)) Suite {
 			return suiteCases(reqs, err, func(r egresscases.Request) (string, corpus.Class) { return r.ID, r.Class })
 		},
 		Run: decoded(func(c egresscases.Request) Judgement {
-			env, err := egresstest.Start(adjust)
+			env, err := gatewaylab.Start(adjust)
 			if err != nil {
 				return Judgement{Outcome: "error:internal", Detail: "starting the gateway: " + err.Error()}
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egressfwd"
 )
 
 // File names in the bound directory.
@@ -125,6 +126,6 @@ func Line(r egress.Record) string {
 
 // StartForwarder runs the forwarder inside the sandbox, towards the
 // socket in sandboxDir, until the process ends or Close is called.
-func StartForwarder(sandboxDir string) (*egress.Forwarder, error) {
-	return egress.StartForwarder(context.Background(), path.Join(sandboxDir, Socket), egress.ForwarderConfig{})
+func StartForwarder(sandboxDir string) (*egressfwd.Forwarder, error) {
+	return egressfwd.StartForwarder(context.Background(), path.Join(sandboxDir, Socket), egressfwd.ForwarderConfig{})
 }

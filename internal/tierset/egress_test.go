@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 )
 
 // TestStarlarkEgressWired: the registry's Starlark tier admits a net grant

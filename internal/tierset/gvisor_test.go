@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestGVisorBuilt builds the gVisor tier the way the CLI does and runs

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestProcessBuilt builds both process tiers the way the CLI does and

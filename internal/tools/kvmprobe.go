@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -87,7 +86,7 @@ func probeKVM(qemu, kernel string) bool {
 		"-m", "128", "-smp", "1", "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none",
 		"-no-reboot", "-serial", "null", "-kernel", kernel,
 		"-append", "console=ttyS0 quiet loglevel=1 panic=-1 pci=off cryptomgr.notests")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return false
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
-	"github.com/airlock-sandbox/airlock/internal/pairbench"
+	"github.com/airlock-sandbox/airlock/internal/testing/pairbench"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 )
 

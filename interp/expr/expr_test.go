@@ -13,9 +13,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/interp/expr"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 func job(code string, input map[string]any) airlock.Job {

@@ -17,7 +17,7 @@ import (
 	exprlang "github.com/expr-lang/expr"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 )
 

@@ -9,7 +9,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/pairbench"
+	"github.com/airlock-sandbox/airlock/internal/testing/pairbench"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
 )
 

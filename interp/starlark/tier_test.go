@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 func newTier(t testing.TB) *starlark.Tier {

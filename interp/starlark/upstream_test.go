@@ -24,7 +24,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 )
 
 // medians records per-iteration times and reports their median, which is

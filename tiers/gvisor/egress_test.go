@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 )
 
 // TestEgress: from inside gVisor — cold (a sandbox made for the job, the

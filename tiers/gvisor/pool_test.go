@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/role"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // TestPoolBindsPolicyAtClaim proves that a pooled sandbox, created under the

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // sharedTier builds a tier in dir, which other tiers of the test share,

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // BenchmarkStart measures /bin/true from call to result, side by side:

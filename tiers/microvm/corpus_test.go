@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/corpus"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // TestCorpus runs the microvm cases and the command cases every OS-backed

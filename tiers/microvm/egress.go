@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egressfwd"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
@@ -48,7 +49,7 @@ func Roles() []role.Role {
 			fmt.Fprintln(os.Stderr, "airlock egress forwarder: started without its arguments")
 			return 2
 		}
-		if err := egress.ForwardStdio(os.Args[2], egress.StreamHTTP, os.Stdin, os.Stdout); err != nil {
+		if err := egressfwd.ForwardStdio(os.Args[2], egressfwd.StreamHTTP, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "airlock egress forwarder: %v\n", err)
 			return 1
 		}

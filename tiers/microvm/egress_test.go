@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestEgress boots one VM for a job granted GET on origin.test (pinned by

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/role"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // testAgent is the guest agent built from this checkout for the tests, so

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 func command(argv ...string) airlock.Job {

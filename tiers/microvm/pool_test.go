@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // TestPool claims pre-booted VMs: the job's policy (a secret, a memory

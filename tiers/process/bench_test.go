@@ -15,12 +15,12 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 	"github.com/airlock-sandbox/airlock/role"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // medianReport runs fn per iteration and reports the median of the

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cpio"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 )
 

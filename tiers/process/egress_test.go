@@ -10,7 +10,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 )
 
 // egressConfig is testConfig with the origin's pins and a uid range of its

@@ -12,11 +12,11 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 	"github.com/airlock-sandbox/airlock/tiers/process/worker/exprworker"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"golang.org/x/sys/unix"
 )
 

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 )
 
 // TestNothingLeftBehind runs many jobs that end in every way — success,

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
@@ -138,7 +138,7 @@ var binaryLateInit = []string{
 var workerLateInit = []string{
 	"github.com/yuin/goldmark", "github.com/google/jsonschema-go",
 	"github.com/modelcontextprotocol/go-sdk/mcp", "github.com/airlock-sandbox/airlock/egress",
-	"github.com/airlock-sandbox/airlock/corpus", "github.com/airlock-sandbox/airlock/tiers/tiertest",
+	"github.com/airlock-sandbox/airlock/corpus", "github.com/airlock-sandbox/airlock/internal/testing/tiertest",
 	"github.com/airlock-sandbox/airlock/tiers/gvisor", "github.com/miekg/",
 }
 

@@ -19,10 +19,10 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
 	"golang.org/x/sys/unix"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // buildStage builds the separate stage binary from this source, as

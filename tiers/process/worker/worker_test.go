@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire/wiretest"
+	"github.com/airlock-sandbox/airlock/internal/testing/wiretest"
 )
 
 // TestRequestRoundTrip: every field of a Job survives the wire (fill sets

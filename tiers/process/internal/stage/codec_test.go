@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testing/wiretest"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
-	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire/wiretest"
 )
 
 // TestCodecRoundTrip: every field of every message survives its wire form

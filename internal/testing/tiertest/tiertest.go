@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // CanaryEnv is the variable the suite plants in the test process; no job

@@ -1,4 +1,4 @@
-package egresstest
+package gatewaylab
 
 import (
 	"errors"

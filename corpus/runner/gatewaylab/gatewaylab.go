@@ -1,9 +1,11 @@
-// Package egresstest is a real egress gateway (proxy and resolver) on
-// loopback, in front of real HTTP and HTTPS origins and a real upstream DNS
-// server, all on loopback, with the names and rules the egress corpus
-// (corpus/egress/egress.jsonl) is written for. The egress package's tests
-// and `airlock corpus` both run the corpus against it, through [Env.Run].
-package egresstest
+// Package gatewaylab is the corpus runner's lab: a real egress gateway
+// (proxy and resolver) on loopback, in front of real HTTP and HTTPS
+// origins and a real upstream DNS server, all on loopback, with the names
+// and rules the egress corpus (corpus/egress/egress.jsonl) is written for.
+// `airlock corpus` and the egress package's tests both run the corpus
+// against it, through [Env.Run]. It ships in the binary, so it uses no
+// test support (net/http/httptest registers a flag on the default set).
+package gatewaylab
 
 import (
 	"bufio"
@@ -16,7 +18,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -36,8 +37,8 @@ const JobName = "test-job"
 // Env is the gateway and everything around it. Close stops it all.
 type Env struct {
 	GW        *egress.Gateway
-	HTTP      *httptest.Server
-	HTTPS     *httptest.Server
+	HTTP      *Server
+	HTTPS     *Server
 	HTTPPort  string
 	HTTPSPort string
 	// Upstream is the address of the upstream DNS server.
@@ -110,17 +111,23 @@ func Start(adjust func(*egress.Config)) (_ *Env, err error) {
 		w.Header().Set("X-Origin", "yes")
 		fmt.Fprint(w, "origin ok")
 	})
-	env.HTTP = httptest.NewServer(origin)
+	if env.HTTP, err = Serve(origin, nil); err != nil {
+		return nil, err
+	}
 	env.closers = append(env.closers, env.HTTP.Close)
 	ca, err := egress.NewCA("egresstest origin", 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	env.HTTPS = httptest.NewUnstartedServer(origin)
-	env.HTTPS.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-		return ca.Leaf(h.ServerName)
-	}}
-	env.HTTPS.StartTLS()
+	env.HTTPS, err = Serve(origin, &tls.Config{
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return ca.Leaf(h.ServerName)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
 	env.closers = append(env.closers, env.HTTPS.Close)
 	env.HTTPPort = portOf(env.HTTP.Listener.Addr())
 	env.HTTPSPort = portOf(env.HTTPS.Listener.Addr())
@@ -327,6 +334,39 @@ func UpstreamLookup(addr string) egress.LookupFunc {
 		return d.DialContext(ctx, "udp", addr)
 	}}
 	return r.LookupNetIP
+}
+
+// Server is an HTTP or HTTPS server on loopback.
+type Server struct {
+	URL      string // scheme://127.0.0.1:port
+	Listener net.Listener
+	srv      *http.Server
+	done     chan struct{}
+}
+
+// Serve serves h on a loopback port, over TLS when tc is not nil.
+func Serve(h http.Handler, tc *tls.Config) (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	o := &Server{Listener: ln, srv: &http.Server{Handler: h}, done: make(chan struct{}), URL: "http://" + ln.Addr().String()}
+	serve := ln
+	if tc != nil {
+		serve = tls.NewListener(ln, tc)
+		o.URL = "https://" + ln.Addr().String()
+	}
+	go func() {
+		defer close(o.done)
+		_ = o.srv.Serve(serve)
+	}()
+	return o, nil
+}
+
+// Close stops the server and ends its connections.
+func (o *Server) Close() {
+	_ = o.srv.Close()
+	<-o.done
 }
 
 func portOf(a net.Addr) string {

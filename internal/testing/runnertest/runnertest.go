@@ -20,8 +20,8 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/corpus/runner"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/egress/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -191,7 +191,7 @@ func Suites() []runner.Suite {
 		for _, r := range c.Rules {
 			ports = append(ports, r.Ports...)
 		}
-		for _, n := range egresstest.Pinned {
+		for _, n := range gatewaylab.Pinned {
 			c.Rules = append(c.Rules, airlock.NetRule{Host: n, Methods: []string{egress.AnyMethod}, Ports: ports})
 		}
 	}

@@ -1,4 +1,4 @@
-package egress_test
+package egressfwd_test
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,15 +21,45 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/egress/egresstest"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
-	"github.com/airlock-sandbox/airlock/tiers/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/egressfwd"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
+
+// TestWireMatchesGateway keeps the forwarder's copy of the wire equal to
+// the gateway's.
+func TestWireMatchesGateway(t *testing.T) {
+	if egressfwd.StreamHTTP != egress.StreamHTTP || egressfwd.StreamDNS != egress.StreamDNS ||
+		egressfwd.SandboxProxyAddr != egress.SandboxProxyAddr || egressfwd.SandboxDNSAddr != egress.SandboxDNSAddr {
+		t.Fatal("the forwarder's stream kinds or sandbox addresses differ from package egress's")
+	}
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+// newTestEnv is the corpus's environment (gatewaylab), stopped when the
+// test ends; extra adjusts the gateway's config before it starts.
+func newTestEnv(t testing.TB, extra func(*egress.Config)) *gatewaylab.Env {
+	t.Helper()
+	env, err := gatewaylab.Start(extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	return env
+}
 
 // socketEnv is a test environment whose gateway also listens on a Unix
 // socket.
-func socketEnv(t *testing.T) (*egresstest.Env, string) {
+func socketEnv(t *testing.T) (*gatewaylab.Env, string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "egress.sock")
 	env := newTestEnv(t, func(c *egress.Config) { c.Socket = sock })
@@ -42,7 +73,7 @@ func socketEnv(t *testing.T) (*egresstest.Env, string) {
 // Unix socket through a forwarder on loopback (no namespace needed).
 func TestForwarderLoopback(t *testing.T) {
 	env, sock := socketEnv(t)
-	f, err := egress.StartForwarder(context.Background(), sock, egress.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "127.0.0.1:0"})
+	f, err := egressfwd.StartForwarder(context.Background(), sock, egressfwd.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +141,7 @@ func TestForwardStdio(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- egress.ForwardStdio(sock, egress.StreamHTTP, inR, outW) }()
+	go func() { done <- egressfwd.ForwardStdio(sock, egressfwd.StreamHTTP, inR, outW) }()
 	fmt.Fprintf(inW, "GET http://origin.test:%s/ok HTTP/1.1\r\nHost: origin.test:%s\r\nConnection: close\r\n\r\n", env.HTTPPort, env.HTTPPort)
 	resp, err := http.ReadResponse(bufio.NewReader(outR), nil)
 	if err != nil {
@@ -199,7 +230,7 @@ func netnsChild(t *testing.T) {
 			t.Fatalf("namespace has interface %s; want only lo", i.Name)
 		}
 	}
-	f, err := egress.StartForwarder(context.Background(), os.Getenv("CHILD_SOCKET"), egress.ForwarderConfig{})
+	f, err := egressfwd.StartForwarder(context.Background(), os.Getenv("CHILD_SOCKET"), egressfwd.ForwarderConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +299,7 @@ func netnsChild(t *testing.T) {
 func TestForwarderBindsAtClaim(t *testing.T) {
 	origin := newTestEnv(t, nil) // only for its origins
 	sock := filepath.Join(t.TempDir(), "pool.sock")
-	f, err := egress.StartForwarder(context.Background(), sock, egress.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
+	f, err := egressfwd.StartForwarder(context.Background(), sock, egressfwd.ForwarderConfig{HTTP: "127.0.0.1:0", DNS: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +319,7 @@ func TestForwarderBindsAtClaim(t *testing.T) {
 	pins := egress.Hosts{}
 	_ = pins.Add("a.test", netip.MustParseAddr("127.0.0.1"))
 	_ = pins.Add("b.test", netip.MustParseAddr("127.0.0.1"))
-	port := egresstest.Atoi(origin.HTTPPort)
+	port := gatewaylab.Atoi(origin.HTTPPort)
 	for _, job := range []struct{ name, allowed, refused string }{{"job-a", "a.test", "b.test"}, {"job-b", "b.test", "a.test"}} {
 		gw, err := egress.Start(context.Background(), egress.Config{Job: job.name, Socket: sock, Hosts: pins,
 			Rules: []airlock.NetRule{{Host: job.allowed, Ports: []int{port}}}})

@@ -1,4 +1,10 @@
-package egress
+// Package egressfwd is the sandbox's side of the egress wire: a forwarder
+// that runs inside a sandbox with only loopback and carries HTTP proxy
+// connections and DNS queries to the egress gateway's Unix socket, and the
+// one-connection form QEMU's guestfwd gives a program. It holds no policy
+// and imports nothing of egress, so an in-sandbox init can run it without
+// the gateway's code; setting loopback up is Linux only.
+package egressfwd
 
 import (
 	"context"
@@ -9,9 +15,22 @@ import (
 	"net"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
+
+// The wire as the gateway (package egress) defines it: the first byte of
+// a stream on its socket says what the stream carries, and the addresses
+// a sandboxed job is told to use. A test keeps them equal to egress's.
+const (
+	StreamHTTP byte = 'H' // an HTTP proxy connection (plain requests and CONNECT)
+	StreamDNS  byte = 'D' // DNS over TCP framing (two-byte length, message)
+
+	SandboxProxyAddr = "127.0.0.1:3128"
+	SandboxDNSAddr   = "127.0.0.1:53"
+)
+
+// maxDNSMessage is the largest UDP query the forwarder reads, as the
+// gateway bounds a DNS message.
+const maxDNSMessage = 4096
 
 // ForwarderConfig says where the in-sandbox forwarder listens.
 type ForwarderConfig struct {
@@ -216,27 +235,4 @@ func (s stdio) Close() error { return s.closeOut() }
 // guestfwd=...-cmd:PROGRAM gives a program (one process per connection).
 func ForwardStdio(socket string, kind byte, in io.Reader, out io.WriteCloser) error {
 	return Splice(stdio{Reader: in, Writer: out, closeOut: out.Close}, socket, kind)
-}
-
-// LoopbackUp sets the loopback interface up; a fresh network namespace
-// starts with it down. It needs CAP_NET_ADMIN in the namespace.
-func LoopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	flags := ifr.Uint16()
-	if flags&unix.IFF_UP != 0 {
-		return nil
-	}
-	ifr.SetUint16(flags | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
