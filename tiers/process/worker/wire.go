@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
 )
 
@@ -34,7 +35,7 @@ const (
 
 	// MaxRequestBytes bounds a request frame: a job at its largest plus
 	// the envelope.
-	MaxRequestBytes = airlock.MaxJobBytes + 4096
+	MaxRequestBytes = value.MaxJobBytes + 4096
 	// resultSlack is a result frame's room beyond its value, stdout and
 	// stderr (see [ResultLimit]).
 	resultSlack = 64 << 10
@@ -203,6 +204,7 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 		}
 	}
 	dst = wire.StringMap(dst, j.Files)
+	dst = wire.StringMap(dst, j.Env)
 	g := &j.Grants
 	dst = wire.Strings(dst, g.FS.Read)
 	dst = binary.AppendVarint(dst, g.FS.ScratchMB)
@@ -259,6 +261,7 @@ func (d *decoder) job() airlock.Job {
 		d.Fail("input is not an object")
 	}
 	j.Files = d.StringMap()
+	j.Env = d.StringMap()
 	g := &j.Grants
 	g.FS.Read = d.Strings()
 	g.FS.ScratchMB = d.Int()
@@ -298,8 +301,8 @@ func (d *decoder) job() airlock.Job {
 // appendValue encodes a JSON-compatible value; json.Number becomes what
 // [airlock.NormalizeInput] makes of it, as the JSON wire would have.
 func appendValue(dst []byte, v any, depth int) ([]byte, error) {
-	if depth > airlock.MaxValueDepth {
-		return dst, fmt.Errorf("nested more than %d deep", airlock.MaxValueDepth)
+	if depth > value.MaxDepth {
+		return dst, fmt.Errorf("nested more than %d deep", value.MaxDepth)
 	}
 	switch x := v.(type) {
 	case nil:
@@ -329,7 +332,7 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		}
 		return wire.String(append(dst, tagBig), x.String()), nil
 	case json.Number:
-		n, err := airlock.NormalizeInput(x)
+		n, err := value.Normalize(x)
 		if err != nil {
 			return dst, err
 		}
@@ -368,8 +371,8 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 type decoder struct{ wire.Decoder }
 
 func (d *decoder) value(depth int) any {
-	if depth > airlock.MaxValueDepth {
-		d.Fail(fmt.Sprintf("value nested more than %d deep", airlock.MaxValueDepth))
+	if depth > value.MaxDepth {
+		d.Fail(fmt.Sprintf("value nested more than %d deep", value.MaxDepth))
 		return nil
 	}
 	switch tag := d.Byte(); tag {
@@ -437,9 +440,9 @@ func (d *decoder) value(depth int) any {
 			d.Fail(fmt.Sprintf("bad JSON value (%v)", err))
 			return nil
 		}
-		v, err := airlock.NormalizeInput(v)
+		v, err := value.Normalize(v)
 		if err == nil {
-			err = airlock.CheckValue(v, depth)
+			err = value.Check(v, depth)
 		}
 		if err != nil {
 			d.Fail(err.Error())
