@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 func TestDecodeJobStrict(t *testing.T) {
@@ -30,36 +31,36 @@ func TestDecodeJobStrict(t *testing.T) {
 		``:               "",
 	}
 	for in, field := range cases {
-		_, err := airlock.DecodeJobBytes([]byte(in))
+		_, err := airlock.DecodeJob([]byte(in))
 		var inv *airlock.InvalidJob
 		require.True(t, errors.As(err, &inv), "%q: %v", in, err)
 		assert.Equal(t, field, inv.Field, "%q: %v", in, err)
 	}
-	_, err := airlock.DecodeJobBytes([]byte(`{"kind":"expr","code":"` + strings.Repeat("x", airlock.MaxJobBytes) + `"}`))
+	_, err := airlock.DecodeJob([]byte(`{"kind":"expr","code":"` + strings.Repeat("x", value.MaxJobBytes) + `"}`))
 	assert.ErrorContains(t, err, "larger than")
 }
 
 func TestDecodeJobValues(t *testing.T) {
-	job, err := airlock.DecodeJobBytes([]byte(`{"kind":"expr","code":"x","input":{"i":3,"f":2.5,"e":1e3,"big":123456789012345678901234567890,"list":[1,{"n":2}]},"clock":"2024-01-02T03:04:05Z","seed":9007199254740991}`))
+	job, err := airlock.DecodeJob([]byte(`{"kind":"expr","code":"x","input":{"i":3,"f":2.5,"e":1e3,"big":123456789012345678901234567890,"list":[1,{"n":2}]},"clock":"2024-01-02T03:04:05Z","seed":9007199254740991}`))
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), job.Input["i"])
 	assert.Equal(t, 2.5, job.Input["f"])
 	assert.Equal(t, 1000.0, job.Input["e"])
 	assert.Equal(t, "123456789012345678901234567890", job.Input["big"].(*big.Int).String())
 	assert.Equal(t, []any{int64(1), map[string]any{"n": int64(2)}}, job.Input["list"])
-	assert.Equal(t, uint64(airlock.MaxSeed), job.Seed)
+	assert.Equal(t, uint64(value.MaxSeed), job.Seed)
 	assert.True(t, job.Clock.Equal(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)))
 }
 
 func TestPrepare(t *testing.T) {
-	job, err := airlock.Prepare(airlock.Job{Kind: "expr", Code: "1"}, airlock.DefaultLimitPolicy)
+	job, err := airlock.DefaultLimitPolicy().Prepare(airlock.Job{Kind: "expr", Code: "1"})
 	require.NoError(t, err)
-	assert.Equal(t, airlock.DefaultLimitPolicy.Default, job.Limits)
+	assert.Equal(t, airlock.DefaultLimitPolicy().Default, job.Limits)
 	assert.Equal(t, airlock.SituationPublic, job.Situation)
 	assert.Equal(t, airlock.LifecycleEphemeral, job.Lifecycle)
 	assert.False(t, job.Clock.IsZero())
 	assert.NotZero(t, job.Seed)
-	assert.LessOrEqual(t, job.Seed, uint64(airlock.MaxSeed))
+	assert.LessOrEqual(t, job.Seed, uint64(value.MaxSeed))
 
 	bad := []airlock.Job{
 		{Kind: "expr"},
@@ -87,7 +88,7 @@ func TestPrepare(t *testing.T) {
 		{Kind: "wasm", Module: []byte{0}, Env: map[string]string{"TOKEN": "1"}, Grants: airlock.Grants{Secrets: map[string]string{"TOKEN": "2"}}},
 	}
 	for _, j := range bad {
-		_, err := airlock.Prepare(j, airlock.DefaultLimitPolicy)
+		_, err := airlock.DefaultLimitPolicy().Prepare(j)
 		var inv *airlock.InvalidJob
 		assert.True(t, errors.As(err, &inv), "%+v: %v", j, err)
 	}
@@ -96,29 +97,29 @@ func TestPrepare(t *testing.T) {
 // TestJobEnv: env is plain job data: it decodes strictly, survives a
 // round trip through the wire format, and grants nothing.
 func TestJobEnv(t *testing.T) {
-	job, err := airlock.DecodeJobBytes([]byte(`{"kind":"wasm","module":"AA==","env":{"LANG":"C.UTF-8","EMPTY":""}}`))
+	job, err := airlock.DecodeJob([]byte(`{"kind":"wasm","module":"AA==","env":{"LANG":"C.UTF-8","EMPTY":""}}`))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"LANG": "C.UTF-8", "EMPTY": ""}, job.Env)
 	assert.True(t, job.Grants.Hermetic())
 	data, err := json.Marshal(job)
 	require.NoError(t, err)
-	back, err := airlock.DecodeJobBytes(data)
+	back, err := airlock.DecodeJob(data)
 	require.NoError(t, err)
 	assert.Equal(t, job, back)
-	_, err = airlock.Prepare(job, airlock.DefaultLimitPolicy)
+	_, err = airlock.DefaultLimitPolicy().Prepare(job)
 	require.NoError(t, err)
 	job.Kind, job.Module, job.Argv = airlock.KindCommand, nil, []string{"env"}
-	_, err = airlock.Prepare(job, airlock.DefaultLimitPolicy)
+	_, err = airlock.DefaultLimitPolicy().Prepare(job)
 	require.NoError(t, err, "command jobs may carry env; a tier that cannot pass it refuses to admit them")
 }
 
 func TestResultErrorsRoundTrip(t *testing.T) {
 	errs := []error{
-		&airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock of 1s exceeded"},
+		&airlock.Stop{Reason: airlock.StopTimeout, Detail: "wall clock of 1s exceeded"},
 		&airlock.Denied{Capability: "net", Detail: "connect 10.0.0.1:80"},
 		&airlock.NotAdmitted{Reason: "no tier"},
 		&airlock.InvalidJob{Reason: "bad"},
-		&airlock.CodeError{Kind: airlock.ErrCompile, Message: "x"},
+		&airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: "x"},
 	}
 	for _, e := range errs {
 		var res airlock.Result
@@ -138,22 +139,22 @@ func TestResultErrorsRoundTrip(t *testing.T) {
 }
 
 func TestExportValue(t *testing.T) {
-	v, err := airlock.ExportValue(map[string][]int{"a": {1, 2}})
+	v, err := value.Export(map[string][]int{"a": {1, 2}})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]any{"a": []any{int64(1), int64(2)}}, v)
-	v, err = airlock.ExportValue(uint64(1 << 63))
+	v, err = value.Export(uint64(1 << 63))
 	require.NoError(t, err)
 	assert.Equal(t, "9223372036854775808", v.(*big.Int).String())
 	for _, bad := range []any{func() {}, make(chan int), map[int]int{1: 1}} {
-		_, err := airlock.ExportValue(bad)
+		_, err := value.Export(bad)
 		assert.Error(t, err, "%T", bad)
 	}
 }
 
 func TestLevels(t *testing.T) {
 	for l := airlock.LevelInterpreter; l <= airlock.LevelAccount; l++ {
-		back, err := airlock.ParseLevel(l.String())
-		require.NoError(t, err)
+		var back airlock.Level
+		require.NoError(t, json.Unmarshal([]byte(`"`+l.String()+`"`), &back))
 		assert.Equal(t, l, back)
 	}
 	var l airlock.Level
@@ -177,7 +178,7 @@ func FuzzDecodeJob(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		job, err := airlock.DecodeJobBytes(data)
+		job, err := airlock.DecodeJob(data)
 		if err != nil {
 			var inv *airlock.InvalidJob
 			if !errors.As(err, &inv) {
@@ -185,7 +186,7 @@ func FuzzDecodeJob(f *testing.F) {
 			}
 			return
 		}
-		if _, err := airlock.Prepare(job, airlock.DefaultLimitPolicy); err != nil {
+		if _, err := airlock.DefaultLimitPolicy().Prepare(job); err != nil {
 			var inv *airlock.InvalidJob
 			if !errors.As(err, &inv) {
 				t.Fatalf("prepare error is not *InvalidJob: %T %v", err, err)

@@ -5,35 +5,24 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
-// MaxJobBytes bounds the size of an encoded job.
-const MaxJobBytes = 32 << 20
-
-// DecodeJob reads one job in the v1 wire format, strictly: unknown fields,
-// wrong types, trailing data and payloads over [MaxJobBytes] are
+// DecodeJob decodes one job in the v1 wire format, strictly: unknown
+// fields, wrong types, trailing data and payloads over 32 MiB are
 // [*InvalidJob] errors naming the field. Integral numbers in input become
-// integers (see [NormalizeInput]).
-func DecodeJob(r io.Reader) (Job, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxJobBytes+1))
-	if err != nil {
-		return Job{}, fmt.Errorf("reading job: %w", err)
-	}
-	return DecodeJobBytes(data)
-}
-
-// DecodeJobBytes is [DecodeJob] for a job already in memory.
-func DecodeJobBytes(data []byte) (Job, error) {
+// integers (int64, or *big.Int beyond it).
+func DecodeJob(data []byte) (Job, error) {
 	var job Job
-	if len(data) > MaxJobBytes {
-		return job, Invalid("", "job is larger than %d bytes", MaxJobBytes)
+	if len(data) > value.MaxJobBytes {
+		return job, invalid("", "job is larger than %d bytes", value.MaxJobBytes)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return job, Invalid("", "empty input (want a JSON job object)")
+		return job, invalid("", "empty input (want a JSON job object)")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -42,15 +31,15 @@ func DecodeJobBytes(data []byte) (Job, error) {
 		return Job{}, decodeError(err)
 	}
 	if dec.More() {
-		return Job{}, Invalid("", "trailing data after the job object")
+		return Job{}, invalid("", "trailing data after the job object")
 	}
 	if tok, err := dec.Token(); err != io.EOF {
-		return Job{}, Invalid("", "trailing data after the job object (%v)", tok)
+		return Job{}, invalid("", "trailing data after the job object (%v)", tok)
 	}
 	if job.Input != nil {
-		in, err := NormalizeInput(job.Input)
+		in, err := value.Normalize(job.Input)
 		if err != nil {
-			return Job{}, Invalid("input", "%s", err.Error())
+			return Job{}, invalid("input", "%s", err.Error())
 		}
 		job.Input = in.(map[string]any)
 	}
@@ -70,21 +59,21 @@ func decodeError(err error) error {
 		if field == "" {
 			field = "(top level)"
 		}
-		return Invalid(field, "wrong type: got JSON %s, want %s", typeErr.Value, typeName(typeErr.Type.String()))
+		return invalid(field, "wrong type: got JSON %s, want %s", typeErr.Value, typeName(typeErr.Type.String()))
 	case errors.As(err, &synErr):
-		return Invalid("", "malformed JSON at byte %d: %s", synErr.Offset, synErr.Error())
+		return invalid("", "malformed JSON at byte %d: %s", synErr.Offset, synErr.Error())
 	case errors.As(err, &timeErr):
-		return Invalid("clock", "want an RFC 3339 time: %s", timeErr.Error())
+		return invalid("clock", "want an RFC 3339 time: %s", timeErr.Error())
 	case errors.As(err, &b64Err):
-		return Invalid("module", "want base64: %s", b64Err.Error())
+		return invalid("module", "want base64: %s", b64Err.Error())
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return Invalid("", "truncated JSON")
+		return invalid("", "truncated JSON")
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return Invalid(strings.Trim(name, `"`), "unknown field")
+		return invalid(strings.Trim(name, `"`), "unknown field")
 	}
-	return Invalid("", "%s", strings.TrimPrefix(msg, "json: "))
+	return invalid("", "%s", strings.TrimPrefix(msg, "json: "))
 }
 
 func typeName(goType string) string {

@@ -10,6 +10,6 @@
 //
 // Everything a job may touch is withheld unless granted in [Grants]; every
 // run is bounded by [Limits], whose wall clock is always applied. Errors are
-// typed: use errors.As with [*Stopped], [*Denied], [*NotAdmitted],
-// [*InvalidJob] and [*CodeError].
+// typed: use errors.As with [*Stop], [*Denied], [*NotAdmitted],
+// [*InvalidJob] and [*ErrorInfo].
 package airlock

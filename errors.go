@@ -6,14 +6,9 @@ import (
 	"strings"
 )
 
-// Stopped is returned when a run was stopped by a limit, a cancellation or a
-// signal before it finished.
-type Stopped struct {
-	Reason StopReason
-	Detail string
-}
-
-func (e *Stopped) Error() string {
+// Error makes a *Stop the error a run returns when it was stopped by a
+// limit, a cancellation or a signal before it finished.
+func (e *Stop) Error() string {
 	if e.Detail == "" {
 		return "stopped: " + string(e.Reason)
 	}
@@ -63,29 +58,28 @@ func (e *InvalidJob) Error() string {
 	return "invalid job: " + e.Field + ": " + e.Reason
 }
 
-// CodeError is returned when the job's own code fails: it does not compile
-// (Kind ErrCompile) or it raised an error while running (Kind ErrRuntime).
-type CodeError struct {
-	Kind    ErrorKind
-	Message string
-}
-
-func (e *CodeError) Error() string {
-	if e.Kind == ErrCompile {
+// Error makes an *ErrorInfo the error a run returns when the job's own
+// code fails: it does not compile (Kind ErrCompile) or it raised an error
+// while running (Kind ErrRuntime).
+func (e *ErrorInfo) Error() string {
+	switch e.Kind {
+	case ErrCompile:
 		return "compile error: " + e.Message
+	case ErrRuntime:
+		return "runtime error: " + e.Message
 	}
-	return "runtime error: " + e.Message
+	return e.Message
 }
 
-// Invalid returns an [*InvalidJob] for field.
-func Invalid(field, format string, args ...any) error {
+// invalid returns an [*InvalidJob] for field.
+func invalid(field, format string, args ...any) error {
 	return &InvalidJob{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// AsStop reports the stop an error stands for: a [*Stopped], or a
+// AsStop reports the stop an error stands for: a [*Stop], or a
 // [*Denied] as a stop with reason "denied".
 func AsStop(err error) (Stop, bool) {
-	var s *Stopped
+	var s *Stop
 	if errors.As(err, &s) {
 		return Stop{Reason: s.Reason, Detail: s.Detail}, true
 	}
@@ -110,7 +104,7 @@ func splitDenied(detail string) (capability, rest string) {
 func KindOf(err error) ErrorKind {
 	var (
 		inv *InvalidJob
-		ce  *CodeError
+		ce  *ErrorInfo
 		na  *NotAdmitted
 	)
 	switch {

@@ -38,9 +38,6 @@ const (
 	LifecyclePersistent Lifecycle = "persistent" // a named workspace that accumulates state
 )
 
-// TierAuto lets the router choose the tier.
-const TierAuto = "auto"
-
 // Job is what to run and what it may touch. The zero value of every grant
 // withholds it. Job is plain data: its JSON form is the v1 wire format.
 type Job struct {
@@ -121,11 +118,6 @@ func (l Limits) Wall() time.Duration { return time.Duration(l.WallMS) * time.Mil
 
 // CPU returns the CPU-time limit as a duration.
 func (l Limits) CPU() time.Duration { return time.Duration(l.CPUMS) * time.Millisecond }
-
-// ReasonEnvUnsupported is the reason a tier that cannot pass [Job.Env] to
-// its programs gives for not admitting a job that sets it: an environment
-// silently dropped would change what the program does.
-const ReasonEnvUnsupported = "env is not passed to programs on this tier yet (only wasm jobs have one): refused rather than dropped"
 
 // Hermetic reports whether the job is granted nothing: no filesystem, no
 // network, no process spawn and no credentials.

@@ -24,8 +24,8 @@ func (l Level) String() string {
 	return fmt.Sprintf("level(%d)", int(l))
 }
 
-// ParseLevel accepts a level's number or its name.
-func ParseLevel(s string) (Level, error) {
+// parseLevel accepts a level's number or its name.
+func parseLevel(s string) (Level, error) {
 	for i := LevelInterpreter; i <= LevelAccount; i++ {
 		if s == levelNames[i] || s == fmt.Sprint(int(i)) {
 			return i, nil
@@ -45,7 +45,7 @@ func (l *Level) UnmarshalJSON(b []byte) error {
 	if len(s) >= 2 && s[0] == '"' {
 		s = s[1 : len(s)-1]
 	}
-	v, err := ParseLevel(s)
+	v, err := parseLevel(s)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,12 @@
 package airlock
 
 import (
-	"math/rand/v2"
 	"path"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // LimitPolicy is an operator's choice of default and maximum limits.
@@ -14,14 +15,13 @@ type LimitPolicy struct {
 	Max     Limits
 }
 
-// DefaultLimitPolicy is used by tiers that are not given one.
-var DefaultLimitPolicy = LimitPolicy{
+// DefaultLimitPolicy is the policy of tiers that are not given one.
+func DefaultLimitPolicy() LimitPolicy { return defaultLimitPolicy }
+
+var defaultLimitPolicy = LimitPolicy{
 	Default: Limits{WallMS: 10_000, CPUMS: 10_000, MemoryMB: 256, OutputBytes: 1 << 20, Pids: 64, Files: 256, Steps: 10_000_000},
 	Max:     Limits{WallMS: 600_000, CPUMS: 600_000, MemoryMB: 8192, OutputBytes: 64 << 20, Pids: 4096, Files: 65_536, Steps: 10_000_000_000},
 }
-
-// MaxSeed bounds generated seeds to integers every JSON reader keeps exactly.
-const MaxSeed = 1<<53 - 1
 
 // Resolve fills the zero fields of l from the policy's defaults and refuses
 // any field above the policy's maximum, or below zero.
@@ -52,7 +52,7 @@ func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 		return l, err
 	}
 	if l.WallMS <= 0 {
-		l.WallMS = DefaultLimitPolicy.Default.WallMS // the wall clock is never off
+		l.WallMS = defaultLimitPolicy.Default.WallMS // the wall clock is never off
 	}
 	return l, nil
 }
@@ -61,7 +61,7 @@ func (p LimitPolicy) Resolve(l Limits) (Limits, error) {
 func (p *LimitPolicy) defaults() Limits {
 	l := p.Default
 	if l.WallMS <= 0 {
-		l.WallMS = DefaultLimitPolicy.Default.WallMS // the wall clock is never off
+		l.WallMS = defaultLimitPolicy.Default.WallMS // the wall clock is never off
 	}
 	return l
 }
@@ -69,11 +69,11 @@ func (p *LimitPolicy) defaults() Limits {
 func resolve(name string, v, def, max int64) (int64, error) {
 	switch {
 	case v < 0:
-		return v, Invalid(name, "must not be negative")
+		return v, invalid(name, "must not be negative")
 	case v == 0:
 		return def, nil
 	case max > 0 && v > max:
-		return v, Invalid(name, "%d is above the maximum %d", v, max)
+		return v, invalid(name, "%d is above the maximum %d", v, max)
 	}
 	return v, nil
 }
@@ -82,22 +82,17 @@ func resolve(name string, v, def, max int64) (int64, error) {
 // against the policy, situation and lifecycle defaulted, and the clock and
 // seed chosen when the job did not pin them (both are recorded in the
 // Result so the run can be replayed).
-func Prepare(job Job, p LimitPolicy) (Job, error) {
-	return PrepareAt(job, p, time.Now())
-}
-
-// PrepareAt is [Prepare] with the instant to pin an unpinned clock to, for
-// tiers that already read the time.
-func PrepareAt(job Job, p LimitPolicy, now time.Time) (Job, error) {
-	err := PrepareInPlace(&job, &p, now)
+func (p LimitPolicy) Prepare(job Job) (Job, error) {
+	err := p.PrepareInPlace(&job, time.Now())
 	return job, err
 }
 
-// PrepareInPlace is [PrepareAt] on the caller's copy of a job, for tiers
-// whose warm path should not copy the Job struct twice more. On an error
-// the job is left partly prepared and must not be run.
-func PrepareInPlace(job *Job, p *LimitPolicy, now time.Time) error {
-	if err := Validate(job); err != nil {
+// PrepareInPlace is [LimitPolicy.Prepare] on the caller's copy of a job,
+// with the instant to pin an unpinned clock to, for tiers whose warm path
+// already read the time and should not copy the Job struct twice more. On
+// an error the job is left partly prepared and must not be run.
+func (p *LimitPolicy) PrepareInPlace(job *Job, now time.Time) error {
+	if err := job.Validate(); err != nil {
 		return err
 	}
 	if job.Limits == (Limits{}) {
@@ -118,7 +113,7 @@ func PrepareInPlace(job *Job, p *LimitPolicy, now time.Time) error {
 		job.Clock = truncMicro(now)
 	}
 	if job.Seed == 0 {
-		job.Seed = NewSeed()
+		job.Seed = value.NewSeed()
 	}
 	return nil
 }
@@ -128,17 +123,6 @@ func PrepareInPlace(job *Job, p *LimitPolicy, now time.Time) error {
 func truncMicro(now time.Time) time.Time {
 	now = now.UTC() // also drops the monotonic reading
 	return now.Add(-time.Duration(now.Nanosecond() % 1000))
-}
-
-// NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
-// make runs replayable; they are not secrets.
-func NewSeed() uint64 {
-	for {
-		// 53 random bits, uniform over [1, MaxSeed] once zero is redrawn.
-		if s := rand.Uint64() >> (64 - 53); s != 0 {
-			return s
-		}
-	}
 }
 
 // blank reports whether s is empty or white space only, as
@@ -159,48 +143,48 @@ func blank(s string) bool {
 // Validate checks a job's shape without resolving limits: a known kind with
 // its payload, known situation and lifecycle, safe file names, well-formed
 // grants and JSON-compatible input.
-func Validate(job *Job) error {
+func (job *Job) Validate() error {
 	switch job.Kind {
 	case KindExpr, KindStarlark:
 		if blank(job.Code) {
-			return Invalid("code", "is empty")
+			return invalid("code", "is empty")
 		}
 	case KindWasm:
 		if len(job.Module) == 0 {
-			return Invalid("module", "is empty")
+			return invalid("module", "is empty")
 		}
 	case KindCommand:
 		if len(job.Argv) == 0 || job.Argv[0] == "" {
-			return Invalid("argv", "needs a program")
+			return invalid("argv", "needs a program")
 		}
 		for _, a := range job.Argv {
 			if strings.IndexByte(a, 0) >= 0 {
-				return Invalid("argv", "contains a NUL byte")
+				return invalid("argv", "contains a NUL byte")
 			}
 		}
 	case "":
-		return Invalid("kind", "is missing (want expr, starlark, wasm or command)")
+		return invalid("kind", "is missing (want expr, starlark, wasm or command)")
 	default:
-		return Invalid("kind", "unknown kind %q (want expr, starlark, wasm or command)", job.Kind)
+		return invalid("kind", "unknown kind %q (want expr, starlark, wasm or command)", job.Kind)
 	}
 	switch job.Situation {
 	case "", SituationExpression, SituationInternal, SituationPublic, SituationMultiTenant, SituationCredentials:
 	default:
-		return Invalid("situation", "unknown situation %q", job.Situation)
+		return invalid("situation", "unknown situation %q", job.Situation)
 	}
 	switch job.Lifecycle {
 	case "", LifecycleEphemeral:
 	case LifecycleSession, LifecyclePersistent:
 		if job.Session == "" {
-			return Invalid("session", "is required for lifecycle %q", job.Lifecycle)
+			return invalid("session", "is required for lifecycle %q", job.Lifecycle)
 		}
 	default:
-		return Invalid("lifecycle", "unknown lifecycle %q", job.Lifecycle)
+		return invalid("lifecycle", "unknown lifecycle %q", job.Lifecycle)
 	}
 	if len(job.Files) > 0 {
 		for name := range job.Files {
 			if err := checkRelPath(name); err != nil {
-				return Invalid("files["+name+"]", "%s", err.Error())
+				return invalid("files["+name+"]", "%s", err.Error())
 			}
 		}
 	}
@@ -213,13 +197,14 @@ func Validate(job *Job) error {
 		}
 	}
 	if len(job.Input) > 0 {
-		if err := CheckValue(job.Input, 0); err != nil {
-			return Invalid("input", "%s", err.Error())
+		if err := value.Check(job.Input, 0); err != nil {
+			return invalid("input", "%s", err.Error())
 		}
 	}
 	return nil
 }
 
+// pathError is a path refused as a job file name.
 type pathError string
 
 func (e pathError) Error() string { return string(e) }
@@ -244,73 +229,41 @@ func validateGrants(g *Grants) error {
 	}
 	for i, p := range g.FS.Read {
 		if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
-			return Invalid("grants.fs.read", "entry %d (%q) must be a clean absolute path", i, p)
+			return invalid("grants.fs.read", "entry %d (%q) must be a clean absolute path", i, p)
 		}
 	}
 	if g.FS.ScratchMB < 0 {
-		return Invalid("grants.fs.scratch_mb", "must not be negative")
+		return invalid("grants.fs.scratch_mb", "must not be negative")
 	}
 	for i, r := range g.Net {
 		if strings.TrimSpace(r.Host) == "" {
-			return Invalid("grants.net", "rule %d has no host", i)
+			return invalid("grants.net", "rule %d has no host", i)
 		}
 		for _, m := range r.Methods {
 			if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t\r\n/") {
-				return Invalid("grants.net", "rule %d: method %q must be an upper-case HTTP method", i, m)
+				return invalid("grants.net", "rule %d: method %q must be an upper-case HTTP method", i, m)
 			}
 		}
 		for _, p := range r.Ports {
 			if p < 1 || p > 65535 {
-				return Invalid("grants.net", "rule %d: port %d out of range", i, p)
+				return invalid("grants.net", "rule %d: port %d out of range", i, p)
 			}
 		}
 		switch r.Scheme {
 		case "", "http", "https":
 		default:
-			return Invalid("grants.net", "rule %d: scheme %q (want http, https or none for both)", i, r.Scheme)
+			return invalid("grants.net", "rule %d: scheme %q (want http, https or none for both)", i, r.Scheme)
 		}
 		for _, p := range r.Paths {
-			if err := CheckPathPattern(p); err != nil {
-				return Invalid("grants.net", "rule %d: path %q: %s", i, p, err)
+			if err := value.CheckPathPattern(p); err != nil {
+				return invalid("grants.net", "rule %d: path %q: %s", i, p, err)
 			}
 		}
 	}
 	for name := range g.Secrets {
 		if !validEnvName(name) {
-			return Invalid("grants.secrets", "%q is not a valid variable name", name)
+			return invalid("grants.secrets", "%q is not a valid variable name", name)
 		}
-	}
-	return nil
-}
-
-// CheckPathPattern checks one entry of [NetRule.Paths]: an absolute path,
-// optionally ending in "*" (a prefix), or "*" followed by an absolute path
-// (a suffix); printable ASCII, no query, fragment, percent sign,
-// semicolon (a request path holding one is refused), empty, "." or ".."
-// segment.
-func CheckPathPattern(p string) error {
-	body := p
-	switch {
-	case strings.HasPrefix(p, "*"):
-		body = p[1:]
-	case strings.HasSuffix(p, "*"):
-		body = p[:len(p)-1]
-	}
-	if !strings.HasPrefix(body, "/") {
-		return pathError("want an absolute path, \"/prefix/*\" or \"*/suffix\"")
-	}
-	for i := 0; i < len(body); i++ {
-		if c := body[i]; c <= ' ' || c >= 0x7f || c == '*' || c == '?' || c == '#' || c == '%' || c == '\\' || c == ';' {
-			return pathError("only printable ASCII without spaces, '*' (at one end), '?', '#', '%', ';' or '\\'")
-		}
-	}
-	for _, seg := range strings.Split(body[1:], "/") {
-		if seg == "." || seg == ".." {
-			return pathError("no '.' or '..' segments")
-		}
-	}
-	if strings.Contains(body, "//") {
-		return pathError("no empty segments ('//')")
 	}
 	return nil
 }
@@ -320,17 +273,17 @@ func CheckPathPattern(p string) error {
 // kind that has an environment.
 func validateEnv(job *Job) error {
 	if job.Kind == KindExpr || job.Kind == KindStarlark {
-		return Invalid("env", "a %s job has no environment", job.Kind)
+		return invalid("env", "a %s job has no environment", job.Kind)
 	}
 	for name, v := range job.Env {
 		switch {
 		case !validEnvName(name):
-			return Invalid("env", "%q is not a valid variable name", name)
+			return invalid("env", "%q is not a valid variable name", name)
 		case strings.IndexByte(v, 0) >= 0:
-			return Invalid("env["+name+"]", "contains a NUL byte")
+			return invalid("env["+name+"]", "contains a NUL byte")
 		}
 		if _, ok := job.Grants.Secrets[name]; ok {
-			return Invalid("env["+name+"]", "is also in grants.secrets")
+			return invalid("env["+name+"]", "is also in grants.secrets")
 		}
 	}
 	return nil

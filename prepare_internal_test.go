@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 func TestTruncMicroMatchesTruncate(t *testing.T) {
@@ -21,35 +23,27 @@ func TestTruncMicroMatchesTruncate(t *testing.T) {
 	}
 }
 
-func TestNewSeedInRange(t *testing.T) {
-	for range 10_000 {
-		if s := NewSeed(); s == 0 || s > MaxSeed {
-			t.Fatalf("seed %d outside [1, %d]", s, MaxSeed)
-		}
-	}
-}
-
 // The fast paths of Resolve and validation must agree with the general
 // ones they skip.
 func TestPrepareFastPaths(t *testing.T) {
-	p := LimitPolicy{Default: Limits{MemoryMB: 5}, Max: DefaultLimitPolicy.Max}
+	p := LimitPolicy{Default: Limits{MemoryMB: 5}, Max: defaultLimitPolicy.Max}
 	got, err := p.Resolve(Limits{})
-	if err != nil || got.WallMS != DefaultLimitPolicy.Default.WallMS || got.MemoryMB != 5 {
+	if err != nil || got.WallMS != defaultLimitPolicy.Default.WallMS || got.MemoryMB != 5 {
 		t.Fatalf("Resolve(zero) = %+v, %v", got, err)
 	}
 	job := Job{Kind: KindExpr, Code: "x", Grants: Grants{FS: FSGrant{ScratchMB: -1}}}
-	if err := Validate(&job); err == nil {
+	if err := job.Validate(); err == nil {
 		t.Fatal("negative scratch_mb accepted")
 	}
 	deep := any(map[string]any{"v": 1})
-	for range MaxValueDepth {
+	for range value.MaxDepth {
 		deep = []any{deep}
 	}
-	if err := CheckValue(deep, 0); err == nil {
+	if err := value.Check(deep, 0); err == nil {
 		t.Fatal("a scalar nested deeper than MaxValueDepth accepted")
 	}
 	for _, bad := range []any{map[string]any{"f": func() {}}, []any{1, struct{}{}}} {
-		if err := CheckValue(bad, 0); err == nil {
+		if err := value.Check(bad, 0); err == nil {
 			t.Fatalf("%#v accepted", bad)
 		}
 	}

@@ -78,7 +78,7 @@ type Usage struct {
 	CPUUS       int64 `json:"cpu_us,omitempty"`
 }
 
-// SetError records err in the result's wire fields: a [*Stopped] or
+// SetError records err in the result's wire fields: a [*Stop] or
 // [*Denied] becomes Stopped, anything else becomes Error. A nil err clears
 // nothing.
 func (r *Result) SetError(err error) {
@@ -101,7 +101,7 @@ func (r *Result) Err() error {
 		capability, detail := splitDenied(r.Stopped.Detail)
 		return &Denied{Capability: capability, Detail: detail}
 	case r.Stopped != nil:
-		return &Stopped{Reason: r.Stopped.Reason, Detail: r.Stopped.Detail}
+		return &Stop{Reason: r.Stopped.Reason, Detail: r.Stopped.Detail}
 	case r.Error == nil:
 		return nil
 	}
@@ -109,7 +109,7 @@ func (r *Result) Err() error {
 	case ErrInvalid:
 		return &InvalidJob{Reason: r.Error.Message}
 	case ErrCompile, ErrRuntime:
-		return &CodeError{Kind: r.Error.Kind, Message: r.Error.Message}
+		return &ErrorInfo{Kind: r.Error.Kind, Message: r.Error.Message}
 	case ErrNotAdmitted:
 		return &NotAdmitted{Reason: r.Error.Message}
 	}
@@ -119,6 +119,3 @@ func (r *Result) Err() error {
 type remoteError struct{ msg string }
 
 func (e *remoteError) Error() string { return e.msg }
-
-// Since returns the microseconds elapsed since t.
-func Since(t time.Time) int64 { return time.Since(t).Microseconds() }

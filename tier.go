@@ -20,24 +20,19 @@ import (
 // A tier may declare its typical start-up cost with a method
 // Cost() time.Duration; the router (package escalate) tries tiers cheapest
 // first, and places a tier that declares none by its level.
+//
+// A tier whose Run does the tier's own admission first may say so with a
+// method AdmitsInRun() that does nothing: a job that Admit refuses gets the
+// same [*NotAdmitted] from Run before any of it runs, and Run returns
+// *NotAdmitted for nothing else. The router then runs it without calling
+// Admit first (a call through the interface that copies the Job), and when
+// Run refuses it moves on to the next tier as it would after Admit; its
+// Route and Explain still call Admit.
 type Tier interface {
 	Name() string
 	Level() Level
 	Admit(job Job) error
 	Run(ctx context.Context, job Job) (Result, error)
-}
-
-// SelfAdmitting is implemented by tiers whose Run does the tier's own
-// admission first: a job that Admit refuses gets the same [*NotAdmitted]
-// from Run before any of it runs, and Run returns *NotAdmitted for nothing
-// else. The router (package escalate) runs such a tier without calling
-// Admit first, a call through the interface that copies the Job, and when
-// Run refuses it moves on to the next tier as it would after Admit; its
-// Route and Explain still call Admit. AdmitsInRun does nothing: it marks
-// the promise.
-type SelfAdmitting interface {
-	Tier
-	AdmitsInRun()
 }
 
 // Prober is implemented by tiers whose backend may be missing (a runsc
@@ -68,7 +63,7 @@ type SessionOptions struct {
 // fills an empty ID with a random one. Every session tier calls it first.
 func (o SessionOptions) Resolve() (SessionOptions, error) {
 	if o.TTL < 0 {
-		return o, Invalid("ttl", "must not be negative")
+		return o, invalid("ttl", "must not be negative")
 	}
 	if o.ID == "" {
 		var b [8]byte
@@ -86,15 +81,6 @@ type Session interface {
 	Close() error
 }
 
-// Warmer is implemented by tiers that keep warm capacity: a pool of started,
-// unused sandboxes or VMs. WaitWarm blocks until that capacity is full (or
-// ctx ends), so a caller can measure what a claim costs when the pool is
-// ready rather than how fast it refills. A tier configured without a pool
-// returns nil at once.
-type Warmer interface {
-	WaitWarm(ctx context.Context) error
-}
-
 // PoolStats are a warm pool's counters.
 type PoolStats struct {
 	Size   int    // configured number of ready instances
@@ -103,9 +89,14 @@ type PoolStats struct {
 	Misses uint64 // jobs that found the pool empty and started cold
 }
 
-// Pooler is implemented by tiers that keep a warm pool, so that servers
-// and benchmarks can export its counters. A tier without a pool returns
-// the zero PoolStats.
+// Pooler is implemented by tiers that keep warm capacity: a pool of
+// started, unused sandboxes or VMs. PoolStats returns its counters, for
+// servers and benchmarks to export; a tier without a pool returns the zero
+// PoolStats. WaitWarm blocks until that capacity is full (or ctx ends), so
+// a caller can measure what a claim costs when the pool is ready rather
+// than how fast it refills; a tier configured without a pool returns nil
+// at once.
 type Pooler interface {
 	PoolStats() PoolStats
+	WaitWarm(ctx context.Context) error
 }

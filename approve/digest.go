@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jsonappend"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Digest is the hex SHA-256 of a job's canonical encoding.
@@ -134,7 +135,7 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 		// environment are unchanged (the tag is distinct and values are
 		// length-prefixed, so the encoding stays unambiguous).
 		c.int("env", int64(len(job.Env)))
-		for _, n := range airlock.SortedKeys(job.Env) {
+		for _, n := range value.SortedKeys(job.Env) {
 			c.str("name", n)
 			c.str("value", job.Env[n])
 		}

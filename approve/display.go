@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Display is a job as a person should read it before approving it. Every
@@ -322,7 +323,7 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		label := "files[" + shown + "]"
 		out.Files = append(out.Files, File{Name: d.line(label+" (name)", n), Content: *d.content(label, job.Files[n])})
 	}
-	for _, n := range airlock.SortedKeys(job.Env) {
+	for _, n := range value.SortedKeys(job.Env) {
 		shown, _ := escape(n, modeLine, "") // the label too: a name is checked only when the job is prepared
 		out.Env = append(out.Env, d.line("env["+shown+"]", n+"="+job.Env[n]))
 	}

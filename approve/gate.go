@@ -12,7 +12,7 @@ import (
 // requires an approval for it, token must approve exactly this job (its
 // digest recomputed here), for this tenant, at now. It returns ctx
 // carrying the placed-files check bound to that digest, which a tier that
-// places files runs over what it placed (see [WithPlacedCheck]), and the
+// places files runs over what it placed (see [airlock.WithPlacedCheck]), and the
 // rule that required the approval ("" when none did; ctx is then
 // returned as is).
 func (s *Signer) Authorize(ctx context.Context, p Policy, job *airlock.Job, tier, tenant, token string, now time.Time) (context.Context, string, error) {
@@ -27,5 +27,5 @@ func (s *Signer) Authorize(ctx context.Context, p Policy, job *airlock.Job, tier
 	if _, err := s.Check(token, d, tenant, now); err != nil {
 		return ctx, rule, err
 	}
-	return WithPlacedCheck(ctx, PlacedCheck(*job, tier, tenant, d)), rule, nil
+	return airlock.WithPlacedCheck(ctx, PlacedCheck(*job, tier, tenant, d)), rule, nil
 }

@@ -55,7 +55,7 @@ func (p Policy) Validate() error {
 		}
 		for _, s := range r.Situations {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: s}
-			if err := airlock.Validate(&j); err != nil {
+			if err := j.Validate(); err != nil {
 				return fmt.Errorf("approval rule %s: unknown situation %q", r.Name, s)
 			}
 		}

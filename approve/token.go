@@ -2,7 +2,6 @@ package approve
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -110,15 +109,3 @@ func IsStale(err error) bool {
 	var na *airlock.NotAdmitted
 	return errors.As(err, &na) && len(na.Reason) >= len(Stale) && na.Reason[:len(Stale)] == Stale
 }
-
-// WithPlacedCheck returns a context carrying check (see
-// [airlock.WithPlacedCheck]): a tier that places files into a sandbox calls
-// it through [airlock.CheckPlaced] after placing them and before starting
-// the job.
-func WithPlacedCheck(ctx context.Context, check func(dir string) error) context.Context {
-	return airlock.WithPlacedCheck(ctx, check)
-}
-
-// CheckPlaced runs the check carried by ctx over the directory the tier
-// placed the job's files in; it returns nil when ctx carries none.
-func CheckPlaced(ctx context.Context, dir string) error { return airlock.CheckPlaced(ctx, dir) }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 )
 
@@ -90,11 +91,11 @@ type Progress struct {
 func (c Config) validate() error {
 	switch {
 	case c.iterations < 1:
-		return airlock.Invalid("iterations", "must be at least 1, not %d", c.iterations)
+		return jobs.Invalid("iterations", "must be at least 1, not %d", c.iterations)
 	case c.budget <= 0:
-		return airlock.Invalid("budget", "must be positive")
+		return jobs.Invalid("budget", "must be positive")
 	case c.timeout <= 0:
-		return airlock.Invalid("timeout", "must be positive")
+		return jobs.Invalid("timeout", "must be positive")
 	}
 	return nil
 }
@@ -285,7 +286,7 @@ func (c Config) targets(rep *Report) ([]Target, []airlock.Tier, error) {
 			for _, s := range shared {
 				closeTier(s)
 			}
-			return nil, nil, airlock.Invalid("tiers", "unknown tier %q", n)
+			return nil, nil, jobs.Invalid("tiers", "unknown tier %q", n)
 		}
 	}
 	for _, b := range Baselines() {

@@ -114,12 +114,12 @@ func tierTarget(f TierSource, shared airlock.Tier, kind airlock.Kind) Target {
 			return check(kind, res, err)
 		}
 		settle = nil
-		if w, ok := tier.(airlock.Warmer); ok {
+		if w, ok := tier.(airlock.Pooler); ok {
 			settle = w.WaitWarm
 		}
 		return run, done, nil
 	}
-	if _, ok := shared.(airlock.Warmer); ok {
+	if _, ok := shared.(airlock.Pooler); ok {
 		t.Settle = func(ctx context.Context) error {
 			if settle == nil {
 				return nil

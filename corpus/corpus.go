@@ -196,7 +196,7 @@ func (c *Case) BuildJob(vars map[string]string) (airlock.Job, error) {
 // buildJob is BuildJob for the job raw (the case's, or one it runs
 // before it).
 func (c *Case) buildJob(raw json.RawMessage, vars map[string]string) (airlock.Job, error) {
-	job, err := airlock.DecodeJobBytes(raw)
+	job, err := airlock.DecodeJob(raw)
 	if err != nil {
 		return job, err
 	}

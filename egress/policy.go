@@ -12,6 +12,8 @@ import (
 	"golang.org/x/net/idna"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // AnyMethod in a rule's methods allows every HTTP method.
@@ -55,10 +57,10 @@ func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 		}
 		name, err := NormalizeHost(host)
 		if err != nil {
-			return nil, airlock.Invalid("grants.net", "rule %d (%q): %s", i, r.Host, err)
+			return nil, jobs.Invalid("grants.net", "rule %d (%q): %s", i, r.Host, err)
 		}
 		if wildcard && !strings.Contains(name, ".") {
-			return nil, airlock.Invalid("grants.net", "rule %d (%q): a wildcard needs at least two labels after \"*.\"", i, r.Host)
+			return nil, jobs.Invalid("grants.net", "rule %d (%q): a wildcard needs at least two labels after \"*.\"", i, r.Host)
 		}
 		ru := rule{host: name, wildcard: wildcard, scheme: r.Scheme, methods: DefaultMethods, ports: DefaultPorts}
 		switch r.Scheme {
@@ -68,14 +70,14 @@ func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 		case "https":
 			ru.ports = []int{443}
 		default:
-			return nil, airlock.Invalid("grants.net", "rule %d: scheme %q (want http, https or none for both)", i, r.Scheme)
+			return nil, jobs.Invalid("grants.net", "rule %d: scheme %q (want http, https or none for both)", i, r.Scheme)
 		}
 		if len(r.Methods) > 0 {
 			ru.methods = make([]string, len(r.Methods))
 			for j, m := range r.Methods {
 				m = strings.ToUpper(strings.TrimSpace(m))
 				if m == "" || (m != AnyMethod && !isToken(m)) {
-					return nil, airlock.Invalid("grants.net", "rule %d: method %q is not an HTTP method", i, r.Methods[j])
+					return nil, jobs.Invalid("grants.net", "rule %d: method %q is not an HTTP method", i, r.Methods[j])
 				}
 				ru.methods[j] = m
 			}
@@ -83,14 +85,14 @@ func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 		if len(r.Ports) > 0 {
 			for _, port := range r.Ports {
 				if port < 1 || port > 65535 {
-					return nil, airlock.Invalid("grants.net", "rule %d: port %d out of range", i, port)
+					return nil, jobs.Invalid("grants.net", "rule %d: port %d out of range", i, port)
 				}
 			}
 			ru.ports = slices.Clone(r.Ports)
 		}
 		for _, path := range r.Paths {
-			if err := airlock.CheckPathPattern(path); err != nil {
-				return nil, airlock.Invalid("grants.net", "rule %d: path %q: %s", i, path, err)
+			if err := value.CheckPathPattern(path); err != nil {
+				return nil, jobs.Invalid("grants.net", "rule %d: path %q: %s", i, path, err)
 			}
 		}
 		if r.Paths != nil {

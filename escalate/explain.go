@@ -41,7 +41,7 @@ func (r *Router) Explain(job *airlock.Job) Explanation {
 	if ti >= 0 {
 		x.Chosen = r.tiers[ti].name
 	}
-	explicit := job.Tier != "" && job.Tier != airlock.TierAuto
+	explicit := job.Tier != "" && job.Tier != TierAuto
 	for i, e := range r.tiers {
 		s := Step{Tier: e.name, Level: e.level}
 		switch {

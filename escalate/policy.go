@@ -120,7 +120,7 @@ func (p Policy) Validate() error {
 		}
 		for _, s := range r.Match.Situations {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: s}
-			if err := airlock.Validate(&j); err != nil {
+			if err := j.Validate(); err != nil {
 				return fmt.Errorf("%s: %w", where, err)
 			}
 		}

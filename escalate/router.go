@@ -12,7 +12,11 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
+
+// TierAuto, as a job's tier, lets the router choose (the default).
+const TierAuto = "auto"
 
 // coster is implemented by tiers that declare their typical start-up
 // cost; the router orders tiers by it, cheapest first.
@@ -24,7 +28,7 @@ type entry struct {
 	level       airlock.Level
 	cost        time.Duration
 	unavailable error
-	// selfAdmits: the tier's Run admits the job itself (airlock.SelfAdmitting),
+	// selfAdmits: the tier's Run admits the job itself (an AdmitsInRun method, see airlock.Tier),
 	// so Run skips the separate Admit call.
 	selfAdmits bool
 }
@@ -60,7 +64,7 @@ func New(policy Policy, tiers []airlock.Tier) (*Router, error) {
 		} else {
 			e.cost = time.Duration(e.level) * time.Second
 		}
-		_, e.selfAdmits = t.(airlock.SelfAdmitting)
+		_, e.selfAdmits = t.(interface{ AdmitsInRun() })
 		if p, ok := t.(airlock.Prober); ok {
 			e.unavailable = p.Available()
 		}
@@ -226,7 +230,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 		return ri, -1, false, err
 	}
 	rule := &r.policy.Rules[ri]
-	if job.Tier != "" && job.Tier != airlock.TierAuto {
+	if job.Tier != "" && job.Tier != TierAuto {
 		for i := range r.tiers {
 			e := &r.tiers[i]
 			if e.name != job.Tier {
@@ -245,7 +249,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 			}
 			return ri, i, false, nil
 		}
-		return ri, -1, false, airlock.Invalid("tier", "unknown tier %q (see `airlock tiers`)", job.Tier)
+		return ri, -1, false, jobs.Invalid("tier", "unknown tier %q (see `airlock tiers`)", job.Tier)
 	}
 	for i := r.candidate(rule, 0); i >= 0; i = r.candidate(rule, i+1) {
 		if r.tiers[i].tier.Admit(*job) == nil {
@@ -285,13 +289,13 @@ func defaulted(job *airlock.Job) string {
 // Run routes the job and runs it, recording the router's reasons in the
 // result's Decision.
 //
-// A tier that admits jobs in its own Run (airlock.SelfAdmitting) is run
+// A tier that admits jobs in its own Run (an AdmitsInRun method, see airlock.Tier) is run
 // without a separate Admit call; when its Run refuses the job, the next
 // candidate is tried, as after a refusing Admit.
 func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, err error) {
 	var ri, ti int
 	refused := false
-	if job.Tier != "" && job.Tier != airlock.TierAuto {
+	if job.Tier != "" && job.Tier != TierAuto {
 		// Admit takes the job by value, so routing a pointer to job does
 		// not move it to the heap.
 		if ri, ti, refused, err = r.route(&job); err != nil {
@@ -324,7 +328,7 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 		}
 	}
 	var reasons []string
-	if refused || (job.Tier != "" && job.Tier != airlock.TierAuto) {
+	if refused || (job.Tier != "" && job.Tier != TierAuto) {
 		reasons = r.lines(job)
 	} else {
 		reasons = r.decisions[ri][ti] // shared: never appended to

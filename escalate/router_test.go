@@ -235,7 +235,7 @@ func TestRunKeepsTheTiersDecisions(t *testing.T) {
 	}
 }
 
-// selfTier admits in its Run (airlock.SelfAdmitting): it counts the Admit
+// selfTier admits in its Run (AdmitsInRun, see airlock.Tier): it counts the Admit
 // calls it gets and the runs it refuses or accepts.
 type selfTier struct {
 	levelTier

@@ -11,6 +11,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 // maxPending and maxPendingPerTenant bound the approvals waiting for a
@@ -74,8 +76,8 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, http.StatusNotFound, kindNotFound, "unknown session "+job.Session)
 			return
 		}
-		if job.Tier != "" && job.Tier != airlock.TierAuto && job.Tier != ss.tier {
-			s.refuseErr(w, airlock.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier))
+		if job.Tier != "" && job.Tier != escalate.TierAuto && job.Tier != ss.tier {
+			s.refuseErr(w, jobs.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier))
 			return
 		}
 		job.Tier, job.Lifecycle = ss.tier, ""

@@ -187,7 +187,7 @@ func TestPendingApprovalsAreBoundedPerTenant(t *testing.T) {
 
 // An approved command runs on an OS tier; a swapped file or argument is
 // refused before anything runs. (The re-check over the placed files needs
-// the tier to call approve.CheckPlaced; see docs/server.md.)
+// the tier to call airlock.CheckPlaced; see docs/server.md.)
 func TestApprovedCommand(t *testing.T) {
 	f := newFixture(t, func(c *server.Config) {
 		rules := append(*c.Approvals.Rules, approve.Rule{Name: "internal-command", Kinds: []airlock.Kind{airlock.KindCommand}, Situations: []airlock.Situation{airlock.SituationInternal}})

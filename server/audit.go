@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/internal/jsonappend"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Record is one line of the audit trail: one run, as the server saw it.
@@ -263,7 +264,7 @@ func ParseRecord(line []byte) (Record, error) {
 		return r, fmt.Errorf("audit record: %w", err)
 	}
 	if r.Job != nil && r.Job.Input != nil {
-		in, err := airlock.NormalizeInput(r.Job.Input)
+		in, err := value.Normalize(r.Job.Input)
 		if err != nil {
 			return r, fmt.Errorf("audit record: input: %w", err)
 		}

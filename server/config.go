@@ -87,7 +87,7 @@ type TierSettings struct {
 // TierLimits is the operator's limit policy the tiers are to be built
 // with: the configuration's limits over airlock.DefaultLimitPolicy.
 func (c *Config) TierLimits() airlock.LimitPolicy {
-	return c.Limits.policy(airlock.DefaultLimitPolicy)
+	return c.Limits.policy(airlock.DefaultLimitPolicy())
 }
 
 // LimitPolicy is airlock.LimitPolicy in the configuration file.
@@ -303,13 +303,13 @@ func (c *Config) Validate() error {
 		}
 		for _, s := range t.Situations {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: s}
-			if err := airlock.Validate(&j); err != nil {
+			if err := j.Validate(); err != nil {
 				return fmt.Errorf("%s.situations: unknown situation %q", where, s)
 			}
 		}
 		if t.Situation != "" {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: t.Situation}
-			if err := airlock.Validate(&j); err != nil {
+			if err := j.Validate(); err != nil {
 				return fmt.Errorf("%s.situation: unknown situation %q", where, t.Situation)
 			}
 			if len(t.Situations) > 0 && !slices.Contains(t.Situations, t.Situation) {

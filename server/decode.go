@@ -14,7 +14,7 @@ import (
 // false) on anything else: another field, a field twice, a key in another
 // case, a \u escape, invalid UTF-8, a null, a number NormalizeInput would
 // make a big integer, trailing data. The caller then decodes with
-// airlock.DecodeJobBytes, which stays the definition of a valid job and
+// airlock.DecodeJob, which stays the definition of a valid job and
 // of its errors; on what quickJob accepts the two agree exactly, which
 // FuzzQuickJob checks.
 func quickJob(data []byte) (job airlock.Job, ok bool) {

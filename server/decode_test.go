@@ -17,14 +17,14 @@ var quickJobs = []string{
 	`{}`,
 	`{"input":{}}`,
 	`{"entry":"run","session":"s1","argv":[]}`,
-	// Left to DecodeJobBytes:
+	// Left to DecodeJob:
 	`{"kind":"expr","Kind":"expr"}`, `{"kind":"expr","kind":"expr"}`, `{"kind":"expr","limits":{"wall_ms":5}}`,
 	`{"kind":"\u0065xpr"}`, `{"kind":null}`, `{"input":null}`, `{"input":{"n":99999999999999999999}}`, `{"input":{"f":1e999}}`,
 	`{"seed":-1}`, `{"seed":1.5}`, `{"kind":"expr"} x`, `{"kind":"expr",}`, `{"colour":"red"}`, `[]`, ``, `{"kind":"a` + "\xff" + `"}`,
 	`{"input":[1]}`, `{"input":{"a":01}}`, `{"code":"` + "\x01" + `"}`,
 }
 
-// FuzzQuickJob: whatever quickJob accepts, DecodeJobBytes decodes to the
+// FuzzQuickJob: whatever quickJob accepts, DecodeJob decodes to the
 // same job without error.
 func FuzzQuickJob(f *testing.F) {
 	for _, s := range quickJobs {
@@ -39,9 +39,9 @@ func agree(t *testing.T, data []byte) bool {
 	if !ok {
 		return false
 	}
-	full, err := airlock.DecodeJobBytes(data)
+	full, err := airlock.DecodeJob(data)
 	if err != nil {
-		t.Fatalf("quickJob took %q, DecodeJobBytes refused it: %v", data, err)
+		t.Fatalf("quickJob took %q, DecodeJob refused it: %v", data, err)
 	}
 	if !reflect.DeepEqual(quick, full) {
 		t.Fatalf("%q:\nquick %#v\n full %#v", data, quick, full)

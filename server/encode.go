@@ -2,8 +2,9 @@ package server
 
 import (
 	"encoding/base64"
-	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 	"strconv"
+
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 
 	"github.com/airlock-sandbox/airlock"
 )

@@ -16,6 +16,10 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // ApprovalHeader carries an approval token on a run request.
@@ -146,7 +150,7 @@ var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 const maxPooledBody = 64 << 10
 
 // decodeJob reads a job body strictly: the common shape without
-// reflection (quickJob), anything else with airlock.DecodeJobBytes.
+// reflection (quickJob), anything else with airlock.DecodeJob.
 func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
 	buf := bodies.Get().(*bytes.Buffer)
 	defer func() {
@@ -155,22 +159,22 @@ func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
 		}
 	}()
 	buf.Reset()
-	// One byte more than a job may have, so DecodeJobBytes reports the size.
-	_, err := buf.ReadFrom(io.LimitReader(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes+1), airlock.MaxJobBytes+1))
+	// One byte more than a job may have, so DecodeJob reports the size.
+	_, err := buf.ReadFrom(io.LimitReader(http.MaxBytesReader(w, r.Body, value.MaxJobBytes+1), value.MaxJobBytes+1))
 	if err != nil {
-		return airlock.Job{}, airlock.Invalid("", "reading the job: %s", err.Error())
+		return airlock.Job{}, jobs.Invalid("", "reading the job: %s", err.Error())
 	}
 	if job, ok := quickJob(buf.Bytes()); ok {
 		return job, nil
 	}
-	return airlock.DecodeJobBytes(buf.Bytes())
+	return airlock.DecodeJob(buf.Bytes())
 }
 
 // admit applies the tenant's rules to a job: situations, tiers, and limits
 // resolved against the tenant's policy (a limit above its maximum is an
 // invalid job naming the field).
 func (t *tenant) admit(job *airlock.Job) error {
-	if err := airlock.Validate(job); err != nil {
+	if err := job.Validate(); err != nil {
 		return err
 	}
 	if job.Situation == "" {
@@ -179,7 +183,7 @@ func (t *tenant) admit(job *airlock.Job) error {
 	if !slices.Contains(t.allowed, job.Situation) {
 		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not run jobs in situation %s (allowed: %v)", t.Name, job.Situation, t.allowed)}
 	}
-	if job.Tier != "" && job.Tier != airlock.TierAuto {
+	if job.Tier != "" && job.Tier != escalate.TierAuto {
 		if err := t.allowTier(job.Tier); err != nil {
 			return err
 		}
@@ -317,7 +321,7 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 		return airlock.Result{}, err
 	}
 	defer release()
-	queueUS := airlock.Since(queued)
+	queueUS := monotime.Micros(queued)
 	if !s.underBase(ctx) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -336,7 +340,7 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 			err = &airlock.NotAdmitted{Reason: approve.Stale + ": the job changed between approval check and execution"}
 			break
 		}
-		ctx = approve.WithPlacedCheck(ctx, approve.PlacedCheck(final, tier.Name(), rq.t.Name, digest))
+		ctx = airlock.WithPlacedCheck(ctx, approve.PlacedCheck(final, tier.Name(), rq.t.Name, digest))
 		if rq.session != nil {
 			res, err = rq.session.run(ctx, final)
 		} else {
@@ -436,7 +440,7 @@ func (s *Server) tenantJob(w http.ResponseWriter, r *http.Request, validate bool
 	}
 	job, err := decodeJob(w, r)
 	if err == nil && validate {
-		err = airlock.Validate(&job)
+		err = job.Validate()
 	}
 	if err != nil {
 		s.refuseErr(w, err)
@@ -451,7 +455,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if job.Session != "" || job.Lifecycle == airlock.LifecycleSession || job.Lifecycle == airlock.LifecyclePersistent {
-		s.refuseErr(w, airlock.Invalid("session", "open a session with POST /v1/sessions and run in it with POST /v1/sessions/{id}/run"))
+		s.refuseErr(w, jobs.Invalid("session", "open a session with POST /v1/sessions and run in it with POST /v1/sessions/{id}/run"))
 		return
 	}
 	res, err := s.execute(r.Context(), &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)})

@@ -15,6 +15,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
@@ -115,7 +118,7 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 		}
 		return nil
-	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: airlock.MaxJobBytes * 2})
+	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: value.MaxJobBytes * 2})
 	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
 		i, ok := s.keys.find(key)
 		if !ok {
@@ -173,7 +176,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			job := airlock.Job{Kind: airlock.KindWasm, Entry: in.Entry, Argv: in.Args, Stdin: in.Stdin}
 			raw, _ := json.Marshal(in.Module)
 			if err := json.Unmarshal(raw, &job.Module); err != nil {
-				return toolError(airlock.Invalid("module_base64", "want base64: %v", err))
+				return toolError(jobs.Invalid("module_base64", "want base64: %v", err))
 			}
 			return run(ctx, job, in.common, nil)
 		})
@@ -220,7 +223,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		func(ctx context.Context, _ *mcp.CallToolRequest, in sessionRunInput) (*mcp.CallToolResult, any, error) {
 			ss := s.sessionOf(t, in.Session)
 			if ss == nil {
-				return toolError(airlock.Invalid("session", "unknown session %q", in.Session))
+				return toolError(jobs.Invalid("session", "unknown session %q", in.Session))
 			}
 			c := common{WallMS: in.WallMS, Approval: in.Approval}
 			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files}, c, ss)
@@ -229,7 +232,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		func(ctx context.Context, _ *mcp.CallToolRequest, in closeInput) (*mcp.CallToolResult, any, error) {
 			ss := s.sessionOf(t, in.Session)
 			if ss == nil {
-				return toolError(airlock.Invalid("session", "unknown session %q", in.Session))
+				return toolError(jobs.Invalid("session", "unknown session %q", in.Session))
 			}
 			if err := s.closeSession(ss); err != nil {
 				return toolError(fmt.Errorf("closing session: %w", err))
@@ -327,7 +330,7 @@ func inputSchema[In any](isolation bool, iso isolationEnums) *jsonschema.Schema 
 		if !isolation {
 			delete(sc.Properties, "tier")
 		} else {
-			tier.Enum = []any{airlock.TierAuto}
+			tier.Enum = []any{escalate.TierAuto}
 			for _, v := range iso.tiers {
 				tier.Enum = append(tier.Enum, v)
 			}
@@ -403,9 +406,9 @@ func normalize(job airlock.Job, c common) (airlock.Job, error) {
 	job.Situation, job.Tier, job.Limits.WallMS = airlock.Situation(c.Situation), c.Tier, c.WallMS
 	data, err := json.Marshal(job)
 	if err != nil {
-		return job, airlock.Invalid("input", "%v", err)
+		return job, jobs.Invalid("input", "%v", err)
 	}
-	return airlock.DecodeJobBytes(data)
+	return airlock.DecodeJob(data)
 }
 
 // errorOutput is a failed call's structured content: the error alone.
@@ -474,7 +477,7 @@ func (s *Server) clean(text string) (string, []sanitize.Finding) {
 
 // cleanValue sanitises every string inside a value.
 func (s *Server) cleanValue(v any, depth int) (any, []sanitize.Finding) {
-	if depth > airlock.MaxValueDepth {
+	if depth > value.MaxDepth {
 		return nil, nil
 	}
 	switch x := v.(type) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/value"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
@@ -62,7 +63,7 @@ func TestBadInputNamesTheField(t *testing.T) {
 		{"limit above tenant max", "/v1/run", `{"kind":"expr","code":"1","limits":{"wall_ms":6000}}`, 400, "limits.wall_ms"},
 		{"negative limit", "/v1/run", `{"kind":"expr","code":"1","limits":{"steps":-1}}`, 400, "limits.steps"},
 		{"session on /v1/run", "/v1/run", `{"kind":"starlark","code":"1","session":"x","lifecycle":"session"}`, 400, "session"},
-		{"oversize body", "/v1/run", `{"kind":"expr","code":"` + strings.Repeat("1", airlock.MaxJobBytes+10) + `"}`, 400, "larger"},
+		{"oversize body", "/v1/run", `{"kind":"expr","code":"` + strings.Repeat("1", value.MaxJobBytes+10) + `"}`, 400, "larger"},
 		{"empty body", "/v1/run", ``, 400, "empty"},
 		{"unknown session", "/v1/sessions/s-nope/run", `{"kind":"starlark","code":"1"}`, 404, "unknown session"},
 		{"unknown tier", "/v1/run", `{"kind":"expr","code":"1","tier":"nope"}`, 400, "tier"},

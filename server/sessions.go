@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // session is an open tier session bound to one tenant.
@@ -104,20 +107,20 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req openRequest
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, airlock.MaxJobBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, value.MaxJobBytes))
 	if err != nil {
-		s.refuseErr(w, airlock.Invalid("", "reading body: %v", err))
+		s.refuseErr(w, jobs.Invalid("", "reading body: %v", err))
 		return
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		s.refuseErr(w, airlock.Invalid("", "session request: %s", err.Error()))
+		s.refuseErr(w, jobs.Invalid("", "session request: %s", err.Error()))
 		return
 	}
 	var job *airlock.Job
 	if len(req.Job) > 0 {
-		j, err := airlock.DecodeJobBytes(req.Job)
+		j, err := airlock.DecodeJob(req.Job)
 		if err != nil {
 			s.refuseErr(w, err)
 			return
@@ -157,13 +160,13 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 			}
 		}
 		if tier == nil {
-			return openResponse{}, airlock.Invalid("tier", "unknown tier %q", tierName)
+			return openResponse{}, jobs.Invalid("tier", "unknown tier %q", tierName)
 		}
 		if err := s.router.Unavailable(tierName); err != nil {
 			return openResponse{}, &airlock.NotAdmitted{Tier: tierName, Reason: "unavailable: " + err.Error()}
 		}
 	default:
-		return openResponse{}, airlock.Invalid("tier", "name a tier, or describe a job for the router to pick one")
+		return openResponse{}, jobs.Invalid("tier", "name a tier, or describe a job for the router to pick one")
 	}
 	if err := t.allowTier(tier.Name()); err != nil {
 		return openResponse{}, err
@@ -177,7 +180,7 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 		ttl = maxTTL
 	}
 	if ttl > maxTTL {
-		return openResponse{}, airlock.Invalid("ttl", "%s is above the server's maximum %s", ttl, maxTTL)
+		return openResponse{}, jobs.Invalid("ttl", "%s is above the server's maximum %s", ttl, maxTTL)
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -285,10 +288,10 @@ func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) sessionRun(ctx context.Context, t *tenant, ss *session, job airlock.Job, token string) (airlock.Result, error) {
 	if job.Session != "" && job.Session != ss.id {
-		return airlock.Result{}, airlock.Invalid("session", "names %s, but the request is for %s", job.Session, ss.id)
+		return airlock.Result{}, jobs.Invalid("session", "names %s, but the request is for %s", job.Session, ss.id)
 	}
-	if job.Tier != "" && job.Tier != airlock.TierAuto && job.Tier != ss.tier {
-		return airlock.Result{}, airlock.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier)
+	if job.Tier != "" && job.Tier != escalate.TierAuto && job.Tier != ss.tier {
+		return airlock.Result{}, jobs.Invalid("tier", "the session runs on %s, not %s", ss.tier, job.Tier)
 	}
 	// The session's id stays in the job so an approval's digest binds it:
 	// a token issued for one session is stale in any other.

@@ -45,7 +45,7 @@ const benchConns = 32
 func BenchmarkRunHTTP(b *testing.B) {
 	b.Run("tier", func(b *testing.B) {
 		srv := benchServer(b)
-		job, err := airlock.DecodeJobBytes([]byte(benchJob))
+		job, err := airlock.DecodeJob([]byte(benchJob))
 		if err != nil {
 			b.Fatal(err)
 		}

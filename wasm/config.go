@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 // Defaults for a [Config].
@@ -52,7 +53,7 @@ type Config struct {
 // memory only.
 func NewConfig() Config {
 	return Config{
-		limits:         airlock.DefaultLimitPolicy,
+		limits:         airlock.DefaultLimitPolicy(),
 		maxModuleBytes: DefaultMaxModuleBytes,
 		compileTimeout: DefaultCompileTimeout,
 		maxTable:       DefaultMaxTableElements,
@@ -127,19 +128,19 @@ func (c Config) WithKVMaxBytes(n int64) Config { c.kvMaxBytes = n; return c }
 func (c Config) validate() error {
 	switch {
 	case c.maxModuleBytes <= 0:
-		return airlock.Invalid("", "wasm config: max module bytes must be positive")
+		return jobs.Invalid("", "wasm config: max module bytes must be positive")
 	case c.compileTimeout <= 0:
-		return airlock.Invalid("", "wasm config: compile timeout must be positive")
+		return jobs.Invalid("", "wasm config: compile timeout must be positive")
 	case c.maxTable == 0:
-		return airlock.Invalid("", "wasm config: max table elements must be positive")
+		return jobs.Invalid("", "wasm config: max table elements must be positive")
 	case c.maxCompiled <= 0:
-		return airlock.Invalid("", "wasm config: max compiled modules must be positive")
+		return jobs.Invalid("", "wasm config: max compiled modules must be positive")
 	case c.clockTick < 0:
-		return airlock.Invalid("", "wasm config: clock tick must not be negative")
+		return jobs.Invalid("", "wasm config: clock tick must not be negative")
 	case c.kvMaxBytes < 0:
-		return airlock.Invalid("", "wasm config: key-value bytes must not be negative")
+		return jobs.Invalid("", "wasm config: key-value bytes must not be negative")
 	case c.limits.Max.MemoryMB < 0 || c.limits.Default.MemoryMB < 0:
-		return airlock.Invalid("", "wasm config: memory limits must not be negative")
+		return jobs.Invalid("", "wasm config: memory limits must not be negative")
 	}
 	return nil
 }

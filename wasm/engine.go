@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 const (
@@ -114,7 +115,7 @@ func checkPrivate(dir string) error {
 		return fmt.Errorf("opening the compilation cache: %w", err)
 	}
 	if st.Mode().Perm()&0o022 != 0 {
-		return airlock.Invalid("", "wasm compilation cache %s is writable by group or others (mode %v): it holds machine code this process runs; make it 0700", dir, st.Mode().Perm())
+		return jobs.Invalid("", "wasm compilation cache %s is writable by group or others (mode %v): it holds machine code this process runs; make it 0700", dir, st.Mode().Perm())
 	}
 	return nil
 }
@@ -137,7 +138,7 @@ func (e *engine) close() error {
 // The caller must release it.
 func (e *engine) acquire(ctx context.Context, mod []byte) (*compiled, error) {
 	if int64(len(mod)) > e.cfg.maxModuleBytes {
-		return nil, &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module of %d bytes is above the cap of %d", len(mod), e.cfg.maxModuleBytes)}
+		return nil, &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module of %d bytes is above the cap of %d", len(mod), e.cfg.maxModuleBytes)}
 	}
 	h := sha256.Sum256(mod)
 	e.mu.Lock()
@@ -167,9 +168,9 @@ func (e *engine) acquire(ctx context.Context, mod []byte) (*compiled, error) {
 	select {
 	case <-call.done:
 	case <-timer.C:
-		return nil, &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("compiling the module took longer than %v", limit)}
+		return nil, &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("compiling the module took longer than %v", limit)}
 	case <-ctx.Done():
-		return nil, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while compiling the module"}
+		return nil, &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while compiling the module"}
 	}
 	if call.err != nil {
 		return nil, call.err
@@ -225,16 +226,16 @@ func (e *engine) compileNow(mod []byte) (*compiled, error) {
 	if err != nil {
 		var te *tableError
 		if errors.As(err, &te) {
-			return nil, &airlock.Stopped{Reason: airlock.StopMemory, Detail: te.Error()}
+			return nil, &airlock.Stop{Reason: airlock.StopMemory, Detail: te.Error()}
 		}
-		return nil, &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		return nil, &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 	}
 	if info.memMinPages > e.memPages {
-		return nil, &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module declares a memory of %d pages, above the cap of %d", info.memMinPages, e.memPages)}
+		return nil, &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module declares a memory of %d pages, above the cap of %d", info.memMinPages, e.memPages)}
 	}
 	cm, err := e.rt.CompileModule(context.Background(), bin)
 	if err != nil {
-		return nil, &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		return nil, &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 	}
 	if err := checkImports(cm); err != nil {
 		_ = cm.Close(context.Background())

@@ -9,8 +9,9 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 
-	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // fsSpec is the filesystem a run sees: host directories mounted read-only
@@ -39,9 +40,9 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 	}
 	if f.scratch {
 		m := newMemFS(f.scratchMax, f.mtime)
-		for _, name := range airlock.SortedKeys(f.files) {
+		for _, name := range value.SortedKeys(f.files) {
 			if err := m.put(name, []byte(f.files[name])); err != nil {
-				return nil, closeAll, airlock.Invalid("files["+name+"]", "%s", err.Error())
+				return nil, closeAll, jobs.Invalid("files["+name+"]", "%s", err.Error())
 			}
 		}
 		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(m, "/")
@@ -51,9 +52,9 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 		if err != nil {
 			closeAll()
 			if errors.Is(err, os.ErrNotExist) {
-				return nil, func() {}, airlock.Invalid("grants.fs.read", "%s does not exist", p)
+				return nil, func() {}, jobs.Invalid("grants.fs.read", "%s does not exist", p)
 			}
-			return nil, func() {}, airlock.Invalid("grants.fs.read", "%s: %v", p, err)
+			return nil, func() {}, jobs.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
 		roots = append(roots, r)
 		cfg = cfg.WithFSMount(r.FS(), p)

@@ -93,14 +93,14 @@ func state(ctx context.Context) *hostState {
 func (s *hostState) read(mod api.Module, ptr, n uint32, what string) []byte {
 	b, ok := mod.Memory().Read(ptr, n)
 	if !ok {
-		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, n, ptr)})
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, n, ptr)})
 	}
 	return b
 }
 
 func (s *hostState) write(mod api.Module, ptr uint32, b []byte, what string) {
 	if !mod.Memory().Write(ptr, b) {
-		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, len(b), ptr)})
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, len(b), ptr)})
 	}
 }
 
@@ -136,7 +136,7 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 			return
 		}
 		if int64(s.output.Len()+len(b)) > s.respCap {
-			s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("tool output above %d bytes", s.respCap)})
+			s.fail(&airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("tool output above %d bytes", s.respCap)})
 		}
 		s.output.Write(b)
 	})
@@ -146,7 +146,7 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 		if s.logf != nil {
 			// The host's log is bounded like the output.
 			if s.logBytes += int64(len(msg)); s.logBytes > s.respCap {
-				s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("log above %d bytes", s.respCap)})
+				s.fail(&airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("log above %d bytes", s.respCap)})
 			}
 			s.logf(msg)
 			return
@@ -155,7 +155,7 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 	})
 	def("http_request", []api.ValueType{i32, i32}, []api.ValueType{i32}, func(ctx context.Context, s *hostState, mod api.Module, st []uint64) {
 		if uint32(st[1]) > maxRequestBytes {
-			s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http request of %d bytes is above %d", uint32(st[1]), maxRequestBytes)})
+			s.fail(&airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http request of %d bytes is above %d", uint32(st[1]), maxRequestBytes)})
 		}
 		req := s.read(mod, uint32(st[0]), uint32(st[1]), "http_request")
 		st[0] = s.setResult(s.httpRequest(ctx, req))
@@ -191,7 +191,7 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 func (s *hostState) key(mod api.Module, ptr64, n64 uint64) string {
 	ptr, n := uint32(ptr64), uint32(n64) // i32 arguments: the upper bits are not the guest's
 	if n > maxKeyBytes {
-		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("kv key of %d bytes is above %d", n, maxKeyBytes)})
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("kv key of %d bytes is above %d", n, maxKeyBytes)})
 	}
 	if s.kv == nil {
 		s.fail(&airlock.Denied{Capability: "host-function", Detail: "kv needs a session (no store is attached to this call)"})
@@ -221,7 +221,7 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	s.need(FuncHTTPRequest, "http_request")
 	var r HTTPRequest
 	if err := json.Unmarshal(raw, &r); err != nil {
-		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: "http_request: malformed request JSON: " + err.Error()})
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "http_request: malformed request JSON: " + err.Error()})
 	}
 	if r.Method == "" {
 		r.Method = http.MethodGet
@@ -245,7 +245,7 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(r.Body))
 	if err != nil {
-		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: "http_request: " + err.Error()})
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "http_request: " + err.Error()})
 	}
 	for k, v := range r.Headers {
 		req.Header.Set(k, v)
@@ -261,10 +261,10 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, s.respCap+1))
 	if err != nil {
-		s.fail(&airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("http_request: reading the response: %v", err)})
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("http_request: reading the response: %v", err)})
 	}
 	if int64(len(body)) > s.respCap {
-		s.fail(&airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http response above %d bytes", s.respCap)})
+		s.fail(&airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("http response above %d bytes", s.respCap)})
 	}
 	out := HTTPResponse{Status: resp.StatusCode, Body: body, Headers: map[string]string{}}
 	for k := range resp.Header {

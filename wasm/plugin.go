@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Host runs WASM tools for a Go program. It is safe for concurrent use.
@@ -69,11 +71,11 @@ type Tool struct {
 func (h *Host) Load(ctx context.Context, module []byte, cfg ToolConfig) (*Tool, error) {
 	for _, f := range cfg.Functions {
 		if f != FuncLog && f != FuncHTTPRequest && f != FuncKV {
-			return nil, airlock.Invalid("functions", "unknown host function %q (want log, http_request or kv)", f)
+			return nil, jobs.Invalid("functions", "unknown host function %q (want log, http_request or kv)", f)
 		}
 	}
 	job := airlock.Job{Kind: airlock.KindWasm, Module: module, Limits: cfg.Limits, Grants: airlock.Grants{Net: cfg.Net, Secrets: cfg.Env}}
-	prepared, err := airlock.Prepare(job, h.e.cfg.limits)
+	prepared, err := h.e.cfg.limits.Prepare(job)
 	if err != nil {
 		return nil, err
 	}
@@ -114,10 +116,10 @@ func (t *Tool) Call(ctx context.Context, fn string, input []byte) (Reply, error)
 func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply, error) {
 	var rep Reply
 	if fn == "" {
-		return rep, airlock.Invalid("entry", "name the function to call")
+		return rep, jobs.Invalid("entry", "name the function to call")
 	}
-	if int64(len(input)) > airlock.MaxJobBytes {
-		return rep, airlock.Invalid("input", "%d bytes is above %d", len(input), airlock.MaxJobBytes)
+	if int64(len(input)) > value.MaxJobBytes {
+		return rep, jobs.Invalid("input", "%d bytes is above %d", len(input), value.MaxJobBytes)
 	}
 	grants := map[string]bool{}
 	for _, f := range t.cfg.Functions {
@@ -134,7 +136,7 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 		clock = time.Now().UTC().Truncate(time.Microsecond)
 	}
 	if seed == 0 {
-		seed = airlock.NewSeed()
+		seed = value.NewSeed()
 	}
 	s := &spec{
 		args:     []string{"tool.wasm"},
@@ -160,7 +162,7 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	out, err := t.h.e.run(ctx, t.c, s)
 	rep = Reply{Output: host.output.Bytes(), Log: logs, Stdout: out.stdout, Stderr: out.stderr, ExitCode: out.exitCode, Duration: time.Since(t0)}
 	if err == nil && len(out.results) == 1 && uint32(out.results[0]) != 0 {
-		err = &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s returned status %d", fn, int32(out.results[0]))}
+		err = &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s returned status %d", fn, int32(out.results[0]))}
 	}
 	return rep, err
 }

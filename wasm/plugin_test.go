@@ -78,7 +78,7 @@ func TestPluginExampleTool(t *testing.T) {
 	}
 	// A tool's own failure is a runtime error carrying its output.
 	rep, err = sess.Call(ctx, "greet", nil)
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	if !errors.As(err, &ce) || ce.Kind != airlock.ErrRuntime || string(rep.Output) != "no name given" {
 		t.Fatalf("empty name: %T %v %q", err, err, rep.Output)
 	}
@@ -150,7 +150,7 @@ func TestPluginLimits(t *testing.T) {
 	h := newHost(t, NewConfig())
 	spin := load(t, h, corpusWAT(t, "spin-function"), ToolConfig{Limits: airlock.Limits{WallMS: 200}})
 	_, err := spin.Call(context.Background(), "spin", nil)
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	if !errors.As(err, &st) || st.Reason != airlock.StopTimeout {
 		t.Fatalf("spin: %T %v", err, err)
 	}
@@ -284,7 +284,7 @@ func TestPluginLogIsCapped(t *testing.T) {
 	h := newHost(t, NewConfig())
 	tool := load(t, h, wat(t, logFloodWAT), ToolConfig{Functions: []string{FuncLog}, Limits: airlock.Limits{OutputBytes: 64 << 10}})
 	rep, err := tool.Call(context.Background(), "flood", nil)
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	if !errors.As(err, &st) || st.Reason != airlock.StopOutput {
 		t.Fatalf("log flood: %T %v", err, err)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // spec is everything one run needs, after the job (or the plugin call) has
@@ -59,26 +61,26 @@ var errOutput = errors.New("output cap reached")
 func (e *engine) run(ctx context.Context, c *compiled, s *spec) (outcome, error) {
 	var out outcome
 	if need := uint64(c.info.memMinPages) * pageSize; need > s.memLimit {
-		return out, &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module declares %d MiB of memory, above the limit of %d MiB", need>>20, s.memLimit>>20)}
+		return out, &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module declares %d MiB of memory, above the limit of %d MiB", need>>20, s.memLimit>>20)}
 	}
 	var entryDef api.FunctionDefinition
 	if s.entry != "" {
 		d, ok := exportedFunc(c.mod, s.entry)
 		if !ok {
-			return out, airlock.Invalid("entry", "module exports no function %q", s.entry)
+			return out, jobs.Invalid("entry", "module exports no function %q", s.entry)
 		}
 		entryDef = d
 		if len(s.params) != len(d.ParamTypes()) {
-			return out, airlock.Invalid("input", "function %s takes %d arguments, got %d", s.entry, len(d.ParamTypes()), len(s.params))
+			return out, jobs.Invalid("input", "function %s takes %d arguments, got %d", s.entry, len(d.ParamTypes()), len(s.params))
 		}
 	} else if _, ok := exportedFunc(c.mod, "_start"); !ok {
-		return out, airlock.Invalid("entry", "module exports no _start; name an exported function in entry")
+		return out, jobs.Invalid("entry", "module exports no _start; name an exported function in entry")
 	}
 
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ctx, cancelWall := context.WithTimeoutCause(ctx, s.wall, &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v", s.wall)})
+	ctx, cancelWall := context.WithTimeoutCause(ctx, s.wall, &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v", s.wall)})
 	defer cancelWall()
 
 	alloc := &memAlloc{limit: s.memLimit}
@@ -107,7 +109,7 @@ func (e *engine) run(ctx context.Context, c *compiled, s *spec) (outcome, error)
 		WithOsyield(func() {}).
 		WithRandSource(seededRand(s.seed)).
 		WithFSConfig(fsc)
-	for _, k := range airlock.SortedKeys(s.env) {
+	for _, k := range value.SortedKeys(s.env) {
 		mc = mc.WithEnv(k, s.env[k])
 	}
 	if s.entry != "" {
@@ -140,7 +142,7 @@ func (e *engine) classify(err error, out *outcome, parent, ctx context.Context, 
 	}
 	cause := context.Cause(ctx)
 	if errors.Is(cause, errOutput) {
-		return &airlock.Stopped{Reason: airlock.StopOutput, Detail: "output reached its cap"}
+		return &airlock.Stop{Reason: airlock.StopOutput, Detail: "output reached its cap"}
 	}
 	if err == nil {
 		return nil
@@ -152,25 +154,25 @@ func (e *engine) classify(err error, out *outcome, parent, ctx context.Context, 
 		default:
 			out.exitCode = int(int32(exit.ExitCode()))
 			if alloc.refused && out.exitCode != 0 {
-				return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("linear memory limit of %d MiB reached", alloc.limit>>20)}
+				return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("linear memory limit of %d MiB reached", alloc.limit>>20)}
 			}
 			return nil
 		}
 	}
 	if ctx.Err() != nil {
 		if parent.Err() != nil {
-			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + context.Cause(parent).Error()}
+			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + context.Cause(parent).Error()}
 		}
-		var st *airlock.Stopped
+		var st *airlock.Stop
 		if errors.As(cause, &st) {
 			return st
 		}
-		return &airlock.Stopped{Reason: airlock.StopTimeout}
+		return &airlock.Stop{Reason: airlock.StopTimeout}
 	}
 	if alloc.refused {
-		return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("linear memory limit of %d MiB reached", alloc.limit>>20)}
+		return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("linear memory limit of %d MiB reached", alloc.limit>>20)}
 	}
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	if errors.As(err, &st) {
 		return st
 	}
@@ -182,7 +184,7 @@ func (e *engine) classify(err error, out *outcome, parent, ctx context.Context, 
 	if i := strings.Index(msg, "\nwasm stack trace:"); i >= 0 {
 		msg = msg[:i]
 	}
-	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: msg}
+	return &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: msg}
 }
 
 // vclock is the guest's clock: pinned to the job's instant, advancing a

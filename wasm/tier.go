@@ -24,6 +24,8 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
 )
 
 // Name is the tier's name.
@@ -79,10 +81,10 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	t0 := time.Now()
 	res = airlock.Result{Tier: Name, Level: airlock.LevelInterpreter}
 	defer func() {
-		res.Timings.TotalUS = max(airlock.Since(t0), res.Timings.RunUS+res.Timings.StartUS, 1)
+		res.Timings.TotalUS = max(monotime.Micros(t0), res.Timings.RunUS+res.Timings.StartUS, 1)
 		res.SetError(err)
 	}()
-	job, err = airlock.Prepare(job, t.e.cfg.limits)
+	job, err = t.e.cfg.limits.Prepare(job)
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return res, err
@@ -107,7 +109,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	}
 	defer func() { res.Decision = append(res.Decision, done()...) }()
 	s.host.http = doer
-	res.Timings.StartUS = airlock.Since(t0)
+	res.Timings.StartUS = monotime.Micros(t0)
 	out, err := t.e.run(ctx, c, s)
 	res.Timings.StartUS += out.start.Microseconds()
 	res.Timings.RunUS = out.run.Microseconds()
@@ -179,13 +181,13 @@ func environment(job *airlock.Job) map[string]string {
 func entryParams(c *compiled, job *airlock.Job) ([]uint64, error) {
 	def, ok := exportedFunc(c.mod, job.Entry)
 	if !ok {
-		return nil, airlock.Invalid("entry", "module exports no function %q", job.Entry)
+		return nil, jobs.Invalid("entry", "module exports no function %q", job.Entry)
 	}
 	var raw []any
 	if a, ok := job.Input["args"]; ok {
 		list, ok := a.([]any)
 		if !ok {
-			return nil, airlock.Invalid("input.args", "must be a list of numbers")
+			return nil, jobs.Invalid("input.args", "must be a list of numbers")
 		}
 		raw = list
 	} else {
@@ -195,13 +197,13 @@ func entryParams(c *compiled, job *airlock.Job) ([]uint64, error) {
 	}
 	types := def.ParamTypes()
 	if len(raw) != len(types) {
-		return nil, airlock.Invalid("input.args", "%s takes %d arguments, got %d", job.Entry, len(types), len(raw))
+		return nil, jobs.Invalid("input.args", "%s takes %d arguments, got %d", job.Entry, len(types), len(raw))
 	}
 	params := make([]uint64, len(types))
 	for i, typ := range types {
 		p, err := encodeParam(typ, raw[i])
 		if err != nil {
-			return nil, airlock.Invalid("input.args", "argument %d: %v", i, err)
+			return nil, jobs.Invalid("input.args", "argument %d: %v", i, err)
 		}
 		params[i] = p
 	}

@@ -105,7 +105,7 @@ func TestModuleRefusals(t *testing.T) {
 	ctx := context.Background()
 	small := newTier(t, NewConfig().WithMaxModuleBytes(1000))
 	_, err := small.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: guest(t)})
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	if !errors.As(err, &st) || st.Reason != airlock.StopMemory || !strings.Contains(st.Detail, "cap of 1000") {
 		t.Fatalf("oversized module: %v", err)
 	}
@@ -134,7 +134,7 @@ func TestModuleRefusals(t *testing.T) {
 func TestCompileTimeout(t *testing.T) {
 	tier := newTier(t, NewConfig().WithCompileTimeout(time.Nanosecond))
 	_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: guest(t)})
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	if !errors.As(err, &st) || st.Reason != airlock.StopTimeout || !strings.Contains(st.Detail, "compiling") {
 		t.Fatalf("want a compile timeout, got %v", err)
 	}
@@ -349,13 +349,13 @@ func TestNonFunctionImportsRefused(t *testing.T) {
 		"memory": `(module (import "env" "memory" (memory 1)) (func (export "_start")))`,
 	} {
 		_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: wat(t, src)})
-		var ce *airlock.CodeError
+		var ce *airlock.ErrorInfo
 		if !errors.As(err, &ce) || ce.Kind != airlock.ErrCompile || !strings.Contains(ce.Message, "imports "+kind) {
 			t.Errorf("%s import: %T %v", kind, err, err)
 		}
 	}
 	_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: wat(t, `(module (func (export "_start") unreachable))`)})
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	if !errors.As(err, &ce) || ce.Kind != airlock.ErrRuntime || !strings.Contains(ce.Message, "unreachable") {
 		t.Fatalf("trap: %T %v", err, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // wasiSuiteEnv names the directory holding the WebAssembly WASI test suite
@@ -206,7 +207,7 @@ func runWASIRaw(ctx context.Context, t *testing.T, rt wazero.Runtime, wt wasiTes
 		WithSysNanosleep().
 		WithRandSource(rand.Reader).
 		WithFSConfig(fsc)
-	for _, k := range airlock.SortedKeys(wt.spec.Env) {
+	for _, k := range value.SortedKeys(wt.spec.Env) {
 		mc = mc.WithEnv(k, wt.spec.Env[k])
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)

@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
 
@@ -42,7 +44,7 @@ func runCall(ctx context.Context, e *env) int {
 	}
 	module, err := os.ReadFile(pos[0])
 	if err != nil {
-		return e.fail(airlock.Invalid("", "reading the tool: %v", err))
+		return e.fail(jobs.Invalid("", "reading the tool: %v", err))
 	}
 	in, err := readInput(*input, e.stdin)
 	if err != nil {
@@ -98,7 +100,7 @@ func runCall(ctx context.Context, e *env) int {
 func readInput(spec string, stdin io.Reader) ([]byte, error) {
 	switch {
 	case spec == "-":
-		b, err := io.ReadAll(io.LimitReader(stdin, airlock.MaxJobBytes+1))
+		b, err := io.ReadAll(io.LimitReader(stdin, value.MaxJobBytes+1))
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -106,7 +108,7 @@ func readInput(spec string, stdin io.Reader) ([]byte, error) {
 	case strings.HasPrefix(spec, "@"):
 		b, err := os.ReadFile(spec[1:])
 		if err != nil {
-			return nil, airlock.Invalid("input", "%v", err)
+			return nil, jobs.Invalid("input", "%v", err)
 		}
 		return b, nil
 	}

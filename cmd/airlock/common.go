@@ -18,7 +18,9 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // routerFlags are shared by the subcommands that route jobs.
@@ -38,7 +40,7 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 	if f.policy != "" {
 		var err error
 		if policy, err = escalate.LoadPolicy(f.policy); err != nil {
-			return nil, nil, airlock.Invalid("policy", "%s", err.Error())
+			return nil, nil, jobs.Invalid("policy", "%s", err.Error())
 		}
 	}
 	o, err := f.tiers.options(tierset.Options{})
@@ -52,7 +54,7 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 	r, err := escalate.New(policy, tiers)
 	if err != nil {
 		_ = tierset.Close(tiers)
-		return nil, nil, airlock.Invalid("policy", "%s", err.Error())
+		return nil, nil, jobs.Invalid("policy", "%s", err.Error())
 	}
 	return r, func() { _ = tierset.Close(tiers) }, nil
 }
@@ -98,7 +100,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 // netRule parses an --allow-net value: HOST[:PORT][=METHOD,...].
 func netRule(spec string) (airlock.NetRule, error) {
 	bad := func(format string, args ...any) (airlock.NetRule, error) {
-		return airlock.NetRule{}, airlock.Invalid("--allow-net", "%q: "+format, append([]any{spec}, args...)...)
+		return airlock.NetRule{}, jobs.Invalid("--allow-net", "%q: "+format, append([]any{spec}, args...)...)
 	}
 	hostPort, methods, hasMethods := strings.Cut(spec, "=")
 	var r airlock.NetRule
@@ -139,7 +141,7 @@ func (f *jobFlags) permissions(job *airlock.Job) error {
 	for _, name := range f.secrets {
 		v, ok := os.LookupEnv(name)
 		if !ok {
-			return airlock.Invalid("--secret", "%s is not set in this environment", name)
+			return jobs.Invalid("--secret", "%s is not set in this environment", name)
 		}
 		if job.Grants.Secrets == nil {
 			job.Grants.Secrets = map[string]string{}
@@ -149,7 +151,7 @@ func (f *jobFlags) permissions(job *airlock.Job) error {
 	for _, kv := range f.env {
 		name, v, ok := strings.Cut(kv, "=")
 		if !ok || name == "" {
-			return airlock.Invalid("--env", "%q: want NAME=VALUE", kv)
+			return jobs.Invalid("--env", "%q: want NAME=VALUE", kv)
 		}
 		if job.Env == nil {
 			job.Env = map[string]string{}
@@ -157,7 +159,7 @@ func (f *jobFlags) permissions(job *airlock.Job) error {
 		job.Env[name] = v
 	}
 	if f.scratch < 0 {
-		return airlock.Invalid("--scratch", "must not be negative")
+		return jobs.Invalid("--scratch", "must not be negative")
 	}
 	if f.scratch > 0 {
 		job.Grants.FS.ScratchMB = f.scratch
@@ -192,7 +194,7 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 	if f.clock != "" {
 		t, err := time.Parse(time.RFC3339Nano, f.clock)
 		if err != nil {
-			return airlock.Invalid("clock", "want an RFC 3339 time: %v", err)
+			return jobs.Invalid("clock", "want an RFC 3339 time: %v", err)
 		}
 		job.Clock = t
 	}
@@ -200,7 +202,7 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 		job.Seed = f.seed
 	}
 	if f.wall < 0 {
-		return airlock.Invalid("limits.wall_ms", "must not be negative")
+		return jobs.Invalid("limits.wall_ms", "must not be negative")
 	}
 	if f.wall > 0 {
 		job.Limits.WallMS = max(f.wall.Milliseconds(), 1)
@@ -235,7 +237,7 @@ func (f *jobFlags) resolveReads(job *airlock.Job) error {
 	}
 	roots, err := hostpath.NewRoots(f.read, nil)
 	if err != nil {
-		return airlock.Invalid("read", "%s", err.Error())
+		return jobs.Invalid("read", "%s", err.Error())
 	}
 	read, err := roots.Resolve(job.Grants.FS.Read)
 	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
@@ -250,18 +252,18 @@ func parseInput(s string) (map[string]any, error) {
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		var err error
 		if data, err = os.ReadFile(name); err != nil {
-			return nil, airlock.Invalid("input", "%v", err)
+			return nil, jobs.Invalid("input", "%v", err)
 		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var in map[string]any
 	if err := dec.Decode(&in); err != nil {
-		return nil, airlock.Invalid("input", "want a JSON object: %v", err)
+		return nil, jobs.Invalid("input", "want a JSON object: %v", err)
 	}
-	norm, err := airlock.NormalizeInput(in)
+	norm, err := value.Normalize(in)
 	if err != nil {
-		return nil, airlock.Invalid("input", "%v", err)
+		return nil, jobs.Invalid("input", "%v", err)
 	}
 	if norm == nil {
 		return nil, nil
@@ -276,12 +278,12 @@ func readStdin(r io.Reader) (string, error) {
 			return "", nil
 		}
 	}
-	data, err := io.ReadAll(io.LimitReader(r, airlock.MaxJobBytes+1))
+	data, err := io.ReadAll(io.LimitReader(r, value.MaxJobBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("reading standard input: %w", err)
 	}
-	if len(data) > airlock.MaxJobBytes {
-		return "", airlock.Invalid("stdin", "larger than %d bytes", airlock.MaxJobBytes)
+	if len(data) > value.MaxJobBytes {
+		return "", jobs.Invalid("stdin", "larger than %d bytes", value.MaxJobBytes)
 	}
 	return string(data), nil
 }
@@ -365,7 +367,7 @@ func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand
 // Only the --tier flag implies a situation: a job file's own "tier" field
 // does not, since a job from elsewhere must not lower its own situation.
 func impliedSituation(r *escalate.Router, job *airlock.Job) airlock.Situation {
-	if job.Situation != "" || job.Tier == "" || job.Tier == airlock.TierAuto {
+	if job.Situation != "" || job.Tier == "" || job.Tier == escalate.TierAuto {
 		return ""
 	}
 	level := airlock.Level(-1)
@@ -413,4 +415,13 @@ func runFlagged(ctx context.Context, r *escalate.Router, job airlock.Job, jf *jo
 		res.Decision = append([]string{note}, res.Decision...)
 	}
 	return res, err
+}
+
+// readJob reads and decodes one job from r (a file or stdin).
+func readJob(r io.Reader) (airlock.Job, error) {
+	data, err := io.ReadAll(io.LimitReader(r, value.MaxJobBytes+1))
+	if err != nil {
+		return airlock.Job{}, fmt.Errorf("reading job: %w", err)
+	}
+	return airlock.DecodeJob(data)
 }

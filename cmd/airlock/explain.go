@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 func init() {
@@ -71,20 +72,20 @@ func explainCmd(ctx context.Context, e *env) int {
 		if name := append(pos, rest...)[0]; name != "-" {
 			f, err := os.Open(name)
 			if err != nil {
-				return e.fail(airlock.Invalid("", "%v", err))
+				return e.fail(jobs.Invalid("", "%v", err))
 			}
 			defer f.Close()
 			src = f
 		}
 		var err error
-		if job, err = airlock.DecodeJob(src); err != nil {
+		if job, err = readJob(src); err != nil {
 			return e.fail(err)
 		}
 	default:
 		fs.Usage()
 		return exitUsage
 	}
-	if err := airlock.Validate(&job); err != nil {
+	if err := job.Validate(); err != nil {
 		return e.fail(err)
 	}
 	r, closeAll, err := rf.open()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -37,17 +37,17 @@ func mcpCmd(ctx context.Context, e *env) int {
 		return code
 	}
 	if len(pos) > 0 {
-		return e.fail(airlock.Invalid("", "mcp takes no arguments"))
+		return e.fail(jobs.Invalid("", "mcp takes no arguments"))
 	}
 	var cfg server.Config
 	switch {
 	case *config != "":
 		var err error
 		if cfg, err = server.LoadConfig(*config); err != nil {
-			return e.fail(airlock.Invalid("config", "%s", err.Error()))
+			return e.fail(jobs.Invalid("config", "%s", err.Error()))
 		}
 	case *httpAddr != "":
-		return e.fail(airlock.Invalid("config", "MCP over HTTP needs --config with tenants and their keys"))
+		return e.fail(jobs.Invalid("config", "MCP over HTTP needs --config with tenants and their keys"))
 	default:
 		key, err := randomKey() // never shown: stdio needs no key
 		if err != nil {
@@ -81,7 +81,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 	}
 	ms, err := srv.MCP(name)
 	if err != nil {
-		return e.fail(airlock.Invalid("tenant", "%s", err.Error()))
+		return e.fail(jobs.Invalid("tenant", "%s", err.Error()))
 	}
 	t := &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
 	if err := ms.Run(ctx, t); err != nil && ctx.Err() == nil && err != io.EOF {

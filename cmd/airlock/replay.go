@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -33,7 +33,7 @@ func replayCmd(ctx context.Context, e *env) int {
 		return code
 	}
 	if len(pos) != 1 {
-		return e.fail(airlock.Invalid("", "replay takes one RECORD (see `airlock help replay`)"))
+		return e.fail(jobs.Invalid("", "replay takes one RECORD (see `airlock help replay`)"))
 	}
 	line, err := readRecord(e, pos[0])
 	if err != nil {
@@ -41,7 +41,7 @@ func replayCmd(ctx context.Context, e *env) int {
 	}
 	rec, err := server.ParseRecord(line)
 	if err != nil {
-		return e.fail(airlock.Invalid("", "%s", err.Error()))
+		return e.fail(jobs.Invalid("", "%s", err.Error()))
 	}
 	tiers, err := tierset.Build(tierset.Options{})
 	if err != nil {
@@ -50,7 +50,7 @@ func replayCmd(ctx context.Context, e *env) int {
 	defer tierset.Close(tiers)
 	res, match, err := server.Replay(ctx, rec, tiers)
 	if err != nil {
-		return e.fail(airlock.Invalid("", "%s", err.Error()))
+		return e.fail(jobs.Invalid("", "%s", err.Error()))
 	}
 	if *jsonMode {
 		if err := writeJSON(e.stdout, res); err != nil {
@@ -79,7 +79,7 @@ func readRecord(e *env, spec string) ([]byte, error) {
 	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
-			return nil, airlock.Invalid("", "%v", err)
+			return nil, jobs.Invalid("", "%v", err)
 		}
 		defer f.Close()
 		r = f
@@ -98,13 +98,13 @@ func readRecord(e *env, spec string) ([]byte, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, airlock.Invalid("", "reading %s: %v", name, err)
+		return nil, jobs.Invalid("", "reading %s: %v", name, err)
 	}
 	switch {
 	case len(lines) == 0:
-		return nil, airlock.Invalid("", "no audit record in %s", spec)
+		return nil, jobs.Invalid("", "no audit record in %s", spec)
 	case len(lines) > 1:
-		return nil, airlock.Invalid("", "%s holds %d records; name one as %s:N", name, len(lines), name)
+		return nil, jobs.Invalid("", "%s holds %d records; name one as %s:N", name, len(lines), name)
 	}
 	return lines[0], nil
 }

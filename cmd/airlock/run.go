@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 func init() {
@@ -63,18 +64,18 @@ func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *
 		return exitOK
 	}
 	if len(pos) > 1 || len(rest) > 0 {
-		return finish(airlock.Result{}, airlock.Invalid("", "--json takes one job file (or - for stdin), no other arguments"))
+		return finish(airlock.Result{}, jobs.Invalid("", "--json takes one job file (or - for stdin), no other arguments"))
 	}
 	var src io.Reader = e.stdin
 	if len(pos) == 1 && pos[0] != "-" {
 		f, err := os.Open(pos[0])
 		if err != nil {
-			return finish(airlock.Result{}, airlock.Invalid("", "%v", err))
+			return finish(airlock.Result{}, jobs.Invalid("", "%v", err))
 		}
 		defer f.Close()
 		src = f
 	}
-	job, err := airlock.DecodeJob(src)
+	job, err := readJob(src)
 	if err != nil {
 		return finish(airlock.Result{}, err)
 	}
@@ -98,9 +99,9 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 	var job airlock.Job
 	switch {
 	case len(pos) == 0 && len(rest) == 0:
-		return job, airlock.Invalid("", "nothing to run: give a FILE, or -- PROGRAM ARGS (see `airlock help run`)")
+		return job, jobs.Invalid("", "nothing to run: give a FILE, or -- PROGRAM ARGS (see `airlock help run`)")
 	case len(pos) > 1:
-		return job, airlock.Invalid("", "one FILE at a time (put program arguments after --): %s", strings.Join(pos, " "))
+		return job, jobs.Invalid("", "one FILE at a time (put program arguments after --): %s", strings.Join(pos, " "))
 	case len(pos) == 0:
 		job.Kind = airlock.KindCommand
 		job.Argv = rest
@@ -111,7 +112,7 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 			kind = kindByExt[strings.ToLower(filepath.Ext(file))]
 		}
 		if kind == "" {
-			return job, airlock.Invalid("kind", "cannot tell the kind of %q from its extension; use --kind", file)
+			return job, jobs.Invalid("kind", "cannot tell the kind of %q from its extension; use --kind", file)
 		}
 		var data []byte
 		var err error
@@ -123,7 +124,7 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 			data, err = os.ReadFile(file)
 		}
 		if err != nil {
-			return job, airlock.Invalid("", "%v", err)
+			return job, jobs.Invalid("", "%v", err)
 		}
 		job.Kind = kind
 		switch kind {
@@ -131,11 +132,11 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 			job.Module = data
 			job.Argv = rest // the tier supplies argv[0]
 		case airlock.KindCommand:
-			return job, airlock.Invalid("kind", "a command job takes its program after --, not a file")
+			return job, jobs.Invalid("kind", "a command job takes its program after --, not a file")
 		default:
 			job.Code = string(data)
 			if len(rest) > 0 {
-				return job, airlock.Invalid("", "%s jobs take no arguments; pass variables with --input", kind)
+				return job, jobs.Invalid("", "%s jobs take no arguments; pass variables with --input", kind)
 			}
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -42,11 +42,11 @@ func serveCmd(ctx context.Context, e *env) int {
 		return exitOK
 	}
 	if *config == "" || len(pos) > 0 {
-		return e.fail(airlock.Invalid("", "serve takes --config FILE and no arguments (see `airlock help serve`)"))
+		return e.fail(jobs.Invalid("", "serve takes --config FILE and no arguments (see `airlock help serve`)"))
 	}
 	cfg, err := server.LoadConfig(*config)
 	if err != nil {
-		return e.fail(airlock.Invalid("config", "%s", err.Error()))
+		return e.fail(jobs.Invalid("config", "%s", err.Error()))
 	}
 	addr := *listen
 	if addr == "" {

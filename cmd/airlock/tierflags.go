@@ -3,7 +3,7 @@ package main
 import (
 	"flag"
 
-	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -42,7 +42,7 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 		})
 	}
 	if err := base.Validate(); err != nil {
-		return base, airlock.Invalid("", "%s", err.Error())
+		return base, jobs.Invalid("", "%s", err.Error())
 	}
 	return base, nil
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 // Schema names the report's JSON format.
@@ -180,7 +181,7 @@ func (r *Report) Failed() bool {
 // applies to.
 func Run(ctx context.Context, c Config) (*Report, error) {
 	if c.timeout <= 0 || c.parallel < 1 || c.memoryMB < 0 {
-		return nil, airlock.Invalid("", "timeout and parallel must be positive, memory not negative")
+		return nil, jobs.Invalid("", "timeout and parallel must be positive, memory not negative")
 	}
 	if c.exe == "" {
 		exe, err := os.Executable()
@@ -211,7 +212,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		cases = slices.DeleteFunc(slices.Clone(cases), func(k corpus.Case) bool { return !slices.Contains(c.ids, k.ID) })
 		suites = slices.DeleteFunc(suites, func(t task) bool { return !slices.Contains(c.ids, t.sc.ID) })
 		if len(cases)+len(suites) == 0 {
-			return nil, airlock.Invalid("cases", "no case has any of the ids %v", c.ids)
+			return nil, jobs.Invalid("cases", "no case has any of the ids %v", c.ids)
 		}
 	}
 	can, err := plant()
@@ -350,7 +351,7 @@ func (c Config) probe(rep *Report) ([]probed, error) {
 	}
 	for _, n := range c.tiers {
 		if !names[n] {
-			return nil, airlock.Invalid("tiers", "unknown tier %q", n)
+			return nil, jobs.Invalid("tiers", "unknown tier %q", n)
 		}
 	}
 	return out, nil

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 // MaxContentDigest is the largest regular file whose content [Identity]
@@ -80,7 +81,7 @@ func (r Roots) Resolve(paths []string) ([]string, error) {
 	for i, p := range paths {
 		real, err := Real(p)
 		if err != nil {
-			return nil, airlock.Invalid("grants.fs.read", "%s: %s", p, unwrapPath(err))
+			return nil, jobs.Invalid("grants.fs.read", "%s: %s", p, unwrapPath(err))
 		}
 		shown := real
 		if real != p {

@@ -214,3 +214,7 @@ func near(a, b float64) bool {
 	r := a/b - 1
 	return r < tolerance && r > -tolerance
 }
+
+// Micros returns the microseconds elapsed since t by the wall clock's
+// monotonic reading, as a Result's timings record them.
+func Micros(t time.Time) int64 { return time.Since(t).Microseconds() }

@@ -76,7 +76,7 @@ func (o Options) Warm() Options {
 
 func (o Options) limits() airlock.LimitPolicy {
 	if o.Limits == (airlock.LimitPolicy{}) {
-		return airlock.DefaultLimitPolicy
+		return airlock.DefaultLimitPolicy()
 	}
 	return o.Limits
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // stateVar is the hidden variable through which helpers reach the run's
@@ -61,7 +62,7 @@ func (s *state) release() { *s = state{}; states.Put(s) }
 func (s *state) tick() error {
 	s.steps++
 	if s.steps > s.maxSteps {
-		return &airlock.Stopped{Reason: airlock.StopSteps, Detail: fmt.Sprintf("more than %d steps", s.maxSteps)}
+		return &airlock.Stop{Reason: airlock.StopSteps, Detail: fmt.Sprintf("more than %d steps", s.maxSteps)}
 	}
 	if s.steps&255 == 0 {
 		return s.checkTime()
@@ -72,11 +73,11 @@ func (s *state) tick() error {
 func (s *state) checkTime() error {
 	select {
 	case <-s.done:
-		return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
+		return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled"}
 	default:
 	}
 	if monotime.Now().After(s.deadline) {
-		return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v exceeded", s.limits.Wall())}
+		return &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v exceeded", s.limits.Wall())}
 	}
 	return nil
 }
@@ -85,7 +86,7 @@ func (s *state) checkTime() error {
 // budget would be exceeded.
 func (s *state) reserve(n int64) error {
 	if n < 0 || n > s.maxBytes-s.bytes {
-		return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory budget of %d MiB exceeded", s.limits.MemoryMB)}
+		return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory budget of %d MiB exceeded", s.limits.MemoryMB)}
 	}
 	s.bytes += n
 	return nil
@@ -337,8 +338,8 @@ func (s *state) timeOrMemory() error {
 }
 
 func countLeaves(rv reflect.Value, depth int, count *int64, budget int64, s *state) error {
-	if depth > airlock.MaxValueDepth {
-		return fmt.Errorf("flatten: arrays nested more than %d deep", airlock.MaxValueDepth)
+	if depth > value.MaxDepth {
+		return fmt.Errorf("flatten: arrays nested more than %d deep", value.MaxDepth)
 	}
 	for i := range rv.Len() {
 		e := rv.Index(i)

@@ -146,9 +146,9 @@ func compileError(err error, code string) error {
 		if fe.Line == 0 {
 			fe = fe.Bind(file.NewSource(code))
 		}
-		return &airlock.CodeError{Kind: airlock.ErrCompile, Message: fmt.Sprintf("%s (%d:%d)", fe.Message, fe.Line, fe.Column+1)}
+		return &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: fmt.Sprintf("%s (%d:%d)", fe.Message, fe.Line, fe.Column+1)}
 	}
-	return &airlock.CodeError{Kind: airlock.ErrCompile, Message: oneLine(err.Error())}
+	return &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: oneLine(err.Error())}
 }
 
 // walker checks a parsed tree against the allowlist and patches it:
@@ -173,7 +173,7 @@ func (w *walker) inputs() []string {
 }
 
 func (w *walker) fail(n ast.Node, format string, args ...any) error {
-	return &airlock.CodeError{Kind: airlock.ErrCompile, Message: fmt.Sprintf(format, args...) + fmt.Sprintf(" (at offset %d)", n.Location().From)}
+	return &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: fmt.Sprintf(format, args...) + fmt.Sprintf(" (at offset %d)", n.Location().From)}
 }
 
 func (w *walker) state() ast.Node {

@@ -36,7 +36,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/cache"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Name is the tier's name.
@@ -54,7 +56,7 @@ type Config struct {
 // but a 64 MiB memory default (an inline expression needs far less than a
 // process), 4096 cached programs, 64 KiB of source, nesting 128 deep.
 func NewConfig() Config {
-	limits := airlock.DefaultLimitPolicy
+	limits := airlock.DefaultLimitPolicy()
 	limits.Default.MemoryMB = 64
 	return Config{limits: limits, cacheSize: 4096, maxCode: 64 << 10, maxDepth: 128}
 }
@@ -102,13 +104,11 @@ func (t *Tier) Level() airlock.Level { return airlock.LevelInterpreter }
 // no filesystem, network, processes or credentials to use.
 func (t *Tier) Admit(job airlock.Job) error { return admit(&job) }
 
-// AdmitsInRun marks the tier as [airlock.SelfAdmitting]: Run refuses, with
+// AdmitsInRun marks the tier as admitting in Run (see [airlock.Tier]): Run refuses, with
 // Admit's *NotAdmitted and before anything else, every job Admit refuses,
 // and returns *NotAdmitted for nothing else, so the router need not call
 // Admit first.
 func (t *Tier) AdmitsInRun() {}
-
-var _ airlock.SelfAdmitting = (*Tier)(nil)
 
 func admit(job *airlock.Job) error {
 	if job.Kind != airlock.KindExpr {
@@ -164,7 +164,7 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, 
 	// finds the program's variables, rather than by Validate as well.
 	in := job.Input
 	job.Input = nil
-	err = airlock.PrepareInPlace(job, &t.cfg.limits, time.Time{})
+	err = t.cfg.limits.PrepareInPlace(job, time.Time{})
 	job.Input = in
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
@@ -211,14 +211,14 @@ func (t *Tier) run(ctx context.Context, job *airlock.Job, stamp monotime.Stamp, 
 		return true, runError(err, job.Limits)
 	}
 	if ctx.Err() != nil {
-		return true, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
+		return true, &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled"}
 	}
 	if _, ok := sizeWithin(out, job.Limits.OutputBytes, nil); !ok {
-		return true, &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("value larger than %d bytes", job.Limits.OutputBytes)}
+		return true, &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("value larger than %d bytes", job.Limits.OutputBytes)}
 	}
-	v, err := airlock.ExportValue(out)
+	v, err := value.Export(out)
 	if err != nil {
-		return true, &airlock.CodeError{Kind: airlock.ErrRuntime, Message: err.Error()}
+		return true, &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: err.Error()}
 	}
 	res.Value = v
 	return true, nil
@@ -243,8 +243,8 @@ func checkInput(in map[string]any, idents []string) error {
 			switch v.(type) {
 			case nil, bool, string, int, int64: // plain scalars: nothing to check
 			default:
-				if err := airlock.CheckValue(v, 1); err != nil {
-					return airlock.Invalid("input", "%s", err.Error())
+				if err := value.Check(v, 1); err != nil {
+					return jobs.Invalid("input", "%s", err.Error())
 				}
 			}
 		}
@@ -255,11 +255,11 @@ func checkInput(in map[string]any, idents []string) error {
 	found := 0
 	scan := len(idents) <= 8 // beyond that, look each one up instead
 	for k, v := range in {
-		if err := airlock.CheckValue(v, 1); err != nil {
-			return airlock.Invalid("input", "%s", err.Error())
+		if err := value.Check(v, 1); err != nil {
+			return jobs.Invalid("input", "%s", err.Error())
 		}
 		if k == stateVar {
-			return airlock.Invalid("input", "variable name %q is reserved", stateVar)
+			return jobs.Invalid("input", "variable name %q is reserved", stateVar)
 		}
 		if scan {
 			for _, name := range idents {
@@ -275,7 +275,7 @@ func checkInput(in map[string]any, idents []string) error {
 	}
 	for _, name := range idents {
 		if _, ok := in[name]; !ok {
-			return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("unknown variable %q (not in input)", name)}
+			return &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("unknown variable %q (not in input)", name)}
 		}
 	}
 	return nil
@@ -283,11 +283,11 @@ func checkInput(in map[string]any, idents []string) error {
 
 // runError classifies an error from the VM.
 func runError(err error, l airlock.Limits) error {
-	var stop *airlock.Stopped
+	var stop *airlock.Stop
 	if errors.As(err, &stop) {
 		return stop
 	}
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	if errors.As(err, &ce) {
 		return ce
 	}
@@ -297,9 +297,9 @@ func runError(err error, l airlock.Limits) error {
 		msg = fe.Message
 	}
 	if strings.Contains(msg, "memory budget exceeded") {
-		return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory budget of %d MiB exceeded", l.MemoryMB)}
+		return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory budget of %d MiB exceeded", l.MemoryMB)}
 	}
-	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: oneLine(err.Error())}
+	return &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: oneLine(err.Error())}
 }
 
 func oneLine(s string) string {
@@ -337,7 +337,7 @@ func (t *Tier) compile(code string) (p *program, cached bool, err error) {
 
 func (t *Tier) compileUncached(code string) (*program, error) {
 	if len(code) > t.cfg.maxCode {
-		return nil, airlock.Invalid("code", "expression is %d bytes, the limit is %d", len(code), t.cfg.maxCode)
+		return nil, jobs.Invalid("code", "expression is %d bytes, the limit is %d", len(code), t.cfg.maxCode)
 	}
 	if err := checkNesting(code, t.cfg.maxDepth); err != nil {
 		return nil, err
@@ -372,7 +372,7 @@ func checkNesting(code string, max int) error {
 		case '(', '[', '{':
 			depth++
 			if depth > max {
-				return &airlock.CodeError{Kind: airlock.ErrCompile, Message: fmt.Sprintf("brackets nested more than %d deep (at byte %d)", max, i)}
+				return &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: fmt.Sprintf("brackets nested more than %d deep (at byte %d)", max, i)}
 			}
 		case ')', ']', '}':
 			depth--

@@ -69,7 +69,7 @@ func TestValuesCrossFaithfully(t *testing.T) {
 	assert.Equal(t, map[string]any{"a": []any{int64(1), 2.5, "s", true, nil}}, res.Value)
 
 	_, err = tier.Run(context.Background(), job("0.0 / 0.0", nil))
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Message, "cannot be represented")
 }
@@ -124,7 +124,7 @@ func TestInputChecks(t *testing.T) {
 	for _, c := range []struct {
 		name, code string
 		input      map[string]any
-		want       any // *airlock.InvalidJob, *airlock.CodeError, or the value
+		want       any // *airlock.InvalidJob, *airlock.ErrorInfo, or the value
 	}{
 		{"exact", "x + y", map[string]any{"x": 1, "y": 2}, int64(3)},
 		{"extra", "x + 1", map[string]any{"x": 1, "unused": "a"}, int64(2)},
@@ -132,9 +132,9 @@ func TestInputChecks(t *testing.T) {
 		{"bad value, extra", "x", map[string]any{"x": 1, "y": math.NaN()}, &airlock.InvalidJob{}},
 		{"bad nested value", "x", map[string]any{"x": []any{map[string]any{"f": fn}}}, &airlock.InvalidJob{}},
 		{"reserved, extra", "x", map[string]any{"x": 1, "__s": 1}, &airlock.InvalidJob{}},
-		{"missing, same count", "x", map[string]any{"y": 1}, &airlock.CodeError{}},
-		{"missing, more keys", "x + z", map[string]any{"y": 1, "w": 2, "x": 3}, &airlock.CodeError{}},
-		{"missing, no input", "x", nil, &airlock.CodeError{}},
+		{"missing, same count", "x", map[string]any{"y": 1}, &airlock.ErrorInfo{}},
+		{"missing, more keys", "x + z", map[string]any{"y": 1, "w": 2, "x": 3}, &airlock.ErrorInfo{}},
+		{"missing, no input", "x", nil, &airlock.ErrorInfo{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res, err := expr.New().Run(context.Background(), job(c.code, c.input))
@@ -143,8 +143,8 @@ func TestInputChecks(t *testing.T) {
 				var inv *airlock.InvalidJob
 				require.ErrorAs(t, err, &inv)
 				assert.Equal(t, "input", inv.Field)
-			case *airlock.CodeError:
-				var ce *airlock.CodeError
+			case *airlock.ErrorInfo:
+				var ce *airlock.ErrorInfo
 				require.ErrorAs(t, err, &ce)
 				assert.Equal(t, airlock.ErrRuntime, ce.Kind)
 				assert.Contains(t, ce.Message, "not in input")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 )
 
@@ -61,14 +62,14 @@ var mapOrder = regexp.MustCompile(`\b(keys|values|toPairs)\(`)
 // it failed (compile or run time alike: the tier checks types at run time
 // where expr, given a typed environment, checks them while compiling).
 func exprOutcome(v any, err error, unordered bool) (outcome, detail string) {
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	if errors.As(err, &ce) && strings.Contains(ce.Message, "cannot be represented in JSON") {
 		return "unexportable", err.Error() // the tier reports what ExportValue reports below
 	}
 	if err != nil {
 		return "error", err.Error()
 	}
-	x, err := airlock.ExportValue(v)
+	x, err := value.Export(v)
 	if err != nil {
 		return "unexportable", err.Error()
 	}
@@ -146,7 +147,7 @@ func TestUpstreamExpr(t *testing.T) {
 
 		res, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindExpr, Code: line, Input: env, Clock: clock, Limits: generous})
 		got, gotDetail := exprOutcome(res.Value, err, unordered)
-		var ce *airlock.CodeError
+		var ce *airlock.ErrorInfo
 		if err != nil && !errors.As(err, &ce) {
 			got = "refused" // stopped, invalid or not admitted, not the expression's own error
 		}

@@ -43,7 +43,7 @@ func BenchmarkStarlark(b *testing.B) {
 	j := airlock.Job{Kind: airlock.KindStarlark, Code: benchLoop}
 	b.Run("tier", func(b *testing.B) { benchTier(b, tier, j) })
 	// Clock and seed pinned, as a replayed job has them: no clock read and
-	// no random seed drawn by airlock.Prepare.
+	// no random seed drawn by LimitPolicy.Prepare.
 	pinned := j
 	pinned.Clock, pinned.Seed = time.Unix(1e9, 0).UTC(), 1
 	b.Run("tier-pinned", func(b *testing.B) { benchTier(b, tier, pinned) })

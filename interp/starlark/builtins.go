@@ -318,7 +318,7 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 	}
 	d := new(sl.Dict)
 	if err := updateDict(stateOf(th), d, args, kwargs); err != nil {
-		if _, ok := err.(*airlock.Stopped); ok {
+		if _, ok := err.(*airlock.Stop); ok {
 			return nil, err
 		}
 		return nil, fmt.Errorf("dict: %v", err)

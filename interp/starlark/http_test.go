@@ -59,7 +59,7 @@ result = [r.status, r.body, r.headers["content-type"]]`))
 	assert.True(t, rec.Has("client", "evil.test", egress.Deny))
 
 	_, err = tier.Run(ctx, job(`r = http.get("`+base+`/ok")`))
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, airlock.ErrCompile, ce.Kind)
 	assert.Contains(t, ce.Message, "http")

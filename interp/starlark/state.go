@@ -43,7 +43,7 @@ type runState struct {
 	outCap int64
 	out    strings.Builder
 
-	reason atomic.Pointer[airlock.Stopped]
+	reason atomic.Pointer[airlock.Stop]
 	denied *airlock.Denied
 
 	clock time.Time
@@ -94,7 +94,7 @@ func stepHook(th *sl.Thread) { stateOf(th).onSteps(th) }
 // stop records the first reason the run was stopped and cancels the thread.
 // It returns the recorded stop as an error.
 func (s *runState) stop(reason airlock.StopReason, format string, args ...any) error {
-	st := &airlock.Stopped{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+	st := &airlock.Stop{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 	if s.reason.CompareAndSwap(nil, st) {
 		s.thread.Cancel(string(reason) + ": " + st.Detail)
 	}

@@ -25,7 +25,9 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Name is the tier's name.
@@ -43,7 +45,7 @@ type Config struct {
 // NewConfig returns the default configuration: airlock's default limit
 // policy, a cache of 256 compiled programs, and scripts up to 1 MiB.
 func NewConfig() Config {
-	return Config{limits: airlock.DefaultLimitPolicy, cacheSize: 256, maxCode: 1 << 20}
+	return Config{limits: airlock.DefaultLimitPolicy(), cacheSize: 256, maxCode: 1 << 20}
 }
 
 // WithLimits returns a copy with the operator's limit policy.
@@ -91,7 +93,7 @@ func New(cfg Config) (*Tier, error) {
 		return nil, fmt.Errorf("starlark tier: maximum code size %d must be positive", cfg.maxCode)
 	}
 	if cfg.limits == (airlock.LimitPolicy{}) {
-		cfg.limits = airlock.DefaultLimitPolicy
+		cfg.limits = airlock.DefaultLimitPolicy()
 	}
 	base := universe()
 	maps.Copy(base, modules())
@@ -159,7 +161,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 		res.Timings.TotalUS = max(end.Microseconds(), 1)
 		res.SetError(err)
 	}()
-	if err = airlock.PrepareInPlace(&job, &t.cfg.limits, start); err != nil {
+	if err = t.cfg.limits.PrepareInPlace(&job, start); err != nil {
 		return res, err
 	}
 	res.Clock, res.Seed = job.Clock, job.Seed
@@ -167,7 +169,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 		return res, err
 	}
 	if err := ctx.Err(); err != nil {
-		return res, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled before the run started"}
+		return res, &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled before the run started"}
 	}
 
 	st = newState()
@@ -241,7 +243,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 			if s := st.stopped(); s != nil {
 				return res, s
 			}
-			return res, &airlock.CodeError{Kind: airlock.ErrRuntime, Message: "result value: " + err.Error()}
+			return res, &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "result value: " + err.Error()}
 		}
 	}
 	return res, st.stopped()
@@ -255,10 +257,10 @@ func callEntry(th *sl.Thread, globals sl.StringDict, entry string, input *sl.Dic
 	}
 	fn, ok := globals[entry]
 	if !ok {
-		return nil, &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("entry function %q is not defined by the script", entry)}
+		return nil, &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("entry function %q is not defined by the script", entry)}
 	}
 	if _, ok := fn.(sl.Callable); !ok {
-		return nil, &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("entry %q is a %s, not a function", entry, fn.Type())}
+		return nil, &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("entry %q is a %s, not a function", entry, fn.Type())}
 	}
 	var kwargs []sl.Tuple
 	if input != nil {
@@ -276,7 +278,7 @@ func (t *Tier) predeclared(in map[string]any) (sl.StringDict, *sl.Dict, error) {
 	}
 	v, err := toStarlark(in)
 	if err != nil {
-		return nil, nil, airlock.Invalid("input", "%s", err.Error())
+		return nil, nil, jobs.Invalid("input", "%s", err.Error())
 	}
 	d := v.(*sl.Dict)
 	pre := maps.Clone(t.base)
@@ -309,14 +311,14 @@ var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: t
 // parse checks the size, parses and rewrites a script.
 func (t *Tier) parse(code, filename string, infer bool, predeclared func(string) bool) (*syntax.File, error) {
 	if len(code) > t.cfg.maxCode {
-		return nil, airlock.Invalid("code", "%s is %d bytes; the starlark tier accepts at most %d", filename, len(code), t.cfg.maxCode)
+		return nil, jobs.Invalid("code", "%s is %d bytes; the starlark tier accepts at most %d", filename, len(code), t.cfg.maxCode)
 	}
 	f, err := fileOptions.Parse(filename, code, 0)
 	if err != nil {
-		return nil, &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		return nil, &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 	}
 	if err := rewriteFile(f, infer, func(name string) bool { return predeclared(name) || sl.Universe.Has(name) }); err != nil {
-		return nil, &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		return nil, &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 	}
 	return f, nil
 }
@@ -328,7 +330,7 @@ func (t *Tier) compile(code, filename string, predeclared sl.StringDict, extraNa
 	if extraNames || filename != "job.star" {
 		var b strings.Builder
 		b.WriteString(filename)
-		for _, name := range airlock.SortedKeys(predeclared) {
+		for _, name := range value.SortedKeys(predeclared) {
 			if _, base := t.base[name]; !base {
 				b.WriteString("\x00" + name)
 			}
@@ -345,7 +347,7 @@ func (t *Tier) compile(code, filename string, predeclared sl.StringDict, extraNa
 	}
 	prog, err = sl.FileProgram(f, predeclared.Has)
 	if err != nil {
-		return nil, false, &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		return nil, false, &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 	}
 	t.cache.put(key, prog)
 	return prog, false, nil
@@ -361,19 +363,19 @@ func (s *runState) classify(err error) error {
 	if s.denied != nil {
 		return s.denied
 	}
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	if errors.As(err, &ce) {
 		return ce
 	}
 	var ee *sl.EvalError
 	if errors.As(err, &ee) {
-		var inner *airlock.CodeError
+		var inner *airlock.ErrorInfo
 		if errors.As(ee.Unwrap(), &inner) && inner.Kind == airlock.ErrCompile {
-			return &airlock.CodeError{Kind: airlock.ErrCompile, Message: ee.Msg}
+			return &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: ee.Msg}
 		}
-		return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: ee.Backtrace()}
+		return &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: ee.Backtrace()}
 	}
-	return &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+	return &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 }
 
 // load resolves load() statements against the job's in-memory files only.

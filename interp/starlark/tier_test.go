@@ -81,7 +81,7 @@ result = {"sum": items[0] % 2 + items[1], "big": 1 << 100, "tuple": (1, "a"), "n
 }
 
 func TestBigInput(t *testing.T) {
-	job, err := airlock.DecodeJobBytes([]byte(`{"kind":"starlark","code":"result = n + 1","input":{"n":123456789012345678901234567890}}`))
+	job, err := airlock.DecodeJob([]byte(`{"kind":"starlark","code":"result = n + 1","input":{"n":123456789012345678901234567890}}`))
 	require.NoError(t, err)
 	res, err := run(t, job)
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestBigInput(t *testing.T) {
 func TestUnrepresentable(t *testing.T) {
 	for _, code := range []string{"result = {1: 2}", "def f(): pass\nresult = f", "result = float('nan')", "result = b'x'"} {
 		_, err := run(t, job(code))
-		var ce *airlock.CodeError
+		var ce *airlock.ErrorInfo
 		require.ErrorAs(t, err, &ce, code)
 		assert.Equal(t, airlock.ErrRuntime, ce.Kind)
 		assert.Contains(t, ce.Message, "result value")
@@ -106,14 +106,14 @@ func TestEntry(t *testing.T) {
 	assert.Equal(t, int64(42), res.Value)
 
 	_, err = run(t, airlock.Job{Kind: airlock.KindStarlark, Entry: "nope", Code: "x = 1"})
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Message, `"nope" is not defined`)
 }
 
 func TestErrors(t *testing.T) {
 	_, err := run(t, job("x = (1"))
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, airlock.ErrCompile, ce.Kind)
 	assert.Contains(t, ce.Message, "job.star:1:")
@@ -199,7 +199,7 @@ func TestTimeZonesRefused(t *testing.T) {
 		`time.now().in_location("Asia/Tokyo")`,
 	} {
 		_, err := run(t, job("x = "+code))
-		var ce *airlock.CodeError
+		var ce *airlock.ErrorInfo
 		require.ErrorAs(t, err, &ce, code)
 		assert.Contains(t, ce.Message, "only UTC", code)
 	}
@@ -223,7 +223,7 @@ result = double(K)`)
 
 	j.Code = `load("notes.txt", "K")`
 	_, err = run(t, j)
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Message, "only job files ending in .star")
 
@@ -279,7 +279,7 @@ func TestSession(t *testing.T) {
 	other, err := tier.OpenSession(ctx, airlock.SessionOptions{})
 	require.NoError(t, err)
 	_, err = other.Run(ctx, job("result = x"))
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce, "sessions share globals")
 
 	require.NoError(t, s.Close())
@@ -297,7 +297,7 @@ func TestSession(t *testing.T) {
 func TestStopsKeepOutput(t *testing.T) {
 	j := job("print('partial')\nx = 'x' * ((1 << 30) - 1)")
 	res, err := run(t, j)
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, airlock.StopMemory, st.Reason)
 	assert.Equal(t, "partial\n", res.Stdout)
@@ -320,7 +320,7 @@ func TestCancelInsideBuiltin(t *testing.T) {
 		j.Limits.MemoryMB = 8192
 		start := time.Now()
 		_, err := run(t, j)
-		var st *airlock.Stopped
+		var st *airlock.Stop
 		require.ErrorAs(t, err, &st, code)
 		assert.Contains(t, []airlock.StopReason{airlock.StopTimeout, airlock.StopSteps, airlock.StopMemory}, st.Reason, code)
 		t.Logf("%s: %v after %v", code, st, time.Since(start))
@@ -341,7 +341,7 @@ func TestInvalidAndHugeCode(t *testing.T) {
 	assert.Error(t, err)
 
 	_, err = run(t, job("x = 1"+strings.Repeat("+1", 100000)))
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Message, "nested more than")
 	assert.True(t, errors.Is(err, err))
@@ -365,7 +365,7 @@ func TestProgramCache(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), res.Value)
 	_, err = tier.Run(ctx, job("result = n"))
-	var ce *airlock.CodeError
+	var ce *airlock.ErrorInfo
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, airlock.ErrCompile, ce.Kind)
 
@@ -386,7 +386,7 @@ func TestIntInferenceIsSound(t *testing.T) {
 		"x = 'ab'\ndef f():\n    x = 0\n    return x\nfor i in range(64):\n    x += x",
 	} {
 		_, err := run(t, job(code))
-		var st *airlock.Stopped
+		var st *airlock.Stop
 		require.ErrorAs(t, err, &st, code)
 		assert.Equal(t, airlock.StopMemory, st.Reason, code)
 	}
@@ -394,7 +394,7 @@ func TestIntInferenceIsSound(t *testing.T) {
 	j := job("def f():\n    s = 1\n    return s\ny = s + s\nfor i in range(64):\n    y = y + y")
 	j.Input = map[string]any{"s": "ab"}
 	_, err := run(t, j)
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, airlock.StopMemory, st.Reason)
 }
@@ -403,7 +403,7 @@ func TestOutputCapKeepsUTF8(t *testing.T) {
 	j := job(`print("é" * 100)`)
 	j.Limits.OutputBytes = 11
 	res, err := run(t, j)
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, airlock.StopOutput, st.Reason)
 	assert.Equal(t, strings.Repeat("é", 5), res.Stdout)

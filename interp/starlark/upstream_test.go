@@ -140,8 +140,8 @@ func judge(c upstreamChunk, asserts []string, err error) chunkOutcome {
 	var (
 		invalid *airlock.InvalidJob
 		ee      *sl.EvalError
-		ce      *airlock.CodeError
-		stopped *airlock.Stopped
+		ce      *airlock.ErrorInfo
+		stopped *airlock.Stop
 	)
 	backtrace := ""
 	switch {

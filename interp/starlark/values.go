@@ -11,6 +11,7 @@ import (
 	sl "go.starlark.net/starlark"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // maxFormatDepth bounds the nesting of a value that is formatted, encoded
@@ -237,7 +238,7 @@ func toStarlark(v any) (sl.Value, error) {
 		return sl.NewList(elems), nil
 	case map[string]any:
 		d := sl.NewDict(len(x))
-		for _, k := range airlock.SortedKeys(x) {
+		for _, k := range value.SortedKeys(x) {
 			sv, err := toStarlark(x[k])
 			if err != nil {
 				return nil, err
@@ -246,7 +247,7 @@ func toStarlark(v any) (sl.Value, error) {
 		}
 		return d, nil
 	case json.Number:
-		n, err := airlock.NormalizeInput(x)
+		n, err := value.Normalize(x)
 		if err != nil {
 			return nil, err
 		}
@@ -269,8 +270,8 @@ type exporter struct {
 const exportNodeBytes = 64
 
 func (e *exporter) export(v sl.Value, depth int) (any, error) {
-	if depth > airlock.MaxValueDepth {
-		return nil, fmt.Errorf("value nested more than %d deep", airlock.MaxValueDepth)
+	if depth > value.MaxDepth {
+		return nil, fmt.Errorf("value nested more than %d deep", value.MaxDepth)
 	}
 	if e.nodes++; e.nodes%pollIters == 0 && e.st != nil {
 		if err := e.st.chargeMul(pollIters, exportNodeBytes, "exporting the result"); err != nil {

@@ -233,11 +233,11 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	r.res.Usage = usage(sb.cg, out)
 	r.res.Usage.CPUUS -= baseCPU.Microseconds()
 	if stop == nil && sb.cg.ooms() > baseOOM {
-		stop = &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
 	}
 	if stop == nil && lost != nil && sb.cg.pidsHits() > basePids {
 		// The process limit took the sandbox down with the job.
-		stop = &airlock.Stopped{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit %d reached", job.Limits.Pids)}
+		stop = &airlock.Stop{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit %d reached", job.Limits.Pids)}
 	}
 	switch {
 	case stop != nil:

@@ -41,7 +41,7 @@ func (m medians) median() time.Duration {
 // for outside the timed region.
 func BenchmarkCold(b *testing.B) {
 	tier := newTier(b, NewConfig())
-	job, err := airlock.Prepare(cmdJob("/bin/true"), tier.cfg.limits)
+	job, err := tier.cfg.limits.Prepare(cmdJob("/bin/true"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func NewConfig() Config {
 	return Config{
 		dir:      filepath.Join(os.TempDir(), "airlock-gvisor"),
 		platform: "systrap",
-		limits:   airlock.DefaultLimitPolicy,
+		limits:   airlock.DefaultLimitPolicy(),
 		cpus:     1,
 		refill:   1,
 		hostDirs: []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr"},

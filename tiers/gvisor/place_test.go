@@ -57,7 +57,7 @@ func TestSessionPlacementNeverFollowsLinks(t *testing.T) {
 				job.Files = map[string]string{"aa.txt": "PLANTED\n", c.place: "PLANTED\n"}
 				run := ctx
 				if approved {
-					run = approve.WithPlacedCheck(ctx, approve.PlacedCheck(job, Name, "t", approve.Of(&job, Name, "t")))
+					run = airlock.WithPlacedCheck(ctx, approve.PlacedCheck(job, Name, "t", approve.Of(&job, Name, "t")))
 				}
 				res, err := s.Run(run, job)
 				if err == nil || !strings.Contains(err.Error(), "placing file "+c.place+": ") || !strings.Contains(err.Error(), c.want) {
@@ -95,7 +95,7 @@ func TestSessionPlacementNeverFollowsLinks(t *testing.T) {
 			job.Files = map[string]string{"data.txt": v + "\n", "lib/x.txt": v + "-x\n"}
 			run := ctx
 			if v == "three" {
-				run = approve.WithPlacedCheck(ctx, approve.PlacedCheck(job, Name, "t", approve.Of(&job, Name, "t")))
+				run = airlock.WithPlacedCheck(ctx, approve.PlacedCheck(job, Name, "t", approve.Of(&job, Name, "t")))
 			}
 			if res, err := s.Run(run, job); err != nil || res.Stdout != v+"\n"+v+"-x\n" {
 				t.Fatalf("placing %s: %v %+v", v, err, res)

@@ -60,14 +60,14 @@ func TestPlacedCheck(t *testing.T) {
 			}
 			// A job whose content differs from the approved one is refused
 			// with approval_stale, and nothing runs.
-			ctx := approve.WithPlacedCheck(context.Background(), approve.PlacedCheck(swapped, Name, tenant, approved))
+			ctx := airlock.WithPlacedCheck(context.Background(), approve.PlacedCheck(swapped, Name, tenant, approved))
 			res, err := run(ctx, swapped)
 			if err == nil || !approve.IsStale(err) || res.Stdout != "" || res.ExitCode != 0 {
 				t.Fatalf("swapped files: want approval_stale and no output, got %v %+v", err, res)
 			}
 			// The approved job itself passes the same check and runs (in a
 			// session, in the same sandbox: the refusal did not end it).
-			ctx = approve.WithPlacedCheck(context.Background(), approve.PlacedCheck(job, Name, tenant, approved))
+			ctx = airlock.WithPlacedCheck(context.Background(), approve.PlacedCheck(job, Name, tenant, approved))
 			if res, err := run(ctx, job); err != nil || res.Stdout != "approved\nran\n" {
 				t.Fatalf("approved job: %v %+v", err, res)
 			}

@@ -19,7 +19,7 @@ import (
 // policy's defaults before any job existed, enforces the limits and carries
 // the secrets of the job that claims it.
 func TestPoolBindsPolicyAtClaim(t *testing.T) {
-	policy := airlock.DefaultLimitPolicy
+	policy := airlock.DefaultLimitPolicy()
 	policy.Default.MemoryMB = 160
 	tier := newTier(t, NewConfig().WithLimits(policy).WithPool(1, 1))
 	run := func(job airlock.Job) (airlock.Result, error) {
@@ -43,7 +43,7 @@ func TestPoolBindsPolicyAtClaim(t *testing.T) {
 		// fits the 160 MB the sandbox was created with, but not the 48 MB
 		// the claiming job allows.
 		res, err := run(hog(60, 48))
-		var st *airlock.Stopped
+		var st *airlock.Stop
 		if !errors.As(err, &st) || st.Reason != airlock.StopMemory {
 			t.Fatalf("want a memory stop under the claim's 48 MB, got %v (%+v)", err, res)
 		}
@@ -76,7 +76,7 @@ func TestPoolBindsPolicyAtClaim(t *testing.T) {
 		j := cmdJob("sleep", "30")
 		j.Limits.WallMS = 500
 		res, err := run(j)
-		var st *airlock.Stopped
+		var st *airlock.Stop
 		if !errors.As(err, &st) || st.Reason != airlock.StopTimeout {
 			t.Fatalf("want a timeout at the claim's 500 ms, got %v (%+v)", err, res)
 		}

@@ -51,7 +51,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 			}
 			t.leave()
 		}()
-		return nil, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting the session"}
+		return nil, &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while starting the session"}
 	}
 	if m.err != nil {
 		t.leave()
@@ -94,7 +94,7 @@ func (s *session) ID() string { return s.id }
 // Run runs a job in the session's sandbox.
 func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	r := begin()
-	job, err := airlock.Prepare(job, s.t.cfg.limits)
+	job, err := s.t.cfg.limits.Prepare(job)
 	r.res.Clock, r.res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return r.finish(err)

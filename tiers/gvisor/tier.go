@@ -15,7 +15,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 )
@@ -54,7 +56,7 @@ var (
 	_ airlock.Tier        = (*Tier)(nil)
 	_ airlock.Prober      = (*Tier)(nil)
 	_ airlock.SessionTier = (*Tier)(nil)
-	_ airlock.Warmer      = (*Tier)(nil)
+	_ airlock.Pooler      = (*Tier)(nil)
 )
 
 // New builds a tier. A missing runsc or kernel feature does not fail New:
@@ -80,7 +82,7 @@ func New(cfg Config) (*Tier, error) {
 		cfg.platform = "systrap"
 	}
 	if cfg.limits == (airlock.LimitPolicy{}) {
-		cfg.limits = airlock.DefaultLimitPolicy
+		cfg.limits = airlock.DefaultLimitPolicy()
 	}
 	t := &Tier{cfg: cfg}
 	t.avail = t.init()
@@ -161,7 +163,7 @@ func (t *Tier) Admit(job airlock.Job) error {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs command jobs only, not " + string(job.Kind)}
 	}
 	if len(job.Env) > 0 {
-		return &airlock.NotAdmitted{Tier: Name, Reason: airlock.ReasonEnvUnsupported}
+		return &airlock.NotAdmitted{Tier: Name, Reason: admit.EnvUnsupported}
 	}
 	return nil
 }
@@ -229,7 +231,7 @@ func (t *Tier) leave() {
 // in a sandbox created for it.
 func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	r := begin()
-	job, err := airlock.Prepare(job, t.cfg.limits)
+	job, err := t.cfg.limits.Prepare(job)
 	r.res.Clock, r.res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return r.finish(err)
@@ -253,7 +255,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	// (runsc follows one, so it is refused here).
 	for _, p := range job.Grants.FS.Read {
 		if err := hostpath.Check(p); err != nil {
-			return r.finish(airlock.Invalid("grants.fs.read", "%v", err))
+			return r.finish(jobs.Invalid("grants.fs.read", "%v", err))
 		}
 	}
 	// Pooled sandboxes were created before the job: they carry no read
@@ -395,7 +397,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	r.res.Stdout, r.res.Stderr = out.strings()
 	r.res.Usage = usage(cg, out)
 	if stop == nil && cg.ooms() > 0 {
-		stop = &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
 	}
 	if stop != nil {
 		return r.finish(stop)

@@ -69,7 +69,7 @@ func (o *output) total() int64 {
 // kill, which destroys the sandbox.
 type watcher struct {
 	mu     sync.Mutex
-	stop   *airlock.Stopped
+	stop   *airlock.Stop
 	kill   func()
 	killed chan struct{}
 	quit   chan struct{}
@@ -89,7 +89,7 @@ func (w *watcher) trip(reason airlock.StopReason, detail string) {
 	w.mu.Lock()
 	first := w.stop == nil && !w.closed
 	if first {
-		w.stop = &airlock.Stopped{Reason: reason, Detail: detail}
+		w.stop = &airlock.Stop{Reason: reason, Detail: detail}
 	}
 	w.mu.Unlock()
 	if first {
@@ -161,7 +161,7 @@ func (w *watcher) start(ctx context.Context, cg cgroup, cpuBase time.Duration, l
 
 // done stops watching and returns the stop that tripped, if any. A kill in
 // progress is waited for, so the sandbox is gone when done returns a stop.
-func (w *watcher) done() *airlock.Stopped {
+func (w *watcher) done() *airlock.Stop {
 	close(w.quit)
 	<-w.exited
 	w.mu.Lock()

@@ -261,7 +261,7 @@ func bareArgs(args []string, initrd string) []string {
 // directory).
 func BenchmarkJobFor(b *testing.B) {
 	tier := benchTier(b, testConfig())
-	job, err := airlock.Prepare(command("sh", "run.sh"), tier.cfg.limits)
+	job, err := tier.cfg.limits.Prepare(command("sh", "run.sh"))
 	if err != nil {
 		b.Fatal(err)
 	}

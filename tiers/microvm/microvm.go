@@ -24,7 +24,10 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
@@ -73,7 +76,7 @@ func DefaultConfig() Config {
 		cache = os.TempDir()
 	}
 	return Config{
-		limits:      airlock.DefaultLimitPolicy,
+		limits:      airlock.DefaultLimitPolicy(),
 		stateDir:    filepath.Join(os.TempDir(), "airlock-microvm"),
 		cacheDir:    filepath.Join(cache, "airlock", "microvm"),
 		warm:        WarmCold,
@@ -177,7 +180,7 @@ type Tier struct {
 
 var _ airlock.Tier = (*Tier)(nil)
 var _ airlock.Prober = (*Tier)(nil)
-var _ airlock.Warmer = (*Tier)(nil)
+var _ airlock.Pooler = (*Tier)(nil)
 
 // New builds the tier. Missing QEMU, kernel or agent do not fail New: the
 // tier then reports them from Available and refuses every job. New sweeps
@@ -324,7 +327,7 @@ func (t *Tier) Admit(job airlock.Job) error {
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
 		reason = errLifecycle
 	case len(job.Env) > 0:
-		reason = airlock.ReasonEnvUnsupported
+		reason = admit.EnvUnsupported
 	default:
 		return nil
 	}
@@ -337,10 +340,10 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	start := time.Now()
 	res = airlock.Result{Tier: Name, Level: airlock.LevelVirtualisation}
 	defer func() {
-		res.Timings.TotalUS = max(airlock.Since(start), res.Timings.StartUS+res.Timings.RunUS, 1)
+		res.Timings.TotalUS = max(monotime.Micros(start), res.Timings.StartUS+res.Timings.RunUS, 1)
 		res.SetError(err)
 	}()
-	job, err = airlock.Prepare(job, t.cfg.limits)
+	job, err = t.cfg.limits.Prepare(job)
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return res, err
@@ -362,13 +365,13 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		early = payload
 	}
 	v, err := t.acquire(ctx, &job, early)
-	res.Timings.StartUS = airlock.Since(start)
+	res.Timings.StartUS = monotime.Micros(start)
 	if v != nil {
 		defer t.discard(v)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return res, &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while the VM started"}
+			return res, &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while the VM started"}
 		}
 		return res, fmt.Errorf("starting microvm: %w", err)
 	}
@@ -386,7 +389,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	}
 	runStart := time.Now()
 	err = t.converse(ctx, v, &job, payload, &res)
-	res.Timings.RunUS = airlock.Since(runStart)
+	res.Timings.RunUS = monotime.Micros(runStart)
 	return res, err
 }
 
@@ -541,7 +544,7 @@ func encodeJob(job *airlock.Job, n *wire.Net) ([]byte, error) {
 		return nil, err
 	}
 	if len(payload) > frame.MaxJob {
-		return nil, airlock.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), frame.MaxJob)
+		return nil, jobs.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), frame.MaxJob)
 	}
 	return payload, nil
 }
@@ -593,9 +596,9 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 	for {
 		select {
 		case <-ctx.Done():
-			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled"}
+			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled"}
 		case <-wall.C:
-			return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
+			return &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
 		case err := <-sent:
 			if err != nil {
 				return fmt.Errorf("sending the job: %w (%s)", err, v.diag())
@@ -621,7 +624,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 					stderr = append(stderr, p...)
 				}
 				if over {
-					return &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}
+					return &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}
 				}
 			case frame.Exit:
 				var ex wire.Exit
@@ -632,9 +635,9 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				v.marks = append(v.marks, ex.Marks...)
 				switch ex.Reason {
 				case "memory":
-					return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("the job exceeded %d MB", job.Limits.MemoryMB)}
+					return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("the job exceeded %d MB", job.Limits.MemoryMB)}
 				case "cpu":
-					return &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("the job used more than %v of CPU", job.Limits.CPU())}
+					return &airlock.Stop{Reason: airlock.StopCPU, Detail: fmt.Sprintf("the job used more than %v of CPU", job.Limits.CPU())}
 				}
 				return nil
 			case frame.Fail:

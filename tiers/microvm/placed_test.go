@@ -69,11 +69,11 @@ func TestPlacedApproval(t *testing.T) {
 	tier := shared.get(t, WarmSnapshot)
 	job := command("cat", "run.sh")
 	job.Files = map[string]string{"run.sh": "echo approved\n"}
-	approved, err := airlock.Prepare(job, tier.cfg.limits)
+	approved, err := tier.cfg.limits.Prepare(job)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := approve.WithPlacedCheck(context.Background(),
+	ctx := airlock.WithPlacedCheck(context.Background(),
 		approve.PlacedCheck(approved, Name, "acme", approve.Of(&approved, Name, "acme")))
 	res, err := tier.Run(ctx, approved)
 	if err != nil || res.Stdout != "echo approved\n" {

@@ -73,7 +73,7 @@ func TestPool(t *testing.T) {
 	}
 	// A job bigger than the pooled VMs is not served from the pool.
 	big := command("true")
-	big.Limits.MemoryMB = airlock.DefaultLimitPolicy.Default.MemoryMB * 2
+	big.Limits.MemoryMB = airlock.DefaultLimitPolicy().Default.MemoryMB * 2
 	if v := tier.claim(memFor(mustPrepare(t, big))); v != nil {
 		v.kill()
 		t.Fatal("a pooled VM was handed a job larger than it")

@@ -134,7 +134,7 @@ func TestSnapshotTampered(t *testing.T) {
 
 func mustPrepare(t *testing.T, job airlock.Job) *airlock.Job {
 	t.Helper()
-	j, err := airlock.Prepare(job, airlock.DefaultLimitPolicy)
+	j, err := airlock.DefaultLimitPolicy().Prepare(job)
 	if err != nil {
 		t.Fatal(err)
 	}

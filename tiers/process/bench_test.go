@@ -79,7 +79,7 @@ func (m medians) ratios(b *testing.B, bases ...string) {
 
 // warm times fn once the tier's pool is full and idle (waiting untimed),
 // so that it measures a claim, not the refill rate.
-func warm(b *testing.B, w airlock.Warmer, fn func() error) func() (time.Duration, error) {
+func warm(b *testing.B, w airlock.Pooler, fn func() error) func() (time.Duration, error) {
 	return func() (time.Duration, error) {
 		b.StopTimer()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
@@ -129,7 +132,7 @@ func (g *Guarded) Close() error {
 
 // WaitWarm starts the worker pool if it has not started yet and blocks
 // until it is full and no used worker is still being destroyed
-// (airlock.Warmer).
+// (airlock.Pooler).
 func (g *Guarded) WaitWarm(ctx context.Context) error {
 	workers := g.workers()
 	if workers == nil {
@@ -141,7 +144,7 @@ func (g *Guarded) WaitWarm(ctx context.Context) error {
 	return waitPool(ctx, workers)
 }
 
-var _ airlock.Warmer = (*Guarded)(nil)
+var _ airlock.Pooler = (*Guarded)(nil)
 
 // PoolStats returns the worker pool's counters (airlock.Pooler); zero
 // before the pool has started.
@@ -302,12 +305,12 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	res := airlock.Result{Tier: g.Name(), Level: g.Level()}
 	finish := func(err error) (airlock.Result, error) {
 		res.Tier, res.Level = g.Name(), g.Level()
-		res.Timings.TotalUS = max(airlock.Since(begin), 1)
+		res.Timings.TotalUS = max(monotime.Micros(begin), 1)
 		res.Stopped, res.Error = nil, nil
 		res.SetError(err)
 		return res, err
 	}
-	prepared, err := airlock.Prepare(job, g.cfg.policy)
+	prepared, err := g.cfg.policy.Prepare(job)
 	res.Clock, res.Seed = prepared.Clock, prepared.Seed
 	if err != nil {
 		return finish(err)
@@ -335,9 +338,9 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		if w, err = g.startWorker(ctx); err != nil {
 			switch {
 			case context.Cause(ctx) == errWall:
-				err = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting a worker"}
+				err = &airlock.Stop{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting a worker"}
 			case ctx.Err() != nil:
-				err = &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting a worker: " + ctx.Err().Error()}
+				err = &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while starting a worker: " + ctx.Err().Error()}
 			}
 			return finish(err)
 		}
@@ -366,9 +369,9 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	}
 	req, err := wk.AppendRequest(nil, limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), &job)
 	if err != nil {
-		return finish(airlock.Invalid("", "encoding job: %s", err.Error()))
+		return finish(jobs.Invalid("", "encoding job: %s", err.Error()))
 	}
-	res.Timings.StartUS = airlock.Since(begin)
+	res.Timings.StartUS = monotime.Micros(begin)
 
 	// From here the worker is killed, with the reason recorded first, when
 	// the caller's context ends, the wall clock runs out, or a cgroup
@@ -393,15 +396,15 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	gd := &guard{w: w}
 	defer gd.end() // before the release: nothing touches the worker after
 	defer context.AfterFunc(ctx, func() {
-		gd.check(func() *airlock.Stopped {
+		gd.check(func() *airlock.Stop {
 			if context.Cause(ctx) == errWall { // the deadline of a start after a miss
 				return stopWall(wall)
 			}
-			return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
+			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
 		})
 	})()
-	gd.watch(deadline, func() *airlock.Stopped { return stopWall(wall) },
-		func() *airlock.Stopped { return (&sandbox{cg: w.cg}).watch(&prepared) })
+	gd.watch(deadline, func() *airlock.Stop { return stopWall(wall) },
+		func() *airlock.Stop { return (&sandbox{cg: w.cg}).watch(&prepared) })
 	guarded = true
 
 	// Stdin stays open until the worker is destroyed: the worker reads
@@ -426,7 +429,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	w.signalKill()
 	return finish(g.crashed(w, &prepared))
 done:
-	if inner.Value, err = airlock.NormalizeInput(inner.Value); err != nil {
+	if inner.Value, err = value.Normalize(inner.Value); err != nil {
 		return finish(fmt.Errorf("reading worker result: %w", err))
 	}
 	start := res.Timings.StartUS
@@ -445,8 +448,8 @@ type guard struct {
 	mu    sync.Mutex
 	ended bool
 	w     *worker
-	timer *time.Timer      // the watch's
-	stop  *airlock.Stopped // why the worker was killed, the first reason
+	timer *time.Timer   // the watch's
+	stop  *airlock.Stop // why the worker was killed, the first reason
 }
 
 // watch checks until the job ends, every watchEvery and at the deadline,
@@ -455,9 +458,9 @@ type guard struct {
 // path a scheduler wake-up. Its first tick after the job has ended kills
 // the worker if it has not exited by itself, which a used worker does at
 // once: neither that kill nor stopping the timer is on the caller's path.
-func (g *guard) watch(deadline time.Time, late, why func() *airlock.Stopped) {
+func (g *guard) watch(deadline time.Time, late, why func() *airlock.Stop) {
 	next := func() time.Duration { return min(watchEvery, time.Until(deadline)) }
-	check := func() *airlock.Stopped {
+	check := func() *airlock.Stop {
 		if !time.Now().Before(deadline) {
 			return late()
 		}
@@ -479,14 +482,14 @@ func (g *guard) watch(deadline time.Time, late, why func() *airlock.Stopped) {
 }
 
 // stopWall is the stop of a worker killed when the wall clock ran out.
-func stopWall(wall time.Duration) *airlock.Stopped {
-	return &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)}
+func stopWall(wall time.Duration) *airlock.Stop {
+	return &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out (worker killed)", wall)}
 }
 
 // check runs why and kills the worker if it returns a stop, unless the
 // job has ended; it reports whether the worker was killed or the job had
 // ended.
-func (g *guard) check(why func() *airlock.Stopped) bool {
+func (g *guard) check(why func() *airlock.Stop) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.ended {
@@ -504,7 +507,7 @@ func (g *guard) check(why func() *airlock.Stopped) bool {
 }
 
 // stopped returns why the worker was killed, or nil.
-func (g *guard) stopped() *airlock.Stopped {
+func (g *guard) stopped() *airlock.Stop {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.stop
@@ -526,7 +529,7 @@ func (g *Guarded) crashed(w *worker, job *airlock.Job) error {
 	ws := w.ws // zero when the worker's end is not known (its spawner died)
 	switch {
 	case outOfMemory(stderr):
-		return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("worker ran out of its address space (%d MiB + runtime)", job.Limits.MemoryMB)}
+		return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("worker ran out of its address space (%d MiB + runtime)", job.Limits.MemoryMB)}
 	case ws.Signaled() && ws.Signal() == syscall.SIGXCPU:
 		return stopCPU(job)
 	}
@@ -543,7 +546,7 @@ func (g *Guarded) crashed(w *worker, job *airlock.Job) error {
 	if w.wsOK {
 		how = describeWait(ws)
 	}
-	return &airlock.CodeError{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("interpreter crashed; only its guarded worker died (%s): %s", how, firstLines(stderr, 3))}
+	return &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("interpreter crashed; only its guarded worker died (%s): %s", how, firstLines(stderr, 3))}
 }
 
 // outOfMemory reports whether a worker's last words say it ran out of memory:

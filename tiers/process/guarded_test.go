@@ -157,9 +157,9 @@ func guardedCrashes(t *testing.T, newGuarded func(*testing.T, string) *Guarded) 
 
 	t.Run("FatalError", func(t *testing.T) {
 		_, err := newGuarded(t, "test-fatal").Run(ctx, job)
-		var ce *airlock.CodeError
+		var ce *airlock.ErrorInfo
 		if !errors.As(err, &ce) || !strings.Contains(ce.Message, "interpreter bug") {
-			t.Fatalf("want a runtime CodeError naming the crash, got %v", err)
+			t.Fatalf("want a runtime ErrorInfo naming the crash, got %v", err)
 		}
 	})
 	t.Run("UnboundedAllocation", func(t *testing.T) {

@@ -457,7 +457,7 @@ func TestSpareCgroup(t *testing.T) {
 	}
 	var s spareCgroup
 	base := testConfig(t).baseDir
-	l := cgLimitsFor(airlock.DefaultLimitPolicy.Default)
+	l := cgLimitsFor(airlock.DefaultLimitPolicy().Default)
 	s.fill(base, l)
 	spare := s.cg
 	if spare == nil {

@@ -55,7 +55,7 @@ func TestSessionPlacementNeverFollowsLinks(t *testing.T) {
 	checks := map[string]func(job airlock.Job) context.Context{
 		"unchecked": func(airlock.Job) context.Context { return context.Background() },
 		"approved": func(job airlock.Job) context.Context {
-			return approve.WithPlacedCheck(context.Background(), approve.PlacedCheck(job, NameContainer, "t", approve.Of(&job, NameContainer, "t")))
+			return airlock.WithPlacedCheck(context.Background(), approve.PlacedCheck(job, NameContainer, "t", approve.Of(&job, NameContainer, "t")))
 		},
 	}
 	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {

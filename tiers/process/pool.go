@@ -16,7 +16,7 @@ type poolKey struct{}
 
 // poolLimits are the limits a pooled container starts with; the claiming
 // job's replace them.
-var poolLimits = airlock.DefaultLimitPolicy.Default
+var poolLimits = airlock.DefaultLimitPolicy().Default
 
 // newPool returns a pool of size instances that a claim takes and Release
 // destroys: a used instance never returns. A failed start is tried again

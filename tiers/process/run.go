@@ -13,6 +13,8 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
@@ -23,11 +25,11 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	begin := time.Now()
 	res := airlock.Result{Tier: t.name, Level: t.level}
 	finish := func(err error) (airlock.Result, error) {
-		res.Timings.TotalUS = max(airlock.Since(begin), 1)
+		res.Timings.TotalUS = max(monotime.Micros(begin), 1)
 		res.SetError(err)
 		return res, err
 	}
-	job, err := airlock.Prepare(job, t.cfg.policy)
+	job, err := t.cfg.policy.Prepare(job)
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return finish(err)
@@ -42,7 +44,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	// what was checked and approved is what is mounted.
 	for _, p := range job.Grants.FS.Read {
 		if err := hostpath.Check(p); err != nil {
-			return finish(airlock.Invalid("grants.fs.read", "%v", err))
+			return finish(jobs.Invalid("grants.fs.read", "%v", err))
 		}
 	}
 	scratchMB := job.Grants.FS.ScratchMB
@@ -90,7 +92,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		}
 		if sb, err = t.start(ctx, o); err != nil {
 			if context.Cause(ctx) == errWall {
-				err = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting the sandbox"}
+				err = &airlock.Stop{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting the sandbox"}
 			}
 			return finish(err)
 		}
@@ -122,7 +124,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		defer jg.Close()
 		gw, netEnv = jg, env
 	}
-	res.Timings.StartUS = airlock.Since(begin)
+	res.Timings.StartUS = monotime.Micros(begin)
 	out, err := sb.runJob(ctx, &job, scratchMB, netEnv)
 	if gw != nil {
 		res.Decision = append(res.Decision, gw.Close()...)
@@ -147,23 +149,23 @@ func limitRefusal(err error) string {
 	return "the new limit was refused"
 }
 
-func stopMemory(job *airlock.Job) *airlock.Stopped {
-	return &airlock.Stopped{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
+func stopMemory(job *airlock.Job) *airlock.Stop {
+	return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
 }
 
-func stopCPU(job *airlock.Job) *airlock.Stopped {
-	return &airlock.Stopped{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
+func stopCPU(job *airlock.Job) *airlock.Stop {
+	return &airlock.Stop{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
 }
 
-func stopPids(job *airlock.Job) *airlock.Stopped {
-	return &airlock.Stopped{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
+func stopPids(job *airlock.Job) *airlock.Stop {
+	return &airlock.Stop{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
 }
 
 // watch polls the cgroup while the job runs: the memory limit having
 // killed a process, a fork refused by the process limit, or CPU time over
 // its limit stops the whole job (a fork bomb is stopped, not left to
 // thrash against the limit until the wall clock).
-func (sb *sandbox) watch(job *airlock.Job) *airlock.Stopped {
+func (sb *sandbox) watch(job *airlock.Job) *airlock.Stop {
 	oom, pidsMax := sb.cg.events()
 	switch {
 	case oom > 0:
@@ -332,7 +334,7 @@ started:
 		sb.spec.Close()
 	} // a filter stage reads the spec pipe's end as its stop (see kill)
 
-	var stop *airlock.Stopped
+	var stop *airlock.Stop
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	cpuLimitUS := job.Limits.CPUMS * 1000
@@ -363,13 +365,13 @@ wait:
 			final, statusFirst = &st, true
 			break wait
 		case <-capt.over:
-			stop = &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
+			stop = &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
 			sb.kill()
 		case <-ctx.Done():
 			if context.Cause(ctx) == errWall {
-				stop = &airlock.Stopped{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
+				stop = &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
 			} else {
-				stop = &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
+				stop = &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
 			}
 			sb.kill()
 		case <-tick.C:
@@ -383,7 +385,7 @@ wait:
 			break
 		}
 	}
-	out.runUS = airlock.Since(runStart)
+	out.runUS = monotime.Micros(runStart)
 	// The program's tree dies with it: the PID namespace's init is gone,
 	// or (level 2) the cgroup is emptied. After an early final status, a
 	// container's stage is exiting, which kills what the program left
@@ -413,7 +415,7 @@ drain:
 		}
 	}
 	if stop == nil && capt.overflowed() {
-		stop = &airlock.Stopped{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
+		stop = &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
 	}
 	var st stage.Status
 	if final != nil {

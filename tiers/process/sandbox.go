@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
@@ -283,7 +284,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	for _, p := range o.read {
 		f, err := cloneGrant(p)
 		if err != nil {
-			return nil, airlock.Invalid("grants.fs.read", "%s: %v", p, err)
+			return nil, jobs.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
 		childEnds = append(childEnds, f)
 		st, _ := f.Stat()
@@ -463,7 +464,7 @@ func (sb *sandbox) awaitReady(ctx context.Context) error {
 	case <-ctx.Done():
 		sb.kill()
 		<-ch
-		return &airlock.Stopped{Reason: airlock.StopKilled, Detail: "cancelled while starting the sandbox"}
+		return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while starting the sandbox"}
 	}
 }
 

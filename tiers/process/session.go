@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 		return nil, fmt.Errorf("opening session: tier unavailable: %w", err)
 	}
 	if opts.Workspace != "" && !workspaceName.MatchString(opts.Workspace) {
-		return nil, airlock.Invalid("workspace", "%q must be 1-128 letters, digits, '_', '.' or '-'", opts.Workspace)
+		return nil, jobs.Invalid("workspace", "%q must be 1-128 letters, digits, '_', '.' or '-'", opts.Workspace)
 	}
 	opts, err := opts.Resolve()
 	if err != nil {

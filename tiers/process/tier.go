@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
@@ -49,7 +50,7 @@ func NewConfig() Config {
 		}
 	}
 	return Config{
-		policy:       airlock.DefaultLimitPolicy,
+		policy:       airlock.DefaultLimitPolicy(),
 		baseDir:      filepath.Join(os.TempDir(), "airlock-process"),
 		workspaceDir: ws,
 		uidBase:      1 << 30,
@@ -191,7 +192,7 @@ func (t *Tier) Admit(job airlock.Job) error {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
 	}
 	if len(job.Env) > 0 {
-		return &airlock.NotAdmitted{Tier: t.name, Reason: airlock.ReasonEnvUnsupported}
+		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.EnvUnsupported}
 	}
 	return nil
 }
@@ -256,7 +257,7 @@ func (t *Tier) Close() error {
 }
 
 // WaitWarm blocks until the warm pool is full and no used sandbox is still
-// being destroyed (airlock.Warmer); without a pool it returns at once.
+// being destroyed (airlock.Pooler); without a pool it returns at once.
 func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.pool == nil {
 		return nil
@@ -264,7 +265,7 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	return waitPool(ctx, t.pool)
 }
 
-var _ airlock.Warmer = (*Tier)(nil)
+var _ airlock.Pooler = (*Tier)(nil)
 
 // PoolStats returns the warm pool's counters (airlock.Pooler); zero
 // without a pool.

@@ -15,7 +15,7 @@ import (
 func TestWaitWarm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var _ airlock.Warmer = (*Tier)(nil)
+	var _ airlock.Pooler = (*Tier)(nil)
 	cold := newTestTier(t, bothTiers[0], testConfig(t))
 	if err := cold.WaitWarm(ctx); err != nil {
 		t.Fatalf("no pool: %v", err)

@@ -123,13 +123,13 @@ func (t *exprTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, er
 	}
 	p, err := exprlang.Compile(job.Code, exprlang.Env(env))
 	if err != nil {
-		err = &airlock.CodeError{Kind: airlock.ErrCompile, Message: err.Error()}
+		err = &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 		res.SetError(err)
 		return res, err
 	}
 	v, err := exprlang.Run(p, env)
 	if err != nil {
-		err = &airlock.CodeError{Kind: airlock.ErrRuntime, Message: err.Error()}
+		err = &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: err.Error()}
 		res.SetError(err)
 		return res, err
 	}

@@ -70,7 +70,7 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("OutputCap", s.outputCap)
 	t.Run("EmptyEnvironment", s.emptyEnv)
 	t.Run("Concurrent", s.concurrent)
-	if _, ok := s.Tier.(airlock.SelfAdmitting); ok {
+	if _, ok := s.Tier.(interface{ AdmitsInRun() }); ok {
 		t.Run("AdmitsInRun", s.admitsInRun)
 	}
 	if st, ok := s.Tier.(airlock.SessionTier); ok {
@@ -111,7 +111,7 @@ func (s Suite) identity(t *testing.T) {
 	}
 }
 
-// admitsInRun holds a self-admitting tier (airlock.SelfAdmitting) to its
+// admitsInRun holds a self-admitting tier (AdmitsInRun, see airlock.Tier) to its
 // promise, on which the router relies when it runs the tier without
 // calling Admit: every job Admit refuses, Run refuses with a bare
 // *NotAdmitted (the router checks the type, not a wrapped chain) and
@@ -345,9 +345,9 @@ func NoGoroutineLeak(t testing.TB, before int) {
 
 func wantStop(t *testing.T, res airlock.Result, err error, reasons ...airlock.StopReason) {
 	t.Helper()
-	var st *airlock.Stopped
+	var st *airlock.Stop
 	if !errors.As(err, &st) {
-		t.Fatalf("want *airlock.Stopped %v, got %T: %v (result %+v)", reasons, err, err, res)
+		t.Fatalf("want *airlock.Stop %v, got %T: %v (result %+v)", reasons, err, err, res)
 	}
 	for _, r := range reasons {
 		if st.Reason == r {

@@ -21,7 +21,7 @@ func TestWarmJob(t *testing.T) {
 		"starlark": {starlarkworker.WarmJob, starlarkworker.New},
 	} {
 		t.Run(name, func(t *testing.T) {
-			job, err := airlock.DecodeJobBytes([]byte(w.job))
+			job, err := airlock.DecodeJob([]byte(w.job))
 			if err != nil {
 				t.Fatal(err)
 			}

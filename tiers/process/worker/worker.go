@@ -76,7 +76,7 @@ func warmUp(tier airlock.Tier, warmJob string) {
 	if warmJob == "" {
 		return
 	}
-	job, err := airlock.DecodeJobBytes([]byte(warmJob))
+	job, err := airlock.DecodeJob([]byte(warmJob))
 	if err != nil {
 		return
 	}

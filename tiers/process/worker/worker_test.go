@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/wiretest"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // TestRequestRoundTrip: every field of a Job survives the wire (fill sets
@@ -69,7 +70,7 @@ func TestRequestNormalizes(t *testing.T) {
 	if !reflect.DeepEqual(req.Job.Input, want) {
 		t.Fatalf("got %#v, want %#v", req.Job.Input, want)
 	}
-	for name, in := range map[string]any{"NaN": math.NaN(), "infinity": math.Inf(1), "channel": make(chan int), "deep": deep(airlock.MaxValueDepth + 2)} {
+	for name, in := range map[string]any{"NaN": math.NaN(), "infinity": math.Inf(1), "channel": make(chan int), "deep": deep(value.MaxDepth + 2)} {
 		if _, err := AppendRequest(nil, 1, 1, &airlock.Job{Input: map[string]any{"x": in}}); err == nil {
 			t.Errorf("%s: encoded", name)
 		}
@@ -145,26 +146,26 @@ func TestMalformed(t *testing.T) {
 	// The rest of a result after its value: empty strings, no flags,
 	// zero numbers, no decision.
 	rest := []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	value := func(v ...byte) []byte { return frameOf(append(v, rest...)) }
-	if r, err := ReadResult(bytes.NewReader(value(tagInt, 2)), 1<<20); err != nil || r.Value != int64(1) {
+	valueFrame := func(v ...byte) []byte { return frameOf(append(v, rest...)) }
+	if r, err := ReadResult(bytes.NewReader(valueFrame(tagInt, 2)), 1<<20); err != nil || r.Value != int64(1) {
 		t.Fatalf("the hand-built frame itself is wrong: %v %+v", err, r)
 	}
 	nan := binary.LittleEndian.AppendUint64([]byte{tagFloat}, math.Float64bits(math.NaN()))
-	nest := bytes.Repeat([]byte{tagList, 1}, airlock.MaxValueDepth+2)
+	nest := bytes.Repeat([]byte{tagList, 1}, value.MaxDepth+2)
 	for name, f := range map[string][]byte{
-		"NaN":              value(nan...),
-		"unknown tag":      value(200),
-		"list count":       value(tagList, 0xff, 0xff, 0xff, 0x7f),
-		"map count":        value(tagMap, 0xff, 0xff, 0x03),
-		"string length":    value(tagString, 0xff, 0x7f),
-		"nested too deep":  value(append(nest, tagNil)...),
-		"small big":        value(append([]byte{tagBig, 1}, '5')...),
-		"bad big":          value(append([]byte{tagBig, 2}, "1x"...)...),
-		"bad JSON":         value(append([]byte{tagJSON, 1}, '{')...),
-		"JSON NaN-ish":     value(append([]byte{tagJSON, 5}, "1e999"...)...),
+		"NaN":              valueFrame(nan...),
+		"unknown tag":      valueFrame(200),
+		"list count":       valueFrame(tagList, 0xff, 0xff, 0xff, 0x7f),
+		"map count":        valueFrame(tagMap, 0xff, 0xff, 0x03),
+		"string length":    valueFrame(tagString, 0xff, 0x7f),
+		"nested too deep":  valueFrame(append(nest, tagNil)...),
+		"small big":        valueFrame(append([]byte{tagBig, 1}, '5')...),
+		"bad big":          valueFrame(append([]byte{tagBig, 2}, "1x"...)...),
+		"bad JSON":         valueFrame(append([]byte{tagJSON, 1}, '{')...),
+		"JSON NaN-ish":     valueFrame(append([]byte{tagJSON, 5}, "1e999"...)...),
 		"flag not 0 or 1":  frameOf([]byte{tagNil, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}),
 		"trailing bytes":   frameOf(append(append([]byte{tagNil}, rest...), 0)),
-		"overlong varint":  value(append([]byte{tagInt}, bytes.Repeat([]byte{0xff}, 11)...)...),
+		"overlong varint":  valueFrame(append([]byte{tagInt}, bytes.Repeat([]byte{0xff}, 11)...)...),
 		"frame over limit": {0xff, 0xff, 0xff, 0xff},
 	} {
 		if r, err := ReadResult(bytes.NewReader(f), 1<<20); err == nil {
@@ -204,7 +205,7 @@ func FuzzReadResult(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := decodeResult(body)
 		if err == nil {
-			if err := airlock.CheckValue(r.Value, 0); err != nil {
+			if err := value.Check(r.Value, 0); err != nil {
 				t.Fatalf("accepted a value that is not JSON-compatible: %v", err)
 			}
 		}

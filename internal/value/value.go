@@ -1,10 +1,14 @@
-package airlock
+// Package value checks, converts and exports the JSON-compatible values that
+// cross a sandbox boundary (job input, results), and holds the wire
+// format's size bounds.
+package value
 
 import (
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"reflect"
 	"sort"
 	"strconv"
@@ -12,15 +16,32 @@ import (
 	"time"
 )
 
-// MaxValueDepth bounds the nesting of values crossing the boundary.
-const MaxValueDepth = 128
+// MaxDepth bounds the nesting of values crossing the boundary.
+const MaxDepth = 128
 
-// CheckValue reports whether v is JSON-compatible: nil, bool, string, an
+// MaxJobBytes bounds the size of an encoded job.
+const MaxJobBytes = 32 << 20
+
+// MaxSeed bounds generated seeds to integers every JSON reader keeps exactly.
+const MaxSeed = 1<<53 - 1
+
+// NewSeed returns a random non-zero seed no larger than [MaxSeed]. Seeds
+// make runs replayable; they are not secrets.
+func NewSeed() uint64 {
+	for {
+		// 53 random bits, uniform over [1, MaxSeed] once zero is redrawn.
+		if s := rand.Uint64() >> (64 - 53); s != 0 {
+			return s
+		}
+	}
+}
+
+// Check reports whether v is JSON-compatible: nil, bool, string, an
 // integer (int, int64 or *big.Int), a finite float64, json.Number, []any or
-// map[string]any of such values, nested at most MaxValueDepth deep.
-func CheckValue(v any, depth int) error {
-	if depth > MaxValueDepth {
-		return fmt.Errorf("nested more than %d deep", MaxValueDepth)
+// map[string]any of such values, nested at most MaxDepth deep.
+func Check(v any, depth int) error {
+	if depth > MaxDepth {
+		return fmt.Errorf("nested more than %d deep", MaxDepth)
 	}
 	switch x := v.(type) {
 	case nil, bool, string, int, int64, json.Number:
@@ -34,16 +55,16 @@ func CheckValue(v any, depth int) error {
 		}
 	case []any:
 		for _, e := range x {
-			if depth >= MaxValueDepth || !plainScalar(e) {
-				if err := CheckValue(e, depth+1); err != nil {
+			if depth >= MaxDepth || !plainScalar(e) {
+				if err := Check(e, depth+1); err != nil {
 					return err
 				}
 			}
 		}
 	case map[string]any:
 		for _, e := range x {
-			if depth >= MaxValueDepth || !plainScalar(e) {
-				if err := CheckValue(e, depth+1); err != nil {
+			if depth >= MaxDepth || !plainScalar(e) {
+				if err := Check(e, depth+1); err != nil {
 					return err
 				}
 			}
@@ -54,7 +75,7 @@ func CheckValue(v any, depth int) error {
 	return nil
 }
 
-// plainScalar reports the values CheckValue accepts as they are (below the
+// plainScalar reports the values Check accepts as they are (below the
 // depth limit), so the loops above skip a call for most of a typical input.
 func plainScalar(v any) bool {
 	switch v.(type) {
@@ -64,13 +85,13 @@ func plainScalar(v any) bool {
 	return false
 }
 
-// ExportValue converts a value produced by an engine into JSON-compatible
+// Export converts a value produced by an engine into JSON-compatible
 // data: integers of every width become int64 (or *big.Int beyond int64),
 // slices and arrays become []any, maps with string keys become
 // map[string]any, times become RFC 3339 strings and durations their Go
 // spelling. A value that cannot be represented (NaN, a function, a channel,
 // a map with non-string keys) is an error that names it.
-func ExportValue(v any) (any, error) {
+func Export(v any) (any, error) {
 	switch x := v.(type) { // the common scalars, without reflection
 	case nil, bool, string, int64:
 		return v, nil
@@ -86,8 +107,8 @@ func ExportValue(v any) (any, error) {
 }
 
 func exportValue(v reflect.Value, depth int) (any, error) {
-	if depth > MaxValueDepth {
-		return nil, fmt.Errorf("value nested more than %d deep", MaxValueDepth)
+	if depth > MaxDepth {
+		return nil, fmt.Errorf("value nested more than %d deep", MaxDepth)
 	}
 	if !v.IsValid() {
 		return nil, nil
@@ -163,10 +184,10 @@ func exportValue(v reflect.Value, depth int) (any, error) {
 	return nil, fmt.Errorf("value of type %s cannot be represented in JSON", v.Type())
 }
 
-// NormalizeInput turns json.Number values (as decoded with UseNumber) into
+// Normalize turns json.Number values (as decoded with UseNumber) into
 // int64 for integer literals, *big.Int for integer literals beyond int64,
 // and float64 otherwise, so that `items[0] % 2` works on integral input.
-func NormalizeInput(v any) (any, error) {
+func Normalize(v any) (any, error) {
 	switch x := v.(type) {
 	case json.Number:
 		s := string(x)
@@ -185,7 +206,7 @@ func NormalizeInput(v any) (any, error) {
 		return f, nil
 	case []any:
 		for i, e := range x {
-			n, err := NormalizeInput(e)
+			n, err := Normalize(e)
 			if err != nil {
 				return nil, err
 			}
@@ -193,7 +214,7 @@ func NormalizeInput(v any) (any, error) {
 		}
 	case map[string]any:
 		for k, e := range x {
-			n, err := NormalizeInput(e)
+			n, err := Normalize(e)
 			if err != nil {
 				return nil, err
 			}
@@ -211,4 +232,40 @@ func SortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+type pathError string
+
+func (e pathError) Error() string { return string(e) }
+
+// CheckPathPattern checks one entry of a net rule's paths: an absolute path,
+// optionally ending in "*" (a prefix), or "*" followed by an absolute path
+// (a suffix); printable ASCII, no query, fragment, percent sign,
+// semicolon (a request path holding one is refused), empty, "." or ".."
+// segment.
+func CheckPathPattern(p string) error {
+	body := p
+	switch {
+	case strings.HasPrefix(p, "*"):
+		body = p[1:]
+	case strings.HasSuffix(p, "*"):
+		body = p[:len(p)-1]
+	}
+	if !strings.HasPrefix(body, "/") {
+		return pathError("want an absolute path, \"/prefix/*\" or \"*/suffix\"")
+	}
+	for i := 0; i < len(body); i++ {
+		if c := body[i]; c <= ' ' || c >= 0x7f || c == '*' || c == '?' || c == '#' || c == '%' || c == '\\' || c == ';' {
+			return pathError("only printable ASCII without spaces, '*' (at one end), '?', '#', '%', ';' or '\\'")
+		}
+	}
+	for _, seg := range strings.Split(body[1:], "/") {
+		if seg == "." || seg == ".." {
+			return pathError("no '.' or '..' segments")
+		}
+	}
+	if strings.Contains(body, "//") {
+		return pathError("no empty segments ('//')")
+	}
+	return nil
 }
