@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/connset"
 	"github.com/miekg/dns"
 )
 
@@ -134,16 +135,8 @@ func (e *engine) serveDNSStream(ctx context.Context, c net.Conn) {
 		if err != nil {
 			return
 		}
-		if err := writeFramed(c, out); err != nil {
+		if err := connset.WriteFramed(c, out); err != nil {
 			return
 		}
 	}
-}
-
-func writeFramed(w io.Writer, msg []byte) error {
-	b := make([]byte, 2+len(msg))
-	binary.BigEndian.PutUint16(b, uint16(len(msg)))
-	copy(b[2:], msg)
-	_, err := w.Write(b)
-	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/connset"
 )
 
 // Config says what a gateway enforces and where it listens. The zero value
@@ -76,7 +77,7 @@ type Gateway struct {
 	once   sync.Once
 	cancel context.CancelFunc
 	client *http.Client
-	conns  tracker // Unix-socket streams, closed with the gateway
+	conns  connset.Set // Unix-socket streams, closed with the gateway
 }
 
 // Start builds the policy, generates the gateway's CA and opens the
@@ -144,11 +145,11 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 		}
 		g.lns = append(g.lns, ln)
 		g.serve(func() {
-			g.conns.serve(ln, func(c net.Conn) { g.p.serveConn(ctx, c, door{via: "http", remote: remoteOf(c)}) })
+			g.conns.Serve(ln, func(c net.Conn) { g.p.serveConn(ctx, c, door{via: "http", remote: remoteOf(c)}) })
 		})
 	}
 	if cfg.DNS != "" {
-		pc, ln, err := listenDNS(cfg.DNS)
+		pc, ln, err := connset.ListenDNS(cfg.DNS)
 		if err != nil {
 			return err
 		}
@@ -175,7 +176,7 @@ func (g *Gateway) serve(f func()) {
 // demux reads each Unix-socket stream's first byte and hands the stream to
 // the proxy or the resolver.
 func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
-	g.conns.serve(ln, func(c net.Conn) {
+	g.conns.Serve(ln, func(c net.Conn) {
 		var kind [1]byte
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if _, err := io.ReadFull(c, kind[:]); err != nil {
@@ -274,7 +275,7 @@ func (g *Gateway) Close() error {
 			_ = s.Shutdown()
 		}
 		g.e.transport.CloseIdleConnections()
-		g.conns.closeAll()
+		g.conns.CloseAll()
 		g.wg.Wait()
 		if g.socket != "" {
 			_ = os.Remove(g.socket)
@@ -306,79 +307,4 @@ func SandboxEnv(caPath string) []string {
 		)
 	}
 	return env
-}
-
-// tracker holds open connections so Close can end them.
-type tracker struct {
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-}
-
-func (t *tracker) add(c net.Conn) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	if t.conns == nil {
-		t.conns = map[net.Conn]struct{}{}
-	}
-	t.conns[c] = struct{}{}
-	return true
-}
-
-// serve accepts connections until ln closes, handling each in its own
-// goroutine while tracking it.
-func (t *tracker) serve(ln net.Listener, handle func(net.Conn)) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		if !t.add(c) {
-			c.Close()
-			return
-		}
-		go func() {
-			defer t.remove(c)
-			handle(c)
-		}()
-	}
-}
-
-func (t *tracker) remove(c net.Conn) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.conns, c)
-}
-
-func (t *tracker) closeAll() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.closed = true
-	for c := range t.conns {
-		c.Close()
-	}
-}
-
-// listenDNS listens on UDP and TCP on the same address. With port 0 it
-// retries a few times if the port the system chose for UDP is taken for
-// TCP.
-func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
-	_, port, _ := net.SplitHostPort(addr)
-	for attempt := 0; ; attempt++ {
-		pc, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("listening on udp %s: %w", addr, err)
-		}
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			return pc, ln, nil
-		}
-		pc.Close()
-		if port != "0" || attempt == 9 {
-			return nil, nil, fmt.Errorf("listening on tcp %s: %w", addr, err)
-		}
-	}
 }

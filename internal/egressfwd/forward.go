@@ -15,6 +15,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/connset"
 )
 
 // The wire as the gateway (package egress) defines it: the first byte of
@@ -48,7 +50,7 @@ type Forwarder struct {
 	pc     net.PacketConn
 	wg     sync.WaitGroup
 	once   sync.Once
-	conns  tracker
+	conns  connset.Set
 	cancel context.CancelFunc
 }
 
@@ -77,7 +79,7 @@ func StartForwarder(ctx context.Context, socket string, cfg ForwarderConfig) (*F
 	f.acceptLoop(ln, StreamHTTP)
 	if cfg.DNS != "-" {
 		var tln net.Listener
-		if f.pc, tln, err = listenDNS(cfg.DNS); err != nil {
+		if f.pc, tln, err = connset.ListenDNS(cfg.DNS); err != nil {
 			return fail(fmt.Errorf("forwarder: %w", err))
 		}
 		f.lns = append(f.lns, tln)
@@ -127,7 +129,7 @@ func (f *Forwarder) Close() error {
 		if f.pc != nil {
 			f.pc.Close()
 		}
-		f.conns.closeAll()
+		f.conns.CloseAll()
 		f.wg.Wait()
 	})
 	return nil
@@ -137,7 +139,7 @@ func (f *Forwarder) acceptLoop(ln net.Listener, kind byte) {
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		f.conns.serve(ln, func(c net.Conn) { _ = Splice(c, f.socket, kind) })
+		f.conns.Serve(ln, func(c net.Conn) { _ = Splice(c, f.socket, kind) })
 	}()
 }
 
@@ -169,7 +171,7 @@ func exchangeDNS(socket string, q []byte) ([]byte, error) {
 	if _, err := c.Write([]byte{StreamDNS}); err != nil {
 		return nil, err
 	}
-	if err := writeFramed(c, q); err != nil {
+	if err := connset.WriteFramed(c, q); err != nil {
 		return nil, err
 	}
 	var lenBuf [2]byte

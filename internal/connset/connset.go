@@ -1,4 +1,9 @@
-package egressfwd
+// Package connset holds what the egress gateway and the in-sandbox
+// forwarder share for the connections they serve: a set of open
+// connections closed together, a DNS listener pair, and DNS-over-TCP
+// framing. It imports nothing of the project, so the forwarder stays
+// small.
+package connset
 
 import (
 	"encoding/binary"
@@ -8,17 +13,16 @@ import (
 	"sync"
 )
 
-// The helpers below mirror the gateway's own in package egress, which
-// this package does not import.
-
-// tracker holds open connections so Close can end them.
-type tracker struct {
+// Set holds open connections so CloseAll can end them. The zero Set is
+// ready to use.
+type Set struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
 }
 
-func (t *tracker) add(c net.Conn) bool {
+// Add tracks c; it returns false once the set is closed.
+func (t *Set) Add(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -31,32 +35,34 @@ func (t *tracker) add(c net.Conn) bool {
 	return true
 }
 
-// serve accepts connections until ln closes, handling each in its own
+// Serve accepts connections until ln closes, handling each in its own
 // goroutine while tracking it.
-func (t *tracker) serve(ln net.Listener, handle func(net.Conn)) {
+func (t *Set) Serve(ln net.Listener, handle func(net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		if !t.add(c) {
+		if !t.Add(c) {
 			c.Close()
 			return
 		}
 		go func() {
-			defer t.remove(c)
+			defer t.Remove(c)
 			handle(c)
 		}()
 	}
 }
 
-func (t *tracker) remove(c net.Conn) {
+// Remove stops tracking c.
+func (t *Set) Remove(c net.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.conns, c)
 }
 
-func (t *tracker) closeAll() {
+// CloseAll closes every tracked connection and refuses new ones.
+func (t *Set) CloseAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
@@ -65,10 +71,10 @@ func (t *tracker) closeAll() {
 	}
 }
 
-// listenDNS listens on UDP and TCP on the same address. With port 0 it
+// ListenDNS listens on UDP and TCP on the same address. With port 0 it
 // retries a few times if the port the system chose for UDP is taken for
 // TCP.
-func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
+func ListenDNS(addr string) (net.PacketConn, net.Listener, error) {
 	_, port, _ := net.SplitHostPort(addr)
 	for attempt := 0; ; attempt++ {
 		pc, err := net.ListenPacket("udp", addr)
@@ -86,7 +92,8 @@ func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
 	}
 }
 
-func writeFramed(w io.Writer, msg []byte) error {
+// WriteFramed writes msg with DNS over TCP's two-byte length prefix.
+func WriteFramed(w io.Writer, msg []byte) error {
 	b := make([]byte, 2+len(msg))
 	binary.BigEndian.PutUint16(b, uint16(len(msg)))
 	copy(b[2:], msg)
