@@ -100,12 +100,19 @@ func splitToken(t string) (body, mac []byte, ok bool) {
 	return body, mac, err1 == nil && err2 == nil
 }
 
+// staleError is an approval refusal: a *airlock.NotAdmitted (what the
+// server answers and audits) that IsStale recognises by its type.
+type staleError struct{ na *airlock.NotAdmitted }
+
+func (e *staleError) Error() string { return e.na.Error() }
+func (e *staleError) Unwrap() error { return e.na }
+
 func stale(why string) error {
-	return &airlock.NotAdmitted{Reason: Stale + ": " + why}
+	return &staleError{&airlock.NotAdmitted{Reason: Stale + ": " + why}}
 }
 
 // IsStale reports whether err is an approval refusal.
 func IsStale(err error) bool {
-	var na *airlock.NotAdmitted
-	return errors.As(err, &na) && len(na.Reason) >= len(Stale) && na.Reason[:len(Stale)] == Stale
+	var se *staleError
+	return errors.As(err, &se)
 }

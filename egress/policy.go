@@ -20,11 +20,11 @@ import (
 const AnyMethod = "*"
 
 // Default methods and ports of a rule that lists none (see airlock.NetRule):
-// DefaultPorts for a rule naming no scheme, the scheme's own port for one
+// 80 and 443 for a rule naming no scheme, the scheme's own port for one
 // that does.
 var (
-	DefaultMethods = []string{"GET", "HEAD"}
-	DefaultPorts   = []int{80, 443}
+	defaultMethods = []string{"GET", "HEAD"}
+	defaultPorts   = []int{80, 443}
 )
 
 // Policy decides which hosts, schemes, ports, methods and paths a job may
@@ -62,7 +62,7 @@ func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 		if wildcard && !strings.Contains(name, ".") {
 			return nil, jobs.Invalid("grants.net", "rule %d (%q): a wildcard needs at least two labels after \"*.\"", i, r.Host)
 		}
-		ru := rule{host: name, wildcard: wildcard, scheme: r.Scheme, methods: DefaultMethods, ports: DefaultPorts}
+		ru := rule{host: name, wildcard: wildcard, scheme: r.Scheme, methods: defaultMethods, ports: defaultPorts}
 		switch r.Scheme {
 		case "":
 		case "http":
