@@ -81,9 +81,14 @@ func TestRunFile(t *testing.T) {
 	assert.Equal(t, exitOK, code)
 	assert.Equal(t, "8\n", out)
 
-	_, errOut, code := run(t, "", "run", filepath.Join(dir, "x.unknown"))
+	unknown := filepath.Join(dir, "x.unknown")
+	require.NoError(t, os.WriteFile(unknown, []byte("data"), 0o644))
+	_, errOut, code := run(t, "", "run", unknown)
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "--kind")
+	_, errOut, code = run(t, "", "run", filepath.Join(dir, "missing.expr"))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "no such file")
 
 	_, _, code = run(t, "", "run")
 	assert.Equal(t, exitUsage, code)
@@ -237,4 +242,45 @@ func TestProgramExitStatus(t *testing.T) {
 	assert.Equal(t, 127, code, "a missing program is the shell's 127")
 	assert.Equal(t, exitFailed, programExit(-1))
 	assert.Equal(t, exitFailed, programExit(256))
+}
+
+// TestScriptFiles: a script file runs as a command job, placed in the
+// scratch and run by the interpreter its extension or #! line names; --file
+// places more files; what cannot be placed is one clear line.
+func TestScriptFiles(t *testing.T) {
+	needProcess(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+		return p
+	}
+	data := write("data.txt", "hello\n")
+	sh := write("s.sh", "echo \"args: $*\"; cat in/data.txt\n")
+	out, errOut, code := run(t, "", "run", "--tier", "process", "--file", data+":in/data.txt", sh, "--", "a", "b")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "args: a b\nhello\n", out)
+	py := write("s.py", "import sys\nprint(sys.argv[1:], open('data.txt').read().strip())\n")
+	out, errOut, code = run(t, "", "run", "--tier", "process", "--file", data, py, "--", "x")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "['x'] hello\n", out)
+	tool := write("tool", "#!/usr/bin/env sh\necho from the shebang\n")
+	out, errOut, code = run(t, "", "run", "--tier", "process", tool)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "from the shebang\n", out)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{data}, "cannot tell the kind"},
+		{[]string{"--file", filepath.Join(dir, "missing"), sh}, "--file"},
+		{[]string{"--file", write("bin.dat", "\xff\xfe\x00"), sh}, "not text"},
+		{[]string{"--file", data, "--file", data, sh}, "placed twice"},
+	} {
+		_, errOut, code := run(t, "", append([]string{"run", "--tier", "process"}, c.args...)...)
+		assert.Equal(t, exitUsage, code, "%v: %s", c.args, errOut)
+		assert.Contains(t, errOut, c.want)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	}
 }

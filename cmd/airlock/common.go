@@ -10,10 +10,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
@@ -70,6 +72,7 @@ type jobFlags struct {
 	net     stringList
 	secrets stringList
 	env     stringList
+	files   stringList
 	scratch int64
 	spawn   bool
 }
@@ -95,6 +98,32 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.BoolVar(&f.spawn, "allow-spawn", false, "let the program start other programs")
 	fs.Var(&f.secrets, "secret", "pass the environment variable `NAME` to the job as a secret (repeatable; its value is taken from this environment)")
 	fs.Var(&f.env, "env", "set `NAME=VALUE` in the program's environment (repeatable; recorded and replayed, unlike a secret)")
+	fs.Var(&f.files, "file", "place the local file `LOCAL[:PATH]` in the scratch directory at PATH (default: its base name; repeatable; text only)")
+}
+
+// placeFiles adds the --file files to the job.
+func (f *jobFlags) placeFiles(job *airlock.Job) error {
+	for _, spec := range f.files {
+		local, dest, ok := strings.Cut(spec, ":")
+		if !ok {
+			dest = filepath.Base(local)
+		}
+		data, err := os.ReadFile(local)
+		if err != nil {
+			return jobs.Invalid("--file", "%v", err)
+		}
+		if !utf8.Valid(data) {
+			return jobs.Invalid("--file", "%s is not text: files are placed as UTF-8 text", local)
+		}
+		if job.Files == nil {
+			job.Files = map[string]string{}
+		}
+		if _, dup := job.Files[dest]; dup {
+			return jobs.Invalid("--file", "%s is placed twice", dest)
+		}
+		job.Files[dest] = string(data)
+	}
+	return nil
 }
 
 // netRule parses an --allow-net value: HOST[:PORT][=METHOD,...].
@@ -217,6 +246,9 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 		job.Limits.Steps = f.steps
 	}
 	if err := f.permissions(job); err != nil {
+		return err
+	}
+	if err := f.placeFiles(job); err != nil {
 		return err
 	}
 	return f.resolveReads(job)

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
@@ -16,7 +19,8 @@ func init() {
 	register(&command{
 		name:    "run",
 		summary: "run a script, module, program or JSON job in the cheapest tier that holds",
-		usage: `run [flags] FILE [-- ARGS...]      run a .expr, .star or .wasm file (kind from the extension or --kind)
+		usage: `run [flags] FILE [-- ARGS...]      run a .expr, .star or .wasm file (kind from the extension or --kind),
+                                          or a script (.py, .sh, .js, ... or a #! line) placed in the scratch as a command job
        airlock run [flags] -- PROGRAM [ARGS...]  run a program (a command job)
        airlock run --json [FILE|-]               read a Job as JSON, write exactly one Result as JSON`,
 		run: runCmd,
@@ -95,6 +99,39 @@ var kindByExt = map[string]airlock.Kind{
 	".bzl": airlock.KindStarlark, ".wasm": airlock.KindWasm,
 }
 
+// interpreterByExt runs a script file as a command job: the file is placed
+// in the scratch directory and run by the interpreter its extension names
+// (or its #! line, which wins).
+var interpreterByExt = map[string]string{
+	".py": "python3", ".sh": "sh", ".bash": "bash", ".js": "node", ".rb": "ruby", ".pl": "perl",
+}
+
+// shebang returns the interpreter and its argument from a script's first
+// line ("#!/usr/bin/env python3" gives python3), or nil.
+func shebang(data []byte) []string {
+	if !bytes.HasPrefix(data, []byte("#!")) {
+		return nil
+	}
+	line, _, _ := bytes.Cut(data[2:], []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) > 1 && filepath.Base(f[0]) == "env" {
+		f = f[1:]
+		if len(f) > 1 && f[0] == "-S" {
+			f = f[1:]
+		}
+	}
+	return f
+}
+
+func knownScripts() string {
+	exts := make([]string, 0, len(interpreterByExt))
+	for e := range interpreterByExt {
+		exts = append(exts, e)
+	}
+	slices.Sort(exts)
+	return strings.Join(exts, " ")
+}
+
 func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 	var job airlock.Job
 	switch {
@@ -107,13 +144,6 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 		job.Argv = rest
 	default:
 		file := pos[0]
-		kind := airlock.Kind(jf.kind)
-		if kind == "" {
-			kind = kindByExt[strings.ToLower(filepath.Ext(file))]
-		}
-		if kind == "" {
-			return job, jobs.Invalid("kind", "cannot tell the kind of %q from its extension; use --kind", file)
-		}
 		var data []byte
 		var err error
 		if file == "-" {
@@ -126,13 +156,36 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 		if err != nil {
 			return job, jobs.Invalid("", "%v", err)
 		}
+		ext := strings.ToLower(filepath.Ext(file))
+		kind := airlock.Kind(jf.kind)
+		interp := shebang(data)
+		if interp == nil && interpreterByExt[ext] != "" {
+			interp = []string{interpreterByExt[ext]}
+		}
+		if kind == "" {
+			kind = kindByExt[ext]
+		}
+		if kind == "" && interp != nil {
+			kind = airlock.KindCommand
+		}
+		if kind == "" {
+			return job, jobs.Invalid("kind", "cannot tell the kind of %q from its extension or a #! line; use --kind", file)
+		}
 		job.Kind = kind
 		switch kind {
 		case airlock.KindWasm:
 			job.Module = data
 			job.Argv = rest // the tier supplies argv[0]
 		case airlock.KindCommand:
-			return job, jobs.Invalid("kind", "a command job takes its program after --, not a file")
+			if interp == nil || file == "-" {
+				return job, jobs.Invalid("kind", "a command job takes a script with a known extension (%s) or a #! line, or its program after --", knownScripts())
+			}
+			if !utf8.Valid(data) {
+				return job, jobs.Invalid("", "%s is not text; a script must be UTF-8", file)
+			}
+			name := filepath.Base(file)
+			job.Files = map[string]string{name: string(data)}
+			job.Argv = append(append(interp, name), rest...)
 		default:
 			job.Code = string(data)
 			if len(rest) > 0 {
