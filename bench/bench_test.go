@@ -314,6 +314,9 @@ func (p *poolTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
 	return airlock.Result{Value: 2}, nil
 }
 
+// PoolStats makes it an airlock.Pooler; the counts are not under test.
+func (p *poolTier) PoolStats() airlock.PoolStats { return airlock.PoolStats{} }
+
 func (p *poolTier) WaitWarm(ctx context.Context) error {
 	*p.waits++
 	for {
@@ -336,7 +339,7 @@ func TestWarmSettlesPool(t *testing.T) {
 	f := TierSource{Name: "bench-test-pool", New: func() (airlock.Tier, error) { return p, nil }}
 	target := tierTarget(f, p, airlock.KindExpr)
 	if target.Settle == nil {
-		t.Fatal("a Warmer tier got no Settle")
+		t.Fatal("a pooled tier got no Settle")
 	}
 	res := NewConfig().WithIterations(8).measure(context.Background(), target, "warm")
 	if res.Error != "" {
