@@ -34,9 +34,8 @@ func TestConformance(t *testing.T) {
 	before := runtime.NumGoroutine()
 	defer tiertest.NoGoroutineLeak(t, before)
 	tiertest.Suite{
-		Tier:     newTier(t),
-		SkipLeak: true,
-		OK:       job("result = sum([i*i for i in range(4)])"),
+		Tier: newTier(t),
+		OK:   job("result = sum([i*i for i in range(4)])"),
 		Check: func(t testing.TB, res airlock.Result) {
 			if res.Value != int64(14) {
 				t.Errorf("value %#v, want 14", res.Value)

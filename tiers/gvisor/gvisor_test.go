@@ -124,12 +124,10 @@ func suite(tier *Tier) tiertest.Suite {
 	}
 }
 
-// runSuite runs the conformance suite with its goroutine check done here
-// rather than in the suite's own subtest, whose goroutine the suite counts
-// as a leak (reported to the suite's owner).
+// runSuite runs the conformance suite, and checks once more that the tier
+// holds no more goroutines than before its first job.
 func runSuite(t *testing.T, tier *Tier) {
 	s := suite(tier)
-	s.SkipLeak = true
 	before := runtime.NumGoroutine()
 	s.Run(t)
 	tiertest.NoGoroutineLeak(t, before)

@@ -110,6 +110,9 @@ func (g *Guarded) Available() error { return probe() }
 // Admit admits what the language tier admits.
 func (g *Guarded) Admit(job airlock.Job) error {
 	err := g.inner.Admit(job)
+	if err == nil {
+		return nil // before errors.As, whose target escapes: no allocation
+	}
 	var na *airlock.NotAdmitted
 	if errors.As(err, &na) {
 		return &airlock.NotAdmitted{Tier: g.Name(), Reason: na.Reason}

@@ -99,9 +99,6 @@ func TestConformance(t *testing.T) {
 				Spin:  ptr(cmdJob("sh", "-c", "while :; do :; done")),
 				Flood: ptr(cmdJob("sh", "-c", "while :; do echo flooding flooding flooding; done")),
 				Env:   ptr(cmdJob("sh", "-c", "echo $"+tiertest.CanaryEnv+"; env")),
-				// The suite's own check counts the goroutine running it;
-				// the same check runs below from this goroutine instead.
-				SkipLeak: true,
 			}.Run(t)
 			// Close ends what lives as long as the tier (the /etc
 			// template's thread); nothing of the runs may be left.
