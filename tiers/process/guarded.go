@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/workerwire"
 	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
 )
 
@@ -263,7 +264,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	go func() {
 		defer w.errWG.Done()
 		out := bufio.NewReader(w.stdout)
-		if err := wk.ReadReady(out); err != nil {
+		if err := workerwire.ReadReady(out); err != nil {
 			ready <- fmt.Errorf("starting worker: not ready (%v)", err)
 			return
 		}
@@ -370,7 +371,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			return finish(fmt.Errorf("claiming worker: %w", err))
 		}
 	}
-	req, err := wk.AppendRequest(nil, limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), &job)
+	req, err := workerwire.AppendRequest(nil, limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), &job)
 	if err != nil {
 		return finish(jobs.Invalid("", "encoding job: %s", err.Error()))
 	}
@@ -419,7 +420,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	}
 	var inner airlock.Result
 	if err == nil {
-		inner, err = wk.ReadResult(w.out, wk.ResultLimit(prepared.Limits.OutputBytes))
+		inner, err = workerwire.ReadResult(w.out, workerwire.ResultLimit(prepared.Limits.OutputBytes))
 	}
 	if stop := gd.stopped(); stop != nil {
 		w.signalKill()

@@ -15,7 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/interp/expr"
-	wk "github.com/airlock-sandbox/airlock/tiers/process/worker"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/workerwire"
 	"github.com/airlock-sandbox/airlock/tiers/process/worker/exprworker"
 	"golang.org/x/sys/unix"
 )
@@ -86,7 +86,7 @@ func (m misbehaving) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 		wg.Wait()
 		return airlock.Result{Value: map[string]any{"threads": int64(len(tids)), "escapes": escapes}}, nil
 	case "linger": // a result, then no exit
-		frame, _ := wk.AppendResult(nil, &airlock.Result{Value: int64(7)})
+		frame, _ := workerwire.AppendResult(nil, &airlock.Result{Value: int64(7)})
 		_, _ = os.Stdout.Write(frame)
 		select {}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/workerwire"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,11 +81,11 @@ func warmUp(tier airlock.Tier, warmJob string) {
 	if err != nil {
 		return
 	}
-	frame, err := AppendRequest(nil, 1, 1, &job)
+	frame, err := workerwire.AppendRequest(nil, 1, 1, &job)
 	if err != nil {
 		return
 	}
-	req, err := ReadRequest(bytes.NewReader(frame))
+	req, err := workerwire.ReadRequest(bytes.NewReader(frame))
 	if err != nil {
 		return
 	}
@@ -96,10 +97,10 @@ func warmUp(tier airlock.Tier, warmJob string) {
 // clock and seed). A result that cannot be encoded is replaced by an
 // internal error saying why.
 func writeResult(w io.Writer, res airlock.Result) error {
-	frame, err := AppendResult(nil, &res)
+	frame, err := workerwire.AppendResult(nil, &res)
 	if err != nil {
 		res = airlock.Result{Error: &airlock.ErrorInfo{Kind: airlock.ErrInternal, Message: "encoding the result: " + err.Error()}}
-		if frame, err = AppendResult(nil, &res); err != nil {
+		if frame, err = workerwire.AppendResult(nil, &res); err != nil {
 			return err
 		}
 	}
@@ -159,10 +160,10 @@ func run(newTier func() airlock.Tier, warmJob string) int {
 		return fail(err)
 	}
 	warmUp(tier, warmJob)
-	if err := WriteReady(os.Stdout); err != nil {
+	if err := workerwire.WriteReady(os.Stdout); err != nil {
 		return fail(err)
 	}
-	req, err := ReadRequest(os.Stdin)
+	req, err := workerwire.ReadRequest(os.Stdin)
 	if err != nil {
 		return fail(err)
 	}

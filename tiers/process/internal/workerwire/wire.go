@@ -1,4 +1,6 @@
-package worker
+// Package workerwire is the wire between the process tier and a guarded
+// worker: one binary at both ends, so it is private to the tier.
+package workerwire
 
 import (
 	"bytes"
