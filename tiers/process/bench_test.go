@@ -162,9 +162,9 @@ func coldStartPaired(b *testing.B, idle time.Duration, variants ...string) {
 			if v.suffix != "" && !slices.Contains(variants, v.suffix) {
 				continue
 			}
-			tier := newTestTier(b, tc, v.cfg)
-			tier.spawn.off = v.direct
-			tier.cgMove = v.moved
+			cfg := v.cfg
+			cfg.directStarts, cfg.stageMove = v.direct, v.moved
+			tier := newTestTier(b, tc, cfg)
 			tiers = append(tiers, tier)
 			names = append(names, tc.name+v.suffix)
 			runs[tc.name+v.suffix] = func() error { _, err := tier.Run(context.Background(), job); return err }
@@ -326,8 +326,9 @@ func BenchmarkColdStartLargeCaller(b *testing.B) {
 	defer runtime.KeepAlive(ballast)
 	job := cmdJob("/bin/true")
 	viaSpawner := newTestTier(b, bothTiers[0], testConfig(b))
-	direct := newTestTier(b, bothTiers[0], testConfig(b))
-	direct.spawn.off = true
+	directCfg := testConfig(b)
+	directCfg.directStarts = true
+	direct := newTestTier(b, bothTiers[0], directCfg)
 	var ts, td []time.Duration
 	for b.Loop() {
 		for _, v := range []struct {

@@ -91,6 +91,7 @@ func NewGuarded(name string, cfg Config) (*Guarded, error) {
 		return nil, fmt.Errorf("guarded tier: no worker registered as %q", name)
 	}
 	g := &Guarded{name: name, inner: e.New(), cfg: cfg}
+	g.spawn.off = cfg.directStarts
 	size := cfg.poolSize
 	if size == 0 {
 		size = 2

@@ -95,7 +95,12 @@ func (m misbehaving) Run(ctx context.Context, job airlock.Job) (airlock.Result, 
 
 func newGuarded(t *testing.T, name string) *Guarded {
 	t.Helper()
-	g, err := NewGuarded(name, testConfig(t).WithPool(1))
+	return newGuardedFrom(t, name, testConfig(t).WithPool(1))
+}
+
+func newGuardedFrom(t *testing.T, name string, cfg Config) *Guarded {
+	t.Helper()
+	g, err := NewGuarded(name, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +142,9 @@ func TestGuardedContainsCrashes(t *testing.T) {
 	for _, direct := range []bool{false, true} {
 		t.Run(map[bool]string{false: "spawner", true: "direct"}[direct], func(t *testing.T) {
 			guardedCrashes(t, func(t *testing.T, name string) *Guarded {
-				g := newGuarded(t, name)
-				g.spawn.off = direct
-				return g
+				cfg := testConfig(t).WithPool(1)
+				cfg.directStarts = direct
+				return newGuardedFrom(t, name, cfg)
 			})
 		})
 	}

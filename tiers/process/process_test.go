@@ -472,8 +472,8 @@ func TestNoInheritedDescriptors(t *testing.T) {
 		for _, direct := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/direct=%v", tc.name, direct), func(t *testing.T) {
 				cfg := testConfig(t)
+				cfg.directStarts = direct
 				tier := newTestTier(t, tc, cfg)
-				tier.spawn.off = direct
 				res, err := tier.Run(context.Background(), cmdJob("sh", "-c", script))
 				if err != nil {
 					t.Fatalf("%v\n%s", err, res.Stderr)

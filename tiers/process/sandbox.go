@@ -319,7 +319,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 
 	// The stage joins (v1) or is born in (v2) a group it has before it
 	// starts, unless a test has the tier move it in.
-	own := ready != nil && !t.cgMove
+	own := ready != nil && !t.cfg.stageMove
 	if own {
 		for _, f := range ready.joinFiles() {
 			sb.joinFds = append(sb.joinFds, 3+len(extra))

@@ -270,7 +270,7 @@ type spawners struct {
 	mu     sync.Mutex
 	sp     *spawner
 	closed bool
-	off    bool // tests and benchmarks: start everything from this process
+	off    bool // Config.directStarts: start everything from this process
 }
 
 // get returns the running spawner, starting one from bin if there is none

@@ -197,8 +197,8 @@ func TestGuardedSpawner(t *testing.T) {
 // nothing behind.
 func TestContainerDirect(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.directStarts = true
 	tier := newTestTier(t, bothTiers[0], cfg)
-	tier.spawn.off = true
 	checkRuns(t, tier)
 	spin := cmdJob("sh", "-c", "while :; do :; done")
 	spin.Limits.WallMS = 300

@@ -36,6 +36,12 @@ type Config struct {
 	poolSize     int
 	egress       *egress.Config
 	stagePath    string
+	// Tests and benchmarks only, set before the tier is built:
+	// directStarts starts every container from this process, never
+	// through the spawner; stageMove moves every stage into its cgroup,
+	// as before stages joined or were born in theirs.
+	directStarts bool
+	stageMove    bool
 }
 
 // NewConfig returns the defaults: airlock's default limit policy, state
@@ -111,9 +117,6 @@ type Tier struct {
 	spawn spawners
 	// cgSpare is a cgroup made ahead for the next start.
 	cgSpare spareCgroup
-	// cgMove (tests and benchmarks): the tier moves every stage into its
-	// cgroup, as before stages joined or were born in theirs.
-	cgMove bool
 
 	// Used sandboxes are destroyed in the background, off the caller's
 	// path; Close waits for them and reports what failed.
@@ -144,6 +147,7 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 		return nil, fmt.Errorf("process tier: only the container tier has a pool")
 	}
 	t := &Tier{name: name, level: level, cfg: cfg, uids: sharedUIDs(cfg.uidBase, cfg.uidCount)}
+	t.spawn.off = cfg.directStarts
 	if cfg.stagePath != "" {
 		if _, err := os.Stat(cfg.stagePath); err != nil {
 			return nil, fmt.Errorf("process tier: %w: %v", errNoStage, err)
