@@ -228,7 +228,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	}
 	// Descriptors for the stage: spec, status, exe, scratch, binds; then
 	// its stdin, stdout and stderr.
-	extra := make([]*os.File, stage.FdBinds-3)
+	extra := newFdTable()
 	p, err := pipes(5)
 	if err != nil {
 		return nil, err
@@ -243,7 +243,9 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			f.Close()
 		}
 	}()
-	extra[stage.FdSpec-3], extra[stage.FdStatus-3], extra[stage.FdExe-3] = specR, statusW, exe
+	extra.set(stage.FdSpec, specR)
+	extra.set(stage.FdStatus, statusW)
+	extra.set(stage.FdExe, exe)
 
 	var base stage.BaseSpec
 	base.ScratchMB = o.scratchMB
@@ -269,7 +271,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			return nil, fmt.Errorf("starting sandbox: scratch: %w", err)
 		}
 		childEnds = append(childEnds, f)
-		extra[stage.FdScratch-3] = f
+		extra.set(stage.FdScratch, f)
 		base.HasScratch = true
 	}
 	if o.level == airlock.LevelContainer && !grantsUnderEtc(o.read) {
@@ -277,8 +279,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		// /etc itself.
 		if f, err := t.etc.clone(t.cfg.baseDir); err == nil {
 			childEnds = append(childEnds, f)
-			base.EtcFd = 3 + len(extra)
-			extra = append(extra, f)
+			base.EtcFd = extra.add(f)
 		}
 	}
 	for _, p := range o.read {
@@ -288,8 +289,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 		childEnds = append(childEnds, f)
 		st, _ := f.Stat()
-		base.Binds = append(base.Binds, stage.BindSpec{Target: p, Fd: 3 + len(extra), Dir: st != nil && st.IsDir()})
-		extra = append(extra, f)
+		base.Binds = append(base.Binds, stage.BindSpec{Target: p, Fd: extra.add(f), Dir: st != nil && st.IsDir()})
 	}
 	if o.egress && o.level == airlock.LevelContainer {
 		dir := t.egressDirFor(sb.name)
@@ -302,9 +302,8 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			return nil, fmt.Errorf("starting sandbox: egress directory: %w", err)
 		}
 		childEnds = append(childEnds, f)
-		base.Binds = append(base.Binds, stage.BindSpec{Target: sandboxEgressDir, Fd: 3 + len(extra), Dir: true})
+		base.Binds = append(base.Binds, stage.BindSpec{Target: sandboxEgressDir, Fd: extra.add(f), Dir: true})
 		base.Egress = true
-		extra = append(extra, f)
 		if bin.separate() {
 			// The forwarder is this binary (the small stage binary has no
 			// egress code); the stage executes it through this descriptor.
@@ -312,8 +311,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 			if err != nil {
 				return nil, fmt.Errorf("starting sandbox: %w", err)
 			}
-			base.ForwarderFd = 3 + len(extra)
-			extra = append(extra, self)
+			base.ForwarderFd = extra.add(self)
 		}
 	}
 
@@ -322,8 +320,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	own := ready != nil && !t.cfg.stageMove
 	if own {
 		for _, f := range ready.joinFiles() {
-			sb.joinFds = append(sb.joinFds, 3+len(extra))
-			extra = append(extra, f)
+			sb.joinFds = append(sb.joinFds, extra.add(f))
 		}
 		base.CgroupFds = sb.joinFds // a level-2 stage gets them in its job spec
 	}
@@ -335,7 +332,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		Stdin:      stdinR,
 		Stdout:     stdoutW,
 		Stderr:     stderrW,
-		ExtraFiles: extra,
+		ExtraFiles: extra.files,
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
 		},
@@ -652,4 +649,21 @@ func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
 			return
 		}
 	}
+}
+
+// fdTable is what a stage inherits beyond stdin, stdout and stderr: the
+// fixed descriptors the stage package numbers (stage.FdSpec ... up to
+// stage.FdBinds), then each added file at the next number, which add
+// returns for the stage's spec.
+type fdTable struct{ files []*os.File }
+
+func newFdTable() *fdTable { return &fdTable{files: make([]*os.File, stage.FdBinds-3)} }
+
+// set places f at the fixed descriptor fd.
+func (t *fdTable) set(fd int, f *os.File) { t.files[fd-3] = f }
+
+// add places f at the next descriptor and returns its number.
+func (t *fdTable) add(f *os.File) int {
+	t.files = append(t.files, f)
+	return 2 + len(t.files)
 }
