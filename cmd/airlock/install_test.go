@@ -64,10 +64,10 @@ func TestInstallAnywhere(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bare, "airlock"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat("/usr/local/lib/airlock"); err == nil {
-		t.Skip("an installation in /usr/local/lib/airlock would serve the bare copy")
-	}
-	env = append(env, "PATH=/usr/bin:/bin") // no runsc on a PATH either
+	// An empty tools directory named explicitly, so that no installation
+	// elsewhere on this machine (/usr/local/lib/airlock) serves the copy,
+	// and no runsc on a PATH either.
+	env = append(env, "AIRLOCK_TOOLS="+t.TempDir(), "PATH=/usr/bin:/bin")
 	out, err = run(filepath.Join(bare, "airlock"), "run", "--tier", "gvisor", "--", "true")
 	if err == nil || !strings.Contains(out, "make install PREFIX=") {
 		t.Errorf("a bare binary asked for gVisor: %v\n%s", err, out)
