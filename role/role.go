@@ -59,13 +59,7 @@ func Run(roles ...[]Role) {
 	if name == "" {
 		return
 	}
-	for _, rs := range roles {
-		for _, r := range rs {
-			if r.Name == name && (r.Wants == nil || r.Wants()) {
-				os.Exit(r.Main())
-			}
-		}
-	}
+	RunEarly(roles...)
 	prog := os.Args[0]
 	for i := len(prog) - 1; i >= 0; i-- {
 		if prog[i] == '/' {
