@@ -12,8 +12,11 @@
 package hostpath
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,4 +127,19 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// fileIdentity is a regular file's identity: id (its type, device and
+// inode), its size and the SHA-256 of its content, read from f, the file
+// p names, up to MaxContentDigest bytes.
+func fileIdentity(id, p string, f io.Reader) (string, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, MaxContentDigest+1))
+	if err != nil {
+		return "", err
+	}
+	if n > MaxContentDigest {
+		return "", fmt.Errorf("%s grew while it was read", p)
+	}
+	return fmt.Sprintf("file %s size %d sha256 %s", id, n, hex.EncodeToString(h.Sum(nil))), nil
 }

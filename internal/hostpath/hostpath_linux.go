@@ -1,11 +1,8 @@
 package hostpath
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,13 +104,5 @@ func Identity(p string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(f, MaxContentDigest+1))
-	if err != nil {
-		return "", err
-	}
-	if n > MaxContentDigest {
-		return "", fmt.Errorf("%s grew while it was read", p)
-	}
-	return fmt.Sprintf("file %s size %d sha256 %s", id, n, hex.EncodeToString(h.Sum(nil))), nil
+	return fileIdentity(id, p, f)
 }
