@@ -52,15 +52,19 @@ type Job struct {
 	// Env is the program's environment, name to value, for wasm jobs. It is
 	// part of the job like argv (recorded, replayed, approved) and grants
 	// nothing: credentials belong in Grants.Secrets.
-	Env       map[string]string `json:"env,omitempty"`
-	Grants    Grants            `json:"grants,omitzero"`
-	Limits    Limits            `json:"limits,omitzero"`
-	Clock     time.Time         `json:"clock,omitzero"`
-	Seed      uint64            `json:"seed,omitempty"`
-	Situation Situation         `json:"situation,omitempty"`
-	Lifecycle Lifecycle         `json:"lifecycle,omitempty"`
-	Session   string            `json:"session,omitempty"`
-	Tier      string            `json:"tier,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// Image is the environment a command job runs in: a name from the
+	// operator's catalogue ("python", "minimal"), an OCI reference pinned by
+	// digest, or empty for the operator's default (see package image).
+	Image     string    `json:"image,omitempty"`
+	Grants    Grants    `json:"grants,omitzero"`
+	Limits    Limits    `json:"limits,omitzero"`
+	Clock     time.Time `json:"clock,omitzero"`
+	Seed      uint64    `json:"seed,omitempty"`
+	Situation Situation `json:"situation,omitempty"`
+	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
+	Session   string    `json:"session,omitempty"`
+	Tier      string    `json:"tier,omitempty"`
 }
 
 // Grants are the capabilities a job may use. Each class is withheld unless

@@ -19,7 +19,10 @@ type Result struct {
 	Usage    Usage      `json:"usage,omitzero"`
 	Clock    time.Time  `json:"clock,omitzero"`
 	Seed     uint64     `json:"seed,omitempty"`
-	Decision []string   `json:"decision,omitempty"`
+	// Image is the digest of the image a command job ran in ("host" for
+	// the host view); replaying a job pins it.
+	Image    string   `json:"image,omitempty"`
+	Decision []string `json:"decision,omitempty"`
 }
 
 // Stop says why a run was stopped before it finished.

@@ -56,6 +56,7 @@ func TestDigestCoversEveryField(t *testing.T) {
 		"fs read":       func(j *airlock.Job) { j.Grants.FS.Read = []string{"/etc"} },
 		"secret value":  func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"TOKEN": "b"} },
 		"env":           func(j *airlock.Job) { j.Env = map[string]string{"MODE": "a"} },
+		"image":         func(j *airlock.Job) { j.Image = "python" },
 		"env or secret": func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"MODE": "a"} },
 		"limits":        func(j *airlock.Job) { j.Limits.WallMS = 2000 },
 		"situation":     func(j *airlock.Job) { j.Situation = airlock.SituationInternal },

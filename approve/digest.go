@@ -140,6 +140,10 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 			c.str("value", job.Env[n])
 		}
 	}
+	if job.Image != "" {
+		// Present only when named, as env above.
+		c.str("image", job.Image)
+	}
 	g := &job.Grants
 	c.strs("fs.read", g.FS.Read)
 	if len(g.FS.Read) > 0 {

@@ -26,6 +26,7 @@ type Display struct {
 	Situation string         `json:"situation"` // "public" when the job names none, as the router reads it
 	Lifecycle string         `json:"lifecycle"` // "ephemeral" when the job names none
 	Session   string         `json:"session,omitempty"`
+	Image     string         `json:"image,omitempty"` // empty: the operator's default image
 	Code      string         `json:"code,omitempty"`
 	Module    *Content       `json:"module,omitempty"` // always summarised
 	Entry     string         `json:"entry,omitempty"`
@@ -299,6 +300,7 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		Situation: d.line("situation", string(or(job.Situation, airlock.SituationPublic))),
 		Lifecycle: d.line("lifecycle", string(or(job.Lifecycle, airlock.LifecycleEphemeral))),
 		Session:   d.line("session", job.Session),
+		Image:     d.line("image", job.Image),
 		Code:      d.text("code", job.Code),
 		Entry:     d.line("entry", job.Entry),
 		Limits:    job.Limits,

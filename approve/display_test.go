@@ -217,7 +217,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 
 	// A field added to Job must be shown (or be known not to be read by a
 	// person): add it to DisplayOf, then here.
-	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true, "Env": true,
+	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true, "Env": true, "Image": true,
 		"Grants": true, "Limits": true, "Situation": true, "Lifecycle": true, "Session": true,
 		"Tier": true, "Clock": true, "Seed": true} // Tier: the routed tier is shown; clock and seed are chosen per run
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[airlock.Job]()) {

@@ -1,0 +1,100 @@
+// Package image gives command jobs their environment: OCI images, verified
+// and unpacked once into a content-addressed store, used read-only as the
+// root of every OS tier's sandbox.
+//
+// A job names an image in Job.Image: a name from the operator's catalogue
+// ("python", "minimal", or one the operator adds), an OCI reference pinned
+// by digest ("registry.example/team/tool@sha256:…"), or empty for the
+// operator's default. The tiers ask a Resolver for the unpacked image and
+// hold it until their sandbox is gone, so the store never evicts an image in
+// use.
+package image
+
+import (
+	"context"
+	"strings"
+)
+
+// Host names the host's own software as a sandbox's root (the view the
+// tiers had before images): /usr and the top-level links into it, read-only.
+// It is for internal tooling, and a Resolver offers it only where the
+// operator enables it.
+const Host = "host"
+
+// Image is an unpacked image, ready to be a sandbox's root.
+type Image struct {
+	// Ref is what the job asked for ("python", a pinned reference), after
+	// the default was applied.
+	Ref string
+	// Digest identifies what runs: the manifest's "sha256:…" digest, or
+	// Host for the host view.
+	Digest string
+	// Root is the unpacked root filesystem. It belongs to the store: never
+	// written, and valid until the release function Acquire returned runs.
+	// Empty for the host view.
+	Root string
+	// Config is what of the image's configuration a sandbox applies.
+	Config Config
+}
+
+// IsHost reports whether img is the host view rather than an image.
+func (img *Image) IsHost() bool { return img == nil || img.Digest == Host }
+
+// Config is the part of an OCI image configuration a sandbox applies, where
+// it does not widen a grant: the environment, the working directory and the
+// user (mapped to the sandbox's unprivileged uid).
+type Config struct {
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+}
+
+// Getenv returns the value of name in the image's environment.
+func (c Config) Getenv(name string) (string, bool) {
+	for _, kv := range c.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// Resolver turns a job's image field into an unpacked image. The tiers take
+// one in their configuration; a tier without one runs the host view.
+type Resolver interface {
+	// Acquire resolves ref ("" for the default image) and returns the
+	// unpacked image, pulling and unpacking it first if needed. The image
+	// stays in the store until release is called (release is safe to call
+	// more than once). The error is *Error for a reference that is invalid,
+	// unknown or not allowed.
+	Acquire(ctx context.Context, ref string) (img *Image, release func(), err error)
+	// Derive returns a directory holding an artefact built from img (a
+	// tier's disk image, say), named by kind, building it with build on
+	// first use: build fills dir, which becomes the artefact only when
+	// build returns nil, so an interrupted build leaves nothing behind.
+	// Concurrent calls for one image and kind build once. The artefact is
+	// removed with the image.
+	Derive(ctx context.Context, img *Image, kind string, build func(dir string) error) (string, error)
+}
+
+// Error is an image that cannot be used: a reference that is malformed,
+// unknown, not pinned, not allowed, or whose content fails verification.
+// Invalid is true when the job is at fault (a bad or unknown reference) and
+// false when the store is (a corrupt blob, a full disk).
+type Error struct {
+	Ref     string
+	Invalid bool
+	Err     error
+}
+
+func (e *Error) Error() string {
+	ref := e.Ref
+	if ref == "" {
+		ref = "(default)"
+	}
+	return "image " + ref + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
