@@ -1,0 +1,1004 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"golang.org/x/sys/unix"
+)
+
+// Store is a content-addressed image store in one directory, shared safely
+// by the processes that open it. Its layout:
+//
+//	lock                 serialises the names table, eviction and clean-up
+//	names.json           catalogue names and pulled references → digest
+//	locks/<hex>          serialises the unpack (and derives) of one image
+//	images/<hex>/        one image, by manifest digest: image.json (its
+//	                     configuration and size; its mtime is the last use),
+//	                     root/ (the unpacked root), derived/<kind>/
+//	tmp/                 work in progress, renamed into place when complete
+//
+// Every image, artefact and table is built under tmp/ and renamed into
+// place only when whole, so an interrupted pull, unpack or derive leaves
+// nothing that a later run uses; Open removes what such a run left in tmp/.
+// An Acquire holds a shared lock on the image's image.json until released;
+// eviction and Remove take it exclusively and skip (or refuse) a held image,
+// in this process or another.
+type Store struct {
+	dir  string
+	opts Options
+
+	mu      sync.Mutex
+	flights map[string]*flight
+
+	unpacks atomic.Int64 // images unpacked, for tests
+	builds  atomic.Int64 // artefacts derived, for tests
+}
+
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+var _ Resolver = (*Store)(nil)
+
+// Open opens (creating it if needed) the store in dir and removes what an
+// interrupted run left in it.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	for _, d := range []string{"", "tmp", "locks", "images"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	s := &Store{dir: dir, opts: opts, flights: map[string]*flight{}}
+	unlock, err := s.lockStore()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	s.cleanTmp()
+	return s, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) defaultRef() string {
+	if s.opts.Default != "" {
+		return s.opts.Default
+	}
+	return DefaultName
+}
+
+func (s *Store) emit(ev Event) {
+	if s.opts.Progress != nil {
+		s.opts.Progress(ev)
+	}
+}
+
+// Acquire implements Resolver: ref is a catalogue name, a reference pinned
+// by digest (pulled if the store lacks it), a tagged reference where
+// Options.AllowTags, Host where Options.AllowHost, or "" for the default.
+func (s *Store) Acquire(ctx context.Context, ref string) (*Image, func(), error) {
+	if ref == "" {
+		ref = s.defaultRef()
+	}
+	if ref == Host {
+		if !s.opts.AllowHost {
+			return nil, nil, &Error{Ref: ref, Invalid: true, Err: errors.New("the host view is not enabled")}
+		}
+		return &Image{Ref: Host, Digest: Host}, func() {}, nil
+	}
+	for attempt := 0; ; attempt++ {
+		digest, err := s.resolve(ctx, ref)
+		if err != nil {
+			return nil, nil, wrap(ref, err)
+		}
+		img, release, err := s.hold(ref, digest)
+		if errors.Is(err, errGone) && attempt < 3 {
+			continue // evicted or removed between resolving and holding
+		}
+		if err != nil {
+			return nil, nil, wrap(ref, err)
+		}
+		s.evict()
+		return img, release, nil
+	}
+}
+
+var (
+	errGone    = errors.New("not in the store")
+	errInvalid = errors.New("invalid")
+	nameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	kindRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+)
+
+// isName reports whether ref is a catalogue name rather than a registry
+// reference: a name has no '/', ':' or '@'.
+func isName(ref string) bool { return !strings.ContainsAny(ref, "/:@") }
+
+func invalidf(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, a...)...)
+}
+
+// wrap makes err an *Error about ref, Invalid when the image or the
+// reference is at fault rather than the store.
+func wrap(ref string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	invalid := errors.Is(err, errInvalid) || errors.Is(err, errHostile) || errors.Is(err, errTooLarge)
+	msg := err.Error()
+	if errors.Is(err, errInvalid) {
+		msg = strings.TrimPrefix(msg, errInvalid.Error()+": ")
+		err = errors.New(msg)
+	}
+	return &Error{Ref: ref, Invalid: invalid, Err: err}
+}
+
+func (s *Store) resolve(ctx context.Context, ref string) (string, error) {
+	tbl, err := s.readTable()
+	if err != nil {
+		return "", err
+	}
+	if d, ok := tbl.Names[ref]; ok {
+		if !s.has(d) {
+			return "", fmt.Errorf("named %s but missing from the store; import it again", d)
+		}
+		return d, nil
+	}
+	if isName(ref) {
+		return "", invalidf("unknown image name")
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", invalidf("malformed reference: %v", err)
+	}
+	if dr, ok := r.(name.Digest); ok {
+		if s.has(dr.DigestStr()) {
+			return dr.DigestStr(), nil
+		}
+		if d, ok := tbl.Refs[ref]; ok && s.has(d) {
+			return d, nil
+		}
+	} else if !s.opts.AllowTags {
+		return "", invalidf("not pinned by digest (name@sha256:…)")
+	}
+	return s.pull(ctx, ref, r)
+}
+
+func hexOf(digest string) (string, bool) {
+	h, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(h) != 64 {
+		return "", false
+	}
+	if _, err := hex.DecodeString(h); err != nil || strings.ToLower(h) != h {
+		return "", false
+	}
+	return h, true
+}
+
+func (s *Store) imageDir(digest string) string {
+	h, _ := hexOf(digest)
+	return filepath.Join(s.dir, "images", h)
+}
+
+func (s *Store) has(digest string) bool {
+	if _, ok := hexOf(digest); !ok {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(s.imageDir(digest), "image.json"))
+	return err == nil
+}
+
+// meta is an image's image.json.
+type meta struct {
+	Digest string `json:"digest"`
+	Config Config `json:"config"`
+	Size   int64  `json:"size"`
+}
+
+// hold locks the image shared, so no eviction or Remove takes it, and
+// records the use.
+func (s *Store) hold(ref, digest string) (*Image, func(), error) {
+	if _, ok := hexOf(digest); !ok {
+		return nil, nil, errGone
+	}
+	p := filepath.Join(s.imageDir(digest), "image.json")
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, errGone
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("locking: %w", err)
+	}
+	// Locked: check it was not moved away before the lock was taken.
+	fi, err1 := f.Stat()
+	pi, err2 := os.Stat(p)
+	if err1 != nil || err2 != nil || !os.SameFile(fi, pi) {
+		f.Close()
+		return nil, nil, errGone
+	}
+	var m meta
+	if err := json.NewDecoder(f).Decode(&m); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("reading image.json: %w", err)
+	}
+	now := time.Now()
+	os.Chtimes(p, now, now)
+	var once sync.Once
+	release := func() { once.Do(func() { f.Close() }) }
+	return &Image{Ref: ref, Digest: digest, Root: filepath.Join(s.imageDir(digest), "root"), Config: m.Config}, release, nil
+}
+
+// Pull fetches ref from its registry (linux/amd64 from an index) and
+// unpacks it, returning the manifest's digest. A tag without a digest is
+// refused unless Options.AllowTags.
+func (s *Store) Pull(ctx context.Context, ref string) (string, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil || isName(ref) {
+		return "", &Error{Ref: ref, Invalid: true, Err: errors.New("malformed reference")}
+	}
+	if _, ok := r.(name.Digest); !ok && !s.opts.AllowTags {
+		return "", &Error{Ref: ref, Invalid: true, Err: errors.New("not pinned by digest (name@sha256:…)")}
+	}
+	d, err := s.pull(ctx, ref, r)
+	if err != nil {
+		return "", wrap(ref, err)
+	}
+	s.evict()
+	return d, nil
+}
+
+var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+
+func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (string, error) {
+	s.emit(Event{Image: ref, Phase: "pull"})
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64)}
+	if s.opts.Keychain != nil {
+		opts = append(opts, remote.WithAuthFromKeychain(s.opts.Keychain))
+	} else {
+		opts = append(opts, remote.WithAuth(authn.Anonymous))
+	}
+	desc, err := remote.Get(r, opts...)
+	if err != nil {
+		var te *transport.Error
+		if errors.As(err, &te) && (te.StatusCode == 404 || te.StatusCode == 401 || te.StatusCode == 403) {
+			return "", invalidf("not found in the registry (%d)", te.StatusCode)
+		}
+		return "", fmt.Errorf("pulling: %w", err)
+	}
+	want := ""
+	var img v1.Image
+	if desc.MediaType.IsIndex() {
+		idx, err := desc.ImageIndex()
+		if err != nil {
+			return "", fmt.Errorf("pulling: %w", err)
+		}
+		img, want, err = selectImage(idx, 0)
+		if err != nil {
+			return "", err
+		}
+	} else {
+		if img, err = desc.Image(); err != nil {
+			return "", fmt.Errorf("pulling: %w", err)
+		}
+		want = desc.Digest.String()
+	}
+	digest, err := s.ensure(ctx, ref, img, want)
+	if err != nil {
+		return "", err
+	}
+	err = s.updateTable(func(t *table) bool {
+		if t.Refs[ref] == digest {
+			return false
+		}
+		t.Refs[ref] = digest
+		return true
+	})
+	return digest, err
+}
+
+// selectImage picks the linux/amd64 image of an index (or its only image).
+func selectImage(idx v1.ImageIndex, depth int) (v1.Image, string, error) {
+	if depth > 4 {
+		return nil, "", invalidf("indexes nested too deep")
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading index: %w", err)
+	}
+	var pick *v1.Descriptor
+	for i := range im.Manifests {
+		d := &im.Manifests[i]
+		if !d.MediaType.IsImage() && !d.MediaType.IsIndex() {
+			continue
+		}
+		if d.Platform != nil && d.Platform.OS == amd64.OS && d.Platform.Architecture == amd64.Architecture {
+			pick = d
+			break
+		}
+		if d.Platform == nil && pick == nil {
+			pick = d
+		}
+	}
+	if pick == nil {
+		return nil, "", invalidf("no linux/amd64 image in the index")
+	}
+	if pick.MediaType.IsIndex() {
+		child, err := idx.ImageIndex(pick.Digest)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading index: %w", err)
+		}
+		return selectImage(child, depth+1)
+	}
+	img, err := idx.Image(pick.Digest)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading image: %w", err)
+	}
+	return img, pick.Digest.String(), nil
+}
+
+// once runs fn once per key among the concurrent callers of this process;
+// the file locks taken inside fn do the same across processes.
+func (s *Store) once(ctx context.Context, key string, fn func() error) error {
+	s.mu.Lock()
+	if f, ok := s.flights[key]; ok {
+		s.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flights[key] = f
+	s.mu.Unlock()
+	f.err = fn()
+	s.mu.Lock()
+	delete(s.flights, key)
+	s.mu.Unlock()
+	close(f.done)
+	return f.err
+}
+
+// ensure unpacks img into the store unless it is there, verifying its
+// manifest against want (when known), its config against the manifest, and
+// every layer against both.
+func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want string) (string, error) {
+	raw, err := img.RawManifest()
+	if err != nil {
+		return "", fmt.Errorf("reading manifest: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	if want != "" && want != digest {
+		return "", fmt.Errorf("manifest digest mismatch: got %s, want %s", digest, want)
+	}
+	err = s.once(ctx, digest, func() error {
+		lock, err := lockFile(filepath.Join(s.dir, "locks", digest[7:]), unix.LOCK_EX)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
+		if s.has(digest) {
+			return nil
+		}
+		return s.unpack(ctx, label, digest, raw, img)
+	})
+	return digest, err
+}
+
+func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, img v1.Image) error {
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("parsing manifest: %w", err)
+	}
+	cfgRaw, err := img.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	if sum := sha256.Sum256(cfgRaw); "sha256:"+hex.EncodeToString(sum[:]) != m.Config.Digest.String() {
+		return fmt.Errorf("config blob %s: digest mismatch (corrupt blob)", m.Config.Digest)
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(cfgRaw))
+	if err != nil {
+		return fmt.Errorf("parsing config: %w", err)
+	}
+	if (cfg.OS != "" && cfg.OS != amd64.OS) || (cfg.Architecture != "" && cfg.Architecture != amd64.Architecture) {
+		return invalidf("built for %s/%s, not linux/amd64", cfg.OS, cfg.Architecture)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("reading layers: %w", err)
+	}
+	if len(layers) != len(m.Layers) || len(cfg.RootFS.DiffIDs) != len(m.Layers) {
+		return fmt.Errorf("manifest has %d layers, config %d", len(m.Layers), len(cfg.RootFS.DiffIDs))
+	}
+
+	tmp, done, err := s.tempDir()
+	if err != nil {
+		return err
+	}
+	defer done()
+	root := filepath.Join(tmp, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return err
+	}
+	u, err := newUnpacker(root, s.opts.MaxBytes)
+	if err != nil {
+		return err
+	}
+	defer u.close()
+	var total int64
+	for _, d := range m.Layers {
+		total += d.Size
+	}
+	p := &progress{s: s, ev: Event{Image: label, Phase: "unpack", Layers: len(layers), Total: total}}
+	stream := s.opts.MaxBytes
+	for i, l := range layers {
+		p.ev.Layer = i + 1
+		n, err := s.applyLayer(ctx, u, l, m.Layers[i], cfg.RootFS.DiffIDs[i], stream, p)
+		if err != nil {
+			return fmt.Errorf("layer %d (%s): %w", i+1, m.Layers[i].Digest, err)
+		}
+		stream -= n
+	}
+	size, err := du(root)
+	if err != nil {
+		return err
+	}
+	c := Config{Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User, Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
+	js, _ := json.Marshal(meta{Digest: digest, Config: c, Size: size})
+	if err := os.WriteFile(filepath.Join(tmp, "image.json"), js, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, s.imageDir(digest)); err != nil {
+		return fmt.Errorf("placing image: %w", err)
+	}
+	s.unpacks.Add(1)
+	p.ev.Phase, p.ev.Done = "done", total
+	s.emit(p.ev)
+	return nil
+}
+
+type progress struct {
+	s    *Store
+	ev   Event
+	last int64
+}
+
+func (p *progress) add(n int64) {
+	p.ev.Done += n
+	if p.ev.Done-p.last >= 1<<20 || p.ev.Done == p.ev.Total {
+		p.last = p.ev.Done
+		p.s.emit(p.ev)
+	}
+}
+
+// applyLayer verifies and unpacks one layer, returning the uncompressed
+// bytes read. stream caps those.
+func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1.Descriptor, diffID v1.Hash, stream int64, p *progress) (int64, error) {
+	rc, err := l.Compressed()
+	if err != nil {
+		return 0, fmt.Errorf("opening blob: %w", err)
+	}
+	defer rc.Close()
+	ch := sha256.New()
+	limit := desc.Size
+	if limit <= 0 {
+		limit = s.opts.MaxBytes
+	}
+	craw := &meter{ctx: ctx, r: rc, limit: limit, over: errors.New("blob longer than its descriptor (corrupt blob)"), p: p}
+	cr := io.TeeReader(craw, ch)
+	dec, err := decompress(cr)
+	if err != nil {
+		return 0, s.blobError(err, craw, ch, desc)
+	}
+	uh := sha256.New()
+	um := &meter{ctx: ctx, r: dec, limit: stream, over: fmt.Errorf("%w: uncompressed image exceeds the size cap of %d bytes", errTooLarge, s.opts.MaxBytes)}
+	ur := io.TeeReader(um, uh)
+	err = u.apply(ur)
+	if err == nil {
+		// What follows the tar's end is part of the digest.
+		_, err = io.Copy(io.Discard, ur)
+	}
+	if err != nil {
+		if errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return um.n, err
+		}
+		return um.n, s.blobError(err, craw, ch, desc)
+	}
+	if err := s.blobError(nil, craw, ch, desc); err != nil {
+		return um.n, err
+	}
+	if got := "sha256:" + hex.EncodeToString(uh.Sum(nil)); got != diffID.String() {
+		return um.n, fmt.Errorf("uncompressed digest %s does not match the config's %s (corrupt blob)", got, diffID)
+	}
+	return um.n, nil
+}
+
+// blobError drains the compressed stream and explains a failure by its
+// length and digest: a truncated or corrupt blob, or else err.
+func (s *Store) blobError(err error, m *meter, h interface{ Sum([]byte) []byte }, desc v1.Descriptor) error {
+	_, derr := io.Copy(io.Discard, io.TeeReader(m, h.(io.Writer)))
+	if errors.Is(derr, context.Canceled) || errors.Is(derr, context.DeadlineExceeded) {
+		return derr
+	}
+	if desc.Size > 0 && m.n < desc.Size {
+		return fmt.Errorf("truncated blob (%d of %d bytes)", m.n, desc.Size)
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != desc.Digest.String() {
+		return fmt.Errorf("digest mismatch: got %s (corrupt blob)", got)
+	}
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return fmt.Errorf("reading blob: %w", err)
+	}
+	return nil
+}
+
+// meter counts what is read, fails past limit and when ctx ends.
+type meter struct {
+	ctx   context.Context
+	r     io.Reader
+	n     int64
+	limit int64
+	over  error
+	p     *progress
+}
+
+func (m *meter) Read(b []byte) (int, error) {
+	if err := m.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if m.n > m.limit {
+		return 0, m.over
+	}
+	if room := m.limit - m.n + 1; int64(len(b)) > room {
+		b = b[:room]
+	}
+	k, err := m.r.Read(b)
+	m.n += int64(k)
+	if m.p != nil {
+		m.p.add(int64(k))
+	}
+	if m.n > m.limit {
+		return k, m.over
+	}
+	return k, err
+}
+
+// du is the size of the regular files and links under dir.
+func du(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Derive implements Resolver: the artefact lives in the image's directory
+// and goes with it.
+func (s *Store) Derive(ctx context.Context, img *Image, kind string, build func(dir string) error) (string, error) {
+	if img == nil || img.IsHost() {
+		return "", &Error{Ref: Host, Err: errors.New("the host view has no derived artefacts")}
+	}
+	if !kindRE.MatchString(kind) {
+		return "", &Error{Ref: img.Ref, Err: fmt.Errorf("malformed artefact kind %q", kind)}
+	}
+	if !s.has(img.Digest) {
+		return "", &Error{Ref: img.Ref, Err: errGone}
+	}
+	out := filepath.Join(s.imageDir(img.Digest), "derived", kind)
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	err := s.once(ctx, img.Digest+"/"+kind, func() error {
+		lock, err := lockFile(filepath.Join(s.dir, "locks", img.Digest[7:]+"."+kind), unix.LOCK_EX)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
+		if _, err := os.Stat(out); err == nil {
+			return nil
+		}
+		tmp, done, err := s.tempDir()
+		if err != nil {
+			return err
+		}
+		defer done()
+		s.emit(Event{Image: img.Ref, Phase: "derive"})
+		if err := build(tmp); err != nil {
+			return fmt.Errorf("deriving %s: %w", kind, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, out); err != nil {
+			return fmt.Errorf("placing %s: %w", kind, err)
+		}
+		s.builds.Add(1)
+		return nil
+	})
+	if err != nil {
+		return "", wrap(img.Ref, err)
+	}
+	return out, nil
+}
+
+// table is names.json.
+type table struct {
+	Names map[string]string `json:"names"`
+	Refs  map[string]string `json:"refs"`
+}
+
+func (s *Store) readTable() (table, error) {
+	t := table{Names: map[string]string{}, Refs: map[string]string{}}
+	b, err := os.ReadFile(filepath.Join(s.dir, "names.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return t, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &t)
+	}
+	if err != nil {
+		return t, fmt.Errorf("reading names table: %w", err)
+	}
+	if t.Names == nil {
+		t.Names = map[string]string{}
+	}
+	if t.Refs == nil {
+		t.Refs = map[string]string{}
+	}
+	return t, nil
+}
+
+// updateTable changes the names table under the store lock; change reports
+// whether it changed anything.
+func (s *Store) updateTable(change func(*table) bool) error {
+	unlock, err := s.lockStore()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	t, err := s.readTable()
+	if err != nil {
+		return err
+	}
+	if !change(&t) {
+		return nil
+	}
+	return s.writeTable(t)
+}
+
+// writeTable replaces names.json whole; the caller holds the store lock.
+func (s *Store) writeTable(t table) error {
+	b, _ := json.MarshalIndent(t, "", "  ")
+	tmp := filepath.Join(s.dir, "tmp", "names-"+randHex())
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("writing names table: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, "names.json")); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing names table: %w", err)
+	}
+	return nil
+}
+
+func randHex() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func lockFile(path string, how int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return f, nil
+}
+
+// lockStore takes the store-wide lock.
+func (s *Store) lockStore() (func(), error) {
+	f, err := lockFile(filepath.Join(s.dir, "lock"), unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// tempDir makes a directory under tmp/ that clean-up leaves alone while
+// this process holds its lock file.
+func (s *Store) tempDir() (string, func(), error) {
+	unlock, err := s.lockStore()
+	if err != nil {
+		return "", nil, err
+	}
+	defer unlock()
+	dir := filepath.Join(s.dir, "tmp", randHex())
+	lock, err := lockFile(dir+".lock", unix.LOCK_EX)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		lock.Close()
+		os.Remove(dir + ".lock")
+		return "", nil, err
+	}
+	return dir, func() {
+		os.RemoveAll(dir)
+		os.Remove(dir + ".lock")
+		lock.Close()
+	}, nil
+}
+
+// cleanTmp removes what no live tempDir owns; the caller holds the store
+// lock.
+func (s *Store) cleanTmp() {
+	tmp := filepath.Join(s.dir, "tmp")
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasSuffix(n, ".lock") {
+			if _, err := os.Lstat(filepath.Join(tmp, strings.TrimSuffix(n, ".lock"))); err == nil {
+				continue // handled with its directory
+			}
+			n = strings.TrimSuffix(n, ".lock")
+		}
+		p := filepath.Join(tmp, n)
+		if f, err := os.OpenFile(p+".lock", os.O_RDWR, 0); err == nil {
+			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+				f.Close()
+				continue // in use
+			}
+			os.RemoveAll(p)
+			os.Remove(p + ".lock")
+			f.Close()
+			continue
+		}
+		os.RemoveAll(p)
+	}
+}
+
+// Import adds the image in src under name: an OCI image layout directory,
+// or a tarball of one, or a docker-archive (as docker save writes). It
+// returns the image's digest. The name then resolves to this digest, and
+// the image is evicted only by Remove.
+func (s *Store) Import(ctx context.Context, name, src string) (string, error) {
+	if !nameRE.MatchString(name) || name == Host {
+		return "", &Error{Ref: name, Invalid: true, Err: errors.New("malformed name (lower-case letters, digits, '.', '_', '-')")}
+	}
+	d, err := s.importFrom(ctx, name, src)
+	if err != nil {
+		return "", wrap(name, err)
+	}
+	err = s.updateTable(func(t *table) bool {
+		t.Names[name] = d
+		return true
+	})
+	if err != nil {
+		return "", wrap(name, err)
+	}
+	s.evict()
+	return d, nil
+}
+
+// Remove drops a name, or every name and reference of a digest, and the
+// image once nothing names it. It refuses while the image is held.
+func (s *Store) Remove(ctx context.Context, nameOrDigest string) error {
+	unlock, err := s.lockStore()
+	if err != nil {
+		return wrap(nameOrDigest, err)
+	}
+	defer unlock()
+	t, err := s.readTable()
+	if err != nil {
+		return wrap(nameOrDigest, err)
+	}
+	digest, named := t.Names[nameOrDigest]
+	if !named {
+		if _, ok := hexOf(nameOrDigest); ok && s.has(nameOrDigest) {
+			digest = nameOrDigest
+		} else if d, ok := t.Refs[nameOrDigest]; ok {
+			digest = d
+		} else {
+			return &Error{Ref: nameOrDigest, Invalid: true, Err: errors.New("not in the store")}
+		}
+	}
+	keep := false
+	if named {
+		for n, d := range t.Names {
+			keep = keep || (d == digest && n != nameOrDigest)
+		}
+	}
+	if !keep && s.has(digest) {
+		if err := s.removeImage(digest); err != nil {
+			return &Error{Ref: nameOrDigest, Err: err}
+		}
+	}
+	if named {
+		delete(t.Names, nameOrDigest)
+	}
+	if !keep {
+		dropDigest(&t, digest)
+	}
+	if err := s.writeTable(t); err != nil {
+		return wrap(nameOrDigest, err)
+	}
+	return nil
+}
+
+func dropDigest(t *table, digest string) {
+	for n, d := range t.Names {
+		if d == digest {
+			delete(t.Names, n)
+		}
+	}
+	for r, d := range t.Refs {
+		if d == digest {
+			delete(t.Refs, r)
+		}
+	}
+}
+
+// removeImage moves an image out of images/ and deletes it, unless an
+// Acquire holds it; the caller holds the store lock.
+func (s *Store) removeImage(digest string) error {
+	dir := s.imageDir(digest)
+	f, err := os.Open(filepath.Join(dir, "image.json"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return errors.New("in use")
+	}
+	trash := filepath.Join(s.dir, "tmp", "gone-"+randHex())
+	if err := os.Rename(dir, trash); err != nil {
+		return err
+	}
+	os.RemoveAll(trash)
+	return nil
+}
+
+// List describes the images in the store.
+func (s *Store) List() ([]Info, error) {
+	t, err := s.readTable()
+	if err != nil {
+		return nil, err
+	}
+	return s.list(t)
+}
+
+func (s *Store) list(t table) ([]Info, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "images"))
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	var out []Info
+	for _, e := range ents {
+		digest := "sha256:" + e.Name()
+		dir := filepath.Join(s.dir, "images", e.Name())
+		f, err := os.Open(filepath.Join(dir, "image.json"))
+		if err != nil {
+			continue
+		}
+		var m meta
+		err = json.NewDecoder(f).Decode(&m)
+		fi, _ := f.Stat()
+		held := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+		f.Close()
+		if err != nil {
+			continue
+		}
+		info := Info{Digest: digest, Size: m.Size, LastUse: fi.ModTime(), Held: held}
+		if n, err := du(filepath.Join(dir, "derived")); err == nil {
+			info.Size += n
+		}
+		for n, d := range t.Names {
+			if d == digest {
+				info.Names = append(info.Names, n)
+			}
+		}
+		for r, d := range t.Refs {
+			if d == digest {
+				info.Refs = append(info.Refs, r)
+			}
+		}
+		sort.Strings(info.Names)
+		sort.Strings(info.Refs)
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LastUse.After(out[j].LastUse) })
+	return out, nil
+}
+
+// evict removes the least recently used images that have no name and no
+// holder until the store is within MaxBytes.
+func (s *Store) evict() {
+	unlock, err := s.lockStore()
+	if err != nil {
+		return
+	}
+	defer unlock()
+	t, err := s.readTable()
+	if err != nil {
+		return
+	}
+	infos, err := s.list(t)
+	if err != nil {
+		return
+	}
+	var total int64
+	for _, in := range infos {
+		total += in.Size
+	}
+	changed := false
+	for i := len(infos) - 1; i >= 0 && total > s.opts.MaxBytes; i-- {
+		in := infos[i]
+		if len(in.Names) > 0 || in.Held {
+			continue
+		}
+		if s.removeImage(in.Digest) == nil {
+			total -= in.Size
+			dropDigest(&t, in.Digest)
+			changed = true
+		}
+	}
+	if changed {
+		s.writeTable(t)
+	}
+}

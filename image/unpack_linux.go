@@ -1,0 +1,321 @@
+package image
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The unpacker applies layers to a root it opened itself. Every path is
+// resolved one component at a time from the root's descriptor with
+// O_NOFOLLOW, so no entry (a "..", an absolute name, a name through a
+// symlink an earlier entry made) reaches outside the root: a symlink on the
+// way is refused, never followed. Only regular files, directories, symlinks
+// and hard links to files already in the root are made; device nodes and
+// fifos are dropped; set-id and sticky bits, owners and xattrs are not
+// applied.
+
+// errTooLarge and errHostile mark refusals that are the image's fault.
+var (
+	errTooLarge = errors.New("too large")
+	errHostile  = errors.New("refused entry")
+)
+
+type unpacker struct {
+	root    int   // the root directory's descriptor
+	budget  int64 // bytes the image may still write
+	entries int   // entries left before the image is refused
+	// layer holds the paths written by the layer being applied, which an
+	// opaque marker of the same layer must keep.
+	layer map[string]bool
+}
+
+// maxEntries bounds the entries of one image, so a stream of empty
+// headers cannot run for ever within the byte budget.
+const maxEntries = 4 << 20
+
+func newUnpacker(root string, budget int64) (*unpacker, error) {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening root: %w", err)
+	}
+	return &unpacker{root: fd, budget: budget, entries: maxEntries}, nil
+}
+
+func (u *unpacker) close() { unix.Close(u.root) }
+
+// apply unpacks one uncompressed layer.
+func (u *unpacker) apply(r io.Reader) error {
+	u.layer = map[string]bool{}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading layer: %w", err)
+		}
+		if u.entries--; u.entries < 0 {
+			return fmt.Errorf("%w: more than %d entries", errTooLarge, maxEntries)
+		}
+		if err := u.entry(hdr, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// clean turns an entry name into components below the root. Absolute names
+// are taken relative to the root; a ".." component is refused rather than
+// guessed at.
+func clean(name string) ([]string, error) {
+	var parts []string
+	for _, p := range strings.Split(name, "/") {
+		switch p {
+		case "", ".":
+			continue
+		case "..":
+			return nil, fmt.Errorf("%w %q: path escapes the root", errHostile, name)
+		}
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+// parent opens the directory holding parts' last component, creating
+// missing directories, and never following a symlink.
+func (u *unpacker) parent(name string, parts []string, create bool) (int, error) {
+	fd, err := unix.Dup(u.root)
+	if err != nil {
+		return -1, err
+	}
+	for _, p := range parts[:len(parts)-1] {
+		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.ENOENT && create {
+			if err = unix.Mkdirat(fd, p, 0o755); err == nil || err == unix.EEXIST {
+				next, err = unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			}
+		}
+		unix.Close(fd)
+		if err == unix.ELOOP || err == unix.ENOTDIR {
+			return -1, fmt.Errorf("%w %q: path through a symlink or a file", errHostile, name)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("entry %q: %w", name, err)
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
+	parts, err := clean(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if len(parts) == 0 {
+		return nil // the root itself keeps the store's mode
+	}
+	base := parts[len(parts)-1]
+	key := strings.Join(parts, "/")
+
+	// Whiteouts remove what lower layers made.
+	if base == ".wh..wh..opq" {
+		dir, err := u.parent(hdr.Name, parts, true)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dir)
+		return u.opaque(dir, strings.Join(parts[:len(parts)-1], "/"))
+	}
+	if strings.HasPrefix(base, ".wh.") {
+		dir, err := u.parent(hdr.Name, parts, false)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dir)
+		return removeAt(dir, strings.TrimPrefix(base, ".wh."))
+	}
+
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+	default:
+		return nil // devices, fifos, and extended headers: dropped
+	}
+	dir, err := u.parent(hdr.Name, parts, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	for i := range parts {
+		u.layer[strings.Join(parts[:i+1], "/")] = true
+	}
+	// Only the permission bits are kept: never set-id or sticky bits.
+	perm := uint32(hdr.Mode) & 0o777
+
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if err := removeAt(dir, base); err != nil {
+				return err
+			}
+		}
+		if err := unix.Mkdirat(dir, base, 0o700); err != nil && err != unix.EEXIST {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		fd, err := unix.Openat(dir, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		// The store must be able to fill and remove every directory.
+		err = unix.Fchmod(fd, perm|0o700)
+		unix.Close(fd)
+		return err
+
+	case tar.TypeReg, tar.TypeRegA:
+		if hdr.Size < 0 || hdr.Size > u.budget {
+			return fmt.Errorf("%w: entry %q of %d bytes exceeds the size cap", errTooLarge, hdr.Name, hdr.Size)
+		}
+		if err := removeAt(dir, base); err != nil {
+			return err
+		}
+		fd, err := unix.Openat(dir, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		f := os.NewFile(uintptr(fd), base)
+		n, err := io.Copy(f, io.LimitReader(r, hdr.Size))
+		u.budget -= n
+		if err == nil && n != hdr.Size {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil {
+			err = f.Chmod(os.FileMode(perm))
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		return nil
+
+	case tar.TypeSymlink:
+		if err := removeAt(dir, base); err != nil {
+			return err
+		}
+		// The target is stored as written: it is resolved only inside the
+		// sandbox, whose root this is.
+		if err := unix.Symlinkat(hdr.Linkname, dir, base); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		return nil
+
+	case tar.TypeLink:
+		tparts, err := clean(hdr.Linkname)
+		if err != nil || len(tparts) == 0 {
+			return fmt.Errorf("%w %q: hard link to %q outside the root", errHostile, hdr.Name, hdr.Linkname)
+		}
+		tdir, err := u.parent(hdr.Linkname, tparts, false)
+		if err != nil {
+			if errors.Is(err, errHostile) || errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("%w %q: hard link to %q, not a file in the image", errHostile, hdr.Name, hdr.Linkname)
+			}
+			return err
+		}
+		defer unix.Close(tdir)
+		tbase := tparts[len(tparts)-1]
+		var st unix.Stat_t
+		if err := unix.Fstatat(tdir, tbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("%w %q: hard link to %q, not a file in the image", errHostile, hdr.Name, hdr.Linkname)
+		}
+		if strings.Join(tparts, "/") == key {
+			return nil
+		}
+		if err := removeAt(dir, base); err != nil {
+			return err
+		}
+		// Flags 0: linkat never follows a symlink in the last component.
+		if err := unix.Linkat(tdir, tbase, dir, base, 0); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// opaque empties the directory dir (at key) of what lower layers made.
+func (u *unpacker) opaque(dir int, key string) error {
+	names, err := readDirNames(dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		k := n
+		if key != "" {
+			k = key + "/" + n
+		}
+		if u.layer[k] {
+			continue
+		}
+		if err := removeAt(dir, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readDirNames(dir int) ([]string, error) {
+	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), ".")
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// removeAt removes name in dir, a directory with everything below it,
+// never following a symlink. A missing name is not an error.
+func removeAt(dir int, name string) error {
+	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+		return fmt.Errorf("%w: whiteout of %q", errHostile, name)
+	}
+	err := unix.Unlinkat(dir, name, 0)
+	if err == nil || err == unix.ENOENT {
+		return nil
+	}
+	if err != unix.EISDIR && err != unix.EPERM {
+		return fmt.Errorf("removing %q: %w", name, err)
+	}
+	sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("removing %q: %w", name, err)
+	}
+	unix.Fchmod(sub, 0o700)
+	names, err := readDirNames(sub)
+	if err == nil {
+		for _, n := range names {
+			if err = removeAt(sub, n); err != nil {
+				break
+			}
+		}
+	}
+	unix.Close(sub)
+	if err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(dir, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+		return fmt.Errorf("removing %q: %w", name, err)
+	}
+	return nil
+}
