@@ -176,6 +176,12 @@ func (s *Store) resolve(ctx context.Context, ref string) (string, error) {
 		}
 		return d, nil
 	}
+	if _, ok := hexOf(ref); ok {
+		if s.has(ref) {
+			return ref, nil
+		}
+		return "", invalidf("unknown digest (name it with its repository to pull it)")
+	}
 	if isName(ref) {
 		return "", invalidf("unknown image name")
 	}
