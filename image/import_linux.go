@@ -54,6 +54,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 		if err != nil {
 			return "", err
 		}
+		defer dec.Close()
 		if err := u.apply(&meter{ctx: ctx, r: dec, limit: s.opts.MaxBytes, over: fmt.Errorf("%w: archive exceeds the size cap", errTooLarge)}); err != nil {
 			return "", fmt.Errorf("reading OCI layout archive: %w", err)
 		}
@@ -92,6 +93,7 @@ func tarKind(src string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer dec.Close()
 	tr := tar.NewReader(dec)
 	docker := false
 	for {
@@ -118,7 +120,7 @@ func tarKind(src string) (string, error) {
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
 // decompress picks gzip, zstd or none by the stream's first bytes.
-func decompress(r io.Reader) (io.Reader, error) {
+func decompress(r io.Reader) (io.ReadCloser, error) {
 	br := bufio.NewReader(r)
 	head, err := br.Peek(4)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -134,5 +136,5 @@ func decompress(r io.Reader) (io.Reader, error) {
 		}
 		return d.IOReadCloser(), nil
 	}
-	return br, nil
+	return io.NopCloser(br), nil
 }

@@ -118,7 +118,7 @@ func (s *Store) Acquire(ctx context.Context, ref string) (*Image, func(), error)
 		return &Image{Ref: Host, Digest: Host}, func() {}, nil
 	}
 	for attempt := 0; ; attempt++ {
-		digest, err := s.resolve(ctx, ref)
+		digest, pulled, err := s.resolve(ctx, ref)
 		if err != nil {
 			return nil, nil, wrap(ref, err)
 		}
@@ -129,7 +129,9 @@ func (s *Store) Acquire(ctx context.Context, ref string) (*Image, func(), error)
 		if err != nil {
 			return nil, nil, wrap(ref, err)
 		}
-		s.evict()
+		if pulled {
+			s.evict() // after hold, so the image just pulled stays
+		}
 		return img, release, nil
 	}
 }
@@ -165,41 +167,43 @@ func wrap(ref string, err error) error {
 	return &Error{Ref: ref, Invalid: invalid, Err: err}
 }
 
-func (s *Store) resolve(ctx context.Context, ref string) (string, error) {
+// resolve returns ref's digest, pulling the image if the store lacks it.
+func (s *Store) resolve(ctx context.Context, ref string) (digest string, pulled bool, err error) {
 	tbl, err := s.readTable()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if d, ok := tbl.Names[ref]; ok {
 		if !s.has(d) {
-			return "", fmt.Errorf("named %s but missing from the store; import it again", d)
+			return "", false, fmt.Errorf("named %s but missing from the store; import it again", d)
 		}
-		return d, nil
+		return d, false, nil
 	}
 	if _, ok := hexOf(ref); ok {
 		if s.has(ref) {
-			return ref, nil
+			return ref, false, nil
 		}
-		return "", invalidf("unknown digest (name it with its repository to pull it)")
+		return "", false, invalidf("unknown digest (name it with its repository to pull it)")
 	}
 	if isName(ref) {
-		return "", invalidf("unknown image name")
+		return "", false, invalidf("unknown image name")
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return "", invalidf("malformed reference: %v", err)
+		return "", false, invalidf("malformed reference: %v", err)
 	}
 	if dr, ok := r.(name.Digest); ok {
 		if s.has(dr.DigestStr()) {
-			return dr.DigestStr(), nil
+			return dr.DigestStr(), false, nil
 		}
 		if d, ok := tbl.Refs[ref]; ok && s.has(d) {
-			return d, nil
+			return d, false, nil
 		}
 	} else if !s.opts.AllowTags {
-		return "", invalidf("not pinned by digest (name@sha256:…)")
+		return "", false, invalidf("not pinned by digest (name@sha256:…)")
 	}
-	return s.pull(ctx, ref, r)
+	d, err := s.pull(ctx, ref, r)
+	return d, err == nil, err
 }
 
 func hexOf(digest string) (string, bool) {
@@ -493,6 +497,14 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), js, 0o644); err != nil {
 		return err
 	}
+	// A directory without image.json is no image (an artefact's directory
+	// made as the image went): it must not block the new one.
+	if _, err := os.Lstat(s.imageDir(digest)); err == nil {
+		if err := os.Rename(s.imageDir(digest), filepath.Join(s.dir, "tmp", "gone-"+randHex())); err != nil {
+			return fmt.Errorf("placing image: %w", err)
+		}
+		s.cleanGone()
+	}
 	if err := os.Rename(tmp, s.imageDir(digest)); err != nil {
 		return fmt.Errorf("placing image: %w", err)
 	}
@@ -535,6 +547,7 @@ func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1
 	if err != nil {
 		return 0, s.blobError(err, craw, ch, desc)
 	}
+	defer dec.Close()
 	uh := sha256.New()
 	um := &meter{ctx: ctx, r: dec, limit: stream, over: fmt.Errorf("%w: uncompressed image exceeds the size cap of %d bytes", errTooLarge, s.opts.MaxBytes)}
 	ur := io.TeeReader(um, uh)
@@ -662,7 +675,8 @@ func (s *Store) Derive(ctx context.Context, img *Image, kind string, build func(
 		if err := build(tmp); err != nil {
 			return fmt.Errorf("deriving %s: %w", kind, err)
 		}
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		// Mkdir, not MkdirAll: an image removed meanwhile is not made again.
+		if err := os.Mkdir(filepath.Dir(out), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 		if err := os.Rename(tmp, out); err != nil {
@@ -916,8 +930,19 @@ func (s *Store) removeImage(digest string) error {
 	if err := os.Rename(dir, trash); err != nil {
 		return err
 	}
+	f.Close()
 	os.RemoveAll(trash)
 	return nil
+}
+
+// cleanGone removes what was moved to tmp/ to be deleted.
+func (s *Store) cleanGone() {
+	ents, _ := os.ReadDir(filepath.Join(s.dir, "tmp"))
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "gone-") {
+			os.RemoveAll(filepath.Join(s.dir, "tmp", e.Name()))
+		}
+	}
 }
 
 // List describes the images in the store.

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -48,13 +49,15 @@ func bigFile(name string, n int64) ent {
 	return ent{name: name, typ: tar.TypeReg, mode: 0o644, size: n}
 }
 
+var layerTime = time.Unix(1700000000, 0)
+
 // tarBytes writes entries as a tar stream. An entry with size and no body
 // gets only its header, as a hostile stream would.
 func tarBytes(t testing.TB, ents ...ent) []byte {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range ents {
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), Format: tar.FormatPAX}
+		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), ModTime: layerTime, Format: tar.FormatPAX}
 		if e.typ != tar.TypeReg {
 			h.Size = 0
 		}
@@ -231,7 +234,9 @@ func goodImage(t testing.TB, marker string) v1.Image {
 }
 
 func TestImportLayoutAndAcquire(t *testing.T) {
-	f := newFixture(t, Options{})
+	var mu sync.Mutex
+	var events []Event
+	f := newFixture(t, Options{Progress: func(ev Event) { mu.Lock(); events = append(events, ev); mu.Unlock() }})
 	img := goodImage(t, "alpha")
 	d, err := f.importImage("python", img)
 	if err != nil {
@@ -247,6 +252,14 @@ func TestImportLayoutAndAcquire(t *testing.T) {
 	if s := readFile(t, got.Root, "etc/os-release"); s != "ID=alpha\n" {
 		t.Errorf("os-release %q", s)
 	}
+	if fi, err := os.Stat(filepath.Join(got.Root, "etc/os-release")); err != nil || !fi.ModTime().Equal(layerTime) {
+		t.Errorf("os-release mtime not kept: %v", fi.ModTime())
+	}
+	mu.Lock()
+	if n := len(events); n == 0 || events[n-1].Phase != "done" || events[n-1].Done != events[n-1].Total || events[0].Layers != 1 {
+		t.Errorf("progress events %+v", events)
+	}
+	mu.Unlock()
 	if l, err := os.Readlink(filepath.Join(got.Root, "bin")); err != nil || l != "usr/bin" {
 		t.Errorf("bin link %q %v", l, err)
 	}
@@ -573,13 +586,23 @@ func TestPullPinnedConcurrentOnce(t *testing.T) {
 	img := goodImage(t, "pulled")
 	repo := serve(t, map[string]v1.Image{"v1": img})
 	ref := repo + "@" + digestOf(t, img)
+	// A second Store over the directory stands for another process: only
+	// the file locks keep the two from unpacking twice.
+	other, err := Open(f.s.dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	for range 8 {
+	for i := range 8 {
+		s := f.s
+		if i%2 == 1 {
+			s = other
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, rel, err := f.s.Acquire(context.Background(), ref)
+			got, rel, err := s.Acquire(context.Background(), ref)
 			if err == nil {
 				if got.Digest != digestOf(t, img) {
 					err = fmt.Errorf("digest %s", got.Digest)
@@ -596,7 +619,7 @@ func TestPullPinnedConcurrentOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := f.s.unpacks.Load(); n != 1 {
+	if n := f.s.unpacks.Load() + other.unpacks.Load(); n != 1 {
 		t.Errorf("unpacked %d times, want 1", n)
 	}
 	got, _ := f.acquire(ref)
@@ -605,7 +628,7 @@ func TestPullPinnedConcurrentOnce(t *testing.T) {
 	}
 
 	// A tag is refused unless allowed.
-	_, _, err := f.s.Acquire(context.Background(), repo+":v1")
+	_, _, err = f.s.Acquire(context.Background(), repo+":v1")
 	imageError(t, err, true, "not pinned by digest")
 	_, err = f.s.Pull(context.Background(), repo+":v1")
 	imageError(t, err, true, "not pinned by digest")

@@ -207,6 +207,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
+		u.touch(dir, base, hdr)
 		return nil
 
 	case tar.TypeSymlink:
@@ -218,6 +219,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if err := unix.Symlinkat(hdr.Linkname, dir, base); err != nil {
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
+		u.touch(dir, base, hdr)
 		return nil
 
 	case tar.TypeLink:
@@ -251,6 +253,16 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return nil
 	}
 	return nil
+}
+
+// touch keeps the entry's modification time (Python, for one, checks its
+// compiled files against their sources' times).
+func (u *unpacker) touch(dir int, base string, hdr *tar.Header) {
+	if hdr.ModTime.IsZero() {
+		return
+	}
+	ts := unix.NsecToTimespec(hdr.ModTime.UnixNano())
+	unix.UtimesNanoAt(dir, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // opaque empties the directory dir (at key) of what lower layers made.
