@@ -425,6 +425,7 @@ func TestHostile(t *testing.T) {
 			absent(t, root, "fifo")
 			readFile(t, root, "ok")
 		}},
+		{name: "long-name", ents: []ent{file(strings.Repeat("a/", 3000)+"x", "x")}, refuse: "bytes", invalid: true},
 		{name: "sparse-10G", ents: []ent{bigFile("big", 10<<30)}, refuse: "too large", invalid: true},
 		{name: "file-replaces-symlink", ents: []ent{symlink("t", canary+"/keep"), file("t", "mine")}, check: func(t *testing.T, root string) {
 			if s := readFile(t, root, "t"); s != "mine" {

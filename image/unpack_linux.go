@@ -74,6 +74,11 @@ func (u *unpacker) apply(r io.Reader) error {
 // are taken relative to the root; a ".." component is refused rather than
 // guessed at.
 func clean(name string) ([]string, error) {
+	// Longer names are not usable by path on Linux, and deep trees would
+	// make every later entry's walk slow.
+	if len(name) >= unix.PathMax {
+		return nil, fmt.Errorf("%w: a name of %d bytes", errHostile, len(name))
+	}
 	var parts []string
 	for _, p := range strings.Split(name, "/") {
 		switch p {
@@ -216,6 +221,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		// The target is stored as written: it is resolved only inside the
 		// sandbox, whose root this is.
+		if len(hdr.Linkname) >= unix.PathMax {
+			return fmt.Errorf("%w %q: a link target of %d bytes", errHostile, hdr.Name, len(hdr.Linkname))
+		}
 		if err := unix.Symlinkat(hdr.Linkname, dir, base); err != nil {
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
