@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/compression"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -841,4 +843,32 @@ func (f *fixture) importImageCtx(ctx context.Context, name string, img v1.Image)
 		f.t.Fatal(err)
 	}
 	return f.s.Import(ctx, name, src)
+}
+
+func TestZstdAndUncompressedLayers(t *testing.T) {
+	f := newFixture(t, Options{})
+	b1 := tarBytes(t, file("z/one", "zstd"))
+	zl, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b1)), nil },
+		tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mt, _ := zl.MediaType(); mt != types.OCILayerZStd {
+		t.Fatalf("media type %s", mt)
+	}
+	plain := static.NewLayer(tarBytes(t, file("z/three", "plain")), types.OCIUncompressedLayer)
+	img := imageOf(t, nil, zl, layerOf(t, file("z/two", "gzip")), plain)
+	if _, err := f.importImage("z", img); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := f.acquire("z")
+	if s := readFile(t, got.Root, "z/one"); s != "zstd" {
+		t.Errorf("z/one %q", s)
+	}
+	if s := readFile(t, got.Root, "z/two"); s != "gzip" {
+		t.Errorf("z/two %q", s)
+	}
+	if s := readFile(t, got.Root, "z/three"); s != "plain" {
+		t.Errorf("z/three %q", s)
+	}
 }
