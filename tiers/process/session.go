@@ -36,8 +36,8 @@ type Session struct {
 	// resolver).
 	img          *image.Image
 	releaseImage func()
-	timer  *time.Timer
-	ttl    time.Duration
+	timer        *time.Timer
+	ttl          time.Duration
 }
 
 var _ airlock.SessionTier = (*Tier)(nil)
