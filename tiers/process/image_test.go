@@ -20,7 +20,7 @@ import (
 // is an unprivileged uid on the host, which must search the image's root
 // to mount it; the directories above it do not matter (the root reaches
 // the stage as a descriptor).
-func busyboxImage(t *testing.T, marker string) string {
+func busyboxImage(t testing.TB, marker string) string {
 	t.Helper()
 	root := imagetest.Busybox(t, marker)
 	if err := os.Chmod(root, 0o755); err != nil {
