@@ -142,6 +142,22 @@ func TestImageRoot(t *testing.T) {
 			}
 		}
 	}
+
+	// A bare program name is looked up in the image's PATH, and runs from
+	// an image directory the host view has no rule for.
+	root := busyboxImage(t, "tools-marker")
+	if err := os.MkdirAll(filepath.Join(root, "opt", "tools"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "opt", "tools", "hello"), []byte("#!/bin/sh\necho hello-from-opt\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools := r.Add("tools", root, image.Config{Env: []string{"PATH=/opt/tools:/bin"}})
+	job = cmdJob("hello")
+	job.Image = "tools"
+	if res := mustRun(t, tier, job); res.Stdout != "hello-from-opt\n" || res.Image != tools.Digest {
+		t.Errorf("a program on the image's PATH: %q (exit %d, stderr %q)", res.Stdout, res.ExitCode, res.Stderr)
+	}
 	closeReleased(t, tier, cfg, r)
 }
 

@@ -198,9 +198,10 @@ var imageHidden = map[string]bool{"dev": true, "proc": true, "sys": true, "tmp":
 // mount points of what buildRoot mounts (/dev, /proc, /scratch, /tmp, the
 // granted paths) and /etc's synthesised files — over the image (the
 // parent's detached, read-only clone of it). One overlay mount rather than
-// a bind per top-level entry: it costs the same start-up (one mount
-// against a handful of binds), the image's /etc merges with the
-// synthesised files without a mount per entry, and a granted path's mount
+// a bind per top-level entry: measured in a user namespace, the overlay
+// costs ≈ 0.14 ms and a bind ≈ 0.03 ms, so a Debian root's ten top-level
+// directories cost twice as much bound; the image's /etc merges with the
+// synthesised files without a mount per entry; and a granted path's mount
 // point can be made inside an image directory, which a read-only bind
 // could not take. Nothing of the host's /usr or /etc is in it.
 func imageRoot(r string, base *BaseSpec) (string, []string, error) {

@@ -144,7 +144,13 @@ func containerStage() int {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fail(fmt.Errorf("cgroup namespace: %w", err))
 	}
-	prog, err := lookProgramPath(job.Argv[0], job.Env)
+	// In an image, a bare name is looked up in the image's PATH (the
+	// tier sets one); the host view looks in the fixed directories.
+	lookup := lookProgram
+	if lay.image {
+		lookup = func(name string) (string, error) { return lookProgramPath(name, job.Env) }
+	}
+	prog, err := lookup(job.Argv[0])
 	if err != nil {
 		_ = enc.send(Status{Error: err.Error(), NotFound: true})
 		return 0
