@@ -15,7 +15,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/internal/tools"
@@ -569,4 +571,58 @@ func BenchmarkEgress(b *testing.B) {
 	b.Run("curl-sandbox", func(b *testing.B) {
 		medianReport(b, timed(run(egresstest.ShellJob("curl -sf -o /dev/null http://origin.test:"+o.Port+"/", rule))))
 	})
+}
+
+// BenchmarkColdStartImage starts /bin/true cold in the host view and in
+// a busybox image (imagetest.Busybox), interleaved in a new random order
+// each round, each start after every clean-up and 5 ms of idle, and
+// reports the ratio of the medians (image/host). The image's root costs
+// the start an open_tree of it in the parent and an overlay mount in the
+// stage, against the host view's binds of /usr and the /etc template; the
+// programs differ too (busybox is static, the host's true is not).
+func BenchmarkColdStartImage(b *testing.B) {
+	r := imagetest.New(b)
+	r.Add("busybox", busyboxImage(b, "bench"), image.Config{})
+	host := newTestTier(b, bothTiers[0], testConfig(b))
+	img := newTestTier(b, bothTiers[0], testConfig(b).WithImages(r))
+	job := cmdJob("/bin/true")
+	tiers := map[string]*Tier{"host": host, "image": img}
+	for name, tier := range tiers { // untimed: each tier's first start (spawner, templates)
+		if _, err := tier.Run(context.Background(), job); err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+	}
+	names := []string{"host", "image"}
+	times := map[string][]time.Duration{}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for b.Loop() {
+		order := slices.Clone(names)
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, name := range order {
+			b.StopTimer()
+			host.cleanups.Wait()
+			img.cleanups.Wait()
+			time.Sleep(5 * time.Millisecond)
+			b.StartTimer()
+			start := time.Now()
+			res, err := tiers[name].Run(context.Background(), job)
+			times[name] = append(times[name], time.Since(start))
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			if err != nil {
+				b.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+	m := medians{"host": median(times["host"]), "image": median(times["image"])}
+	if sb, err := discoverStage(); err == nil && sb.separate() {
+		b.Logf("stage binary: %s", sb.path)
+	} else if err == nil {
+		b.Logf("stage binary: this test binary re-executed (%s)", sb.why)
+	}
+	m.ratios(b, "host")
+	if m["host"] > 0 {
+		b.ReportMetric(float64(m["image"])/float64(m["host"]), "image/host")
+	}
 }

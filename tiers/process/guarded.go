@@ -146,7 +146,7 @@ func (g *Guarded) WaitWarm(ctx context.Context) error {
 		}
 		return errors.New("warming workers: tier closed")
 	}
-	return waitPool(ctx, workers)
+	return waitPool(ctx, workers, poolKey{})
 }
 
 var _ airlock.Pooler = (*Guarded)(nil)
@@ -172,7 +172,7 @@ func (g *Guarded) workers() *warmpool.Pool[poolKey, *worker] {
 		// A used worker exits after writing its result, and the goroutine
 		// that learns of that then destroys it (one that would not is
 		// killed by its guard's last tick, or in Run before there is one).
-		g.pool = newPool(g.size, g.startWorker, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy,
+		g.pool = newPool(poolKey{}, g.size, func(ctx context.Context, _ poolKey) (*worker, error) { return g.startWorker(ctx) }, func(w *worker) bool { return !exitedCh(w.waitCh) }, (*worker).destroy,
 			func(w *worker, f func()) { w.whenExited(f) })
 	}
 	return g.pool

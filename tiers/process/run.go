@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
@@ -47,6 +48,33 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			return finish(jobs.Invalid("grants.fs.read", "%v", err))
 		}
 	}
+	// The image (the host view without a resolver): a session's, held for
+	// its life, or acquired here and held by the sandbox that runs the
+	// job (a pooled one holds its own).
+	var (
+		img          *image.Image
+		releaseImage func()
+	)
+	if t.images != nil {
+		if sess != nil {
+			img, err = sess.imageFor(ctx, job.Image)
+		} else if img, releaseImage, err = t.images.Acquire(ctx, job.Image); err != nil {
+			err = imageError(err)
+		}
+		if err != nil {
+			return finish(err)
+		}
+		res.Image = img.Digest
+		defer func() {
+			if releaseImage != nil {
+				releaseImage()
+			}
+		}()
+	}
+	key := poolKey{}
+	if img != nil {
+		key.digest = img.Digest
+	}
 	scratchMB := job.Grants.FS.ScratchMB
 	if scratchMB == 0 {
 		scratchMB = DefaultScratchMB
@@ -56,9 +84,9 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	defer cancel()
 
 	var sb *sandbox
-	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 {
+	if def, known := t.knownDefault(); t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && known && key == def {
 		var ok bool
-		if sb, ok = t.pool.Claim(poolKey{}, nil); ok {
+		if sb, ok = t.pool.Claim(key, nil); ok {
 			sb.pooled = true
 			// The claiming job's limits are bound here (unless the sandbox
 			// already has them). One that cannot take them — v1 refuses a
@@ -74,10 +102,12 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 				}
 			}
 		}
-		defer t.pool.Done(poolKey{}) // the replacement starts once the job is over
+		defer t.pool.Done(key) // the replacement starts once the job is over
 	}
 	if sb == nil {
-		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read, egress: len(job.Grants.Net) > 0}
+		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read, egress: len(job.Grants.Net) > 0,
+			img: img, releaseImage: releaseImage}
+		releaseImage = nil // the sandbox's now
 		if sess != nil {
 			o.uid, o.scratch = sess.uid, sess.dir
 		}
@@ -86,7 +116,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			// job spec follows the base spec, and the stage runs the job as
 			// soon as its root is built, without waiting for the ready round
 			// trip.
-			spec := containerJobSpec(&job, scratchMB, nil)
+			spec := containerJobSpec(&job, img, scratchMB, nil)
 			spec.Go = true
 			o.job = &spec
 		}
@@ -218,10 +248,10 @@ func envFor(job *airlock.Job) []string {
 // forwarder and the program gets these variables.
 // containerJobSpec is the job spec a container's stage gets (a level-2
 // stage gets more: see runJob).
-func containerJobSpec(job *airlock.Job, scratchMB int64, netEnv []string) stage.JobSpec {
+func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string) stage.JobSpec {
 	return stage.JobSpec{
 		Argv:      job.Argv,
-		Env:       append(envFor(job), netEnv...),
+		Env:       imageEnv(img, append(envFor(job), netEnv...)),
 		Egress:    netEnv != nil,
 		Files:     job.Files,
 		Stdin:     job.Stdin != "",
@@ -234,7 +264,7 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	var out outcome
 	var spec stage.JobSpec // sent below, unless it went with the base spec
 	if !sb.jobSent {
-		spec = containerJobSpec(job, scratchMB, netEnv)
+		spec = containerJobSpec(job, sb.img, scratchMB, netEnv)
 	}
 	if sb.level != airlock.LevelContainer {
 		spec.Scratch = sb.scratch

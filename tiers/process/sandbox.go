@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
@@ -117,6 +118,12 @@ type sandbox struct {
 	ready     time.Time
 	limits    cgLimits // what its cgroup enforces now
 	pooled    bool     // claimed from the tier's pool
+	key       poolKey  // the pool key it was started for (pooled ones)
+	// img is the image that is its root (nil: the host view);
+	// releaseImage, when set, gives it back to the resolver once the
+	// sandbox is gone.
+	img          *image.Image
+	releaseImage func()
 	// jobSent: the job spec went with the base spec, and start did not
 	// wait for the stage's ready report (runJob reads it).
 	jobSent bool
@@ -145,6 +152,11 @@ type startOptions struct {
 	// job, for a cold container whose job needs no round trip first
 	// (no net grant, no placed check), is sent right after the base spec.
 	job *stage.JobSpec
+	// img is the container's root (nil or the host: the host view);
+	// releaseImage, when set, is the sandbox's to call once it is
+	// destroyed (also when the start fails).
+	img          *image.Image
+	releaseImage func()
 }
 
 // pipes makes n pipes ([read, write] each), or none.
@@ -179,7 +191,11 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	if o.level == airlock.LevelContainer {
 		t.spawn.startAhead(bin) // a tier's first container: see startAhead
 	}
-	sb := &sandbox{name: newName(t.cfg.baseDir), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits)}
+	sb := &sandbox{name: newName(t.cfg.baseDir), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits),
+		img: o.img, releaseImage: o.releaseImage}
+	if sb.img.IsHost() {
+		sb.img = nil
+	}
 	// The job's cgroup is the spare one made after the tier's previous
 	// sandbox, or else created here. A start that goes straight on to its
 	// job (level 2, or a container whose job follows the base spec) has
@@ -274,7 +290,16 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		extra.set(stage.FdScratch, f)
 		base.HasScratch = true
 	}
-	if o.level == airlock.LevelContainer && !grantsUnderEtc(o.read) {
+	if o.level == airlock.LevelContainer && sb.img != nil {
+		// The image's root, read-only; no descriptor of the path itself,
+		// for the reasons cloneTree gives.
+		f, err := cloneTree(sb.img.Root, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox: image root: %w", err)
+		}
+		childEnds = append(childEnds, f)
+		base.RootFd = extra.add(f)
+	} else if o.level == airlock.LevelContainer && !grantsUnderEtc(o.read) {
 		// Without a template (it could not be built) the stage builds
 		// /etc itself.
 		if f, err := t.etc.clone(t.cfg.baseDir); err == nil {
@@ -577,6 +602,9 @@ func (sb *sandbox) destroy() error {
 	}
 	if sb.ownUID {
 		sharedUIDsPut(sb.uid)
+	}
+	if sb.releaseImage != nil {
+		sb.releaseImage()
 	}
 	return errors.Join(errs...)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"golang.org/x/sys/unix"
 )
@@ -30,8 +31,13 @@ type Session struct {
 
 	mu     sync.Mutex // one run at a time
 	closed bool
-	timer  *time.Timer
-	ttl    time.Duration
+	// img is the session's image, acquired by its first run and held
+	// until it is closed (nil before the first run, and without a
+	// resolver).
+	img          *image.Image
+	releaseImage func()
+	timer        *time.Timer
+	ttl          time.Duration
 }
 
 var _ airlock.SessionTier = (*Tier)(nil)
@@ -117,8 +123,27 @@ func (s *Session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	return s.t.run(ctx, job, s)
 }
 
+// imageFor returns the image a job of the session runs in (s.mu held):
+// the one its first run named, which the session keeps for its life. A
+// later job may name it again (by the name it was asked for, or its
+// digest) or leave its image empty; another image needs another session.
+func (s *Session) imageFor(ctx context.Context, ref string) (*image.Image, error) {
+	if s.img == nil {
+		img, release, err := s.t.images.Acquire(ctx, ref)
+		if err != nil {
+			return nil, imageError(err)
+		}
+		s.img, s.releaseImage = img, release
+		return img, nil
+	}
+	if ref != "" && ref != s.img.Ref && ref != s.img.Digest {
+		return nil, &airlock.NotAdmitted{Tier: s.t.name, Reason: fmt.Sprintf("session %s runs image %s, not %s: open another session for it", s.id, s.img.Ref, ref)}
+	}
+	return s.img, nil
+}
+
 // Close ends the session: its scratch tmpfs is unmounted and removed (a
-// workspace stays).
+// workspace stays), and its image released.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,6 +153,9 @@ func (s *Session) Close() error {
 	s.closed = true
 	if s.timer != nil {
 		s.timer.Stop()
+	}
+	if s.releaseImage != nil {
+		defer s.releaseImage()
 	}
 	defer sharedUIDsPut(s.uid)
 	if s.workspace {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
@@ -36,6 +37,7 @@ type Config struct {
 	poolSize     int
 	egress       *egress.Config
 	stagePath    string
+	images       image.Resolver
 	// Tests and benchmarks only, set before the tier is built:
 	// directStarts starts every container from this process, never
 	// through the spawner; stageMove moves every stage into its cgroup,
@@ -108,6 +110,14 @@ type Tier struct {
 	cfg   Config
 	uids  *uidAllocator
 	pool  *warmpool.Pool[poolKey, *sandbox]
+	// images resolves jobs' images (the container tier's; nil: the host
+	// view only).
+	images image.Resolver
+	// The default image's pool key, once known (see poolDefault).
+	defLearn sync.Mutex // one learner at a time
+	defMu    sync.Mutex
+	defKey   poolKey
+	defSet   bool
 	// stage is the configured stage binary; nil: discovered at the first
 	// start (see stageBin).
 	stage *stageBinary
@@ -147,6 +157,9 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 		return nil, fmt.Errorf("process tier: only the container tier has a pool")
 	}
 	t := &Tier{name: name, level: level, cfg: cfg, uids: sharedUIDs(cfg.uidBase, cfg.uidCount)}
+	if level == airlock.LevelContainer {
+		t.images = cfg.images // the filter tier keeps the host view (see WithImages)
+	}
 	t.spawn.off = cfg.directStarts
 	if cfg.stagePath != "" {
 		if _, err := os.Stat(cfg.stagePath); err != nil {
@@ -161,15 +174,18 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 	if t.Available() == nil {
 		sweepOnce(cfg.baseDir)
 		if cfg.poolSize > 0 {
-			t.pool = newPool(cfg.poolSize,
-				func(ctx context.Context) (*sandbox, error) {
-					// Every pooled sandbox has the (empty) egress directory
-					// bound: whether its job has a net grant is known only
-					// at claim time.
-					return t.start(ctx, startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true})
-				},
+			t.pool = newPool(poolKey{}, 0, t.startPooled,
 				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
 				t.destroy, nil)
+			// The default image is resolved off the caller's path (it may
+			// be pulled); a job that comes first starts cold.
+			t.cleanups.Add(1)
+			go func() {
+				defer t.cleanups.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), poolStartTimeout)
+				defer cancel()
+				_, _ = t.poolDefault(ctx)
+			}()
 		}
 	}
 	return t, nil
@@ -198,7 +214,7 @@ func (t *Tier) Admit(job airlock.Job) error {
 	if len(job.Env) > 0 {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.EnvUnsupported}
 	}
-	return nil
+	return t.admitImage(&job)
 }
 
 var (
@@ -266,18 +282,26 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.pool == nil {
 		return nil
 	}
-	return waitPool(ctx, t.pool)
+	k, err := t.poolDefault(ctx)
+	if err != nil {
+		return err
+	}
+	return waitPool(ctx, t.pool, k)
 }
 
 var _ airlock.Pooler = (*Tier)(nil)
 
-// PoolStats returns the warm pool's counters (airlock.Pooler); zero
-// without a pool.
+// PoolStats returns the warm pool's counters (airlock.Pooler), which are
+// the default image's (the only one pooled); zero without a pool.
 func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
 	}
-	return t.pool.Stats(poolKey{}).PoolStats()
+	k, ok := t.knownDefault()
+	if !ok {
+		return airlock.PoolStats{Size: t.cfg.poolSize}
+	}
+	return t.pool.Stats(k).PoolStats()
 }
 
 // discard destroys a used sandbox in the background: a pooled one through
@@ -286,7 +310,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 // are dead (runJob empties its cgroup before it returns).
 func (t *Tier) discard(sb *sandbox) {
 	if sb.pooled && t.pool != nil {
-		t.pool.Release(poolKey{}, sb)
+		t.pool.Release(sb.key, sb)
 		return
 	}
 	t.cleanups.Add(1)

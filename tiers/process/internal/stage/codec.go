@@ -37,6 +37,7 @@ func AppendBase(dst []byte, b *BaseSpec) ([]byte, error) {
 	dst = wire.Bool(dst, b.Egress)
 	dst = wire.Int(dst, int64(b.ForwarderFd))
 	dst = wire.Int(dst, int64(b.EtcFd))
+	dst = wire.Int(dst, int64(b.RootFd))
 	dst = wire.Bytes(dst, b.Seccomp)
 	dst = appendFds(dst, b.CgroupFds)
 	return wire.End(dst, start, specLimit)
@@ -76,6 +77,7 @@ func decodeBase(data []byte) (BaseSpec, error) {
 	b.Egress = d.Bool()
 	b.ForwarderFd = int(d.Int())
 	b.EtcFd = int(d.Int())
+	b.RootFd = int(d.Int())
 	if s := d.Bytes(); len(s) > 0 {
 		b.Seccomp = s
 	}

@@ -129,8 +129,14 @@ func TestGrantRule(t *testing.T) {
 		"/dev": false, "/dev/shm": false, "/proc": false, "/proc/1": false, "/scratch": false, "/tmp": false,
 		"/data": true, "/opt/tools": true, "/srv/x/y": true, "/usrx": true, "/etcetera": true,
 	} {
-		if got := grantRule(target); got != want {
+		if got := grantRule(target, false); got != want {
 			t.Errorf("grantRule(%q) = %v, want %v", target, got, want)
+		}
+		// An image's /usr is not the host's: a grant there is bound and
+		// gets its rule.
+		imageWant := want || target == "/usr" || target == "/usr/share"
+		if got := grantRule(target, true); got != imageWant {
+			t.Errorf("grantRule(%q) with an image = %v, want %v", target, got, imageWant)
 		}
 	}
 }

@@ -25,6 +25,12 @@ import (
 //
 // Nothing else of the host is reachable: no /home, /root, /var, /run, /sys,
 // no host sockets, no other /etc files.
+//
+// With an image (BaseSpec.RootFd), the image takes the place of the host's
+// /usr, its links and /etc: its own tree, read-only (see imageRoot), with
+// its /etc merged under the synthesised passwd, group, hosts, hostname and
+// resolv.conf; /dev, /proc, /scratch, /tmp and the granted paths as above.
+// The image's /dev, /proc, /sys, /tmp and /scratch are not used.
 
 // usrLinks are the top-level directories that are symlinks into /usr on a
 // merged-/usr system and directories elsewhere.
@@ -58,9 +64,19 @@ var devNodes = []string{"null", "zero", "full", "random", "urandom"}
 // mount namespace (it hides the host's directory there only).
 const newRootDir = "/tmp"
 
-func buildRoot(base *BaseSpec) error {
+// rootLayout is what buildRoot made that the Landlock rules follow.
+type rootLayout struct {
+	// image: the root is an image's, not the host view.
+	image bool
+	// exec are an image's top-level directories and files, readable and
+	// executable (the host view's are /usr and its links).
+	exec []string
+}
+
+func buildRoot(base *BaseSpec) (rootLayout, error) {
+	var lay rootLayout
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
+		return lay, fmt.Errorf("making mounts private: %w", err)
 	}
 	// Open the host directories before the root tmpfs covers anything.
 	r := newRootDir
@@ -70,8 +86,72 @@ func buildRoot(base *BaseSpec) error {
 	// read-only remount below fail with EBUSY if it coincides — the
 	// forwarder of a net-capable sandbox runs in this namespace meanwhile.
 	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "size=8m,mode=0755"); err != nil {
-		return fmt.Errorf("mounting root tmpfs: %w", err)
+		return lay, fmt.Errorf("mounting root tmpfs: %w", err)
 	}
+	root := r
+	if base.RootFd > 0 {
+		var err error
+		if root, lay.exec, err = imageRoot(r, base); err != nil {
+			return lay, err
+		}
+		lay.image = true
+	} else if err := hostRoot(r, base); err != nil {
+		return lay, err
+	}
+	if err := buildDev(path.Join(root, "dev")); err != nil {
+		return lay, err
+	}
+	if err := mkdirExisting(path.Join(root, "proc"), 0o555); err != nil {
+		return lay, err
+	}
+	if err := unix.Mount("proc", path.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return lay, fmt.Errorf("mounting /proc: %w", err)
+	}
+	scratch := path.Join(root, "scratch")
+	if err := mkdirExisting(scratch, 0o755); err != nil {
+		return lay, err
+	}
+	if base.HasScratch {
+		err := unix.MoveMount(FdScratch, "", unix.AT_FDCWD, scratch, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(FdScratch)
+		if err != nil {
+			return lay, fmt.Errorf("attaching scratch: %w", err)
+		}
+	} else {
+		opts := fmt.Sprintf("size=%dm,mode=0755", max(base.ScratchMB, 1))
+		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return lay, fmt.Errorf("mounting scratch: %w", err)
+		}
+	}
+	if err := mkdirExisting(path.Join(root, "tmp"), 0o755); err != nil {
+		return lay, err
+	}
+	if err := unix.Mount(scratch, path.Join(root, "tmp"), "", unix.MS_BIND, ""); err != nil {
+		return lay, fmt.Errorf("binding /tmp: %w", err)
+	}
+	for _, b := range base.Binds {
+		if err := bindGranted(root, b, lay.image); err != nil {
+			return lay, err
+		}
+	}
+	if err := pivot(root); err != nil {
+		return lay, err
+	}
+	// An image's root is a read-only overlay already.
+	if !lay.image {
+		if err := remountReadOnly("/", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME); err != nil {
+			return lay, fmt.Errorf("making root read-only: %w", err)
+		}
+	}
+	if err := unix.Sethostname([]byte("airlock")); err != nil {
+		return lay, fmt.Errorf("setting hostname: %w", err)
+	}
+	return lay, os.Chdir("/scratch")
+}
+
+// hostRoot fills the root tmpfs r with the host view: /usr and its
+// top-level links, and /etc (the parent's template, or built here).
+func hostRoot(r string, base *BaseSpec) error {
 	if err := bindRO("/usr", path.Join(r, "usr"), true); err != nil {
 		return err
 	}
@@ -101,55 +181,95 @@ func buildRoot(base *BaseSpec) error {
 		if err != nil {
 			return fmt.Errorf("attaching /etc: %w", err)
 		}
-	} else if err := buildEtc(path.Join(r, "etc")); err != nil {
-		return err
+		return nil
 	}
-	if err := buildDev(path.Join(r, "dev")); err != nil {
-		return err
+	return buildEtc(path.Join(r, "etc"))
+}
+
+// imageHidden are an image's top-level entries the sandbox does not take
+// from it: what buildRoot mounts its own (/dev, /proc, /tmp, /scratch),
+// the host's kernel interface (/sys, never mounted), and /etc, which is
+// the image's merged with the synthesised files.
+var imageHidden = map[string]bool{"dev": true, "proc": true, "sys": true, "tmp": true, "scratch": true, "etc": true}
+
+// imageRoot assembles an image's root at r/root and returns it with the
+// image's top-level entries that Landlock lets the program read and
+// execute. The root is one read-only overlay: a skeleton on top — the
+// mount points of what buildRoot mounts (/dev, /proc, /scratch, /tmp, the
+// granted paths) and /etc's synthesised files — over the image (the
+// parent's detached, read-only clone of it). One overlay mount rather than
+// a bind per top-level entry: measured in a user namespace, the overlay
+// costs ≈ 0.14 ms and a bind ≈ 0.03 ms, so a Debian root's ten top-level
+// directories cost twice as much bound; the image's /etc merges with the
+// synthesised files without a mount per entry; and a granted path's mount
+// point can be made inside an image directory, which a read-only bind
+// could not take. Nothing of the host's /usr or /etc is in it.
+func imageRoot(r string, base *BaseSpec) (string, []string, error) {
+	img, skel, root := path.Join(r, "image"), path.Join(r, "skel"), path.Join(r, "root")
+	err := attachTree(base.RootFd, img)
+	unix.Close(base.RootFd)
+	if err != nil {
+		return "", nil, fmt.Errorf("attaching the image: %w", err)
 	}
-	if err := os.Mkdir(path.Join(r, "proc"), 0o555); err != nil {
-		return err
+	entries, err := os.ReadDir(img)
+	if err != nil {
+		return "", nil, fmt.Errorf("reading the image's root (it must be readable and searchable by others): %w", err)
 	}
-	if err := unix.Mount("proc", path.Join(r, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting /proc: %w", err)
-	}
-	scratch := path.Join(r, "scratch")
-	if err := os.Mkdir(scratch, 0o755); err != nil {
-		return err
-	}
-	if base.HasScratch {
-		err := unix.MoveMount(FdScratch, "", unix.AT_FDCWD, scratch, unix.MOVE_MOUNT_F_EMPTY_PATH)
-		unix.Close(FdScratch)
-		if err != nil {
-			return fmt.Errorf("attaching scratch: %w", err)
+	var exec []string
+	for _, e := range entries {
+		// A top-level link's target is covered by its own entry.
+		if imageHidden[e.Name()] || e.Type()&os.ModeSymlink != 0 {
+			continue
 		}
-	} else {
-		opts := fmt.Sprintf("size=%dm,mode=0755", max(base.ScratchMB, 1))
-		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return fmt.Errorf("mounting scratch: %w", err)
+		if e.IsDir() || e.Type().IsRegular() {
+			exec = append(exec, "/"+e.Name())
 		}
 	}
-	if err := os.Mkdir(path.Join(r, "tmp"), 0o755); err != nil {
-		return err
+	for _, d := range []string{"dev", "proc", "scratch", "tmp", "etc"} {
+		if err := os.MkdirAll(path.Join(skel, d), 0o755); err != nil {
+			return "", nil, err
+		}
 	}
-	if err := unix.Mount(scratch, path.Join(r, "tmp"), "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding /tmp: %w", err)
+	for name, content := range etcSynth {
+		if err := os.WriteFile(path.Join(skel, "etc", name), []byte(content), 0o644); err != nil {
+			return "", nil, err
+		}
 	}
 	for _, b := range base.Binds {
-		if err := bindGranted(r, b); err != nil {
-			return err
+		if err := imageMountPoint(img, skel, b); err != nil {
+			return "", nil, fmt.Errorf("granting %s: %w", b.Target, err)
 		}
 	}
-	if err := pivot(r); err != nil {
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return "", nil, err
+	}
+	if err := unix.Mount("overlay", root, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV,
+		"lowerdir="+skel+":"+img); err != nil {
+		return "", nil, fmt.Errorf("mounting the image's root: %w", err)
+	}
+	return root, exec, nil
+}
+
+// imageMountPoint makes a granted path's mount point in the skeleton. A
+// directory of the skeleton merges with the image's of the same path, but
+// would hide a link or file there: a grant beneath one is refused.
+func imageMountPoint(img, skel string, b BindSpec) error {
+	parts := strings.Split(strings.Trim(b.Target, "/"), "/")
+	for i := 1; i < len(parts); i++ {
+		p := path.Join(append([]string{img}, parts[:i]...)...)
+		if st, err := os.Lstat(p); err == nil && !st.IsDir() {
+			return fmt.Errorf("/%s is not a directory in the image", strings.Join(parts[:i], "/"))
+		}
+	}
+	return mountPoint(path.Join(skel, b.Target), b.Dir)
+}
+
+// mkdirExisting makes a directory, unless it exists.
+func mkdirExisting(dir string, mode os.FileMode) error {
+	if err := os.Mkdir(dir, mode); err != nil && !os.IsExist(err) {
 		return err
 	}
-	if err := remountReadOnly("/", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME); err != nil {
-		return fmt.Errorf("making root read-only: %w", err)
-	}
-	if err := unix.Sethostname([]byte("airlock")); err != nil {
-		return fmt.Errorf("setting hostname: %w", err)
-	}
-	return os.Chdir("/scratch")
+	return nil
 }
 
 // remountReadOnly remounts the file system at target read-only with
@@ -237,7 +357,7 @@ func buildEtc(etc string) error {
 }
 
 func buildDev(dev string) error {
-	if err := os.Mkdir(dev, 0o755); err != nil {
+	if err := mkdirExisting(dev, 0o755); err != nil {
 		return err
 	}
 	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
@@ -305,10 +425,11 @@ func lockedFlags(f int64) uintptr {
 
 // bindGranted attaches a granted host path — a detached, read-only clone
 // of its mount tree made by the parent — at the same path inside the root.
-// A path already visible through the read-only /usr is left as it is.
-func bindGranted(root string, b BindSpec) error {
+// In the host view, a path already visible through the read-only /usr is
+// left as it is; an image's /usr is not the host's.
+func bindGranted(root string, b BindSpec, image bool) error {
 	defer unix.Close(b.Fd)
-	if b.Target == "/usr" || strings.HasPrefix(b.Target, "/usr/") {
+	if !image && (b.Target == "/usr" || strings.HasPrefix(b.Target, "/usr/")) {
 		return nil
 	}
 	target := path.Join(root, b.Target)
@@ -321,8 +442,13 @@ func bindGranted(root string, b BindSpec) error {
 	return nil
 }
 
-// mountPoint creates target as a directory or an empty file.
+// mountPoint creates target as a directory or an empty file, unless
+// something is there (an image root's overlay, which takes no new files,
+// has the skeleton's).
 func mountPoint(target string, dir bool) error {
+	if _, err := os.Lstat(target); err == nil {
+		return nil
+	}
 	if dir {
 		return os.MkdirAll(target, 0o755)
 	}
@@ -353,23 +479,30 @@ func pivot(root string) error {
 }
 
 // containerLandlock is the Landlock layer inside the container: the system
-// directories readable and executable, /proc and granted paths readable,
-// the device nodes usable, the scratch writable; everything else — which
-// should not exist in the mount namespace anyway — refused. The granted
-// paths are the base spec's binds, where buildRoot put them (see
-// grantRule), rather than what mountinfo lists: reading it cost the start
-// ≈ 0.1 ms.
-func containerLandlock(binds []BindSpec) []llRule {
+// directories (the host's /usr and its links, or an image's top-level
+// entries) readable and executable, /etc, /proc and granted paths
+// readable, the device nodes usable, the scratch writable; everything
+// else — which should not exist in the mount namespace anyway — refused.
+// The granted paths are the base spec's binds, where buildRoot put them
+// (see grantRule), rather than what mountinfo lists: reading it cost the
+// start ≈ 0.1 ms.
+func containerLandlock(binds []BindSpec, lay rootLayout) []llRule {
 	rules := []llRule{
-		{Path: "/usr", Access: llRead | llExec},
 		{Path: "/etc", Access: llRead},
 		{Path: "/proc", Access: llRead},
 		{Path: "/scratch", Access: rwAccess()},
 		{Path: "/tmp", Access: rwAccess()},
 	}
-	for _, name := range usrLinks {
-		if st, err := os.Lstat("/" + name); err == nil && st.IsDir() {
-			rules = append(rules, llRule{Path: "/" + name, Access: llRead | llExec})
+	if lay.image {
+		for _, p := range lay.exec {
+			rules = append(rules, llRule{Path: p, Access: llRead | llExec})
+		}
+	} else {
+		rules = append(rules, llRule{Path: "/usr", Access: llRead | llExec})
+		for _, name := range usrLinks {
+			if st, err := os.Lstat("/" + name); err == nil && st.IsDir() {
+				rules = append(rules, llRule{Path: "/" + name, Access: llRead | llExec})
+			}
 		}
 	}
 	rules = append(rules, llRule{Path: "/", Access: unix.LANDLOCK_ACCESS_FS_READ_DIR})
@@ -377,7 +510,7 @@ func containerLandlock(binds []BindSpec) []llRule {
 		rules = append(rules, llRule{Path: "/dev/" + n, Access: llRead | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
 	}
 	for _, b := range binds {
-		if grantRule(b.Target) {
+		if grantRule(b.Target, lay.image) {
 			rules = append(rules, llRule{Path: b.Target, Access: llRead})
 		}
 	}
@@ -386,15 +519,17 @@ func containerLandlock(binds []BindSpec) []llRule {
 
 // grantRule reports whether a bind at target gets a read rule of its own:
 // not one of the fixed layout's paths (a grant of / or /proc changes
-// nothing Landlock allows) nor one beneath /usr (not bound), /etc, /dev or
-// /proc.
-func grantRule(target string) bool {
+// nothing Landlock allows) nor one beneath the host view's /usr (not
+// bound), /etc, /dev or /proc.
+func grantRule(target string, image bool) bool {
 	switch target {
-	case "/", "/usr", "/etc", "/dev", "/proc", "/scratch", "/tmp":
+	case "/", "/etc", "/dev", "/proc", "/scratch", "/tmp":
 		return false
+	case "/usr":
+		return image
 	}
 	for _, p := range []string{"/usr/", "/etc/", "/dev/", "/proc/"} {
-		if strings.HasPrefix(target, p) {
+		if strings.HasPrefix(target, p) && (p != "/usr/" || !image) {
 			return false
 		}
 	}

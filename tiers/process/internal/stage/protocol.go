@@ -57,6 +57,11 @@ type BaseSpec struct {
 	// package's /etc template, attached as the sandbox's /etc; 0: the
 	// stage builds /etc itself.
 	EtcFd int
+	// RootFd is the descriptor of a detached, read-only clone of an
+	// image's unpacked root (made by the parent with open_tree), which
+	// becomes the sandbox's root in place of the host's /usr and /etc;
+	// 0: the host view.
+	RootFd int
 	// Seccomp is the program the job is confined with (package seccomp's
 	// Program for containers); the stage refuses to run without one.
 	Seccomp []byte

@@ -86,12 +86,13 @@ func containerStage() int {
 			return fail(err)
 		}
 	}
-	if err := buildRoot(&base); err != nil {
+	lay, err := buildRoot(&base)
+	if err != nil {
 		return fail(fmt.Errorf("building sandbox root: %w", err))
 	}
 	// The Landlock rules (the root's mounts are final) and the seccomp
 	// program are prepared before the job arrives: off a pooled claim's path.
-	rules := containerLandlock(base.Binds)
+	rules := containerLandlock(base.Binds, lay)
 	seccompProg, err := parseFilter(base.Seccomp)
 	if err != nil {
 		return fail(err)
@@ -143,7 +144,13 @@ func containerStage() int {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fail(fmt.Errorf("cgroup namespace: %w", err))
 	}
-	prog, err := lookProgram(job.Argv[0])
+	// In an image, a bare name is looked up in the image's PATH (the
+	// tier sets one); the host view looks in the fixed directories.
+	lookup := lookProgram
+	if lay.image {
+		lookup = func(name string) (string, error) { return lookProgramPath(name, job.Env) }
+	}
+	prog, err := lookup(job.Argv[0])
 	if err != nil {
 		_ = enc.send(Status{Error: err.Error(), NotFound: true})
 		return 0
@@ -344,11 +351,24 @@ func SetRlimits(rl []Rlimit) error {
 	return nil
 }
 
-// programDirs is where a bare program name is looked up (the environment
-// is empty, so there is no PATH to consult).
+// programDirs is where a bare program name is looked up when the
+// program's environment has no PATH (the host view's).
 var programDirs = []string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"}
 
-func lookProgram(name string) (string, error) {
+// lookProgramPath looks name up in the directories of env's PATH (an
+// image's, inside its root), or else in programDirs.
+func lookProgramPath(name string, env []string) (string, error) {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			return lookProgramIn("", name, strings.Split(v, ":"))
+		}
+	}
+	return lookProgram(name)
+}
+
+func lookProgram(name string) (string, error) { return lookProgramIn("", name, programDirs) }
+
+func lookProgramDirs(name string, dirs []string) (string, error) {
 	if strings.Contains(name, "/") {
 		if !path.IsAbs(name) {
 			name = path.Join("/scratch", name)
@@ -358,13 +378,16 @@ func lookProgram(name string) (string, error) {
 		}
 		return name, nil
 	}
-	for _, d := range programDirs {
+	for _, d := range dirs {
+		if !path.IsAbs(d) {
+			continue // a relative PATH entry would name the scratch
+		}
 		p := path.Join(d, name)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("program %q not found in %s", name, strings.Join(programDirs, ":"))
+	return "", fmt.Errorf("program %q not found in %s", name, strings.Join(dirs, ":"))
 }
 
 // awaitGo reports the files placed and waits for the parent's go-ahead
@@ -421,7 +444,7 @@ func filterStage() int {
 	if err := becomeUser(job.UID); err != nil {
 		return fail(err)
 	}
-	prog, err := lookProgramIn(job.Scratch, job.Argv[0])
+	prog, err := lookProgramIn(job.Scratch, job.Argv[0], programDirs)
 	if err != nil {
 		_ = enc.send(Status{Error: err.Error(), NotFound: true})
 		return 127
@@ -551,11 +574,13 @@ func filterLandlock(scratch string, read []string) []llRule {
 	return rules
 }
 
-func lookProgramIn(scratch, name string) (string, error) {
-	if strings.Contains(name, "/") && !path.IsAbs(name) {
+// lookProgramIn looks name up: a relative path in scratch ("": the
+// working directory), a bare name in dirs.
+func lookProgramIn(scratch, name string, dirs []string) (string, error) {
+	if scratch != "" && strings.Contains(name, "/") && !path.IsAbs(name) {
 		name = path.Join(scratch, name)
 	}
-	return lookProgram(name)
+	return lookProgramDirs(name, dirs)
 }
 
 const cgroupRoot = "/sys/fs/cgroup"

@@ -134,6 +134,7 @@ func AppendResult(dst []byte, res *airlock.Result) ([]byte, error) {
 		res.Usage.Steps, res.Usage.MemoryBytes, res.Usage.OutputBytes, res.Usage.CPUUS} {
 		dst = binary.AppendVarint(dst, v)
 	}
+	dst = wire.String(dst, res.Image)
 	dst = wire.Strings(dst, res.Decision)
 	return wire.End(dst, start, math.MaxUint32)
 }
@@ -165,6 +166,7 @@ func decodeResult(data []byte) (airlock.Result, error) {
 		&res.Usage.Steps, &res.Usage.MemoryBytes, &res.Usage.OutputBytes, &res.Usage.CPUUS} {
 		*p = d.Int()
 	}
+	res.Image = d.String()
 	res.Decision = d.Strings()
 	if d.Done() != nil {
 		return airlock.Result{}, fmt.Errorf("malformed result: %w", d.Err)
@@ -207,6 +209,7 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 	}
 	dst = wire.StringMap(dst, j.Files)
 	dst = wire.StringMap(dst, j.Env)
+	dst = wire.String(dst, j.Image)
 	g := &j.Grants
 	dst = wire.Strings(dst, g.FS.Read)
 	dst = binary.AppendVarint(dst, g.FS.ScratchMB)
@@ -264,6 +267,7 @@ func (d *decoder) job() airlock.Job {
 	}
 	j.Files = d.StringMap()
 	j.Env = d.StringMap()
+	j.Image = d.String()
 	g := &j.Grants
 	g.FS.Read = d.Strings()
 	g.FS.ScratchMB = d.Int()

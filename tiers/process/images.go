@@ -1,0 +1,154 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+)
+
+// WithImages makes the container tier ("process") run each job in the
+// image its Image field names, resolved by r ("" for r's default; see
+// package image): the unpacked image is the sandbox's read-only root in
+// place of the host's /usr and /etc, with the image's /etc except passwd,
+// group, hosts, hostname and resolv.conf, which the tier writes as for the
+// host view. The scratch, /tmp, /dev, /proc and granted paths are as
+// without an image. The program's environment is the image's, then PATH
+// (the image's, else the usual system directories, also where a bare
+// program name is looked up), HOME=/scratch, TMPDIR=/tmp and LANG=C.UTF-8
+// where the image sets none, then the job's secrets; nothing of the host's.
+// The image's user is not applied (the program runs as the sandbox's
+// unprivileged uid, root inside) and its working directory neither (the
+// program starts in /scratch, where the job's files are). An image that
+// r reports as the host (image.Host) runs the host view. A sandbox holds
+// its image until it is destroyed, a session until it is closed; a pool
+// keeps sandboxes of the default image only.
+//
+// Without a resolver the tier runs the host view, and refuses a job that
+// names an image other than "" or "host". The filter tier ("seccomp")
+// shares the host's filesystem view by design and never takes a resolver:
+// it runs jobs whose image is "" or "host" only.
+func (c Config) WithImages(r image.Resolver) Config { c.images = r; return c }
+
+// admitImage refuses an image the tier cannot run.
+func (t *Tier) admitImage(job *airlock.Job) error {
+	if job.Image == "" || job.Image == image.Host || t.images != nil {
+		return nil
+	}
+	reason := fmt.Sprintf("tier %s has no image store: it runs the host view only (image \"\" or %q), not %q", t.name, image.Host, job.Image)
+	if t.level != airlock.LevelContainer {
+		reason = fmt.Sprintf("tier %s shares the host's filesystem view and cannot run an image: image \"\" or %q only, not %q", t.name, image.Host, job.Image)
+	}
+	return &airlock.NotAdmitted{Tier: t.name, Reason: reason}
+}
+
+// imageError is a failed Acquire as the job's error: an invalid job for a
+// bad or unknown reference, else the tier's failure.
+func imageError(err error) error {
+	var ie *image.Error
+	if errors.As(err, &ie) && ie.Invalid {
+		return jobs.Invalid("image", "%q: %v", ie.Ref, ie.Err)
+	}
+	return fmt.Errorf("starting sandbox: %w", err)
+}
+
+// poolDefault returns the pool key of the default image, acquiring it the
+// first time to learn its digest, and gives that key the pool's size: only
+// the default image is kept warm.
+func (t *Tier) poolDefault(ctx context.Context) (poolKey, error) {
+	if k, ok := t.knownDefault(); ok {
+		return k, nil
+	}
+	t.defLearn.Lock()
+	defer t.defLearn.Unlock()
+	if k, ok := t.knownDefault(); ok {
+		return k, nil
+	}
+	k := poolKey{}
+	if t.images != nil {
+		img, release, err := t.images.Acquire(ctx, "")
+		if err != nil {
+			return poolKey{}, fmt.Errorf("warming pool: %w", err)
+		}
+		release()
+		k.digest = img.Digest
+	}
+	t.defMu.Lock()
+	t.defKey, t.defSet = k, true
+	t.defMu.Unlock()
+	t.pool.SetSize(k, t.cfg.poolSize)
+	return k, nil
+}
+
+// knownDefault returns the default image's pool key once it is known.
+func (t *Tier) knownDefault() (poolKey, bool) {
+	t.defMu.Lock()
+	defer t.defMu.Unlock()
+	return t.defKey, t.defSet
+}
+
+// startPooled starts a pooled container of k's image, the default one:
+// the default is acquired again, and a start fails if it is no longer k's.
+func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
+	// Every pooled sandbox has the (empty) egress directory bound: whether
+	// its job has a net grant is known only at claim time.
+	o := startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true}
+	if t.images != nil {
+		img, release, err := t.images.Acquire(ctx, "")
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox: %w", err)
+		}
+		if img.Digest != k.digest {
+			release()
+			return nil, fmt.Errorf("starting sandbox: the default image is %s, not the pool's %s", img.Digest, k.digest)
+		}
+		o.img, o.releaseImage = img, release
+	}
+	sb, err := t.start(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	sb.key = k
+	return sb, nil
+}
+
+// baselineEnv is what an image's environment gets where it sets none.
+var baselineEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/scratch",
+	"TMPDIR=/tmp",
+	"LANG=C.UTF-8",
+}
+
+// imageEnv is a program's environment in img: the image's, the baseline
+// where it sets none, then over (the job's secrets, the egress variables),
+// which replace any variable of the same name. The host view (img nil or
+// the host) has over only, as without images.
+func imageEnv(img *image.Image, over []string) []string {
+	if img.IsHost() {
+		return over
+	}
+	env := make([]string, 0, len(img.Config.Env)+len(baselineEnv)+len(over))
+	seen := map[string]bool{}
+	for _, kv := range over {
+		if k, _, ok := strings.Cut(kv, "="); ok {
+			seen[k] = true
+		}
+	}
+	for _, list := range [][]string{img.Config.Env, baselineEnv} {
+		for _, kv := range list {
+			k, _, ok := strings.Cut(kv, "=")
+			if !ok || k == "" || seen[k] {
+				continue
+			}
+			seen[k] = true
+			env = append(env, kv)
+		}
+	}
+	return append(env, slices.Clip(over)...)
+}
