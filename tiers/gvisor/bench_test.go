@@ -47,7 +47,7 @@ func BenchmarkCold(b *testing.B) {
 	}
 	dir := b.TempDir()
 	id := tier.newID()
-	bd := tier.newBundle(id, &job)
+	bd := tier.newBundle(id, &job, nil)
 	bd.args, bd.env, bd.scratch = job.Argv, jobEnv(nil), filepath.Join(dir, "scratch")
 	if err := writeFiles(bd.scratch, nil, sandboxUID); err != nil {
 		b.Fatal(err)
@@ -101,7 +101,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func BenchmarkPooled(b *testing.B) {
 	tier := newTier(b, NewConfig().WithPool(1, 1))
 	job := cmdJob("/bin/true")
-	peer, err := tier.newAgentSandbox(modeServe, nil)
+	peer, err := tier.newAgentSandbox(modeServe, nil, nil, func() {})
 	if err != nil {
 		b.Fatal(err)
 	}
