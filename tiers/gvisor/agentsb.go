@@ -80,6 +80,9 @@ func (t *Tier) newAgentSandbox(mode string, read []string, img *image.Image, rel
 	b.read = read
 	b.args = []string{agentBin, agentArg, mode}
 	if b.image {
+		if t.agentLaunch == nil {
+			return nil, fmt.Errorf("starting sandbox: %w", t.agentErr)
+		}
 		b.args = append(append([]string(nil), t.agentLaunch...), agentArg, mode)
 		if len(t.agentLaunch) > 1 {
 			b.agentLib = filepath.Join(t.rootfs, filepath.FromSlash(agentLibDir))

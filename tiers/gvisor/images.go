@@ -90,10 +90,6 @@ func (t *Tier) acquire(ctx context.Context, ref string) (*image.Image, func(), e
 		release()
 		return nil, func() {}, fmt.Errorf("acquiring image: root of %s: %v", img.Ref, err)
 	}
-	if t.agentLaunch == nil {
-		release()
-		return nil, func() {}, fmt.Errorf("acquiring image: %w", t.agentErr)
-	}
 	cp := *img
 	cp.Root = root
 	return &cp, release, nil

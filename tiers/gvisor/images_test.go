@@ -28,6 +28,7 @@ cat /etc/os-release
 test -e `+hostOnly+` && echo HOST-VISIBLE
 echo x >> /etc/os-release && echo ROOT-WRITABLE
 echo x > /open/new && echo ROOT-WRITABLE
+echo 192.0.2.1 evil >> /etc/hosts 2>/dev/null; grep -q evil /etc/hosts && echo HOSTS-WRITTEN
 echo scratch-ok > /scratch/f && cat /scratch/f
 echo tmp-ok > /tmp/f && cat /tmp/f
 cat /etc/hostname
@@ -47,7 +48,13 @@ func newImageTier(t *testing.T, cfg Config) (*Tier, *imagetest.Resolver, [2]*ima
 	}
 	r := imagetest.New(t)
 	a := r.Add("img-a", busybox(t, "image-a"), image.Config{Env: []string{"FROM_IMAGE=yes", "LANG=C"}, User: "1000", WorkingDir: "/root"})
-	b := r.Add("img-b", busybox(t, "image-b"), image.Config{})
+	rootB := busybox(t, "image-b")
+	// A link from /etc into a writable mount: the tier's file still
+	// covers what it names.
+	if err := os.Symlink("../scratch/hosts", filepath.Join(rootB, "etc", "hosts")); err != nil {
+		t.Fatal(err)
+	}
+	b := r.Add("img-b", rootB, image.Config{})
 	tier := newTier(t, cfg.WithImages(r))
 	t.Cleanup(func() {
 		// Registered after newTier's: runs first, so Close is called here.
@@ -85,7 +92,7 @@ func checkImageProbe(t *testing.T, res airlock.Result, err error, img *image.Ima
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	for _, bad := range []string{"HOST-VISIBLE", "ROOT-WRITABLE"} {
+	for _, bad := range []string{"HOST-VISIBLE", "ROOT-WRITABLE", "HOSTS-WRITTEN"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("stdout has %s:\n%s", bad, out)
 		}

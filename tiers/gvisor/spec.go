@@ -117,11 +117,6 @@ func (b *bundle) spec() *specs.Spec {
 	for _, d := range b.hostDirs {
 		s.Mounts = append(s.Mounts, roBind(d, d))
 	}
-	if b.image {
-		for _, name := range etcFiles {
-			s.Mounts = append(s.Mounts, roBind(filepath.Join(b.etc, name), "/etc/"+name))
-		}
-	}
 	for _, p := range b.read {
 		s.Mounts = append(s.Mounts, roBind(p, p))
 	}
@@ -138,6 +133,13 @@ func (b *bundle) spec() *specs.Spec {
 	}
 	if b.sockDir != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: filepath.Dir(agentSock), Type: "bind", Source: b.sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	if b.image {
+		// Last: were one of these a link in the image into a writable
+		// mount, the tier's file would still cover what it names.
+		for _, name := range etcFiles {
+			s.Mounts = append(s.Mounts, roBind(filepath.Join(b.etc, name), "/etc/"+name))
+		}
 	}
 	return s
 }
