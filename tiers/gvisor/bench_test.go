@@ -12,8 +12,8 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
-	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 )
 
 // medians records per-iteration times and reports their median, which is
