@@ -72,8 +72,9 @@ func (c Config) WithPool(n, refill int) Config { c.pool = n; c.refill = refill; 
 func (c Config) WithReadyTTL(ttl time.Duration) Config { c.readyTTL = ttl; return c }
 
 // WithHostDirs sets the host directories mounted read-only into every
-// sandbox (default: /bin, /sbin, /lib*, /usr; missing ones are skipped,
-// symbolic links are reproduced as links).
+// sandbox of the host view, none into an image's (default: /bin, /sbin,
+// /lib*, /usr; missing ones are skipped, symbolic links are reproduced as
+// links).
 func (c Config) WithHostDirs(dirs ...string) Config {
 	c.hostDirs = append([]string(nil), dirs...)
 	return c
