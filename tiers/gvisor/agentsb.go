@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
@@ -29,6 +30,9 @@ type sandbox struct {
 	gone    bool   // being destroyed (set by destroyLater)
 	claimed bool   // taken from the warm pool
 	lim     limits // what the cgroup holds now
+	key     poolKey
+	img     *image.Image // its root (nil: the host view without a resolver)
+	release func()       // ends the sandbox's hold on img, once it is destroyed
 }
 
 // agentStartTimeout bounds how long a new sandbox's agent may take to
@@ -37,14 +41,17 @@ const agentStartTimeout = 60 * time.Second
 
 // newAgentSandbox creates a sandbox running the agent in the given mode,
 // under the policy's default limits (a claim replaces them), with the given
-// read grants (none for pooled sandboxes and sessions).
-func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err error) {
+// read grants (none for pooled sandboxes and sessions), whose root is img.
+// The sandbox takes over the hold on img (release), which ends when it is
+// destroyed, or here if it cannot be created.
+func (t *Tier) newAgentSandbox(mode string, read []string, img *image.Image, release func()) (_ *sandbox, err error) {
 	id := t.newID()
 	dir, err := t.sandboxDir(id)
 	if err != nil {
+		release()
 		return nil, err
 	}
-	sb := &sandbox{id: id, dir: dir, cg: cgroup{path: "/" + id}}
+	sb := &sandbox{id: id, dir: dir, cg: cgroup{path: "/" + id}, key: poolKey{digest(img)}, img: img, release: release}
 	live := false
 	defer func() {
 		if err != nil {
@@ -54,6 +61,7 @@ func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err erro
 			if derr := t.destroy(id, dir, live); derr != nil {
 				logf("%v", derr)
 			}
+			release()
 		}
 	}()
 	sockDir := filepath.Join(dir, "sock")
@@ -68,9 +76,18 @@ func (t *Tier) newAgentSandbox(mode string, read []string) (_ *sandbox, err erro
 	_ = os.Chmod(filepath.Join(sockDir, filepath.Base(agentSock)), 0o777)
 
 	def := t.cfg.limits.Default
-	b := t.newBundle(id, &airlock.Job{Limits: def})
+	b := t.newBundle(id, &airlock.Job{Limits: def}, img)
 	b.read = read
 	b.args = []string{agentBin, agentArg, mode}
+	if b.image {
+		if t.agentLaunch == nil {
+			return nil, fmt.Errorf("starting sandbox: %w", t.agentErr)
+		}
+		b.args = append(append([]string(nil), t.agentLaunch...), agentArg, mode)
+		if len(t.agentLaunch) > 1 {
+			b.agentLib = filepath.Join(t.rootfs, filepath.FromSlash(agentLibDir))
+		}
+	}
 	b.env = []string{role.Env + "=" + agentRole, "PATH=" + defaultPATH}
 	b.cwd = "/"
 	b.uid = 0
@@ -129,11 +146,12 @@ func (t *Tier) destroyLater(sb *sandbox) {
 		if err := t.destroy(sb.id, sb.dir, true); err != nil {
 			logf("%v", err)
 		}
+		sb.release()
 	}()
 	switch {
 	case t.pool == nil:
 	case sb.claimed:
-		t.pool.Done(poolKey{}) // a claimed sandbox's replacement starts now
+		t.pool.Done(sb.key) // a claimed sandbox's replacement starts now
 	default:
 		t.pool.Poke()
 	}
@@ -165,8 +183,13 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		if err := sb.cg.set(l); err != nil {
 			if ephemeral && len(job.Grants.Net) == 0 {
 				// The sandbox already uses more memory than the job may: run
-				// it cold instead, under exactly its own limits.
-				return t.runCold(ctx, job, r)
+				// it cold instead, under exactly its own limits, in its image.
+				img, release, err := t.acquire(ctx, job.Image)
+				if err != nil {
+					return r.finish(err)
+				}
+				r.res.Image = digest(img)
+				return t.runCold(ctx, job, r, img, release)
 			}
 			return r.finish(fmt.Errorf("binding limits: %w", err))
 		}
@@ -175,7 +198,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	baseOOM, basePids, baseCPU := sb.cg.ooms(), sb.cg.pidsHits(), sb.cg.cpuTime()
 	aj := agentJob{
 		Argv:   job.Argv,
-		Env:    jobEnv(job.Grants.Secrets),
+		Env:    envFor(sb.img, job.Grants.Secrets),
 		Files:  files,
 		Stdin:  job.Stdin,
 		UID:    sandboxUID,

@@ -11,7 +11,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
+	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 )
 
 // medians records per-iteration times and reports their median, which is
@@ -47,7 +49,7 @@ func BenchmarkCold(b *testing.B) {
 	}
 	dir := b.TempDir()
 	id := tier.newID()
-	bd := tier.newBundle(id, &job)
+	bd := tier.newBundle(id, &job, nil)
 	bd.args, bd.env, bd.scratch = job.Argv, jobEnv(nil), filepath.Join(dir, "scratch")
 	if err := writeFiles(bd.scratch, nil, sandboxUID); err != nil {
 		b.Fatal(err)
@@ -88,6 +90,42 @@ func BenchmarkCold(b *testing.B) {
 	b.ReportMetric(float64(t)/float64(r), "tier/raw")
 }
 
+// BenchmarkColdImage compares a cold /bin/true in the host view with the
+// same in a busybox image, through one tier whose resolver serves both;
+// alternating which goes first in each iteration, as BenchmarkCold does.
+// It reports both medians and their ratio.
+func BenchmarkColdImage(b *testing.B) {
+	r := imagetest.New(b)
+	r.Add("busybox", imagetest.Busybox(b, "bench"), image.Config{})
+	r.AllowHost()
+	tier := newTier(b, NewConfig().WithImages(r))
+	host, img := cmdJob("/bin/true"), cmdJob("/bin/true")
+	host.Image, img.Image = image.Host, "busybox"
+	run := func(job airlock.Job) func() {
+		return func() {
+			if res, err := tier.Run(context.Background(), job); err != nil || res.ExitCode != 0 {
+				b.Fatalf("%v %+v", err, res)
+			}
+		}
+	}
+	var mh, mi medians
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			mh.time(run(host))
+			mi.time(run(img))
+		} else {
+			mi.time(run(img))
+			mh.time(run(host))
+		}
+		b.StopTimer()
+		tier.bg.Wait()
+		b.StartTimer()
+	}
+	b.ReportMetric(ms(mh.median()), "host-median-ms")
+	b.ReportMetric(ms(mi.median()), "image-median-ms")
+	b.ReportMetric(float64(mi.median())/float64(mh.median()), "image/host")
+}
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // BenchmarkPooled measures claim-to-result for /bin/true through the warm
@@ -101,7 +139,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func BenchmarkPooled(b *testing.B) {
 	tier := newTier(b, NewConfig().WithPool(1, 1))
 	job := cmdJob("/bin/true")
-	peer, err := tier.newAgentSandbox(modeServe, nil)
+	peer, err := tier.newAgentSandbox(modeServe, nil, nil, func() {})
 	if err != nil {
 		b.Fatal(err)
 	}

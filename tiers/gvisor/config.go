@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 )
 
@@ -22,6 +23,7 @@ type Config struct {
 	refill   int
 	readyTTL time.Duration
 	hostDirs []string
+	images   image.Resolver
 	// egress
 	egress *egress.Config
 }
@@ -70,8 +72,9 @@ func (c Config) WithPool(n, refill int) Config { c.pool = n; c.refill = refill; 
 func (c Config) WithReadyTTL(ttl time.Duration) Config { c.readyTTL = ttl; return c }
 
 // WithHostDirs sets the host directories mounted read-only into every
-// sandbox (default: /bin, /sbin, /lib*, /usr; missing ones are skipped,
-// symbolic links are reproduced as links).
+// sandbox of the host view, none into an image's (default: /bin, /sbin,
+// /lib*, /usr; missing ones are skipped, symbolic links are reproduced as
+// links).
 func (c Config) WithHostDirs(dirs ...string) Config {
 	c.hostDirs = append([]string(nil), dirs...)
 	return c
@@ -84,3 +87,10 @@ func (c Config) WithHostDirs(dirs ...string) Config {
 // its own socket and brings its rules); an empty Job names each record
 // after the sandbox. Without it, gateways use the defaults.
 func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Template(cfg); return c }
+
+// WithImages sets the store jobs' images come from (Job.Image): each
+// sandbox's root is then its job's image, read-only, instead of the host's
+// program directories (see the package documentation). Without one, only
+// jobs naming no image or image.Host are admitted, and they run the host
+// view.
+func (c Config) WithImages(r image.Resolver) Config { c.images = r; return c }

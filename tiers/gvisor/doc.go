@@ -23,4 +23,22 @@
 //
 // Sessions (OpenSession) keep one agent sandbox across runs, so files in the
 // scratch persist until the session is closed or idles past its TTL.
+//
+// With an image store (Config.WithImages), a job's Image names its
+// environment: the store's unpacked image becomes the sandbox's root,
+// read-only, in place of the host's program directories; writes go to the
+// scratch and /tmp as above. The image's /etc is its own except passwd,
+// group, hosts, hostname and resolv.conf, which are the tier's. The job's
+// environment is the image's, then PATH
+// (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), HOME
+// (/scratch), TMPDIR (/tmp) and LANG (C.UTF-8) where the image sets none,
+// then the job's secrets; nothing comes from the host. The image's user is
+// ignored (jobs run as the sandbox's unprivileged uid), and so are its
+// working directory (the job starts in the scratch, where its files are)
+// and its entrypoint (the job's argv runs). Result.Image is the image's
+// digest ("host" for the host view, which a store may offer). A sandbox
+// holds its image until it is destroyed. The warm pool is keyed by image
+// digest and keeps only the default image ready; a session runs the
+// default image for its life and refuses jobs naming another. Without a
+// store, jobs naming an image other than the host view are not admitted.
 package gvisor

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -34,7 +35,7 @@ func (t *Tier) Stats() Stats {
 	if t.pool == nil {
 		return Stats{}
 	}
-	s := t.pool.Stats(poolKey{})
+	s := t.pool.Stats(t.defaultKey())
 	return Stats{Size: s.Size, Ready: s.Ready, Hits: s.Hits, Misses: s.Misses,
 		Created: s.Created, Failed: s.Failed, Expired: s.Expired, LastFill: s.LastFill, MeanFill: s.MeanFill}
 }
@@ -46,24 +47,36 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.pool == nil {
 		return nil
 	}
-	err := t.pool.WaitFull(ctx, poolKey{})
+	select {
+	case <-t.defSet:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	if t.defErr != nil {
+		return t.defErr
+	}
+	err := t.pool.WaitFull(ctx, t.defaultKey())
 	if errors.Is(err, warmpool.ErrClosed) {
 		return errPoolClosed
 	}
 	return err
 }
 
-// poolKey keys the warm pool: every pooled sandbox of a tier is created
-// alike, so one key serves them all.
-type poolKey struct{}
+// poolKey keys the warm pool by the digest of the sandboxes' image ("" for
+// the host view without a resolver): a job is only ever handed a sandbox
+// whose root is its own image.
+type poolKey struct{ digest string }
 
 // newPool returns the warm pool of agent sandboxes. A claimed sandbox is
 // never returned: after its job it is destroyed (destroyLater) and a fresh
-// one created in its place, at most refill at a time.
+// one created in its place, at most refill at a time. Only the default
+// image is kept ready: without a resolver, the host view; with one, the
+// image Acquire("") names, found in the background (see prewarmDefault).
 func newPool(t *Tier, size, refill int, ttl time.Duration) *warmpool.Pool[poolKey, *sandbox] {
+	t.defSet = make(chan struct{})
 	p := warmpool.New(warmpool.Options[poolKey, *sandbox]{
-		Start: func(context.Context, poolKey) (*sandbox, error) {
-			sb, err := t.newAgentSandbox(modeOnce, nil)
+		Start: func(ctx context.Context, k poolKey) (*sandbox, error) {
+			sb, err := t.startPooled(ctx, k)
 			if err != nil {
 				logf("filling the pool: %v", err)
 			}
@@ -75,8 +88,74 @@ func newPool(t *Tier, size, refill int, ttl time.Duration) *warmpool.Pool[poolKe
 		TTL:         ttl,
 		RefillDelay: refillDelay,
 	})
-	p.SetSize(poolKey{}, size)
+	if t.cfg.images == nil {
+		t.poolRefs = map[poolKey]string{{}: ""}
+		close(t.defSet)
+		p.SetSize(poolKey{}, size)
+	}
 	return p
+}
+
+// startPooled creates a pooled sandbox for key k, holding the image k's
+// reference names (which must still be k's digest).
+func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
+	t.pmu.Lock()
+	ref, ok := t.poolRefs[k]
+	t.pmu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("no image for pool key %q", k.digest)
+	}
+	img, release, err := t.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if got := digest(img); got != k.digest {
+		release()
+		return nil, fmt.Errorf("image %q is now %s, not %s", ref, got, k.digest)
+	}
+	return t.newAgentSandbox(modeOnce, nil, img, release)
+}
+
+// prewarmDefault finds the default image and keeps size sandboxes of it
+// ready. It runs in the background from New: resolving may pull and unpack.
+func (t *Tier) prewarmDefault(ctx context.Context) {
+	defer close(t.defSet)
+	img, release, err := t.acquire(ctx, "")
+	if err != nil {
+		t.defErr = fmt.Errorf("gvisor: prewarming the default image: %w", err)
+		logf("%v", t.defErr)
+		return
+	}
+	release() // each pooled sandbox holds the image itself
+	t.followDefault(digest(img))
+}
+
+// followDefault makes d the digest of the default image's pool: its
+// sandboxes are kept ready, those of a previous default no longer.
+func (t *Tier) followDefault(d string) {
+	t.pmu.Lock()
+	old, set := t.defKey, t.poolRefs != nil
+	if set && old.digest == d {
+		t.pmu.Unlock()
+		return
+	}
+	if t.poolRefs == nil {
+		t.poolRefs = map[poolKey]string{}
+	}
+	t.defKey = poolKey{d}
+	t.poolRefs[t.defKey] = ""
+	t.pmu.Unlock()
+	if set {
+		t.pool.SetSize(old, 0)
+	}
+	t.pool.SetSize(poolKey{d}, t.cfg.pool)
+}
+
+// defaultKey is the key of the prewarmed pool.
+func (t *Tier) defaultKey() poolKey {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	return t.defKey
 }
 
 // failBackoff spaces out creations after a failure.

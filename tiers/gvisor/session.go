@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 )
 
 // OpenSession starts a sandbox kept across runs: files written to the
@@ -37,8 +38,15 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 		err error
 	}
 	ch := make(chan made, 1)
+	// The session runs the default image for its whole life (the options
+	// name none); its sandbox holds it until destroyed.
 	go func() {
-		sb, err := t.newAgentSandbox(modeServe, nil)
+		img, release, err := t.acquire(ctx, "")
+		if err != nil {
+			ch <- made{nil, err}
+			return
+		}
+		sb, err := t.newAgentSandbox(modeServe, nil, img, release)
 		ch <- made{sb, err}
 	}()
 	var m made
@@ -110,6 +118,10 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if s.sb == nil {
 		return r.finish(fmt.Errorf("session %s: %w (%s)", s.id, errSessionClosed, s.reason))
 	}
+	if err := s.sameImage(ctx, job.Image); err != nil {
+		return r.finish(err)
+	}
+	r.res.Image = digest(s.sb.img)
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -150,8 +162,34 @@ func (s *session) Close() error {
 	sb := s.sb
 	sb.conn.Close()
 	err := s.t.destroy(sb.id, sb.dir, true)
+	sb.release()
 	s.forget("closed")
 	return err
+}
+
+// sameImage refuses a job naming an image other than the session's. s.mu
+// is held.
+func (s *session) sameImage(ctx context.Context, ref string) error {
+	img := s.sb.img
+	if ref == "" || (img != nil && (ref == img.Ref || ref == img.Digest)) {
+		return nil
+	}
+	other, release, err := s.t.acquire(ctx, ref)
+	if err != nil {
+		return err
+	}
+	release()
+	if digest(other) != digest(img) {
+		return &airlock.NotAdmitted{Tier: Name, Reason: "the session runs image " + sessionImage(img) + ", not " + ref}
+	}
+	return nil
+}
+
+func sessionImage(img *image.Image) string {
+	if img == nil {
+		return image.Host
+	}
+	return img.Ref
 }
 
 // forget marks the session over (its sandbox destroyed or being destroyed

@@ -36,6 +36,9 @@ type bundle struct {
 	scratch  string // host directory bind-mounted at /scratch ("" = a tmpfs)
 	sockDir  string // host directory bind-mounted at agentDir/sock ("" = none)
 	agent    string // host path of the agent binary ("" = none)
+	agentLib string // host directory bind-mounted at agentLibDir ("" = none)
+	image    bool   // rootfs is an image's root (see images.go)
+	etc      string // with an image: the host directory of the files mounted over its /etc
 	read     []string
 	cgroup   string
 	limits   airlock.Limits
@@ -125,11 +128,25 @@ func (b *bundle) spec() *specs.Spec {
 	if b.agent != "" {
 		s.Mounts = append(s.Mounts, roBind(b.agent, agentBin))
 	}
+	if b.agentLib != "" {
+		s.Mounts = append(s.Mounts, roBind(b.agentLib, agentLibDir))
+	}
 	if b.sockDir != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: filepath.Dir(agentSock), Type: "bind", Source: b.sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
 	}
+	if b.image {
+		// Last: were one of these a link in the image into a writable
+		// mount, the tier's file would still cover what it names.
+		for _, name := range etcFiles {
+			s.Mounts = append(s.Mounts, roBind(filepath.Join(b.etc, name), "/etc/"+name))
+		}
+	}
 	return s
 }
+
+// etcFiles are the files of /etc the tier writes itself: in the host
+// view's root, and mounted over an image's own.
+var etcFiles = []string{"passwd", "group", "hosts", "hostname", "resolv.conf"}
 
 var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SYS_RESOURCE"}
 
@@ -201,7 +218,7 @@ func makeRootfs(dir string, hostDirs []string) ([]string, error) {
 		}
 		mounts = append(mounts, d)
 	}
-	etc := map[string]string{
+	etc := map[string]string{ // etcFiles
 		"passwd":      "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/scratch:/bin/sh\n",
 		"group":       "root:x:0:\nnogroup:x:65534:\n",
 		"hosts":       "127.0.0.1\tlocalhost airlock\n::1\tlocalhost\n",

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tools"
@@ -38,6 +39,17 @@ type Tier struct {
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
 	pool   *warmpool.Pool[poolKey, *sandbox]
+
+	agentLaunch []string // argv before the agent's arguments in an image (images.go)
+	agentErr    error    // why the agent cannot run in an image
+
+	pmu      sync.Mutex
+	poolRefs map[poolKey]string // the reference each pool key's sandboxes acquire
+	defKey   poolKey            // the default image's key, the one prewarmed
+	defSet   chan struct{}      // closed once defKey is known (or cannot be)
+	defErr   error              // why the default image cannot be prewarmed
+
+	stopPrewarm context.CancelFunc // ends prewarmDefault's Acquire at Close
 
 	owner      string        // the tier's name in the directory, which starts its sandbox ids
 	lease      *lease.Owner  // owners/<owner>, locked while the tier lives
@@ -91,6 +103,15 @@ func New(cfg Config) (*Tier, error) {
 	}
 	if t.avail == nil && cfg.pool > 0 {
 		t.pool = newPool(t, cfg.pool, cfg.refill, cfg.readyTTL)
+		if cfg.images != nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			t.stopPrewarm = cancel
+			t.bg.Add(1)
+			go func() {
+				defer t.bg.Done()
+				t.prewarmDefault(ctx)
+			}()
+		}
 	}
 	return t, nil
 }
@@ -142,6 +163,9 @@ func (t *Tier) init() error {
 	if err != nil {
 		return fmt.Errorf("locating the agent executable: %w", err)
 	}
+	if t.cfg.images != nil {
+		t.prepareAgent()
+	}
 	t.sweep()
 	return nil
 }
@@ -165,7 +189,7 @@ func (t *Tier) Admit(job airlock.Job) error {
 	if len(job.Env) > 0 {
 		return &airlock.NotAdmitted{Tier: Name, Reason: admit.EnvUnsupported}
 	}
-	return nil
+	return t.admitImage(job.Image)
 }
 
 // Close empties the warm pool, closes open sessions, waits for background
@@ -177,6 +201,9 @@ func (t *Tier) Close() error {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
+	if t.stopPrewarm != nil {
+		t.stopPrewarm()
+	}
 	if t.pool != nil {
 		t.pool.Close()
 	}
@@ -258,15 +285,25 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 			return r.finish(jobs.Invalid("grants.fs.read", "%v", err))
 		}
 	}
+	img, release, err := t.acquire(ctx, job.Image)
+	if err != nil {
+		return r.finish(err)
+	}
+	r.res.Image = digest(img)
+	if job.Image == "" && t.pool != nil && img != nil {
+		t.followDefault(img.Digest)
+	}
 	// Pooled sandboxes were created before the job: they carry no read
-	// grants, which are mounts. A job with some starts cold.
+	// grants, which are mounts. A job with some starts cold. A pooled
+	// sandbox holds its own image: the job's hold ends here.
 	if t.pool != nil && len(job.Grants.FS.Read) == 0 {
-		if sb, ok := t.pool.Claim(poolKey{}, nil); ok {
+		if sb, ok := t.pool.Claim(poolKey{digest(img)}, nil); ok {
+			release()
 			sb.claimed = true
 			return t.runAgent(ctx, sb, &job, r, true)
 		}
 	}
-	return t.runCold(ctx, &job, r)
+	return t.runCold(ctx, &job, r, img, release)
 }
 
 // run tracks one job's result and timings.
@@ -305,8 +342,8 @@ func (t *Tier) sandboxDir(id string) (string, error) {
 	return dir, nil
 }
 
-func (t *Tier) newBundle(id string, job *airlock.Job) *bundle {
-	return &bundle{
+func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle {
+	b := &bundle{
 		rootfs:   t.rootfs,
 		hostDirs: t.mounts,
 		cwd:      scratchDir,
@@ -316,6 +353,8 @@ func (t *Tier) newBundle(id string, job *airlock.Job) *bundle {
 		cpus:     t.cfg.cpus,
 		read:     job.Grants.FS.Read,
 	}
+	t.setImage(b, img)
+	return b
 }
 
 // runCold creates a sandbox for the job with `runsc run`, the job's program
@@ -323,9 +362,12 @@ func (t *Tier) newBundle(id string, job *airlock.Job) *bundle {
 //
 // A job with a net grant runs in a sandbox created for it whose first
 // process is the agent instead, which runs the egress forwarder.
-func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.Result, error) {
+//
+// runCold takes over the job's hold on img: it ends once the sandbox is
+// destroyed.
+func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
 	if len(job.Grants.Net) > 0 {
-		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS.Read)
+		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS.Read, img, release)
 		if err != nil {
 			return r.finish(err)
 		}
@@ -334,6 +376,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	id := t.newID()
 	dir, err := t.sandboxDir(id)
 	if err != nil {
+		release()
 		return r.finish(err)
 	}
 	cg := cgroup{path: "/" + id}
@@ -347,6 +390,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 			if err := t.destroy(id, dir, live); err != nil {
 				logf("%v", err)
 			}
+			release()
 		}()
 	}()
 	scratch := filepath.Join(dir, "scratch")
@@ -358,9 +402,9 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run) (airlock.R
 	if err := airlock.CheckPlaced(ctx, scratch); err != nil {
 		return r.finish(err)
 	}
-	b := t.newBundle(id, job)
+	b := t.newBundle(id, job, img)
 	b.args = job.Argv
-	b.env = jobEnv(job.Grants.Secrets)
+	b.env = envFor(img, job.Grants.Secrets)
 	b.scratch = scratch
 	if err := b.write(dir); err != nil {
 		return r.finish(err)
