@@ -8,6 +8,14 @@
 // The guest's /init is airlock's agent (tiers/microvm/cmd/airlock-agent):
 // it receives the job over a virtio-serial port and sends back framed
 // output and the exit status (package wire); the host parses nothing else.
+//
+// With an image resolver (Config.WithImages) the job's root is its image:
+// a read-only EROFS disk per image digest that the agent mounts under an
+// in-memory overlay and chroots the job into; the environment is the
+// image's, then PATH, HOME=/scratch, TMPDIR=/tmp and LANG where it sets
+// none, then the job's secrets; the image's user and working directory
+// are not applied (uid 65534 in /scratch). See images.go.
+//
 // See docs/microvm.md for what the tier withholds and how that is tested.
 package microvm
 
