@@ -28,6 +28,8 @@ awk '$2 == "/" { split($4, o, ","); print "root-" o[1] }' /proc/mounts
 echo w > /scratch/f && cat /scratch/f
 echo "env $PATH $HOME $TMPDIR $LANG $FROM_IMAGE"
 echo "uid $(id -u) $(hostname) $(cat /etc/hostname) $(grep -c . /etc/passwd)"
+test -e /etc/airlock/leak && echo followed-link
+cat /etc/resolv.conf
 ls /`
 
 // imageRoot builds a busybox image root with a world-writable /var/tmp,
@@ -39,6 +41,11 @@ func imageRoot(t *testing.T, marker string) string {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(vt, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	// A link the image planted where the agent writes its /etc files:
+	// followed, the agent's write would land in a directory of its own.
+	if err := os.Symlink("/etc/airlock/leak", filepath.Join(root, "etc", "resolv.conf")); err != nil {
 		t.Fatal(err)
 	}
 	// An /etc/passwd of the image's own, which the tier's replaces.
@@ -83,7 +90,7 @@ func checkImageRun(t *testing.T, res airlock.Result, err error, marker, fromImag
 	want := []string{
 		"ID=" + marker + "\n", "ro-bin\n", "ro-var\n", "root-ro\n", "w\n",
 		"env " + imageEnvPATH + " /scratch /tmp " + map[bool]string{true: "C", false: "C.UTF-8"}[fromImage != ""] + " " + fromImage + "\n",
-		"uid 65534 airlock airlock 2\n",
+		"uid 65534 airlock airlock 2\n", "nameserver 127.0.0.1\n",
 	}
 	for _, w := range want {
 		if !strings.Contains(out, w) {
@@ -92,6 +99,9 @@ func checkImageRun(t *testing.T, res airlock.Result, err error, marker, fromImag
 	}
 	if strings.Contains(out, "host-python") {
 		t.Errorf("the job saw the host's /usr/bin/python3:\n%s", out)
+	}
+	if strings.Contains(out, "followed-link") {
+		t.Errorf("the agent followed the image's /etc/resolv.conf link:\n%s", out)
 	}
 	for _, d := range []string{"bin", "etc", "proc", "scratch", "tmp", "dev"} {
 		if !slices.Contains(strings.Fields(out), d) {
