@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
@@ -297,5 +299,29 @@ func TestImageEnv(t *testing.T) {
 		if env[k] != v {
 			t.Errorf("%s=%q, want %q", k, env[k], v)
 		}
+	}
+}
+
+// TestImageEgress: a job granted egress runs in its image too, and finds
+// the gateway's CA where its trust variables point, inside that image.
+func TestImageEgress(t *testing.T) {
+	o := egresstest.StartOrigin(t, "origin.test")
+	r := imagetest.New(t)
+	a := r.Add("a", imageRoot(t, "airlock-image-a"), image.Config{})
+	tier := imageTier(t, testConfig().WithImages(r).WithEgress(egress.Config{Hosts: o.Pins}))
+	defer tier.Close()
+	url := "http://origin.test:" + o.Port + "/ok"
+	job := egresstest.ShellJob("cat /etc/os-release; timeout 10 wget -q -O - "+url+"; echo get=$?; grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\"", o.Rule("origin.test"))
+	job.Grants.Spawn = true
+	res, err := tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, res.Stdout, res.Stderr)
+	}
+	if want := "ID=airlock-image-a\norigin says hello\nget=0\n1\n"; res.Stdout != want || res.Image != a.Digest {
+		t.Errorf("stdout %q (image %q), want %q\nstderr:\n%s", res.Stdout, res.Image, want, res.Stderr)
+	}
+	tier.Close()
+	if n := r.Held(); n != 0 {
+		t.Errorf("%d images still held after Close", n)
 	}
 }
