@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # setup-microvm.sh: installs what the microvm tier needs, idempotently.
 #
-#   - QEMU (qemu-system-x86) and a static busybox, from Debian's apt;
+#   - QEMU (qemu-system-x86), a static busybox and erofs-utils (the
+#     tier builds each image's read-only disk with mkfs.erofs), from
+#     Debian's apt;
 #   - a guest kernel from Debian's linux-image-<version>-cloud-amd64 package,
 #     fetched with `apt-get download` and unpacked with `dpkg -x` (never
 #     installed on the host), with an uncompressed vmlinux extracted from
@@ -9,7 +11,7 @@
 #     compression magic, decompress from there, keep the first ELF);
 #   - the guest modules the agent loads (virtio_mmio, virtio_blk,
 #     virtio_console, virtio_net, failover, net_failover, the vsock
-#     transport Firecracker needs, and their
+#     transport Firecracker needs, erofs and overlay for image roots, and their
 #     dependencies per modules.dep), decompressed, in load order;
 #   - the guest agent (/init), built static from this checkout
 #     (CGO_ENABLED=0) when Go is available.
@@ -24,7 +26,12 @@ set -euo pipefail
 # and says so (the stamp records what was used).
 KERNEL_ABI_PINNED="6.1.0-47-cloud-amd64"
 KERNEL_PKGVER_PINNED="6.1.170-3"
-MODULES_WANTED="virtio_mmio virtio_blk virtio_console virtio_net failover net_failover vmw_vsock_virtio_transport"
+# crc32c_generic comes before erofs: erofs's libcrc32c needs a crc32c
+# implementation at load time, and the guest CPU model has no SSE4.2 for
+# crc32c-intel (no modprobe in the guest loads one on demand). Debian's
+# cloud kernel builds it in; a kernel that ships it as a module gets it
+# loaded first.
+MODULES_WANTED="virtio_mmio virtio_blk virtio_console virtio_net failover net_failover vmw_vsock_virtio_transport crc32c_generic erofs overlay"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="${AIRLOCK_TOOLS:-$repo/.tools}"
@@ -62,12 +69,12 @@ apt_install() {
 }
 
 # --- host packages -----------------------------------------------------------
-apt_install qemu-system-x86 busybox-static xz-utils zstd gzip bzip2 lz4
+apt_install qemu-system-x86 busybox-static erofs-utils xz-utils zstd gzip bzip2 lz4
 qemu="$(command -v qemu-system-x86_64)" || die "qemu-system-x86_64 not on PATH after install"
 ln -sf "$qemu" "$tools/bin/qemu-system-x86_64"
 busybox=/bin/busybox
 [ -x "$busybox" ] || die "static busybox not found at $busybox"
-"$busybox" --list | grep -qx sh || die "$busybox has no sh applet"
+"$busybox" --list | grep -x sh >/dev/null || die "$busybox has no sh applet"
 qemu_ver="$(dpkg-query -W -f='${Version}' qemu-system-x86)"
 busybox_ver="$(dpkg-query -W -f='${Version}' busybox-static)"
 

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
@@ -290,4 +292,39 @@ func BenchmarkJobFor(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkImageStart measures /bin/true from call to result on cold
+// boots, alternately in one loop: from the initramfs (the host view) and
+// from an image's disk (a busybox root: the agent also loads the block
+// and file system drivers, mounts the disk and its overlay, and the job
+// is chrooted). The disk is built before the timer starts. Reports the
+// medians in ms and their ratio (image/initramfs); run with
+// -benchtime=Nx.
+func BenchmarkImageStart(b *testing.B) {
+	r := imagetest.New(b)
+	r.Add("busybox", imagetest.Busybox(b, "airlock-bench"), image.Config{})
+	r.AllowHost()
+	tier := benchTier(b, testConfig().WithImages(r))
+	if _, err := findMkfsErofs(); err != nil {
+		tiertest.Unavailable(b, Name, err)
+	}
+	ctx := context.Background()
+	h, _, err := tier.imageFor(ctx, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.unref()
+	host, img := command("/bin/true"), command("/bin/true")
+	host.Image = image.Host
+	var initramfs, disk []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		benchRun(b, tier, ctx, host)
+		initramfs = append(initramfs, time.Since(start))
+		start = time.Now()
+		benchRun(b, tier, ctx, img)
+		disk = append(disk, time.Since(start))
+	}
+	reportPair(b, "initramfs", initramfs, "image", disk)
 }

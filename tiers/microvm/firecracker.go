@@ -52,6 +52,13 @@ type fcVsock struct {
 	UDSPath  string `json:"uds_path"`
 }
 
+type fcDrive struct {
+	DriveID      string `json:"drive_id"`
+	PathOnHost   string `json:"path_on_host"`
+	IsRootDevice bool   `json:"is_root_device"`
+	IsReadOnly   bool   `json:"is_read_only"`
+}
+
 type fcAction struct {
 	ActionType string `json:"action_type"`
 }
@@ -61,13 +68,22 @@ const fcBootArgs = "console=ttyS0 reboot=k panic=-1 pci=off quiet loglevel=1 cry
 	"airlock.modules=virtio,virtio_ring,virtio_mmio,vsock,vmw_vsock_virtio_transport_common,vmw_vsock_virtio_transport"
 
 // fcRequests is the one place a VM's shape becomes Firecracker API calls.
+// An image's disk is the VM's one drive, read-only (the agent mounts it;
+// it is not the kernel's root device).
 func fcRequests(kernel, initrd, vsockPath string, s vmSpec) []fcRequest {
-	return []fcRequest{
-		{"PUT", "/boot-source", fcBootSource{KernelImagePath: kernel, InitrdPath: initrd, BootArgs: fcBootArgs}},
+	args := fcBootArgs
+	var drive []fcRequest
+	if s.img != nil {
+		args += "," + imageModules + " airlock.root=" + imageDevice
+		drive = []fcRequest{{"PUT", "/drives/root", fcDrive{DriveID: "root", PathOnHost: s.img.disk, IsReadOnly: true}}}
+	}
+	reqs := []fcRequest{
+		{"PUT", "/boot-source", fcBootSource{KernelImagePath: kernel, InitrdPath: initrd, BootArgs: args}},
 		{"PUT", "/machine-config", fcMachineConfig{VCPUCount: s.vcpus, MemSizeMiB: s.memMB}},
 		{"PUT", "/vsock", fcVsock{GuestCID: fcGuestCID, UDSPath: vsockPath}},
-		{"PUT", "/actions", fcAction{ActionType: "InstanceStart"}},
 	}
+	reqs = append(reqs, drive...)
+	return append(reqs, fcRequest{"PUT", "/actions", fcAction{ActionType: "InstanceStart"}})
 }
 
 // fcClient talks HTTP to the API socket.

@@ -8,6 +8,14 @@
 // The guest's /init is airlock's agent (tiers/microvm/cmd/airlock-agent):
 // it receives the job over a virtio-serial port and sends back framed
 // output and the exit status (package wire); the host parses nothing else.
+//
+// With an image resolver (Config.WithImages) the job's root is its image:
+// a read-only EROFS disk per image digest that the agent mounts under an
+// in-memory overlay and chroots the job into; the environment is the
+// image's, then PATH, HOME=/scratch, TMPDIR=/tmp and LANG where it sets
+// none, then the job's secrets; the image's user and working directory
+// are not applied (uid 65534 in /scratch). See images.go.
+//
 // See docs/microvm.md for what the tier withholds and how that is tested.
 package microvm
 
@@ -24,6 +32,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/internal/tools"
@@ -65,6 +74,7 @@ type Config struct {
 	accel                       string
 	firecracker                 string
 	egress                      *egress.Config // per-run template; nil: the defaults
+	images                      image.Resolver // nil: the host view only
 }
 
 // DefaultConfig returns the defaults: the default limit policy, assets
@@ -164,13 +174,16 @@ type Tier struct {
 	tscKHz    int64
 
 	snapMu sync.Mutex
-	snaps  map[int64]*snapshot // by guest memory size
+	snaps  map[vmKey]*snapshot // by guest memory size and image
 	spares spares              // a VMM launched ahead for the next restore
+
+	imgMu sync.Mutex
+	held  map[string]*heldImage // the images the tier's runs, VMs and snapshots hold, by digest
 
 	emptyMu  sync.Mutex
 	emptyDir string // the empty placed-files directory (see emptyPlaced)
 
-	pool    *warmpool.Pool[int64, *vm] // keyed by guest memory
+	pool    *warmpool.Pool[int64, *vm] // keyed by guest memory; VMs of the default image
 	reapers sync.WaitGroup
 
 	// observe, when set (by benchmarks), receives each used VM's guest
@@ -195,7 +208,7 @@ func New(cfg Config) (*Tier, error) {
 	if _, err := sweep(cfg.stateDir); err != nil {
 		return nil, fmt.Errorf("sweeping orphaned VMs: %w", err)
 	}
-	t := &Tier{cfg: cfg, tscKHz: tools.TSCkHz(), snaps: map[int64]*snapshot{}}
+	t := &Tier{cfg: cfg, tscKHz: tools.TSCkHz(), snaps: map[vmKey]*snapshot{}}
 	t.assets, t.availErr = findAssets(cfg)
 	switch cfg.accel {
 	case "kvm":
@@ -270,10 +283,18 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 		return err
 	}
 	if t.cfg.warm == WarmSnapshot {
-		if _, err := t.snapshotFor(ctx, t.baseMem()); err != nil {
+		// The default image's: only it is made ready ahead of its jobs.
+		h, err := t.defaultImage(ctx)
+		if err != nil {
 			return err
 		}
-		t.spares.ready(ctx, t, t.baseMem())
+		if h != nil {
+			defer h.unref()
+		}
+		if _, err := t.snapshotFor(ctx, t.baseMem(), h); err != nil {
+			return err
+		}
+		t.spares.ready(ctx, t, t.baseMem(), h)
 	}
 	if t.pool != nil {
 		return t.waitPool(ctx)
@@ -291,7 +312,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 }
 
 // Close stops the pool's VMs and removes the tier's snapshots (and its
-// empty placed-files directory); the tier
+// empty placed-files directory), releasing every image they held; the tier
 // still runs jobs afterwards, starting them afresh.
 func (t *Tier) Close() error {
 	if t.pool != nil {
@@ -329,7 +350,7 @@ func (t *Tier) Admit(job airlock.Job) error {
 	case len(job.Env) > 0:
 		reason = admit.EnvUnsupported
 	default:
-		return nil
+		return t.admitImage(job.Image)
 	}
 	return &airlock.NotAdmitted{Tier: Name, Reason: reason}
 }
@@ -351,6 +372,16 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err = t.Admit(job); err != nil {
 		return res, err
 	}
+	h, digest, err := t.imageFor(ctx, job.Image)
+	res.Image = digest
+	if err != nil {
+		return res, err
+	}
+	if h != nil {
+		// Held until the VM, killed in the background, lets go of it too.
+		defer h.unref()
+		job.Grants.Secrets = imageEnv(h.img, job.Grants.Secrets)
+	}
 	// The job is encoded, and its placed files checked, before a VM is
 	// started: a refused job costs no VM, and a cold-booted VM is handed
 	// its job as soon as QEMU is up, so the agent finds it waiting when it
@@ -364,7 +395,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if len(job.Grants.Net) == 0 {
 		early = payload
 	}
-	v, err := t.acquire(ctx, &job, early)
+	v, err := t.acquire(ctx, &job, h, early)
 	res.Timings.StartUS = monotime.Micros(start)
 	if v != nil {
 		defer t.discard(v)
@@ -406,6 +437,7 @@ func (t *Tier) discard(v *vm) {
 	if v.claimed {
 		t.pool.Done(t.baseMem())
 	}
+	// The VM holds its image until it is reaped.
 	t.reapers.Go(v.kill)
 }
 
@@ -417,30 +449,30 @@ func memFor(job *airlock.Job) int64 { return job.Limits.MemoryMB + overheadMB }
 // inside the guest, by its cgroup), so one snapshot and one pool do too.
 func (t *Tier) baseMem() int64 { return t.cfg.limits.Default.MemoryMB + overheadMB }
 
-// acquire returns a VM whose agent waits for its job: from the pool, from
-// a snapshot, or booted cold.
+// acquire returns a VM of image h (nil: the host view) whose agent waits
+// for its job: from the pool, from a snapshot, or booted cold.
 //
 // payload, when set, is the encoded job: a cold-booted VM is handed it as
 // soon as its VMM is up.
-func (t *Tier) acquire(ctx context.Context, job *airlock.Job, payload []byte) (*vm, error) {
+func (t *Tier) acquire(ctx context.Context, job *airlock.Job, h *heldImage, payload []byte) (*vm, error) {
 	mem := max(memFor(job), t.baseMem())
 	if len(job.Grants.Net) > 0 {
 		// Pooled VMs and the snapshot have no network device: a job
 		// granted egress boots cold with one.
 		return t.retry(ctx, func(ctx context.Context) (*vm, error) {
-			return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, net: true})
+			return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, net: true, img: h})
 		})
 	}
 	if t.pool != nil {
-		if v := t.claim(mem); v != nil {
+		if v := t.claim(mem, digestOf(h)); v != nil {
 			return v, nil
 		}
 	}
 	if t.cfg.warm == WarmSnapshot {
-		return t.retry(ctx, func(ctx context.Context) (*vm, error) { return t.restore(ctx, mem) })
+		return t.retry(ctx, func(ctx context.Context) (*vm, error) { return t.restore(ctx, mem, h) })
 	}
 	return t.retry(ctx, func(ctx context.Context) (*vm, error) {
-		return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, job: payload})
+		return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, job: payload, img: h})
 	})
 }
 
@@ -511,6 +543,9 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	var r wire.Ready
 	if err := json.Unmarshal(payload, &r); err != nil || r.Version != wire.Version {
 		return fmt.Errorf("%w: the guest agent speaks protocol version %d, the host %d: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion, r.Version, wire.Version)
+	}
+	if v.img != nil && r.Root != wire.RootImage {
+		return fmt.Errorf("%w: the guest agent did not mount the image disk: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion)
 	}
 	v.marks = r.Marks
 	return nil

@@ -10,7 +10,10 @@ import (
 
 // The pool keeps VMs booted (or, under KVM with snapshots, restored) and
 // waiting for one job each, keyed by their guest memory (every pooled VM
-// has the base memory, see baseMem). A claimed VM runs exactly one job and
+// has the base memory, see baseMem). Pooled VMs are of the default image
+// (acquired as each starts; with no resolver, or a host-view default, the
+// host view); a claim takes one only for a job of that same image digest,
+// so a job of another image starts its VM itself. A claimed VM runs exactly one job and
 // is destroyed after it; it is never returned. Nothing of a job's policy
 // is in a pooled VM: the job's limits, secrets, clock and entropy reach
 // the agent with the job, at claim time.
@@ -21,10 +24,16 @@ import (
 func newPool(t *Tier, n int) *warmpool.Pool[int64, *vm] {
 	p := warmpool.New(warmpool.Options[int64, *vm]{
 		Start: func(ctx context.Context, mem int64) (*vm, error) {
+			h, err := t.defaultImage(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if h != nil {
+				defer h.unref() // the VM holds its own
+			}
 			var v *vm
-			var err error
 			if t.cfg.warm == WarmSnapshot && t.kvm {
-				v, err = t.restore(ctx, mem)
+				v, err = t.restore(ctx, mem, h)
 			} else {
 				// Under emulation a pooled VM is booted, not restored, and its
 				// agent runs a throwaway /bin/true before Ready: QEMU then has
@@ -32,7 +41,7 @@ func newPool(t *Tier, n int) *warmpool.Pool[int64, *vm] {
 				// faults, exit) translated, which a restored VM must translate
 				// afresh during its job — measured, several times the job's
 				// own time in the guest (docs/microvm.md).
-				v, err = t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, warmup: true})
+				v, err = t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, warmup: true, img: h})
 			}
 			if err != nil && v != nil {
 				v.kill()
@@ -51,10 +60,11 @@ func newPool(t *Tier, n int) *warmpool.Pool[int64, *vm] {
 // refillDelay bounds how long a refill waits for claimed jobs to finish.
 const refillDelay = time.Second
 
-// claim takes a waiting VM big enough for mem, or returns nil at once.
-func (t *Tier) claim(mem int64) *vm {
+// claim takes a waiting VM big enough for mem whose root is the image of
+// digest ("": the host view), or returns nil at once.
+func (t *Tier) claim(mem int64, digest string) *vm {
 	base := t.baseMem()
-	v, ok := t.pool.Claim(base, func(*vm) bool { return mem <= base })
+	v, ok := t.pool.Claim(base, func(v *vm) bool { return mem <= base && digestOf(v.img) == digest })
 	if !ok {
 		return nil
 	}

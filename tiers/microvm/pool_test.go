@@ -74,7 +74,7 @@ func TestPool(t *testing.T) {
 	// A job bigger than the pooled VMs is not served from the pool.
 	big := command("true")
 	big.Limits.MemoryMB = airlock.DefaultLimitPolicy().Default.MemoryMB * 2
-	if v := tier.claim(memFor(mustPrepare(t, big))); v != nil {
+	if v := tier.claim(memFor(mustPrepare(t, big)), ""); v != nil {
 		v.kill()
 		t.Fatal("a pooled VM was handed a job larger than it")
 	}
@@ -105,7 +105,7 @@ func TestWaitWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap.snapMu.Lock()
-	s := snap.snaps[snap.baseMem()]
+	s := snap.snaps[vmKey{mem: snap.baseMem()}]
 	snap.snapMu.Unlock()
 	if s == nil {
 		t.Fatal("WaitWarm returned before the snapshot existed")

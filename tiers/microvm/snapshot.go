@@ -22,7 +22,16 @@ import (
 type snapshot struct {
 	f    *os.File // the sealed memory file
 	size int64
-	mem  int64
+	key  vmKey
+	img  *heldImage // the image whose disk the guest had (held while the snapshot exists)
+}
+
+// vmKey is what makes VMs interchangeable: their guest memory and the
+// image whose disk is their job root ("": the host view). A snapshot or a
+// spare VMM of one key never serves another.
+type vmKey struct {
+	mem    int64
+	digest string
 }
 
 // snapshotSeals are the seals a snapshot must carry to be restored.
@@ -73,23 +82,28 @@ func (s *snapshot) reader() (f *os.File, err error) {
 	return f, err
 }
 
-// snapshotFor returns the tier's snapshot for a memory size, making it on
-// first use.
-func (t *Tier) snapshotFor(ctx context.Context, mem int64) (*snapshot, error) {
+// snapshotFor returns the tier's snapshot for a memory size and image (nil:
+// the host view), making it on first use.
+func (t *Tier) snapshotFor(ctx context.Context, mem int64, h *heldImage) (*snapshot, error) {
+	key := vmKey{mem, digestOf(h)}
 	t.snapMu.Lock()
 	defer t.snapMu.Unlock()
-	if s := t.snaps[mem]; s != nil {
+	if s := t.snaps[key]; s != nil {
 		return s, nil
 	}
-	s, err := t.makeSnapshot(ctx, mem)
+	s, err := t.makeSnapshot(ctx, mem, h)
 	if err != nil {
 		return nil, fmt.Errorf("making a snapshot: %w", err)
 	}
-	t.snaps[mem] = s
+	if h != nil {
+		h.ref()
+	}
+	s.key, s.img = key, h
+	t.snaps[key] = s
 	return s, nil
 }
 
-func (t *Tier) makeSnapshot(ctx context.Context, mem int64) (_ *snapshot, err error) {
+func (t *Tier) makeSnapshot(ctx context.Context, mem int64, h *heldImage) (_ *snapshot, err error) {
 	fd, err := unix.MemfdCreate("airlock-snapshot", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memory file: %w", err)
@@ -100,7 +114,7 @@ func (t *Tier) makeSnapshot(ctx context.Context, mem int64) (_ *snapshot, err er
 			f.Close()
 		}
 	}()
-	v, err := t.launch(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, qmp: true})
+	v, err := t.launch(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, qmp: true, img: h})
 	if err != nil {
 		return nil, err
 	}
@@ -152,13 +166,13 @@ func (t *Tier) makeSnapshot(ctx context.Context, mem int64) (_ *snapshot, err er
 	if st.Size == 0 {
 		return nil, errors.New("the migration wrote nothing")
 	}
-	return &snapshot{f: f, size: st.Size, mem: mem}, nil
+	return &snapshot{f: f, size: st.Size}, nil
 }
 
-// restore starts a VM from the tier's snapshot for mem and lets it run once
-// the stream has been verified.
-func (t *Tier) restore(ctx context.Context, mem int64) (*vm, error) {
-	s, err := t.snapshotFor(ctx, mem)
+// restore starts a VM from the tier's snapshot for mem and image h and lets
+// it run once the stream has been verified.
+func (t *Tier) restore(ctx context.Context, mem int64, h *heldImage) (*vm, error) {
+	s, err := t.snapshotFor(ctx, mem, h)
 	if err != nil {
 		return nil, err
 	}
@@ -177,10 +191,10 @@ func (t *Tier) restoreFrom(ctx context.Context, s *snapshot) (_ *vm, err error) 
 	// A VMM launched ahead of time for this memory size saves QEMU's own
 	// start (loading its libraries and the kernel image) from the restore;
 	// the next one is launched now, for the restore after this.
-	v := t.spares.take(ctx, s.mem)
-	t.spares.fill(t, s.mem)
+	v := t.spares.take(ctx, s.key)
+	t.spares.fill(t, s.key.mem, s.img)
 	if v == nil {
-		if v, err = t.launch(ctx, t.spareSpec(s.mem)); err != nil {
+		if v, err = t.launch(ctx, t.spareSpec(s.key.mem, s.img)); err != nil {
 			return v, err
 		}
 	}
@@ -229,6 +243,9 @@ func (t *Tier) dropSnapshots() {
 	defer t.snapMu.Unlock()
 	for k, s := range t.snaps {
 		s.f.Close()
+		if s.img != nil {
+			s.img.unref()
+		}
 		delete(t.snaps, k)
 	}
 }

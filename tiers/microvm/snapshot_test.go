@@ -47,7 +47,7 @@ func TestSnapshotTampered(t *testing.T) {
 	}
 	mem := max(memFor(mustPrepare(t, job)), tier.baseMem())
 	tier.snapMu.Lock()
-	s := tier.snaps[mem]
+	s := tier.snaps[vmKey{mem: mem}]
 	tier.snapMu.Unlock()
 	if s == nil {
 		t.Fatalf("no snapshot for %d MB", mem)
@@ -119,7 +119,7 @@ func TestSnapshotTampered(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			fake := &snapshot{f: f, size: s.size, mem: s.mem}
+			fake := &snapshot{f: f, size: s.size, key: s.key}
 			v, err := tier.restoreFrom(context.Background(), fake)
 			if v != nil {
 				v.kill()

@@ -14,21 +14,22 @@ const spareID = "spare-"
 type spares struct {
 	mu       sync.Mutex
 	v        *vm
-	mem      int64
+	key      vmKey
 	inflight chan struct{} // closed when the launch in flight ends; nil: none
 	closed   bool
 	wg       sync.WaitGroup
 }
 
-// spareSpec is the VMM a restore of a snapshot of mem MiB needs.
-func (t *Tier) spareSpec(mem int64) vmSpec {
-	return vmSpec{memMB: mem, vcpus: t.cfg.vcpus, qmp: true, paused: true, incoming: true}
+// spareSpec is the VMM a restore of a snapshot of mem MiB and image h
+// needs.
+func (t *Tier) spareSpec(mem int64, h *heldImage) vmSpec {
+	return vmSpec{memMB: mem, vcpus: t.cfg.vcpus, qmp: true, paused: true, incoming: true, img: h}
 }
 
-// take returns the spare for mem, waiting for one being launched, or nil.
-func (s *spares) take(ctx context.Context, mem int64) *vm {
+// take returns the spare for key, waiting for one being launched, or nil.
+func (s *spares) take(ctx context.Context, key vmKey) *vm {
 	s.mu.Lock()
-	if ch := s.inflight; ch != nil && s.mem == mem {
+	if ch := s.inflight; ch != nil && s.key == key {
 		s.mu.Unlock()
 		select {
 		case <-ch:
@@ -39,7 +40,7 @@ func (s *spares) take(ctx context.Context, mem int64) *vm {
 	}
 	defer s.mu.Unlock()
 	v := s.v
-	if v == nil || s.mem != mem {
+	if v == nil || s.key != key {
 		return nil
 	}
 	s.v = nil
@@ -52,12 +53,14 @@ func (s *spares) take(ctx context.Context, mem int64) *vm {
 	}
 }
 
-// fill launches a spare for mem in the background unless one is there or
-// on its way; a spare of another size is replaced.
-func (s *spares) fill(t *Tier, mem int64) {
+// fill launches a spare for mem and image h in the background unless one
+// is there or on its way; a spare of another size or image is replaced.
+// The spare holds h from the launch on.
+func (s *spares) fill(t *Tier, mem int64, h *heldImage) {
+	key := vmKey{mem, digestOf(h)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.inflight != nil || (s.v != nil && s.mem == mem) {
+	if s.closed || s.inflight != nil || (s.v != nil && s.key == key) {
 		return
 	}
 	if s.v != nil {
@@ -65,11 +68,17 @@ func (s *spares) fill(t *Tier, mem int64) {
 		s.v = nil
 	}
 	ch := make(chan struct{})
-	s.inflight, s.mem = ch, mem
+	s.inflight, s.key = ch, key
+	if h != nil {
+		h.ref() // until the launch has its own
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		v, err := t.launch(context.Background(), t.spareSpec(mem))
+		v, err := t.launch(context.Background(), t.spareSpec(mem, h))
+		if h != nil {
+			h.unref()
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		defer close(ch)
@@ -84,9 +93,10 @@ func (s *spares) fill(t *Tier, mem int64) {
 	}()
 }
 
-// ready fills the spare for mem and waits for it to be launched.
-func (s *spares) ready(ctx context.Context, t *Tier, mem int64) {
-	s.fill(t, mem)
+// ready fills the spare for mem and image h and waits for it to be
+// launched.
+func (s *spares) ready(ctx context.Context, t *Tier, mem int64, h *heldImage) {
+	s.fill(t, mem, h)
 	s.mu.Lock()
 	ch := s.inflight
 	s.mu.Unlock()

@@ -37,6 +37,9 @@ type vmSpec struct {
 	net      bool   // a network device whose only way out is the egress guestfwd
 	job      []byte // cold boot: the Job frame's payload, sent as soon as the VMM is up
 	warmup   bool   // the agent runs a throwaway job before Ready (pooled VMs)
+	// img, when set, is the image whose disk is the job's root (the VM
+	// holds it until it is killed).
+	img *heldImage
 }
 
 // vm is one running QEMU process with its control connection.
@@ -55,6 +58,7 @@ type vm struct {
 	claimed bool        // taken from the tier's pool
 	marks   []wire.Mark // the guest's steps, from its Ready and Exit frames
 	sent    chan error  // the Job frame's write, once started (see send)
+	img     *heldImage  // the image the VM holds (nil: the host view)
 }
 
 // tail keeps the last n bytes written to it.
@@ -102,12 +106,18 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 		nic = []string{"-netdev", t.guestfwd(dir), "-device", "virtio-net-device,netdev=n0"}
 		sandbox = qemuSandboxNet
 	}
+	if s.img != nil {
+		modules += "," + imageModules
+	}
 	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + modules
 	if t.tscKHz > 0 {
 		appendLine += fmt.Sprintf(" tsc_early_khz=%d", t.tscKHz)
 	}
 	if s.warmup {
 		appendLine += " airlock.warmup=1"
+	}
+	if s.img != nil {
+		appendLine += " airlock.root=" + imageDevice
 	}
 	args := []string{
 		"-name", vmNamePrefix + id,
@@ -125,6 +135,13 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 		"-chardev", "socket,id=ctl,path="+filepath.Join(dir, "ctl.sock"),
 		"-device", "virtserialport,chardev=ctl,name=airlock.ctl",
 	)
+	if s.img != nil {
+		// Read-only to QEMU as well as to the guest: every VM of the image
+		// shares the one file.
+		args = append(args,
+			"-drive", "id=root,if=none,format=raw,readonly=on,file="+strings.ReplaceAll(s.img.disk, ",", ",,"),
+			"-device", "virtio-blk-device,drive=root")
+	}
 	if t.cfg.sandbox {
 		args = append(args, "-sandbox", sandbox)
 	}
@@ -172,6 +189,10 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 		return nil, err
 	}
 	v := &vm{id: id, dir: dir, console: &tail{n: 4096}, stderr: &tail{n: 4096}, done: make(chan struct{})}
+	if s.img != nil {
+		s.img.ref()
+		v.img = s.img
+	}
 	defer func() {
 		if err != nil {
 			v.kill()
@@ -284,5 +305,8 @@ func (v *vm) kill() {
 			<-v.done
 		}
 		_ = os.RemoveAll(v.dir)
+		if v.img != nil {
+			v.img.unref()
+		}
 	})
 }

@@ -79,10 +79,17 @@ func runAgent() error {
 	mark("mounts")
 	// Staging first: the shim's start-up then overlaps the drivers' probing
 	// and the port's handshake with the host, which wait on the VMM.
-	st, stageErr := stage()
+	dev := rootDevice()
+	st, stageErr := stage(dev != "")
 	mark("staged")
 	loadModules("/lib/modules", "/etc/modules.order", cmdlineModules(), mark)
 	mark("modules")
+	if dev != "" && stageErr == nil {
+		if stageErr = mountImage(dev); stageErr == nil {
+			st.root, ready.Root = imageRoot, wire.RootImage
+		}
+		mark("image")
+	}
 	port, err := openPort(PortName, 10*time.Second)
 	if err != nil {
 		return err
@@ -341,7 +348,8 @@ func setClock(t time.Time) error {
 type staged struct {
 	cg             *os.File
 	cgDir          string
-	warmup         bool // a throwaway run: no host entropy to add
+	warmup         bool   // a throwaway run: no host entropy to add
+	root           string // the image root the shim chroots into ("": the initramfs)
 	shim           *exec.Cmd
 	cfg, stdin     *os.File // write ends
 	stdout, stderr *os.File // read ends
@@ -349,8 +357,15 @@ type staged struct {
 	waitErr        error
 }
 
-// stage prepares the job's world (see stageWorld) and its shim.
-func stage() (*staged, error) {
+// stage prepares the job's world (see stageWorld) and its shim; with
+// image set, the mount points of an image root too (mountImage mounts it
+// once its modules are loaded).
+func stage(image bool) (*staged, error) {
+	if image {
+		if err := prepareImageDirs(); err != nil {
+			return nil, err
+		}
+	}
 	if err := stageWorld(); err != nil {
 		return nil, err
 	}
@@ -484,7 +499,7 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		return wire.Exit{}, err
 	}
 	mark("prepared")
-	cfg, err := json.Marshal(shimConfig{Argv: job.Argv, Env: job.Env, CPUMS: job.CPUMS, OpenFiles: job.OpenFiles, Spawn: job.Spawn})
+	cfg, err := json.Marshal(shimConfig{Argv: job.Argv, Env: job.Env, CPUMS: job.CPUMS, OpenFiles: job.OpenFiles, Spawn: job.Spawn, Root: st.root})
 	if err != nil {
 		return wire.Exit{}, err
 	}

@@ -23,10 +23,10 @@ func TestEventCount(t *testing.T) {
 }
 
 func TestLookPath(t *testing.T) {
-	if p, err := lookPath("/x/y"); err != nil || p != "/x/y" {
+	if p, err := lookPath("/x/y", ""); err != nil || p != "/x/y" {
 		t.Fatalf("%q %v", p, err)
 	}
-	if _, err := lookPath("no-such-program-airlock"); err == nil {
+	if _, err := lookPath("no-such-program-airlock", ""); err == nil {
 		t.Fatal("found a program that does not exist")
 	}
 }

@@ -22,6 +22,9 @@ type shimConfig struct {
 	CPUMS     int64             `json:"cpu_ms"`
 	OpenFiles int64             `json:"open_files"`
 	Spawn     bool              `json:"spawn"`
+	// Root, when set, is the image root to chroot into (set by the
+	// agent, never by the host).
+	Root string `json:"root,omitempty"`
 }
 
 // searchPath is where a bare program name is looked up (the job's own
@@ -62,7 +65,21 @@ func shim() {
 		}
 	}
 	_ = unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{})
-	prog, err := lookPath(argv[0])
+	if cfg.Root != "" {
+		// The job keeps no way out: it runs without privileges (no
+		// CAP_SYS_CHROOT) and holds no descriptor of the initramfs.
+		if err := unix.Chroot(cfg.Root); err != nil {
+			die("entering the image root: %v", err)
+		}
+		if err := unix.Chdir(scratchDir); err != nil {
+			die("entering the scratch: %v", err)
+		}
+	}
+	path := ""
+	if cfg.Root != "" {
+		path = cfg.Env["PATH"]
+	}
+	prog, err := lookPath(argv[0], path)
 	if err != nil {
 		die("%v", err)
 	}
@@ -88,11 +105,20 @@ func shim() {
 	}
 }
 
-func lookPath(name string) (string, error) {
+// lookPath finds a bare name in path (the job's PATH, an image's) or,
+// without one, in searchPath.
+func lookPath(name, path string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	for _, dir := range searchPath {
+	dirs := searchPath
+	if path != "" {
+		dirs = filepath.SplitList(path)
+	}
+	for _, dir := range dirs {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
 		p := filepath.Join(dir, name)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
 			return p, nil

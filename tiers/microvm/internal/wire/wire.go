@@ -50,7 +50,15 @@ type Ready struct {
 	// (an agent built from older sources would misread the Job frame).
 	Version int    `json:"version"`
 	Marks   []Mark `json:"marks,omitempty"`
+	// Root is RootImage when the agent mounted the image disk the host
+	// named as the job's root; empty when the job runs in the initramfs.
+	// A host that booted a guest with an image refuses a Ready without it
+	// (an agent that predates image roots would run the job elsewhere).
+	Root string `json:"root,omitempty"`
 }
+
+// RootImage is Ready.Root for a guest whose job root is the image disk.
+const RootImage = "image"
 
 // Version is this protocol's version: 2 carries files and stdin as bytes.
 const Version = 2
