@@ -98,3 +98,38 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// DefaultPATH is the PATH of a program whose image sets none.
+const DefaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// baseline is what a sandbox's environment holds where the image sets
+// none: the same on every tier, so a job sees one environment wherever it
+// runs.
+var baseline = []string{"PATH=" + DefaultPATH, "HOME=/scratch", "TMPDIR=/tmp", "LANG=C.UTF-8"}
+
+// Environ is a program's whole environment in img: the image's variables,
+// the baseline (PATH, HOME=/scratch, TMPDIR=/tmp, LANG=C.UTF-8) where the
+// image sets none, then over ("NAME=value": the job's secrets, a tier's
+// egress variables), which replaces any variable of the same name. Each
+// name appears once (libc's getenv takes the first), and nothing comes
+// from the host.
+func (img *Image) Environ(over ...string) []string {
+	env := make([]string, 0, len(img.Config.Env)+len(baseline)+len(over))
+	seen := make(map[string]bool, cap(env))
+	for _, kv := range over {
+		if k, _, ok := strings.Cut(kv, "="); ok {
+			seen[k] = true
+		}
+	}
+	for _, list := range [][]string{img.Config.Env, baseline} {
+		for _, kv := range list {
+			k, _, ok := strings.Cut(kv, "=")
+			if !ok || k == "" || seen[k] {
+				continue
+			}
+			seen[k] = true
+			env = append(env, kv)
+		}
+	}
+	return append(env, over...)
+}

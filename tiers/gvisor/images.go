@@ -37,9 +37,6 @@ import (
 // agentLibDir holds a dynamically linked agent's loader and libraries.
 const agentLibDir = agentDir + "/lib"
 
-// imageEnvPATH is the PATH of a job whose image sets none.
-const imageEnvPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // noStore refuses an image when the tier has no resolver.
 const noStore = "tier " + Name + " has no image store"
 
@@ -103,30 +100,24 @@ func digest(img *image.Image) string {
 	return img.Digest
 }
 
-// envFor is the job's whole environment in img: for the host view, jobEnv;
-// for an image, the image's environment, then PATH, HOME, TMPDIR and LANG
-// where the image sets none, then the job's secrets (which may override
-// any of them). Nothing comes from the host.
+// envFor is the job's whole environment in img: for the host view,
+// jobEnv; for an image, image.Image.Environ with the job's secrets (sorted,
+// so equal jobs get equal environments) overriding any variable of the same
+// name.
 func envFor(img *image.Image, secrets map[string]string) []string {
 	if img.IsHost() {
 		return jobEnv(secrets)
-	}
-	env := make([]string, 0, len(img.Config.Env)+4+len(secrets))
-	env = append(env, img.Config.Env...)
-	for _, kv := range [][2]string{{"PATH", imageEnvPATH}, {"HOME", scratchDir}, {"TMPDIR", "/tmp"}, {"LANG", "C.UTF-8"}} {
-		if _, ok := img.Config.Getenv(kv[0]); !ok {
-			env = append(env, kv[0]+"="+kv[1])
-		}
 	}
 	names := make([]string, 0, len(secrets))
 	for k := range secrets {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	over := make([]string, 0, len(names))
 	for _, k := range names {
-		env = append(env, k+"="+secrets[k])
+		over = append(over, k+"="+secrets[k])
 	}
-	return env
+	return img.Environ(over...)
 }
 
 // setImage makes b's root img's (nothing to do for the host view).

@@ -104,9 +104,9 @@ func checkImageProbe(t *testing.T, res airlock.Result, err error, img *image.Ima
 	if !strings.Contains(out, "\n2\n") {
 		t.Errorf("/etc/passwd is not the tier's:\n%s", out)
 	}
-	wantEnv := "PATH=" + imageEnvPATH + " HOME=/scratch TMPDIR=/tmp LANG=C.UTF-8 FROM_IMAGE="
+	wantEnv := "PATH=" + image.DefaultPATH + " HOME=/scratch TMPDIR=/tmp LANG=C.UTF-8 FROM_IMAGE="
 	if marker == "image-a" {
-		wantEnv = "PATH=" + imageEnvPATH + " HOME=/scratch TMPDIR=/tmp LANG=C FROM_IMAGE=yes"
+		wantEnv = "PATH=" + image.DefaultPATH + " HOME=/scratch TMPDIR=/tmp LANG=C FROM_IMAGE=yes"
 	}
 	if !strings.Contains(out, wantEnv+"\n") {
 		t.Errorf("environment: want %q in\n%s", wantEnv, out)

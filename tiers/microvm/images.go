@@ -44,9 +44,6 @@ const diskKind = "microvm-disk"
 // diskFile is the disk's name inside the derived directory.
 const diskFile = "root.erofs"
 
-// imageEnvPATH is the PATH of a job whose image sets none.
-const imageEnvPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // noStore refuses an image when the tier has no resolver.
 const noStore = "tier " + Name + " has no image store"
 
@@ -254,23 +251,16 @@ func lastLine(b []byte) string {
 	return s
 }
 
-// imageEnv is a job's whole environment in img: the image's environment,
-// then PATH, HOME, TMPDIR and LANG where the image sets none, then the
-// job's secrets (which may override any of them). Nothing comes from the
-// host.
+// imageEnv is a job's whole environment in img (see image.Image.Environ),
+// the job's secrets overriding any variable of the same name.
 func imageEnv(img *image.Image, secrets map[string]string) map[string]string {
-	env := make(map[string]string, len(img.Config.Env)+4+len(secrets))
-	for _, kv := range img.Config.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-			env[k] = v
-		}
-	}
-	for _, kv := range [][2]string{{"PATH", imageEnvPATH}, {"HOME", scratchHome}, {"TMPDIR", "/tmp"}, {"LANG", "C.UTF-8"}} {
-		if _, ok := env[kv[0]]; !ok {
-			env[kv[0]] = kv[1]
-		}
-	}
+	over := make([]string, 0, len(secrets))
 	for k, v := range secrets {
+		over = append(over, k+"="+v)
+	}
+	env := make(map[string]string)
+	for _, kv := range img.Environ(over...) {
+		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
 	return env

@@ -91,7 +91,7 @@ func checkImageRun(t *testing.T, res airlock.Result, err error, marker, fromImag
 	out := res.Stdout
 	want := []string{
 		"ID=" + marker + "\n", "ro-bin\n", "ro-var\n", "root-ro\n", "w\n",
-		"env " + imageEnvPATH + " /scratch /tmp " + map[bool]string{true: "C", false: "C.UTF-8"}[fromImage != ""] + " " + fromImage + "\n",
+		"env " + image.DefaultPATH + " /scratch /tmp " + map[bool]string{true: "C", false: "C.UTF-8"}[fromImage != ""] + " " + fromImage + "\n",
 		"uid 65534 airlock airlock 2\n", "nameserver 127.0.0.1\n",
 	}
 	for _, w := range want {

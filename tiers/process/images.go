@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
@@ -117,38 +115,11 @@ func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 	return sb, nil
 }
 
-// baselineEnv is what an image's environment gets where it sets none.
-var baselineEnv = []string{
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=/scratch",
-	"TMPDIR=/tmp",
-	"LANG=C.UTF-8",
-}
-
-// imageEnv is a program's environment in img: the image's, the baseline
-// where it sets none, then over (the job's secrets, the egress variables),
-// which replace any variable of the same name. The host view (img nil or
-// the host) has over only, as without images.
+// imageEnv is a program's environment in img (see image.Image.Environ);
+// the host view has over only, as without images.
 func imageEnv(img *image.Image, over []string) []string {
 	if img.IsHost() {
 		return over
 	}
-	env := make([]string, 0, len(img.Config.Env)+len(baselineEnv)+len(over))
-	seen := map[string]bool{}
-	for _, kv := range over {
-		if k, _, ok := strings.Cut(kv, "="); ok {
-			seen[k] = true
-		}
-	}
-	for _, list := range [][]string{img.Config.Env, baselineEnv} {
-		for _, kv := range list {
-			k, _, ok := strings.Cut(kv, "=")
-			if !ok || k == "" || seen[k] {
-				continue
-			}
-			seen[k] = true
-			env = append(env, kv)
-		}
-	}
-	return append(env, slices.Clip(over)...)
+	return img.Environ(over...)
 }
