@@ -15,6 +15,26 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
+// An image is for command jobs, and a reference is one printable word;
+// the image store judges the rest.
+func TestValidateImage(t *testing.T) {
+	for _, job := range []airlock.Job{
+		{Kind: airlock.KindExpr, Code: "1", Image: "python"},
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "py thon"},
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "python\n"},
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: strings.Repeat("p", 513)},
+	} {
+		var inv *airlock.InvalidJob
+		if err := job.Validate(); !errors.As(err, &inv) || inv.Field != "image" {
+			t.Errorf("%q on a %s job: %v, want an invalid image", job.Image, job.Kind, err)
+		}
+	}
+	ok := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "registry.example/team/tool@sha256:" + strings.Repeat("a", 64)}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("a pinned reference: %v", err)
+	}
+}
+
 func TestDecodeJobStrict(t *testing.T) {
 	cases := map[string]string{
 		`{"kind":"expr","code":"1","nope":1}`:                     "nope",
@@ -24,6 +44,7 @@ func TestDecodeJobStrict(t *testing.T) {
 		`{"kind":"wasm","module":"!!!"}`:                          "module",
 		`{"kind":"expr","code":"1","grants":{"fs":{"write":[]}}}`: "write",
 		`{"kind":"wasm","module":"AA==","env":{"A":1}}`:           "env",
+		`{"kind":"command","argv":["true"],"image":7}`:            "image",
 		`{"kind":"wasm","module":"AA==","env":["A=1"]}`:           "env",
 		`{"kind":"expr"`: "",
 		`[]`:             "(top level)",

@@ -196,6 +196,16 @@ func (job *Job) Validate() error {
 			return err
 		}
 	}
+	if job.Image != "" {
+		// The image store judges the reference itself; here only what no
+		// store would take.
+		switch {
+		case job.Kind != KindCommand:
+			return invalid("image", "a %s job runs in no image (images are for command jobs)", job.Kind)
+		case len(job.Image) > 512 || strings.ContainsFunc(job.Image, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			return invalid("image", "not an image name or reference")
+		}
+	}
 	if len(job.Input) > 0 {
 		if err := value.Check(job.Input, 0); err != nil {
 			return invalid("input", "%s", err.Error())

@@ -63,11 +63,11 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 
 // jobFlags are the job settings a subcommand can take from flags.
 type jobFlags struct {
-	kind, tier, situation, input, entry, clock string
-	wall                                       time.Duration
-	memory, output, steps                      int64
-	seed                                       uint64
-	read                                       stringList
+	kind, tier, situation, input, entry, clock, image string
+	wall                                              time.Duration
+	memory, output, steps                             int64
+	seed                                              uint64
+	read                                              stringList
 	// The permission flags: each adds to the job's grants.
 	net     stringList
 	secrets stringList
@@ -96,6 +96,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.Var(&f.net, "allow-net", "allow egress to `HOST[:PORT][=METHOD,...]` (repeatable; default port: 80 and 443, methods: GET and HEAD)")
 	fs.Int64Var(&f.scratch, "scratch", 0, "size of the writable scratch directory in `MB` (default: the tier's)")
 	fs.BoolVar(&f.spawn, "allow-spawn", false, "let the program start other programs")
+	fs.StringVar(&f.image, "image", "", "the `IMAGE` a command runs in: a name the image store knows (airlock images), a reference pinned by digest, or host (default: python where it is built, else host)")
 	fs.Var(&f.secrets, "secret", "pass the environment variable `NAME` to the job as a secret (repeatable; its value is taken from this environment)")
 	fs.Var(&f.env, "env", "set `NAME=VALUE` in the program's environment (repeatable; recorded and replayed, unlike a secret)")
 	fs.Var(&f.files, "file", "place the local file `LOCAL[:PATH]` in the scratch directory at PATH (default: its base name; repeatable; text only)")
@@ -206,6 +207,9 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 	}
 	if f.tier != "" {
 		job.Tier = f.tier
+	}
+	if f.image != "" {
+		job.Image = f.image
 	}
 	if f.situation != "" {
 		job.Situation = airlock.Situation(f.situation)

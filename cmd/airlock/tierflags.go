@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
@@ -15,6 +16,7 @@ type tierFlags struct {
 	fs                                   *flag.FlagSet
 	processPool, gvisorPool, microvmPool int
 	microvmWarm                          string
+	images                               string
 }
 
 func (f *tierFlags) register(fs *flag.FlagSet) {
@@ -23,6 +25,7 @@ func (f *tierFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.gvisorPool, "gvisor-pool", 0, "started sandboxes the gVisor tier keeps ready (default 0: each job starts one)")
 	fs.StringVar(&f.microvmWarm, "microvm-warm", "", "how microVMs start: cold (default) or snapshot")
 	fs.IntVar(&f.microvmPool, "microvm-pool", 0, "booted VMs the microVM tier keeps ready (default 0)")
+	fs.StringVar(&f.images, "images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 }
 
 // options returns base with the flags that were set applied, checked.
@@ -43,6 +46,19 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 	}
 	if err := base.Validate(); err != nil {
 		return base, jobs.Invalid("", "%s", err.Error())
+	}
+	if base.Images == nil {
+		dir := f.images
+		if dir == "" {
+			dir = image.DefaultDir()
+		}
+		st, err := tierset.OpenImages(dir)
+		if err != nil {
+			return base, err
+		}
+		if st != nil { // a nil *Store is not a nil Resolver
+			base.Images = st
+		}
 	}
 	return base, nil
 }

@@ -10,9 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"slices"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
 	"github.com/airlock-sandbox/airlock/tiers/gvisor"
@@ -37,6 +41,9 @@ type Options struct {
 	MicroVMWarm string
 	// MicroVMPool is how many booted VMs the microVM tier keeps ready.
 	MicroVMPool int
+	// Images gives the OS tiers their images (nil: every command job runs
+	// in the host view, and a job naming an image is not admitted).
+	Images image.Resolver
 }
 
 // Validate checks the settings.
@@ -116,7 +123,11 @@ func Entries() []Entry {
 			if err := o.Validate(); err != nil {
 				return nil, err
 			}
-			return process.New(process.NewConfig().WithLimits(o.limits()).WithPool(o.ProcessPool))
+			cfg := process.NewConfig().WithLimits(o.limits()).WithPool(o.ProcessPool)
+			if o.Images != nil {
+				cfg = cfg.WithImages(o.Images)
+			}
+			return process.New(cfg)
 		}},
 		{Name: gvisor.Name, Level: airlock.LevelVirtualisation, Pooled: true, New: func(o Options) (airlock.Tier, error) {
 			if err := o.Validate(); err != nil {
@@ -125,6 +136,9 @@ func Entries() []Entry {
 			cfg := gvisor.NewConfig().WithLimits(o.limits())
 			if o.GVisorPool > 0 {
 				cfg = cfg.WithPool(o.GVisorPool, 1)
+			}
+			if o.Images != nil {
+				cfg = cfg.WithImages(o.Images)
 			}
 			return gvisor.New(cfg)
 		}},
@@ -138,6 +152,9 @@ func Entries() []Entry {
 			}
 			if o.MicroVMPool > 0 {
 				cfg = cfg.WithPool(o.MicroVMPool)
+			}
+			if o.Images != nil {
+				cfg = cfg.WithImages(o.Images)
 			}
 			return microvm.New(cfg)
 		}},
@@ -219,4 +236,28 @@ func Close(tiers []airlock.Tier) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// OpenImages opens the image store in dir for the command's tiers, or
+// returns nil when dir does not exist (no image was ever imported: command
+// jobs run in the host view). The command's user is the operator, so the
+// host view stays available by name; the default image is the catalogue's
+// python where it has been built, and the host view otherwise.
+func OpenImages(dir string) (*image.Store, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	probe, err := image.Open(dir, image.Options{AllowHost: true})
+	if err != nil {
+		return nil, err
+	}
+	def := image.Host
+	if infos, err := probe.List(); err == nil {
+		for _, info := range infos {
+			if slices.Contains(info.Names, image.DefaultName) {
+				def = image.DefaultName
+			}
+		}
+	}
+	return image.Open(dir, image.Options{AllowHost: true, Default: def})
 }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/image"
+)
+
+func init() {
+	register(&command{
+		name:    "images",
+		summary: "list the images in the image store: names, digest, size, last use",
+		usage:   "images [--images DIR] [--json]",
+		run:     imagesCmd,
+	})
+	register(&command{
+		name:    "image",
+		summary: "manage the image store: import NAME SRC | pull REF | rm NAME|DIGEST",
+		usage: "image [--images DIR] import NAME SRC   (SRC: an OCI image layout directory, its tarball, or a docker-archive)\n" +
+			"       image [--images DIR] pull REF          (a registry reference pinned by digest)\n" +
+			"       image [--images DIR] rm NAME|DIGEST",
+		run: imageCmd,
+	})
+}
+
+// openStore opens (creating) the store for the image commands, printing
+// progress to w.
+func openStore(dir string, w io.Writer) (*image.Store, error) {
+	if dir == "" {
+		dir = image.DefaultDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("image store %s: %w", dir, err)
+	}
+	var last string
+	return image.Open(dir, image.Options{AllowHost: true, Progress: func(ev image.Event) {
+		// One line per phase and layer: enough to see that a large
+		// pull is moving without flooding a log.
+		line := ev.Phase
+		if ev.Layers > 0 {
+			line = fmt.Sprintf("%s layer %d/%d", ev.Phase, ev.Layer, ev.Layers)
+		}
+		if line != last {
+			last = line
+			fmt.Fprintf(w, "%s: %s\n", ev.Image, line)
+		}
+	}})
+}
+
+// imageFail reports err with the exit code of its cause: a bad reference,
+// a missing source or hostile content is invalid input (2), anything else
+// airlock's (6).
+func (e *env) imageFail(err error) int {
+	fmt.Fprintf(e.stderr, "airlock: %v\n", err)
+	var ie *image.Error
+	if errors.As(err, &ie) && ie.Invalid || errors.Is(err, fs.ErrNotExist) {
+		return exitUsage
+	}
+	return exitInternal
+}
+
+func imagesCmd(ctx context.Context, e *env) int {
+	fs := e.flags(commands["images"])
+	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	jsonMode := fs.Bool("json", false, "write the list as JSON")
+	if _, _, code, ok := e.parse(fs); !ok {
+		return code
+	}
+	st, err := openStore(*dir, e.stderr)
+	if err != nil {
+		return e.imageFail(err)
+	}
+	infos, err := st.List()
+	if err != nil {
+		return e.imageFail(err)
+	}
+	if *jsonMode {
+		if infos == nil {
+			infos = []image.Info{}
+		}
+		if err := writeJSON(e.stdout, infos); err != nil {
+			return e.fail(err)
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMES\tDIGEST\tSIZE\tLAST USE")
+	for _, i := range infos {
+		names := strings.Join(append(i.Names, i.Refs...), ",")
+		if names == "" {
+			names = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f MB\t%s\n", names, i.Digest, float64(i.Size)/1e6, i.LastUse.Format(time.DateTime))
+	}
+	if err := tw.Flush(); err != nil {
+		return e.fail(err)
+	}
+	return exitOK
+}
+
+func imageCmd(ctx context.Context, e *env) int {
+	c := commands["image"]
+	fs := e.flags(c)
+	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	want := map[string]int{"import": 3, "pull": 2, "rm": 2}
+	if len(pos) == 0 || want[pos[0]] == 0 || len(pos) != want[pos[0]] {
+		fmt.Fprintf(e.stderr, "airlock: usage: airlock %s\n", c.usage)
+		return exitUsage
+	}
+	st, err := openStore(*dir, e.stderr)
+	if err != nil {
+		return e.imageFail(err)
+	}
+	switch pos[0] {
+	case "import":
+		d, err := st.Import(ctx, pos[1], pos[2])
+		if err != nil {
+			return e.imageFail(err)
+		}
+		fmt.Fprintf(e.stdout, "%s %s\n", pos[1], d)
+	case "pull":
+		d, err := st.Pull(ctx, pos[1])
+		if err != nil {
+			return e.imageFail(err)
+		}
+		fmt.Fprintf(e.stdout, "%s %s\n", pos[1], d)
+	case "rm":
+		if err := st.Remove(ctx, pos[1]); err != nil {
+			return e.imageFail(err)
+		}
+	}
+	return exitOK
+}

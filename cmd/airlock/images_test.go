@@ -1,0 +1,124 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
+)
+
+// ociLayout writes root as a one-layer OCI image layout in a directory of
+// the test's.
+func ociLayout(t *testing.T, root string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if d.Type()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = strings.TrimPrefix(p, root+"/")
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			_, err = tw.Write(data)
+			return err
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, tw.Close())
+	data := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	require.NoError(t, err)
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	p, err := layout.Write(dir, empty.Index)
+	require.NoError(t, err)
+	require.NoError(t, p.AppendImage(img))
+	return dir
+}
+
+// The image commands and --image, end to end: an image imported from an
+// OCI layout is listed and runs as the process tier's root; an unknown
+// image is invalid input.
+func TestImageCommands(t *testing.T) {
+	root := imagetest.Busybox(t, "airlock-cli-test")
+	src := ociLayout(t, root)
+	store := filepath.Join(t.TempDir(), "images")
+
+	out, errOut, code := run(t, "", "image", "--images", store, "import", "bb", src)
+	require.Equal(t, exitOK, code, errOut)
+	require.True(t, strings.HasPrefix(out, "bb sha256:"), out)
+	digest := strings.Fields(out)[1]
+
+	out, errOut, code = run(t, "", "images", "--images", store)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "bb")
+	assert.Contains(t, out, digest)
+
+	_, errOut, code = run(t, "", "image", "--images", store, "import", "bb2", filepath.Join(src, "missing"))
+	assert.Equal(t, exitUsage, code, errOut)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	_, errOut, code = run(t, "", "image", "--images", store, "frobnicate")
+	assert.Equal(t, exitUsage, code, errOut)
+
+	needProcess(t)
+	job := `{"kind":"command","tier":"process","situation":"internal","image":"bb","grants":{"spawn":true},` +
+		`"argv":["sh","-c","cat /etc/os-release; ls /usr/lib/x86_64-linux-gnu 2>&1 | head -1"]}`
+	out, errOut, code = run(t, job, "run", "--images", store, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var res airlock.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Contains(t, res.Stdout, "airlock-cli-test", "the job ran in the image")
+	assert.Contains(t, res.Stdout, "No such file", "the host's /usr is not there")
+	assert.Equal(t, digest, res.Image, "the result names the digest")
+
+	out, errOut, code = run(t, "", "run", "--images", store, "--image", "bb", "--tier", "process", "--", "cat", "/etc/os-release")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "ID=airlock-cli-test\n", out, "--image")
+
+	_, errOut, code = run(t, "", "run", "--images", store, "--image", "nope", "--tier", "process", "--", "true")
+	assert.Equal(t, exitUsage, code, errOut)
+	assert.Contains(t, errOut, "nope")
+
+	// Without a store, the host view: a command job runs as before.
+	_, errOut, code = run(t, "", "run", "--images", filepath.Join(t.TempDir(), "none"), "--tier", "process", "--", "true")
+	assert.Equal(t, exitOK, code, errOut)
+}
