@@ -123,6 +123,7 @@ func appendResult(b []byte, r *airlock.Result) ([]byte, error) {
 	if r.Seed != 0 {
 		b = strconv.AppendUint(field(b, "seed"), r.Seed, 10)
 	}
+	b = appendStrOmit(b, "image", r.Image)
 	if len(r.Decision) > 0 {
 		b = jsonappend.Strings(field(b, "decision"), r.Decision)
 	}
@@ -160,6 +161,7 @@ func appendJob(b []byte, j *airlock.Job) ([]byte, error) {
 			return b, err
 		}
 	}
+	b = appendStrOmit(b, "image", j.Image)
 	if !grantsZero(&j.Grants) {
 		if b, err = jsonappend.Any(field(b, "grants"), j.Grants, false); err != nil {
 			return b, err
