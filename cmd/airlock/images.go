@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/image/catalogue"
 )
 
 func init() {
@@ -23,8 +24,9 @@ func init() {
 	})
 	register(&command{
 		name:    "image",
-		summary: "manage the image store: import NAME SRC | pull REF | rm NAME|DIGEST",
-		usage: "image [--images DIR] import NAME SRC   (SRC: an OCI image layout directory, its tarball, or a docker-archive)\n" +
+		summary: "manage the image store: build NAME | import NAME SRC | pull REF | rm NAME|DIGEST",
+		usage: "image [--images DIR] build NAME...     (a catalogue image from Debian packages, with mmdebstrap: " + strings.Join(catalogue.Names(), ", ") + ")\n" +
+			"       image [--images DIR] import NAME SRC   (SRC: an OCI image layout directory, its tarball, or a docker-archive)\n" +
 			"       image [--images DIR] pull REF          (a registry reference pinned by digest)\n" +
 			"       image [--images DIR] rm NAME|DIGEST",
 		run: imageCmd,
@@ -110,11 +112,15 @@ func imageCmd(ctx context.Context, e *env) int {
 	c := commands["image"]
 	fs := e.flags(c)
 	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive build installs from")
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
 	}
 	want := map[string]int{"import": 3, "pull": 2, "rm": 2}
+	if len(pos) >= 2 && pos[0] == "build" {
+		want["build"] = len(pos)
+	}
 	if len(pos) == 0 || want[pos[0]] == 0 || len(pos) != want[pos[0]] {
 		fmt.Fprintf(e.stderr, "airlock: usage: airlock %s\n", c.usage)
 		return exitUsage
@@ -124,6 +130,34 @@ func imageCmd(ctx context.Context, e *env) int {
 		return e.imageFail(err)
 	}
 	switch pos[0] {
+	case "build":
+		recipes := catalogue.Recipes()
+		for _, name := range pos[1:] {
+			if _, ok := recipes[name]; !ok {
+				fmt.Fprintf(e.stderr, "airlock: image %s: not in the catalogue (%s)\n", name, strings.Join(catalogue.Names(), ", "))
+				return exitUsage
+			}
+		}
+		for _, name := range pos[1:] {
+			fmt.Fprintf(e.stderr, "%s: building from Debian packages with mmdebstrap (a minute or more)\n", name)
+			start := time.Now()
+			work, err := os.MkdirTemp(st.Dir(), "catalogue-")
+			if err != nil {
+				return e.imageFail(err)
+			}
+			src, err := catalogue.Build(ctx, recipes[name], *mirror, work, e.stderr)
+			if err == nil {
+				var d string
+				if d, err = st.Import(ctx, name, src); err == nil {
+					fmt.Fprintf(e.stdout, "%s %s\n", name, d)
+				}
+			}
+			os.RemoveAll(work)
+			if err != nil {
+				return e.imageFail(fmt.Errorf("image %s: %w", name, err))
+			}
+			fmt.Fprintf(e.stderr, "%s: built in %s\n", name, time.Since(start).Round(time.Second))
+		}
 	case "import":
 		d, err := st.Import(ctx, pos[1], pos[2])
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // ociLayout writes root as a one-layer OCI image layout in a directory of
@@ -121,4 +123,37 @@ func TestImageCommands(t *testing.T) {
 	// Without a store, the host view: a command job runs as before.
 	_, errOut, code = run(t, "", "run", "--images", filepath.Join(t.TempDir(), "none"), "--tier", "process", "--", "true")
 	assert.Equal(t, exitOK, code, errOut)
+}
+
+// The catalogue's minimal image, built from Debian packages, runs a bash
+// job on the process tier (and gVisor where it runs): what the host view
+// of a busybox guest could not.
+func TestImageBuildMinimal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an image from Debian packages (a minute)")
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		testenv.Skipf(t, "mmdebstrap is not installed (make setup installs it)")
+	}
+	needProcess(t)
+	store := filepath.Join(t.TempDir(), "images")
+	out, errOut, code := run(t, "", "image", "--images", store, "build", "minimal")
+	require.Equal(t, exitOK, code, errOut)
+	require.True(t, strings.HasPrefix(out, "minimal sha256:"), out)
+	_, errOut, code = run(t, "", "image", "--images", store, "build", "nosuch")
+	assert.Equal(t, exitUsage, code, errOut)
+
+	tiers := []string{"process"}
+	r, closeAll, err := (&routerFlags{}).open()
+	require.NoError(t, err)
+	if r.Unavailable("gvisor") == nil {
+		tiers = append(tiers, "gvisor")
+	}
+	closeAll()
+	for _, tier := range tiers {
+		out, errOut, code := run(t, "", "run", "--images", store, "--image", "minimal", "--tier", tier, "--allow-spawn", "--",
+			"bash", "-c", `echo "hi from $(cut -d. -f1 /etc/debian_version)"; [ -w / ] || echo read-only`)
+		require.Equal(t, exitOK, code, "%s: %s", tier, errOut)
+		assert.Equal(t, "hi from 12\nread-only\n", out, tier)
+	}
 }
