@@ -54,6 +54,7 @@ type (
 		Argv  []string          `json:"argv" jsonschema:"the program and its arguments"`
 		Stdin string            `json:"stdin,omitempty"`
 		Files map[string]string `json:"files,omitempty" jsonschema:"files placed in the scratch directory, by relative path"`
+		Image string            `json:"image,omitempty" jsonschema:"the environment: a catalogue name such as python or minimal, or a reference pinned by digest (default: the operator's)"`
 		common
 	}
 	explainInput struct {
@@ -182,7 +183,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		})
 	addTool[commandInput](srv, t, iso, "run_command", descCommand,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files}, in.common, nil)
+			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Image: in.Image}, in.common, nil)
 		})
 	addTool[explainInput](srv, t, iso, "explain", descExplain,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in explainInput) (*mcp.CallToolResult, any, error) {

@@ -122,6 +122,14 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 	case !strings.Contains(text(res), "not admitted"):
 		t.Errorf("run_command neither ran nor explained the refusal: %s", text(res))
 	}
+	// The image reaches the job: these tiers have no image store, so the
+	// command that ran above is refused when it names an image.
+	if ran := out.Tier != ""; ran {
+		res, out = call(t, cs, "run_command", map[string]any{"argv": []string{"echo", "hi"}, "image": "no-such-image"})
+		if !res.IsError || out.Tier != "" || !strings.Contains(text(res), "not admitted") {
+			t.Errorf("run_command with an image no tier can give: %+v %s", out, text(res))
+		}
+	}
 	res, _ = call(t, cs, "explain", map[string]any{"kind": "command", "argv": []string{"sh"}})
 	if !strings.Contains(text(res), "rule public") {
 		t.Errorf("explain: %s", text(res))
