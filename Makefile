@@ -6,7 +6,9 @@ GO ?= go
 # Packages that also run under the race detector. The process tier's guarded
 # workers are then the race-built test binary: under the address-space limit
 # its race runtime may fail to map shadow memory, which the tier reports as
-# the memory stop it is.
+# the memory stop it is. TestCgroupV2 is left out of the race run: it boots
+# an emulated guest around the test binary, which race-built outlasts the
+# 30-minute timeout; the plain run above runs it.
 RACE_PKGS = . ./escalate/... ./interp/... ./internal/cache/... ./internal/monotime/... ./egress/... ./tiers/process/...
 
 # The portable core: what builds (and vets, tests included) for macOS and
@@ -60,7 +62,7 @@ portable:
 # Every tier is mandatory here: a missing backend fails instead of skipping.
 test: setup vet portable build
 	CI=true $(GO) test -count=1 -timeout 45m ./...
-	CI=true $(GO) test -count=1 -race -timeout 30m $(RACE_PKGS)
+	CI=true $(GO) test -count=1 -race -timeout 30m -skip '^TestCgroupV2$$' $(RACE_PKGS)
 	./bin/airlock corpus
 
 test-go:

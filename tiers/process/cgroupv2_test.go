@@ -60,12 +60,6 @@ func TestCgroupV2(t *testing.T) {
 	if cgroupV2() {
 		t.Skip("this host's cgroups are v2: the package's own tests run that path here")
 	}
-	if raceEnabled {
-		// A race-built binary in an emulated guest outlasts the package's
-		// 30-minute timeout; the non-race run covers the v2 paths, and the
-		// race detector watches the same code on the host.
-		t.Skip("the cgroup v2 guest runs in the non-race test run")
-	}
 	if runtime.GOARCH != "amd64" {
 		testenv.Skipf(t, "the guest kernel is x86-64; this is %s", runtime.GOARCH)
 	}
