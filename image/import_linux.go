@@ -45,12 +45,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 			return "", err
 		}
 		defer u.close()
-		f, err := os.Open(src)
-		if err != nil {
-			return "", fmt.Errorf("reading source: %w", err)
-		}
-		defer f.Close()
-		dec, err := decompress(f)
+		dec, err := openArchive(src)
 		if err != nil {
 			return "", err
 		}
@@ -81,15 +76,39 @@ func (s *Store) importLayout(ctx context.Context, label, dir string) (string, er
 	return s.ensure(ctx, label, img, want)
 }
 
+// openArchive opens the tarball src, decompressed; closing the result
+// closes the file too.
+func openArchive(src string) (io.ReadCloser, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, fmt.Errorf("reading source: %w", err)
+	}
+	dec, err := decompress(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return closeBoth{dec, f}, nil
+}
+
+// closeBoth is a decompressor whose Close also closes its file.
+type closeBoth struct {
+	io.ReadCloser
+	f *os.File
+}
+
+func (c closeBoth) Close() error {
+	err := c.ReadCloser.Close()
+	if ferr := c.f.Close(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
 // tarKind tells an OCI layout archive ("oci") from a docker-archive
 // ("docker") by the files at its top.
 func tarKind(src string) (string, error) {
-	f, err := os.Open(src)
-	if err != nil {
-		return "", fmt.Errorf("reading source: %w", err)
-	}
-	defer f.Close()
-	dec, err := decompress(f)
+	dec, err := openArchive(src)
 	if err != nil {
 		return "", err
 	}
