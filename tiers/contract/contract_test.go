@@ -38,6 +38,8 @@ type outcome struct {
 	Stdout      *string `json:"stdout,omitempty"`
 	StdoutMatch string  `json:"stdout_match,omitempty"`
 	StdoutMax   int     `json:"stdout_max,omitempty"`
+	// StderrMatch is a regular expression the standard error must match.
+	StderrMatch string `json:"stderr_match,omitempty"`
 	// Clock: the result records the job's pinned clock.
 	Clock bool `json:"clock,omitempty"`
 }
@@ -79,7 +81,7 @@ func loadCases(t *testing.T) []contractCase {
 		if job.Kind != airlock.KindCommand || job.Image == "" {
 			t.Fatalf("cases.jsonl:%d (%s): a contract case is a command job naming its image", n, c.Name)
 		}
-		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch} {
+		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch, c.Want.StderrMatch} {
 			if _, err := regexp.Compile(re); err != nil {
 				t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
 			}
@@ -120,6 +122,9 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 	}
 	if w.StdoutMatch != "" && !regexp.MustCompile(w.StdoutMatch).MatchString(res.Stdout) {
 		bad = append(bad, fmt.Sprintf("stdout %q does not match %q", res.Stdout, w.StdoutMatch))
+	}
+	if w.StderrMatch != "" && !regexp.MustCompile(w.StderrMatch).MatchString(res.Stderr) {
+		bad = append(bad, fmt.Sprintf("stderr %q does not match %q", res.Stderr, w.StderrMatch))
 	}
 	if w.StdoutMax > 0 && len(res.Stdout) > w.StdoutMax {
 		bad = append(bad, fmt.Sprintf("stdout is %d bytes, over %d", len(res.Stdout), w.StdoutMax))

@@ -155,6 +155,10 @@ func mountBase() error {
 		{"proc", "/proc", "proc", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{"sysfs", "/sys", "sysfs", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{"devtmpfs", "/dev", "devtmpfs", "mode=0755", unix.MS_NOSUID},
+		// Shared memory (POSIX semaphores, Python's multiprocessing): its
+		// pages are charged to the writer's memory cgroup, so the job's
+		// memory limit bounds it.
+		{"shm", "/dev/shm", "tmpfs", "mode=1777", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{"cgroup2", "/sys/fs/cgroup", "cgroup2", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 	}
 	for _, m := range mounts {
@@ -165,7 +169,9 @@ func mountBase() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
-	return nil
+	// The spawn filter's exec page must lie below what a job may map,
+	// whatever the kernel's default (see execPage).
+	return os.WriteFile("/proc/sys/vm/mmap_min_addr", []byte("65536\n"), 0)
 }
 
 // warmUp runs a throwaway /bin/true through the same path a job takes —
@@ -551,6 +557,10 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		exit.Reason = "memory"
 	} else if exit.Signal == "SIGXCPU" || (exit.Signal == "SIGKILL" && job.CPUMS > 0 && cpuUsedMS(st.cgDir) >= job.CPUMS) {
 		exit.Reason = "cpu"
+	} else if ev, err := os.ReadFile(filepath.Join(st.cgDir, "pids.events")); err == nil && eventCount(string(ev), "max") > 0 {
+		// A fork the process limit refused stops the job, as on every
+		// tier (a fork bomb is stopped, whatever the program made of it).
+		exit.Reason = "pids"
 	}
 	return exit, nil
 }
