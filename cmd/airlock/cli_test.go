@@ -257,15 +257,17 @@ func TestScriptFiles(t *testing.T) {
 	}
 	data := write("data.txt", "hello\n")
 	sh := write("s.sh", "echo \"args: $*\"; cat in/data.txt\n")
-	out, errOut, code := run(t, "", "run", "--tier", "process", "--file", data+":in/data.txt", sh, "--", "a", "b")
+	// The scripts run other programs (cat, the interpreter #! names):
+	// they are granted spawn.
+	out, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", data+":in/data.txt", sh, "--", "a", "b")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "args: a b\nhello\n", out)
 	py := write("s.py", "import sys\nprint(sys.argv[1:], open('data.txt').read().strip())\n")
-	out, errOut, code = run(t, "", "run", "--tier", "process", "--file", data, py, "--", "x")
+	out, errOut, code = run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", data, py, "--", "x")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "['x'] hello\n", out)
 	tool := write("tool", "#!/usr/bin/env sh\necho from the shebang\n")
-	out, errOut, code = run(t, "", "run", "--tier", "process", tool)
+	out, errOut, code = run(t, "", "run", "--tier", "process", "--allow-spawn", tool)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "from the shebang\n", out)
 
