@@ -1,21 +1,12 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"encoding/json"
-	"io"
-	"io/fs"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,65 +15,12 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
-// ociLayout writes root as a one-layer OCI image layout in a directory of
-// the test's.
-func ociLayout(t *testing.T, root string) string {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == root {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		if d.Type()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = strings.TrimPrefix(p, root+"/")
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if info.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			_, err = tw.Write(data)
-			return err
-		}
-		return nil
-	})
-	require.NoError(t, err)
-	require.NoError(t, tw.Close())
-	data := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	require.NoError(t, err)
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	p, err := layout.Write(dir, empty.Index)
-	require.NoError(t, err)
-	require.NoError(t, p.AppendImage(img))
-	return dir
-}
-
 // The image commands and --image, end to end: an image imported from an
 // OCI layout is listed and runs as the process tier's root; an unknown
 // image is invalid input.
 func TestImageCommands(t *testing.T) {
 	root := imagetest.Busybox(t, "airlock-cli-test")
-	src := ociLayout(t, root)
+	src := imagetest.Layout(t, root, nil)
 	store := filepath.Join(t.TempDir(), "images")
 
 	out, errOut, code := run(t, "", "image", "--images", store, "import", "bb", src)
