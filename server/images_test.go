@@ -35,6 +35,7 @@ func TestTenantImages(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.Tenants[0].Images = []string{"tool"}
+	cfg.Tenants[1].Tiers = append(cfg.Tenants[1].Tiers, "process")
 	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st})
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +108,12 @@ func TestTenantImages(t *testing.T) {
 		if r.status != http.StatusForbidden || e.Error.Kind != string(airlock.ErrNotAdmitted) || !strings.Contains(e.Error.Message, "may not use image "+ref) {
 			t.Errorf("image %s for a tenant limited to tool: %d %s", ref, r.status, r.body)
 		}
+	}
+	// A tenant with no list still gets no host view from a store that does
+	// not offer it: the job is refused before it runs.
+	r = f.do("POST", "/v1/run", keyB, `{"kind":"command","argv":["cat","/etc/hostname"],"situation":"internal","image":"host"}`)
+	if r.status == http.StatusOK || !strings.Contains(string(r.body), "host view is not enabled") {
+		t.Errorf("image host for a tenant without a list, host view not enabled: %d %s", r.status, r.body)
 	}
 }
 
