@@ -257,6 +257,10 @@ func TestScriptFiles(t *testing.T) {
 	}
 	data := write("data.txt", "hello\n")
 	sh := write("s.sh", "echo \"args: $*\"; cat in/data.txt\n")
+	// Without spawn the script may not run cat, and airlock says why.
+	_, errOut, code := run(t, "", "run", "--tier", "process", "--file", data+":in/data.txt", sh)
+	require.Equal(t, 126, code, errOut)
+	assert.Contains(t, errOut, "without --allow-spawn the program may not run other programs")
 	// The scripts run other programs (cat, the interpreter #! names):
 	// they are granted spawn.
 	out, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", data+":in/data.txt", sh, "--", "a", "b")

@@ -332,9 +332,10 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// report prints a result for people: the program's output passes
-// through, a value is printed as JSON, and an error is one line on stderr.
-func (e *env) report(res airlock.Result, err error) int {
+// report prints the result of job for people: the program's output
+// passes through, a value is printed as JSON, and an error is one line on
+// stderr.
+func (e *env) report(job *airlock.Job, res airlock.Result, err error) int {
 	io.WriteString(e.stdout, res.Stdout)
 	io.WriteString(e.stderr, res.Stderr)
 	if err != nil {
@@ -347,6 +348,11 @@ func (e *env) report(res airlock.Result, err error) int {
 	}
 	if res.ExitCode != 0 {
 		fmt.Fprintf(e.stderr, "airlock: program exited with status %d\n", res.ExitCode)
+		if res.ExitCode == 126 && job.Kind == airlock.KindCommand && !job.Grants.Spawn {
+			// A shell says only "Permission denied" for the exec a withheld
+			// spawn grant refused.
+			fmt.Fprintln(e.stderr, "airlock: 126 is a refused exec: without --allow-spawn the program may not run other programs")
+		}
 		return programExit(res.ExitCode)
 	}
 	return exitOK

@@ -46,7 +46,7 @@ func runCmd(ctx context.Context, e *env) int {
 	}
 	defer closeAll()
 	res, err := runFlagged(ctx, r, job, jf)
-	return e.report(res, err)
+	return e.report(&job, res, err)
 }
 
 // runJSON always writes exactly one Result, for invalid input too.
