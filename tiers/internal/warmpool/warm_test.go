@@ -91,12 +91,21 @@ func alive(p *proc) bool {
 // process itself.
 func keyOf(t *testing.T, p *proc) string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/environ")
-	if err != nil {
-		t.Fatalf("instance %d: %v", p.cmd.Process.Pid, err)
+	// exec(2) closes the close-on-exec pipe that ends cmd.Start before
+	// the new image's environment is in place: a process that just
+	// started may still show an empty environ for a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/environ")
+		if err != nil {
+			t.Fatalf("instance %d: %v", p.cmd.Process.Pid, err)
+		}
+		if len(b) > 0 || time.Now().After(deadline) {
+			k, _ := strings.CutPrefix(strings.TrimRight(string(b), "\x00"), "POOL_KEY=")
+			return k
+		}
+		time.Sleep(time.Millisecond)
 	}
-	k, _ := strings.CutPrefix(strings.TrimRight(string(b), "\x00"), "POOL_KEY=")
-	return k
 }
 
 func newPool(t *testing.T, ps *procs, o Options[string, *proc]) *Pool[string, *proc] {
