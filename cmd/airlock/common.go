@@ -36,8 +36,16 @@ func (f *routerFlags) register(fs *flag.FlagSet) {
 	f.tiers.register(fs)
 }
 
-// open builds every tier and the router over them. Call close when done.
-func (f *routerFlags) open() (*escalate.Router, func(), error) {
+// open returns the router over the tiers, each built when a job first
+// needs it (see tierset.Lazy), with the image store opened on first use.
+// Call close when done.
+func (f *routerFlags) open() (*escalate.Router, func(), error) { return f.openTiers(true) }
+
+// openAll is open with every tier built at once, for a command that
+// reports on all of them.
+func (f *routerFlags) openAll() (*escalate.Router, func(), error) { return f.openTiers(false) }
+
+func (f *routerFlags) openTiers(lazy bool) (*escalate.Router, func(), error) {
 	policy := escalate.DefaultPolicy()
 	if f.policy != "" {
 		var err error
@@ -45,11 +53,16 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 			return nil, nil, jobs.Invalid("policy", "%s", err.Error())
 		}
 	}
+	build := tierset.Build
+	if lazy {
+		f.tiers.lazyImages = true
+		build = tierset.Lazy
+	}
 	o, err := f.tiers.options(tierset.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	tiers, err := tierset.Build(o)
+	tiers, err := build(o)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,6 +17,9 @@ type tierFlags struct {
 	processPool, gvisorPool, microvmPool int
 	microvmWarm                          string
 	images                               string
+	// lazyImages: the store is opened when a tier first acquires an
+	// image (tierset.LazyImages), not before the command starts.
+	lazyImages bool
 }
 
 func (f *tierFlags) register(fs *flag.FlagSet) {
@@ -51,6 +54,10 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 		dir := f.images
 		if dir == "" {
 			dir = image.DefaultDir()
+		}
+		if f.lazyImages {
+			base.Images = tierset.LazyImages(dir)
+			return base, nil
 		}
 		st, err := tierset.OpenImages(dir)
 		if err != nil {
