@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
@@ -460,6 +461,7 @@ func implySituation(r *escalate.Router, job *airlock.Job, jf *jobFlags) string {
 func runFlagged(ctx context.Context, r *escalate.Router, job airlock.Job, jf *jobFlags) (airlock.Result, error) {
 	note := implySituation(r, &job, jf)
 	res, err := r.Run(ctx, job)
+	err = missingBackend(r, job, err)
 	if note != "" {
 		res.Decision = append([]string{note}, res.Decision...)
 	}
@@ -473,4 +475,62 @@ func readJob(r io.Reader) (airlock.Job, error) {
 		return airlock.Job{}, fmt.Errorf("reading job: %w", err)
 	}
 	return airlock.DecodeJob(data)
+}
+
+// backendMissing is a refusal for want of a backend (runsc, QEMU, a guest
+// kernel) rather than by policy: every tier that may run the job is
+// unavailable, and at least one for a backend that is not installed. It
+// stays a *airlock.NotAdmitted for the wire; the CLI gives it its own
+// exit status, exitMissing.
+type backendMissing struct {
+	refusal error
+	missing []string
+}
+
+func (b *backendMissing) Error() string {
+	msg := "backend missing: " + strings.Join(b.missing, "; ")
+	if !strings.Contains(msg, "make install") {
+		msg += " (install it: `make setup` in a checkout, or `make install PREFIX=...` there)"
+	}
+	return msg
+}
+
+func (b *backendMissing) Unwrap() error { return b.refusal }
+
+// missingBackend returns err as a *backendMissing when the router refused
+// job because the tiers it may use (those at or above the rule's minimum
+// level that the rule allows, or the one --tier names) are all unavailable
+// and some of them lack an installed backend; any other error as it is.
+func missingBackend(r *escalate.Router, job airlock.Job, err error) error {
+	if _, ok := errors.AsType[*airlock.NotAdmitted](err); !ok {
+		return err
+	}
+	x := r.Explain(&job)
+	if x.Rule == "" {
+		return err // no rule: the policy's refusal
+	}
+	var allowed []string
+	for _, rule := range r.Policy().Rules {
+		if rule.Name == x.Rule {
+			allowed = rule.Tiers
+		}
+	}
+	explicit := job.Tier != "" && job.Tier != escalate.TierAuto
+	var missing []string
+	for _, t := range r.Tiers() {
+		if t.Level() < x.MinLevel || (len(allowed) > 0 && !slices.Contains(allowed, t.Name())) || (explicit && t.Name() != job.Tier) {
+			continue
+		}
+		why := r.Unavailable(t.Name())
+		if why == nil {
+			return err // a tier that may run it refused it: policy
+		}
+		if errors.Is(why, tools.ErrNotFound) {
+			missing = append(missing, t.Name()+": "+why.Error())
+		}
+	}
+	if len(missing) == 0 {
+		return err
+	}
+	return &backendMissing{refusal: err, missing: missing}
 }
