@@ -61,18 +61,24 @@ func (f *routerFlags) openTiers(lazy bool) (*escalate.Router, func(), error) {
 	}
 	o, err := f.tiers.options(tierset.Options{})
 	if err != nil {
+		f.tiers.close()
 		return nil, nil, err
 	}
 	tiers, err := build(o)
 	if err != nil {
+		f.tiers.close()
 		return nil, nil, err
+	}
+	closeAll := func() {
+		_ = tierset.Close(tiers)
+		f.tiers.close()
 	}
 	r, err := escalate.New(policy, tiers)
 	if err != nil {
-		_ = tierset.Close(tiers)
+		closeAll()
 		return nil, nil, jobs.Invalid("policy", "%s", err.Error())
 	}
-	return r, func() { _ = tierset.Close(tiers) }, nil
+	return r, closeAll, nil
 }
 
 // jobFlags are the job settings a subcommand can take from flags.

@@ -46,6 +46,16 @@ type Options struct {
 	// Images gives the OS tiers their images (nil: every command job runs
 	// in the host view, and a job naming an image is not admitted).
 	Images image.Resolver
+	// Egress is the operator's part of every egress gateway the tiers
+	// start for a net-granted job: the pins (Hosts) and the decision log
+	// (Log). Its listeners and rules are ignored (each job brings its
+	// own); the zero value is the gateways' defaults.
+	Egress egress.Config
+}
+
+// egress returns the gateways' template, or nil for the defaults.
+func (o Options) egress() (egress.Config, bool) {
+	return o.Egress, len(o.Egress.Hosts) > 0 || o.Egress.Log != nil
 }
 
 // Validate checks the settings.
@@ -121,7 +131,7 @@ func Entries() []Entry {
 		{Name: starlark.Name, Level: airlock.LevelInterpreter, Cost: 5 * time.Microsecond, Sessions: true, New: func(o Options) (airlock.Tier, error) {
 			// Net-granted runs get an egress gateway of their own
 			// (decisions in the result) behind the `http` module.
-			return starlark.New(starlark.NewConfig().WithLimits(o.limits()).WithEgress(egress.Config{}))
+			return starlark.New(starlark.NewConfig().WithLimits(o.limits()).WithEgress(o.Egress))
 		}},
 		{Name: wasm.Name, Level: airlock.LevelInterpreter, Cost: 30 * time.Microsecond, New: func(o Options) (airlock.Tier, error) {
 			return wasm.New(WasmConfig(o))
@@ -136,6 +146,9 @@ func Entries() []Entry {
 				return nil, err
 			}
 			cfg := process.NewConfig().WithLimits(o.limits()).WithPool(o.ProcessPool)
+			if eg, ok := o.egress(); ok {
+				cfg = cfg.WithEgress(eg)
+			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
 			}
@@ -148,6 +161,9 @@ func Entries() []Entry {
 			cfg := gvisor.NewConfig().WithLimits(o.limits())
 			if o.GVisorPool > 0 {
 				cfg = cfg.WithPool(o.GVisorPool, 1)
+			}
+			if eg, ok := o.egress(); ok {
+				cfg = cfg.WithEgress(eg)
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
@@ -164,6 +180,9 @@ func Entries() []Entry {
 			}
 			if o.MicroVMPool > 0 {
 				cfg = cfg.WithPool(o.MicroVMPool)
+			}
+			if eg, ok := o.egress(); ok {
+				cfg = cfg.WithEgress(eg)
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
@@ -188,7 +207,7 @@ func guarded(name string, cost time.Duration) Entry {
 // wasm.DefaultCacheDir), so that a second process starts warm, and an
 // egress gateway per run with network rules (decisions in the result).
 func WasmConfig(o Options) wasm.Config {
-	return wasm.NewConfig().WithLimits(o.limits()).WithCacheDir(wasm.DefaultCacheDir()).WithEgress(egress.Config{})
+	return wasm.NewConfig().WithLimits(o.limits()).WithCacheDir(wasm.DefaultCacheDir()).WithEgress(o.Egress)
 }
 
 // Build constructs every tier. Settings that do not validate are an
