@@ -64,4 +64,6 @@ type Info struct {
 	LastUse time.Time
 	// Held reports whether an Acquire holds it (in any process).
 	Held bool
+	// Labels are the image configuration's labels.
+	Labels map[string]string
 }

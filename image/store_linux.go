@@ -91,6 +91,12 @@ func Open(dir string, opts Options) (*Store, error) {
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
+// AllowsHost reports whether the store offers the host view (Host).
+func (s *Store) AllowsHost() bool { return s.opts.AllowHost }
+
+// Default is the image a job naming none runs in.
+func (s *Store) Default() string { return s.defaultRef() }
+
 func (s *Store) defaultRef() string {
 	if s.opts.Default != "" {
 		return s.opts.Default
@@ -235,6 +241,8 @@ type meta struct {
 	Digest string `json:"digest"`
 	Config Config `json:"config"`
 	Size   int64  `json:"size"`
+	// Labels are the image configuration's labels, for List.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // hold locks the image shared, so no eviction or Remove takes it, and
@@ -493,7 +501,7 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 		return err
 	}
 	c := Config{Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User, Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
-	js, _ := json.Marshal(meta{Digest: digest, Config: c, Size: size})
+	js, _ := json.Marshal(meta{Digest: digest, Config: c, Size: size, Labels: cfg.Config.Labels})
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), js, 0o644); err != nil {
 		return err
 	}
@@ -975,7 +983,7 @@ func (s *Store) list(t table) ([]Info, error) {
 		if err != nil {
 			continue
 		}
-		info := Info{Digest: digest, Size: m.Size, LastUse: fi.ModTime(), Held: held}
+		info := Info{Digest: digest, Size: m.Size, LastUse: fi.ModTime(), Held: held, Labels: m.Labels}
 		if n, err := du(filepath.Join(dir, "derived")); err == nil {
 			info.Size += n
 		}

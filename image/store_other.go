@@ -39,3 +39,7 @@ func (s *Store) Remove(ctx context.Context, nameOrDigest string) error {
 func (s *Store) List() ([]Info, error) { return nil, errUnsupported }
 
 func (s *Store) Dir() string { return "" }
+
+func (s *Store) Default() string { return DefaultName }
+
+func (s *Store) AllowsHost() bool { return false }

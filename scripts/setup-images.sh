@@ -1,11 +1,17 @@
 #!/bin/sh
-# Installs mmdebstrap, which `airlock image build` uses to build the
-# catalogue's images from Debian packages. Idempotent: does nothing when
-# mmdebstrap is on PATH. Needs root (apt-get) otherwise.
+# Installs mmdebstrap and builds the catalogue's images (minimal, python)
+# from Debian packages into the image store ($AIRLOCK_IMAGES, else the
+# default for this user: /var/lib/airlock/images for root). Idempotent: an
+# image built from the current recipe is kept, so a second run builds
+# nothing. Needs root (apt-get) when mmdebstrap is missing.
 set -eu
-. "$(dirname "$0")/apt.sh"
-if command -v mmdebstrap >/dev/null 2>&1; then
-	exit 0
+cd "$(dirname "$0")/.."
+. scripts/apt.sh
+if ! command -v mmdebstrap >/dev/null 2>&1; then
+	apt_install setup-images mmdebstrap >/dev/null
+	command -v mmdebstrap >/dev/null
 fi
-apt_install setup-images mmdebstrap >/dev/null
-command -v mmdebstrap >/dev/null
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+CGO_ENABLED=0 go build -o "$bin/airlock" ./cmd/airlock
+"$bin/airlock" image build --missing minimal python

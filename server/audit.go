@@ -23,13 +23,16 @@ import (
 
 // Record is one line of the audit trail: one run, as the server saw it.
 type Record struct {
-	Time     time.Time       `json:"time"`
-	Tenant   string          `json:"tenant"`
-	Request  string          `json:"request"` // run, session_run
-	Session  string          `json:"session,omitempty"`
-	Digest   approve.Digest  `json:"digest"`
-	Approval string          `json:"approval,omitempty"` // the rule that required one
-	Tier     string          `json:"tier"`
+	Time     time.Time      `json:"time"`
+	Tenant   string         `json:"tenant"`
+	Request  string         `json:"request"` // run, session_run
+	Session  string         `json:"session,omitempty"`
+	Digest   approve.Digest `json:"digest"`
+	Approval string         `json:"approval,omitempty"` // the rule that required one
+	Tier     string         `json:"tier"`
+	// Image is the digest of the image a command job ran in ("host": the
+	// host view).
+	Image    string          `json:"image,omitempty"`
 	Decision []string        `json:"decision,omitempty"`
 	Grants   airlock.Grants  `json:"grants,omitzero"` // secret values redacted
 	Limits   airlock.Limits  `json:"limits"`
@@ -46,8 +49,9 @@ type Record struct {
 	// code; replay compares it.
 	Output string `json:"output"`
 	// Job is the job as handed to the tier, secret values redacted, kept
-	// for in-process kinds so that `airlock replay` can re-run it; jobs
-	// larger than MaxAuditJob are left out.
+	// for in-process kinds and for command jobs that ran in an image, so
+	// that `airlock replay` can re-run it; jobs larger than MaxAuditJob
+	// are left out.
 	Job *airlock.Job `json:"job,omitempty"`
 }
 
@@ -273,6 +277,10 @@ func ParseRecord(line []byte) (Record, error) {
 	return r, nil
 }
 
+// imageDigest reports whether ref is an image's digest rather than the
+// host view or nothing.
+func imageDigest(ref string) bool { return strings.HasPrefix(ref, "sha256:") }
+
 // ErrNotReplayable is returned for records whose job cannot be re-run.
 var ErrNotReplayable = errors.New("record is not replayable")
 
@@ -282,8 +290,8 @@ func Replay(ctx context.Context, r Record, tiers []airlock.Tier) (airlock.Result
 	switch {
 	case r.Job == nil:
 		return airlock.Result{}, false, fmt.Errorf("%w: it holds no job (only in-process jobs up to %d bytes are kept)", ErrNotReplayable, MaxAuditJob)
-	case !r.Job.Kind.Language():
-		return airlock.Result{}, false, fmt.Errorf("%w: a %s job depends on the host; only expr, starlark and wasm jobs replay", ErrNotReplayable, r.Job.Kind)
+	case !r.Job.Kind.Language() && !imageDigest(r.Image):
+		return airlock.Result{}, false, fmt.Errorf("%w: a %s job that ran in the host view depends on the host; it replays only when it ran in an image", ErrNotReplayable, r.Job.Kind)
 	case len(r.Job.Grants.Secrets) > 0:
 		return airlock.Result{}, false, fmt.Errorf("%w: the job held credentials, which the audit trail does not keep", ErrNotReplayable)
 	case r.Session != "":
@@ -302,6 +310,9 @@ func Replay(ctx context.Context, r Record, tiers []airlock.Tier) (airlock.Result
 	}
 	job := *r.Job
 	job.Clock, job.Seed, job.Session, job.Lifecycle = r.Clock, r.Seed, "", ""
+	if !job.Kind.Language() {
+		job.Image = r.Image // what ran, whatever the name means today
+	}
 	res, err := tier.Run(ctx, job)
 	if err != nil && res.Error == nil && res.Stopped == nil {
 		res.SetError(err)

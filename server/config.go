@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/image"
 )
 
 // Config is the server's configuration file (YAML or JSON). Durations are
@@ -62,6 +64,10 @@ type Config struct {
 	// server's tiers with; a program that builds its own tiers for [New]
 	// has no use for them.
 	TierSettings *TierSettings `json:"tier_settings,omitempty"`
+	// Images is the image store `airlock serve` and `airlock mcp` give the
+	// tiers for command jobs (see docs/images.md); like TierSettings, a
+	// program that builds its own tiers passes its store in Options.
+	Images *ImageSettings `json:"images,omitempty"`
 	// Tenants are the API's clients.
 	Tenants []Tenant `json:"tenants"`
 
@@ -82,6 +88,26 @@ type TierSettings struct {
 	MicroVMWarm string `json:"microvm_warm,omitempty"`
 	// MicroVMPool is how many booted VMs the microVM tier keeps ready.
 	MicroVMPool int `json:"microvm_pool,omitempty"`
+}
+
+// ImageSettings configure the image store command jobs run in.
+type ImageSettings struct {
+	// Dir is the store's directory (default: $AIRLOCK_IMAGES, else
+	// /var/lib/airlock/images for root and the user's cache directory
+	// otherwise).
+	Dir string `json:"dir,omitempty"`
+	// Default is the image of a command job that names none (default:
+	// python where the store holds it).
+	Default string `json:"default,omitempty"`
+	// AllowHost offers the host's own software as the image "host", for
+	// internal tooling (default: not offered).
+	AllowHost bool `json:"allow_host,omitempty"`
+	// AllowTags lets jobs name registry images by tag rather than pinned
+	// by digest (default: refused).
+	AllowTags bool `json:"allow_tags,omitempty"`
+	// MaxMB caps the store's size; unnamed images not in use are evicted,
+	// least recently used first (0: the store's default).
+	MaxMB int64 `json:"max_mb,omitempty"`
 }
 
 // TierLimits is the operator's limit policy the tiers are to be built
@@ -160,6 +186,11 @@ type Tenant struct {
 	// server keeps (its configuration, keys, audit, policy, the tiers'
 	// state), is refused.
 	ReadRoots []string `json:"read_roots,omitempty"`
+	// Images are the only images the tenant's command jobs may run in:
+	// catalogue names, references pinned by digest, or "host" where the
+	// server offers it (default: any the server offers). A job that names
+	// none runs in the server's default, which must then be listed.
+	Images []string `json:"images,omitempty"`
 	// MCPIsolation lets the tenant's MCP clients pass "situation" and
 	// "tier" (default: the tools do not take them, so whoever the agent
 	// obeys cannot lower the boundary).
@@ -317,6 +348,19 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	if err := c.Images.validate(); err != nil {
+		return err
+	}
+	for i, t := range c.Tenants {
+		for j, ref := range t.Images {
+			if err := checkImageRef(ref); err != nil {
+				return fmt.Errorf("tenants[%d].images[%d]: %w", i, j, err)
+			}
+			if ref == image.Host && (c.Images == nil || !c.Images.AllowHost) {
+				return fmt.Errorf("tenants[%d].images[%d]: host is offered only with images.allow_host", i, j)
+			}
+		}
+	}
 	if _, err := sanitize.New(c.OutputHosts...); err != nil {
 		return fmt.Errorf("output_hosts: %w", err)
 	}
@@ -329,6 +373,40 @@ func (c *Config) Validate() error {
 		if _, err := os.Stat(c.Policy); err != nil && filepath.IsAbs(c.Policy) {
 			return fmt.Errorf("policy: %w", err)
 		}
+	}
+	return nil
+}
+
+func (is *ImageSettings) validate() error {
+	if is == nil {
+		return nil
+	}
+	if is.MaxMB < 0 {
+		return errors.New("images.max_mb: must not be negative")
+	}
+	if is.Default != "" {
+		if err := checkImageRef(is.Default); err != nil {
+			return fmt.Errorf("images.default: %w", err)
+		}
+		if is.Default == image.Host && !is.AllowHost {
+			return errors.New("images.default: host needs images.allow_host")
+		}
+	}
+	return nil
+}
+
+// checkImageRef applies the job's own checks on an image reference.
+func checkImageRef(ref string) error {
+	j := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: ref}
+	if ref == "" {
+		return errors.New("empty image")
+	}
+	if err := j.Validate(); err != nil {
+		var inv *airlock.InvalidJob
+		if errors.As(err, &inv) && inv.Reason != "" {
+			return errors.New(inv.Reason)
+		}
+		return err
 	}
 	return nil
 }

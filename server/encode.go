@@ -199,6 +199,7 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	b = appendStr(b, "digest", string(r.Digest))
 	b = appendStrOmit(b, "approval", r.Approval)
 	b = appendStr(b, "tier", r.Tier)
+	b = appendStrOmit(b, "image", r.Image)
 	if len(r.Decision) > 0 {
 		b = jsonappend.Strings(field(b, "decision"), r.Decision)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/internal/value"
@@ -39,6 +41,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/run", s.handleRun)
 	m.HandleFunc("POST /v1/explain", s.handleExplain)
 	m.HandleFunc("GET /v1/tiers", s.handleTiers)
+	m.HandleFunc("GET /v1/images", s.handleImages)
 	m.HandleFunc("GET /v1/sessions", s.handleListSessions)
 	m.HandleFunc("POST /v1/sessions", s.handleOpenSession)
 	m.HandleFunc("POST /v1/sessions/{id}/run", s.handleSessionRun)
@@ -186,6 +189,17 @@ func (t *tenant) admit(job *airlock.Job) error {
 	if job.Tier != "" && job.Tier != escalate.TierAuto {
 		if err := t.allowTier(job.Tier); err != nil {
 			return err
+		}
+	}
+	if job.Kind == airlock.KindCommand {
+		// The approval binds the image by name, whatever the default is
+		// later.
+		if job.Image == "" {
+			job.Image = t.defImage
+		}
+		ref := cmp.Or(job.Image, image.Host)
+		if len(t.Images) > 0 && !slices.Contains(t.Images, ref) {
+			return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not use image %s (allowed: %s)", t.Name, ref, strings.Join(t.Images, ", "))}
 		}
 	}
 	var err error
@@ -377,7 +391,7 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 	}
 	rec := Record{
 		Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Digest: digest, Approval: rule,
-		Tier: res.Tier, Decision: res.Decision, Grants: redactGrants(job.Grants), Limits: job.Limits,
+		Tier: res.Tier, Image: res.Image, Decision: res.Decision, Grants: redactGrants(job.Grants), Limits: job.Limits,
 		Clock: res.Clock, Seed: res.Seed, Outcome: out, Stopped: res.Stopped, ExitCode: res.ExitCode,
 		Timings: res.Timings, QueueUS: queueUS, Output: OutputDigest(res),
 	}
@@ -387,12 +401,24 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
-	if job.Kind.Language() && len(job.Module)+len(job.Code)+len(job.Stdin) <= MaxAuditJob {
+	if (job.Kind.Language() || imageDigest(res.Image)) && jobSize(job) <= MaxAuditJob {
 		kept := *job
 		kept.Grants = rec.Grants
 		rec.Job = &kept
 	}
 	s.audit.add(rec)
+}
+
+// jobSize is about what a job takes in the audit trail.
+func jobSize(job *airlock.Job) int {
+	n := len(job.Module) + len(job.Code) + len(job.Stdin)
+	for _, a := range job.Argv {
+		n += len(a)
+	}
+	for k, v := range job.Files {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // answer writes a run's outcome: the Result as is when the job reached a
@@ -508,6 +534,56 @@ func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
 		}
 		_, ti.Sessions = tr.(airlock.SessionTier)
 		out = append(out, ti)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type imageInfo struct {
+	// Names are the catalogue names and pinned references the tenant may
+	// put in a job's image field for it.
+	Names     []string `json:"names"`
+	Digest    string   `json:"digest"`
+	SizeBytes int64    `json:"size_bytes,omitempty"`
+	Default   bool     `json:"default,omitempty"`
+}
+
+// handleImages lists the images the tenant's command jobs may name that
+// the store holds (an allowed reference the store has not pulled yet is
+// not listed).
+func (s *Server) handleImages(w http.ResponseWriter, r *http.Request) {
+	t := s.tenant(w, r)
+	if t == nil {
+		return
+	}
+	may := func(ref string) bool { return len(t.Images) == 0 || slices.Contains(t.Images, ref) }
+	out := []imageInfo{}
+	if s.images == nil {
+		if may(image.Host) {
+			out = append(out, imageInfo{Names: []string{image.Host}, Digest: image.Host, Default: true})
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	infos, err := s.images.List()
+	if err != nil {
+		s.refuse(w, http.StatusInternalServerError, string(airlock.ErrInternal), err.Error())
+		return
+	}
+	for _, in := range infos {
+		var names []string
+		for _, n := range slices.Concat(in.Names, in.Refs, []string{in.Digest}) {
+			if may(n) {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		out = append(out, imageInfo{Names: names, Digest: in.Digest, SizeBytes: in.Size,
+			Default: slices.Contains(in.Names, t.defImage) || slices.Contains(in.Refs, t.defImage)})
+	}
+	if s.images.AllowsHost() && may(image.Host) {
+		out = append(out, imageInfo{Names: []string{image.Host}, Digest: image.Host, Default: t.defImage == image.Host})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

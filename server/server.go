@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 )
 
@@ -30,18 +31,24 @@ type Options struct {
 	Audit io.Writer
 	// Now is the clock for approvals (default time.Now).
 	Now func() time.Time
+	// Images is the store the tiers were given for command jobs' images:
+	// a job naming none is bound to its default before approval and the
+	// tenants' image lists, and /v1/images lists what a tenant may use.
+	// Nil: the tiers run command jobs in the host view.
+	Images *image.Store
 }
 
 type tenant struct {
 	Tenant
-	limits  airlock.LimitPolicy
-	roots   hostpath.Roots
-	allowed []airlock.Situation // the situations its jobs may name
-	defSit  airlock.Situation   // what a job that names none runs as
-	slots   chan struct{}
-	waiting atomic.Int64
-	rate    *rate.Limiter
-	nsess   int // open sessions, under Server.mu
+	limits   airlock.LimitPolicy
+	roots    hostpath.Roots
+	allowed  []airlock.Situation // the situations its jobs may name
+	defSit   airlock.Situation   // what a job that names none runs as
+	defImage string              // what a command job that names none runs in ("": the host view)
+	slots    chan struct{}
+	waiting  atomic.Int64
+	rate     *rate.Limiter
+	nsess    int // open sessions, under Server.mu
 }
 
 // Server serves the API. Build it with [New]; it owns the tiers it was
@@ -49,6 +56,7 @@ type tenant struct {
 type Server struct {
 	cfg       Config
 	tiers     []airlock.Tier
+	images    *image.Store
 	router    *escalate.Router
 	pools     map[string]airlock.Pooler
 	tenants   []*tenant
@@ -92,6 +100,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	}
 	s := &Server{
 		cfg:       cfg,
+		images:    opts.Images,
 		approvals: cfg.approvalPolicy(),
 		now:       opts.Now,
 		sessions:  map[string]*session{},
@@ -126,6 +135,11 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	if cfg.Approvals != nil {
 		keep = append(keep, cfg.Approvals.KeyFile)
 	}
+	var defImage string // no store: the tiers' host view, left unnamed
+	if s.images != nil {
+		keep = append(keep, s.images.Dir())
+		defImage = s.images.Default()
+	}
 	for _, t := range s.tiers {
 		if sd, ok := t.(interface{ StateDirs() []string }); ok {
 			keep = append(keep, sd.StateDirs()...)
@@ -138,6 +152,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		}
 		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc)}
 		tn.allowed, tn.defSit = t.situations()
+		tn.defImage = defImage
 		if tn.roots, err = hostpath.NewRoots(t.ReadRoots, keep); err != nil {
 			return fail(fmt.Errorf("tenants[%d].read_roots: %w", i, err))
 		}

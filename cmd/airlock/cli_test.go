@@ -162,7 +162,7 @@ func TestTierImpliesSituation(t *testing.T) {
 	assert.Contains(t, out, "chosen:    process")
 
 	needProcess(t)
-	out, errOut, code := run(t, "", "run", "--tier", "process", "--", "sh", "-c", "echo hi; id; ls /")
+	out, errOut, code := run(t, "", "run", "--tier", "process", "--image", "host", "--allow-spawn", "--", "sh", "-c", "echo hi; id; ls /")
 	require.Equal(t, exitOK, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Greater(t, len(lines), 2, out)

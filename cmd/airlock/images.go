@@ -25,12 +25,31 @@ func init() {
 	register(&command{
 		name:    "image",
 		summary: "manage the image store: build NAME | import NAME SRC | pull REF | rm NAME|DIGEST",
-		usage: "image [--images DIR] build NAME...     (a catalogue image from Debian packages, with mmdebstrap: " + strings.Join(catalogue.Names(), ", ") + ")\n" +
+		usage: "image [--images DIR] build [--missing] NAME...  (a catalogue image from Debian packages, with mmdebstrap: " + strings.Join(catalogue.Names(), ", ") + ")\n" +
 			"       image [--images DIR] import NAME SRC   (SRC: an OCI image layout directory, its tarball, or a docker-archive)\n" +
 			"       image [--images DIR] pull REF          (a registry reference pinned by digest)\n" +
 			"       image [--images DIR] rm NAME|DIGEST",
 		run: imageCmd,
 	})
+}
+
+// catalogueCurrent maps each catalogue name the store holds, built from
+// the recipe as it is now, to its digest.
+func catalogueCurrent(st *image.Store) (map[string]string, error) {
+	infos, err := st.List()
+	if err != nil {
+		return nil, err
+	}
+	recipes := catalogue.Recipes()
+	cur := map[string]string{}
+	for _, i := range infos {
+		for _, n := range i.Names {
+			if r, ok := recipes[n]; ok && i.Labels[catalogue.RecipeLabel] == r.Digest() {
+				cur[n] = i.Digest
+			}
+		}
+	}
+	return cur, nil
 }
 
 // openStore opens (creating) the store for the image commands, printing
@@ -113,6 +132,7 @@ func imageCmd(ctx context.Context, e *env) int {
 	fs := e.flags(c)
 	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive build installs from")
+	missing := fs.Bool("missing", false, "build only the names the store lacks or holds from an older recipe")
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -138,7 +158,18 @@ func imageCmd(ctx context.Context, e *env) int {
 				return exitUsage
 			}
 		}
+		var current map[string]string
+		if *missing {
+			if current, err = catalogueCurrent(st); err != nil {
+				return e.imageFail(err)
+			}
+		}
 		for _, name := range pos[1:] {
+			if d, ok := current[name]; ok && d != "" {
+				fmt.Fprintf(e.stderr, "%s: up to date\n", name)
+				fmt.Fprintf(e.stdout, "%s %s\n", name, d)
+				continue
+			}
 			fmt.Fprintf(e.stderr, "%s: building from Debian packages with mmdebstrap (a minute or more)\n", name)
 			start := time.Now()
 			work, err := os.MkdirTemp(st.Dir(), "catalogue-")

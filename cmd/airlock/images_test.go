@@ -140,6 +140,10 @@ func TestImageBuildMinimal(t *testing.T) {
 	out, errOut, code := run(t, "", "image", "--images", store, "build", "minimal")
 	require.Equal(t, exitOK, code, errOut)
 	require.True(t, strings.HasPrefix(out, "minimal sha256:"), out)
+	again, errOut, code := run(t, "", "image", "--images", store, "build", "--missing", "minimal")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, out, again, "--missing names the image it keeps")
+	assert.Contains(t, errOut, "minimal: up to date")
 	_, errOut, code = run(t, "", "image", "--images", store, "build", "nosuch")
 	assert.Equal(t, exitUsage, code, errOut)
 

@@ -53,7 +53,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 		if err != nil {
 			return e.fail(err)
 		}
-		cfg = server.Config{Tenants: []server.Tenant{{Name: "local", KeySHA256: server.HashKey(key)}}}
+		cfg = server.Config{Tenants: []server.Tenant{{Name: "local", KeySHA256: server.HashKey(key)}}, Images: localImages(tf.images)}
 	}
 	srv, err := newServer(cfg, &tf, server.Options{})
 	if err != nil {

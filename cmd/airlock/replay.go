@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
@@ -18,8 +19,8 @@ import (
 func init() {
 	register(&command{
 		name:    "replay",
-		summary: "re-run an audited in-process job with its recorded clock and seed, and check the output matches",
-		usage:   `replay [--json] RECORD     RECORD: a file holding one audit line, FILE:N for line N of an audit trail, or - for stdin`,
+		summary: "re-run an audited job (in-process, or a command that ran in an image) with its recorded clock, seed and image, and check the output matches",
+		usage:   `replay [--json] [--images DIR] RECORD     RECORD: a file holding one audit line, FILE:N for line N of an audit trail, or - for stdin`,
 		run:     replayCmd,
 	})
 }
@@ -28,6 +29,7 @@ func replayCmd(ctx context.Context, e *env) int {
 	c := commands["replay"]
 	fs := e.flags(c)
 	jsonMode := fs.Bool("json", false, "write the replayed Result as JSON")
+	images := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -43,7 +45,11 @@ func replayCmd(ctx context.Context, e *env) int {
 	if err != nil {
 		return e.fail(jobs.Invalid("", "%s", err.Error()))
 	}
-	tiers, err := tierset.Build(tierset.Options{})
+	o, err := (&tierFlags{images: *images}).options(tierset.Options{})
+	if err != nil {
+		return e.fail(err)
+	}
+	tiers, err := tierset.Build(o)
 	if err != nil {
 		return e.fail(err)
 	}

@@ -93,7 +93,13 @@ func configTiers(cfg *server.Config) tierset.Options {
 // newServer builds the tiers for cfg, with the flags that were set over
 // its tier_settings, and the server over them, which then owns them.
 func newServer(cfg server.Config, tf *tierFlags, opts server.Options) (*server.Server, error) {
-	o, err := tf.options(configTiers(&cfg))
+	st, err := serverImages(cfg.Images, tf.images)
+	if err != nil {
+		return nil, err
+	}
+	base := configTiers(&cfg)
+	base.Images, opts.Images = st, st
+	o, err := tf.options(base)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,9 @@ package catalogue
 import (
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,21 @@ func Names() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// RecipeLabel is the image configuration label a catalogue image carries:
+// the digest of the recipe it was built from, so a build can tell an image
+// that is current from one a changed recipe made stale.
+const RecipeLabel = "org.airlock.recipe"
+
+// Digest identifies the recipe: what its image is built from.
+func (r Recipe) Digest() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic("catalogue: recipe: " + err.Error()) // plain strings and slices
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // DefaultMirror is the Debian archive the recipes are built from.
@@ -122,6 +139,7 @@ func writeLayout(rootTar string, r Recipe, out string) error {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", "amd64"
 	cf.Config.Env = r.Env
+	cf.Config.Labels = map[string]string{RecipeLabel: r.Digest()}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}

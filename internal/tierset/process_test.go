@@ -36,7 +36,7 @@ func TestProcessBuilt(t *testing.T) {
 			if err := tier.(airlock.Prober).Available(); err != nil {
 				tiertest.Unavailable(t, f.Name, err)
 			}
-			res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", "echo hi; id -u; ls /"}})
+			res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", "echo hi; id -u; ls /"}, Grants: airlock.Grants{Spawn: true}})
 			if err != nil || !strings.HasPrefix(res.Stdout, "hi\n") {
 				t.Fatalf("%v (%+v)", err, res)
 			}

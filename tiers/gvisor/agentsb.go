@@ -258,9 +258,10 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	if stop == nil && sb.cg.ooms() > baseOOM {
 		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
 	}
-	if stop == nil && lost != nil && sb.cg.pidsHits() > basePids {
-		// The process limit took the sandbox down with the job.
-		stop = &airlock.Stop{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit %d reached", job.Limits.Pids)}
+	if stop == nil && sb.cg.pidsHits() > basePids {
+		// A fork the process limit refused stops the job, as on every
+		// tier, whether the program survived it or the sandbox went down.
+		stop = stopPids(job)
 	}
 	switch {
 	case stop != nil:

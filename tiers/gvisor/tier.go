@@ -443,6 +443,9 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	if stop == nil && cg.ooms() > 0 {
 		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
 	}
+	if stop == nil && cg.pidsHits() > 0 {
+		stop = stopPids(job)
+	}
 	if stop != nil {
 		return r.finish(stop)
 	}
@@ -455,8 +458,11 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		}
 		// runsc reports a program it cannot find with 128; a shell (and the
 		// agent of a pooled sandbox) says 127.
+		// runsc's own message names its internals: the job gets the
+		// line the other tiers give.
 		if r.res.ExitCode == 128 && strings.Contains(r.res.Stderr, "error finding executable") {
 			r.res.ExitCode = 127
+			r.res.Stderr = fmt.Sprintf("airlock: program %q not found\n", job.Argv[0])
 		}
 		live = false
 	case werr != nil:
@@ -465,6 +471,12 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		live = false
 	}
 	return r.finish(nil)
+}
+
+// stopPids is the stop for a fork the process limit refused: it stops the
+// job on every tier, whatever the program made of the failed fork.
+func stopPids(job *airlock.Job) *airlock.Stop {
+	return &airlock.Stop{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
 }
 
 func usage(cg cgroup, out *output) airlock.Usage {

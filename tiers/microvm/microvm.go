@@ -673,6 +673,8 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 					return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("the job exceeded %d MB", job.Limits.MemoryMB)}
 				case "cpu":
 					return &airlock.Stop{Reason: airlock.StopCPU, Detail: fmt.Sprintf("the job used more than %v of CPU", job.Limits.CPU())}
+				case "pids":
+					return &airlock.Stop{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
 				}
 				return nil
 			case frame.Fail:

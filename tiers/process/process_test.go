@@ -77,8 +77,11 @@ func forBothTiers(t *testing.T, fn func(t *testing.T, tier *Tier, cfg Config)) {
 	}
 }
 
+// cmdJob is a command job granted spawn: the tests' shell scripts run
+// other programs, and test other capabilities (the contract suite,
+// tiers/contract, tests spawn withheld).
 func cmdJob(argv ...string) airlock.Job {
-	return airlock.Job{Kind: airlock.KindCommand, Argv: argv}
+	return airlock.Job{Kind: airlock.KindCommand, Argv: argv, Grants: airlock.Grants{Spawn: true}}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -225,7 +225,10 @@ func rlimitsFor(job *airlock.Job, scratchMB int64) []stage.Rlimit {
 	return []stage.Rlimit{
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(job.Limits.Files), Max: uint64(job.Limits.Files)},
-		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(scratchMB) << 20, Max: uint64(scratchMB) << 20},
+		// A MiB above the scratch: on the scratch's tmpfs a write beyond
+		// it fails with ENOSPC, as on every tier, before the limit's
+		// SIGXFSZ; the limit still bounds a workspace's files.
+		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(scratchMB+1) << 20, Max: uint64(scratchMB+1) << 20},
 		{Resource: unix.RLIMIT_CPU, Cur: cpuS, Max: cpuS + 1},
 		{Resource: unix.RLIMIT_NPROC, Cur: nproc, Max: nproc},
 		{Resource: unix.RLIMIT_MEMLOCK, Cur: 0, Max: 0},
@@ -253,6 +256,7 @@ func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEn
 		Argv:      job.Argv,
 		Env:       imageEnv(img, append(envFor(job), netEnv...)),
 		Egress:    netEnv != nil,
+		NoExec:    !job.Grants.Spawn,
 		Files:     job.Files,
 		Stdin:     job.Stdin != "",
 		ScratchMB: scratchMB,

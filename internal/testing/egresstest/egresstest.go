@@ -204,11 +204,12 @@ func CheckPool(t testing.TB, res airlock.Result, allowed string) {
 	}
 }
 
-// ShellJob is a command job running script with sh, granted rules, with a
-// generous wall clock (the probes wait for timeouts of a few seconds).
+// ShellJob is a command job running script with sh, granted rules and
+// spawn (the probes run curl, getent and nslookup), with a generous wall
+// clock (the probes wait for timeouts of a few seconds).
 func ShellJob(script string, rules ...airlock.NetRule) airlock.Job {
 	return airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", script},
-		Grants: airlock.Grants{Net: rules}, Limits: airlock.Limits{WallMS: 60000}}
+		Grants: airlock.Grants{Net: rules, Spawn: true}, Limits: airlock.Limits{WallMS: 60000}}
 }
 
 // TLSOrigin is a loopback HTTPS origin, pinned as example.com (the name

@@ -22,7 +22,13 @@ func init() { runtime.LockOSThread() }
 // Main runs the role this test binary was started in, among roles, and
 // otherwise the tests.
 func Main(m *testing.M, roles ...[]role.Role) {
+	os.Exit(Run(m, roles...))
+}
+
+// Run is Main returning the tests' exit code, for a TestMain with
+// clean-up to do after the tests.
+func Run(m *testing.M, roles ...[]role.Role) int {
 	role.Run(roles...)
 	runtime.UnlockOSThread()
-	os.Exit(m.Run())
+	return m.Run()
 }

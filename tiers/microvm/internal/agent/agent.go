@@ -155,6 +155,10 @@ func mountBase() error {
 		{"proc", "/proc", "proc", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{"sysfs", "/sys", "sysfs", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{"devtmpfs", "/dev", "devtmpfs", "mode=0755", unix.MS_NOSUID},
+		// Shared memory (POSIX semaphores, Python's multiprocessing): its
+		// pages are charged to the writer's memory cgroup, so the job's
+		// memory limit bounds it.
+		{"shm", "/dev/shm", "tmpfs", "mode=1777", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{"cgroup2", "/sys/fs/cgroup", "cgroup2", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 	}
 	for _, m := range mounts {
@@ -165,7 +169,9 @@ func mountBase() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
-	return nil
+	// The spawn filter's exec page must lie below what a job may map,
+	// whatever the kernel's default (see execPage).
+	return os.WriteFile("/proc/sys/vm/mmap_min_addr", []byte("65536\n"), 0)
 }
 
 // warmUp runs a throwaway /bin/true through the same path a job takes —
@@ -524,7 +530,27 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 			_, _ = io.Copy(lockedWriter{&mu, frame.ChunkWriter{W: port, T: s.t}}, s.r)
 		}()
 	}
+	// A fork the process limit refused stops the job at once, as on every
+	// tier: a fork bomb ends instead of spinning until a limit of another
+	// kind. The cgroup's pids.events is polled while the job runs.
+	stopWatch := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-tick.C:
+				if pidsHit(st.cgDir) {
+					_ = os.WriteFile(filepath.Join(st.cgDir, "cgroup.kill"), []byte("1"), 0)
+					return
+				}
+			}
+		}
+	}()
 	<-st.waited
+	close(stopWatch)
 	mark("exited")
 	// Whatever the job left behind dies with its cgroup; then the pipes
 	// reach EOF. A straggler holding them open cannot delay the report long.
@@ -549,10 +575,18 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	}
 	if ev, err := os.ReadFile(filepath.Join(st.cgDir, "memory.events")); err == nil && eventCount(string(ev), "oom_kill") > 0 {
 		exit.Reason = "memory"
+	} else if pidsHit(st.cgDir) {
+		exit.Reason = "pids"
 	} else if exit.Signal == "SIGXCPU" || (exit.Signal == "SIGKILL" && job.CPUMS > 0 && cpuUsedMS(st.cgDir) >= job.CPUMS) {
 		exit.Reason = "cpu"
 	}
 	return exit, nil
+}
+
+// pidsHit reports whether the cgroup's process limit refused a fork.
+func pidsHit(cgDir string) bool {
+	ev, err := os.ReadFile(filepath.Join(cgDir, "pids.events"))
+	return err == nil && eventCount(string(ev), "max") > 0
 }
 
 func cpuUsedMS(cgDir string) int64 {

@@ -121,7 +121,8 @@ func mountImage(dev string) error {
 		{"/dev", "dev"}, {scratchDir, "scratch"}, {"/tmp", "tmp"}, {caDir, "etc/airlock"},
 	}
 	for _, b := range binds {
-		if err := unix.Mount(b.src, filepath.Join(imageRoot, b.dst), "", unix.MS_BIND, ""); err != nil {
+		// Recursive: /dev brings its /dev/shm.
+		if err := unix.Mount(b.src, filepath.Join(imageRoot, b.dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("mounting %s in the image root: %w", b.dst, err)
 		}
 	}

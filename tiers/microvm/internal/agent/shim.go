@@ -83,6 +83,13 @@ func shim() {
 	if err != nil {
 		die("%v", err)
 	}
+	// Mapped while the shim may still map the page (see execPage).
+	var execPath *byte
+	if !cfg.Spawn {
+		if execPath, err = mapExecPath(prog); err != nil {
+			die("spawn filter: %v", err)
+		}
+	}
 	if err := syscall.Setgroups(nil); err != nil {
 		die("setgroups: %v", err)
 	}
@@ -99,6 +106,7 @@ func shim() {
 		if err := denySpawn(); err != nil {
 			die("spawn filter: %v", err)
 		}
+		die("exec %s: %v", argv[0], execAt(execPath, argv, env))
 	}
 	if err := syscall.Exec(prog, argv, env); err != nil {
 		die("exec %s: %v", argv[0], err)
@@ -124,37 +132,87 @@ func lookPath(name, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: command not found", name)
+	return "", fmt.Errorf("program %q not found", name)
 }
 
-// denySpawn installs a seccomp filter that refuses new processes (fork,
-// vfork, clone without CLONE_THREAD; clone3, whose flags a filter cannot
-// read, answers ENOSYS so C libraries fall back to clone) while threads
-// keep working. Foreign-ABI (x32, i386) syscalls are refused or kill.
+// execPage is where the shim puts the program's path for its own execve:
+// the one execve the spawn filter lets through names it. The page lies
+// below vm.mmap_min_addr, which only CAP_SYS_RAWIO in the initial user
+// namespace may map: the shim, root in the guest, can; the job, after the
+// exec that discards the mapping, cannot, so every execve it tries points
+// elsewhere (or faults) and is refused.
+const execPage = 0x1000
+
+// mapExecPath maps execPage and writes prog there, NUL-terminated, and
+// returns the pointer to hand execve.
+func mapExecPath(prog string) (*byte, error) {
+	minAddr, err := os.ReadFile("/proc/sys/vm/mmap_min_addr")
+	if err != nil {
+		return nil, err
+	}
+	var min uint64
+	if _, err := fmt.Sscan(string(minAddr), &min); err != nil || min < 2*execPage {
+		return nil, fmt.Errorf("vm.mmap_min_addr is %q: the job could map the exec page", strings.TrimSpace(string(minAddr)))
+	}
+	if len(prog)+1 > execPage {
+		return nil, fmt.Errorf("program path of %d bytes is too long", len(prog))
+	}
+	// A fixed address no Go pointer holds: the runtime never maps so low.
+	fixed := unsafe.Add(unsafe.Pointer(nil), execPage)
+	p, err := unix.MmapPtr(-1, 0, fixed, execPage, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+	if err != nil || p != fixed {
+		return nil, fmt.Errorf("mapping the exec page: %v", err)
+	}
+	page := unsafe.Slice((*byte)(p), execPage)
+	copy(page, prog)
+	page[len(prog)] = 0
+	return &page[0], nil
+}
+
+// execAt executes argv[0]'s resolved path from the exec page.
+func execAt(path *byte, argv, env []string) error {
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return err
+	}
+	envp, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return err
+	}
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	return errno
+}
+
+// denySpawn installs a seccomp filter under which the job cannot execute
+// another program: execve is allowed only from the exec page (the shim's
+// own exec of the job; see execPage) and execveat never, both refused with
+// EACCES. Forking is allowed — a shell's subshells and pipes of builtins
+// work — within the pids limit. Foreign-ABI (x32, i386) syscalls are
+// refused or kill.
 func denySpawn() error {
 	const (
-		ldW   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		jset  = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		ret   = unix.BPF_RET | unix.BPF_K
-		eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+		ldW    = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq    = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge    = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		ret    = unix.BPF_RET | unix.BPF_K
+		eacces = unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
 	)
 	prog := []unix.SockFilter{
 		{Code: ldW, K: 4}, // arch
 		{Code: jeq, Jt: 1, K: unix.AUDIT_ARCH_X86_64},
 		{Code: ret, K: unix.SECCOMP_RET_KILL_PROCESS},
-		{Code: ldW, K: 0},                                            // 3: nr
-		{Code: jge, Jt: 7, K: 0x40000000},                            // x32
-		{Code: jeq, Jt: 6, K: unix.SYS_FORK},                         // -> 12
-		{Code: jeq, Jt: 5, K: unix.SYS_VFORK},                        // -> 12
-		{Code: jeq, Jt: 5, K: unix.SYS_CLONE3},                       // -> 13
-		{Code: jeq, Jt: 0, Jf: 2, K: unix.SYS_CLONE},                 // -> 9 / 11
-		{Code: ldW, K: 16},                                           // 9: args[0], low word
-		{Code: jset, Jt: 0, Jf: 1, K: unix.CLONE_THREAD},             // -> 11 / 12
-		{Code: ret, K: unix.SECCOMP_RET_ALLOW},                       // 11
-		{Code: ret, K: eperm},                                        // 12
-		{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)}, // 13
+		{Code: ldW, K: 0},                             // 3: nr
+		{Code: jge, Jt: 6, K: 0x40000000},             // x32 -> 11
+		{Code: jeq, Jt: 5, K: unix.SYS_EXECVEAT},      // -> 11
+		{Code: jeq, Jt: 0, Jf: 5, K: unix.SYS_EXECVE}, // -> 7 / 12
+		{Code: ldW, K: 20},                            // 7: args[0], high word
+		{Code: jeq, Jt: 0, Jf: 2, K: 0},               // -> 9 / 11
+		{Code: ldW, K: 16},                            // 9: args[0], low word
+		{Code: jeq, Jt: 1, Jf: 0, K: execPage},        // -> 12 / 11
+		{Code: ret, K: eacces},                        // 11
+		{Code: ret, K: unix.SECCOMP_RET_ALLOW},        // 12
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); e != 0 {

@@ -104,6 +104,7 @@ func AppendJob(dst []byte, j *JobSpec) ([]byte, error) {
 	dst = wire.Uint(dst, uint64(j.UID))
 	dst = wire.Bytes(dst, j.Seccomp)
 	dst = wire.Bool(dst, j.Egress)
+	dst = wire.Bool(dst, j.NoExec)
 	dst = wire.Bool(dst, j.Go)
 	dst = appendFds(dst, j.CgroupFds)
 	return wire.End(dst, start, specLimit)
@@ -128,6 +129,7 @@ func decodeJob(data []byte) (JobSpec, error) {
 		j.Seccomp = s
 	}
 	j.Egress = d.Bool()
+	j.NoExec = d.Bool()
 	j.Go = d.Bool()
 	j.CgroupFds = decodeFds(&d)
 	return j, d.Done()

@@ -368,6 +368,16 @@ func buildDev(dev string) error {
 			return err
 		}
 	}
+	// Shared memory (POSIX semaphores, Python's multiprocessing): its
+	// pages are charged to the writer's memory cgroup, so the job's memory
+	// limit bounds it.
+	shm := path.Join(dev, "shm")
+	if err := os.Mkdir(shm, 0o1777); err != nil {
+		return err
+	}
+	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
+	}
 	for name, target := range map[string]string{
 		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
 	} {
@@ -492,6 +502,7 @@ func containerLandlock(binds []BindSpec, lay rootLayout) []llRule {
 		{Path: "/proc", Access: llRead},
 		{Path: "/scratch", Access: rwAccess()},
 		{Path: "/tmp", Access: rwAccess()},
+		{Path: "/dev/shm", Access: rwAccess()},
 	}
 	if lay.image {
 		for _, p := range lay.exec {

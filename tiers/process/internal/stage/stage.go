@@ -171,6 +171,9 @@ func containerStage() int {
 	if err != nil {
 		return fail(err)
 	}
+	if job.NoExec {
+		rules = execOnly(rules, prog)
+	}
 	if err := confine(rules, seccompProg); err != nil {
 		return fail(err)
 	}
@@ -387,7 +390,7 @@ func lookProgramDirs(name string, dirs []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("program %q not found in %s", name, strings.Join(dirs, ":"))
+	return "", fmt.Errorf("program %q not found", name)
 }
 
 // awaitGo reports the files placed and waits for the parent's go-ahead

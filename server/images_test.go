@@ -1,0 +1,142 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// TestTenantImages: a server over a real image store binds a command job
+// that names no image to the store's default, lets a tenant use only the
+// images its configuration lists, and lists them in /v1/images.
+func TestTenantImages(t *testing.T) {
+	ctx := context.Background()
+	st, err := image.Open(t.TempDir(), image.Options{Default: "tool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool, err := st.Import(ctx, "tool", imagetest.Layout(t, imagetest.Busybox(t, "airlock-tool"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := st.Import(ctx, "other", imagetest.Layout(t, imagetest.Busybox(t, "airlock-other"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Tenants[0].Images = []string{"tool"}
+	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(cfg, tiers, server.Options{Images: st, Audit: io.Discard})
+	if err != nil {
+		_ = tierset.Close(tiers)
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
+	t.Cleanup(func() {
+		f.http.Close()
+		if err := srv.Close(); err != nil {
+			t.Errorf("closing the server: %v", err)
+		}
+	})
+
+	var a, b []struct {
+		Names   []string `json:"names"`
+		Digest  string   `json:"digest"`
+		Size    int64    `json:"size_bytes"`
+		Default bool     `json:"default"`
+	}
+	f.do("GET", "/v1/images", keyA, nil).decode(t, &a)
+	if len(a) != 1 || a[0].Digest != tool || strings.Join(a[0].Names, ",") != "tool" || !a[0].Default || a[0].Size <= 0 {
+		t.Errorf("tenant a sees %+v, want only tool (%s), the default", a, tool)
+	}
+	f.do("GET", "/v1/images", keyB, nil).decode(t, &b)
+	if len(b) != 2 {
+		t.Errorf("tenant b (no list) sees %+v, want tool and other", b)
+	}
+	for _, in := range b {
+		if in.Digest == image.Host {
+			t.Error("the host view is listed although the store does not offer it")
+		}
+	}
+
+	job := `{"kind":"command","argv":["cat","/etc/os-release"],"situation":"internal"}`
+	r := f.do("POST", "/v1/run", keyA, job)
+	if r.status == http.StatusForbidden && strings.Contains(string(r.body), "unavailable") {
+		tiertest.Unavailable(t, "process", errorString(r.body))
+	}
+	res := r.result(t)
+	if r.status != http.StatusOK || res.Err() != nil || strings.TrimSpace(res.Stdout) != "ID=airlock-tool" || res.Image != tool {
+		t.Fatalf("default image: status %d, %+v", r.status, res)
+	}
+
+	// The audit record keeps the digest that ran, and replay runs that
+	// image even after the name moved to another.
+	var recs []server.Record
+	f.do("GET", "/v1/audit", keyA, nil).decode(t, &recs)
+	if len(recs) != 1 || recs[0].Image != tool || recs[0].Job == nil || recs[0].Job.Image != "tool" {
+		t.Fatalf("audit: %+v", recs)
+	}
+	otherLayout := imagetest.Layout(t, imagetest.Busybox(t, "airlock-moved"), nil)
+	if _, err := st.Import(ctx, "tool", otherLayout); err != nil {
+		t.Fatal(err)
+	}
+	again, match, err := server.Replay(ctx, recs[0], srv.Router().Tiers())
+	if err != nil || !match || strings.TrimSpace(again.Stdout) != "ID=airlock-tool" || again.Image != tool {
+		t.Errorf("replay: match %v, err %v, %+v", match, err, again)
+	}
+
+	for _, ref := range []string{"other", other, image.Host} {
+		r := f.do("POST", "/v1/run", keyA, `{"kind":"command","argv":["true"],"situation":"internal","image":"`+ref+`"}`)
+		var e struct {
+			Error struct{ Kind, Message string }
+		}
+		r.decode(t, &e)
+		if r.status != http.StatusForbidden || e.Error.Kind != string(airlock.ErrNotAdmitted) || !strings.Contains(e.Error.Message, "may not use image "+ref) {
+			t.Errorf("image %s for a tenant limited to tool: %d %s", ref, r.status, r.body)
+		}
+	}
+}
+
+type errorString []byte
+
+func (e errorString) Error() string { return string(e) }
+
+// TestImageSettingsValidate: the configuration refuses image settings that
+// would offer the host view without saying so, or name no image at all.
+func TestImageSettingsValidate(t *testing.T) {
+	for name, mutate := range map[string]func(*server.Config){
+		"host default":        func(c *server.Config) { c.Images = &server.ImageSettings{Default: image.Host} },
+		"tenant host":         func(c *server.Config) { c.Tenants[0].Images = []string{image.Host} },
+		"negative cap":        func(c *server.Config) { c.Images = &server.ImageSettings{MaxMB: -1} },
+		"empty tenant image":  func(c *server.Config) { c.Tenants[0].Images = []string{""} },
+		"control in default":  func(c *server.Config) { c.Images = &server.ImageSettings{Default: "py\x1bthon"} },
+		"host, not allowed 2": func(c *server.Config) { c.Images = &server.ImageSettings{}; c.Tenants[1].Images = []string{image.Host} },
+	} {
+		c := testConfig()
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: a multi-line error: %q", name, err)
+		}
+	}
+	c := testConfig()
+	c.Images = &server.ImageSettings{AllowHost: true, Default: image.Host}
+	c.Tenants[0].Images = []string{image.Host, "python"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("host allowed: %v", err)
+	}
+}

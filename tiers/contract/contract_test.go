@@ -1,0 +1,180 @@
+package contract
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// contractCase is one line of testdata/cases.jsonl: a job in the wire
+// format and the outcome every tier must give it.
+type contractCase struct {
+	Name string `json:"name"`
+	// Contract is the rule the case checks, as SECURITY.md states it.
+	Contract string          `json:"contract"`
+	Job      json.RawMessage `json:"job"`
+	Want     outcome         `json:"want"`
+	// Gaps are the tiers that do not meet the case yet, each with the
+	// reason SECURITY.md's contract table states for it. On such a tier
+	// the case must still fail: one that passes has its gap closed, and
+	// the case and the table must say so.
+	Gaps map[string]string `json:"gaps,omitempty"`
+}
+
+// outcome is what a run must give. Fields left zero are not checked,
+// except that a case expecting neither a stop nor an error expects the
+// run to end with neither.
+type outcome struct {
+	Exit    *int   `json:"exit,omitempty"`
+	Stopped string `json:"stopped,omitempty"` // the stop reason
+	Error   string `json:"error,omitempty"`   // the error kind
+	// ErrorMatch is a regular expression the error message must match.
+	ErrorMatch string `json:"error_match,omitempty"`
+	// Stdout is the exact standard output; StdoutMatch a regular
+	// expression it must match; StdoutMax a bound on its length.
+	Stdout      *string `json:"stdout,omitempty"`
+	StdoutMatch string  `json:"stdout_match,omitempty"`
+	StdoutMax   int     `json:"stdout_max,omitempty"`
+	// StderrMatch is a regular expression the standard error must match.
+	StderrMatch string `json:"stderr_match,omitempty"`
+	// Clock: the result records the job's pinned clock.
+	Clock bool `json:"clock,omitempty"`
+}
+
+// loadCases reads and checks the table: names unique, every job valid in
+// the wire format, every expected outcome well formed.
+func loadCases(t *testing.T) []contractCase {
+	t.Helper()
+	data, err := os.ReadFile("testdata/cases.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []contractCase
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		var c contractCase
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			t.Fatalf("cases.jsonl:%d: %v", n, err)
+		}
+		switch {
+		case c.Name == "" || c.Contract == "":
+			t.Fatalf("cases.jsonl:%d: a case needs a name and the contract it checks", n)
+		case seen[c.Name]:
+			t.Fatalf("cases.jsonl:%d: case %q twice", n, c.Name)
+		}
+		for tier, why := range c.Gaps {
+			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.name == tier }) || why == "" {
+				t.Fatalf("cases.jsonl:%d (%s): a gap names a tier of the suite and its reason", n, c.Name)
+			}
+		}
+		seen[c.Name] = true
+		job, err := airlock.DecodeJob(c.Job)
+		if err != nil {
+			t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
+		}
+		if job.Kind != airlock.KindCommand || job.Image == "" {
+			t.Fatalf("cases.jsonl:%d (%s): a contract case is a command job naming its image", n, c.Name)
+		}
+		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch, c.Want.StderrMatch} {
+			if _, err := regexp.Compile(re); err != nil {
+				t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
+			}
+		}
+		cases = append(cases, c)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatal("cases.jsonl holds no case")
+	}
+	return cases
+}
+
+// check compares a run's result and error with the case's outcome and
+// returns every difference.
+func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string {
+	var bad []string
+	stop, stopped := airlock.AsStop(err)
+	switch {
+	case w.Stopped != "" && (!stopped || string(stop.Reason) != w.Stopped):
+		bad = append(bad, fmt.Sprintf("want stopped: %s, got error %v", w.Stopped, err))
+	case w.Stopped != "" && (res.Stopped == nil || string(res.Stopped.Reason) != w.Stopped):
+		bad = append(bad, fmt.Sprintf("want Result.Stopped %s, got %+v", w.Stopped, res.Stopped))
+	case w.Error != "" && (err == nil || stopped || string(airlock.KindOf(err)) != w.Error):
+		bad = append(bad, fmt.Sprintf("want a %s error, got %v", w.Error, err))
+	case w.Error != "" && w.ErrorMatch != "" && !regexp.MustCompile(w.ErrorMatch).MatchString(err.Error()):
+		bad = append(bad, fmt.Sprintf("error %q does not match %q", err, w.ErrorMatch))
+	case w.Stopped == "" && w.Error == "" && err != nil:
+		bad = append(bad, fmt.Sprintf("want no error, got %v", err))
+	}
+	if w.Exit != nil && res.ExitCode != *w.Exit {
+		bad = append(bad, fmt.Sprintf("exit code %d, want %d", res.ExitCode, *w.Exit))
+	}
+	if w.Stdout != nil && res.Stdout != *w.Stdout {
+		bad = append(bad, fmt.Sprintf("stdout %q, want %q", res.Stdout, *w.Stdout))
+	}
+	if w.StdoutMatch != "" && !regexp.MustCompile(w.StdoutMatch).MatchString(res.Stdout) {
+		bad = append(bad, fmt.Sprintf("stdout %q does not match %q", res.Stdout, w.StdoutMatch))
+	}
+	if w.StderrMatch != "" && !regexp.MustCompile(w.StderrMatch).MatchString(res.Stderr) {
+		bad = append(bad, fmt.Sprintf("stderr %q does not match %q", res.Stderr, w.StderrMatch))
+	}
+	if w.StdoutMax > 0 && len(res.Stdout) > w.StdoutMax {
+		bad = append(bad, fmt.Sprintf("stdout is %d bytes, over %d", len(res.Stdout), w.StdoutMax))
+	}
+	if w.Clock && !res.Clock.Equal(job.Clock) {
+		bad = append(bad, fmt.Sprintf("Result.Clock %v, want the job's %v", res.Clock, job.Clock))
+	}
+	return bad
+}
+
+// TestContract runs every case on every OS tier. Each tier gives the
+// outcome the table states, so all three give the same; a tier whose
+// backend is missing skips (fails under CI), as does the suite when the
+// catalogue's images have not been built.
+func TestContract(t *testing.T) {
+	cases := loadCases(t)
+	for _, ot := range osTiers {
+		t.Run(ot.name, func(t *testing.T) {
+			s := store(t)
+			needImage(t, s, "minimal")
+			tr := tier(t, ot, s)
+			for _, c := range cases {
+				t.Run(c.Name, func(t *testing.T) {
+					job, _ := airlock.DecodeJob(c.Job)
+					needImage(t, s, job.Image)
+					res, err := run(tr, job)
+					bad := c.Want.check(job, res, err)
+					if gap, ok := c.Gaps[ot.name]; ok {
+						if len(bad) == 0 {
+							t.Errorf("%s: the stated gap (%s) is closed on %s: remove it from the case and SECURITY.md", c.Contract, gap, ot.name)
+						} else {
+							t.Logf("stated gap on %s: %s (%s)", ot.name, gap, strings.Join(bad, "; "))
+						}
+						return
+					}
+					if len(bad) > 0 {
+						t.Errorf("%s\n%s\nstdout: %q\nstderr: %q", c.Contract, strings.Join(bad, "\n"), res.Stdout, res.Stderr)
+					}
+				})
+			}
+		})
+	}
+}
