@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"cel.dev/cel-go/cel"
 	exprlang "github.com/expr-lang/expr"
@@ -317,4 +318,30 @@ func qemuBoot() Target {
 			}
 			return nil
 		})
+}
+
+// WholeProcess is a cold-only peer that runs argv (an airlock command, say)
+// with env added to this environment, to completion, start-up and exit
+// included, and is compared with versus, the target doing the same
+// whole-process work without it (bwrap for `airlock run --tier process`);
+// for_ names the tiers it is shown beside; available (nil: always) says
+// why it cannot run here.
+func WholeProcess(name string, workload airlock.Kind, for_ []string, versus string, available func() error, env, argv []string) Target {
+	if available == nil {
+		available = always
+	}
+	return Target{
+		Name: name, Type: TypePeer, Workload: workload, For: for_, Versus: versus, Available: available,
+		ColdNote: strings.Join(argv[1:], " ") + " (the whole process)", WarmNote: "no warm path: every run starts the program afresh",
+		Cold: func(context.Context, int) (Trial, func(), error) {
+			return func(ctx context.Context) error {
+				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+				cmd.Env = append(os.Environ(), env...)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("%s: %w: %s", name, err, clip(string(out)))
+				}
+				return nil
+			}, noop, nil
+		},
+	}
 }

@@ -537,6 +537,12 @@ func compareAll(results []Result, targets []Target) {
 		if r.Type != TypePeer || r.Error != "" {
 			continue
 		}
+		if v := byName[r.Name].Versus; v != "" {
+			if other := find(v, r.Mode); other != nil && other.P50 > 0 {
+				r.Raw, r.RawRatio = v, ratio(r.P50, other.P50)
+			}
+			continue
+		}
 		for _, b := range targets {
 			if b.Type != TypeRaw || b.Workload != r.Workload {
 				continue

@@ -41,6 +41,10 @@ type Target struct {
 	// a pool waits there until the pool is full again, so a warm figure is
 	// what one claim costs, not how fast the pool refills.
 	Settle func(ctx context.Context) error
+	// Versus, on a raw engine or peer, names the target its ratio is taken
+	// against instead of its workload's raw engine: a whole-process row's
+	// paired reference (see WholeProcess).
+	Versus string
 	// ColdNote and WarmNote say what cold and warm mean for this target.
 	ColdNote, WarmNote string
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -46,6 +47,7 @@ func benchCmd(ctx context.Context, e *env) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	wholeProcessOnce.Do(registerWholeProcess)
 	var old *bench.Report
 	if *compare != "" {
 		var err error
@@ -157,4 +159,37 @@ func benchSources(o tierset.Options) []bench.TierSource {
 		out = append(out, s)
 	}
 	return out
+}
+
+var wholeProcessOnce sync.Once
+
+// registerWholeProcess adds the whole-process rows: this binary's own
+// commands, start-up and exit included, each beside its paired reference
+// (eval beside --version, run --tier process beside bwrap, run --tier
+// gvisor beside runsc run of a bundle).
+func registerWholeProcess() {
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	// The command's test binary acts as the command only with this set;
+	// the command itself ignores it.
+	env := []string{"AIRLOCK_CLI_CHILD=1"}
+	probe := func(name string) func() error {
+		for _, e := range tierset.Entries() {
+			if e.Name == name && e.Probe != nil {
+				return func() error { return e.Probe(tierset.Options{}) }
+			}
+		}
+		return nil
+	}
+	rows := []bench.Target{
+		bench.WholeProcess("cli-version", airlock.KindExpr, []string{"expr"}, "", nil, env, []string{exe, "--version"}),
+		bench.WholeProcess("cli-eval", airlock.KindExpr, []string{"expr"}, "cli-version", nil, env, []string{exe, "eval", "1+2"}),
+		bench.WholeProcess("cli-run-process", airlock.KindCommand, []string{"process"}, "bwrap", probe("process"), env, []string{exe, "run", "--tier", "process", "--", bench.CommandPath}),
+		bench.WholeProcess("cli-run-gvisor", airlock.KindCommand, []string{"gvisor"}, "runsc-run", probe("gvisor"), env, []string{exe, "run", "--tier", "gvisor", "--", bench.CommandPath}),
+	}
+	for _, t := range rows {
+		bench.RegisterBaseline(func() bench.Target { return t })
+	}
 }

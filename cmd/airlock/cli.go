@@ -23,6 +23,7 @@ const (
 	exitDenied      = 4 // a withheld capability was attempted
 	exitNotAdmitted = 5 // no tier may run the job
 	exitInternal    = 6 // airlock itself failed
+	exitMissing     = 7 // the tiers that may run the job need a backend not installed here (runsc, QEMU, a guest kernel)
 )
 
 // env is what a subcommand gets: its arguments and the standard streams.
@@ -86,7 +87,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 code failed, 2 invalid input, 3 stopped by a limit, 4 capability denied, 5 not admitted, 6 internal error;\na program that ran to its end with a non-zero status: that status")
+	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 code failed, 2 invalid input, 3 stopped by a limit, 4 capability denied, 5 not admitted, 6 internal error,\n7 backend missing (install it: make setup, or make install);\na program that ran to its end with a non-zero status: that status")
 }
 
 // flags returns a FlagSet for a subcommand that reports errors on stderr.
@@ -142,6 +143,9 @@ func (e *env) fail(err error) int {
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
+	}
+	if _, ok := errors.AsType[*backendMissing](err); ok {
+		return exitMissing
 	}
 	if s, ok := airlock.AsStop(err); ok {
 		if s.Reason == airlock.StopDenied {

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
@@ -36,8 +37,16 @@ func (f *routerFlags) register(fs *flag.FlagSet) {
 	f.tiers.register(fs)
 }
 
-// open builds every tier and the router over them. Call close when done.
-func (f *routerFlags) open() (*escalate.Router, func(), error) {
+// open returns the router over the tiers, each built when a job first
+// needs it (see tierset.Lazy), with the image store opened on first use.
+// Call close when done.
+func (f *routerFlags) open() (*escalate.Router, func(), error) { return f.openTiers(true) }
+
+// openAll is open with every tier built at once, for a command that
+// reports on all of them.
+func (f *routerFlags) openAll() (*escalate.Router, func(), error) { return f.openTiers(false) }
+
+func (f *routerFlags) openTiers(lazy bool) (*escalate.Router, func(), error) {
 	policy := escalate.DefaultPolicy()
 	if f.policy != "" {
 		var err error
@@ -45,20 +54,31 @@ func (f *routerFlags) open() (*escalate.Router, func(), error) {
 			return nil, nil, jobs.Invalid("policy", "%s", err.Error())
 		}
 	}
+	build := tierset.Build
+	if lazy {
+		f.tiers.lazyImages = true
+		build = tierset.Lazy
+	}
 	o, err := f.tiers.options(tierset.Options{})
 	if err != nil {
+		f.tiers.close()
 		return nil, nil, err
 	}
-	tiers, err := tierset.Build(o)
+	tiers, err := build(o)
 	if err != nil {
+		f.tiers.close()
 		return nil, nil, err
+	}
+	closeAll := func() {
+		_ = tierset.Close(tiers)
+		f.tiers.close()
 	}
 	r, err := escalate.New(policy, tiers)
 	if err != nil {
-		_ = tierset.Close(tiers)
+		closeAll()
 		return nil, nil, jobs.Invalid("policy", "%s", err.Error())
 	}
-	return r, func() { _ = tierset.Close(tiers) }, nil
+	return r, closeAll, nil
 }
 
 // jobFlags are the job settings a subcommand can take from flags.
@@ -453,6 +473,7 @@ func implySituation(r *escalate.Router, job *airlock.Job, jf *jobFlags) string {
 func runFlagged(ctx context.Context, r *escalate.Router, job airlock.Job, jf *jobFlags) (airlock.Result, error) {
 	note := implySituation(r, &job, jf)
 	res, err := r.Run(ctx, job)
+	err = missingBackend(r, job, err)
 	if note != "" {
 		res.Decision = append([]string{note}, res.Decision...)
 	}
@@ -466,4 +487,62 @@ func readJob(r io.Reader) (airlock.Job, error) {
 		return airlock.Job{}, fmt.Errorf("reading job: %w", err)
 	}
 	return airlock.DecodeJob(data)
+}
+
+// backendMissing is a refusal for want of a backend (runsc, QEMU, a guest
+// kernel) rather than by policy: every tier that may run the job is
+// unavailable, and at least one for a backend that is not installed. It
+// stays a *airlock.NotAdmitted for the wire; the CLI gives it its own
+// exit status, exitMissing.
+type backendMissing struct {
+	refusal error
+	missing []string
+}
+
+func (b *backendMissing) Error() string {
+	msg := "backend missing: " + strings.Join(b.missing, "; ")
+	if !strings.Contains(msg, "make install") {
+		msg += " (install it: `make setup` in a checkout, or `make install PREFIX=...` there)"
+	}
+	return msg
+}
+
+func (b *backendMissing) Unwrap() error { return b.refusal }
+
+// missingBackend returns err as a *backendMissing when the router refused
+// job because the tiers it may use (those at or above the rule's minimum
+// level that the rule allows, or the one --tier names) are all unavailable
+// and some of them lack an installed backend; any other error as it is.
+func missingBackend(r *escalate.Router, job airlock.Job, err error) error {
+	if _, ok := errors.AsType[*airlock.NotAdmitted](err); !ok {
+		return err
+	}
+	x := r.Explain(&job)
+	if x.Rule == "" {
+		return err // no rule: the policy's refusal
+	}
+	var allowed []string
+	for _, rule := range r.Policy().Rules {
+		if rule.Name == x.Rule {
+			allowed = rule.Tiers
+		}
+	}
+	explicit := job.Tier != "" && job.Tier != escalate.TierAuto
+	var missing []string
+	for _, t := range r.Tiers() {
+		if t.Level() < x.MinLevel || (len(allowed) > 0 && !slices.Contains(allowed, t.Name())) || (explicit && t.Name() != job.Tier) {
+			continue
+		}
+		why := r.Unavailable(t.Name())
+		if why == nil {
+			return err // a tier that may run it refused it: policy
+		}
+		if errors.Is(why, tools.ErrNotFound) {
+			missing = append(missing, t.Name()+": "+why.Error())
+		}
+	}
+	if len(missing) == 0 {
+		return err
+	}
+	return &backendMissing{refusal: err, missing: missing}
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"flag"
+	"os"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
@@ -17,6 +19,12 @@ type tierFlags struct {
 	processPool, gvisorPool, microvmPool int
 	microvmWarm                          string
 	images                               string
+	// lazyImages: the store is opened when a tier first acquires an
+	// image (tierset.LazyImages), not before the command starts.
+	lazyImages bool
+	// The operator's egress pins and decision log (see egressOptions).
+	hosts, egressLog string
+	logFile          *os.File
 }
 
 func (f *tierFlags) register(fs *flag.FlagSet) {
@@ -25,6 +33,8 @@ func (f *tierFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.gvisorPool, "gvisor-pool", 0, "started sandboxes the gVisor tier keeps ready (default 0: each job starts one)")
 	fs.StringVar(&f.microvmWarm, "microvm-warm", "", "how microVMs start: cold (default) or snapshot")
 	fs.IntVar(&f.microvmPool, "microvm-pool", 0, "booted VMs the microVM tier keeps ready (default 0)")
+	fs.StringVar(&f.hosts, "hosts", "", "egress pins for net-granted jobs: a `FILE` of /etc/hosts-like lines (address name...); the only way a name reaches a private address")
+	fs.StringVar(&f.egressLog, "egress-log", "", "append every egress decision of net-granted jobs to `FILE`, as JSON lines")
 	fs.StringVar(&f.images, "images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 }
 
@@ -47,10 +57,17 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 	if err := base.Validate(); err != nil {
 		return base, jobs.Invalid("", "%s", err.Error())
 	}
+	if err := f.egressOptions(&base.Egress); err != nil {
+		return base, err
+	}
 	if base.Images == nil {
 		dir := f.images
 		if dir == "" {
 			dir = image.DefaultDir()
+		}
+		if f.lazyImages {
+			base.Images = tierset.LazyImages(dir)
+			return base, nil
 		}
 		st, err := tierset.OpenImages(dir)
 		if err != nil {
@@ -96,4 +113,39 @@ func newServer(cfg server.Config, tf *tierFlags, opts server.Options) (*server.S
 		return nil, err
 	}
 	return srv, nil
+}
+
+// egressOptions sets the --hosts pins and the --egress-log sink on cfg,
+// the template of the tiers' egress gateways. The log file stays open
+// until close.
+func (f *tierFlags) egressOptions(cfg *egress.Config) error {
+	if f.hosts != "" {
+		r, err := os.Open(f.hosts)
+		if err != nil {
+			return jobs.Invalid("--hosts", "%v", err)
+		}
+		h, err := egress.ParseHosts(r)
+		r.Close()
+		if err != nil {
+			return jobs.Invalid("--hosts", "%s: %v", f.hosts, err)
+		}
+		cfg.Hosts = h
+	}
+	if f.egressLog != "" && f.logFile == nil {
+		w, err := os.OpenFile(f.egressLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return jobs.Invalid("--egress-log", "%v", err)
+		}
+		f.logFile = w
+		cfg.Log = egress.JSONSink(w)
+	}
+	return nil
+}
+
+// close closes the egress log, if one was opened.
+func (f *tierFlags) close() {
+	if f.logFile != nil {
+		_ = f.logFile.Close()
+		f.logFile = nil
+	}
 }

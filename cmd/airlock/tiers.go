@@ -32,7 +32,7 @@ func tiersCmd(ctx context.Context, e *env) int {
 	if _, _, code, ok := e.parse(fs); !ok {
 		return code
 	}
-	r, closeAll, err := rf.open()
+	r, closeAll, err := rf.openAll()
 	if err != nil {
 		return e.fail(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -44,6 +46,16 @@ type Options struct {
 	// Images gives the OS tiers their images (nil: every command job runs
 	// in the host view, and a job naming an image is not admitted).
 	Images image.Resolver
+	// Egress is the operator's part of every egress gateway the tiers
+	// start for a net-granted job: the pins (Hosts) and the decision log
+	// (Log). Its listeners and rules are ignored (each job brings its
+	// own); the zero value is the gateways' defaults.
+	Egress egress.Config
+}
+
+// egress returns the gateways' template, or nil for the defaults.
+func (o Options) egress() (egress.Config, bool) {
+	return o.Egress, len(o.Egress.Hosts) > 0 || o.Egress.Log != nil
 }
 
 // Validate checks the settings.
@@ -97,39 +109,52 @@ type Entry struct {
 	// Pooled: the tier's build reads the pool settings, so its warm form
 	// (Options.Warm) differs from its cold one.
 	Pooled bool
-	New    func(Options) (airlock.Tier, error)
+	// Cost is the start-up cost the built tier declares (see
+	// airlock.Tier), which orders an unbuilt one (see Lazy) for the router.
+	Cost time.Duration
+	// Probe says, cheaply, whether the tier can run here, as the built
+	// tier's Available would (nil: it always can). It stands in for
+	// Available until the tier is built (see Lazy): a missing runsc is
+	// found without the gVisor tier's state sweep.
+	Probe func(Options) error
+	// Sessions: the built tier keeps sessions (airlock.SessionTier).
+	Sessions bool
+	New      func(Options) (airlock.Tier, error)
 }
 
 // Entries returns every tier this build of airlock offers, by level.
 func Entries() []Entry {
 	return []Entry{
-		{Name: expr.Name, Level: airlock.LevelInterpreter, New: func(o Options) (airlock.Tier, error) {
+		{Name: expr.Name, Level: airlock.LevelInterpreter, Cost: 200 * time.Nanosecond, New: func(o Options) (airlock.Tier, error) {
 			return expr.NewWithConfig(expr.NewConfig().WithLimits(o.limits())), nil
 		}},
-		{Name: starlark.Name, Level: airlock.LevelInterpreter, New: func(o Options) (airlock.Tier, error) {
+		{Name: starlark.Name, Level: airlock.LevelInterpreter, Cost: 5 * time.Microsecond, Sessions: true, New: func(o Options) (airlock.Tier, error) {
 			// Net-granted runs get an egress gateway of their own
 			// (decisions in the result) behind the `http` module.
-			return starlark.New(starlark.NewConfig().WithLimits(o.limits()).WithEgress(egress.Config{}))
+			return starlark.New(starlark.NewConfig().WithLimits(o.limits()).WithEgress(o.Egress))
 		}},
-		{Name: wasm.Name, Level: airlock.LevelInterpreter, New: func(o Options) (airlock.Tier, error) {
+		{Name: wasm.Name, Level: airlock.LevelInterpreter, Cost: 30 * time.Microsecond, New: func(o Options) (airlock.Tier, error) {
 			return wasm.New(WasmConfig(o))
 		}},
-		{Name: process.NameFilter, Level: airlock.LevelSyscallFilter, New: func(o Options) (airlock.Tier, error) {
+		{Name: process.NameFilter, Level: airlock.LevelSyscallFilter, Cost: 3 * time.Millisecond, Probe: processProbe, Sessions: true, New: func(o Options) (airlock.Tier, error) {
 			return process.NewFilter(process.NewConfig().WithLimits(o.limits()))
 		}},
-		guarded(expr.Name),
-		guarded(starlark.Name),
-		{Name: process.NameContainer, Level: airlock.LevelContainer, Pooled: true, New: func(o Options) (airlock.Tier, error) {
+		guarded(expr.Name, 100*time.Microsecond),
+		guarded(starlark.Name, 150*time.Microsecond),
+		{Name: process.NameContainer, Level: airlock.LevelContainer, Pooled: true, Cost: 12 * time.Millisecond, Probe: processProbe, Sessions: true, New: func(o Options) (airlock.Tier, error) {
 			if err := o.Validate(); err != nil {
 				return nil, err
 			}
 			cfg := process.NewConfig().WithLimits(o.limits()).WithPool(o.ProcessPool)
+			if eg, ok := o.egress(); ok {
+				cfg = cfg.WithEgress(eg)
+			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
 			}
 			return process.New(cfg)
 		}},
-		{Name: gvisor.Name, Level: airlock.LevelVirtualisation, Pooled: true, New: func(o Options) (airlock.Tier, error) {
+		{Name: gvisor.Name, Level: airlock.LevelVirtualisation, Pooled: true, Cost: 400 * time.Millisecond, Probe: gvisorProbe, Sessions: true, New: func(o Options) (airlock.Tier, error) {
 			if err := o.Validate(); err != nil {
 				return nil, err
 			}
@@ -137,12 +162,15 @@ func Entries() []Entry {
 			if o.GVisorPool > 0 {
 				cfg = cfg.WithPool(o.GVisorPool, 1)
 			}
+			if eg, ok := o.egress(); ok {
+				cfg = cfg.WithEgress(eg)
+			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
 			}
 			return gvisor.New(cfg)
 		}},
-		{Name: microvm.Name, Level: airlock.LevelVirtualisation, Pooled: true, New: func(o Options) (airlock.Tier, error) {
+		{Name: microvm.Name, Level: airlock.LevelVirtualisation, Pooled: true, Cost: 1500 * time.Millisecond, Probe: microvmProbe, New: func(o Options) (airlock.Tier, error) {
 			if err := o.Validate(); err != nil {
 				return nil, err
 			}
@@ -152,6 +180,9 @@ func Entries() []Entry {
 			}
 			if o.MicroVMPool > 0 {
 				cfg = cfg.WithPool(o.MicroVMPool)
+			}
+			if eg, ok := o.egress(); ok {
+				cfg = cfg.WithEgress(eg)
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
@@ -164,8 +195,8 @@ func Entries() []Entry {
 // guarded is a language tier re-executed inside the process sandbox
 // (level 3), for language jobs whose situation asks for more than an
 // interpreter.
-func guarded(name string) Entry {
-	return Entry{Name: "guarded-" + name, Level: airlock.LevelContainer, New: func(o Options) (airlock.Tier, error) {
+func guarded(name string, cost time.Duration) Entry {
+	return Entry{Name: "guarded-" + name, Level: airlock.LevelContainer, Cost: cost, Probe: processProbe, New: func(o Options) (airlock.Tier, error) {
 		registerWorkers()
 		return process.NewGuarded(name, process.NewConfig().WithLimits(o.limits()))
 	}}
@@ -176,7 +207,7 @@ func guarded(name string) Entry {
 // wasm.DefaultCacheDir), so that a second process starts warm, and an
 // egress gateway per run with network rules (decisions in the result).
 func WasmConfig(o Options) wasm.Config {
-	return wasm.NewConfig().WithLimits(o.limits()).WithCacheDir(wasm.DefaultCacheDir()).WithEgress(egress.Config{})
+	return wasm.NewConfig().WithLimits(o.limits()).WithCacheDir(wasm.DefaultCacheDir()).WithEgress(o.Egress)
 }
 
 // Build constructs every tier. Settings that do not validate are an
@@ -260,4 +291,48 @@ func OpenImages(dir string) (*image.Store, error) {
 		}
 	}
 	return image.Open(dir, image.Options{AllowHost: true, Default: def})
+}
+
+// LazyImages is OpenImages put off until a tier first acquires an image,
+// for a command that may run none: it returns nil when dir does not exist,
+// as OpenImages does, and otherwise a resolver that opens the store on its
+// first use (and reports, from then on, why it could not).
+func LazyImages(dir string) image.Resolver {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return &lazyImages{dir: dir}
+}
+
+type lazyImages struct {
+	dir  string
+	once sync.Once
+	st   *image.Store
+	err  error
+}
+
+func (l *lazyImages) store() (*image.Store, error) {
+	l.once.Do(func() {
+		l.st, l.err = OpenImages(l.dir)
+		if l.st == nil && l.err == nil {
+			l.err = fmt.Errorf("image store %s: %w", l.dir, fs.ErrNotExist)
+		}
+	})
+	return l.st, l.err
+}
+
+func (l *lazyImages) Acquire(ctx context.Context, ref string) (*image.Image, func(), error) {
+	st, err := l.store()
+	if err != nil {
+		return nil, nil, err
+	}
+	return st.Acquire(ctx, ref)
+}
+
+func (l *lazyImages) Derive(ctx context.Context, img *image.Image, kind string, build func(dir string) error) (string, error) {
+	st, err := l.store()
+	if err != nil {
+		return "", err
+	}
+	return st.Derive(ctx, img, kind, build)
 }
