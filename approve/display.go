@@ -32,10 +32,10 @@ type Display struct {
 	Entry     string         `json:"entry,omitempty"`
 	Argv      []string       `json:"argv,omitempty"`
 	Stdin     *Content       `json:"stdin,omitempty"`
-	Files     []File         `json:"files,omitempty"` // sorted by name
+	Files     []File         `json:"files,omitempty"`   // sorted by name
 	Collect   []string       `json:"collect,omitempty"` // what the job returns from its scratch
-	Env       []string       `json:"env,omitempty"`   // NAME=value, sorted by name
-	Input     map[string]any `json:"input,omitempty"` // keys and strings escaped, at every depth
+	Env       []string       `json:"env,omitempty"`     // NAME=value, sorted by name
+	Input     map[string]any `json:"input,omitempty"`   // keys and strings escaped, at every depth
 	Grants    DisplayGrants  `json:"grants"`
 	Limits    airlock.Limits `json:"limits"`
 	// Hidden counts the characters escaped and flagged, in all fields.
