@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -218,4 +219,65 @@ func (c *collector) list(dirfd int) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// Wire is a Result as an agent sends it to the host: contents always in
+// base64 (a third larger), never as escaped strings (up to six times).
+type Wire struct {
+	Files   map[string][]byte `json:"files,omitempty"`
+	Skipped []string          `json:"skipped,omitempty"`
+}
+
+// ToWire is what an agent sends for res.
+func ToWire(res Result) Wire {
+	w := Wire{Skipped: res.Skipped}
+	if len(res.Files) > 0 {
+		w.Files = make(map[string][]byte, len(res.Files))
+		for k, v := range res.Files {
+			w.Files[k] = []byte(v)
+		}
+	}
+	return w
+}
+
+// Accept bounds what an agent inside a sandbox sent, which the host
+// cannot trust more than the sandbox: paths must be clean, relative and
+// printable, the files within the count and byte caps, the notes few and
+// short. What fails is dropped and said so.
+func Accept(w Wire) Result {
+	res := Result{Files: map[string]string{}}
+	left := int64(MaxBytes)
+	for _, name := range slices.Sorted(maps.Keys(w.Files)) {
+		data := w.Files[name]
+		switch {
+		case !cleanRel(name):
+			res.Skipped = append(res.Skipped, show(name)+": not a clean relative path")
+		case len(res.Files) >= maxFiles:
+			res.Skipped = append(res.Skipped, show(name)+fmt.Sprintf(": more than %d files", maxFiles))
+		case int64(len(data)) > left:
+			res.Skipped = append(res.Skipped, show(name)+": over the cap")
+		default:
+			left -= int64(len(data))
+			res.Files[name] = string(data)
+		}
+	}
+	for i, s := range w.Skipped {
+		if i >= maxFiles+64 {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("... and %d more", len(w.Skipped)-i))
+			break
+		}
+		if len(s) > 1024 {
+			s = s[:1024]
+		}
+		res.Skipped = append(res.Skipped, show(s))
+	}
+	if len(res.Files) == 0 {
+		res.Files = nil
+	}
+	return res
+}
+
+func cleanRel(name string) bool {
+	return name != "" && name != "." && utf8.ValidString(name) && !strings.HasPrefix(name, "/") && path.Clean(name) == name &&
+		!slices.Contains(strings.Split(name, "/"), "..") && !strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) })
 }

@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,5 +87,21 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAccept: what an agent sends is held to the same bounds on the
+// host: escaping or unclean names and bytes past the cap are dropped.
+func TestAccept(t *testing.T) {
+	res := Accept(Wire{
+		Files: map[string][]byte{"ok.txt": []byte("ok"), "../x": nil, "/etc/passwd": nil, "a//b": nil, "a\x1bb": nil,
+			"big": make([]byte, MaxBytes+1)},
+		Skipped: []string{"l: a symbolic link, not followed", "\x1b[31mred"},
+	})
+	if len(res.Files) != 1 || res.Files["ok.txt"] != "ok" {
+		t.Errorf("accepted %q", slices.Sorted(maps.Keys(res.Files)))
+	}
+	if len(res.Skipped) != 7 || !slices.Contains(res.Skipped, "big: over the cap") || !slices.Contains(res.Skipped, `"\x1b[31mred"`) {
+		t.Errorf("skipped %q", res.Skipped)
 	}
 }

@@ -222,6 +222,9 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	case <-drained:
 	case <-time.After(2 * time.Second):
 	}
+	if len(job.Collect) > 0 {
+		sendCollected(conn, job.Collect)
+	}
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
 }
 
