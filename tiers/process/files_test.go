@@ -2,6 +2,8 @@ package process
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -53,5 +55,41 @@ func TestFilesInAndOut(t *testing.T) {
 			t.Errorf("stopped run collected %q (skipped %q)", res.Files, res.FilesSkipped)
 		}
 		assertClean(t, tier, cfg)
+	})
+}
+
+// TestCollectInSession: a session's scratch keeps what earlier runs left,
+// so a later run collects it; a directory an earlier run swapped for a
+// link to a host directory is reported, not read through.
+func TestCollectInSession(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
+		host := t.TempDir()
+		if err := os.WriteFile(filepath.Join(host, "secret.txt"), []byte("host secret"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(host, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Run(ctx, cmdJob("sh", "-c", "echo kept > kept.txt; ln -s "+host+" out")); err != nil {
+			t.Fatal(err)
+		}
+		job := cmdJob("true")
+		job.Collect = []string{"kept.txt", "out/*.txt"}
+		res, err := s.Run(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Files) != 1 || res.Files["kept.txt"] != "kept\n" {
+			t.Errorf("collected %q", res.Files)
+		}
+		if !slices.Contains(res.FilesSkipped, "out: a symbolic link, not followed") {
+			t.Errorf("skipped %q lacks the linked directory", res.FilesSkipped)
+		}
 	})
 }
