@@ -52,11 +52,11 @@ type Job struct {
 	// is any bytes: on the wire, valid UTF-8 is a JSON string and anything
 	// else {"base64": "..."}.
 	Files map[string]string `json:"files,omitempty"`
-	// Collect names the files a command job returns from its scratch
-	// directory once the program has ended: relative paths or path.Match
-	// patterns ("out/*.png"). Only regular files come back, never through
-	// a symbolic link, in Result.Files, up to 16 MiB in all (a file past
-	// that is left out and named in Result.FilesSkipped).
+	// Collect names the files a command or wasm job returns from its
+	// scratch directory once the program has ended: relative paths or
+	// path.Match patterns ("out/*.png"). Only regular files come back,
+	// never through a symbolic link, in Result.Files, up to 16 MiB in all
+	// (a file past that is left out and named in Result.FilesSkipped).
 	Collect []string `json:"collect,omitempty"`
 	// Env is the program's environment, name to value, for wasm jobs. It is
 	// part of the job like argv (recorded, replayed, approved) and grants

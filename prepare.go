@@ -244,8 +244,8 @@ func checkRelPath(name string) error {
 const maxCollect = 64
 
 func validateCollect(job *Job) error {
-	if job.Kind != KindCommand {
-		return invalid("collect", "only command jobs have a scratch directory to collect files from")
+	if job.Kind != KindCommand && job.Kind != KindWasm {
+		return invalid("collect", "only command and wasm jobs have a scratch directory to collect files from")
 	}
 	if len(job.Collect) > maxCollect {
 		return invalid("collect", "%d patterns; at most %d", len(job.Collect), maxCollect)

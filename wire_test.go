@@ -98,7 +98,8 @@ func TestResultOutputWire(t *testing.T) {
 }
 
 // TestValidateCollect: patterns stay inside the scratch, are printable
-// path.Match patterns, bounded in number, and only for command jobs.
+// path.Match patterns, bounded in number, and only for command and wasm
+// jobs.
 func TestValidateCollect(t *testing.T) {
 	cmd := func(c ...string) airlock.Job {
 		return airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Collect: c}
@@ -124,7 +125,7 @@ func TestValidateCollect(t *testing.T) {
 		"bad match":  cmd("a["),
 		"too many":   cmd(many...),
 		"expr":       {Kind: airlock.KindExpr, Code: "1", Collect: []string{"x"}},
-		"wasm":       {Kind: airlock.KindWasm, Module: []byte{0}, Collect: []string{"x"}},
+		"starlark":   {Kind: airlock.KindStarlark, Code: "x = 1", Collect: []string{"x"}},
 	} {
 		var inv *airlock.InvalidJob
 		if err := job.Validate(); !errors.As(err, &inv) || inv.Field != "collect" {
