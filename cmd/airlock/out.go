@@ -25,7 +25,7 @@ type outFlags struct {
 }
 
 func (o *outFlags) register(fs *flag.FlagSet) {
-	fs.Var(&o.collect, "collect", "return the files matching `PATTERN` (a path or path.Match glob, relative to the scratch directory) once the program ends (repeatable; command jobs; regular files only, never through a link, 16 MiB in all)")
+	fs.Var(&o.collect, "collect", "return the files matching `PATTERN` (a path or path.Match glob, relative to the scratch directory) once the program ends (repeatable; command and wasm jobs; regular files only, never through a link, 16 MiB in all)")
 	fs.StringVar(&o.out, "out", "", "write the collected files into `DIR` (made if missing), at their paths under it; a name that would leave DIR, or a link in DIR where a file goes, is refused")
 }
 
