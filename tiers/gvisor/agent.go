@@ -79,6 +79,9 @@ func agentMain(mode string) int {
 			exit = agentExit{Code: -1, Error: "decoding job: " + err.Error()}
 		} else {
 			exit = runAgentJob(conn, &job, received)
+			if len(job.Collect) > 0 && exit.Error == "" {
+				sendCollected(conn, job.Collect) // also when the program could not start
+			}
 		}
 		if err := frame.WriteJSON(conn, frame.Exit, exit); err != nil || mode == modeOnce {
 			return 0
@@ -221,9 +224,6 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	select {
 	case <-drained:
 	case <-time.After(2 * time.Second):
-	}
-	if len(job.Collect) > 0 {
-		sendCollected(conn, job.Collect)
 	}
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
 }

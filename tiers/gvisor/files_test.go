@@ -44,6 +44,12 @@ func TestFilesInAndOut(t *testing.T) {
 					t.Errorf("skipped %q lacks %q", res.FilesSkipped, want)
 				}
 			}
+			// A program that cannot start still has its scratch collected.
+			missing := cmdJob("no-such-program")
+			missing.Files, missing.Collect = map[string]string{"f.txt": "x"}, []string{"f.txt"}
+			if res, err := tier.Run(context.Background(), missing); err != nil || res.ExitCode != 127 || res.Files["f.txt"] != "x" {
+				t.Errorf("a missing program: %v, exit %d, files %q", err, res.ExitCode, res.Files)
+			}
 			// A job that collects nothing gets no files frame.
 			res, err = tier.Run(context.Background(), cmdJob("sh", "-c", "echo x > f"))
 			if err != nil || res.Files != nil || res.FilesSkipped != nil {
