@@ -4,7 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/server"
 )
 
 // TestRunFilesOverAPI: POST /v1/run takes a binary file as {"base64": ...}
@@ -34,5 +36,21 @@ func TestRunFilesOverAPI(t *testing.T) {
 		if r.status != 400 || !strings.Contains(string(r.body), "files") {
 			t.Errorf("file %s: status %d: %s", bad, r.status, r.body)
 		}
+	}
+}
+
+// TestOutputDigestCoversFiles: collected files are output a replay
+// compares; a result without files keeps its digest.
+func TestOutputDigestCoversFiles(t *testing.T) {
+	base := airlock.Result{Stdout: "out", ExitCode: 0}
+	d0 := server.OutputDigest(&base)
+	a, b := base, base
+	a.Files, b.Files = map[string]string{"f": "\x00\x01"}, map[string]string{"f": "\x00\x02"}
+	if server.OutputDigest(&a) == d0 || server.OutputDigest(&a) == server.OutputDigest(&b) {
+		t.Error("collected files do not change the output digest")
+	}
+	// Pinned: the trail's existing records must still replay.
+	if want := "7a021a859ff2c5c142d9a78b368554c4a47ba4fc90e42ac43ace697f6806c27b"; d0 != want {
+		t.Errorf("the digest of a result without files changed: %s, was %s", d0, want)
 	}
 }
