@@ -18,6 +18,7 @@ import (
 // integers (int64, or *big.Int beyond it).
 func DecodeJob(data []byte) (Job, error) {
 	var job Job
+	var w jobWire
 	if len(data) > value.MaxJobBytes {
 		return job, invalid("", "job is larger than %d bytes", value.MaxJobBytes)
 	}
@@ -27,9 +28,10 @@ func DecodeJob(data []byte) (Job, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
-	if err := dec.Decode(&job); err != nil {
+	if err := dec.Decode(&w); err != nil {
 		return Job{}, decodeError(err)
 	}
+	job = w.job()
 	if dec.More() {
 		return Job{}, invalid("", "trailing data after the job object")
 	}
@@ -53,7 +55,10 @@ func decodeError(err error) error {
 		timeErr *time.ParseError
 		b64Err  base64.CorruptInputError
 	)
+	var inv *InvalidJob
 	switch {
+	case errors.As(err, &inv):
+		return inv
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
@@ -88,7 +93,7 @@ func typeName(goType string) string {
 		return "an array of strings"
 	case "[]uint8":
 		return "a base64 string"
-	case "map[string]string":
+	case "map[string]string", "airlock.filesWire":
 		return "an object of strings"
 	case "map[string]interface {}":
 		return "an object"

@@ -41,14 +41,23 @@ const (
 // Job is what to run and what it may touch. The zero value of every grant
 // withholds it. Job is plain data: its JSON form is the v1 wire format.
 type Job struct {
-	Kind   Kind              `json:"kind"`
-	Code   string            `json:"code,omitempty"`
-	Module []byte            `json:"module,omitempty"` // base64 in JSON
-	Entry  string            `json:"entry,omitempty"`
-	Argv   []string          `json:"argv,omitempty"`
-	Stdin  string            `json:"stdin,omitempty"`
-	Input  map[string]any    `json:"input,omitempty"`
-	Files  map[string]string `json:"files,omitempty"`
+	Kind   Kind           `json:"kind"`
+	Code   string         `json:"code,omitempty"`
+	Module []byte         `json:"module,omitempty"` // base64 in JSON
+	Entry  string         `json:"entry,omitempty"`
+	Argv   []string       `json:"argv,omitempty"`
+	Stdin  string         `json:"stdin,omitempty"`
+	Input  map[string]any `json:"input,omitempty"`
+	// Files are placed in the scratch directory, path to content. Content
+	// is any bytes: on the wire, valid UTF-8 is a JSON string and anything
+	// else {"base64": "..."}.
+	Files map[string]string `json:"files,omitempty"`
+	// Collect names the files a command or wasm job returns from its
+	// scratch directory once the program has ended: relative paths or
+	// path.Match patterns ("out/*.png"). Only regular files come back,
+	// never through a symbolic link, in Result.Files, up to 16 MiB in all
+	// (a file past that is left out and named in Result.FilesSkipped).
+	Collect []string `json:"collect,omitempty"`
 	// Env is the program's environment, name to value, for wasm jobs. It is
 	// part of the job like argv (recorded, replayed, approved) and grants
 	// nothing: credentials belong in Grants.Secrets.

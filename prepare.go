@@ -2,8 +2,10 @@ package airlock
 
 import (
 	"path"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/value"
@@ -188,6 +190,11 @@ func (job *Job) Validate() error {
 			}
 		}
 	}
+	if len(job.Collect) > 0 {
+		if err := validateCollect(job); err != nil {
+			return err
+		}
+	}
 	if err := validateGrants(&job.Grants); err != nil {
 		return err
 	}
@@ -229,6 +236,46 @@ func checkRelPath(name string) error {
 		return pathError("file name must be relative")
 	case path.Clean(name) != name || name == "." || name == ".." || strings.HasPrefix(name, "../"):
 		return pathError("file name must be clean and stay inside the scratch (no '..', '.', '//' or trailing '/')")
+	}
+	return nil
+}
+
+// maxCollect bounds the number of patterns in Job.Collect.
+const maxCollect = 64
+
+func validateCollect(job *Job) error {
+	if job.Kind != KindCommand && job.Kind != KindWasm {
+		return invalid("collect", "only command and wasm jobs have a scratch directory to collect files from")
+	}
+	if len(job.Collect) > maxCollect {
+		return invalid("collect", "%d patterns; at most %d", len(job.Collect), maxCollect)
+	}
+	for i, p := range job.Collect {
+		if err := checkCollectPattern(p); err != nil {
+			return invalid("collect", "pattern %d: %s", i, err.Error())
+		}
+	}
+	return nil
+}
+
+// checkCollectPattern: a clean relative path or path.Match pattern of
+// printable characters, with no "." or ".." element, that stays inside
+// the scratch directory.
+func checkCollectPattern(p string) error {
+	switch {
+	case p == "":
+		return pathError("empty pattern")
+	case len(p) > 1024:
+		return pathError("longer than 1024 bytes")
+	case !utf8.ValidString(p) || strings.ContainsFunc(p, func(r rune) bool { return !unicode.IsPrint(r) }):
+		return pathError("only printable characters")
+	case strings.HasPrefix(p, "/"):
+		return pathError("must be relative to the scratch directory")
+	case p == "." || path.Clean(p) != p || slices.Contains(strings.Split(p, "/"), ".."):
+		return pathError("must be clean and stay inside the scratch (no '..', '.', '//' or trailing '/')")
+	}
+	if _, err := path.Match(p, ""); err != nil {
+		return pathError("not a path.Match pattern: " + err.Error())
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 
 // Result is what a run produced. A tier fills it in as far as the run got,
 // also when it returns an error: output written before a stop is kept.
+// Stdout and Stderr hold the bytes the program wrote; on the wire, output
+// that is not valid UTF-8 is {"base64": "..."} instead of a string.
 type Result struct {
 	Tier     string     `json:"tier"`
 	Level    Level      `json:"level"`
@@ -23,6 +25,13 @@ type Result struct {
 	// the host view); replaying a job pins it.
 	Image    string   `json:"image,omitempty"`
 	Decision []string `json:"decision,omitempty"`
+	// Files are the files Job.Collect named, path (relative to the
+	// scratch directory) to content, encoded on the wire as Job.Files.
+	Files map[string]string `json:"files,omitempty"`
+	// FilesSkipped says, one "path: reason" line each, what matched
+	// Job.Collect and was left out (a link, not a regular file, over the
+	// size cap) and which patterns matched nothing.
+	FilesSkipped []string `json:"files_skipped,omitempty"`
 }
 
 // Stop says why a run was stopped before it finished.

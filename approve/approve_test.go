@@ -60,6 +60,7 @@ func TestDigestCoversEveryField(t *testing.T) {
 		"env or secret": func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"MODE": "a"} },
 		"limits":        func(j *airlock.Job) { j.Limits.WallMS = 2000 },
 		"situation":     func(j *airlock.Job) { j.Situation = airlock.SituationInternal },
+		"collect":       func(j *airlock.Job) { j.Collect = []string{"out/*"} },
 	}
 	for name, mutate := range mutations {
 		j := netJob()
@@ -77,6 +78,23 @@ func TestDigestCoversEveryField(t *testing.T) {
 	b.Env, b.Grants.Secrets = nil, map[string]string{"MODE": "a"}
 	if approve.Of(&a, "process", "acme") == approve.Of(&b, "process", "acme") {
 		t.Error("moving a variable from env to grants.secrets does not change the digest")
+	}
+	// A binary file: one changed byte anywhere is another job.
+	bin := make([]byte, 256)
+	for i := range bin {
+		bin[i] = byte(i)
+	}
+	a, b = netJob(), netJob()
+	a.Files["tool.bin"] = string(bin)
+	bin[200] ^= 1
+	b.Files["tool.bin"] = string(bin)
+	if approve.Of(&a, "process", "acme") == approve.Of(&b, "process", "acme") {
+		t.Error("changing one byte of a binary file does not change the digest")
+	}
+	a.Collect, b.Collect = []string{"a"}, []string{"b"}
+	b.Files = a.Files
+	if approve.Of(&a, "process", "acme") == approve.Of(&b, "process", "acme") {
+		t.Error("changing a collect pattern does not change the digest")
 	}
 	if approve.Of(&base, "gvisor", "acme") == d0 {
 		t.Error("the tier is not in the digest")

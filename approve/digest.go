@@ -130,6 +130,11 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 		c.str("name", n)
 		c.str("content", files[n])
 	}
+	if len(job.Collect) > 0 {
+		// What leaves the sandbox is part of the job. Present only when
+		// set, as env below.
+		c.strs("collect", job.Collect)
+	}
 	if len(job.Env) > 0 {
 		// Present only when set, so the digests of jobs without an
 		// environment are unchanged (the tag is distinct and values are

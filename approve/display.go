@@ -32,9 +32,10 @@ type Display struct {
 	Entry     string         `json:"entry,omitempty"`
 	Argv      []string       `json:"argv,omitempty"`
 	Stdin     *Content       `json:"stdin,omitempty"`
-	Files     []File         `json:"files,omitempty"` // sorted by name
-	Env       []string       `json:"env,omitempty"`   // NAME=value, sorted by name
-	Input     map[string]any `json:"input,omitempty"` // keys and strings escaped, at every depth
+	Files     []File         `json:"files,omitempty"`   // sorted by name
+	Collect   []string       `json:"collect,omitempty"` // what the job returns from its scratch
+	Env       []string       `json:"env,omitempty"`     // NAME=value, sorted by name
+	Input     map[string]any `json:"input,omitempty"`   // keys and strings escaped, at every depth
 	Grants    DisplayGrants  `json:"grants"`
 	Limits    airlock.Limits `json:"limits"`
 	// Hidden counts the characters escaped and flagged, in all fields.
@@ -325,6 +326,9 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		label := "files[" + shown + "]"
 		out.Files = append(out.Files, File{Name: d.line(label+" (name)", n), Content: *d.content(label, job.Files[n])})
 	}
+	for i, p := range job.Collect {
+		out.Collect = append(out.Collect, d.line("collect["+strconv.Itoa(i)+"]", p))
+	}
 	for _, n := range value.SortedKeys(job.Env) {
 		shown, _ := escape(n, modeLine, "") // the label too: a name is checked only when the job is prepared
 		out.Env = append(out.Env, d.line("env["+shown+"]", n+"="+job.Env[n]))
@@ -407,7 +411,9 @@ func (d *displayer) content(field, s string) *Content {
 
 func summary(s string) *Content {
 	sum := sha256.Sum256([]byte(s))
-	return &Content{Size: len(s), SHA256: hex.EncodeToString(sum[:]), Binary: strings.IndexByte(s, 0) >= 0}
+	// Content that is not text (a NUL, or not UTF-8) is summarised, never
+	// shown: its bytes would reach the approver's terminal or page.
+	return &Content{Size: len(s), SHA256: hex.EncodeToString(sum[:]), Binary: strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s)}
 }
 
 // value shows an input value: strings as text, keys as lines, at every

@@ -217,7 +217,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 
 	// A field added to Job must be shown (or be known not to be read by a
 	// person): add it to DisplayOf, then here.
-	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true, "Env": true, "Image": true,
+	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true, "Collect": true, "Env": true, "Image": true,
 		"Grants": true, "Limits": true, "Situation": true, "Lifecycle": true, "Session": true,
 		"Tier": true, "Clock": true, "Seed": true} // Tier: the routed tier is shown; clock and seed are chosen per run
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[airlock.Job]()) {
@@ -342,4 +342,26 @@ func unescape(s string, m mode) (string, error) {
 		i += n
 	}
 	return b.String(), nil
+}
+
+// TestDisplayNonUTF8IsSummarised: content that is not UTF-8 (with no NUL
+// to flag it) is summarised, never shown, and collect patterns are shown
+// escaped.
+func TestDisplayNonUTF8IsSummarised(t *testing.T) {
+	raw := "\x1b]0;title\x07\xff\xfe"
+	d := DisplayOf(&airlock.Job{Kind: airlock.KindCommand, Argv: []string{"cat"}, Files: map[string]string{"f": raw}, Stdin: raw,
+		Collect: []string{"out/*.png", "x\u202e"}}, "process", "t")
+	if f := d.Files[0]; !f.Binary || f.Text != "" || f.Size != len(raw) {
+		t.Errorf("file shown as %+v", f)
+	}
+	if !d.Stdin.Binary || d.Stdin.Text != "" {
+		t.Errorf("stdin shown as %+v", d.Stdin)
+	}
+	if !slices.Equal(d.Collect, []string{"out/*.png", `x\u202e`}) || !slices.Contains(d.Fields, "collect[1]") {
+		t.Errorf("collect shown as %q, fields %q", d.Collect, d.Fields)
+	}
+	out, _ := json.Marshal(d)
+	if strings.ContainsAny(string(out), "\x1b\x07") {
+		t.Errorf("control bytes reached the display: %q", out)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 //go:embed *.jsonl
@@ -320,6 +321,11 @@ func (c *Case) Judge(res airlock.Result, err error, secrets ...string) Verdict {
 		return fail("outcome %s, want one of %v%s", v.Outcome, want, clip(msg))
 	}
 	everything := fmt.Sprint(res.Value) + "\x00" + res.Stdout + "\x00" + res.Stderr
+	// What came back through collect is as much the result as the output.
+	for _, name := range value.SortedKeys(res.Files) {
+		everything += "\x00" + name + "\x00" + res.Files[name]
+	}
+	everything += "\x00" + strings.Join(res.FilesSkipped, "\x00")
 	if err != nil {
 		everything += "\x00" + err.Error()
 	}

@@ -45,8 +45,8 @@ type Record struct {
 	ExitCode int             `json:"exit_code"`
 	Timings  airlock.Timings `json:"timings"`
 	QueueUS  int64           `json:"queue_us"`
-	// Output is the SHA-256 of the run's value, stdout, stderr and exit
-	// code; replay compares it.
+	// Output is the SHA-256 of the run's value, stdout, stderr, exit
+	// code and collected files; replay compares it.
 	Output string `json:"output"`
 	// Job is the job as handed to the tier, secret values redacted, kept
 	// for in-process kinds and for command jobs that ran in an image, so
@@ -74,7 +74,7 @@ func redactGrants(g airlock.Grants) airlock.Grants {
 }
 
 // OutputDigest is the digest a replay compares: the value's JSON, stdout,
-// stderr and the exit code.
+// stderr, the exit code and the collected files.
 func OutputDigest(res *airlock.Result) string {
 	h := sha256.New()
 	buf := getBuf()
@@ -93,6 +93,20 @@ func OutputDigest(res *airlock.Result) string {
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(int64(res.ExitCode)))
 	h.Write(n[:])
+	if len(res.Files) > 0 {
+		// Collected files are output too. Present only when there are
+		// some, so the digests of other results are unchanged (the
+		// parts are length-prefixed and the tag follows a fixed-size
+		// exit code, so the encoding stays unambiguous).
+		h.Write([]byte("files"))
+		for _, name := range value.SortedKeys(res.Files) {
+			for _, part := range []string{name, res.Files[name]} {
+				binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+				h.Write(n[:])
+				h.Write([]byte(part))
+			}
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

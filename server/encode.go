@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/airlock-sandbox/airlock/internal/jsonappend"
+	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 
 	"github.com/airlock-sandbox/airlock"
 )
@@ -13,7 +14,7 @@ import (
 // Record — by appending, without reflection (values and strings through
 // package jsonappend). The output is byte for byte what encoding/json
 // writes for the same value with HTML escaping off; what is not a common
-// simple case (a time outside UTC or years 0–9999, a grant, a file map)
+// simple case (a time outside UTC or years 0–9999, a grant)
 // is handed to encoding/json. TestEncodersMatchEncodingJSON holds them to
 // that.
 
@@ -94,8 +95,8 @@ func appendResult(b []byte, r *airlock.Result) ([]byte, error) {
 	if b, err = jsonappend.Value(field(b, "value"), r.Value, false); err != nil {
 		return b, err
 	}
-	b = appendStr(b, "stdout", r.Stdout)
-	b = appendStr(b, "stderr", r.Stderr)
+	b = wirebytes.Append(field(b, "stdout"), r.Stdout, false)
+	b = wirebytes.Append(field(b, "stderr"), r.Stderr, false)
 	b = appendInt(b, "exit_code", int64(r.ExitCode))
 	if r.Stopped != nil {
 		b = appendStop(field(b, "stopped"), r.Stopped)
@@ -127,6 +128,12 @@ func appendResult(b []byte, r *airlock.Result) ([]byte, error) {
 	if len(r.Decision) > 0 {
 		b = jsonappend.Strings(field(b, "decision"), r.Decision)
 	}
+	if len(r.Files) > 0 {
+		b = wirebytes.AppendMap(field(b, "files"), r.Files, false)
+	}
+	if len(r.FilesSkipped) > 0 {
+		b = jsonappend.Strings(field(b, "files_skipped"), r.FilesSkipped)
+	}
 	return append(b, '}'), nil
 }
 
@@ -152,9 +159,10 @@ func appendJob(b []byte, j *airlock.Job) ([]byte, error) {
 		}
 	}
 	if len(j.Files) > 0 {
-		if b, err = jsonappend.Any(field(b, "files"), j.Files, false); err != nil {
-			return b, err
-		}
+		b = wirebytes.AppendMap(field(b, "files"), j.Files, false)
+	}
+	if len(j.Collect) > 0 {
+		b = jsonappend.Strings(field(b, "collect"), j.Collect)
 	}
 	if len(j.Env) > 0 {
 		if b, err = jsonappend.Any(field(b, "env"), j.Env, false); err != nil {

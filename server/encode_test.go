@@ -36,7 +36,7 @@ func records() []Record {
 	job := airlock.Job{Kind: airlock.KindExpr, Code: "a + b", Input: map[string]any{"a": int64(1), "b": 2.5, "z": "<x>", "big": new(big.Int).Lsh(big.NewInt(1), 80),
 		"list": []any{true, nil, "s", map[string]any{"k": int64(-3)}}, "empty": map[string]any{}, "none": []any{}}}
 	full := airlock.Job{Kind: airlock.KindCommand, Code: "c", Module: []byte{0, 1, 2, 250}, Entry: "main", Argv: []string{"echo", "hi\n"},
-		Stdin: "in", Input: map[string]any{"x": int64(1)}, Files: map[string]string{"b.txt": "B", "a.txt": "<A>"},
+		Stdin: "in", Input: map[string]any{"x": int64(1)}, Files: map[string]string{"b.txt": "B", "a.txt": "<A>", "c.bin": "\x00\xff<"}, Collect: []string{"out/*.png", "<a>"},
 		Env:   map[string]string{"LANG": "C.UTF-8", "A": "<&>"},
 		Image: "registry.example/a<b>@sha256:00",
 		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/etc"}, ScratchMB: 8}, Net: []airlock.NetRule{{Host: "example.com", Methods: []string{"GET"}, Ports: []int{443}}},
@@ -71,7 +71,8 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	results := []airlock.Result{{}, {Tier: "expr", Level: 1, Value: int64(5), Timings: airlock.Timings{TotalUS: 1}},
 		{Tier: "starlark", Level: 1, Value: []any{1.5, "<x>", map[string]any{"k": nil}}, Stdout: "out\n", Stderr: "é", ExitCode: 2,
 			Stopped: &airlock.Stop{Reason: airlock.StopSteps, Detail: "d"}, Error: &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "m\"x"},
-			Timings: airlock.Timings{StartUS: 1, RunUS: 2, TotalUS: 3}, Usage: airlock.Usage{Steps: 1, MemoryBytes: 2, OutputBytes: 3, CPUUS: 4}, Clock: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seed: 7, Image: "sha256:<&>", Decision: []string{"a", "b"}},
+			Timings: airlock.Timings{StartUS: 1, RunUS: 2, TotalUS: 3}, Usage: airlock.Usage{Steps: 1, MemoryBytes: 2, OutputBytes: 3, CPUUS: 4}, Clock: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seed: 7, Image: "sha256:<&>", Decision: []string{"a", "b"},
+			Files: map[string]string{"b": "<b>", "a.bin": "\x89PNG\xff"}, FilesSkipped: []string{"l: a symbolic link, not followed"}},
 		{Value: map[string]int{"x": 1}, Usage: airlock.Usage{OutputBytes: 3}},
 	}
 	for _, s := range awkward {

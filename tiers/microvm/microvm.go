@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/internal/tools"
@@ -574,6 +575,7 @@ func encodeJob(job *airlock.Job, n *wire.Net) ([]byte, error) {
 		Clock: job.Clock, Entropy: ent,
 		MemoryMB: job.Limits.MemoryMB, CPUMS: job.Limits.CPUMS, Pids: job.Limits.Pids,
 		OpenFiles: job.Limits.Files, ScratchMB: scratch, Spawn: job.Grants.Spawn, Net: n,
+		Collect: job.Collect,
 	})
 	if err != nil {
 		return nil, err
@@ -623,6 +625,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 	wall := time.NewTimer(job.Limits.Wall())
 	defer wall.Stop()
 	var stdout, stderr []byte
+	collected := false
 	capBytes := job.Limits.OutputBytes
 	defer func() {
 		res.Stdout, res.Stderr = string(stdout), string(stderr)
@@ -661,10 +664,23 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				if over {
 					return &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}
 				}
+			case frame.Files:
+				if len(job.Collect) == 0 {
+					return fmt.Errorf("unexpected %q frame from the guest", f.t)
+				}
+				var w collect.Wire
+				if err := json.Unmarshal(f.p, &w); err != nil {
+					return fmt.Errorf("bad files frame from the guest: %w", err)
+				}
+				got := collect.Accept(w)
+				res.Files, res.FilesSkipped, collected = got.Files, got.Skipped, true
 			case frame.Exit:
 				var ex wire.Exit
 				if err := json.Unmarshal(f.p, &ex); err != nil {
 					return fmt.Errorf("bad exit frame from the guest: %w", err)
+				}
+				if len(job.Collect) > 0 && !collected {
+					res.FilesSkipped = append(res.FilesSkipped, "collect: the guest agent returned no files (an agent older than the collect field)")
 				}
 				res.ExitCode = ex.Code
 				v.marks = append(v.marks, ex.Marks...)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
@@ -84,7 +85,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	defer cancel()
 
 	var sb *sandbox
-	if def, known := t.knownDefault(); t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && known && key == def {
+	if def, known := t.knownDefault(); t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && known && key == def {
 		var ok bool
 		if sb, ok = t.pool.Claim(key, nil); ok {
 			sb.pooled = true
@@ -106,7 +107,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	}
 	if sb == nil {
 		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read, egress: len(job.Grants.Net) > 0,
-			img: img, releaseImage: releaseImage}
+			img: img, releaseImage: releaseImage, hostScratch: len(job.Collect) > 0}
 		releaseImage = nil // the sandbox's now
 		if sess != nil {
 			o.uid, o.scratch = sess.uid, sess.dir
@@ -163,7 +164,25 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	res.ExitCode = out.exit
 	res.Usage = airlock.Usage{MemoryBytes: out.memPeak, CPUUS: out.cpuUS, OutputBytes: out.outBytes}
 	res.Timings.RunUS = out.runUS
+	if len(job.Collect) > 0 {
+		// The program has ended (or was stopped): its scratch is read from
+		// the host, before the sandbox and its mount go.
+		res.Files, res.FilesSkipped = collectFiles(sb.scratch, job.Collect)
+	}
 	return finish(err)
+}
+
+// collectFiles reads what a job's collect patterns name from the host's
+// scratch directory; a failure to read it at all is one skipped line.
+func collectFiles(scratch string, patterns []string) (map[string]string, []string) {
+	if scratch == "" {
+		return nil, []string{"collect: the sandbox has no host scratch directory"}
+	}
+	got, err := collect.Path(scratch, patterns, collect.MaxBytes)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	return got.Files, got.Skipped
 }
 
 var errWall = errors.New("wall clock")

@@ -149,6 +149,10 @@ type startOptions struct {
 	uid       uint32   // 0: allocate one
 	scratch   string   // an existing scratch directory (session, workspace); "" for a fresh one
 	egress    bool     // bind an egress directory (containers only)
+	// hostScratch gives a container a scratch on the host (as the filter
+	// level has) instead of its own tmpfs, so that files can be collected
+	// from it after the program has ended.
+	hostScratch bool
 	// job, for a cold container whose job needs no round trip first
 	// (no net grant, no placed check), is sent right after the base spec.
 	job *stage.JobSpec
@@ -274,7 +278,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	}
 	if o.scratch != "" {
 		sb.scratch = o.scratch
-	} else if o.level == airlock.LevelSyscallFilter {
+	} else if o.level == airlock.LevelSyscallFilter || o.hostScratch {
 		sb.scratch = filepath.Join(t.cfg.baseDir, sb.name)
 		if err := mountScratch(sb.scratch, o.scratchMB, sb.uid); err != nil {
 			return nil, fmt.Errorf("starting sandbox: %w", err)
@@ -539,7 +543,7 @@ func (sb *sandbox) placedDir() string {
 // empty (not a session's or a workspace's).
 func (sb *sandbox) freshScratch() bool {
 	if sb.level == airlock.LevelContainer {
-		return sb.scratch == ""
+		return sb.scratch == "" || sb.ownsScr
 	}
 	return sb.ownsScr
 }

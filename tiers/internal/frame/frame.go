@@ -21,7 +21,7 @@ import (
 )
 
 // Type says what a frame carries. Host to agent: Job. Agent to host:
-// Ready, Stdout, Stderr, Exit, Fail. A tier may use a subset.
+// Ready, Stdout, Stderr, Files, Exit, Fail. A tier may use a subset.
 type Type byte
 
 // The frame types.
@@ -32,6 +32,9 @@ const (
 	Stderr Type = 'E' // a chunk of the job's standard error
 	Exit   Type = 'X' // how the job ended (JSON): the job is over
 	Fail   Type = 'F' // the agent could not run the job: a message
+	// Files are the files a job's collect patterns named (JSON), sent
+	// after the program has ended and before Exit.
+	Files Type = 'C'
 )
 
 // Bounds on payloads.
@@ -56,7 +59,7 @@ var ErrUnknownType = errors.New("unknown frame type")
 // Limit returns the bound on t's payload, and false for an unknown type.
 func Limit(t Type) (int, bool) {
 	switch t {
-	case Job:
+	case Job, Files:
 		return MaxJob, true
 	case Stdout, Stderr:
 		return MaxChunk, true

@@ -562,6 +562,10 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	mark("drained")
+	if len(job.Collect) > 0 {
+		sendCollected(port, job.Collect)
+		mark("collected")
+	}
 	if ws, ok := st.shim.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {
 		case ws.Signaled():

@@ -1,6 +1,7 @@
 // Package wire holds the messages between the microvm tier's host side and
 // the agent that is the guest's /init, each the JSON payload of one frame
-// of package frame: Job (host to guest), Ready and Exit (guest to host).
+// of package frame: Job (host to guest), Ready, Files and Exit (guest to
+// host).
 // Output travels as Stdout and Stderr frames, a failure as a Fail frame.
 package wire
 
@@ -30,6 +31,10 @@ type Job struct {
 	// Net, when set, configures the guest's one network interface for a
 	// job granted egress (the VM was booted with it).
 	Net *Net `json:"net,omitempty"`
+	// Collect are the job's collect patterns: once the job has ended, the
+	// agent sends what they name from the scratch in a Files frame
+	// (collect.Wire), before Exit.
+	Collect []string `json:"collect,omitempty"`
 }
 
 // Net is the guest side of the egress wiring: the interface's address (no

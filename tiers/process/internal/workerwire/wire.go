@@ -136,6 +136,8 @@ func AppendResult(dst []byte, res *airlock.Result) ([]byte, error) {
 	}
 	dst = wire.String(dst, res.Image)
 	dst = wire.Strings(dst, res.Decision)
+	dst = wire.StringMap(dst, res.Files)
+	dst = wire.Strings(dst, res.FilesSkipped)
 	return wire.End(dst, start, math.MaxUint32)
 }
 
@@ -168,6 +170,8 @@ func decodeResult(data []byte) (airlock.Result, error) {
 	}
 	res.Image = d.String()
 	res.Decision = d.Strings()
+	res.Files = d.StringMap()
+	res.FilesSkipped = d.Strings()
 	if d.Done() != nil {
 		return airlock.Result{}, fmt.Errorf("malformed result: %w", d.Err)
 	}
@@ -208,6 +212,7 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 		}
 	}
 	dst = wire.StringMap(dst, j.Files)
+	dst = wire.Strings(dst, j.Collect)
 	dst = wire.StringMap(dst, j.Env)
 	dst = wire.String(dst, j.Image)
 	g := &j.Grants
@@ -266,6 +271,7 @@ func (d *decoder) job() airlock.Job {
 		d.Fail("input is not an object")
 	}
 	j.Files = d.StringMap()
+	j.Collect = d.Strings()
 	j.Env = d.StringMap()
 	j.Image = d.String()
 	g := &j.Grants

@@ -144,8 +144,8 @@ func TestMalformed(t *testing.T) {
 		}
 	}
 	// The rest of a result after its value: empty strings, no flags,
-	// zero numbers, no image, no decision.
-	rest := []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	// zero numbers, no image, no decision, no files, no skipped files.
+	rest := []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 	valueFrame := func(v ...byte) []byte { return frameOf(append(v, rest...)) }
 	if r, err := ReadResult(bytes.NewReader(valueFrame(tagInt, 2)), 1<<20); err != nil || r.Value != int64(1) {
 		t.Fatalf("the hand-built frame itself is wrong: %v %+v", err, r)

@@ -1,0 +1,255 @@
+// Package collect reads the files a job's Collect names out of its
+// scratch directory once the program has ended: on the host (the process
+// tier), inside the sandbox by its agent (gVisor, microVM), or from the
+// WASM tier's in-memory scratch. Every component is looked up in its
+// parent without following a link, so a link the program planted never
+// leads outside the scratch; only regular files are read, and the total
+// is capped.
+package collect
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxBytes caps what one job collects, all files together.
+const MaxBytes = 16 << 20
+
+const (
+	maxFiles   = 1024    // files returned
+	maxEntries = 100_000 // directory entries read while matching
+)
+
+// Kind is what a name in a Tree is.
+type Kind int
+
+// The kinds of names.
+const (
+	Missing Kind = iota
+	Regular
+	Directory
+	Link
+	Other
+)
+
+// Tree is one directory as the walker reads it. Nothing in it may follow
+// a link: Stat reports one as Link, Sub and Read refuse one.
+type Tree interface {
+	// Names lists the directory's entries.
+	Names() ([]string, error)
+	// Stat says what name is and its size, without following a link.
+	Stat(name string) (Kind, int64, error)
+	// Sub opens the directory name.
+	Sub(name string) (Tree, error)
+	// Read reads the regular file name, at most limit bytes.
+	Read(name string, limit int64) ([]byte, error)
+	Close()
+}
+
+// ErrLink is what Sub or Read return for a name that became a link.
+var ErrLink = errors.New("a symbolic link, not followed")
+
+// Result is what was collected: files by path relative to the scratch,
+// and one "path: reason" line per file left out or pattern that matched
+// nothing.
+type Result struct {
+	Files   map[string]string
+	Skipped []string
+}
+
+// Walk collects what patterns name below root (which stays open).
+func Walk(root Tree, patterns []string, maxBytes int64) Result {
+	if maxBytes <= 0 {
+		maxBytes = MaxBytes
+	}
+	c := &collector{left: maxBytes, res: Result{Files: map[string]string{}}, seen: map[string]bool{}}
+	for _, p := range patterns {
+		before := c.matched
+		c.walk(root, "", strings.Split(p, "/"))
+		if c.matched == before {
+			c.skip(p, "matched nothing")
+		}
+	}
+	if len(c.res.Files) == 0 {
+		c.res.Files = nil
+	}
+	return c.res
+}
+
+type collector struct {
+	left    int64
+	entries int
+	matched int
+	res     Result
+	seen    map[string]bool
+}
+
+func (c *collector) skip(name, why string) {
+	c.res.Skipped = append(c.res.Skipped, show(name)+": "+why)
+}
+
+// show is a name as it may be printed: quoted when it holds anything
+// that is not printable UTF-8.
+func show(name string) string {
+	if utf8.ValidString(name) && !strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return name
+	}
+	return strconv.Quote(name)
+}
+
+func meta(comp string) bool { return strings.ContainsAny(comp, `*?[\`) }
+
+// walk matches comps[0] in dir (rel is its path), then the rest below
+// each match.
+func (c *collector) walk(dir Tree, rel string, comps []string) {
+	comp := comps[0]
+	names := []string{comp}
+	if meta(comp) {
+		all, err := dir.Names()
+		c.entries += len(all)
+		if err == nil && c.entries > maxEntries {
+			err = fmt.Errorf("more than %d directory entries to match", maxEntries)
+		}
+		if err != nil {
+			c.skip(path.Join(rel, comp), err.Error())
+			return
+		}
+		slices.Sort(all)
+		names = names[:0]
+		for _, n := range all {
+			if ok, _ := path.Match(comp, n); ok {
+				names = append(names, n)
+			}
+		}
+	}
+	for _, n := range names {
+		c.one(dir, path.Join(rel, n), n, comps[1:], !meta(comp))
+	}
+}
+
+// one handles a name that matched: a file to read (no components left)
+// or a directory to descend into.
+func (c *collector) one(dir Tree, rel, name string, rest []string, literal bool) {
+	kind, size, err := dir.Stat(name)
+	switch {
+	case err != nil:
+		c.skip(rel, err.Error())
+		return
+	case kind == Missing:
+		if !literal {
+			c.skip(rel, "gone")
+		}
+		return
+	case kind == Link:
+		c.matched++
+		c.skip(rel, ErrLink.Error())
+		return
+	}
+	if len(rest) > 0 {
+		if kind != Directory {
+			return
+		}
+		sub, err := dir.Sub(name)
+		if err != nil {
+			c.skip(rel, err.Error())
+			return
+		}
+		defer sub.Close()
+		c.walk(sub, rel, rest)
+		return
+	}
+	c.matched++
+	if c.seen[rel] {
+		return
+	}
+	c.seen[rel] = true
+	switch {
+	case kind != Regular:
+		c.skip(rel, "not a regular file")
+	case !utf8.ValidString(rel):
+		c.skip(rel, "the name is not UTF-8")
+	case len(c.res.Files) >= maxFiles:
+		c.skip(rel, fmt.Sprintf("more than %d files", maxFiles))
+	case size > c.left:
+		c.skip(rel, fmt.Sprintf("%d bytes, over what is left of the %d-byte cap", size, c.left))
+	default:
+		data, err := dir.Read(name, c.left+1)
+		switch {
+		case err != nil:
+			c.skip(rel, err.Error())
+		case int64(len(data)) > c.left:
+			c.skip(rel, fmt.Sprintf("over what is left of the cap (%d bytes)", c.left))
+		default:
+			c.left -= int64(len(data))
+			c.res.Files[rel] = string(data)
+		}
+	}
+}
+
+// Wire is a Result as an agent sends it to the host: contents always in
+// base64 (a third larger), never as escaped strings (up to six times).
+type Wire struct {
+	Files   map[string][]byte `json:"files,omitempty"`
+	Skipped []string          `json:"skipped,omitempty"`
+}
+
+// ToWire is what an agent sends for res.
+func ToWire(res Result) Wire {
+	w := Wire{Skipped: res.Skipped}
+	if len(res.Files) > 0 {
+		w.Files = make(map[string][]byte, len(res.Files))
+		for k, v := range res.Files {
+			w.Files[k] = []byte(v)
+		}
+	}
+	return w
+}
+
+// Accept bounds what an agent inside a sandbox sent, which the host
+// cannot trust more than the sandbox: paths must be clean, relative and
+// printable, the files within the count and byte caps, the notes few and
+// short. What fails is dropped and said so.
+func Accept(w Wire) Result {
+	res := Result{Files: map[string]string{}}
+	left := int64(MaxBytes)
+	for _, name := range slices.Sorted(maps.Keys(w.Files)) {
+		data := w.Files[name]
+		switch {
+		case !cleanRel(name):
+			res.Skipped = append(res.Skipped, show(name)+": not a clean relative path")
+		case len(res.Files) >= maxFiles:
+			res.Skipped = append(res.Skipped, show(name)+fmt.Sprintf(": more than %d files", maxFiles))
+		case int64(len(data)) > left:
+			res.Skipped = append(res.Skipped, show(name)+": over the cap")
+		default:
+			left -= int64(len(data))
+			res.Files[name] = string(data)
+		}
+	}
+	for i, s := range w.Skipped {
+		if i >= maxFiles+64 {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("... and %d more", len(w.Skipped)-i))
+			break
+		}
+		if len(s) > 1024 {
+			s = s[:1024]
+		}
+		res.Skipped = append(res.Skipped, show(s))
+	}
+	if len(res.Files) == 0 {
+		res.Files = nil
+	}
+	return res
+}
+
+func cleanRel(name string) bool {
+	return name != "" && name != "." && utf8.ValidString(name) && !strings.HasPrefix(name, "/") && path.Clean(name) == name &&
+		!slices.Contains(strings.Split(name, "/"), "..") && !strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) })
+}

@@ -1,0 +1,107 @@
+package collect
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCollect: patterns match regular files below the scratch only; a
+// link (to a file outside, or a directory) is reported and never read,
+// as is a FIFO (which would block a reader) and a file past the cap.
+func TestCollect(t *testing.T) {
+	outside := t.TempDir()
+	write(t, filepath.Join(outside, "secret"), "host secret")
+	dir := t.TempDir()
+	bin := string([]byte{0, 1, 2, 0xff, 0xfe})
+	write(t, filepath.Join(dir, "out/a.png"), bin)
+	write(t, filepath.Join(dir, "out/b.png"), "b")
+	write(t, filepath.Join(dir, "out/c.txt"), "c")
+	write(t, filepath.Join(dir, "out/deep/d.png"), "d")
+	write(t, filepath.Join(dir, "big.bin"), strings.Repeat("x", 100))
+	write(t, filepath.Join(dir, "report.txt"), "report")
+	must(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "out/leak.png")))
+	must(t, os.Symlink(outside, filepath.Join(dir, "linkdir")))
+	must(t, unix.Mkfifo(filepath.Join(dir, "out/fifo.png"), 0o644))
+
+	res, err := Path(dir, []string{"out/*.png", "report.txt", "linkdir/secret", "*/*/d.png", "big.bin", "missing", "out"}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"out/a.png": bin, "out/b.png": "b", "report.txt": "report", "out/deep/d.png": "d"}
+	if len(res.Files) != len(want) {
+		t.Errorf("files %q, want %q", res.Files, want)
+	}
+	for k, v := range want {
+		if res.Files[k] != v {
+			t.Errorf("%s = %q, want %q", k, res.Files[k], v)
+		}
+	}
+	for _, line := range []string{
+		"out/leak.png: a symbolic link, not followed",
+		"out/fifo.png: not a regular file",
+		"linkdir: a symbolic link, not followed",
+		"missing: matched nothing",
+		"out: not a regular file",
+	} {
+		if !slices.Contains(res.Skipped, line) {
+			t.Errorf("skipped %q lacks %q", res.Skipped, line)
+		}
+	}
+	if !slices.ContainsFunc(res.Skipped, func(s string) bool { return strings.HasPrefix(s, "big.bin: 100 bytes, over") }) {
+		t.Errorf("skipped %q does not name big.bin over the cap", res.Skipped)
+	}
+	for _, v := range res.Files {
+		if strings.Contains(v, "host secret") {
+			t.Fatal("a link was followed out of the scratch")
+		}
+	}
+}
+
+// TestCollectScratchLink: a scratch directory that is itself a link is
+// refused.
+func TestCollectScratchLink(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Symlink(t.TempDir(), filepath.Join(dir, "s")))
+	if _, err := Path(filepath.Join(dir, "s"), []string{"x"}, 0); err == nil {
+		t.Fatal("collected through a linked scratch directory")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAccept: what an agent sends is held to the same bounds on the
+// host: escaping or unclean names and bytes past the cap are dropped.
+func TestAccept(t *testing.T) {
+	res := Accept(Wire{
+		Files: map[string][]byte{"ok.txt": []byte("ok"), "../x": nil, "/etc/passwd": nil, "a//b": nil, "a\x1bb": nil,
+			"big": make([]byte, MaxBytes+1)},
+		Skipped: []string{"l: a symbolic link, not followed", "\x1b[31mred"},
+	})
+	if len(res.Files) != 1 || res.Files["ok.txt"] != "ok" {
+		t.Errorf("accepted %q", slices.Sorted(maps.Keys(res.Files)))
+	}
+	if len(res.Skipped) != 7 || !slices.Contains(res.Skipped, "big: over the cap") || !slices.Contains(res.Skipped, `"\x1b[31mred"`) {
+		t.Errorf("skipped %q", res.Skipped)
+	}
+}
