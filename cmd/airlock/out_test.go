@@ -27,7 +27,7 @@ func TestFilesInAndOut(t *testing.T) {
 	in := filepath.Join(dir, "in.bin")
 	require.NoError(t, os.WriteFile(in, bin, 0o644))
 	out := filepath.Join(dir, "out")
-	stdout, errOut, code := run(t, "", "run", "--tier", "process", "--file", in+":data/in.bin", "--collect", "res/*", "--collect", "top.txt", "--out", out,
+	stdout, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", in+":data/in.bin", "--collect", "res/*", "--collect", "top.txt", "--out", out,
 		"--", "sh", "-c", "cat data/in.bin; mkdir res; cp data/in.bin res/copy.bin; echo top > top.txt; ln -s /etc/passwd res/link")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, string(bin), stdout, "binary stdout intact")

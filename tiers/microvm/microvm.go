@@ -631,6 +631,8 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 		res.Stdout, res.Stderr = string(stdout), string(stderr)
 		res.Usage.OutputBytes = int64(len(stdout) + len(stderr))
 	}()
+	exited := v.done
+	var drain <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -642,10 +644,18 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				return fmt.Errorf("sending the job: %w (%s)", err, v.diag())
 			}
 			sent = nil
-		case <-v.done:
+		case <-exited:
+			// The agent powers off right after its Exit frame, so the exit
+			// may be seen before the last frames are read: read on briefly.
+			exited = nil
+			drain = time.After(2 * time.Second)
+		case <-drain:
 			return fmt.Errorf("the VM exited before the job finished: %s", v.diag())
 		case f := <-frames:
 			if f.err != nil {
+				if exited == nil {
+					return fmt.Errorf("the VM exited before the job finished: %s", v.diag())
+				}
 				return fmt.Errorf("reading from the guest: %w (%s)", f.err, v.diag())
 			}
 			switch f.t {
