@@ -195,6 +195,10 @@ type Tenant struct {
 	// "tier" (default: the tools do not take them, so whoever the agent
 	// obeys cannot lower the boundary).
 	MCPIsolation bool `json:"mcp_isolation,omitempty"`
+	// MCPSpawn gives the command jobs of the tenant's MCP tools the spawn
+	// grant, so a shell script may run other programs (default: withheld;
+	// what argv[0] executes fails with status 126).
+	MCPSpawn bool `json:"mcp_spawn,omitempty"`
 }
 
 // situations returns the situations the tenant may use, and the one its

@@ -46,10 +46,12 @@ type (
 		common
 	}
 	wasmInput struct {
-		Module string   `json:"module_base64" jsonschema:"the WebAssembly module, base64"`
-		Entry  string   `json:"entry,omitempty" jsonschema:"an exported function to call instead of _start"`
-		Args   []string `json:"args,omitempty" jsonschema:"argv for a WASI command module"`
-		Stdin  string   `json:"stdin,omitempty"`
+		Module  string        `json:"module_base64" jsonschema:"the WebAssembly module, base64"`
+		Entry   string        `json:"entry,omitempty" jsonschema:"an exported function to call instead of _start"`
+		Args    []string      `json:"args,omitempty" jsonschema:"argv for a WASI command module"`
+		Stdin   string        `json:"stdin,omitempty"`
+		Files   wirebytes.Map `json:"files,omitempty" jsonschema:"files placed in the module's scratch directory, by relative path: text, or {\"base64\": ...} for other bytes"`
+		Collect []string      `json:"collect,omitempty" jsonschema:"paths or glob patterns (path.Match), relative to the scratch directory, of files to return once the module ends (regular files only, 16 MiB in all)"`
 		common
 	}
 	commandInput struct {
@@ -180,16 +182,19 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		})
 	addTool[wasmInput](srv, t, iso, "run_wasm", descWasm,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, any, error) {
-			job := airlock.Job{Kind: airlock.KindWasm, Entry: in.Entry, Argv: in.Args, Stdin: in.Stdin}
+			job := airlock.Job{Kind: airlock.KindWasm, Entry: in.Entry, Argv: in.Args, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect}
 			raw, _ := json.Marshal(in.Module)
 			if err := json.Unmarshal(raw, &job.Module); err != nil {
 				return toolError(jobs.Invalid("module_base64", "want base64: %v", err))
 			}
 			return run(ctx, job, in.common, nil)
 		})
-	addTool[commandInput](srv, t, iso, "run_command", descCommand,
+	// Command jobs carry the tenant's spawn setting: the model cannot ask
+	// for the grant, the operator gives it or not.
+	spawn := airlock.Grants{Spawn: t.MCPSpawn}
+	addTool[commandInput](srv, t, iso, "run_command", commandDesc(t.MCPSpawn),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Image: in.Image}, in.common, nil)
+			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Image: in.Image, Grants: spawn}, in.common, nil)
 		})
 	addTool[explainInput](srv, t, iso, "explain", descExplain,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in explainInput) (*mcp.CallToolResult, any, error) {
@@ -214,7 +219,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			}
 			// The router picks the tier for a command job of the tenant's
 			// situation, as it would for run_command.
-			job, err := normalize(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}}, in.common)
+			job, err := normalize(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: spawn}, in.common)
 			var o openResponse
 			if err == nil {
 				o, err = s.openSession(ctx, t, "", &job, time.Duration(in.TTLSeconds)*time.Second)
@@ -233,7 +238,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 				return toolError(jobs.Invalid("session", "unknown session %q", in.Session))
 			}
 			c := common{WallMS: in.WallMS, Approval: in.Approval}
-			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect}, c, ss)
+			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Grants: spawn}, c, ss)
 		})
 	addTool[closeInput](srv, t, iso, "close_session", descClose,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in closeInput) (*mcp.CallToolResult, any, error) {
@@ -253,14 +258,17 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 // Tool descriptions say what the program sees, what network it has and
 // what comes back: a model chooses tools by them.
 const (
-	descExpr       = "Evaluate one expr-lang expression (arithmetic, comparisons, string, list and map functions) against the given input variables, in-process. No files, network or clock. Returns the value as JSON."
-	descStarlark   = "Run a Starlark script (a small Python dialect: no imports, classes or exceptions) under a step and memory budget, in-process. No filesystem or network; load() reads only the modules given in files. Returns the global named result (or the entry function's return value) as JSON, and what the script printed."
-	descWasm       = "Run a WebAssembly module (WASI preview 1) under a memory cap. It sees an empty in-memory scratch directory, no host files and no network. Returns stdout, stderr and the exit code."
-	descCommand    = "Run a program (argv) in a Linux sandbox the router picks for this server's policy (namespaces with seccomp, gVisor or a microVM). The program sees a read-only system with the programs the operator installed, and a writable scratch directory, its working directory, holding the files given. It may not start other programs: argv[0] runs, but what it executes (a shell running ls, say) fails with status 126. It has no network unless the operator's policy grants hosts. Returns stdout, stderr and the exit code."
-	descExplain    = "Explain which tier would run a job and why each cheaper tier was passed over, without running anything."
-	descOpen       = "Open a sandbox that keeps its scratch directory across run_in_session calls (installed packages, written files), for a conversation. It closes when idle for its TTL or on close_session. Returns the session id."
-	descSessionRun = "Run a program (argv) in a session opened by open_session: same sandbox and scratch directory as the session's earlier runs. Returns stdout, stderr and the exit code."
-	descClose      = "Close a session opened by open_session and destroy its sandbox."
+	descExpr        = "Evaluate one expr-lang expression (arithmetic, comparisons, string, list and map functions) against the given input variables, in-process. No files, network or clock. Returns the value as JSON."
+	descStarlark    = "Run a Starlark script (a small Python dialect: no imports, classes or exceptions) under a step and memory budget, in-process. No filesystem or network; load() reads only the modules given in files. Returns the global named result (or the entry function's return value) as JSON, and what the script printed."
+	descWasm        = "Run a WebAssembly module (WASI preview 1) under a memory cap. It sees an in-memory scratch directory holding the files given, no host files and no network. Returns stdout, stderr, the exit code and the files collect names."
+	descCommandHead = "Run a program (argv) in a Linux sandbox the router picks for this server's policy (namespaces with seccomp, gVisor or a microVM). The program sees a read-only system with the programs the operator installed, and a writable scratch directory, its working directory, holding the files given. "
+	descNoSpawn     = "It may not start other programs: argv[0] runs, but what it executes (a shell running ls, say) fails with status 126. "
+	descSpawn       = "It may start other programs (a shell script running ls, say). "
+	descCommandTail = "It has no network unless the operator's policy grants hosts. Returns stdout, stderr, the exit code and the files collect names."
+	descExplain     = "Explain which tier would run a job and why each cheaper tier was passed over, without running anything."
+	descOpen        = "Open a sandbox that keeps its scratch directory across run_in_session calls (installed packages, written files), for a conversation. It closes when idle for its TTL or on close_session. Returns the session id."
+	descSessionRun  = "Run a program (argv) in a session opened by open_session: same sandbox and scratch directory as the session's earlier runs. Returns stdout, stderr and the exit code."
+	descClose       = "Close a session opened by open_session and destroy its sandbox."
 )
 
 type (
@@ -553,4 +561,13 @@ func (s *Server) cleanValue(v any, depth int) (any, []sanitize.Finding) {
 		return out, all
 	}
 	return v, nil
+}
+
+// commandDesc is run_command's description for a tenant with or without
+// the spawn grant.
+func commandDesc(spawn bool) string {
+	if spawn {
+		return descCommandHead + descSpawn + descCommandTail
+	}
+	return descCommandHead + descNoSpawn + descCommandTail
 }

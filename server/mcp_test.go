@@ -6,12 +6,17 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -299,5 +304,66 @@ func TestMCPModelCannotLowerIsolation(t *testing.T) {
 	res, _ = call(t, cs, "run_command", map[string]any{"argv": []string{"true"}, "tier": "seccomp", "situation": "internal"})
 	if !res.IsError || !strings.Contains(text(res), "below the minimum") {
 		t.Errorf("a tier below the situation's minimum: %s", text(res))
+	}
+}
+
+// TestMCPSpawn: the spawn grant of MCP command jobs is the operator's
+// tenant setting, never the model's; without it a shell's child is a
+// refused exec (126), with it the child runs.
+func TestMCPSpawn(t *testing.T) {
+	for _, spawn := range []bool{false, true} {
+		f := newFixture(t, func(c *server.Config) { c.Tenants[0].MCPIsolation, c.Tenants[0].MCPSpawn = true, spawn })
+		cs := connectMemory(t, f, "a")
+		res, out := call(t, cs, "run_command", map[string]any{"argv": []string{"sh", "-c", "ls / >/dev/null && echo ran"}, "tier": "process", "situation": "internal"})
+		if out.Tier == "" {
+			testenv.Skipf(t, "the process tier cannot run here: %s", text(res))
+		}
+		want := 126
+		if spawn {
+			want = 0
+		}
+		if out.ExitCode == nil || *out.ExitCode != want {
+			t.Errorf("mcp_spawn %v: %+v %s", spawn, out, text(res))
+		}
+		tools, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range tools.Tools {
+			if tool.Name == "run_command" && strings.Contains(tool.Description, "may not start other programs") == spawn {
+				t.Errorf("mcp_spawn %v: run_command's description: %s", spawn, tool.Description)
+			}
+		}
+	}
+}
+
+// TestMCPWasmFiles: run_wasm places the files given in the module's
+// scratch directory and returns what collect names, binary as base64.
+func TestMCPWasmFiles(t *testing.T) {
+	w2w, err := tools.Find("wat2wasm")
+	if err != nil {
+		testenv.Skipf(t, "the test's module needs wat2wasm (scripts/setup-wabt.sh): %v", err)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "probe.wasm")
+	if b, err := exec.Command(w2w, filepath.Join("..", "wasm", "testdata", "wasiprobe.wat"), "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm: %v\n%s", err, b)
+	}
+	mod, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := connectMemory(t, newFixture(t), "a")
+	// The probe's "open" entry creates the file its stdin names (argv 1: O_CREAT).
+	res, got := call(t, cs, "run_wasm", map[string]any{
+		"module_base64": base64.StdEncoding.EncodeToString(mod), "entry": "open", "args": []string{"1"}, "stdin": "made.txt",
+		"files":   map[string]any{"in/a.bin": map[string]any{"base64": "AP8B"}},
+		"collect": []string{"in/*", "made.txt"},
+	})
+	if res.IsError || got.Files["in/a.bin"] != "\x00\xff\x01" {
+		t.Fatalf("run_wasm with files: %+v %s", got, text(res))
+	}
+	if _, ok := got.Files["made.txt"]; !ok {
+		t.Errorf("the module's own file was not collected: %+v", got)
 	}
 }

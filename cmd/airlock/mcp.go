@@ -19,6 +19,7 @@ func init() {
 		name:    "mcp",
 		summary: "serve the airlock tools to an MCP client over stdio (default) or streamable HTTP",
 		usage: `mcp [--config FILE] [--tenant NAME]     MCP over stdin/stdout, running jobs as the tenant
+       airlock mcp --allow-spawn                  the local tenant's command jobs may start other programs
        airlock mcp --config FILE --http ADDR      MCP over streamable HTTP at ADDR/mcp (API keys as for serve)`,
 		run: mcpCmd,
 	})
@@ -30,6 +31,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 	config := fs.String("config", "", "server configuration (default: one local tenant with the default limits)")
 	tenant := fs.String("tenant", "", "tenant the stdio tools run as (default: the first in the configuration)")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on this address instead of stdio")
+	spawn := fs.Bool("allow-spawn", false, "let the local tenant's command jobs start other programs (with --config, set mcp_spawn per tenant)")
 	var tf tierFlags
 	tf.register(fs)
 	pos, _, code, ok := e.parse(fs)
@@ -41,6 +43,8 @@ func mcpCmd(ctx context.Context, e *env) int {
 	}
 	var cfg server.Config
 	switch {
+	case *config != "" && *spawn:
+		return e.fail(jobs.Invalid("allow-spawn", "with --config, set mcp_spawn on the tenant instead"))
 	case *config != "":
 		var err error
 		if cfg, err = server.LoadConfig(*config); err != nil {
@@ -53,7 +57,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 		if err != nil {
 			return e.fail(err)
 		}
-		cfg = server.Config{Tenants: []server.Tenant{{Name: "local", KeySHA256: server.HashKey(key)}}, Images: localImages(tf.images)}
+		cfg = server.Config{Tenants: []server.Tenant{{Name: "local", KeySHA256: server.HashKey(key), MCPSpawn: *spawn}}, Images: localImages(tf.images)}
 	}
 	srv, err := newServer(cfg, &tf, server.Options{})
 	if err != nil {

@@ -403,3 +403,47 @@ func TestTierSettings(t *testing.T) {
 		t.Errorf("eval --process-pool 1: %d %s %s", code, out, errOut)
 	}
 }
+
+// TestMCPAllowSpawn: `airlock mcp --allow-spawn` gives the local tenant's
+// command jobs the spawn grant, and run_command's description says which
+// way it is; with --config the tenant's mcp_spawn decides instead.
+func TestMCPAllowSpawn(t *testing.T) {
+	for _, spawn := range []bool{false, true} {
+		args := []string{"mcp"}
+		if spawn {
+			args = append(args, "--allow-spawn")
+		}
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		go func() {
+			var errb bytes.Buffer
+			done <- Run(ctx, args, inR, outW, &errb)
+			outW.Close()
+		}()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range tools.Tools {
+			if tool.Name == "run_command" && strings.Contains(tool.Description, "may not start other programs") == spawn {
+				t.Errorf("--allow-spawn %v: run_command's description: %s", spawn, tool.Description)
+			}
+		}
+		cs.Close()
+		inW.Close()
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("mcp %v exited %d", args, code)
+		}
+	}
+	_, cfg := writeConfig(t, "")
+	if _, errOut, code := run(t, "", "mcp", "--config", cfg, "--allow-spawn"); code != exitUsage || !strings.Contains(errOut, "mcp_spawn") {
+		t.Errorf("mcp --config --allow-spawn: %d %s", code, errOut)
+	}
+}
