@@ -45,7 +45,7 @@ const agentStartTimeout = 60 * time.Second
 // read grants (none for pooled sandboxes and sessions), whose root is img.
 // The sandbox takes over the hold on img (release), which ends when it is
 // destroyed, or here if it cannot be created.
-func (t *Tier) newAgentSandbox(mode string, read []string, img *image.Image, release func()) (_ *sandbox, err error) {
+func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image, release func()) (_ *sandbox, err error) {
 	id := t.newID()
 	dir, err := t.sandboxDir(id)
 	if err != nil {
@@ -78,7 +78,8 @@ func (t *Tier) newAgentSandbox(mode string, read []string, img *image.Image, rel
 
 	def := t.cfg.limits.Default
 	b := t.newBundle(id, &airlock.Job{Limits: def}, img)
-	b.read = read
+	b.read = fs.Read
+	b.scratchMB = fs.ScratchMB
 	b.args = []string{agentBin, agentArg, mode}
 	if b.image {
 		if t.agentLaunch == nil {

@@ -139,7 +139,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func BenchmarkPooled(b *testing.B) {
 	tier := newTier(b, NewConfig().WithPool(1, 1))
 	job := cmdJob("/bin/true")
-	peer, err := tier.newAgentSandbox(modeServe, nil, nil, func() {})
+	peer, err := tier.newAgentSandbox(modeServe, airlock.FSGrant{}, nil, func() {})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 		release()
 		return nil, fmt.Errorf("image %q is now %s, not %s", ref, got, k.digest)
 	}
-	return t.newAgentSandbox(modeOnce, nil, img, release)
+	return t.newAgentSandbox(modeOnce, airlock.FSGrant{}, img, release)
 }
 
 // prewarmDefault finds the default image and keeps size sandboxes of it

@@ -261,7 +261,7 @@ func TestSweep(t *testing.T) {
 	if err := crashed.Available(); err != nil {
 		tiertest.Unavailable(t, Name, err)
 	}
-	sb, err := crashed.newAgentSandbox(modeOnce, nil, nil, func() {})
+	sb, err := crashed.newAgentSandbox(modeOnce, airlock.FSGrant{}, nil, func() {})
 	if err != nil {
 		t.Fatal(err)
 	}

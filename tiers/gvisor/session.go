@@ -46,7 +46,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 			ch <- made{nil, err}
 			return
 		}
-		sb, err := t.newAgentSandbox(modeServe, nil, img, release)
+		sb, err := t.newAgentSandbox(modeServe, airlock.FSGrant{}, img, release)
 		ch <- made{sb, err}
 	}()
 	var m made

@@ -244,7 +244,7 @@ func TestSharedDirSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	left, err := c.newAgentSandbox(modeOnce, nil, nil, func() {})
+	left, err := c.newAgentSandbox(modeOnce, airlock.FSGrant{}, nil, func() {})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,9 +40,12 @@ type bundle struct {
 	image    bool   // rootfs is an image's root (see images.go)
 	etc      string // with an image: the host directory of the files mounted over its /etc
 	read     []string
-	cgroup   string
-	limits   airlock.Limits
-	cpus     float64
+	// scratchMB caps the scratch and /tmp when the scratch is a tmpfs
+	// (0: bounded by the memory limit alone).
+	scratchMB int64
+	cgroup    string
+	limits    airlock.Limits
+	cpus      float64
 }
 
 // jobEnv is the job's whole environment: a fixed PATH and HOME, then the
@@ -88,7 +91,7 @@ func (b *bundle) spec() *specs.Spec {
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: b.sized("nosuid", "nodev", "mode=1777")},
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: b.cgroup,
@@ -123,7 +126,7 @@ func (b *bundle) spec() *specs.Spec {
 	if b.scratch != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: scratchDir, Type: "bind", Source: b.scratch, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	} else {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: scratchDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}})
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: scratchDir, Type: "tmpfs", Source: "tmpfs", Options: b.sized("nosuid", "nodev", "mode=755")})
 	}
 	if b.agent != "" {
 		s.Mounts = append(s.Mounts, roBind(b.agent, agentBin))
@@ -149,6 +152,14 @@ func (b *bundle) spec() *specs.Spec {
 var etcFiles = []string{"passwd", "group", "hosts", "hostname", "resolv.conf"}
 
 var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SYS_RESOURCE"}
+
+// sized adds the scratch cap to a tmpfs's options.
+func (b *bundle) sized(opts ...string) []string {
+	if b.scratchMB > 0 {
+		opts = append(opts, fmt.Sprintf("size=%dm", b.scratchMB))
+	}
+	return opts
+}
 
 func roBind(src, dst string) specs.Mount {
 	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}}

@@ -294,9 +294,10 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 		t.followDefault(img.Digest)
 	}
 	// Pooled sandboxes were created before the job: they carry no read
-	// grants, which are mounts. A job with some starts cold. A pooled
-	// sandbox holds its own image: the job's hold ends here.
-	if t.pool != nil && len(job.Grants.FS.Read) == 0 {
+	// grants, which are mounts, and no scratch cap, a mount option. A job
+	// with either starts cold. A pooled sandbox holds its own image: the
+	// job's hold ends here.
+	if t.pool != nil && len(job.Grants.FS.Read) == 0 && job.Grants.FS.ScratchMB == 0 {
 		if sb, ok := t.pool.Claim(poolKey{digest(img)}, nil); ok {
 			release()
 			sb.claimed = true
@@ -363,13 +364,15 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 // A job with a net grant runs in a sandbox created for it whose first
 // process is the agent instead, which runs the egress forwarder; so does
 // a job that collects files, which the agent reads from the sandbox's
-// scratch (a memory-backed overlay the host cannot see) once it ends.
+// scratch (a memory-backed overlay the host cannot see) once it ends, and
+// a job with a scratch cap, whose scratch and /tmp are tmpfs of that size
+// (the host directory a direct start binds gets an overlay without one).
 //
 // runCold takes over the job's hold on img: it ends once the sandbox is
 // destroyed.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
-	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 {
-		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS.Read, img, release)
+	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 {
+		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
 		if err != nil {
 			return r.finish(err)
 		}
