@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/internal/execguard"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
@@ -28,6 +29,8 @@ import (
 const (
 	agentRole = "gvisor-agent"
 	agentArg  = "airlock-gvisor-agent"
+	guardRole = "gvisor-exec-guard"
+	guardArg  = "airlock-gvisor-exec-guard"
 	modeOnce  = "once"    // run one job, then exit (pooled sandboxes)
 	modeServe = "session" // run jobs until the host hangs up (sessions)
 )
@@ -42,7 +45,47 @@ func Roles() []role.Role {
 			return 2
 		}
 		return agentMain(os.Args[2])
-	}}}
+	}}, {Name: guardRole, Main: guardMain}}
+}
+
+// guardConfig is what the agent hands the exec guard on descriptor 3.
+type guardConfig struct {
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Key  string   `json:"key"`
+}
+
+// guardMain is the exec guard: started as the job's user in place of the
+// job, it installs the filter under which the job cannot execute another
+// program and executes the job, the one execve the filter lets through.
+func guardMain() int {
+	f := os.NewFile(3, "guard")
+	data, err := io.ReadAll(io.LimitReader(f, 256<<20))
+	f.Close()
+	var cfg guardConfig
+	if err == nil {
+		err = json.Unmarshal(data, &cfg)
+	}
+	var k execguard.Key
+	if err == nil {
+		k, err = execguard.ParseKey(cfg.Key)
+	}
+	if err != nil || len(cfg.Argv) == 0 {
+		fmt.Fprintf(os.Stderr, "airlock: bad exec guard configuration: %v\n", err)
+		return 126
+	}
+	if err := execguard.Install(k); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: spawn filter: %v\n", err)
+		return 126
+	}
+	err = execguard.Exec(cfg.Path, cfg.Argv, cfg.Env, k)
+	if errors.Is(err, syscall.ENOENT) {
+		fmt.Fprintf(os.Stderr, "airlock: program %q not found\n", cfg.Argv[0])
+		return 127
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", cfg.Argv[0], err)
+	return 126
 }
 
 // agentMain connects to the host's socket and serves jobs.
@@ -134,9 +177,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	}
 	prog, err := lookPath(job.Argv[0], job.Env)
 	if err != nil {
-		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
-		_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
-		return agentExit{Code: 127}
+		return notFound(conn, job.Argv[0])
 	}
 	// The job's ends of its pipes are plain blocking descriptors (never
 	// registered with the agent's poller); a job without stdin gets a pipe
@@ -168,7 +209,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	if job.NoFile > 0 {
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: job.NoFile, Max: job.NoFile})
 	}
-	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{
+	attr := &syscall.ProcAttr{
 		Dir:   scratchDir,
 		Env:   job.Env,
 		Files: []uintptr{uintptr(child[0]), uintptr(child[1]), uintptr(child[2])},
@@ -176,10 +217,36 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 			Setsid:     true,
 			Credential: &syscall.Credential{Uid: uint32(job.UID), Gid: uint32(job.UID)},
 		},
-	})
+	}
+	path, argv := prog, job.Argv
+	var guardW *os.File
+	if !job.Spawn {
+		// The guard, not the job, is what starts; it reads the job from
+		// descriptor 3.
+		var guardR *os.File
+		guardR, guardW, err = os.Pipe()
+		if err == nil && len(job.Guard) == 0 {
+			err = errors.New("no exec guard")
+		}
+		if err != nil {
+			return agentExit{Code: -1, Error: fmt.Sprintf("exec guard: %v", err)}
+		}
+		defer guardR.Close()
+		attr.Files = append(attr.Files, guardR.Fd())
+		attr.Env = []string{role.Env + "=" + guardRole}
+		path, argv = job.Guard[0], append(append([]string(nil), job.Guard...), guardArg)
+	}
+	pid, err := syscall.ForkExec(path, argv, attr)
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
 	for _, fd := range child {
 		syscall.Close(fd)
+	}
+	if guardW != nil {
+		if err == nil {
+			go writeGuard(guardW, prog, job)
+		} else {
+			guardW.Close()
+		}
 	}
 	if err != nil {
 		if inW != nil {
@@ -187,6 +254,9 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		}
 		outR.Close()
 		errR.Close()
+		if errors.Is(err, syscall.ENOENT) {
+			return notFound(conn, job.Argv[0])
+		}
 		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
 		_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
 		return agentExit{Code: 126}
@@ -226,6 +296,28 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	case <-time.After(2 * time.Second):
 	}
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
+}
+
+// notFound reports a program that is not there as every tier does: one
+// line naming it, status 127.
+func notFound(conn net.Conn, name string) agentExit {
+	msg := fmt.Sprintf("airlock: program %q not found\n", name)
+	_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
+	return agentExit{Code: 127}
+}
+
+// writeGuard hands the guard the job to execute and a fresh key, then
+// closes the pipe (the guard reads to its end).
+func writeGuard(w *os.File, prog string, job *agentJob) {
+	defer w.Close()
+	k, err := execguard.NewKey()
+	if err != nil {
+		return // the guard reads nothing and refuses
+	}
+	data, err := json.Marshal(guardConfig{Path: prog, Argv: job.Argv, Env: job.Env, Key: k.String()})
+	if err == nil {
+		_, _ = w.Write(data)
+	}
 }
 
 // jobPipe makes a pipe for one of the job's standard streams and returns

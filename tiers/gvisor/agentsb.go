@@ -32,6 +32,7 @@ type sandbox struct {
 	claimed bool   // taken from the warm pool
 	lim     limits // what the cgroup holds now
 	key     poolKey
+	launch  []string     // how the sandbox starts the agent's binary
 	img     *image.Image // its root (nil: the host view without a resolver)
 	release func()       // ends the sandbox's hold on img, once it is destroyed
 }
@@ -90,6 +91,7 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 			b.agentLib = filepath.Join(t.rootfs, filepath.FromSlash(agentLibDir))
 		}
 	}
+	sb.launch = b.args[:len(b.args)-2]
 	b.env = []string{role.Env + "=" + agentRole, "PATH=" + defaultPATH}
 	b.cwd = "/"
 	b.uid = 0
@@ -207,6 +209,8 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		UID:     sandboxUID,
 		NoFile:  uint64(job.Limits.Files),
 		Output:  job.Limits.OutputBytes,
+		Spawn:   job.Grants.Spawn,
+		Guard:   sb.launch,
 	}
 	var gw *egresswire.Gateway
 	if len(job.Grants.Net) > 0 {

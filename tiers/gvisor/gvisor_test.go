@@ -86,8 +86,11 @@ func checkNoLeftovers(t testing.TB, tiers ...*Tier) {
 	}
 }
 
+// cmdJob is a command job granted spawn: the tests' shell scripts run
+// other programs (a withheld grant is the contract tests' and the corpus's
+// subject).
 func cmdJob(argv ...string) airlock.Job {
-	return airlock.Job{Kind: airlock.KindCommand, Argv: argv}
+	return airlock.Job{Kind: airlock.KindCommand, Argv: argv, Grants: airlock.Grants{Spawn: true}}
 }
 
 // warm waits (through WaitWarm) until the pool holds its configured number

@@ -19,6 +19,11 @@ type agentJob struct {
 	// Collect are the job's collect patterns, read from the scratch once
 	// the program has ended.
 	Collect []string `json:"collect,omitempty"`
+	// Spawn is the job's spawn grant. Without it the job starts through
+	// the exec guard (see package execguard), run as Guard's argv: how
+	// the sandbox starts the agent's binary.
+	Spawn bool     `json:"spawn,omitempty"`
+	Guard []string `json:"guard,omitempty"`
 }
 
 // agentExit ends a job.

@@ -366,12 +366,14 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 // a job that collects files, which the agent reads from the sandbox's
 // scratch (a memory-backed overlay the host cannot see) once it ends, and
 // a job with a scratch cap, whose scratch and /tmp are tmpfs of that size
-// (the host directory a direct start binds gets an overlay without one).
+// (the host directory a direct start binds gets an overlay without one),
+// and a job without the spawn grant, which the agent starts through the
+// exec guard.
 //
 // runCold takes over the job's hold on img: it ends once the sandbox is
 // destroyed.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
-	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 {
+	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || !job.Grants.Spawn {
 		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
 		if err != nil {
 			return r.finish(err)

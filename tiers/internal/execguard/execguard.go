@@ -1,0 +1,141 @@
+//go:build linux
+
+// Package execguard lets a program execute exactly one other program, the
+// job, under a seccomp filter that refuses every later execve and every
+// execveat: what the job executes fails with EACCES (a shell says 126),
+// while forking itself stays allowed.
+//
+// The filter lets an execve through only when its three unused argument
+// registers hold a random key. The guard's own execve passes the key; the
+// job cannot, because the key exists only in the guard's memory, which the
+// execve discards, and in the filter, which a process without
+// CAP_SYS_ADMIN cannot read back. This works where Landlock and a page
+// below vm.mmap_min_addr are not available (gVisor implements neither
+// Landlock nor a minimum map address above one page).
+package execguard
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Key is what an allowed execve carries in its 4th to 6th arguments.
+type Key [3]uint64
+
+// NewKey returns a fresh random key.
+func NewKey() (Key, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return Key{}, err
+	}
+	var k Key
+	for i := range k {
+		k[i] = binary.LittleEndian.Uint64(b[i*8:])
+	}
+	return k, nil
+}
+
+// String encodes k for a command line or environment.
+func (k Key) String() string {
+	var b [24]byte
+	for i := range k {
+		binary.LittleEndian.PutUint64(b[i*8:], k[i])
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// ParseKey decodes what String returns.
+func ParseKey(s string) (Key, error) {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 24 {
+		return Key{}, errors.New("bad exec key")
+	}
+	var k Key
+	for i := range k {
+		k[i] = binary.LittleEndian.Uint64(b[i*8:])
+	}
+	return k, nil
+}
+
+// filter is the seccomp program for key k.
+func filter(k Key) []unix.SockFilter {
+	const (
+		ldW    = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq    = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge    = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		ret    = unix.BPF_RET | unix.BPF_K
+		eacces = unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
+		// Offsets in struct seccomp_data.
+		offNr   = 0
+		offArch = 4
+		offArgs = 16
+	)
+	prog := []unix.SockFilter{
+		{Code: ldW, K: offArch},
+		{Code: jeq, Jt: 1, K: unix.AUDIT_ARCH_X86_64},
+		{Code: ret, K: unix.SECCOMP_RET_KILL_PROCESS}, // another ABI
+		{Code: ldW, K: offNr},
+		{Code: jge, Jt: 3, K: 0x40000000},        // x32: refuse
+		{Code: jeq, Jt: 2, K: unix.SYS_EXECVEAT}, // refuse
+		{Code: jeq, Jt: 2, K: unix.SYS_EXECVE},   // check the key
+		{Code: ret, K: unix.SECCOMP_RET_ALLOW},
+		{Code: ret, K: eacces},
+	}
+	// The key check (from index 9): six 32-bit words, each jumping to the
+	// refusal at the end on a mismatch (BPF jumps only forward).
+	for i, v := range k {
+		for half, w := range []uint32{uint32(v), uint32(v >> 32)} {
+			prog = append(prog,
+				unix.SockFilter{Code: ldW, K: uint32(offArgs + (3+i)*8 + half*4)},
+				unix.SockFilter{Code: jeq, K: w})
+		}
+	}
+	prog = append(prog, unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW}, unix.SockFilter{Code: ret, K: eacces})
+	last := len(prog) - 1
+	for i := 10; i < last-1; i += 2 {
+		prog[i].Jf = uint8(last - (i + 1))
+	}
+	return prog
+}
+
+// Install sets no_new_privs and installs the filter for k on every thread
+// of the calling process.
+func Install(k Key) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	prog := filter(k)
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		return fmt.Errorf("seccomp: %w", e)
+	}
+	return nil
+}
+
+// Exec executes path with the key the filter lets through; it returns only
+// on failure.
+func Exec(path string, argv, env []string, k Key) error {
+	p, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return err
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return err
+	}
+	envp, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return err
+	}
+	_, _, errno := unix.RawSyscall6(unix.SYS_EXECVE, uintptr(unsafe.Pointer(p)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])),
+		uintptr(k[0]), uintptr(k[1]), uintptr(k[2]))
+	return errno
+}
