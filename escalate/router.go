@@ -273,23 +273,29 @@ func (r *Router) candidate(rule *Rule, i int) int {
 }
 
 func (r *Router) noneAdmits(rule *Rule, job *airlock.Job) error {
-	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)%s", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allUnavailable(rule))}
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)%s", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allUnavailable(rule, job))}
 }
 
-// allUnavailable says why, when every tier the rule lets a job use is
-// unavailable (level 5 with no account configured, say): the refusal
-// then carries what to do.
-func (r *Router) allUnavailable(rule *Rule) string {
+// allUnavailable says why, when no tier the rule lets a job use is
+// available, or when only level-5 tiers are (the account tier refuses
+// grants.secrets, say): the refusal then carries what to do.
+func (r *Router) allUnavailable(rule *Rule, job *airlock.Job) string {
 	var why []string
 	for i := range r.tiers {
 		e := &r.tiers[i]
 		if e.level < rule.MinLevel || (len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name)) {
 			continue
 		}
-		if e.unavailable == nil {
+		switch {
+		case e.unavailable != nil:
+			why = append(why, e.name+": unavailable: "+e.unavailable.Error())
+		case e.level < airlock.LevelAccount:
 			return ""
+		default:
+			if err := e.tier.Admit(*job); err != nil {
+				why = append(why, err.Error())
+			}
 		}
-		why = append(why, e.name+": "+e.unavailable.Error())
 	}
 	if len(why) == 0 {
 		return ""
