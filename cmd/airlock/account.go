@@ -32,6 +32,7 @@ func init() {
 		usage: `account add NAME [--allow-uid N]... [--allow-gid N]...   create the OS user, its directories, credential store and unit
        airlock account list                                    list the accounts and whether each executor runs
        airlock account set NAME REF < VALUE                    store a credential (value on stdin, never in arguments)
+       airlock account set NAME REF --oidc AUDIENCE [--scope S]...  an OIDC token minted per job
        airlock account start NAME | stop NAME                  start or stop the account's executor
        airlock account rm NAME                                 stop it, remove the user, its directories and unit
        airlock account serve NAME                              the executor itself (run as the account's user)`,
@@ -45,6 +46,10 @@ func accountCmd(ctx context.Context, e *env) int {
 	var allowUIDs, allowGIDs stringList
 	fs.Var(&allowUIDs, "allow-uid", "with add: a caller uid the executor serves (repeatable; default: the invoking user's, SUDO_UID when set)")
 	fs.Var(&allowGIDs, "allow-gid", "with add: a caller gid the executor serves (repeatable)")
+	issuer := fs.String("issuer", "", "with add: the URL in the iss of the account's OIDC tokens (default http://airlock-NAME, served on the executor's socket)")
+	oidcAud := fs.String("oidc", "", "with set: the credential is an OIDC token minted per job for this `AUDIENCE`")
+	var scopes stringList
+	fs.Var(&scopes, "scope", "with set --oidc: a scope the token carries (repeatable)")
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -61,9 +66,9 @@ func accountCmd(ctx context.Context, e *env) int {
 	case sub == "list" && need(0):
 		err = accountList(e, dir)
 	case sub == "add" && need(1):
-		err = accountAdd(e, dir, args[0], allowUIDs, allowGIDs)
+		err = accountAdd(e, dir, args[0], *issuer, allowUIDs, allowGIDs)
 	case sub == "set" && need(2):
-		err = accountSet(e, dir, args[0], args[1])
+		err = accountSet(e, dir, args[0], args[1], *oidcAud, scopes)
 	case sub == "start" && need(1):
 		err = accountStart(ctx, e, dir, args[0])
 	case sub == "stop" && need(1):
@@ -110,7 +115,7 @@ func unitName(name string) string { return "airlock-account-" + name + ".service
 
 func unitPath(name string) string { return filepath.Join("/etc/systemd/system", unitName(name)) }
 
-func accountAdd(e *env, dir, name string, allowUIDs, allowGIDs []string) error {
+func accountAdd(e *env, dir, name, issuer string, allowUIDs, allowGIDs []string) error {
 	if err := account.CheckName(name); err != nil {
 		return jobs.Invalid("NAME", "%s", err.Error())
 	}
@@ -152,7 +157,7 @@ func accountAdd(e *env, dir, name string, allowUIDs, allowGIDs []string) error {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	r := account.Record{Name: name, User: uname, UID: uid, GID: gid, Allow: account.Allow{UIDs: uids, GIDs: gids}}
+	r := account.Record{Name: name, User: uname, UID: uid, GID: gid, Allow: account.Allow{UIDs: uids, GIDs: gids}, Issuer: issuer}
 	if err := r.Save(dir); err != nil {
 		return fmt.Errorf("account %s: %w", name, err)
 	}
@@ -212,7 +217,7 @@ func accountList(e *env, dir string) error {
 	return tw.Flush()
 }
 
-func accountSet(e *env, dir, name, ref string) error {
+func accountSet(e *env, dir, name, ref, audience string, scopes []string) error {
 	r, err := account.Load(dir, name)
 	if err != nil {
 		return err
@@ -223,6 +228,13 @@ func accountSet(e *env, dir, name, ref string) error {
 	j := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: airlock.Grants{Credentials: []airlock.Credential{{Env: "X", Ref: ref}}}}
 	if err := j.Validate(); err != nil {
 		return jobs.Invalid("REF", "%q: want 1-64 letters, digits, '.', '_' or '-'", ref)
+	}
+	if audience != "" {
+		if err := account.AddOIDC(r.StorePath(), ref, audience, scopes, r.UID, r.GID); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "account %s: OIDC credential %s for %s stored (issuer %s)\n", name, ref, audience, r.IssuerURL())
+		return nil
 	}
 	value, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
 	if err != nil {
@@ -451,7 +463,12 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 	if err != nil {
 		return err
 	}
-	ex := account.NewExecutor(inner, r.StorePath())
+	issuer, err := account.LoadIssuer(r.IssuerURL(), r.KeyPath())
+	if err != nil {
+		tierset.Close([]airlock.Tier{inner})
+		return err
+	}
+	ex := account.NewExecutor(inner, r.StorePath(), issuer)
 	key, err := randomKey()
 	if err != nil {
 		ex.Close()
@@ -474,13 +491,25 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 		return err
 	}
 	// The peer check has already admitted the connection; the server's
-	// tenant key stays in this process.
+	// tenant key stays in this process. Discovery and the JWKS are the
+	// issuer's.
 	h := srv.Handler()
 	hs := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if strings.Contains(req.URL.Path, "/.well-known/") {
+				issuer.ServeHTTP(w, req)
+				return
+			}
 			req.Header.Set("Authorization", "Bearer "+key)
 			h.ServeHTTP(w, req)
 		}),
+		// The caller's uid names it in OIDC subjects.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if cred, err := account.PeerCred(c); err == nil {
+				return account.WithPeer(ctx, "uid-"+strconv.Itoa(int(cred.Uid)))
+			}
+			return ctx
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	fmt.Fprintf(e.stderr, "airlock: executor of account %s serving on %s as uid %d (inner tier %s; serves %s)\n", name, r.Socket(), r.UID, inner.Name(), r.Allow)

@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -18,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
@@ -350,6 +354,49 @@ s.connect(sys.argv[1]); print(s.recv(100).decode())`
 		out, _ := c.CombinedOutput()
 		if !strings.Contains(string(out), "grants.secrets pass a value through the caller") {
 			t.Errorf("secrets at level 5: %s", out)
+		}
+	})
+
+	t.Run("oidc", func(t *testing.T) {
+		if out, errOut, code := a.run(t, "", "account", "set", a.name, "api-oidc", "--oidc", "https://api.example", "--scope", "repo:read"); code != 0 {
+			t.Fatalf("set --oidc: %d %s %s", code, out, errOut)
+		}
+		start := time.Now()
+		out, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--wall", "20s", "--allow-spawn", "--credential", "ID_TOKEN=api-oidc", "--",
+			"sh", "-c", `echo "$ID_TOKEN"; echo "$ID_TOKEN" | cut -d. -f2`)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != 0 || len(lines) != 2 || lines[0] != account.Redacted {
+			t.Fatalf("code %d stdout %q stderr %q", code, out, errOut)
+		}
+		payload, err := base64.RawURLEncoding.DecodeString(lines[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var claims struct {
+			Iss, Sub, Aud, Scope string
+			Exp                  int64
+		}
+		if err := json.Unmarshal(payload, &claims); err != nil {
+			t.Fatal(err)
+		}
+		exp := time.Unix(claims.Exp, 0)
+		if claims.Iss != "http://"+account.UserName(a.name) || claims.Aud != "https://api.example" || claims.Scope != "repo:read" ||
+			!strings.HasPrefix(claims.Sub, "uid-0:sha256:") || exp.Before(start.Add(20*time.Second)) || exp.After(time.Now().Add(20*time.Second+account.Skew+time.Second)) {
+			t.Errorf("claims %+v (exp %v)", claims, exp)
+		}
+		// Discovery and the JWKS, from the executor, as a verifier reads them.
+		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", a.rec.Socket())
+		}}}
+		ctx := oidc.ClientContext(context.Background(), client)
+		p, err := oidc.NewProvider(ctx, claims.Iss)
+		if err != nil {
+			t.Fatalf("discovery: %v", err)
+		}
+		// A token the verifier cannot have is refused; the keys were fetched.
+		if _, err := p.Verifier(&oidc.Config{ClientID: claims.Aud}).Verify(ctx, "e30.e30.e30"); err == nil {
+			t.Error("a forged token verified")
 		}
 	})
 

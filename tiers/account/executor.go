@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
 )
 
 // ExecutorName is the name of the executor's own tier: level 5, because
@@ -19,14 +20,17 @@ const ExecutorName = "executor"
 // inner tier (a sandbox: the account boundary adds to isolation, it does
 // not replace it) and scrubs every resolved value from the Result.
 type Executor struct {
-	inner airlock.Tier
-	store string
+	inner  airlock.Tier
+	store  string
+	issuer *Issuer
+	limits airlock.LimitPolicy
 }
 
 // NewExecutor returns the executor's tier over inner, resolving
-// references from the store file at storePath (see [AddStatic]).
-func NewExecutor(inner airlock.Tier, storePath string) *Executor {
-	return &Executor{inner: inner, store: storePath}
+// references from the store file at storePath (see [AddStatic]) and
+// minting OIDC tokens with issuer (nil: oidc references are refused).
+func NewExecutor(inner airlock.Tier, storePath string, issuer *Issuer) *Executor {
+	return &Executor{inner: inner, store: storePath, issuer: issuer, limits: airlock.DefaultLimitPolicy()}
 }
 
 func (e *Executor) Name() string         { return ExecutorName }
@@ -98,7 +102,7 @@ func (e *Executor) Run(ctx context.Context, job airlock.Job) (airlock.Result, er
 			return res, err
 		}
 		for _, c := range job.Grants.Credentials {
-			v, err := st.resolve(c.Ref)
+			v, err := e.value(ctx, st, &job, c.Ref)
 			if err != nil {
 				err = &airlock.NotAdmitted{Tier: ExecutorName, Reason: err.Error()}
 				res.SetError(err)
@@ -127,4 +131,25 @@ func (e *Executor) Run(ctx context.Context, job airlock.Job) (airlock.Result, er
 		}
 	}
 	return out, err
+}
+
+// value resolves ref: a stored value, or a token minted for this job.
+func (e *Executor) value(ctx context.Context, st *store, job *airlock.Job, ref string) (string, error) {
+	c, err := st.lookup(ref)
+	if err != nil || c.Type != "oidc" {
+		return c.Value, err
+	}
+	if e.issuer == nil {
+		return "", fmt.Errorf("credential %q is an OIDC token, and this executor has no issuer", ref)
+	}
+	// The token lives as long as the job may, and names the caller and
+	// the exact job.
+	limits, err := e.limits.Resolve(job.Limits)
+	if err != nil {
+		return "", err
+	}
+	peer := peerOf(ctx)
+	digest := approve.Of(job, ExecutorName, peer)
+	return e.issuer.Mint(Claims{Subject: peer + ":sha256:" + string(digest), Audience: c.Audience, Scopes: c.Scopes,
+		Deadline: e.issuer.now().Add(limits.Wall())})
 }

@@ -34,8 +34,24 @@ type Record struct {
 	UID   int    `json:"uid"`
 	GID   int    `json:"gid"`
 	Allow Allow  `json:"allow"`
-	dir   string
+	// Issuer is the URL in the `iss` of the account's OIDC tokens, where
+	// verifiers find discovery (empty: IssuerURL's default).
+	Issuer string `json:"issuer,omitempty"`
+	dir    string
 }
+
+// IssuerURL is the issuer of the account's OIDC tokens: Issuer, or by
+// default http://airlock-NAME, a name for the executor itself, whose
+// discovery and JWKS it serves on its socket.
+func (r Record) IssuerURL() string {
+	if r.Issuer != "" {
+		return r.Issuer
+	}
+	return "http://" + UserName(r.Name)
+}
+
+// KeyPath is the account's OIDC signing key.
+func (r Record) KeyPath() string { return filepath.Join(r.Home(), "oidc-key.pem") }
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,23}$`)
 

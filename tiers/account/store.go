@@ -25,9 +25,12 @@ type store struct {
 }
 
 type storedCredential struct {
-	// Type is "static" (the default): Value is the credential.
-	Type  string `json:"type,omitempty"`
-	Value string `json:"value"`
+	// Type is "static" (the default: Value is the credential) or "oidc"
+	// (a token minted per job for Audience with Scopes, see [Issuer]).
+	Type     string   `json:"type,omitempty"`
+	Value    string   `json:"value,omitempty"`
+	Audience string   `json:"audience,omitempty"`
+	Scopes   []string `json:"scopes,omitempty"`
 }
 
 // loadStore reads the store at path, refusing one that another user owns
@@ -58,9 +61,15 @@ func loadStore(path string) (*store, error) {
 		return nil, fmt.Errorf("credential store %s: %w", path, err)
 	}
 	for ref, c := range s.Credentials {
+		if c.Type == "oidc" {
+			if c.Audience == "" || c.Value != "" {
+				return nil, fmt.Errorf("credential store %s: %s: an oidc credential has an audience (and scopes), no value", path, ref)
+			}
+			continue
+		}
 		switch {
 		case c.Type != "" && c.Type != "static":
-			return nil, fmt.Errorf("credential store %s: %s: unknown type %q (want static)", path, ref, c.Type)
+			return nil, fmt.Errorf("credential store %s: %s: unknown type %q (want static or oidc)", path, ref, c.Type)
 		case len(c.Value) < MinValue:
 			return nil, fmt.Errorf("credential store %s: %s: a value shorter than %d bytes cannot be scrubbed from output reliably", path, ref, MinValue)
 		case bytes.IndexByte([]byte(c.Value), 0) >= 0:
@@ -70,19 +79,44 @@ func loadStore(path string) (*store, error) {
 	return &s, nil
 }
 
-// resolve returns the value of ref.
-func (s *store) resolve(ref string) (string, error) {
+// lookup returns the stored credential ref.
+func (s *store) lookup(ref string) (storedCredential, error) {
 	c, ok := s.Credentials[ref]
 	if !ok {
-		return "", fmt.Errorf("no credential %q in this account's store", ref)
+		return c, fmt.Errorf("no credential %q in this account's store", ref)
 	}
-	return c.Value, nil
+	return c, nil
+}
+
+// resolve returns the value of a static ref.
+func (s *store) resolve(ref string) (string, error) {
+	c, err := s.lookup(ref)
+	if err == nil && c.Type == "oidc" {
+		err = fmt.Errorf("credential %q is minted per job, not stored", ref)
+	}
+	return c.Value, err
 }
 
 // AddStatic writes (or replaces) the static credential ref in the store
 // at path, creating the store with mode 0600; it never logs the value.
 // It is for set-up as the account's owner (root) and for tests.
 func AddStatic(path, ref, value string, uid, gid int) error {
+	if len(value) < MinValue {
+		return fmt.Errorf("credential %s: a value shorter than %d bytes cannot be scrubbed from output reliably", ref, MinValue)
+	}
+	return add(path, ref, storedCredential{Value: value}, uid, gid)
+}
+
+// AddOIDC writes (or replaces) the OIDC credential ref: each job that
+// names it gets a token minted for audience with scopes.
+func AddOIDC(path, ref, audience string, scopes []string, uid, gid int) error {
+	if audience == "" {
+		return fmt.Errorf("credential %s: an oidc credential needs an audience", ref)
+	}
+	return add(path, ref, storedCredential{Type: "oidc", Audience: audience, Scopes: scopes}, uid, gid)
+}
+
+func add(path, ref string, c storedCredential, uid, gid int) error {
 	s := store{Credentials: map[string]storedCredential{}}
 	if data, err := os.ReadFile(path); err == nil {
 		if err := json.Unmarshal(data, &s); err != nil {
@@ -94,10 +128,7 @@ func AddStatic(path, ref, value string, uid, gid int) error {
 	} else if !os.IsNotExist(err) {
 		return err
 	}
-	if len(value) < MinValue {
-		return fmt.Errorf("credential %s: a value shorter than %d bytes cannot be scrubbed from output reliably", ref, MinValue)
-	}
-	s.Credentials[ref] = storedCredential{Value: value}
+	s.Credentials[ref] = c
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
