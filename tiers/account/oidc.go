@@ -145,7 +145,6 @@ func (is *Issuer) Mint(c Claims) (string, error) {
 	return signing + "." + enc.EncodeToString(sig), nil
 }
 
-
 // ServeHTTP answers discovery and the JWKS; it is mounted at
 // /.well-known/ of the executor.
 func (is *Issuer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
