@@ -327,11 +327,6 @@ func startDirect(r account.Record, dir string) error {
 			cmd.Env = append(cmd.Env, "AIRLOCK_TOOLS="+abs)
 		}
 	}
-	for _, k := range []string{"AIRLOCK_CLI_CHILD"} { // the test binary standing in for the CLI
-		if v, ok := os.LookupEnv(k); ok {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
 	cmd.Dir = r.Home()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
