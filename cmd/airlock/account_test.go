@@ -400,6 +400,22 @@ s.connect(sys.argv[1]); print(s.recv(100).decode())`
 		}
 	})
 
+	t.Run("store-and-ref-refusals", func(t *testing.T) {
+		_, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--credential", "X=no-such-ref", "--", "true")
+		if code == 0 || !strings.Contains(errOut, `no credential "no-such-ref" in this account's store`) {
+			t.Errorf("unknown ref: %d %s", code, errOut)
+		}
+		store := a.rec.StorePath()
+		if err := os.Chmod(store, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code = a.run(t, "", "run", "--situation", "credentials", "--credential", "GITHUB_TOKEN=github-readonly", "--", "true")
+		os.Chmod(store, 0o600)
+		if code == 0 || !strings.Contains(errOut, "refused (chmod 600") {
+			t.Errorf("store of mode 0644: %d %s", code, errOut)
+		}
+	})
+
 	// Last: it kills the executor.
 	t.Run("kill-9-mid-job", func(t *testing.T) {
 		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--wall", "90s", "--allow-spawn", "--", "sh", "-c", "echo started; sleep 60")
@@ -475,5 +491,27 @@ func BenchmarkAccountOverhead(b *testing.B) {
 				b.ReportMetric(float64(perOp)/float64(innerPerOp), "x-inner")
 			}
 		})
+	}
+}
+
+// TestAccountCommandErrors: the account command's refusals are one line
+// each, and need no root to be seen.
+func TestAccountCommandErrors(t *testing.T) {
+	t.Setenv("AIRLOCK_ACCOUNTS", t.TempDir())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"account"}, "usage: airlock account add NAME"},
+		{[]string{"account", "frob"}, `unknown or incomplete subcommand "frob"`},
+		{[]string{"account", "add", "Bad_Name"}, "want a lower-case letter"},
+		{[]string{"account", "start", "nosuch"}, "no account nosuch (add it: airlock account add nosuch)"},
+		{[]string{"account", "serve", "nosuch"}, "no account nosuch"},
+	} {
+		var out, errOut bytes.Buffer
+		code := Run(context.Background(), c.args, strings.NewReader(""), &out, &errOut)
+		if code == 0 || !strings.Contains(errOut.String(), c.want) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
+			t.Errorf("%v: exit %d, stderr %q, want one line with %q", c.args, code, errOut.String(), c.want)
+		}
 	}
 }
