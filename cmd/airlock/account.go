@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/internal/tools"
@@ -470,8 +471,12 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 		return err
 	}
 	all := []airlock.Situation{airlock.SituationCredentials, airlock.SituationExpression, airlock.SituationInternal, airlock.SituationPublic, airlock.SituationMultiTenant}
+	// Approvals are the caller's: it approved the job, references and
+	// all, before sending it; the executor has no approvers of its own.
+	noRules := []approve.Rule{}
 	cfg := server.Config{
-		Audit: filepath.Join(r.Home(), "audit.jsonl"),
+		Approvals: &server.Approvals{Rules: &noRules},
+		Audit:     filepath.Join(r.Home(), "audit.jsonl"),
 		Tenants: []server.Tenant{{Name: "caller", KeySHA256: server.HashKey(key),
 			Situation: airlock.SituationCredentials, Situations: all}},
 	}
