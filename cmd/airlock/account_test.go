@@ -316,12 +316,17 @@ s.connect(sys.argv[1]); print(s.recv(100).decode())`
 			}
 			return l
 		}
-		// Level 5: the account boundary and the inner sandbox.
-		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--allow-spawn", "--", "sh", "-c", payload)
+		// Level 5: the account boundary and the inner sandbox, which also
+		// keeps the job out of the account's own store and signing key.
+		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--allow-spawn", "--", "sh", "-c",
+			payload+"; cat "+a.rec.StorePath()+" "+a.rec.KeyPath())
 		c.Env = append(c.Env, "CANARY="+envSecret)
 		out, _ := c.CombinedOutput()
 		if l := leaked(string(out)); len(l) > 0 {
 			t.Errorf("a level-5 job read %v:\n%s", l, out)
+		}
+		if strings.Contains(string(out), "PRIVATE KEY") || strings.Contains(string(out), `"credentials"`) {
+			t.Errorf("a level-5 job read the account's store or key:\n%s", out)
 		}
 		// The account boundary alone: the payload run directly as the
 		// account's user, no sandbox.
