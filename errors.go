@@ -117,3 +117,8 @@ func KindOf(err error) ErrorKind {
 	}
 	return ErrInternal
 }
+
+// reasonCredentials is the reason every tier below level 5 gives for not
+// admitting a job with grants.credentials: only an executor under the
+// account that holds them resolves them.
+const reasonCredentials = "grants.credentials are resolved only at level 5 (the account tier, under the account that holds them)"

@@ -83,6 +83,18 @@ type Grants struct {
 	Net     []NetRule         `json:"net,omitempty"`
 	Spawn   bool              `json:"spawn,omitempty"`
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Credentials name credentials the job's program gets in its
+	// environment, by reference: the value is resolved, under another
+	// account, by the executor that holds it (level 5, the account tier),
+	// and never passes through the caller. Only that tier admits them.
+	Credentials []Credential `json:"credentials,omitempty"`
+}
+
+// Credential places the credential named Ref in the program's environment
+// variable Env.
+type Credential struct {
+	Env string `json:"env"`
+	Ref string `json:"ref"`
 }
 
 // FSGrant grants filesystem access: host paths to read, and the size of a
@@ -135,7 +147,7 @@ func (l Limits) CPU() time.Duration { return time.Duration(l.CPUMS) * time.Milli
 // Hermetic reports whether the job is granted nothing: no filesystem, no
 // network, no process spawn and no credentials.
 func (g *Grants) Hermetic() bool {
-	return len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && !g.Spawn && len(g.Secrets) == 0
+	return len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && !g.Spawn && len(g.Secrets) == 0 && len(g.Credentials) == 0
 }
 
 // Language reports whether the kind runs inside an interpreter or runtime

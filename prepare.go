@@ -97,6 +97,11 @@ func (p *LimitPolicy) PrepareInPlace(job *Job, now time.Time) error {
 	if err := job.Validate(); err != nil {
 		return err
 	}
+	if len(job.Grants.Credentials) > 0 {
+		// Only an executor holding them resolves credentials; a tier that
+		// prepares the job itself would run it without them.
+		return &NotAdmitted{Reason: reasonCredentials}
+	}
 	if job.Limits == (Limits{}) {
 		job.Limits = p.defaults()
 	} else {
@@ -281,7 +286,7 @@ func checkCollectPattern(p string) error {
 }
 
 func validateGrants(g *Grants) error {
-	if len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && len(g.Secrets) == 0 {
+	if len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && len(g.Secrets) == 0 && len(g.Credentials) == 0 {
 		return nil // nothing granted, nothing to check
 	}
 	for i, p := range g.FS.Read {
@@ -322,7 +327,38 @@ func validateGrants(g *Grants) error {
 			return invalid("grants.secrets", "%q is not a valid variable name", name)
 		}
 	}
+	for i, c := range g.Credentials {
+		switch {
+		case !validEnvName(c.Env):
+			return invalid("grants.credentials", "entry %d: env %q is not a valid variable name", i, c.Env)
+		case !validRef(c.Ref):
+			return invalid("grants.credentials", "entry %d: ref %q must be 1-64 letters, digits, '.', '_' or '-'", i, c.Ref)
+		}
+		if _, ok := g.Secrets[c.Env]; ok {
+			return invalid("grants.credentials", "entry %d: %s is also in grants.secrets", i, c.Env)
+		}
+		for _, d := range g.Credentials[:i] {
+			if d.Env == c.Env {
+				return invalid("grants.credentials", "entry %d: %s is set twice", i, c.Env)
+			}
+		}
+	}
 	return nil
+}
+
+// validRef reports whether s can name a credential in an executor's store.
+func validRef(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		switch {
+		case c == '_', c == '-', c == '.', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // validateEnv checks a job's plain environment: valid names and values,
@@ -341,6 +377,11 @@ func validateEnv(job *Job) error {
 		}
 		if _, ok := job.Grants.Secrets[name]; ok {
 			return invalid("env["+name+"]", "is also in grants.secrets")
+		}
+		for _, c := range job.Grants.Credentials {
+			if c.Env == name {
+				return invalid("env["+name+"]", "is also in grants.credentials")
+			}
 		}
 	}
 	return nil

@@ -242,6 +242,11 @@ func TestPolicy(t *testing.T) {
 	if p.Requires(&e, "expr") != "credentials" {
 		t.Error("a job with credentials does not need approval")
 	}
+	ref := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"gh"}, Situation: airlock.SituationCredentials,
+		Grants: airlock.Grants{Credentials: []airlock.Credential{{Env: "GITHUB_TOKEN", Ref: "github-readonly"}}}}
+	if p.Requires(&ref, "account") != "credentials" {
+		t.Error("a job with credential references does not need approval")
+	}
 	bad := approve.Policy{Rules: []approve.Rule{{Name: "x", Kinds: []airlock.Kind{"shell"}}}}
 	if bad.Validate() == nil {
 		t.Error("an unknown kind is accepted")

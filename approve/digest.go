@@ -197,6 +197,15 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 		c.str("name", n)
 		c.str("value", g.Secrets[n])
 	}
+	// Added after the first encoding, present only when set (see scheme).
+	// A reference, not a value: the executor resolves it.
+	if len(g.Credentials) > 0 {
+		c.int("credentials", int64(len(g.Credentials)))
+		for _, cr := range g.Credentials {
+			c.str("env", cr.Env)
+			c.str("ref", cr.Ref)
+		}
+	}
 	l := job.Limits
 	for _, v := range []int64{l.WallMS, l.CPUMS, l.MemoryMB, l.OutputBytes, l.Pids, l.Files, l.Steps} {
 		c.int("limit", v)

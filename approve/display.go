@@ -55,6 +55,9 @@ type DisplayGrants struct {
 	Net       []airlock.NetRule `json:"net,omitempty"`
 	Spawn     bool              `json:"spawn,omitempty"`
 	Secrets   []string          `json:"secrets,omitempty"` // names, sorted
+	// Credentials are "ENV=REF": the variable and the reference the
+	// executor resolves (never a value).
+	Credentials []string `json:"credentials,omitempty"`
 }
 
 // Content is a payload as shown: its size and SHA-256, and its escaped
@@ -360,6 +363,9 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 	slices.Sort(secrets)
 	for _, n := range secrets {
 		dg.Secrets = append(dg.Secrets, d.line("grants.secrets", n))
+	}
+	for i, cr := range g.Credentials {
+		dg.Credentials = append(dg.Credentials, d.line(fmt.Sprintf("grants.credentials[%d]", i), cr.Env+"="+cr.Ref))
 	}
 	out.Hidden, out.Fields, out.Warnings = d.hidden, d.fields, d.warnings
 	if more := d.hidden - len(d.warnings); more > 0 {

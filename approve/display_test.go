@@ -225,7 +225,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 			t.Errorf("airlock.Job.%s is not in the approver's display", f.Name)
 		}
 	}
-	grants := map[string]bool{"FS": true, "Net": true, "Spawn": true, "Secrets": true, "Read": true, "ScratchMB": true}
+	grants := map[string]bool{"FS": true, "Net": true, "Spawn": true, "Secrets": true, "Credentials": true, "Read": true, "ScratchMB": true}
 	for _, typ := range []reflect.Type{reflect.TypeFor[airlock.Grants](), reflect.TypeFor[airlock.FSGrant]()} {
 		for _, f := range reflect.VisibleFields(typ) {
 			if !grants[f.Name] {

@@ -23,8 +23,10 @@ type Rule struct {
 	Tiers      []string            `json:"tiers,omitempty"`
 	Net        *bool               `json:"net,omitempty"`
 	Spawn      *bool               `json:"spawn,omitempty"`
-	Secrets    *bool               `json:"secrets,omitempty"`
-	FSRead     *bool               `json:"fs_read,omitempty"`
+	// Secrets matches jobs handed credentials: values (grants.secrets)
+	// or references (grants.credentials).
+	Secrets *bool `json:"secrets,omitempty"`
+	FSRead  *bool `json:"fs_read,omitempty"`
 }
 
 // DefaultPolicy requires an approval for any command with a network grant
@@ -85,7 +87,7 @@ func (r *Rule) matches(job *airlock.Job, tier string) bool {
 		(len(r.Tiers) == 0 || slices.Contains(r.Tiers, tier)) &&
 		flag(r.Net, len(g.Net) > 0) &&
 		flag(r.Spawn, g.Spawn) &&
-		flag(r.Secrets, len(g.Secrets) > 0) &&
+		flag(r.Secrets, len(g.Secrets) > 0 || len(g.Credentials) > 0) &&
 		flag(r.FSRead, len(g.FS.Read) > 0)
 }
 

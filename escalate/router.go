@@ -257,7 +257,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 		}
 		refused = true
 	}
-	return ri, -1, refused, noneAdmits(rule, job)
+	return ri, -1, refused, r.noneAdmits(rule, job)
 }
 
 // candidate returns the first tier from index i on that rule lets a job
@@ -272,8 +272,35 @@ func (r *Router) candidate(rule *Rule, i int) int {
 	return -1
 }
 
-func noneAdmits(rule *Rule, job *airlock.Job) error {
-	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job))}
+func (r *Router) noneAdmits(rule *Rule, job *airlock.Job) error {
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)%s", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allUnavailable(rule, job))}
+}
+
+// allUnavailable says why, when no tier the rule lets a job use is
+// available, or when only level-5 tiers are (the account tier refuses
+// grants.secrets, say): the refusal then carries what to do.
+func (r *Router) allUnavailable(rule *Rule, job *airlock.Job) string {
+	var why []string
+	for i := range r.tiers {
+		e := &r.tiers[i]
+		if e.level < rule.MinLevel || (len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name)) {
+			continue
+		}
+		switch {
+		case e.unavailable != nil:
+			why = append(why, e.name+": unavailable: "+e.unavailable.Error())
+		case e.level < airlock.LevelAccount:
+			return ""
+		default:
+			if err := e.tier.Admit(*job); err != nil {
+				why = append(why, err.Error())
+			}
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(why, "; ")
 }
 
 // defaulted says, in a refusal, that the job named no situation and got
@@ -324,7 +351,7 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 			refused = true
 		}
 		if ti < 0 {
-			return r.refuse(job, noneAdmits(rule, &job))
+			return r.refuse(job, r.noneAdmits(rule, &job))
 		}
 	}
 	var reasons []string

@@ -90,6 +90,7 @@ type jobFlags struct {
 	// The permission flags: each adds to the job's grants.
 	net     stringList
 	secrets stringList
+	creds   stringList
 	env     stringList
 	files   stringList
 	scratch int64
@@ -119,6 +120,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.BoolVar(&f.spawn, "allow-spawn", false, "let the program start other programs")
 	fs.StringVar(&f.image, "image", "", "the `IMAGE` a command runs in: a name the image store knows (airlock images), a reference pinned by digest, or host (default: python where it is built, else host)")
 	fs.Var(&f.secrets, "secret", "pass the environment variable `NAME` to the job as a secret (repeatable; its value is taken from this environment)")
+	fs.Var(&f.creds, "credential", "give the program the credential `ENV=REF`: the variable ENV set to the credential the account's executor holds as REF (repeatable; level 5 only; the value never passes through this process)")
 	fs.Var(&f.env, "env", "set `NAME=VALUE` in the program's environment (repeatable; recorded and replayed, unlike a secret)")
 	fs.Var(&f.files, "file", "place the local file `LOCAL[:PATH]` in the scratch directory at PATH (default: its base name; repeatable; any bytes)")
 }
@@ -195,6 +197,13 @@ func (f *jobFlags) permissions(job *airlock.Job) error {
 			job.Grants.Secrets = map[string]string{}
 		}
 		job.Grants.Secrets[name] = v
+	}
+	for _, kv := range f.creds {
+		name, ref, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || ref == "" {
+			return jobs.Invalid("--credential", "%q: want ENV=REF", kv)
+		}
+		job.Grants.Credentials = append(job.Grants.Credentials, airlock.Credential{Env: name, Ref: ref})
 	}
 	for _, kv := range f.env {
 		name, v, ok := strings.Cut(kv, "=")

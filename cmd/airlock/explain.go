@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/tiers/account"
 )
 
 func init() {
@@ -104,9 +105,25 @@ func explainCmd(ctx context.Context, e *env) int {
 			fmt.Fprintf(e.stdout, "note:      %s\n", note)
 		}
 		x.Write(e.stdout)
+		if acct := accountLine(job); acct != "" {
+			fmt.Fprintf(e.stdout, "\n%s\n", acct)
+		}
 	}
 	if x.Chosen == "" {
 		return exitNotAdmitted
 	}
 	return exitOK
+}
+
+// accountLine names the account a level-5 job would run under, for a job
+// in the credentials situation or one naming credentials.
+func accountLine(job airlock.Job) string {
+	if job.Situation != airlock.SituationCredentials && len(job.Grants.Credentials) == 0 && job.Tier != account.Name {
+		return ""
+	}
+	r, err := account.Selected(account.Dir())
+	if err != nil {
+		return "account:   none: " + err.Error()
+	}
+	return fmt.Sprintf("account:   %s (its executor runs as %s, uid %d, on %s)", r.Name, r.User, r.UID, r.Socket())
 }

@@ -26,7 +26,7 @@ func TestEntriesDistinct(t *testing.T) {
 		}
 		seen[e.Name] = true
 	}
-	for _, name := range []string{"expr", "starlark", "wasm", "seccomp", "guarded-expr", "guarded-starlark", "process", "gvisor", "microvm"} {
+	for _, name := range []string{"expr", "starlark", "wasm", "seccomp", "guarded-expr", "guarded-starlark", "process", "gvisor", "microvm", "account"} {
 		if !seen[name] {
 			t.Errorf("%s missing", name)
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/tiers/account"
 	"github.com/airlock-sandbox/airlock/tiers/process"
 )
 
@@ -60,3 +61,7 @@ func microvmProbe(Options) error {
 	}
 	return nil
 }
+
+// accountProbe is the account tier's check: an account is selected and
+// its executor's socket exists.
+func accountProbe(Options) error { return account.FromSelected().Available() }

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/interp/expr"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
+	"github.com/airlock-sandbox/airlock/tiers/account"
 	"github.com/airlock-sandbox/airlock/tiers/gvisor"
 	"github.com/airlock-sandbox/airlock/tiers/microvm"
 	"github.com/airlock-sandbox/airlock/tiers/process"
@@ -188,6 +189,12 @@ func Entries() []Entry {
 				cfg = cfg.WithImages(o.Images)
 			}
 			return microvm.New(cfg)
+		}},
+		// Level 5: a client of the selected account's executor (see
+		// docs/account.md); unavailable, saying how to add one, when no
+		// account is configured.
+		{Name: account.Name, Level: airlock.LevelAccount, Cost: 2 * time.Second, Probe: accountProbe, New: func(Options) (airlock.Tier, error) {
+			return account.FromSelected(), nil
 		}},
 	}
 }

@@ -1,0 +1,527 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/tiers/account"
+)
+
+func init() {
+	register(&command{
+		name:    "account",
+		summary: "manage level-5 accounts: executors under other OS users that hold credentials (see docs/account.md)",
+		usage: `account add NAME [--allow-uid N]... [--allow-gid N]...   create the OS user, its directories, credential store and unit
+       airlock account list                                    list the accounts and whether each executor runs
+       airlock account set NAME REF < VALUE                    store a credential (value on stdin, never in arguments)
+       airlock account set NAME REF --oidc AUDIENCE [--scope S]...  an OIDC token minted per job
+       airlock account start NAME | stop NAME                  start or stop the account's executor
+       airlock account rm NAME                                 stop it, remove the user, its directories and unit
+       airlock account serve NAME                              the executor itself (run as the account's user)`,
+		run: accountCmd,
+	})
+}
+
+func accountCmd(ctx context.Context, e *env) int {
+	c := commands["account"]
+	fs := e.flags(c)
+	var allowUIDs, allowGIDs stringList
+	fs.Var(&allowUIDs, "allow-uid", "with add: a caller uid the executor serves (repeatable; default: the invoking user's, SUDO_UID when set)")
+	fs.Var(&allowGIDs, "allow-gid", "with add: a caller gid the executor serves (repeatable)")
+	issuer := fs.String("issuer", "", "with add: the URL in the iss of the account's OIDC tokens (default http://airlock-NAME, served on the executor's socket)")
+	oidcAud := fs.String("oidc", "", "with set: the credential is an OIDC token minted per job for this `AUDIENCE`")
+	var scopes stringList
+	fs.Var(&scopes, "scope", "with set --oidc: a scope the token carries (repeatable)")
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	usage := jobs.Invalid("", "usage: airlock %s", strings.SplitN(c.usage, "\n", 2)[0])
+	if len(pos) == 0 {
+		return e.fail(usage)
+	}
+	sub, args := pos[0], pos[1:]
+	need := func(n int) bool { return len(args) == n }
+	dir := account.Dir()
+	var err error
+	switch {
+	case sub == "list" && need(0):
+		err = accountList(e, dir)
+	case sub == "add" && need(1):
+		err = accountAdd(e, dir, args[0], *issuer, allowUIDs, allowGIDs)
+	case sub == "set" && need(2):
+		err = accountSet(e, dir, args[0], args[1], *oidcAud, scopes)
+	case sub == "start" && need(1):
+		err = accountStart(ctx, e, dir, args[0])
+	case sub == "stop" && need(1):
+		err = accountStop(e, dir, args[0])
+	case sub == "rm" && need(1):
+		err = accountRemove(e, dir, args[0])
+	case sub == "serve" && need(1):
+		err = accountServe(ctx, e, dir, args[0])
+	default:
+		return e.fail(jobs.Invalid("", "unknown or incomplete subcommand %q (see `airlock help account`)", strings.Join(pos, " ")))
+	}
+	if err != nil {
+		return e.fail(err)
+	}
+	return exitOK
+}
+
+func needRoot(what string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("airlock account %s needs root (it manages OS users)", what)
+	}
+	return nil
+}
+
+func parseIDs(flag string, list []string) ([]uint32, error) {
+	var out []uint32
+	for _, s := range list {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return nil, jobs.Invalid(flag, "%q is not a numeric id", s)
+		}
+		out = append(out, uint32(n))
+	}
+	return out, nil
+}
+
+// systemd reports whether systemd manages this machine.
+func systemd() bool {
+	st, err := os.Stat("/run/systemd/system")
+	return err == nil && st.IsDir()
+}
+
+func unitName(name string) string { return "airlock-account-" + name + ".service" }
+
+func unitPath(name string) string { return filepath.Join("/etc/systemd/system", unitName(name)) }
+
+func accountAdd(e *env, dir, name, issuer string, allowUIDs, allowGIDs []string) error {
+	if err := account.CheckName(name); err != nil {
+		return jobs.Invalid("NAME", "%s", err.Error())
+	}
+	if err := needRoot("add"); err != nil {
+		return err
+	}
+	uids, err := parseIDs("--allow-uid", allowUIDs)
+	if err != nil {
+		return err
+	}
+	gids, err := parseIDs("--allow-gid", allowGIDs)
+	if err != nil {
+		return err
+	}
+	if len(uids) == 0 && len(gids) == 0 {
+		caller := os.Getuid()
+		if s := os.Getenv("SUDO_UID"); s != "" {
+			if n, err := strconv.Atoi(s); err == nil {
+				caller = n
+			}
+		}
+		uids = []uint32{uint32(caller)}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("accounts directory: %w", err)
+	}
+	uname := account.UserName(name)
+	u, err := user.Lookup(uname)
+	if err != nil {
+		home := filepath.Join(dir, name)
+		out, err := exec.Command("useradd", "--system", "--user-group", "--shell", "/usr/sbin/nologin",
+			"--home-dir", home, "--no-create-home", "--comment", "airlock account "+name, uname).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("useradd %s: %v: %s", uname, err, strings.TrimSpace(string(out)))
+		}
+		if u, err = user.Lookup(uname); err != nil {
+			return fmt.Errorf("user %s after useradd: %w", uname, err)
+		}
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	r := account.Record{Name: name, User: uname, UID: uid, GID: gid, Allow: account.Allow{UIDs: uids, GIDs: gids}, Issuer: issuer}
+	if err := r.Save(dir); err != nil {
+		return fmt.Errorf("account %s: %w", name, err)
+	}
+	if err := r.Prepare(); err != nil {
+		return fmt.Errorf("account %s: %w", name, err)
+	}
+	unit := "no systemd here: start it with airlock account start " + name
+	if systemd() {
+		if err := writeUnit(r, dir); err != nil {
+			return err
+		}
+		unit = "unit " + unitPath(name)
+	}
+	fmt.Fprintf(e.stdout, "account %s: user %s (uid %d), credential store %s, socket %s, serves %s; %s\n", name, uname, uid, r.StorePath(), r.Socket(), r.Allow, unit)
+	return nil
+}
+
+func writeUnit(r account.Record, dir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	unit := fmt.Sprintf(`[Unit]
+Description=airlock executor of account %[1]s (level 5)
+After=network.target
+
+[Service]
+User=%[2]s
+Group=%[2]s
+Environment=AIRLOCK_ACCOUNTS=%[3]s HOME=%[4]s TMPDIR=%[4]s/tmp
+ExecStart=%[5]s account serve %[1]s
+Restart=on-failure
+NoNewPrivileges=yes
+ProtectHome=yes
+PrivateTmp=yes
+
+[Install]
+WantedBy=multi-user.target
+`, r.Name, r.User, dir, r.Home(), exe)
+	return os.WriteFile(unitPath(r.Name), []byte(unit), 0o644)
+}
+
+func accountList(e *env, dir string) error {
+	all, err := account.List(dir)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACCOUNT\tUSER\tUID\tEXECUTOR\tSERVES\tSOCKET")
+	for _, r := range all {
+		state := "stopped"
+		if executorUp(r) {
+			state = "running"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.User, r.UID, state, r.Allow, r.Socket())
+	}
+	return tw.Flush()
+}
+
+func accountSet(e *env, dir, name, ref, audience string, scopes []string) error {
+	r, err := account.Load(dir, name)
+	if err != nil {
+		return err
+	}
+	if err := needRoot("set"); err != nil {
+		return err
+	}
+	j := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: airlock.Grants{Credentials: []airlock.Credential{{Env: "X", Ref: ref}}}}
+	if err := j.Validate(); err != nil {
+		return jobs.Invalid("REF", "%q: want 1-64 letters, digits, '.', '_' or '-'", ref)
+	}
+	if audience != "" {
+		if err := account.AddOIDC(r.StorePath(), ref, audience, scopes, r.UID, r.GID); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "account %s: OIDC credential %s for %s stored (issuer %s)\n", name, ref, audience, r.IssuerURL())
+		return nil
+	}
+	value, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
+	if err != nil {
+		return err
+	}
+	v := strings.TrimRight(string(value), "\r\n")
+	if err := account.AddStatic(r.StorePath(), ref, v, r.UID, r.GID); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "account %s: credential %s stored\n", name, ref)
+	return nil
+}
+
+// executorUp reports whether the account's executor answers on its socket.
+func executorUp(r account.Record) bool {
+	c, err := net.DialTimeout("unix", r.Socket(), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func pidFile(r account.Record) string { return filepath.Join(r.RunDir(), "executor.pid") }
+
+func accountStart(ctx context.Context, e *env, dir, name string) error {
+	r, err := account.Load(dir, name)
+	if err != nil {
+		return err
+	}
+	if err := needRoot("start"); err != nil {
+		return err
+	}
+	if executorUp(r) {
+		fmt.Fprintf(e.stdout, "account %s: executor already running on %s\n", name, r.Socket())
+		return nil
+	}
+	if systemd() {
+		if out, err := exec.Command("systemctl", "start", unitName(name)).CombinedOutput(); err != nil {
+			return fmt.Errorf("systemctl start %s: %v: %s", unitName(name), err, strings.TrimSpace(string(out)))
+		}
+	} else if err := startDirect(r, dir); err != nil {
+		return err
+	}
+	// Bounded: the executor builds its inner tier before it listens.
+	for i := 0; i < 600; i++ {
+		if executorUp(r) {
+			fmt.Fprintf(e.stdout, "account %s: executor running as %s on %s\n", name, r.User, r.Socket())
+			return nil
+		}
+		if pid, err := readPid(r); err == nil && syscall.Kill(pid, 0) != nil {
+			break // it exited
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	tail, _ := os.ReadFile(filepath.Join(r.Home(), "executor.log"))
+	lines := strings.Split(strings.TrimSpace(string(tail)), "\n")
+	return fmt.Errorf("account %s: the executor did not start: %s", name, lines[len(lines)-1])
+}
+
+// startDirect starts the executor under the account's user with setpriv,
+// where no systemd runs: a new session, a clean environment, no
+// supplementary groups, no capabilities, no new privileges.
+func startDirect(r account.Record, dir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return errors.New("setpriv not found (util-linux): cannot start the executor under the account's user")
+	}
+	logf, err := os.OpenFile(filepath.Join(r.Home(), "executor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	if err := logf.Chown(r.UID, r.GID); err != nil {
+		return err
+	}
+	cmd := exec.Command(setpriv, "--reuid", strconv.Itoa(r.UID), "--regid", strconv.Itoa(r.GID), "--clear-groups",
+		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", exe, "account", "serve", r.Name)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + r.Home(), "TMPDIR=" + filepath.Join(r.Home(), "tmp"), "AIRLOCK_ACCOUNTS=" + dir}
+	if d := tools.Dir(); d != "" {
+		if abs, err := filepath.Abs(d); err == nil {
+			cmd.Env = append(cmd.Env, "AIRLOCK_TOOLS="+abs)
+		}
+	}
+	cmd.Dir = r.Home()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the executor: %w", err)
+	}
+	pid := cmd.Process.Pid
+	go cmd.Wait() // reap it should it exit while this process lives
+	return os.WriteFile(pidFile(r), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+}
+
+func readPid(r account.Record) (int, error) {
+	data, err := os.ReadFile(pidFile(r))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(data)))
+}
+
+func accountStop(e *env, dir, name string) error {
+	r, err := account.Load(dir, name)
+	if err != nil {
+		return err
+	}
+	if err := needRoot("stop"); err != nil {
+		return err
+	}
+	stopExecutor(r)
+	fmt.Fprintf(e.stdout, "account %s: executor stopped\n", name)
+	return nil
+}
+
+// stopExecutor stops the executor and waits (bounded) until it is gone.
+func stopExecutor(r account.Record) {
+	if systemd() {
+		_ = exec.Command("systemctl", "stop", unitName(r.Name)).Run()
+	}
+	pid, err := readPid(r)
+	if err != nil {
+		return
+	}
+	// Only a process of the account's user is signalled: a stale pid
+	// file must not stop another process.
+	if st, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) == r.UID {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			for i := 0; i < 150 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	os.Remove(pidFile(r))
+}
+
+func accountRemove(e *env, dir, name string) error {
+	if err := account.CheckName(name); err != nil {
+		return jobs.Invalid("NAME", "%s", err.Error())
+	}
+	if err := needRoot("rm"); err != nil {
+		return err
+	}
+	r, err := account.Load(dir, name)
+	if err != nil {
+		if _, statErr := os.Stat(filepath.Join(dir, name+".json")); errors.Is(statErr, os.ErrNotExist) {
+			fmt.Fprintf(e.stdout, "account %s: not present\n", name)
+			return nil
+		}
+		return err
+	}
+	stopExecutor(r)
+	if systemd() {
+		_ = exec.Command("systemctl", "disable", unitName(name)).Run()
+		os.Remove(unitPath(name))
+	}
+	// Whatever the account's user still runs goes first, or userdel refuses.
+	_ = exec.Command("pkill", "-KILL", "-U", strconv.Itoa(r.UID)).Run()
+	if _, err := user.Lookup(r.User); err == nil {
+		if out, err := exec.Command("userdel", r.User).CombinedOutput(); err != nil {
+			return fmt.Errorf("userdel %s: %v: %s", r.User, err, strings.TrimSpace(string(out)))
+		}
+	}
+	for _, p := range []string{r.Home(), r.RunDir()} {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, name+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "account %s: removed (user %s, its directories and credential store)\n", name, r.User)
+	return nil
+}
+
+// innerTier picks the executor's sandbox: the first level-4 tier that can
+// run here under the account's user. gVisor's tier needs root; the
+// microVM under TCG runs unprivileged.
+func innerTier() (airlock.Tier, error) {
+	var why []string
+	for _, en := range tierset.Entries() {
+		if en.Level != airlock.LevelVirtualisation {
+			continue
+		}
+		if en.Probe != nil {
+			if err := en.Probe(tierset.Options{}); err != nil {
+				why = append(why, en.Name+": "+err.Error())
+				continue
+			}
+		}
+		t, err := en.New(tierset.Options{})
+		if err != nil {
+			why = append(why, en.Name+": "+err.Error())
+			continue
+		}
+		return t, nil
+	}
+	return nil, &backendMissing{refusal: &airlock.NotAdmitted{Reason: "no sandbox tier runs under this account"}, missing: why}
+}
+
+func accountServe(ctx context.Context, e *env, dir, name string) error {
+	r, err := account.Load(dir, name)
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != r.UID {
+		return fmt.Errorf("the executor of account %s runs as its user %s (uid %d), not uid %d (start it: airlock account start %s)", name, r.User, r.UID, os.Geteuid(), name)
+	}
+	inner, err := innerTier()
+	if err != nil {
+		return err
+	}
+	issuer, err := account.LoadIssuer(r.IssuerURL(), r.KeyPath())
+	if err != nil {
+		tierset.Close([]airlock.Tier{inner})
+		return err
+	}
+	ex := account.NewExecutor(inner, r.StorePath(), issuer)
+	key, err := randomKey()
+	if err != nil {
+		ex.Close()
+		return err
+	}
+	all := []airlock.Situation{airlock.SituationCredentials, airlock.SituationExpression, airlock.SituationInternal, airlock.SituationPublic, airlock.SituationMultiTenant}
+	// Approvals are the caller's: it approved the job, references and
+	// all, before sending it; the executor has no approvers of its own.
+	noRules := []approve.Rule{}
+	cfg := server.Config{
+		Approvals: &server.Approvals{Rules: &noRules},
+		Audit:     filepath.Join(r.Home(), "audit.jsonl"),
+		Tenants: []server.Tenant{{Name: "caller", KeySHA256: server.HashKey(key),
+			Situation: airlock.SituationCredentials, Situations: all}},
+	}
+	srv, err := server.New(cfg, []airlock.Tier{ex}, server.Options{})
+	if err != nil {
+		ex.Close()
+		return err
+	}
+	ln, err := account.Listen(r.Socket(), r.Allow)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	// The peer check has already admitted the connection; the server's
+	// tenant key stays in this process. Discovery and the JWKS are the
+	// issuer's.
+	h := srv.Handler()
+	hs := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if strings.Contains(req.URL.Path, "/.well-known/") {
+				issuer.ServeHTTP(w, req)
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+key)
+			h.ServeHTTP(w, req)
+		}),
+		// The caller's uid names it in OIDC subjects.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if cred, err := account.PeerCred(c); err == nil {
+				return account.WithPeer(ctx, "uid-"+strconv.Itoa(int(cred.Uid)))
+			}
+			return ctx
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	fmt.Fprintf(e.stderr, "airlock: executor of account %s serving on %s as uid %d (inner tier %s; serves %s)\n", name, r.Socket(), r.UID, inner.Name(), r.Allow)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		srv.Close()
+		return err
+	case <-ctx.Done():
+	}
+	err = srv.Shutdown(hs)
+	os.Remove(r.Socket())
+	return err
+}

@@ -1,0 +1,522 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
+	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/tiers/account"
+)
+
+// localAccount is a real account for a test: its OS user, directories,
+// credential store and running executor, made with the real binary and
+// removed at the end (user, directories, processes).
+type localAccount struct {
+	bin, dir, name string
+	rec            account.Record
+	value          string // the credential github-readonly's value
+	env            []string
+}
+
+func (a *localAccount) cmd(ctx context.Context, stdin string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, a.bin, args...)
+	c.Env = a.env
+	c.Stdin = strings.NewReader(stdin)
+	c.Dir = a.dir
+	return c
+}
+
+func (a *localAccount) run(t testing.TB, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := a.cmd(ctx, stdin, args...)
+	var out, errOut bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errOut
+	err := c.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("airlock %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// needAccountHost skips (fails under CI) where a level-5 account cannot
+// be made: not root, no useradd or setpriv, no microVM to run inside it.
+func needAccountHost(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Skipf(t, "an account's OS user is made with useradd, which needs root")
+	}
+	for _, p := range []string{"useradd", "userdel", "setpriv"} {
+		if _, err := exec.LookPath(p); err != nil {
+			testenv.Skipf(t, "%s not found: %v", p, err)
+		}
+	}
+	for _, e := range tierset.Entries() {
+		if e.Name == "microvm" {
+			if err := e.Probe(tierset.Options{}); err != nil {
+				testenv.Skipf(t, "the account's inner tier: %v", err)
+			}
+		}
+	}
+}
+
+// openDir makes dir and its parents up to the root traversable by the
+// account's user (test directories are made 0700).
+func openDir(t testing.TB, dir string) {
+	t.Helper()
+	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o005 != 0o005 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o005); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// buildBinary builds the real airlock binary where the account's user
+// can run it.
+func buildBinary(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "airlock-acct-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	openDir(t, dir)
+	bin := filepath.Join(dir, "airlock")
+	c := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	c.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("building airlock: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func newLocalAccount(t testing.TB) *localAccount {
+	t.Helper()
+	needAccountHost(t)
+	bin := buildBinary(t)
+	dir, err := os.MkdirTemp("", "airlock-acct-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	openDir(t, dir)
+	var rb [3]byte
+	rand.Read(rb[:])
+	a := &localAccount{bin: bin, dir: dir, name: "t" + hex.EncodeToString(rb[:])}
+	toolsDir, _ := filepath.Abs(tools.Dir())
+	a.env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir,
+		"AIRLOCK_ACCOUNTS=" + dir, "AIRLOCK_ACCOUNT=" + a.name, "AIRLOCK_TOOLS=" + toolsDir}
+	t.Cleanup(func() {
+		// rm stops the executor, kills what its user runs, deletes the
+		// user and its directories; then nothing of it may be left.
+		out, errOut, code := a.run(t, "", "account", "rm", a.name)
+		if code != 0 {
+			t.Errorf("account rm: %d %s %s", code, out, errOut)
+		}
+		if _, err := user.Lookup(account.UserName(a.name)); err == nil {
+			t.Errorf("user %s left behind", account.UserName(a.name))
+		}
+		if a.rec.UID > 0 {
+			if pids := processesOf(a.rec.UID); len(pids) > 0 {
+				t.Errorf("processes of uid %d left behind: %v", a.rec.UID, pids)
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	if out, errOut, code := a.run(t, "", "account", "add", a.name); code != 0 {
+		t.Fatalf("account add: %d %s %s", code, out, errOut)
+	}
+	// Idempotent.
+	if out, errOut, code := a.run(t, "", "account", "add", a.name); code != 0 {
+		t.Fatalf("account add again: %d %s %s", code, out, errOut)
+	}
+	if a.rec, err = account.Load(dir, a.name); err != nil {
+		t.Fatal(err)
+	}
+	a.value = "ghs_" + hex.EncodeToString(rb[:]) + "Zq9x" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if out, errOut, code := a.run(t, a.value+"\n", "account", "set", a.name, "github-readonly"); code != 0 || strings.Contains(out+errOut, a.value) {
+		t.Fatalf("account set: %d %s %s", code, out, errOut)
+	}
+	if out, errOut, code := a.run(t, "", "account", "start", a.name); code != 0 {
+		log, _ := os.ReadFile(filepath.Join(a.rec.Home(), "executor.log"))
+		t.Fatalf("account start: %d %s %s\n%s", code, out, errOut, log)
+	}
+	return a
+}
+
+// processesOf lists the pids that uid runs.
+func processesOf(uid int) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := os.Stat("/proc/" + e.Name()); err == nil && int(st.Sys().(*syscall.Stat_t).Uid) == uid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// noProcessesOf waits, bounded, until uid runs nothing.
+func noProcessesOf(t *testing.T, uid int) {
+	t.Helper()
+	for range 100 {
+		if len(processesOf(uid)) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("uid %d still runs %v", uid, processesOf(uid))
+}
+
+// TestAccountLevel5 runs level-5 jobs through a real local account: its
+// own OS user, an executor reached over a peer-checked Unix socket, a
+// microVM inside it.
+func TestAccountLevel5(t *testing.T) {
+	a := newLocalAccount(t)
+
+	t.Run("done-when", func(t *testing.T) {
+		out, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--credential", "GITHUB_TOKEN=github-readonly", "--",
+			"sh", "-c", `test -n "$GITHUB_TOKEN" && echo ok`)
+		if code != 0 || out != "ok\n" {
+			t.Fatalf("code %d stdout %q stderr %q", code, out, errOut)
+		}
+	})
+
+	t.Run("tiers-and-explain", func(t *testing.T) {
+		out, _, _ := a.run(t, "", "tiers")
+		if !strings.Contains(out, "account") || !strings.Contains(out, "5 account") {
+			t.Errorf("tiers:\n%s", out)
+		}
+		out, _, code := a.run(t, "", "explain", "--situation", "credentials")
+		if code != 0 || !strings.Contains(out, "chosen:    account") || !strings.Contains(out, "account:   "+a.name) {
+			t.Errorf("explain: %d\n%s", code, out)
+		}
+	})
+
+	t.Run("no-value-leaks", func(t *testing.T) {
+		// The caller's own server, with an audit file, routes to the
+		// account tier; the program prints the value every way it can.
+		audit := filepath.Join(t.TempDir(), "audit.jsonl")
+		srv, err := server.New(server.Config{Audit: audit, Tenants: []server.Tenant{{Name: "t", KeySHA256: server.HashKey("k"),
+			Situation: airlock.SituationCredentials}}}, []airlock.Tier{account.New(account.NewConfig(a.name, a.rec.Socket(), a.rec.UID))}, server.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := `echo "$T"; echo "$T" | base64; printf %s "$T" | od -An -tx1 | tr -d ' \n'; echo; echo "$T" >&2; echo "x$T" > out.txt`
+		job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", script}, Situation: airlock.SituationCredentials,
+			Collect: []string{"out.txt"}, Grants: airlock.Grants{Spawn: true, Credentials: []airlock.Credential{{Env: "T", Ref: "github-readonly"}}}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := srv.Router().Run(ctx, job)
+		srv.Close()
+		if err != nil || res.ExitCode != 0 || !strings.Contains(res.Stdout, account.Redacted) {
+			t.Fatalf("run: %v %+v", err, res)
+		}
+		body, _ := os.ReadFile(audit)
+		resJSON, _ := res.MarshalJSON()
+		log, _ := os.ReadFile(filepath.Join(a.rec.Home(), "executor.log"))
+		execAudit, _ := os.ReadFile(filepath.Join(a.rec.Home(), "audit.jsonl"))
+		for _, form := range []string{a.value, hex.EncodeToString([]byte(a.value)), base64.StdEncoding.EncodeToString([]byte(a.value))[:len(a.value)]} {
+			for what, text := range map[string]string{"result": string(resJSON), "caller's audit": string(body), "executor's log": string(log), "executor's audit": string(execAudit)} {
+				if strings.Contains(text, form) {
+					t.Errorf("the %s holds the credential (%q)", what, form)
+				}
+			}
+		}
+		if !strings.Contains(strings.Join(res.Decision, "\n"), "account "+a.name) {
+			t.Errorf("decision names no account: %q", res.Decision)
+		}
+	})
+
+	t.Run("canaries", func(t *testing.T) {
+		// The caller's file (0600), its environment and its socket.
+		cdir, err := os.MkdirTemp("", "airlock-canary-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(cdir)
+		openDir(t, cdir)
+		fileSecret, envSecret, sockSecret := "canary-file-"+a.name, "canary-env-"+a.name, "canary-sock-"+a.name
+		file := filepath.Join(cdir, "secret")
+		if err := os.WriteFile(file, []byte(fileSecret), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(cdir, "caller.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if err := os.Chmod(sock, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte(sockSecret))
+				c.Close()
+			}
+		}()
+		holder := exec.Command("sleep", "120")
+		holder.Env = []string{"CANARY=" + envSecret}
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { holder.Process.Kill(); holder.Wait() }()
+		pid := strconv.Itoa(holder.Process.Pid)
+		sockProbe := `import socket,sys
+s=socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1]); print(s.recv(100).decode())`
+		payload := fmt.Sprintf(`cat %s; cat /proc/%s/environ; cat /proc/*/environ; python3 -c '%s' %s`, file, pid, sockProbe, sock)
+		leaked := func(out string) []string {
+			var l []string
+			for _, s := range []string{fileSecret, envSecret, sockSecret} {
+				if strings.Contains(out, s) {
+					l = append(l, s)
+				}
+			}
+			return l
+		}
+		// Level 5: the account boundary and the inner sandbox, which also
+		// keeps the job out of the account's own store and signing key.
+		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--allow-spawn", "--", "sh", "-c",
+			payload+"; cat "+a.rec.StorePath()+" "+a.rec.KeyPath())
+		c.Env = append(c.Env, "CANARY="+envSecret)
+		out, _ := c.CombinedOutput()
+		if l := leaked(string(out)); len(l) > 0 {
+			t.Errorf("a level-5 job read %v:\n%s", l, out)
+		}
+		if strings.Contains(string(out), "PRIVATE KEY") || strings.Contains(string(out), `"credentials"`) {
+			t.Errorf("a level-5 job read the account's store or key:\n%s", out)
+		}
+		// The account boundary alone: the payload run directly as the
+		// account's user, no sandbox.
+		direct := exec.Command("setpriv", "--reuid", strconv.Itoa(a.rec.UID), "--regid", strconv.Itoa(a.rec.GID), "--clear-groups",
+			"/bin/sh", "-c", payload)
+		direct.Env = []string{"PATH=/usr/bin:/bin"}
+		direct.Dir = "/"
+		out, _ = direct.CombinedOutput()
+		if l := leaked(string(out)); len(l) > 0 {
+			t.Errorf("the account's user read %v without a sandbox:\n%s", l, out)
+		}
+		if !strings.Contains(string(out), "ermission denied") {
+			t.Errorf("the direct run was not refused access:\n%s", out)
+		}
+	})
+
+	t.Run("wrong-peer", func(t *testing.T) {
+		// nobody is not on the executor's allowlist.
+		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--", "true")
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, _ := c.CombinedOutput()
+		if !strings.Contains(string(out), "peer uid 65534 gid 65534 is not allowed") {
+			t.Errorf("nobody's run: %s", out)
+		}
+	})
+
+	t.Run("secrets-refused", func(t *testing.T) {
+		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--secret", "S", "--", "true")
+		c.Env = append(c.Env, "S=value-of-s")
+		out, _ := c.CombinedOutput()
+		if !strings.Contains(string(out), "grants.secrets pass a value through the caller") {
+			t.Errorf("secrets at level 5: %s", out)
+		}
+	})
+
+	t.Run("oidc", func(t *testing.T) {
+		if out, errOut, code := a.run(t, "", "account", "set", a.name, "api-oidc", "--oidc", "https://api.example", "--scope", "repo:read"); code != 0 {
+			t.Fatalf("set --oidc: %d %s %s", code, out, errOut)
+		}
+		start := time.Now()
+		out, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--wall", "20s", "--allow-spawn", "--credential", "ID_TOKEN=api-oidc", "--",
+			"sh", "-c", `echo "$ID_TOKEN"; echo "$ID_TOKEN" | cut -d. -f2`)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != 0 || len(lines) != 2 || lines[0] != account.Redacted {
+			t.Fatalf("code %d stdout %q stderr %q", code, out, errOut)
+		}
+		payload, err := base64.RawURLEncoding.DecodeString(lines[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var claims struct {
+			Iss, Sub, Aud, Scope string
+			Exp                  int64
+		}
+		if err := json.Unmarshal(payload, &claims); err != nil {
+			t.Fatal(err)
+		}
+		exp := time.Unix(claims.Exp, 0)
+		if claims.Iss != "http://"+account.UserName(a.name) || claims.Aud != "https://api.example" || claims.Scope != "repo:read" ||
+			!strings.HasPrefix(claims.Sub, "uid-0:sha256:") || exp.Before(start.Add(20*time.Second)) || exp.After(time.Now().Add(20*time.Second+account.Skew+time.Second)) {
+			t.Errorf("claims %+v (exp %v)", claims, exp)
+		}
+		// Discovery and the JWKS, from the executor, as a verifier reads them.
+		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", a.rec.Socket())
+		}}}
+		ctx := oidc.ClientContext(context.Background(), client)
+		p, err := oidc.NewProvider(ctx, claims.Iss)
+		if err != nil {
+			t.Fatalf("discovery: %v", err)
+		}
+		// A token the verifier cannot have is refused; the keys were fetched.
+		if _, err := p.Verifier(&oidc.Config{ClientID: claims.Aud}).Verify(ctx, "e30.e30.e30"); err == nil {
+			t.Error("a forged token verified")
+		}
+	})
+
+	t.Run("store-and-ref-refusals", func(t *testing.T) {
+		_, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--credential", "X=no-such-ref", "--", "true")
+		if code == 0 || !strings.Contains(errOut, `no credential "no-such-ref" in this account's store`) {
+			t.Errorf("unknown ref: %d %s", code, errOut)
+		}
+		store := a.rec.StorePath()
+		if err := os.Chmod(store, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code = a.run(t, "", "run", "--situation", "credentials", "--credential", "GITHUB_TOKEN=github-readonly", "--", "true")
+		os.Chmod(store, 0o600)
+		if code == 0 || !strings.Contains(errOut, "refused (chmod 600") {
+			t.Errorf("store of mode 0644: %d %s", code, errOut)
+		}
+	})
+
+	// Last: it kills the executor.
+	t.Run("kill-9-mid-job", func(t *testing.T) {
+		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--wall", "90s", "--allow-spawn", "--", "sh", "-c", "echo started; sleep 60")
+		var out bytes.Buffer
+		c.Stdout, c.Stderr = &out, &out
+		start := time.Now()
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		// Wait (bounded) for the job's VM under the account's user.
+		data, err := os.ReadFile(filepath.Join(a.rec.RunDir(), "executor.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		execPid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		for i := 0; i < 600 && len(processesOf(a.rec.UID)) < 2; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second) // into the run
+		if err := syscall.Kill(execPid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(90 * time.Second):
+			c.Process.Kill()
+			t.Fatal("the caller hung after the executor was killed")
+		}
+		if took := time.Since(start); took > 90*time.Second {
+			t.Errorf("the caller took %v, past its wall clock", took)
+		}
+		if c.ProcessState.ExitCode() == 0 || !strings.Contains(out.String(), "went away") {
+			t.Errorf("caller: exit %d: %s", c.ProcessState.ExitCode(), out.String())
+		}
+		noProcessesOf(t, a.rec.UID)
+	})
+}
+
+// BenchmarkAccountOverhead runs /bin/true through the account tier and,
+// side by side, on the executor's own inner tier (the microVM, the one
+// that runs as the account's non-root user) in this process; the account
+// run reports its time as a multiple of the inner one (x-inner).
+func BenchmarkAccountOverhead(b *testing.B) {
+	a := newLocalAccount(b)
+	acct := account.New(account.NewConfig(a.name, a.rec.Socket(), a.rec.UID))
+	var inner airlock.Tier
+	for _, e := range tierset.Entries() {
+		if e.Name == "microvm" {
+			t, err := e.New(tierset.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			inner = t
+		}
+	}
+	defer tierset.Close([]airlock.Tier{inner})
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Situation: airlock.SituationCredentials}
+	var innerPerOp time.Duration
+	for _, t := range []airlock.Tier{inner, acct} {
+		b.Run(t.Name(), func(b *testing.B) {
+			start := time.Now()
+			for b.Loop() {
+				if _, err := t.Run(context.Background(), job); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perOp := time.Since(start) / time.Duration(b.N)
+			if t == inner {
+				innerPerOp = perOp
+			} else if innerPerOp > 0 {
+				b.ReportMetric(float64(perOp)/float64(innerPerOp), "x-inner")
+			}
+		})
+	}
+}
+
+// TestAccountCommandErrors: the account command's refusals are one line
+// each, and need no root to be seen.
+func TestAccountCommandErrors(t *testing.T) {
+	t.Setenv("AIRLOCK_ACCOUNTS", t.TempDir())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"account"}, "usage: airlock account add NAME"},
+		{[]string{"account", "frob"}, `unknown or incomplete subcommand "frob"`},
+		{[]string{"account", "add", "Bad_Name"}, "want a lower-case letter"},
+		{[]string{"account", "start", "nosuch"}, "no account nosuch (add it: airlock account add nosuch)"},
+		{[]string{"account", "serve", "nosuch"}, "no account nosuch"},
+	} {
+		var out, errOut bytes.Buffer
+		code := Run(context.Background(), c.args, strings.NewReader(""), &out, &errOut)
+		if code == 0 || !strings.Contains(errOut.String(), c.want) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
+			t.Errorf("%v: exit %d, stderr %q, want one line with %q", c.args, code, errOut.String(), c.want)
+		}
+	}
+}

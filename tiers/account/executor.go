@@ -1,0 +1,155 @@
+package account
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+)
+
+// ExecutorName is the name of the executor's own tier: level 5, because
+// it runs under the account, around an inner sandbox tier.
+const ExecutorName = "executor"
+
+// Executor is the tier an account's executor serves: it resolves a job's
+// credential references from the account's store, runs the job in the
+// inner tier (a sandbox: the account boundary adds to isolation, it does
+// not replace it) and scrubs every resolved value from the Result.
+type Executor struct {
+	inner  airlock.Tier
+	store  string
+	issuer *Issuer
+	limits airlock.LimitPolicy
+}
+
+// NewExecutor returns the executor's tier over inner, resolving
+// references from the store file at storePath (see [AddStatic]) and
+// minting OIDC tokens with issuer (nil: oidc references are refused).
+func NewExecutor(inner airlock.Tier, storePath string, issuer *Issuer) *Executor {
+	return &Executor{inner: inner, store: storePath, issuer: issuer, limits: airlock.DefaultLimitPolicy()}
+}
+
+func (e *Executor) Name() string         { return ExecutorName }
+func (e *Executor) Level() airlock.Level { return airlock.LevelAccount }
+
+// Cost is the inner tier's: the executor adds a file read.
+func (e *Executor) Cost() time.Duration {
+	if c, ok := e.inner.(interface{ Cost() time.Duration }); ok {
+		return c.Cost()
+	}
+	return time.Second
+}
+
+// Available is the inner tier's.
+func (e *Executor) Available() error {
+	if p, ok := e.inner.(airlock.Prober); ok {
+		if err := p.Available(); err != nil {
+			return fmt.Errorf("inner tier %s: %w", e.inner.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Close closes the inner tier.
+func (e *Executor) Close() error {
+	if c, ok := e.inner.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// innerJob is the job the inner tier sees: credentials become secrets
+// (values from vals, or placeholders for admission).
+func innerJob(job airlock.Job, vals map[string]string) airlock.Job {
+	creds := job.Grants.Credentials
+	job.Grants.Credentials = nil
+	if len(creds) > 0 {
+		s := make(map[string]string, len(creds))
+		for _, c := range creds {
+			s[c.Env] = vals[c.Env]
+		}
+		job.Grants.Secrets = s
+	}
+	job.Tier = ""
+	return job
+}
+
+// Admit refuses a value passed in by the caller, then asks the inner tier.
+func (e *Executor) Admit(job airlock.Job) error {
+	if len(job.Grants.Secrets) > 0 {
+		return &airlock.NotAdmitted{Tier: ExecutorName, Reason: "grants.secrets are refused at level 5: name credentials by reference (grants.credentials)"}
+	}
+	return e.inner.Admit(innerJob(job, nil))
+}
+
+// Run resolves, runs and scrubs.
+func (e *Executor) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	res := airlock.Result{Tier: ExecutorName, Level: airlock.LevelAccount, Clock: job.Clock, Seed: job.Seed}
+	if err := e.Admit(job); err != nil {
+		res.SetError(err)
+		return res, err
+	}
+	vals := map[string]string{}
+	var values, names []string
+	if len(job.Grants.Credentials) > 0 {
+		st, err := loadStore(e.store)
+		if err != nil {
+			res.SetError(err)
+			return res, err
+		}
+		for _, c := range job.Grants.Credentials {
+			v, err := e.value(ctx, st, &job, c.Ref)
+			if err != nil {
+				err = &airlock.NotAdmitted{Tier: ExecutorName, Reason: err.Error()}
+				res.SetError(err)
+				return res, err
+			}
+			vals[c.Env] = v
+			values = append(values, v)
+			names = append(names, c.Env+"="+c.Ref)
+		}
+	}
+	sort.Strings(names)
+	sc := newScrubber(values)
+	out, err := e.inner.Run(ctx, innerJob(job, vals))
+	sc.result(&out)
+	line := "executor: ran on " + e.inner.Name()
+	if len(names) > 0 {
+		line = "executor: resolved " + strings.Join(names, ", ") + "; ran on " + e.inner.Name() + "; resolved values scrubbed from the output"
+	}
+	out.Decision = append(out.Decision, line)
+	if err != nil {
+		// The typed error, rebuilt from the scrubbed result.
+		if rebuilt := out.Err(); rebuilt != nil {
+			err = rebuilt
+		} else {
+			err = fmt.Errorf("%s", sc.text(err.Error()))
+		}
+	}
+	return out, err
+}
+
+// value resolves ref: a stored value, or a token minted for this job.
+func (e *Executor) value(ctx context.Context, st *store, job *airlock.Job, ref string) (string, error) {
+	c, err := st.lookup(ref)
+	if err != nil || c.Type != "oidc" {
+		return c.Value, err
+	}
+	if e.issuer == nil {
+		return "", fmt.Errorf("credential %q is an OIDC token, and this executor has no issuer", ref)
+	}
+	// The token lives as long as the job may, and names the caller and
+	// the exact job.
+	limits, err := e.limits.Resolve(job.Limits)
+	if err != nil {
+		return "", err
+	}
+	peer := peerOf(ctx)
+	digest := approve.Of(job, ExecutorName, peer)
+	return e.issuer.Mint(Claims{Subject: peer + ":sha256:" + string(digest), Audience: c.Audience, Scopes: c.Scopes,
+		Deadline: e.issuer.now().Add(limits.Wall())})
+}

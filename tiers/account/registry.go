@@ -1,0 +1,196 @@
+package account
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// DefaultDir is where accounts are registered unless AIRLOCK_ACCOUNTS
+// names another directory.
+const DefaultDir = "/var/lib/airlock/accounts"
+
+// Dir returns the accounts directory.
+func Dir() string {
+	if d := os.Getenv("AIRLOCK_ACCOUNTS"); d != "" {
+		return d
+	}
+	return DefaultDir
+}
+
+// Record is a registered account, in DIR/NAME.json (owned by root,
+// readable by all: it holds no secret). The account's own directory,
+// DIR/NAME (mode 0700, owned by the account), holds its credential store,
+// its executor's audit file and its tiers' state; DIR/NAME.run (mode
+// 0755) holds the executor's socket.
+type Record struct {
+	Name  string `json:"name"`
+	User  string `json:"user"`
+	UID   int    `json:"uid"`
+	GID   int    `json:"gid"`
+	Allow Allow  `json:"allow"`
+	// Issuer is the URL in the `iss` of the account's OIDC tokens, where
+	// verifiers find discovery (empty: IssuerURL's default).
+	Issuer string `json:"issuer,omitempty"`
+	dir    string
+}
+
+// IssuerURL is the issuer of the account's OIDC tokens: Issuer, or by
+// default http://airlock-NAME, a name for the executor itself, whose
+// discovery and JWKS it serves on its socket.
+func (r Record) IssuerURL() string {
+	if r.Issuer != "" {
+		return r.Issuer
+	}
+	return "http://" + UserName(r.Name)
+}
+
+// KeyPath is the account's OIDC signing key.
+func (r Record) KeyPath() string { return filepath.Join(r.Home(), "oidc-key.pem") }
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,23}$`)
+
+// CheckName refuses an account name that cannot also name an OS user.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("account name %q: want a lower-case letter, then up to 23 lower-case letters, digits or '-'", name)
+	}
+	return nil
+}
+
+// UserName is the OS user an account runs as.
+func UserName(name string) string { return "airlock-" + name }
+
+// Home is the account's own directory.
+func (r Record) Home() string { return filepath.Join(r.dir, r.Name) }
+
+// RunDir holds the executor's socket.
+func (r Record) RunDir() string { return filepath.Join(r.dir, r.Name+".run") }
+
+// Socket is the executor's socket.
+func (r Record) Socket() string { return filepath.Join(r.RunDir(), "executor.sock") }
+
+// StorePath is the account's credential store.
+func (r Record) StorePath() string { return filepath.Join(r.Home(), StoreFile) }
+
+// Load reads account name from dir.
+func Load(dir, name string) (Record, error) {
+	if err := CheckName(name); err != nil {
+		return Record{}, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, name+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return Record{}, fmt.Errorf("no account %s (add it: airlock account add %s)", name, name)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Record{}, fmt.Errorf("account %s: %w", name, err)
+	}
+	if r.Name != name {
+		return Record{}, fmt.Errorf("account file %s.json names account %q", name, r.Name)
+	}
+	r.dir = dir
+	return r, nil
+}
+
+// List returns the accounts registered in dir, by name.
+func List(dir string) ([]Record, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || CheckName(name) != nil {
+			continue
+		}
+		r, err := Load(dir, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Save writes the record into dir, readable by all.
+func (r *Record) Save(dir string) error {
+	r.dir = dir
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+r.Name+".json.tmp")
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, r.Name+".json"))
+}
+
+// Prepare creates the account's directories and an empty credential
+// store, owned by the account (it runs as root, from `airlock account
+// add`); what exists is kept.
+func (r Record) Prepare() error {
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{r.Home(), 0o700}, {filepath.Join(r.Home(), "tmp"), 0o700}, {r.RunDir(), 0o755}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return err
+		}
+		if err := os.Lchown(d.path, r.UID, r.GID); err != nil {
+			return err
+		}
+	}
+	return emptyStore(r.StorePath(), r.UID, r.GID)
+}
+
+// Selected returns the account the caller's account tier uses: the one
+// AIRLOCK_ACCOUNT names, else the only one registered. The error says
+// how to add or choose one.
+func Selected(dir string) (Record, error) {
+	if name := os.Getenv("AIRLOCK_ACCOUNT"); name != "" {
+		return Load(dir, name)
+	}
+	all, err := List(dir)
+	if err != nil {
+		return Record{}, err
+	}
+	switch len(all) {
+	case 0:
+		return Record{}, errors.New("no account is configured (add one as root: airlock account add NAME, then airlock account start NAME)")
+	case 1:
+		return all[0], nil
+	}
+	names := make([]string, len(all))
+	for i, r := range all {
+		names[i] = r.Name
+	}
+	return Record{}, fmt.Errorf("%d accounts are configured (%s): choose one with AIRLOCK_ACCOUNT=NAME", len(all), strings.Join(names, ", "))
+}
+
+// FromSelected returns the account tier for the selected account, or one
+// that is unavailable and says why.
+func FromSelected() *Tier {
+	r, err := Selected(Dir())
+	if err != nil {
+		return New(NewConfig("", "", -1).WithUnavailable(err))
+	}
+	return New(NewConfig(r.Name, r.Socket(), r.UID))
+}
