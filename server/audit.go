@@ -153,8 +153,15 @@ type auditor struct {
 	wrote   *sync.Cond   // signalled after each write, on mu
 	chain   chain        // the last record written; the writer's
 
-	err      error     // the write error of the failure episode in progress
-	since    time.Time // when the episode began
+	// err is the last write's error: runs are refused while it is set.
+	// Any good write clears it, so a refusal's own record is what tells
+	// that the trail can be written again.
+	err error
+	// since is when the failure episode in progress began: from a failed
+	// write to the next good write of a run's record (a refusal's record
+	// may fit where a run's does not). It is logged once at each end.
+	since    time.Time
+	last     error     // the last failed write's error
 	failures uint64    // failed writes, ever (airlock_audit_write_errors_total)
 	log      io.Writer // where episodes are reported
 }
@@ -163,6 +170,7 @@ type auditor struct {
 type commit struct {
 	done bool
 	err  error
+	runs bool // some record is of a run (not of a refusal)
 }
 
 // ring keeps a tenant's latest records without copying on each add.
@@ -240,6 +248,7 @@ func (a *auditor) add(r Record) error {
 	a.pending = append(a.pending, *line...)
 	a.ends = append(a.ends, len(a.pending))
 	c := a.cur
+	c.runs = c.runs || r.Tier != "" // refusals reach no tier
 	for !c.done {
 		if a.writing {
 			a.wrote.Wait()
@@ -285,10 +294,10 @@ func (a *auditor) lead() {
 	}
 	a.mu.Lock()
 	if err == nil {
-		a.chain = next
-		if a.err != nil {
-			fmt.Fprintf(a.log, "airlock: audit: writing records again after %d failed write(s) since %s\n", a.failures, a.since.Format(time.RFC3339))
-			a.err = nil
+		a.chain, a.err = next, nil
+		if !a.since.IsZero() && c.runs {
+			fmt.Fprintf(a.log, "airlock: audit: writing records again; %d failed write(s) since %s\n", a.failures, a.since.Format(time.RFC3339))
+			a.since = time.Time{}
 		}
 	} else {
 		err = fmt.Errorf("writing the audit trail: %w", err)
@@ -308,18 +317,30 @@ func (a *auditor) lead() {
 // (one line per episode, not per record); mu is held.
 func (a *auditor) failed1(err error) {
 	a.failures++
-	if a.err == nil {
+	if a.since.IsZero() {
 		a.since = time.Now()
 		fmt.Fprintf(a.log, "airlock: audit: %v (failure %d); until a write succeeds, runs are refused with 503 unless audit_fail_open\n", err, a.failures)
 	}
-	a.err = err
+	a.err, a.last = err, err
 }
 
-// failed returns the last write error, which /healthz reports.
+// failed returns the last write error; runs are refused while it is set.
 func (a *auditor) failed() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.err
+}
+
+// failing returns the error of the failure episode in progress, which
+// /healthz reports: the last failed write, until a run's record is
+// written again.
+func (a *auditor) failing() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.since.IsZero() {
+		return nil
+	}
+	return a.last
 }
 
 func (a *auditor) list(tenant string) []Record {
@@ -401,12 +422,12 @@ func Replay(ctx context.Context, r Record, tiers []airlock.Tier) (airlock.Result
 // writeMetrics writes the trail's counters in the exposition format.
 func (a *auditor) writeMetrics(w io.Writer) {
 	a.mu.Lock()
-	failures, failing := a.failures, a.err != nil
+	failures, failing := a.failures, !a.since.IsZero()
 	a.mu.Unlock()
 	fmt.Fprintln(w, "# HELP airlock_audit_write_errors_total Audit trail writes that failed (each refused the runs it carried, unless audit_fail_open).")
 	fmt.Fprintln(w, "# TYPE airlock_audit_write_errors_total counter")
 	fmt.Fprintf(w, "airlock_audit_write_errors_total %d\n", failures)
-	fmt.Fprintln(w, "# HELP airlock_audit_failing 1 while the audit trail cannot be written (since its last write failed).")
+	fmt.Fprintln(w, "# HELP airlock_audit_failing 1 from a failed audit write until a run's record is written again.")
 	fmt.Fprintln(w, "# TYPE airlock_audit_failing gauge")
 	v := 0
 	if failing {

@@ -273,15 +273,16 @@ func (af *auditFile) rotate() error {
 		return err
 	}
 	af.f = nil
+	// Named after the newest rotated file even when the clock stood
+	// still or went back, so that the names keep the order written.
 	t := af.now().UTC()
-	name := af.path + "." + t.Format(rotatedLayout)
-	for {
-		if _, err := os.Lstat(name); errors.Is(err, os.ErrNotExist) {
-			break
+	if rotated, err := af.rotated(); err == nil && len(rotated) > 0 {
+		newest, _ := time.Parse(rotatedLayout, rotated[len(rotated)-1][len(af.path)+1:])
+		if !t.After(newest) {
+			t = newest.Add(time.Nanosecond)
 		}
-		t = t.Add(time.Nanosecond) // a clock that stood still or went back
-		name = af.path + "." + t.Format(rotatedLayout)
 	}
+	name := af.path + "." + t.Format(rotatedLayout)
 	if err := os.Rename(af.path, name); err != nil {
 		return fmt.Errorf("rotating the audit file: %w", err)
 	}

@@ -655,7 +655,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		out["ok"], out["shutting_down"] = false, true
 		status = http.StatusServiceUnavailable
 	}
-	if err := s.audit.failed(); err != nil {
+	if err := s.audit.failing(); err != nil {
 		out["ok"], out["audit"] = false, err.Error()
 		status = http.StatusServiceUnavailable
 	}
