@@ -224,6 +224,7 @@ func TestAuditRotationUnderLoad(t *testing.T) {
 	start := func(rot server.AuditRotation) *fixture {
 		cfg := testConfig()
 		cfg.Audit, cfg.QueueWait, cfg.AuditRotation = path, server.Duration(time.Minute), &rot
+		cfg.Tenants[0].ReadRoots = []string{filepath.Dir(path)}
 		srv, err := newServer(cfg, server.Options{Now: clk.now})
 		if err != nil {
 			t.Fatal(err)
@@ -306,6 +307,11 @@ func TestAuditRotationUnderLoad(t *testing.T) {
 	if after.Last != sum.Last+20 {
 		t.Errorf("after the restart the chain ends at seq %d, want %d", after.Last, sum.Last+20)
 	}
+	// A tenant whose read root holds the trail may not be granted a
+	// rotated file (other tenants' records) any more than the file.
+	f = start(server.AuditRotation{})
+	defer stop(f)
+	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(files[0])), "the server keeps")
 }
 
 // The rotation settings are checked with one clear line each.
