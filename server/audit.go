@@ -142,16 +142,17 @@ type auditor struct {
 	recent map[string]*ring
 	keep   int
 
-	pending []byte       // encoded records not yet written, one after another
-	ends    []int        // where each record in pending ends
-	cur     *commit      // the commit of the records in pending
-	spare   []byte       // the buffer of the last write, for reuse
-	out     []byte       // the linked lines of the write in progress
-	writing bool         // a write is in progress
-	writes  uint64       // writes, ever
-	sync    func() error // when set, called after each write (fsync)
-	wrote   *sync.Cond   // signalled after each write, on mu
-	chain   chain        // the last record written; the writer's
+	pending   []byte       // encoded records not yet written, one after another
+	ends      []int        // where each record in pending ends
+	cur       *commit      // the commit of the records in pending
+	spare     []byte       // the buffer of the last write, for reuse
+	spareEnds []int        // and its ends
+	out       []byte       // the linked lines of the write in progress
+	writing   bool         // a write is in progress
+	writes    uint64       // writes, ever
+	sync      func() error // when set, called after each write (fsync)
+	wrote     *sync.Cond   // signalled after each write, on mu
+	chain     chain        // the last record written; the writer's
 
 	// err is the last write's error: runs are refused while it is set.
 	// Any good write clears it, so a refusal's own record is what tells
@@ -268,7 +269,7 @@ func (a *auditor) lead() {
 	runtime.Gosched()
 	a.mu.Lock()
 	batch, ends, c := a.pending, a.ends, a.cur
-	a.pending, a.ends, a.cur = a.spare[:0], nil, &commit{}
+	a.pending, a.ends, a.cur = a.spare[:0], a.spareEnds[:0], &commit{}
 	a.writes++
 	a.mu.Unlock()
 	next := a.chain
@@ -305,9 +306,9 @@ func (a *auditor) lead() {
 	}
 	c.done, c.err = true, err
 	if cap(batch) <= maxSpare {
-		a.spare = batch[:0]
+		a.spare, a.spareEnds = batch[:0], ends[:0]
 	} else {
-		a.spare = nil
+		a.spare, a.spareEnds = nil, nil
 	}
 	a.writing = false
 	a.wrote.Broadcast()
