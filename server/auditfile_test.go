@@ -173,6 +173,9 @@ func TestAuditFailsClosedOnFullDisk(t *testing.T) {
 	if !strings.Contains(log.b.String(), "writing records again") {
 		t.Errorf("no log line for the end of the episode:\n%s", log.b.String())
 	}
+	if data, _ := os.ReadFile(cfg.Audit); !strings.Contains(string(data), `"outcome":"refused_audit_unavailable"`) {
+		t.Error("no refusal for the failing trail was recorded once it could be written")
+	}
 	if seen := auditedXs(t, cfg.Audit); seen[200_001] != 1 {
 		t.Errorf("the run after recovery has %d records", seen[200_001])
 	}

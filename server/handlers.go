@@ -333,6 +333,9 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 	if stop, ok := airlock.AsStop(err); ok {
 		outcome = "refused_" + string(stop.Reason)
 	}
+	if au := (*auditUnavailable)(nil); errors.As(err, &au) {
+		outcome = "refused_" + kindAudit
+	}
 	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Grants: redactGrants(rq.job.Grants),
 		Limits: rq.job.Limits, Outcome: outcome, Error: err.Error()}
 	if rq.session != nil {
