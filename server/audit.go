@@ -123,7 +123,7 @@ func outcome(res *airlock.Result) string {
 	return "ok"
 }
 
-// auditor appends records to a writer and keeps the latest per tenant in
+// auditor appends records to the trail and keeps the latest per tenant in
 // memory, so a tenant can read its own (and only its own) trail.
 //
 // Writes are group-committed: add returns only once its line has been
@@ -132,22 +132,46 @@ func outcome(res *airlock.Result) string {
 // progress are written together by the next one, so under load one
 // system call carries many records. Lines are whole and never
 // interleaved: every write holds complete lines, and only one is in
-// progress at a time.
+// progress at a time. The writer in progress also owns the hash chain
+// and the file: it links the lines as it writes them, so a write that
+// fails leaves the chain where the last good write left it.
 type auditor struct {
 	mu     sync.Mutex
-	w      io.Writer
-	err    error
+	w      io.Writer  // the trail when it is not a file (nil: none)
+	file   *auditFile // the trail when it is a file
 	recent map[string]*ring
 	keep   int
 
-	pending []byte       // encoded lines not yet written
-	spare   []byte       // the buffer of the last write, for reuse
-	queued  uint64       // lines added to pending, ever
-	written uint64       // lines written (or failed to), ever
-	writing bool         // a write is in progress
-	writes  uint64       // writes, ever
-	sync    func() error // when set, called after each write (fsync)
-	wrote   *sync.Cond   // signalled after each write, on mu
+	pending   []byte       // encoded records not yet written, one after another
+	ends      []int        // where each record in pending ends
+	cur       *commit      // the commit of the records in pending
+	spare     []byte       // the buffer of the last write, for reuse
+	spareEnds []int        // and its ends
+	out       []byte       // the linked lines of the write in progress
+	writing   bool         // a write is in progress
+	writes    uint64       // writes, ever
+	sync      func() error // when set, called after each write (fsync)
+	wrote     *sync.Cond   // signalled after each write, on mu
+	chain     chain        // the last record written; the writer's
+
+	// err is the last write's error: runs are refused while it is set.
+	// Any good write clears it, so a refusal's own record is what tells
+	// that the trail can be written again.
+	err error
+	// since is when the failure episode in progress began: from a failed
+	// write to the next good write of a run's record (a refusal's record
+	// may fit where a run's does not). It is logged once at each end.
+	since    time.Time
+	last     error     // the last failed write's error
+	failures uint64    // failed writes, ever (airlock_audit_write_errors_total)
+	log      io.Writer // where episodes are reported
+}
+
+// commit is the fate of the records one write carries.
+type commit struct {
+	done bool
+	err  error
+	runs bool // some record is of a run (not of a refusal)
 }
 
 // ring keeps a tenant's latest records without copying on each add.
@@ -173,7 +197,7 @@ func (r *ring) list() []Record {
 }
 
 func newAuditor(w io.Writer) *auditor {
-	a := &auditor{w: w, recent: map[string]*ring{}, keep: 256}
+	a := &auditor{w: w, recent: map[string]*ring{}, keep: 256, cur: &commit{}, log: io.Discard}
 	a.wrote = sync.NewCond(&a.mu)
 	return a
 }
@@ -195,21 +219,16 @@ func putBuf(b *[]byte) {
 const maxSpare = 1 << 20
 
 // add records r: in memory for its tenant, and as one line in the trail,
-// returning once the line is written.
-func (a *auditor) add(r Record) {
+// returning once the line is written, or with the error that kept it
+// from being written.
+func (a *auditor) add(r Record) error {
 	var line *[]byte
-	if a.w != nil {
+	var encErr error
+	if a.w != nil || a.file != nil {
 		// Encode outside the lock: only the write is serialised.
 		line = getBuf()
 		defer putBuf(line)
-		b, err := appendRecord((*line)[:0], &r)
-		*line = append(b, '\n')
-		if err != nil {
-			line = nil
-			a.mu.Lock()
-			a.err = fmt.Errorf("audit record: %w", err)
-			a.mu.Unlock()
-		}
+		*line, encErr = appendRecord((*line)[:0], &r)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -220,50 +239,109 @@ func (a *auditor) add(r Record) {
 	}
 	rg.add(r, a.keep)
 	if line == nil {
-		return
+		return nil
+	}
+	if encErr != nil {
+		err := fmt.Errorf("audit record: %w", encErr)
+		a.failed1(err)
+		return err
 	}
 	a.pending = append(a.pending, *line...)
-	a.queued++
-	mine := a.queued
-	for a.written < mine {
+	a.ends = append(a.ends, len(a.pending))
+	c := a.cur
+	c.runs = c.runs || r.Tier != "" // refusals reach no tier
+	for !c.done {
 		if a.writing {
 			a.wrote.Wait()
 			continue
 		}
-		// Lead a write of everything pending, this line included —
-		// after letting the runs that are ready add theirs (as
-		// PostgreSQL's commit_delay does, for the length of one yield).
-		a.writing = true
-		a.mu.Unlock()
-		runtime.Gosched()
-		a.mu.Lock()
-		batch, upto := a.pending, a.queued
-		a.pending = a.spare[:0]
-		a.writes++
-		a.mu.Unlock()
-		_, err := a.w.Write(batch)
+		a.lead()
+	}
+	return c.err
+}
+
+// lead writes everything pending, with mu held on entry and on return.
+func (a *auditor) lead() {
+	// Let the runs that are ready add theirs first (as PostgreSQL's
+	// commit_delay does, for the length of one yield).
+	a.writing = true
+	a.mu.Unlock()
+	runtime.Gosched()
+	a.mu.Lock()
+	batch, ends, c := a.pending, a.ends, a.cur
+	a.pending, a.ends, a.cur = a.spare[:0], a.spareEnds[:0], &commit{}
+	a.writes++
+	a.mu.Unlock()
+	next := a.chain
+	out := a.out[:0]
+	start := 0
+	for _, end := range ends {
+		out = next.link(out, batch[start:end])
+		start = end
+	}
+	var err error
+	if a.file != nil {
+		err = a.file.write(out)
+	} else {
+		_, err = a.w.Write(out)
 		if err == nil && a.sync != nil {
 			err = a.sync()
 		}
-		a.mu.Lock()
-		if err != nil {
-			a.err = err
-		}
-		if cap(batch) <= maxSpare {
-			a.spare = batch[:0]
-		} else {
-			a.spare = nil
-		}
-		a.writing, a.written = false, upto
-		a.wrote.Broadcast()
 	}
+	if cap(out) <= maxSpare {
+		a.out = out
+	} else {
+		a.out = nil
+	}
+	a.mu.Lock()
+	if err == nil {
+		a.chain, a.err = next, nil
+		if !a.since.IsZero() && c.runs {
+			fmt.Fprintf(a.log, "airlock: audit: writing records again; %d failed write(s) since %s\n", a.failures, a.since.Format(time.RFC3339))
+			a.since = time.Time{}
+		}
+	} else {
+		err = fmt.Errorf("writing the audit trail: %w", err)
+		a.failed1(err)
+	}
+	c.done, c.err = true, err
+	if cap(batch) <= maxSpare {
+		a.spare, a.spareEnds = batch[:0], ends[:0]
+	} else {
+		a.spare, a.spareEnds = nil, nil
+	}
+	a.writing = false
+	a.wrote.Broadcast()
 }
 
-// failed returns the last write error, which /healthz reports.
+// failed1 counts a failed write, reporting it when it begins an episode
+// (one line per episode, not per record); mu is held.
+func (a *auditor) failed1(err error) {
+	a.failures++
+	if a.since.IsZero() {
+		a.since = time.Now()
+		fmt.Fprintf(a.log, "airlock: audit: %v (failure %d); until a write succeeds, runs are refused with 503 unless audit_fail_open\n", err, a.failures)
+	}
+	a.err, a.last = err, err
+}
+
+// failed returns the last write error; runs are refused while it is set.
 func (a *auditor) failed() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.err
+}
+
+// failing returns the error of the failure episode in progress, which
+// /healthz reports: the last failed write, until a run's record is
+// written again.
+func (a *auditor) failing() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.since.IsZero() {
+		return nil
+	}
+	return a.last
 }
 
 func (a *auditor) list(tenant string) []Record {
@@ -272,13 +350,21 @@ func (a *auditor) list(tenant string) []Record {
 	return a.recent[tenant].list()
 }
 
-// ParseRecord reads one audit line.
+// ParseRecord reads one audit line. The chain's seq and prev, which the
+// writer puts before the record's own fields, are checked by
+// [VerifyAudit], not here.
 func ParseRecord(line []byte) (Record, error) {
-	var r Record
+	var chained struct {
+		Seq  uint64 `json:"seq"`
+		Prev string `json:"prev"`
+		Record
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
-	if err := dec.Decode(&r); err != nil {
+	err := dec.Decode(&chained)
+	r := chained.Record
+	if err != nil {
 		return r, fmt.Errorf("audit record: %w", err)
 	}
 	if r.Job != nil && r.Job.Input != nil {
@@ -332,4 +418,29 @@ func Replay(ctx context.Context, r Record, tiers []airlock.Tier) (airlock.Result
 		res.SetError(err)
 	}
 	return res, OutputDigest(&res) == r.Output, nil
+}
+
+// writeMetrics writes the trail's counters in the exposition format.
+func (a *auditor) writeMetrics(w io.Writer) {
+	a.mu.Lock()
+	failures, failing := a.failures, !a.since.IsZero()
+	a.mu.Unlock()
+	fmt.Fprintln(w, "# HELP airlock_audit_write_errors_total Audit trail writes that failed (each refused the runs it carried, unless audit_fail_open).")
+	fmt.Fprintln(w, "# TYPE airlock_audit_write_errors_total counter")
+	fmt.Fprintf(w, "airlock_audit_write_errors_total %d\n", failures)
+	fmt.Fprintln(w, "# HELP airlock_audit_failing 1 from a failed audit write until a run's record is written again.")
+	fmt.Fprintln(w, "# TYPE airlock_audit_failing gauge")
+	v := 0
+	if failing {
+		v = 1
+	}
+	fmt.Fprintf(w, "airlock_audit_failing %d\n", v)
+}
+
+// close closes the audit file, after the last write.
+func (a *auditor) close() error {
+	if a.file == nil {
+		return nil
+	}
+	return a.file.close()
 }

@@ -123,7 +123,7 @@ func TestAuditSyncConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.audit.sync == nil {
+	if s.audit.file == nil || !s.audit.file.sync {
 		t.Error("audit_sync set, but the auditor does not sync")
 	}
 	s.audit.add(Record{Tenant: "a", Outcome: "ok"})

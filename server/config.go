@@ -36,6 +36,13 @@ type Config struct {
 	// the runs it carries are answered: records then survive a power loss
 	// or kernel crash too, at the cost of a disk flush per write.
 	AuditSync bool `json:"audit_sync,omitempty"`
+	// AuditRotation rotates the audit file by size and age and bounds the
+	// rotated files kept (defaults: see [AuditRotation]).
+	AuditRotation *AuditRotation `json:"audit_rotation,omitempty"`
+	// AuditFailOpen answers runs even when their records cannot be
+	// written (counted by airlock_audit_write_errors_total). By default
+	// the server fails closed: such runs are refused with 503.
+	AuditFailOpen bool `json:"audit_fail_open,omitempty"`
 	// Policy is a routing policy file; empty: the built-in policy.
 	Policy string `json:"policy,omitempty"`
 	// Limits is the operator's limit policy: the tiers are built with it
@@ -351,6 +358,12 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.situation: %s is not among the tenant's situations %v", where, t.Situation, t.Situations)
 			}
 		}
+	}
+	if err := c.AuditRotation.validate(); err != nil {
+		return err
+	}
+	if c.AuditRotation != nil && (c.Audit == "" || c.Audit == "-") {
+		return errors.New("audit_rotation: rotation needs an audit file (audit: PATH)")
 	}
 	if err := c.Images.validate(); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ const (
 	kindOverloaded   = "overloaded"
 	kindNotFound     = "not_found"
 	kindMethod       = "method_not_allowed"
+	kindAudit        = "audit_unavailable"
 )
 
 func (s *Server) routes() {
@@ -281,11 +283,46 @@ type runRequest struct {
 func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	res, err := s.run(ctx, rq)
 	if res.Tier == "" && err != nil {
-		if ov := (*overloaded)(nil); !errors.As(err, &ov) {
+		ov, au := (*overloaded)(nil), (*auditUnavailable)(nil)
+		if !errors.As(err, &ov) && !(errors.As(err, &au) && au.ran) {
+			// A refusal for a failing trail is recorded too: that write
+			// is what tells when the trail can be written again.
 			s.recordRefusal(rq, err)
 		}
 	}
 	return res, err
+}
+
+// auditUnavailable refuses a run because the audit trail cannot be
+// written: before it runs while the last write failed, or after it ran
+// when its own record could not be written (ran), so that no run is
+// answered without its record.
+type auditUnavailable struct {
+	err error
+	ran bool
+}
+
+func (e *auditUnavailable) Error() string {
+	cause := e.err
+	// The tenant is told why, not where the server keeps its trail.
+	if pe := (*os.PathError)(nil); errors.As(cause, &pe) {
+		cause = pe.Err
+	}
+	return "the audit trail cannot be written (" + cause.Error() + "); runs are refused until a record can be written"
+}
+
+func (e *auditUnavailable) Unwrap() error { return e.err }
+
+// auditGate refuses runs while the trail cannot be written, unless the
+// operator chose to fail open.
+func (s *Server) auditGate() error {
+	if s.cfg.AuditFailOpen {
+		return nil
+	}
+	if err := s.audit.failed(); err != nil {
+		return &auditUnavailable{err: err}
+	}
+	return nil
 }
 
 // recordRefusal audits a job refused before it reached a tier (a stale
@@ -296,17 +333,23 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 	if stop, ok := airlock.AsStop(err); ok {
 		outcome = "refused_" + string(stop.Reason)
 	}
+	if au := (*auditUnavailable)(nil); errors.As(err, &au) {
+		outcome = "refused_" + kindAudit
+	}
 	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Grants: redactGrants(rq.job.Grants),
 		Limits: rq.job.Limits, Outcome: outcome, Error: err.Error()}
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
-	s.audit.add(rec)
+	_ = s.audit.add(rec) // a refusal either way; a failure is counted and logged
 }
 
 func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	if s.closing.Load() {
 		return airlock.Result{}, &overloaded{"the server is shutting down", 5}
+	}
+	if err := s.auditGate(); err != nil {
+		return airlock.Result{}, err
 	}
 	s.inflight.Add(1)
 	defer s.inflight.Done()
@@ -374,11 +417,15 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	if res.Tier == "" {
 		res.Tier = tier.Name()
 	}
-	s.record(rq, &res, digest, rule, queueUS, elapsed)
+	if aerr := s.record(rq, &res, digest, rule, queueUS, elapsed); aerr != nil && !s.cfg.AuditFailOpen {
+		return airlock.Result{}, &auditUnavailable{err: aerr, ran: true}
+	}
 	return res, err
 }
 
-func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Digest, rule string, queueUS int64, elapsed time.Duration) {
+// record counts a run and writes its record, returning the error that
+// kept the record from the trail.
+func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Digest, rule string, queueUS int64, elapsed time.Duration) error {
 	out := outcome(res)
 	s.metrics.run(res.Tier, out, elapsed)
 	if res.Stopped != nil && res.Stopped.Reason == airlock.StopDenied {
@@ -406,7 +453,7 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 		kept.Grants = rec.Grants
 		rec.Job = &kept
 	}
-	s.audit.add(rec)
+	return s.audit.add(rec)
 }
 
 // jobSize is about what a job takes in the audit trail.
@@ -425,7 +472,11 @@ func jobSize(job *airlock.Job) int {
 // tier, else a refusal with the status the error implies.
 func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	var ov *overloaded
+	var au *auditUnavailable
 	switch {
+	case err != nil && errors.As(err, &au):
+		w.Header().Set("Retry-After", "5")
+		s.refuse(w, http.StatusServiceUnavailable, kindAudit, au.Error())
 	case err != nil && errors.As(err, &ov):
 		w.Header().Set("Retry-After", strconv.Itoa(ov.retryAfter))
 		s.refuse(w, http.StatusTooManyRequests, kindOverloaded, ov.msg)
@@ -607,7 +658,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		out["ok"], out["shutting_down"] = false, true
 		status = http.StatusServiceUnavailable
 	}
-	if err := s.audit.failed(); err != nil {
+	if err := s.audit.failing(); err != nil {
 		out["ok"], out["audit"] = false, err.Error()
 		status = http.StatusServiceUnavailable
 	}
@@ -617,4 +668,5 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w, s.pools)
+	s.audit.writeMetrics(w)
 }

@@ -36,6 +36,9 @@ type Options struct {
 	// tenants' image lists, and /v1/images lists what a tenant may use.
 	// Nil: the tiers run command jobs in the host view.
 	Images *image.Store
+	// Log receives the server's operational messages, such as an audit
+	// trail that cannot be written (default os.Stderr).
+	Log io.Writer
 }
 
 type tenant struct {
@@ -65,7 +68,6 @@ type Server struct {
 	signer    *approve.Signer
 	now       func() time.Time
 	audit     *auditor
-	auditFile *os.File
 	metrics   metrics
 	mcp       mcpServers
 	mux       *http.ServeMux
@@ -163,20 +165,24 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		s.keys.add(t.KeySHA256, i)
 	}
 	w := opts.Audit
+	var af *auditFile
+	var ch chain
 	switch {
 	case w != nil:
 	case cfg.Audit == "-":
 		w = os.Stderr
 	case cfg.Audit != "":
-		f, err := os.OpenFile(cfg.Audit, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
+		if af, ch, err = openAuditFile(cfg.Audit, cfg.AuditRotation.settings(), cfg.AuditSync, s.now); err != nil {
 			return fail(fmt.Errorf("audit file: %w", err))
 		}
-		s.auditFile, w = f, f
 	}
 	s.audit = newAuditor(w)
-	if cfg.AuditSync && s.auditFile != nil {
-		s.audit.sync = s.auditFile.Sync
+	if af != nil {
+		s.audit.file, s.audit.chain = af, ch
+	}
+	s.audit.log = opts.Log
+	if s.audit.log == nil {
+		s.audit.log = os.Stderr
 	}
 	for _, t := range s.tiers {
 		if p, ok := t.(airlock.Pooler); ok {
@@ -289,8 +295,8 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) closeAudit() error {
-	if s.auditFile == nil {
+	if s.audit == nil {
 		return nil
 	}
-	return s.auditFile.Close()
+	return s.audit.close()
 }

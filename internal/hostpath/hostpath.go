@@ -5,7 +5,8 @@
 // A grant is resolved to the real path it names (every symbolic link
 // followed, as the kernel sees it), and that real path must lie under one
 // of the operator's roots and outside every path the server keeps for
-// itself. Tiers then open the real path refusing any symbolic link, so a
+// itself (and the siblings named after one with a suffix, such as the
+// audit file's rotated files). Tiers then open the real path refusing any symbolic link, so a
 // link swapped in after the check is never followed: on Linux with
 // openat2's RESOLVE_NO_SYMLINKS, elsewhere one component at a time (see
 // walk.go).
@@ -91,7 +92,9 @@ func (r Roots) Resolve(paths []string) ([]string, error) {
 			shown = real + " (named " + p + ")"
 		}
 		for _, d := range r.deny {
-			if within(real, d) || within(d, real) {
+			// A kept path's suffixed siblings are kept too: the audit
+			// file's rotated files (FILE.<time>), a key's backups.
+			if within(real, d) || within(d, real) || strings.HasPrefix(real, d+".") {
 				return nil, &airlock.Denied{Capability: "fs", Detail: "read " + shown + ": the server keeps " + d + " for itself"}
 			}
 		}

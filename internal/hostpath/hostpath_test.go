@@ -26,6 +26,8 @@ func TestResolve(t *testing.T) {
 	outside := filepath.Join(base, "outside")
 	write(t, filepath.Join(root, "ok.txt"), "ok")
 	write(t, filepath.Join(root, "keep", "key"), "key")
+	write(t, filepath.Join(root, "keep", "key.20261206T000000.000000000Z"), "rotated")
+	write(t, filepath.Join(root, "keep", "keyring"), "not kept")
 	write(t, filepath.Join(outside, "secret"), "secret")
 	for name, target := range map[string]string{"out": "../outside/secret", "in": "ok.txt", "dir": "."} {
 		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
@@ -51,6 +53,8 @@ func TestResolve(t *testing.T) {
 		{grant: filepath.Join(outside, "secret"), deny: "outside the read roots"},
 		{grant: filepath.Join(root, "keep"), deny: "keeps"},
 		{grant: filepath.Join(root, "keep", "key"), deny: "keeps"},
+		{grant: filepath.Join(root, "keep", "key.20261206T000000.000000000Z"), deny: "keeps"}, // a rotated audit file, say
+		{grant: filepath.Join(root, "keep", "keyring"), want: filepath.Join(root, "keep", "keyring")},
 		{grant: "/", deny: "keeps"},
 	} {
 		got, err := r.Resolve([]string{c.grant})

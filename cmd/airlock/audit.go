@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+func init() {
+	register(&command{
+		name:    "audit",
+		summary: "check the hash chain of an audit trail across its files (audit verify), naming the first removed, edited or malformed record",
+		usage:   "audit verify FILE...     FILE: audit files in the order written (rotated files oldest first, then the current one)",
+		run:     auditCmd,
+	})
+}
+
+func auditCmd(ctx context.Context, e *env) int {
+	fs := e.flags(commands["audit"])
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	if len(pos) < 2 || pos[0] != "verify" {
+		return e.fail(jobs.Invalid("", "usage: airlock audit verify FILE... (see `airlock help audit`)"))
+	}
+	sum, err := server.VerifyAudit(pos[1:])
+	if ce, ok := errors.AsType[*server.ChainError](err); ok {
+		fmt.Fprintf(e.stderr, "airlock: audit chain broken at %v\n", ce)
+		return exitFailed
+	}
+	if err != nil {
+		return e.fail(jobs.Invalid("", "%v", err))
+	}
+	if sum.Records == 0 {
+		fmt.Fprintf(e.stdout, "intact: no records in %d files\n", sum.Files)
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "intact: %d records (seq %d to %d) in %d files; the last record's SHA-256 is %s\n",
+		sum.Records, sum.First, sum.Last, sum.Files, sum.LastHash)
+	return exitOK
+}
