@@ -54,6 +54,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /healthz", s.handleHealth)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.Handle("/mcp", s.MCPHandler())
+	s.consoleRoutes(m)
 	// Without a catch-all the mux would answer a wrong method and an
 	// unknown path in plain text; these answer in the API's error shape.
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -302,6 +303,7 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
 	s.audit.add(rec)
+	s.console.ran(rec, nil)
 }
 
 func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
@@ -380,7 +382,7 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 
 func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Digest, rule string, queueUS int64, elapsed time.Duration) {
 	out := outcome(res)
-	s.metrics.run(res.Tier, out, elapsed)
+	s.metrics.run(res.Tier, out, elapsed, time.Duration(res.Timings.StartUS)*time.Microsecond)
 	if res.Stopped != nil && res.Stopped.Reason == airlock.StopDenied {
 		capability, _, _ := strings.Cut(res.Stopped.Detail, ":")
 		counter(&s.metrics.denials, capability).Add(1)
@@ -398,6 +400,9 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 	if res.Error != nil {
 		rec.Error = string(res.Error.Kind) + ": " + res.Error.Message
 	}
+	if rule != "" {
+		rec.Approver, rec.Reason = s.console.decisionOf(digest)
+	}
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
@@ -407,6 +412,7 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 		rec.Job = &kept
 	}
 	s.audit.add(rec)
+	s.console.ran(rec, res)
 }
 
 // jobSize is about what a job takes in the audit trail.

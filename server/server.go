@@ -68,6 +68,7 @@ type Server struct {
 	auditFile *os.File
 	metrics   metrics
 	mcp       mcpServers
+	console   *console
 	mux       *http.ServeMux
 
 	base     context.Context
@@ -105,6 +106,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		now:       opts.Now,
 		sessions:  map[string]*session{},
 		pending:   map[approve.Digest]*pending{},
+		console:   newConsole(),
 		pools:     map[string]airlock.Pooler{},
 		stopJan:   make(chan struct{}),
 		janDone:   make(chan struct{}),
