@@ -317,14 +317,24 @@ var errCrossSite = errors.New("cross-site request refused")
 // sameOrigin checks a POST came from a console page: its Origin (or,
 // without one, its Fetch metadata) must be the console's own.
 func sameOrigin(r *http.Request) error {
-	if o := r.Header.Get("Origin"); o != "" {
+	site := r.Header.Get("Sec-Fetch-Site")
+	if o := r.Header.Get("Origin"); o == "null" {
+		// Browsers send "null" from a page with Referrer-Policy:
+		// no-referrer, as the console's are, and from opaque origins
+		// (sandboxed frames, data: URLs): only Fetch metadata tells them
+		// apart.
+		if site != "same-origin" {
+			return errCrossSite
+		}
+		return nil
+	} else if o != "" {
 		u, err := url.Parse(o)
 		if err != nil || u.Host != r.Host || (u.Scheme == "https") != (r.TLS != nil) {
 			return errCrossSite
 		}
 		return nil
 	}
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+	if site != "" && site != "same-origin" && site != "none" {
 		return errCrossSite
 	}
 	return nil

@@ -130,8 +130,9 @@ type detailView struct {
 	LimitRows []string
 }
 
+// contentView shows a file; name is already escaped.
 func contentView(name string, c approve.Content, raw string) fileView {
-	fv := fileView{Name: visible(name, shownArg), Size: c.Size, SHA256: c.SHA256, Binary: c.Binary}
+	fv := fileView{Name: cut(name, shownArg, strings.Contains(name, `\`)), Size: c.Size, SHA256: c.SHA256, Binary: c.Binary}
 	if c.Binary {
 		fv.Hex = hexDump(raw[:min(len(raw), shownHex)])
 		fv.HexCut = max(0, len(raw)-shownHex)
@@ -471,7 +472,7 @@ func (s *Server) runsOf(v *viewer, d approve.Digest) []runRow {
 		if !v.mayName(k.Rec.Tenant) {
 			continue
 		}
-		if k.Rec.Digest == d || strings.Contains(k.Rec.Error, "approved "+string(d)) {
+		if k.Rec.Request != "approval" && k.Rec.Digest == d || strings.Contains(k.Rec.Error, "approved "+string(d)) {
 			out = append(out, rowOf(k))
 		}
 	}
@@ -569,7 +570,7 @@ func (s *Server) consoleRun(w http.ResponseWriter, r *http.Request, v *viewer) {
 		var files []fileView
 		for _, name := range slices.Sorted(maps.Keys(res.Files)) {
 			c := approve.DisplayOf(&airlock.Job{Files: map[string]string{name: res.Files[name]}}, "", "").Files[0]
-			files = append(files, contentView(name, c.Content, res.Files[name]))
+			files = append(files, contentView(c.Name, c.Content, res.Files[name]))
 		}
 		data["Files"] = files
 		if res.Error != nil {

@@ -317,10 +317,22 @@ func TestConsoleDecisionWithoutJS(t *testing.T) {
 	if _, page, _ := u.get("/console/"); strings.Contains(page, string(d)) {
 		t.Error("a decided job is still listed")
 	}
-	if _, page, _ := u.get("/console/approvals/" + string(d)); !strings.Contains(page, "reviewed: adds numbers") || !strings.Contains(page, "/console/runs/") {
+	_, page, _ := u.get("/console/approvals/" + string(d))
+	if !strings.Contains(page, "reviewed: adds numbers") || !strings.Contains(page, "/console/runs/") {
 		t.Errorf("decided job's page: %s", page)
 	}
-	_, page, _ := u.get("/console/audit?tenant=a&outcome=approved")
+	// The run's page gives the replay command, and the record downloads
+	// as the one audit line replay reads.
+	run := regexp.MustCompile(`/console/runs/(\d+)`).FindStringSubmatch(page)
+	_, runPage, _ := u.get(run[0])
+	if !strings.Contains(runPage, "airlock replay airlock-record-"+run[1]+".jsonl") {
+		t.Errorf("run page lacks the replay command: %s", runPage)
+	}
+	status, line, h := u.get(run[0] + "/record")
+	if rec, err := server.ParseRecord([]byte(line)); status != 200 || err != nil || rec.Digest != d || rec.Job == nil || !strings.HasPrefix(h.Get("Content-Disposition"), "attachment") {
+		t.Errorf("record download: %d %v %v: %s", status, err, h, line)
+	}
+	_, page, _ = u.get("/console/audit?tenant=a&outcome=approved")
 	if !strings.Contains(page, "approved") || strings.Contains(page, ">denied<") {
 		t.Errorf("audit search: %s", page)
 	}
