@@ -48,7 +48,8 @@ const (
 	consolePreCookie = "airlock_console_pre" // the sign-in form's CSRF token
 	consoleTTL       = 8 * time.Hour
 	maxConsoleSess   = 1024
-	maxDecided       = 4096
+	maxDecided       = 1024
+	keepDecided      = 24 * time.Hour // for the diff and the runs' records, past the token's expiry
 	maxKeptRuns      = 256
 	maxKeptOutput    = 16 << 10
 	maxReason        = 1000
@@ -69,6 +70,8 @@ type console struct {
 	runs     []keptRun // the latest maxKeptRuns, oldest first
 	nextRun  int64
 	change   chan struct{} // closed and replaced on every change
+	ending   chan struct{} // closed when the server shuts down
+	endOnce  sync.Once
 }
 
 type consoleSession struct {
@@ -102,7 +105,8 @@ type keptRun struct {
 }
 
 func newConsole() *console {
-	return &console{sessions: map[string]*consoleSession{}, decided: map[approve.Digest]*decision{}, change: make(chan struct{})}
+	return &console{sessions: map[string]*consoleSession{}, decided: map[approve.Digest]*decision{},
+		change: make(chan struct{}), ending: make(chan struct{})}
 }
 
 // changed wakes every event stream.
@@ -115,6 +119,10 @@ func (c *console) changed() {
 	c.change = make(chan struct{})
 	c.mu.Unlock()
 }
+
+// endStreams ends every event stream, so that a graceful shutdown need
+// not wait its grace for connections that never go idle.
+func (c *console) endStreams() { c.endOnce.Do(func() { close(c.ending) }) }
 
 func (c *console) changes() <-chan struct{} {
 	c.mu.Lock()
@@ -206,6 +214,11 @@ func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, d
 	}
 	c := s.console
 	c.mu.Lock()
+	for k, o := range c.decided {
+		if now.Sub(o.At) > max(keepDecided, 2*s.approvalTTL()) {
+			delete(c.decided, k)
+		}
+	}
 	if len(c.decided) >= maxDecided {
 		var oldest *decision
 		for _, o := range c.decided {
@@ -511,6 +524,8 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request, v *viewer
 		case <-r.Context().Done():
 			return
 		case <-end.C:
+			return
+		case <-s.console.ending:
 			return
 		case <-beat.C:
 			_, _ = w.Write([]byte(": keep-alive\n\n"))

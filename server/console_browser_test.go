@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -213,6 +215,7 @@ func TestConsoleBrowserFlow(t *testing.T) {
 	b.clean("empty list")
 	// The list is open; the marker proves the page is not reloaded.
 	b.eval(`window.__sameDocument = "yes"; ""`)
+	b.run(chromedp.WaitReady(chromedp.CSS(`html[data-live="open"]`)))
 
 	job := commandJob([]string{"cat", "notes.txt", "extra arg"}, map[string]string{"notes.txt": "hello from the job\n", "data.bin": "\x00\x01\x02binary"})
 	d := f.requestApproval(keyA, job)
@@ -225,6 +228,17 @@ func TestConsoleBrowserFlow(t *testing.T) {
 	b.clean("list")
 
 	b.run(chromedp.Click(chromedp.CSS(link)), chromedp.WaitVisible(chromedp.ID("reason")))
+	// On a phone's width nothing needs scrolling sideways.
+	b.run(chromedp.EmulateViewport(390, 844))
+	if got := b.eval(`String(document.documentElement.scrollWidth <= window.innerWidth)`); got != "true" {
+		t.Errorf("the detail page overflows a phone's width: %s", b.eval(`String(document.documentElement.scrollWidth)`))
+	}
+	b.screenshot("console-detail-phone.png")
+	b.run(chromedp.EmulateViewport(1280, 900))
+	// Keyboard: the reason field and both buttons are reached with Tab.
+	if got := b.eval(`[...document.querySelectorAll("#reason, button[name=decision]")].map(e => e.tabIndex).join()`); got != "0,0,0" {
+		t.Errorf("form controls' tab order: %s", got)
+	}
 	if got := b.eval(`[...document.querySelectorAll("table.argv tbody tr td:nth-child(2) .val")].map(e => e.textContent).join("|")`); got != "cat|notes.txt|extra arg" {
 		t.Errorf("argv rows: %q", got)
 	}
@@ -366,4 +380,30 @@ func TestConsoleBrowserHostile(t *testing.T) {
 		}
 	}
 	b.clean("run")
+}
+
+// TestConsoleBrowserCrossSite: a page on another origin that posts a
+// decision form to the console, in the browser where the approver is
+// signed in, is refused, and the job stays pending.
+func TestConsoleBrowserCrossSite(t *testing.T) {
+	f := newFixture(t, consoleConfig)
+	d := f.requestApproval(keyA, starlarkJob("1"))
+	b := newBrowser(t, f)
+	b.signIn(keyApprover)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/console/approvals/%s">
+<input name="decision" value="approve"><input name="reason" value="cross-site"><input name="csrf" value="guess"></form>
+<script>document.getElementById("f").submit()</script>`, f.http.URL, d)
+	}))
+	defer evil.Close()
+	// Another origin: the console's host by another name.
+	evilURL := strings.Replace(evil.URL, "127.0.0.1", "localhost", 1)
+	b.run(chromedp.Navigate(evilURL), chromedp.WaitReady(chromedp.CSS("main")))
+	if got := b.eval(`location.pathname + " " + document.body.innerText`); !strings.Contains(got, "Refused") {
+		t.Errorf("the cross-site post was not refused: %s", got)
+	}
+	if st, _ := f.decision(keyA, d); st != "pending" {
+		t.Errorf("a cross-site post decided the job: %s", st)
+	}
 }

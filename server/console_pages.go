@@ -210,7 +210,7 @@ func limitWords(l airlock.Limits) []string {
 	var out []string
 	add := func(name string, v int64, unit string) {
 		if v != 0 {
-			out = append(out, fmt.Sprintf("%s: %d %s", name, v, unit))
+			out = append(out, strings.TrimSpace(fmt.Sprintf("%s: %d %s", name, v, unit)))
 		}
 	}
 	add("Wall clock", l.WallMS, "ms")
@@ -331,7 +331,7 @@ func (s *Server) diffToApproved(d approve.Digest, tenant string, job *airlock.Jo
 
 // describe lays a displayed job out as lines, for the diff.
 func describe(d approve.Display) []string {
-	out := []string{"tier: " + d.Tier, "kind: " + d.Kind, "situation: " + d.Situation, "image: " + d.Image}
+	out := []string{"tier: " + d.Tier, "kind: " + d.Kind, "situation: " + d.Situation, "image: " + cmp.Or(d.Image, "(the default)")}
 	for i, a := range d.Argv {
 		out = append(out, fmt.Sprintf("argv[%d]: %s", i, truncate(a, shownArg)))
 	}

@@ -339,6 +339,14 @@ func TestConsoleDecisionWithoutJS(t *testing.T) {
 	if !strings.Contains(page, "<svg") || !strings.Contains(page, "µs") {
 		t.Errorf("audit page has no latency chart: %s", page)
 	}
+	// A new job of the same kind is shown as a diff against the one
+	// approved.
+	d4 := f.requestApproval(keyA, starlarkJob("1 + 1\nprint(2)"))
+	_, page, _ = u.get("/console/approvals/" + string(d4))
+	if !strings.Contains(page, `<span class="dadd">&#43; code: print(2)</span>`) || !strings.Contains(page, `<span class="dsame">  code: 1 &#43; 1</span>`) {
+		i := strings.Index(page, "Changes since")
+		t.Errorf("no diff against the approved job: %s", page[i:])
+	}
 	// A JSON approval records its approver too.
 	d3 := f.requestApproval(keyA, starlarkJob("3"))
 	if r := f.do("POST", "/v1/approvals/"+string(d3)+"/approve", keyApprover, nil); r.status != 200 {

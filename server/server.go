@@ -222,6 +222,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	hs.RegisterOnShutdown(s.console.endStreams) // event streams never go idle
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

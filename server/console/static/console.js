@@ -30,4 +30,10 @@
       });
   }
   events.addEventListener("pending", refresh);
+  // A change made before the stream opened sent no event: fetch once
+  // the stream is open, then mark the page live.
+  events.addEventListener("open", function () {
+    refresh();
+    document.documentElement.setAttribute("data-live", "open");
+  });
 })();
