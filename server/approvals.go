@@ -225,6 +225,6 @@ func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key, _ := bearer(r)
-	dc := s.decide(p, d, approverID(sha256.Sum256([]byte(key))), "", false)
+	dc := s.decide(p, d, approverID(sha256.Sum256([]byte(key))), "", false, false)
 	writeJSON(w, http.StatusOK, approvalToken{Digest: d, Token: dc.Token, Expires: dc.Expires})
 }

@@ -204,7 +204,9 @@ func (s *Server) approverTenants(sum [32]byte) []*tenant {
 
 // decide records an approver's decision on a pending job: in the trail
 // (who, why), and for the agent to fetch (the token, when approved).
-func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, denied bool) *decision {
+// With once, a job already decided is left as it is (nil is returned),
+// so that two approvers cannot both decide it.
+func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, denied, once bool) *decision {
 	now := s.now()
 	dc := &decision{Digest: d, Tenant: p.tenant.Name, Approver: approver, Reason: reason, Denied: denied, At: now,
 		job: p.job, tier: p.tier, rule: p.rule}
@@ -214,6 +216,10 @@ func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, d
 	}
 	c := s.console
 	c.mu.Lock()
+	if once && c.decided[d] != nil {
+		c.mu.Unlock()
+		return nil
+	}
 	for k, o := range c.decided {
 		if now.Sub(o.At) > max(keepDecided, 2*s.approvalTTL()) {
 			delete(c.decided, k)

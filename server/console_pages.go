@@ -430,14 +430,10 @@ func (s *Server) consoleDecide(w http.ResponseWriter, r *http.Request, v *viewer
 		s.renderDetail(w, v, d, fmt.Sprintf("The reason is longer than %d bytes.", maxReason))
 		return
 	}
-	s.console.mu.Lock()
-	already := s.console.decided[d] != nil
-	s.console.mu.Unlock()
-	if already {
+	if s.decide(p, d, v.Approver, reason, verdict == "deny", true) == nil {
 		s.renderDetail(w, v, d, "This job was already decided.")
 		return
 	}
-	s.decide(p, d, v.Approver, reason, verdict == "deny")
 	http.Redirect(w, r, "/console/approvals/"+string(d), http.StatusSeeOther)
 }
 

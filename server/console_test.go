@@ -6,10 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
@@ -197,12 +199,53 @@ func TestConsoleHeadersAndCookies(t *testing.T) {
 	if !regexp.MustCompile(`airlock_console=[^;]+;.*HttpOnly.*SameSite=Strict`).MatchString(set) {
 		t.Errorf("session cookie attributes: %s", set)
 	}
+	// A second decision of the same job is refused.
+	d := f.requestApproval(keyA, starlarkJob("1"))
+	tok := u.csrf()
+	for i, want := range []int{http.StatusSeeOther, http.StatusOK} {
+		status, body, _ := u.post("/console/approvals/"+string(d), url.Values{"csrf": {tok}, "decision": {"deny"}, "reason": {"r"}}, "Origin", f.http.URL)
+		if status != want || i == 1 && !strings.Contains(body, "already decided") {
+			t.Errorf("decision %d: %d", i, status)
+		}
+	}
 	status, body, _ := u.post("/console/signout", url.Values{"csrf": {u.csrf()}}, "Origin", f.http.URL)
 	if status != http.StatusSeeOther {
 		t.Fatalf("sign out: %d %s", status, body)
 	}
 	if _, page, _ := u.get("/console/"); !strings.Contains(page, "Approver key") {
 		t.Errorf("after sign-out the console still shows: %s", page)
+	}
+	// Sessions expire.
+	u = f.signIn(keyApprover)
+	if _, page, _ := u.get("/console/"); !strings.Contains(page, "Pending approvals") {
+		t.Fatalf("signed in: %s", page)
+	}
+	f.clock.add(9 * time.Hour)
+	if _, page, _ := u.get("/console/"); !strings.Contains(page, "Approver key") {
+		t.Errorf("an expired session still shows the console: %s", page)
+	}
+	// Over TLS the cookie is Secure.
+	ts := httptest.NewTLSServer(f.srv.Handler())
+	defer ts.Close()
+	tc := ts.Client()
+	tc.Jar, _ = cookiejar.New(nil)
+	tc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	r2, err := tc.Get(ts.URL + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := io.ReadAll(r2.Body)
+	r2.Body.Close()
+	req, _ = http.NewRequest("POST", ts.URL+"/console/signin", strings.NewReader(url.Values{"csrf": {csrfField.FindStringSubmatch(string(b2))[1]}, "key": {keyApprover}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", ts.URL)
+	r3, err := tc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3.Body.Close()
+	if set := strings.Join(r3.Header.Values("Set-Cookie"), "\n"); r3.StatusCode != http.StatusSeeOther || !regexp.MustCompile(`airlock_console=[^;]+;.*Secure`).MatchString(set) {
+		t.Errorf("over TLS: %d %s", r3.StatusCode, set)
 	}
 }
 
