@@ -160,7 +160,7 @@ func (b *browser) clean(where string) {
 		b.t.Errorf("%s: the sentinel is set: %s", where, got)
 	}
 	// The console's own: one script (console.js), one style sheet.
-	if got := b.eval(`[document.scripts.length, document.styleSheets.length, document.querySelectorAll('img,iframe,object,embed,base,meta[http-equiv],link:not([rel=stylesheet]):not([rel=icon]),[style],[onerror],[onload],[onclick],[onmouseover],[onfocus],a[href^="javascript:"],a[href^="data:"]').length].join()`); got != "1,1,0" {
+	if got := b.eval(`[document.scripts.length, document.querySelectorAll('link[rel=stylesheet]').length, document.querySelectorAll('style,img,iframe,object,embed,base,meta[http-equiv],link:not([rel=stylesheet]):not([rel=icon]),[style],[onerror],[onload],[onclick],[onmouseover],[onfocus],a[href^="javascript:"],a[href^="data:"]').length].join()`); got != "1,1,0" {
 		b.t.Errorf("%s: scripts, style sheets, injected elements = %s", where, got)
 	}
 	b.mu.Lock()
