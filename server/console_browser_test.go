@@ -371,6 +371,7 @@ func TestConsoleBrowserHostile(t *testing.T) {
 	}
 	b.open("/console/audit")
 	b.clean("audit")
+	b.screenshot("console-audit.png")
 	b.run(chromedp.Click(chromedp.CSS(`tr:not(.stale) td a[href^="/console/runs/"]`)), chromedp.WaitReady(chromedp.CSS("dl.facts")))
 	// The first row is the newest record: the run.
 	text = b.eval(`document.body.innerText`)

@@ -11,7 +11,7 @@ import (
 
 const (
 	chartW     = 720.0
-	chartLeft  = 110.0 // room for the tier names
+	chartLeft  = 180.0 // room for the tier names and counts
 	chartRight = 20.0
 	chartRow   = 34.0
 	chartTop   = 28.0
