@@ -301,7 +301,7 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /v1/approvals/{digest}/decision", s.handleDecision)
 	static, _ := fs.Sub(consoleAssets, "console/static")
 	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
-	m.Handle("GET /console/static/", consoleHeaders(files))
+	m.Handle("GET /console/static/{file}", consoleHeaders(files))
 	m.Handle("GET /console/{$}", s.signedIn(s.consolePending))
 	m.Handle("POST /console/signin", consoleHeaders(http.HandlerFunc(s.consoleSignIn)))
 	m.Handle("POST /console/signout", s.signedIn(s.consoleSignOut))
@@ -524,6 +524,7 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request, v *viewer
 	// session that expired or signed out stops receiving.
 	end := time.NewTimer(5 * time.Minute)
 	defer end.Stop()
+	last := s.listPrint(v)
 	for {
 		ch := s.console.changes()
 		select {
@@ -539,10 +540,27 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request, v *viewer
 			if _, cs := s.session(r); cs == nil {
 				return
 			}
+			// Say so only when this approver's list changed: another
+			// tenant's activity is not theirs to see, not even its timing.
+			now := s.listPrint(v)
+			if now == last {
+				continue
+			}
+			last = now
 			_, _ = w.Write([]byte("event: pending\ndata: changed\n\n"))
 		}
 		fl.Flush()
 	}
+}
+
+// listPrint identifies what the viewer's pending list shows.
+func (s *Server) listPrint(v *viewer) string {
+	var b strings.Builder
+	for _, e := range s.pendingOf(v) {
+		b.WriteString(string(e.d))
+		b.WriteByte(' ')
+	}
+	return b.String()
 }
 
 // parseID reads a run's id from the path.

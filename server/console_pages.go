@@ -57,26 +57,35 @@ type pendingRow struct {
 	Hidden  int
 }
 
-func (s *Server) pendingRows(v *viewer) []pendingRow {
+// pendingEntry is a pending job the viewer may decide.
+type pendingEntry struct {
+	d approve.Digest
+	p *pending
+}
+
+// pendingOf lists the viewer's undecided pending jobs, oldest first.
+func (s *Server) pendingOf(v *viewer) []pendingEntry {
 	now := s.now()
-	type entry struct {
-		d approve.Digest
-		p *pending
-	}
-	var mine []entry
+	var mine []pendingEntry
 	s.mu.Lock()
 	for d, p := range s.pending {
 		if now.Sub(p.created) <= s.approvalTTL() && v.may(p.tenant) {
-			mine = append(mine, entry{d, p})
+			mine = append(mine, pendingEntry{d, p})
 		}
 	}
 	s.mu.Unlock()
 	s.console.mu.Lock()
-	mine = slices.DeleteFunc(mine, func(e entry) bool { return s.console.decided[e.d] != nil })
+	mine = slices.DeleteFunc(mine, func(e pendingEntry) bool { return s.console.decided[e.d] != nil })
 	s.console.mu.Unlock()
-	slices.SortFunc(mine, func(a, b entry) int {
+	slices.SortFunc(mine, func(a, b pendingEntry) int {
 		return cmp.Or(a.p.created.Compare(b.p.created), strings.Compare(string(a.d), string(b.d)))
 	})
+	return mine
+}
+
+func (s *Server) pendingRows(v *viewer) []pendingRow {
+	now := s.now()
+	mine := s.pendingOf(v)
 	rows := make([]pendingRow, 0, len(mine))
 	for _, e := range mine {
 		job := e.p.job

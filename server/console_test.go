@@ -152,6 +152,11 @@ func (u *consoleUser) csrf() string {
 // SameSite=Strict; signing out ends the session.
 func TestConsoleHeadersAndCookies(t *testing.T) {
 	f := newFixture(t, consoleConfig)
+	if resp, err := http.Get(f.http.URL + "/console/static/"); err != nil || resp.StatusCode != 404 {
+		t.Errorf("the static directory is listed: %v %v", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
 	for _, path := range []string{"/console/", "/console/static/console.css", "/console/static/console.js", "/console/nowhere", "/console/audit"} {
 		resp, err := http.Get(f.http.URL + path)
 		if err != nil {
