@@ -67,7 +67,8 @@ type console struct {
 	mu       sync.Mutex
 	sessions map[string]*consoleSession
 	decided  map[approve.Digest]*decision
-	runs     []keptRun // the latest maxKeptRuns, oldest first
+	runs     []keptRun // the latest maxKeptRuns, oldest at runStart
+	runStart int
 	nextRun  int64
 	change   chan struct{} // closed and replaced on every change
 	ending   chan struct{} // closed when the server shuts down
@@ -149,14 +150,23 @@ func (c *console) ran(rec Record, res *airlock.Result) {
 	}
 	c.mu.Lock()
 	c.nextRun++
-	if len(c.runs) >= maxKeptRuns {
-		c.runs = slices.Delete(c.runs, 0, 1)
+	// A ring: this is on every run's path, so no copying of the rest.
+	k := keptRun{ID: c.nextRun, Rec: rec, Res: res}
+	if len(c.runs) < maxKeptRuns {
+		c.runs = append(c.runs, k)
+	} else {
+		c.runs[c.runStart] = k
+		c.runStart = (c.runStart + 1) % maxKeptRuns
 	}
-	c.runs = append(c.runs, keptRun{ID: c.nextRun, Rec: rec, Res: res})
 	c.mu.Unlock()
 	if rec.Approval != "" {
 		c.changed() // a decided job's page lists its runs
 	}
+}
+
+// keptRuns returns the kept runs, oldest first; c.mu must be held.
+func (c *console) keptRuns() []keptRun {
+	return append(slices.Clone(c.runs[c.runStart:]), c.runs[:c.runStart]...)
 }
 
 // decisionOf returns who approved digest d and why, for its runs' records.

@@ -473,7 +473,7 @@ func (s *Server) runsOf(v *viewer, d approve.Digest) []runRow {
 	s.console.mu.Lock()
 	defer s.console.mu.Unlock()
 	var out []runRow
-	for _, k := range s.console.runs {
+	for _, k := range s.console.keptRuns() {
 		if !v.mayName(k.Rec.Tenant) {
 			continue
 		}
@@ -495,8 +495,9 @@ func (s *Server) consoleAudit(w http.ResponseWriter, r *http.Request, v *viewer)
 	}
 	var rows []runRow
 	s.console.mu.Lock()
-	for i := len(s.console.runs) - 1; i >= 0; i-- {
-		k := s.console.runs[i]
+	kept := s.console.keptRuns()
+	for i := len(kept) - 1; i >= 0; i-- {
+		k := kept[i]
 		rec := &k.Rec
 		switch {
 		case !v.mayName(rec.Tenant),
@@ -534,7 +535,7 @@ func parseWhen(s string) (time.Time, error) {
 func (s *Server) keptRun(v *viewer, id int64) (keptRun, bool) {
 	s.console.mu.Lock()
 	defer s.console.mu.Unlock()
-	for _, k := range s.console.runs {
+	for _, k := range s.console.keptRuns() {
 		if k.ID == id && v.mayName(k.Rec.Tenant) {
 			return k, true
 		}
