@@ -357,8 +357,10 @@ func sameOrigin(r *http.Request) error {
 		}
 		return nil
 	} else if o != "" {
+		// The host (with its port) decides, not the scheme: behind a
+		// proxy that ends TLS the page is https and the request http.
 		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host || (u.Scheme == "https") != (r.TLS != nil) {
+		if err != nil || u.Host != r.Host {
 			return errCrossSite
 		}
 		return nil
@@ -367,6 +369,13 @@ func sameOrigin(r *http.Request) error {
 		return errCrossSite
 	}
 	return nil
+}
+
+// secure reports whether the browser reached the console over TLS: here,
+// or at a proxy that says so. (Believing a client that claims it only
+// makes its own cookie unusable over plain HTTP.)
+func secure(r *http.Request) bool {
+	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
 }
 
 func randomToken() string {
@@ -466,7 +475,7 @@ func render(w http.ResponseWriter, name string, data any) {
 func (s *Server) consoleSignInPage(w http.ResponseWriter, r *http.Request, problem string) {
 	pre := randomToken()
 	http.SetCookie(w, &http.Cookie{Name: consolePreCookie, Value: pre, Path: "/console/", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: 3600})
+		Secure: secure(r), SameSite: http.SameSiteStrictMode, MaxAge: 3600})
 	if problem != "" {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusForbidden)
@@ -502,7 +511,7 @@ func (s *Server) consoleSignIn(w http.ResponseWriter, r *http.Request) {
 	c.sessions[id] = &consoleSession{key: sum, approver: approverID(sum), csrf: randomToken(), expires: now.Add(consoleTTL)}
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: id, Path: "/console/", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: int(consoleTTL / time.Second)})
+		Secure: secure(r), SameSite: http.SameSiteStrictMode, MaxAge: int(consoleTTL / time.Second)})
 	http.SetCookie(w, &http.Cookie{Name: consolePreCookie, Value: "", Path: "/console/", MaxAge: -1})
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }
@@ -512,7 +521,7 @@ func (s *Server) consoleSignOut(w http.ResponseWriter, r *http.Request, v *viewe
 	delete(s.console.sessions, v.id)
 	s.console.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: "/console/", MaxAge: -1, HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		Secure: secure(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }
 

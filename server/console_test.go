@@ -252,6 +252,25 @@ func TestConsoleHeadersAndCookies(t *testing.T) {
 	if set := strings.Join(r3.Header.Values("Set-Cookie"), "\n"); r3.StatusCode != http.StatusSeeOther || !regexp.MustCompile(`airlock_console=[^;]+;.*Secure`).MatchString(set) {
 		t.Errorf("over TLS: %d %s", r3.StatusCode, set)
 	}
+	// Behind a proxy that ends TLS: the page's origin is https, the
+	// request plain HTTP saying X-Forwarded-Proto: https.
+	jar2, _ := cookiejar.New(nil)
+	pc := &http.Client{Jar: jar2, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	r4, _ := pc.Get(f.http.URL + "/console/")
+	b4, _ := io.ReadAll(r4.Body)
+	r4.Body.Close()
+	req, _ = http.NewRequest("POST", f.http.URL+"/console/signin", strings.NewReader(url.Values{"csrf": {csrfField.FindStringSubmatch(string(b4))[1]}, "key": {keyApprover}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", strings.Replace(f.http.URL, "http:", "https:", 1))
+	req.Header.Set("X-Forwarded-Proto", "https")
+	r5, err := pc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r5.Body.Close()
+	if set := strings.Join(r5.Header.Values("Set-Cookie"), "\n"); r5.StatusCode != http.StatusSeeOther || !regexp.MustCompile(`airlock_console=[^;]+;.*Secure`).MatchString(set) {
+		t.Errorf("behind a TLS proxy: %d %s", r5.StatusCode, set)
+	}
 }
 
 // TestConsoleRefusesCrossSite: a decision posted from another origin, or
