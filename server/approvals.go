@@ -106,6 +106,7 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 		}
 		s.pending[d] = &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now()}
 		s.mu.Unlock()
+		s.console.changed()
 	}
 	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: tier.Name(), Rule: rule, Required: rule != ""})
 }
@@ -223,7 +224,7 @@ func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusForbidden, kindForbidden, "this key may not approve jobs of this tenant")
 		return
 	}
-	exp := s.now().Add(s.approvalTTL()).UTC().Truncate(time.Second)
-	tok := s.signer.Issue(approve.Claims{Digest: d, Tenant: p.tenant.Name, Expires: exp})
-	writeJSON(w, http.StatusOK, approvalToken{Digest: d, Token: tok, Expires: exp})
+	key, _ := bearer(r)
+	dc := s.decide(p, d, approverID(sha256.Sum256([]byte(key))), "", false, false)
+	writeJSON(w, http.StatusOK, approvalToken{Digest: d, Token: dc.Token, Expires: dc.Expires})
 }

@@ -29,7 +29,11 @@ type Record struct {
 	Session  string         `json:"session,omitempty"`
 	Digest   approve.Digest `json:"digest"`
 	Approval string         `json:"approval,omitempty"` // the rule that required one
-	Tier     string         `json:"tier"`
+	// Approver and Reason say who approved (or denied) the job and why: on
+	// the decision's record, and on the runs its token allowed.
+	Approver string `json:"approver,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Tier     string `json:"tier"`
 	// Image is the digest of the image a command job ran in ("host": the
 	// host view).
 	Image    string          `json:"image,omitempty"`

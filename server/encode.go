@@ -206,6 +206,8 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	b = appendStrOmit(b, "session", r.Session)
 	b = appendStr(b, "digest", string(r.Digest))
 	b = appendStrOmit(b, "approval", r.Approval)
+	b = appendStrOmit(b, "approver", r.Approver)
+	b = appendStrOmit(b, "reason", r.Reason)
 	b = appendStr(b, "tier", r.Tier)
 	b = appendStrOmit(b, "image", r.Image)
 	if len(r.Decision) > 0 {

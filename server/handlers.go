@@ -56,6 +56,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /healthz", s.handleHealth)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.Handle("/mcp", s.MCPHandler())
+	s.consoleRoutes(m)
 	// Without a catch-all the mux would answer a wrong method and an
 	// unknown path in plain text; these answer in the API's error shape.
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -342,6 +343,7 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
 	_ = s.audit.add(rec) // a refusal either way; a failure is counted and logged
+	s.console.ran(rec, nil)
 }
 
 func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
@@ -427,7 +429,7 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 // kept the record from the trail.
 func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Digest, rule string, queueUS int64, elapsed time.Duration) error {
 	out := outcome(res)
-	s.metrics.run(res.Tier, out, elapsed)
+	s.metrics.run(res.Tier, out, elapsed, time.Duration(res.Timings.StartUS)*time.Microsecond)
 	if res.Stopped != nil && res.Stopped.Reason == airlock.StopDenied {
 		capability, _, _ := strings.Cut(res.Stopped.Detail, ":")
 		counter(&s.metrics.denials, capability).Add(1)
@@ -445,6 +447,9 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 	if res.Error != nil {
 		rec.Error = string(res.Error.Kind) + ": " + res.Error.Message
 	}
+	if rule != "" {
+		rec.Approver, rec.Reason = s.console.decisionOf(digest)
+	}
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
@@ -453,7 +458,9 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 		kept.Grants = rec.Grants
 		rec.Job = &kept
 	}
-	return s.audit.add(rec)
+	err := s.audit.add(rec)
+	s.console.ran(rec, res)
+	return err
 }
 
 // jobSize is about what a job takes in the audit trail.

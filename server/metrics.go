@@ -36,6 +36,7 @@ func (h *histogram) observe(d time.Duration) {
 type metrics struct {
 	runs     sync.Map // "tier\x00outcome" -> *atomic.Int64
 	latency  sync.Map // tier -> *histogram
+	startup  sync.Map // tier -> *histogram: the tier's start-up time (Timings.StartUS)
 	denials  sync.Map // capability -> *atomic.Int64
 	refusals sync.Map // reason -> *atomic.Int64 (429, 400, ...)
 	inFlight atomic.Int64
@@ -51,16 +52,23 @@ func counter(m *sync.Map, key string) *atomic.Int64 {
 	return v.(*atomic.Int64)
 }
 
-func (m *metrics) run(tier, outcome string, d time.Duration) {
+func (m *metrics) run(tier, outcome string, d, startup time.Duration) {
 	if tier == "" {
 		tier = "none"
 	}
 	counter(&m.runs, tier+"\x00"+outcome).Add(1)
-	v, ok := m.latency.Load(tier)
-	if !ok {
-		v, _ = m.latency.LoadOrStore(tier, new(histogram))
+	hist(&m.latency, tier).observe(d)
+	if startup > 0 {
+		hist(&m.startup, tier).observe(startup)
 	}
-	v.(*histogram).observe(d)
+}
+
+func hist(m *sync.Map, key string) *histogram {
+	v, ok := m.Load(key)
+	if !ok {
+		v, _ = m.LoadOrStore(key, new(histogram))
+	}
+	return v.(*histogram)
 }
 
 func escapeLabel(s string) string {
@@ -74,6 +82,25 @@ func sortedKeys(m *sync.Map) []string {
 	return keys
 }
 
+func writeHistograms(w io.Writer, name, help string, m *sync.Map) {
+	fmt.Fprintf(w, "# HELP %s %s\n", name, help)
+	fmt.Fprintf(w, "# TYPE %s histogram\n", name)
+	for _, tier := range sortedKeys(m) {
+		v, _ := m.Load(tier)
+		h := v.(*histogram)
+		t := escapeLabel(tier)
+		var cum int64
+		for i, b := range buckets {
+			cum += h.counts[i].Load()
+			fmt.Fprintf(w, "%s_bucket{tier=\"%s\",le=\"%s\"} %d\n", name, t, strconv.FormatFloat(b, 'g', -1, 64), cum)
+		}
+		cum += h.counts[len(buckets)].Load()
+		fmt.Fprintf(w, "%s_bucket{tier=\"%s\",le=\"+Inf\"} %d\n", name, t, cum)
+		fmt.Fprintf(w, "%s_sum{tier=\"%s\"} %s\n", name, t, strconv.FormatFloat(float64(h.sumNS.Load())/1e9, 'g', -1, 64))
+		fmt.Fprintf(w, "%s_count{tier=\"%s\"} %d\n", name, t, cum)
+	}
+}
+
 func (m *metrics) write(w io.Writer, pools map[string]airlock.Pooler) {
 	fmt.Fprintln(w, "# HELP airlock_runs_total Runs by tier and outcome (ok, exit_nonzero, stopped_REASON, error_KIND).")
 	fmt.Fprintln(w, "# TYPE airlock_runs_total counter")
@@ -82,22 +109,8 @@ func (m *metrics) write(w io.Writer, pools map[string]airlock.Pooler) {
 		v, _ := m.runs.Load(k)
 		fmt.Fprintf(w, "airlock_runs_total{tier=\"%s\",outcome=\"%s\"} %d\n", escapeLabel(tier), escapeLabel(outcome), v.(*atomic.Int64).Load())
 	}
-	fmt.Fprintln(w, "# HELP airlock_run_duration_seconds Time from request to result, per tier.")
-	fmt.Fprintln(w, "# TYPE airlock_run_duration_seconds histogram")
-	for _, tier := range sortedKeys(&m.latency) {
-		v, _ := m.latency.Load(tier)
-		h := v.(*histogram)
-		t := escapeLabel(tier)
-		var cum int64
-		for i, b := range buckets {
-			cum += h.counts[i].Load()
-			fmt.Fprintf(w, "airlock_run_duration_seconds_bucket{tier=\"%s\",le=\"%s\"} %d\n", t, strconv.FormatFloat(b, 'g', -1, 64), cum)
-		}
-		cum += h.counts[len(buckets)].Load()
-		fmt.Fprintf(w, "airlock_run_duration_seconds_bucket{tier=\"%s\",le=\"+Inf\"} %d\n", t, cum)
-		fmt.Fprintf(w, "airlock_run_duration_seconds_sum{tier=\"%s\"} %s\n", t, strconv.FormatFloat(float64(h.sumNS.Load())/1e9, 'g', -1, 64))
-		fmt.Fprintf(w, "airlock_run_duration_seconds_count{tier=\"%s\"} %d\n", t, cum)
-	}
+	writeHistograms(w, "airlock_run_duration_seconds", "Time from request to result, per tier.", &m.latency)
+	writeHistograms(w, "airlock_run_startup_seconds", "Time the tier took to start a run (Timings.start_us), per tier.", &m.startup)
 	fmt.Fprintln(w, "# HELP airlock_denials_total Attempts to use a withheld capability, by capability.")
 	fmt.Fprintln(w, "# TYPE airlock_denials_total counter")
 	for _, k := range sortedKeys(&m.denials) {

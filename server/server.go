@@ -70,6 +70,7 @@ type Server struct {
 	audit     *auditor
 	metrics   metrics
 	mcp       mcpServers
+	console   *console
 	mux       *http.ServeMux
 
 	base     context.Context
@@ -107,6 +108,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		now:       opts.Now,
 		sessions:  map[string]*session{},
 		pending:   map[approve.Digest]*pending{},
+		console:   newConsole(),
 		pools:     map[string]airlock.Pooler{},
 		stopJan:   make(chan struct{}),
 		janDone:   make(chan struct{}),
@@ -226,6 +228,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	hs.RegisterOnShutdown(s.console.endStreams) // event streams never go idle
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -1,0 +1,54 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// TestConsoleKeepsTheLatestRuns: the runs page keeps the latest
+// maxKeptRuns records, oldest first, with outputs truncated.
+func TestConsoleKeepsTheLatestRuns(t *testing.T) {
+	c := newConsole()
+	const n = maxKeptRuns + 44
+	for i := 1; i <= n; i++ {
+		c.ran(Record{Tenant: "a"}, &airlock.Result{Stdout: strings.Repeat("x", maxKeptOutput+1)})
+	}
+	kept := c.keptRuns()
+	if len(kept) != maxKeptRuns || kept[0].ID != n-maxKeptRuns+1 || kept[len(kept)-1].ID != n {
+		t.Fatalf("kept %d runs, %d to %d", len(kept), kept[0].ID, kept[len(kept)-1].ID)
+	}
+	for i := 1; i < len(kept); i++ {
+		if kept[i].ID != kept[i-1].ID+1 {
+			t.Fatalf("out of order at %d: %d after %d", i, kept[i].ID, kept[i-1].ID)
+		}
+	}
+	if len(kept[0].Res.Stdout) != maxKeptOutput {
+		t.Errorf("stdout kept: %d bytes", len(kept[0].Res.Stdout))
+	}
+}
+
+// TestChartAxis: the start-up chart's axis is logarithmic, a decade
+// apart per tick, labelled with units.
+func TestChartAxis(t *testing.T) {
+	var s Server
+	s.metrics.run("process", "ok", 0, 3*1e6) // 3 ms
+	cv := s.latencyChart()
+	if len(cv.Rows) != 1 || len(cv.Rows[0].Bars) != 1 || cv.Rows[0].Median != "median ≤ 5 ms" {
+		t.Fatalf("rows %+v", cv.Rows)
+	}
+	step := cv.Ticks[1].X - cv.Ticks[0].X
+	for i := 1; i < len(cv.Ticks); i++ {
+		if d := cv.Ticks[i].X - cv.Ticks[i-1].X; d < step-1e-9 || d > step+1e-9 {
+			t.Errorf("tick %d is %g from the last, not %g", i, d, step)
+		}
+	}
+	var labels []string
+	for _, tk := range cv.Ticks {
+		labels = append(labels, tk.Label)
+	}
+	if got := strings.Join(labels, ","); got != "10 µs,100 µs,1 ms,10 ms,100 ms,1 s,10 s,100 s" {
+		t.Errorf("labels %s", got)
+	}
+}
