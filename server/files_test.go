@@ -15,7 +15,7 @@ import (
 func TestRunFilesOverAPI(t *testing.T) {
 	f := newFixture(t)
 	r := f.do("POST", "/v1/run", keyA, `{"kind":"command","argv":["sh","-c","cat in.bin; cp in.bin out.bin; echo t > out.txt"],`+
-		`"files":{"in.bin":{"base64":"AP8B"}},"collect":["out.*","gone"]}`)
+		`"files":{"in.bin":{"base64":"AP8B"}},"collect":["out.*","gone"],"grants":{"spawn":true}}`)
 	if r.status == 422 || r.status == 503 || strings.Contains(string(r.body), "not_admitted") {
 		testenv.Skipf(t, "no command tier here: %s", r.body)
 	}

@@ -51,7 +51,8 @@ func testConfig() server.Config {
 			Rules: &[]approve.Rule{{Name: "internal-starlark", Kinds: []airlock.Kind{airlock.KindStarlark}, Situations: []airlock.Situation{airlock.SituationInternal}}, {Name: "command-with-network", Kinds: []airlock.Kind{airlock.KindCommand}, Net: &t}},
 		},
 		Tenants: []server.Tenant{
-			{Name: "a", KeySHA256: server.HashKey(keyA), ApproverSHA256: []string{server.HashKey(keyApprover)}, MaxConcurrent: 8,
+			// Its MCP shell scripts run other programs: they need spawn.
+			{Name: "a", KeySHA256: server.HashKey(keyA), ApproverSHA256: []string{server.HashKey(keyApprover)}, MaxConcurrent: 8, MCPSpawn: true,
 				Situations: []airlock.Situation{airlock.SituationPublic, airlock.SituationInternal},
 				Limits:     &server.LimitPolicy{Max: airlock.Limits{WallMS: 5000, Steps: 50_000_000}}},
 			{Name: "b", KeySHA256: server.HashKey(keyB), MaxConcurrent: 2, Situations: []airlock.Situation{airlock.SituationExpression, airlock.SituationPublic, airlock.SituationInternal}, Tiers: []string{"expr", "starlark"}},

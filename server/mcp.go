@@ -313,7 +313,7 @@ func addTool[In any](srv *mcp.Server, t *tenant, iso isolationEnums, name, desc 
 		out = nil // the router's explanation; free-form
 	case "open_session", "close_session":
 		out = outputSchema[sessionOutput]()
-	case "evaluate_expression", "run_starlark":
+	case "evaluate_expression", "run_starlark", "run_wasm": // a wasm entry function returns a value
 		out = outputSchema[ToolOutput]()
 	default:
 		out = outputSchema[ToolOutput]()
