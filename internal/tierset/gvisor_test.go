@@ -25,7 +25,7 @@ func TestGVisorBuilt(t *testing.T) {
 	if err := tier.(airlock.Prober).Available(); err != nil {
 		tiertest.Unavailable(t, "gvisor", err)
 	}
-	res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", "echo hi; cat /proc/version"}})
+	res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", "echo hi; cat /proc/version"}, Grants: airlock.Grants{Spawn: true}})
 	if err != nil || !strings.HasPrefix(res.Stdout, "hi\n") || !strings.Contains(res.Stdout, "gvisor") {
 		t.Fatalf("%v (%+v)", err, res)
 	}
