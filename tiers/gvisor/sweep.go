@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 )
@@ -131,11 +132,12 @@ func (t *Tier) sweep() (removed int) {
 			}
 			owner, pid := parseID(g.Name())
 			if (pid > 0 && pid != os.Getpid() && !alive(pid)) || dead[owner] != nil {
-				// One attempt: the sandboxes of dead owners were destroyed
-				// above, so their cgroups are empty. A legacy cgroup that
-				// still has tasks belongs to a sandbox of another state
+				// The sandboxes of dead owners were destroyed above, but
+				// their last processes may still be exiting: a busy cgroup
+				// gets a short while to empty. A legacy cgroup that keeps
+				// its tasks belongs to a sandbox of another state
 				// directory, which this sweep cannot kill.
-				if os.Remove(filepath.Join(cgroupRoot, h.Name(), g.Name())) == nil {
+				if removeCgroup(filepath.Join(cgroupRoot, h.Name(), g.Name())) == nil {
 					removed++
 				} else {
 					fail(g.Name())
@@ -144,6 +146,19 @@ func (t *Tier) sweep() (removed int) {
 		}
 	}
 	return removed
+}
+
+// removeCgroup removes an empty cgroup, retrying for up to a second while
+// it is busy.
+func removeCgroup(dir string) error {
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = os.Remove(dir); !errors.Is(err, syscall.EBUSY) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
 }
 
 // deleteOrder sorts ids so that each comes after every id it is a prefix
