@@ -281,31 +281,42 @@ func TestServeUsage(t *testing.T) {
 	}
 }
 
-func TestMCPStdio(t *testing.T) {
+// mcpStdio starts `airlock ARGS` (an MCP server over stdio) in-process
+// and connects a client; stop closes both and returns the exit status.
+func mcpStdio(t *testing.T, args ...string) (cs *mcp.ClientSession, stop func() int) {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
 		var errb bytes.Buffer
-		done <- Run(ctx, []string{"mcp"}, inR, outW, &errb)
+		done <- Run(ctx, args, inR, outW, &errb)
 		outW.Close()
 	}()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_starlark", Arguments: map[string]any{"code": "result = 6 * 7"}})
+	return cs, func() int {
+		cs.Close()
+		inW.Close()
+		cancel()
+		return <-done
+	}
+}
+
+func TestMCPStdio(t *testing.T) {
+	cs, stop := mcpStdio(t, "mcp")
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_starlark", Arguments: map[string]any{"code": "result = 6 * 7"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if text := res.Content[0].(*mcp.TextContent).Text; !strings.Contains(text, "tier: starlark") || !strings.Contains(text, "value: 42") {
 		t.Errorf("run_starlark over stdio: %s", text)
 	}
-	cs.Close()
-	inW.Close()
-	cancel()
-	if code := <-done; code != exitOK {
+	if code := stop(); code != exitOK {
 		t.Errorf("mcp exited %d", code)
 	}
 }
@@ -413,20 +424,8 @@ func TestMCPAllowSpawn(t *testing.T) {
 		if spawn {
 			args = append(args, "--allow-spawn")
 		}
-		inR, inW := io.Pipe()
-		outR, outW := io.Pipe()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan int, 1)
-		go func() {
-			var errb bytes.Buffer
-			done <- Run(ctx, args, inR, outW, &errb)
-			outW.Close()
-		}()
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tools, err := cs.ListTools(ctx, nil)
+		cs, stop := mcpStdio(t, args...)
+		tools, err := cs.ListTools(context.Background(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,10 +434,7 @@ func TestMCPAllowSpawn(t *testing.T) {
 				t.Errorf("--allow-spawn %v: run_command's description: %s", spawn, tool.Description)
 			}
 		}
-		cs.Close()
-		inW.Close()
-		cancel()
-		if code := <-done; code != exitOK {
+		if code := stop(); code != exitOK {
 			t.Errorf("mcp %v exited %d", args, code)
 		}
 	}
