@@ -2,40 +2,23 @@ package main
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/airlock-sandbox/airlock/server"
 )
 
 // auditTrail runs n expressions through a server whose audit file rotates
 // every couple of records, and returns the files oldest first.
 func auditTrail(t *testing.T, n int) []string {
 	t.Helper()
-	dir, cfg := writeConfig(t, "audit_rotation:\n  max_bytes: 2048\n  keep: 100\n")
-	c, err := server.LoadConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := newServer(c, &tierFlags{}, server.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var jobs []string
 	for i := range n {
-		req, _ := http.NewRequest("POST", "/v1/run", strings.NewReader(fmt.Sprintf(`{"kind":"expr","code":"%d * 2"}`, i)))
-		req.Header.Set("Authorization", "Bearer "+testKey)
-		rec := httptest.NewRecorder()
-		srv.Handler().ServeHTTP(rec, req)
-		if rec.Code != 200 {
-			t.Fatalf("run %d: %d %s", i, rec.Code, rec.Body)
-		}
+		jobs = append(jobs, fmt.Sprintf(`{"kind":"expr","code":"%d * 2"}`, i))
 	}
+	dir, srv := serveJobs(t, "audit_rotation:\n  max_bytes: 2048\n  keep: 100\n", jobs...)
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}

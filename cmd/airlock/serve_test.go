@@ -321,8 +321,12 @@ func TestMCPStdio(t *testing.T) {
 	}
 }
 
-func TestReplayCommand(t *testing.T) {
-	dir, cfg := writeConfig(t, "")
+// serveJobs builds a server from a test configuration with extra lines,
+// runs each job through its handler (each must answer 200) and returns the
+// configuration's directory and the server, still open.
+func serveJobs(t *testing.T, extra string, jobs ...string) (string, *server.Server) {
+	t.Helper()
+	dir, cfg := writeConfig(t, extra)
 	c, err := server.LoadConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -331,15 +335,21 @@ func TestReplayCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, job := range []string{`{"kind":"starlark","code":"result = [random.random(), time.now().unix]"}`, `{"kind":"expr","code":"now().Year()"}`} {
+	for _, job := range jobs {
 		req, _ := http.NewRequest("POST", "/v1/run", strings.NewReader(job))
 		req.Header.Set("Authorization", "Bearer "+testKey)
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, req)
 		if rec.Code != 200 {
+			srv.Close()
 			t.Fatalf("%s: %d %s", job, rec.Code, rec.Body.String())
 		}
 	}
+	return dir, srv
+}
+
+func TestReplayCommand(t *testing.T) {
+	dir, srv := serveJobs(t, "", `{"kind":"starlark","code":"result = [random.random(), time.now().unix]"}`, `{"kind":"expr","code":"now().Year()"}`)
 	srv.Close()
 	audit := filepath.Join(dir, "audit.jsonl")
 	for _, spec := range []string{audit + ":1", audit + ":2"} {
