@@ -43,11 +43,14 @@ type Event struct {
 	// Image is the reference or name being worked on.
 	Image string
 	// Phase is "pull" (fetching the manifest), "unpack" (layers, Done and
-	// Total in compressed bytes), "derive" or "done".
+	// Total in compressed bytes), "derive" (a tier's artefact, Kind, is
+	// being built), "derived" (built, in Took) or "done".
 	Phase string
 	// Layer is the 1-based layer being unpacked, of Layers.
 	Layer, Layers int
 	Done, Total   int64
+	Kind          string
+	Took          time.Duration
 }
 
 // Info describes an image in the store, for List.

@@ -679,10 +679,12 @@ func (s *Store) Derive(ctx context.Context, img *Image, kind string, build func(
 			return err
 		}
 		defer done()
-		s.emit(Event{Image: img.Ref, Phase: "derive"})
+		s.emit(Event{Image: img.Ref, Phase: "derive", Kind: kind})
+		start := time.Now()
 		if err := build(tmp); err != nil {
 			return fmt.Errorf("deriving %s: %w", kind, err)
 		}
+		s.emit(Event{Image: img.Ref, Phase: "derived", Kind: kind, Took: time.Since(start)})
 		// Mkdir, not MkdirAll: an image removed meanwhile is not made again.
 		if err := os.Mkdir(filepath.Dir(out), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err

@@ -748,7 +748,15 @@ func TestEvictionLRUNeverHeld(t *testing.T) {
 }
 
 func TestDerive(t *testing.T) {
-	f := newFixture(t, Options{})
+	var mu sync.Mutex
+	var events []Event
+	f := newFixture(t, Options{Progress: func(ev Event) {
+		if ev.Phase == "derive" || ev.Phase == "derived" {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}
+	}})
 	if _, err := f.importImage("python", goodImage(t, "d")); err != nil {
 		t.Fatal(err)
 	}
@@ -792,6 +800,13 @@ func TestDerive(t *testing.T) {
 	if s := readFile(t, dirs[0], "disk.img"); s != "disk" {
 		t.Errorf("artefact %q", s)
 	}
+	// The failed build and the one that succeeded each said it started;
+	// only the second said it was done.
+	mu.Lock()
+	if len(events) != 3 || events[0].Phase != "derive" || events[1].Phase != "derive" || events[2].Phase != "derived" || events[2].Kind != "disk" || events[2].Took <= 0 {
+		t.Errorf("progress events %+v", events)
+	}
+	mu.Unlock()
 	_, err = f.s.Derive(context.Background(), img, "../x", func(string) error { return nil })
 	imageError(t, err, false, "malformed artefact kind")
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -61,19 +62,45 @@ func openStore(dir string, w io.Writer) (*image.Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("image store %s: %w", dir, err)
 	}
-	var last string
-	return image.Open(dir, image.Options{AllowHost: true, Progress: func(ev image.Event) {
-		// One line per phase and layer: enough to see that a large
-		// pull is moving without flooding a log.
-		line := ev.Phase
-		if ev.Layers > 0 {
-			line = fmt.Sprintf("%s layer %d/%d", ev.Phase, ev.Layer, ev.Layers)
+	return image.Open(dir, image.Options{AllowHost: true, Progress: imageProgress(w)})
+}
+
+// imageProgress is the progress a run shows on a terminal: a first disk
+// build of a large image takes a while (nil when stderr is not one).
+func (e *env) imageProgress() func(image.Event) {
+	if f, ok := e.stderr.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			return imageProgress(e.stderr)
 		}
+	}
+	return nil
+}
+
+// imageProgress prints the store's progress events to w: one line per
+// phase and layer, enough to see that a large pull or a first disk build
+// is moving without flooding a log.
+func imageProgress(w io.Writer) func(image.Event) {
+	var mu sync.Mutex
+	var last string
+	return func(ev image.Event) {
+		var line string
+		switch {
+		case ev.Phase == "derive":
+			line = fmt.Sprintf("building its %s (once per image)", ev.Kind)
+		case ev.Phase == "derived":
+			line = fmt.Sprintf("built its %s in %.1fs", ev.Kind, ev.Took.Seconds())
+		case ev.Layers > 0:
+			line = fmt.Sprintf("%s layer %d/%d", ev.Phase, ev.Layer, ev.Layers)
+		default:
+			line = ev.Phase
+		}
+		mu.Lock()
+		defer mu.Unlock()
 		if line != last {
 			last = line
 			fmt.Fprintf(w, "%s: %s\n", ev.Image, line)
 		}
-	}})
+	}
 }
 
 // imageFail reports err with the exit code of its cause: a bad reference,

@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
@@ -97,5 +99,19 @@ func TestImageBuildMinimal(t *testing.T) {
 			"bash", "-c", `echo "hi from $(cut -d. -f1 /etc/debian_version)"; [ -w / ] || echo read-only`)
 		require.Equal(t, exitOK, code, "%s: %s", tier, errOut)
 		assert.Equal(t, "hi from 12\nread-only\n", out, tier)
+	}
+}
+
+// TestImageProgressLines: a first disk build shows as two lines, its start
+// and what it cost; repeated events of one phase print once.
+func TestImageProgressLines(t *testing.T) {
+	var b strings.Builder
+	p := imageProgress(&b)
+	p(image.Event{Image: "python", Phase: "derive", Kind: "microvm-disk"})
+	p(image.Event{Image: "python", Phase: "derive", Kind: "microvm-disk"})
+	p(image.Event{Image: "python", Phase: "derived", Kind: "microvm-disk", Took: 12340 * time.Millisecond})
+	want := "python: building its microvm-disk (once per image)\npython: built its microvm-disk in 12.3s\n"
+	if b.String() != want {
+		t.Errorf("progress %q, want %q", b.String(), want)
 	}
 }

@@ -43,6 +43,7 @@ func runCmd(ctx context.Context, e *env) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	rf.tiers.progress = e.imageProgress()
 	r, closeAll, err := rf.open()
 	if err != nil {
 		return e.fail(err)
@@ -95,6 +96,7 @@ func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *
 	if err := jf.out.apply(&job, true); err != nil {
 		return finish(airlock.Result{}, err)
 	}
+	rf.tiers.progress = e.imageProgress()
 	r, closeAll, err := rf.open()
 	if err != nil {
 		return finish(airlock.Result{}, err)

@@ -22,6 +22,9 @@ type tierFlags struct {
 	// lazyImages: the store is opened when a tier first acquires an
 	// image (tierset.LazyImages), not before the command starts.
 	lazyImages bool
+	// progress, if set, shows the image store's long work (a first disk
+	// build, say) as it happens.
+	progress func(image.Event)
 	// The operator's egress pins and decision log (see egressOptions).
 	hosts, egressLog string
 	logFile          *os.File
@@ -66,10 +69,10 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 			dir = image.DefaultDir()
 		}
 		if f.lazyImages {
-			base.Images = tierset.LazyImages(dir)
+			base.Images = tierset.LazyImages(dir, f.progress)
 			return base, nil
 		}
-		st, err := tierset.OpenImages(dir)
+		st, err := tierset.OpenImages(dir, f.progress)
 		if err != nil {
 			return base, err
 		}

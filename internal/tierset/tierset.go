@@ -280,8 +280,9 @@ func Close(tiers []airlock.Tier) error {
 // returns nil when dir does not exist (no image was ever imported: command
 // jobs run in the host view). The command's user is the operator, so the
 // host view stays available by name; the default image is the catalogue's
-// python where it has been built, and the host view otherwise.
-func OpenImages(dir string) (*image.Store, error) {
+// python where it has been built, and the host view otherwise. progress,
+// if not nil, hears about pulls and a tier's first build of an artefact.
+func OpenImages(dir string, progress func(image.Event)) (*image.Store, error) {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -297,30 +298,31 @@ func OpenImages(dir string) (*image.Store, error) {
 			}
 		}
 	}
-	return image.Open(dir, image.Options{AllowHost: true, Default: def})
+	return image.Open(dir, image.Options{AllowHost: true, Default: def, Progress: progress})
 }
 
 // LazyImages is OpenImages put off until a tier first acquires an image,
 // for a command that may run none: it returns nil when dir does not exist,
 // as OpenImages does, and otherwise a resolver that opens the store on its
 // first use (and reports, from then on, why it could not).
-func LazyImages(dir string) image.Resolver {
+func LazyImages(dir string, progress func(image.Event)) image.Resolver {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return &lazyImages{dir: dir}
+	return &lazyImages{dir: dir, progress: progress}
 }
 
 type lazyImages struct {
-	dir  string
-	once sync.Once
+	dir      string
+	progress func(image.Event)
+	once     sync.Once
 	st   *image.Store
 	err  error
 }
 
 func (l *lazyImages) store() (*image.Store, error) {
 	l.once.Do(func() {
-		l.st, l.err = OpenImages(l.dir)
+		l.st, l.err = OpenImages(l.dir, l.progress)
 		if l.st == nil && l.err == nil {
 			l.err = fmt.Errorf("image store %s: %w", l.dir, fs.ErrNotExist)
 		}
