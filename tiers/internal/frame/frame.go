@@ -20,7 +20,8 @@ import (
 	"io"
 )
 
-// Type says what a frame carries. Host to agent: Job. Agent to host:
+// Type says what a frame carries. Host to agent: Job, then Stdin for an
+// attached job. Agent to host:
 // Ready, Stdout, Stderr, Files, Exit, Fail. A tier may use a subset.
 type Type byte
 
@@ -30,6 +31,9 @@ const (
 	Ready  Type = 'R' // the agent is up and waits for its job (JSON)
 	Stdout Type = 'O' // a chunk of the job's standard output
 	Stderr Type = 'E' // a chunk of the job's standard error
+	// Stdin is a chunk of an attached job's standard input; an empty one
+	// closes it.
+	Stdin Type = 'I'
 	Exit   Type = 'X' // how the job ended (JSON): the job is over
 	Fail   Type = 'F' // the agent could not run the job: a message
 	// Files are the files a job's collect patterns named (JSON), sent
@@ -61,7 +65,7 @@ func Limit(t Type) (int, bool) {
 	switch t {
 	case Job, Files:
 		return MaxJob, true
-	case Stdout, Stderr:
+	case Stdout, Stderr, Stdin:
 		return MaxChunk, true
 	case Ready, Exit, Fail:
 		return MaxSmall, true
