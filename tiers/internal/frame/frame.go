@@ -34,8 +34,8 @@ const (
 	// Stdin is a chunk of an attached job's standard input; an empty one
 	// closes it.
 	Stdin Type = 'I'
-	Exit   Type = 'X' // how the job ended (JSON): the job is over
-	Fail   Type = 'F' // the agent could not run the job: a message
+	Exit  Type = 'X' // how the job ended (JSON): the job is over
+	Fail  Type = 'F' // the agent could not run the job: a message
 	// Files are the files a job's collect patterns named (JSON), sent
 	// after the program has ended and before Exit.
 	Files Type = 'C'
