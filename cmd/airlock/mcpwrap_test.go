@@ -291,3 +291,48 @@ func TestMCPWrapHostile(t *testing.T) {
 	assert.Contains(t, decisions, "echo:approval_stale")
 	assert.Contains(t, decisions, "echo:relayed")
 }
+
+// BenchmarkMCPWrapRelay compares a tools/call of server-everything's echo
+// relayed by mcp-wrap (the server on gVisor in the node image) with the
+// same call to the same server run directly on the host over stdio, and
+// reports their ratio. No assertion on the times.
+func BenchmarkMCPWrapRelay(b *testing.B) {
+	dir, err := filepath.EvalSymlinks(filepath.Join("..", "..", ".tools", "mcpservers"))
+	if err != nil {
+		testenv.Skipf(b, "reference MCP servers are not installed: %v", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Skipf(b, "node is not installed: %v", err)
+	}
+	entry := filepath.Join(dir, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+	var out, errb strings.Builder
+	if code := Run(context.Background(), []string{"run", "--tier", "gvisor", "--image", "node", "--", "true"}, strings.NewReader(""), &out, &errb); code != exitOK {
+		testenv.Skipf(b, "gVisor with the node image is unavailable here: %s", errb.String())
+	}
+	ctx := context.Background()
+	direct, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: exec.Command(node, entry, "stdio")}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	wrapped := wrap(b, "--image", "node", "--allow-read", dir, "--", "node", entry, "stdio")
+	measure := func(cs *mcp.ClientSession, n int) time.Duration {
+		start := time.Now()
+		for range n {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hi"}})
+			if err != nil || res.IsError {
+				b.Fatalf("echo: %v %v", err, res)
+			}
+		}
+		return time.Since(start)
+	}
+	measure(direct, 3) // warm both
+	measure(wrapped, 3)
+	b.ResetTimer()
+	d := measure(direct, b.N)
+	w := measure(wrapped, b.N)
+	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "direct-ns/call")
+	b.ReportMetric(float64(w.Nanoseconds())/float64(b.N), "wrapped-ns/call")
+	b.ReportMetric(float64(w)/float64(d), "wrapped/direct")
+}
