@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -198,6 +200,31 @@ func TestPolicy(t *testing.T) {
 	for _, want := range []string{`"decision":"hidden"`, `"decision":"rate_limited"`, `"decision":"approval_required"`, `"decision":"approval_stale"`, `"approved":true`, `"decision":"timeout"`, `"truncated":true`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("audit lacks %s:\n%s", want, log)
+		}
+	}
+}
+
+// TestLoadPolicy: a policy file is strict data; YAML and JSON both load.
+func TestLoadPolicy(t *testing.T) {
+	dir := t.TempDir()
+	load := func(body string) (mcpwrap.Policy, error) {
+		t.Helper()
+		p := filepath.Join(dir, "p")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return mcpwrap.LoadPolicy(p)
+	}
+	p, err := load("default: deny\ntools:\n  read: {allow: true, rate_per_minute: 5}\n  write: {approval: true}\n")
+	if err != nil || p.Default != "deny" || !p.Tools["write"].Approval || p.Tools["read"].RatePerMinute != 5 {
+		t.Errorf("yaml: %+v, %v", p, err)
+	}
+	if p, err := load(`{"tools": {"x": {"max_args_bytes": 10}}}`); err != nil || p.Tools["x"].MaxArgsBytes != 10 {
+		t.Errorf("json: %+v, %v", p, err)
+	}
+	for _, bad := range []string{"defualt: deny\n", "default: maybe\n", "tools:\n  x: {rate_per_minute: -1}\n", "tools:\n  x: {aproval: true}\n"} {
+		if _, err := load(bad); err == nil {
+			t.Errorf("%q loaded", bad)
 		}
 	}
 }
