@@ -336,3 +336,20 @@ func BenchmarkMCPWrapRelay(b *testing.B) {
 	b.ReportMetric(float64(w.Nanoseconds())/float64(b.N), "wrapped-ns/call")
 	b.ReportMetric(float64(w)/float64(d), "wrapped/direct")
 }
+
+// TestMCPWrapRefusals: what mcp-wrap refuses before anything runs.
+func TestMCPWrapRefusals(t *testing.T) {
+	_, errOut, code := run(t, "", "mcp-wrap")
+	assert.Equal(t, exitUsage, code, errOut)
+	_, errOut, code = run(t, "", "mcp-wrap", "--approve", "x", "--", "true")
+	assert.Equal(t, exitUsage, code, errOut)
+	assert.Contains(t, errOut, "needs --approval-key")
+	bad := filepath.Join(t.TempDir(), "p.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("tools: {x: {nope: 1}}\n"), 0o600))
+	_, errOut, code = run(t, "", "mcp-wrap", "--policy", bad, "--", "true")
+	assert.Equal(t, exitUsage, code, errOut)
+	needProcess(t)
+	_, errOut, code = run(t, "", "mcp-wrap", "--tier", "process", "--", "true")
+	assert.Equal(t, exitNotAdmitted, code, errOut)
+	assert.Contains(t, errOut, "cannot run a job attached")
+}
