@@ -125,8 +125,10 @@ func callTool(t testing.TB, cs *mcp.ClientSession, name string, args any, meta m
 
 // TestMCPWrapFilesystem: the real @modelcontextprotocol/server-filesystem,
 // on gVisor in the node image, lists its tools and reads a file of the
-// granted directory; a host file outside it is not readable through its
-// tools, and the server's own view holds the granted directory only.
+// granted directory. It is told to serve a second, ungranted directory
+// holding a host canary: inside the sandbox that directory does not
+// exist, so the canary is not readable through its tools and the server's
+// own view holds the granted directory only.
 func TestMCPWrapFilesystem(t *testing.T) {
 	servers := mcpServers(t)
 	needWrapImage(t, "node")
@@ -137,7 +139,7 @@ func TestMCPWrapFilesystem(t *testing.T) {
 	audit := filepath.Join(realTemp(t), "audit.jsonl")
 
 	cs := wrap(t, "--image", "node", "--allow-read", servers, "--allow-read", data, "--audit", audit, "--",
-		"node", filepath.Join(servers, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"), data)
+		"node", filepath.Join(servers, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"), data, outside)
 	ctx := context.Background()
 	list, err := cs.ListTools(ctx, nil)
 	require.NoError(t, err)
@@ -154,6 +156,11 @@ func TestMCPWrapFilesystem(t *testing.T) {
 	r = callTool(t, cs, "read_text_file", map[string]any{"path": canary}, nil)
 	assert.True(t, r.IsError, toolText(r))
 	assert.NotContains(t, toolText(r), "host-canary-93af")
+	// The server was told to serve outside too, but inside the sandbox
+	// that directory does not exist: its own view holds data only.
+	r = callTool(t, cs, "list_allowed_directories", nil, nil)
+	assert.Contains(t, toolText(r), data)
+	assert.NotContains(t, toolText(r), outside)
 
 	log, err := os.ReadFile(audit)
 	require.NoError(t, err)
