@@ -32,13 +32,13 @@ import (
 // server must never see it.
 const envCanary = "AIRLOCK_TEST_ENV_CANARY"
 
-// needWrapImage skips (fails under CI) unless gVisor runs here with the
+// needWrapImage skips (fails under CI) unless the tier runs here with the
 // named image built (scripts/setup-images.sh).
-func needWrapImage(t *testing.T, image string) {
+func needWrapImage(t *testing.T, tier, image string) {
 	t.Helper()
-	_, errOut, code := run(t, "", "run", "--tier", "gvisor", "--image", image, "--", "true")
+	_, errOut, code := run(t, "", "run", "--tier", tier, "--image", image, "--", "true")
 	if code != exitOK {
-		testenv.Skipf(t, "gVisor with the %s image is unavailable here: %s", image, strings.TrimSpace(errOut))
+		testenv.Skipf(t, "%s with the %s image is unavailable here: %s", tier, image, strings.TrimSpace(errOut))
 	}
 }
 
@@ -131,7 +131,7 @@ func callTool(t testing.TB, cs *mcp.ClientSession, name string, args any, meta m
 // own view holds the granted directory only.
 func TestMCPWrapFilesystem(t *testing.T) {
 	servers := mcpServers(t)
-	needWrapImage(t, "node")
+	needWrapImage(t, "gvisor", "node")
 	data, outside := realTemp(t), realTemp(t)
 	require.NoError(t, os.WriteFile(filepath.Join(data, "hello.txt"), []byte("hello from the granted directory\n"), 0o644))
 	canary := filepath.Join(outside, "canary.txt")
@@ -189,9 +189,16 @@ func (o *origin) seen() (reqs []string, loopback int) {
 // it answers with a markdown image to another host, floods, and never
 // answers one call. Each attempt is contained, the stuck call gets a clear
 // error, and the wrapper keeps answering. A tool marked approval: true is
-// relayed only with a token for exactly its arguments.
+// relayed only with a token for exactly its arguments. It runs on gVisor
+// and on the process tier (as internal: --tier names it).
 func TestMCPWrapHostile(t *testing.T) {
-	needWrapImage(t, "python")
+	for _, tier := range []string{"gvisor", "process"} {
+		t.Run(tier, func(t *testing.T) { testMCPWrapHostile(t, tier) })
+	}
+}
+
+func testMCPWrapHostile(t *testing.T, tier string) {
+	needWrapImage(t, tier, "python")
 	o := &origin{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		o.mu.Lock()
@@ -231,7 +238,7 @@ func TestMCPWrapHostile(t *testing.T) {
 	audit := filepath.Join(dir, "audit.jsonl")
 	argv := []string{"python3", filepath.Join(testdata, "hostile_mcp.py"), canary, envCanary,
 		fmt.Sprint(ln.Addr().(*net.TCPAddr).Port), fmt.Sprintf("http://origin.test:%d", port)}
-	flags := []string{"--image", "python", "--allow-read", testdata, "--hosts", hosts,
+	flags := []string{"--tier", tier, "--image", "python", "--allow-read", testdata, "--hosts", hosts,
 		"--allow-net", fmt.Sprintf("origin.test:%d=GET", port), "--policy", policy, "--approval-key", key,
 		"--output-host", "docs.test", "--call-timeout", "5s", "--max-result", "65536", "--audit", audit}
 	cs := wrap(t, append(append(flags, "--"), argv...)...)
@@ -355,8 +362,6 @@ func TestMCPWrapRefusals(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("tools: {x: {nope: 1}}\n"), 0o600))
 	_, errOut, code = run(t, "", "mcp-wrap", "--policy", bad, "--", "true")
 	assert.Equal(t, exitUsage, code, errOut)
-	needProcess(t)
-	_, errOut, code = run(t, "", "mcp-wrap", "--tier", "process", "--", "true")
+	_, errOut, code = run(t, "", "mcp-wrap", "--tier", "starlark", "--", "true")
 	assert.Equal(t, exitNotAdmitted, code, errOut)
-	assert.Contains(t, errOut, "cannot run a job attached")
 }
