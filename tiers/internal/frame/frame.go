@@ -31,14 +31,14 @@ const (
 	Ready  Type = 'R' // the agent is up and waits for its job (JSON)
 	Stdout Type = 'O' // a chunk of the job's standard output
 	Stderr Type = 'E' // a chunk of the job's standard error
-	// Stdin is a chunk of an attached job's standard input; an empty one
-	// closes it.
-	Stdin Type = 'I'
-	Exit  Type = 'X' // how the job ended (JSON): the job is over
-	Fail  Type = 'F' // the agent could not run the job: a message
+	Exit   Type = 'X' // how the job ended (JSON): the job is over
+	Fail   Type = 'F' // the agent could not run the job: a message
 	// Files are the files a job's collect patterns named (JSON), sent
 	// after the program has ended and before Exit.
 	Files Type = 'C'
+	// Stdin is a chunk of an attached job's standard input; an empty one
+	// closes it.
+	Stdin Type = 'I'
 )
 
 // Bounds on payloads.
