@@ -19,8 +19,9 @@ import (
 
 // upstream is a real go-sdk server standing in for the wrapped one, over
 // in-memory transports; block is closed when the test ends, releasing the
-// tool that never answers on its own.
-func upstream(t *testing.T, block chan struct{}) *mcp.ClientSession {
+// tool that never answers on its own, which says on entered that it was
+// called.
+func upstream(t *testing.T, block chan struct{}, entered chan<- struct{}) *mcp.ClientSession {
 	t.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
 	echo := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -37,6 +38,7 @@ func upstream(t *testing.T, block chan struct{}) *mcp.ClientSession {
 		}}, nil
 	})
 	srv.AddTool(&mcp.Tool{Name: "stuck", InputSchema: obj}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		entered <- struct{}{}
 		select {
 		case <-block:
 		case <-ctx.Done():
@@ -85,7 +87,8 @@ func text(r *mcp.CallToolResult) string {
 func TestPolicy(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
-	up := upstream(t, block)
+	entered := make(chan struct{}, 1)
+	up := upstream(t, block, entered)
 	no := false
 	signer, err := approve.NewSigner(nil)
 	if err != nil {
@@ -189,7 +192,26 @@ func TestPolicy(t *testing.T) {
 		t.Errorf("leak result: %q", got)
 	}
 
-	if r := call("stuck", nil, ""); !r.IsError || !strings.Contains(text(r), "did not answer stuck within 1s") {
+	// While a call is stuck, others are answered; the stuck one ends with a
+	// clear error.
+	stuck := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "stuck"})
+		if err != nil {
+			res = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		stuck <- res
+	}()
+	<-entered // the wrapped server holds the stuck call
+	if r := call("echo", map[string]any{"during": true}, ""); r.IsError {
+		t.Errorf("during a stuck call: %q", text(r))
+	}
+	select {
+	case <-stuck:
+		t.Error("the stuck call ended before the call made during it")
+	default:
+	}
+	if r := <-stuck; !r.IsError || !strings.Contains(text(r), "did not answer stuck within 1s") {
 		t.Errorf("stuck: %q", text(r))
 	}
 	if r := call("echo", nil, ""); r.IsError {
