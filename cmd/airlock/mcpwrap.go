@@ -88,8 +88,8 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	// A server lives as long as the session: the wall clock (which bounds
 	// an attached job's life), its CPU and its output default to the
 	// policy's maximum rather than a one-shot job's defaults.
-	max := airlock.DefaultLimitPolicy().Max
-	job.Limits = airlock.Limits{WallMS: max.WallMS, CPUMS: max.CPUMS, OutputBytes: max.OutputBytes}
+	most := airlock.DefaultLimitPolicy().Max
+	job.Limits = airlock.Limits{WallMS: most.WallMS, CPUMS: most.CPUMS, OutputBytes: most.OutputBytes}
 	if err := jf.apply(&job); err != nil {
 		return e.fail(err)
 	}

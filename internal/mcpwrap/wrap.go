@@ -233,7 +233,7 @@ func (w *Wrapper) clean(res *mcp.CallToolResult, rec *record) *mcp.CallToolResul
 
 // text sanitises and caps untrusted text shown to the agent.
 func (w *Wrapper) text(s string, max int) string {
-	s = string(w.san.MarkdownString(s))
+	s = w.san.MarkdownString(s)
 	if len(s) > max {
 		s = strings.ToValidUTF8(s[:max], "") + "…"
 	}
