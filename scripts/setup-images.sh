@@ -1,5 +1,5 @@
 #!/bin/sh
-# Installs mmdebstrap and builds the catalogue's images (minimal, python)
+# Installs mmdebstrap and builds the catalogue's images (minimal, node, python)
 # from Debian packages into the image store ($AIRLOCK_IMAGES, else the
 # default for this user: /var/lib/airlock/images for root). Idempotent: an
 # image built from the current recipe is kept, so a second run builds
@@ -14,4 +14,4 @@ fi
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 CGO_ENABLED=0 go build -o "$bin/airlock" ./cmd/airlock
-"$bin/airlock" image build --missing minimal python
+"$bin/airlock" image build --missing minimal node python

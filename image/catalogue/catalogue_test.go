@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// The embedded recipes parse, and the two images the tiers and docs name
+// The embedded recipes parse, and the images the tiers and docs name
 // are there, each complete enough for mmdebstrap.
 func TestRecipes(t *testing.T) {
 	r := Recipes()
-	if !slices.Equal(Names(), []string{"minimal", "python"}) {
+	if !slices.Equal(Names(), []string{"minimal", "node", "python"}) {
 		t.Fatalf("names %v", Names())
 	}
 	for name, rec := range r {

@@ -150,6 +150,20 @@ func (l *lazy) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	return l.tier().Run(ctx, job)
 }
 
+// Attach builds the tier if need be and attaches the job on it; a tier
+// that cannot attach refuses it as not admitted.
+func (l *lazy) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, error) {
+	t := l.tier()
+	at, ok := t.(airlock.Attacher)
+	if !ok {
+		if err := t.Admit(job); err != nil {
+			return nil, err
+		}
+		return nil, &airlock.NotAdmitted{Tier: l.e.Name, Reason: "cannot run a job attached"}
+	}
+	return at.Attach(ctx, job)
+}
+
 // Close closes the tier if it was built, and keeps it from being built
 // later.
 func (l *lazy) Close() error {

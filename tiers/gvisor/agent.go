@@ -184,7 +184,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	// whose other end is already closed: it reads EOF.
 	child := [3]int{-1, -1, -1}
 	var inW, outR, errR *os.File
-	child[0], inW, err = jobPipe(false, job.Stdin != "")
+	child[0], inW, err = jobPipe(false, job.Stdin != "" || job.Attach)
 	if err == nil {
 		child[1], outR, err = jobPipe(true, true)
 		if err == nil {
@@ -262,7 +262,9 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		return agentExit{Code: 126}
 	}
 	spawned := time.Since(received).Microseconds()
-	if inW != nil {
+	if inW != nil && job.Attach {
+		go relayStdin(conn, inW)
+	} else if inW != nil {
 		go func() {
 			_, _ = io.WriteString(inW, job.Stdin)
 			inW.Close()
@@ -296,6 +298,31 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	case <-time.After(2 * time.Second):
 	}
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
+}
+
+// relayStdin copies an attached job's Stdin frames to its stdin until an
+// empty one or the host hangs up. Once the program has closed its stdin
+// the frames are still read, and dropped, so the host never blocks on a
+// program that stopped listening.
+func relayStdin(conn net.Conn, w *os.File) {
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+	}()
+	for {
+		typ, payload, err := frame.Read(conn)
+		if err != nil || typ != frame.Stdin || len(payload) == 0 {
+			return
+		}
+		if w == nil {
+			continue
+		}
+		if _, err := w.Write(payload); err != nil {
+			w.Close()
+			w = nil
+		}
+	}
 }
 
 // notFound reports a program that is not there as every tier does: one

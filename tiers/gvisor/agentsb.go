@@ -170,6 +170,13 @@ var errSandboxLost = errors.New("sandbox lost")
 // sandbox before the claim. An ephemeral sandbox is destroyed afterwards;
 // a session's survives unless the run was stopped or the agent was lost.
 func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *run, ephemeral bool) (airlock.Result, error) {
+	return t.runAgentWith(ctx, sb, job, r, ephemeral, nil)
+}
+
+// runAgentWith is runAgent, attached to att when it is not nil (see
+// attach.go): the job's stdin comes from att's writer once the job frame
+// has gone, and its stdout goes to att's pipe instead of the result.
+func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, r *run, ephemeral bool, att *attachment) (airlock.Result, error) {
 	keep := false
 	defer func() {
 		if !keep {
@@ -185,7 +192,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 	// they are the same, as for a job under the default limits).
 	if l := cgroupLimits(job.Limits, t.cfg.cpus); l != sb.lim {
 		if err := sb.cg.set(l); err != nil {
-			if ephemeral && len(job.Grants.Net) == 0 {
+			if ephemeral && len(job.Grants.Net) == 0 && att == nil {
 				// The sandbox already uses more memory than the job may: run
 				// it cold instead, under exactly its own limits, in its image.
 				img, release, err := t.acquire(ctx, job.Image)
@@ -211,6 +218,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		Output:  job.Limits.OutputBytes,
 		Spawn:   job.Grants.Spawn,
 		Guard:   sb.launch,
+		Attach:  att != nil,
 	}
 	var gw *egresswire.Gateway
 	if len(job.Grants.Net) > 0 {
@@ -233,7 +241,13 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 			logf("killing sandbox %s: %v", sb.id, err)
 		}
 		sb.conn.Close()
+		if att != nil {
+			att.stdoutW.CloseWithError(errAttachEnded) // a caller that stopped reading must not hold the loop
+		}
 	})
+	if att != nil {
+		att.started(sb.conn)
+	}
 	w.start(ctx, sb.cg, baseCPU, job.Limits, out)
 	var exit *agentExit
 	var lost error
@@ -242,10 +256,16 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 		switch {
 		case err != nil:
 			lost = err
+		case typ == frame.Stdout && att != nil:
+			out.write(nil, payload) // counted against the limit, kept by the caller
+			_, _ = att.stdoutW.Write(payload)
 		case typ == frame.Stdout:
 			out.write(&out.stdout, payload)
 		case typ == frame.Stderr:
 			out.write(&out.stderr, payload)
+			if att != nil {
+				att.stderr.Write(payload)
+			}
 		case typ == frame.Files && len(job.Collect) > 0:
 			var w collect.Wire
 			if err := json.Unmarshal(payload, &w); err != nil {

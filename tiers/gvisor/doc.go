@@ -24,6 +24,11 @@
 // Sessions (OpenSession) keep one agent sandbox across runs, so files in the
 // scratch persist until the session is closed or idles past its TTL.
 //
+// Attach runs a command job attached (airlock.Attacher) in an agent
+// sandbox created for it: its stdin travels as Stdin frames after the job
+// frame, its stdout and stderr come back as they do for Run, into the
+// caller's pipe (see attach.go).
+//
 // With an image store (Config.WithImages), a job's Image names its
 // environment: the store's unpacked image becomes the sandbox's root,
 // read-only, in place of the host's program directories; writes go to the

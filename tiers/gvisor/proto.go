@@ -24,6 +24,9 @@ type agentJob struct {
 	// the sandbox starts the agent's binary.
 	Spawn bool     `json:"spawn,omitempty"`
 	Guard []string `json:"guard,omitempty"`
+	// Attach: the job's stdin is the Stdin frames that follow the job
+	// frame, up to an empty one (see package airlock's Attacher).
+	Attach bool `json:"attach,omitempty"`
 }
 
 // agentExit ends a job.

@@ -39,7 +39,9 @@ func (o *output) write(b *strings.Builder, p []byte) {
 	o.mu.Lock()
 	room := o.limit - min(o.n, o.limit)
 	keep := min(int64(len(p)), room)
-	b.Write(p[:keep])
+	if b != nil { // nil: counted only
+		b.Write(p[:keep])
+	}
 	o.n += int64(len(p))
 	var over func()
 	if o.n > o.limit && !o.overDone {

@@ -85,7 +85,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	defer cancel()
 
 	var sb *sandbox
-	if def, known := t.knownDefault(); t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && known && key == def {
+	if def, known := t.knownDefault(); t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && known && key == def && attachOf(ctx) == nil {
 		var ok bool
 		if sb, ok = t.pool.Claim(key, nil); ok {
 			sb.pooled = true
@@ -117,7 +117,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			// job spec follows the base spec, and the stage runs the job as
 			// soon as its root is built, without waiting for the ready round
 			// trip.
-			spec := containerJobSpec(&job, img, scratchMB, nil)
+			spec := containerJobSpec(&job, img, scratchMB, nil, attachOf(ctx) != nil)
 			spec.Go = true
 			o.job = &spec
 		}
@@ -270,14 +270,14 @@ func envFor(job *airlock.Job) []string {
 // forwarder and the program gets these variables.
 // containerJobSpec is the job spec a container's stage gets (a level-2
 // stage gets more: see runJob).
-func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string) stage.JobSpec {
+func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string, attached bool) stage.JobSpec {
 	return stage.JobSpec{
 		Argv:      job.Argv,
 		Env:       imageEnv(img, append(envFor(job), netEnv...)),
 		Egress:    netEnv != nil,
 		NoExec:    !job.Grants.Spawn,
 		Files:     job.Files,
-		Stdin:     job.Stdin != "",
+		Stdin:     job.Stdin != "" || attached,
 		ScratchMB: scratchMB,
 		Rlimits:   rlimitsFor(job, scratchMB),
 	}
@@ -287,7 +287,7 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	var out outcome
 	var spec stage.JobSpec // sent below, unless it went with the base spec
 	if !sb.jobSent {
-		spec = containerJobSpec(job, sb.img, scratchMB, netEnv)
+		spec = containerJobSpec(job, sb.img, scratchMB, netEnv, attachOf(ctx) != nil)
 	}
 	if sb.level != airlock.LevelContainer {
 		spec.Scratch = sb.scratch
@@ -304,14 +304,23 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{})}
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go capt.read(sb.stdout, &capt.out, &readers)
-	go capt.read(sb.stderr, &capt.err, &readers)
-	go func(stdin string) {
-		if stdin != "" {
-			_, _ = sb.stdin.WriteString(stdin)
-		}
-		sb.stdin.Close()
-	}(job.Stdin)
+	att := attachOf(ctx)
+	if att != nil {
+		// Attached: stdout to the caller's pipe, stderr kept and to the
+		// caller's tail; stdin is the caller's from the start.
+		go capt.tee(sb.stdout, nil, att.stdoutW, &readers)
+		go capt.tee(sb.stderr, &capt.err, att.stderr, &readers)
+		att.started(sb.stdin)
+	} else {
+		go capt.read(sb.stdout, &capt.out, &readers)
+		go capt.read(sb.stderr, &capt.err, &readers)
+		go func(stdin string) {
+			if stdin != "" {
+				_, _ = sb.stdin.WriteString(stdin)
+			}
+			sb.stdin.Close()
+		}(job.Stdin)
+	}
 
 	// With no files for a fresh scratch, nothing will be placed: the check
 	// (approvals recompute their digest over what is placed) runs on the
@@ -439,6 +448,9 @@ wait:
 		}
 	}
 	out.runUS = monotime.Micros(runStart)
+	if stop != nil && att != nil {
+		att.stdoutW.CloseWithError(stop) // a caller that stopped reading must not hold the drain
+	}
 	// The program's tree dies with it: the PID namespace's init is gone,
 	// or (level 2) the cgroup is emptied. After an early final status, a
 	// container's stage is exiting, which kills what the program left
@@ -461,6 +473,9 @@ drain:
 			stageGone = nil
 		case <-timeout:
 			// A descriptor escaped the cgroup (should not happen): stop reading.
+			if att != nil {
+				att.stdoutW.CloseWithError(errAttachEnded)
+			}
 			sb.stdout.Close()
 			sb.stderr.Close()
 			<-drained

@@ -661,6 +661,13 @@ func (c *capture) overflowed() bool {
 }
 
 func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
+	c.tee(r, dst, nil, wg)
+}
+
+// tee is read that also writes what it keeps to w (when not nil); with a
+// nil dst the bytes are counted against the cap but not kept. An attached
+// job's stdout goes to its caller's pipe this way.
+func (c *capture) tee(r io.Reader, dst *[]byte, w io.Writer, wg *sync.WaitGroup) {
 	defer wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
@@ -673,9 +680,14 @@ func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
 				take = max(room, 0)
 				c.overOnce.Do(func() { close(c.over) })
 			}
-			*dst = append(*dst, buf[:take]...)
+			if dst != nil {
+				*dst = append(*dst, buf[:take]...)
+			}
 			c.total += int64(n)
 			c.mu.Unlock()
+			if w != nil && take > 0 {
+				_, _ = w.Write(buf[:take]) // outside the lock: it may wait for the caller
+			}
 		}
 		if err != nil {
 			return

@@ -20,7 +20,8 @@ import (
 	"io"
 )
 
-// Type says what a frame carries. Host to agent: Job. Agent to host:
+// Type says what a frame carries. Host to agent: Job, then Stdin for an
+// attached job. Agent to host:
 // Ready, Stdout, Stderr, Files, Exit, Fail. A tier may use a subset.
 type Type byte
 
@@ -35,6 +36,9 @@ const (
 	// Files are the files a job's collect patterns named (JSON), sent
 	// after the program has ended and before Exit.
 	Files Type = 'C'
+	// Stdin is a chunk of an attached job's standard input; an empty one
+	// closes it.
+	Stdin Type = 'I'
 )
 
 // Bounds on payloads.
@@ -61,7 +65,7 @@ func Limit(t Type) (int, bool) {
 	switch t {
 	case Job, Files:
 		return MaxJob, true
-	case Stdout, Stderr:
+	case Stdout, Stderr, Stdin:
 		return MaxChunk, true
 	case Ready, Exit, Fail:
 		return MaxSmall, true

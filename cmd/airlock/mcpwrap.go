@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
+)
+
+func init() {
+	register(&command{
+		name:    "mcp-wrap",
+		summary: "run a third-party MCP server in a sandbox and relay its tools to an MCP client over stdio, under a per-tool policy",
+		usage: `mcp-wrap [flags] -- CMD [ARGS...]   start CMD attached in a sandbox (default: public, gVisor) and serve its tools over stdio
+       airlock mcp-wrap --image node --allow-read DIR -- node DIR/server.js /data
+       airlock mcp-wrap --approval-key FILE --approve TOOL --args JSON -- CMD [ARGS...]   print an approval token for one call`,
+		run: mcpWrapCmd,
+	})
+}
+
+// mcpWrapStart bounds the wrapped server's start and MCP handshake.
+const mcpWrapStart = 2 * time.Minute
+
+func mcpWrapCmd(ctx context.Context, e *env) int {
+	c := commands["mcp-wrap"]
+	fs := e.flags(c)
+	var jf jobFlags
+	jf.register(fs, false)
+	var rf routerFlags // the tiers' flags; --policy here is the tool policy
+	rf.tiers.register(fs)
+	policyFile := fs.String("policy", "", "per-tool policy `FILE` (YAML or JSON: default, max_args_bytes, tools: NAME: allow, approval, max_args_bytes, rate_per_minute)")
+	var outHosts stringList
+	fs.Var(&outHosts, "output-host", "a `HOST` links and images in results may point to (repeatable; default: none)")
+	auditFile := fs.String("audit", "", "append every call and decision to `FILE` as JSON lines")
+	callTimeout := fs.Duration("call-timeout", mcpwrap.DefaultCallTimeout, "how long one tools/call may take")
+	maxResult := fs.Int("max-result", mcpwrap.DefaultMaxResultBytes, "cap on a result's text in bytes")
+	keyFile := fs.String("approval-key", "", "approval key `FILE` (at least 32 bytes, mode 600) that signs and checks tokens for tools with approval: true")
+	approveTool := fs.String("approve", "", "print an approval token for calling `TOOL` with --args on this server, and exit")
+	approveArgs := fs.String("args", "{}", "the arguments (JSON) --approve approves")
+	approveTTL := fs.Duration("approval-ttl", 15*time.Minute, "how long an --approve token holds")
+	pos, rest, code, ok := e.parse(fs)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 || len(rest) == 0 {
+		return e.fail(jobs.Invalid("", "want: airlock mcp-wrap [flags] -- CMD [ARGS...]"))
+	}
+	var signer *approve.Signer
+	if *keyFile != "" {
+		key, err := readKeyFile(*keyFile)
+		if err == nil {
+			signer, err = approve.NewSigner(key)
+		}
+		if err != nil {
+			return e.fail(jobs.Invalid("approval-key", "%v", err))
+		}
+	}
+	if *approveTool != "" {
+		if signer == nil {
+			return e.fail(jobs.Invalid("approve", "needs --approval-key"))
+		}
+		tok, err := mcpwrap.Issue(signer, rest, *approveTool, json.RawMessage(*approveArgs), *approveTTL, time.Now())
+		if err != nil {
+			return e.fail(jobs.Invalid("args", "%v", err))
+		}
+		fmt.Fprintln(e.stdout, tok)
+		return exitOK
+	}
+	var policy mcpwrap.Policy
+	if *policyFile != "" {
+		var err error
+		if policy, err = mcpwrap.LoadPolicy(*policyFile); err != nil {
+			return e.fail(jobs.Invalid("policy", "%v", err))
+		}
+	}
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: rest}
+	// A server lives as long as the session: the wall clock (which bounds
+	// an attached job's life), its CPU and its output default to the
+	// policy's maximum rather than a one-shot job's defaults.
+	most := airlock.DefaultLimitPolicy().Max
+	job.Limits = airlock.Limits{WallMS: most.WallMS, CPUMS: most.CPUMS, OutputBytes: most.OutputBytes}
+	if err := jf.apply(&job); err != nil {
+		return e.fail(err)
+	}
+	var audit io.Writer
+	if *auditFile != "" {
+		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return e.fail(jobs.Invalid("audit", "%v", err))
+		}
+		defer f.Close()
+		audit = f
+	}
+	r, closeAll, err := rf.open()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer closeAll()
+	if s := impliedSituation(r, &job); s != "" {
+		job.Situation = s
+	}
+	tier, err := r.Route(&job)
+	if err != nil {
+		return e.fail(err)
+	}
+	at, ok := tier.(airlock.Attacher)
+	if !ok {
+		return e.fail(&airlock.NotAdmitted{Tier: tier.Name(), Reason: "cannot run a job attached"})
+	}
+	att, err := at.Attach(ctx, job)
+	if err != nil {
+		return e.fail(err)
+	}
+	// The wrapped server's stderr is the operator's to read, never the
+	// agent's model's.
+	var copies sync.WaitGroup
+	copies.Go(func() { _, _ = io.Copy(e.stderr, att.Stderr()) })
+	defer copies.Wait()
+	defer att.Kill()
+
+	startCtx, cancel := context.WithTimeout(ctx, mcpWrapStart)
+	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp-wrap"}, nil).Connect(startCtx,
+		&mcp.IOTransport{Reader: io.NopCloser(att.Stdout()), Writer: att.Stdin(), MaxLineLength: 16 << 20}, nil)
+	cancel()
+	if err != nil {
+		att.Kill()
+		_, werr := att.Wait()
+		return e.fail(fmt.Errorf("the wrapped server did not start an MCP session: %w (its end: %v)", err, werr))
+	}
+	defer up.Close()
+	w, err := mcpwrap.New(mcpwrap.Config{
+		Argv: rest, Policy: policy, OutputHosts: outHosts, CallTimeout: *callTimeout,
+		MaxResultBytes: *maxResult, Signer: signer, Audit: audit,
+	}, up)
+	if err != nil {
+		return e.fail(jobs.Invalid("", "%v", err))
+	}
+	w.Event("start", fmt.Sprintf("%s on %s", rest[0], tier.Name()))
+	srv, err := w.Server(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	// The relay ends when the agent hangs up or the wrapped server ends
+	// (its wall clock, a crash): the agent's client then sees the server
+	// gone and may start it again.
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var end error
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		_, end = att.Wait()
+		if end == nil {
+			end = errors.New("the wrapped server exited")
+		}
+		w.Event("exit", end.Error())
+		stop()
+	}()
+	rerr := srv.Run(sctx, &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}})
+	select {
+	case <-ended:
+		return e.fail(end)
+	default:
+	}
+	if rerr != nil && ctx.Err() == nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, context.Canceled) {
+		return e.fail(rerr)
+	}
+	w.Event("exit", "the agent hung up")
+	return exitOK
+}
+
+// readKeyFile reads a secret key file, refusing one that group or others
+// may read, as the server's approvals.key_file is read.
+func readKeyFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if m := st.Mode().Perm(); m&0o077 != 0 {
+		return nil, fmt.Errorf("%s is accessible by group or others (mode %04o); chmod 600 it", name, m)
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
+}

@@ -1,0 +1,173 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
+)
+
+var _ airlock.Attacher = (*Tier)(nil)
+
+// errAttachEnded is what a read of an attached job's stdout returns once
+// the sandbox was killed (a program that exits gives io.EOF).
+var errAttachEnded = errors.New("gvisor: attached job ended")
+
+// stderrTail bounds the unread stderr an attachment keeps.
+const stderrTail = 64 << 10
+
+// Attach runs a command job attached (see airlock.Attacher) in a sandbox
+// created for it whose first process is the agent: the job's stdin travels
+// as frames on the agent's socket, its stdout and stderr come back as they
+// do for Run. The program starts under the exec guard unless granted
+// spawn, with the job's read grants, egress gateway and limits.
+func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, error) {
+	r := begin()
+	job, err := t.cfg.limits.Prepare(job)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case job.Stdin != "":
+		return nil, jobs.Invalid("stdin", "an attached job's input is its pipe")
+	case len(job.Collect) > 0:
+		return nil, jobs.Invalid("collect", "an attached job has no end to collect files at")
+	}
+	if err := t.Admit(job); err != nil {
+		return nil, err
+	}
+	if job.Lifecycle != airlock.LifecycleEphemeral {
+		return nil, &airlock.NotAdmitted{Tier: Name, Reason: "an attached job runs in a sandbox of its own (lifecycle ephemeral)"}
+	}
+	if t.avail != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", t.avail)
+	}
+	for _, p := range job.Grants.FS.Read {
+		if err := hostpath.Check(p); err != nil {
+			return nil, jobs.Invalid("grants.fs.read", "%v", err)
+		}
+	}
+	if err := t.enter(); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	img, release, err := t.acquire(ctx, job.Image)
+	if err != nil {
+		t.leave()
+		return nil, err
+	}
+	r.res.Image = digest(img)
+	sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
+	if err != nil {
+		t.leave()
+		return nil, err
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	pr, pw := io.Pipe()
+	a := &attachment{
+		stdoutR: pr, stdoutW: pw,
+		stderr: attachio.NewTail(stderrTail),
+		cancel: cancel,
+		ready:  make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	a.stdin = &stdinWriter{a: a}
+	go func() {
+		defer t.leave()
+		defer cancel(nil)
+		a.res, a.err = t.runAgentWith(actx, sb, &job, r, true, a)
+		pw.CloseWithError(a.err) // nil: io.EOF
+		a.stderr.Close()
+		close(a.done)
+	}()
+	select {
+	case <-a.ready:
+		return a, nil
+	case <-a.done:
+		if a.err == nil {
+			a.err = errors.New("gvisor: attached job ended before it started")
+		}
+		return nil, a.err
+	}
+}
+
+// attachment is one attached job, the airlock.Attached the tier returns.
+type attachment struct {
+	stdin   *stdinWriter
+	stdoutR *io.PipeReader
+	stdoutW *io.PipeWriter
+	stderr  *attachio.Tail
+	cancel  context.CancelCauseFunc
+
+	conn      net.Conn      // the agent's socket, once the job frame went
+	ready     chan struct{} // closed once conn is set
+	readyOnce sync.Once
+	done      chan struct{} // closed once res and err are set
+	res       airlock.Result
+	err       error
+}
+
+// started is called by runAgentWith once the job frame went.
+func (a *attachment) started(conn net.Conn) {
+	a.readyOnce.Do(func() {
+		a.conn = conn
+		close(a.ready)
+	})
+}
+
+func (a *attachment) Stdin() io.WriteCloser { return a.stdin }
+func (a *attachment) Stdout() io.Reader     { return a.stdoutR }
+func (a *attachment) Stderr() io.Reader     { return a.stderr }
+
+func (a *attachment) Wait() (airlock.Result, error) {
+	<-a.done
+	return a.res, a.err
+}
+
+// errKilledByCaller is the cause Kill cancels the attachment with.
+var errKilledByCaller = errors.New("killed by the caller")
+
+func (a *attachment) Kill() { a.cancel(errKilledByCaller) }
+
+// stdinWriter sends what is written as Stdin frames on the agent's socket.
+type stdinWriter struct {
+	a      *attachment
+	mu     sync.Mutex
+	closed bool
+}
+
+func (w *stdinWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, io.ErrClosedPipe
+	}
+	n := 0
+	for len(p) > 0 {
+		chunk := p[:min(len(p), frame.MaxChunk)]
+		if err := frame.Write(w.a.conn, frame.Stdin, chunk); err != nil {
+			return n, fmt.Errorf("%w: %v", errAttachEnded, err)
+		}
+		n += len(chunk)
+		p = p[len(chunk):]
+	}
+	return n, nil
+}
+
+// Close closes the program's stdin (an empty Stdin frame).
+func (w *stdinWriter) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	return frame.Write(w.a.conn, frame.Stdin, nil)
+}

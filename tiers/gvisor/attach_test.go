@@ -1,0 +1,96 @@
+package gvisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// TestAttach: an attached shell, without the spawn grant, answers each
+// line written to its stdin as it arrives; closing stdin ends it, Wait
+// reports its exit and stderr, and nothing is left behind.
+func TestAttach(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", `while read l; do echo "got $l"; done; echo bye >&2; exit 3`}}
+	a, err := tier.Attach(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewReader(a.Stdout())
+	for i := range 3 { // each answer is read before the next line is sent: a live pipe
+		if _, err := fmt.Fprintf(a.Stdin(), "line %d\n", i); err != nil {
+			t.Fatal(err)
+		}
+		got, err := out.ReadString('\n')
+		if err != nil || got != fmt.Sprintf("got line %d\n", i) {
+			t.Fatalf("answer %d: %q, %v", i, got, err)
+		}
+	}
+	if err := a.Stdin().Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := io.ReadAll(out); err != nil || len(rest) != 0 {
+		t.Fatalf("after EOF: %q, %v", rest, err)
+	}
+	res, err := a.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || res.Stderr != "bye\n" || res.Stdout != "" {
+		t.Errorf("result: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if errOut, _ := io.ReadAll(a.Stderr()); string(errOut) != "bye\n" {
+		t.Errorf("stderr stream: %q", errOut)
+	}
+}
+
+// TestAttachKill: Kill ends a program that never exits on its own, whose
+// stdout nobody reads; Wait reports the kill.
+func TestAttachKill(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", `echo up; while :; do echo flood; done`}, Limits: airlock.Limits{OutputBytes: 64 << 20}}
+	a, err := tier.Attach(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(a.Stdout()).ReadString('\n')
+	if err != nil || line != "up\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	a.Kill()
+	_, err = a.Wait()
+	var stop *airlock.Stop
+	if !errors.As(err, &stop) || stop.Reason != airlock.StopKilled {
+		t.Fatalf("Wait after Kill: %v", err)
+	}
+	if _, err := io.ReadAll(a.Stdout()); err == nil {
+		t.Error("stdout ended cleanly after a kill")
+	}
+	a.Kill() // again: nothing happens
+}
+
+// TestAttachRefuses: stdin and collect make no sense attached.
+func TestAttachRefuses(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	for _, job := range []airlock.Job{
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Stdin: "x"},
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Collect: []string{"out"}},
+	} {
+		_, err := tier.Attach(context.Background(), job)
+		var inv *airlock.InvalidJob
+		if !errors.As(err, &inv) {
+			t.Errorf("%+v: %v, want *InvalidJob", job, err)
+		}
+	}
+	_, err := tier.Attach(context.Background(), airlock.Job{Kind: airlock.KindExpr, Code: "1"})
+	var na *airlock.NotAdmitted
+	if !errors.As(err, &na) || !strings.Contains(na.Reason, "command") {
+		t.Errorf("expr job: %v", err)
+	}
+}
