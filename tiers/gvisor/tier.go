@@ -423,7 +423,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		return r.finish(fmt.Errorf("starting sandbox: %w", err))
 	}
 
-	out := newOutput(job.Limits.OutputBytes)
+	out := newOutput(ctx, job.Limits.OutputBytes)
 	args := append(t.runscFlags(false), "run", "--bundle", dir, id)
 	cmd := exec.Command(t.runsc, args...)
 	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine

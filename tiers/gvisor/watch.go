@@ -19,9 +19,12 @@ type output struct {
 	stdout, stderr strings.Builder
 	over           func()
 	overDone       bool
+	sink           func(airlock.Stream, []byte) // airlock.OutputSink, or nil
 }
 
-func newOutput(limit int64) *output { return &output{limit: limit} }
+func newOutput(ctx context.Context, limit int64) *output {
+	return &output{limit: limit, sink: airlock.OutputSink(ctx)}
+}
 
 type streamWriter struct {
 	o *output
@@ -41,6 +44,13 @@ func (o *output) write(b *strings.Builder, p []byte) {
 	keep := min(int64(len(p)), room)
 	b.Write(p[:keep])
 	o.n += int64(len(p))
+	if o.sink != nil && keep > 0 {
+		stream := airlock.Stdout
+		if b == &o.stderr {
+			stream = airlock.Stderr
+		}
+		o.sink(stream, p[:keep]) // under mu: one chunk at a time
+	}
 	var over func()
 	if o.n > o.limit && !o.overDone {
 		o.overDone, over = true, o.over

@@ -259,7 +259,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		}
 	}
 	w.errWG.Add(1)
-	go w.stderr.read(stderrR, &w.stderr.err, &w.errWG)
+	go w.stderr.read(stderrR, airlock.Stderr, &w.stderr.err, &w.errWG)
 	ready := make(chan error, 1)
 	w.errWG.Add(1)
 	go func() {

@@ -648,6 +648,7 @@ type capture struct {
 	out, err []byte
 	over     chan struct{}
 	overOnce sync.Once
+	sink     func(airlock.Stream, []byte) // airlock.OutputSink, or nil
 }
 
 // overflowed reports whether more output came than the cap.
@@ -660,7 +661,7 @@ func (c *capture) overflowed() bool {
 	}
 }
 
-func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
+func (c *capture) read(r io.Reader, stream airlock.Stream, dst *[]byte, wg *sync.WaitGroup) {
 	defer wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
@@ -675,6 +676,9 @@ func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
 			}
 			*dst = append(*dst, buf[:take]...)
 			c.total += int64(n)
+			if c.sink != nil && take > 0 {
+				c.sink(stream, buf[:take]) // under mu: one chunk at a time
+			}
 			c.mu.Unlock()
 		}
 		if err != nil {
