@@ -380,3 +380,27 @@ func staticBinary(t *testing.T) string {
 	}
 	return b
 }
+
+// TestStreamsOutput: the first line reaches the sink while the job still
+// runs, from a cold sandbox (runsc's pipes) and a pooled one (the agent's
+// frames).
+func TestStreamsOutput(t *testing.T) {
+	t.Run("Cold", func(t *testing.T) {
+		tier := newTier(t, NewConfig())
+		job, open := tiertest.ShellGate(t)
+		tiertest.CheckGated(t, tiertest.Gated(t, tier, job, "first\n", open))
+	})
+	t.Run("Pooled", func(t *testing.T) {
+		tier := newTier(t, NewConfig().WithPool(1, 1))
+		warm(t, tier)
+		job := cmdJob("sh", "-c", "echo first; echo note >&2; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo second")
+		job.Limits.WallMS = 60_000
+		res := tiertest.CancelGated(t, tier, job, "first\n")
+		if res.Stdout != "first\n" {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+		if st := tier.Stats(); st.Hits == 0 {
+			t.Fatalf("the job did not run in a pooled sandbox: %+v", st)
+		}
+	})
+}

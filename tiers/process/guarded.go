@@ -440,6 +440,16 @@ done:
 	start := res.Timings.StartUS
 	res = inner
 	res.Timings.StartUS += start
+	// The worker's protocol returns output only with the result: a sink
+	// gets it then, whole, so what it was given still equals the Result.
+	if sink := airlock.OutputSink(ctx); sink != nil {
+		if res.Stdout != "" {
+			sink(airlock.Stdout, []byte(res.Stdout))
+		}
+		if res.Stderr != "" {
+			sink(airlock.Stderr, []byte(res.Stderr))
+		}
+	}
 	res.Clock, res.Seed = prepared.Clock, prepared.Seed
 	return finish(inner.Err())
 }
