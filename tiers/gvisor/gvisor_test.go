@@ -389,6 +389,14 @@ func TestStreamsOutput(t *testing.T) {
 		tier := newTier(t, NewConfig())
 		job, open := tiertest.ShellGate(t)
 		tiertest.CheckGated(t, tiertest.Gated(t, tier, job, "first\n", open))
+		// runsc's report of a missing program is replaced in the Result,
+		// and so never reaches the sink either.
+		var rec tiertest.Recorder
+		res, err := tier.Run(rec.Context(context.Background()), cmdJob("no-such-program-airlock"))
+		if err != nil || res.ExitCode != 127 {
+			t.Fatalf("missing program: %v %+v", err, res)
+		}
+		rec.Check(t, res)
 	})
 	t.Run("Pooled", func(t *testing.T) {
 		tier := newTier(t, NewConfig().WithPool(1, 1))
