@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestSurface keeps the root package's exported surface small: at most 41
+// TestSurface keeps the root package's exported surface small: at most 47
 // names as `go doc -short` lists them (a type with its constructors and
 // constant groups, each on a line of its own).
 func TestSurface(t *testing.T) {
@@ -38,7 +38,7 @@ func TestSurface(t *testing.T) {
 	if len(p.Vars) > 0 {
 		t.Errorf("exported variables are mutable globals: %v", p.Vars[0].Names)
 	}
-	if len(names) > 41 {
-		t.Errorf("the root package exports %d names, more than 41: %v", len(names), names)
+	if len(names) > 47 {
+		t.Errorf("the root package exports %d names, more than 47: %v", len(names), names)
 	}
 }

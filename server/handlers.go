@@ -276,6 +276,10 @@ type runRequest struct {
 	job     airlock.Job
 	token   string
 	session *session
+	// started, if set, is called once nothing can refuse the job any more,
+	// just before a tier runs it (a streamed answer commits its status
+	// then).
+	started func()
 }
 
 // execute admits, queues, routes, checks approvals, runs and records a
@@ -390,6 +394,11 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	s.metrics.inFlight.Add(1)
 	start := time.Now()
 	var res airlock.Result
+	begin := func() {
+		if rq.started != nil {
+			rq.started()
+		}
+	}
 	switch {
 	case rule != "":
 		// Recompute the digest over exactly what is handed to the tier,
@@ -400,6 +409,7 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 			break
 		}
 		ctx = airlock.WithPlacedCheck(ctx, approve.PlacedCheck(final, tier.Name(), rq.t.Name, digest))
+		begin()
 		if rq.session != nil {
 			res, err = rq.session.run(ctx, final)
 		} else {
@@ -407,8 +417,10 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 		}
 		res.Decision = s.router.Explain(&final).Lines()
 	case rq.session != nil:
+		begin()
 		res, err = rq.session.run(ctx, *job)
 	default:
+		begin()
 		res, err = s.router.Run(ctx, *job)
 	}
 	elapsed := time.Since(start)
@@ -542,7 +554,16 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, jobs.Invalid("session", "open a session with POST /v1/sessions and run in it with POST /v1/sessions/{id}/run"))
 		return
 	}
-	res, err := s.execute(r.Context(), &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)})
+	rq := &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)}
+	ctx := r.Context()
+	if format := streamFormat(r); format != "" {
+		st := s.newStream(w, format)
+		rq.started = st.start
+		res, err := s.execute(airlock.WithOutput(ctx, st.sink), rq)
+		st.finish(res, err)
+		return
+	}
+	res, err := s.execute(ctx, rq)
 	s.answer(w, res, err)
 }
 

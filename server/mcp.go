@@ -156,7 +156,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		Instructions: "airlock runs untrusted code in the cheapest isolation boundary that still holds. Each tool result says which tier ran the job and why.",
 	})
 	iso := isolationEnums{tiers: s.tierNames(), situations: t.allowed}
-	run := func(ctx context.Context, job airlock.Job, c common, ss *session) (*mcp.CallToolResult, any, error) {
+	run := func(ctx context.Context, req *mcp.CallToolRequest, job airlock.Job, c common, ss *session) (*mcp.CallToolResult, any, error) {
 		if err := isolationChosen(t, c); err != nil {
 			return toolError(err)
 		}
@@ -165,6 +165,10 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			return toolError(err)
 		}
 		var res airlock.Result
+		if p := s.newProgress(ctx, req); p != nil {
+			ctx = airlock.WithOutput(ctx, p.sink)
+			defer p.finish() // before the result: the notifications precede it
+		}
 		if ss != nil {
 			res, err = s.sessionRun(ctx, t, ss, job, c.Approval)
 		} else {
@@ -173,28 +177,28 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		return s.toolResult(job.Kind, res, err)
 	}
 	addTool[exprInput](srv, t, iso, "evaluate_expression", descExpr,
-		func(ctx context.Context, _ *mcp.CallToolRequest, in exprInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: in.Input}, in.common, nil)
+		func(ctx context.Context, req *mcp.CallToolRequest, in exprInput) (*mcp.CallToolResult, any, error) {
+			return run(ctx, req, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: in.Input}, in.common, nil)
 		})
 	addTool[starlarkInput](srv, t, iso, "run_starlark", descStarlark,
-		func(ctx context.Context, _ *mcp.CallToolRequest, in starlarkInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: in.Input, Entry: in.Entry, Files: in.Files}, in.common, nil)
+		func(ctx context.Context, req *mcp.CallToolRequest, in starlarkInput) (*mcp.CallToolResult, any, error) {
+			return run(ctx, req, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: in.Input, Entry: in.Entry, Files: in.Files}, in.common, nil)
 		})
 	addTool[wasmInput](srv, t, iso, "run_wasm", descWasm,
-		func(ctx context.Context, _ *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, any, error) {
 			job := airlock.Job{Kind: airlock.KindWasm, Entry: in.Entry, Argv: in.Args, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect}
 			raw, _ := json.Marshal(in.Module)
 			if err := json.Unmarshal(raw, &job.Module); err != nil {
 				return toolError(jobs.Invalid("module_base64", "want base64: %v", err))
 			}
-			return run(ctx, job, in.common, nil)
+			return run(ctx, req, job, in.common, nil)
 		})
 	// Command jobs carry the tenant's spawn setting: the model cannot ask
 	// for the grant, the operator gives it or not.
 	spawn := airlock.Grants{Spawn: t.MCPSpawn}
 	addTool[commandInput](srv, t, iso, "run_command", commandDesc(t.MCPSpawn),
-		func(ctx context.Context, _ *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Image: in.Image, Grants: spawn}, in.common, nil)
+		func(ctx context.Context, req *mcp.CallToolRequest, in commandInput) (*mcp.CallToolResult, any, error) {
+			return run(ctx, req, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Image: in.Image, Grants: spawn}, in.common, nil)
 		})
 	addTool[explainInput](srv, t, iso, "explain", descExplain,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in explainInput) (*mcp.CallToolResult, any, error) {
@@ -232,13 +236,13 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 		})
 	addTool[sessionRunInput](srv, t, iso, "run_in_session", descSessionRun,
-		func(ctx context.Context, _ *mcp.CallToolRequest, in sessionRunInput) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in sessionRunInput) (*mcp.CallToolResult, any, error) {
 			ss := s.sessionOf(t, in.Session)
 			if ss == nil {
 				return toolError(jobs.Invalid("session", "unknown session %q", in.Session))
 			}
 			c := common{WallMS: in.WallMS, Approval: in.Approval}
-			return run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Grants: spawn}, c, ss)
+			return run(ctx, req, airlock.Job{Kind: airlock.KindCommand, Argv: in.Argv, Stdin: in.Stdin, Files: in.Files, Collect: in.Collect, Grants: spawn}, c, ss)
 		})
 	addTool[closeInput](srv, t, iso, "close_session", descClose,
 		func(ctx context.Context, _ *mcp.CallToolRequest, in closeInput) (*mcp.CallToolResult, any, error) {

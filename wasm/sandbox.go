@@ -36,6 +36,7 @@ type spec struct {
 	clock    time.Time
 	seed     uint64
 	outCap   int64
+	sink     func(airlock.Stream, []byte) // airlock.OutputSink, or nil
 	fs       fsSpec
 	host     *hostState
 }
@@ -85,7 +86,7 @@ func (e *engine) run(ctx context.Context, c *compiled, s *spec) (outcome, error)
 
 	alloc := &memAlloc{limit: s.memLimit}
 	ctx = experimental.WithMemoryAllocator(ctx, alloc)
-	outs := &outputs{limit: s.outCap, over: func() { cancel(errOutput) }}
+	outs := &outputs{limit: s.outCap, over: func() { cancel(errOutput) }, sink: s.sink}
 	if s.host != nil {
 		s.host.outs = outs
 		ctx = context.WithValue(ctx, stateKey{}, s.host)
@@ -264,6 +265,7 @@ type outputs struct {
 	stdout, stderr bytes.Buffer
 	hit            bool
 	over           func()
+	sink           func(airlock.Stream, []byte)
 }
 
 type capWriter struct {
@@ -281,10 +283,12 @@ func (o *outputs) write(buf *bytes.Buffer, p []byte) (int, error) {
 	if int64(len(p)) <= room {
 		buf.Write(p)
 		o.used += int64(len(p))
+		o.emit(buf, p)
 		o.mu.Unlock()
 		return len(p), nil
 	}
 	buf.Write(p[:max(room, 0)])
+	o.emit(buf, p[:max(room, 0)])
 	o.used = o.limit
 	first := !o.hit
 	o.hit = true
@@ -293,6 +297,19 @@ func (o *outputs) write(buf *bytes.Buffer, p []byte) (int, error) {
 		o.over()
 	}
 	return int(max(room, 0)), errOutput
+}
+
+// emit passes what was kept to the sink; o.mu is held, so chunks go one
+// at a time.
+func (o *outputs) emit(buf *bytes.Buffer, p []byte) {
+	if o.sink == nil || len(p) == 0 {
+		return
+	}
+	stream := airlock.Stdout
+	if buf == &o.stderr {
+		stream = airlock.Stderr
+	}
+	o.sink(stream, p)
 }
 
 func (o *outputs) result() (stdout, stderr string, n int64) {

@@ -109,6 +109,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	}
 	defer func() { res.Decision = append(res.Decision, done()...) }()
 	s.host.http = doer
+	s.sink = airlock.OutputSink(ctx)
 	res.Timings.StartUS = monotime.Micros(t0)
 	out, err := t.e.run(ctx, c, s)
 	res.Timings.StartUS += out.start.Microseconds()

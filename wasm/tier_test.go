@@ -159,3 +159,22 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestStreamsOutput: the guest's first line reaches the sink while the
+// guest waits for the file the test creates on seeing it.
+func TestStreamsOutput(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "open")
+	job := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Argv: []string{"gate", gate}}
+	job.Grants.FS.Read = []string{dir}
+	job.Limits.WallMS = 60_000
+	res := tiertest.Gated(t, tier, job, "first\n", func() {
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	if res.Stdout != "first\nsecond\n" || res.Stderr != "note\n" {
+		t.Fatalf("gated guest: %+v", res)
+	}
+}

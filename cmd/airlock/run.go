@@ -49,11 +49,43 @@ func runCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	defer closeAll()
+	// The program's output is written as it comes, as docker run does;
+	// report then writes only what the sink was not given.
+	var out, errOut liveWriter
+	out.w, errOut.w = e.stdout, e.stderr
+	ctx = airlock.WithOutput(ctx, func(stream airlock.Stream, p []byte) {
+		if stream == airlock.Stderr {
+			errOut.write(p)
+		} else {
+			out.write(p)
+		}
+	})
 	res, err := runFlagged(ctx, r, job, jf)
 	if werr := jf.out.write(&res, e.stderr); werr != nil && err == nil {
 		err = werr
 	}
-	return e.report(&job, res, err)
+	shown := res
+	shown.Stdout, shown.Stderr = out.rest(res.Stdout), errOut.rest(res.Stderr)
+	return e.report(&job, shown, err)
+}
+
+// liveWriter writes a stream's chunks as they come and counts them.
+type liveWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *liveWriter) write(p []byte) {
+	_, _ = l.w.Write(p)
+	l.n += len(p)
+}
+
+// rest is what of the result's whole output was not written yet.
+func (l *liveWriter) rest(all string) string {
+	if l.n >= len(all) {
+		return ""
+	}
+	return all[l.n:]
 }
 
 // runJSON always writes exactly one Result, for invalid input too.

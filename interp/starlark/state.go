@@ -42,6 +42,7 @@ type runState struct {
 
 	outCap int64
 	out    strings.Builder
+	sink   func(airlock.Stream, []byte) // airlock.OutputSink, or nil
 
 	reason atomic.Pointer[airlock.Stop]
 	denied *airlock.Denied
@@ -175,8 +176,17 @@ func (s *runState) write(text string) error {
 			cut-- // keep stdout valid UTF-8
 		}
 		s.out.WriteString(text[:cut])
+		s.emit(text[:cut])
 		return s.stop(airlock.StopOutput, "output exceeded %d bytes (limits.output_bytes)", s.outCap)
 	}
 	s.out.WriteString(text)
+	s.emit(text)
 	return nil
+}
+
+// emit passes printed text to the output sink, if the run has one.
+func (s *runState) emit(text string) {
+	if s.sink != nil && text != "" {
+		s.sink(airlock.Stdout, []byte(text))
+	}
 }

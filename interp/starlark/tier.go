@@ -178,6 +178,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	st.maxSteps = uint64(job.Limits.Steps)
 	st.budget = job.Limits.MemoryMB << 20
 	st.outCap = job.Limits.OutputBytes
+	st.sink = airlock.OutputSink(ctx)
 	st.clock, st.seed = job.Clock, job.Seed
 	st.files = job.Files
 	st.tier = t

@@ -169,6 +169,16 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 		return res, err
 	}
 	out.Decision = append(out.Decision, t.line())
+	// The executor answers with the whole (scrubbed) Result: a sink gets
+	// the output then, so that what it was given equals the Result.
+	if sink := airlock.OutputSink(ctx); sink != nil {
+		if out.Stdout != "" {
+			sink(airlock.Stdout, []byte(out.Stdout))
+		}
+		if out.Stderr != "" {
+			sink(airlock.Stderr, []byte(out.Stderr))
+		}
+	}
 	return out, out.Err()
 }
 

@@ -235,7 +235,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	if err := frame.WriteJSON(sb.conn, frame.Job, aj); err != nil {
 		return r.finish(fmt.Errorf("handing over the job: %w", err))
 	}
-	out := newOutput(job.Limits.OutputBytes)
+	out := newOutput(ctx, job.Limits.OutputBytes)
 	w := newWatcher(func() {
 		if _, err := t.runscOut(context.Background(), "delete", "--force", sb.id); err != nil && !notExist(err) {
 			logf("killing sandbox %s: %v", sb.id, err)

@@ -380,3 +380,35 @@ func staticBinary(t *testing.T) string {
 	}
 	return b
 }
+
+// TestStreamsOutput: the first line reaches the sink while the job still
+// runs, from a cold sandbox (runsc's pipes) and a pooled one (the agent's
+// frames).
+func TestStreamsOutput(t *testing.T) {
+	t.Run("Cold", func(t *testing.T) {
+		tier := newTier(t, NewConfig())
+		job, open := tiertest.ShellGate(t)
+		tiertest.CheckGated(t, tiertest.Gated(t, tier, job, "first\n", open))
+		// runsc's report of a missing program is replaced in the Result,
+		// and so never reaches the sink either.
+		var rec tiertest.Recorder
+		res, err := tier.Run(rec.Context(context.Background()), cmdJob("no-such-program-airlock"))
+		if err != nil || res.ExitCode != 127 {
+			t.Fatalf("missing program: %v %+v", err, res)
+		}
+		rec.Check(t, res)
+	})
+	t.Run("Pooled", func(t *testing.T) {
+		tier := newTier(t, NewConfig().WithPool(1, 1))
+		warm(t, tier)
+		job := cmdJob("sh", "-c", "echo first; echo note >&2; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo second")
+		job.Limits.WallMS = 60_000
+		res := tiertest.CancelGated(t, tier, job, "first\n")
+		if res.Stdout != "first\n" {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+		if st := tier.Stats(); st.Hits == 0 {
+			t.Fatalf("the job did not run in a pooled sandbox: %+v", st)
+		}
+	})
+}

@@ -423,7 +423,10 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		return r.finish(fmt.Errorf("starting sandbox: %w", err))
 	}
 
-	out := newOutput(job.Limits.OutputBytes)
+	out := newOutput(ctx, job.Limits.OutputBytes)
+	out.holdErr = true
+	var replaced string // the Result's stderr in place of runsc's report
+	defer func() { out.release(replaced) }()
 	args := append(t.runscFlags(false), "run", "--bundle", dir, id)
 	cmd := exec.Command(t.runsc, args...)
 	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine
@@ -467,9 +470,10 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		// agent of a pooled sandbox) says 127.
 		// runsc's own message names its internals: the job gets the
 		// line the other tiers give.
-		if r.res.ExitCode == 128 && strings.Contains(r.res.Stderr, "error finding executable") {
+		if r.res.ExitCode == 128 && strings.Contains(r.res.Stderr, runscNotFound) {
 			r.res.ExitCode = 127
 			r.res.Stderr = fmt.Sprintf("airlock: program %q not found\n", job.Argv[0])
+			replaced = r.res.Stderr
 		}
 		live = false
 	case werr != nil:
@@ -479,6 +483,9 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	}
 	return r.finish(nil)
 }
+
+// runscNotFound is in what runsc writes for a program it cannot find.
+const runscNotFound = "error finding executable"
 
 // stopPids is the stop for a fork the process limit refused: it stops the
 // job on every tier, whatever the program made of the failed fork.

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -19,9 +20,18 @@ type output struct {
 	stdout, stderr strings.Builder
 	over           func()
 	overDone       bool
+	sink           func(airlock.Stream, []byte) // airlock.OutputSink, or nil
+	// holdErr holds the first line of stderr back from the sink until it
+	// is complete (a cold run): runsc reports a missing program there, in
+	// words the Result replaces (see Tier.run), which the sink must not
+	// get either.
+	holdErr bool
+	heldErr []byte
 }
 
-func newOutput(limit int64) *output { return &output{limit: limit} }
+func newOutput(ctx context.Context, limit int64) *output {
+	return &output{limit: limit, sink: airlock.OutputSink(ctx)}
+}
 
 type streamWriter struct {
 	o *output
@@ -43,6 +53,13 @@ func (o *output) write(b *strings.Builder, p []byte) {
 		b.Write(p[:keep])
 	}
 	o.n += int64(len(p))
+	if o.sink != nil && keep > 0 { // under mu: one chunk at a time
+		if b == &o.stderr {
+			o.emitErr(p[:keep])
+		} else {
+			o.sink(airlock.Stdout, p[:keep])
+		}
+	}
 	var over func()
 	if o.n > o.limit && !o.overDone {
 		o.overDone, over = true, o.over
@@ -50,6 +67,41 @@ func (o *output) write(b *strings.Builder, p []byte) {
 	o.mu.Unlock()
 	if over != nil {
 		over()
+	}
+}
+
+// emitErr passes stderr to the sink, or holds it (see holdErr).
+func (o *output) emitErr(p []byte) {
+	if !o.holdErr {
+		o.sink(airlock.Stderr, p)
+		return
+	}
+	o.heldErr = append(o.heldErr, p...)
+	if (!bytes.Contains(o.heldErr, []byte("\n")) && len(o.heldErr) < 4096) || bytes.Contains(o.heldErr, []byte(runscNotFound)) {
+		return // runsc's report stays held until release
+	}
+	o.holdErr = false
+	o.sink(airlock.Stderr, o.heldErr)
+	o.heldErr = nil
+}
+
+// release ends the hold once the run is over: the sink gets what was
+// held, or replacement, the Result's stderr that took the place of
+// runsc's report.
+func (o *output) release(replacement string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sink == nil || !o.holdErr {
+		return
+	}
+	o.holdErr = false
+	held := o.heldErr
+	if replacement != "" {
+		held = []byte(replacement)
+	}
+	o.heldErr = nil
+	if len(held) > 0 {
+		o.sink(airlock.Stderr, held)
 	}
 }
 

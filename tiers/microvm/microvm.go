@@ -627,6 +627,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 	var stdout, stderr []byte
 	collected := false
 	capBytes := job.Limits.OutputBytes
+	sink := airlock.OutputSink(ctx)
 	defer func() {
 		res.Stdout, res.Stderr = string(stdout), string(stderr)
 		res.Usage.OutputBytes = int64(len(stdout) + len(stderr))
@@ -666,10 +667,15 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				if over {
 					p = p[:max(room, 0)]
 				}
+				stream := airlock.Stdout
 				if f.t == frame.Stdout {
 					stdout = append(stdout, p...)
 				} else {
 					stderr = append(stderr, p...)
+					stream = airlock.Stderr
+				}
+				if sink != nil && len(p) > 0 {
+					sink(stream, p)
 				}
 				if over {
 					return &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}

@@ -170,3 +170,18 @@ func TestAwaitReadyVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamsOutput: the first line reaches the sink, forwarded from the
+// guest's frames, while the job still runs (a microVM job has no host
+// path to wait on, so the test's gate is cancelling the run).
+func TestStreamsOutput(t *testing.T) {
+	tier := shared.get(t, WarmSnapshot)
+	job := command("sh", "-c", "echo first; echo note >&2; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo second")
+	job.Grants.Spawn = true
+	job.Limits.WallMS = 60_000
+	res := tiertest.CancelGated(t, tier, job, "first\n")
+	if res.Stdout != "first\n" {
+		t.Fatalf("stdout %q", res.Stdout)
+	}
+	assertNoVMs(t, tier)
+}

@@ -259,7 +259,7 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 		}
 	}
 	w.errWG.Add(1)
-	go w.stderr.read(stderrR, &w.stderr.err, &w.errWG)
+	go w.stderr.read(stderrR, airlock.Stderr, &w.stderr.err, &w.errWG)
 	ready := make(chan error, 1)
 	w.errWG.Add(1)
 	go func() {
@@ -440,6 +440,16 @@ done:
 	start := res.Timings.StartUS
 	res = inner
 	res.Timings.StartUS += start
+	// The worker's protocol returns output only with the result: a sink
+	// gets it then, whole, so what it was given still equals the Result.
+	if sink := airlock.OutputSink(ctx); sink != nil {
+		if res.Stdout != "" {
+			sink(airlock.Stdout, []byte(res.Stdout))
+		}
+		if res.Stderr != "" {
+			sink(airlock.Stderr, []byte(res.Stderr))
+		}
+	}
 	res.Clock, res.Seed = prepared.Clock, prepared.Seed
 	return finish(inner.Err())
 }

@@ -530,3 +530,12 @@ func TestContainerRootMount(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamsOutput: the first line reaches the sink while the job waits
+// for the test to have seen it.
+func TestStreamsOutput(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		job, open := tiertest.ShellGate(t)
+		tiertest.CheckGated(t, tiertest.Gated(t, tier, job, "first\n", open))
+	})
+}

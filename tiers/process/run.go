@@ -301,19 +301,19 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 			return out, fmt.Errorf("starting sandbox: %w", err)
 		}
 	}
-	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{})}
+	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{}), sink: airlock.OutputSink(ctx)}
 	var readers sync.WaitGroup
 	readers.Add(2)
 	att := attachOf(ctx)
 	if att != nil {
 		// Attached: stdout to the caller's pipe, stderr kept and to the
 		// caller's tail; stdin is the caller's from the start.
-		go capt.tee(sb.stdout, nil, att.stdoutW, &readers)
-		go capt.tee(sb.stderr, &capt.err, att.stderr, &readers)
+		go capt.tee(sb.stdout, airlock.Stdout, nil, att.stdoutW, &readers)
+		go capt.tee(sb.stderr, airlock.Stderr, &capt.err, att.stderr, &readers)
 		att.started(sb.stdin)
 	} else {
-		go capt.read(sb.stdout, &capt.out, &readers)
-		go capt.read(sb.stderr, &capt.err, &readers)
+		go capt.read(sb.stdout, airlock.Stdout, &capt.out, &readers)
+		go capt.read(sb.stderr, airlock.Stderr, &capt.err, &readers)
 		go func(stdin string) {
 			if stdin != "" {
 				_, _ = sb.stdin.WriteString(stdin)
@@ -526,7 +526,11 @@ drain:
 		return out, stopPids(job)
 	case st.NotFound:
 		out.exit = 127
-		out.stderr = append(out.stderr, []byte("airlock: "+st.Error+"\n")...)
+		msg := []byte("airlock: " + st.Error + "\n")
+		out.stderr = append(out.stderr, msg...)
+		if capt.sink != nil {
+			capt.sink(airlock.Stderr, msg)
+		}
 		return out, nil
 	case st.Error != "" && startFailed.Load():
 		return out, fmt.Errorf("starting sandbox: %s", st.Error)

@@ -648,6 +648,7 @@ type capture struct {
 	out, err []byte
 	over     chan struct{}
 	overOnce sync.Once
+	sink     func(airlock.Stream, []byte) // airlock.OutputSink, or nil
 }
 
 // overflowed reports whether more output came than the cap.
@@ -660,14 +661,14 @@ func (c *capture) overflowed() bool {
 	}
 }
 
-func (c *capture) read(r io.Reader, dst *[]byte, wg *sync.WaitGroup) {
-	c.tee(r, dst, nil, wg)
+func (c *capture) read(r io.Reader, stream airlock.Stream, dst *[]byte, wg *sync.WaitGroup) {
+	c.tee(r, stream, dst, nil, wg)
 }
 
 // tee is read that also writes what it keeps to w (when not nil); with a
 // nil dst the bytes are counted against the cap but not kept. An attached
 // job's stdout goes to its caller's pipe this way.
-func (c *capture) tee(r io.Reader, dst *[]byte, w io.Writer, wg *sync.WaitGroup) {
+func (c *capture) tee(r io.Reader, stream airlock.Stream, dst *[]byte, w io.Writer, wg *sync.WaitGroup) {
 	defer wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
@@ -684,6 +685,9 @@ func (c *capture) tee(r io.Reader, dst *[]byte, w io.Writer, wg *sync.WaitGroup)
 				*dst = append(*dst, buf[:take]...)
 			}
 			c.total += int64(n)
+			if c.sink != nil && take > 0 {
+				c.sink(stream, buf[:take]) // under mu: one chunk at a time
+			}
 			c.mu.Unlock()
 			if w != nil && take > 0 {
 				_, _ = w.Write(buf[:take]) // outside the lock: it may wait for the caller

@@ -294,11 +294,14 @@ func (s Suite) outputCap(t *testing.T) {
 	}
 	job := *s.Flood
 	job.Limits.OutputBytes = 4096
-	res, err := s.Tier.Run(context.Background(), job)
+	// Streamed too: the chunks are what the result keeps, within the cap.
+	var rec Recorder
+	res, err := s.Tier.Run(rec.Context(context.Background()), job)
 	wantStop(t, res, err, airlock.StopOutput)
 	if n := len(res.Stdout) + len(res.Stderr); n > 4096 {
 		t.Fatalf("output cap 4096 but result carries %d bytes", n)
 	}
+	rec.Check(t, res)
 }
 
 func (s Suite) emptyEnv(t *testing.T) {

@@ -44,6 +44,17 @@ func main() {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		fmt.Printf("%s %s %d\n", t1.UTC().Format(time.RFC3339Nano), t2.UTC().Format(time.RFC3339Nano), binary.LittleEndian.Uint64(b[:]))
+	case "gate":
+		// Streaming: a line, then a bounded wait for the file argv[2]
+		// (which the test creates once the line reached it), then another.
+		fmt.Println("first")
+		fmt.Fprintln(os.Stderr, "note")
+		for i := 0; i < 5_000_000; i++ {
+			if _, err := os.Stat(arg(2)); err == nil {
+				break
+			}
+		}
+		fmt.Println("second")
 	case "sleep":
 		t1 := time.Now()
 		time.Sleep(time.Hour)
