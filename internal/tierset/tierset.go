@@ -316,8 +316,8 @@ type lazyImages struct {
 	dir      string
 	progress func(image.Event)
 	once     sync.Once
-	st   *image.Store
-	err  error
+	st       *image.Store
+	err      error
 }
 
 func (l *lazyImages) store() (*image.Store, error) {
