@@ -231,6 +231,11 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 	}
 	dst = wire.Bool(dst, g.Spawn)
 	dst = wire.StringMap(dst, g.Secrets)
+	dst = wire.Count(dst, g.Credentials == nil, len(g.Credentials))
+	for _, c := range g.Credentials {
+		dst = wire.String(dst, c.Env)
+		dst = wire.String(dst, c.Ref)
+	}
 	l := &j.Limits
 	for _, v := range [...]int64{l.WallMS, l.CPUMS, l.MemoryMB, l.OutputBytes, l.Pids, l.Files, l.Steps} {
 		dst = binary.AppendVarint(dst, v)
@@ -293,6 +298,12 @@ func (d *decoder) job() airlock.Job {
 	}
 	g.Spawn = d.Bool()
 	g.Secrets = d.StringMap()
+	if n, ok := d.Count(); ok {
+		g.Credentials = make([]airlock.Credential, n)
+		for i := range g.Credentials {
+			g.Credentials[i].Env, g.Credentials[i].Ref = d.String(), d.String()
+		}
+	}
 	l := &j.Limits
 	for _, p := range [...]*int64{&l.WallMS, &l.CPUMS, &l.MemoryMB, &l.OutputBytes, &l.Pids, &l.Files, &l.Steps} {
 		*p = d.Int()
