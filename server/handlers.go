@@ -54,6 +54,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/approvals/{digest}/approve", s.handleApprove)
 	m.HandleFunc("GET /v1/audit", s.handleAudit)
 	m.HandleFunc("GET /healthz", s.handleHealth)
+	m.HandleFunc("GET /readyz", s.handleReady)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.Handle("/mcp", s.MCPHandler())
 	s.consoleRoutes(m)
@@ -68,6 +69,7 @@ func (s *Server) routes() {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
 	})
 	s.mux = m
+	s.handler = s.withReplica(m)
 }
 
 // allowed lists the methods with a route of their own for r's path.
@@ -247,6 +249,15 @@ func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 	if t.rate != nil && !t.rate.Allow() {
 		return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
 	}
+	if t.lease != nil {
+		ok, err := t.lease.take(ctx)
+		if err != nil {
+			return nil, &overloaded{"the shared state cannot be reached for the run quota: " + err.Error(), 5}
+		}
+		if !ok {
+			return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60-time.Now().Second())}
+		}
+	}
 	release := func() { <-t.slots }
 	select {
 	case t.slots <- struct{}{}:
@@ -365,12 +376,13 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	var rule string
 	var digest approve.Digest
+	var claims approve.Claims
 	if rule = s.approvals.Requires(job, tier.Name()); rule != "" {
 		digest = approve.Of(job, tier.Name(), rq.t.Name)
 		if rq.token == "" {
 			return airlock.Result{}, &airlock.NotAdmitted{Reason: fmt.Sprintf("%s: rule %s requires an approval for this job (digest %s; POST /v1/approvals)", approve.Required, rule, digest)}
 		}
-		if _, err := s.signer.Check(rq.token, digest, rq.t.Name, s.now()); err != nil {
+		if claims, err = s.signer.Check(rq.token, digest, rq.t.Name, s.now()); err != nil {
 			return airlock.Result{}, err
 		}
 	}
@@ -380,6 +392,13 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 		return airlock.Result{}, err
 	}
 	defer release()
+	if rule != "" {
+		// Redeemed once it holds a slot, so that a run refused for
+		// capacity does not use up its token.
+		if err := s.redeem(ctx, rq.token, claims); err != nil {
+			return airlock.Result{}, err
+		}
+	}
 	queueUS := monotime.Micros(queued)
 	if !s.underBase(ctx) {
 		var cancel context.CancelFunc

@@ -1,0 +1,273 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/state"
+)
+
+// ReplicaHeader names the replica that answered, on every answer.
+const ReplicaHeader = "Airlock-Replica"
+
+// forwardedHeader marks a request one replica forwarded to the owner of
+// a session, so that it is never forwarded again (no loops).
+const forwardedHeader = "Airlock-Forwarded-By"
+
+// kindSessionLost is the refusal for a session whose replica died.
+const kindSessionLost = "session_lost"
+
+// stateStoreTimeout bounds every call to the shared store a request waits on.
+const stateStoreTimeout = 5 * time.Second
+
+// fromEnv resolves a setting of the form "env:NAME".
+func fromEnv(setting, what string) (string, error) {
+	name, ok := strings.CutPrefix(setting, "env:")
+	if !ok {
+		return setting, nil
+	}
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("%s: the environment variable %s is empty", what, name)
+	}
+	return v, nil
+}
+
+// openState opens the configured store and names the replica.
+func (s *Server) openState(cfg Config) error {
+	setting, err := fromEnv(cfg.State, "state")
+	if err != nil {
+		return err
+	}
+	if s.advertise, err = fromEnv(cfg.Advertise, "advertise"); err != nil {
+		return err
+	}
+	if s.advertise != "" {
+		if u, err := url.Parse(s.advertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("advertise: want an http(s) base URL, not %q", s.advertise)
+		}
+	}
+	s.replica = cfg.ReplicaID
+	if s.replica == "" {
+		s.replica, _ = os.Hostname()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s.store, err = state.Open(ctx, setting); err != nil {
+		return err
+	}
+	if s.store.Shared() && s.advertise == "" {
+		_ = s.store.Close()
+		return errors.New("advertise: a shared state needs the URL the other replicas reach this one at")
+	}
+	return nil
+}
+
+func (s *Server) sessionLease() time.Duration { return s.cfg.SessionLease.or(30 * time.Second) }
+
+// withReplica names the replica on every answer.
+func (s *Server) withReplica(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(ReplicaHeader, s.replica)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// redeem uses up an approval token: across every replica sharing the
+// state, a token runs its job once.
+func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) error {
+	sum := sha256.Sum256([]byte(token))
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	ok, err := s.store.Redeem(ctx, state.Redemption{Token: hex.EncodeToString(sum[:]), Digest: string(c.Digest),
+		Tenant: c.Tenant, Expires: c.Expires, Replica: s.replica})
+	if err != nil {
+		return &overloaded{"the shared state cannot be reached to redeem the approval: " + err.Error(), 5}
+	}
+	if !ok {
+		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token was already redeemed (a token runs its job once; ask for another approval)"}
+	}
+	return nil
+}
+
+// leased is a tenant's runs-per-minute budget shared by the replicas:
+// each leases a batch of the current minute's runs from the store and
+// spends it locally, so a run costs no round trip. No minute ever admits
+// more than the budget across replicas; runs a replica leased and did not
+// use are returned when it closes, or lapse with the minute.
+type leased struct {
+	store  state.Store
+	tenant string
+	limit  int
+	batch  int
+
+	mu     sync.Mutex
+	window time.Time
+	left   int
+	spent  time.Time // when the store last had nothing left to lease
+}
+
+func newLeased(store state.Store, tenant string, limit int) *leased {
+	// A tenth of the budget per lease: few round trips, and little held
+	// idle by one replica while another is refused.
+	return &leased{store: store, tenant: tenant, limit: limit, batch: max(1, min(limit/10, 100))}
+}
+
+// take spends one run, leasing another batch when this replica's is used up.
+func (l *leased) take(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if w := state.Window(now); !w.Equal(l.window) {
+		l.window, l.left, l.spent = w, 0, time.Time{}
+	}
+	if l.left == 0 {
+		// A spent budget is asked again at most every second, for runs
+		// other replicas returned.
+		if !l.spent.IsZero() && now.Sub(l.spent) < time.Second {
+			return false, nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+		defer cancel()
+		n, err := l.store.Lease(ctx, l.tenant, l.window, l.batch, l.limit)
+		if err != nil {
+			return false, err
+		}
+		if l.left = n; n == 0 {
+			l.spent = now
+			return false, nil
+		}
+	}
+	l.left--
+	return true, nil
+}
+
+// giveBack returns the unused part of the current lease.
+func (l *leased) giveBack() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.left > 0 && l.window.Equal(state.Window(time.Now())) {
+		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+		defer cancel()
+		_ = l.store.Return(ctx, l.tenant, l.window, l.left)
+	}
+	l.left = 0
+}
+
+// register records a session this replica opened in the shared registry.
+func (s *Server) register(ctx context.Context, ss *session) error {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	return s.store.PutSession(ctx, state.Session{ID: ss.id, Tenant: ss.tenant.Name, Tier: ss.tier,
+		Replica: s.replica, Addr: s.advertise, Until: time.Now().Add(s.sessionLease())})
+}
+
+// unregister forgets a session this replica closed.
+func (s *Server) unregister(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+	defer cancel()
+	_ = s.store.DropSession(ctx, id)
+}
+
+// renew extends this replica's claim on its sessions and sweeps what
+// expired; the janitor calls it.
+func (s *Server) renew(now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+	defer cancel()
+	if err := s.store.Renew(ctx, s.replica, now.Add(s.sessionLease())); err != nil {
+		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
+	}
+	_ = s.store.Sweep(ctx, now)
+}
+
+// elsewhere answers a request for a session this replica does not hold:
+// forwarded to the replica that does, "session lost" when that replica's
+// claim lapsed, else not found. It reports whether it answered.
+func (s *Server) elsewhere(w http.ResponseWriter, r *http.Request, t *tenant, id string) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), stateStoreTimeout)
+	row, ok, err := s.store.Session(ctx, id)
+	cancel()
+	switch {
+	case err != nil:
+		w.Header().Set("Retry-After", "5")
+		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, "the session registry cannot be reached: "+err.Error())
+		return true
+	case !ok || row.Tenant != t.Name:
+		return false
+	case row.Replica == s.replica || time.Now().After(row.Until):
+		// Its sandbox died with its replica (or this replica restarted):
+		// a new one would silently lose the session's state.
+		s.refuse(w, http.StatusGone, kindSessionLost, fmt.Sprintf("session %s lost: replica %s that held it stopped (its lease lapsed at %s); open a new session",
+			id, row.Replica, row.Until.UTC().Format(time.RFC3339)))
+		return true
+	case r.Header.Get(forwardedHeader) != "":
+		return false
+	}
+	target, err := url.Parse(row.Addr)
+	if err != nil {
+		s.refuse(w, http.StatusBadGateway, kindOverloaded, "session "+id+": its replica's address is malformed")
+		return true
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(forwardedHeader, s.replica)
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			w.Header().Set("Retry-After", "1")
+			s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, fmt.Sprintf(
+				"session %s: its replica %s does not answer; the session is reported lost once its lease lapses", id, row.Replica))
+		},
+	}
+	// The owner names itself on the answer.
+	w.Header().Del(ReplicaHeader)
+	proxy.ServeHTTP(w, r)
+	return true
+}
+
+// handleReady says whether this replica should be sent work: not
+// draining, every pool warmed once, and the shared state answering.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"ready": true, "replica": s.replica}
+	status := http.StatusOK
+	fail := func(k string, v any) {
+		out["ready"], out[k] = false, v
+		status = http.StatusServiceUnavailable
+	}
+	if s.closing.Load() {
+		fail("shutting_down", true)
+	}
+	if !s.warmed.Load() {
+		cold := []string{}
+		for name, p := range s.pools {
+			if st := p.PoolStats(); st.Ready < st.Size {
+				cold = append(cold, name)
+			}
+		}
+		if len(cold) > 0 {
+			fail("cold_pools", cold)
+		} else {
+			// Once warm, a pool emptied by load does not take the replica
+			// out of service.
+			s.warmed.Store(true)
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		fail("state", err.Error())
+	}
+	writeJSON(w, status, out)
+}
