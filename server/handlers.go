@@ -252,7 +252,7 @@ func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 	if t.lease != nil {
 		ok, err := t.lease.take(ctx)
 		if err != nil {
-			return nil, &overloaded{"the shared state cannot be reached for the run quota: " + err.Error(), 5}
+			return nil, unavailable("the shared state cannot be reached for the run quota: " + err.Error())
 		}
 		if !ok {
 			return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60-time.Now().Second())}
@@ -295,8 +295,8 @@ type runRequest struct {
 func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	res, err := s.run(ctx, rq)
 	if res.Tier == "" && err != nil {
-		ov, au := (*overloaded)(nil), (*auditUnavailable)(nil)
-		if !errors.As(err, &ov) && !(errors.As(err, &au) && au.ran) {
+		ov, au, ru := (*overloaded)(nil), (*auditUnavailable)(nil), (*replicaUnavailable)(nil)
+		if !errors.As(err, &ov) && !errors.As(err, &ru) && !(errors.As(err, &au) && au.ran) {
 			// A refusal for a failing trail is recorded too: that write
 			// is what tells when the trail can be written again.
 			s.recordRefusal(rq, err)
@@ -359,7 +359,7 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 
 func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	if s.closing.Load() {
-		return airlock.Result{}, &overloaded{"the server is shutting down", 5}
+		return airlock.Result{}, unavailable("the server is shutting down")
 	}
 	if err := s.auditGate(); err != nil {
 		return airlock.Result{}, err
@@ -499,7 +499,11 @@ func jobSize(job *airlock.Job) int {
 func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	var ov *overloaded
 	var au *auditUnavailable
+	var ru *replicaUnavailable
 	switch {
+	case err != nil && errors.As(err, &ru):
+		w.Header().Set("Retry-After", "5")
+		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, ru.msg)
 	case err != nil && errors.As(err, &au):
 		w.Header().Set("Retry-After", "5")
 		s.refuse(w, http.StatusServiceUnavailable, kindAudit, au.Error())

@@ -94,7 +94,7 @@ func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) err
 	ok, err := s.store.Redeem(ctx, state.Redemption{Token: hex.EncodeToString(sum[:]), Digest: string(c.Digest),
 		Tenant: c.Tenant, Expires: c.Expires, Replica: s.replica})
 	if err != nil {
-		return &overloaded{"the shared state cannot be reached to redeem the approval: " + err.Error(), 5}
+		return unavailable("the shared state cannot be reached to redeem the approval: " + err.Error())
 	}
 	if !ok {
 		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token was already redeemed (a token runs its job once; ask for another approval)"}
@@ -271,3 +271,12 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, status, out)
 }
+
+// replicaUnavailable refuses a request for a cause of the replica's own
+// (it drains, or cannot reach the shared state), not the tenant's quota:
+// 503, for a client or load balancer to try another replica.
+type replicaUnavailable struct{ msg string }
+
+func (e *replicaUnavailable) Error() string { return e.msg }
+
+func unavailable(msg string) error { return &replicaUnavailable{msg} }

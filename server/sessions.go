@@ -185,7 +185,7 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return openResponse{}, &overloaded{"the server is shutting down", 5}
+		return openResponse{}, unavailable("the server is shutting down")
 	}
 	limit := s.cfg.MaxSessions
 	if limit == 0 {
@@ -211,7 +211,7 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	s.mu.Unlock()
 	if err := s.register(ctx, ss); err != nil {
 		_ = s.closeSession(ss)
-		return openResponse{}, &overloaded{"the session registry cannot be reached: " + err.Error(), 5}
+		return openResponse{}, unavailable("the session registry cannot be reached: " + err.Error())
 	}
 	s.metrics.sessions.Add(1)
 	resp := openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision}
