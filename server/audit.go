@@ -148,6 +148,7 @@ type auditor struct {
 	recent map[string]*ring
 	// replica names this replica in every record.
 	replica string
+	shipper *shipper // to the shared state, when there is one
 	keep    int
 
 	pending   []byte       // encoded records not yet written, one after another
@@ -232,6 +233,9 @@ const maxSpare = 1 << 20
 func (a *auditor) add(r Record) error {
 	if r.Replica == "" {
 		r.Replica = a.replica
+	}
+	if a.shipper != nil {
+		a.shipper.ship(r)
 	}
 	var line *[]byte
 	var encErr error

@@ -675,6 +675,13 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recs := s.audit.list(t.Name)
+	if s.store.Shared() {
+		var err error
+		if recs, err = s.sharedRecords(r.Context(), t.Name); err != nil {
+			s.answer(w, airlock.Result{}, unavailable("the shared audit records cannot be read: "+err.Error()))
+			return
+		}
+	}
 	if recs == nil {
 		recs = []Record{}
 	}

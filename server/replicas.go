@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -280,3 +282,103 @@ type replicaUnavailable struct{ msg string }
 func (e *replicaUnavailable) Error() string { return e.msg }
 
 func unavailable(msg string) error { return &replicaUnavailable{msg} }
+
+// shipper copies audit records to the shared state in batches, off the
+// runs' path, so that GET /v1/audit lists a tenant's runs from whichever
+// replica answers. The trail file stays each replica's own record; a
+// record the store cannot take is counted and logged, not retried.
+type shipper struct {
+	store state.Store
+	log   io.Writer
+
+	mu     sync.Mutex
+	ch     chan Record
+	closed bool
+	done   chan struct{}
+}
+
+func newShipper(store state.Store, log io.Writer) *shipper {
+	sh := &shipper{store: store, log: log, ch: make(chan Record, 4096), done: make(chan struct{})}
+	go sh.run()
+	return sh
+}
+
+// ship queues r, dropping it (with a message) when the queue is full.
+func (sh *shipper) ship(r Record) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return
+	}
+	select {
+	case sh.ch <- r:
+	default:
+		fmt.Fprintf(sh.log, "airlock: the shared state's record queue is full; a record of tenant %s is kept in this replica's trail only\n", r.Tenant)
+	}
+}
+
+func (sh *shipper) run() {
+	defer close(sh.done)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var batch []state.Record
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+		if err := sh.store.AddRecords(ctx, batch); err != nil {
+			fmt.Fprintf(sh.log, "airlock: %d audit records not shared: %v\n", len(batch), err)
+		}
+		cancel()
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case r, ok := <-sh.ch:
+			if !ok {
+				flush()
+				return
+			}
+			line, err := appendRecord(nil, &r)
+			if err == nil {
+				batch = append(batch, state.Record{Tenant: r.Tenant, Time: r.Time, Replica: r.Replica, JSON: line})
+			}
+			if len(batch) >= 256 {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		}
+	}
+}
+
+// close sends what is queued and stops.
+func (sh *shipper) close() {
+	sh.mu.Lock()
+	if !sh.closed {
+		sh.closed = true
+		close(sh.ch)
+	}
+	sh.mu.Unlock()
+	<-sh.done
+}
+
+// sharedRecords lists a tenant's newest records from the shared state.
+func (s *Server) sharedRecords(ctx context.Context, tenant string) ([]Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	lines, err := s.store.Records(ctx, tenant, s.audit.keep)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Record, 0, len(lines))
+	for _, l := range lines {
+		var r Record
+		if err := json.Unmarshal(l, &r); err != nil {
+			return nil, fmt.Errorf("state: a stored record: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

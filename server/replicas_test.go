@@ -125,6 +125,26 @@ func TestReplicasShareOneService(t *testing.T) {
 				t.Errorf("replica %s's audit records do not name it", r.name)
 			}
 		}
+		// Any replica lists the tenant's runs of every replica (records
+		// are shared in batches, off the runs' path).
+		for i := 0; ; i++ {
+			var recs []server.Record
+			a := rcall(t, "GET", rs[1].url+"/v1/audit", keyA, "")
+			if err := json.Unmarshal(a.body, &recs); err != nil {
+				t.Fatalf("audit: %d %s", a.status, a.body)
+			}
+			by := map[string]int{}
+			for _, rec := range recs {
+				by[rec.Replica]++
+			}
+			if by["r1"] == 4 && by["r2"] == 4 && by["r3"] == 4 {
+				break
+			}
+			if i == 100 {
+				t.Fatalf("r2 lists records by replica %v, want 4 of each", by)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	})
 
 	t.Run("an approval is redeemed once", func(t *testing.T) {

@@ -139,6 +139,9 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Server, error) {
+		if s.audit != nil && s.audit.shipper != nil {
+			s.audit.shipper.close()
+		}
 		s.closeAudit()
 		_ = s.store.Close()
 		return nil, err
@@ -201,6 +204,9 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	s.audit.replica = s.replica
 	if s.audit.log == nil {
 		s.audit.log = os.Stderr
+	}
+	if s.store.Shared() {
+		s.audit.shipper = newShipper(s.store, s.audit.log)
 	}
 	for _, t := range s.tiers {
 		if p, ok := t.(airlock.Pooler); ok {
@@ -313,6 +319,9 @@ func (s *Server) Close() error {
 		if t.lease != nil {
 			t.lease.giveBack()
 		}
+	}
+	if s.audit.shipper != nil {
+		s.audit.shipper.close()
 	}
 	errs = append(errs, s.store.Close())
 	for _, t := range s.tiers {

@@ -84,6 +84,12 @@ func (e *embedded) DropSession(_ context.Context, id string) error {
 	return nil
 }
 
+// AddRecords and Records keep nothing: one replica lists its own
+// records from memory.
+func (e *embedded) AddRecords(context.Context, []Record) error { return nil }
+
+func (e *embedded) Records(context.Context, string, int) ([][]byte, error) { return nil, nil }
+
 func (e *embedded) Sweep(_ context.Context, now time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

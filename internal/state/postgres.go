@@ -38,6 +38,14 @@ var migrations = []string{
 		lease_until timestamptz NOT NULL
 	);
 	CREATE INDEX airlock_sessions_replica ON airlock_sessions (replica);`,
+	`CREATE TABLE airlock_records (
+		id bigserial PRIMARY KEY,
+		tenant text NOT NULL,
+		at timestamptz NOT NULL,
+		replica text NOT NULL,
+		record jsonb NOT NULL
+	);
+	CREATE INDEX airlock_records_tenant ON airlock_records (tenant, id);`,
 }
 
 // migrationLock is the advisory lock key replicas take while migrating,
@@ -184,6 +192,35 @@ func (p *postgres) DropSession(ctx context.Context, id string) error {
 		return fmt.Errorf("state: dropping session: %w", err)
 	}
 	return nil
+}
+
+func (p *postgres) AddRecords(ctx context.Context, recs []Record) error {
+	rows := make([][]any, len(recs))
+	for i, r := range recs {
+		rows[i] = []any{r.Tenant, r.Time, r.Replica, string(r.JSON)}
+	}
+	_, err := p.pool.CopyFrom(ctx, pgx.Identifier{"airlock_records"}, []string{"tenant", "at", "replica", "record"}, pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("state: keeping records: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Records(ctx context.Context, tenant string, limit int) ([][]byte, error) {
+	rows, err := p.pool.Query(ctx, `SELECT record::text FROM (SELECT id, record FROM airlock_records
+		WHERE tenant = $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id`, tenant, limit)
+	if err != nil {
+		return nil, fmt.Errorf("state: listing records: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]byte, error) {
+		var s string
+		err := r.Scan(&s)
+		return []byte(s), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: listing records: %w", err)
+	}
+	return out, nil
 }
 
 func (p *postgres) Sweep(ctx context.Context, now time.Time) error {

@@ -32,6 +32,11 @@ type Store interface {
 	Renew(ctx context.Context, replica string, until time.Time) error
 	// DropSession forgets a closed session.
 	DropSession(ctx context.Context, id string) error
+	// AddRecords keeps audit records, for any replica to list.
+	AddRecords(ctx context.Context, recs []Record) error
+	// Records returns a tenant's newest records (at most limit), oldest
+	// first.
+	Records(ctx context.Context, tenant string, limit int) ([][]byte, error)
 	// Sweep forgets redemptions and windows that expired before now.
 	Sweep(ctx context.Context, now time.Time) error
 	// Ping reports whether the store answers.
@@ -49,6 +54,14 @@ type Redemption struct {
 	Tenant  string
 	Expires time.Time
 	Replica string
+}
+
+// Record is an audit record as the server encoded it (JSON).
+type Record struct {
+	Tenant  string
+	Time    time.Time
+	Replica string
+	JSON    []byte
 }
 
 // Session is a session's registry row: the replica that owns it (the only

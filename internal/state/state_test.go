@@ -165,3 +165,28 @@ func TestSessionRegistry(t *testing.T) {
 		}
 	})
 }
+
+func TestRecords(t *testing.T) {
+	dsn := pgtest.Start(t)
+	ctx := context.Background()
+	a, err := state.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var recs []state.Record
+	for i := range 5 {
+		recs = append(recs, state.Record{Tenant: "t", Time: time.Now(), Replica: "r1", JSON: []byte(`{"n":` + string(rune('0'+i)) + `}`)})
+	}
+	recs = append(recs, state.Record{Tenant: "u", Time: time.Now(), Replica: "r1", JSON: []byte(`{"n":9}`)})
+	if err := a.AddRecords(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Records(ctx, "t", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || string(got[0]) != `{"n": 2}` || string(got[2]) != `{"n": 4}` {
+		t.Fatalf("newest three, oldest first: %q", got)
+	}
+}
