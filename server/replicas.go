@@ -382,3 +382,15 @@ func (s *Server) sharedRecords(ctx context.Context, tenant string) ([]Record, er
 	}
 	return out, nil
 }
+
+// writeQueued exports the runs waiting for a slot, summed over tenants:
+// the signal an autoscaler adds replicas on (deploy/kubernetes/hpa.yaml).
+func (s *Server) writeQueued(w io.Writer) {
+	var n int64
+	for _, t := range s.tenants {
+		n += t.waiting.Load()
+	}
+	fmt.Fprintln(w, "# HELP airlock_runs_queued Runs waiting for a slot of their tenant.")
+	fmt.Fprintln(w, "# TYPE airlock_runs_queued gauge")
+	fmt.Fprintf(w, "airlock_runs_queued %d\n", n)
+}
