@@ -239,6 +239,21 @@ func (s *Server) elsewhere(w http.ResponseWriter, r *http.Request, t *tenant, id
 	return true
 }
 
+// warmPools fills every available tier's pool, in the background, and
+// closes s.warmed when all are full (or their tier turned out unavailable:
+// the router passes it over, so nothing waits for it).
+func (s *Server) warmPools() {
+	s.warmed = make(chan struct{})
+	var wg sync.WaitGroup
+	for name, p := range s.pools {
+		if s.router.Unavailable(name) != nil {
+			continue
+		}
+		wg.Go(func() { _ = p.WaitWarm(s.base) })
+	}
+	go func() { wg.Wait(); close(s.warmed) }()
+}
+
 // handleReady says whether this replica should be sent work: not
 // draining, every pool warmed once, and the shared state answering.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
@@ -251,20 +266,20 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if s.closing.Load() {
 		fail("shutting_down", true)
 	}
-	if !s.warmed.Load() {
+	// Pools start on first use: the first probe starts them all. Once
+	// warm, a pool emptied by load does not take the replica out of
+	// service.
+	s.warmOnce.Do(s.warmPools)
+	select {
+	case <-s.warmed:
+	default:
 		cold := []string{}
 		for name, p := range s.pools {
 			if st := p.PoolStats(); st.Ready < st.Size {
 				cold = append(cold, name)
 			}
 		}
-		if len(cold) > 0 {
-			fail("cold_pools", cold)
-		} else {
-			// Once warm, a pool emptied by load does not take the replica
-			// out of service.
-			s.warmed.Store(true)
-		}
+		fail("warming_pools", cold)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()

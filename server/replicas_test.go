@@ -108,6 +108,19 @@ func TestReplicasShareOneService(t *testing.T) {
 	})
 
 	t.Run("runs spread over every replica", func(t *testing.T) {
+		// Ready once the warm pools have filled, as a readiness probe waits.
+		for _, r := range rs {
+			for i := 0; ; i++ {
+				a := rcall(t, "GET", r.url+"/readyz", "", "")
+				if a.status == 200 && bytes.Contains(a.body, []byte(`"replica":"`+r.name+`"`)) {
+					break
+				}
+				if a.status != 503 || i == 500 {
+					t.Fatalf("%s is not ready: %d %s", r.name, a.status, a.body)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
 		seen := map[string]int{}
 		for i := range 12 {
 			r := rs[i%3]

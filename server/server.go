@@ -79,7 +79,8 @@ type Server struct {
 	store     state.Store // what the replicas share
 	replica   string      // this replica's name
 	advertise string      // where the other replicas reach this one
-	warmed    atomic.Bool // every pool has been full once
+	warmOnce  sync.Once
+	warmed    chan struct{} // closed once every pool has been full
 
 	base     context.Context
 	cancel   context.CancelFunc

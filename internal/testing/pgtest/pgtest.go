@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -77,13 +78,15 @@ func Start(t testing.TB) string {
 		c := exec.Command(filepath.Join(bin, name), args...)
 		c.Dir = dir
 		c.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+		// Should the test binary die without its cleanups (a panic), the
+		// cluster shuts down at once (SIGQUIT) rather than linger.
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
 		return c
 	}
 	if out, err := command("initdb", "-D", data, "-U", "airlock", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync").CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	var log bytes.Buffer
+	var log lockedBuffer
 	pg := command("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
 	pg.Stdout, pg.Stderr = &log, &log
@@ -129,4 +132,23 @@ func Start(t testing.TB) string {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Sprintf("host=%s user=airlock dbname=airlock sslmode=disable", dir)
+}
+
+// lockedBuffer is the server's log, written by the command's copier and
+// read by the test on failure.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
