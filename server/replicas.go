@@ -409,3 +409,53 @@ func (s *Server) writeQueued(w io.Writer) {
 	fmt.Fprintln(w, "# TYPE airlock_runs_queued gauge")
 	fmt.Fprintf(w, "airlock_runs_queued %d\n", n)
 }
+
+// sharePending lets the approvers of every replica see an approval
+// request made on this one.
+func (s *Server) sharePending(ctx context.Context, d approve.Digest, p *pending) error {
+	if !s.store.Shared() {
+		return nil
+	}
+	job, err := json.Marshal(p.job)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	return s.store.PutPending(ctx, state.Pending{Digest: string(d), Tenant: p.tenant.Name, Tier: p.tier, Rule: p.rule, Job: job, Created: p.created})
+}
+
+// syncPending adds the approval requests other replicas took to this
+// one's, before they are looked up or listed. A store that does not
+// answer leaves this replica's own requests, and says so in the log.
+func (s *Server) syncPending(ctx context.Context) {
+	if !s.store.Shared() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	rows, err := s.store.Pending(ctx, s.now().Add(-s.approvalTTL()))
+	if err != nil {
+		fmt.Fprintf(s.audit.log, "airlock: listing shared approval requests: %v\n", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, row := range rows {
+		d := approve.Digest(row.Digest)
+		if s.pending[d] != nil || len(s.pending) >= maxPending {
+			continue
+		}
+		var t *tenant
+		for _, tn := range s.tenants {
+			if tn.Name == row.Tenant {
+				t = tn
+			}
+		}
+		var job airlock.Job
+		if t == nil || json.Unmarshal(row.Job, &job) != nil {
+			continue // a tenant this replica does not serve, or a newer job format
+		}
+		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created}
+	}
+}

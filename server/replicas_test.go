@@ -167,8 +167,14 @@ func TestReplicasShareOneService(t *testing.T) {
 		if err := json.Unmarshal(a.body, &req); err != nil || req.Digest == "" {
 			t.Fatalf("requesting approval: %d %s", a.status, a.body)
 		}
+		// Asked on r1, listed and approved on r3, redeemed on r2.
+		var listed []struct{ Digest string }
+		a = rcall(t, "GET", rs[2].url+"/v1/approvals", keyApprover, "")
+		if err := json.Unmarshal(a.body, &listed); err != nil || len(listed) != 1 || listed[0].Digest != req.Digest {
+			t.Fatalf("r3 lists the pending approvals %d %s", a.status, a.body)
+		}
 		var tok struct{ Token string }
-		a = rcall(t, "POST", rs[0].url+"/v1/approvals/"+req.Digest+"/approve", keyApprover, "")
+		a = rcall(t, "POST", rs[2].url+"/v1/approvals/"+req.Digest+"/approve", keyApprover, "")
 		if err := json.Unmarshal(a.body, &tok); err != nil || tok.Token == "" {
 			t.Fatalf("approving: %d %s", a.status, a.body)
 		}

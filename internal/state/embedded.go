@@ -84,6 +84,12 @@ func (e *embedded) DropSession(_ context.Context, id string) error {
 	return nil
 }
 
+// PutPending and Pending keep nothing: one replica keeps its approval
+// requests in memory.
+func (e *embedded) PutPending(context.Context, Pending) error { return nil }
+
+func (e *embedded) Pending(context.Context, time.Time) ([]Pending, error) { return nil, nil }
+
 // AddRecords and Records keep nothing: one replica lists its own
 // records from memory.
 func (e *embedded) AddRecords(context.Context, []Record) error { return nil }

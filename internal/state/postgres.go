@@ -46,6 +46,15 @@ var migrations = []string{
 		record jsonb NOT NULL
 	);
 	CREATE INDEX airlock_records_tenant ON airlock_records (tenant, id);`,
+	`CREATE TABLE airlock_pending (
+		digest text PRIMARY KEY,
+		tenant text NOT NULL,
+		tier text NOT NULL,
+		rule text NOT NULL,
+		job text NOT NULL,
+		created timestamptz NOT NULL
+	);
+	CREATE INDEX airlock_pending_created ON airlock_pending (created);`,
 }
 
 // migrationLock is the advisory lock key replicas take while migrating,
@@ -194,6 +203,36 @@ func (p *postgres) DropSession(ctx context.Context, id string) error {
 	return nil
 }
 
+func (p *postgres) PutPending(ctx context.Context, pd Pending) error {
+	_, err := p.pool.Exec(ctx, `INSERT INTO airlock_pending (digest, tenant, tier, rule, job, created)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (digest) DO UPDATE SET created = excluded.created`,
+		pd.Digest, pd.Tenant, pd.Tier, pd.Rule, string(pd.Job), pd.Created)
+	if err != nil {
+		return fmt.Errorf("state: keeping an approval request: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Pending(ctx context.Context, since time.Time) ([]Pending, error) {
+	rows, err := p.pool.Query(ctx, `SELECT digest, tenant, tier, rule, job, created FROM airlock_pending
+		WHERE created >= $1 ORDER BY created LIMIT 4096`, since)
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Pending, error) {
+		var pd Pending
+		var job string
+		err := r.Scan(&pd.Digest, &pd.Tenant, &pd.Tier, &pd.Rule, &job, &pd.Created)
+		pd.Job = []byte(job)
+		return pd, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	return out, nil
+}
+
 func (p *postgres) AddRecords(ctx context.Context, recs []Record) error {
 	rows := make([][]any, len(recs))
 	for i, r := range recs {
@@ -228,6 +267,9 @@ func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
 	// their redemption cannot let one run again. Lost sessions are kept a
 	// while, so that their clients are told "lost", not "unknown".
 	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_redeemed WHERE expires < $1;`, now)
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_pending WHERE created < $1`, now.Add(-24*time.Hour))
+	}
 	if err == nil {
 		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_quota WHERE window_start < $1`, now.Add(-2*time.Minute))
 	}

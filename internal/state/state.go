@@ -32,6 +32,10 @@ type Store interface {
 	Renew(ctx context.Context, replica string, until time.Time) error
 	// DropSession forgets a closed session.
 	DropSession(ctx context.Context, id string) error
+	// PutPending keeps an approval request for any replica's approvers.
+	PutPending(ctx context.Context, p Pending) error
+	// Pending lists the approval requests made since since.
+	Pending(ctx context.Context, since time.Time) ([]Pending, error)
 	// AddRecords keeps audit records, for any replica to list.
 	AddRecords(ctx context.Context, recs []Record) error
 	// Records returns a tenant's newest records (at most limit), oldest
@@ -54,6 +58,17 @@ type Redemption struct {
 	Tenant  string
 	Expires time.Time
 	Replica string
+}
+
+// Pending is a job waiting for an approver; Job is its JSON, secrets
+// redacted.
+type Pending struct {
+	Digest  string
+	Tenant  string
+	Tier    string
+	Rule    string
+	Job     []byte
+	Created time.Time
 }
 
 // Record is an audit record as the server encoded it (JSON).

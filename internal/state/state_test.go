@@ -190,3 +190,26 @@ func TestRecords(t *testing.T) {
 		t.Fatalf("newest three, oldest first: %q", got)
 	}
 }
+
+func TestPendingShared(t *testing.T) {
+	dsn := pgtest.Start(t)
+	ctx := context.Background()
+	a, err := state.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	old := state.Pending{Digest: "d-old", Tenant: "t", Tier: "starlark", Rule: "r", Job: []byte(`{"kind":"expr"}`), Created: now.Add(-time.Hour)}
+	fresh := old
+	fresh.Digest, fresh.Created = "d-new", now
+	for _, p := range []state.Pending{old, fresh, fresh} { // asked twice: one request
+		if err := a.PutPending(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := a.Pending(ctx, now.Add(-time.Minute))
+	if err != nil || len(got) != 1 || got[0].Digest != "d-new" || string(got[0].Job) != `{"kind":"expr"}` || !got[0].Created.Equal(now) {
+		t.Fatalf("requests of the last minute: %+v %v", got, err)
+	}
+}
