@@ -104,8 +104,13 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 			s.answer(w, airlock.Result{}, &overloaded{"too many approvals pending", 30})
 			return
 		}
-		s.pending[d] = &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now()}
+		p := &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now()}
+		s.pending[d] = p
 		s.mu.Unlock()
+		if err := s.sharePending(r.Context(), d, p); err != nil {
+			s.answer(w, airlock.Result{}, unavailable("the approval request cannot be shared with the other replicas: "+err.Error()))
+			return
+		}
 		s.console.changed()
 	}
 	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: tier.Name(), Rule: rule, Required: rule != ""})
@@ -133,6 +138,7 @@ func approver(r *http.Request, t *tenant) bool {
 // one of its approvers. Anyone else learns nothing, not even that it exists.
 func (s *Server) pendingFor(w http.ResponseWriter, r *http.Request) (*pending, approve.Digest, bool) {
 	d := approve.Digest(r.PathValue("digest"))
+	s.syncPending(r.Context())
 	s.mu.Lock()
 	p := s.pending[d]
 	s.mu.Unlock()
@@ -177,6 +183,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		p *pending
 	}
 	var mine []entry
+	s.syncPending(r.Context())
 	now := s.now()
 	s.mu.Lock()
 	for d, p := range s.pending {

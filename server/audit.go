@@ -23,10 +23,12 @@ import (
 
 // Record is one line of the audit trail: one run, as the server saw it.
 type Record struct {
-	Time     time.Time      `json:"time"`
-	Tenant   string         `json:"tenant"`
-	Request  string         `json:"request"` // run, session_run
-	Session  string         `json:"session,omitempty"`
+	Time    time.Time `json:"time"`
+	Tenant  string    `json:"tenant"`
+	Request string    `json:"request"` // run, session_run
+	Session string    `json:"session,omitempty"`
+	// Replica is the replica that wrote the record (see Config.ReplicaID).
+	Replica  string         `json:"replica,omitempty"`
 	Digest   approve.Digest `json:"digest"`
 	Approval string         `json:"approval,omitempty"` // the rule that required one
 	// Approver and Reason say who approved (or denied) the job and why: on
@@ -144,7 +146,10 @@ type auditor struct {
 	w      io.Writer  // the trail when it is not a file (nil: none)
 	file   *auditFile // the trail when it is a file
 	recent map[string]*ring
-	keep   int
+	// replica names this replica in every record.
+	replica string
+	shipper *shipper // to the shared state, when there is one
+	keep    int
 
 	pending   []byte       // encoded records not yet written, one after another
 	ends      []int        // where each record in pending ends
@@ -226,6 +231,12 @@ const maxSpare = 1 << 20
 // returning once the line is written, or with the error that kept it
 // from being written.
 func (a *auditor) add(r Record) error {
+	if r.Replica == "" {
+		r.Replica = a.replica
+	}
+	if a.shipper != nil {
+		a.shipper.ship(r)
+	}
 	var line *[]byte
 	var encErr error
 	if a.w != nil || a.file != nil {

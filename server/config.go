@@ -57,6 +57,24 @@ type Config struct {
 	// ShutdownGrace is how long running jobs may finish on shutdown
 	// before they are cancelled (default 10s).
 	ShutdownGrace Duration `json:"shutdown_grace,omitempty"`
+	// State is where replicas of one service share approvals' redemptions,
+	// rate budgets and the session registry: empty for the embedded store
+	// (a single replica), or PostgreSQL as a postgres:// URL or a key=value
+	// DSN (a Unix socket: "host=/run/postgresql dbname=airlock"). "env:NAME"
+	// takes it from the environment variable NAME, so that a password
+	// stays out of the file. See docs/deployment.md.
+	State string `json:"state,omitempty"`
+	// ReplicaID names this replica in every answer (the Airlock-Replica
+	// header) and audit record (default: the host name).
+	ReplicaID string `json:"replica_id,omitempty"`
+	// Advertise is the base URL the other replicas reach this one at
+	// ("http://10.0.0.7:8420"), to forward requests for its sessions;
+	// "env:NAME" as for State.
+	Advertise string `json:"advertise,omitempty"`
+	// SessionLease is how long a replica's claim on its sessions holds
+	// unrenewed: a session whose replica died is reported lost once it
+	// has lapsed (default 30s).
+	SessionLease Duration `json:"session_lease,omitempty"`
 	// QueueWait is how long a run waits for a free slot of its tenant
 	// before it is refused with 429 (default 1s).
 	QueueWait Duration `json:"queue_wait,omitempty"`
@@ -358,6 +376,9 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.situation: %s is not among the tenant's situations %v", where, t.Situation, t.Situations)
 			}
 		}
+	}
+	if c.SessionLease < 0 {
+		return errors.New("session_lease: must not be negative")
 	}
 	if err := c.AuditRotation.validate(); err != nil {
 		return err

@@ -65,6 +65,7 @@ type pendingEntry struct {
 
 // pendingOf lists the viewer's undecided pending jobs, oldest first.
 func (s *Server) pendingOf(v *viewer) []pendingEntry {
+	s.syncPending(s.base)
 	now := s.now()
 	var mine []pendingEntry
 	s.mu.Lock()
@@ -247,6 +248,7 @@ func (s *Server) consoleLookup(v *viewer, d approve.Digest) (*pending, *decision
 		}
 		return &pending{job: dc.job, tier: dc.tier, rule: dc.rule}, dc
 	}
+	s.syncPending(s.base)
 	s.mu.Lock()
 	p := s.pending[d]
 	s.mu.Unlock()
@@ -417,6 +419,7 @@ func (s *Server) consoleDecide(w http.ResponseWriter, r *http.Request, v *viewer
 	d := approve.Digest(r.PathValue("digest"))
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	verdict := r.PostFormValue("decision")
+	s.syncPending(r.Context())
 	s.mu.Lock()
 	p := s.pending[d]
 	s.mu.Unlock()

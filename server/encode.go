@@ -204,6 +204,7 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	b = appendStr(b, "tenant", r.Tenant)
 	b = appendStr(b, "request", r.Request)
 	b = appendStrOmit(b, "session", r.Session)
+	b = appendStrOmit(b, "replica", r.Replica)
 	b = appendStr(b, "digest", string(r.Digest))
 	b = appendStrOmit(b, "approval", r.Approval)
 	b = appendStrOmit(b, "approver", r.Approver)

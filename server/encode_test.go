@@ -47,7 +47,7 @@ func records() []Record {
 	recs := []Record{
 		{},
 		{Time: clock, Tenant: "a", Request: "run", Digest: "d", Tier: "expr", Limits: airlock.Limits{WallMS: 100}, Outcome: "ok", Output: "o", Job: &job},
-		{Time: clock, Tenant: "t", Request: "session_run", Session: "s", Digest: "d", Approval: "rule", Approver: "approver:<&>", Reason: "why \u202e", Tier: "starlark", Image: "sha256:<&>", Decision: []string{"rule a", "b"},
+		{Time: clock, Tenant: "t", Request: "session_run", Session: "s", Replica: "r-1", Digest: "d", Approval: "rule", Approver: "approver:<&>", Reason: "why \u202e", Tier: "starlark", Image: "sha256:<&>", Decision: []string{"rule a", "b"},
 			Grants: full.Grants, Limits: full.Limits, Clock: clock, Seed: 42, Egress: []string{"GET example.com allowed"}, Outcome: "stopped_denied",
 			Stopped: &airlock.Stop{Reason: airlock.StopDenied, Detail: "fs: open /etc/passwd"}, Error: "runtime: boom", ExitCode: -1,
 			Timings: airlock.Timings{StartUS: 1, RunUS: 2, TotalUS: 3}, QueueUS: 9, Output: "x", Job: &full},
@@ -55,7 +55,7 @@ func records() []Record {
 		{Time: clock.Local(), Stopped: &airlock.Stop{Reason: airlock.StopKilled}},
 	}
 	for _, s := range awkward {
-		recs = append(recs, Record{Time: clock, Tenant: s, Request: s, Session: s, Digest: "d", Approval: s, Approver: s, Reason: s, Tier: s, Image: s, Decision: []string{s},
+		recs = append(recs, Record{Time: clock, Tenant: s, Request: s, Session: s, Replica: s, Digest: "d", Approval: s, Approver: s, Reason: s, Tier: s, Image: s, Decision: []string{s},
 			Outcome: s, Error: s, Output: s, Job: &airlock.Job{Kind: airlock.Kind(s), Code: s, Argv: []string{s}, Input: map[string]any{s: s}, Files: map[string]string{s: s}}})
 	}
 	return recs

@@ -54,6 +54,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/approvals/{digest}/approve", s.handleApprove)
 	m.HandleFunc("GET /v1/audit", s.handleAudit)
 	m.HandleFunc("GET /healthz", s.handleHealth)
+	m.HandleFunc("GET /readyz", s.handleReady)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.Handle("/mcp", s.MCPHandler())
 	s.consoleRoutes(m)
@@ -68,6 +69,7 @@ func (s *Server) routes() {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
 	})
 	s.mux = m
+	s.handler = s.withReplica(m)
 }
 
 // allowed lists the methods with a route of their own for r's path.
@@ -247,6 +249,15 @@ func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 	if t.rate != nil && !t.rate.Allow() {
 		return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
 	}
+	if t.lease != nil {
+		ok, err := t.lease.take(ctx)
+		if err != nil {
+			return nil, unavailable("the shared state cannot be reached for the run quota: " + err.Error())
+		}
+		if !ok {
+			return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60-time.Now().Second())}
+		}
+	}
 	release := func() { <-t.slots }
 	select {
 	case t.slots <- struct{}{}:
@@ -288,8 +299,8 @@ type runRequest struct {
 func (s *Server) execute(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	res, err := s.run(ctx, rq)
 	if res.Tier == "" && err != nil {
-		ov, au := (*overloaded)(nil), (*auditUnavailable)(nil)
-		if !errors.As(err, &ov) && !(errors.As(err, &au) && au.ran) {
+		ov, au, ru := (*overloaded)(nil), (*auditUnavailable)(nil), (*replicaUnavailable)(nil)
+		if !errors.As(err, &ov) && !errors.As(err, &ru) && !(errors.As(err, &au) && au.ran) {
 			// A refusal for a failing trail is recorded too: that write
 			// is what tells when the trail can be written again.
 			s.recordRefusal(rq, err)
@@ -352,7 +363,7 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 
 func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
 	if s.closing.Load() {
-		return airlock.Result{}, &overloaded{"the server is shutting down", 5}
+		return airlock.Result{}, unavailable("the server is shutting down")
 	}
 	if err := s.auditGate(); err != nil {
 		return airlock.Result{}, err
@@ -369,12 +380,13 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	var rule string
 	var digest approve.Digest
+	var claims approve.Claims
 	if rule = s.approvals.Requires(job, tier.Name()); rule != "" {
 		digest = approve.Of(job, tier.Name(), rq.t.Name)
 		if rq.token == "" {
 			return airlock.Result{}, &airlock.NotAdmitted{Reason: fmt.Sprintf("%s: rule %s requires an approval for this job (digest %s; POST /v1/approvals)", approve.Required, rule, digest)}
 		}
-		if _, err := s.signer.Check(rq.token, digest, rq.t.Name, s.now()); err != nil {
+		if claims, err = s.signer.Check(rq.token, digest, rq.t.Name, s.now()); err != nil {
 			return airlock.Result{}, err
 		}
 	}
@@ -384,6 +396,13 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 		return airlock.Result{}, err
 	}
 	defer release()
+	if rule != "" {
+		// Redeemed once it holds a slot, so that a run refused for
+		// capacity does not use up its token.
+		if err := s.redeem(ctx, rq.token, claims); err != nil {
+			return airlock.Result{}, err
+		}
+	}
 	queueUS := monotime.Micros(queued)
 	if !s.underBase(ctx) {
 		var cancel context.CancelFunc
@@ -492,7 +511,11 @@ func jobSize(job *airlock.Job) int {
 func (s *Server) answer(w http.ResponseWriter, res airlock.Result, err error) {
 	var ov *overloaded
 	var au *auditUnavailable
+	var ru *replicaUnavailable
 	switch {
+	case err != nil && errors.As(err, &ru):
+		w.Header().Set("Retry-After", "5")
+		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, ru.msg)
 	case err != nil && errors.As(err, &au):
 		w.Header().Set("Retry-After", "5")
 		s.refuse(w, http.StatusServiceUnavailable, kindAudit, au.Error())
@@ -673,6 +696,13 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recs := s.audit.list(t.Name)
+	if s.store.Shared() {
+		var err error
+		if recs, err = s.sharedRecords(r.Context(), t.Name); err != nil {
+			s.answer(w, airlock.Result{}, unavailable("the shared audit records cannot be read: "+err.Error()))
+			return
+		}
+	}
 	if recs == nil {
 		recs = []Record{}
 	}
@@ -696,5 +726,6 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w, s.pools)
+	s.writeQueued(w)
 	s.audit.writeMetrics(w)
 }

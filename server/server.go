@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/state"
 )
 
 // Options are what a server takes besides its configuration.
@@ -50,8 +51,9 @@ type tenant struct {
 	defImage string              // what a command job that names none runs in ("": the host view)
 	slots    chan struct{}
 	waiting  atomic.Int64
-	rate     *rate.Limiter
-	nsess    int // open sessions, under Server.mu
+	rate     *rate.Limiter // runs per minute on the embedded state
+	lease    *leased       // runs per minute on a shared state
+	nsess    int           // open sessions, under Server.mu
 }
 
 // Server serves the API. Build it with [New]; it owns the tiers it was
@@ -72,6 +74,13 @@ type Server struct {
 	mcp       mcpServers
 	console   *console
 	mux       *http.ServeMux
+	handler   http.Handler
+
+	store     state.Store // what the replicas share
+	replica   string      // this replica's name
+	advertise string      // where the other replicas reach this one
+	warmOnce  sync.Once
+	warmed    chan struct{} // closed once every pool has been full
 
 	base     context.Context
 	cancel   context.CancelFunc
@@ -127,8 +136,15 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	}
 	serverLimits := cfg.TierLimits()
 	s.tiers = slices.Clone(tiers)
+	if err := s.openState(cfg); err != nil {
+		return nil, err
+	}
 	fail := func(err error) (*Server, error) {
+		if s.audit != nil && s.audit.shipper != nil {
+			s.audit.shipper.close()
+		}
 		s.closeAudit()
+		_ = s.store.Close()
 		return nil, err
 	}
 	// No job may read what the server keeps for itself, whatever the roots.
@@ -160,7 +176,10 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		if tn.roots, err = hostpath.NewRoots(t.ReadRoots, keep); err != nil {
 			return fail(fmt.Errorf("tenants[%d].read_roots: %w", i, err))
 		}
-		if t.RunsPerMinute > 0 {
+		switch {
+		case t.RunsPerMinute > 0 && s.store.Shared():
+			tn.lease = newLeased(s.store, t.Name, t.RunsPerMinute)
+		case t.RunsPerMinute > 0:
 			tn.rate = rate.NewLimiter(rate.Limit(float64(t.RunsPerMinute)/60), max(1, t.RunsPerMinute/10))
 		}
 		s.tenants = append(s.tenants, tn)
@@ -183,8 +202,12 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		s.audit.file, s.audit.chain = af, ch
 	}
 	s.audit.log = opts.Log
+	s.audit.replica = s.replica
 	if s.audit.log == nil {
 		s.audit.log = os.Stderr
+	}
+	if s.store.Shared() {
+		s.audit.shipper = newShipper(s.store, s.audit.log)
 	}
 	for _, t := range s.tiers {
 		if p, ok := t.(airlock.Pooler); ok {
@@ -212,7 +235,7 @@ func (s *Server) underBase(ctx context.Context) bool {
 }
 
 // Handler returns the API's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Router returns the router the server runs jobs through.
 func (s *Server) Router() *escalate.Router { return s.router }
@@ -222,7 +245,7 @@ func (s *Server) Router() *escalate.Router { return s.router }
 // cancels what is left, and closes every session and tier.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -283,11 +306,25 @@ func (s *Server) Close() error {
 	s.inflight.Wait()
 	s.mu.Lock()
 	var errs []error
+	closed := make([]string, 0, len(s.sessions))
 	for id, ss := range s.sessions {
 		errs = append(errs, ss.s.Close())
 		delete(s.sessions, id)
+		closed = append(closed, id)
 	}
 	s.mu.Unlock()
+	for _, id := range closed {
+		s.unregister(id)
+	}
+	for _, t := range s.tenants {
+		if t.lease != nil {
+			t.lease.giveBack()
+		}
+	}
+	if s.audit.shipper != nil {
+		s.audit.shipper.close()
+	}
+	errs = append(errs, s.store.Close())
 	for _, t := range s.tiers {
 		if c, ok := t.(io.Closer); ok {
 			errs = append(errs, c.Close())

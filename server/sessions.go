@@ -185,7 +185,7 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return openResponse{}, &overloaded{"the server is shutting down", 5}
+		return openResponse{}, unavailable("the server is shutting down")
 	}
 	limit := s.cfg.MaxSessions
 	if limit == 0 {
@@ -209,6 +209,10 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	s.mu.Lock()
 	s.sessions[id] = ss
 	s.mu.Unlock()
+	if err := s.register(ctx, ss); err != nil {
+		_ = s.closeSession(ss)
+		return openResponse{}, unavailable("the session registry cannot be reached: " + err.Error())
+	}
 	s.metrics.sessions.Add(1)
 	resp := openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision}
 	if job == nil {
@@ -253,6 +257,9 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*tenant, *sessi
 		return nil, nil
 	}
 	ss := s.sessionOf(t, r.PathValue("id"))
+	if ss == nil && s.elsewhere(w, r, t, r.PathValue("id")) {
+		return nil, nil
+	}
 	if ss == nil {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "unknown session "+r.PathValue("id"))
 		return nil, nil
@@ -321,13 +328,16 @@ func (s *Server) closeSession(ss *session) error {
 	ss.tenant.nsess--
 	s.mu.Unlock()
 	s.metrics.sessions.Add(-1)
+	s.unregister(ss.id)
 	return ss.s.Close()
 }
 
 // janitor closes idle sessions and forgets expired pending approvals.
 func (s *Server) janitor() {
 	defer close(s.janDone)
-	every := max(time.Second, s.cfg.SessionTTL.or(10*time.Minute)/4)
+	// Often enough for the session leases to be renewed well before
+	// they lapse.
+	every := min(max(time.Second, s.cfg.SessionTTL.or(10*time.Minute)/4), max(100*time.Millisecond, s.sessionLease()/3))
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -336,7 +346,9 @@ func (s *Server) janitor() {
 			return
 		case <-tick.C:
 		}
-		s.sweep(time.Now())
+		now := time.Now()
+		s.sweep(now)
+		s.renew(now)
 	}
 }
 

@@ -1,0 +1,287 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations bring the schema from version i to i+1. They only ever grow:
+// a replica of an older release must keep working against a newer schema
+// while a rollout runs.
+var migrations = []string{
+	`CREATE TABLE airlock_redeemed (
+		token text PRIMARY KEY,
+		digest text NOT NULL,
+		tenant text NOT NULL,
+		expires timestamptz NOT NULL,
+		redeemed timestamptz,
+		replica text NOT NULL DEFAULT ''
+	);
+	CREATE TABLE airlock_quota (
+		tenant text NOT NULL,
+		window_start timestamptz NOT NULL,
+		used integer NOT NULL,
+		granted integer NOT NULL,
+		PRIMARY KEY (tenant, window_start)
+	);
+	CREATE TABLE airlock_sessions (
+		id text PRIMARY KEY,
+		tenant text NOT NULL,
+		tier text NOT NULL,
+		replica text NOT NULL,
+		addr text NOT NULL,
+		lease_until timestamptz NOT NULL
+	);
+	CREATE INDEX airlock_sessions_replica ON airlock_sessions (replica);`,
+	`CREATE TABLE airlock_records (
+		id bigserial PRIMARY KEY,
+		tenant text NOT NULL,
+		at timestamptz NOT NULL,
+		replica text NOT NULL,
+		record jsonb NOT NULL
+	);
+	CREATE INDEX airlock_records_tenant ON airlock_records (tenant, id);`,
+	`CREATE TABLE airlock_pending (
+		digest text PRIMARY KEY,
+		tenant text NOT NULL,
+		tier text NOT NULL,
+		rule text NOT NULL,
+		job text NOT NULL,
+		created timestamptz NOT NULL
+	);
+	CREATE INDEX airlock_pending_created ON airlock_pending (created);`,
+}
+
+// migrationLock is the advisory lock key replicas take while migrating,
+// so that several starting at once apply each migration exactly once.
+const migrationLock = 0x6169726c6f636b // "airlock"
+
+type postgres struct{ pool *pgxpool.Pool }
+
+// OpenPostgres connects to dsn and migrates the schema.
+func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("state: migrating the schema: %w", err)
+	}
+	return &postgres{pool: pool}, nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	// A session-level lock: held across the migrations' transactions and
+	// released even when one fails.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationLock)); err != nil {
+		return err
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationLock))
+	}()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS airlock_schema (version integer NOT NULL)`); err != nil {
+		return err
+	}
+	var version int
+	err = conn.QueryRow(ctx, `SELECT version FROM airlock_schema`).Scan(&version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err = conn.Exec(ctx, `INSERT INTO airlock_schema (version) VALUES (0)`); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("the schema is at version %d, newer than this release knows (%d)", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE airlock_schema SET version = $1`, i+1)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+func (p *postgres) Redeem(ctx context.Context, r Redemption) (bool, error) {
+	// One statement: the row is created redeemed, or an existing
+	// unredeemed row is marked; a redeemed one is left alone and no row is
+	// reported, whichever replica asks.
+	tag, err := p.pool.Exec(ctx, `INSERT INTO airlock_redeemed (token, digest, tenant, expires, redeemed, replica)
+		VALUES ($1, $2, $3, $4, now(), $5)
+		ON CONFLICT (token) DO UPDATE SET redeemed = now(), replica = excluded.replica
+		WHERE airlock_redeemed.redeemed IS NULL`,
+		r.Token, r.Digest, r.Tenant, r.Expires, r.Replica)
+	if err != nil {
+		return false, fmt.Errorf("state: redeeming: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (p *postgres) Lease(ctx context.Context, tenant string, start time.Time, want, limit int) (int, error) {
+	// The row lock taken by the upsert serialises replicas leasing from
+	// one window; granted is what this statement added.
+	var granted int
+	err := p.pool.QueryRow(ctx, `INSERT INTO airlock_quota AS q (tenant, window_start, used, granted)
+		VALUES ($1, $2, LEAST($3::int, $4::int), LEAST($3::int, $4::int))
+		ON CONFLICT (tenant, window_start) DO UPDATE
+		SET granted = GREATEST(0, LEAST($3::int, $4::int - q.used)), used = q.used + GREATEST(0, LEAST($3::int, $4::int - q.used))
+		RETURNING granted`, tenant, start.UTC(), want, limit).Scan(&granted)
+	if err != nil {
+		return 0, fmt.Errorf("state: leasing runs: %w", err)
+	}
+	return granted, nil
+}
+
+func (p *postgres) Return(ctx context.Context, tenant string, start time.Time, n int) error {
+	_, err := p.pool.Exec(ctx, `UPDATE airlock_quota SET used = GREATEST(0, used - $3)
+		WHERE tenant = $1 AND window_start = $2`, tenant, start.UTC(), n)
+	if err != nil {
+		return fmt.Errorf("state: returning runs: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) PutSession(ctx context.Context, s Session) error {
+	_, err := p.pool.Exec(ctx, `INSERT INTO airlock_sessions (id, tenant, tier, replica, addr, lease_until)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, tier = excluded.tier,
+		replica = excluded.replica, addr = excluded.addr, lease_until = excluded.lease_until`,
+		s.ID, s.Tenant, s.Tier, s.Replica, s.Addr, s.Until)
+	if err != nil {
+		return fmt.Errorf("state: registering session: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Session(ctx context.Context, id string) (Session, bool, error) {
+	s := Session{ID: id}
+	err := p.pool.QueryRow(ctx, `SELECT tenant, tier, replica, addr, lease_until FROM airlock_sessions WHERE id = $1`, id).
+		Scan(&s.Tenant, &s.Tier, &s.Replica, &s.Addr, &s.Until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Session{}, false, nil
+	}
+	if err != nil {
+		return Session{}, false, fmt.Errorf("state: finding session: %w", err)
+	}
+	return s, true, nil
+}
+
+func (p *postgres) Renew(ctx context.Context, replica string, until time.Time) error {
+	_, err := p.pool.Exec(ctx, `UPDATE airlock_sessions SET lease_until = $2 WHERE replica = $1`, replica, until)
+	if err != nil {
+		return fmt.Errorf("state: renewing sessions: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) DropSession(ctx context.Context, id string) error {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM airlock_sessions WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("state: dropping session: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) PutPending(ctx context.Context, pd Pending) error {
+	_, err := p.pool.Exec(ctx, `INSERT INTO airlock_pending (digest, tenant, tier, rule, job, created)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (digest) DO UPDATE SET created = excluded.created`,
+		pd.Digest, pd.Tenant, pd.Tier, pd.Rule, string(pd.Job), pd.Created)
+	if err != nil {
+		return fmt.Errorf("state: keeping an approval request: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Pending(ctx context.Context, since time.Time) ([]Pending, error) {
+	rows, err := p.pool.Query(ctx, `SELECT digest, tenant, tier, rule, job, created FROM airlock_pending
+		WHERE created >= $1 ORDER BY created LIMIT 4096`, since)
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Pending, error) {
+		var pd Pending
+		var job string
+		err := r.Scan(&pd.Digest, &pd.Tenant, &pd.Tier, &pd.Rule, &job, &pd.Created)
+		pd.Job = []byte(job)
+		return pd, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	return out, nil
+}
+
+func (p *postgres) AddRecords(ctx context.Context, recs []Record) error {
+	rows := make([][]any, len(recs))
+	for i, r := range recs {
+		rows[i] = []any{r.Tenant, r.Time, r.Replica, string(r.JSON)}
+	}
+	_, err := p.pool.CopyFrom(ctx, pgx.Identifier{"airlock_records"}, []string{"tenant", "at", "replica", "record"}, pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("state: keeping records: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Records(ctx context.Context, tenant string, limit int) ([][]byte, error) {
+	rows, err := p.pool.Query(ctx, `SELECT record::text FROM (SELECT id, record FROM airlock_records
+		WHERE tenant = $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id`, tenant, limit)
+	if err != nil {
+		return nil, fmt.Errorf("state: listing records: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]byte, error) {
+		var s string
+		err := r.Scan(&s)
+		return []byte(s), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: listing records: %w", err)
+	}
+	return out, nil
+}
+
+func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
+	// Expired tokens fail their signature check anyway, so forgetting
+	// their redemption cannot let one run again. Lost sessions are kept a
+	// while, so that their clients are told "lost", not "unknown".
+	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_redeemed WHERE expires < $1;`, now)
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_pending WHERE created < $1`, now.Add(-24*time.Hour))
+	}
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_quota WHERE window_start < $1`, now.Add(-2*time.Minute))
+	}
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_sessions WHERE lease_until < $1`, now.Add(-time.Hour))
+	}
+	if err != nil {
+		return fmt.Errorf("state: sweeping: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
+func (p *postgres) Shared() bool                   { return true }
+func (p *postgres) Close() error                   { p.pool.Close(); return nil }

@@ -1,0 +1,461 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/state"
+)
+
+// ReplicaHeader names the replica that answered, on every answer.
+const ReplicaHeader = "Airlock-Replica"
+
+// forwardedHeader marks a request one replica forwarded to the owner of
+// a session, so that it is never forwarded again (no loops).
+const forwardedHeader = "Airlock-Forwarded-By"
+
+// kindSessionLost is the refusal for a session whose replica died.
+const kindSessionLost = "session_lost"
+
+// stateStoreTimeout bounds every call to the shared store a request waits on.
+const stateStoreTimeout = 5 * time.Second
+
+// fromEnv resolves a setting of the form "env:NAME".
+func fromEnv(setting, what string) (string, error) {
+	name, ok := strings.CutPrefix(setting, "env:")
+	if !ok {
+		return setting, nil
+	}
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("%s: the environment variable %s is empty", what, name)
+	}
+	return v, nil
+}
+
+// openState opens the configured store and names the replica.
+func (s *Server) openState(cfg Config) error {
+	setting, err := fromEnv(cfg.State, "state")
+	if err != nil {
+		return err
+	}
+	if s.advertise, err = fromEnv(cfg.Advertise, "advertise"); err != nil {
+		return err
+	}
+	if s.advertise != "" {
+		if u, err := url.Parse(s.advertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("advertise: want an http(s) base URL, not %q", s.advertise)
+		}
+	}
+	s.replica = cfg.ReplicaID
+	if s.replica == "" {
+		s.replica, _ = os.Hostname()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s.store, err = state.Open(ctx, setting); err != nil {
+		return err
+	}
+	if s.store.Shared() && s.advertise == "" {
+		_ = s.store.Close()
+		return errors.New("advertise: a shared state needs the URL the other replicas reach this one at")
+	}
+	return nil
+}
+
+func (s *Server) sessionLease() time.Duration { return s.cfg.SessionLease.or(30 * time.Second) }
+
+// withReplica names the replica on every answer.
+func (s *Server) withReplica(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(ReplicaHeader, s.replica)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// redeem uses up an approval token: across every replica sharing the
+// state, a token runs its job once.
+func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) error {
+	sum := sha256.Sum256([]byte(token))
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	ok, err := s.store.Redeem(ctx, state.Redemption{Token: hex.EncodeToString(sum[:]), Digest: string(c.Digest),
+		Tenant: c.Tenant, Expires: c.Expires, Replica: s.replica})
+	if err != nil {
+		return unavailable("the shared state cannot be reached to redeem the approval: " + err.Error())
+	}
+	if !ok {
+		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token was already redeemed (a token runs its job once; ask for another approval)"}
+	}
+	return nil
+}
+
+// leased is a tenant's runs-per-minute budget shared by the replicas:
+// each leases a batch of the current minute's runs from the store and
+// spends it locally, so a run costs no round trip. No minute ever admits
+// more than the budget across replicas; runs a replica leased and did not
+// use are returned when it closes, or lapse with the minute.
+type leased struct {
+	store  state.Store
+	tenant string
+	limit  int
+	batch  int
+
+	mu     sync.Mutex
+	window time.Time
+	left   int
+	spent  time.Time // when the store last had nothing left to lease
+}
+
+func newLeased(store state.Store, tenant string, limit int) *leased {
+	// A tenth of the budget per lease: few round trips, and little held
+	// idle by one replica while another is refused.
+	return &leased{store: store, tenant: tenant, limit: limit, batch: max(1, min(limit/10, 100))}
+}
+
+// take spends one run, leasing another batch when this replica's is used up.
+func (l *leased) take(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if w := state.Window(now); !w.Equal(l.window) {
+		l.window, l.left, l.spent = w, 0, time.Time{}
+	}
+	if l.left == 0 {
+		// A spent budget is asked again at most every second, for runs
+		// other replicas returned.
+		if !l.spent.IsZero() && now.Sub(l.spent) < time.Second {
+			return false, nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+		defer cancel()
+		n, err := l.store.Lease(ctx, l.tenant, l.window, l.batch, l.limit)
+		if err != nil {
+			return false, err
+		}
+		if l.left = n; n == 0 {
+			l.spent = now
+			return false, nil
+		}
+	}
+	l.left--
+	return true, nil
+}
+
+// giveBack returns the unused part of the current lease.
+func (l *leased) giveBack() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.left > 0 && l.window.Equal(state.Window(time.Now())) {
+		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+		defer cancel()
+		_ = l.store.Return(ctx, l.tenant, l.window, l.left)
+	}
+	l.left = 0
+}
+
+// register records a session this replica opened in the shared registry.
+func (s *Server) register(ctx context.Context, ss *session) error {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	return s.store.PutSession(ctx, state.Session{ID: ss.id, Tenant: ss.tenant.Name, Tier: ss.tier,
+		Replica: s.replica, Addr: s.advertise, Until: time.Now().Add(s.sessionLease())})
+}
+
+// unregister forgets a session this replica closed.
+func (s *Server) unregister(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+	defer cancel()
+	_ = s.store.DropSession(ctx, id)
+}
+
+// renew extends this replica's claim on its sessions and sweeps what
+// expired; the janitor calls it.
+func (s *Server) renew(now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+	defer cancel()
+	if err := s.store.Renew(ctx, s.replica, now.Add(s.sessionLease())); err != nil {
+		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
+	}
+	_ = s.store.Sweep(ctx, now)
+}
+
+// elsewhere answers a request for a session this replica does not hold:
+// forwarded to the replica that does, "session lost" when that replica's
+// claim lapsed, else not found. It reports whether it answered.
+func (s *Server) elsewhere(w http.ResponseWriter, r *http.Request, t *tenant, id string) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), stateStoreTimeout)
+	row, ok, err := s.store.Session(ctx, id)
+	cancel()
+	switch {
+	case err != nil:
+		w.Header().Set("Retry-After", "5")
+		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, "the session registry cannot be reached: "+err.Error())
+		return true
+	case !ok || row.Tenant != t.Name:
+		return false
+	case row.Replica == s.replica || time.Now().After(row.Until):
+		// Its sandbox died with its replica (or this replica restarted):
+		// a new one would silently lose the session's state.
+		s.refuse(w, http.StatusGone, kindSessionLost, fmt.Sprintf("session %s lost: replica %s that held it stopped (its lease lapsed at %s); open a new session",
+			id, row.Replica, row.Until.UTC().Format(time.RFC3339)))
+		return true
+	case r.Header.Get(forwardedHeader) != "":
+		return false
+	}
+	target, err := url.Parse(row.Addr)
+	if err != nil {
+		s.refuse(w, http.StatusBadGateway, kindOverloaded, "session "+id+": its replica's address is malformed")
+		return true
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(forwardedHeader, s.replica)
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			w.Header().Set("Retry-After", "1")
+			s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, fmt.Sprintf(
+				"session %s: its replica %s does not answer; the session is reported lost once its lease lapses", id, row.Replica))
+		},
+	}
+	// The owner names itself on the answer.
+	w.Header().Del(ReplicaHeader)
+	proxy.ServeHTTP(w, r)
+	return true
+}
+
+// warmPools fills every available tier's pool, in the background, and
+// closes s.warmed when all are full (or their tier turned out unavailable:
+// the router passes it over, so nothing waits for it).
+func (s *Server) warmPools() {
+	s.warmed = make(chan struct{})
+	var wg sync.WaitGroup
+	for name, p := range s.pools {
+		if s.router.Unavailable(name) != nil {
+			continue
+		}
+		wg.Go(func() { _ = p.WaitWarm(s.base) })
+	}
+	go func() { wg.Wait(); close(s.warmed) }()
+}
+
+// handleReady says whether this replica should be sent work: not
+// draining, every pool warmed once, and the shared state answering.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"ready": true, "replica": s.replica}
+	status := http.StatusOK
+	fail := func(k string, v any) {
+		out["ready"], out[k] = false, v
+		status = http.StatusServiceUnavailable
+	}
+	if s.closing.Load() {
+		fail("shutting_down", true)
+	}
+	// Pools start on first use: the first probe starts them all. Once
+	// warm, a pool emptied by load does not take the replica out of
+	// service.
+	s.warmOnce.Do(s.warmPools)
+	select {
+	case <-s.warmed:
+	default:
+		cold := []string{}
+		for name, p := range s.pools {
+			if st := p.PoolStats(); st.Ready < st.Size {
+				cold = append(cold, name)
+			}
+		}
+		fail("warming_pools", cold)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		fail("state", err.Error())
+	}
+	writeJSON(w, status, out)
+}
+
+// replicaUnavailable refuses a request for a cause of the replica's own
+// (it drains, or cannot reach the shared state), not the tenant's quota:
+// 503, for a client or load balancer to try another replica.
+type replicaUnavailable struct{ msg string }
+
+func (e *replicaUnavailable) Error() string { return e.msg }
+
+func unavailable(msg string) error { return &replicaUnavailable{msg} }
+
+// shipper copies audit records to the shared state in batches, off the
+// runs' path, so that GET /v1/audit lists a tenant's runs from whichever
+// replica answers. The trail file stays each replica's own record; a
+// record the store cannot take is counted and logged, not retried.
+type shipper struct {
+	store state.Store
+	log   io.Writer
+
+	mu     sync.Mutex
+	ch     chan Record
+	closed bool
+	done   chan struct{}
+}
+
+func newShipper(store state.Store, log io.Writer) *shipper {
+	sh := &shipper{store: store, log: log, ch: make(chan Record, 4096), done: make(chan struct{})}
+	go sh.run()
+	return sh
+}
+
+// ship queues r, dropping it (with a message) when the queue is full.
+func (sh *shipper) ship(r Record) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return
+	}
+	select {
+	case sh.ch <- r:
+	default:
+		fmt.Fprintf(sh.log, "airlock: the shared state's record queue is full; a record of tenant %s is kept in this replica's trail only\n", r.Tenant)
+	}
+}
+
+func (sh *shipper) run() {
+	defer close(sh.done)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var batch []state.Record
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+		if err := sh.store.AddRecords(ctx, batch); err != nil {
+			fmt.Fprintf(sh.log, "airlock: %d audit records not shared: %v\n", len(batch), err)
+		}
+		cancel()
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case r, ok := <-sh.ch:
+			if !ok {
+				flush()
+				return
+			}
+			line, err := appendRecord(nil, &r)
+			if err == nil {
+				batch = append(batch, state.Record{Tenant: r.Tenant, Time: r.Time, Replica: r.Replica, JSON: line})
+			}
+			if len(batch) >= 256 {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		}
+	}
+}
+
+// close sends what is queued and stops.
+func (sh *shipper) close() {
+	sh.mu.Lock()
+	if !sh.closed {
+		sh.closed = true
+		close(sh.ch)
+	}
+	sh.mu.Unlock()
+	<-sh.done
+}
+
+// sharedRecords lists a tenant's newest records from the shared state.
+func (s *Server) sharedRecords(ctx context.Context, tenant string) ([]Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	lines, err := s.store.Records(ctx, tenant, s.audit.keep)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Record, 0, len(lines))
+	for _, l := range lines {
+		var r Record
+		if err := json.Unmarshal(l, &r); err != nil {
+			return nil, fmt.Errorf("state: a stored record: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// writeQueued exports the runs waiting for a slot, summed over tenants:
+// the signal an autoscaler adds replicas on (deploy/kubernetes/hpa.yaml).
+func (s *Server) writeQueued(w io.Writer) {
+	var n int64
+	for _, t := range s.tenants {
+		n += t.waiting.Load()
+	}
+	fmt.Fprintln(w, "# HELP airlock_runs_queued Runs waiting for a slot of their tenant.")
+	fmt.Fprintln(w, "# TYPE airlock_runs_queued gauge")
+	fmt.Fprintf(w, "airlock_runs_queued %d\n", n)
+}
+
+// sharePending lets the approvers of every replica see an approval
+// request made on this one.
+func (s *Server) sharePending(ctx context.Context, d approve.Digest, p *pending) error {
+	if !s.store.Shared() {
+		return nil
+	}
+	job, err := json.Marshal(p.job)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	return s.store.PutPending(ctx, state.Pending{Digest: string(d), Tenant: p.tenant.Name, Tier: p.tier, Rule: p.rule, Job: job, Created: p.created})
+}
+
+// syncPending adds the approval requests other replicas took to this
+// one's, before they are looked up or listed. A store that does not
+// answer leaves this replica's own requests, and says so in the log.
+func (s *Server) syncPending(ctx context.Context) {
+	if !s.store.Shared() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	rows, err := s.store.Pending(ctx, s.now().Add(-s.approvalTTL()))
+	if err != nil {
+		fmt.Fprintf(s.audit.log, "airlock: listing shared approval requests: %v\n", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, row := range rows {
+		d := approve.Digest(row.Digest)
+		if s.pending[d] != nil || len(s.pending) >= maxPending {
+			continue
+		}
+		var t *tenant
+		for _, tn := range s.tenants {
+			if tn.Name == row.Tenant {
+				t = tn
+			}
+		}
+		var job airlock.Job
+		if t == nil || json.Unmarshal(row.Job, &job) != nil {
+			continue // a tenant this replica does not serve, or a newer job format
+		}
+		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created}
+	}
+}
