@@ -53,7 +53,6 @@ type guardConfig struct {
 	Path string   `json:"path"`
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
-	Key  string   `json:"key"`
 }
 
 // guardMain is the exec guard: started as the job's user in place of the
@@ -67,15 +66,16 @@ func guardMain() int {
 	if err == nil {
 		err = json.Unmarshal(data, &cfg)
 	}
-	var k execguard.Key
-	if err == nil {
-		k, err = execguard.ParseKey(cfg.Key)
-	}
 	if err != nil || len(cfg.Argv) == 0 {
 		fmt.Fprintf(os.Stderr, "airlock: bad exec guard configuration: %v\n", err)
 		return 126
 	}
-	if err := execguard.Install(k); err != nil {
+	// The key lives only in this process, which the exec replaces.
+	k, err := execguard.NewKey()
+	if err == nil {
+		err = execguard.Install(k)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: spawn filter: %v\n", err)
 		return 126
 	}
@@ -333,15 +333,11 @@ func notFound(conn net.Conn, name string) agentExit {
 	return agentExit{Code: 127}
 }
 
-// writeGuard hands the guard the job to execute and a fresh key, then
-// closes the pipe (the guard reads to its end).
+// writeGuard hands the guard the job to execute, then closes the pipe
+// (the guard reads to its end).
 func writeGuard(w *os.File, prog string, job *agentJob) {
 	defer w.Close()
-	k, err := execguard.NewKey()
-	if err != nil {
-		return // the guard reads nothing and refuses
-	}
-	data, err := json.Marshal(guardConfig{Path: prog, Argv: job.Argv, Env: job.Env, Key: k.String()})
+	data, err := json.Marshal(guardConfig{Path: prog, Argv: job.Argv, Env: job.Env})
 	if err == nil {
 		_, _ = w.Write(data)
 	}

@@ -6,19 +6,17 @@
 // while forking itself stays allowed.
 //
 // The filter lets an execve through only when its three unused argument
-// registers hold a random key. The guard's own execve passes the key; the
-// job cannot, because the key exists only in the guard's memory, which the
-// execve discards, and in the filter, which a process without
-// CAP_SYS_ADMIN cannot read back. This works where Landlock and a page
-// below vm.mmap_min_addr are not available (gVisor implements neither
-// Landlock nor a minimum map address above one page).
+// registers hold a random key. The guard makes the key, installs the
+// filter and executes the job with it; the job cannot, because the key
+// exists only in the guard's memory, which the execve discards, and in the
+// filter, which a process without CAP_SYS_ADMIN cannot read back. It needs
+// neither Landlock nor a page the job cannot map, so it works the same in
+// gVisor (which implements neither) and in the microVM's guest.
 package execguard
 
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"syscall"
 	"unsafe"
@@ -34,28 +32,6 @@ func NewKey() (Key, error) {
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return Key{}, err
-	}
-	var k Key
-	for i := range k {
-		k[i] = binary.LittleEndian.Uint64(b[i*8:])
-	}
-	return k, nil
-}
-
-// String encodes k for a command line or environment.
-func (k Key) String() string {
-	var b [24]byte
-	for i := range k {
-		binary.LittleEndian.PutUint64(b[i*8:], k[i])
-	}
-	return hex.EncodeToString(b[:])
-}
-
-// ParseKey decodes what String returns.
-func ParseKey(s string) (Key, error) {
-	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != 24 {
-		return Key{}, errors.New("bad exec key")
 	}
 	var k Key
 	for i := range k {

@@ -169,8 +169,9 @@ func mountBase() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
-	// The spawn filter's exec page must lie below what a job may map,
-	// whatever the kernel's default (see execPage).
+	// Nothing may be mapped at the lowest 64 KiB (a null-pointer
+	// dereference in the guest kernel stays a fault), whatever the
+	// kernel's default.
 	return os.WriteFile("/proc/sys/vm/mmap_min_addr", []byte("65536\n"), 0)
 }
 
