@@ -22,4 +22,3 @@ func TestLookPath(t *testing.T) {
 		t.Fatal("found a program that does not exist")
 	}
 }
-
