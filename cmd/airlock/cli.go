@@ -32,6 +32,9 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// listFlags, when set, makes parse list the command's flags there
+	// and stop before the command does anything (shell completion).
+	listFlags io.Writer
 }
 
 type command struct {
@@ -57,6 +60,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch name {
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "airlock %s (%s, %s/%s)\n", version.String(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return exitOK
+	case completeCmd:
+		complete(ctx, args[1:], stdout)
 		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
@@ -105,6 +111,10 @@ func (e *env) flags(c *command) *flag.FlagSet {
 // returns the positional arguments before a "--" and, separately, every
 // argument after it; ok=false carries the exit code to use.
 func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
+	if e.listFlags != nil {
+		fs.VisitAll(func(f *flag.Flag) { fmt.Fprintln(e.listFlags, "--"+f.Name) })
+		return nil, nil, exitOK, false
+	}
 	args := e.args
 	// The flag package prints the whole usage after any error; a bad value
 	// deserves one line, and only -h the whole usage.
