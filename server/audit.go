@@ -427,6 +427,14 @@ func Replay(ctx context.Context, r Record, tiers []airlock.Tier) (airlock.Result
 	job.Clock, job.Seed, job.Session, job.Lifecycle = r.Clock, r.Seed, "", ""
 	if !job.Kind.Language() {
 		job.Image = r.Image // what ran, whatever the name means today
+		// A tier whose programs see the host's real time refuses a
+		// pinned clock: a run its caller did not pin is replayed unpinned
+		// there (its recorded clock is only when it ran).
+		unpinned := job
+		unpinned.Clock = time.Time{}
+		if r.Job.Clock.IsZero() && tier.Admit(job) != nil && tier.Admit(unpinned) == nil {
+			job = unpinned
+		}
 	}
 	res, err := tier.Run(ctx, job)
 	if err != nil && res.Error == nil && res.Stopped == nil {

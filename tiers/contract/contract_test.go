@@ -27,6 +27,10 @@ type contractCase struct {
 	// the case must still fail: one that passes has its gap closed, and
 	// the case and the table must say so.
 	Gaps map[string]string `json:"gaps,omitempty"`
+	// On is the outcome on a tier where the contract itself says it
+	// differs (a pinned clock: shown where the tier can set it, refused
+	// where it cannot), as SECURITY.md's table states.
+	On map[string]outcome `json:"on,omitempty"`
 }
 
 // outcome is what a run must give. Fields left zero are not checked,
@@ -90,6 +94,16 @@ func loadCases(t *testing.T) []contractCase {
 		}
 		if job.Kind != airlock.KindCommand || job.Image == "" {
 			t.Fatalf("cases.jsonl:%d (%s): a contract case is a command job naming its image", n, c.Name)
+		}
+		for tier, w := range c.On {
+			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.name == tier }) {
+				t.Fatalf("cases.jsonl:%d (%s): on names %q, not a tier of the suite", n, c.Name, tier)
+			}
+			for _, re := range []string{w.ErrorMatch, w.StdoutMatch, w.StderrMatch} {
+				if _, err := regexp.Compile(re); err != nil {
+					t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
+				}
+			}
 		}
 		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch, c.Want.StderrMatch} {
 			if _, err := regexp.Compile(re); err != nil {
@@ -161,7 +175,11 @@ func TestContract(t *testing.T) {
 					job, _ := airlock.DecodeJob(c.Job)
 					needImage(t, s, job.Image)
 					res, err := run(tr, job)
-					bad := c.Want.check(job, res, err)
+					want := c.Want
+					if w, ok := c.On[ot.name]; ok {
+						want = w
+					}
+					bad := want.check(job, res, err)
 					if gap, ok := c.Gaps[ot.name]; ok {
 						if len(bad) == 0 {
 							t.Errorf("%s: the stated gap (%s) is closed on %s: remove it from the case and SECURITY.md", c.Contract, gap, ot.name)

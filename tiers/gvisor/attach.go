@@ -31,6 +31,7 @@ const stderrTail = 64 << 10
 // spawn, with the job's read grants, egress gateway and limits.
 func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, error) {
 	r := begin()
+	pinned := !job.Clock.IsZero()
 	job, err := t.cfg.limits.Prepare(job)
 	if err != nil {
 		return nil, err
@@ -41,7 +42,7 @@ func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, e
 	case len(job.Collect) > 0:
 		return nil, jobs.Invalid("collect", "an attached job has no end to collect files at")
 	}
-	if err := t.Admit(job); err != nil {
+	if err := t.admit(job, pinned); err != nil {
 		return nil, err
 	}
 	if job.Lifecycle != airlock.LifecycleEphemeral {

@@ -102,12 +102,13 @@ func (s *session) ID() string { return s.id }
 // Run runs a job in the session's sandbox.
 func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	r := begin()
+	pinned := !job.Clock.IsZero()
 	job, err := s.t.cfg.limits.Prepare(job)
 	r.res.Clock, r.res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return r.finish(err)
 	}
-	if err := s.t.Admit(job); err != nil {
+	if err := s.t.admit(job, pinned); err != nil {
 		return r.finish(err)
 	}
 	if len(job.Grants.FS.Read) > 0 {

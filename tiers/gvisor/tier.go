@@ -183,8 +183,18 @@ func (t *Tier) Available() error { return t.avail }
 // Admit accepts command jobs. Network grants are enforced by a per-job
 // egress gateway outside the sandbox (see egress.go).
 func (t *Tier) Admit(job airlock.Job) error {
+	return t.admit(job, !job.Clock.IsZero())
+}
+
+// admit is Admit for a job whose clock was pinned by its caller (pinned)
+// or not: the run paths ask after preparing the job, which pins every
+// clock.
+func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if job.Kind != airlock.KindCommand {
 		return &airlock.NotAdmitted{Tier: Name, Reason: "runs command jobs only, not " + string(job.Kind)}
+	}
+	if pinned {
+		return &airlock.NotAdmitted{Tier: Name, Reason: admit.ClockNotShown}
 	}
 	if len(job.Env) > 0 {
 		return &airlock.NotAdmitted{Tier: Name, Reason: admit.EnvUnsupported}
@@ -258,12 +268,13 @@ func (t *Tier) leave() {
 // in a sandbox created for it.
 func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	r := begin()
+	pinned := !job.Clock.IsZero()
 	job, err := t.cfg.limits.Prepare(job)
 	r.res.Clock, r.res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return r.finish(err)
 	}
-	if err := t.Admit(job); err != nil {
+	if err := t.admit(job, pinned); err != nil {
 		return r.finish(err)
 	}
 	if t.avail != nil {

@@ -31,12 +31,13 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		res.SetError(err)
 		return res, err
 	}
+	pinned := !job.Clock.IsZero()
 	job, err := t.cfg.policy.Prepare(job)
 	res.Clock, res.Seed = job.Clock, job.Seed
 	if err != nil {
 		return finish(err)
 	}
-	if err := t.Admit(job); err != nil {
+	if err := t.admit(job, pinned); err != nil {
 		return finish(err)
 	}
 	if err := t.Available(); err != nil {

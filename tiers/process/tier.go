@@ -205,8 +205,17 @@ var (
 // Admit accepts command jobs; network grants only at level 3, whose
 // sandbox reaches the network only through the egress gateway.
 func (t *Tier) Admit(job airlock.Job) error {
+	return t.admit(job, !job.Clock.IsZero())
+}
+
+// admit is Admit for a job whose clock was pinned by its caller (pinned)
+// or not: Run asks after preparing the job, which pins every clock.
+func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if job.Kind != airlock.KindCommand {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNotCommand}
+	}
+	if pinned {
+		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.ClockNotShown}
 	}
 	if len(job.Grants.Net) > 0 && t.level != airlock.LevelContainer {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
