@@ -46,7 +46,7 @@ func needWrapImage(t *testing.T, tier, image string) {
 // scripts/setup-mcpservers.sh installs.
 func mcpServers(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.EvalSymlinks(filepath.Join("..", "..", ".tools", "mcpservers"))
+	dir, err := mcpServersDir()
 	if err == nil {
 		_, err = os.Stat(filepath.Join(dir, "version"))
 	}
@@ -54,6 +54,16 @@ func mcpServers(t *testing.T) string {
 		testenv.Skipf(t, "reference MCP servers are not installed (scripts/setup-mcpservers.sh): %v", err)
 	}
 	return dir
+}
+
+// mcpServersDir is the servers' directory as an absolute real path (a read
+// grant names one).
+func mcpServersDir() (string, error) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", ".tools", "mcpservers"))
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(dir)
 }
 
 // realTemp is a temporary directory by its real path (read grants are
@@ -311,7 +321,7 @@ func testMCPWrapHostile(t *testing.T, tier string) {
 // same call to the same server run directly on the host over stdio, and
 // reports their ratio. No assertion on the times.
 func BenchmarkMCPWrapRelay(b *testing.B) {
-	dir, err := filepath.EvalSymlinks(filepath.Join("..", "..", ".tools", "mcpservers"))
+	dir, err := mcpServersDir()
 	if err != nil {
 		testenv.Skipf(b, "reference MCP servers are not installed: %v", err)
 	}
