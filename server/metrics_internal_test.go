@@ -44,11 +44,14 @@ func TestMetricsPoolImages(t *testing.T) {
 // image, and a bad tier, image or size is refused in one line naming it.
 func TestImagePoolsConfig(t *testing.T) {
 	base := "tenants: [{name: a, key_sha256: " + HashKey("k") + "}]\n"
-	c, err := ParseConfig([]byte(base + "tier_settings:\n  gvisor_pool: 1\n  image_pools: {gvisor: {python: 2, node: 1}}\n"))
+	c, err := ParseConfig([]byte(base + "tier_settings:\n  gvisor_pool: 1\n  image_pools: {gvisor: {python: 2, node: 1}, process: {node: 3}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p := c.TierSettings.ImagePools["gvisor"]; len(p) != 2 || p["python"] != 2 || p["node"] != 1 {
+		t.Errorf("image_pools: %v", c.TierSettings.ImagePools)
+	}
+	if p := c.TierSettings.ImagePools["process"]; len(p) != 1 || p["node"] != 3 {
 		t.Errorf("image_pools: %v", c.TierSettings.ImagePools)
 	}
 	for bad, want := range map[string]string{

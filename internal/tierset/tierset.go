@@ -44,6 +44,10 @@ type Options struct {
 	MicroVMWarm string
 	// MicroVMPool is how many booted VMs the microVM tier keeps ready.
 	MicroVMPool int
+	// ProcessImagePools keep sandboxes of named images ready on the
+	// container tier beside the default image's, per image reference (0 to
+	// 64 each); they need Images.
+	ProcessImagePools map[string]int
 	// GVisorImagePools keep sandboxes of named images ready on the gVisor
 	// tier beside the default image's, per image reference; they need
 	// Images.
@@ -72,6 +76,11 @@ func (o Options) Validate() error {
 		return fmt.Errorf("gVisor pool %d: want a pool size >= 0", o.GVisorPool)
 	case o.MicroVMPool < 0:
 		return fmt.Errorf("microVM pool %d: want a pool size >= 0", o.MicroVMPool)
+	}
+	for ref, n := range o.ProcessImagePools {
+		if n < 0 || n > 64 {
+			return fmt.Errorf("process pool of image %q: %d: want a pool size from 0 to 64", ref, n)
+		}
 	}
 	for ref, n := range o.GVisorImagePools {
 		if n < 0 {
@@ -161,6 +170,9 @@ func Entries() []Entry {
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
+				for ref, n := range o.ProcessImagePools {
+					cfg = cfg.WithImagePool(ref, n)
+				}
 			}
 			return process.New(cfg)
 		}},
