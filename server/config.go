@@ -116,13 +116,13 @@ type TierSettings struct {
 	MicroVMPool int `json:"microvm_pool,omitempty"`
 	// ImagePools keep sandboxes of named images ready beside the default
 	// image's (the pools above), per tier and image reference:
-	// {gvisor: {node: 1}}. The container ("process") and gVisor tiers
-	// keep them.
+	// {gvisor: {node: 1}}. The container ("process"), gVisor and microVM
+	// tiers keep them.
 	ImagePools map[string]map[string]int `json:"image_pools,omitempty"`
 }
 
 // imagePoolTiers are the tiers that keep pools per image.
-var imagePoolTiers = []string{"gvisor", "process"}
+var imagePoolTiers = []string{"gvisor", "microvm", "process"}
 
 func (ts *TierSettings) validate() error {
 	if ts == nil {

@@ -44,7 +44,7 @@ func TestMetricsPoolImages(t *testing.T) {
 // image, and a bad tier, image or size is refused in one line naming it.
 func TestImagePoolsConfig(t *testing.T) {
 	base := "tenants: [{name: a, key_sha256: " + HashKey("k") + "}]\n"
-	c, err := ParseConfig([]byte(base + "tier_settings:\n  gvisor_pool: 1\n  image_pools: {gvisor: {python: 2, node: 1}, process: {node: 3}}\n"))
+	c, err := ParseConfig([]byte(base + "tier_settings:\n  gvisor_pool: 1\n  image_pools: {gvisor: {python: 2, node: 1}, process: {node: 3}, microvm: {node: 1}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestImagePoolsConfig(t *testing.T) {
 		t.Errorf("image_pools: %v", c.TierSettings.ImagePools)
 	}
 	for bad, want := range map[string]string{
-		`{microvm: {python: 1}}`:    `tier "microvm" keeps no pools per image`,
+		`{wasm: {python: 1}}`:       `tier "wasm" keeps no pools per image`,
 		`{gvisor: {python: -1}}`:    "image_pools.gvisor.python: -1",
 		`{gvisor: {python: 65}}`:    "image_pools.gvisor.python: 65",
 		`{gvisor: {"": 1}}`:         "image_pools.gvisor: empty image",

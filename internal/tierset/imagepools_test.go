@@ -12,6 +12,7 @@ func TestImagePoolsValidate(t *testing.T) {
 		{ProcessImagePools: map[string]int{"node": 65}},
 		{ProcessImagePools: map[string]int{"node": -1}},
 		{GVisorImagePools: map[string]int{"node": -1}},
+		{MicroVMImagePools: map[string]int{"node": 65}},
 	} {
 		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), `image "node"`) {
 			t.Errorf("%+v: %v", o, err)

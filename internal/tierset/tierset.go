@@ -48,6 +48,10 @@ type Options struct {
 	// container tier beside the default image's, per image reference (0 to
 	// 64 each); they need Images.
 	ProcessImagePools map[string]int
+	// MicroVMImagePools keep VMs of named images ready on the microVM
+	// tier beside the default image's, per image reference (0 to 64 each);
+	// they need Images.
+	MicroVMImagePools map[string]int
 	// GVisorImagePools keep sandboxes of named images ready on the gVisor
 	// tier beside the default image's, per image reference; they need
 	// Images.
@@ -80,6 +84,11 @@ func (o Options) Validate() error {
 	for ref, n := range o.ProcessImagePools {
 		if n < 0 || n > 64 {
 			return fmt.Errorf("process pool of image %q: %d: want a pool size from 0 to 64", ref, n)
+		}
+	}
+	for ref, n := range o.MicroVMImagePools {
+		if n < 0 || n > 64 {
+			return fmt.Errorf("microVM pool of image %q: %d: want a pool size from 0 to 64", ref, n)
 		}
 	}
 	for ref, n := range o.GVisorImagePools {
@@ -211,6 +220,9 @@ func Entries() []Entry {
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
+				for ref, n := range o.MicroVMImagePools {
+					cfg = cfg.WithImagePool(ref, n)
+				}
 			}
 			return microvm.New(cfg)
 		}},
