@@ -91,7 +91,8 @@ type PoolStats struct {
 	// Images breaks the counters down per image, keyed by the image's
 	// digest ("host" for the host view without an image store), for a
 	// tier that keeps pools of several images; the fields above are
-	// their totals. Nil for a tier with one pool.
+	// their totals. Nil for a pool that is not per image (the guarded
+	// interpreters' workers).
 	Images map[string]PoolStats
 }
 
