@@ -87,6 +87,13 @@ type PoolStats struct {
 	Ready  int    // instances ready now
 	Hits   uint64 // jobs that claimed a ready instance
 	Misses uint64 // jobs that found the pool empty and started cold
+
+	// Images breaks the counters down per image, keyed by the image's
+	// digest ("host" for the host view without an image store), for a
+	// tier that keeps pools of several images; the fields above are
+	// their totals. Nil for a pool that is not per image (the guarded
+	// interpreters' workers).
+	Images map[string]PoolStats
 }
 
 // Pooler is implemented by tiers that keep warm capacity: a pool of

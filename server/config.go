@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,6 +114,35 @@ type TierSettings struct {
 	MicroVMWarm string `json:"microvm_warm,omitempty"`
 	// MicroVMPool is how many booted VMs the microVM tier keeps ready.
 	MicroVMPool int `json:"microvm_pool,omitempty"`
+	// ImagePools keep sandboxes of named images ready beside the default
+	// image's (the pools above), per tier and image reference:
+	// {gvisor: {node: 1}}. The container ("process"), gVisor and microVM
+	// tiers keep them.
+	ImagePools map[string]map[string]int `json:"image_pools,omitempty"`
+}
+
+// imagePoolTiers are the tiers that keep pools per image.
+var imagePoolTiers = []string{"gvisor", "microvm", "process"}
+
+func (ts *TierSettings) validate() error {
+	if ts == nil {
+		return nil
+	}
+	for _, tier := range slices.Sorted(maps.Keys(ts.ImagePools)) {
+		if !slices.Contains(imagePoolTiers, tier) {
+			return fmt.Errorf("tier_settings.image_pools: tier %q keeps no pools per image (want one of %s)", tier, strings.Join(imagePoolTiers, ", "))
+		}
+		pools := ts.ImagePools[tier]
+		for _, ref := range slices.Sorted(maps.Keys(pools)) {
+			if err := checkImageRef(ref); err != nil {
+				return fmt.Errorf("tier_settings.image_pools.%s: %w", tier, err)
+			}
+			if n := pools[ref]; n < 0 || n > 64 {
+				return fmt.Errorf("tier_settings.image_pools.%s.%s: %d: want a pool size from 0 to 64", tier, ref, n)
+			}
+		}
+	}
+	return nil
 }
 
 // ImageSettings configure the image store command jobs run in.
@@ -387,6 +417,9 @@ func (c *Config) Validate() error {
 		return errors.New("audit_rotation: rotation needs an audit file (audit: PATH)")
 	}
 	if err := c.Images.validate(); err != nil {
+		return err
+	}
+	if err := c.TierSettings.validate(); err != nil {
 		return err
 	}
 	for i, t := range c.Tenants {

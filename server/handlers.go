@@ -647,6 +647,27 @@ type imageInfo struct {
 	Digest    string   `json:"digest"`
 	SizeBytes int64    `json:"size_bytes,omitempty"`
 	Default   bool     `json:"default,omitempty"`
+	// Warm is, per tier keeping a pool of the image, how many of its
+	// sandboxes are ready now.
+	Warm map[string]int `json:"warm,omitempty"`
+}
+
+// warmImages returns, per image digest, the ready sandboxes of each tier
+// that keeps a pool of it.
+func (s *Server) warmImages() map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for tier, p := range s.pools {
+		for d, st := range p.PoolStats().Images {
+			if st.Size == 0 {
+				continue
+			}
+			if out[d] == nil {
+				out[d] = map[string]int{}
+			}
+			out[d][tier] = st.Ready
+		}
+	}
+	return out
 }
 
 // handleImages lists the images the tenant's command jobs may name that
@@ -659,9 +680,10 @@ func (s *Server) handleImages(w http.ResponseWriter, r *http.Request) {
 	}
 	may := func(ref string) bool { return len(t.Images) == 0 || slices.Contains(t.Images, ref) }
 	out := []imageInfo{}
+	warm := s.warmImages()
 	if s.images == nil {
 		if may(image.Host) {
-			out = append(out, imageInfo{Names: []string{image.Host}, Digest: image.Host, Default: true})
+			out = append(out, imageInfo{Names: []string{image.Host}, Digest: image.Host, Default: true, Warm: warm[image.Host]})
 		}
 		writeJSON(w, http.StatusOK, out)
 		return
@@ -682,10 +704,10 @@ func (s *Server) handleImages(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		out = append(out, imageInfo{Names: names, Digest: in.Digest, SizeBytes: in.Size,
-			Default: slices.Contains(in.Names, t.defImage) || slices.Contains(in.Refs, t.defImage)})
+			Default: slices.Contains(in.Names, t.defImage) || slices.Contains(in.Refs, t.defImage), Warm: warm[in.Digest]})
 	}
 	if s.images.AllowsHost() && may(image.Host) {
-		out = append(out, imageInfo{Names: []string{image.Host}, Digest: image.Host, Default: t.defImage == image.Host})
+		out = append(out, imageInfo{Names: []string{image.Host}, Digest: image.Host, Default: t.defImage == image.Host, Warm: warm[image.Host]})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

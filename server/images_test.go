@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
@@ -145,5 +146,82 @@ func TestImageSettingsValidate(t *testing.T) {
 	c.Tenants[0].Images = []string{image.Host, "python"}
 	if err := c.Validate(); err != nil {
 		t.Errorf("host allowed: %v", err)
+	}
+}
+
+// TestImagesWarm: a tier's pool of a named image (tier_settings'
+// image_pools) shows in /v1/images as the image's warm sandboxes per tier,
+// and in /metrics under the image's digest; an image without a pool shows
+// none.
+func TestImagesWarm(t *testing.T) {
+	ctx := context.Background()
+	st, err := image.Open(t.TempDir(), image.Options{Default: "tool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool, err := st.Import(ctx, "tool", imagetest.Layout(t, imagetest.Busybox(t, "airlock-tool"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := st.Import(ctx, "other", imagetest.Layout(t, imagetest.Busybox(t, "airlock-other"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st, ProcessImagePools: map[string]int{"other": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(cfg, tiers, server.Options{Images: st, Audit: io.Discard})
+	if err != nil {
+		_ = tierset.Close(tiers)
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
+	t.Cleanup(func() {
+		f.http.Close()
+		if err := srv.Close(); err != nil {
+			t.Errorf("closing the server: %v", err)
+		}
+	})
+	if why := srv.Router().Unavailable("process"); why != nil {
+		tiertest.Unavailable(t, "process", why)
+	}
+	for _, tier := range tiers {
+		if tier.Name() == "process" {
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			if err := tier.(airlock.Pooler).WaitWarm(wctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var list []struct {
+		Digest string         `json:"digest"`
+		Warm   map[string]int `json:"warm"`
+	}
+	f.do("GET", "/v1/images", keyB, nil).decode(t, &list)
+	seen := 0
+	for _, in := range list {
+		switch in.Digest {
+		case other:
+			seen++
+			if len(in.Warm) != 1 || in.Warm["process"] != 1 {
+				t.Errorf("other's warm sandboxes: %v, want process: 1", in.Warm)
+			}
+		case tool:
+			seen++
+			if len(in.Warm) != 0 {
+				t.Errorf("tool has no pool, yet warm %v", in.Warm)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Errorf("/v1/images: %+v", list)
+	}
+	body := string(f.do("GET", "/metrics", "", nil).body)
+	want := `airlock_pool_image_capacity{tier="process",image="` + other + `"} 1`
+	if !strings.Contains(body, want+"\n") {
+		t.Errorf("metrics lack %q", want)
 	}
 }

@@ -5,7 +5,9 @@ import (
 
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -101,6 +103,16 @@ func writeHistograms(w io.Writer, name, help string, m *sync.Map) {
 	}
 }
 
+// eachImage calls f with the tier and image labels and the counters of
+// each image's pool, tiers and images in order.
+func eachImage(names []string, stats []airlock.PoolStats, f func(labels string, st airlock.PoolStats)) {
+	for i, n := range names {
+		for _, img := range slices.Sorted(maps.Keys(stats[i].Images)) {
+			f(fmt.Sprintf("tier=\"%s\",image=\"%s\"", escapeLabel(n), escapeLabel(img)), stats[i].Images[img])
+		}
+	}
+}
+
 func (m *metrics) write(w io.Writer, pools map[string]airlock.Pooler) {
 	fmt.Fprintln(w, "# HELP airlock_runs_total Runs by tier and outcome (ok, exit_nonzero, stopped_REASON, error_KIND).")
 	fmt.Fprintln(w, "# TYPE airlock_runs_total counter")
@@ -155,6 +167,24 @@ func (m *metrics) write(w io.Writer, pools map[string]airlock.Pooler) {
 			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"hit\"} %d\n", escapeLabel(n), stats[i].Hits)
 			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"miss\"} %d\n", escapeLabel(n), stats[i].Misses)
 		}
+		// Per image, in families of their own: summing a family must not
+		// count the tier's totals twice.
+		fmt.Fprintln(w, "# HELP airlock_pool_image_size Warm instances ready, per tier and image digest.")
+		fmt.Fprintln(w, "# TYPE airlock_pool_image_size gauge")
+		eachImage(names, stats, func(l string, st airlock.PoolStats) {
+			fmt.Fprintf(w, "airlock_pool_image_size{%s} %d\n", l, st.Ready)
+		})
+		fmt.Fprintln(w, "# HELP airlock_pool_image_capacity Warm instances configured, per tier and image digest.")
+		fmt.Fprintln(w, "# TYPE airlock_pool_image_capacity gauge")
+		eachImage(names, stats, func(l string, st airlock.PoolStats) {
+			fmt.Fprintf(w, "airlock_pool_image_capacity{%s} %d\n", l, st.Size)
+		})
+		fmt.Fprintln(w, "# HELP airlock_pool_image_claims_total Pool claims per tier and image digest, by result.")
+		fmt.Fprintln(w, "# TYPE airlock_pool_image_claims_total counter")
+		eachImage(names, stats, func(l string, st airlock.PoolStats) {
+			fmt.Fprintf(w, "airlock_pool_image_claims_total{%s,result=\"hit\"} %d\n", l, st.Hits)
+			fmt.Fprintf(w, "airlock_pool_image_claims_total{%s,result=\"miss\"} %d\n", l, st.Misses)
+		})
 	}
 	fmt.Fprintln(w, "# HELP airlock_uptime_seconds Seconds since the server started.")
 	fmt.Fprintln(w, "# TYPE airlock_uptime_seconds gauge")

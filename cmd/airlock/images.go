@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -19,8 +23,8 @@ import (
 func init() {
 	register(&command{
 		name:    "images",
-		summary: "list the images in the image store: names, digest, size, last use",
-		usage:   "images [--images DIR] [--json]",
+		summary: "list the images in the image store: names, digest, size, last use; with --server, a running server's, with its warm sandboxes per tier",
+		usage:   "images [--images DIR] [--json]\n       images --server URL --key-file FILE [--json]   (GET /v1/images: the images the key's tenant may use)",
 		run:     imagesCmd,
 	})
 	register(&command{
@@ -119,8 +123,13 @@ func imagesCmd(ctx context.Context, e *env) int {
 	fs := e.flags(commands["images"])
 	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	jsonMode := fs.Bool("json", false, "write the list as JSON")
+	srvURL := fs.String("server", "", "list a running airlock serve's images instead, with their warm sandboxes (its base URL)")
+	keyFile := fs.String("key-file", "", "the file holding the tenant's API key, for --server (a key on the command line would show in ps)")
 	if _, _, code, ok := e.parse(fs); !ok {
 		return code
+	}
+	if *srvURL != "" {
+		return serverImagesCmd(ctx, e, *srvURL, *keyFile, *jsonMode)
 	}
 	st, err := openStore(*dir, e.stderr)
 	if err != nil {
@@ -234,4 +243,86 @@ func imageCmd(ctx context.Context, e *env) int {
 		}
 	}
 	return exitOK
+}
+
+// serverImage is an entry of a server's GET /v1/images.
+type serverImage struct {
+	Names     []string       `json:"names"`
+	Digest    string         `json:"digest"`
+	SizeBytes int64          `json:"size_bytes,omitempty"`
+	Default   bool           `json:"default,omitempty"`
+	Warm      map[string]int `json:"warm,omitempty"`
+}
+
+// serverImagesCmd lists a running server's images with the tiers that
+// keep warm sandboxes of each.
+func serverImagesCmd(ctx context.Context, e *env, base, keyFile string, jsonMode bool) int {
+	if keyFile == "" {
+		fmt.Fprintln(e.stderr, "airlock: images --server needs --key-file")
+		return exitUsage
+	}
+	key, err := os.ReadFile(keyFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "airlock: %v\n", err)
+		return exitUsage
+	}
+	list, err := fetchImages(ctx, strings.TrimRight(base, "/")+"/v1/images", strings.TrimSpace(string(key)))
+	if err != nil {
+		return e.fail(err)
+	}
+	if jsonMode {
+		if err := writeJSON(e.stdout, list); err != nil {
+			return e.fail(err)
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMES\tDIGEST\tSIZE\tWARM")
+	for _, in := range list {
+		names := strings.Join(in.Names, ",")
+		if in.Default {
+			names += " (default)"
+		}
+		warm := "-"
+		if len(in.Warm) > 0 {
+			var parts []string
+			for _, tier := range slices.Sorted(maps.Keys(in.Warm)) {
+				parts = append(parts, fmt.Sprintf("%s:%d", tier, in.Warm[tier]))
+			}
+			warm = strings.Join(parts, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f MB\t%s\n", names, in.Digest, float64(in.SizeBytes)/1e6, warm)
+	}
+	if err := tw.Flush(); err != nil {
+		return e.fail(err)
+	}
+	return exitOK
+}
+
+// fetchImages reads a server's image list.
+func fetchImages(ctx context.Context, url, key string) ([]serverImage, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	list := []serverImage{}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return list, nil
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -114,4 +117,39 @@ func TestImageProgressLines(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("progress %q, want %q", b.String(), want)
 	}
+}
+
+// `airlock images --server` lists a server's images with each tier's warm
+// sandboxes, sending the key from --key-file; a refused key is one line.
+func TestImagesServerWarm(t *testing.T) {
+	const key = "k-123"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/images" || r.Header.Get("Authorization") != "Bearer "+key {
+			http.Error(w, `{"error":{"kind":"unauthorized"}}`, http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte(`[{"names":["python"],"digest":"sha256:aa","size_bytes":2000000,"default":true,"warm":{"process":2,"gvisor":1}},` +
+			`{"names":["node"],"digest":"sha256:bb","size_bytes":1000000}]`))
+	}))
+	defer srv.Close()
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte(key+"\n"), 0o600))
+
+	out, errOut, code := run(t, "", "images", "--server", srv.URL, "--key-file", keyFile)
+	require.Equal(t, exitOK, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3, out)
+	assert.Equal(t, []string{"NAMES", "DIGEST", "SIZE", "WARM"}, strings.Fields(lines[0]))
+	assert.Equal(t, "gvisor:1,process:2", strings.Fields(lines[1])[len(strings.Fields(lines[1]))-1], out)
+	assert.Contains(t, lines[1], "python (default)")
+	assert.Equal(t, "-", strings.Fields(lines[2])[len(strings.Fields(lines[2]))-1], out)
+
+	require.NoError(t, os.WriteFile(keyFile, []byte("wrong"), 0o600))
+	_, errOut, code = run(t, "", "images", "--server", srv.URL, "--key-file", keyFile)
+	assert.NotEqual(t, exitOK, code)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	assert.Contains(t, errOut, "401")
+
+	_, errOut, code = run(t, "", "images", "--server", srv.URL)
+	assert.Equal(t, exitUsage, code, errOut)
 }

@@ -395,7 +395,7 @@ func TestSampleConfig(t *testing.T) {
 // flag that is set overrides the file; settings out of range are refused
 // before anything is built or served.
 func TestTierSettings(t *testing.T) {
-	_, path := writeConfig(t, "tier_settings:\n  process_pool: 3\n  gvisor_pool: 2\n  microvm_warm: snapshot\n")
+	_, path := writeConfig(t, "tier_settings:\n  process_pool: 3\n  gvisor_pool: 2\n  microvm_warm: snapshot\n  image_pools: {gvisor: {node: 1}, process: {python: 2}, microvm: {node: 3}}\n")
 	cfg, err := server.LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -410,7 +410,7 @@ func TestTierSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ProcessPool != 5 || o.GVisorPool != 2 || o.MicroVMWarm != "snapshot" || o.MicroVMPool != 1 || o.Limits != cfg.TierLimits() {
+	if o.ProcessPool != 5 || o.GVisorPool != 2 || o.MicroVMWarm != "snapshot" || o.MicroVMPool != 1 || o.Limits != cfg.TierLimits() || o.GVisorImagePools["node"] != 1 || o.ProcessImagePools["python"] != 2 || o.MicroVMImagePools["node"] != 3 {
 		t.Errorf("settings %+v", o)
 	}
 	_, bad := writeConfig(t, "tier_settings:\n  process_pool: 65\n")

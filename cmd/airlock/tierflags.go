@@ -89,6 +89,7 @@ func configTiers(cfg *server.Config) tierset.Options {
 	o := tierset.Options{Limits: cfg.TierLimits()}
 	if s := cfg.TierSettings; s != nil {
 		o.ProcessPool, o.GVisorPool, o.MicroVMWarm, o.MicroVMPool = s.ProcessPool, s.GVisorPool, s.MicroVMWarm, s.MicroVMPool
+		o.ProcessImagePools, o.GVisorImagePools, o.MicroVMImagePools = s.ImagePools["process"], s.ImagePools["gvisor"], s.ImagePools["microvm"]
 	}
 	return o
 }

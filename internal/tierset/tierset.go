@@ -44,6 +44,18 @@ type Options struct {
 	MicroVMWarm string
 	// MicroVMPool is how many booted VMs the microVM tier keeps ready.
 	MicroVMPool int
+	// ProcessImagePools keep sandboxes of named images ready on the
+	// container tier beside the default image's, per image reference (0 to
+	// 64 each); they need Images.
+	ProcessImagePools map[string]int
+	// MicroVMImagePools keep VMs of named images ready on the microVM
+	// tier beside the default image's, per image reference (0 to 64 each);
+	// they need Images.
+	MicroVMImagePools map[string]int
+	// GVisorImagePools keep sandboxes of named images ready on the gVisor
+	// tier beside the default image's, per image reference; they need
+	// Images.
+	GVisorImagePools map[string]int
 	// Images gives the OS tiers their images (nil: every command job runs
 	// in the host view, and a job naming an image is not admitted).
 	Images image.Resolver
@@ -68,6 +80,21 @@ func (o Options) Validate() error {
 		return fmt.Errorf("gVisor pool %d: want a pool size >= 0", o.GVisorPool)
 	case o.MicroVMPool < 0:
 		return fmt.Errorf("microVM pool %d: want a pool size >= 0", o.MicroVMPool)
+	}
+	for ref, n := range o.ProcessImagePools {
+		if n < 0 || n > 64 {
+			return fmt.Errorf("process pool of image %q: %d: want a pool size from 0 to 64", ref, n)
+		}
+	}
+	for ref, n := range o.MicroVMImagePools {
+		if n < 0 || n > 64 {
+			return fmt.Errorf("microVM pool of image %q: %d: want a pool size from 0 to 64", ref, n)
+		}
+	}
+	for ref, n := range o.GVisorImagePools {
+		if n < 0 {
+			return fmt.Errorf("gVisor pool of image %q: %d: want a pool size >= 0", ref, n)
+		}
 	}
 	switch microvm.Warm(o.MicroVMWarm) {
 	case "", microvm.WarmCold, microvm.WarmSnapshot:
@@ -152,6 +179,9 @@ func Entries() []Entry {
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
+				for ref, n := range o.ProcessImagePools {
+					cfg = cfg.WithImagePool(ref, n)
+				}
 			}
 			return process.New(cfg)
 		}},
@@ -168,6 +198,9 @@ func Entries() []Entry {
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
+				for ref, n := range o.GVisorImagePools {
+					cfg = cfg.WithImagePool(ref, n)
+				}
 			}
 			return gvisor.New(cfg)
 		}},
@@ -187,6 +220,9 @@ func Entries() []Entry {
 			}
 			if o.Images != nil {
 				cfg = cfg.WithImages(o.Images)
+				for ref, n := range o.MicroVMImagePools {
+					cfg = cfg.WithImagePool(ref, n)
+				}
 			}
 			return microvm.New(cfg)
 		}},

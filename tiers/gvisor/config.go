@@ -21,6 +21,7 @@ type Config struct {
 	cpus     float64
 	pool     int
 	refill   int
+	imgPools map[string]int // per image reference, beside pool (the default's)
 	readyTTL time.Duration
 	hostDirs []string
 	images   image.Resolver
@@ -66,6 +67,25 @@ func (c Config) WithCPUs(n float64) Config { c.cpus = n; return c }
 // WithPool keeps n unused sandboxes ready (0, the default, disables the
 // pool), created at most refill at a time (default 1).
 func (c Config) WithPool(n, refill int) Config { c.pool = n; c.refill = refill; return c }
+
+// WithImagePool keeps n unused sandboxes of the image ref names ready,
+// beside the default image's (WithPool; its refill applies). It needs an
+// image store (WithImages). A pooled sandbox only ever serves a job of its
+// own image (by digest); two references naming one image share a pool,
+// sized to the larger of their sizes. n = 0 removes ref's pool.
+func (c Config) WithImagePool(ref string, n int) Config {
+	m := make(map[string]int, len(c.imgPools)+1)
+	for r, k := range c.imgPools {
+		m[r] = k
+	}
+	if n == 0 {
+		delete(m, ref)
+	} else {
+		m[ref] = n
+	}
+	c.imgPools = m
+	return c
+}
 
 // WithReadyTTL recycles pooled sandboxes that sat unused for longer than
 // ttl (0, the default: keep them until claimed or the tier closes).

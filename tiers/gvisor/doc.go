@@ -20,6 +20,8 @@
 // (gVisor's --host-uds), runs it once, streams the output back and is
 // destroyed; a used sandbox never returns to the pool. The job's limits and
 // secrets are bound when it is claimed, not when the sandbox was created.
+// The pool is per image: WithPool sizes the default image's, WithImagePool
+// another image's, and a sandbox only ever serves a job of its own image.
 //
 // Sessions (OpenSession) keep one agent sandbox across runs, so files in the
 // scratch persist until the session is closed or idles past its TTL.

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
@@ -127,30 +126,28 @@ func TestImageCold(t *testing.T) {
 	checkImageProbe(t, res, err, imgs[1], "image-b")
 }
 
-// TestImagePools keeps both images' pools warm and checks each job gets a
-// sandbox of its own image.
+// TestImagePools keeps the default image's pool (1) and img-b's
+// (WithImagePool, 2) warm and checks each job gets a sandbox of its own
+// image, counted as its image's hit, leaving the other image's pool
+// untouched.
 func TestImagePools(t *testing.T) {
-	tier, _, imgs := newImageTier(t, NewConfig().WithPool(1, 1))
+	tier, _, imgs := newImageTier(t, NewConfig().WithPool(1, 1).WithImagePool("img-b", 2))
 	warm(t, tier)
 	if k := tier.defaultKey(); k.digest != imgs[0].Digest {
 		t.Fatalf("prewarmed key %q, want the default image's %q", k.digest, imgs[0].Digest)
 	}
-	// The second image's pool, as the default's is kept.
-	kb := poolKey{imgs[1].Digest}
-	tier.pmu.Lock()
-	tier.poolRefs[kb] = "img-b"
-	tier.pmu.Unlock()
-	tier.pool.SetSize(kb, 1)
-	waitKey := func(k poolKey) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := tier.pool.WaitFull(ctx, k); err != nil {
-			t.Fatalf("pool %s: %v", k.digest, err)
+	sizes := []int{1, 2}
+	st := tier.PoolStats()
+	if st.Size != 3 || st.Ready != 3 || len(st.Images) != 2 {
+		t.Fatalf("after WaitWarm: %+v, want 3 ready of 3 in two images' pools", st)
+	}
+	for i, img := range imgs {
+		if s := st.Images[img.Digest]; s.Size != sizes[i] || s.Ready != sizes[i] {
+			t.Errorf("image %s after WaitWarm: %+v, want %d ready of %d", img.Ref, s, sizes[i], sizes[i])
 		}
 	}
 	for round := range 2 {
-		waitKey(tier.defaultKey())
-		waitKey(kb)
+		warm(t, tier)
 		// Image A first in one round, B first in the other.
 		order := []int{0, 1}
 		if round == 1 {
@@ -160,17 +157,49 @@ func TestImagePools(t *testing.T) {
 			job := imageProbe
 			job.Image = imgs[i].Ref
 			marker := []string{"image-a", "image-b"}[i]
-			k := poolKey{imgs[i].Digest}
-			before := tier.pool.Stats(k).Hits
+			before := tier.PoolStats().Images
 			res, err := tier.Run(context.Background(), job)
 			checkImageProbe(t, res, err, imgs[i], marker)
-			if got := tier.pool.Stats(k).Hits; got != before+1 {
-				t.Errorf("image %s: the job did not run in a pooled sandbox (hits %d → %d)", imgs[i].Ref, before, got)
+			after := tier.PoolStats().Images
+			mine, other := imgs[i].Digest, imgs[1-i].Digest
+			if got, was := after[mine].Hits, before[mine].Hits; got != was+1 {
+				t.Errorf("image %s: the job did not run in a pooled sandbox of its image (hits %d → %d)", imgs[i].Ref, was, got)
+			}
+			if a, b := after[other], before[other]; a.Hits != b.Hits || a.Misses != b.Misses || a.Ready != b.Ready || a.Size != b.Size {
+				t.Errorf("image %s's job touched image %s's pool: %+v → %+v", imgs[i].Ref, imgs[1-i].Ref, before[other], after[other])
 			}
 		}
 	}
-	if st := tier.Stats(); st.Ready+int(st.Hits) == 0 {
-		t.Errorf("default pool stats empty: %+v", st)
+	if st := tier.Stats(); st.Hits != 4 || st.Misses != 0 {
+		t.Errorf("pool totals: %+v, want 4 hits and no miss", st)
+	}
+}
+
+// TestImagePoolConfig refuses image pools New cannot keep.
+func TestImagePoolConfig(t *testing.T) {
+	r := imagetest.New(t)
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no store", NewConfig().WithImagePool("python", 1), "needs an image store"},
+		{"negative", NewConfig().WithImages(r).WithImagePool("python", -1), "must not be negative"},
+		{"no reference", NewConfig().WithImages(r).WithImagePool("", 1), "needs an image reference"},
+	} {
+		tier, err := New(c.cfg.WithDir(t.TempDir()))
+		if err == nil {
+			tier.Close()
+			t.Errorf("%s: New accepted it", c.name)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	// Configs are values: a pool set on a copy leaves the original alone.
+	base := NewConfig().WithImagePool("a", 1)
+	_ = base.WithImagePool("b", 1).WithImagePool("a", 0)
+	if len(base.imgPools) != 1 || base.imgPools["a"] != 1 {
+		t.Errorf("WithImagePool changed its receiver: %v", base.imgPools)
 	}
 }
 

@@ -4,30 +4,51 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 )
 
-// Stats describe the warm pool.
+// Stats describe the warm pool: the totals of its images' pools.
 type Stats struct {
-	Size     int    // configured number of ready sandboxes
-	Ready    int    // sandboxes ready now
-	Hits     uint64 // jobs that claimed a ready sandbox
-	Misses   uint64 // jobs that found the pool empty and started cold
-	Created  uint64 // sandboxes created for the pool
-	Failed   uint64 // sandbox creations that failed
-	Expired  uint64 // ready sandboxes recycled after the ready TTL
-	LastFill time.Duration
+	Size     int           // configured number of ready sandboxes
+	Ready    int           // sandboxes ready now
+	Hits     uint64        // jobs that claimed a ready sandbox
+	Misses   uint64        // jobs that found the pool empty and started cold
+	Created  uint64        // sandboxes created for the pool
+	Failed   uint64        // sandbox creations that failed
+	Expired  uint64        // ready sandboxes recycled after the ready TTL
+	LastFill time.Duration // the default image's
 	MeanFill time.Duration // mean time to create one pooled sandbox
 }
 
 // PoolStats returns the warm pool's counters in the root package's terms
-// (airlock.Pooler).
+// (airlock.Pooler): the totals, and per image digest ("host" for the host
+// view without a resolver) those of each configured image's pool.
 func (t *Tier) PoolStats() airlock.PoolStats {
-	st := t.Stats()
-	return airlock.PoolStats{Size: st.Size, Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
+	if t.pool == nil {
+		return airlock.PoolStats{}
+	}
+	var tot airlock.PoolStats
+	tot.Images = map[string]airlock.PoolStats{}
+	for _, k := range t.poolKeys() {
+		st := t.pool.Stats(k).PoolStats()
+		name := k.digest
+		if name == "" {
+			name = image.Host
+		}
+		tot.Images[name] = st
+		tot.Size += st.Size
+		tot.Ready += st.Ready
+		tot.Hits += st.Hits
+		tot.Misses += st.Misses
+	}
+	return tot
 }
 
 // Stats returns the warm pool's counters (zero when there is no pool).
@@ -35,14 +56,32 @@ func (t *Tier) Stats() Stats {
 	if t.pool == nil {
 		return Stats{}
 	}
-	s := t.pool.Stats(t.defaultKey())
-	return Stats{Size: s.Size, Ready: s.Ready, Hits: s.Hits, Misses: s.Misses,
-		Created: s.Created, Failed: s.Failed, Expired: s.Expired, LastFill: s.LastFill, MeanFill: s.MeanFill}
+	var tot Stats
+	var fill time.Duration
+	def := t.defaultKey()
+	for _, k := range t.poolKeys() {
+		s := t.pool.Stats(k)
+		tot.Size += s.Size
+		tot.Ready += s.Ready
+		tot.Hits += s.Hits
+		tot.Misses += s.Misses
+		tot.Created += s.Created
+		tot.Failed += s.Failed
+		tot.Expired += s.Expired
+		fill += s.MeanFill * time.Duration(s.Created)
+		if k == def {
+			tot.LastFill = s.LastFill
+		}
+	}
+	if tot.Created > 0 {
+		tot.MeanFill = fill / time.Duration(tot.Created)
+	}
+	return tot
 }
 
-// WaitWarm blocks until the warm pool holds its configured number of ready
-// sandboxes, ctx ends, or the tier is closed. Without a pool (or when the
-// tier is unavailable) it returns nil at once.
+// WaitWarm blocks until each configured image's pool holds its number of
+// ready sandboxes, ctx ends, or the tier is closed. Without a pool (or
+// when the tier is unavailable) it returns nil at once.
 func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.pool == nil {
 		return nil
@@ -55,11 +94,16 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.defErr != nil {
 		return t.defErr
 	}
-	err := t.pool.WaitFull(ctx, t.defaultKey())
-	if errors.Is(err, warmpool.ErrClosed) {
-		return errPoolClosed
+	for _, k := range t.poolKeys() {
+		err := t.pool.WaitFull(ctx, k)
+		if errors.Is(err, warmpool.ErrClosed) {
+			return errPoolClosed
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 // poolKey keys the warm pool by the digest of the sandboxes' image ("" for
@@ -69,11 +113,13 @@ type poolKey struct{ digest string }
 
 // newPool returns the warm pool of agent sandboxes. A claimed sandbox is
 // never returned: after its job it is destroyed (destroyLater) and a fresh
-// one created in its place, at most refill at a time. Only the default
-// image is kept ready: without a resolver, the host view; with one, the
-// image Acquire("") names, found in the background (see prewarmDefault).
+// one created in its place, at most refill at a time per image. Only the
+// configured images are kept ready: without a resolver, the host view;
+// with one, the image Acquire("") names and those of Config.WithImagePool,
+// found in the background (see prewarm).
 func newPool(t *Tier, size, refill int, ttl time.Duration) *warmpool.Pool[poolKey, *sandbox] {
 	t.defSet = make(chan struct{})
+	t.poolRefs, t.refKeys = map[poolKey]string{}, map[string]poolKey{}
 	p := warmpool.New(warmpool.Options[poolKey, *sandbox]{
 		Start: func(ctx context.Context, k poolKey) (*sandbox, error) {
 			sb, err := t.startPooled(ctx, k)
@@ -89,7 +135,7 @@ func newPool(t *Tier, size, refill int, ttl time.Duration) *warmpool.Pool[poolKe
 		RefillDelay: refillDelay,
 	})
 	if t.cfg.images == nil {
-		t.poolRefs = map[poolKey]string{{}: ""}
+		t.poolRefs[poolKey{}], t.refKeys[""] = "", poolKey{}
 		close(t.defSet)
 		p.SetSize(poolKey{}, size)
 	}
@@ -116,42 +162,99 @@ func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 	return t.newAgentSandbox(modeOnce, airlock.FSGrant{}, img, release)
 }
 
-// prewarmDefault finds the default image and keeps size sandboxes of it
-// ready. It runs in the background from New: resolving may pull and unpack.
-func (t *Tier) prewarmDefault(ctx context.Context) {
+// pooledRefs returns the references whose images are kept ready, the
+// default's ("") first when it is.
+func (t *Tier) pooledRefs() []string {
+	var refs []string
+	if t.cfg.pool > 0 {
+		refs = append(refs, "")
+	}
+	for _, r := range slices.Sorted(maps.Keys(t.cfg.imgPools)) {
+		refs = append(refs, r)
+	}
+	return refs
+}
+
+// sizeOf is the configured pool size of ref's image.
+func (t *Tier) sizeOf(ref string) int {
+	if ref == "" {
+		return t.cfg.pool
+	}
+	return t.cfg.imgPools[ref]
+}
+
+// prewarm finds the configured images and keeps their sandboxes ready. It
+// runs in the background from New: resolving may pull and unpack. An
+// image that cannot be found is reported by WaitWarm; the others are
+// still kept ready.
+func (t *Tier) prewarm(ctx context.Context) {
 	defer close(t.defSet)
-	img, release, err := t.acquire(ctx, "")
-	if err != nil {
-		t.defErr = fmt.Errorf("gvisor: prewarming the default image: %w", err)
-		logf("%v", t.defErr)
-		return
+	var errs []error
+	for _, ref := range t.pooledRefs() {
+		img, release, err := t.acquire(ctx, ref)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("gvisor: prewarming image %q: %w", ref, err))
+			logf("%v", errs[len(errs)-1])
+			continue
+		}
+		release() // each pooled sandbox holds the image itself
+		t.follow(ref, digest(img))
 	}
-	release() // each pooled sandbox holds the image itself
-	t.followDefault(digest(img))
+	t.defErr = errors.Join(errs...)
 }
 
-// followDefault makes d the digest of the default image's pool: its
-// sandboxes are kept ready, those of a previous default no longer.
-func (t *Tier) followDefault(d string) {
+// follow makes d the digest of ref's pool: its sandboxes are kept ready,
+// those of the image ref named before no longer (unless another reference
+// still names it). A reference without a configured pool is ignored.
+func (t *Tier) follow(ref, d string) {
+	if t.sizeOf(ref) == 0 {
+		return
+	}
 	t.pmu.Lock()
-	old, set := t.defKey, t.poolRefs != nil
-	if set && old.digest == d {
-		t.pmu.Unlock()
+	defer t.pmu.Unlock()
+	k := poolKey{d}
+	old, set := t.refKeys[ref]
+	if set && old == k {
 		return
 	}
-	if t.poolRefs == nil {
-		t.poolRefs = map[poolKey]string{}
+	t.refKeys[ref] = k
+	if ref == "" {
+		t.defKey = k
 	}
-	t.defKey = poolKey{d}
-	t.poolRefs[t.defKey] = ""
-	t.pmu.Unlock()
 	if set {
-		t.pool.SetSize(old, 0)
+		t.resize(old)
 	}
-	t.pool.SetSize(poolKey{d}, t.cfg.pool)
+	t.resize(k)
 }
 
-// defaultKey is the key of the prewarmed pool.
+// resize gives k the largest size of the references that name its image
+// now (0 when none does); t.pmu is held.
+func (t *Tier) resize(k poolKey) {
+	n := 0
+	for r, rk := range t.refKeys {
+		if rk == k && t.sizeOf(r) > n {
+			n = t.sizeOf(r)
+			t.poolRefs[k] = r
+		}
+	}
+	t.pool.SetSize(k, n)
+}
+
+// poolKeys returns the keys of the configured images' pools.
+func (t *Tier) poolKeys() []poolKey {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	var ks []poolKey
+	for _, k := range t.refKeys {
+		if !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
+	}
+	slices.SortFunc(ks, func(a, b poolKey) int { return strings.Compare(a.digest, b.digest) })
+	return ks
+}
+
+// defaultKey is the key of the default image's pool.
 func (t *Tier) defaultKey() poolKey {
 	t.pmu.Lock()
 	defer t.pmu.Unlock()

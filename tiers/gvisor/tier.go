@@ -45,11 +45,12 @@ type Tier struct {
 
 	pmu      sync.Mutex
 	poolRefs map[poolKey]string // the reference each pool key's sandboxes acquire
-	defKey   poolKey            // the default image's key, the one prewarmed
-	defSet   chan struct{}      // closed once defKey is known (or cannot be)
-	defErr   error              // why the default image cannot be prewarmed
+	refKeys  map[string]poolKey // each pooled reference's key ("": the default image)
+	defKey   poolKey            // the default image's key
+	defSet   chan struct{}      // closed once the pooled images are known (or cannot be)
+	defErr   error              // why some pooled image cannot be prewarmed
 
-	stopPrewarm context.CancelFunc // ends prewarmDefault's Acquire at Close
+	stopPrewarm context.CancelFunc // ends prewarm's Acquire at Close
 
 	owner      string        // the tier's name in the directory, which starts its sandbox ids
 	lease      *lease.Owner  // owners/<owner>, locked while the tier lives
@@ -84,6 +85,16 @@ func New(cfg Config) (*Tier, error) {
 	if cfg.pool < 0 || cfg.refill < 0 || cfg.cpus < 0 || cfg.readyTTL < 0 {
 		return nil, errors.New("gvisor: pool size, refill, CPUs and ready TTL must not be negative")
 	}
+	for ref, n := range cfg.imgPools {
+		switch {
+		case ref == "":
+			return nil, errors.New("gvisor: an image pool needs an image reference (WithPool sizes the default image's)")
+		case n < 0:
+			return nil, fmt.Errorf("gvisor: image %q: pool size must not be negative", ref)
+		case cfg.images == nil:
+			return nil, fmt.Errorf("gvisor: image %q: an image pool needs an image store (WithImages)", ref)
+		}
+	}
 	if cfg.refill == 0 {
 		cfg.refill = 1
 	}
@@ -101,7 +112,7 @@ func New(cfg Config) (*Tier, error) {
 	if t.avail != nil {
 		t.disown()
 	}
-	if t.avail == nil && cfg.pool > 0 {
+	if t.avail == nil && (cfg.pool > 0 || len(cfg.imgPools) > 0) {
 		t.pool = newPool(t, cfg.pool, cfg.refill, cfg.readyTTL)
 		if cfg.images != nil {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -109,7 +120,7 @@ func New(cfg Config) (*Tier, error) {
 			t.bg.Add(1)
 			go func() {
 				defer t.bg.Done()
-				t.prewarmDefault(ctx)
+				t.prewarm(ctx)
 			}()
 		}
 	}
@@ -301,8 +312,8 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 		return r.finish(err)
 	}
 	r.res.Image = digest(img)
-	if job.Image == "" && t.pool != nil && img != nil {
-		t.followDefault(img.Digest)
+	if t.pool != nil && img != nil {
+		t.follow(job.Image, img.Digest) // a pooled reference may name a new image now
 	}
 	// Pooled sandboxes were created before the job: they carry no read
 	// grants, which are mounts, and no scratch cap, a mount option. A job

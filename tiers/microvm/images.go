@@ -35,8 +35,9 @@ import (
 //
 // The tier holds an image (and so its disk) while any VM, snapshot or
 // run of it exists. Snapshots and spare VMMs are per image digest; the
-// pool keeps VMs of the default image only, and a claim takes one only for
-// a job of that same image.
+// pool keeps VMs of the default image (WithPool) and of those
+// WithImagePool names, and a claim takes one only for a job of that same
+// image.
 
 // diskKind names the tier's derived artefact: the image's EROFS disk.
 const diskKind = "microvm-disk"

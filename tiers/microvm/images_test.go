@@ -189,37 +189,54 @@ func TestImageAdmit(t *testing.T) {
 	}
 }
 
-// TestImagePool: the pool holds VMs of the default image only; a job of
-// another image is never handed one (it boots its own), a job of the
-// default image is; and Close releases every image.
+// TestImagePool: the pools keep VMs of the default image a (WithPool) and
+// of b (WithImagePool); a job of c, which has no pool, starts its VM
+// itself, and a job of a or b claims only from its own image's pool,
+// counted as that image's hit, the other's left untouched.
 func TestImagePool(t *testing.T) {
 	r := imagetest.New(t)
 	a := r.Add("a", imageRoot(t, "airlock-image-a"), image.Config{})
 	b := r.Add("b", imageRoot(t, "airlock-image-b"), image.Config{Env: []string{"FROM_IMAGE=b", "LANG=C"}})
-	tier := imageTier(t, testConfig().WithImages(r).WithPool(1))
+	c := r.Add("c", imageRoot(t, "airlock-image-c"), image.Config{})
+	tier := imageTier(t, testConfig().WithImages(r).WithPool(1).WithImagePool("b", 1))
 	defer tier.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	if err := tier.WaitWarm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if pooled := tier.pool.Ready(tier.baseMem()); len(pooled) != 1 || digestOf(pooled[0].img) != a.Digest {
-		t.Fatalf("the pool holds %d VMs, want one of the default image", len(pooled))
+	for ref, img := range map[string]*image.Image{"": a, "b": b} {
+		if pooled := tier.pool.Ready(poolKey{tier.baseMem(), ref}); len(pooled) != 1 || digestOf(pooled[0].img) != img.Digest {
+			t.Fatalf("the pool of %q holds %d VMs, want one of image %s", ref, len(pooled), img.Ref)
+		}
+	}
+	st := tier.PoolStats()
+	if st.Size != 2 || st.Ready != 2 || st.Images[a.Digest].Ready != 1 || st.Images[b.Digest].Ready != 1 {
+		t.Fatalf("after WaitWarm: %+v", st)
 	}
 
-	res, err := tier.Run(ctx, imageCommand("b", "sh", "-c", imageScript))
+	res, err := tier.Run(ctx, imageCommand("c", "sh", "-c", "cat /etc/os-release"))
+	if err != nil || !strings.Contains(res.Stdout, "airlock-image-c") || res.Image != c.Digest {
+		t.Fatalf("image c: %v %+v", err, res)
+	}
+	if st := tier.PoolStats(); st.Hits != 0 {
+		t.Fatalf("a job of image c was handed a pooled VM (%+v)", st)
+	}
+
+	res, err = tier.Run(ctx, imageCommand("b", "sh", "-c", imageScript))
 	checkImageRun(t, res, err, "airlock-image-b", "b")
 	if res.Image != b.Digest {
 		t.Errorf("Result.Image %q, want %q", res.Image, b.Digest)
 	}
-	if st := tier.PoolStats(); st.Hits != 0 {
-		t.Fatalf("a job of image b was handed a pooled VM of image a (%+v)", st)
+	st = tier.PoolStats()
+	if st.Images[b.Digest].Hits != 1 || st.Images[a.Digest].Hits != 0 || st.Images[a.Digest].Misses != 0 {
+		t.Fatalf("a job of image b did not come from b's pool alone (%+v)", st)
 	}
 
 	res, err = tier.Run(ctx, imageCommand("a", "sh", "-c", imageScript))
 	checkImageRun(t, res, err, "airlock-image-a", "")
-	if st := tier.PoolStats(); st.Hits != 1 {
-		t.Fatalf("a job of the default image did not come from the pool (%+v)", st)
+	if st := tier.PoolStats(); st.Images[a.Digest].Hits != 1 || st.Images[b.Digest].Hits != 1 || st.Hits != 2 {
+		t.Fatalf("a job of the default image did not come from its pool (%+v)", st)
 	}
 	if res.Image != a.Digest {
 		t.Errorf("Result.Image %q, want %q", res.Image, a.Digest)

@@ -25,8 +25,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,6 +71,7 @@ type Config struct {
 	stateDir, cacheDir          string
 	warm                        Warm
 	pool                        int
+	imgPools                    map[string]int // per image reference, beside pool (the default's)
 	vcpus                       int
 	bootTimeout                 time.Duration
 	sandbox                     bool
@@ -127,6 +130,24 @@ func (c Config) WithWarm(w Warm) Config { c.warm = w; return c }
 // WithPool keeps n VMs booted and waiting for one job each (0: no pool).
 func (c Config) WithPool(n int) Config { c.pool = n; return c }
 
+// WithImagePool keeps n VMs of the image ref names booted and waiting,
+// beside the default image's (WithPool); it needs an image store
+// (WithImages). A pooled VM only ever serves a job of its own image (by
+// digest). n = 0 removes ref's pool.
+func (c Config) WithImagePool(ref string, n int) Config {
+	m := maps.Clone(c.imgPools)
+	if m == nil {
+		m = map[string]int{}
+	}
+	if n == 0 {
+		delete(m, ref)
+	} else {
+		m[ref] = n
+	}
+	c.imgPools = m
+	return c
+}
+
 // WithVCPUs sets the number of virtual CPUs per VM.
 func (c Config) WithVCPUs(n int) Config { c.vcpus = n; return c }
 
@@ -149,6 +170,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("microvm: unknown warm-start mode %q (want cold or snapshot)", c.warm)
 	case c.pool < 0 || c.pool > 64:
 		return fmt.Errorf("microvm: pool size %d out of range 0-64", c.pool)
+	case c.imgPools[""] != 0:
+		return errors.New("microvm: an image pool needs an image reference (WithPool sizes the default image's)")
+	case len(c.imgPools) > 0 && c.images == nil:
+		return errors.New("microvm: an image pool needs an image store (WithImages)")
+	case slices.ContainsFunc(slices.Collect(maps.Values(c.imgPools)), func(n int) bool { return n < 0 || n > 64 }):
+		return errors.New("microvm: an image's pool size is out of range 0-64")
 	case c.vcpus < 1 || c.vcpus > 64:
 		return fmt.Errorf("microvm: %d vCPUs out of range 1-64", c.vcpus)
 	case c.bootTimeout <= 0:
@@ -184,7 +211,9 @@ type Tier struct {
 	emptyMu  sync.Mutex
 	emptyDir string // the empty placed-files directory (see emptyPlaced)
 
-	pool    *warmpool.Pool[int64, *vm] // keyed by guest memory; VMs of the default image
+	pool    *warmpool.Pool[poolKey, *vm] // VMs of the configured images (see newPool)
+	poolMu  sync.Mutex
+	digests map[string]string // each pooled reference's digest, as its last VM started
 	reapers sync.WaitGroup
 
 	// observe, when set (by benchmarks), receives each used VM's guest
@@ -229,8 +258,8 @@ func New(cfg Config) (*Tier, error) {
 		}
 		t.fc = fc
 	}
-	if t.availErr == nil && cfg.pool > 0 {
-		t.pool = newPool(t, cfg.pool)
+	if t.availErr == nil && (cfg.pool > 0 || len(cfg.imgPools) > 0) {
+		t.pool = newPool(t)
 	}
 	return t, nil
 }
@@ -309,7 +338,28 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
 	}
-	return t.pool.Stats(t.baseMem()).PoolStats()
+	tot := airlock.PoolStats{Images: map[string]airlock.PoolStats{}}
+	for _, k := range t.poolKeys() {
+		st := t.pool.Stats(k).PoolStats()
+		tot.Size += st.Size
+		tot.Ready += st.Ready
+		tot.Hits += st.Hits
+		tot.Misses += st.Misses
+		d, ok := t.poolDigest(k.ref)
+		if !ok {
+			continue // no VM started yet: its image is not known
+		}
+		if d == "" {
+			d = image.Host
+		}
+		im := tot.Images[d] // two references naming one image: their sum
+		im.Size += st.Size
+		im.Ready += st.Ready
+		im.Hits += st.Hits
+		im.Misses += st.Misses
+		tot.Images[d] = im
+	}
+	return tot
 }
 
 // Close stops the pool's VMs and removes the tier's snapshots (and its
@@ -436,7 +486,7 @@ func (t *Tier) discard(v *vm) {
 	v.stop()
 	_ = os.RemoveAll(v.dir)
 	if v.claimed {
-		t.pool.Done(t.baseMem())
+		t.pool.Done(v.pkey)
 	}
 	// The VM holds its image until it is reaped.
 	t.reapers.Go(v.kill)

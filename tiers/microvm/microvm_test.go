@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
@@ -122,6 +123,10 @@ func TestConfig(t *testing.T) {
 		"vcpus": DefaultConfig().WithVCPUs(0),
 		"boot":  DefaultConfig().WithBootTimeout(0),
 		"accel": DefaultConfig().WithAccel("hvf"),
+		// Image pools need a store, a reference and a size in range.
+		"image pool, no store": DefaultConfig().WithImagePool("b", 1),
+		"image pool, no ref":   DefaultConfig().WithImages(imagetest.New(t)).WithImagePool("", 1),
+		"image pool, size":     DefaultConfig().WithImages(imagetest.New(t)).WithImagePool("b", 65),
 	}
 	for name, c := range bad {
 		if _, err := New(c); err == nil {
@@ -132,6 +137,9 @@ func TestConfig(t *testing.T) {
 	b := a.WithVCPUs(2)
 	if a.vcpus != 1 || b.vcpus != 2 {
 		t.Fatalf("With* changed the original config: %d %d", a.vcpus, b.vcpus)
+	}
+	if p := a.WithImagePool("b", 1); len(a.imgPools) != 0 || p.WithImagePool("c", 1).imgPools["c"] != 1 || len(p.imgPools) != 1 {
+		t.Fatalf("WithImagePool changed its receiver: %v %v", a.imgPools, p.imgPools)
 	}
 	// Missing assets make the tier unavailable, with the reason, not New fail.
 	tier, err := New(testConfig().WithKernel(filepath.Join(t.TempDir(), "no-such-vmlinux")))

@@ -56,6 +56,7 @@ type vm struct {
 	once    sync.Once
 	stopped sync.Once
 	claimed bool        // taken from the tier's pool
+	pkey    poolKey     // the pool key it was started for (pooled ones)
 	marks   []wire.Mark // the guest's steps, from its Ready and Exit frames
 	sent    chan error  // the Job frame's write, once started (see send)
 	img     *heldImage  // the image the VM holds (nil: the host view)

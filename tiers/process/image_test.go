@@ -280,6 +280,89 @@ func TestImagePool(t *testing.T) {
 	closeReleased(t, tier, cfg, r)
 }
 
+// TestImagePoolPerImage: WithImagePool keeps beta's pool (2) beside the
+// default alpha's (1); WaitWarm fills both, a job claims only from its own
+// image's pool and counts as its hit, the other image's pool is left
+// untouched, and a job of an image without a pool starts cold.
+func TestImagePoolPerImage(t *testing.T) {
+	r := imagetest.New(t)
+	alpha := r.Add("alpha", busyboxImage(t, "alpha-marker"), image.Config{})
+	beta := r.Add("beta", busyboxImage(t, "beta-marker"), image.Config{})
+	gamma := r.Add("gamma", busyboxImage(t, "gamma-marker"), image.Config{})
+	cfg := testConfig(t).WithImages(r).WithPool(1).WithImagePool("beta", 2)
+	tier := newTestTier(t, bothTiers[0], cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := tier.PoolStats()
+	if st.Size != 3 || st.Ready != 3 || len(st.Images) != 2 ||
+		st.Images[alpha.Digest].Ready != 1 || st.Images[beta.Digest].Ready != 2 || st.Images[beta.Digest].Size != 2 {
+		t.Fatalf("after WaitWarm: %+v; want alpha 1 and beta 2 ready", st)
+	}
+	for round, tc := range []struct {
+		ref, marker string
+		img         *image.Image
+		pooled      bool
+	}{
+		{"beta", "beta-marker", beta, true},
+		{"", "alpha-marker", alpha, true},
+		{"gamma", "gamma-marker", gamma, false},
+		{"beta", "beta-marker", beta, true},
+	} {
+		if err := tier.WaitWarm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before := tier.PoolStats()
+		job := cmdJob("cat", "/etc/os-release")
+		job.Image = tc.ref
+		res := mustRun(t, tier, job)
+		after := tier.PoolStats()
+		if !strings.Contains(res.Stdout, "ID="+tc.marker) || res.Image != tc.img.Digest {
+			t.Errorf("round %d (image %q): stdout %q, Result.Image %q", round, tc.ref, res.Stdout, res.Image)
+		}
+		for _, d := range []string{alpha.Digest, beta.Digest} {
+			b, a := before.Images[d], after.Images[d]
+			wantHits := b.Hits
+			if tc.pooled && d == tc.img.Digest {
+				wantHits++
+			}
+			if a.Hits != wantHits || a.Misses != b.Misses {
+				t.Errorf("round %d (image %q): pool of %s went %+v → %+v; want %d hits, no new miss", round, tc.ref, d, b, a, wantHits)
+			}
+		}
+	}
+	if st := tier.pool.Stats(poolKey{gamma.Digest}); st.Size != 0 || st.Created != 0 {
+		t.Errorf("the pool started sandboxes of an image without a pool: %+v", st)
+	}
+	closeReleased(t, tier, cfg, r)
+}
+
+// TestImagePoolConfig refuses image pools the tier cannot keep.
+func TestImagePoolConfig(t *testing.T) {
+	r := imagetest.New(t)
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no store", NewConfig().WithImagePool("beta", 1), "needs an image store"},
+		{"too large", NewConfig().WithImages(r).WithImagePool("beta", 65), "out of range"},
+		{"no reference", NewConfig().WithImages(r).WithImagePool("", 1), "needs an image reference"},
+	} {
+		if tier, err := New(c.cfg); err == nil {
+			tier.Close()
+			t.Errorf("%s: New accepted it", c.name)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	if _, err := NewFilter(NewConfig().WithImages(r).WithImagePool("beta", 1)); err == nil {
+		t.Error("the filter tier accepted an image pool")
+	}
+}
+
 // TestImageSession: a session keeps the image of its first run for its
 // life (later runs may name it or leave the image empty; another image is
 // refused) and releases it when it closes.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
@@ -25,7 +27,8 @@ import (
 // program starts in /scratch, where the job's files are). An image that
 // r reports as the host (image.Host) runs the host view. A sandbox holds
 // its image until it is destroyed, a session until it is closed; a pool
-// keeps sandboxes of the default image only.
+// keeps sandboxes of the default image (WithPool) and of those
+// WithImagePool names, each only for jobs of its own image.
 //
 // Without a resolver the tier runs the host view, and refuses a job that
 // names an image other than "" or "host". The filter tier ("seccomp")
@@ -55,55 +58,97 @@ func imageError(err error) error {
 	return fmt.Errorf("starting sandbox: %w", err)
 }
 
-// poolDefault returns the pool key of the default image, acquiring it the
-// first time to learn its digest, and gives that key the pool's size: only
-// the default image is kept warm.
-func (t *Tier) poolDefault(ctx context.Context) (poolKey, error) {
-	if k, ok := t.knownDefault(); ok {
+// poolRef returns the pool key of ref's image ("": the default),
+// acquiring it the first time to learn its digest, and gives that key its
+// size: only the configured images are kept warm, and a reference's image
+// is learned once.
+func (t *Tier) poolRef(ctx context.Context, ref string) (poolKey, error) {
+	if k, ok := t.known(ref); ok {
 		return k, nil
 	}
 	t.defLearn.Lock()
 	defer t.defLearn.Unlock()
-	if k, ok := t.knownDefault(); ok {
+	if k, ok := t.known(ref); ok {
 		return k, nil
 	}
 	k := poolKey{}
 	if t.images != nil {
-		img, release, err := t.images.Acquire(ctx, "")
+		img, release, err := t.images.Acquire(ctx, ref)
 		if err != nil {
-			return poolKey{}, fmt.Errorf("warming pool: %w", err)
+			return poolKey{}, fmt.Errorf("warming pool of image %q: %w", ref, err)
 		}
 		release()
 		k.digest = img.Digest
 	}
+	// Two references naming one image share its pool, sized to the larger.
 	t.defMu.Lock()
-	t.defKey, t.defSet = k, true
+	t.refKeys[ref] = k
+	n := 0
+	for r, rk := range t.refKeys {
+		if rk == k && t.sizeOf(r) > n {
+			n = t.sizeOf(r)
+			t.poolRefs[k] = r
+		}
+	}
 	t.defMu.Unlock()
-	t.pool.SetSize(k, t.cfg.poolSize)
+	t.pool.SetSize(k, n)
 	return k, nil
 }
 
-// knownDefault returns the default image's pool key once it is known.
-func (t *Tier) knownDefault() (poolKey, bool) {
+// known returns the pool key of ref's image once it is known.
+func (t *Tier) known(ref string) (poolKey, bool) {
 	t.defMu.Lock()
 	defer t.defMu.Unlock()
-	return t.defKey, t.defSet
+	k, ok := t.refKeys[ref]
+	return k, ok
 }
 
-// startPooled starts a pooled container of k's image, the default one:
-// the default is acquired again, and a start fails if it is no longer k's.
+// knownDefault returns the default image's pool key once it is known.
+func (t *Tier) knownDefault() (poolKey, bool) { return t.known("") }
+
+// pooled reports whether k is the key of a configured image's pool.
+func (t *Tier) pooled(k poolKey) bool {
+	t.defMu.Lock()
+	defer t.defMu.Unlock()
+	_, ok := t.poolRefs[k]
+	return ok
+}
+
+// pooledRefs returns the references whose images are kept warm, the
+// default's ("") first when it is.
+func (t *Tier) pooledRefs() []string {
+	var refs []string
+	if t.cfg.poolSize > 0 {
+		refs = append(refs, "")
+	}
+	return append(refs, slices.Sorted(maps.Keys(t.cfg.imgPools))...)
+}
+
+// sizeOf is the configured pool size of ref's image.
+func (t *Tier) sizeOf(ref string) int {
+	if ref == "" {
+		return t.cfg.poolSize
+	}
+	return t.cfg.imgPools[ref]
+}
+
+// startPooled starts a pooled container of k's image: the reference that
+// named it is acquired again, and a start fails if it no longer names k's.
 func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 	// Every pooled sandbox has the (empty) egress directory bound: whether
 	// its job has a net grant is known only at claim time.
 	o := startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true}
 	if t.images != nil {
-		img, release, err := t.images.Acquire(ctx, "")
+		t.defMu.Lock()
+		ref := t.poolRefs[k]
+		t.defMu.Unlock()
+		img, release, err := t.images.Acquire(ctx, ref)
 		if err != nil {
 			return nil, fmt.Errorf("starting sandbox: %w", err)
 		}
 		if img.Digest != k.digest {
 			release()
-			return nil, fmt.Errorf("starting sandbox: the default image is %s, not the pool's %s", img.Digest, k.digest)
+			return nil, fmt.Errorf("starting sandbox: image %q is %s, not the pool's %s", ref, img.Digest, k.digest)
 		}
 		o.img, o.releaseImage = img, release
 	}

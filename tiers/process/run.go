@@ -86,7 +86,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	defer cancel()
 
 	var sb *sandbox
-	if def, known := t.knownDefault(); t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && known && key == def && attachOf(ctx) == nil {
+	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && t.pooled(key) && attachOf(ctx) == nil {
 		var ok bool
 		if sb, ok = t.pool.Claim(key, nil); ok {
 			sb.pooled = true

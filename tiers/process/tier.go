@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -35,6 +36,7 @@ type Config struct {
 	uidBase      uint32
 	uidCount     uint32
 	poolSize     int
+	imgPools     map[string]int // per image reference, beside poolSize (the default's)
 	egress       *egress.Config
 	stagePath    string
 	images       image.Resolver
@@ -91,8 +93,27 @@ func (c Config) WithUIDRange(base, count uint32) Config {
 // binary starts a cold sandbox several times faster.
 func (c Config) WithStageBinary(path string) Config { c.stagePath = path; return c }
 
-// WithPool keeps n pre-started level-3 sandboxes ready (0: none).
+// WithPool keeps n pre-started level-3 sandboxes of the default image
+// ready (0: none).
 func (c Config) WithPool(n int) Config { c.poolSize = n; return c }
+
+// WithImagePool keeps n pre-started level-3 sandboxes of the image ref
+// names ready, beside the default image's (WithPool); it needs an image
+// store (WithImages). A pooled sandbox only ever serves a job of its own
+// image (by digest). n = 0 removes ref's pool.
+func (c Config) WithImagePool(ref string, n int) Config {
+	m := maps.Clone(c.imgPools)
+	if m == nil {
+		m = map[string]int{}
+	}
+	if n == 0 {
+		delete(m, ref)
+	} else {
+		m[ref] = n
+	}
+	c.imgPools = m
+	return c
+}
 
 // WithEgress sets the template of every net-granted job's egress gateway:
 // the operator's pins (Hosts), the audit log (Log: every decision of every
@@ -113,11 +134,11 @@ type Tier struct {
 	// images resolves jobs' images (the container tier's; nil: the host
 	// view only).
 	images image.Resolver
-	// The default image's pool key, once known (see poolDefault).
+	// The pooled images' keys, once known (see poolRef).
 	defLearn sync.Mutex // one learner at a time
 	defMu    sync.Mutex
-	defKey   poolKey
-	defSet   bool
+	refKeys  map[string]poolKey // each pooled reference's key ("": the default image)
+	poolRefs map[poolKey]string // the reference each key's sandboxes acquire
 	// stage is the configured stage binary; nil: discovered at the first
 	// start (see stageBin).
 	stage *stageBinary
@@ -153,8 +174,18 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 	if cfg.poolSize < 0 || cfg.poolSize > 64 {
 		return nil, fmt.Errorf("process tier: pool size %d out of range 0-64", cfg.poolSize)
 	}
-	if cfg.poolSize > 0 && level != airlock.LevelContainer {
+	if (cfg.poolSize > 0 || len(cfg.imgPools) > 0) && level != airlock.LevelContainer {
 		return nil, fmt.Errorf("process tier: only the container tier has a pool")
+	}
+	for ref, n := range cfg.imgPools {
+		switch {
+		case ref == "":
+			return nil, errors.New("process tier: an image pool needs an image reference (WithPool sizes the default image's)")
+		case n < 0 || n > 64:
+			return nil, fmt.Errorf("process tier: image %q: pool size %d out of range 0-64", ref, n)
+		case cfg.images == nil:
+			return nil, fmt.Errorf("process tier: image %q: an image pool needs an image store (WithImages)", ref)
+		}
 	}
 	t := &Tier{name: name, level: level, cfg: cfg, uids: sharedUIDs(cfg.uidBase, cfg.uidCount)}
 	if level == airlock.LevelContainer {
@@ -173,18 +204,21 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 	}
 	if t.Available() == nil {
 		sweepOnce(cfg.baseDir)
-		if cfg.poolSize > 0 {
+		if refs := t.pooledRefs(); len(refs) > 0 {
+			t.refKeys, t.poolRefs = map[string]poolKey{}, map[poolKey]string{}
 			t.pool = newPool(poolKey{}, 0, t.startPooled,
 				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
 				t.destroy, nil)
-			// The default image is resolved off the caller's path (it may
-			// be pulled); a job that comes first starts cold.
+			// The images are resolved off the caller's path (they may be
+			// pulled); a job that comes first starts cold.
 			t.cleanups.Add(1)
 			go func() {
 				defer t.cleanups.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), poolStartTimeout)
-				defer cancel()
-				_, _ = t.poolDefault(ctx)
+				for _, ref := range refs {
+					ctx, cancel := context.WithTimeout(context.Background(), poolStartTimeout)
+					_, _ = t.poolRef(ctx, ref)
+					cancel()
+				}
 			}()
 		}
 	}
@@ -291,26 +325,50 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	if t.pool == nil {
 		return nil
 	}
-	k, err := t.poolDefault(ctx)
-	if err != nil {
-		return err
+	for _, ref := range t.pooledRefs() {
+		k, err := t.poolRef(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if err := waitPool(ctx, t.pool, k); err != nil {
+			return err
+		}
 	}
-	return waitPool(ctx, t.pool, k)
+	return nil
 }
 
 var _ airlock.Pooler = (*Tier)(nil)
 
-// PoolStats returns the warm pool's counters (airlock.Pooler), which are
-// the default image's (the only one pooled); zero without a pool.
+// PoolStats returns the warm pool's counters (airlock.Pooler): the totals
+// and, per image digest ("host" for the host view), each configured
+// image's; zero without a pool. An image not resolved yet counts in Size
+// only.
 func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
 	}
-	k, ok := t.knownDefault()
-	if !ok {
-		return airlock.PoolStats{Size: t.cfg.poolSize}
+	tot := airlock.PoolStats{Images: map[string]airlock.PoolStats{}}
+	for _, ref := range t.pooledRefs() {
+		k, ok := t.known(ref)
+		if !ok {
+			tot.Size += t.sizeOf(ref)
+			continue
+		}
+		name := k.digest
+		if name == "" {
+			name = image.Host
+		}
+		if _, done := tot.Images[name]; done {
+			continue // two references naming one image
+		}
+		st := t.pool.Stats(k).PoolStats()
+		tot.Images[name] = st
+		tot.Size += st.Size
+		tot.Ready += st.Ready
+		tot.Hits += st.Hits
+		tot.Misses += st.Misses
 	}
-	return t.pool.Stats(k).PoolStats()
+	return tot
 }
 
 // discard destroys a used sandbox in the background: a pooled one through

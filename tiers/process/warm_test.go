@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestWaitWarm(t *testing.T) {
 			t.Fatalf("round %d: pool stats %+v; want size 2, %d hits, no misses", round, st, round+1)
 		}
 	}
-	if st := cold.PoolStats(); st != (airlock.PoolStats{}) {
+	if st := cold.PoolStats(); !reflect.DeepEqual(st, airlock.PoolStats{}) {
 		t.Fatalf("a tier without a pool reports %+v", st)
 	}
 	assertClean(t, tier, cfg)
