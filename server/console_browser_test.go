@@ -66,6 +66,9 @@ func newBrowser(t *testing.T, f *fixture) *browser {
 		chromedp.NoSandbox, // the tests may run as root, where Chromium's sandbox refuses to start
 		chromedp.DisableGPU,
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium leaves its singleton directories in TMPDIR: one the
+		// test removes.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
