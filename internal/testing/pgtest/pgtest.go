@@ -96,6 +96,11 @@ func Start(t testing.TB) string {
 	exited := make(chan error, 1)
 	go func() { exited <- pg.Wait() }()
 	t.Cleanup(func() {
+		// A failed test shows what the cluster went through (a shutdown
+		// it was sent, say).
+		if t.Failed() {
+			t.Logf("postgres log:\n%s", log.String())
+		}
 		// SIGINT is PostgreSQL's fast shutdown: it ends the sessions and
 		// every backend, then the postmaster.
 		_ = pg.Process.Signal(syscall.SIGINT)
