@@ -28,6 +28,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
@@ -491,7 +492,10 @@ func (c Config) spawn(ctx context.Context, s spec) (rp reply, stderr string, err
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
+	var wait func() error
+	if wait, err = deathsig.Start(cmd); err == nil {
+		err = wait()
+	}
 	// Whatever the child started in its process group goes with it.
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tools"
@@ -458,7 +459,8 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	cmd.Stderr = out.stream(&out.stderr)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
+	wait, err := deathsig.Start(cmd)
+	if err != nil {
 		return r.finish(fmt.Errorf("starting sandbox: %w", err))
 	}
 	live = true
@@ -467,7 +469,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	w := t.watch(ctx, id, cg, job.Limits, out, exited, func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	})
-	werr := cmd.Wait()
+	werr := wait()
 	close(exited)
 	stop := w.done()
 	r.res.Stdout, r.res.Stderr = out.strings()

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
@@ -218,13 +219,14 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	cmd.Stdout = v.console
 	cmd.Stderr = v.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	wait, err := deathsig.Start(cmd)
+	if err != nil {
 		close(v.done)
 		return v, fmt.Errorf("starting %s: %w", filepath.Base(p.prog), err)
 	}
 	v.cmd = cmd
 	_ = os.WriteFile(filepath.Join(dir, "vmm.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
-	go func() { _ = cmd.Wait(); close(v.done) }()
+	go func() { _ = wait(); close(v.done) }()
 	if p.configure != nil {
 		if err := p.configure(ctx, v); err != nil {
 			return v, err

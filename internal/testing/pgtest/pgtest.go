@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
@@ -78,9 +79,7 @@ func Start(t testing.TB) string {
 		c := exec.Command(filepath.Join(bin, name), args...)
 		c.Dir = dir
 		c.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + dir}
-		// Should the test binary die without its cleanups (a panic), the
-		// cluster shuts down at once (SIGQUIT) rather than linger.
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 		return c
 	}
 	if out, err := command("initdb", "-D", data, "-U", "airlock", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync").CombinedOutput(); err != nil {
@@ -90,11 +89,15 @@ func Start(t testing.TB) string {
 	pg := command("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
 	pg.Stdout, pg.Stderr = &log, &log
-	if err := pg.Start(); err != nil {
+	// Should the test binary die without its cleanups (a panic), the
+	// cluster shuts down at once (SIGQUIT) rather than linger.
+	pg.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+	wait, err := deathsig.Start(pg)
+	if err != nil {
 		t.Fatalf("starting postgres: %v", err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- pg.Wait() }()
+	go func() { exited <- wait() }()
 	t.Cleanup(func() {
 		// A failed test shows what the cluster went through (a shutdown
 		// it was sent, say).
