@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"golang.org/x/sys/unix"
 )
@@ -69,12 +70,15 @@ func (p *proc) startProc(h *spawners, bin *stageBinary, cmd *exec.Cmd, uid uint3
 // startHere starts cmd from this process.
 func (p *proc) startHere(cmd *exec.Cmd) error {
 	p.cmd = cmd
-	if err := cmd.Start(); err != nil {
+	// Its parent-death signal must not fire when some other goroutine
+	// retires the thread that forked it (see package deathsig).
+	wait, err := deathsig.Start(cmd)
+	if err != nil {
 		return err
 	}
 	p.pid = cmd.Process.Pid
 	go func() {
-		err := cmd.Wait()
+		err := wait()
 		var ws syscall.WaitStatus
 		ok := cmd.ProcessState != nil
 		if ok {
