@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // TestCompletion: the candidates for commands, subcommands and flags come
@@ -48,7 +50,7 @@ func TestCompletion(t *testing.T) {
 
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skipf("no bash: %v", err)
+		testenv.Skipf(t, "no bash: %v", err)
 	}
 	// An airlock on PATH that is this test binary acting as the CLI.
 	dir := t.TempDir()

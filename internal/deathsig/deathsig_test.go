@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 var start = Start
@@ -38,7 +40,7 @@ func onRetiredThread(fn func()) {
 // parent-death signal would kill it at once).
 func TestChildOutlivesTheCallersThread(t *testing.T) {
 	if _, err := exec.LookPath("sleep"); err != nil {
-		t.Skipf("no sleep: %v", err)
+		testenv.Skipf(t, "no sleep: %v", err)
 	}
 	cmd := exec.Command("sleep", "0.5")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

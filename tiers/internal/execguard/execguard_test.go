@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 const helperEnv = "EXECGUARD_TEST_HELPER"
@@ -50,7 +52,7 @@ func TestMain(m *testing.M) {
 
 func TestGuard(t *testing.T) {
 	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skipf("no /bin/sh: %v", err)
+		testenv.Skipf(t, "no /bin/sh: %v", err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = []string{helperEnv + "=1"}
