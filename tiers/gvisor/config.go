@@ -9,6 +9,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 )
 
 // Config configures the tier. The zero value is usable; With* methods
@@ -74,16 +75,7 @@ func (c Config) WithPool(n, refill int) Config { c.pool = n; c.refill = refill; 
 // own image (by digest); two references naming one image share a pool,
 // sized to the larger of their sizes. n = 0 removes ref's pool.
 func (c Config) WithImagePool(ref string, n int) Config {
-	m := make(map[string]int, len(c.imgPools)+1)
-	for r, k := range c.imgPools {
-		m[r] = k
-	}
-	if n == 0 {
-		delete(m, ref)
-	} else {
-		m[ref] = n
-	}
-	c.imgPools = m
+	c.imgPools = warmpool.WithSize(c.imgPools, ref, n)
 	return c
 }
 

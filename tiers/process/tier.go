@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -102,16 +101,7 @@ func (c Config) WithPool(n int) Config { c.poolSize = n; return c }
 // store (WithImages). A pooled sandbox only ever serves a job of its own
 // image (by digest). n = 0 removes ref's pool.
 func (c Config) WithImagePool(ref string, n int) Config {
-	m := maps.Clone(c.imgPools)
-	if m == nil {
-		m = map[string]int{}
-	}
-	if n == 0 {
-		delete(m, ref)
-	} else {
-		m[ref] = n
-	}
-	c.imgPools = m
+	c.imgPools = warmpool.WithSize(c.imgPools, ref, n)
 	return c
 }
 
