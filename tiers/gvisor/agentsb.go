@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
@@ -176,7 +177,7 @@ func (t *Tier) runAgent(ctx context.Context, sb *sandbox, job *airlock.Job, r *r
 // runAgentWith is runAgent, attached to att when it is not nil (see
 // attach.go): the job's stdin comes from att's writer once the job frame
 // has gone, and its stdout goes to att's pipe instead of the result.
-func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, r *run, ephemeral bool, att *attachment) (airlock.Result, error) {
+func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, r *run, ephemeral bool, att *attachio.Handle) (airlock.Result, error) {
 	keep := false
 	defer func() {
 		if !keep {
@@ -242,11 +243,11 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		}
 		sb.conn.Close()
 		if att != nil {
-			att.stdoutW.CloseWithError(errAttachEnded) // a caller that stopped reading must not hold the loop
+			att.Out.CloseWithError(errAttachEnded) // a caller that stopped reading must not hold the loop
 		}
 	})
 	if att != nil {
-		att.started(sb.conn)
+		att.Started(&stdinWriter{conn: sb.conn})
 	}
 	w.start(ctx, sb.cg, baseCPU, job.Limits, out)
 	var exit *agentExit
@@ -258,13 +259,13 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 			lost = err
 		case typ == frame.Stdout && att != nil:
 			out.write(nil, payload) // counted against the limit, kept by the caller
-			_, _ = att.stdoutW.Write(payload)
+			_, _ = att.Out.Write(payload)
 		case typ == frame.Stdout:
 			out.write(&out.stdout, payload)
 		case typ == frame.Stderr:
 			out.write(&out.stderr, payload)
 			if att != nil {
-				att.stderr.Write(payload)
+				att.Err.Write(payload)
 			}
 		case typ == frame.Files && len(job.Collect) > 0:
 			var w collect.Wire

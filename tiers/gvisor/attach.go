@@ -36,11 +36,8 @@ func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, e
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case job.Stdin != "":
-		return nil, jobs.Invalid("stdin", "an attached job's input is its pipe")
-	case len(job.Collect) > 0:
-		return nil, jobs.Invalid("collect", "an attached job has no end to collect files at")
+	if err := attachio.Check(&job); err != nil {
+		return nil, err
 	}
 	if err := t.admit(job, pinned); err != nil {
 		return nil, err
@@ -70,76 +67,15 @@ func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, e
 		t.leave()
 		return nil, err
 	}
-	actx, cancel := context.WithCancelCause(ctx)
-	pr, pw := io.Pipe()
-	a := &attachment{
-		stdoutR: pr, stdoutW: pw,
-		stderr: attachio.NewTail(stderrTail),
-		cancel: cancel,
-		ready:  make(chan struct{}),
-		done:   make(chan struct{}),
-	}
-	a.stdin = &stdinWriter{a: a}
-	go func() {
+	return attachio.Start(ctx, Name, stderrTail, func(ctx context.Context, h *attachio.Handle) (airlock.Result, error) {
 		defer t.leave()
-		defer cancel(nil)
-		a.res, a.err = t.runAgentWith(actx, sb, &job, r, true, a)
-		pw.CloseWithError(a.err) // nil: io.EOF
-		a.stderr.Close()
-		close(a.done)
-	}()
-	select {
-	case <-a.ready:
-		return a, nil
-	case <-a.done:
-		if a.err == nil {
-			a.err = errors.New("gvisor: attached job ended before it started")
-		}
-		return nil, a.err
-	}
-}
-
-// attachment is one attached job, the airlock.Attached the tier returns.
-type attachment struct {
-	stdin   *stdinWriter
-	stdoutR *io.PipeReader
-	stdoutW *io.PipeWriter
-	stderr  *attachio.Tail
-	cancel  context.CancelCauseFunc
-
-	conn      net.Conn      // the agent's socket, once the job frame went
-	ready     chan struct{} // closed once conn is set
-	readyOnce sync.Once
-	done      chan struct{} // closed once res and err are set
-	res       airlock.Result
-	err       error
-}
-
-// started is called by runAgentWith once the job frame went.
-func (a *attachment) started(conn net.Conn) {
-	a.readyOnce.Do(func() {
-		a.conn = conn
-		close(a.ready)
+		return t.runAgentWith(ctx, sb, &job, r, true, h)
 	})
 }
 
-func (a *attachment) Stdin() io.WriteCloser { return a.stdin }
-func (a *attachment) Stdout() io.Reader     { return a.stdoutR }
-func (a *attachment) Stderr() io.Reader     { return a.stderr }
-
-func (a *attachment) Wait() (airlock.Result, error) {
-	<-a.done
-	return a.res, a.err
-}
-
-// errKilledByCaller is the cause Kill cancels the attachment with.
-var errKilledByCaller = errors.New("killed by the caller")
-
-func (a *attachment) Kill() { a.cancel(errKilledByCaller) }
-
 // stdinWriter sends what is written as Stdin frames on the agent's socket.
 type stdinWriter struct {
-	a      *attachment
+	conn   net.Conn
 	mu     sync.Mutex
 	closed bool
 }
@@ -153,7 +89,7 @@ func (w *stdinWriter) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		chunk := p[:min(len(p), frame.MaxChunk)]
-		if err := frame.Write(w.a.conn, frame.Stdin, chunk); err != nil {
+		if err := frame.Write(w.conn, frame.Stdin, chunk); err != nil {
 			return n, fmt.Errorf("%w: %v", errAttachEnded, err)
 		}
 		n += len(chunk)
@@ -170,5 +106,5 @@ func (w *stdinWriter) Close() error {
 		return nil
 	}
 	w.closed = true
-	return frame.Write(w.a.conn, frame.Stdin, nil)
+	return frame.Write(w.conn, frame.Stdin, nil)
 }

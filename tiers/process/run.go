@@ -309,9 +309,9 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 	if att != nil {
 		// Attached: stdout to the caller's pipe, stderr kept and to the
 		// caller's tail; stdin is the caller's from the start.
-		go capt.tee(sb.stdout, airlock.Stdout, nil, att.stdoutW, &readers)
-		go capt.tee(sb.stderr, airlock.Stderr, &capt.err, att.stderr, &readers)
-		att.started(sb.stdin)
+		go capt.tee(sb.stdout, airlock.Stdout, nil, att.Out, &readers)
+		go capt.tee(sb.stderr, airlock.Stderr, &capt.err, att.Err, &readers)
+		att.Started(sb.stdin)
 	} else {
 		go capt.read(sb.stdout, airlock.Stdout, &capt.out, &readers)
 		go capt.read(sb.stderr, airlock.Stderr, &capt.err, &readers)
@@ -450,7 +450,7 @@ wait:
 	}
 	out.runUS = monotime.Micros(runStart)
 	if stop != nil && att != nil {
-		att.stdoutW.CloseWithError(stop) // a caller that stopped reading must not hold the drain
+		att.Out.CloseWithError(stop) // a caller that stopped reading must not hold the drain
 	}
 	// The program's tree dies with it: the PID namespace's init is gone,
 	// or (level 2) the cgroup is emptied. After an early final status, a
@@ -475,7 +475,7 @@ drain:
 		case <-timeout:
 			// A descriptor escaped the cgroup (should not happen): stop reading.
 			if att != nil {
-				att.stdoutW.CloseWithError(errAttachEnded)
+				att.Out.CloseWithError(errAttachEnded)
 			}
 			sb.stdout.Close()
 			sb.stderr.Close()
