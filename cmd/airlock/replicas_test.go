@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,37 +27,7 @@ func TestServeReplicas(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close() // the child listens here; nothing else takes a port this fresh
 		_, config := writeConfig(t, "replica_id: "+id+"\nstate: env:AIRLOCK_STATE\nadvertise: env:AIRLOCK_ADVERTISE\n")
-		cmd := exec.Command(os.Args[0], "serve", "--config", config, "--listen", addr)
-		cmd.Env = append(os.Environ(), "AIRLOCK_CLI_CHILD=1", "AIRLOCK_STATE="+dsn, "AIRLOCK_ADVERTISE=http://"+addr)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		c := &child{cmd: cmd, done: make(chan error, 1), log: &bytes.Buffer{}}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-c.done
-		})
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			c.log.WriteString(sc.Text() + "\n")
-			if strings.HasPrefix(sc.Text(), "airlock: serving on http://") {
-				c.addr = addr
-				break
-			}
-		}
-		go func() {
-			_, _ = io.Copy(io.Discard, stderr)
-			c.done <- cmd.Wait()
-		}()
-		if c.addr == "" {
-			t.Fatalf("serve did not start: %s", c.log)
-		}
-		return c
+		return startServeOn(t, config, addr, "AIRLOCK_STATE="+dsn, "AIRLOCK_ADVERTISE=http://"+addr)
 	}
 	a, b := start("a"), start("b")
 	do := func(c *child, method, path, body string) (int, string, string) {

@@ -50,8 +50,15 @@ type child struct {
 // group and waits for its address.
 func startServe(t *testing.T, config string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--config", config, "--listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "AIRLOCK_CLI_CHILD=1")
+	return startServeOn(t, config, "127.0.0.1:0")
+}
+
+// startServeOn is startServe listening on addr, with env added to the
+// child's environment.
+func startServeOn(t *testing.T, config, addr string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "serve", "--config", config, "--listen", addr)
+	cmd.Env = append(append(os.Environ(), "AIRLOCK_CLI_CHILD=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
