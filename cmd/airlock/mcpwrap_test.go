@@ -81,7 +81,7 @@ func wrap(t testing.TB, args ...string) *mcp.ClientSession {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"mcp-wrap"}, args...)...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_CLI_CHILD=1", envCanary+"=env-canary-7d1f")
-	stderr := &lockedBuffer{}
+	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -95,23 +95,6 @@ func wrap(t testing.TB, args ...string) *mcp.ClientSession {
 		}
 	})
 	return cs
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func toolText(r *mcp.CallToolResult) string {
