@@ -94,6 +94,11 @@ type PoolStats struct {
 	// their totals. Nil for a pool that is not per image (the guarded
 	// interpreters' workers).
 	Images map[string]PoolStats
+	// Names are, in an entry of Images, what the image's pool was
+	// configured by: catalogue names or references, the default image by
+	// the name it resolved from. A name moved to another image moves its
+	// pool with it. Nil in the totals.
+	Names []string
 }
 
 // Pooler is implemented by tiers that keep warm capacity: a pool of

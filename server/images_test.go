@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -151,8 +152,9 @@ func TestImageSettingsValidate(t *testing.T) {
 
 // TestImagesWarm: a tier's pool of a named image (tier_settings'
 // image_pools) shows in /v1/images as the image's warm sandboxes per tier,
-// and in /metrics under the image's digest; an image without a pool shows
-// none.
+// and in /metrics under the image's digest with its name; an image
+// without a pool shows none. When the name moves to a new image, the next
+// job runs the new one and the pool follows.
 func TestImagesWarm(t *testing.T) {
 	ctx := context.Background()
 	st, err := image.Open(t.TempDir(), image.Options{Default: "tool"})
@@ -168,6 +170,7 @@ func TestImagesWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig()
+	cfg.Tenants[1].Tiers = append(cfg.Tenants[1].Tiers, "process")
 	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st, ProcessImagePools: map[string]int{"other": 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -187,8 +190,10 @@ func TestImagesWarm(t *testing.T) {
 	if why := srv.Router().Unavailable("process"); why != nil {
 		tiertest.Unavailable(t, "process", why)
 	}
+	var process airlock.Tier
 	for _, tier := range tiers {
 		if tier.Name() == "process" {
+			process = tier
 			wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			if err := tier.(airlock.Pooler).WaitWarm(wctx); err != nil {
@@ -220,8 +225,40 @@ func TestImagesWarm(t *testing.T) {
 		t.Errorf("/v1/images: %+v", list)
 	}
 	body := string(f.do("GET", "/metrics", "", nil).body)
-	want := `airlock_pool_image_capacity{tier="process",image="` + other + `"} 1`
-	if !strings.Contains(body, want+"\n") {
-		t.Errorf("metrics lack %q", want)
+	for _, want := range []string{
+		`airlock_pool_image_capacity{tier="process",image="` + other + `"} 1`,
+		`airlock_pool_image_name{tier="process",image="` + other + `",name="other"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	// The name moves to a new image while its pool is warm: the next job
+	// naming it runs the new image, not a pooled sandbox of the old one,
+	// and the pool follows the name.
+	moved, err := st.Import(ctx, "other", imagetest.Layout(t, imagetest.Busybox(t, "airlock-other-moved"), nil))
+	if err != nil || moved == other {
+		t.Fatalf("moving other: %s, %v", moved, err)
+	}
+	r := f.do("POST", "/v1/run", keyB, `{"kind":"command","argv":["cat","/etc/os-release"],"situation":"internal","image":"other"}`)
+	res := r.result(t)
+	if r.status != http.StatusOK || strings.TrimSpace(res.Stdout) != "ID=airlock-other-moved" || res.Image != moved {
+		t.Fatalf("image other after the move: status %d, %+v; want %s", r.status, res, moved)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := process.(airlock.Pooler).WaitWarm(wctx); err != nil {
+		t.Fatal(err)
+	}
+	f.do("GET", "/v1/images", keyB, nil).decode(t, &list)
+	for _, in := range list {
+		if want := map[string]int{"process": 1}; in.Digest == moved && !maps.Equal(in.Warm, want) || in.Digest == other && len(in.Warm) != 0 {
+			t.Errorf("after the move, %s is warm in %v", in.Digest, in.Warm)
+		}
+	}
+	body = string(f.do("GET", "/metrics", "", nil).body)
+	if want := `airlock_pool_image_name{tier="process",image="` + moved + `",name="other"} 1`; !strings.Contains(body, want+"\n") || strings.Contains(body, other) {
+		t.Errorf("metrics after the move: want %q and nothing of %s:\n%s", want, other, body)
 	}
 }

@@ -179,6 +179,13 @@ func (m *metrics) write(w io.Writer, pools map[string]airlock.Pooler) {
 		eachImage(names, stats, func(l string, st airlock.PoolStats) {
 			fmt.Fprintf(w, "airlock_pool_image_capacity{%s} %d\n", l, st.Size)
 		})
+		fmt.Fprintln(w, "# HELP airlock_pool_image_name The names (catalogue names, references) each tier's pool of an image digest was configured by; 1 per name.")
+		fmt.Fprintln(w, "# TYPE airlock_pool_image_name gauge")
+		eachImage(names, stats, func(l string, st airlock.PoolStats) {
+			for _, n := range st.Names {
+				fmt.Fprintf(w, "airlock_pool_image_name{%s,name=\"%s\"} 1\n", l, escapeLabel(n))
+			}
+		})
 		fmt.Fprintln(w, "# HELP airlock_pool_image_claims_total Pool claims per tier and image digest, by result.")
 		fmt.Fprintln(w, "# TYPE airlock_pool_image_claims_total counter")
 		eachImage(names, stats, func(l string, st airlock.PoolStats) {

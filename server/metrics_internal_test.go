@@ -13,14 +13,14 @@ type imagePooler struct{}
 
 func (imagePooler) PoolStats() airlock.PoolStats {
 	return airlock.PoolStats{Size: 3, Ready: 2, Hits: 5, Misses: 1, Images: map[string]airlock.PoolStats{
-		"sha256:aa": {Size: 1, Ready: 1, Hits: 4},
+		"sha256:aa": {Size: 1, Ready: 1, Hits: 4, Names: []string{"python", "py"}},
 		"sha256:bb": {Size: 2, Ready: 1, Hits: 1, Misses: 1},
 	}}
 }
 func (imagePooler) WaitWarm(context.Context) error { return nil }
 
 // TestMetricsPoolImages exports each image's pool with an image label, in
-// families apart from the tier's totals.
+// families apart from the tier's totals, and the names configuring it.
 func TestMetricsPoolImages(t *testing.T) {
 	var m metrics
 	var b strings.Builder
@@ -33,6 +33,8 @@ func TestMetricsPoolImages(t *testing.T) {
 		`airlock_pool_image_claims_total{tier="gvisor",image="sha256:aa",result="hit"} 4`,
 		`airlock_pool_image_claims_total{tier="gvisor",image="sha256:bb",result="miss"} 1`,
 		"# TYPE airlock_pool_image_claims_total counter",
+		`airlock_pool_image_name{tier="gvisor",image="sha256:aa",name="python"} 1`,
+		`airlock_pool_image_name{tier="gvisor",image="sha256:aa",name="py"} 1`,
 	} {
 		if !strings.Contains(b.String(), want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, b.String())

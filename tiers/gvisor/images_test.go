@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,6 +173,40 @@ func TestImagePools(t *testing.T) {
 	}
 	if st := tier.Stats(); st.Hits != 4 || st.Misses != 0 {
 		t.Errorf("pool totals: %+v, want 4 hits and no miss", st)
+	}
+}
+
+// TestImagePoolMovedName: img-b's name moves to a new image while its
+// pool is warm. The next job naming it runs the new image, not a pooled
+// sandbox of the old one; the pool follows the name, and PoolStats shows
+// the name under the new digest only.
+func TestImagePoolMovedName(t *testing.T) {
+	tier, r, imgs := newImageTier(t, NewConfig().WithImagePool("img-b", 1))
+	warm(t, tier)
+	old := imgs[1]
+	if st := tier.PoolStats().Images[old.Digest]; st.Ready != 1 || !slices.Equal(st.Names, []string{"img-b"}) {
+		t.Fatalf("before the move: %+v; want 1 ready, named img-b", tier.PoolStats())
+	}
+	moved := r.Add("img-b", busybox(t, "image-b-new"), image.Config{})
+	job := cmdJob("cat", "/etc/os-release")
+	job.Image = "img-b"
+	for i := range 2 {
+		before := tier.PoolStats()
+		res, err := tier.Run(context.Background(), job)
+		if err != nil || !strings.Contains(res.Stdout, "ID=image-b-new\n") || res.Image != moved.Digest {
+			t.Fatalf("job %d after the move: %v, stdout %q, Result.Image %q; want the new image %s", i, err, res.Stdout, res.Image, moved.Digest)
+		}
+		after := tier.PoolStats()
+		// The first job finds no pool of the new image; the second, once
+		// the pool has followed the name, claims from it.
+		if hit := after.Hits == before.Hits+1; hit != (i == 1) {
+			t.Errorf("job %d after the move: pool %+v → %+v; want a claim: %v", i, before, after, i == 1)
+		}
+		warm(t, tier)
+	}
+	st := tier.PoolStats()
+	if _, ok := st.Images[old.Digest]; ok || st.Images[moved.Digest].Ready != 1 || !slices.Equal(st.Images[moved.Digest].Names, []string{"img-b"}) {
+		t.Errorf("after the move: %+v; want 1 ready of %s named img-b, none of %s", st, moved.Digest, old.Digest)
 	}
 }
 

@@ -29,7 +29,8 @@ type Stats struct {
 
 // PoolStats returns the warm pool's counters in the root package's terms
 // (airlock.Pooler): the totals, and per image digest ("host" for the host
-// view without a resolver) those of each configured image's pool.
+// view without a resolver) those of each configured image's pool, with
+// the names that configured it.
 func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
@@ -38,6 +39,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 	tot.Images = map[string]airlock.PoolStats{}
 	for _, k := range t.poolKeys() {
 		st := t.pool.Stats(k).PoolStats()
+		st.Names = t.namesOf(k)
 		name := k.digest
 		if name == "" {
 			name = image.Host
@@ -119,7 +121,7 @@ type poolKey struct{ digest string }
 // found in the background (see prewarm).
 func newPool(t *Tier, size, refill int, ttl time.Duration) *warmpool.Pool[poolKey, *sandbox] {
 	t.defSet = make(chan struct{})
-	t.poolRefs, t.refKeys = map[poolKey]string{}, map[string]poolKey{}
+	t.poolRefs, t.refKeys, t.refNames = map[poolKey]string{}, map[string]poolKey{}, map[string]string{}
 	p := warmpool.New(warmpool.Options[poolKey, *sandbox]{
 		Start: func(ctx context.Context, k poolKey) (*sandbox, error) {
 			sb, err := t.startPooled(ctx, k)
@@ -157,6 +159,7 @@ func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 	}
 	if got := digest(img); got != k.digest {
 		release()
+		t.follow(ref, img) // the pool moves with the name
 		return nil, fmt.Errorf("image %q is now %s, not %s", ref, got, k.digest)
 	}
 	return t.newAgentSandbox(modeOnce, airlock.FSGrant{}, img, release)
@@ -198,21 +201,25 @@ func (t *Tier) prewarm(ctx context.Context) {
 			continue
 		}
 		release() // each pooled sandbox holds the image itself
-		t.follow(ref, digest(img))
+		t.follow(ref, img)
 	}
 	t.defErr = errors.Join(errs...)
 }
 
-// follow makes d the digest of ref's pool: its sandboxes are kept ready,
-// those of the image ref named before no longer (unless another reference
-// still names it). A reference without a configured pool is ignored.
-func (t *Tier) follow(ref, d string) {
+// follow makes img (nil: the host view) the image of ref's pool: its
+// sandboxes are kept ready, those of the image ref named before no longer
+// (unless another reference still names it). A reference without a
+// configured pool is ignored.
+func (t *Tier) follow(ref string, img *image.Image) {
 	if t.sizeOf(ref) == 0 {
 		return
 	}
 	t.pmu.Lock()
 	defer t.pmu.Unlock()
-	k := poolKey{d}
+	if img != nil {
+		t.refNames[ref] = img.Ref
+	}
+	k := poolKey{digest(img)}
 	old, set := t.refKeys[ref]
 	if set && old == k {
 		return
@@ -252,6 +259,25 @@ func (t *Tier) poolKeys() []poolKey {
 	}
 	slices.SortFunc(ks, func(a, b poolKey) int { return strings.Compare(a.digest, b.digest) })
 	return ks
+}
+
+// namesOf returns the names configuring k's pool, sorted: the references
+// naming its image, the default by the name it resolved from.
+func (t *Tier) namesOf(k poolKey) []string {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	var names []string
+	for r, rk := range t.refKeys {
+		n := t.refNames[r]
+		if n == "" {
+			n = r
+		}
+		if rk == k && n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // defaultKey is the key of the default image's pool.

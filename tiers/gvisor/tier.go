@@ -47,6 +47,7 @@ type Tier struct {
 	pmu      sync.Mutex
 	poolRefs map[poolKey]string // the reference each pool key's sandboxes acquire
 	refKeys  map[string]poolKey // each pooled reference's key ("": the default image)
+	refNames map[string]string  // each pooled reference's image as named (the default's by its name)
 	defKey   poolKey            // the default image's key
 	defSet   chan struct{}      // closed once the pooled images are known (or cannot be)
 	defErr   error              // why some pooled image cannot be prewarmed
@@ -314,7 +315,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	}
 	r.res.Image = digest(img)
 	if t.pool != nil && img != nil {
-		t.follow(job.Image, img.Digest) // a pooled reference may name a new image now
+		t.follow(job.Image, img) // a pooled reference may name a new image now
 	}
 	// Pooled sandboxes were created before the job: they carry no read
 	// grants, which are mounts, and no scratch cap, a mount option. A job

@@ -248,6 +248,51 @@ func TestImagePool(t *testing.T) {
 	assertNoVMs(t, tier)
 }
 
+// TestImagePoolMovedName: b's name moves to a new image while its pool is
+// warm. The next job naming b runs the new image, never the pooled VM of
+// the old one; the pool follows the name and serves the job after, and
+// PoolStats shows the name under the new digest only.
+func TestImagePoolMovedName(t *testing.T) {
+	r := imagetest.New(t)
+	r.Add("a", imageRoot(t, "airlock-image-a"), image.Config{})
+	old := r.Add("b", imageRoot(t, "airlock-image-b"), image.Config{})
+	tier := imageTier(t, testConfig().WithImages(r).WithImagePool("b", 1))
+	defer tier.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := tier.PoolStats().Images[old.Digest]; st.Ready != 1 || !slices.Equal(st.Names, []string{"b"}) {
+		t.Fatalf("before the move: %+v; want 1 ready, named b", tier.PoolStats())
+	}
+	moved := r.Add("b", imageRoot(t, "airlock-image-b-new"), image.Config{})
+	for i := range 2 {
+		before := tier.PoolStats()
+		res, err := tier.Run(ctx, imageCommand("b", "cat", "/etc/os-release"))
+		if err != nil || !strings.Contains(res.Stdout, "ID=airlock-image-b-new\n") || res.Image != moved.Digest {
+			t.Fatalf("job %d after the move: %v, stdout %q, Result.Image %q; want the new image %s", i, err, res.Stdout, res.Image, moved.Digest)
+		}
+		// The first job finds only a VM of the old image; the second, once
+		// the pool has followed the name, claims from it.
+		if hit := tier.PoolStats().Hits == before.Hits+1; hit != (i == 1) {
+			t.Errorf("job %d after the move: pool %+v → %+v; want a claim: %v", i, before, tier.PoolStats(), i == 1)
+		}
+		if err := tier.WaitWarm(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := tier.PoolStats()
+	if _, ok := st.Images[old.Digest]; ok || st.Images[moved.Digest].Ready != 1 || !slices.Equal(st.Images[moved.Digest].Names, []string{"b"}) {
+		t.Errorf("after the move: %+v; want 1 ready of %s named b, none of %s", st, moved.Digest, old.Digest)
+	}
+	tier.Close()
+	if n := r.Held(); n != 0 {
+		t.Errorf("%d images still held after Close", n)
+	}
+	assertNoVMs(t, tier)
+}
+
 // TestImageSnapshot: snapshots are per image: a restore of image a's
 // never serves a job of image b, which gets a snapshot of its own.
 func TestImageSnapshot(t *testing.T) {

@@ -205,6 +205,7 @@ type Tier struct {
 	pool    *warmpool.Pool[poolKey, *vm] // VMs of the configured images (see newPool)
 	poolMu  sync.Mutex
 	digests map[string]string // each pooled reference's digest, as its last VM started
+	names   map[string]string // each pooled reference's image as named (the default's by its name)
 	reapers sync.WaitGroup
 
 	// observe, when set (by benchmarks), receives each used VM's guest
@@ -323,8 +324,9 @@ func (t *Tier) WaitWarm(ctx context.Context) error {
 	return nil
 }
 
-// PoolStats returns the warm pool's counters (airlock.Pooler); zero
-// without a pool.
+// PoolStats returns the warm pool's counters (airlock.Pooler): the
+// totals and, per image digest, each configured image's with the names
+// that configured it; zero without a pool.
 func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
@@ -344,6 +346,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 			d = image.Host
 		}
 		im := tot.Images[d] // two references naming one image: their sum
+		im.Names = t.appendName(im.Names, k.ref)
 		im.Size += st.Size
 		im.Ready += st.Ready
 		im.Hits += st.Hits
@@ -420,6 +423,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		return res, err
 	}
 	if h != nil {
+		t.follow(job.Image, digest) // a pooled name may have moved to a new image
 		// Held until the VM, killed in the background, lets go of it too.
 		defer h.unref()
 		job.Grants.Secrets = imageEnv(h.img, job.Grants.Secrets)

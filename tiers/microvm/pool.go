@@ -25,7 +25,7 @@ import (
 // refillDelay): booting would otherwise compete for the CPU with the very
 // job the pool is there to speed up.
 func newPool(t *Tier) *warmpool.Pool[poolKey, *vm] {
-	t.digests = map[string]string{}
+	t.digests, t.names = map[string]string{}, map[string]string{}
 	p := warmpool.New(warmpool.Options[poolKey, *vm]{
 		Start: func(ctx context.Context, k poolKey) (*vm, error) {
 			mem := k.mem
@@ -35,6 +35,9 @@ func newPool(t *Tier) *warmpool.Pool[poolKey, *vm] {
 			}
 			t.poolMu.Lock()
 			t.digests[k.ref] = digestOf(h)
+			if h != nil {
+				t.names[k.ref] = h.img.Ref
+			}
 			t.poolMu.Unlock()
 			if h != nil {
 				defer h.unref() // the VM holds its own
@@ -121,6 +124,27 @@ func (t *Tier) poolDigest(ref string) (string, bool) {
 	return d, ok
 }
 
+// follow is told the digest a job's reference ref resolved to: when ref
+// has a pool whose VMs are of another image (the name has moved), they
+// are ended and the pool refilled with VMs of the new one. A claim never
+// takes a VM of another digest in any case; this keeps the pool useful.
+func (t *Tier) follow(ref, digest string) {
+	if t.pool == nil || t.sizeOf(ref) == 0 {
+		return
+	}
+	t.poolMu.Lock()
+	d, ok := t.digests[ref]
+	if !ok || d == digest {
+		t.poolMu.Unlock()
+		return
+	}
+	t.digests[ref] = digest
+	t.poolMu.Unlock()
+	k := poolKey{t.baseMem(), ref}
+	t.pool.SetSize(k, 0)
+	t.pool.SetSize(k, t.sizeOf(ref))
+}
+
 // refillDelay bounds how long a refill waits for claimed jobs to finish.
 const refillDelay = time.Second
 
@@ -169,4 +193,22 @@ func exited(ch chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// appendName adds the name ref's pool was configured by (the default's
+// by the name its image resolved from) to names once, keeping them
+// sorted.
+func (t *Tier) appendName(names []string, ref string) []string {
+	t.poolMu.Lock()
+	n := t.names[ref]
+	t.poolMu.Unlock()
+	if n == "" {
+		n = ref
+	}
+	if n == "" || slices.Contains(names, n) {
+		return names
+	}
+	names = append(names, n)
+	slices.Sort(names)
+	return names
 }

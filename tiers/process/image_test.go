@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +277,59 @@ func TestImagePool(t *testing.T) {
 	}
 	if st := tier.pool.Stats(poolKey{beta.Digest}); st.Size != 0 || st.Created != 0 {
 		t.Errorf("the pool started sandboxes of a non-default image: %+v", st)
+	}
+	closeReleased(t, tier, cfg, r)
+}
+
+// TestImagePoolMovedName: the default image's name moves to a new image
+// while its pool is warm. A job naming it runs the new image, never a
+// pooled sandbox of the old one; the pool follows the name (the old
+// image's sandboxes are ended, the new one's kept warm and claimed), and
+// PoolStats shows the name under the new digest only.
+func TestImagePoolMovedName(t *testing.T) {
+	r := imagetest.New(t)
+	old := r.Add("alpha", busyboxImage(t, "old-marker"), image.Config{})
+	tier, cfg := imageTier(t, r, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := tier.PoolStats().Images[old.Digest]; st.Ready != 2 || !slices.Equal(st.Names, []string{"alpha"}) {
+		t.Fatalf("before the move: %+v; want 2 ready, named alpha", tier.PoolStats())
+	}
+	moved := r.Add("alpha", busyboxImage(t, "new-marker"), image.Config{})
+	run := func(ref string) (airlock.Result, airlock.PoolStats, airlock.PoolStats) {
+		t.Helper()
+		before := tier.PoolStats()
+		job := cmdJob("cat", "/etc/os-release")
+		job.Image = ref
+		res := mustRun(t, tier, job)
+		if !strings.Contains(res.Stdout, "ID=new-marker") || res.Image != moved.Digest {
+			t.Errorf("image %q after the move: stdout %q, Result.Image %q; want the new image %s", ref, res.Stdout, res.Image, moved.Digest)
+		}
+		return res, before, tier.PoolStats()
+	}
+	// By its name and by default: the pooled sandboxes of the old image
+	// are not claimed.
+	for _, ref := range []string{"alpha", ""} {
+		_, before, after := run(ref)
+		if after.Hits != before.Hits {
+			t.Errorf("image %q after the move: pool hits %d → %d; want no claim of the old image's sandboxes", ref, before.Hits, after.Hits)
+		}
+	}
+	if err := tier.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := tier.PoolStats()
+	if _, ok := st.Images[old.Digest]; ok || st.Images[moved.Digest].Ready != 2 || !slices.Equal(st.Images[moved.Digest].Names, []string{"alpha"}) {
+		t.Errorf("after the move: %+v; want 2 ready of %s named alpha, none of %s", st, moved.Digest, old.Digest)
+	}
+	if ost := tier.pool.Stats(poolKey{old.Digest}); ost.Size != 0 || ost.Ready != 0 {
+		t.Errorf("the old image's pool: %+v; want it ended", ost)
+	}
+	if _, before, after := run(""); after.Images[moved.Digest].Hits != before.Images[moved.Digest].Hits+1 {
+		t.Errorf("the default image after the pool followed it: hits %+v → %+v; want a claim", before, after)
 	}
 	closeReleased(t, tier, cfg, r)
 }

@@ -59,9 +59,9 @@ func imageError(err error) error {
 }
 
 // poolRef returns the pool key of ref's image ("": the default),
-// acquiring it the first time to learn its digest, and gives that key its
-// size: only the configured images are kept warm, and a reference's image
-// is learned once.
+// acquiring it the first time to learn its digest: only the configured
+// images are kept warm, and a reference's image is learned once, then
+// followed as jobs and pooled starts find it moved (see follow).
 func (t *Tier) poolRef(ctx context.Context, ref string) (poolKey, error) {
 	if k, ok := t.known(ref); ok {
 		return k, nil
@@ -71,28 +71,77 @@ func (t *Tier) poolRef(ctx context.Context, ref string) (poolKey, error) {
 	if k, ok := t.known(ref); ok {
 		return k, nil
 	}
-	k := poolKey{}
+	img := &image.Image{Ref: image.Host} // the host view, keyed ""
 	if t.images != nil {
-		img, release, err := t.images.Acquire(ctx, ref)
+		var release func()
+		var err error
+		img, release, err = t.images.Acquire(ctx, ref)
 		if err != nil {
 			return poolKey{}, fmt.Errorf("warming pool of image %q: %w", ref, err)
 		}
 		release()
-		k.digest = img.Digest
 	}
-	// Two references naming one image share its pool, sized to the larger.
+	t.follow(ref, img)
+	k, _ := t.known(ref)
+	return k, nil
+}
+
+// follow makes img the image of ref's pool: its sandboxes are kept warm,
+// and those of the image ref named before no longer (unless another
+// reference still names it), so a catalogue name moved to a new image is
+// never served a sandbox of the old one. A reference without a pool is
+// ignored.
+func (t *Tier) follow(ref string, img *image.Image) {
+	if t.pool == nil || t.sizeOf(ref) == 0 {
+		return
+	}
+	k := poolKey{img.Digest} // "" without a resolver
 	t.defMu.Lock()
+	defer t.defMu.Unlock()
+	t.refNames[ref] = img.Ref
+	old, set := t.refKeys[ref]
+	if set && old == k {
+		return
+	}
 	t.refKeys[ref] = k
+	if set {
+		t.resize(old)
+	}
+	t.resize(k)
+}
+
+// resize gives k the largest size of the references naming its image now
+// (0 when none does, which ends its pool); t.defMu is held.
+func (t *Tier) resize(k poolKey) {
 	n := 0
+	delete(t.poolRefs, k)
 	for r, rk := range t.refKeys {
 		if rk == k && t.sizeOf(r) > n {
 			n = t.sizeOf(r)
 			t.poolRefs[k] = r
 		}
 	}
-	t.defMu.Unlock()
 	t.pool.SetSize(k, n)
-	return k, nil
+}
+
+// nameOf is the name ref's image was resolved from ("": the default's).
+func (t *Tier) nameOf(ref string) string {
+	t.defMu.Lock()
+	defer t.defMu.Unlock()
+	if n := t.refNames[ref]; n != "" {
+		return n
+	}
+	return ref
+}
+
+// appendName adds name to names once, keeping them sorted.
+func appendName(names []string, name string) []string {
+	if name == "" || slices.Contains(names, name) {
+		return names
+	}
+	names = append(names, name)
+	slices.Sort(names)
+	return names
 }
 
 // known returns the pool key of ref's image once it is known.
@@ -140,14 +189,18 @@ func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 	o := startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true}
 	if t.images != nil {
 		t.defMu.Lock()
-		ref := t.poolRefs[k]
+		ref, ok := t.poolRefs[k]
 		t.defMu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("starting sandbox: no image names the pool of %s now", k.digest)
+		}
 		img, release, err := t.images.Acquire(ctx, ref)
 		if err != nil {
 			return nil, fmt.Errorf("starting sandbox: %w", err)
 		}
 		if img.Digest != k.digest {
 			release()
+			t.follow(ref, img) // the pool moves with the name
 			return nil, fmt.Errorf("starting sandbox: image %q is %s, not the pool's %s", ref, img.Digest, k.digest)
 		}
 		o.img, o.releaseImage = img, release

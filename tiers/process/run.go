@@ -76,6 +76,9 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	key := poolKey{}
 	if img != nil {
 		key.digest = img.Digest
+		if sess == nil {
+			t.follow(job.Image, img) // a pooled name may have moved to a new image
+		}
 	}
 	scratchMB := job.Grants.FS.ScratchMB
 	if scratchMB == 0 {

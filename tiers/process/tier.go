@@ -128,6 +128,7 @@ type Tier struct {
 	defLearn sync.Mutex // one learner at a time
 	defMu    sync.Mutex
 	refKeys  map[string]poolKey // each pooled reference's key ("": the default image)
+	refNames map[string]string  // each pooled reference's image as named (the default's by its name)
 	poolRefs map[poolKey]string // the reference each key's sandboxes acquire
 	// stage is the configured stage binary; nil: discovered at the first
 	// start (see stageBin).
@@ -195,7 +196,7 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 	if t.Available() == nil {
 		sweepOnce(cfg.baseDir)
 		if refs := t.pooledRefs(); len(refs) > 0 {
-			t.refKeys, t.poolRefs = map[string]poolKey{}, map[poolKey]string{}
+			t.refKeys, t.refNames, t.poolRefs = map[string]poolKey{}, map[string]string{}, map[poolKey]string{}
 			t.pool = newPool(poolKey{}, 0, t.startPooled,
 				func(sb *sandbox) bool { return !exitedCh(sb.waitCh) },
 				t.destroy, nil)
@@ -331,8 +332,8 @@ var _ airlock.Pooler = (*Tier)(nil)
 
 // PoolStats returns the warm pool's counters (airlock.Pooler): the totals
 // and, per image digest ("host" for the host view), each configured
-// image's; zero without a pool. An image not resolved yet counts in Size
-// only.
+// image's, with the names that configured it; zero without a pool. An
+// image not resolved yet counts in Size only.
 func (t *Tier) PoolStats() airlock.PoolStats {
 	if t.pool == nil {
 		return airlock.PoolStats{}
@@ -348,10 +349,13 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 		if name == "" {
 			name = image.Host
 		}
-		if _, done := tot.Images[name]; done {
-			continue // two references naming one image
+		if st, done := tot.Images[name]; done {
+			st.Names = appendName(st.Names, t.nameOf(ref))
+			tot.Images[name] = st // two references naming one image
+			continue
 		}
 		st := t.pool.Stats(k).PoolStats()
+		st.Names = appendName(nil, t.nameOf(ref))
 		tot.Images[name] = st
 		tot.Size += st.Size
 		tot.Ready += st.Ready

@@ -39,20 +39,28 @@ type Resolver struct {
 	held    int
 	derived string
 	builds  map[string]int
+	adds    map[string]int
 }
 
 // New returns an empty resolver whose derived artefacts live in a
 // directory of the test's.
 func New(t testing.TB) *Resolver {
-	return &Resolver{images: map[string]*image.Image{}, derived: t.TempDir(), builds: map[string]int{}}
+	return &Resolver{images: map[string]*image.Image{}, derived: t.TempDir(), builds: map[string]int{}, adds: map[string]int{}}
 }
 
 // Add registers root as image name, with a digest made from the name, and
-// makes it the default when it is the first.
+// makes it the default when it is the first. Adding a name again moves it
+// to the new image, under a digest of its own, as a catalogue name moves
+// when its image is rebuilt.
 func (r *Resolver) Add(name, root string, cfg image.Config) *image.Image {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sum := sha256.Sum256([]byte(name))
+	seed := name
+	if n := r.adds[name]; n > 0 {
+		seed = fmt.Sprintf("%s\x00%d", name, n)
+	}
+	r.adds[name]++
+	sum := sha256.Sum256([]byte(seed))
 	img := &image.Image{Ref: name, Digest: "sha256:" + hex.EncodeToString(sum[:]), Root: root, Config: cfg}
 	r.images[name] = img
 	if r.def == "" {
