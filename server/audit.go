@@ -178,9 +178,10 @@ type auditor struct {
 
 // commit is the fate of the records one write carries.
 type commit struct {
-	done bool
-	err  error
-	runs bool // some record is of a run (not of a refusal)
+	done  bool
+	err   error
+	runs  bool   // some record is of a run (not of a refusal)
+	first uint64 // the seq of the write's first record
 }
 
 // ring keeps a tenant's latest records without copying on each add.
@@ -231,6 +232,14 @@ const maxSpare = 1 << 20
 // returning once the line is written, or with the error that kept it
 // from being written.
 func (a *auditor) add(r Record) error {
+	_, err := a.addSeq(r)
+	return err
+}
+
+// addSeq is add, also returning the record's seq in the hash chain (0
+// when there is no trail or the write failed), by which the console
+// finds the line again.
+func (a *auditor) addSeq(r Record) (uint64, error) {
 	if r.Replica == "" {
 		r.Replica = a.replica
 	}
@@ -254,15 +263,16 @@ func (a *auditor) add(r Record) error {
 	}
 	rg.add(r, a.keep)
 	if line == nil {
-		return nil
+		return 0, nil
 	}
 	if encErr != nil {
 		err := fmt.Errorf("audit record: %w", encErr)
 		a.failed1(err)
-		return err
+		return 0, err
 	}
 	a.pending = append(a.pending, *line...)
 	a.ends = append(a.ends, len(a.pending))
+	at := uint64(len(a.ends)) // this record's place in the write
 	c := a.cur
 	c.runs = c.runs || r.Tier != "" // refusals reach no tier
 	for !c.done {
@@ -272,7 +282,10 @@ func (a *auditor) add(r Record) error {
 		}
 		a.lead()
 	}
-	return c.err
+	if c.err != nil {
+		return 0, c.err
+	}
+	return c.first + at - 1, nil
 }
 
 // lead writes everything pending, with mu held on entry and on return.
@@ -288,6 +301,7 @@ func (a *auditor) lead() {
 	a.writes++
 	a.mu.Unlock()
 	next := a.chain
+	c.first = next.seq + 1
 	out := a.out[:0]
 	start := 0
 	for _, end := range ends {

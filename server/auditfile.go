@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -126,6 +127,10 @@ type auditFile struct {
 	size    int64     // bytes of whole lines in f
 	started time.Time // when f was started, for max_age
 	dirty   bool      // f may hold a part of a failed write past size
+	// rotating is held while the file is renamed aside and old ones
+	// pruned, and read-held by a reader opening the files, so that a
+	// reader misses no file between listing and opening them.
+	rotating sync.RWMutex
 }
 
 // openAuditFile opens the trail at path and finds where its chain stands:
@@ -268,6 +273,8 @@ func (af *auditFile) write(b []byte) error {
 
 // rotate renames the file aside, starts a new one and applies retention.
 func (af *auditFile) rotate() error {
+	af.rotating.Lock()
+	defer af.rotating.Unlock()
 	if err := af.f.Close(); err != nil {
 		af.f = nil
 		return err

@@ -101,6 +101,7 @@ type decision struct {
 // (outputs truncated) when there was one.
 type keptRun struct {
 	ID  int64
+	Seq uint64 // the record's seq in the audit file (0: none)
 	Rec Record
 	Res *airlock.Result
 }
@@ -131,9 +132,9 @@ func (c *console) changes() <-chan struct{} {
 	return c.change
 }
 
-// ran keeps an audit record, and the result it came from, for the runs
-// page.
-func (c *console) ran(rec Record, res *airlock.Result) {
+// ran keeps an audit record, its seq in the trail and the result it came
+// from, for the runs page.
+func (c *console) ran(rec Record, seq uint64, res *airlock.Result) {
 	if c == nil {
 		return
 	}
@@ -151,7 +152,7 @@ func (c *console) ran(rec Record, res *airlock.Result) {
 	c.mu.Lock()
 	c.nextRun++
 	// A ring: this is on every run's path, so no copying of the rest.
-	k := keptRun{ID: c.nextRun, Rec: rec, Res: res}
+	k := keptRun{ID: c.nextRun, Seq: seq, Rec: rec, Res: res}
 	if len(c.runs) < maxKeptRuns {
 		c.runs = append(c.runs, k)
 	} else {
@@ -252,8 +253,8 @@ func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, d
 	}
 	rec := Record{Time: now.UTC(), Tenant: p.tenant.Name, Request: "approval", Digest: d, Approval: p.rule,
 		Approver: approver, Reason: reason, Tier: p.tier, Image: p.job.Image, Grants: p.job.Grants, Limits: p.job.Limits, Outcome: out}
-	s.audit.add(rec)
-	c.ran(rec, nil)
+	seq, _ := s.audit.addSeq(rec)
+	c.ran(rec, seq, nil)
 	c.changed()
 	return dc
 }
@@ -321,6 +322,8 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.Handle("GET /console/audit", s.signedIn(s.consoleAudit))
 	m.Handle("GET /console/runs/{id}", s.signedIn(s.consoleRun))
 	m.Handle("GET /console/runs/{id}/record", s.signedIn(s.consoleRecord))
+	m.Handle("GET /console/records/{seq}", s.signedIn(s.consoleTrailRecord))
+	m.Handle("GET /console/records/{seq}/line", s.signedIn(s.consoleTrailLine))
 	m.Handle("/console/", consoleHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		consoleError(w, http.StatusNotFound, "No such page.")
 	})))

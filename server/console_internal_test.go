@@ -13,7 +13,7 @@ func TestConsoleKeepsTheLatestRuns(t *testing.T) {
 	c := newConsole()
 	const n = maxKeptRuns + 44
 	for i := 1; i <= n; i++ {
-		c.ran(Record{Tenant: "a"}, &airlock.Result{Stdout: strings.Repeat("x", maxKeptOutput+1)})
+		c.ran(Record{Tenant: "a"}, 0, &airlock.Result{Stdout: strings.Repeat("x", maxKeptOutput+1)})
 	}
 	kept := c.keptRuns()
 	if len(kept) != maxKeptRuns || kept[0].ID != n-maxKeptRuns+1 || kept[len(kept)-1].ID != n {

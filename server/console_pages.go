@@ -3,9 +3,12 @@ package server
 import (
 	"cmp"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -451,6 +454,9 @@ func (s *Server) consoleDecide(w http.ResponseWriter, r *http.Request, v *viewer
 
 type runRow struct {
 	ID       int64
+	Seq      uint64 // in the audit file (0: none)
+	Link     string // the record's page
+	Label    string // how the record is named in lists
 	Time     time.Time
 	Tenant   string
 	Request  string
@@ -463,9 +469,13 @@ type runRow struct {
 	Error    shown
 }
 
-func rowOf(k keptRun) runRow {
+func rowOf(k keptRun, link string) runRow {
 	rec := k.Rec
-	return runRow{ID: k.ID, Time: rec.Time, Tenant: rec.Tenant, Request: rec.Request, Tier: rec.Tier, Outcome: rec.Outcome,
+	label := strconv.FormatInt(k.ID, 10)
+	if k.Seq > 0 && strings.HasPrefix(link, "/console/records/") {
+		label = "#" + strconv.FormatUint(k.Seq, 10)
+	}
+	return runRow{ID: k.ID, Seq: k.Seq, Link: link, Label: label, Time: rec.Time, Tenant: rec.Tenant, Request: rec.Request, Tier: rec.Tier, Outcome: rec.Outcome,
 		Stale: strings.Contains(rec.Error, approve.Stale), Approver: rec.Approver, Reason: visible(rec.Reason, 200),
 		Digest: rec.Digest, Error: visible(rec.Error, 300)}
 }
@@ -481,46 +491,86 @@ func (s *Server) runsOf(v *viewer, d approve.Digest) []runRow {
 			continue
 		}
 		if k.Rec.Request != "approval" && k.Rec.Digest == d || strings.Contains(k.Rec.Error, "approved "+string(d)) {
-			out = append(out, rowOf(k))
+			out = append(out, rowOf(k, s.keptLink(k)))
 		}
 	}
 	return out
 }
 
+// keptLink is the page of a kept run: its record in the audit file when
+// there is one, else the console's own copy.
+func (s *Server) keptLink(k keptRun) string {
+	if k.Seq > 0 && s.audit.file != nil {
+		return recordLink(k.Seq)
+	}
+	return "/console/runs/" + strconv.FormatInt(k.ID, 10)
+}
+
 func (s *Server) consoleAudit(w http.ResponseWriter, r *http.Request, v *viewer) {
 	q := r.URL.Query()
-	tenant, tier, out := q.Get("tenant"), q.Get("tier"), q.Get("outcome")
-	since, errSince := parseWhen(q.Get("since"))
-	until, errUntil := parseWhen(q.Get("until"))
+	aq := auditQuery{tenant: q.Get("tenant"), tier: q.Get("tier"), outcome: q.Get("outcome")}
+	var errSince, errUntil, errBefore error
+	aq.since, errSince = parseWhen(q.Get("since"))
+	aq.until, errUntil = parseWhen(q.Get("until"))
+	if b := q.Get("before"); b != "" {
+		aq.before, errBefore = strconv.ParseUint(b, 10, 64)
+	}
 	var problem string
-	if errSince != nil || errUntil != nil {
+	switch {
+	case errSince != nil || errUntil != nil:
 		problem = "Times are YYYY-MM-DDTHH:MM, in UTC."
+	case errBefore != nil:
+		problem = "That page of the trail does not exist; showing the newest records."
+		aq.before = 0
 	}
-	var rows []runRow
-	s.console.mu.Lock()
-	kept := s.console.keptRuns()
-	for i := len(kept) - 1; i >= 0; i-- {
-		k := kept[i]
-		rec := &k.Rec
-		switch {
-		case !v.mayName(rec.Tenant),
-			tenant != "" && rec.Tenant != tenant,
-			tier != "" && rec.Tier != tier,
-			out != "" && !strings.HasPrefix(rec.Outcome, out),
-			!since.IsZero() && rec.Time.Before(since),
-			!until.IsZero() && rec.Time.After(until):
-			continue
+	var page trailPage
+	fromFile := s.audit.file != nil
+	if fromFile {
+		var err error
+		if page, err = s.searchTrail(v, aq, auditPageSize); err != nil {
+			consoleError(w, http.StatusInternalServerError, "The audit files could not be read.")
+			return
 		}
-		rows = append(rows, rowOf(k))
+	} else {
+		page.Rows = s.keptRows(v, aq)
 	}
-	s.console.mu.Unlock()
+	// The links to the newest and the next older page keep the search.
+	nq := url.Values{}
+	for _, k := range []string{"tenant", "tier", "outcome", "since", "until"} {
+		if q.Get(k) != "" {
+			nq.Set(k, q.Get(k))
+		}
+	}
+	var newer, older string
+	if aq.before > 0 {
+		newer = "/console/audit?" + nq.Encode()
+	}
+	if page.Older > 0 {
+		nq.Set("before", strconv.FormatUint(page.Older, 10))
+		older = "/console/audit?" + nq.Encode()
+	}
 	var names []string
 	for _, t := range v.tenants {
 		names = append(names, t.Name)
 	}
-	render(w, "audit.html", map[string]any{"Title": "Audit and runs", "V": v, "Rows": rows, "Tenants": names,
-		"Tenant": tenant, "Tier": tier, "Outcome": out, "Since": q.Get("since"), "Until": q.Get("until"), "Problem": problem,
-		"Chart": s.latencyChart()})
+	render(w, "audit.html", map[string]any{"Title": "Audit and runs", "V": v, "Rows": page.Rows, "Tenants": names,
+		"Tenant": aq.tenant, "Tier": aq.tier, "Outcome": aq.outcome, "Since": q.Get("since"), "Until": q.Get("until"), "Problem": problem,
+		"FromFile": fromFile, "Older": older, "Newer": newer, "Unread": page.Unread, "Chart": s.latencyChart()})
+}
+
+// keptRows searches the records the console keeps in memory, for a
+// server without an audit file.
+func (s *Server) keptRows(v *viewer, aq auditQuery) []runRow {
+	var rows []runRow
+	s.console.mu.Lock()
+	defer s.console.mu.Unlock()
+	kept := s.console.keptRuns()
+	for i := len(kept) - 1; i >= 0; i-- {
+		if k := kept[i]; aq.match(v, &k.Rec) {
+			rows = append(rows, rowOf(k, s.keptLink(k)))
+		}
+	}
+	return rows
 }
 
 func parseWhen(s string) (time.Time, error) {
@@ -570,10 +620,86 @@ func (s *Server) consoleRun(w http.ResponseWriter, r *http.Request, v *viewer) {
 		consoleError(w, http.StatusNotFound, "No such run for your tenants (the console keeps the latest runs only; the audit file keeps all).")
 		return
 	}
-	data := map[string]any{"Title": fmt.Sprintf("Run %d", k.ID), "V": v, "Row": rowOf(k), "Rec": k.Rec,
-		"NotReplayable": replayable(&k.Rec), "Limits": limitWords(k.Rec.Limits), "Grants": grantWords(approve.DisplayOf(&airlock.Job{Grants: k.Rec.Grants}, "", "").Grants)}
+	s.renderRecord(w, v, k, fmt.Sprintf("Run %d", k.ID), "", fmt.Sprintf("/console/runs/%d/record", k.ID), fmt.Sprintf("airlock-record-%d.jsonl", k.ID))
+}
+
+// consoleTrailRecord shows record seq as the audit file holds it, with
+// the run's result when the console still keeps it.
+func (s *Server) consoleTrailRecord(w http.ResponseWriter, r *http.Request, v *viewer) {
+	seq, rec, path, n, _, ok := s.trailRecord(w, r, v)
+	if !ok {
+		return
+	}
+	k := keptRun{Seq: seq, Rec: rec}
+	s.console.mu.Lock()
+	for _, kr := range s.console.keptRuns() {
+		if kr.Seq == seq && kr.Rec.Tenant == rec.Tenant {
+			k.ID, k.Res = kr.ID, kr.Res
+		}
+	}
+	s.console.mu.Unlock()
+	s.renderRecord(w, v, k, fmt.Sprintf("Record %d", seq), fmt.Sprintf("%s:%d", path, n),
+		recordLink(seq)+"/line", fmt.Sprintf("airlock-record-%d.jsonl", seq))
+}
+
+// consoleTrailLine downloads record seq's line as the audit file holds
+// it (with its place in the hash chain), for `airlock replay`.
+func (s *Server) consoleTrailLine(w http.ResponseWriter, r *http.Request, v *viewer) {
+	seq, _, _, _, line, ok := s.trailRecord(w, r, v)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="airlock-record-%d.jsonl"`, seq))
+	_, _ = w.Write(append(line, '\n'))
+}
+
+// trailRecord reads the record the path names from the audit files, if
+// it is of one of the viewer's tenants; otherwise it answers the request.
+func (s *Server) trailRecord(w http.ResponseWriter, r *http.Request, v *viewer) (seq uint64, rec Record, path string, n int, line []byte, ok bool) {
+	const missing = "No such record for your tenants in the audit files."
+	if s.audit.file == nil {
+		consoleError(w, http.StatusNotFound, "This server writes no audit file; the audit page lists the runs the console keeps.")
+		return
+	}
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil {
+		consoleError(w, http.StatusNotFound, missing)
+		return
+	}
+	path, n, line, err = s.trailLine(seq)
+	switch {
+	case errors.Is(err, errNoRecord):
+		consoleError(w, http.StatusNotFound, missing)
+		return
+	case err != nil:
+		consoleError(w, http.StatusInternalServerError, "The audit files could not be read.")
+		return
+	}
+	if json.Unmarshal(line, &rec) != nil || !v.mayName(rec.Tenant) {
+		// Another tenant's record is answered as a missing one.
+		consoleError(w, http.StatusNotFound, missing)
+		return
+	}
+	return seq, rec, path, n, line, true
+}
+
+// renderRecord shows a record: ref is its FILE:N in the audit files ("":
+// none), download where its line is fetched as file.
+func (s *Server) renderRecord(w http.ResponseWriter, v *viewer, k keptRun, title, ref, download, file string) {
+	data := map[string]any{"Title": title, "V": v, "Row": rowOf(k, ""), "Rec": k.Rec,
+		"NotReplayable": replayable(&k.Rec), "Limits": limitWords(k.Rec.Limits), "Grants": grantWords(approve.DisplayOf(&airlock.Job{Grants: k.Rec.Grants}, "", "").Grants),
+		"Download": download, "File": file}
+	if ref != "" {
+		data["Ref"] = shellQuote(ref)
+	}
 	if k.Res != nil {
 		res := k.Res
+		if res.Value != nil {
+			if b, err := json.Marshal(res.Value); err == nil {
+				data["Value"] = visibleText(string(b))
+			}
+		}
 		data["Stdout"] = visibleText(res.Stdout)
 		data["Stderr"] = visibleText(res.Stderr)
 		var files []fileView

@@ -357,8 +357,8 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
-	_ = s.audit.add(rec) // a refusal either way; a failure is counted and logged
-	s.console.ran(rec, nil)
+	seq, _ := s.audit.addSeq(rec) // a refusal either way; a failure is counted and logged
+	s.console.ran(rec, seq, nil)
 }
 
 func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error) {
@@ -489,8 +489,8 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 		kept.Grants = rec.Grants
 		rec.Job = &kept
 	}
-	err := s.audit.add(rec)
-	s.console.ran(rec, res)
+	seq, err := s.audit.addSeq(rec)
+	s.console.ran(rec, seq, res)
 	return err
 }
 
