@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -410,4 +411,57 @@ func TestConsoleBrowserCrossSite(t *testing.T) {
 	if st, _ := f.decision(keyA, d); st != "pending" {
 		t.Errorf("a cross-site post decided the job: %s", st)
 	}
+}
+
+// TestConsoleBrowserAuditFiles: in the browser, the audit page lists the
+// approver's tenants' records from the audit files a page at a time; a
+// record's page gives the FILE:N of its line, and its download link
+// fetches that line as written.
+func TestConsoleBrowserAuditFiles(t *testing.T) {
+	dir := t.TempDir()
+	f := newFileFixture(t, dir, 8<<10)
+	for i := range 55 {
+		if r := f.do("POST", "/v1/run", keyA, xJob(i)); r.status != 200 {
+			t.Fatalf("run %d: %d %s", i, r.status, r.body)
+		}
+		if i%5 == 0 {
+			if r := f.do("POST", "/v1/run", keyB, xJob(1000+i)); r.status != 200 {
+				t.Fatalf("run b %d: %d %s", i, r.status, r.body)
+			}
+		}
+	}
+	b := newBrowser(t, f)
+	b.signIn(keyApprover)
+	b.open("/console/audit")
+	tenants := `[...document.querySelectorAll("td[data-label=Tenant]")].map(e => e.textContent).join("")`
+	if got := b.eval(tenants); got != strings.Repeat("a", 50) {
+		t.Errorf("the first page lists tenants %q, want 50 of a's", got)
+	}
+	b.screenshot("console-audit-files.png")
+	b.clean("audit, newest page")
+	b.run(chromedp.Click(chromedp.ID("older")), chromedp.WaitVisible(chromedp.ID("newest")))
+	if got := b.eval(tenants); got != "aaaaa" {
+		t.Errorf("the older page lists tenants %q, want 5 of a's", got)
+	}
+	b.clean("audit, older page")
+	// The oldest record: xJob(0), in the first (rotated) file.
+	b.run(chromedp.Click(chromedp.CSS(`tbody tr:last-child a[href^="/console/records/"]`)), chromedp.WaitVisible(chromedp.ID("replay-ref")))
+	ref := strings.TrimPrefix(b.eval(`document.getElementById("replay-ref").textContent`), "airlock replay ")
+	i := strings.LastIndexByte(ref, ':')
+	n, err := strconv.Atoi(ref[i+1:])
+	files := trailFiles(t, dir)
+	if err != nil || i < 0 || ref[:i] != files[0] {
+		t.Fatalf("the replay reference %q is not a line of the oldest file %s", ref, files[0])
+	}
+	want := readLinesOf(t, files[0])[n-1]
+	if rec, err := server.ParseRecord([]byte(want)); err != nil || rec.Tenant != "a" || fmt.Sprint(rec.Job.Input["x"]) != "0" {
+		t.Errorf("%s is not the record of the first run: %v %s", ref, err, want)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
+	defer cancel()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch(document.getElementById("record-download").href).then(r => r.text())`, chromedp.EvalAwaitPromise))
+	if err != nil || got != want+"\n" {
+		t.Errorf("the download fetched %q (%v), want line %d of %s: %q", got, err, n, files[0], want)
+	}
+	b.clean("record")
 }
