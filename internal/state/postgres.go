@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -55,6 +56,30 @@ var migrations = []string{
 		created timestamptz NOT NULL
 	);
 	CREATE INDEX airlock_pending_created ON airlock_pending (created);`,
+	`CREATE TABLE airlock_bucket (
+		tenant text PRIMARY KEY,
+		tokens double precision NOT NULL,
+		at timestamptz NOT NULL,
+		granted integer NOT NULL
+	);
+	CREATE TABLE airlock_slots (
+		tenant text NOT NULL,
+		replica text NOT NULL,
+		held integer NOT NULL,
+		lease_until timestamptz NOT NULL,
+		PRIMARY KEY (tenant, replica)
+	);
+	CREATE INDEX airlock_slots_replica ON airlock_slots (replica);
+	CREATE TABLE airlock_decisions (
+		digest text PRIMARY KEY,
+		tenant text NOT NULL,
+		approver text NOT NULL,
+		reason text NOT NULL,
+		denied boolean NOT NULL,
+		expires timestamptz NOT NULL,
+		at timestamptz NOT NULL
+	);
+	CREATE INDEX airlock_decisions_at ON airlock_decisions (at);`,
 }
 
 // migrationLock is the advisory lock key replicas take while migrating,
@@ -139,40 +164,100 @@ func (p *postgres) Redeem(ctx context.Context, r Redemption) (bool, error) {
 	return tag.RowsAffected() == 1, nil
 }
 
-func (p *postgres) Lease(ctx context.Context, tenant string, start time.Time, want, limit int) (int, error) {
+// refilled is the bucket's content at the statement's time: $2 is the
+// burst, $3 the runs per minute. The database's clock times the bucket,
+// so replicas' clocks need not agree on it.
+const refilled = `LEAST($2::float8, b.tokens + GREATEST(0, extract(epoch FROM now() - b.at)::float8) * $3::float8 / 60)`
+
+func (p *postgres) Lease(ctx context.Context, tenant string, want int, bd Budget) (int, error) {
 	// The row lock taken by the upsert serialises replicas leasing from
-	// one window; granted is what this statement added.
+	// one bucket; granted is what this statement took.
+	grant := `GREATEST(0, LEAST($4::int, floor(` + refilled + `)::int))`
 	var granted int
-	err := p.pool.QueryRow(ctx, `INSERT INTO airlock_quota AS q (tenant, window_start, used, granted)
-		VALUES ($1, $2, LEAST($3::int, $4::int), LEAST($3::int, $4::int))
-		ON CONFLICT (tenant, window_start) DO UPDATE
-		SET granted = GREATEST(0, LEAST($3::int, $4::int - q.used)), used = q.used + GREATEST(0, LEAST($3::int, $4::int - q.used))
-		RETURNING granted`, tenant, start.UTC(), want, limit).Scan(&granted)
+	err := p.pool.QueryRow(ctx, `INSERT INTO airlock_bucket AS b (tenant, tokens, at, granted)
+		VALUES ($1, $2::float8 - LEAST($4::int, $2::int), now(), LEAST($4::int, $2::int))
+		ON CONFLICT (tenant) DO UPDATE
+		SET granted = `+grant+`, tokens = `+refilled+` - `+grant+`, at = GREATEST(b.at, now())
+		RETURNING granted`, tenant, bd.Burst, bd.PerMinute, max(0, want)).Scan(&granted)
 	if err != nil {
 		return 0, fmt.Errorf("state: leasing runs: %w", err)
 	}
 	return granted, nil
 }
 
-func (p *postgres) Return(ctx context.Context, tenant string, start time.Time, n int) error {
-	_, err := p.pool.Exec(ctx, `UPDATE airlock_quota SET used = GREATEST(0, used - $3)
-		WHERE tenant = $1 AND window_start = $2`, tenant, start.UTC(), n)
+func (p *postgres) Return(ctx context.Context, tenant string, n int, bd Budget) error {
+	_, err := p.pool.Exec(ctx, `UPDATE airlock_bucket AS b SET tokens = LEAST($2::float8, `+refilled+` + $4::int), at = GREATEST(b.at, now())
+		WHERE tenant = $1`, tenant, bd.Burst, bd.PerMinute, n)
 	if err != nil {
 		return fmt.Errorf("state: returning runs: %w", err)
 	}
 	return nil
 }
 
-func (p *postgres) PutSession(ctx context.Context, s Session) error {
-	_, err := p.pool.Exec(ctx, `INSERT INTO airlock_sessions (id, tenant, tier, replica, addr, lease_until)
+func (p *postgres) HoldSlots(ctx context.Context, h Hold) (int, error) {
+	var granted int
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// One tenant's holds change one transaction at a time: the sum
+		// read below stays true until the commit.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('airlock_slots/' || $1, 0))`, h.Tenant); err != nil {
+			return err
+		}
+		var others int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(held), 0)::int FROM airlock_slots
+			WHERE tenant = $1 AND replica <> $2 AND lease_until >= $3`, h.Tenant, h.Replica, h.Now).Scan(&others); err != nil {
+			return err
+		}
+		granted = max(0, min(h.Want, h.Limit-others-h.Held))
+		_, err := tx.Exec(ctx, `INSERT INTO airlock_slots (tenant, replica, held, lease_until) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (tenant, replica) DO UPDATE SET held = excluded.held, lease_until = excluded.lease_until`,
+			h.Tenant, h.Replica, h.Held+granted, h.Until)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("state: holding run slots: %w", err)
+	}
+	return granted, nil
+}
+
+func (p *postgres) PutSession(ctx context.Context, s Session, limit int, now time.Time) (bool, error) {
+	put := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
+		_, err := q.Exec(ctx, `INSERT INTO airlock_sessions (id, tenant, tier, replica, addr, lease_until)
 		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, tier = excluded.tier,
 		replica = excluded.replica, addr = excluded.addr, lease_until = excluded.lease_until`,
-		s.ID, s.Tenant, s.Tier, s.Replica, s.Addr, s.Until)
-	if err != nil {
-		return fmt.Errorf("state: registering session: %w", err)
+			s.ID, s.Tenant, s.Tier, s.Replica, s.Addr, s.Until)
+		return err
 	}
-	return nil
+	if limit <= 0 {
+		if err := put(p.pool); err != nil {
+			return false, fmt.Errorf("state: registering session: %w", err)
+		}
+		return true, nil
+	}
+	ok := false
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// A tenant's sessions are counted and added one transaction at a
+		// time, so that replicas opening at once cannot pass the limit.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('airlock_sessions/' || $1, 0))`, s.Tenant); err != nil {
+			return err
+		}
+		var live int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM airlock_sessions
+			WHERE tenant = $1 AND lease_until >= $2 AND id <> $3`, s.Tenant, now, s.ID).Scan(&live); err != nil {
+			return err
+		}
+		if live >= limit {
+			return nil
+		}
+		ok = true
+		return put(tx)
+	})
+	if err != nil {
+		return false, fmt.Errorf("state: registering session: %w", err)
+	}
+	return ok, nil
 }
 
 func (p *postgres) Session(ctx context.Context, id string) (Session, bool, error) {
@@ -190,6 +275,9 @@ func (p *postgres) Session(ctx context.Context, id string) (Session, bool, error
 
 func (p *postgres) Renew(ctx context.Context, replica string, until time.Time) error {
 	_, err := p.pool.Exec(ctx, `UPDATE airlock_sessions SET lease_until = $2 WHERE replica = $1`, replica, until)
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `UPDATE airlock_slots SET lease_until = $2 WHERE replica = $1`, replica, until)
+	}
 	if err != nil {
 		return fmt.Errorf("state: renewing sessions: %w", err)
 	}
@@ -233,6 +321,38 @@ func (p *postgres) Pending(ctx context.Context, since time.Time) ([]Pending, err
 	return out, nil
 }
 
+func (p *postgres) Decide(ctx context.Context, d Decision, overwrite bool) (bool, error) {
+	q := `INSERT INTO airlock_decisions (digest, tenant, approver, reason, denied, expires, at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO NOTHING`
+	if overwrite {
+		q = `INSERT INTO airlock_decisions (digest, tenant, approver, reason, denied, expires, at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO UPDATE SET tenant = excluded.tenant,
+		approver = excluded.approver, reason = excluded.reason, denied = excluded.denied, expires = excluded.expires, at = excluded.at`
+	}
+	tag, err := p.pool.Exec(ctx, q, d.Digest, d.Tenant, d.Approver, d.Reason, d.Denied, d.Expires, d.At)
+	if err != nil {
+		return false, fmt.Errorf("state: recording a decision: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (p *postgres) Decisions(ctx context.Context, since time.Time) ([]Decision, error) {
+	rows, err := p.pool.Query(ctx, `SELECT digest, tenant, approver, reason, denied, expires, at FROM airlock_decisions
+		WHERE at >= $1 ORDER BY at LIMIT 4096`, since)
+	if err != nil {
+		return nil, fmt.Errorf("state: listing decisions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Decision, error) {
+		var d Decision
+		err := r.Scan(&d.Digest, &d.Tenant, &d.Approver, &d.Reason, &d.Denied, &d.Expires, &d.At)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: listing decisions: %w", err)
+	}
+	return out, nil
+}
+
 func (p *postgres) AddRecords(ctx context.Context, recs []Record) error {
 	rows := make([][]any, len(recs))
 	for i, r := range recs {
@@ -272,6 +392,15 @@ func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
 	}
 	if err == nil {
 		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_quota WHERE window_start < $1`, now.Add(-2*time.Minute))
+	}
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_decisions WHERE at < $1`, now.Add(-24*time.Hour))
+	}
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_bucket WHERE at < $1`, now.Add(-10*time.Minute))
+	}
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_slots WHERE lease_until < $1`, now.Add(-time.Hour))
 	}
 	if err == nil {
 		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_sessions WHERE lease_until < $1`, now.Add(-time.Hour))

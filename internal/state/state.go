@@ -18,17 +18,26 @@ type Store interface {
 	// Redeem marks an approval token used and reports whether this call
 	// did it: a token is redeemed at most once, across every replica.
 	Redeem(ctx context.Context, r Redemption) (bool, error)
-	// Lease takes up to want runs of the tenant's budget of limit runs in
-	// the window (a minute, named by its start) and returns how many it
-	// got: 0 when the budget is spent.
-	Lease(ctx context.Context, tenant string, window time.Time, want, limit int) (int, error)
-	// Return gives n leased, unused runs of the window back.
-	Return(ctx context.Context, tenant string, window time.Time, n int) error
-	// PutSession registers (or re-registers) a session.
-	PutSession(ctx context.Context, s Session) error
+	// Lease takes up to want runs from the tenant's budget, a token bucket
+	// shared by every replica, and returns how many it got: 0 when the
+	// bucket is empty.
+	Lease(ctx context.Context, tenant string, want int, b Budget) (int, error)
+	// Return puts n leased, unused runs back into the bucket (never above
+	// its burst).
+	Return(ctx context.Context, tenant string, n int, b Budget) error
+	// HoldSlots sets what the replica holds of the tenant's limit of runs
+	// in flight: h.Held, plus up to h.Want more while every replica's
+	// holds that have not lapsed at h.Now leave room. It returns how many
+	// more it got (Want 0 only sets the hold, to give slots back). The
+	// hold lasts until h.Until; Renew extends it.
+	HoldSlots(ctx context.Context, h Hold) (int, error)
+	// PutSession registers (or re-registers) a session. With limit > 0 a
+	// new session is registered only while its tenant has fewer than
+	// limit sessions whose lease holds at now; ok reports whether it was.
+	PutSession(ctx context.Context, s Session, limit int, now time.Time) (ok bool, err error)
 	// Session finds a registered session; ok is false when there is none.
 	Session(ctx context.Context, id string) (s Session, ok bool, err error)
-	// Renew extends the lease of every session the replica owns.
+	// Renew extends the lease of every session and slot the replica holds.
 	Renew(ctx context.Context, replica string, until time.Time) error
 	// DropSession forgets a closed session.
 	DropSession(ctx context.Context, id string) error
@@ -36,6 +45,12 @@ type Store interface {
 	PutPending(ctx context.Context, p Pending) error
 	// Pending lists the approval requests made since since.
 	Pending(ctx context.Context, since time.Time) ([]Pending, error)
+	// Decide records an approver's decision. Without overwrite a digest
+	// already decided is left as it is and ok is false: across every
+	// replica, the first decision stands.
+	Decide(ctx context.Context, d Decision, overwrite bool) (ok bool, err error)
+	// Decisions lists the decisions made since since.
+	Decisions(ctx context.Context, since time.Time) ([]Decision, error)
 	// AddRecords keeps audit records, for any replica to list.
 	AddRecords(ctx context.Context, recs []Record) error
 	// Records returns a tenant's newest records (at most limit), oldest
@@ -69,6 +84,39 @@ type Pending struct {
 	Rule    string
 	Job     []byte
 	Created time.Time
+}
+
+// Decision is an approver's answer to an approval request. It holds no
+// token: a replica issues the token again from the claims (digest,
+// tenant, expiry) with the approval key every replica shares.
+type Decision struct {
+	Digest   string
+	Tenant   string
+	Approver string
+	Reason   string
+	Denied   bool
+	Expires  time.Time
+	At       time.Time
+}
+
+// Hold is a replica's share of a tenant's runs in flight.
+type Hold struct {
+	Tenant, Replica   string
+	Held, Want, Limit int
+	Now, Until        time.Time
+}
+
+// Budget is a tenant's rate quota as a token bucket: PerMinute runs a
+// minute, at most Burst of them at once.
+type Budget struct{ PerMinute, Burst int }
+
+// BudgetOf is the bucket for perMinute runs a minute: a burst of a tenth
+// of the minute's runs (at least 1).
+func BudgetOf(perMinute int) Budget { return Budget{PerMinute: perMinute, Burst: max(1, perMinute/10)} }
+
+// refill is the bucket's content after elapsed, starting from tokens.
+func (b Budget) refill(tokens float64, elapsed time.Duration) float64 {
+	return min(float64(b.Burst), tokens+max(0, elapsed.Seconds())*float64(b.PerMinute)/60)
 }
 
 // Record is an audit record as the server encoded it (JSON).
@@ -107,6 +155,3 @@ func Open(ctx context.Context, setting string) (Store, error) {
 	}
 	return nil, ErrUnknownScheme
 }
-
-// Window is the start of the rate window t falls in.
-func Window(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }

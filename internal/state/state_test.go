@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,12 +98,17 @@ func TestRedeemOnce(t *testing.T) {
 	})
 }
 
-func TestLeaseNeverOverLimit(t *testing.T) {
+// Replicas leasing from one bucket at once never take more than it
+// holds: its burst, plus what refills while they lease.
+func TestLeaseNeverOverBudget(t *testing.T) {
 	stores(t, func(t *testing.T, open func() state.Store) {
 		a, b := open(), open()
-		w := state.Window(time.Now())
+		ctx := context.Background()
+		// 60 a minute: one a second refills, a burst of 40 is what counts.
+		bd := state.Budget{PerMinute: 60, Burst: 40}
 		var total atomic.Int64
 		var wg sync.WaitGroup
+		start := time.Now()
 		for i := range 10 {
 			s := a
 			if i%2 == 1 {
@@ -110,7 +116,7 @@ func TestLeaseNeverOverLimit(t *testing.T) {
 			}
 			wg.Go(func() {
 				for range 5 {
-					n, err := s.Lease(context.Background(), "t", w, 3, 40)
+					n, err := s.Lease(ctx, "t", 3, bd)
 					if err != nil {
 						t.Error(err)
 					}
@@ -119,17 +125,162 @@ func TestLeaseNeverOverLimit(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if total.Load() != 40 {
-			t.Fatalf("leased %d runs of a budget of 40", total.Load())
+		refill := int64(time.Since(start).Seconds()) + 1
+		if got := total.Load(); got < 40 || got > 40+refill {
+			t.Fatalf("leased %d runs from a bucket of 40 (refilling %d meanwhile)", got, refill)
 		}
-		if err := a.Return(context.Background(), "t", w, 5); err != nil {
+		// Spent: a second's refill at most, until runs come back.
+		n0, _ := b.Lease(ctx, "t", 40, bd)
+		if err := a.Return(ctx, "t", 5, bd); err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := b.Lease(context.Background(), "t", w, 10, 40); n != 5 {
-			t.Fatalf("after returning 5, leased %d", n)
+		if n, _ := b.Lease(ctx, "t", 40, bd); n < 5 || n0 > 2 || n > 7 {
+			t.Fatalf("after returning 5, leased %d (%d before)", n, n0)
 		}
-		if n, _ := b.Lease(context.Background(), "other", w, 10, 40); n != 10 {
+		if n, _ := b.Lease(ctx, "other", 10, bd); n != 10 {
 			t.Fatalf("another tenant's budget: leased %d", n)
+		}
+		// The bucket never holds more than its burst.
+		if err := a.Return(ctx, "other", 1000, bd); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := b.Lease(ctx, "other", 1000, bd); n != 40 {
+			t.Fatalf("a bucket given back more than it lent: leased %d of a burst of 40", n)
+		}
+	})
+}
+
+// Replicas holding slots of one tenant at once never hold more than its
+// limit together; a hold that lapsed (its replica died) frees its slots.
+func TestSlotsNeverOverLimit(t *testing.T) {
+	stores(t, func(t *testing.T, open func() state.Store) {
+		ctx := context.Background()
+		now := time.Now()
+		live := now.Add(time.Minute)
+		var mu sync.Mutex
+		held := map[string]int{}
+		var wg sync.WaitGroup
+		for i := range 6 {
+			s := open()
+			replica := string(rune('a' + i%3))
+			wg.Go(func() {
+				for range 5 {
+					mu.Lock() // one replica changes its own hold one call at a time
+					n, err := s.HoldSlots(ctx, state.Hold{Tenant: "t", Replica: replica, Held: held[replica], Want: 2, Limit: 10, Now: now, Until: live})
+					if err != nil {
+						t.Error(err)
+					}
+					held[replica] += n
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if sum := held["a"] + held["b"] + held["c"]; sum != 10 {
+			t.Fatalf("replicas hold %d slots of a limit of 10: %v", sum, held)
+		}
+		s := open()
+		// a gives two back; b takes them.
+		if n, err := s.HoldSlots(ctx, state.Hold{Tenant: "t", Replica: "a", Held: held["a"] - 2, Limit: 10, Now: now, Until: live}); err != nil || n != 0 {
+			t.Fatalf("giving back: %d %v", n, err)
+		}
+		if n, _ := s.HoldSlots(ctx, state.Hold{Tenant: "t", Replica: "b", Held: held["b"], Want: 5, Limit: 10, Now: now, Until: live}); n != 2 {
+			t.Fatalf("after a gave back 2, b got %d", n)
+		}
+		if n, _ := s.HoldSlots(ctx, state.Hold{Tenant: "u", Replica: "b", Want: 5, Limit: 10, Now: now, Until: live}); n != 5 {
+			t.Fatalf("another tenant's slots: %d", n)
+		}
+		// c's hold lapses: its slots are free again, for d.
+		later := live.Add(time.Second)
+		if err := s.Renew(ctx, "a", later.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Renew(ctx, "b", later.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := s.HoldSlots(ctx, state.Hold{Tenant: "t", Replica: "d", Want: 10, Limit: 10, Now: later, Until: later.Add(time.Minute)}); n != held["c"] {
+			t.Fatalf("after c's hold lapsed, d got %d, want c's %d", n, held["c"])
+		}
+	})
+}
+
+// A tenant's sessions are limited across replicas; a session whose lease
+// lapsed does not count.
+func TestSessionLimit(t *testing.T) {
+	stores(t, func(t *testing.T, open func() state.Store) {
+		ctx := context.Background()
+		now := time.Now()
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 8 {
+			s := open()
+			wg.Go(func() {
+				ok, err := s.PutSession(ctx, state.Session{ID: fmt.Sprint("s", i), Tenant: "t", Replica: fmt.Sprint("r", i%2), Until: now.Add(time.Minute)}, 3, now)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() != 3 {
+			t.Fatalf("%d sessions registered under a limit of 3", wins.Load())
+		}
+		s := open()
+		if ok, _ := s.PutSession(ctx, state.Session{ID: "u1", Tenant: "u", Until: now.Add(time.Minute)}, 3, now); !ok {
+			t.Fatal("another tenant's session was refused")
+		}
+		// Once the three lapse, a fourth is registered.
+		later := now.Add(2 * time.Minute)
+		if ok, _ := s.PutSession(ctx, state.Session{ID: "s-late", Tenant: "t", Until: later.Add(time.Minute)}, 3, later); !ok {
+			t.Fatal("lapsed sessions still count against the limit")
+		}
+	})
+}
+
+// The first decision on a digest stands across replicas, unless it is
+// overwritten on purpose.
+func TestDecisions(t *testing.T) {
+	stores(t, func(t *testing.T, open func() state.Store) {
+		ctx := context.Background()
+		a, b := open(), open()
+		at := time.Now().UTC().Truncate(time.Millisecond)
+		d := state.Decision{Digest: "d1", Tenant: "t", Approver: "x", Reason: "fine", Expires: at.Add(time.Minute), At: at}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 6 {
+			s, dd := a, d
+			if i%2 == 1 {
+				s = b
+			}
+			dd.Approver = fmt.Sprint("approver", i)
+			wg.Go(func() {
+				if ok, err := s.Decide(ctx, dd, false); err != nil {
+					t.Error(err)
+				} else if ok {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d first decisions on one digest", wins.Load())
+		}
+		got, err := b.Decisions(ctx, at.Add(-time.Second))
+		if err != nil || len(got) != 1 || got[0].Digest != "d1" || !got[0].Expires.Equal(d.Expires) || got[0].Reason != "fine" {
+			t.Fatalf("decisions: %+v %v", got, err)
+		}
+		d.Denied, d.Approver = true, "y"
+		if ok, _ := a.Decide(ctx, d, true); !ok {
+			t.Fatal("an overwrite was refused")
+		}
+		if got, _ := b.Decisions(ctx, at); len(got) != 1 || !got[0].Denied || got[0].Approver != "y" {
+			t.Fatalf("after the overwrite: %+v", got)
+		}
+		if got, _ := b.Decisions(ctx, at.Add(time.Second)); len(got) != 0 {
+			t.Fatalf("decisions before since listed: %+v", got)
 		}
 	})
 }
@@ -140,7 +291,7 @@ func TestSessionRegistry(t *testing.T) {
 		ctx := context.Background()
 		until := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
 		s := state.Session{ID: "s-1", Tenant: "t", Tier: "process", Replica: "r1", Addr: "http://r1", Until: until}
-		if err := a.PutSession(ctx, s); err != nil {
+		if ok, err := a.PutSession(ctx, s, 0, time.Now()); err != nil || !ok {
 			t.Fatal(err)
 		}
 		got, ok, err := b.Session(ctx, "s-1")
