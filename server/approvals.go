@@ -232,6 +232,10 @@ func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key, _ := bearer(r)
-	dc := s.decide(p, d, approverID(sha256.Sum256([]byte(key))), "", false, false)
+	dc, err := s.decide(r.Context(), p, d, approverID(sha256.Sum256([]byte(key))), "", false, false)
+	if err != nil {
+		s.answer(w, airlock.Result{}, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, approvalToken{Digest: d, Token: dc.Token, Expires: dc.Expires})
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -8,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/state"
 )
 
 // The approver's console: server-rendered pages under /console/ for the
@@ -216,8 +219,8 @@ func (s *Server) approverTenants(sum [32]byte) []*tenant {
 // decide records an approver's decision on a pending job: in the trail
 // (who, why), and for the agent to fetch (the token, when approved).
 // With once, a job already decided is left as it is (nil is returned),
-// so that two approvers cannot both decide it.
-func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, denied, once bool) *decision {
+// so that two approvers cannot both decide it, on any replica.
+func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, approver, reason string, denied, once bool) (*decision, error) {
 	now := s.now()
 	dc := &decision{Digest: d, Tenant: p.tenant.Name, Approver: approver, Reason: reason, Denied: denied, At: now,
 		job: p.job, tier: p.tier, rule: p.rule}
@@ -227,25 +230,30 @@ func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, d
 	}
 	c := s.console
 	c.mu.Lock()
+	known := c.decided[d] != nil
+	c.mu.Unlock()
+	if once && known {
+		return nil, nil
+	}
+	if s.store.Shared() {
+		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+		ok, err := s.store.Decide(ctx, state.Decision{Digest: string(d), Tenant: dc.Tenant, Approver: approver, Reason: reason,
+			Denied: denied, Expires: dc.Expires, At: now}, !once)
+		cancel()
+		if err != nil {
+			return nil, unavailable("the decision cannot be shared with the other replicas: " + err.Error())
+		}
+		if !ok {
+			s.syncDecided(ctx) // decided on another replica: show that one
+			return nil, nil
+		}
+	}
+	c.mu.Lock()
 	if once && c.decided[d] != nil {
 		c.mu.Unlock()
-		return nil
+		return nil, nil
 	}
-	for k, o := range c.decided {
-		if now.Sub(o.At) > max(keepDecided, 2*s.approvalTTL()) {
-			delete(c.decided, k)
-		}
-	}
-	if len(c.decided) >= maxDecided {
-		var oldest *decision
-		for _, o := range c.decided {
-			if oldest == nil || o.At.Before(oldest.At) {
-				oldest = o
-			}
-		}
-		delete(c.decided, oldest.Digest)
-	}
-	c.decided[d] = dc
+	c.keep(dc, now, s.approvalTTL())
 	c.mu.Unlock()
 	out := "approved"
 	if denied {
@@ -256,7 +264,70 @@ func (s *Server) decide(p *pending, d approve.Digest, approver, reason string, d
 	seq, _ := s.audit.addSeq(rec)
 	c.ran(rec, seq, nil)
 	c.changed()
-	return dc
+	return dc, nil
+}
+
+// keep adds a decision, forgetting old ones; c.mu is held.
+func (c *console) keep(dc *decision, now time.Time, ttl time.Duration) {
+	for k, o := range c.decided {
+		if now.Sub(o.At) > max(keepDecided, 2*ttl) {
+			delete(c.decided, k)
+		}
+	}
+	if len(c.decided) >= maxDecided && c.decided[dc.Digest] == nil {
+		var oldest *decision
+		for _, o := range c.decided {
+			if oldest == nil || o.At.Before(oldest.At) {
+				oldest = o
+			}
+		}
+		delete(c.decided, oldest.Digest)
+	}
+	c.decided[dc.Digest] = dc
+}
+
+// syncDecided adds the decisions made on other replicas to this one's:
+// approved ones with their token, issued again from the shared key (the
+// store keeps no token).
+func (s *Server) syncDecided(ctx context.Context) {
+	if !s.store.Shared() {
+		return
+	}
+	now := s.now()
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	rows, err := s.store.Decisions(ctx, now.Add(-max(keepDecided, 2*s.approvalTTL())))
+	if err != nil {
+		fmt.Fprintf(s.audit.log, "airlock: listing shared decisions: %v\n", err)
+		return
+	}
+	changed := false
+	for _, row := range rows {
+		d := approve.Digest(row.Digest)
+		s.console.mu.Lock()
+		old := s.console.decided[d]
+		s.console.mu.Unlock()
+		if old != nil && !row.At.After(old.At) {
+			continue
+		}
+		dc := &decision{Digest: d, Tenant: row.Tenant, Approver: row.Approver, Reason: row.Reason, Denied: row.Denied, At: row.At}
+		if !row.Denied {
+			dc.Expires = row.Expires.UTC()
+			dc.Token = s.signer.Issue(approve.Claims{Digest: d, Tenant: row.Tenant, Expires: dc.Expires})
+		}
+		s.mu.Lock()
+		if p := s.pending[d]; p != nil {
+			dc.job, dc.tier, dc.rule = p.job, p.tier, p.rule
+		}
+		s.mu.Unlock()
+		s.console.mu.Lock()
+		s.console.keep(dc, now, s.approvalTTL())
+		s.console.mu.Unlock()
+		changed = true
+	}
+	if changed {
+		s.console.changed()
+	}
 }
 
 // handleDecision tells the tenant (or an approver) what became of a
@@ -266,6 +337,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 	d := approve.Digest(r.PathValue("digest"))
 	key, _ := bearer(r)
 	i, isTenant := s.keys.find(key)
+	s.syncPending(r.Context())
 	s.console.mu.Lock()
 	dc := s.console.decided[d]
 	s.console.mu.Unlock()

@@ -445,7 +445,12 @@ func (s *Server) consoleDecide(w http.ResponseWriter, r *http.Request, v *viewer
 		s.renderDetail(w, v, d, fmt.Sprintf("The reason is longer than %d bytes.", maxReason))
 		return
 	}
-	if s.decide(p, d, v.Approver, reason, verdict == "deny", true) == nil {
+	dc, err := s.decide(r.Context(), p, d, v.Approver, reason, verdict == "deny", true)
+	if err != nil {
+		consoleError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if dc == nil {
 		s.renderDetail(w, v, d, "This job was already decided.")
 		return
 	}

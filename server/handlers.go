@@ -244,7 +244,8 @@ type overloaded struct {
 func (e *overloaded) Error() string { return e.msg }
 
 // acquire takes a run slot of the tenant: at once if one is free, else
-// waiting in a bounded queue for at most the configured wait.
+// waiting in a bounded queue for at most the configured wait. On a shared
+// state the slot is one of the tenant's slots across the replicas too.
 func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 	if t.rate != nil && !t.rate.Allow() {
 		return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
@@ -255,9 +256,48 @@ func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 			return nil, unavailable("the shared state cannot be reached for the run quota: " + err.Error())
 		}
 		if !ok {
-			return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60-time.Now().Second())}
+			return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
 		}
 	}
+	deadline := time.NewTimer(s.cfg.QueueWait.or(time.Second))
+	defer deadline.Stop()
+	release, err := s.localSlot(ctx, t, deadline.C)
+	if err != nil || t.share == nil {
+		return release, err
+	}
+	ok, err := t.share.take(ctx)
+	if !ok && err == nil {
+		// Every slot is held by runs here or on other replicas: ask again
+		// while the run may wait.
+		t.waiting.Add(1)
+		defer t.waiting.Add(-1)
+		poll := time.NewTimer(10 * time.Millisecond)
+		defer poll.Stop()
+		for wait := 10 * time.Millisecond; !ok && err == nil; {
+			select {
+			case <-poll.C:
+			case <-deadline.C:
+				release()
+				return nil, &overloaded{fmt.Sprintf("tenant %s has %d runs in flight across the replicas; no slot freed in time", t.Name, t.share.limit), 1}
+			case <-ctx.Done():
+				release()
+				return nil, &overloaded{"request cancelled while queued", 1}
+			}
+			ok, err = t.share.take(ctx)
+			wait = min(2*wait, 200*time.Millisecond)
+			poll.Reset(wait)
+		}
+	}
+	if err != nil {
+		release()
+		return nil, unavailable("the shared state cannot be reached for the tenant's runs in flight: " + err.Error())
+	}
+	return func() { t.share.put(); release() }, nil
+}
+
+// localSlot takes one of the tenant's slots on this replica, waiting
+// until expired fires.
+func (s *Server) localSlot(ctx context.Context, t *tenant, expired <-chan time.Time) (func(), error) {
 	release := func() { <-t.slots }
 	select {
 	case t.slots <- struct{}{}:
@@ -269,12 +309,10 @@ func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 		return nil, &overloaded{fmt.Sprintf("tenant %s has %d runs in flight and a full queue", t.Name, cap(t.slots)), 1}
 	}
 	defer t.waiting.Add(-1)
-	timer := time.NewTimer(s.cfg.QueueWait.or(time.Second))
-	defer timer.Stop()
 	select {
 	case t.slots <- struct{}{}:
 		return release, nil
-	case <-timer.C:
+	case <-expired:
 		return nil, &overloaded{fmt.Sprintf("tenant %s has %d runs in flight; no slot freed in time", t.Name, cap(t.slots)), 1}
 	case <-ctx.Done():
 		return nil, &overloaded{"request cancelled while queued", 1}
@@ -479,7 +517,10 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 		rec.Error = string(res.Error.Kind) + ": " + res.Error.Message
 	}
 	if rule != "" {
-		rec.Approver, rec.Reason = s.console.decisionOf(digest)
+		if rec.Approver, rec.Reason = s.console.decisionOf(digest); rec.Approver == "" && s.store.Shared() {
+			s.syncDecided(s.base) // approved on another replica
+			rec.Approver, rec.Reason = s.console.decisionOf(digest)
+		}
 	}
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id

@@ -104,46 +104,45 @@ func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) err
 	return nil
 }
 
-// leased is a tenant's runs-per-minute budget shared by the replicas:
-// each leases a batch of the current minute's runs from the store and
-// spends it locally, so a run costs no round trip. No minute ever admits
-// more than the budget across replicas; runs a replica leased and did not
-// use are returned when it closes, or lapse with the minute.
+// leased is a tenant's runs-per-minute budget shared by the replicas: a
+// token bucket in the store (the rule the embedded state applies in
+// memory), from which each replica leases a few runs at a time and spends
+// them locally, so a run costs no round trip. Runs a replica leased and
+// did not use are returned when it closes.
 type leased struct {
 	store  state.Store
 	tenant string
-	limit  int
+	budget state.Budget
 	batch  int
+	retry  time.Duration // how long an empty bucket is not asked again
 
-	mu     sync.Mutex
-	window time.Time
-	left   int
-	spent  time.Time // when the store last had nothing left to lease
+	mu    sync.Mutex
+	left  int
+	spent time.Time // when the store last had nothing left to lease
 }
 
-func newLeased(store state.Store, tenant string, limit int) *leased {
-	// A tenth of the budget per lease: few round trips, and little held
-	// idle by one replica while another is refused.
-	return &leased{store: store, tenant: tenant, limit: limit, batch: max(1, min(limit/10, 100))}
+func newLeased(store state.Store, tenant string, perMinute int) *leased {
+	b := state.BudgetOf(perMinute)
+	// A quarter of the burst per lease (at most 100): few round trips, and
+	// little held idle by one replica while another is refused.
+	return &leased{store: store, tenant: tenant, budget: b, batch: max(1, min(b.Burst/4, 100)),
+		retry: min(time.Second, max(10*time.Millisecond, time.Minute/time.Duration(perMinute)))}
 }
 
 // take spends one run, leasing another batch when this replica's is used up.
 func (l *leased) take(ctx context.Context) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now()
-	if w := state.Window(now); !w.Equal(l.window) {
-		l.window, l.left, l.spent = w, 0, time.Time{}
-	}
 	if l.left == 0 {
-		// A spent budget is asked again at most every second, for runs
-		// other replicas returned.
-		if !l.spent.IsZero() && now.Sub(l.spent) < time.Second {
+		// An empty bucket is asked again once a run has had time to
+		// refill.
+		now := time.Now()
+		if !l.spent.IsZero() && now.Sub(l.spent) < l.retry {
 			return false, nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 		defer cancel()
-		n, err := l.store.Lease(ctx, l.tenant, l.window, l.batch, l.limit)
+		n, err := l.store.Lease(ctx, l.tenant, l.batch, l.budget)
 		if err != nil {
 			return false, err
 		}
@@ -151,6 +150,7 @@ func (l *leased) take(ctx context.Context) (bool, error) {
 			l.spent = now
 			return false, nil
 		}
+		l.spent = time.Time{}
 	}
 	l.left--
 	return true, nil
@@ -160,20 +160,96 @@ func (l *leased) take(ctx context.Context) (bool, error) {
 func (l *leased) giveBack() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.left > 0 && l.window.Equal(state.Window(time.Now())) {
+	if l.left > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
 		defer cancel()
-		_ = l.store.Return(ctx, l.tenant, l.window, l.left)
+		_ = l.store.Return(ctx, l.tenant, l.left, l.budget)
 	}
 	l.left = 0
 }
 
-// register records a session this replica opened in the shared registry.
-func (s *Server) register(ctx context.Context, ss *session) error {
+// slotShare is this replica's share of a tenant's runs in flight on a
+// shared state: it holds slots of the tenant's max_concurrent in the
+// store, a batch at a time, runs on them without a round trip, and gives
+// back what it holds beyond a batch of idle ones (all of them once idle
+// for a while, or when it closes). Together the replicas never hold more
+// than the limit; the holds of a replica that died lapse with its lease.
+type slotShare struct {
+	s      *Server
+	tenant string
+	limit  int
+	batch  int
+
+	mu       sync.Mutex
+	held     int // slots this replica holds in the store
+	busy     int // of which runs use
+	lastBusy time.Time
+}
+
+func newSlotShare(s *Server, tenant string, limit int) *slotShare {
+	return &slotShare{s: s, tenant: tenant, limit: limit, batch: max(1, min(limit/8, 50))}
+}
+
+// hold sets the replica's hold to held plus up to want more; h.mu is held.
+func (h *slotShare) hold(ctx context.Context, held, want int) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	return s.store.PutSession(ctx, state.Session{ID: ss.id, Tenant: ss.tenant.Name, Tier: ss.tier,
-		Replica: s.replica, Addr: s.advertise, Until: time.Now().Add(s.sessionLease())})
+	now := time.Now()
+	n, err := h.s.store.HoldSlots(ctx, state.Hold{Tenant: h.tenant, Replica: h.s.replica, Held: held, Want: want,
+		Limit: h.limit, Now: now, Until: now.Add(h.s.sessionLease())})
+	if err == nil {
+		h.held = held + n
+	}
+	return n, err
+}
+
+// take uses a held slot, holding another batch when none is free; false
+// when every slot of the tenant is held.
+func (h *slotShare) take(ctx context.Context) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.busy == h.held {
+		if _, err := h.hold(ctx, h.held, h.batch); err != nil {
+			return false, err
+		}
+	}
+	if h.busy == h.held {
+		return false, nil
+	}
+	h.busy++
+	h.lastBusy = time.Now()
+	return true, nil
+}
+
+// put frees a slot, giving back what is idle beyond a batch.
+func (h *slotShare) put() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.busy--
+	if h.held-h.busy > h.batch {
+		// A failure leaves the slots held; trim retries.
+		_, _ = h.hold(context.Background(), h.busy+h.batch, 0)
+	}
+}
+
+// trim gives back every idle slot once none was used for idle.
+func (h *slotShare) trim(now time.Time, idle time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held > h.busy && now.Sub(h.lastBusy) >= idle {
+		_, _ = h.hold(context.Background(), h.busy, 0)
+	}
+}
+
+// register records a session this replica is opening in the shared
+// registry, before its sandbox starts: false when its tenant already has
+// limit sessions open, on any replica.
+func (s *Server) register(ctx context.Context, id string, t *tenant, tier string, limit int) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	now := time.Now()
+	return s.store.PutSession(ctx, state.Session{ID: id, Tenant: t.Name, Tier: tier,
+		Replica: s.replica, Addr: s.advertise, Until: now.Add(s.sessionLease())}, limit, now)
 }
 
 // unregister forgets a session this replica closed.
@@ -192,6 +268,19 @@ func (s *Server) renew(now time.Time) {
 		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
 	}
 	_ = s.store.Sweep(ctx, now)
+}
+
+// shareIdle is how long a replica keeps run slots no run uses before it
+// gives them back to the other replicas (checked as often).
+const shareIdle = 250 * time.Millisecond
+
+// trimShares gives back the run slots idle for shareIdle.
+func (s *Server) trimShares(now time.Time) {
+	for _, t := range s.tenants {
+		if t.share != nil {
+			t.share.trim(now, shareIdle)
+		}
+	}
 }
 
 // elsewhere answers a request for a session this replica does not hold:
@@ -439,6 +528,8 @@ func (s *Server) syncPending(ctx context.Context) {
 		fmt.Fprintf(s.audit.log, "airlock: listing shared approval requests: %v\n", err)
 		return
 	}
+	// Then the decisions, which take their jobs from the requests.
+	defer s.syncDecided(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, row := range rows {

@@ -53,6 +53,7 @@ type tenant struct {
 	waiting  atomic.Int64
 	rate     *rate.Limiter // runs per minute on the embedded state
 	lease    *leased       // runs per minute on a shared state
+	share    *slotShare    // runs in flight across the replicas of a shared state
 	nsess    int           // open sessions, under Server.mu
 }
 
@@ -181,6 +182,9 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 			tn.lease = newLeased(s.store, t.Name, t.RunsPerMinute)
 		case t.RunsPerMinute > 0:
 			tn.rate = rate.NewLimiter(rate.Limit(float64(t.RunsPerMinute)/60), max(1, t.RunsPerMinute/10))
+		}
+		if s.store.Shared() {
+			tn.share = newSlotShare(s, t.Name, mc)
 		}
 		s.tenants = append(s.tenants, tn)
 		s.keys.add(t.KeySHA256, i)
@@ -319,6 +323,9 @@ func (s *Server) Close() error {
 	for _, t := range s.tenants {
 		if t.lease != nil {
 			t.lease.giveBack()
+		}
+		if t.share != nil {
+			t.share.trim(time.Now(), 0)
 		}
 	}
 	if s.audit.shipper != nil {

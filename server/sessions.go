@@ -197,22 +197,33 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	}
 	t.nsess++
 	s.mu.Unlock()
-	id := newID()
-	sess, err := st.OpenSession(ctx, airlock.SessionOptions{ID: id, TTL: ttl})
-	if err != nil {
+	unopened := func() {
 		s.mu.Lock()
 		t.nsess--
 		s.mu.Unlock()
+	}
+	id := newID()
+	// Registered first: the limit holds across the replicas sharing the
+	// state, and no sandbox starts for a session that would be refused.
+	ok, err := s.register(ctx, id, t, tier.Name(), limit)
+	if err != nil {
+		unopened()
+		return openResponse{}, unavailable("the session registry cannot be reached: " + err.Error())
+	}
+	if !ok {
+		unopened()
+		return openResponse{}, &overloaded{fmt.Sprintf("tenant %s has %d sessions open across the replicas (the maximum); close one", t.Name, limit), 5}
+	}
+	sess, err := st.OpenSession(ctx, airlock.SessionOptions{ID: id, TTL: ttl})
+	if err != nil {
+		unopened()
+		s.unregister(id)
 		return openResponse{}, fmt.Errorf("opening session: %w", err)
 	}
 	ss := &session{id: id, tenant: t, tier: tier.Name(), ttl: ttl, s: sess, last: time.Now()}
 	s.mu.Lock()
 	s.sessions[id] = ss
 	s.mu.Unlock()
-	if err := s.register(ctx, ss); err != nil {
-		_ = s.closeSession(ss)
-		return openResponse{}, unavailable("the session registry cannot be reached: " + err.Error())
-	}
 	s.metrics.sessions.Add(1)
 	resp := openResponse{ID: id, Tier: tier.Name(), TTL: Duration(ttl), Decision: decision}
 	if job == nil {
@@ -340,10 +351,19 @@ func (s *Server) janitor() {
 	every := min(max(time.Second, s.cfg.SessionTTL.or(10*time.Minute)/4), max(100*time.Millisecond, s.sessionLease()/3))
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var trim <-chan time.Time // run slots held idle go back promptly
+	if s.store.Shared() {
+		t := time.NewTicker(shareIdle)
+		defer t.Stop()
+		trim = t.C
+	}
 	for {
 		select {
 		case <-s.stopJan:
 			return
+		case now := <-trim:
+			s.trimShares(now)
+			continue
 		case <-tick.C:
 		}
 		now := time.Now()
