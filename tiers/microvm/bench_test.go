@@ -271,14 +271,14 @@ func BenchmarkJobFor(b *testing.B) {
 	ctx := context.Background()
 	b.Run("encode", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := encodeJob(&job, nil); err != nil {
+			if _, err := encodeJob(&job, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("encode+check", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := tier.jobFor(ctx, &job, nil); err != nil {
+			if _, err := tier.jobFor(ctx, &job, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -287,7 +287,7 @@ func BenchmarkJobFor(b *testing.B) {
 	bare.Files = nil
 	b.Run("encode+check/no-files", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := tier.jobFor(ctx, &bare, nil); err != nil {
+			if _, err := tier.jobFor(ctx, &bare, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

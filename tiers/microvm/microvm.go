@@ -373,12 +373,12 @@ func (t *Tier) Close() error {
 var (
 	errKind      = "runs only command jobs"
 	errNet       = "network grants need this executable as QEMU's egress forwarder, and it could not be located"
-	errRead      = "host read paths are not passed into the VM (send files in the job instead)"
 	errLifecycle = "runs ephemeral jobs only (one VM per job)"
 )
 
-// Admit accepts ephemeral command jobs without host read paths; network
-// grants are enforced by an egress gateway outside the VM.
+// Admit accepts ephemeral command jobs; network grants are enforced by an
+// egress gateway outside the VM, and host read paths are shown as
+// read-only snapshots within the caps of read.go.
 func (t *Tier) Admit(job airlock.Job) error {
 	reason := ""
 	switch {
@@ -388,14 +388,18 @@ func (t *Tier) Admit(job airlock.Job) error {
 		reason = errKind
 	case len(job.Grants.Net) > 0 && t.forwarder == "":
 		reason = errNet
-	case len(job.Grants.FS.Read) > 0:
-		reason = errRead
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
 		reason = errLifecycle
 	case len(job.Env) > 0:
 		reason = admit.EnvUnsupported
 	default:
-		return t.admitImage(job.Image)
+		if err := t.admitImage(job.Image); err != nil {
+			return err
+		}
+		// Last: it reads the host's file system.
+		if reason = admitReads(job.Grants.FS.Read); reason == "" {
+			return nil
+		}
 	}
 	return &airlock.NotAdmitted{Tier: Name, Reason: reason}
 }
@@ -428,12 +432,25 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		defer h.unref()
 		job.Grants.Secrets = imageEnv(h.img, job.Grants.Secrets)
 	}
+	// Read grants become disks before the VM boots with them; they go
+	// with the run's directory.
+	var reads []readDisk
+	if len(job.Grants.FS.Read) > 0 {
+		dir, _, err := t.placedDir("read-")
+		if err != nil {
+			return res, fmt.Errorf("read grants: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		if reads, err = buildReads(ctx, dir, job.Grants.FS.Read); err != nil {
+			return res, err
+		}
+	}
 	// The job is encoded, and its placed files checked, before a VM is
 	// started: a refused job costs no VM, and a cold-booted VM is handed
 	// its job as soon as QEMU is up, so the agent finds it waiting when it
 	// has booted. (A job granted egress is encoded again, and checked
 	// again, once its gateway exists: the frame then carries the network.)
-	payload, err := t.jobFor(ctx, &job, nil)
+	payload, err := t.jobFor(ctx, &job, nil, reads)
 	if err != nil {
 		return res, err
 	}
@@ -441,7 +458,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if len(job.Grants.Net) == 0 {
 		early = payload
 	}
-	v, err := t.acquire(ctx, &job, h, early)
+	v, err := t.acquire(ctx, &job, h, reads, early)
 	res.Timings.StartUS = monotime.Micros(start)
 	if v != nil {
 		defer t.discard(v)
@@ -460,7 +477,7 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		// Closed (ending its connections) before the VM is discarded.
 		defer func() { res.Decision = append(res.Decision, gw.Close()...) }()
 		job.Grants.Secrets = withEnv(job.Grants.Secrets, netEnv)
-		if payload, err = t.jobFor(ctx, &job, n); err != nil {
+		if payload, err = t.jobFor(ctx, &job, n, reads); err != nil {
 			return res, err
 		}
 	}
@@ -500,13 +517,13 @@ func (t *Tier) baseMem() int64 { return t.cfg.limits.Default.MemoryMB + overhead
 //
 // payload, when set, is the encoded job: a cold-booted VM is handed it as
 // soon as its VMM is up.
-func (t *Tier) acquire(ctx context.Context, job *airlock.Job, h *heldImage, payload []byte) (*vm, error) {
+func (t *Tier) acquire(ctx context.Context, job *airlock.Job, h *heldImage, reads []readDisk, payload []byte) (*vm, error) {
 	mem := max(memFor(job), t.baseMem())
-	if len(job.Grants.Net) > 0 {
-		// Pooled VMs and the snapshot have no network device: a job
-		// granted egress boots cold with one.
+	if len(job.Grants.Net) > 0 || len(reads) > 0 {
+		// Pooled VMs and the snapshot have no network device and no
+		// read-grant disks: a job granted either boots cold with them.
 		return t.retry(ctx, func(ctx context.Context) (*vm, error) {
-			return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, net: true, img: h})
+			return t.bootWith(ctx, vmSpec{memMB: mem, vcpus: t.cfg.vcpus, net: len(job.Grants.Net) > 0, img: h, reads: reads, job: payload})
 		})
 	}
 	if t.pool != nil {
@@ -593,13 +610,16 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	if v.img != nil && r.Root != wire.RootImage {
 		return fmt.Errorf("%w: the guest agent did not mount the image disk: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion)
 	}
+	if v.reads && !r.Reads {
+		return fmt.Errorf("%w: the guest agent does not mount read grants: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion)
+	}
 	v.marks = r.Marks
 	return nil
 }
 
 // encodeJob is the Job frame's payload: the job as the agent receives it,
 // with fresh entropy. It refuses jobs above the frame's bound.
-func encodeJob(job *airlock.Job, n *wire.Net) ([]byte, error) {
+func encodeJob(job *airlock.Job, n *wire.Net, reads []readDisk) ([]byte, error) {
 	ent := make([]byte, 64)
 	if _, err := rand.Read(ent); err != nil {
 		return nil, err
@@ -620,7 +640,7 @@ func encodeJob(job *airlock.Job, n *wire.Net) ([]byte, error) {
 		Clock: job.Clock, Entropy: ent,
 		MemoryMB: job.Limits.MemoryMB, CPUMS: job.Limits.CPUMS, Pids: job.Limits.Pids,
 		OpenFiles: job.Limits.Files, ScratchMB: scratch, Spawn: job.Grants.Spawn, Net: n,
-		Collect: job.Collect,
+		Collect: job.Collect, Read: wireReads(reads),
 	})
 	if err != nil {
 		return nil, err
@@ -629,6 +649,18 @@ func encodeJob(job *airlock.Job, n *wire.Net) ([]byte, error) {
 		return nil, jobs.Invalid("files", "job of %d bytes is above the microvm tier's %d", len(payload), frame.MaxJob)
 	}
 	return payload, nil
+}
+
+// wireReads are the read grants as the agent receives them.
+func wireReads(reads []readDisk) []wire.Read {
+	if len(reads) == 0 {
+		return nil
+	}
+	out := make([]wire.Read, len(reads))
+	for i, r := range reads {
+		out[i] = r.Read
+	}
+	return out
 }
 
 type guestFrame struct {

@@ -103,8 +103,8 @@ func (t *Tier) dropEmptyPlaced() {
 
 // jobFor encodes job for the guest (see encodeJob) and runs the placed-
 // files check over the encoding.
-func (t *Tier) jobFor(ctx context.Context, job *airlock.Job, n *wire.Net) ([]byte, error) {
-	payload, err := encodeJob(job, n)
+func (t *Tier) jobFor(ctx context.Context, job *airlock.Job, n *wire.Net, reads []readDisk) ([]byte, error) {
+	payload, err := encodeJob(job, n, reads)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,8 @@ type vmSpec struct {
 	// img, when set, is the image whose disk is the job's root (the VM
 	// holds it until it is killed).
 	img *heldImage
+	// reads are the job's read-grant disks (cold boots only).
+	reads []readDisk
 }
 
 // vm is one running QEMU process with its control connection.
@@ -61,6 +63,7 @@ type vm struct {
 	marks   []wire.Mark // the guest's steps, from its Ready and Exit frames
 	sent    chan error  // the Job frame's write, once started (see send)
 	img     *heldImage  // the image the VM holds (nil: the host view)
+	reads   bool        // booted with read-grant disks
 }
 
 // tail keeps the last n bytes written to it.
@@ -110,6 +113,8 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	}
 	if s.img != nil {
 		modules += "," + imageModules
+	} else if len(s.reads) > 0 {
+		modules += "," + readModules
 	}
 	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + modules
 	if t.tscKHz > 0 {
@@ -143,6 +148,13 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 		args = append(args,
 			"-drive", "id=root,if=none,format=raw,readonly=on,file="+strings.ReplaceAll(s.img.disk, ",", ",,"),
 			"-device", "virtio-blk-device,drive=root")
+	}
+	for i, r := range s.reads {
+		// Built for this run alone, and read-only to QEMU as well.
+		id := "read" + strconv.Itoa(i)
+		args = append(args,
+			"-drive", "id="+id+",if=none,format=raw,readonly=on,file="+strings.ReplaceAll(r.disk, ",", ",,"),
+			"-device", "virtio-blk-device,drive="+id+",serial="+r.Serial)
 	}
 	if t.cfg.sandbox {
 		args = append(args, "-sandbox", sandbox)
@@ -203,8 +215,9 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	if err := writeOwner(dir); err != nil {
 		return v, err
 	}
+	v.reads = len(s.reads) > 0
 	p := t.qemuProcess(id, dir, s)
-	if t.fc != "" && !s.net {
+	if t.fc != "" && !s.net && len(s.reads) == 0 {
 		p = t.firecrackerProcess(id, dir, s)
 	}
 	if v.ln, err = net.Listen("unix", p.ctl); err != nil {

@@ -70,7 +70,7 @@ func Main() {
 }
 
 func runAgent() error {
-	ready := wire.Ready{Version: wire.Version}
+	ready := wire.Ready{Version: wire.Version, Reads: true}
 	mark := func(step string) { ready.Marks = append(ready.Marks, wire.Mark{Step: step, US: bootUS()}) }
 	mark("init")
 	if err := mountBase(); err != nil {
@@ -397,6 +397,10 @@ func stageWorld() error {
 	if err := os.MkdirAll(caDir, 0o755); err != nil {
 		return err
 	}
+	// Where read grants' disks are staged (see mountReads).
+	if err := os.MkdirAll(readStage, 0o700); err != nil {
+		return err
+	}
 	if err := unix.Mount("tmpfs", caDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
 		return fmt.Errorf("mounting %s: %w", caDir, err)
 	}
@@ -487,6 +491,13 @@ func (st *staged) prepare(job *wire.Job) error {
 	// The placement every tier shares (internal/place): nothing in the
 	// scratch is followed, and a name outside it is refused.
 	if err := place.Files(scratchDir, job.Files, place.Options{FileMode: 0o644, DirMode: 0o755, Owner: &place.Owner{UID: JobUID, GID: JobUID}}); err != nil {
+		return err
+	}
+	root := st.root
+	if root == "" {
+		root = "/"
+	}
+	if err := mountReads(root, job.Read); err != nil {
 		return err
 	}
 	if job.Net != nil {

@@ -35,6 +35,20 @@ type Job struct {
 	// agent sends what they name from the scratch in a Files frame
 	// (collect.Wire), before Exit.
 	Collect []string `json:"collect,omitempty"`
+	// Read are the job's read grants: each a read-only disk the VM was
+	// booted with, to be shown at the granted path in the job's root.
+	Read []Read `json:"read,omitempty"`
+}
+
+// Read is one read grant as the guest shows it: the disk whose virtio
+// serial is Serial holds a snapshot of the granted host path, which the
+// agent mounts read-only at Path in the job's root. A directory's disk
+// holds the directory; a file's (File set) holds only that file, under
+// its base name, which is bound onto Path.
+type Read struct {
+	Path   string `json:"path"`
+	Serial string `json:"serial"`
+	File   bool   `json:"file,omitempty"`
 }
 
 // Net is the guest side of the egress wiring: the interface's address (no
@@ -60,6 +74,10 @@ type Ready struct {
 	// A host that booted a guest with an image refuses a Ready without it
 	// (an agent that predates image roots would run the job elsewhere).
 	Root string `json:"root,omitempty"`
+	// Reads is set by an agent that mounts Job.Read. A host that booted a
+	// guest with read-grant disks refuses a Ready without it (an older
+	// agent would run the job without its grants).
+	Reads bool `json:"reads,omitempty"`
 }
 
 // RootImage is Ready.Root for a guest whose job root is the image disk.
