@@ -52,7 +52,8 @@ const noStore = "tier " + Name + " has no image store"
 // and libcrc32c for erofs; a module built into the kernel is skipped).
 const imageModules = "virtio_blk,crc32c_generic,libcrc32c,erofs,overlay"
 
-// imageDevice is the image disk in the guest: the VM's only block device.
+// imageDevice is the image disk in the guest when it is the VM's only
+// block device; beside read-grant disks the agent finds it by its serial.
 const imageDevice = "vda"
 
 // WithImages sets the resolver of the jobs' images (nil: the host view

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
 // TestReadGrant grants a host directory and a host file: both appear,
@@ -90,5 +92,35 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadArgs: each read grant's disk is attached read-only under its
+// serial, after the image's (named by its own serial); a host-view VM
+// with read grants loads the block and EROFS drivers.
+func TestReadArgs(t *testing.T) {
+	tier := &Tier{cfg: testConfig(), assets: &assets{qemu: "qemu", kernel: "vmlinux", initrd: "initrd"}}
+	h := &heldImage{img: &image.Image{Digest: "sha256:x"}, disk: "/img/root.erofs"}
+	reads := []readDisk{
+		{Read: wire.Read{Path: "/srv/a", Serial: readSerial(0)}, disk: "/run/r,0.erofs"},
+		{Read: wire.Read{Path: "/srv/b", Serial: readSerial(1), File: true}, disk: "/run/r1.erofs"},
+	}
+	args := strings.Join(tier.qemuArgs("id", "/dir", vmSpec{memMB: 64, vcpus: 1, img: h, reads: reads}), " ")
+	order := []string{
+		"readonly=on,file=/img/root.erofs", "virtio-blk-device,drive=root,serial=" + wire.RootSerial,
+		"id=read0,if=none,format=raw,readonly=on,file=/run/r,,0.erofs", "virtio-blk-device,drive=read0,serial=airlock-read-0",
+		"id=read1,if=none,format=raw,readonly=on,file=/run/r1.erofs", "virtio-blk-device,drive=read1,serial=airlock-read-1",
+	}
+	at := 0
+	for _, w := range order {
+		i := strings.Index(args[at:], w)
+		if i < 0 {
+			t.Fatalf("args lack %q after offset %d: %s", w, at, args)
+		}
+		at += i + len(w)
+	}
+	plain := strings.Join(tier.qemuArgs("id", "/dir", vmSpec{memMB: 64, vcpus: 1, reads: reads[:1]}), " ")
+	if !strings.Contains(plain, ","+readModules) || strings.Contains(plain, "airlock.root") || strings.Count(plain, "-drive") != 1 {
+		t.Errorf("host view with a read grant: %s", plain)
 	}
 }

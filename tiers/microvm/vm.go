@@ -147,7 +147,7 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 		// shares the one file.
 		args = append(args,
 			"-drive", "id=root,if=none,format=raw,readonly=on,file="+strings.ReplaceAll(s.img.disk, ",", ",,"),
-			"-device", "virtio-blk-device,drive=root")
+			"-device", "virtio-blk-device,drive=root,serial="+wire.RootSerial)
 	}
 	for i, r := range s.reads {
 		// Built for this run alone, and read-only to QEMU as well.

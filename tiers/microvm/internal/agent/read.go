@@ -170,19 +170,28 @@ func remountRoot(root string, ro bool) error {
 	return nil
 }
 
+// serialDevice returns the device node of the virtio disk whose serial is
+// serial ("": none yet).
+func serialDevice(serial string) string {
+	names, _ := filepath.Glob("/sys/block/vd*/serial")
+	for _, n := range names {
+		if b, err := os.ReadFile(n); err == nil && strings.TrimSpace(string(b)) == serial {
+			dev := "/dev/" + filepath.Base(filepath.Dir(n))
+			if _, err := os.Stat(dev); err == nil {
+				return dev
+			}
+		}
+	}
+	return ""
+}
+
 // waitSerial waits for the virtio disk whose serial is serial and returns
 // its device node.
 func waitSerial(serial string, wait time.Duration) (string, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		names, _ := filepath.Glob("/sys/block/vd*/serial")
-		for _, n := range names {
-			if b, err := os.ReadFile(n); err == nil && strings.TrimSpace(string(b)) == serial {
-				dev := "/dev/" + filepath.Base(filepath.Dir(n))
-				if _, err := os.Stat(dev); err == nil {
-					return dev, nil
-				}
-			}
+		if dev := serialDevice(serial); dev != "" {
+			return dev, nil
 		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("its disk (serial %s) did not appear", serial)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
 // An image root. When the host boots the guest with an image disk it says
@@ -71,6 +73,12 @@ func prepareImageDirs() error {
 // driver and the file system modules are loaded by then).
 func mountImage(dev string) error {
 	node := "/dev/" + dev
+	// A VM with read-grant disks too names the image's by serial: the
+	// disks' names follow the order the kernel probed them in. (The
+	// drivers are loaded, and loading them probed every disk.)
+	if d := serialDevice(wire.RootSerial); d != "" {
+		node = d
+	}
 	if err := waitPath(node, 5*time.Second); err != nil {
 		return err
 	}

@@ -83,6 +83,10 @@ type Ready struct {
 // RootImage is Ready.Root for a guest whose job root is the image disk.
 const RootImage = "image"
 
+// RootSerial is the virtio serial of the image disk, where the VMM sets
+// one (QEMU does; beside read-grant disks the agent finds it by it).
+const RootSerial = "airlock-root"
+
 // Version is this protocol's version: 2 carries files and stdin as bytes.
 const Version = 2
 
