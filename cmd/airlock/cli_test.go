@@ -108,6 +108,23 @@ func TestExplainAndTiers(t *testing.T) {
 	assert.Contains(t, out, `"refused"`)
 }
 
+// TestExplainReadCap: a read grant the microVM cannot copy into its guest
+// (over its cap; a sparse file, so nothing is written) is refused there
+// with the reason on one line.
+func TestExplainReadCap(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "big"))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(2<<30))
+	require.NoError(t, f.Close())
+	out, _, code := run(t, "", "explain", "--tier", "microvm", "--allow-read", dir)
+	if strings.Contains(out, "not admitted by microvm: unavailable") {
+		testenv.Skipf(t, "the microvm tier is unavailable here: %s", out)
+	}
+	assert.Equal(t, exitNotAdmitted, code, out)
+	assert.Contains(t, out, "refused:   not admitted by microvm: host read path "+dir+" is over the microvm tier's cap for read grants")
+}
+
 func TestUsageErrors(t *testing.T) {
 	_, errOut, code := run(t, "", "frobnicate")
 	assert.Equal(t, exitUsage, code)
