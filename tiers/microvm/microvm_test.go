@@ -93,7 +93,7 @@ func TestAdmit(t *testing.T) {
 		want string
 	}{
 		"expr":      {airlock.Job{Kind: airlock.KindExpr, Code: "1"}, "command"},
-		"read":      {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/etc"}}}}, "read paths"},
+		"read-root": {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/"}}}}, "would replace the job's root"},
 		"lifecycle": {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Lifecycle: airlock.LifecycleSession, Session: "s"}, "ephemeral"},
 		"env":       {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Env: map[string]string{"MODE": "x"}}, "env is not passed"},
 	}
@@ -157,16 +157,21 @@ func TestConfig(t *testing.T) {
 func TestAwaitReadyVersion(t *testing.T) {
 	for _, c := range []struct {
 		ready   string
+		reads   bool // the VM was booted with read-grant disks
 		wantErr bool
 	}{
-		{``, true},
-		{`{"version":1}`, true},
-		{`not json`, true},
-		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), false},
+		{``, false, true},
+		{`{"version":1}`, false, true},
+		{`not json`, false, true},
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), false, false},
+		// An agent that does not mount read grants is refused for a VM
+		// that has them.
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), true, true},
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}],"reads":true}`, wire.Version), true, false},
 	} {
 		host, guest := net.Pipe()
 		go func() { _ = frame.Write(guest, frame.Ready, []byte(c.ready)) }()
-		v := &vm{ctl: host, console: &tail{n: 64}, stderr: &tail{n: 64}}
+		v := &vm{ctl: host, console: &tail{n: 64}, stderr: &tail{n: 64}, reads: c.reads}
 		err := v.awaitReady(context.Background(), 10*time.Second)
 		host.Close()
 		guest.Close()
