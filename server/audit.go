@@ -56,8 +56,8 @@ type Record struct {
 	Output string `json:"output"`
 	// Job is the job as handed to the tier, secret values redacted, kept
 	// for in-process kinds and for command jobs that ran in an image, so
-	// that `airlock replay` can re-run it; jobs larger than MaxAuditJob
-	// are left out.
+	// that `airlock replay` can re-run it, and on an approval's record
+	// the job decided; jobs larger than MaxAuditJob are left out.
 	Job *airlock.Job `json:"job,omitempty"`
 }
 
@@ -417,6 +417,8 @@ var ErrNotReplayable = errors.New("record is not replayable")
 // clock and seed, and reports whether the output digest matches.
 func Replay(ctx context.Context, r Record, tiers []airlock.Tier) (airlock.Result, bool, error) {
 	switch {
+	case r.Request == "approval":
+		return airlock.Result{}, false, fmt.Errorf("%w: it is an approver's decision, not a run", ErrNotReplayable)
 	case r.Job == nil:
 		return airlock.Result{}, false, fmt.Errorf("%w: it holds no job (only in-process jobs up to %d bytes are kept)", ErrNotReplayable, MaxAuditJob)
 	case !r.Job.Kind.Language() && !imageDigest(r.Image):

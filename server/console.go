@@ -261,6 +261,12 @@ func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, appro
 	}
 	rec := Record{Time: now.UTC(), Tenant: p.tenant.Name, Request: "approval", Digest: d, Approval: p.rule,
 		Approver: approver, Reason: reason, Tier: p.tier, Image: p.job.Image, Grants: p.job.Grants, Limits: p.job.Limits, Outcome: out}
+	if jobSize(&p.job) <= MaxAuditJob {
+		// The job decided, for the trail and for the console's diff
+		// against it once the decision is no longer kept in memory.
+		job := p.job
+		rec.Job = &job
+	}
 	seq, _ := s.audit.addSeq(rec)
 	c.ran(rec, seq, nil)
 	c.changed()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/hex"
 	"encoding/json"
@@ -137,6 +138,7 @@ type detailView struct {
 	Diff      []diffLine
 	DiffNote  string
 	DiffBase  approve.Digest
+	DiffLink  string
 	Runs      []runRow
 	Pending   bool
 	Problem   string
@@ -314,13 +316,15 @@ func (s *Server) renderDetail(w http.ResponseWriter, v *viewer, d approve.Digest
 		}
 		s.mu.Unlock()
 	}
-	dv.Diff, dv.DiffBase, dv.DiffNote = s.diffToApproved(d, tenantName, &job, disp)
+	dv.Diff, dv.DiffBase, dv.DiffLink, dv.DiffNote = s.diffToApproved(d, tenantName, &job, disp)
 	render(w, "detail.html", dv)
 }
 
 // diffToApproved diffs a job against the latest approved job of the same
-// tenant and kind.
-func (s *Server) diffToApproved(d approve.Digest, tenant string, job *airlock.Job, disp approve.Display) ([]diffLine, approve.Digest, string) {
+// tenant and kind: a decision the console keeps, else the newest
+// approval of one in the audit files. It returns the lines, the base's
+// digest and its page, or a note instead.
+func (s *Server) diffToApproved(d approve.Digest, tenant string, job *airlock.Job, disp approve.Display) ([]diffLine, approve.Digest, string, string) {
 	s.console.mu.Lock()
 	var base *decision
 	for _, dc := range s.console.decided {
@@ -332,15 +336,58 @@ func (s *Server) diffToApproved(d approve.Digest, tenant string, job *airlock.Jo
 		}
 	}
 	s.console.mu.Unlock()
-	if base == nil {
-		return nil, "", "No earlier approved " + string(job.Kind) + " job of this tenant to compare with."
+	var old approve.Display
+	var baseDigest approve.Digest
+	var link string
+	if base != nil {
+		old, baseDigest, link = approve.DisplayOf(&base.job, base.tier, base.Tenant), base.Digest, "/console/approvals/"+string(base.Digest)
+	} else if rec, seq := s.approvedInTrail(d, tenant, job.Kind); rec != nil {
+		old, baseDigest, link = approve.DisplayOf(rec.Job, rec.Tier, rec.Tenant), rec.Digest, recordLink(seq)
+	} else {
+		return nil, "", "", "No earlier approved " + string(job.Kind) + " job of this tenant to compare with."
 	}
-	old := approve.DisplayOf(&base.job, base.tier, base.Tenant)
 	lines, ok := diff(describe(old), describe(disp))
 	if !ok {
-		return nil, base.Digest, "The jobs are too large to compare line by line."
+		return nil, baseDigest, link, "The jobs are too large to compare line by line."
 	}
-	return lines, base.Digest, ""
+	return lines, baseDigest, link, ""
+}
+
+// approvedInTrail finds the newest approval in the audit files of a job
+// of tenant and kind other than d, and its seq.
+func (s *Server) approvedInTrail(d approve.Digest, tenant string, kind airlock.Kind) (*Record, uint64) {
+	if s.audit.file == nil {
+		return nil, 0
+	}
+	files, err := s.audit.file.openTrail()
+	if err != nil {
+		return nil, 0
+	}
+	defer closeTrail(files)
+	// The tenant's name, as the record's JSON spells it, passes over
+	// most lines without decoding them.
+	name, _ := json.Marshal(tenant)
+	needle := append([]byte(`"tenant":`), name...)
+	for i := len(files) - 1; i >= 0; i-- {
+		var found *Record
+		var seq uint64
+		_ = eachLine(files[i].f, func(_ int, line []byte) bool {
+			if !bytes.Contains(line, needle) || !bytes.Contains(line, []byte(`"request":"approval"`)) {
+				return true
+			}
+			var rec Record
+			if json.Unmarshal(line, &rec) != nil || rec.Request != "approval" || rec.Outcome != "approved" ||
+				rec.Tenant != tenant || rec.Digest == d || rec.Job == nil || rec.Job.Kind != kind {
+				return true
+			}
+			found, seq = &rec, lineSeq(line)
+			return true
+		})
+		if found != nil {
+			return found, seq
+		}
+	}
+	return nil, 0
 }
 
 // describe lays a displayed job out as lines, for the diff.

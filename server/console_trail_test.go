@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"html"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -15,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -261,5 +266,69 @@ func TestConsoleAuditFromFiles(t *testing.T) {
 	}
 	if checked != 16 {
 		t.Errorf("%d of 16 concurrent runs found in the trail", checked)
+	}
+}
+
+// decide approves or denies digest d in the console, as its form does.
+func (u *consoleUser) decide(d approve.Digest, verdict, reason string) {
+	u.f.t.Helper()
+	form := url.Values{"csrf": {u.csrf()}, "decision": {verdict}, "reason": {reason}}
+	if status, body, _ := u.post("/console/approvals/"+string(d), form, "Origin", u.f.http.URL); status != http.StatusSeeOther {
+		u.f.t.Fatalf("%s %s: %d %s", verdict, d, status, body)
+	}
+}
+
+// TestConsoleDiffFromTrail: once the decisions are no longer kept (here:
+// a restart), a job is diffed against the newest approved job of its
+// tenant and kind in the audit files: not a denied one, not another
+// tenant's, not one of another kind.
+func TestConsoleDiffFromTrail(t *testing.T) {
+	dir := t.TempDir()
+	f := newFileFixture(t, dir, 1<<20)
+	u := f.signIn(keyApprover)
+	approved := f.requestApproval(keyA, starlarkJob("result = 1"))
+	u.decide(approved, "approve", "one is fine")
+	u.decide(f.requestApproval(keyA, starlarkJob("result = 666")), "deny", "not this")
+	uB := f.signIn(keyApproverB)
+	uB.decide(f.requestApproval(keyB, starlarkJob("result = 777")), "approve", "b's own")
+	f.http.Close()
+	f.srv.Close()
+
+	f = newFileFixture(t, dir, 1<<20)
+	u = f.signIn(keyApprover)
+	d := f.requestApproval(keyA, starlarkJob("result = 2"))
+	status, page, _ := u.get("/console/approvals/" + string(d))
+	if status != 200 {
+		t.Fatalf("detail: %d %s", status, page)
+
+	}
+	if strings.Contains(page, "No earlier approved") {
+		t.Fatal("after a restart the job is compared with nothing: the approved job in the trail was not found")
+	}
+	for _, want := range []string{`<span class="ddel">- code: result = 1</span>`, `<span class="dadd">+ code: result = 2</span>`} {
+		if !strings.Contains(html.UnescapeString(page), want) {
+			t.Errorf("the diff lacks %s", want)
+		}
+	}
+	for _, not := range []string{"666", "777"} {
+		if strings.Contains(page, not) {
+			t.Errorf("the diff is against a job with %s (denied, or another tenant's)", not)
+		}
+	}
+	m := regexp.MustCompile(`<a href="(/console/records/\d+)" id="diff-base">`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no link to the approved job's record: %s", page)
+	}
+	if status, rec, _ := u.get(m[1]); status != 200 || !strings.Contains(rec, "one is fine") || !strings.Contains(rec, "Not replayable") {
+		t.Errorf("the base's record page: %d %s", status, rec)
+	}
+	// The approval's record holds the job, but is not a run to replay.
+	_, line, _ := u.get(m[1] + "/line")
+	rec, err := server.ParseRecord([]byte(line))
+	if err != nil || rec.Request != "approval" || rec.Job == nil {
+		t.Fatalf("the approval's record: %v %s", err, line)
+	}
+	if _, _, err := server.Replay(context.Background(), rec, nil); !errors.Is(err, server.ErrNotReplayable) {
+		t.Errorf("replaying an approval's record: %v", err)
 	}
 }
