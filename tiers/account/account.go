@@ -13,13 +13,16 @@ package account
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,6 +39,8 @@ type Config struct {
 	account string
 	socket  string
 	uid     int // the executor's expected uid, -1: not checked
+	remote  *Remote
+	tls     *tls.Config
 	unavail error
 }
 
@@ -43,6 +48,24 @@ type Config struct {
 // (a name, for messages) listening on socket and running as uid.
 func NewConfig(account, socket string, uid int) Config {
 	return Config{account: account, socket: socket, uid: uid}
+}
+
+// NewRemoteConfig returns the configuration for the executor of account
+// on another machine, reached at rm.URL (https) over mutual TLS: the
+// executor's certificate must chain to the CA in rm.CA alone, and the
+// caller presents rm.Cert. A configuration that cannot be loaded makes an
+// unavailable tier that says why.
+func NewRemoteConfig(account string, rm Remote) Config {
+	c := Config{account: account, uid: -1, remote: &rm}
+	u, err := url.Parse(rm.URL)
+	if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		c.unavail = fmt.Errorf("account %s: remote URL %q: want https://HOST:PORT", account, rm.URL)
+		return c
+	}
+	if c.tls, err = clientTLS(rm); err != nil {
+		c.unavail = fmt.Errorf("account %s: %w", account, err)
+	}
+	return c
 }
 
 // WithUnavailable returns a copy whose tier admits nothing and says why:
@@ -53,16 +76,22 @@ func (c Config) WithUnavailable(err error) Config { c.unavail = err; return c }
 // Tier is the account tier. It is safe for concurrent use.
 type Tier struct {
 	cfg    Config
+	base   string
 	client *http.Client
 }
 
 // New returns the tier.
 func New(cfg Config) *Tier {
-	t := &Tier{cfg: cfg}
-	t.client = &http.Client{Transport: &http.Transport{
-		DialContext:       t.dial,
-		DisableKeepAlives: true, // one connection per job: a dead executor fails that job alone
-	}}
+	t := &Tier{cfg: cfg, base: "http://account"}
+	// One connection per request: a dead executor fails that job alone.
+	tr := &http.Transport{DisableKeepAlives: true}
+	if cfg.remote != nil {
+		t.base = strings.TrimSuffix(cfg.remote.URL, "/")
+		tr.TLSClientConfig = cfg.tls
+	} else {
+		tr.DialContext = t.dial
+	}
+	t.client = &http.Client{Transport: tr}
 	return t
 }
 
@@ -81,6 +110,9 @@ func (t *Tier) Available() error {
 	if t.cfg.unavail != nil {
 		return t.cfg.unavail
 	}
+	if t.cfg.remote != nil {
+		return nil // reached per job; its certificate is checked then
+	}
 	st, err := os.Stat(t.cfg.socket)
 	if err != nil || st.Mode()&os.ModeSocket == 0 {
 		return fmt.Errorf("the executor of account %s is not running (no socket at %s; start it: airlock account start %s)", t.cfg.account, t.cfg.socket, t.cfg.account)
@@ -89,7 +121,10 @@ func (t *Tier) Available() error {
 }
 
 // Admit refuses what the executor would not run for a reason the caller
-// can know: a value passed through the caller, a kept instance.
+// can know: a value passed through the caller, a session's lifecycle
+// outside a session. What the executor's own tier runs (kinds, images)
+// is the executor's to decide; its refusal comes back with the account
+// named.
 func (t *Tier) Admit(job airlock.Job) error {
 	reason := ""
 	switch {
@@ -98,9 +133,7 @@ func (t *Tier) Admit(job airlock.Job) error {
 	case len(job.Grants.Secrets) > 0:
 		reason = "grants.secrets pass a value through the caller; at level 5 name credentials by reference (grants.credentials, --credential ENV=REF)"
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
-		reason = "the account tier runs ephemeral jobs only"
-	case job.Kind != airlock.KindCommand:
-		reason = "the account tier runs command jobs (its executor's inner tier is an OS sandbox)"
+		reason = fmt.Sprintf("a job of lifecycle %s runs in a session of the account tier (OpenSession), not on its own", job.Lifecycle)
 	default:
 		return nil
 	}
@@ -114,6 +147,10 @@ const slack = 60 * time.Second
 // Run hands the job to the executor and returns its Result unchanged,
 // with a decision line of its own.
 func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	return t.run(ctx, "/v1/run", job)
+}
+
+func (t *Tier) run(ctx context.Context, path string, job airlock.Job) (airlock.Result, error) {
 	res := airlock.Result{Tier: Name, Level: airlock.LevelAccount, Clock: job.Clock, Seed: job.Seed}
 	if err := t.Admit(job); err != nil {
 		res.SetError(err)
@@ -131,40 +168,15 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, wall+slack)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://account/v1/run", bytes.NewReader(body))
+	status, data, err := t.do(ctx, http.MethodPost, path, body)
 	if err != nil {
 		return t.fail(res, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return t.fail(res, t.lost(err))
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return t.fail(res, t.lost(err))
 	}
 	var out airlock.Result
 	if err := json.Unmarshal(data, &out); err != nil || out.Tier == "" {
 		// Refused before any tier ran: the API's error shape.
-		var apiErr struct {
-			Error airlock.ErrorInfo `json:"error"`
-		}
-		if json.Unmarshal(data, &apiErr) != nil || apiErr.Error.Message == "" {
-			return t.fail(res, fmt.Errorf("executor of account %s answered %s with no result", t.cfg.account, resp.Status))
-		}
-		res.Error = &apiErr.Error
-		if out.Stopped != nil {
-			res.Stopped = out.Stopped
-		}
-		err := res.Err()
-		var na *airlock.NotAdmitted
-		if errors.As(err, &na) {
-			na.Tier = Name
-			na.Reason = "executor of account " + t.cfg.account + ": " + na.Reason
-			res.Error.Message = na.Error()
-		}
+		err := t.apiError(status, data)
+		res.SetError(err)
 		res.Decision = append(res.Decision, t.line())
 		return res, err
 	}
@@ -182,7 +194,54 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 	return out, out.Err()
 }
 
+// do sends one request to the executor and reads its answer.
+func (t *Tier) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, t.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return 0, nil, t.lost(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, nil, t.lost(err)
+	}
+	return resp.StatusCode, data, nil
+}
+
+// apiError is the typed error of an answer in the API's error shape, a
+// refusal naming the account.
+func (t *Tier) apiError(status int, data []byte) error {
+	var apiErr struct {
+		Error airlock.ErrorInfo `json:"error"`
+	}
+	if json.Unmarshal(data, &apiErr) != nil || apiErr.Error.Message == "" {
+		return fmt.Errorf("executor of account %s answered %d %s with no result", t.cfg.account, status, http.StatusText(status))
+	}
+	res := airlock.Result{Error: &apiErr.Error}
+	err := res.Err()
+	var na *airlock.NotAdmitted
+	if errors.As(err, &na) {
+		na.Tier = Name
+		na.Reason = "executor of account " + t.cfg.account + ": " + na.Reason
+	}
+	return err
+}
+
 func (t *Tier) line() string {
+	if t.cfg.remote != nil {
+		return fmt.Sprintf("account %s: ran by its executor at %s (mutual TLS, its CA pinned)", t.cfg.account, t.cfg.remote.URL)
+	}
 	return fmt.Sprintf("account %s: ran by its executor (uid %d) over %s", t.cfg.account, t.cfg.uid, t.cfg.socket)
 }
 
@@ -197,7 +256,75 @@ func (t *Tier) lost(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &airlock.Stop{Reason: airlock.StopTimeout, Detail: "the executor of account " + t.cfg.account + " did not answer within the job's wall clock"}
 	}
+	if t.cfg.remote != nil {
+		if refused := tlsRefusal(t.cfg.account, t.cfg.remote.URL, t.cfg.remote.CA, err); refused != nil {
+			return refused
+		}
+	}
 	return fmt.Errorf("the executor of account %s went away before answering: %w", t.cfg.account, err)
+}
+
+// OpenSession opens a session on the executor: its runs go to one
+// instance of the executor's own tier, which keeps their state; the
+// executor's tier must keep sessions (the microVM does not).
+func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (airlock.Session, error) {
+	if t.cfg.unavail != nil {
+		return nil, &airlock.NotAdmitted{Tier: Name, Reason: "unavailable: " + t.cfg.unavail.Error()}
+	}
+	if opts.Workspace != "" {
+		return nil, &airlock.NotAdmitted{Tier: Name, Reason: "persistent workspaces do not pass to an account's executor"}
+	}
+	req := map[string]any{"tier": ExecutorName}
+	if opts.TTL > 0 {
+		req["ttl"] = opts.TTL.String()
+	}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, slack)
+	defer cancel()
+	status, data, err := t.do(ctx, http.MethodPost, "/v1/sessions", body)
+	if err != nil {
+		return nil, err
+	}
+	var open struct {
+		ID string `json:"id"`
+	}
+	if status != http.StatusCreated || json.Unmarshal(data, &open) != nil || open.ID == "" {
+		return nil, t.apiError(status, data)
+	}
+	id := opts.ID
+	if id == "" {
+		id = open.ID
+	}
+	return &session{t: t, id: id, remote: open.ID}, nil
+}
+
+// session is a session of the executor's, known to the caller by id.
+type session struct {
+	t      *Tier
+	id     string // the caller's name for it
+	remote string // the executor's
+}
+
+func (s *session) ID() string { return s.id }
+
+func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	job.Session, job.Lifecycle = "", ""
+	return s.t.run(ctx, "/v1/sessions/"+url.PathEscape(s.remote)+"/run", job)
+}
+
+// Close closes the executor's session; one the executor no longer knows
+// (closed when idle, or the executor restarted) is closed already.
+func (s *session) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), slack)
+	defer cancel()
+	status, data, err := s.t.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(s.remote), nil)
+	if err != nil {
+		return err
+	}
+	if status == http.StatusNoContent || status == http.StatusNotFound {
+		return nil
+	}
+	return s.t.apiError(status, data)
 }
 
 // dial connects to the executor's socket and checks, with SO_PEERCRED,

@@ -88,6 +88,36 @@ func (e *Executor) Admit(job airlock.Job) error {
 
 // Run resolves, runs and scrubs.
 func (e *Executor) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	return e.run(ctx, job, e.inner.Name(), e.inner.Run)
+}
+
+// OpenSession opens a session of the inner tier, where it keeps them:
+// each run in it is resolved and scrubbed like a job of its own, and
+// tokens are minted per run.
+func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions) (airlock.Session, error) {
+	st, ok := e.inner.(airlock.SessionTier)
+	if !ok {
+		return nil, &airlock.NotAdmitted{Tier: ExecutorName, Reason: "this executor's inner tier " + e.inner.Name() + " keeps no sessions"}
+	}
+	s, err := st.OpenSession(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &execSession{e: e, s: s}, nil
+}
+
+type execSession struct {
+	e *Executor
+	s airlock.Session
+}
+
+func (x *execSession) ID() string   { return x.s.ID() }
+func (x *execSession) Close() error { return x.s.Close() }
+func (x *execSession) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	return x.e.run(ctx, job, x.e.inner.Name()+" (session)", x.s.Run)
+}
+
+func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run func(context.Context, airlock.Job) (airlock.Result, error)) (airlock.Result, error) {
 	res := airlock.Result{Tier: ExecutorName, Level: airlock.LevelAccount, Clock: job.Clock, Seed: job.Seed}
 	if err := e.Admit(job); err != nil {
 		res.SetError(err)
@@ -115,11 +145,11 @@ func (e *Executor) Run(ctx context.Context, job airlock.Job) (airlock.Result, er
 	}
 	sort.Strings(names)
 	sc := newScrubber(values)
-	out, err := e.inner.Run(ctx, innerJob(job, vals))
+	out, err := run(ctx, innerJob(job, vals))
 	sc.result(&out)
-	line := "executor: ran on " + e.inner.Name()
+	line := "executor: ran on " + where
 	if len(names) > 0 {
-		line = "executor: resolved " + strings.Join(names, ", ") + "; ran on " + e.inner.Name() + "; resolved values scrubbed from the output"
+		line = "executor: resolved " + strings.Join(names, ", ") + "; ran on " + where + "; resolved values scrubbed from the output"
 	}
 	out.Decision = append(out.Decision, line)
 	if err != nil {

@@ -1,0 +1,164 @@
+package account
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/interp/starlark"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// executorOn serves an executor over inner on a peer-checked socket that
+// admits this process's uid, as `airlock account serve` does, and
+// returns the socket.
+func executorOn(t *testing.T, inner airlock.Tier) string {
+	t.Helper()
+	ex := NewExecutor(inner, filepath.Join(t.TempDir(), StoreFile), nil)
+	noRules := []approve.Rule{}
+	srv, err := server.New(server.Config{Approvals: &server.Approvals{Rules: &noRules},
+		Tenants: []server.Tenant{{Name: "caller", KeySHA256: server.HashKey("k"), Situation: airlock.SituationCredentials}}},
+		[]airlock.Tier{ex}, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "executor.sock")
+	ln, err := Listen(sock, Allow{UIDs: []uint32{uint32(os.Getuid())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler()
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer k")
+		h.ServeHTTP(w, r)
+	})}
+	go hs.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(hs) })
+	return sock
+}
+
+// TestSessionPassesThrough opens a session through the account tier, runs
+// twice in it (the second run sees what the first left in the executor's
+// inner session) and closes it; then the executor knows it no more. Once
+// on the tier itself, once through a caller's server whose router sends
+// situation credentials to the account tier.
+func TestSessionPassesThrough(t *testing.T) {
+	inner, err := starlark.New(starlark.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := executorOn(t, inner)
+	tier := New(NewConfig("test", sock, os.Getuid()))
+	ctx := context.Background()
+	job := func(code string) airlock.Job {
+		return airlock.Job{Kind: airlock.KindStarlark, Code: code, Situation: airlock.SituationCredentials}
+	}
+
+	t.Run("tier", func(t *testing.T) {
+		s, err := tier.OpenSession(ctx, airlock.SessionOptions{ID: "mine"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.ID() != "mine" {
+			t.Errorf("ID = %q", s.ID())
+		}
+		if res, err := s.Run(ctx, job("n = 41\nresult = n")); err != nil || res.Value != float64(41) {
+			t.Fatalf("first run: %v %+v", err, res)
+		}
+		res, err := s.Run(ctx, job("n = n + 1\nresult = n"))
+		if err != nil || res.Value != float64(42) {
+			t.Fatalf("second run: %v %+v", err, res)
+		}
+		if d := strings.Join(res.Decision, "\n"); !strings.Contains(d, "ran on starlark (session)") || !strings.Contains(d, "account test") {
+			t.Errorf("decision: %s", d)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The executor's session is gone: a run in it is refused.
+		if _, err := s.Run(ctx, job("result = n")); err == nil || !strings.Contains(err.Error(), "unknown session") {
+			t.Errorf("run after close: %v", err)
+		}
+		// Outside a session, the state is not there.
+		if _, err := tier.Run(ctx, job("result = n")); err == nil {
+			t.Error("a plain run saw the session's state")
+		}
+	})
+
+	t.Run("caller-server", func(t *testing.T) {
+		srv, err := server.New(server.Config{Tenants: []server.Tenant{{Name: "t", KeySHA256: server.HashKey("ck"), Situation: airlock.SituationCredentials}}},
+			[]airlock.Tier{tier}, server.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(srv.Handler())
+		defer func() { hs.Close(); srv.Close() }()
+		call := func(method, path, body string) (int, map[string]any) {
+			req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer ck")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			data, _ := io.ReadAll(resp.Body)
+			var out map[string]any
+			json.Unmarshal(data, &out)
+			return resp.StatusCode, out
+		}
+		code, open := call("POST", "/v1/sessions", `{"job": {"kind": "starlark", "code": "1", "situation": "credentials"}}`)
+		if code != http.StatusCreated || open["tier"] != Name {
+			t.Fatalf("open: %d %v", code, open)
+		}
+		id := open["id"].(string)
+		for i, c := range []string{"xs = [1]\nresult = len(xs)", "xs.append(2)\nresult = len(xs)"} {
+			body, _ := json.Marshal(job(c))
+			code, res := call("POST", "/v1/sessions/"+id+"/run", string(body))
+			if code != http.StatusOK || res["value"] != float64(i+1) || !strings.Contains(fmt.Sprint(res["decision"]), "account test: ran by its executor") {
+				t.Fatalf("run %d: %d %v", i, code, res)
+			}
+		}
+		if code, out := call("DELETE", "/v1/sessions/"+id, ""); code != http.StatusNoContent {
+			t.Fatalf("close: %d %v", code, out)
+		}
+		// Nothing is left open on the executor.
+		ex := &http.Client{Transport: &http.Transport{DialContext: tier.dial}}
+		resp, err := ex.Get("http://account/v1/sessions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := string(bytes.TrimSpace(data)); got != "[]" {
+			t.Errorf("the executor's sessions after close: %s", got)
+		}
+	})
+}
+
+// TestSessionRefusedByInner: an executor whose inner tier keeps no
+// sessions says so, naming the account.
+func TestSessionRefusedByInner(t *testing.T) {
+	inner, err := starlark.New(starlark.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := executorOn(t, noSessions{inner})
+	tier := New(NewConfig("test", sock, os.Getuid()))
+	_, err = tier.OpenSession(context.Background(), airlock.SessionOptions{})
+	if err == nil || !strings.Contains(err.Error(), "executor of account test") || !strings.Contains(err.Error(), "keeps no sessions") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// noSessions is a tier without its sessions (the microVM's case).
+type noSessions struct{ airlock.Tier }
