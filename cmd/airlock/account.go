@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,7 +32,8 @@ func init() {
 	register(&command{
 		name:    "account",
 		summary: "manage level-5 accounts: executors under other OS users that hold credentials (see docs/account.md)",
-		usage: `account add NAME [--allow-uid N]... [--allow-gid N]...   create the OS user, its directories, credential store and unit
+		usage: `account add NAME [--allow-uid N]... [--allow-gid N]... [--listen HOST:PORT [--tls-name N]...]   create the OS user, its directories, credential store and unit; --listen: also serve over mutual TLS
+       airlock account add NAME --url https://HOST:PORT --ca CA.pem --cert CLIENT.pem --key CLIENT-KEY.pem   name an account whose executor runs on another machine
        airlock account list                                    list the accounts and whether each executor runs
        airlock account set NAME REF < VALUE                    store a credential (value on stdin, never in arguments)
        airlock account set NAME REF --oidc AUDIENCE [--scope S]...  an OIDC token minted per job
@@ -51,6 +54,14 @@ func accountCmd(ctx context.Context, e *env) int {
 	oidcAud := fs.String("oidc", "", "with set: the credential is an OIDC token minted per job for this `AUDIENCE`")
 	var scopes stringList
 	fs.Var(&scopes, "scope", "with set --oidc: a scope the token carries (repeatable)")
+	listen := fs.String("listen", "", "with add: the executor also serves over HTTPS with mutual TLS on `HOST:PORT`; add makes the account's CA, the executor's certificate and a caller's client certificate")
+	var tlsNames stringList
+	fs.Var(&tlsNames, "tls-name", "with add --listen: a DNS name or IP address the executor's certificate holds (repeatable; default: the --listen host, else this machine's name)")
+	var remote account.Remote
+	fs.StringVar(&remote.URL, "url", "", "with add: the account's executor runs on another machine, at this https `URL`")
+	fs.StringVar(&remote.CA, "ca", "", "with add --url: the PEM `FILE` of the account's CA, the only one its executor's certificate may chain to")
+	fs.StringVar(&remote.Cert, "cert", "", "with add --url: the PEM `FILE` of this caller's client certificate")
+	fs.StringVar(&remote.Key, "key", "", "with add --url: the PEM `FILE` of its key (mode 0600 or stricter)")
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -66,8 +77,16 @@ func accountCmd(ctx context.Context, e *env) int {
 	switch {
 	case sub == "list" && need(0):
 		err = accountList(e, dir)
+	case sub == "add" && need(1) && remote.URL != "":
+		if *listen != "" || *issuer != "" || len(allowUIDs)+len(allowGIDs)+len(tlsNames) > 0 {
+			return e.fail(jobs.Invalid("--url", "names a remote account: --listen, --tls-name, --issuer and --allow-* are set where its executor runs"))
+		}
+		err = accountAddRemote(e, dir, args[0], remote)
 	case sub == "add" && need(1):
-		err = accountAdd(e, dir, args[0], *issuer, allowUIDs, allowGIDs)
+		if remote.CA != "" || remote.Cert != "" || remote.Key != "" {
+			return e.fail(jobs.Invalid("--url", "--ca, --cert and --key name a remote account's files: give its --url too"))
+		}
+		err = accountAdd(e, dir, args[0], *issuer, *listen, tlsNames, allowUIDs, allowGIDs)
 	case sub == "set" && need(2):
 		err = accountSet(e, dir, args[0], args[1], *oidcAud, scopes)
 	case sub == "start" && need(1):
@@ -85,6 +104,15 @@ func accountCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	return exitOK
+}
+
+// loadLocal loads an account whose executor runs here.
+func loadLocal(dir, name, what string) (account.Record, error) {
+	r, err := account.Load(dir, name)
+	if err == nil && r.IsRemote() {
+		err = fmt.Errorf("account %s is remote: %s it where its executor runs (%s)", name, what, r.Remote.URL)
+	}
+	return r, err
 }
 
 func needRoot(what string) error {
@@ -116,12 +144,75 @@ func unitName(name string) string { return "airlock-account-" + name + ".service
 
 func unitPath(name string) string { return filepath.Join("/etc/systemd/system", unitName(name)) }
 
-func accountAdd(e *env, dir, name, issuer string, allowUIDs, allowGIDs []string) error {
+// accountAddRemote records how this caller reaches an account whose
+// executor runs elsewhere. It makes no user and needs no root beyond
+// writing the accounts directory.
+func accountAddRemote(e *env, dir, name string, rm account.Remote) error {
 	if err := account.CheckName(name); err != nil {
 		return jobs.Invalid("NAME", "%s", err.Error())
 	}
+	for _, f := range []struct{ flag, path string }{{"--ca", rm.CA}, {"--cert", rm.Cert}, {"--key", rm.Key}} {
+		if f.path == "" {
+			return jobs.Invalid(f.flag, "is required with --url")
+		}
+	}
+	var err error
+	for _, p := range []*string{&rm.CA, &rm.Cert, &rm.Key} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return err
+		}
+	}
+	if old, err := account.Load(dir, name); err == nil && !old.IsRemote() {
+		return fmt.Errorf("account %s is a local account here (remove it first: airlock account rm %s)", name, name)
+	}
+	// What the tier would refuse, refused now.
+	if err := account.New(account.NewRemoteConfig(name, rm)).Available(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("accounts directory: %w", err)
+	}
+	r := account.Record{Name: name, UID: -1, GID: -1, Remote: &rm}
+	if err := r.Save(dir); err != nil {
+		return fmt.Errorf("account %s: %w", name, err)
+	}
+	fmt.Fprintf(e.stdout, "account %s: remote, executor at %s (mutual TLS, CA %s pinned, client certificate %s)\n", name, rm.URL, rm.CA, rm.Cert)
+	return nil
+}
+
+// tlsNames are the names the executor's certificate holds: those given,
+// else the --listen host, else this machine's name.
+func tlsNames(listen string, given []string) []string {
+	if len(given) > 0 {
+		return given
+	}
+	host, _, _ := net.SplitHostPort(listen)
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return []string{host}
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return []string{"localhost"}
+	}
+	return []string{h}
+}
+
+func accountAdd(e *env, dir, name, issuer, listen string, names, allowUIDs, allowGIDs []string) error {
+	if err := account.CheckName(name); err != nil {
+		return jobs.Invalid("NAME", "%s", err.Error())
+	}
+	if listen != "" {
+		if _, port, err := net.SplitHostPort(listen); err != nil || port == "" || port == "0" {
+			return jobs.Invalid("--listen", "%q: want HOST:PORT with a fixed port", listen)
+		}
+	} else if len(names) > 0 {
+		return jobs.Invalid("--tls-name", "is for the certificate of --listen: give --listen too")
+	}
 	if err := needRoot("add"); err != nil {
 		return err
+	}
+	if old, err := account.Load(dir, name); err == nil && old.IsRemote() {
+		return fmt.Errorf("account %s is a remote account here (remove it first: airlock account rm %s)", name, name)
 	}
 	uids, err := parseIDs("--allow-uid", allowUIDs)
 	if err != nil {
@@ -158,12 +249,19 @@ func accountAdd(e *env, dir, name, issuer string, allowUIDs, allowGIDs []string)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	r := account.Record{Name: name, User: uname, UID: uid, GID: gid, Allow: account.Allow{UIDs: uids, GIDs: gids}, Issuer: issuer}
+	r := account.Record{Name: name, User: uname, UID: uid, GID: gid, Allow: account.Allow{UIDs: uids, GIDs: gids}, Issuer: issuer, Listen: listen}
 	if err := r.Save(dir); err != nil {
 		return fmt.Errorf("account %s: %w", name, err)
 	}
 	if err := r.Prepare(); err != nil {
 		return fmt.Errorf("account %s: %w", name, err)
+	}
+	remote := ""
+	if listen != "" {
+		if err := r.MakeTLS(tlsNames(listen, names)); err != nil {
+			return fmt.Errorf("account %s: certificates: %w", name, err)
+		}
+		remote = fmt.Sprintf(", mutual TLS on %s (a caller's CA and client certificate: %s)", listen, r.ClientDir())
 	}
 	unit := "no systemd here: start it with airlock account start " + name
 	if systemd() {
@@ -172,7 +270,7 @@ func accountAdd(e *env, dir, name, issuer string, allowUIDs, allowGIDs []string)
 		}
 		unit = "unit " + unitPath(name)
 	}
-	fmt.Fprintf(e.stdout, "account %s: user %s (uid %d), credential store %s, socket %s, serves %s; %s\n", name, uname, uid, r.StorePath(), r.Socket(), r.Allow, unit)
+	fmt.Fprintf(e.stdout, "account %s: user %s (uid %d), credential store %s, socket %s, serves %s%s; %s\n", name, uname, uid, r.StorePath(), r.Socket(), r.Allow, remote, unit)
 	return nil
 }
 
@@ -181,24 +279,89 @@ func writeUnit(r account.Record, dir string) error {
 	if err != nil {
 		return err
 	}
-	unit := fmt.Sprintf(`[Unit]
+	toolsDir := ""
+	if d := tools.Dir(); d != "" {
+		if toolsDir, err = filepath.Abs(d); err != nil {
+			return err
+		}
+	}
+	unit, err := unitText(r, dir, exe, toolsDir)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(unitPath(r.Name), []byte(unit), 0o644)
+}
+
+// unitPathRE is what a path in the unit may hold: nothing systemd would
+// read as a separator, a quote, a specifier (%) or a variable ($).
+var unitPathRE = regexp.MustCompile(`^/[A-Za-z0-9/._+-]*$`)
+
+// unitText is the account's systemd unit: the executor under the
+// account's user with no capabilities, a read-only system but for the
+// account's own directories, and no view of /home, /root or /run/user
+// (the callers' files), unless the binary or its tools live there, and
+// no view of other users' processes.
+// Devices stay visible (no device policy, so no ProtectClock): the
+// microVM may use /dev/kvm. QEMU generates code under emulation, so
+// writable-executable memory stays allowed.
+func unitText(r account.Record, dir, exe, toolsDir string) (string, error) {
+	paths := []string{dir, exe, r.Home(), r.RunDir()}
+	if toolsDir != "" {
+		paths = append(paths, toolsDir)
+	}
+	for _, p := range paths {
+		if !unitPathRE.MatchString(p) {
+			return "", fmt.Errorf("%q cannot be named in a systemd unit: want an absolute path of letters, digits and / . _ + -", p)
+		}
+	}
+	protectHome := "yes"
+	for _, p := range []string{exe, toolsDir} {
+		for _, h := range []string{"/home/", "/root/", "/run/user/"} {
+			if strings.HasPrefix(p, h) {
+				protectHome = "read-only"
+			}
+		}
+	}
+	env := fmt.Sprintf("AIRLOCK_ACCOUNTS=%s HOME=%s TMPDIR=%s/tmp", dir, r.Home(), r.Home())
+	if toolsDir != "" {
+		env += " AIRLOCK_TOOLS=" + toolsDir
+	}
+	return fmt.Sprintf(`[Unit]
 Description=airlock executor of account %[1]s (level 5)
 After=network.target
 
 [Service]
+Type=simple
 User=%[2]s
 Group=%[2]s
-Environment=AIRLOCK_ACCOUNTS=%[3]s HOME=%[4]s TMPDIR=%[4]s/tmp
+WorkingDirectory=%[3]s
+Environment=%[4]s
 ExecStart=%[5]s account serve %[1]s
 Restart=on-failure
+UMask=0077
 NoNewPrivileges=yes
-ProtectHome=yes
+CapabilityBoundingSet=
+AmbientCapabilities=
+ProtectSystem=strict
+ReadWritePaths=%[3]s %[6]s
+ProtectHome=%[7]s
 PrivateTmp=yes
+PrivateIPC=yes
+RemoveIPC=yes
+ProtectProc=invisible
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectHostname=yes
+RestrictSUIDSGID=yes
+RestrictRealtime=yes
+LockPersonality=yes
+SystemCallArchitectures=native
 
 [Install]
 WantedBy=multi-user.target
-`, r.Name, r.User, dir, r.Home(), exe)
-	return os.WriteFile(unitPath(r.Name), []byte(unit), 0o644)
+`, r.Name, r.User, r.Home(), env, exe, r.RunDir(), protectHome), nil
 }
 
 func accountList(e *env, dir string) error {
@@ -207,19 +370,27 @@ func accountList(e *env, dir string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ACCOUNT\tUSER\tUID\tEXECUTOR\tSERVES\tSOCKET")
+	fmt.Fprintln(tw, "ACCOUNT\tUSER\tUID\tEXECUTOR\tSERVES\tREACHED AT")
 	for _, r := range all {
+		if r.IsRemote() {
+			fmt.Fprintf(tw, "%s\t-\t-\tremote\tmutual TLS\t%s\n", r.Name, r.Remote.URL)
+			continue
+		}
+		at := r.Socket()
+		if r.Listen != "" {
+			at += ", https://" + r.Listen
+		}
 		state := "stopped"
 		if executorUp(r) {
 			state = "running"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.User, r.UID, state, r.Allow, r.Socket())
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.User, r.UID, state, r.Allow, at)
 	}
 	return tw.Flush()
 }
 
 func accountSet(e *env, dir, name, ref, audience string, scopes []string) error {
-	r, err := account.Load(dir, name)
+	r, err := loadLocal(dir, name, "set credentials for")
 	if err != nil {
 		return err
 	}
@@ -262,7 +433,7 @@ func executorUp(r account.Record) bool {
 func pidFile(r account.Record) string { return filepath.Join(r.RunDir(), "executor.pid") }
 
 func accountStart(ctx context.Context, e *env, dir, name string) error {
-	r, err := account.Load(dir, name)
+	r, err := loadLocal(dir, name, "start")
 	if err != nil {
 		return err
 	}
@@ -348,7 +519,7 @@ func readPid(r account.Record) (int, error) {
 }
 
 func accountStop(e *env, dir, name string) error {
-	r, err := account.Load(dir, name)
+	r, err := loadLocal(dir, name, "stop")
 	if err != nil {
 		return err
 	}
@@ -387,6 +558,14 @@ func accountRemove(e *env, dir, name string) error {
 	if err := account.CheckName(name); err != nil {
 		return jobs.Invalid("NAME", "%s", err.Error())
 	}
+	if r, err := account.Load(dir, name); err == nil && r.IsRemote() {
+		// A caller's record only: nothing runs here.
+		if err := os.Remove(filepath.Join(dir, name+".json")); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "account %s: removed (remote, at %s)\n", name, r.Remote.URL)
+		return nil
+	}
 	if err := needRoot("rm"); err != nil {
 		return err
 	}
@@ -410,7 +589,7 @@ func accountRemove(e *env, dir, name string) error {
 			return fmt.Errorf("userdel %s: %v: %s", r.User, err, strings.TrimSpace(string(out)))
 		}
 	}
-	for _, p := range []string{r.Home(), r.RunDir()} {
+	for _, p := range []string{r.Home(), r.RunDir(), r.ClientDir()} {
 		if err := os.RemoveAll(p); err != nil {
 			return err
 		}
@@ -448,7 +627,7 @@ func innerTier() (airlock.Tier, error) {
 }
 
 func accountServe(ctx context.Context, e *env, dir, name string) error {
-	r, err := account.Load(dir, name)
+	r, err := loadLocal(dir, name, "serve")
 	if err != nil {
 		return err
 	}
@@ -485,20 +664,32 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 		ex.Close()
 		return err
 	}
+	var tlsCfg *tls.Config
+	if r.Listen != "" {
+		if tlsCfg, err = r.ServerTLS(); err != nil {
+			srv.Close()
+			return err
+		}
+	}
 	ln, err := account.Listen(r.Socket(), r.Allow)
 	if err != nil {
 		srv.Close()
 		return err
 	}
-	// The peer check has already admitted the connection; the server's
-	// tenant key stays in this process. Discovery and the JWKS are the
-	// issuer's.
+	// The peer check, or the client certificate's, has already admitted
+	// the connection; the server's tenant key stays in this process.
+	// Discovery and the JWKS are the issuer's.
 	h := srv.Handler()
 	hs := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if strings.Contains(req.URL.Path, "/.well-known/") {
 				issuer.ServeHTTP(w, req)
 				return
+			}
+			if req.TLS != nil && len(req.TLS.PeerCertificates) > 0 {
+				// The client certificate names a remote caller in OIDC
+				// subjects.
+				req = req.WithContext(account.WithPeer(req.Context(), "cert-"+req.TLS.PeerCertificates[0].Subject.CommonName))
 			}
 			req.Header.Set("Authorization", "Bearer "+key)
 			h.ServeHTTP(w, req)
@@ -512,8 +703,19 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 		},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	fmt.Fprintf(e.stderr, "airlock: executor of account %s serving on %s as uid %d (inner tier %s; serves %s)\n", name, r.Socket(), r.UID, inner.Name(), r.Allow)
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	remote := ""
+	if tlsCfg != nil {
+		tln, err := net.Listen("tcp", r.Listen)
+		if err != nil {
+			ln.Close()
+			srv.Close()
+			return fmt.Errorf("account %s: listening on %s: %w", name, r.Listen, err)
+		}
+		remote = fmt.Sprintf(" and https://%s (mutual TLS)", tln.Addr())
+		go func() { errc <- hs.Serve(tls.NewListener(tln, tlsCfg)) }()
+	}
+	fmt.Fprintf(e.stderr, "airlock: executor of account %s serving on %s%s as uid %d (inner tier %s; serves %s)\n", name, r.Socket(), remote, r.UID, inner.Name(), r.Allow)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case err := <-errc:

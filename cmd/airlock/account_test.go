@@ -3,18 +3,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,7 +131,9 @@ func buildBinary(t testing.TB) string {
 	return bin
 }
 
-func newLocalAccount(t testing.TB) *localAccount {
+// newLocalAccount makes and starts an account; addArgs go to its
+// `airlock account add`.
+func newLocalAccount(t testing.TB, addArgs ...string) *localAccount {
 	t.Helper()
 	needAccountHost(t)
 	bin := buildBinary(t)
@@ -155,11 +165,11 @@ func newLocalAccount(t testing.TB) *localAccount {
 		}
 		os.RemoveAll(dir)
 	})
-	if out, errOut, code := a.run(t, "", "account", "add", a.name); code != 0 {
+	if out, errOut, code := a.run(t, "", append([]string{"account", "add", a.name}, addArgs...)...); code != 0 {
 		t.Fatalf("account add: %d %s %s", code, out, errOut)
 	}
 	// Idempotent.
-	if out, errOut, code := a.run(t, "", "account", "add", a.name); code != 0 {
+	if out, errOut, code := a.run(t, "", append([]string{"account", "add", a.name}, addArgs...)...); code != 0 {
 		t.Fatalf("account add again: %d %s %s", code, out, errOut)
 	}
 	if a.rec, err = account.Load(dir, a.name); err != nil {
@@ -208,7 +218,10 @@ func noProcessesOf(t *testing.T, uid int) {
 // own OS user, an executor reached over a peer-checked Unix socket, a
 // microVM inside it.
 func TestAccountLevel5(t *testing.T) {
-	a := newLocalAccount(t)
+	// The executor also serves over mutual TLS on loopback, for the
+	// remote-mtls subtest.
+	addr := freeLoopback(t)
+	a := newLocalAccount(t, "--listen", addr)
 
 	t.Run("done-when", func(t *testing.T) {
 		out, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--credential", "GITHUB_TOKEN=github-readonly", "--",
@@ -421,6 +434,38 @@ s.connect(sys.argv[1]); print(s.recv(100).decode())`
 		}
 	})
 
+	t.Run("user-and-unit", func(t *testing.T) {
+		// The user add made: no login shell, its home the account's
+		// directory, mode 0700 and its own.
+		passwd, err := os.ReadFile("/etc/passwd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var entry []string
+		for _, line := range strings.Split(string(passwd), "\n") {
+			if f := strings.Split(line, ":"); len(f) == 7 && f[0] == a.rec.User {
+				entry = f
+			}
+		}
+		if entry == nil || entry[2] != strconv.Itoa(a.rec.UID) || entry[5] != a.rec.Home() || entry[6] != "/usr/sbin/nologin" {
+			t.Errorf("passwd entry of %s: %q", a.rec.User, entry)
+		}
+		for _, p := range []struct {
+			path string
+			mode os.FileMode
+		}{{a.rec.Home(), 0o700}, {a.rec.StorePath(), 0o600}, {a.rec.TLSDir(), 0o700}, {filepath.Join(a.rec.TLSDir(), "server-key.pem"), 0o600}} {
+			st, err := os.Stat(p.path)
+			if err != nil || st.Mode().Perm() != p.mode || int(st.Sys().(*syscall.Stat_t).Uid) != a.rec.UID {
+				t.Errorf("%s: %v, want mode %v owned by uid %d", p.path, err, p.mode, a.rec.UID)
+			}
+		}
+		// The unit add writes where systemd runs, for this account.
+		toolsDir, _ := filepath.Abs(tools.Dir())
+		checkUnit(t, a.rec, a.dir, a.bin, toolsDir)
+	})
+
+	t.Run("remote-mtls", func(t *testing.T) { remoteMTLS(t, a, addr) })
+
 	// Last: it kills the executor.
 	t.Run("kill-9-mid-job", func(t *testing.T) {
 		c := a.cmd(context.Background(), "", "run", "--situation", "credentials", "--wall", "90s", "--allow-spawn", "--", "sh", "-c", "echo started; sleep 60")
@@ -518,5 +563,273 @@ func TestAccountCommandErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut.String(), c.want) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
 			t.Errorf("%v: exit %d, stderr %q, want one line with %q", c.args, code, errOut.String(), c.want)
 		}
+	}
+}
+
+// freeLoopback returns a loopback address with a port free a moment ago.
+func freeLoopback(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// remoteMTLS reaches the account's executor as a remote account: over
+// HTTPS on loopback with the CA and client certificate `account add
+// --listen` made, and refused with certificates this test makes itself.
+func remoteMTLS(t *testing.T, a *localAccount, addr string) {
+	cdir := t.TempDir()
+	bundle := a.rec.ClientDir()
+	for _, f := range []string{"ca.pem", "client.pem", "client-key.pem", "ca-key.pem"} {
+		st, err := os.Stat(filepath.Join(bundle, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(f, "key") && st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v", f, st.Mode().Perm())
+		}
+	}
+	// Another CA, and a client certificate it signed, made here.
+	rogueCA, rogueKey := testCA(t, "rogue CA")
+	rogueCAFile := filepath.Join(cdir, "rogue-ca.pem")
+	os.WriteFile(rogueCAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rogueCA.Raw}), 0o644)
+	rogueCert, rogueCertKey := filepath.Join(cdir, "rogue.pem"), filepath.Join(cdir, "rogue-key.pem")
+	testLeaf(t, rogueCA, rogueKey, "caller", rogueCert, rogueCertKey)
+
+	// The caller's own configuration: its accounts directory.
+	callerEnv := func(name string) []string {
+		var env []string
+		for _, kv := range a.env {
+			if !strings.HasPrefix(kv, "AIRLOCK_ACCOUNTS=") && !strings.HasPrefix(kv, "AIRLOCK_ACCOUNT=") {
+				env = append(env, kv)
+			}
+		}
+		return append(env, "AIRLOCK_ACCOUNTS="+cdir, "AIRLOCK_ACCOUNT="+name)
+	}
+	caller := func(name, stdin string, args ...string) (string, string, int) {
+		c := *a
+		c.env = callerEnv(name)
+		return c.run(t, stdin, args...)
+	}
+	add := func(name, url, ca, cert, key string) {
+		t.Helper()
+		if out, errOut, code := caller(name, "", "account", "add", name, "--url", url, "--ca", ca, "--cert", cert, "--key", key); code != 0 {
+			t.Fatalf("account add %s --url: %d %s %s", name, code, out, errOut)
+		}
+	}
+	url := "https://" + addr
+	add("rem", url, filepath.Join(bundle, "ca.pem"), filepath.Join(bundle, "client.pem"), filepath.Join(bundle, "client-key.pem"))
+	add("wrongcert", url, filepath.Join(bundle, "ca.pem"), rogueCert, rogueCertKey)
+	add("unpinned", url, rogueCAFile, filepath.Join(bundle, "client.pem"), filepath.Join(bundle, "client-key.pem"))
+	add("othername", "https://localhost:"+strings.Split(addr, ":")[1], filepath.Join(bundle, "ca.pem"), filepath.Join(bundle, "client.pem"), filepath.Join(bundle, "client-key.pem"))
+
+	if out, _, code := caller("rem", "", "account", "list"); code != 0 || !strings.Contains(out, "rem ") || !strings.Contains(out, url) {
+		t.Errorf("account list: %d\n%s", code, out)
+	}
+	out, errOut, code := caller("rem", "", "run", "--situation", "credentials", "--credential", "GITHUB_TOKEN=github-readonly", "--",
+		"sh", "-c", `test -n "$GITHUB_TOKEN" && echo ok`)
+	if code != 0 || out != "ok\n" {
+		t.Fatalf("through mutual TLS: code %d stdout %q stderr %q", code, out, errOut)
+	}
+
+	auditPath := filepath.Join(a.rec.Home(), "audit.jsonl")
+	before, _ := os.ReadFile(auditPath)
+	for name, want := range map[string]string{
+		"wrongcert": "refused this caller's client certificate",
+		"unpinned":  "presented a certificate the pinned CA (" + rogueCAFile + ") did not sign: refused",
+		"othername": "presented a certificate for another name",
+	} {
+		out, errOut, code := caller(name, "", "run", "--situation", "credentials", "--credential", "GITHUB_TOKEN=github-readonly", "--", "true")
+		if code == 0 || !strings.Contains(errOut, want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("%s: code %d stdout %q stderr %q, want one line with %q", name, code, out, errOut, want)
+		}
+	}
+	if after, _ := os.ReadFile(auditPath); len(after) != len(before) {
+		t.Errorf("a refused caller reached the executor's server:\n%s", after[len(before):])
+	}
+
+	// A client key others may read is refused when named.
+	loose := filepath.Join(cdir, "loose-key.pem")
+	data, _ := os.ReadFile(filepath.Join(bundle, "client-key.pem"))
+	os.WriteFile(loose, data, 0o644)
+	if _, errOut, code := caller("loose", "", "account", "add", "loose", "--url", url, "--ca", filepath.Join(bundle, "ca.pem"),
+		"--cert", filepath.Join(bundle, "client.pem"), "--key", loose); code == 0 || !strings.Contains(errOut, "refused (chmod 600") {
+		t.Errorf("a loose client key: %d %s", code, errOut)
+	}
+	// A remote account is not started, stopped or given credentials here.
+	if _, errOut, code := caller("rem", "", "account", "start", "rem"); code == 0 || !strings.Contains(errOut, "account rem is remote") {
+		t.Errorf("start of a remote account: %d %s", code, errOut)
+	}
+	if out, errOut, code := caller("rem", "", "account", "rm", "rem"); code != 0 || !strings.Contains(out, "removed (remote") {
+		t.Errorf("rm of a remote account: %d %s %s", code, out, errOut)
+	}
+}
+
+// testCA makes a CA certificate and key.
+func testCA(t testing.TB, cn string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
+}
+
+// testLeaf writes a client certificate signed by ca, and its key (0600).
+func testLeaf(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parseUnit reads a unit file strictly: sections, then KEY=VALUE lines,
+// no key twice in a section.
+func parseUnit(t testing.TB, text string) map[string]map[string]string {
+	t.Helper()
+	out := map[string]map[string]string{}
+	var sec map[string]string
+	for i, line := range strings.Split(text, "\n") {
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			sec = map[string]string{}
+			out[line[1:len(line)-1]] = sec
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || sec == nil {
+				t.Fatalf("line %d: %q is not KEY=VALUE in a section", i+1, line)
+			}
+			if _, dup := sec[k]; dup {
+				t.Fatalf("line %d: %s twice", i+1, k)
+			}
+			sec[k] = v
+		}
+	}
+	return out
+}
+
+// checkUnit holds the unit of account r to what matters (its user, no
+// capabilities, the hardening options, the paths it may write) and, where
+// systemd-analyze is installed, to `systemd-analyze verify` (no warning
+// at all) and to an offline exposure score below 5.
+func checkUnit(t *testing.T, r account.Record, dir, exe, toolsDir string) {
+	t.Helper()
+	text, err := unitText(r, dir, exe, toolsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := parseUnit(t, text)
+	svc := u["Service"]
+	want := map[string]string{
+		"User": r.User, "Group": r.User, "WorkingDirectory": r.Home(),
+		"ExecStart":       exe + " account serve " + r.Name,
+		"NoNewPrivileges": "yes", "CapabilityBoundingSet": "", "AmbientCapabilities": "",
+		"ProtectSystem": "strict", "ReadWritePaths": r.Home() + " " + r.RunDir(), "ProtectHome": "yes", "PrivateTmp": "yes", "ProtectProc": "invisible",
+		"UMask": "0077", "RestrictSUIDSGID": "yes", "ProtectKernelModules": "yes", "ProtectKernelTunables": "yes", "ProtectControlGroups": "yes",
+		"Restart": "on-failure",
+	}
+	for k, v := range want {
+		if got, ok := svc[k]; !ok || got != v {
+			t.Errorf("[Service] %s = %q (set: %v), want %q", k, got, ok, v)
+		}
+	}
+	env := strings.Fields(svc["Environment"])
+	for _, kv := range []string{"AIRLOCK_ACCOUNTS=" + dir, "HOME=" + r.Home(), "TMPDIR=" + r.Home() + "/tmp", "AIRLOCK_TOOLS=" + toolsDir} {
+		if !slices.Contains(env, kv) {
+			t.Errorf("Environment %q lacks %s", svc["Environment"], kv)
+		}
+	}
+	for _, k := range []string{"DeviceAllow", "DevicePolicy", "PrivateDevices", "ProtectClock", "MemoryDenyWriteExecute", "SupplementaryGroups", "PrivateUsers"} {
+		if _, ok := svc[k]; ok {
+			t.Errorf("[Service] sets %s (the microVM needs /dev/kvm and W+X memory; the user its own groups only)", k)
+		}
+	}
+	if u["Install"]["WantedBy"] != "multi-user.target" {
+		t.Errorf("[Install] %v", u["Install"])
+	}
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		testenv.Skipf(t, "systemd-analyze not found (Debian's systemd): the unit is checked field by field only")
+	}
+	udir := t.TempDir()
+	file := filepath.Join(udir, "airlock-account-"+r.Name+".service")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(sa, "verify", file).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s\n%s", err, out, text)
+	}
+	out, err = exec.Command(sa, "security", "--offline=true", "--no-pager", file).CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	score, _ := strconv.ParseFloat(string(m[1]), 64)
+	t.Logf("systemd-analyze security: exposure %.1f", score)
+	if score >= 5 {
+		t.Errorf("exposure %.1f, want below 5:\n%s", score, out)
+	}
+}
+
+// TestAccountUnit checks the unit `airlock account add` writes where
+// systemd runs, for an account record as add makes it (no root: the unit
+// is rendered, not installed).
+func TestAccountUnit(t *testing.T) {
+	dir := t.TempDir()
+	r := account.Record{Name: "gh", User: account.UserName("gh"), UID: 990, GID: 990}
+	if err := r.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	r, err := account.Load(dir, "gh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUnit(t, r, dir, exe, dir)
+	// What would be misread in a unit is refused with one line.
+	if _, err := unitText(r, dir+"/with space", exe, dir); err == nil || !strings.Contains(err.Error(), "cannot be named in a systemd unit") {
+		t.Errorf("a path with a space: %v", err)
+	}
+	if _, err := unitText(r, dir, exe, "/opt/50%"); err == nil {
+		t.Error("a path with a specifier was accepted")
+	}
+	// A binary under /root keeps /root readable (not writable).
+	if text, err := unitText(r, dir, "/root/go/bin/airlock", dir); err != nil || parseUnit(t, text)["Service"]["ProtectHome"] != "read-only" {
+		t.Errorf("binary under /root: %v\n%s", err, text)
 	}
 }

@@ -37,8 +37,18 @@ type Record struct {
 	// Issuer is the URL in the `iss` of the account's OIDC tokens, where
 	// verifiers find discovery (empty: IssuerURL's default).
 	Issuer string `json:"issuer,omitempty"`
+	// Listen is a TCP address where the executor also serves over HTTPS
+	// with mutual TLS, for callers on other machines (empty: its socket
+	// only).
+	Listen string `json:"listen,omitempty"`
+	// Remote, set, makes this a caller's record of an account whose
+	// executor runs on another machine: no user, store or socket here.
+	Remote *Remote `json:"remote,omitempty"`
 	dir    string
 }
+
+// IsRemote reports whether the account's executor runs elsewhere.
+func (r Record) IsRemote() bool { return r.Remote != nil }
 
 // IssuerURL is the issuer of the account's OIDC tokens: Issuer, or by
 // default http://airlock-NAME, a name for the executor itself, whose
@@ -191,6 +201,9 @@ func FromSelected() *Tier {
 	r, err := Selected(Dir())
 	if err != nil {
 		return New(NewConfig("", "", -1).WithUnavailable(err))
+	}
+	if r.Remote != nil {
+		return New(NewRemoteConfig(r.Name, *r.Remote))
 	}
 	return New(NewConfig(r.Name, r.Socket(), r.UID))
 }

@@ -88,7 +88,7 @@ func (r Record) MakeTLS(names []string) error {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	caDER, ca, err := sign(caTmpl, caKey, nil, caKey)
+	caDER, ca, err := sign(caTmpl, &caKey.PublicKey, nil, caKey)
 	if err != nil {
 		return err
 	}
