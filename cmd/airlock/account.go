@@ -37,6 +37,7 @@ func init() {
        airlock account list                                    list the accounts and whether each executor runs
        airlock account set NAME REF < VALUE                    store a credential (value on stdin, never in arguments)
        airlock account set NAME REF --oidc AUDIENCE [--scope S]...  an OIDC token minted per job
+       airlock account set NAME REF --caller uid-N|cert-CN ...      (with either) only these callers may use it
        airlock account start NAME | stop NAME                  start or stop the account's executor
        airlock account rm NAME                                 stop it, remove the user, its directories and unit
        airlock account serve NAME                              the executor itself (run as the account's user)`,
@@ -54,6 +55,8 @@ func accountCmd(ctx context.Context, e *env) int {
 	oidcAud := fs.String("oidc", "", "with set: the credential is an OIDC token minted per job for this `AUDIENCE`")
 	var scopes stringList
 	fs.Var(&scopes, "scope", "with set --oidc: a scope the token carries (repeatable)")
+	var callers stringList
+	fs.Var(&callers, "caller", "with set: only this `CALLER` may use the credential, uid-N (a local caller) or cert-CN (a remote one's client certificate; repeatable; default: every caller the executor serves)")
 	listen := fs.String("listen", "", "with add: the executor also serves over HTTPS with mutual TLS on `HOST:PORT`; add makes the account's CA, the executor's certificate and a caller's client certificate")
 	var tlsNames stringList
 	fs.Var(&tlsNames, "tls-name", "with add --listen: a DNS name or IP address the executor's certificate holds (repeatable; default: the --listen host, else this machine's name)")
@@ -88,7 +91,7 @@ func accountCmd(ctx context.Context, e *env) int {
 		}
 		err = accountAdd(e, dir, args[0], *issuer, *listen, tlsNames, allowUIDs, allowGIDs)
 	case sub == "set" && need(2):
-		err = accountSet(e, dir, args[0], args[1], *oidcAud, scopes)
+		err = accountSet(e, dir, args[0], args[1], *oidcAud, scopes, callers)
 	case sub == "start" && need(1):
 		err = accountStart(ctx, e, dir, args[0])
 	case sub == "stop" && need(1):
@@ -389,7 +392,14 @@ func accountList(e *env, dir string) error {
 	return tw.Flush()
 }
 
-func accountSet(e *env, dir, name, ref, audience string, scopes []string) error {
+var callerRE = regexp.MustCompile(`^(uid-[0-9]+|cert-[^\s]+)$`)
+
+func accountSet(e *env, dir, name, ref, audience string, scopes, callers []string) error {
+	for _, c := range callers {
+		if !callerRE.MatchString(c) {
+			return jobs.Invalid("--caller", "%q: want uid-N or cert-CN", c)
+		}
+	}
 	r, err := loadLocal(dir, name, "set credentials for")
 	if err != nil {
 		return err
@@ -405,7 +415,10 @@ func accountSet(e *env, dir, name, ref, audience string, scopes []string) error 
 		if err := account.AddOIDC(r.StorePath(), ref, audience, scopes, r.UID, r.GID); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "account %s: OIDC credential %s for %s stored (issuer %s)\n", name, ref, audience, r.IssuerURL())
+		if err := setCallers(r, ref, callers); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "account %s: OIDC credential %s for %s stored (issuer %s)%s\n", name, ref, audience, r.IssuerURL(), forCallers(callers))
 		return nil
 	}
 	value, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
@@ -416,8 +429,25 @@ func accountSet(e *env, dir, name, ref, audience string, scopes []string) error 
 	if err := account.AddStatic(r.StorePath(), ref, v, r.UID, r.GID); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "account %s: credential %s stored\n", name, ref)
+	if err := setCallers(r, ref, callers); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "account %s: credential %s stored%s\n", name, ref, forCallers(callers))
 	return nil
+}
+
+func setCallers(r account.Record, ref string, callers []string) error {
+	if len(callers) == 0 {
+		return nil
+	}
+	return account.SetCallers(r.StorePath(), ref, callers, r.UID, r.GID)
+}
+
+func forCallers(callers []string) string {
+	if len(callers) == 0 {
+		return ""
+	}
+	return ", for " + strings.Join(callers, ", ") + " only"
 }
 
 // executorUp reports whether the account's executor answers on its socket.

@@ -557,6 +557,10 @@ func TestAccountCommandErrors(t *testing.T) {
 		{[]string{"account", "add", "Bad_Name"}, "want a lower-case letter"},
 		{[]string{"account", "start", "nosuch"}, "no account nosuch (add it: airlock account add nosuch)"},
 		{[]string{"account", "serve", "nosuch"}, "no account nosuch"},
+		{[]string{"account", "set", "x", "ref", "--caller", "bob"}, `"bob": want uid-N or cert-CN`},
+		{[]string{"account", "add", "x", "--url", "https://h:1", "--ca", "c"}, "--cert: is required with --url"},
+		{[]string{"account", "add", "x", "--ca", "c"}, "give its --url too"},
+		{[]string{"account", "add", "x", "--listen", "127.0.0.1:0"}, "want HOST:PORT with a fixed port"},
 	} {
 		var out, errOut bytes.Buffer
 		code := Run(context.Background(), c.args, strings.NewReader(""), &out, &errOut)
@@ -633,6 +637,20 @@ func remoteMTLS(t *testing.T, a *localAccount, addr string) {
 		"sh", "-c", `test -n "$GITHUB_TOKEN" && echo ok`)
 	if code != 0 || out != "ok\n" {
 		t.Fatalf("through mutual TLS: code %d stdout %q stderr %q", code, out, errOut)
+	}
+
+	// A credential for the remote caller alone, named by its client
+	// certificate: the remote caller gets it, the local one is refused.
+	if out, errOut, code := a.run(t, a.value+"-remote\n", "account", "set", a.name, "gh-remote", "--caller", "cert-caller"); code != 0 {
+		t.Fatalf("account set --caller: %d %s %s", code, out, errOut)
+	}
+	out, errOut, code = caller("rem", "", "run", "--situation", "credentials", "--credential", "T=gh-remote", "--", "sh", "-c", `test -n "$T" && echo ok`)
+	if code != 0 || out != "ok\n" {
+		t.Errorf("the remote caller's own credential: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	if _, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--credential", "T=gh-remote", "--", "true"); code == 0 ||
+		!strings.Contains(errOut, `credential "gh-remote" may not be used by uid-0 (only by cert-caller)`) {
+		t.Errorf("the local caller with the remote one's credential: %d %s", code, errOut)
 	}
 
 	auditPath := filepath.Join(a.rec.Home(), "audit.jsonl")

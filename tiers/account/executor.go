@@ -3,8 +3,10 @@ package account
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -88,7 +90,7 @@ func (e *Executor) Admit(job airlock.Job) error {
 
 // Run resolves, runs and scrubs.
 func (e *Executor) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
-	return e.run(ctx, job, e.inner.Name(), e.inner.Run)
+	return e.run(ctx, job, e.inner.Name(), e.inner.Run, nil)
 }
 
 // OpenSession opens a session of the inner tier, where it keeps them:
@@ -109,15 +111,24 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 type execSession struct {
 	e *Executor
 	s airlock.Session
+
+	// values are those resolved by the session's runs so far: what one
+	// run leaves in the session (a file, a variable) a later run may
+	// print, with or without credentials of its own.
+	mu     sync.Mutex
+	values []string
 }
 
 func (x *execSession) ID() string   { return x.s.ID() }
 func (x *execSession) Close() error { return x.s.Close() }
 func (x *execSession) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
-	return x.e.run(ctx, job, x.e.inner.Name()+" (session)", x.s.Run)
+	return x.e.run(ctx, job, x.e.inner.Name()+" (session)", x.s.Run, x)
 }
 
-func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run func(context.Context, airlock.Job) (airlock.Result, error)) (airlock.Result, error) {
+// run resolves job's references, runs it with run and scrubs the result
+// of every value resolved for it, and, in a session, of every value the
+// session's earlier runs resolved.
+func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run func(context.Context, airlock.Job) (airlock.Result, error), sess *execSession) (airlock.Result, error) {
 	res := airlock.Result{Tier: ExecutorName, Level: airlock.LevelAccount, Clock: job.Clock, Seed: job.Seed}
 	if err := e.Admit(job); err != nil {
 		res.SetError(err)
@@ -132,7 +143,7 @@ func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run f
 			return res, err
 		}
 		for _, c := range job.Grants.Credentials {
-			v, err := e.value(ctx, st, &job, c.Ref)
+			v, kind, err := e.value(ctx, st, &job, c.Ref)
 			if err != nil {
 				err = &airlock.NotAdmitted{Tier: ExecutorName, Reason: err.Error()}
 				res.SetError(err)
@@ -140,10 +151,16 @@ func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run f
 			}
 			vals[c.Env] = v
 			values = append(values, v)
-			names = append(names, c.Env+"="+c.Ref)
+			names = append(names, c.Env+"="+c.Ref+" ("+kind+")")
 		}
 	}
 	sort.Strings(names)
+	if sess != nil {
+		sess.mu.Lock()
+		sess.values = append(sess.values, values...)
+		values = slices.Clone(sess.values)
+		sess.mu.Unlock()
+	}
 	sc := newScrubber(values)
 	out, err := run(ctx, innerJob(job, vals))
 	sc.result(&out)
@@ -163,23 +180,32 @@ func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run f
 	return out, err
 }
 
-// value resolves ref: a stored value, or a token minted for this job.
-func (e *Executor) value(ctx context.Context, st *store, job *airlock.Job, ref string) (string, error) {
+// value resolves ref for the caller in ctx: a stored value, or a token
+// minted for this job; kind says which, for the decision line.
+func (e *Executor) value(ctx context.Context, st *store, job *airlock.Job, ref string) (string, string, error) {
 	c, err := st.lookup(ref)
-	if err != nil || c.Type != "oidc" {
-		return c.Value, err
+	if err != nil {
+		return "", "", err
+	}
+	if peer := peerOf(ctx); len(c.Callers) > 0 && !slices.Contains(c.Callers, peer) {
+		return "", "", fmt.Errorf("credential %q may not be used by %s (only by %s)", ref, peer, strings.Join(c.Callers, ", "))
+	}
+	if c.Type != "oidc" {
+		return c.Value, "static: long-lived, not minted for this job", nil
 	}
 	if e.issuer == nil {
-		return "", fmt.Errorf("credential %q is an OIDC token, and this executor has no issuer", ref)
+		return "", "", fmt.Errorf("credential %q is an OIDC token, and this executor has no issuer", ref)
 	}
 	// The token lives as long as the job may, and names the caller and
 	// the exact job.
 	limits, err := e.limits.Resolve(job.Limits)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	peer := peerOf(ctx)
 	digest := approve.Of(job, ExecutorName, peer)
-	return e.issuer.Mint(Claims{Subject: peer + ":sha256:" + string(digest), Audience: c.Audience, Scopes: c.Scopes,
-		Deadline: e.issuer.now().Add(limits.Wall())})
+	deadline := e.issuer.now().Add(limits.Wall())
+	tok, err := e.issuer.Mint(Claims{Subject: peer + ":sha256:" + string(digest), Audience: c.Audience, Scopes: c.Scopes,
+		Deadline: deadline})
+	return tok, "oidc: minted for this job, expires " + deadline.Add(Skew).UTC().Format(time.RFC3339), err
 }

@@ -6,25 +6,32 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/interp/starlark"
 	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/tiers/process"
 )
 
 // executorOn serves an executor over inner on a peer-checked socket that
 // admits this process's uid, as `airlock account serve` does, and
 // returns the socket.
-func executorOn(t *testing.T, inner airlock.Tier) string {
+func executorOn(t *testing.T, inner airlock.Tier, storePath string) string {
 	t.Helper()
-	ex := NewExecutor(inner, filepath.Join(t.TempDir(), StoreFile), nil)
+	if storePath == "" {
+		storePath = filepath.Join(t.TempDir(), StoreFile)
+	}
+	ex := NewExecutor(inner, storePath, nil)
 	noRules := []approve.Rule{}
 	srv, err := server.New(server.Config{Approvals: &server.Approvals{Rules: &noRules},
 		Tenants: []server.Tenant{{Name: "caller", KeySHA256: server.HashKey("k"), Situation: airlock.SituationCredentials}}},
@@ -41,7 +48,12 @@ func executorOn(t *testing.T, inner airlock.Tier) string {
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer k")
 		h.ServeHTTP(w, r)
-	})}
+	}), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		if cred, err := PeerCred(c); err == nil {
+			return WithPeer(ctx, "uid-"+strconv.Itoa(int(cred.Uid)))
+		}
+		return ctx
+	}}
 	go hs.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown(hs) })
 	return sock
@@ -57,7 +69,7 @@ func TestSessionPassesThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := executorOn(t, inner)
+	sock := executorOn(t, inner, "")
 	tier := New(NewConfig("test", sock, os.Getuid()))
 	ctx := context.Background()
 	job := func(code string) airlock.Job {
@@ -152,7 +164,7 @@ func TestSessionRefusedByInner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := executorOn(t, noSessions{inner})
+	sock := executorOn(t, noSessions{inner}, "")
 	tier := New(NewConfig("test", sock, os.Getuid()))
 	_, err = tier.OpenSession(context.Background(), airlock.SessionOptions{})
 	if err == nil || !strings.Contains(err.Error(), "executor of account test") || !strings.Contains(err.Error(), "keeps no sessions") {
@@ -162,3 +174,64 @@ func TestSessionRefusedByInner(t *testing.T) {
 
 // noSessions is a tier without its sessions (the microVM's case).
 type noSessions struct{ airlock.Tier }
+
+// TestSessionCredentials runs command jobs with a credential in a session
+// of an executor over the process tier's seccomp sandbox: a value one run
+// resolved and left in the session's scratch is scrubbed from a later
+// run that names no credential; a credential limited to other callers is
+// refused; a static credential's decision says it is long-lived.
+func TestSessionCredentials(t *testing.T) {
+	inner, err := process.NewFilter(process.NewConfig())
+	if err != nil {
+		testenv.Skipf(t, "the process tier: %v", err)
+	}
+	if err := inner.Available(); err != nil {
+		inner.Close()
+		testenv.Skipf(t, "the process tier: %v", err)
+	}
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_session-Zq9x-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	sock := executorOn(t, inner, store)
+	tier := New(NewConfig("test", sock, os.Getuid()))
+	ctx := context.Background()
+	sh := func(script string, creds ...airlock.Credential) airlock.Job {
+		return airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", script}, Situation: airlock.SituationCredentials,
+			Grants: airlock.Grants{Spawn: true, Credentials: creds}}
+	}
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Run(ctx, sh(`printf %s "$T" > kept; echo "$T"`, airlock.Credential{Env: "T", Ref: "gh"}))
+	if err != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != Redacted {
+		t.Fatalf("first run: %v %+v", err, res)
+	}
+	if d := strings.Join(res.Decision, "\n"); !strings.Contains(d, "T=gh (static: long-lived") {
+		t.Errorf("decision: %s", d)
+	}
+	res, err = s.Run(ctx, sh(`cat kept; echo; od -An -tx1 kept | tr -d ' \n'`))
+	if err != nil || res.ExitCode != 0 || strings.Contains(res.Stdout, value) || strings.Contains(res.Stdout, fmt.Sprintf("%x", value)) ||
+		!strings.Contains(res.Stdout, Redacted) {
+		t.Fatalf("second run, no credential of its own: %v %+v", err, res)
+	}
+
+	// Limited to another caller: refused, nothing resolved.
+	if err := SetCallers(store, "gh", []string{"uid-4242424"}, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tier.Run(ctx, sh(`echo "$T"`, airlock.Credential{Env: "T", Ref: "gh"}))
+	want := fmt.Sprintf(`credential "gh" may not be used by uid-%d (only by uid-4242424)`, os.Getuid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want %q", err, want)
+	}
+	if err := SetCallers(store, "gh", []string{"uid-4242424", fmt.Sprintf("uid-%d", os.Getuid())}, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := tier.Run(ctx, sh(`test -n "$T" && echo ok`, airlock.Credential{Env: "T", Ref: "gh"})); err != nil || res.Stdout != "ok\n" {
+		t.Errorf("a listed caller: %v %+v", err, res)
+	}
+}

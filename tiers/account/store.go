@@ -31,6 +31,11 @@ type storedCredential struct {
 	Value    string   `json:"value,omitempty"`
 	Audience string   `json:"audience,omitempty"`
 	Scopes   []string `json:"scopes,omitempty"`
+	// Callers, when set, are the only callers that may use the
+	// credential, named as in OIDC subjects: "uid-1000" for a local
+	// caller, "cert-CN" for a remote one. Absent: every caller the
+	// executor serves.
+	Callers []string `json:"callers,omitempty"`
 }
 
 // loadStore reads the store at path, refusing one that another user owns
@@ -114,6 +119,25 @@ func AddOIDC(path, ref, audience string, scopes []string, uid, gid int) error {
 		return fmt.Errorf("credential %s: an oidc credential needs an audience", ref)
 	}
 	return add(path, ref, storedCredential{Type: "oidc", Audience: audience, Scopes: scopes}, uid, gid)
+}
+
+// SetCallers limits the stored credential ref to callers (see
+// storedCredential.Callers); none lifts the limit.
+func SetCallers(path, ref string, callers []string, uid, gid int) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var s store
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("credential store %s: %w", path, err)
+	}
+	c, err := s.lookup(ref)
+	if err != nil {
+		return err
+	}
+	c.Callers = callers
+	return add(path, ref, c, uid, gid)
 }
 
 func add(path, ref string, c storedCredential, uid, gid int) error {
