@@ -30,7 +30,20 @@ type Options struct {
 	// Default is the name or reference used for a job that names none;
 	// empty means DefaultName.
 	Default string
-	// Keychain gives credentials for pulls; nil pulls anonymously.
+	// AuthFile names a file of registry credentials for pulls, in the
+	// format of docker's config.json: {"auths": {"registry.example":
+	// {"registrytoken": "…"}}}, an entry holding a bearer token
+	// (registrytoken), an OAuth2 refresh token (identitytoken), or a user
+	// and password (auth, base64 of user:password, or username and
+	// password) that the registry's token service exchanges for a token.
+	// A registry the file does not name is pulled from anonymously, so a
+	// credential only ever goes to its own registry; credential helpers
+	// (credsStore, credHelpers) are not run. The file is read at each
+	// pull (a rotated token is used at once) and must not be readable by
+	// group or others.
+	AuthFile string
+	// Keychain gives credentials for pulls, after AuthFile's; with
+	// neither, pulls are anonymous.
 	Keychain authn.Keychain
 	// Progress, when set, is told how a pull, unpack or derive advances
 	// (a terminal shows it). It is called from the working goroutine and

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,6 +70,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}
+	if opts.AuthFile != "" {
+		// Checked now, so a bad file stops the start rather than the
+		// first pull.
+		if _, err := (authFile{opts.AuthFile}).read(); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
@@ -90,6 +98,10 @@ func Open(dir string, opts Options) (*Store, error) {
 
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
+
+// AuthFile is the registry credentials file of pulls (Options.AuthFile),
+// which a server keeps out of every job's reach.
+func (s *Store) AuthFile() string { return s.opts.AuthFile }
 
 // AllowsHost reports whether the store offers the host view (Host).
 func (s *Store) AllowsHost() bool { return s.opts.AllowHost }
@@ -306,18 +318,21 @@ var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
 func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (string, error) {
 	s.emit(Event{Image: ref, Phase: "pull"})
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64)}
+	var keys []authn.Keychain
+	if s.opts.AuthFile != "" {
+		keys = append(keys, authFile{s.opts.AuthFile})
+	}
 	if s.opts.Keychain != nil {
-		opts = append(opts, remote.WithAuthFromKeychain(s.opts.Keychain))
+		keys = append(keys, s.opts.Keychain)
+	}
+	if len(keys) > 0 {
+		opts = append(opts, remote.WithAuthFromKeychain(authn.NewMultiKeychain(keys...)))
 	} else {
 		opts = append(opts, remote.WithAuth(authn.Anonymous))
 	}
 	desc, err := remote.Get(r, opts...)
 	if err != nil {
-		var te *transport.Error
-		if errors.As(err, &te) && (te.StatusCode == 404 || te.StatusCode == 401 || te.StatusCode == 403) {
-			return "", invalidf("not found in the registry (%d)", te.StatusCode)
-		}
-		return "", fmt.Errorf("pulling: %w", err)
+		return "", s.pullError(r, err)
 	}
 	want := ""
 	var img v1.Image
@@ -348,6 +363,31 @@ func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (string,
 		return true
 	})
 	return digest, err
+}
+
+// pullError is a failed manifest fetch as one line. A registry that
+// refuses access (401, 403) when the store has credentials for it refuses
+// those credentials: the operator's to fix. Without credentials, as for
+// an unknown manifest (404), the job named an image it cannot have.
+func (s *Store) pullError(r name.Reference, err error) error {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return fmt.Errorf("pulling: %w", err)
+	}
+	host := r.Context().RegistryStr()
+	switch te.StatusCode {
+	case http.StatusNotFound:
+		return invalidf("not found in the registry (404)")
+	case http.StatusUnauthorized, http.StatusForbidden:
+		if s.opts.AuthFile != "" && (authFile{s.opts.AuthFile}).has(host) {
+			return fmt.Errorf("registry %s refused the credentials for it in %s (%d %s)", host, s.opts.AuthFile, te.StatusCode, http.StatusText(te.StatusCode))
+		}
+		if s.opts.Keychain != nil {
+			return fmt.Errorf("registry %s refused access (%d %s)", host, te.StatusCode, http.StatusText(te.StatusCode))
+		}
+		return invalidf("registry %s refused access (%d %s): not found, or not public and no credentials are configured for it", host, te.StatusCode, http.StatusText(te.StatusCode))
+	}
+	return fmt.Errorf("pulling: registry %s answered %d %s", host, te.StatusCode, http.StatusText(te.StatusCode))
 }
 
 // selectImage picks the linux/amd64 image of an index (or its only image).

@@ -40,6 +40,8 @@ func (s *Store) List() ([]Info, error) { return nil, errUnsupported }
 
 func (s *Store) Dir() string { return "" }
 
+func (s *Store) AuthFile() string { return "" }
+
 func (s *Store) Default() string { return DefaultName }
 
 func (s *Store) AllowsHost() bool { return false }

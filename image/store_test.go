@@ -7,17 +7,22 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/compression"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -885,5 +890,179 @@ func TestZstdAndUncompressedLayers(t *testing.T) {
 	}
 	if s := readFile(t, got.Root, "z/three"); s != "plain" {
 		t.Errorf("z/three %q", s)
+	}
+}
+
+// authRegistry is an in-process registry on loopback behind a check of
+// bearer tokens, as a private registry's: every /v2/ request needs
+// "Authorization: Bearer <token>", and the token service at /token hands
+// that token out for user:pass (basic auth) or refresh (an OAuth2
+// refresh token). With no token it is anonymous. It records every
+// Authorization header it is sent.
+type authRegistry struct {
+	srv  *httptest.Server
+	repo string
+	mu   sync.Mutex
+	seen []string
+}
+
+func newAuthRegistry(t *testing.T, token, user, pass, refresh string, imgs map[string]v1.Image) *authRegistry {
+	a := &authRegistry{}
+	reg := registry.New(registry.Logger(nilLogger()))
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		if h := r.Header.Get("Authorization"); h != "" {
+			a.seen = append(a.seen, h)
+		}
+		a.mu.Unlock()
+		if r.URL.Path == "/token" {
+			u, p, basic := r.BasicAuth()
+			r.ParseForm()
+			if !(basic && u == user && p == pass) && !(refresh != "" && r.PostForm.Get("refresh_token") == refresh) {
+				http.Error(w, "bad credentials", http.StatusUnauthorized)
+				return
+			}
+			json.NewEncoder(w).Encode(map[string]string{"token": token, "access_token": token})
+			return
+		}
+		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+a.srv.URL+`/token",service="airlock-test"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	t.Cleanup(a.srv.Close)
+	a.repo = strings.TrimPrefix(a.srv.URL, "http://") + "/team/private"
+	var auth authn.Authenticator = authn.Anonymous
+	if token != "" {
+		auth = &authn.Bearer{Token: token}
+	}
+	for tag, img := range imgs {
+		ref, err := name.ParseReference(a.repo + ":" + tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, img, remote.WithAuth(auth)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.mu.Lock()
+	a.seen = nil
+	a.mu.Unlock()
+	return a
+}
+
+// headers returns the Authorization headers sent since the last call.
+func (a *authRegistry) headers() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.seen
+	a.seen = nil
+	return h
+}
+
+// writeAuthFile writes a docker config.json of auths, mode 0600.
+func writeAuthFile(t *testing.T, auths map[string]map[string]string) string {
+	data, err := json.Marshal(map[string]any{"auths": auths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPullTokenAuth pulls from a registry that wants a bearer token: with
+// the token, or with a user and password or a refresh token the token
+// service exchanges for it, the image is pulled; with none or a wrong
+// one, the error is one line naming the image and the registry (the job's
+// fault without credentials, the operator's with refused ones); a
+// credential goes to its own registry only; and a credentials file others
+// may read, or that is not a config.json, is refused at Open.
+func TestPullTokenAuth(t *testing.T) {
+	img := goodImage(t, "private")
+	const token, user, pass, refresh = "good-token", "robot", "s3cret", "refresh-me"
+	priv := newAuthRegistry(t, token, user, pass, refresh, map[string]v1.Image{"v1": img})
+	ref := priv.repo + "@" + digestOf(t, img)
+	host := strings.TrimPrefix(priv.srv.URL, "http://")
+
+	// An anonymous registry beside it, which must never see a credential.
+	pubImg := goodImage(t, "public")
+	pub := newAuthRegistry(t, "", "", "", "", map[string]v1.Image{"v1": pubImg})
+
+	pull := func(opts Options, ref string) (string, error) {
+		t.Helper()
+		f := newFixture(t, opts)
+		d, err := f.s.Pull(context.Background(), ref)
+		f.tmpEmpty()
+		return d, err
+	}
+
+	// No credentials: refused, the job's fault.
+	_, err := pull(Options{}, ref)
+	imageError(t, err, true, "registry "+host+" refused access (401 Unauthorized)")
+	if !strings.Contains(err.Error(), "image "+ref+": ") {
+		t.Errorf("error %q does not name the image", err)
+	}
+
+	// A wrong token: refused, the operator's fault, naming the file.
+	wrong := writeAuthFile(t, map[string]map[string]string{host: {"registrytoken": "bad-token"}})
+	_, err = pull(Options{AuthFile: wrong}, ref)
+	imageError(t, err, false, "registry "+host+" refused the credentials for it in "+wrong+" (401 Unauthorized)")
+	if h := priv.headers(); !slices.Contains(h, "Bearer bad-token") {
+		t.Errorf("the wrong token was not sent (headers %q)", h)
+	}
+
+	// A wrong password for the token service.
+	_, err = pull(Options{AuthFile: writeAuthFile(t, map[string]map[string]string{host: {"username": user, "password": "nope"}})}, ref)
+	imageError(t, err, false, "refused the credentials")
+
+	for what, entry := range map[string]map[string]string{
+		"bearer token":       {"registrytoken": token},
+		"user and password":  {"auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))},
+		"username, password": {"username": user, "password": pass},
+		"refresh token":      {"identitytoken": refresh},
+	} {
+		// Keyed as docker login writes it for some registries: a URL.
+		file := writeAuthFile(t, map[string]map[string]string{"https://" + host + "/v1/": entry})
+		d, err := pull(Options{AuthFile: file}, ref)
+		if err != nil || d != digestOf(t, img) {
+			t.Errorf("%s: pulled %s, %v; want %s", what, d, err, digestOf(t, img))
+		}
+	}
+	priv.headers()
+
+	// A credential for the private registry is not sent to another one.
+	good := writeAuthFile(t, map[string]map[string]string{host: {"registrytoken": token}})
+	if _, err := pull(Options{AuthFile: good}, pub.repo+"@"+digestOf(t, pubImg)); err != nil {
+		t.Errorf("anonymous registry with a credentials file for another: %v", err)
+	}
+	if h := pub.headers(); len(h) != 0 {
+		t.Errorf("pulling from another registry sent it %q", h)
+	}
+
+	// Files Open refuses, in one line naming the file.
+	loose := writeAuthFile(t, map[string]map[string]string{host: {"registrytoken": token}})
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	junk := filepath.Join(t.TempDir(), "junk.json")
+	os.WriteFile(junk, []byte("registrytoken=x"), 0o600)
+	empty := writeAuthFile(t, map[string]map[string]string{host: {}})
+	for file, want := range map[string]string{
+		loose:                              "mode 0644 lets group or others read it",
+		junk:                               "not a docker config.json",
+		empty:                              "holds no credential",
+		filepath.Join(t.TempDir(), "none"): "no such file",
+	} {
+		_, err := Open(t.TempDir(), Options{AuthFile: file})
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Open with credentials %s: %v; want one line saying %q", file, err, want)
+		}
 	}
 }

@@ -163,6 +163,10 @@ type ImageSettings struct {
 	// MaxMB caps the store's size; unnamed images not in use are evicted,
 	// least recently used first (0: the store's default).
 	MaxMB int64 `json:"max_mb,omitempty"`
+	// AuthFile is the registry credentials file of pulls, in docker's
+	// config.json format (image.Options.AuthFile); registries it does not
+	// name are pulled from anonymously.
+	AuthFile string `json:"auth_file,omitempty"`
 }
 
 // TierLimits is the operator's limit policy the tiers are to be built
@@ -351,6 +355,9 @@ func LoadConfig(path string) (Config, error) {
 	rel(&c.Policy)
 	if c.Approvals != nil {
 		rel(&c.Approvals.KeyFile)
+	}
+	if c.Images != nil {
+		rel(&c.Images.AuthFile)
 	}
 	for i := range c.Tenants {
 		for j := range c.Tenants[i].ReadRoots {

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -261,4 +263,39 @@ func TestImagesWarm(t *testing.T) {
 	if want := `airlock_pool_image_name{tier="process",image="` + moved + `",name="other"} 1`; !strings.Contains(body, want+"\n") || strings.Contains(body, other) {
 		t.Errorf("metrics after the move: want %q and nothing of %s:\n%s", want, other, body)
 	}
+}
+
+// TestRegistryCredentialsKept: the store's registry credentials file is a
+// path the server keeps for itself: a read grant of it is refused even
+// under a tenant's read root, as a grant of the directory holding it is.
+func TestRegistryCredentialsKept(t *testing.T) {
+	root := t.TempDir()
+	creds := filepath.Join(root, "registry.json")
+	if err := os.WriteFile(creds, []byte(`{"auths":{"registry.example":{"registrytoken":"secret"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := image.Open(t.TempDir(), image.Options{AuthFile: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Tenants[0].ReadRoots = []string{root}
+	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(cfg, tiers, server.Options{Images: st, Audit: io.Discard})
+	if err != nil {
+		_ = tierset.Close(tiers)
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
+	t.Cleanup(func() {
+		f.http.Close()
+		if err := srv.Close(); err != nil {
+			t.Errorf("closing the server: %v", err)
+		}
+	})
+	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(creds)), "the server keeps")
+	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(root)), "the server keeps")
 }

@@ -159,6 +159,9 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	var defImage string // no store: the tiers' host view, left unnamed
 	if s.images != nil {
 		keep = append(keep, s.images.Dir())
+		if f := s.images.AuthFile(); f != "" {
+			keep = append(keep, f)
+		}
 		defImage = s.images.Default()
 	}
 	for _, t := range s.tiers {

@@ -32,7 +32,7 @@ func init() {
 		summary: "manage the image store: build NAME | import NAME SRC | pull REF | rm NAME|DIGEST",
 		usage: "image [--images DIR] build [--missing] NAME...  (a catalogue image from Debian packages, with mmdebstrap: " + strings.Join(catalogue.Names(), ", ") + ")\n" +
 			"       image [--images DIR] import NAME SRC   (SRC: an OCI image layout directory, its tarball, or a docker-archive)\n" +
-			"       image [--images DIR] pull REF          (a registry reference pinned by digest)\n" +
+			"       image [--images DIR] [--registry-auth FILE] pull REF   (a registry reference pinned by digest)\n" +
 			"       image [--images DIR] rm NAME|DIGEST",
 		run: imageCmd,
 	})
@@ -59,14 +59,14 @@ func catalogueCurrent(st *image.Store) (map[string]string, error) {
 
 // openStore opens (creating) the store for the image commands, printing
 // progress to w.
-func openStore(dir string, w io.Writer) (*image.Store, error) {
+func openStore(dir, auth string, w io.Writer) (*image.Store, error) {
 	if dir == "" {
 		dir = image.DefaultDir()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("image store %s: %w", dir, err)
 	}
-	return image.Open(dir, image.Options{AllowHost: true, Progress: imageProgress(w)})
+	return image.Open(dir, image.Options{AllowHost: true, Progress: imageProgress(w), AuthFile: auth})
 }
 
 // imageProgress is the progress a run shows on a terminal: a first disk
@@ -131,7 +131,7 @@ func imagesCmd(ctx context.Context, e *env) int {
 	if *srvURL != "" {
 		return serverImagesCmd(ctx, e, *srvURL, *keyFile, *jsonMode)
 	}
-	st, err := openStore(*dir, e.stderr)
+	st, err := openStore(*dir, "", e.stderr)
 	if err != nil {
 		return e.imageFail(err)
 	}
@@ -169,6 +169,8 @@ func imageCmd(ctx context.Context, e *env) int {
 	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive build installs from")
 	missing := fs.Bool("missing", false, "build only the names the store lacks or holds from an older recipe")
+	var auth string
+	registryAuthFlag(fs, &auth)
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -181,7 +183,7 @@ func imageCmd(ctx context.Context, e *env) int {
 		fmt.Fprintf(e.stderr, "airlock: usage: airlock %s\n", c.usage)
 		return exitUsage
 	}
-	st, err := openStore(*dir, e.stderr)
+	st, err := openStore(*dir, auth, e.stderr)
 	if err != nil {
 		return e.imageFail(err)
 	}

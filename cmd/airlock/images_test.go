@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -152,4 +159,66 @@ func TestImagesServerWarm(t *testing.T) {
 
 	_, errOut, code = run(t, "", "images", "--server", srv.URL)
 	assert.Equal(t, exitUsage, code, errOut)
+}
+
+// image pull --registry-auth: a registry that wants a bearer token (an
+// in-process registry on loopback behind a check of it) is pulled from
+// with the token of a docker config.json; without it the pull is invalid
+// input, with a wrong one airlock's failure, each in one line naming the
+// image.
+func TestImagePullRegistryAuth(t *testing.T) {
+	const token = "cli-token"
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/token" {
+			http.Error(w, "no token service", http.StatusUnauthorized)
+			return
+		}
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+srv.URL+`/token",service="airlock-test"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED"}]}`, http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img, err := random.Image(512, 1)
+	require.NoError(t, err)
+	tag, err := name.ParseReference(host + "/team/tool:v1")
+	require.NoError(t, err)
+	require.NoError(t, remote.Write(tag, img, remote.WithAuth(&authn.Bearer{Token: token})))
+	d, err := img.Digest()
+	require.NoError(t, err)
+	ref := host + "/team/tool@" + d.String()
+
+	authFile := func(tok string) string {
+		p := filepath.Join(t.TempDir(), "config.json")
+		data, _ := json.Marshal(map[string]any{"auths": map[string]any{host: map[string]string{"registrytoken": tok}}})
+		require.NoError(t, os.WriteFile(p, data, 0o600))
+		return p
+	}
+	store := filepath.Join(t.TempDir(), "images")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, exitUsage, "refused access (401 Unauthorized)"},
+		{[]string{"--registry-auth", authFile("wrong")}, exitInternal, "refused the credentials"},
+	} {
+		args := append(append([]string{"image", "--images", store}, c.args...), "pull", ref)
+		_, errOut, code := run(t, "", args...)
+		assert.Equal(t, c.code, code, errOut)
+		assert.Contains(t, errOut, "image "+ref+": ")
+		assert.Contains(t, errOut, c.want)
+		// The progress line, then the error's one line.
+		assert.Equal(t, ref+": pull\n", strings.SplitAfter(errOut, "\n")[0])
+		assert.Equal(t, 1, strings.Count(errOut, "airlock: "), "one error line: %q", errOut)
+		assert.Equal(t, 2, strings.Count(errOut, "\n"), "one error line: %q", errOut)
+	}
+	out, errOut, code := run(t, "", "image", "--images", store, "--registry-auth", authFile(token), "pull", ref)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, ref+" "+d.String()+"\n", out)
 }

@@ -13,8 +13,9 @@ import (
 
 // serverImages opens the image store of a server's configuration, with its
 // rules: the host view and tagged references only where it allows them.
-// dir, when set (--images), overrides the configuration's directory.
-func serverImages(is *server.ImageSettings, dir string) (*image.Store, error) {
+// dir and auth, when set (--images, --registry-auth), override the
+// configuration's directory and credentials file.
+func serverImages(is *server.ImageSettings, dir, auth string) (*image.Store, error) {
 	var s server.ImageSettings
 	if is != nil {
 		s = *is
@@ -24,6 +25,7 @@ func serverImages(is *server.ImageSettings, dir string) (*image.Store, error) {
 		AllowTags: s.AllowTags,
 		Default:   s.Default,
 		MaxBytes:  s.MaxMB << 20,
+		AuthFile:  cmp.Or(auth, s.AuthFile),
 	})
 }
 

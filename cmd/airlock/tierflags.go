@@ -19,6 +19,9 @@ type tierFlags struct {
 	processPool, gvisorPool, microvmPool int
 	microvmWarm                          string
 	images                               string
+	// registryAuth is the registry credentials file pulls use
+	// (image.Options.AuthFile).
+	registryAuth string
 	// lazyImages: the store is opened when a tier first acquires an
 	// image (tierset.LazyImages), not before the command starts.
 	lazyImages bool
@@ -39,6 +42,13 @@ func (f *tierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.hosts, "hosts", "", "egress pins for net-granted jobs: a `FILE` of /etc/hosts-like lines (address name...); the only way a name reaches a private address")
 	fs.StringVar(&f.egressLog, "egress-log", "", "append every egress decision of net-granted jobs to `FILE`, as JSON lines")
 	fs.StringVar(&f.images, "images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	registryAuthFlag(fs, &f.registryAuth)
+}
+
+// registryAuthFlag registers --registry-auth, the credentials file of
+// registry pulls.
+func registryAuthFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "registry-auth", "", "registry credentials for pulls: a `FILE` in docker's config.json format (auths per registry: registrytoken, identitytoken, or user and password), mode 0600; a registry it does not name is pulled from anonymously")
 }
 
 // options returns base with the flags that were set applied, checked.
@@ -69,10 +79,10 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 			dir = image.DefaultDir()
 		}
 		if f.lazyImages {
-			base.Images = tierset.LazyImages(dir, f.progress)
+			base.Images = tierset.LazyImages(dir, image.Options{Progress: f.progress, AuthFile: f.registryAuth})
 			return base, nil
 		}
-		st, err := tierset.OpenImages(dir, f.progress)
+		st, err := tierset.OpenImages(dir, image.Options{Progress: f.progress, AuthFile: f.registryAuth})
 		if err != nil {
 			return base, err
 		}
@@ -97,7 +107,7 @@ func configTiers(cfg *server.Config) tierset.Options {
 // newServer builds the tiers for cfg, with the flags that were set over
 // its tier_settings, and the server over them, which then owns them.
 func newServer(cfg server.Config, tf *tierFlags, opts server.Options) (*server.Server, error) {
-	st, err := serverImages(cfg.Images, tf.images)
+	st, err := serverImages(cfg.Images, tf.images, tf.registryAuth)
 	if err != nil {
 		return nil, err
 	}

@@ -316,13 +316,14 @@ func Close(tiers []airlock.Tier) error {
 // returns nil when dir does not exist (no image was ever imported: command
 // jobs run in the host view). The command's user is the operator, so the
 // host view stays available by name; the default image is the catalogue's
-// python where it has been built, and the host view otherwise. progress,
-// if not nil, hears about pulls and a tier's first build of an artefact.
-func OpenImages(dir string, progress func(image.Event)) (*image.Store, error) {
+// python where it has been built, and the host view otherwise. Of opts,
+// Progress (if set) hears about pulls and a tier's first build of an
+// artefact, and AuthFile gives pulls their credentials.
+func OpenImages(dir string, opts image.Options) (*image.Store, error) {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	probe, err := image.Open(dir, image.Options{AllowHost: true})
+	probe, err := image.Open(dir, image.Options{AllowHost: true, AuthFile: opts.AuthFile})
 	if err != nil {
 		return nil, err
 	}
@@ -334,31 +335,31 @@ func OpenImages(dir string, progress func(image.Event)) (*image.Store, error) {
 			}
 		}
 	}
-	return image.Open(dir, image.Options{AllowHost: true, Default: def, Progress: progress})
+	return image.Open(dir, image.Options{AllowHost: true, Default: def, Progress: opts.Progress, AuthFile: opts.AuthFile})
 }
 
 // LazyImages is OpenImages put off until a tier first acquires an image,
 // for a command that may run none: it returns nil when dir does not exist,
 // as OpenImages does, and otherwise a resolver that opens the store on its
 // first use (and reports, from then on, why it could not).
-func LazyImages(dir string, progress func(image.Event)) image.Resolver {
+func LazyImages(dir string, opts image.Options) image.Resolver {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return &lazyImages{dir: dir, progress: progress}
+	return &lazyImages{dir: dir, opts: opts}
 }
 
 type lazyImages struct {
-	dir      string
-	progress func(image.Event)
-	once     sync.Once
-	st       *image.Store
-	err      error
+	dir  string
+	opts image.Options
+	once sync.Once
+	st   *image.Store
+	err  error
 }
 
 func (l *lazyImages) store() (*image.Store, error) {
 	l.once.Do(func() {
-		l.st, l.err = OpenImages(l.dir, l.progress)
+		l.st, l.err = OpenImages(l.dir, l.opts)
 		if l.st == nil && l.err == nil {
 			l.err = fmt.Errorf("image store %s: %w", l.dir, fs.ErrNotExist)
 		}
