@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -410,15 +411,35 @@ func TestTierSettings(t *testing.T) {
 	var tf tierFlags
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	tf.register(fs)
-	if err := fs.Parse([]string{"--process-pool", "5", "--microvm-pool", "1"}); err != nil {
+	const pinned = "registry.example/team/tool@sha256:0123"
+	if err := fs.Parse([]string{"--process-pool", "5", "--microvm-pool", "1",
+		"--image-pool", "process:node=4", "--image-pool", "gvisor:node=0", "--image-pool", "microvm:" + pinned + "=1"}); err != nil {
 		t.Fatal(err)
 	}
 	o, err := tf.options(configTiers(&cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ProcessPool != 5 || o.GVisorPool != 2 || o.MicroVMWarm != "snapshot" || o.MicroVMPool != 1 || o.Limits != cfg.TierLimits() || o.GVisorImagePools["node"] != 1 || o.ProcessImagePools["python"] != 2 || o.MicroVMImagePools["node"] != 3 {
+	if o.ProcessPool != 5 || o.GVisorPool != 2 || o.MicroVMWarm != "snapshot" || o.MicroVMPool != 1 || o.Limits != cfg.TierLimits() {
 		t.Errorf("settings %+v", o)
+	}
+	// --image-pool sets one tier's image over the file, leaving its others.
+	if !maps.Equal(o.ProcessImagePools, map[string]int{"python": 2, "node": 4}) || !maps.Equal(o.GVisorImagePools, map[string]int{"node": 0}) ||
+		!maps.Equal(o.MicroVMImagePools, map[string]int{"node": 3, pinned: 1}) {
+		t.Errorf("image pools: process %v, gvisor %v, microvm %v", o.ProcessImagePools, o.GVisorImagePools, o.MicroVMImagePools)
+	}
+	if !maps.Equal(cfg.TierSettings.ImagePools["process"], map[string]int{"python": 2}) {
+		t.Errorf("the configuration's image_pools were written: %v", cfg.TierSettings.ImagePools)
+	}
+	for _, bad := range []struct{ arg, want string }{
+		{"wasm:python=1", `tier "wasm" keeps no pools per image`},
+		{"process:python", "want TIER:IMAGE=N"},
+		{"python=2", "want TIER:IMAGE=N"},
+		{"process:python=-1", `process pool of image "python": -1`},
+	} {
+		if _, errOut, code := run(t, "", "eval", "--image-pool", bad.arg, "1"); code != exitUsage || !strings.Contains(errOut, bad.want) {
+			t.Errorf("eval --image-pool %s: %d %q; want %q", bad.arg, code, errOut, bad.want)
+		}
 	}
 	_, bad := writeConfig(t, "tier_settings:\n  process_pool: 65\n")
 	if _, errOut, code := run(t, "", "serve", "--config", bad, "--listen", "127.0.0.1:0"); code != exitUsage || !strings.Contains(errOut, "process pool 65") {

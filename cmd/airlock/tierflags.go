@@ -2,7 +2,10 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
@@ -18,6 +21,7 @@ type tierFlags struct {
 	fs                                   *flag.FlagSet
 	processPool, gvisorPool, microvmPool int
 	microvmWarm                          string
+	imagePools                           imagePoolFlag
 	images                               string
 	// registryAuth is the registry credentials file pulls use
 	// (image.Options.AuthFile).
@@ -39,6 +43,7 @@ func (f *tierFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.gvisorPool, "gvisor-pool", 0, "started sandboxes the gVisor tier keeps ready (default 0: each job starts one)")
 	fs.StringVar(&f.microvmWarm, "microvm-warm", "", "how microVMs start: cold (default) or snapshot")
 	fs.IntVar(&f.microvmPool, "microvm-pool", 0, "booted VMs the microVM tier keeps ready (default 0)")
+	fs.Var(&f.imagePools, "image-pool", "keep `TIER:IMAGE=N` sandboxes of an image ready beside the default image's, on process, gvisor or microvm (repeatable; 0 removes one the configuration sets)")
 	fs.StringVar(&f.hosts, "hosts", "", "egress pins for net-granted jobs: a `FILE` of /etc/hosts-like lines (address name...); the only way a name reaches a private address")
 	fs.StringVar(&f.egressLog, "egress-log", "", "append every egress decision of net-granted jobs to `FILE`, as JSON lines")
 	fs.StringVar(&f.images, "images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
@@ -64,6 +69,17 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 				base.MicroVMWarm = f.microvmWarm
 			case "microvm-pool":
 				base.MicroVMPool = f.microvmPool
+			case "image-pool":
+				for _, p := range f.imagePools {
+					switch p.tier {
+					case "process":
+						base.ProcessImagePools = withPool(base.ProcessImagePools, p.ref, p.n)
+					case "gvisor":
+						base.GVisorImagePools = withPool(base.GVisorImagePools, p.ref, p.n)
+					case "microvm":
+						base.MicroVMImagePools = withPool(base.MicroVMImagePools, p.ref, p.n)
+					}
+				}
 			}
 		})
 	}
@@ -162,4 +178,55 @@ func (f *tierFlags) close() {
 		_ = f.logFile.Close()
 		f.logFile = nil
 	}
+}
+
+// imagePoolFlag is --image-pool, repeated: TIER:IMAGE=N each.
+type imagePoolFlag []imagePool
+
+type imagePool struct {
+	tier, ref string
+	n         int
+}
+
+func (f *imagePoolFlag) String() string {
+	var parts []string
+	for _, p := range *f {
+		parts = append(parts, fmt.Sprintf("%s:%s=%d", p.tier, p.ref, p.n))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *imagePoolFlag) Set(v string) error {
+	tier, rest, ok1 := strings.Cut(v, ":")
+	ref, num, ok2 := cutLast(rest, "=")
+	n, err := strconv.Atoi(num)
+	if !ok1 || !ok2 || ref == "" || err != nil {
+		return fmt.Errorf("%q: want TIER:IMAGE=N (process:python=2)", v)
+	}
+	if tier != "process" && tier != "gvisor" && tier != "microvm" {
+		return fmt.Errorf("%q: tier %q keeps no pools per image (want process, gvisor or microvm)", v, tier)
+	}
+	*f = append(*f, imagePool{tier, ref, n})
+	return nil
+}
+
+// cutLast is strings.Cut at the last sep (the size follows the image,
+// whose reference has ':' of its own).
+func cutLast(s, sep string) (before, after string, ok bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
+}
+
+// withPool returns a copy of sizes with ref's set to n (the configuration's
+// map is not written).
+func withPool(sizes map[string]int, ref string, n int) map[string]int {
+	out := make(map[string]int, len(sizes)+1)
+	for k, v := range sizes {
+		out[k] = v
+	}
+	out[ref] = n
+	return out
 }
