@@ -29,6 +29,9 @@ import (
 type routerFlags struct {
 	policy string
 	tiers  tierFlags
+	// limits is the limit policy the tiers are built with (zero:
+	// airlock.DefaultLimitPolicy).
+	limits airlock.LimitPolicy
 }
 
 func (f *routerFlags) register(fs *flag.FlagSet) {
@@ -58,7 +61,7 @@ func (f *routerFlags) openTiers(lazy bool) (*escalate.Router, func(), error) {
 		f.tiers.lazyImages = true
 		build = tierset.Lazy
 	}
-	o, err := f.tiers.options(tierset.Options{})
+	o, err := f.tiers.options(tierset.Options{Limits: f.limits})
 	if err != nil {
 		f.tiers.close()
 		return nil, nil, err

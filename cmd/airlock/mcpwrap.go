@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -32,6 +31,9 @@ func init() {
 // mcpWrapStart bounds the wrapped server's start and MCP handshake.
 const mcpWrapStart = 2 * time.Minute
 
+// mcpWrapOutput bounds what a wrapped server writes over its lifetime.
+const mcpWrapOutput = 1 << 30
+
 func mcpWrapCmd(ctx context.Context, e *env) int {
 	c := commands["mcp-wrap"]
 	fs := e.flags(c)
@@ -49,6 +51,8 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	approveTool := fs.String("approve", "", "print an approval token for calling `TOOL` with --args on this server, and exit")
 	approveArgs := fs.String("args", "{}", "the arguments (JSON) --approve approves")
 	approveTTL := fs.Duration("approval-ttl", 15*time.Minute, "how long an --approve token holds")
+	maxLifetime := fs.Duration("max-lifetime", 24*time.Hour, "the longest the wrapped server's sandbox lives (its wall clock and CPU limit)")
+	idleTimeout := fs.Duration("idle-timeout", 0, "end the wrapped server once no request has come for this long (default 0: never)")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -70,7 +74,7 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		if signer == nil {
 			return e.fail(jobs.Invalid("approve", "needs --approval-key"))
 		}
-		tok, err := mcpwrap.Issue(signer, rest, *approveTool, json.RawMessage(*approveArgs), *approveTTL, time.Now())
+		tok, err := mcpwrap.Issue(signer, "", rest, *approveTool, json.RawMessage(*approveArgs), *approveTTL, time.Now())
 		if err != nil {
 			return e.fail(jobs.Invalid("args", "%v", err))
 		}
@@ -84,23 +88,32 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 			return e.fail(jobs.Invalid("policy", "%v", err))
 		}
 	}
+	if *maxLifetime < time.Second || *idleTimeout < 0 {
+		return e.fail(jobs.Invalid("max-lifetime", "want a lifetime of at least 1s and an idle timeout of 0 or more"))
+	}
 	job := airlock.Job{Kind: airlock.KindCommand, Argv: rest}
-	// A server lives as long as the session: the wall clock (which bounds
-	// an attached job's life), its CPU and its output default to the
-	// policy's maximum rather than a one-shot job's defaults.
-	most := airlock.DefaultLimitPolicy().Max
-	job.Limits = airlock.Limits{WallMS: most.WallMS, CPUMS: most.CPUMS, OutputBytes: most.OutputBytes}
+	// The server's sandbox lives as long as the agent's session, up to
+	// its lifetime: the wall clock (which bounds an attached job's life)
+	// and the CPU it may use are the lifetime, and the tiers are built to
+	// admit it; its output (every byte it writes) is bounded by
+	// mcpWrapOutput rather than a one-shot job's default.
+	life := max(*maxLifetime, time.Second).Milliseconds()
+	rf.limits = airlock.DefaultLimitPolicy()
+	rf.limits.Max.WallMS = max(rf.limits.Max.WallMS, life)
+	rf.limits.Max.CPUMS = max(rf.limits.Max.CPUMS, life)
+	rf.limits.Max.OutputBytes = max(rf.limits.Max.OutputBytes, mcpWrapOutput)
+	job.Limits = airlock.Limits{WallMS: life, CPUMS: life, OutputBytes: mcpWrapOutput}
 	if err := jf.apply(&job); err != nil {
 		return e.fail(err)
 	}
-	var audit io.Writer
+	var audit func(mcpwrap.Record)
 	if *auditFile != "" {
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return e.fail(jobs.Invalid("audit", "%v", err))
 		}
 		defer f.Close()
-		audit = f
+		audit = mcpwrap.JSONLines(f)
 	}
 	r, closeAll, err := rf.open()
 	if err != nil {
@@ -118,65 +131,35 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	if !ok {
 		return e.fail(&airlock.NotAdmitted{Tier: tier.Name(), Reason: "cannot run a job attached"})
 	}
-	att, err := at.Attach(ctx, job)
-	if err != nil {
-		return e.fail(err)
-	}
-	// The wrapped server's stderr is the operator's to read, never the
-	// agent's model's.
-	var copies sync.WaitGroup
-	copies.Go(func() { _, _ = io.Copy(e.stderr, att.Stderr()) })
-	defer copies.Wait()
-	defer att.Kill()
-
-	startCtx, cancel := context.WithTimeout(ctx, mcpWrapStart)
-	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp-wrap"}, nil).Connect(startCtx,
-		&mcp.IOTransport{Reader: io.NopCloser(att.Stdout()), Writer: att.Stdin(), MaxLineLength: 16 << 20}, nil)
-	cancel()
-	if err != nil {
-		att.Kill()
-		_, werr := att.Wait()
-		return e.fail(fmt.Errorf("the wrapped server did not start an MCP session: %w (its end: %v)", err, werr))
-	}
-	defer up.Close()
-	w, err := mcpwrap.New(mcpwrap.Config{
+	w, err := mcpwrap.Start(ctx, at, job, mcpwrap.Config{
 		Argv: rest, Policy: policy, OutputHosts: outHosts, CallTimeout: *callTimeout,
-		MaxResultBytes: *maxResult, Signer: signer, Audit: audit,
-	}, up)
-	if err != nil {
-		return e.fail(jobs.Invalid("", "%v", err))
-	}
-	w.Event("start", fmt.Sprintf("%s on %s", rest[0], tier.Name()))
-	srv, err := w.Server(ctx)
+		MaxResultBytes: *maxResult, IdleTimeout: *idleTimeout, Signer: signer, Audit: audit,
+		Stderr: e.stderr,
+	}, mcpWrapStart)
 	if err != nil {
 		return e.fail(err)
 	}
+	defer w.Close()
+	w.Event("start", fmt.Sprintf("%s on %s", rest[0], tier.Name()))
 	// The relay ends when the agent hangs up or the wrapped server ends
-	// (its wall clock, a crash): the agent's client then sees the server
-	// gone and may start it again.
+	// (its lifetime, idleness, a crash): the agent's client then sees the
+	// server gone and may start it again.
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	var end error
-	ended := make(chan struct{})
 	go func() {
-		defer close(ended)
-		_, end = att.Wait()
-		if end == nil {
-			end = errors.New("the wrapped server exited")
+		select {
+		case <-w.Done():
+		case <-sctx.Done():
 		}
-		w.Event("exit", end.Error())
 		stop()
 	}()
-	rerr := srv.Run(sctx, &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}})
-	select {
-	case <-ended:
+	rerr := w.Server().Run(sctx, &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}})
+	if end := w.Err(); end != nil {
 		return e.fail(end)
-	default:
 	}
 	if rerr != nil && ctx.Err() == nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, context.Canceled) {
 		return e.fail(rerr)
 	}
-	w.Event("exit", "the agent hung up")
 	return exitOK
 }
 

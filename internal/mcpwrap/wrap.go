@@ -8,12 +8,14 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/time/rate"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
 )
@@ -32,7 +34,7 @@ const (
 	maxDescription        = 4 << 10
 )
 
-// Config configures a Wrapper. It is copied by New.
+// Config configures a Wrapper. It is copied.
 type Config struct {
 	// Argv is the wrapped server's command; approvals are bound to it.
 	Argv   []string
@@ -44,26 +46,52 @@ type Config struct {
 	CallTimeout time.Duration
 	// MaxResultBytes caps a result's text (0: DefaultMaxResultBytes).
 	MaxResultBytes int
+	// IdleTimeout ends the wrapped server once no request has reached it
+	// for this long and none is in flight (0: never idle).
+	IdleTimeout time.Duration
 	// Signer checks approval tokens; nil refuses every call that needs one.
 	Signer *approve.Signer
-	// Audit receives one JSON line per call and decision; nil: none.
-	Audit io.Writer
+	// Tenant is who approval tokens must be issued to (empty: Tenant).
+	Tenant string
+	// Audit receives one record per call and decision; nil: none.
+	Audit func(Record)
+	// Stderr receives the wrapped server's stderr (the operator's to read,
+	// never the agent's); nil: discarded.
+	Stderr io.Writer
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
 
-// Wrapper relays tools from an upstream client session. It is safe for
-// concurrent use.
+// Wrapper relays tools from a wrapped server to the agent's client. It is
+// safe for concurrent use.
 type Wrapper struct {
 	cfg      Config
 	up       *mcp.ClientSession
+	srv      *mcp.Server
 	san      *sanitize.Sanitizer
 	limiters map[string]*rate.Limiter
-	auditMu  sync.Mutex
+
+	listMu sync.Mutex        // serialises listings
+	listed map[string]string // tool name -> what was offered, as JSON
+
+	refreshc chan struct{} // the wrapped server's tools changed
+	last     atomic.Int64  // unix nanoseconds of the last request
+	inflight atomic.Int64
+
+	att    airlock.Attached // nil for Connect
+	copies sync.WaitGroup
+	done   chan struct{}
+	once   sync.Once
+	endErr error
 }
 
-// New returns a wrapper over the session to the wrapped server.
-func New(cfg Config, up *mcp.ClientSession) (*Wrapper, error) {
+// ErrIdle ends a wrapped server that was idle for Config.IdleTimeout.
+var ErrIdle = errors.New("the wrapped server was idle past its idle timeout")
+
+// ErrClosed ends a wrapped server closed by its owner.
+var ErrClosed = errors.New("the wrapped server was closed")
+
+func newWrapper(cfg Config) (*Wrapper, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -80,35 +108,250 @@ func New(cfg Config, up *mcp.ClientSession) (*Wrapper, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Tenant == "" {
+		cfg.Tenant = Tenant
+	}
 	cfg.Argv = append([]string(nil), cfg.Argv...)
-	w := &Wrapper{cfg: cfg, up: up, san: san, limiters: map[string]*rate.Limiter{}}
+	w := &Wrapper{cfg: cfg, san: san, limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
+		refreshc: make(chan struct{}, 1), done: make(chan struct{})}
 	for name, r := range cfg.Policy.Tools {
 		if r.RatePerMinute > 0 {
 			w.limiters[name] = rate.NewLimiter(rate.Every(time.Minute/time.Duration(r.RatePerMinute)), r.RatePerMinute)
 		}
 	}
+	w.touch()
+	// The server always offers tools, and says their list may change: the
+	// wrapped server's list is followed.
+	w.srv = mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap"}, &mcp.ServerOptions{
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+	})
+	w.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			w.inflight.Add(1)
+			defer func() { w.touch(); w.inflight.Add(-1) }()
+			w.touch()
+			return next(ctx, method, req)
+		}
+	})
 	return w, nil
 }
 
-// Server lists the wrapped server's tools and returns an MCP server
-// offering those the policy allows, each relayed through Call. Tool
-// descriptions come from the untrusted server: they are sanitised and
-// capped like results. The list is taken once (a later list_changed of
-// the wrapped server is not followed).
-func (w *Wrapper) Server(ctx context.Context) (*mcp.Server, error) {
+// Connect starts an MCP session with the wrapped server over t, lists its
+// tools and returns the wrapper, whose Server offers those the policy
+// allows. It follows the wrapped server's notifications that its tool
+// list changed, applying the policy to the new list.
+func Connect(ctx context.Context, cfg Config, t mcp.Transport) (*Wrapper, error) {
+	w, err := newWrapper(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.connect(ctx, t); err != nil {
+		return nil, err
+	}
+	w.watch()
+	return w, nil
+}
+
+func (w *Wrapper) connect(ctx context.Context, t mcp.Transport) error {
+	client := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp-wrap"}, &mcp.ClientOptions{
+		// The handler must not call back into the session it runs on:
+		// the listing happens in refreshLoop.
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case w.refreshc <- struct{}{}:
+			default:
+			}
+		},
+	})
+	up, err := client.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("the wrapped server did not start an MCP session: %w", err)
+	}
+	w.up = up
+	if err := w.refresh(ctx); err != nil {
+		_ = up.Close()
+		return err
+	}
+	return nil
+}
+
+// watch starts what ends or follows the wrapper: the wrapped server's
+// session ending, its tool list changing, idleness.
+func (w *Wrapper) watch() {
+	go func() {
+		err := w.up.Wait()
+		if err == nil {
+			err = errors.New("the wrapped server ended its session")
+		}
+		w.end(err)
+	}()
+	go w.refreshLoop()
+	if w.cfg.IdleTimeout > 0 {
+		go w.idleLoop()
+	}
+}
+
+// Start runs job (the wrapped server's command, cfg.Argv) attached on at,
+// connects to it over its stdin and stdout within startTimeout, and
+// returns the wrapper. The sandbox lives until the job's wall clock runs
+// out, the server exits, it is idle past cfg.IdleTimeout, or Close.
+func Start(ctx context.Context, at airlock.Attacher, job airlock.Job, cfg Config, startTimeout time.Duration) (*Wrapper, error) {
+	w, err := newWrapper(cfg)
+	if err != nil {
+		return nil, err
+	}
+	att, err := at.Attach(context.WithoutCancel(ctx), job)
+	if err != nil {
+		return nil, err
+	}
+	w.att = att
+	stderr := cfg.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	w.copies.Go(func() { _, _ = io.Copy(stderr, att.Stderr()) })
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := w.connect(sctx, &mcp.IOTransport{Reader: io.NopCloser(att.Stdout()), Writer: att.Stdin(), MaxLineLength: 16 << 20}); err != nil {
+		att.Kill()
+		_, werr := att.Wait()
+		w.copies.Wait()
+		return nil, fmt.Errorf("%w (its end: %v)", err, werr)
+	}
+	go func() {
+		_, err := att.Wait()
+		if err == nil {
+			err = errors.New("the wrapped server exited")
+		}
+		w.end(err)
+	}()
+	w.watch()
+	return w, nil
+}
+
+// Server is the MCP server offering the wrapped server's tools to the
+// agent's client. Its sessions are closed when the wrapper ends.
+func (w *Wrapper) Server() *mcp.Server { return w.srv }
+
+// Done is closed when the wrapper has ended; Err then says why.
+func (w *Wrapper) Done() <-chan struct{} { return w.done }
+
+// Err is why the wrapper ended (nil while it runs).
+func (w *Wrapper) Err() error {
+	select {
+	case <-w.done:
+		return w.endErr
+	default:
+		return nil
+	}
+}
+
+// Close ends the wrapper: the wrapped server's sandbox is killed and the
+// agent's sessions are closed. It waits for the sandbox to be gone.
+func (w *Wrapper) Close() error {
+	w.end(ErrClosed)
+	if w.att != nil {
+		_, _ = w.att.Wait()
+		w.copies.Wait()
+	}
+	return nil
+}
+
+// end ends the wrapper once, for err.
+func (w *Wrapper) end(err error) {
+	w.once.Do(func() {
+		w.endErr = err
+		close(w.done)
+		w.audit(Record{Event: "exit", Reason: err.Error()})
+		if w.att != nil {
+			w.att.Kill()
+		}
+		if w.up != nil {
+			_ = w.up.Close()
+		}
+		for ss := range w.srv.Sessions() {
+			_ = ss.Close()
+		}
+	})
+}
+
+func (w *Wrapper) touch() { w.last.Store(time.Now().UnixNano()) }
+
+// idleLoop ends the wrapper once no request has come for IdleTimeout and
+// none is in flight.
+func (w *Wrapper) idleLoop() {
+	idle := w.cfg.IdleTimeout
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+		}
+		since := time.Since(time.Unix(0, w.last.Load()))
+		switch {
+		case w.inflight.Load() > 0:
+			t.Reset(idle)
+		case since >= idle:
+			w.end(ErrIdle)
+			return
+		default:
+			t.Reset(idle - since)
+		}
+	}
+}
+
+// refreshLoop re-lists the wrapped server's tools when it says they
+// changed, at most a few times a second however often it says so.
+func (w *Wrapper) refreshLoop() {
+	lim := rate.NewLimiter(rate.Every(250*time.Millisecond), 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-w.done; cancel() }()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-w.refreshc:
+		}
+		if lim.Wait(ctx) != nil {
+			return
+		}
+		if err := w.refresh(ctx); err != nil {
+			w.audit(Record{Event: "list", Decision: "failed", Reason: err.Error()})
+		}
+	}
+}
+
+// refresh lists the wrapped server's tools and offers the agent those the
+// policy allows: a tool gone from the list, or now denied or malformed,
+// is withdrawn, a new or changed one is offered. The server notifies the
+// agent's client when its list changed. Tool descriptions come from the
+// untrusted server: they are sanitised and capped like results.
+func (w *Wrapper) refresh(ctx context.Context) error {
+	w.listMu.Lock()
+	defer w.listMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	defer cancel()
-	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap"}, nil)
-	n := 0
+	type offer struct {
+		tool *mcp.Tool
+		key  string
+	}
+	var offers []offer
+	seen := map[string]bool{}
 	for tool, err := range w.up.Tools(ctx, nil) {
 		if err != nil {
-			return nil, fmt.Errorf("listing the wrapped server's tools: %w", err)
+			return fmt.Errorf("listing the wrapped server's tools: %w", err)
 		}
-		if n++; n > 1000 {
-			return nil, errors.New("listing the wrapped server's tools: more than 1000")
+		if len(seen) >= 1000 {
+			return errors.New("listing the wrapped server's tools: more than 1000")
 		}
+		if seen[tool.Name] {
+			continue
+		}
+		seen[tool.Name] = true
 		if !w.cfg.Policy.allowed(tool.Name) {
-			w.audit(record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "denied by policy"})
+			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "denied by policy"})
 			continue
 		}
 		t := &mcp.Tool{Name: tool.Name, Title: tool.Title, InputSchema: tool.InputSchema, Annotations: tool.Annotations}
@@ -116,13 +359,40 @@ func (w *Wrapper) Server(ctx context.Context) (*mcp.Server, error) {
 		if w.cfg.Policy.Tools[tool.Name].Approval {
 			t.Description += fmt.Sprintf("\n\n(airlock: each call needs an approval token in _meta %q, bound to its exact arguments)", ApprovalMeta)
 		}
-		if err := addTool(srv, t, w.handler(tool.Name)); err != nil {
-			w.audit(record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: err.Error()})
+		key, err := json.Marshal(t)
+		if err != nil {
+			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "malformed tool: " + err.Error()})
 			continue
 		}
-		w.audit(record{Event: "list", Tool: tool.Name, Decision: "listed"})
+		offers = append(offers, offer{t, string(key)})
 	}
-	return srv, nil
+	now := map[string]bool{}
+	for _, o := range offers {
+		name := o.tool.Name
+		if w.listed[name] == o.key {
+			now[name] = true
+			continue
+		}
+		if err := addTool(w.srv, o.tool, w.handler(name)); err != nil {
+			w.audit(Record{Event: "list", Tool: name, Decision: "hidden", Reason: err.Error()})
+			continue
+		}
+		w.listed[name] = o.key
+		now[name] = true
+		w.audit(Record{Event: "list", Tool: name, Decision: "listed"})
+	}
+	var gone []string
+	for name := range w.listed {
+		if !now[name] {
+			gone = append(gone, name)
+			delete(w.listed, name)
+			w.audit(Record{Event: "list", Tool: name, Decision: "withdrawn"})
+		}
+	}
+	if len(gone) > 0 {
+		w.srv.RemoveTools(gone...)
+	}
+	return nil
 }
 
 // addTool adds a tool, turning the SDK's panic on a malformed schema (the
@@ -155,7 +425,7 @@ func (w *Wrapper) handler(tool string) mcp.ToolHandler {
 // model reads why.
 func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, token string) *mcp.CallToolResult {
 	start := w.cfg.Now()
-	rec := record{Event: "call", Tool: tool, ArgsBytes: len(args)}
+	rec := Record{Event: "call", Tool: tool, ArgsBytes: len(args)}
 	refuse := func(decision, why string) *mcp.CallToolResult {
 		rec.Decision, rec.Reason = decision, why
 		w.audit(rec)
@@ -183,7 +453,7 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 		case w.cfg.Signer == nil:
 			return refuse(approve.Stale, "no approval key is configured")
 		}
-		if _, err := w.cfg.Signer.Check(token, d, Tenant, start); err != nil {
+		if _, err := w.cfg.Signer.Check(token, d, w.cfg.Tenant, start); err != nil {
 			return refuse(approve.Stale, err.Error())
 		}
 		rec.Approved = true
@@ -207,7 +477,7 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 // clean keeps a result's text, sanitised and capped; any other content is
 // replaced by a note, and structured content is dropped: the agent's model
 // reads only what passed the sanitiser.
-func (w *Wrapper) clean(res *mcp.CallToolResult, rec *record) *mcp.CallToolResult {
+func (w *Wrapper) clean(res *mcp.CallToolResult, rec *Record) *mcp.CallToolResult {
 	out := &mcp.CallToolResult{IsError: res.IsError}
 	budget := w.cfg.MaxResultBytes
 	for _, c := range res.Content {
@@ -247,8 +517,9 @@ func errResult(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
 }
 
-// record is one audit line.
-type record struct {
+// Record is one audit record: a call and its decision, a listing of a
+// tool, or the wrapped server's start or exit.
+type Record struct {
 	Time        time.Time `json:"time"`
 	Event       string    `json:"event"` // list, call, start, exit
 	Tool        string    `json:"tool,omitempty"`
@@ -264,28 +535,40 @@ type record struct {
 	DurationMS  int64     `json:"duration_ms,omitempty"`
 }
 
-// Event logs a lifecycle event (the wrapped server's start and exit).
+// Event records a lifecycle event (the wrapped server's start).
 func (w *Wrapper) Event(event, reason string) {
-	w.audit(record{Event: event, Reason: reason})
+	w.audit(Record{Event: event, Reason: reason})
 }
 
-func (w *Wrapper) audit(r record) {
+func (w *Wrapper) audit(r Record) {
 	if w.cfg.Audit == nil {
 		return
 	}
 	r.Time = w.cfg.Now().UTC()
-	line, _ := json.Marshal(r)
-	w.auditMu.Lock()
-	defer w.auditMu.Unlock()
-	_, _ = w.cfg.Audit.Write(append(line, '\n'))
+	w.cfg.Audit(r)
+}
+
+// JSONLines returns an audit function that writes each record to out as a
+// line of JSON.
+func JSONLines(out io.Writer) func(Record) {
+	var mu sync.Mutex
+	return func(r Record) {
+		line, _ := json.Marshal(r)
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = out.Write(append(line, '\n'))
+	}
 }
 
 // Issue returns an approval token for calling tool with args on the server
-// started as argv, valid for ttl.
-func Issue(s *approve.Signer, argv []string, tool string, args json.RawMessage, ttl time.Duration, now time.Time) (string, error) {
+// started as argv, by tenant (empty: Tenant), valid for ttl.
+func Issue(s *approve.Signer, tenant string, argv []string, tool string, args json.RawMessage, ttl time.Duration, now time.Time) (string, error) {
 	d, err := approve.OfToolCall(argv, tool, args)
 	if err != nil {
 		return "", err
 	}
-	return s.Issue(approve.Claims{Digest: d, Tenant: Tenant, Expires: now.Add(ttl)}), nil
+	if tenant == "" {
+		tenant = Tenant
+	}
+	return s.Issue(approve.Claims{Digest: d, Tenant: tenant, Expires: now.Add(ttl)}), nil
 }

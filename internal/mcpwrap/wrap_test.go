@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,7 @@ import (
 // in-memory transports; block is closed when the test ends, releasing the
 // tool that never answers on its own, which says on entered that it was
 // called.
-func upstream(t *testing.T, block chan struct{}, entered chan<- struct{}) *mcp.ClientSession {
+func upstream(t *testing.T, block chan struct{}, entered chan<- struct{}) (*mcp.Server, mcp.Transport) {
 	t.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
 	echo := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -50,12 +51,8 @@ func upstream(t *testing.T, block chan struct{}, entered chan<- struct{}) *mcp.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "wrap"}, nil).Connect(context.Background(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close(); ss.Close() })
-	return cs
+	t.Cleanup(func() { ss.Close() })
+	return srv, ct
 }
 
 type syncBuf struct {
@@ -88,7 +85,7 @@ func TestPolicy(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	entered := make(chan struct{}, 1)
-	up := upstream(t, block, entered)
+	_, up := upstream(t, block, entered)
 	no := false
 	signer, err := approve.NewSigner(nil)
 	if err != nil {
@@ -96,7 +93,7 @@ func TestPolicy(t *testing.T) {
 	}
 	audit := &syncBuf{}
 	argv := []string{"node", "server.js"}
-	w, err := mcpwrap.New(mcpwrap.Config{
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{
 		Argv: argv,
 		Policy: mcpwrap.Policy{MaxArgsBytes: 100, Tools: map[string]mcpwrap.Rule{
 			"secret":   {Allow: &no},
@@ -107,15 +104,13 @@ func TestPolicy(t *testing.T) {
 		CallTimeout:    time.Second,
 		MaxResultBytes: 1000,
 		Signer:         signer,
-		Audit:          audit,
+		Audit:          mcpwrap.JSONLines(audit),
 	}, up)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := w.Server(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer w.Close()
+	srv := w.Server()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(context.Background(), st, nil)
 	if err != nil {
@@ -175,7 +170,7 @@ func TestPolicy(t *testing.T) {
 	if r := call("approved", args, ""); !r.IsError || !strings.Contains(text(r), approve.Required) {
 		t.Errorf("without a token: %q", text(r))
 	}
-	token, err := mcpwrap.Issue(signer, argv, "approved", json.RawMessage(`{"path": "/a"}`), time.Minute, time.Now())
+	token, err := mcpwrap.Issue(signer, "", argv, "approved", json.RawMessage(`{"path": "/a"}`), time.Minute, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,5 +243,138 @@ func TestLoadPolicy(t *testing.T) {
 		if _, err := load(bad); err == nil {
 			t.Errorf("%q loaded", bad)
 		}
+	}
+}
+
+// TestListChanged: when the wrapped server's tools change, the agent's
+// client is told, and the new list passes the same policy: a new allowed
+// tool is offered and callable, a new denied one is not, a removed one is
+// withdrawn.
+func TestListChanged(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	up, ct := upstream(t, block, make(chan struct{}, 1))
+	no := false
+	audit := &syncBuf{}
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{
+		Policy: mcpwrap.Policy{Tools: map[string]mcpwrap.Rule{"secret2": {Allow: &no}}},
+		Audit:  mcpwrap.JSONLines(audit),
+	}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	st, act := mcp.NewInMemoryTransports()
+	ss, err := w.Server().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	changed := make(chan struct{}, 16)
+	agent, err := mcp.NewClient(&mcp.Implementation{Name: "agent"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	}).Connect(context.Background(), act, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	ctx := context.Background()
+	names := func() map[string]bool {
+		t.Helper()
+		list, err := agent.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, tool := range list.Tools {
+			m[tool.Name] = true
+		}
+		return m
+	}
+	if n := names(); !n["echo"] || n["fresh"] {
+		t.Fatalf("before the change: %v", n)
+	}
+
+	obj := map[string]any{"type": "object"}
+	fresh := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "fresh ![i](https://evil.test/i.png)"}}}, nil
+	}
+	up.AddTool(&mcp.Tool{Name: "fresh", InputSchema: obj}, fresh)
+	up.AddTool(&mcp.Tool{Name: "secret2", InputSchema: obj}, fresh)
+	up.RemoveTools("echo")
+	// The wrapped server's changes may reach the agent as more than one
+	// notification: wait until a listing shows them all.
+	for {
+		<-changed
+		n := names()
+		if n["secret2"] {
+			t.Fatalf("a denied tool was offered after the change: %v", n)
+		}
+		if n["fresh"] && !n["echo"] {
+			break
+		}
+	}
+	res, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "fresh"})
+	if err != nil || res.IsError || strings.Contains(text(res), "evil.test") {
+		t.Errorf("fresh: %v %q", err, text(res))
+	}
+	if _, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "echo"}); err == nil {
+		t.Error("a withdrawn tool was callable")
+	}
+	log := audit.b.String()
+	for _, want := range []string{`"tool":"echo","decision":"withdrawn"`, `"tool":"secret2","decision":"hidden"`, `"tool":"fresh","decision":"listed"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("audit lacks %s:\n%s", want, log)
+		}
+	}
+}
+
+// TestIdle: a wrapper idle past its idle timeout ends, closing the
+// agent's session, and says why; a call in flight keeps it alive.
+func TestIdle(t *testing.T) {
+	block := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	_, ct := upstream(t, block, entered)
+	audit := &syncBuf{}
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{IdleTimeout: 20 * time.Millisecond, CallTimeout: time.Hour, Audit: mcpwrap.JSONLines(audit)}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	st, act := mcp.NewInMemoryTransports()
+	ss, err := w.Server().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	agent, err := mcp.NewClient(&mcp.Implementation{Name: "agent"}, nil).Connect(context.Background(), act, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := agent.CallTool(context.Background(), &mcp.CallToolParams{Name: "stuck"})
+		stuck <- err
+	}()
+	<-entered
+	// A call in flight: the wrapper outlives many idle timeouts.
+	for range 5 {
+		time.Sleep(20 * time.Millisecond)
+		if w.Err() != nil {
+			t.Fatalf("ended with a call in flight: %v", w.Err())
+		}
+	}
+	close(block)
+	if err := <-stuck; err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	if !errors.Is(w.Err(), mcpwrap.ErrIdle) {
+		t.Errorf("ended: %v", w.Err())
+	}
+	ss.Wait() // the agent's session is closed
+	if !strings.Contains(audit.b.String(), `"event":"exit"`) {
+		t.Errorf("audit: %s", audit.b.String())
 	}
 }
