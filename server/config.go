@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 )
 
 // Config is the server's configuration file (YAML or JSON). Durations are
@@ -258,6 +259,65 @@ type Tenant struct {
 	// grant, so a shell script may run other programs (default: withheld;
 	// what argv[0] executes fails with status 126).
 	MCPSpawn bool `json:"mcp_spawn,omitempty"`
+	// MCPWrapped are third-party MCP servers the tenant's agents reach at
+	// /mcp/wrapped/NAME over streamable HTTP: each MCP session gets its
+	// own instance, run attached in a sandbox, under the server's tool
+	// policy (see docs/mcp-wrap.md).
+	MCPWrapped []WrappedServer `json:"mcp_wrapped,omitempty"`
+}
+
+// WrappedServer is a third-party MCP server run in a sandbox for a tenant.
+// The operator declares it: its grants are not checked against the
+// tenant's read roots.
+type WrappedServer struct {
+	// Name is the server's path segment: /mcp/wrapped/NAME.
+	Name string `json:"name"`
+	// Argv is the server's command; it speaks MCP on stdin and stdout.
+	Argv []string `json:"argv"`
+	// Image is the environment it runs in (default: the server's).
+	Image string `json:"image,omitempty"`
+	// Situation it runs as (default: the tenant's); Tier, when set, is
+	// the tier it runs on instead of the router's choice.
+	Situation airlock.Situation `json:"situation,omitempty"`
+	Tier      string            `json:"tier,omitempty"`
+	// Grants are its sandbox's grants: read paths, egress by host and
+	// method, secrets.
+	Grants airlock.Grants `json:"grants,omitzero"`
+	// Policy is the per-tool policy.
+	Policy mcpwrap.Policy `json:"policy,omitzero"`
+	// OutputHosts are the hosts links and images in its results may point
+	// to (default: the server's output_hosts).
+	OutputHosts []string `json:"output_hosts,omitempty"`
+	// CallTimeout bounds one tools/call (default 60s); MaxResultBytes caps
+	// a result's text (default 256 KiB).
+	CallTimeout    Duration `json:"call_timeout,omitempty"`
+	MaxResultBytes int      `json:"max_result_bytes,omitempty"`
+	// IdleTimeout ends an instance, and its MCP session, once no request
+	// has come for this long (default: session_ttl).
+	IdleTimeout Duration `json:"idle_timeout,omitempty"`
+	// MaxLifetime is the longest an instance lives: its sandbox's wall
+	// clock (default, and at most: the tenant's maximum wall_ms).
+	MaxLifetime Duration `json:"max_lifetime,omitempty"`
+}
+
+func (ws *WrappedServer) validate(where string) error {
+	if ws.Name == "" || strings.ContainsAny(ws.Name, " /\t\n?#%") {
+		return fmt.Errorf("%s.name: want a non-empty name without spaces, slashes, ?, # or %%", where)
+	}
+	j := airlock.Job{Kind: airlock.KindCommand, Argv: ws.Argv, Image: ws.Image, Grants: ws.Grants, Situation: ws.Situation}
+	if err := j.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if err := ws.Policy.Validate(); err != nil {
+		return fmt.Errorf("%s.policy: %w", where, err)
+	}
+	if _, err := sanitize.New(ws.OutputHosts...); err != nil {
+		return fmt.Errorf("%s.output_hosts: %w", where, err)
+	}
+	if ws.CallTimeout < 0 || ws.MaxResultBytes < 0 || ws.IdleTimeout < 0 || ws.MaxLifetime < 0 {
+		return fmt.Errorf("%s: timeouts and limits must not be negative", where)
+	}
+	return nil
 }
 
 // situations returns the situations the tenant may use, and the one its
@@ -403,6 +463,17 @@ func (c *Config) Validate() error {
 			if err := j.Validate(); err != nil {
 				return fmt.Errorf("%s.situations: unknown situation %q", where, s)
 			}
+		}
+		wnames := map[string]bool{}
+		for j := range t.MCPWrapped {
+			ws := &t.MCPWrapped[j]
+			if err := ws.validate(fmt.Sprintf("%s.mcp_wrapped[%d]", where, j)); err != nil {
+				return err
+			}
+			if wnames[ws.Name] {
+				return fmt.Errorf("%s.mcp_wrapped[%d].name: two wrapped servers named %q", where, j, ws.Name)
+			}
+			wnames[ws.Name] = true
 		}
 		if t.Situation != "" {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: t.Situation}

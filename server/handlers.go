@@ -57,6 +57,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /readyz", s.handleReady)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.Handle("/mcp", s.MCPHandler())
+	m.HandleFunc("/mcp/wrapped/{name}", s.handleWrapped)
 	s.consoleRoutes(m)
 	// Without a catch-all the mux would answer a wrong method and an
 	// unknown path in plain text; these answer in the API's error shape.

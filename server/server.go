@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 	"github.com/airlock-sandbox/airlock/internal/state"
 )
 
@@ -73,6 +74,7 @@ type Server struct {
 	audit     *auditor
 	metrics   metrics
 	mcp       mcpServers
+	wrapped   map[string]*wrapped // by tenant/name
 	console   *console
 	mux       *http.ServeMux
 	handler   http.Handler
@@ -88,12 +90,13 @@ type Server struct {
 	inflight sync.WaitGroup
 	closing  atomic.Bool
 
-	mu       sync.Mutex
-	sessions map[string]*session
-	pending  map[approve.Digest]*pending
-	stopJan  chan struct{}
-	janDone  chan struct{}
-	closed   bool
+	mu        sync.Mutex
+	instances map[*mcpwrap.Wrapper]*tenant // wrapped servers' running instances
+	sessions  map[string]*session
+	pending   map[approve.Digest]*pending
+	stopJan   chan struct{}
+	janDone   chan struct{}
+	closed    bool
 }
 
 // New builds the router over tiers and the handlers. The tiers are the
@@ -224,6 +227,9 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	if s.router, err = escalate.New(policy, s.tiers); err != nil {
 		return fail(fmt.Errorf("routing policy: %w", err))
 	}
+	if err := s.initWrapped(); err != nil {
+		return fail(err)
+	}
 	s.base, s.cancel = context.WithCancel(context.WithValue(context.Background(), baseKey{}, s))
 	s.metrics.started = time.Now()
 	s.routes()
@@ -311,6 +317,7 @@ func (s *Server) Close() error {
 	close(s.stopJan)
 	<-s.janDone
 	s.inflight.Wait()
+	s.closeWrapped()
 	s.mu.Lock()
 	var errs []error
 	closed := make([]string, 0, len(s.sessions))

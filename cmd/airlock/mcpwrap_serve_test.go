@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// otherKey is the second tenant's key in the wrapped-server tests.
+const otherKey = "ak_cli-test-key-other-0123456789abcdef012345"
+
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// connectWrapped opens an MCP session with a wrapped server of serve at
+// addr as the holder of key; changed, if not nil, hears the session's
+// tools/list_changed notifications.
+func connectWrapped(t *testing.T, addr, key, name string, changed chan<- struct{}) *mcp.ClientSession {
+	t.Helper()
+	opts := &mcp.ClientOptions{}
+	if changed != nil {
+		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent"}, opts).Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: "http://" + addr + "/mcp/wrapped/" + name, HTTPClient: &http.Client{Transport: bearer{key}}, MaxRetries: -1}, nil)
+	require.NoError(t, err, "connecting to %s", name)
+	return cs
+}
+
+// TestServeWrapped: `airlock serve` hosts a wrapped MCP server (the test's
+// dynamic server, in the python image on gVisor) for two tenants. Every
+// MCP session gets an instance of its own; a tenant cannot use another's
+// session nor a server declared for another; a tool list change of the
+// wrapped server reaches the agent's client through the policy; an idle
+// instance ends with its session; calls and decisions are in the audit
+// trail.
+func TestServeWrapped(t *testing.T) {
+	needWrapImage(t, "gvisor", "python")
+	dir := realTemp(t)
+	testdata := realTemp(t)
+	script, err := os.ReadFile(filepath.Join("testdata", "dynamic_mcp.py"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(testdata, "dynamic_mcp.py"), script, 0o644))
+	wrapped := func(name, extra string) string {
+		return fmt.Sprintf(`      - name: %s
+        argv: [python3, %s]
+        image: python
+        grants: {fs: {read: [%s]}}
+        policy: {tools: {forbidden: {allow: false}}}
+%s`, name, filepath.Join(testdata, "dynamic_mcp.py"), testdata, extra)
+	}
+	cfg := fmt.Sprintf(`audit: audit.jsonl
+shutdown_grace: 300ms
+tenants:
+  - name: a
+    key_sha256: %s
+    mcp_wrapped:
+%s%s  - name: b
+    key_sha256: %s
+    mcp_wrapped:
+%s`, server.HashKey(testKey), wrapped("dyn", ""), wrapped("brief", "        idle_timeout: 1s\n"), server.HashKey(otherKey), wrapped("dyn", ""))
+	path := filepath.Join(dir, "serve.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	c := startServe(t, path)
+	ctx := context.Background()
+
+	changed := make(chan struct{}, 16)
+	a1 := connectWrapped(t, c.addr, testKey, "dyn", changed)
+	a2 := connectWrapped(t, c.addr, testKey, "dyn", nil)
+	b1 := connectWrapped(t, c.addr, otherKey, "dyn", nil)
+	who := map[string]string{}
+	for name, cs := range map[string]*mcp.ClientSession{"a1": a1, "a2": a2, "b1": b1} {
+		r := callTool(t, cs, "whoami", nil, nil)
+		require.False(t, r.IsError, toolText(r))
+		who[toolText(r)] = name
+	}
+	assert.Len(t, who, 3, "sessions shared an instance: %v", who)
+
+	// b presenting a's session, or naming a server declared for a only.
+	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"whoami"}}`
+	for _, target := range []struct{ path, session string }{{"dyn", a1.ID()}, {"brief", ""}} {
+		req, _ := http.NewRequest("POST", "http://"+c.addr+"/mcp/wrapped/"+target.path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+otherKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if target.session != "" {
+			req.Header.Set("Mcp-Session-Id", target.session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || strings.Contains(string(got), "instance ") {
+			t.Errorf("tenant b reached %s (session %q): %d %s", target.path, target.session, resp.StatusCode, got)
+		}
+	}
+
+	// The wrapped server's tool list grows: the agent hears of it, and
+	// the new list passes the policy.
+	r := callTool(t, a1, "grow", nil, nil)
+	require.False(t, r.IsError, toolText(r))
+	for {
+		<-changed
+		list, err := a1.ListTools(ctx, nil)
+		require.NoError(t, err)
+		names := map[string]bool{}
+		for _, tool := range list.Tools {
+			names[tool.Name] = true
+		}
+		require.False(t, names["forbidden"], "a denied tool was offered: %v", names)
+		if names["extra"] {
+			break
+		}
+	}
+	r = callTool(t, a1, "extra", nil, nil)
+	assert.Equal(t, "extra called", toolText(r))
+	_, err = a1.CallTool(ctx, &mcp.CallToolParams{Name: "forbidden"})
+	assert.Error(t, err, "a denied tool was callable")
+
+	// An idle instance ends, and its session with it.
+	brief := connectWrapped(t, c.addr, testKey, "brief", nil)
+	r = callTool(t, brief, "whoami", nil, nil)
+	require.False(t, r.IsError, toolText(r))
+	// Without calling it (a call is activity), wait for the trail to say
+	// it ended idle; its session is then gone.
+	for {
+		time.Sleep(200 * time.Millisecond)
+		log, _ := os.ReadFile(filepath.Join(dir, "audit.jsonl"))
+		if strings.Contains(string(log), mcpwrap.ErrIdle.Error()) {
+			break
+		}
+	}
+	_, err = brief.CallTool(ctx, &mcp.CallToolParams{Name: "whoami"})
+	assert.Error(t, err, "a call in a session whose instance ended idle")
+	brief.Close()
+
+	for _, cs := range []*mcp.ClientSession{a1, a2, b1} {
+		require.NoError(t, cs.Close())
+	}
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	if err := <-c.done; err != nil {
+		t.Errorf("serve exited with %v: %s", err, c.log)
+	}
+	c.done <- nil // for the cleanup
+	if left := groupAlive(c.cmd.Process.Pid); len(left) > 0 {
+		t.Errorf("processes left: %v", left)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "audit.jsonl"))
+	require.NoError(t, err)
+	for _, want := range []string{`"request":"mcp_wrapped"`, `"outcome":"call:relayed"`, `"reason":"tool forbidden: denied by policy"`, `"reason":"tool extra"`, `"outcome":"list:listed"`, mcpwrap.ErrIdle.Error()} {
+		assert.Contains(t, string(log), want)
+	}
+}
