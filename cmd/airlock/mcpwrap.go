@@ -50,6 +50,7 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	keyFile := fs.String("approval-key", "", "approval key `FILE` (at least 32 bytes, mode 600) that signs and checks tokens for tools with approval: true")
 	approveTool := fs.String("approve", "", "print an approval token for calling `TOOL` with --args on this server, and exit")
 	approveArgs := fs.String("args", "{}", "the arguments (JSON) --approve approves")
+	approveTenant := fs.String("approval-tenant", "", "the `TENANT` an --approve token is for: a tenant of airlock serve whose wrapped server this is, signed with the server's approvals.key_file (default: a local mcp-wrap)")
 	approveTTL := fs.Duration("approval-ttl", 15*time.Minute, "how long an --approve token holds")
 	maxLifetime := fs.Duration("max-lifetime", 24*time.Hour, "the longest the wrapped server's sandbox lives (its wall clock and CPU limit)")
 	idleTimeout := fs.Duration("idle-timeout", 0, "end the wrapped server once no request has come for this long (default 0: never)")
@@ -74,7 +75,7 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		if signer == nil {
 			return e.fail(jobs.Invalid("approve", "needs --approval-key"))
 		}
-		tok, err := mcpwrap.Issue(signer, "", rest, *approveTool, json.RawMessage(*approveArgs), *approveTTL, time.Now())
+		tok, err := mcpwrap.Issue(signer, *approveTenant, rest, *approveTool, json.RawMessage(*approveArgs), *approveTTL, time.Now())
 		if err != nil {
 			return e.fail(jobs.Invalid("args", "%v", err))
 		}

@@ -1,0 +1,35 @@
+package server_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// TestWrappedConfig: a tenant's wrapped servers are checked when the
+// configuration loads, and their lifetime against the tenant's limits
+// when the server is built.
+func TestWrappedConfig(t *testing.T) {
+	base := "tenants:\n  - name: a\n    key_sha256: " + server.HashKey(keyA) + "\n    mcp_wrapped:\n"
+	for _, c := range []struct{ body, want string }{
+		{"      - {name: 'a/b', argv: [node]}\n", "mcp_wrapped[0].name"},
+		{"      - {name: x, argv: []}\n", "tenants[0].mcp_wrapped[0]"},
+		{"      - {name: x, argv: [node]}\n      - {name: x, argv: [node]}\n", "two wrapped servers named"},
+		{"      - {name: x, argv: [node], policy: {default: maybe}}\n", "mcp_wrapped[0].policy"},
+		{"      - {name: x, argv: [node], policy: {tools: {t: {aproval: true}}}}\n", "aproval"},
+		{"      - {name: x, argv: [node], idle_timeout: -1s}\n", "must not be negative"},
+	} {
+		_, err := server.ParseConfig([]byte(base + c.body))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error naming %s", c.body, err, c.want)
+		}
+	}
+	cfg, err := server.ParseConfig([]byte(base + "      - {name: x, argv: [node], max_lifetime: 1h, policy: {default: deny, tools: {t: {allow: true, approval: true}}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServer(cfg, server.Options{}); err == nil || !strings.Contains(err.Error(), "max_lifetime") {
+		t.Errorf("a lifetime above the tenant's maximum wall clock: %v", err)
+	}
+}
