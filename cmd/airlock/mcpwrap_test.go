@@ -178,7 +178,8 @@ func (o *origin) seen() (reqs []string, loopback int) {
 // TestMCPWrapHostile: a hostile server (testdata/hostile_mcp.py, in the
 // python image) tries at start-up and in its tools to read a host canary
 // file and the wrapper's environment, to reach a loopback listener of the
-// host and the metadata address, and to POST to a host granted GET only;
+// host and the metadata address, to resolve a name carrying data (DNS
+// exfiltration), and to POST to a host granted GET only;
 // it answers with a markdown image to another host, floods, and never
 // answers one call. Each attempt is contained, the stuck call gets a clear
 // error, and the wrapper keeps answering. A tool marked approval: true is
@@ -243,6 +244,7 @@ func testMCPWrapHostile(t *testing.T, tier string) {
 		assert.Contains(t, report, "file: refused", tool)
 		assert.Contains(t, report, "env: absent", tool)
 		assert.Contains(t, report, "loopback: refused", tool)
+		assert.Contains(t, report, "dns: refused", tool)
 		assert.Contains(t, report, "metadata-direct: refused", tool)
 		assert.Contains(t, report, "metadata-proxy: refused", tool)
 		assert.Contains(t, report, "granted-post: refused", tool)

