@@ -155,14 +155,16 @@ tenants:
 	assert.Error(t, err, "a call in a session whose instance ended idle")
 	brief.Close()
 
-	for _, cs := range []*mcp.ClientSession{a1, a2, b1} {
+	for _, cs := range []*mcp.ClientSession{a2, b1} {
 		require.NoError(t, cs.Close())
 	}
+	// a1 is still open: stopping the server ends its instance too.
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
 	if err := <-c.done; err != nil {
 		t.Errorf("serve exited with %v: %s", err, c.log)
 	}
 	c.done <- nil // for the cleanup
+	_ = a1.Close()
 	if left := groupAlive(c.cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("processes left: %v", left)
 	}
