@@ -32,6 +32,9 @@ type Result struct {
 	// Job.Collect and was left out (a link, not a regular file, over the
 	// size cap) and which patterns matched nothing.
 	FilesSkipped []string `json:"files_skipped,omitempty"`
+	// Replica names the server replica that ran the job (its replica_id);
+	// empty when the job ran in the caller's process.
+	Replica string `json:"replica,omitempty"`
 }
 
 // Stop says why a run was stopped before it finished.

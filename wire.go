@@ -94,12 +94,13 @@ type resultWire struct {
 	Decision     []string       `json:"decision,omitempty"`
 	Files        wirebytes.Map  `json:"files,omitempty"`
 	FilesSkipped []string       `json:"files_skipped,omitempty"`
+	Replica      string         `json:"replica,omitempty"`
 }
 
 // MarshalJSON writes the result in the v1 wire format.
 func (r Result) MarshalJSON() ([]byte, error) {
 	return marshal(resultWire{r.Tier, r.Level, r.Value, wirebytes.Text(r.Stdout), wirebytes.Text(r.Stderr), r.ExitCode, r.Stopped, r.Error,
-		r.Timings, r.Usage, r.Clock, r.Seed, r.Image, r.Decision, wirebytes.Map(r.Files), r.FilesSkipped})
+		r.Timings, r.Usage, r.Clock, r.Seed, r.Image, r.Decision, wirebytes.Map(r.Files), r.FilesSkipped, r.Replica})
 }
 
 // UnmarshalJSON reads the v1 wire format.
@@ -109,6 +110,6 @@ func (r *Result) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*r = Result{w.Tier, w.Level, w.Value, string(w.Stdout), string(w.Stderr), w.ExitCode, w.Stopped, w.Error,
-		w.Timings, w.Usage, w.Clock, w.Seed, w.Image, w.Decision, map[string]string(w.Files), w.FilesSkipped}
+		w.Timings, w.Usage, w.Clock, w.Seed, w.Image, w.Decision, map[string]string(w.Files), w.FilesSkipped, w.Replica}
 	return nil
 }

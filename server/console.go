@@ -235,7 +235,7 @@ func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, appro
 	if once && known {
 		return nil, nil
 	}
-	if s.store.Shared() {
+	if s.shared() {
 		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 		ok, err := s.store.Decide(ctx, state.Decision{Digest: string(d), Tenant: dc.Tenant, Approver: approver, Reason: reason,
 			Denied: denied, Expires: dc.Expires, At: now}, !once)
@@ -296,7 +296,7 @@ func (c *console) keep(dc *decision, now time.Time, ttl time.Duration) {
 // approved ones with their token, issued again from the shared key (the
 // store keeps no token).
 func (s *Server) syncDecided(ctx context.Context) {
-	if !s.store.Shared() {
+	if !s.shared() {
 		return
 	}
 	now := s.now()

@@ -134,6 +134,7 @@ func appendResult(b []byte, r *airlock.Result) ([]byte, error) {
 	if len(r.FilesSkipped) > 0 {
 		b = jsonappend.Strings(field(b, "files_skipped"), r.FilesSkipped)
 	}
+	b = appendStrOmit(b, "replica", r.Replica)
 	return append(b, '}'), nil
 }
 

@@ -72,7 +72,7 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 		{Tier: "starlark", Level: 1, Value: []any{1.5, "<x>", map[string]any{"k": nil}}, Stdout: "out\n", Stderr: "é", ExitCode: 2,
 			Stopped: &airlock.Stop{Reason: airlock.StopSteps, Detail: "d"}, Error: &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "m\"x"},
 			Timings: airlock.Timings{StartUS: 1, RunUS: 2, TotalUS: 3}, Usage: airlock.Usage{Steps: 1, MemoryBytes: 2, OutputBytes: 3, CPUUS: 4}, Clock: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seed: 7, Image: "sha256:<&>", Decision: []string{"a", "b"},
-			Files: map[string]string{"b": "<b>", "a.bin": "\x89PNG\xff"}, FilesSkipped: []string{"l: a symbolic link, not followed"}},
+			Files: map[string]string{"b": "<b>", "a.bin": "\x89PNG\xff"}, FilesSkipped: []string{"l: a symbolic link, not followed"}, Replica: "r<1>"},
 		{Value: map[string]int{"x": 1}, Usage: airlock.Usage{OutputBytes: 3}},
 	}
 	for _, s := range awkward {

@@ -489,6 +489,7 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	if res.Tier == "" {
 		res.Tier = tier.Name()
 	}
+	res.Replica = s.replica
 	if aerr := s.record(rq, &res, digest, rule, queueUS, elapsed); aerr != nil && !s.cfg.AuditFailOpen {
 		return airlock.Result{}, &auditUnavailable{err: aerr, ran: true}
 	}
@@ -518,7 +519,7 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 		rec.Error = string(res.Error.Kind) + ": " + res.Error.Message
 	}
 	if rule != "" {
-		if rec.Approver, rec.Reason = s.console.decisionOf(digest); rec.Approver == "" && s.store.Shared() {
+		if rec.Approver, rec.Reason = s.console.decisionOf(digest); rec.Approver == "" && s.shared() {
 			s.syncDecided(s.base) // approved on another replica
 			rec.Approver, rec.Reason = s.console.decisionOf(digest)
 		}

@@ -550,3 +550,7 @@ func (s *Server) syncPending(ctx context.Context) {
 		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created}
 	}
 }
+
+// shared reports whether replicas share the state (false for a Server
+// built without New, in internal tests).
+func (s *Server) shared() bool { return s.store != nil && s.store.Shared() }
