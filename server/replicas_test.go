@@ -14,7 +14,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,34 +51,40 @@ func startReplicas(t testing.TB, setting string, n int, mutate ...func(*server.C
 	}
 	var out []*replica
 	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := testConfig()
-		cfg.State = setting
-		cfg.ReplicaID = fmt.Sprintf("r%d", i+1)
-		cfg.Advertise = "http://" + ln.Addr().String()
-		cfg.SessionLease = server.Duration(time.Second)
-		cfg.Approvals.KeyFile = keyFile
-		for _, m := range mutate {
-			m(&cfg)
-		}
-		r := &replica{name: cfg.ReplicaID, url: cfg.Advertise, audit: &syncBuffer{}, done: make(chan struct{})}
-		if r.srv, err = newServer(cfg, server.Options{Audit: r.audit}); err != nil {
-			ln.Close()
-			t.Fatal(err)
-		}
-		r.hs = &http.Server{Handler: r.srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { defer close(r.done); _ = r.hs.Serve(ln) }()
-		t.Cleanup(func() {
-			_ = r.hs.Close()
-			<-r.done
-			_ = r.srv.Close()
-		})
-		out = append(out, r)
+		out = append(out, startReplica(t, setting, fmt.Sprintf("r%d", i+1), keyFile, mutate...))
 	}
 	return out
+}
+
+// startReplica starts the replica named name on a fresh loopback port.
+func startReplica(t testing.TB, setting, name, keyFile string, mutate ...func(*server.Config)) *replica {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.State = setting
+	cfg.ReplicaID = name
+	cfg.Advertise = "http://" + ln.Addr().String()
+	cfg.SessionLease = server.Duration(time.Second)
+	cfg.Approvals.KeyFile = keyFile
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	r := &replica{name: cfg.ReplicaID, url: cfg.Advertise, audit: &syncBuffer{}, done: make(chan struct{})}
+	if r.srv, err = newServer(cfg, server.Options{Audit: r.audit}); err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	r.hs = &http.Server{Handler: r.srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { defer close(r.done); _ = r.hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = r.hs.Close()
+		<-r.done
+		_ = r.srv.Close()
+	})
+	return r
 }
 
 type answer struct {
@@ -142,6 +152,9 @@ func TestReplicasShareOneService(t *testing.T) {
 				t.Fatalf("run on %s: %d %s", r.name, a.status, a.body)
 			}
 			seen[a.replica]++
+			if !bytes.Contains(a.body, []byte(`"replica":"`+r.name+`"`)) {
+				t.Errorf("the Result from %s does not name it: %s", r.name, a.body)
+			}
 		}
 		for _, r := range rs {
 			if seen[r.name] != 4 {
@@ -460,4 +473,223 @@ func BenchmarkStateStores(b *testing.B) {
 	b.ReportMetric(float64(de.Nanoseconds())/float64(b.N), "embedded-ns/run")
 	b.ReportMetric(float64(dp.Nanoseconds())/float64(b.N), "postgres-ns/run")
 	b.ReportMetric(float64(dp)/float64(de), "postgres/embedded")
+}
+
+// BenchmarkReplicasTogether compares cached expr runs over HTTP from 8
+// concurrent clients on one replica with PostgreSQL and spread over three
+// sharing it, for a tenant with both quotas (so the state is used). It
+// reports both rates and their ratio; it asserts no timing.
+func BenchmarkReplicasTogether(b *testing.B) {
+	dsn := pgtest.Start(b)
+	quota := func(c *server.Config) {
+		c.Tenants[1].RunsPerMinute = 100_000_000
+		c.Tenants[1].MaxConcurrent = 64
+	}
+	one := startReplicas(b, dsn, 1, quota)
+	three := startReplicas(b, dsn, 3, quota)
+	const clients, job = 8, `{"kind":"expr","code":"6*7"}`
+	run := func(rs []*replica, n int) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for c := range clients {
+			wg.Go(func() {
+				for i := c; i < n; i += clients {
+					r := rs[i%len(rs)]
+					if a := rcall(b, "POST", r.url+"/v1/run", keyB, job); a.status != 200 {
+						b.Errorf("%s: %d %s", r.name, a.status, a.body)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	run(one, 3*clients) // compile and cache, take the first leases and slots
+	run(three, 3*clients)
+	b.ResetTimer()
+	d1 := run(one, b.N)
+	d3 := run(three, b.N)
+	b.ReportMetric(float64(b.N)/d1.Seconds(), "one-runs/s")
+	b.ReportMetric(float64(b.N)/d3.Seconds(), "three-runs/s")
+	b.ReportMetric(d1.Seconds()/d3.Seconds(), "three/one")
+}
+
+// BenchmarkStateOverhead measures what the shared state adds to the
+// median run: an approved run (its token redeemed in PostgreSQL) against
+// the same on the embedded state, and a session run forwarded by another
+// replica against one sent to the session's own. It reports the medians'
+// differences in milliseconds; it asserts no timing.
+func BenchmarkStateOverhead(b *testing.B) {
+	dsn := pgtest.Start(b)
+	emb := startReplicas(b, "", 1)[0]
+	pg := startReplicas(b, dsn, 2)
+	median := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds()) / 1000
+	}
+	approved := func(r *replica, i int) time.Duration {
+		job := fmt.Sprintf(`{"kind":"starlark","code":"result = %d","situation":"internal"}`, i)
+		var req struct{ Digest string }
+		if err := json.Unmarshal(rcall(b, "POST", r.url+"/v1/approvals", keyA, job).body, &req); err != nil {
+			b.Fatal(err)
+		}
+		var tok struct{ Token string }
+		if err := json.Unmarshal(rcall(b, "POST", r.url+"/v1/approvals/"+req.Digest+"/approve", keyApprover, "").body, &tok); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if a := rcall(b, "POST", r.url+"/v1/run", keyA, job, server.ApprovalHeader, tok.Token); a.status != 200 {
+			b.Fatalf("%s: %d %s", r.name, a.status, a.body)
+		}
+		return time.Since(start)
+	}
+	var open struct{ ID string }
+	if err := json.Unmarshal(rcall(b, "POST", pg[0].url+"/v1/sessions", keyA, `{"tier":"starlark"}`).body, &open); err != nil || open.ID == "" {
+		b.Fatalf("opening a session: %v", err)
+	}
+	sessionRun := func(r *replica) time.Duration {
+		start := time.Now()
+		if a := rcall(b, "POST", r.url+"/v1/sessions/"+open.ID+"/run", keyA, `{"kind":"starlark","code":"result = 1"}`); a.status != 200 {
+			b.Fatalf("through %s: %d %s", r.name, a.status, a.body)
+		}
+		return time.Since(start)
+	}
+	var redeemEmb, redeemPG, direct, forwarded []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		if i < 200 { // under the tenant's bound on pending approvals
+			redeemEmb = append(redeemEmb, approved(emb, i))
+			redeemPG = append(redeemPG, approved(pg[0], i))
+		}
+		direct = append(direct, sessionRun(pg[0]))
+		forwarded = append(forwarded, sessionRun(pg[1]))
+	}
+	b.ReportMetric(median(redeemPG)-median(redeemEmb), "redeem-added-ms")
+	b.ReportMetric(median(forwarded)-median(direct), "routing-added-ms")
+}
+
+// TestRollingRestartLosesNoRun restarts three replicas over one database
+// one at a time (each drained as on SIGTERM, then started again under its
+// name) while clients keep sending runs, going to another replica when
+// one refuses (503) or does not answer, as a load balancer would. Every
+// run is answered with its own value, and each ran exactly once: one
+// audit record per run across every replica's trails.
+func TestRollingRestartLosesNoRun(t *testing.T) {
+	dsn := pgtest.Start(t)
+	quota := func(c *server.Config) { c.Tenants[1].MaxConcurrent = 16 }
+	rs := startReplicas(t, dsn, 3, quota)
+	var mu sync.Mutex
+	urls := []string{rs[0].url, rs[1].url, rs[2].url}
+	trails := []*syncBuffer{rs[0].audit, rs[1].audit, rs[2].audit}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // a retried request was never sent on a closing connection
+
+	var retried atomic.Int64
+	// run sends job i until a replica answers it with a Result.
+	run := func(i int) error {
+		body := fmt.Sprintf(`{"kind":"expr","code":"%d + 0"}`, i)
+		for attempt := range 300 {
+			mu.Lock()
+			url := urls[(i+attempt)%3]
+			mu.Unlock()
+			req, _ := http.NewRequest("POST", url+"/v1/run", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+keyB)
+			resp, err := client.Do(req)
+			if err != nil {
+				retried.Add(1)
+				continue // refused at connect: that replica is down
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case 200:
+				if !bytes.Contains(data, []byte(fmt.Sprintf(`"value":%d,`, i))) {
+					return fmt.Errorf("run %d answered %s", i, data)
+				}
+				return nil
+			case 503:
+				retried.Add(1)
+				continue // draining: another replica takes it
+			default:
+				return fmt.Errorf("run %d: %d %s", i, resp.StatusCode, data)
+			}
+		}
+		return fmt.Errorf("run %d: no replica answered", i)
+	}
+
+	stop := make(chan struct{})
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := run(int(next.Add(1))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for k, r := range rs {
+		// Each restart starts while runs are flowing.
+		for from := next.Load(); next.Load() < from+50; {
+			runtime.Gosched()
+		}
+		if err := r.srv.Shutdown(r.hs); err != nil {
+			t.Errorf("draining %s: %v", r.name, err)
+		}
+		<-r.done
+		again := startReplica(t, dsn, r.name, "", quota)
+		mu.Lock()
+		urls[k] = again.url
+		trails = append(trails, again.audit)
+		mu.Unlock()
+	}
+	for from := next.Load(); next.Load() < from+50; {
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	sent := int(next.Load())
+	ran := map[string]int{}
+	for _, tr := range trails {
+		for _, line := range tr.lines() {
+			var rec server.Record
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("a record: %v: %s", err, line)
+			}
+			if rec.Request == "run" && rec.Outcome == "ok" && rec.Job != nil {
+				ran[rec.Job.Code]++
+			}
+		}
+	}
+	// Every run a client started was answered (or reported above).
+	answered := 0
+	for i := 1; i <= sent; i++ {
+		switch n := ran[fmt.Sprintf("%d + 0", i)]; {
+		case n > 1:
+			t.Errorf("run %d ran %d times", i, n)
+		case n == 1:
+			answered++
+		}
+	}
+	if answered != sent {
+		t.Errorf("%d of %d runs have a record", answered, sent)
+	}
+	// The old replica's address refuses until the clients learn the new
+	// one: they must have gone elsewhere at least once.
+	if retried.Load() == 0 {
+		t.Error("no run was ever sent to another replica: the restarts went unseen")
+	}
+	t.Logf("%d runs over three rolling restarts, %d sent again elsewhere", sent, retried.Load())
 }
