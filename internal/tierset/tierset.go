@@ -229,7 +229,7 @@ func Entries() []Entry {
 		// Level 5: a client of the selected account's executor (see
 		// docs/account.md); unavailable, saying how to add one, when no
 		// account is configured.
-		{Name: account.Name, Level: airlock.LevelAccount, Cost: 2 * time.Second, Probe: accountProbe, New: func(Options) (airlock.Tier, error) {
+		{Name: account.Name, Level: airlock.LevelAccount, Cost: 2 * time.Second, Probe: accountProbe, Sessions: true, New: func(Options) (airlock.Tier, error) {
 			return account.FromSelected(), nil
 		}},
 	}

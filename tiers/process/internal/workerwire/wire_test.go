@@ -85,15 +85,15 @@ func deep(n int) any {
 	return v
 }
 
-// TestResultRoundTrip: every field of a Result but the four the host
-// replaces survives, and values come back as the JSON wire gave them.
+// TestResultRoundTrip: every field of a Result but the five the host
+// sets itself (tier, level, clock, seed, and the server's replica) survives, and values come back as the JSON wire gave them.
 func TestResultRoundTrip(t *testing.T) {
 	var full airlock.Result
 	n := 0
 	wiretest.Fill(reflect.ValueOf(&full).Elem(), &n)
 	full.Value = map[string]any{"x": []any{int64(1), 2.5, "s", nil, false, new(big.Int).Lsh(big.NewInt(1), 80)}}
 	want := full
-	want.Tier, want.Level, want.Clock, want.Seed = "", 0, time.Time{}, 0
+	want.Tier, want.Level, want.Clock, want.Seed, want.Replica = "", 0, time.Time{}, 0, ""
 	frame, err := AppendResult(nil, &full)
 	if err != nil {
 		t.Fatal(err)
