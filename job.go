@@ -58,7 +58,8 @@ type Job struct {
 	// never through a symbolic link, in Result.Files, up to 16 MiB in all
 	// (a file past that is left out and named in Result.FilesSkipped).
 	Collect []string `json:"collect,omitempty"`
-	// Env is the program's environment, name to value, for wasm jobs. It is
+	// Env is the program's plain variables, name to value, for wasm and
+	// command jobs (a command's replace the image's and the baseline's). It is
 	// part of the job like argv (recorded, replayed, approved) and grants
 	// nothing: credentials belong in Grants.Secrets.
 	Env map[string]string `json:"env,omitempty"`

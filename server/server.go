@@ -265,7 +265,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 	}
 	hs.RegisterOnShutdown(s.console.endStreams) // event streams never go idle
-	hs.RegisterOnShutdown(s.closeWrapped) // nor do wrapped servers' sessions
+	hs.RegisterOnShutdown(s.closeWrapped)       // nor do wrapped servers' sessions
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -68,6 +68,7 @@ func TestPermissionFlagsRun(t *testing.T) {
 		"sh", "-c", `echo "$AIRLOCK_TEST_TOKEN" | cat`)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "s3cret\n", out)
-	_, errOut, code = run(t, "", "run", "--tier", "process", "--env", "A=1", "--", "true")
-	assert.Equal(t, exitNotAdmitted, code, "the process tier refuses env until it supports it: %s", errOut)
+	out, errOut, code = run(t, "", "run", "--tier", "process", "--env", "A=1", "--env", "PATH=/usr/bin:/bin", "--", "sh", "-c", `echo "$A $PATH"`)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "1 /usr/bin:/bin\n", out, "--env reaches the program and replaces the default PATH")
 }

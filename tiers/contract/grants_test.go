@@ -18,7 +18,7 @@ import (
 
 // TestEveryGrant runs one job that uses every grant a tier below level 5
 // gives — a host directory to read, a scratch size, spawn, egress to a
-// loopback origin, a secret — with placed files and stdin, in the common
+// loopback origin, a secret — with placed files, a plain env and stdin, in the common
 // image, on the process tier, gVisor and the microVM, and expects the same
 // standard output and exit status from each. (A pinned clock is not in
 // it: the contract refuses one on the tiers that cannot show it, as the
@@ -48,8 +48,8 @@ func TestEveryGrant(t *testing.T) {
 		"print(open(g + '/sub/data.txt').read().strip(), open(g + '/link').read().strip())",
 		"print(sorted(os.listdir(g)))",
 		"try:\n    open(g + '/planted', 'w')\n    print('grant writable')\nexcept OSError:\n    print('grant read-only')",
-		// The secret, stdin and a placed file.
-		"print(os.environ['TOKEN'], sys.stdin.read().strip(), open('in/note.txt').read().strip())",
+		// The secret, the plain env, stdin and a placed file.
+		"print(os.environ['TOKEN'], os.environ['MODE'], sys.stdin.read().strip(), open('in/note.txt').read().strip())",
 		// The scratch: writable within scratch_mb, and no further.
 		"open('four.bin', 'wb').write(b'x' * (4 << 20))",
 		"try:\n    open('big.bin', 'wb').write(b'x' * (32 << 20))\n    print('scratch uncapped')\nexcept OSError:\n    print('scratch capped')",
@@ -66,6 +66,7 @@ func TestEveryGrant(t *testing.T) {
 		Argv:  []string{"python3", "-c", script, grant},
 		Stdin: "from stdin\n",
 		Files: map[string]string{"in/note.txt": "placed file\n"},
+		Env:   map[string]string{"MODE": "every"},
 		Grants: airlock.Grants{
 			FS:      airlock.FSGrant{Read: []string{grant}, ScratchMB: 16},
 			Spawn:   true,
@@ -78,7 +79,7 @@ func TestEveryGrant(t *testing.T) {
 		"granted data granted data",
 		"['link', 'sub']",
 		"grant read-only",
-		"t0k from stdin placed file",
+		"t0k every from stdin placed file",
 		"scratch capped",
 		"scratch total True",
 		"placed file",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"net"
 	"os"
 	"os/exec"
@@ -210,7 +211,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	baseOOM, basePids, baseCPU := sb.cg.ooms(), sb.cg.pidsHits(), sb.cg.cpuTime()
 	aj := agentJob{
 		Argv:    job.Argv,
-		Env:     envFor(sb.img, job.Grants.Secrets),
+		Env:     envFor(sb.img, admit.Vars(job)),
 		Files:   files,
 		Collect: job.Collect,
 		Stdin:   job.Stdin,

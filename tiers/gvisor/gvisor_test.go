@@ -351,11 +351,10 @@ func TestAdmit(t *testing.T) {
 	if err := tier.Admit(expr); !errors.As(err, &na) {
 		t.Fatalf("expr job: want NotAdmitted, got %v", err)
 	}
-	// A plain environment is not passed yet: refused, never dropped.
 	env := cmdJob("true")
 	env.Env = map[string]string{"MODE": "x"}
-	if err := tier.Admit(env); !errors.As(err, &na) || !strings.Contains(na.Reason, "env") {
-		t.Fatalf("env job: want NotAdmitted naming env, got %v", err)
+	if err := tier.Admit(env); err != nil {
+		t.Fatalf("env job refused: %v", err)
 	}
 	if allocs := testing.AllocsPerRun(100, func() { job := cmdJob("true"); _ = tier.Admit(job) }); allocs > 0 {
 		t.Fatalf("Admit allocates %.0f times on success", allocs)

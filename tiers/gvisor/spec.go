@@ -49,16 +49,24 @@ type bundle struct {
 }
 
 // jobEnv is the job's whole environment: a fixed PATH and HOME, then the
-// job's secrets (which may override them). Nothing comes from the host.
-func jobEnv(secrets map[string]string) []string {
-	env := []string{"PATH=" + defaultPATH, "HOME=" + scratchDir}
-	names := make([]string, 0, len(secrets))
-	for k := range secrets {
+// job's variables (which may override them). Nothing comes from the host.
+func jobEnv(vars map[string]string) []string {
+	var env []string
+	// The job's own PATH or HOME replaces the default (a C program's getenv
+	// takes the first of two).
+	if _, ok := vars["PATH"]; !ok {
+		env = append(env, "PATH="+defaultPATH)
+	}
+	if _, ok := vars["HOME"]; !ok {
+		env = append(env, "HOME="+scratchDir)
+	}
+	names := make([]string, 0, len(vars))
+	for k := range vars {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		env = append(env, k+"="+secrets[k])
+		env = append(env, k+"="+vars[k])
 	}
 	return env
 }

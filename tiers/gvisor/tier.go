@@ -209,9 +209,6 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if pinned {
 		return &airlock.NotAdmitted{Tier: Name, Reason: admit.ClockNotShown}
 	}
-	if len(job.Env) > 0 {
-		return &airlock.NotAdmitted{Tier: Name, Reason: admit.EnvUnsupported}
-	}
 	return t.admitImage(job.Image)
 }
 
@@ -435,7 +432,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	}
 	b := t.newBundle(id, job, img)
 	b.args = job.Argv
-	b.env = envFor(img, job.Grants.Secrets)
+	b.env = envFor(img, admit.Vars(job))
 	b.scratch = scratch
 	if err := b.write(dir); err != nil {
 		return r.finish(err)

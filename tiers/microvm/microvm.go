@@ -390,8 +390,6 @@ func (t *Tier) Admit(job airlock.Job) error {
 		reason = errNet
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
 		reason = errLifecycle
-	case len(job.Env) > 0:
-		reason = admit.EnvUnsupported
 	default:
 		if err := t.admitImage(job.Image); err != nil {
 			return err
@@ -426,6 +424,8 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	if err != nil {
 		return res, err
 	}
+	// From here the program's variables (env and secrets) travel as one.
+	job.Grants.Secrets = admit.Vars(&job)
 	if h != nil {
 		t.follow(job.Image, digest) // a pooled name may have moved to a new image
 		// Held until the VM, killed in the background, lets go of it too.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -259,8 +260,9 @@ func rlimitsFor(job *airlock.Job, scratchMB int64) []stage.Rlimit {
 }
 
 func envFor(job *airlock.Job) []string {
-	env := make([]string, 0, len(job.Grants.Secrets))
-	for k, v := range job.Grants.Secrets {
+	vars := admit.Vars(job)
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
 	return env

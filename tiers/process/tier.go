@@ -245,9 +245,6 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if len(job.Grants.Net) > 0 && t.level != airlock.LevelContainer {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
 	}
-	if len(job.Env) > 0 {
-		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.EnvUnsupported}
-	}
 	return t.admitImage(&job)
 }
 

@@ -1,11 +1,26 @@
-// Package admit holds the reasons the OS tiers share for not admitting a
-// job, so each says the same.
+// Package admit holds what the OS tiers share about a job before it runs:
+// the reasons for not admitting one, so each says the same, and the
+// variables a command's program gets.
 package admit
 
-// EnvUnsupported is the reason a tier that cannot pass a job's env to its
-// programs gives for not admitting a job that sets it: an environment
-// silently dropped would change what the program does.
-const EnvUnsupported = "env is not passed to programs on this tier yet (only wasm jobs have one): refused rather than dropped"
+import "github.com/airlock-sandbox/airlock"
+
+// Vars is a command job's own variables: its plain env and its secrets
+// (disjoint, as preparing the job checks). The tier adds the image's and
+// egress's on top.
+func Vars(job *airlock.Job) map[string]string {
+	if len(job.Env) == 0 {
+		return job.Grants.Secrets
+	}
+	vars := make(map[string]string, len(job.Env)+len(job.Grants.Secrets))
+	for k, v := range job.Env {
+		vars[k] = v
+	}
+	for k, v := range job.Grants.Secrets {
+		vars[k] = v
+	}
+	return vars
+}
 
 // ClockNotShown is the reason a tier whose programs see the host's real
 // time gives for not admitting a job that pins its clock: it would record
