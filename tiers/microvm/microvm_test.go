@@ -95,7 +95,6 @@ func TestAdmit(t *testing.T) {
 		"expr":      {airlock.Job{Kind: airlock.KindExpr, Code: "1"}, "command"},
 		"read-root": {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{"/"}}}}, "would replace the job's root"},
 		"lifecycle": {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Lifecycle: airlock.LifecycleSession, Session: "s"}, "ephemeral"},
-		"env":       {airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Env: map[string]string{"MODE": "x"}}, "env is not passed"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

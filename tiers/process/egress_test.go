@@ -115,20 +115,22 @@ func TestEgressPoolBindsAtClaim(t *testing.T) {
 	assertClean(t, tier, cfg)
 }
 
-// TestEnvRefused: neither process tier passes a job's plain environment
-// yet, so both refuse it rather than run without it.
-func TestEnvRefused(t *testing.T) {
-	for _, mk := range []func(Config) (*Tier, error){New, NewFilter} {
-		tier, err := mk(testConfig(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		job := cmdJob("true")
-		job.Env = map[string]string{"MODE": "x"}
-		var na *airlock.NotAdmitted
-		if err := tier.Admit(job); !asErr(err, &na) || !strings.Contains(na.Reason, "env is not passed") {
-			t.Fatalf("%s: want NotAdmitted naming env, got %v", tier.Name(), err)
-		}
+// TestEnvPassed: both process tiers hand a job's plain environment to
+// the command, beside the defaults it does not name.
+func TestEnvPassed(t *testing.T) {
+	for _, tc := range bothTiers {
+		t.Run(tc.name, func(t *testing.T) {
+			tier := newTestTier(t, tc, testConfig(t))
+			job := cmdJob("sh", "-c", `printf '%s|%s' "$MODE" "${PATH:+set}"`)
+			job.Env = map[string]string{"MODE": "x y"}
+			res, err := tier.Run(context.Background(), job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Stdout != "x y|set" {
+				t.Fatalf("stdout %q, want %q (stderr %q)", res.Stdout, "x y|set", res.Stderr)
+			}
+		})
 	}
 }
 
