@@ -89,7 +89,7 @@ type jobFlags struct {
 	wall                                              time.Duration
 	memory, output, steps                             int64
 	seed                                              uint64
-	read                                              stringList
+	read                                              pathList
 	// The permission flags: each adds to the job's grants.
 	net     stringList
 	secrets stringList
@@ -116,7 +116,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.Int64Var(&f.memory, "memory", 0, "memory limit in MiB")
 	fs.Int64Var(&f.output, "output", 0, "output limit in bytes")
 	fs.Int64Var(&f.steps, "steps", 0, "interpreter step limit")
-	fs.Var(&f.read, "allow-read", "grant read-only access to the host path `PATH` (repeatable); a job file's own read grants must lie under one")
+	fs.Var(&f.read, "allow-read", "grant read-only access to the host path `PATH` (repeatable; relative to the working directory); a job file's own read grants must lie under one")
 	fs.Var(&f.read, "read", "the same as --allow-read")
 	fs.Var(&f.net, "allow-net", "allow egress to `HOST[:PORT][=METHOD,...]` (repeatable; default port: 80 and 443, methods: GET and HEAD)")
 	fs.Int64Var(&f.scratch, "scratch", 0, "size of the writable scratch directory in `MB` (default: the tier's)")

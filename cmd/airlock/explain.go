@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
@@ -26,6 +28,24 @@ type stringList []string
 func (l *stringList) String() string     { return "" }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
+// pathList is a repeatable host-path flag (--allow-read, --read): a
+// relative path is made absolute against the working directory, as a
+// shell user means it; the sandbox sees the host path itself.
+type pathList []string
+
+func (l *pathList) String() string { return "" }
+func (l *pathList) Set(s string) error {
+	if s == "" {
+		return errors.New("an empty path")
+	}
+	abs, err := filepath.Abs(s)
+	if err != nil {
+		return err
+	}
+	*l = append(*l, abs)
+	return nil
+}
+
 func explainCmd(ctx context.Context, e *env) int {
 	c := commands["explain"]
 	fs := e.flags(c)
@@ -38,10 +58,11 @@ func explainCmd(ctx context.Context, e *env) int {
 	var spawn bool
 	fs.BoolVar(&spawn, "allow-spawn", false, "grant process spawn")
 	fs.BoolVar(&spawn, "spawn", false, "the same as --allow-spawn")
-	var nets, reads stringList
+	var nets stringList
+	var reads pathList
 	fs.Var(&nets, "allow-net", "grant egress to `HOST[:PORT][=METHOD,...]` (repeatable)")
 	fs.Var(&nets, "net", "the same as --allow-net")
-	fs.Var(&reads, "allow-read", "grant read access to `PATH` (repeatable)")
+	fs.Var(&reads, "allow-read", "grant read access to `PATH` (repeatable; relative to the working directory)")
 	fs.Var(&reads, "read", "the same as --allow-read")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {

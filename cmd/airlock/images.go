@@ -30,7 +30,7 @@ func init() {
 	register(&command{
 		name:    "image",
 		summary: "manage the image store: build NAME | import NAME SRC | pull REF | rm NAME|DIGEST",
-		usage: "image [--images DIR] build [--missing] NAME...  (a catalogue image from Debian packages, with mmdebstrap: " + strings.Join(catalogue.Names(), ", ") + ")\n" +
+		usage: "image [--images DIR] build [--force] NAME...  (a catalogue image from Debian packages, with mmdebstrap: " + strings.Join(catalogue.Names(), ", ") + ")\n" +
 			"       image [--images DIR] import NAME SRC   (SRC: an OCI image layout directory, its tarball, or a docker-archive)\n" +
 			"       image [--images DIR] [--registry-auth FILE] pull REF   (a registry reference pinned by digest)\n" +
 			"       image [--images DIR] rm NAME|DIGEST",
@@ -168,7 +168,8 @@ func imageCmd(ctx context.Context, e *env) int {
 	fs := e.flags(c)
 	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive build installs from")
-	missing := fs.Bool("missing", false, "build only the names the store lacks or holds from an older recipe")
+	force := fs.Bool("force", false, "build even the names the store holds from the current recipe")
+	_ = fs.Bool("missing", true, "build only the names the store lacks or holds from an older recipe (the default; --force builds all)")
 	var auth string
 	registryAuthFlag(fs, &auth)
 	pos, _, code, ok := e.parse(fs)
@@ -197,14 +198,14 @@ func imageCmd(ctx context.Context, e *env) int {
 			}
 		}
 		var current map[string]string
-		if *missing {
+		if !*force {
 			if current, err = catalogueCurrent(st); err != nil {
 				return e.imageFail(err)
 			}
 		}
 		for _, name := range pos[1:] {
 			if d, ok := current[name]; ok && d != "" {
-				fmt.Fprintf(e.stderr, "%s: up to date\n", name)
+				fmt.Fprintf(e.stderr, "%s: up to date, built from the current recipe (--force rebuilds it)\n", name)
 				fmt.Fprintf(e.stdout, "%s %s\n", name, d)
 				continue
 			}

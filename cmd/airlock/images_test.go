@@ -94,6 +94,16 @@ func TestImageBuildMinimal(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, out, again, "--missing names the image it keeps")
 	assert.Contains(t, errOut, "minimal: up to date")
+	// Without a flag an image built from the current recipe is kept too;
+	// --force builds it again.
+	again, errOut, code = run(t, "", "image", "--images", store, "build", "minimal")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, out, again, "build keeps an image built from the current recipe")
+	assert.Equal(t, "minimal: up to date, built from the current recipe (--force rebuilds it)\n", errOut)
+	again, errOut, code = run(t, "", "image", "--images", store, "build", "--force", "minimal")
+	require.Equal(t, exitOK, code, errOut)
+	assert.True(t, strings.HasPrefix(again, "minimal sha256:"), again)
+	assert.Contains(t, errOut, "minimal: building from Debian packages")
 	_, errOut, code = run(t, "", "image", "--images", store, "build", "nosuch")
 	assert.Equal(t, exitUsage, code, errOut)
 

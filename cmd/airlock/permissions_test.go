@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -57,6 +59,46 @@ func TestPermissionFlags(t *testing.T) {
 		_, err := applyFlags(t, c.args...)
 		assert.Equal(t, airlock.ErrInvalid, airlock.KindOf(err), "%v: %v", c.args, err)
 	}
+}
+
+// --allow-read and --read take a path relative to the working directory
+// as the absolute path it names there; an empty one is a usage error.
+func TestRelativeReadFlags(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "data"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "data", "a.txt"), []byte("a\n"), 0o644))
+	t.Chdir(dir)
+	job, err := applyFlags(t, "--allow-read", "data", "--read", "./data/../data/a.txt")
+	require.NoError(t, err)
+	assert.Equal(t, []string{filepath.Join(dir, "data"), filepath.Join(dir, "data", "a.txt")}, job.Grants.FS.Read)
+
+	// A job file's own absolute grant lies under the relative root.
+	job = airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}}
+	job.Grants.FS.Read = []string{filepath.Join(dir, "data", "a.txt")}
+	jf := jobFlags{}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	jf.register(fs, true)
+	require.NoError(t, fs.Parse([]string{"--read", "data"}))
+	require.NoError(t, jf.apply(&job))
+	assert.Equal(t, []string{filepath.Join(dir, "data", "a.txt"), filepath.Join(dir, "data")}, job.Grants.FS.Read)
+
+	fs = flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	(&jobFlags{}).register(fs, true)
+	assert.Error(t, fs.Parse([]string{"--allow-read", ""}))
+
+	// explain takes the same relative paths.
+	_, errOut, code := run(t, "", "explain", "--allow-read", "")
+	assert.Equal(t, exitUsage, code, errOut)
+	out, _, code := run(t, "", "explain", "--json", "--tier", "process", "--allow-read", "data")
+	assert.Equal(t, exitOK, code, out)
+
+	needProcess(t)
+	out, errOut, code = run(t, "", "run", "--tier", "process", "--allow-read", "data", "--", "cat", filepath.Join(dir, "data", "a.txt"))
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "a\n", out)
 }
 
 // The flags reach a real sandbox: spawn, scratch and a secret on the
