@@ -620,16 +620,26 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, jobs.Invalid("session", "open a session with POST /v1/sessions and run in it with POST /v1/sessions/{id}/run"))
 		return
 	}
-	rq := &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)}
+	s.respond(w, r, &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)})
+}
+
+// respond runs rq, in its session if it has one, and answers it: as it
+// runs when the request accepts a stream (see streamFormat), else with
+// the one Result.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, rq *runRequest) {
+	run := s.execute
+	if rq.session != nil {
+		run = s.sessionRun
+	}
 	ctx := r.Context()
 	if format := streamFormat(r); format != "" {
 		st := s.newStream(w, format)
 		rq.started = st.start
-		res, err := s.execute(airlock.WithOutput(ctx, st.sink), rq)
+		res, err := run(airlock.WithOutput(ctx, st.sink), rq)
 		st.finish(res, err)
 		return
 	}
-	res, err := s.execute(ctx, rq)
+	res, err := run(ctx, rq)
 	s.answer(w, res, err)
 }
 
