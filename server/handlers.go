@@ -56,8 +56,13 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /healthz", s.handleHealth)
 	m.HandleFunc("GET /readyz", s.handleReady)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
-	m.Handle("/mcp", s.MCPHandler())
-	m.HandleFunc("/mcp/wrapped/{name}", s.handleWrapped)
+	// The MCP endpoints take what streamable HTTP uses; another method
+	// gets the API's 405 below.
+	mcpHandler := s.MCPHandler()
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		m.Handle(method+" /mcp", mcpHandler)
+		m.HandleFunc(method+" /mcp/wrapped/{name}", s.handleWrapped)
+	}
 	s.consoleRoutes(m)
 	// Without a catch-all the mux would answer a wrong method and an
 	// unknown path in plain text; these answer in the API's error shape.
@@ -73,13 +78,16 @@ func (s *Server) routes() {
 	s.handler = s.withReplica(m)
 }
 
+// catchAll are the patterns that answer paths no route takes.
+var catchAll = map[string]bool{"/": true, "/console/": true}
+
 // allowed lists the methods with a route of their own for r's path.
 func allowed(mux *http.ServeMux, r *http.Request) []string {
 	var out []string
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
-		if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" {
+		if _, pattern := mux.Handler(probe); pattern != "" && !catchAll[pattern] {
 			out = append(out, m)
 		}
 	}
