@@ -1,6 +1,9 @@
 package server_test
 
 import (
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +18,9 @@ func TestEmptyListsAreArrays(t *testing.T) {
 		if r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
 			t.Errorf("GET %s with nothing to list: %d %s", path, r.status, r.body)
 		}
+	}
+	if r := f.do("GET", "/v1/approvals", keyApprover, nil); r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Errorf("an approver's pending approvals, none: %d %s", r.status, r.body)
 	}
 }
 
@@ -45,8 +51,13 @@ func TestWrongMethod(t *testing.T) {
 func TestListApprovals(t *testing.T) {
 	f := newFixture(t)
 	job := `{"kind":"starlark","situation":"internal","code":"result = 1"}`
-	var req approvalReply
+	var req, reqB approvalReply
 	f.do("POST", "/v1/approvals", keyA, job).decode(t, &req)
+	// b's pending job is neither a's nor its approver's to see.
+	f.do("POST", "/v1/approvals", keyB, `{"kind":"starlark","situation":"internal","code":"result = 2"}`).decode(t, &reqB)
+	if reqB.Digest == "" || reqB.Digest == req.Digest {
+		t.Fatalf("b's approval request: %+v", reqB)
+	}
 	var list []struct {
 		Digest  string
 		Tenant  string
@@ -61,8 +72,8 @@ func TestListApprovals(t *testing.T) {
 	}
 	list = nil
 	f.do("GET", "/v1/approvals", keyB, nil).decode(t, &list)
-	if len(list) != 0 {
-		t.Errorf("tenant b sees a's pending approvals: %+v", list)
+	if len(list) != 1 || list[0].Digest != reqB.Digest || list[0].Tenant != "b" {
+		t.Errorf("tenant b's pending approvals: %+v", list)
 	}
 	if r := f.do("GET", "/v1/approvals", "not-a-key", nil); r.status != 401 {
 		t.Errorf("an unknown key: %d %s", r.status, r.body)
@@ -113,4 +124,60 @@ func TestListSessionsAndWarning(t *testing.T) {
 		t.Errorf("a process session for a public tenant: %d %s", r.status, r.body)
 	}
 	f.do("DELETE", "/v1/sessions/"+open.ID, keyA, nil)
+}
+
+// TestWrongMethodEveryRoute: every endpoint of the HTTP API table in
+// docs/server.md, called with a method the table does not list for its
+// path, answers 405 in the API's error shape with Allow naming exactly
+// the methods the table lists (so the table names every method too); the
+// MCP endpoints take GET, POST and DELETE; the console's pages answer a
+// wrong method with 405 and Allow in the console's own shape.
+func TestWrongMethodEveryRoute(t *testing.T) {
+	doc, err := os.ReadFile("../docs/server.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, api, _ := strings.Cut(string(doc), "## HTTP API\n")
+	api, _, _ = strings.Cut(api, "\n\n")
+	methods := map[string][]string{}
+	row := regexp.MustCompile("^\\| `(GET|POST|DELETE) (/[^`]*)`")
+	for _, line := range strings.Split(api, "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			path := regexp.MustCompile(`\{[a-z]+\}`).ReplaceAllString(m[2], "x1")
+			methods[path] = append(methods[path], m[1])
+		}
+	}
+	if len(methods) < 15 {
+		t.Fatalf("read %d paths from the HTTP API table: %v", len(methods), methods)
+	}
+	methods["/mcp"] = []string{"GET", "POST", "DELETE"}
+	methods["/mcp/wrapped/w1"] = []string{"GET", "POST", "DELETE"}
+	f := newFixture(t)
+	order := []string{"GET", "POST", "DELETE"}
+	for path, ms := range methods {
+		slices.SortFunc(ms, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
+		allow := strings.Join(ms, ", ")
+		for _, method := range []string{"GET", "POST", "DELETE", "PUT", "PATCH"} {
+			if slices.Contains(ms, method) {
+				continue
+			}
+			r := f.do(method, path, keyA, nil)
+			if r.status != 405 || r.header.Get("Allow") != allow || !strings.Contains(string(r.body), `"kind":"method_not_allowed"`) {
+				t.Errorf("%s %s: %d Allow=%q %s; want 405 Allow=%q", method, path, r.status, r.header.Get("Allow"), r.body, allow)
+			}
+		}
+	}
+	for _, c := range []struct{ method, path, allow string }{
+		{"POST", "/console/audit", "GET"},
+		{"DELETE", "/console/approvals/x1", "GET, POST"},
+		{"GET", "/console/signin", "POST"},
+	} {
+		r := f.do(c.method, c.path, "", nil)
+		if r.status != 405 || r.header.Get("Allow") != c.allow || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") {
+			t.Errorf("%s %s: %d Allow=%q %q; want 405 Allow=%q", c.method, c.path, r.status, r.header.Get("Allow"), r.header.Get("Content-Type"), c.allow)
+		}
+	}
+	if r := f.do("GET", "/console/nothing", "", nil); r.status != 404 {
+		t.Errorf("an unknown console page: %d", r.status)
+	}
 }

@@ -403,6 +403,11 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.Handle("GET /console/records/{seq}", s.signedIn(s.consoleTrailRecord))
 	m.Handle("GET /console/records/{seq}/line", s.signedIn(s.consoleTrailLine))
 	m.Handle("/console/", consoleHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowed(m, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			consoleError(w, http.StatusMethodNotAllowed, "This page does not take "+r.Method+".")
+			return
+		}
 		consoleError(w, http.StatusNotFound, "No such page.")
 	})))
 }

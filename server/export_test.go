@@ -7,3 +7,18 @@ func (s *Server) Crash() {
 	_ = s.store.Close()
 	_ = s.Close()
 }
+
+// SessionDir returns the host directory that is the scratch of session
+// id, or "" when there is no such session or its tier keeps none.
+func (s *Server) SessionDir(id string) string {
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	if ss == nil {
+		return ""
+	}
+	if d, ok := ss.s.(interface{ Dir() string }); ok {
+		return d.Dir()
+	}
+	return ""
+}

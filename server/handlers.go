@@ -56,8 +56,13 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /healthz", s.handleHealth)
 	m.HandleFunc("GET /readyz", s.handleReady)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
-	m.Handle("/mcp", s.MCPHandler())
-	m.HandleFunc("/mcp/wrapped/{name}", s.handleWrapped)
+	// The MCP endpoints take what streamable HTTP uses; another method
+	// gets the API's 405 below.
+	mcpHandler := s.MCPHandler()
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		m.Handle(method+" /mcp", mcpHandler)
+		m.HandleFunc(method+" /mcp/wrapped/{name}", s.handleWrapped)
+	}
 	s.consoleRoutes(m)
 	// Without a catch-all the mux would answer a wrong method and an
 	// unknown path in plain text; these answer in the API's error shape.
@@ -73,13 +78,16 @@ func (s *Server) routes() {
 	s.handler = s.withReplica(m)
 }
 
+// catchAll are the patterns that answer paths no route takes.
+var catchAll = map[string]bool{"/": true, "/console/": true}
+
 // allowed lists the methods with a route of their own for r's path.
 func allowed(mux *http.ServeMux, r *http.Request) []string {
 	var out []string
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
-		if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" {
+		if _, pattern := mux.Handler(probe); pattern != "" && !catchAll[pattern] {
 			out = append(out, m)
 		}
 	}
@@ -620,16 +628,26 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, jobs.Invalid("session", "open a session with POST /v1/sessions and run in it with POST /v1/sessions/{id}/run"))
 		return
 	}
-	rq := &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)}
+	s.respond(w, r, &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader)})
+}
+
+// respond runs rq, in its session if it has one, and answers it: as it
+// runs when the request accepts a stream (see streamFormat), else with
+// the one Result.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, rq *runRequest) {
+	run := s.execute
+	if rq.session != nil {
+		run = s.sessionRun
+	}
 	ctx := r.Context()
 	if format := streamFormat(r); format != "" {
 		st := s.newStream(w, format)
 		rq.started = st.start
-		res, err := s.execute(airlock.WithOutput(ctx, st.sink), rq)
+		res, err := run(airlock.WithOutput(ctx, st.sink), rq)
 		st.finish(res, err)
 		return
 	}
-	res, err := s.execute(ctx, rq)
+	res, err := run(ctx, rq)
 	s.answer(w, res, err)
 }
 

@@ -86,12 +86,19 @@ func (s *syncBuffer) lines() []string {
 
 func newFixture(t *testing.T, mutate ...func(*server.Config)) *fixture {
 	t.Helper()
+	return newFixtureTiers(t, tierset.Options{}, mutate...)
+}
+
+// newFixtureTiers is newFixture over tiers built with topts (their
+// limits are the configuration's).
+func newFixtureTiers(t *testing.T, topts tierset.Options, mutate ...func(*server.Config)) *fixture {
+	t.Helper()
 	cfg := testConfig()
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	f := &fixture{t: t, audit: &syncBuffer{}, clock: &clock{t: time.Now()}}
-	srv, err := newServer(cfg, server.Options{Audit: f.audit, Now: f.clock.now})
+	srv, err := newServerTiers(cfg, topts, server.Options{Audit: f.audit, Now: f.clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +199,12 @@ func (h httpTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 // cfg's limits as `airlock serve` builds them. The server closes them, or
 // newServer does when New fails.
 func newServer(cfg server.Config, opts server.Options) (*server.Server, error) {
-	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits()})
+	return newServerTiers(cfg, tierset.Options{}, opts)
+}
+
+func newServerTiers(cfg server.Config, topts tierset.Options, opts server.Options) (*server.Server, error) {
+	topts.Limits = cfg.TierLimits()
+	tiers, err := tierset.Build(topts)
 	if err != nil {
 		return nil, err
 	}

@@ -169,10 +169,11 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			ctx = airlock.WithOutput(ctx, p.sink)
 			defer p.finish() // before the result: the notifications precede it
 		}
+		rq := &runRequest{t: t, job: job, token: c.Approval, session: ss}
 		if ss != nil {
-			res, err = s.sessionRun(ctx, t, ss, job, c.Approval)
+			res, err = s.sessionRun(ctx, rq)
 		} else {
-			res, err = s.execute(ctx, &runRequest{t: t, job: job, token: c.Approval})
+			res, err = s.execute(ctx, rq)
 		}
 		return s.toolResult(job.Kind, res, err)
 	}

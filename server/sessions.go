@@ -300,11 +300,12 @@ func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, err)
 		return
 	}
-	res, err := s.sessionRun(r.Context(), t, ss, job, r.Header.Get(ApprovalHeader))
-	s.answer(w, res, err)
+	s.respond(w, r, &runRequest{t: t, job: job, token: r.Header.Get(ApprovalHeader), session: ss})
 }
 
-func (s *Server) sessionRun(ctx context.Context, t *tenant, ss *session, job airlock.Job, token string) (airlock.Result, error) {
+// sessionRun runs a job in rq's session, once the job agrees with it.
+func (s *Server) sessionRun(ctx context.Context, rq *runRequest) (airlock.Result, error) {
+	job, ss := &rq.job, rq.session
 	if job.Session != "" && job.Session != ss.id {
 		return airlock.Result{}, jobs.Invalid("session", "names %s, but the request is for %s", job.Session, ss.id)
 	}
@@ -314,7 +315,7 @@ func (s *Server) sessionRun(ctx context.Context, t *tenant, ss *session, job air
 	// The session's id stays in the job so an approval's digest binds it:
 	// a token issued for one session is stale in any other.
 	job.Session, job.Lifecycle = ss.id, ""
-	return s.execute(ctx, &runRequest{t: t, job: job, token: token, session: ss})
+	return s.execute(ctx, rq)
 }
 
 func (s *Server) handleCloseSession(w http.ResponseWriter, r *http.Request) {

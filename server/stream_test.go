@@ -71,61 +71,8 @@ func TestRunStreams(t *testing.T) {
 			if err := f.srv.Router().Unavailable("process"); err != nil {
 				tiertest.Unavailable(t, "process", err)
 			}
-			body, err := json.Marshal(job)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req, _ := http.NewRequest("POST", f.http.URL+"/v1/run", bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+keyA)
-			req.Header.Set("Accept", format)
-			resp, err := f.http.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != format {
-				b, _ := io.ReadAll(resp.Body)
-				t.Fatalf("status %d, type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
-			}
-			r := bufio.NewReader(resp.Body)
-			var out, errOut strings.Builder
-			opened := false
-			for {
-				ev := nextEvent(t, r, format == "text/event-stream")
-				if ev.name == "result" {
-					var res airlock.Result
-					if err := json.Unmarshal(ev.data, &res); err != nil {
-						t.Fatalf("result %s: %v", ev.data, err)
-					}
-					if !opened {
-						t.Fatalf("the result came before the first line: %+v", res)
-					}
-					tiertest.CheckGated(t, res)
-					if out.String() != res.Stdout || errOut.String() != res.Stderr {
-						t.Fatalf("streamed %q %q, result %q %q", out.String(), errOut.String(), res.Stdout, res.Stderr)
-					}
-					break
-				}
-				s, err := wirebytes.Decode(ev.data)
-				if err != nil {
-					t.Fatalf("event %s %s: %v", ev.name, ev.data, err)
-				}
-				switch ev.name {
-				case "stdout":
-					out.WriteString(s)
-				case "stderr":
-					errOut.WriteString(s)
-				default:
-					t.Fatalf("unexpected event %s %s", ev.name, ev.data)
-				}
-				if !opened && strings.Contains(out.String(), "first\n") {
-					opened = true
-					open() // the job goes on only now
-				}
-			}
-			if rest, _ := io.ReadAll(r); len(rest) > 0 {
-				t.Fatalf("after the result: %q", rest)
-			}
+			res := postStreamed(t, f, "/v1/run", job, format, "first\n", open)
+			tiertest.CheckGated(t, res)
 			// The run is in the audit trail, as without streaming.
 			if lines := f.audit.lines(); !strings.Contains(lines[len(lines)-1], `"outcome":"ok"`) {
 				t.Fatalf("audit: %s", lines[len(lines)-1])
@@ -137,5 +84,67 @@ func TestRunStreams(t *testing.T) {
 				t.Fatalf("refused: status %d %q %s", rf.status, rf.header.Get("Content-Type"), rf.body)
 			}
 		})
+	}
+}
+
+// postStreamed posts job to path as tenant a, accepting format, and reads
+// the streamed answer: open is called once stdout so far holds first, and
+// the Result must come after that, with the output the events carried.
+// Nothing may follow the Result.
+func postStreamed(t *testing.T, f *fixture, path string, job airlock.Job, format, first string, open func()) airlock.Result {
+	t.Helper()
+	body, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", f.http.URL+path, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	req.Header.Set("Accept", format)
+	resp, err := f.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != format {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d, type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	r := bufio.NewReader(resp.Body)
+	var out, errOut strings.Builder
+	opened := false
+	for {
+		ev := nextEvent(t, r, format == "text/event-stream")
+		if ev.name == "result" {
+			var res airlock.Result
+			if err := json.Unmarshal(ev.data, &res); err != nil {
+				t.Fatalf("result %s: %v", ev.data, err)
+			}
+			if !opened {
+				t.Fatalf("the result came before %q: %+v", first, res)
+			}
+			if out.String() != res.Stdout || errOut.String() != res.Stderr {
+				t.Fatalf("streamed %q %q, result %q %q", out.String(), errOut.String(), res.Stdout, res.Stderr)
+			}
+			if rest, _ := io.ReadAll(r); len(rest) > 0 {
+				t.Fatalf("after the result: %q", rest)
+			}
+			return res
+		}
+		s, err := wirebytes.Decode(ev.data)
+		if err != nil {
+			t.Fatalf("event %s %s: %v", ev.name, ev.data, err)
+		}
+		switch ev.name {
+		case "stdout":
+			out.WriteString(s)
+		case "stderr":
+			errOut.WriteString(s)
+		default:
+			t.Fatalf("unexpected event %s %s", ev.name, ev.data)
+		}
+		if !opened && strings.Contains(out.String(), first) {
+			opened = true
+			open() // the job goes on only now
+		}
 	}
 }

@@ -111,9 +111,10 @@ func Gated(t testing.TB, tier airlock.Tier, job airlock.Job, first string, open 
 
 // ShellGate is a shell job for Gated on tiers that run commands: it
 // prints "first" (and a line on stderr), polls in a bounded loop for a
-// file in a directory it is granted to read, then prints "second". open
-// creates the file. The directory is world-readable (a sandbox may run as
-// another uid) and removed when the test ends.
+// file in a directory it is granted to read, then prints "second" if the
+// file is there ("never opened" if not). open creates the file. The
+// directory is world-readable (a sandbox may run as another uid) and
+// removed when the test ends.
 func ShellGate(t testing.TB) (job airlock.Job, open func()) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "airlock-gate-")
@@ -125,7 +126,7 @@ func ShellGate(t testing.TB) (job airlock.Job, open func()) {
 		t.Fatal(err)
 	}
 	gate := filepath.Join(dir, "open")
-	script := fmt.Sprintf(`echo first; echo note >&2; i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo second`, gate)
+	script := fmt.Sprintf(`echo first; echo note >&2; i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; if [ -e %s ]; then echo second; else echo never opened; fi`, gate, gate)
 	job = airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", script}}
 	job.Grants.Spawn = true // sleep is another program
 	job.Grants.FS.Read = []string{dir}
