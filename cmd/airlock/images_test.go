@@ -304,4 +304,42 @@ func TestImagePoolFlag(t *testing.T) {
 	if want := `airlock_pool_image_claims_total{tier="process",image="` + digest + `",result="hit"} 1`; !strings.Contains(metrics, want) {
 		t.Errorf("/metrics lacks %s after the job", want)
 	}
+
+	// bb is rebuilt: imported again by another store handle, as `airlock
+	// image build` or `import` does from another process. Without a
+	// restart, the next job naming bb runs the new digest, the old
+	// digest's pool drains, and the new one's fills and is claimed.
+	out, errOut, code = run(t, "", "image", "--images", store, "import", "bb", imagetest.Layout(t, imagetest.Busybox(t, "airlock-pool-moved"), nil))
+	require.Equal(t, exitOK, code, errOut)
+	moved := strings.Fields(out)[1]
+	require.NotEqual(t, digest, moved)
+	job := `{"kind":"command","argv":["cat","/etc/os-release"],"image":"bb","tier":"process"}`
+	st, body, err = post(t, c.addr, job)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, st, body)
+	res.Image, res.Stdout = "", ""
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	if res.Image != moved || !strings.Contains(res.Stdout, "airlock-pool-moved") {
+		t.Errorf("job naming bb after the rebuild: %s; want image %s", body, moved)
+	}
+	newReady := `airlock_pool_image_size{tier="process",image="` + moved + `"} 1`
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, metrics = get("/metrics")
+		if strings.Contains(metrics, newReady) && !strings.Contains(metrics, `image="`+digest+`"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not move to %s: /metrics %s", moved, metrics)
+		}
+	}
+	if !strings.Contains(metrics, `airlock_pool_image_name{tier="process",image="`+moved+`",name="bb"} 1`) {
+		t.Errorf("/metrics does not name bb's new pool: %s", metrics)
+	}
+	st, body, err = post(t, c.addr, job)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, st, body)
+	_, metrics = get("/metrics")
+	if want := `airlock_pool_image_claims_total{tier="process",image="` + moved + `",result="hit"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s: the job after the pool moved did not claim from it", want)
+	}
 }
