@@ -1,12 +1,17 @@
 package image
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"sort"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -109,3 +114,137 @@ func (a authFile) has(host string) bool {
 	_, ok := creds[host]
 	return err == nil && ok
 }
+
+// minScrub is the shortest credential clean replaces where it appears; a
+// shorter one found in an error withholds the whole message instead, since
+// replacing every occurrence of a few characters would garble it.
+const minScrub = 8
+
+// maxTokenBody bounds the token service's answer credWatch reads for the
+// tokens in it.
+const maxTokenBody = 1 << 20
+
+// credWatch is the transport of one pull. It remembers the credentials
+// the pull sends (Authorization headers, basic auth decoded) and the
+// tokens a token service hands back, so that clean strips them from the
+// pull's error: a registry or token service that quotes what it was sent
+// must not put the operator's credentials into a job's Result, the audit
+// log or a terminal.
+type credWatch struct {
+	inner http.RoundTripper
+	mu    sync.Mutex
+	vals  map[string]bool
+}
+
+func newCredWatch(inner http.RoundTripper) *credWatch {
+	return &credWatch{inner: inner, vals: map[string]bool{}}
+}
+
+// add remembers credential values.
+func (w *credWatch) add(vals ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, v := range vals {
+		if v = strings.TrimSpace(v); v != "" {
+			w.vals[v] = true
+		}
+	}
+}
+
+// addConfig remembers what of an entry of the credentials file is secret
+// (all but the user name), as it may be sent.
+func (w *credWatch) addConfig(ac authn.AuthConfig) {
+	w.add(ac.Password, ac.IdentityToken, ac.RegistryToken, ac.Auth)
+	if ac.Password != "" {
+		w.add(base64.StdEncoding.EncodeToString([]byte(ac.Username + ":" + ac.Password)))
+	}
+}
+
+func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, v, _ := strings.Cut(h, " ")
+		w.add(h, v)
+		if strings.EqualFold(scheme, "basic") {
+			if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v)); err == nil {
+				_, pass, _ := strings.Cut(string(raw), ":")
+				w.add(string(raw), pass)
+			}
+		}
+	}
+	resp, err := w.inner.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusOK || strings.HasPrefix(r.URL.Path, "/v2/") ||
+		!strings.Contains(resp.Header.Get("Content-Type"), "json") {
+		return resp, err
+	}
+	// A token service's answer (the realm is not under /v2/): its tokens
+	// are credentials too. The body is read ahead and handed on whole.
+	head, rerr := io.ReadAll(io.LimitReader(resp.Body, maxTokenBody))
+	var tok struct {
+		Token        string `json:"token"`
+		AccessToken  string `json:"access_token"`
+		RefreshToken string `json:"refresh_token"`
+	}
+	if json.Unmarshal(head, &tok) == nil {
+		w.add(tok.Token, tok.AccessToken, tok.RefreshToken)
+	}
+	rest := io.Reader(resp.Body)
+	if rerr != nil {
+		rest = errReader{rerr}
+	}
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), rest), resp.Body}
+	return resp, nil
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// clean returns err with every credential the pull sent or received
+// replaced, on one line (a registry's message may hold line breaks). The
+// result still unwraps to err, so its kind (invalid, hostile, too large)
+// is kept; an *Error inside is rewritten the same way.
+func (w *credWatch) clean(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ie *Error
+	if errors.As(err, &ie) {
+		return &Error{Ref: ie.Ref, Invalid: ie.Invalid, Err: w.clean(ie.Err)}
+	}
+	return &cleanError{msg: w.scrub(err.Error()), err: err}
+}
+
+func (w *credWatch) scrub(msg string) string {
+	w.mu.Lock()
+	vals := make([]string, 0, len(w.vals))
+	for v := range w.vals {
+		vals = append(vals, v)
+	}
+	w.mu.Unlock()
+	// Longest first: a header holds its token, a basic token its password.
+	sort.Slice(vals, func(i, j int) bool { return len(vals[i]) > len(vals[j]) })
+	for _, v := range vals {
+		if !strings.Contains(msg, v) {
+			continue
+		}
+		if len(v) < minScrub {
+			return "the registry's answer is withheld: it quoted a credential"
+		}
+		msg = strings.ReplaceAll(msg, v, "[credential]")
+	}
+	return strings.Join(strings.Fields(msg), " ")
+}
+
+// cleanError is an error whose message was cleaned of credentials.
+type cleanError struct {
+	msg string
+	err error
+}
+
+func (e *cleanError) Error() string { return e.msg }
+func (e *cleanError) Unwrap() error { return e.err }

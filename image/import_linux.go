@@ -59,7 +59,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 		if err != nil {
 			return "", invalidf("reading docker archive: %v", err)
 		}
-		return s.ensure(ctx, label, img, "")
+		return s.ensure(ctx, label, img, "", nil)
 	}
 }
 
@@ -73,7 +73,7 @@ func (s *Store) importLayout(ctx context.Context, label, dir string) (string, er
 	if err != nil {
 		return "", err
 	}
-	return s.ensure(ctx, label, img, want)
+	return s.ensure(ctx, label, img, want, nil)
 }
 
 // openArchive opens the tarball src, decompressed; closing the result

@@ -315,12 +315,20 @@ func (s *Store) Pull(ctx context.Context, ref string) (string, error) {
 
 var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
 
-func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (string, error) {
+func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (digest string, err error) {
 	s.emit(Event{Image: ref, Phase: "pull"})
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64)}
+	// No credential sent or received may reach the error (a job's Result).
+	watch := newCredWatch(remote.DefaultTransport)
+	defer func() { err = watch.clean(err) }()
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64), remote.WithTransport(watch)}
 	var keys []authn.Keychain
 	if s.opts.AuthFile != "" {
 		keys = append(keys, authFile{s.opts.AuthFile})
+		if creds, err := (authFile{s.opts.AuthFile}).read(); err == nil {
+			if ac, ok := creds[r.Context().RegistryStr()]; ok {
+				watch.addConfig(ac)
+			}
+		}
 	}
 	if s.opts.Keychain != nil {
 		keys = append(keys, s.opts.Keychain)
@@ -351,7 +359,7 @@ func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (string,
 		}
 		want = desc.Digest.String()
 	}
-	digest, err := s.ensure(ctx, ref, img, want)
+	digest, err = s.ensure(ctx, ref, img, want, watch.clean)
 	if err != nil {
 		return "", err
 	}
@@ -456,8 +464,9 @@ func (s *Store) once(ctx context.Context, key string, fn func() error) error {
 
 // ensure unpacks img into the store unless it is there, verifying its
 // manifest against want (when known), its config against the manifest, and
-// every layer against both.
-func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want string) (string, error) {
+// every layer against both. clean, when set, rewrites the unpack's error
+// before it is shared with concurrent callers (a pull's: see credWatch).
+func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want string, clean func(error) error) (string, error) {
 	raw, err := img.RawManifest()
 	if err != nil {
 		return "", fmt.Errorf("reading manifest: %w", err)
@@ -476,7 +485,11 @@ func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want str
 		if s.has(digest) {
 			return nil
 		}
-		return s.unpack(ctx, label, digest, raw, img)
+		err = s.unpack(ctx, label, digest, raw, img)
+		if err != nil && clean != nil {
+			err = clean(err)
+		}
+		return err
 	})
 	return digest, err
 }

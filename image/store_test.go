@@ -518,7 +518,7 @@ func TestEndlessLayerStopsAtCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.s.ensure(context.Background(), "endless", img, "")
+	_, err = f.s.ensure(context.Background(), "endless", img, "", nil)
 	imageError(t, wrap("endless", err), true, "too large")
 	f.tmpEmpty()
 	if ents, _ := os.ReadDir(filepath.Join(f.s.dir, "images")); len(ents) != 0 {

@@ -232,3 +232,124 @@ func TestImagePullRegistryAuth(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, ref+" "+d.String()+"\n", out)
 }
+
+// TestImagePoolFlag: `airlock serve --image-pool process:bb=1` keeps one
+// sandbox of the image bb ready, which /metrics shows by bb's digest and
+// name and a job naming bb claims; serve and mcp refuse, in one line, a
+// pool of an image the store does not hold and a malformed value.
+func TestImagePoolFlag(t *testing.T) {
+	root := imagetest.Busybox(t, "airlock-pool-flag")
+	store := filepath.Join(t.TempDir(), "images")
+	out, errOut, code := run(t, "", "image", "--images", store, "import", "bb", imagetest.Layout(t, root, nil))
+	require.Equal(t, exitOK, code, errOut)
+	digest := strings.Fields(out)[1]
+	_, cfg := writeConfig(t, "")
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("    situations: [internal]\n    situation: internal\n")
+	require.NoError(t, err)
+	f.Close()
+
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--images", store, "--image-pool", "process:nosuch=1"}, "pool process:nosuch: image nosuch: unknown image name"},
+		{[]string{"mcp", "--images", store, "--image-pool", "gvisor:nosuch=2"}, "pool gvisor:nosuch: image nosuch: unknown image name"},
+		{[]string{"mcp", "--images", store, "--image-pool", "process:bb"}, "want TIER:IMAGE=N"},
+		{[]string{"serve", "--config", cfg, "--images", store, "--image-pool", "seccomp:bb=1"}, `tier "seccomp" keeps no pools per image`},
+		{[]string{"serve", "--config", cfg, "--images", store, "--image-pool", "process:bb=65"}, `process pool of image "bb": 65`},
+	} {
+		_, errOut, code := run(t, "", bad.args...)
+		if code != exitUsage || !strings.Contains(errOut, bad.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q; want %d and one line saying %q", bad.args, code, errOut, exitUsage, bad.want)
+		}
+	}
+
+	c := startServeArgs(t, nil, "--config", cfg, "--listen", "127.0.0.1:0", "--images", store, "--image-pool", "process:bb=1")
+	if !tierAvailable(t, c.addr, "process") {
+		testenv.Skipf(t, "the process tier is unavailable")
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+c.addr+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if st, _ := get("/readyz"); st == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, body := get("/readyz")
+			t.Fatalf("not ready: %s (log %s)", body, c.log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{
+		`airlock_pool_image_size{tier="process",image="` + digest + `"} 1`,
+		`airlock_pool_image_name{tier="process",image="` + digest + `",name="bb"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	st, body, err := post(t, c.addr, `{"kind":"command","argv":["cat","/etc/os-release"],"image":"bb","tier":"process","situation":"internal"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, st, body)
+	var res struct{ Image, Stdout, Tier string }
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	if res.Image != digest || !strings.Contains(res.Stdout, "airlock-pool-flag") {
+		t.Errorf("job naming bb: %s; want image %s", body, digest)
+	}
+	_, metrics = get("/metrics")
+	if want := `airlock_pool_image_claims_total{tier="process",image="` + digest + `",result="hit"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s after the job", want)
+	}
+
+	// bb is rebuilt: imported again by another store handle, as `airlock
+	// image build` or `import` does from another process. Without a
+	// restart, the next job naming bb runs the new digest, the old
+	// digest's pool drains, and the new one's fills and is claimed.
+	out, errOut, code = run(t, "", "image", "--images", store, "import", "bb", imagetest.Layout(t, imagetest.Busybox(t, "airlock-pool-moved"), nil))
+	require.Equal(t, exitOK, code, errOut)
+	moved := strings.Fields(out)[1]
+	require.NotEqual(t, digest, moved)
+	job := `{"kind":"command","argv":["cat","/etc/os-release"],"image":"bb","tier":"process"}`
+	st, body, err = post(t, c.addr, job)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, st, body)
+	res.Image, res.Stdout = "", ""
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	if res.Image != moved || !strings.Contains(res.Stdout, "airlock-pool-moved") {
+		t.Errorf("job naming bb after the rebuild: %s; want image %s", body, moved)
+	}
+	newReady := `airlock_pool_image_size{tier="process",image="` + moved + `"} 1`
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, metrics = get("/metrics")
+		if strings.Contains(metrics, newReady) && !strings.Contains(metrics, `image="`+digest+`"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not move to %s: /metrics %s", moved, metrics)
+		}
+	}
+	if !strings.Contains(metrics, `airlock_pool_image_name{tier="process",image="`+moved+`",name="bb"} 1`) {
+		t.Errorf("/metrics does not name bb's new pool: %s", metrics)
+	}
+	st, body, err = post(t, c.addr, job)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, st, body)
+	_, metrics = get("/metrics")
+	if want := `airlock_pool_image_claims_total{tier="process",image="` + moved + `",result="hit"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s: the job after the pool moved did not claim from it", want)
+	}
+}

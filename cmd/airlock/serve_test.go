@@ -58,7 +58,13 @@ func startServe(t *testing.T, config string) *child {
 // child's environment.
 func startServeOn(t *testing.T, config, addr string, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--config", config, "--listen", addr)
+	return startServeArgs(t, env, "--config", config, "--listen", addr)
+}
+
+// startServeArgs is startServe with the serve command's arguments.
+func startServeArgs(t *testing.T, env []string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "AIRLOCK_CLI_CHILD=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -133,6 +137,9 @@ func newServer(cfg server.Config, tf *tierFlags, opts server.Options) (*server.S
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPoolImages(st, o); err != nil {
+		return nil, err
+	}
 	tiers, err := tierset.Build(o)
 	if err != nil {
 		return nil, err
@@ -229,4 +236,31 @@ func withPool(sizes map[string]int, ref string, n int) map[string]int {
 	}
 	out[ref] = n
 	return out
+}
+
+// checkPoolImages refuses a pool of an image the store does not hold by
+// that name or digest: such a pool would never fill, and the server would
+// say so nowhere. A registry reference is not checked here (its pool pulls
+// it when it first fills).
+func checkPoolImages(st *image.Store, o tierset.Options) error {
+	for _, tp := range []struct {
+		tier  string
+		pools map[string]int
+	}{{"process", o.ProcessImagePools}, {"gvisor", o.GVisorImagePools}, {"microvm", o.MicroVMImagePools}} {
+		for _, ref := range slices.Sorted(maps.Keys(tp.pools)) {
+			if tp.pools[ref] == 0 || strings.Contains(ref, "/") {
+				continue
+			}
+			_, release, err := st.Acquire(context.Background(), ref)
+			if err != nil {
+				var ie *image.Error
+				if errors.As(err, &ie) && ie.Invalid {
+					return jobs.Invalid("", "pool %s:%s: %v", tp.tier, ref, err)
+				}
+				return fmt.Errorf("pool %s:%s: %w", tp.tier, ref, err)
+			}
+			release()
+		}
+	}
+	return nil
 }
