@@ -247,7 +247,7 @@ func TestAccountLevel5(t *testing.T) {
 		// account tier; the program prints the value every way it can.
 		audit := filepath.Join(t.TempDir(), "audit.jsonl")
 		srv, err := server.New(server.Config{Audit: audit, Tenants: []server.Tenant{{Name: "t", KeySHA256: server.HashKey("k"),
-			Situation: airlock.SituationCredentials}}}, []airlock.Tier{account.New(account.NewConfig(a.name, a.rec.Socket(), a.rec.UID))}, server.Options{})
+			Situation: airlock.SituationCredentials, Accounts: []string{a.name}}}}, []airlock.Tier{account.New(account.NewConfig(a.name, a.rec.Socket(), a.rec.UID))}, server.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/tiers/account"
 )
 
 // tierFlags are the tiers' warm capacity, from flags. Where a command also
@@ -35,6 +36,8 @@ type tierFlags struct {
 	// The operator's egress pins and decision log (see egressOptions).
 	hosts, egressLog string
 	logFile          *os.File
+	// account is the only account the account tier reaches (--account).
+	account string
 }
 
 func (f *tierFlags) register(fs *flag.FlagSet) {
@@ -48,6 +51,7 @@ func (f *tierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.egressLog, "egress-log", "", "append every egress decision of net-granted jobs to `FILE`, as JSON lines")
 	fs.StringVar(&f.images, "images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	registryAuthFlag(fs, &f.registryAuth)
+	fs.StringVar(&f.account, "account", "", "the only account level-5 jobs run under: a `NAME` that airlock account add registered, or (serve, mcp) one of the configuration's accounts (default: AIRLOCK_ACCOUNT, else the only one registered, or the configuration's)")
 }
 
 // registryAuthFlag registers --registry-auth, the credentials file of
@@ -69,6 +73,8 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 				base.MicroVMWarm = f.microvmWarm
 			case "microvm-pool":
 				base.MicroVMPool = f.microvmPool
+			case "account":
+				base.Account = f.account
 			case "image-pool":
 				for _, p := range f.imagePools {
 					switch p.tier {
@@ -112,7 +118,7 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 // configTiers returns the settings a server's configuration builds its
 // tiers with: its limits and its tier_settings.
 func configTiers(cfg *server.Config) tierset.Options {
-	o := tierset.Options{Limits: cfg.TierLimits()}
+	o := tierset.Options{Limits: cfg.TierLimits(), Accounts: configAccounts(cfg.Accounts)}
 	if s := cfg.TierSettings; s != nil {
 		o.ProcessPool, o.GVisorPool, o.MicroVMWarm, o.MicroVMPool = s.ProcessPool, s.GVisorPool, s.MicroVMWarm, s.MicroVMPool
 		o.ProcessImagePools, o.GVisorImagePools, o.MicroVMImagePools = s.ImagePools["process"], s.ImagePools["gvisor"], s.ImagePools["microvm"]
@@ -228,5 +234,28 @@ func withPool(sizes map[string]int, ref string, n int) map[string]int {
 		out[k] = v
 	}
 	out[ref] = n
+	return out
+}
+
+// configAccounts are the account tier's configurations for a server's
+// accounts section: a socket and uid, a URL with its certificates, or the
+// account as `airlock account add` registered it.
+func configAccounts(as []server.Account) []account.Config {
+	var out []account.Config
+	for _, a := range as {
+		switch {
+		case a.Socket != "":
+			out = append(out, account.NewConfig(a.Name, a.Socket, *a.UID))
+		case a.URL != "":
+			out = append(out, account.NewRemoteConfig(a.Name, account.Remote{URL: a.URL, CA: a.CA, Cert: a.Cert, Key: a.Key}))
+		default:
+			r, err := account.Load(account.Dir(), a.Name)
+			if err != nil {
+				out = append(out, account.NewConfig(a.Name, "", -1).WithUnavailable(err))
+				continue
+			}
+			out = append(out, account.ConfigOf(r))
+		}
+	}
 	return out
 }
