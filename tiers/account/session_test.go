@@ -26,7 +26,7 @@ import (
 // executorOn serves an executor over inner on a peer-checked socket that
 // admits this process's uid, as `airlock account serve` does, and
 // returns the socket.
-func executorOn(t *testing.T, inner airlock.Tier, storePath string) string {
+func executorOn(t testing.TB, inner airlock.Tier, storePath string) string {
 	t.Helper()
 	if storePath == "" {
 		storePath = filepath.Join(t.TempDir(), StoreFile)
