@@ -150,10 +150,18 @@ func (t *Tier) Available() error {
 	if err == nil || t.def.cfg.account != "" {
 		return err
 	}
+	var first error
 	for _, c := range t.all {
-		if c.available() == nil {
+		cerr := c.available()
+		if cerr == nil {
 			return nil
 		}
+		if first == nil {
+			first = cerr
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("%w; and none of them is reachable: %w", err, first)
 	}
 	return err
 }
@@ -182,8 +190,10 @@ func (t *Tier) pick(name string) (*conn, error) {
 	}
 	for _, c := range t.all {
 		if c.cfg.account == name {
-			if c.cfg.unavail != nil {
-				return nil, &airlock.NotAdmitted{Tier: Name, Reason: "unavailable: " + c.cfg.unavail.Error()}
+			// The tier is available when any account is: this one's
+			// executor is checked here.
+			if err := c.available(); err != nil {
+				return nil, &airlock.NotAdmitted{Tier: Name, Reason: "unavailable: " + err.Error()}
 			}
 			return c, nil
 		}
