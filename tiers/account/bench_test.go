@@ -43,6 +43,6 @@ func BenchmarkAccountHop(b *testing.B) {
 	md, mh := median(direct), median(hop)
 	b.ReportMetric(float64(md.Microseconds()), "direct-us")
 	b.ReportMetric(float64(mh.Microseconds()), "account-us")
-	b.ReportMetric(float64((mh-md).Microseconds()), "overhead-us")
+	b.ReportMetric(float64((mh - md).Microseconds()), "overhead-us")
 	b.ReportMetric(float64(mh)/float64(md), "x-inner")
 }
