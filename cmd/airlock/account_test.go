@@ -557,6 +557,7 @@ func TestAccountCommandErrors(t *testing.T) {
 		{[]string{"account", "add", "Bad_Name"}, "want a lower-case letter"},
 		{[]string{"account", "start", "nosuch"}, "no account nosuch (add it: airlock account add nosuch)"},
 		{[]string{"account", "serve", "nosuch"}, "no account nosuch"},
+		{[]string{"account", "renew", "nosuch"}, "no account nosuch"},
 		{[]string{"account", "set", "x", "ref", "--caller", "bob"}, `"bob": want uid-N or cert-CN`},
 		{[]string{"account", "add", "x", "--url", "https://h:1", "--ca", "c"}, "--cert: is required with --url"},
 		{[]string{"account", "add", "x", "--ca", "c"}, "give its --url too"},
