@@ -122,3 +122,7 @@ func KindOf(err error) ErrorKind {
 // admitting a job with grants.credentials: only an executor under the
 // account that holds them resolves them.
 const reasonCredentials = "grants.credentials are resolved only at level 5 (the account tier, under the account that holds them)"
+
+// reasonAccount is the reason every tier below level 5 gives for not
+// admitting a job that names an account.
+const reasonAccount = "a job naming an account runs only at level 5 (the account tier)"

@@ -75,6 +75,11 @@ type Job struct {
 	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
 	Session   string    `json:"session,omitempty"`
 	Tier      string    `json:"tier,omitempty"`
+	// Account names the account a level-5 job runs under (see the
+	// account tier): one the caller's configuration lets it use. Empty:
+	// the caller's default account. Tiers below level 5 refuse a job
+	// that names one.
+	Account string `json:"account,omitempty"`
 }
 
 // Grants are the capabilities a job may use. Each class is withheld unless

@@ -102,6 +102,9 @@ func (p *LimitPolicy) PrepareInPlace(job *Job, now time.Time) error {
 		// prepares the job itself would run it without them.
 		return &NotAdmitted{Reason: reasonCredentials}
 	}
+	if job.Account != "" {
+		return &NotAdmitted{Reason: reasonAccount}
+	}
 	if job.Limits == (Limits{}) {
 		job.Limits = p.defaults()
 	} else {
@@ -178,6 +181,9 @@ func (job *Job) Validate() error {
 	case "", SituationExpression, SituationInternal, SituationPublic, SituationMultiTenant, SituationCredentials:
 	default:
 		return invalid("situation", "unknown situation %q", job.Situation)
+	}
+	if job.Account != "" && !validAccount(job.Account) {
+		return invalid("account", "%q: want a lower-case letter, then up to 23 lower-case letters, digits or '-'", job.Account)
 	}
 	switch job.Lifecycle {
 	case "", LifecycleEphemeral:
@@ -396,6 +402,22 @@ func validEnvName(s string) bool {
 		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
 		case c >= '0' && c <= '9' && i > 0:
 		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validAccount reports whether name can name an account (and its OS
+// user): a lower-case letter, then up to 23 lower-case letters, digits
+// or '-'.
+func validAccount(name string) bool {
+	if len(name) == 0 || len(name) > 24 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
 			return false
 		}
 	}

@@ -57,6 +57,9 @@ type SessionOptions struct {
 	// Workspace, when set, names a persistent workspace that is reattached
 	// rather than created: what the session leaves there accumulates.
 	Workspace string
+	// Account, on the account tier, names the account whose executor
+	// keeps the session (empty: the tier's default account).
+	Account string
 }
 
 // Resolve checks the options a tier cannot act on (a negative TTL) and

@@ -36,16 +36,17 @@ type jobWire struct {
 	Lifecycle Lifecycle         `json:"lifecycle,omitempty"`
 	Session   string            `json:"session,omitempty"`
 	Tier      string            `json:"tier,omitempty"`
+	Account   string            `json:"account,omitempty"`
 }
 
 func (j *Job) wire() jobWire {
 	return jobWire{j.Kind, j.Code, j.Module, j.Entry, j.Argv, j.Stdin, j.Input, filesWire(j.Files), j.Collect, j.Env, j.Image,
-		j.Grants, j.Limits, j.Clock, j.Seed, j.Situation, j.Lifecycle, j.Session, j.Tier}
+		j.Grants, j.Limits, j.Clock, j.Seed, j.Situation, j.Lifecycle, j.Session, j.Tier, j.Account}
 }
 
 func (w *jobWire) job() Job {
 	return Job{w.Kind, w.Code, w.Module, w.Entry, w.Argv, w.Stdin, w.Input, map[string]string(w.Files), w.Collect, w.Env, w.Image,
-		w.Grants, w.Limits, w.Clock, w.Seed, w.Situation, w.Lifecycle, w.Session, w.Tier}
+		w.Grants, w.Limits, w.Clock, w.Seed, w.Situation, w.Lifecycle, w.Session, w.Tier, w.Account}
 }
 
 // MarshalJSON writes the job in the v1 wire format.

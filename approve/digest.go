@@ -213,6 +213,12 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	c.str("situation", string(job.Situation))
 	c.str("lifecycle", string(job.Lifecycle))
 	c.str("session", job.Session)
+	// Added later, present only when set: a job's digest is unchanged
+	// until it names an account, and one approved for an account does
+	// not hold for another.
+	if job.Account != "" {
+		c.str("account", job.Account)
+	}
 	return c.sum()
 }
 

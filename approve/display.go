@@ -26,7 +26,8 @@ type Display struct {
 	Situation string         `json:"situation"` // "public" when the job names none, as the router reads it
 	Lifecycle string         `json:"lifecycle"` // "ephemeral" when the job names none
 	Session   string         `json:"session,omitempty"`
-	Image     string         `json:"image,omitempty"` // empty: the operator's default image
+	Image     string         `json:"image,omitempty"`   // empty: the operator's default image
+	Account   string         `json:"account,omitempty"` // empty: the caller's default account
 	Code      string         `json:"code,omitempty"`
 	Module    *Content       `json:"module,omitempty"` // always summarised
 	Entry     string         `json:"entry,omitempty"`
@@ -305,6 +306,7 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		Lifecycle: d.line("lifecycle", string(or(job.Lifecycle, airlock.LifecycleEphemeral))),
 		Session:   d.line("session", job.Session),
 		Image:     d.line("image", job.Image),
+		Account:   d.line("account", job.Account),
 		Code:      d.text("code", job.Code),
 		Entry:     d.line("entry", job.Entry),
 		Limits:    job.Limits,

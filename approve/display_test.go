@@ -219,7 +219,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 	// person): add it to DisplayOf, then here.
 	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true, "Collect": true, "Env": true, "Image": true,
 		"Grants": true, "Limits": true, "Situation": true, "Lifecycle": true, "Session": true,
-		"Tier": true, "Clock": true, "Seed": true} // Tier: the routed tier is shown; clock and seed are chosen per run
+		"Tier": true, "Account": true, "Clock": true, "Seed": true} // Tier: the routed tier is shown; clock and seed are chosen per run
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[airlock.Job]()) {
 		if !known[f.Name] {
 			t.Errorf("airlock.Job.%s is not in the approver's display", f.Name)

@@ -95,10 +95,51 @@ type Config struct {
 	// tiers for command jobs (see docs/images.md); like TierSettings, a
 	// program that builds its own tiers passes its store in Options.
 	Images *ImageSettings `json:"images,omitempty"`
+	// Accounts are the accounts whose executors level-5 jobs run under
+	// (see docs/account.md), the first the default; a tenant reaches only
+	// those its own accounts list names. Empty: `airlock serve` reaches
+	// the accounts `airlock account add` registered.
+	Accounts []Account `json:"accounts,omitempty"`
 	// Tenants are the API's clients.
 	Tenants []Tenant `json:"tenants"`
 
 	source string // the file it was loaded from, which no job may read
+}
+
+// Account is how the server reaches one account's executor: on this
+// machine by its Unix socket, served by the account's uid (checked with
+// SO_PEERCRED); on another over HTTPS with mutual TLS (URL, the pinned CA,
+// the client certificate and key); or, with neither, as `airlock account
+// add` registered it.
+type Account struct {
+	Name   string `json:"name"`
+	Socket string `json:"socket,omitempty"`
+	// UID is the uid the executor on Socket must run as.
+	UID  *int   `json:"uid,omitempty"`
+	URL  string `json:"url,omitempty"`
+	CA   string `json:"ca,omitempty"`
+	Cert string `json:"cert,omitempty"`
+	Key  string `json:"key,omitempty"`
+}
+
+func (a *Account) validate(where string) error {
+	if j := (airlock.Job{Kind: airlock.KindExpr, Code: "1", Account: a.Name}); a.Name == "" || j.Validate() != nil {
+		return fmt.Errorf("%s.name: %q: want a lower-case letter, then up to 23 lower-case letters, digits or '-'", where, a.Name)
+	}
+	remote := a.URL != "" || a.CA != "" || a.Cert != "" || a.Key != ""
+	switch {
+	case a.Socket != "" && remote:
+		return fmt.Errorf("%s: a socket or a url (with ca, cert and key), not both", where)
+	case a.Socket != "" && a.UID == nil:
+		return fmt.Errorf("%s.uid: the uid the executor on %s runs as is required", where, a.Socket)
+	case a.Socket == "" && a.UID != nil:
+		return fmt.Errorf("%s.uid: only with a socket", where)
+	case remote && (a.URL == "" || a.CA == "" || a.Cert == "" || a.Key == ""):
+		return fmt.Errorf("%s: a remote account needs url, ca, cert and key", where)
+	case a.UID != nil && *a.UID < 0:
+		return fmt.Errorf("%s.uid: must not be negative", where)
+	}
+	return nil
 }
 
 // TierSettings are the tiers' warm capacity in the configuration file.
@@ -251,6 +292,10 @@ type Tenant struct {
 	// server offers it (default: any the server offers). A job that names
 	// none runs in the server's default, which must then be listed.
 	Images []string `json:"images,omitempty"`
+	// Accounts are the only accounts the tenant's level-5 jobs may run
+	// under (default: none); a job that names none runs under the first.
+	// A job naming another is refused before it is routed.
+	Accounts []string `json:"accounts,omitempty"`
 	// MCPIsolation lets the tenant's MCP clients pass "situation" and
 	// "tier" (default: the tools do not take them, so whoever the agent
 	// obeys cannot lower the boundary).
@@ -419,6 +464,13 @@ func LoadConfig(path string) (Config, error) {
 	if c.Images != nil {
 		rel(&c.Images.AuthFile)
 	}
+	for i := range c.Accounts {
+		a := &c.Accounts[i]
+		rel(&a.Socket)
+		rel(&a.CA)
+		rel(&a.Cert)
+		rel(&a.Key)
+	}
 	for i := range c.Tenants {
 		for j := range c.Tenants[i].ReadRoots {
 			rel(&c.Tenants[i].ReadRoots[j])
@@ -500,7 +552,29 @@ func (c *Config) Validate() error {
 	if err := c.TierSettings.validate(); err != nil {
 		return err
 	}
+	accounts := map[string]bool{}
+	for i := range c.Accounts {
+		a := &c.Accounts[i]
+		if err := a.validate(fmt.Sprintf("accounts[%d]", i)); err != nil {
+			return err
+		}
+		if accounts[a.Name] {
+			return fmt.Errorf("accounts[%d].name: two accounts named %q", i, a.Name)
+		}
+		accounts[a.Name] = true
+	}
 	for i, t := range c.Tenants {
+		for j, name := range t.Accounts {
+			if probe := (airlock.Job{Kind: airlock.KindExpr, Code: "1", Account: name}); probe.Validate() != nil {
+				return fmt.Errorf("tenants[%d].accounts[%d]: %q is not an account name", i, j, name)
+			}
+			if len(c.Accounts) > 0 && !accounts[name] {
+				return fmt.Errorf("tenants[%d].accounts[%d]: no account %q in accounts", i, j, name)
+			}
+			if slices.Contains(t.Accounts[:j], name) {
+				return fmt.Errorf("tenants[%d].accounts[%d]: %q listed twice", i, j, name)
+			}
+		}
 		for j, ref := range t.Images {
 			if err := checkImageRef(ref); err != nil {
 				return fmt.Errorf("tenants[%d].images[%d]: %w", i, j, err)

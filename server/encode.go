@@ -191,6 +191,7 @@ func appendJob(b []byte, j *airlock.Job) ([]byte, error) {
 	b = appendStrOmit(b, "lifecycle", string(j.Lifecycle))
 	b = appendStrOmit(b, "session", j.Session)
 	b = appendStrOmit(b, "tier", j.Tier)
+	b = appendStrOmit(b, "account", j.Account)
 	return append(b, '}'), nil
 }
 

@@ -43,7 +43,7 @@ func records() []Record {
 			Spawn: true, Secrets: map[string]string{"TOKEN": redacted}},
 		Limits: airlock.Limits{WallMS: 1, CPUMS: 2, MemoryMB: 3, OutputBytes: 4, Pids: 5, Files: 6, Steps: 7},
 		Clock:  clock.In(time.FixedZone("X", 3600)), Seed: 1<<63 + 5, Situation: airlock.SituationInternal, Lifecycle: airlock.LifecycleEphemeral,
-		Session: "s1", Tier: "gvisor"}
+		Session: "s1", Tier: "gvisor", Account: "prod<1>"}
 	recs := []Record{
 		{},
 		{Time: clock, Tenant: "a", Request: "run", Digest: "d", Tier: "expr", Limits: airlock.Limits{WallMS: 100}, Outcome: "ok", Output: "o", Job: &job},

@@ -205,6 +205,11 @@ func (t *tenant) admit(job *airlock.Job) error {
 			return err
 		}
 	}
+	if job.Account != "" {
+		if err := t.allowAccount(job.Account); err != nil {
+			return err
+		}
+	}
 	if job.Kind == airlock.KindCommand {
 		// The approval binds the image by name, whatever the default is
 		// later.
@@ -234,7 +239,36 @@ func (t *tenant) route(s *Server, job *airlock.Job) (airlock.Tier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tier, t.allowTier(tier.Name())
+	if err := t.allowTier(tier.Name()); err != nil {
+		return nil, err
+	}
+	if _, ok := tier.(accountTier); ok && job.Account == "" {
+		// The job runs under the tenant's default account, named in the
+		// job so that its approval binds it too.
+		if len(t.Accounts) == 0 {
+			return nil, t.noAccount()
+		}
+		job.Account = t.Accounts[0]
+	}
+	return tier, nil
+}
+
+// accountTier is the account tier (tiers/account), which runs a job under
+// the account it names.
+type accountTier interface{ Accounts() []string }
+
+func (t *tenant) allowAccount(name string) error {
+	if len(t.Accounts) == 0 {
+		return t.noAccount()
+	}
+	if !slices.Contains(t.Accounts, name) {
+		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not use account %s (allowed: %s)", t.Name, name, strings.Join(t.Accounts, ", "))}
+	}
+	return nil
+}
+
+func (t *tenant) noAccount() error {
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may use no account (the operator lists them in the tenant's accounts)", t.Name)}
 }
 
 func (t *tenant) allowTier(name string) error {
@@ -420,6 +454,9 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	job := &rq.job
 	if rq.session != nil {
 		job.Tier = rq.session.tier
+		if job.Account == "" {
+			job.Account = rq.session.account
+		}
 	}
 	tier, err := rq.t.route(s, job)
 	if err != nil {

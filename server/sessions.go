@@ -27,6 +27,10 @@ type session struct {
 	tier   string
 	ttl    time.Duration
 	s      airlock.Session
+	// account is the account whose executor keeps the session (account
+	// tier only): its runs name it unless they name another, which the
+	// tier refuses.
+	account string
 
 	mu   sync.Mutex
 	last time.Time
@@ -175,6 +179,18 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	if !ok {
 		return openResponse{}, &airlock.NotAdmitted{Tier: tier.Name(), Reason: "the tier keeps no sessions"}
 	}
+	acct := ""
+	if _, ok := tier.(accountTier); ok {
+		// The session is kept by one account's executor: the job's, which
+		// route checked, or the tenant's default.
+		if job != nil {
+			acct = job.Account
+		} else if len(t.Accounts) == 0 {
+			return openResponse{}, t.noAccount()
+		} else {
+			acct = t.Accounts[0]
+		}
+	}
 	maxTTL := s.cfg.SessionTTL.or(10 * time.Minute)
 	if ttl <= 0 {
 		ttl = maxTTL
@@ -214,13 +230,13 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 		unopened()
 		return openResponse{}, &overloaded{fmt.Sprintf("tenant %s has %d sessions open across the replicas (the maximum); close one", t.Name, limit), 5}
 	}
-	sess, err := st.OpenSession(ctx, airlock.SessionOptions{ID: id, TTL: ttl})
+	sess, err := st.OpenSession(ctx, airlock.SessionOptions{ID: id, TTL: ttl, Account: acct})
 	if err != nil {
 		unopened()
 		s.unregister(id)
 		return openResponse{}, fmt.Errorf("opening session: %w", err)
 	}
-	ss := &session{id: id, tenant: t, tier: tier.Name(), ttl: ttl, s: sess, last: time.Now()}
+	ss := &session{id: id, tenant: t, tier: tier.Name(), ttl: ttl, s: sess, last: time.Now(), account: acct}
 	s.mu.Lock()
 	s.sessions[id] = ss
 	s.mu.Unlock()

@@ -39,6 +39,7 @@ func init() {
        airlock account set NAME REF --oidc AUDIENCE [--scope S]...  an OIDC token minted per job
        airlock account set NAME REF --caller uid-N|cert-CN ...      (with either) only these callers may use it
        airlock account start NAME | stop NAME                  start or stop the account's executor
+       airlock account renew NAME                              new keys and certificates for the executor and its caller, from the account's CA (restart the executor; copy the caller's bundle again)
        airlock account rm NAME                                 stop it, remove the user, its directories and unit
        airlock account serve NAME                              the executor itself (run as the account's user)`,
 		run: accountCmd,
@@ -96,6 +97,8 @@ func accountCmd(ctx context.Context, e *env) int {
 		err = accountStart(ctx, e, dir, args[0])
 	case sub == "stop" && need(1):
 		err = accountStop(e, dir, args[0])
+	case sub == "renew" && need(1):
+		err = accountRenew(e, dir, args[0])
 	case sub == "rm" && need(1):
 		err = accountRemove(e, dir, args[0])
 	case sub == "serve" && need(1):
@@ -107,6 +110,23 @@ func accountCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	return exitOK
+}
+
+// accountRenew gives the executor and its caller new keys and
+// certificates from the account's CA (the CA, which callers pin, stays).
+func accountRenew(e *env, dir, name string) error {
+	r, err := loadLocal(dir, name, "renew")
+	if err != nil {
+		return err
+	}
+	if err := needRoot("renew"); err != nil {
+		return err
+	}
+	if _, err := r.RenewTLS(time.Now(), true); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "airlock: account %s: new certificates in %s and %s; restart its executor (airlock account stop %s; airlock account start %s) and copy the caller's bundle again\n", name, r.TLSDir(), r.ClientDir(), name, name)
+	return nil
 }
 
 // loadLocal loads an account whose executor runs here.

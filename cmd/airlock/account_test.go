@@ -247,7 +247,7 @@ func TestAccountLevel5(t *testing.T) {
 		// account tier; the program prints the value every way it can.
 		audit := filepath.Join(t.TempDir(), "audit.jsonl")
 		srv, err := server.New(server.Config{Audit: audit, Tenants: []server.Tenant{{Name: "t", KeySHA256: server.HashKey("k"),
-			Situation: airlock.SituationCredentials}}}, []airlock.Tier{account.New(account.NewConfig(a.name, a.rec.Socket(), a.rec.UID))}, server.Options{})
+			Situation: airlock.SituationCredentials, Accounts: []string{a.name}}}}, []airlock.Tier{account.New(account.NewConfig(a.name, a.rec.Socket(), a.rec.UID))}, server.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -557,6 +557,7 @@ func TestAccountCommandErrors(t *testing.T) {
 		{[]string{"account", "add", "Bad_Name"}, "want a lower-case letter"},
 		{[]string{"account", "start", "nosuch"}, "no account nosuch (add it: airlock account add nosuch)"},
 		{[]string{"account", "serve", "nosuch"}, "no account nosuch"},
+		{[]string{"account", "renew", "nosuch"}, "no account nosuch"},
 		{[]string{"account", "set", "x", "ref", "--caller", "bob"}, `"bob": want uid-N or cert-CN`},
 		{[]string{"account", "add", "x", "--url", "https://h:1", "--ca", "c"}, "--cert: is required with --url"},
 		{[]string{"account", "add", "x", "--ca", "c"}, "give its --url too"},

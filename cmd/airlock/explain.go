@@ -126,7 +126,7 @@ func explainCmd(ctx context.Context, e *env) int {
 			fmt.Fprintf(e.stdout, "note:      %s\n", note)
 		}
 		x.Write(e.stdout)
-		if acct := accountLine(job); acct != "" {
+		if acct := accountLine(job, rf.tiers.account); acct != "" {
 			fmt.Fprintf(e.stdout, "\n%s\n", acct)
 		}
 	}
@@ -137,14 +137,27 @@ func explainCmd(ctx context.Context, e *env) int {
 }
 
 // accountLine names the account a level-5 job would run under, for a job
-// in the credentials situation or one naming credentials.
-func accountLine(job airlock.Job) string {
-	if job.Situation != airlock.SituationCredentials && len(job.Grants.Credentials) == 0 && job.Tier != account.Name {
+// in the credentials situation, naming credentials or an account: the
+// job's, else only (--account), else the default.
+func accountLine(job airlock.Job, only string) string {
+	if job.Situation != airlock.SituationCredentials && len(job.Grants.Credentials) == 0 && job.Tier != account.Name && job.Account == "" {
 		return ""
 	}
-	r, err := account.Selected(account.Dir())
+	var r account.Record
+	var err error
+	switch {
+	case job.Account != "" && only != "" && job.Account != only:
+		err = fmt.Errorf("the job names account %s, and --account allows only %s", job.Account, only)
+	case job.Account != "":
+		r, err = account.Load(account.Dir(), job.Account)
+	default:
+		r, err = account.Selected(account.Dir(), only)
+	}
 	if err != nil {
 		return "account:   none: " + err.Error()
+	}
+	if r.Remote != nil {
+		return fmt.Sprintf("account:   %s (its executor at %s, mutual TLS)", r.Name, r.Remote.URL)
 	}
 	return fmt.Sprintf("account:   %s (its executor runs as %s, uid %d, on %s)", r.Name, r.User, r.UID, r.Socket())
 }

@@ -58,6 +58,11 @@ func mcpCmd(ctx context.Context, e *env) int {
 			return e.fail(err)
 		}
 		cfg = server.Config{Tenants: []server.Tenant{{Name: "local", KeySHA256: server.HashKey(key), MCPSpawn: *spawn}}, Images: localImages(tf.images)}
+		if tf.account != "" {
+			// The local tenant reaches the account --account names.
+			cfg.Accounts = []server.Account{{Name: tf.account}}
+			cfg.Tenants[0].Accounts = []string{tf.account}
+		}
 	}
 	srv, err := newServer(cfg, &tf, server.Options{})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/tiers/account"
 )
 
 // tierFlags are the tiers' warm capacity, from flags. Where a command also
@@ -39,6 +40,8 @@ type tierFlags struct {
 	// The operator's egress pins and decision log (see egressOptions).
 	hosts, egressLog string
 	logFile          *os.File
+	// account is the only account the account tier reaches (--account).
+	account string
 }
 
 func (f *tierFlags) register(fs *flag.FlagSet) {
@@ -52,6 +55,7 @@ func (f *tierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.egressLog, "egress-log", "", "append every egress decision of net-granted jobs to `FILE`, as JSON lines")
 	fs.StringVar(&f.images, "images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	registryAuthFlag(fs, &f.registryAuth)
+	fs.StringVar(&f.account, "account", "", "the only account level-5 jobs run under: a `NAME` that airlock account add registered, or (serve, mcp) one of the configuration's accounts (default: AIRLOCK_ACCOUNT, else the only one registered, or the configuration's)")
 }
 
 // registryAuthFlag registers --registry-auth, the credentials file of
@@ -73,6 +77,8 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 				base.MicroVMWarm = f.microvmWarm
 			case "microvm-pool":
 				base.MicroVMPool = f.microvmPool
+			case "account":
+				base.Account = f.account
 			case "image-pool":
 				for _, p := range f.imagePools {
 					switch p.tier {
@@ -116,7 +122,7 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 // configTiers returns the settings a server's configuration builds its
 // tiers with: its limits and its tier_settings.
 func configTiers(cfg *server.Config) tierset.Options {
-	o := tierset.Options{Limits: cfg.TierLimits()}
+	o := tierset.Options{Limits: cfg.TierLimits(), Accounts: configAccounts(cfg.Accounts)}
 	if s := cfg.TierSettings; s != nil {
 		o.ProcessPool, o.GVisorPool, o.MicroVMWarm, o.MicroVMPool = s.ProcessPool, s.GVisorPool, s.MicroVMWarm, s.MicroVMPool
 		o.ProcessImagePools, o.GVisorImagePools, o.MicroVMImagePools = s.ImagePools["process"], s.ImagePools["gvisor"], s.ImagePools["microvm"]
@@ -263,4 +269,27 @@ func checkPoolImages(st *image.Store, o tierset.Options) error {
 		}
 	}
 	return nil
+}
+
+// configAccounts are the account tier's configurations for a server's
+// accounts section: a socket and uid, a URL with its certificates, or the
+// account as `airlock account add` registered it.
+func configAccounts(as []server.Account) []account.Config {
+	var out []account.Config
+	for _, a := range as {
+		switch {
+		case a.Socket != "":
+			out = append(out, account.NewConfig(a.Name, a.Socket, *a.UID))
+		case a.URL != "":
+			out = append(out, account.NewRemoteConfig(a.Name, account.Remote{URL: a.URL, CA: a.CA, Cert: a.Cert, Key: a.Key}))
+		default:
+			r, err := account.Load(account.Dir(), a.Name)
+			if err != nil {
+				out = append(out, account.NewConfig(a.Name, "", -1).WithUnavailable(err))
+				continue
+			}
+			out = append(out, account.ConfigOf(r))
+		}
+	}
+	return out
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/tools"
-	"github.com/airlock-sandbox/airlock/tiers/account"
 	"github.com/airlock-sandbox/airlock/tiers/process"
 )
 
@@ -64,4 +63,4 @@ func microvmProbe(Options) error {
 
 // accountProbe is the account tier's check: an account is selected and
 // its executor's socket exists.
-func accountProbe(Options) error { return account.FromSelected().Available() }
+func accountProbe(o Options) error { return o.accountTier().Available() }

@@ -64,6 +64,13 @@ type Options struct {
 	// (Log). Its listeners and rules are ignored (each job brings its
 	// own); the zero value is the gateways' defaults.
 	Egress egress.Config
+	// Accounts are the accounts the account tier reaches, the first its
+	// default (a server's accounts section); empty: those registered
+	// with `airlock account add` (see account.FromRegistered).
+	Accounts []account.Config
+	// Account, set, is the only account the tier reaches (the command's
+	// --account): one of Accounts, or a registered one.
+	Account string
 }
 
 // egress returns the gateways' template, or nil for the defaults.
@@ -226,13 +233,29 @@ func Entries() []Entry {
 			}
 			return microvm.New(cfg)
 		}},
-		// Level 5: a client of the selected account's executor (see
+		// Level 5: a client of the configured accounts' executors (see
 		// docs/account.md); unavailable, saying how to add one, when no
 		// account is configured.
-		{Name: account.Name, Level: airlock.LevelAccount, Cost: 2 * time.Second, Probe: accountProbe, Sessions: true, New: func(Options) (airlock.Tier, error) {
-			return account.FromSelected(), nil
+		{Name: account.Name, Level: airlock.LevelAccount, Cost: 2 * time.Second, Probe: accountProbe, Sessions: true, New: func(o Options) (airlock.Tier, error) {
+			return o.accountTier(), nil
 		}},
 	}
+}
+
+// accountTier is the account tier over the configured accounts.
+func (o Options) accountTier() *account.Tier {
+	if len(o.Accounts) == 0 {
+		return account.FromRegistered(account.Dir(), o.Account)
+	}
+	if o.Account == "" {
+		return account.New(o.Accounts[0], o.Accounts[1:]...)
+	}
+	for _, c := range o.Accounts {
+		if c.Name() == o.Account {
+			return account.New(c)
+		}
+	}
+	return account.New(account.NewConfig("", "", -1).WithUnavailable(fmt.Errorf("no account %s in the configuration's accounts", o.Account)))
 }
 
 // guarded is a language tier re-executed inside the process sandbox

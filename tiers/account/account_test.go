@@ -138,7 +138,7 @@ func TestAdmit(t *testing.T) {
 	}
 	t.Setenv("AIRLOCK_ACCOUNTS", t.TempDir())
 	t.Setenv("AIRLOCK_ACCOUNT", "")
-	if err := FromSelected().Available(); err == nil || !strings.Contains(err.Error(), "airlock account add NAME") {
+	if err := FromRegistered(Dir(), "").Available(); err == nil || !strings.Contains(err.Error(), "airlock account add NAME") {
 		t.Errorf("no account: %v", err)
 	}
 }

@@ -171,12 +171,16 @@ func (r Record) Prepare() error {
 	return emptyStore(r.StorePath(), r.UID, r.GID)
 }
 
-// Selected returns the account the caller's account tier uses: the one
-// AIRLOCK_ACCOUNT names, else the only one registered. The error says
-// how to add or choose one.
-func Selected(dir string) (Record, error) {
-	if name := os.Getenv("AIRLOCK_ACCOUNT"); name != "" {
-		return Load(dir, name)
+// Selected returns the account a caller's job runs under when it names
+// none: only, when set (the caller's --account); else the one
+// AIRLOCK_ACCOUNT names; else the only one registered. The error says how
+// to add or choose one.
+func Selected(dir, only string) (Record, error) {
+	if only == "" {
+		only = os.Getenv("AIRLOCK_ACCOUNT")
+	}
+	if only != "" {
+		return Load(dir, only)
 	}
 	all, err := List(dir)
 	if err != nil {
@@ -184,26 +188,56 @@ func Selected(dir string) (Record, error) {
 	}
 	switch len(all) {
 	case 0:
-		return Record{}, errors.New("no account is configured (add one as root: airlock account add NAME, then airlock account start NAME)")
+		return Record{}, errNoAccount
 	case 1:
 		return all[0], nil
 	}
-	names := make([]string, len(all))
-	for i, r := range all {
-		names[i] = r.Name
-	}
-	return Record{}, fmt.Errorf("%d accounts are configured (%s): choose one with AIRLOCK_ACCOUNT=NAME", len(all), strings.Join(names, ", "))
+	return Record{}, fmt.Errorf("%d accounts are configured (%s): choose one with --account NAME (or AIRLOCK_ACCOUNT=NAME), or name it in the job", len(all), strings.Join(names(all), ", "))
 }
 
-// FromSelected returns the account tier for the selected account, or one
-// that is unavailable and says why.
-func FromSelected() *Tier {
-	r, err := Selected(Dir())
+var errNoAccount = errors.New("no account is configured (add one as root: airlock account add NAME, then airlock account start NAME)")
+
+func names(rs []Record) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// ConfigOf returns the configuration that reaches the account's executor.
+func ConfigOf(r Record) Config {
+	if r.Remote != nil {
+		return NewRemoteConfig(r.Name, *r.Remote)
+	}
+	return NewConfig(r.Name, r.Socket(), r.UID)
+}
+
+// FromRegistered returns the account tier over the accounts registered in
+// dir. With only set (the caller's --account), it reaches that account
+// alone; otherwise every registered account, a job that names none
+// running under the one Selected returns (with several and none chosen, a
+// job must name its account). Without an account, the tier is unavailable
+// and says why.
+func FromRegistered(dir, only string) *Tier {
+	if only != "" {
+		r, err := Load(dir, only)
+		if err != nil {
+			return New(NewConfig("", "", -1).WithUnavailable(err))
+		}
+		return New(ConfigOf(r))
+	}
+	all, err := List(dir)
 	if err != nil {
 		return New(NewConfig("", "", -1).WithUnavailable(err))
 	}
-	if r.Remote != nil {
-		return New(NewRemoteConfig(r.Name, *r.Remote))
+	cfgs := make([]Config, len(all))
+	for i, r := range all {
+		cfgs[i] = ConfigOf(r)
 	}
-	return New(NewConfig(r.Name, r.Socket(), r.UID))
+	def, err := Selected(dir, "")
+	if err != nil {
+		return New(NewConfig("", "", -1).WithUnavailable(err), cfgs...)
+	}
+	return New(ConfigOf(def), cfgs...)
 }

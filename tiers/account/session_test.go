@@ -26,7 +26,7 @@ import (
 // executorOn serves an executor over inner on a peer-checked socket that
 // admits this process's uid, as `airlock account serve` does, and
 // returns the socket.
-func executorOn(t *testing.T, inner airlock.Tier, storePath string) string {
+func executorOn(t testing.TB, inner airlock.Tier, storePath string) string {
 	t.Helper()
 	if storePath == "" {
 		storePath = filepath.Join(t.TempDir(), StoreFile)
@@ -108,7 +108,7 @@ func TestSessionPassesThrough(t *testing.T) {
 	})
 
 	t.Run("caller-server", func(t *testing.T) {
-		srv, err := server.New(server.Config{Tenants: []server.Tenant{{Name: "t", KeySHA256: server.HashKey("ck"), Situation: airlock.SituationCredentials}}},
+		srv, err := server.New(server.Config{Tenants: []server.Tenant{{Name: "t", KeySHA256: server.HashKey("ck"), Situation: airlock.SituationCredentials, Accounts: []string{"test"}}}},
 			[]airlock.Tier{tier}, server.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -144,7 +144,7 @@ func TestSessionPassesThrough(t *testing.T) {
 			t.Fatalf("close: %d %v", code, out)
 		}
 		// Nothing is left open on the executor.
-		ex := &http.Client{Transport: &http.Transport{DialContext: tier.dial}}
+		ex := &http.Client{Transport: &http.Transport{DialContext: tier.def.dial}}
 		resp, err := ex.Get("http://account/v1/sessions")
 		if err != nil {
 			t.Fatal(err)

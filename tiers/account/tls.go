@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -92,10 +93,33 @@ func (r Record) MakeTLS(names []string) error {
 	if err != nil {
 		return err
 	}
+	caPEM := pemOf("CERTIFICATE", caDER)
+	files := []pemFile{
+		{filepath.Join(cdir, "ca.pem"), caPEM, 0o644, 0, 0},
+		{filepath.Join(cdir, "ca-key.pem"), nil, 0o600, 0, 0},
+		{filepath.Join(sdir, "ca.pem"), caPEM, 0o644, r.UID, r.GID},
+	}
+	if files[1].data, err = keyPEM(caKey); err != nil {
+		return err
+	}
+	if err := writeFiles(files); err != nil {
+		return err
+	}
+	return r.issueLeaves(ca, caKey, names, now)
+}
+
+// issueLeaves makes the executor's certificate for names and the
+// caller's client certificate, new keys for both, signed by the CA.
+func (r Record) issueLeaves(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, now time.Time) error {
+	cdir, sdir := r.ClientDir(), r.TLSDir()
+	notAfter := now.Add(certLife)
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
+	}
 	server := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "airlock account " + r.Name + " executor"},
 		NotBefore:   now,
-		NotAfter:    now.Add(certLife),
+		NotAfter:    notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
@@ -109,26 +133,18 @@ func (r Record) MakeTLS(names []string) error {
 	client := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "caller"},
 		NotBefore:   now,
-		NotAfter:    now.Add(certLife),
+		NotAfter:    notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	caPEM := pemOf("CERTIFICATE", caDER)
-	files := []pemFile{
-		{filepath.Join(cdir, "ca.pem"), caPEM, 0o644, 0, 0},
-		{filepath.Join(cdir, "ca-key.pem"), nil, 0o600, 0, 0},
-		{filepath.Join(sdir, "ca.pem"), caPEM, 0o644, r.UID, r.GID},
-	}
-	if files[1].data, err = keyPEM(caKey); err != nil {
-		return err
-	}
+	var files []pemFile
 	for _, leaf := range []struct {
-		tmpl           *x509.Certificate
-		cert, key      string
-		uid, gid, mode int
+		tmpl      *x509.Certificate
+		cert, key string
+		uid, gid  int
 	}{
-		{client, filepath.Join(cdir, "client.pem"), filepath.Join(cdir, "client-key.pem"), 0, 0, 0},
-		{server, filepath.Join(sdir, "server.pem"), filepath.Join(sdir, "server-key.pem"), r.UID, r.GID, 0},
+		{client, filepath.Join(cdir, "client.pem"), filepath.Join(cdir, "client-key.pem"), 0, 0},
+		{server, filepath.Join(sdir, "server.pem"), filepath.Join(sdir, "server-key.pem"), r.UID, r.GID},
 	} {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -142,17 +158,105 @@ func (r Record) MakeTLS(names []string) error {
 		if err != nil {
 			return err
 		}
-		files = append(files, pemFile{leaf.cert, pemOf("CERTIFICATE", der), 0o644, leaf.uid, leaf.gid},
-			pemFile{leaf.key, kp, 0o600, leaf.uid, leaf.gid})
+		// Keys first: a certificate never names a key not yet written.
+		files = append(files, pemFile{leaf.key, kp, 0o600, leaf.uid, leaf.gid},
+			pemFile{leaf.cert, pemOf("CERTIFICATE", der), 0o644, leaf.uid, leaf.gid})
 	}
+	return writeFiles(files)
+}
+
+// RenewBefore is how close to its expiry RenewTLS renews a certificate.
+const RenewBefore = 30 * 24 * time.Hour
+
+// RenewTLS gives the executor and the caller new certificates, with new
+// keys, from the account's CA, for the names the executor's certificate
+// holds; it runs as root where the executor runs. Unless force, it does
+// so only when either certificate expires within RenewBefore, and reports
+// whether it did. The CA stays, so callers keep their pinned ca.pem; they
+// need the new client.pem and client-key.pem, and the executor reads its
+// own at start. A CA that expires within RenewBefore is not renewed here:
+// remove and add the account.
+func (r Record) RenewTLS(now time.Time, force bool) (bool, error) {
+	cdir, sdir := r.ClientDir(), r.TLSDir()
+	ca, err := readCert(filepath.Join(cdir, "ca.pem"))
+	if err != nil {
+		return false, fmt.Errorf("account %s has no certificates to renew (made by account add --listen): %w", r.Name, err)
+	}
+	keyData, err := readPrivate(filepath.Join(cdir, "ca-key.pem"))
+	if err != nil {
+		return false, err
+	}
+	caKey, err := parseECKey(keyData)
+	if err != nil {
+		return false, fmt.Errorf("account %s: its CA key: %w", r.Name, err)
+	}
+	if ca.NotAfter.Before(now.Add(RenewBefore)) {
+		return false, fmt.Errorf("account %s: its CA expires %s; renew it by removing and adding the account", r.Name, ca.NotAfter.UTC().Format(time.RFC3339))
+	}
+	server, err := readCert(filepath.Join(sdir, "server.pem"))
+	if err != nil {
+		return false, err
+	}
+	client, err := readCert(filepath.Join(cdir, "client.pem"))
+	if err != nil {
+		return false, err
+	}
+	if !force && server.NotAfter.After(now.Add(RenewBefore)) && client.NotAfter.After(now.Add(RenewBefore)) {
+		return false, nil
+	}
+	names := slices.Clone(server.DNSNames)
+	for _, ip := range server.IPAddresses {
+		names = append(names, ip.String())
+	}
+	return true, r.issueLeaves(ca, caKey, names, now.Add(-time.Minute))
+}
+
+func readCert(path string) (*x509.Certificate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := pem.Decode(data)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%s: no PEM certificate", path)
+	}
+	return x509.ParseCertificate(b.Bytes)
+}
+
+func parseECKey(data []byte) (*ecdsa.PrivateKey, error) {
+	b, _ := pem.Decode(data)
+	if b == nil {
+		return nil, errors.New("no PEM key")
+	}
+	if k, err := x509.ParseECPrivateKey(b.Bytes); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	ek, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, errors.New("not an ECDSA key")
+	}
+	return ek, nil
+}
+
+func writeFiles(files []pemFile) error {
 	for _, f := range files {
-		if err := os.WriteFile(f.path, f.data, f.mode); err != nil {
+		// Written aside and renamed: a reader sees the old file or the
+		// new one, never half of one.
+		tmp := f.path + ".tmp"
+		if err := os.WriteFile(tmp, f.data, f.mode); err != nil {
 			return err
 		}
-		if err := os.Chmod(f.path, f.mode); err != nil {
+		if err := os.Chmod(tmp, f.mode); err != nil {
 			return err
 		}
-		if err := os.Lchown(f.path, f.uid, f.gid); err != nil {
+		if err := os.Lchown(tmp, f.uid, f.gid); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, f.path); err != nil {
 			return err
 		}
 	}
