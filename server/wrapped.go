@@ -16,7 +16,8 @@ import (
 
 // ToolPolicy and ToolRule are a wrapped server's per-tool policy
 // (WrappedServer.Policy): allow or deny tools by name, approval bound to
-// a call's exact arguments, argument size and rate limits.
+// a call's exact arguments, argument size and rate limits, refused
+// argument patterns and path arguments confined to roots.
 type (
 	ToolPolicy = mcpwrap.Policy
 	ToolRule   = mcpwrap.Rule

@@ -19,13 +19,15 @@ func TestWrappedConfig(t *testing.T) {
 		{"      - {name: x, argv: [node], policy: {default: maybe}}\n", "mcp_wrapped[0].policy"},
 		{"      - {name: x, argv: [node], policy: {tools: {t: {aproval: true}}}}\n", "aproval"},
 		{"      - {name: x, argv: [node], idle_timeout: -1s}\n", "must not be negative"},
+		{"      - {name: x, argv: [node], policy: {path_args: [path]}}\n", "need roots"},
+		{"      - {name: x, argv: [node], policy: {roots: [/srv], tools: {t: {refuse: {path: ['re:(']}}}}}\n", "mcp_wrapped[0].policy"},
 	} {
 		_, err := server.ParseConfig([]byte(base + c.body))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want an error naming %s", c.body, err, c.want)
 		}
 	}
-	cfg, err := server.ParseConfig([]byte(base + "      - {name: x, argv: [node], max_lifetime: 1h, policy: {default: deny, tools: {t: {allow: true, approval: true}}}}\n"))
+	cfg, err := server.ParseConfig([]byte(base + "      - {name: x, argv: [node], max_lifetime: 1h, policy: {default: deny, roots: [/srv], path_args: [path], refuse: {'*': ['*.pem']}, tools: {t: {allow: true, approval: true}}}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	jf.register(fs, false)
 	var rf routerFlags // the tiers' flags; --policy here is the tool policy
 	rf.tiers.register(fs)
-	policyFile := fs.String("policy", "", "per-tool policy `FILE` (YAML or JSON: default, max_args_bytes, tools: NAME: allow, approval, max_args_bytes, rate_per_minute)")
+	policyFile := fs.String("policy", "", "per-tool policy `FILE` (YAML or JSON: default, max_args_bytes, roots, path_args, refuse, tools: NAME: allow, approval, max_args_bytes, rate_per_minute, path_args, roots, refuse; see docs/mcp-wrap.md)")
 	var outHosts stringList
 	fs.Var(&outHosts, "output-host", "a `HOST` links and images in results may point to (repeatable; default: none)")
 	auditFile := fs.String("audit", "", "append every call and decision to `FILE` as JSON lines")

@@ -360,3 +360,108 @@ func TestMCPWrapRefusals(t *testing.T) {
 	_, errOut, code = run(t, "", "mcp-wrap", "--tier", "starlark", "--", "true")
 	assert.Equal(t, exitNotAdmitted, code, errOut)
 }
+
+// TestMCPWrapArgPolicy: the real server-filesystem, on gVisor, serves a
+// granted directory holding a canary outside the policy's root (data/);
+// the policy confines its path arguments to data/ and refuses key files.
+// Every attack is refused by the wrapper ("airlock: " results) before the
+// server sees it, and no canary reaches the agent; calls inside the root
+// are relayed.
+func TestMCPWrapArgPolicy(t *testing.T) {
+	servers := mcpServers(t)
+	needWrapImage(t, "gvisor", "node")
+	grant := realTemp(t)
+	data := filepath.Join(grant, "data")
+	write := func(name, body string) {
+		t.Helper()
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(grant, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(grant, name), []byte(body), 0o644))
+	}
+	write("data/hello.txt", "hello from the root\n")
+	write("data/sub/note.txt", "a note\n")
+	write("data/.ssh/id_rsa", "ssh-canary-41c9\n")
+	write("data/key.pem", "pem-canary-0b7e\n")
+	write("secret.txt", "outside-canary-d25a\n")
+	write("x/hello.txt", "outer-hello-canary-8f1c\n")
+	require.NoError(t, os.Symlink("..", filepath.Join(data, "up")))                                            // relative, to the grant
+	require.NoError(t, os.Symlink(filepath.Join(grant, "secret.txt"), filepath.Join(data, "abs")))             // absolute, out of data
+	require.NoError(t, os.Symlink(filepath.Join(grant, "x"), filepath.Join(data, "x")))                        // a directory out of data
+	require.NoError(t, os.Symlink(filepath.Join(grant, "secret.txt"), filepath.Join(data, "caf\u0065\u0301"))) // a decomposed name
+	policy := filepath.Join(realTemp(t), "policy.yaml")
+	require.NoError(t, os.WriteFile(policy, []byte(fmt.Sprintf(`roots: [%s]
+path_args: [path, paths, source, destination]
+refuse:
+  "*": ["*.pem"]
+tools:
+  read_text_file:
+    refuse: {path: ["**/.ssh/**"]}
+`, data)), 0o600))
+	audit := filepath.Join(realTemp(t), "audit.jsonl")
+	// The server itself is told to serve the whole grant: only the
+	// wrapper's policy keeps it to data/.
+	cs := wrap(t, "--image", "node", "--allow-read", servers, "--allow-read", grant, "--policy", policy, "--audit", audit, "--",
+		"node", filepath.Join(servers, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"), grant)
+
+	canaries := []string{"ssh-canary-41c9", "pem-canary-0b7e", "outside-canary-d25a", "outer-hello-canary-8f1c"}
+	for _, c := range []struct {
+		name, tool string
+		args       map[string]any
+	}{
+		{"traversal", "read_text_file", map[string]any{"path": data + "/../secret.txt"}},
+		{"deep-traversal", "read_text_file", map[string]any{"path": data + "/sub/../../secret.txt"}},
+		{"absolute-outside-root", "read_text_file", map[string]any{"path": filepath.Join(grant, "secret.txt")}},
+		{"absolute-outside-grant", "read_text_file", map[string]any{"path": "/etc/passwd"}},
+		{"root-prefix", "read_text_file", map[string]any{"path": data + "-other/x"}},
+		{"relative", "read_text_file", map[string]any{"path": "../secret.txt"}},
+		{"home", "read_text_file", map[string]any{"path": "~/secret.txt"}},
+		{"file-uri", "read_text_file", map[string]any{"path": "file://" + grant + "/secret.txt"}},
+		{"link-relative", "read_text_file", map[string]any{"path": data + "/up/secret.txt"}},
+		{"link-absolute", "read_text_file", map[string]any{"path": data + "/abs"}},
+		{"link-then-dotdot", "read_text_file", map[string]any{"path": data + "/x/../hello.txt"}},
+		{"link-unicode-equivalent", "read_text_file", map[string]any{"path": data + "/caf\u00e9"}},
+		{"percent-encoded", "read_text_file", map[string]any{"path": data + "/%2e%2e/secret.txt"}},
+		{"backslash", "read_text_file", map[string]any{"path": data + `/sub\..\..\secret.txt`}},
+		{"nul", "read_text_file", map[string]any{"path": data + "/hello.txt\x00"}},
+		{"newline", "read_text_file", map[string]any{"path": data + "/sub\n/x"}},
+		{"trailing-quote", "list_directory", map[string]any{"path": data + "/..'"}},
+		{"trailing-space", "list_directory", map[string]any{"path": data + "/.. "}},
+		{"not-a-string", "read_text_file", map[string]any{"path": 7}},
+		{"list-one-outside", "read_multiple_files", map[string]any{"paths": []string{data + "/hello.txt", grant + "/secret.txt"}}},
+		{"move-out", "move_file", map[string]any{"source": data + "/hello.txt", "destination": grant + "/moved.txt"}},
+		{"refused-ssh", "read_text_file", map[string]any{"path": data + "/.ssh/id_rsa"}},
+		{"refused-ssh-dotdot", "read_text_file", map[string]any{"path": data + "/sub/../.ssh/id_rsa"}},
+		{"refused-pem", "read_text_file", map[string]any{"path": data + "/key.pem"}},
+		{"refused-pem-any-tool", "get_file_info", map[string]any{"path": data + "/key.pem"}},
+		{"refused-pem-any-arg", "search_files", map[string]any{"path": data, "pattern": "key.pem"}},
+		{"refused-pem-encoded", "search_files", map[string]any{"path": data, "pattern": "key%2epem"}},
+		{"refused-pem-fullwidth", "search_files", map[string]any{"path": data, "pattern": "key\uff0epem"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := callTool(t, cs, c.tool, c.args, nil)
+			got := toolText(r)
+			assert.True(t, r.IsError, got)
+			assert.True(t, strings.HasPrefix(got, "airlock: tool "+c.tool+": argument "), "not refused by the wrapper: %q", got)
+			for _, canary := range canaries {
+				assert.NotContains(t, got, canary)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name, tool, want string
+		args             map[string]any
+	}{
+		{"inside", "read_text_file", "hello from the root", map[string]any{"path": data + "/hello.txt"}},
+		{"dotdot-inside", "read_text_file", "hello from the root", map[string]any{"path": data + "/sub/../hello.txt"}},
+		{"list-inside", "read_multiple_files", "a note", map[string]any{"paths": []string{data + "/hello.txt", data + "/sub/note.txt"}}},
+		{"root-itself", "list_directory", "hello.txt", map[string]any{"path": data}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := callTool(t, cs, c.tool, c.args, nil)
+			assert.False(t, r.IsError, toolText(r))
+			assert.Contains(t, toolText(r), c.want)
+		})
+	}
+	log, err := os.ReadFile(audit)
+	require.NoError(t, err)
+	assert.Contains(t, string(log), `"tool":"read_text_file","decision":"denied","reason":"tool read_text_file: argument path: `)
+}

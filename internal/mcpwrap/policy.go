@@ -23,6 +23,17 @@ type Policy struct {
 	MaxArgsBytes int `yaml:"max_args_bytes" json:"max_args_bytes,omitempty"`
 	// Tools are the rules by tool name.
 	Tools map[string]Rule `yaml:"tools" json:"tools,omitempty"`
+	// Refuse are patterns refused in every tool's arguments, by argument
+	// name ("*": every string anywhere in the arguments). A pattern is a
+	// glob ("**/.ssh/**", "*.pem") or, prefixed "re:", a regular
+	// expression.
+	Refuse map[string][]string `yaml:"refuse" json:"refuse,omitempty"`
+	// PathArgs name the arguments of every tool that are paths: each must
+	// resolve under Roots.
+	PathArgs []string `yaml:"path_args" json:"path_args,omitempty"`
+	// Roots are the directories, as the host sees them, confined path
+	// arguments must resolve under.
+	Roots []string `yaml:"roots" json:"roots,omitempty"`
 }
 
 // Rule is one tool's policy.
@@ -37,6 +48,12 @@ type Rule struct {
 	// RatePerMinute bounds calls of the tool (0: no bound); a call past it
 	// is refused, not queued.
 	RatePerMinute int `yaml:"rate_per_minute" json:"rate_per_minute,omitempty"`
+	// Refuse adds refused patterns for this tool's arguments.
+	Refuse map[string][]string `yaml:"refuse" json:"refuse,omitempty"`
+	// PathArgs adds confined path arguments for this tool.
+	PathArgs []string `yaml:"path_args" json:"path_args,omitempty"`
+	// Roots, when set, replace the policy's roots for this tool.
+	Roots []string `yaml:"roots" json:"roots,omitempty"`
 }
 
 // DefaultMaxArgsBytes is the argument limit when a policy sets none.
@@ -70,7 +87,24 @@ func (p Policy) Validate() error {
 			return fmt.Errorf("tool policy: %s: limits must not be negative", name)
 		}
 	}
-	return nil
+	_, _, err := p.compileArgs()
+	return err
+}
+
+// compileArgs compiles the argument rules of every tool the policy names,
+// and of the others.
+func (p *Policy) compileArgs() (map[string]*argRules, *argRules, error) {
+	def, err := compileArgs(p, Rule{}, "tool policy")
+	if err != nil {
+		return nil, nil, err
+	}
+	byTool := map[string]*argRules{}
+	for name, r := range p.Tools {
+		if byTool[name], err = compileArgs(p, r, "tool policy: "+name); err != nil {
+			return nil, nil, err
+		}
+	}
+	return byTool, def, nil
 }
 
 // allowed reports whether the tool may be listed and called at all.

@@ -70,6 +70,8 @@ type Wrapper struct {
 	srv      *mcp.Server
 	san      *sanitize.Sanitizer
 	limiters map[string]*rate.Limiter
+	args     map[string]*argRules // by tool; defArgs for the others
+	defArgs  *argRules
 
 	listMu sync.Mutex        // serialises listings
 	listed map[string]string // tool name -> what was offered, as JSON
@@ -112,8 +114,12 @@ func newWrapper(cfg Config) (*Wrapper, error) {
 		cfg.Tenant = Tenant
 	}
 	cfg.Argv = append([]string(nil), cfg.Argv...)
+	args, defArgs, err := cfg.Policy.compileArgs()
+	if err != nil {
+		return nil, err
+	}
 	w := &Wrapper{cfg: cfg, san: san, limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
-		refreshc: make(chan struct{}, 1), done: make(chan struct{})}
+		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{})}
 	for name, r := range cfg.Policy.Tools {
 		if r.RatePerMinute > 0 {
 			w.limiters[name] = rate.NewLimiter(rate.Every(time.Minute/time.Duration(r.RatePerMinute)), r.RatePerMinute)
@@ -443,6 +449,13 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 		return refuse("invalid", err.Error())
 	}
 	rec.ArgsDigest = string(d)
+	rules := w.args[tool]
+	if rules == nil {
+		rules = w.defArgs
+	}
+	if err := rules.check(args); err != nil {
+		return refuse("denied", fmt.Sprintf("tool %s: %v", tool, err))
+	}
 	if lim := w.limiters[tool]; lim != nil && !lim.AllowN(start, 1) {
 		return refuse("rate_limited", fmt.Sprintf("tool %s is over its rate of %d calls a minute", tool, p.Tools[tool].RatePerMinute))
 	}

@@ -239,7 +239,13 @@ func TestLoadPolicy(t *testing.T) {
 	if p, err := load(`{"tools": {"x": {"max_args_bytes": 10}}}`); err != nil || p.Tools["x"].MaxArgsBytes != 10 {
 		t.Errorf("json: %+v, %v", p, err)
 	}
-	for _, bad := range []string{"defualt: deny\n", "default: maybe\n", "tools:\n  x: {rate_per_minute: -1}\n", "tools:\n  x: {aproval: true}\n"} {
+	p, err = load("roots: [/srv/data]\npath_args: [path]\nrefuse: {\"*\": [\"*.pem\", \"re:(?i)token\"]}\ntools:\n  t: {path_args: [src], roots: [/srv/other], refuse: {path: [\"**/.ssh/**\"]}}\n")
+	if err != nil || p.Roots[0] != "/srv/data" || p.Tools["t"].PathArgs[0] != "src" || len(p.Refuse["*"]) != 2 {
+		t.Errorf("argument rules: %+v, %v", p, err)
+	}
+	for _, bad := range []string{"defualt: deny\n", "default: maybe\n", "tools:\n  x: {rate_per_minute: -1}\n", "tools:\n  x: {aproval: true}\n",
+		"path_args: [path]\n", "tools:\n  x: {path_args: [path]}\n", "roots: [data]\npath_args: [path]\n",
+		"refuse: {path: [\"re:(\"]}\n", "refuse: {path: [\"\"]}\n", "roots: [/d]\npath_args: [\"*\"]\n"} {
 		if _, err := load(bad); err == nil {
 			t.Errorf("%q loaded", bad)
 		}
