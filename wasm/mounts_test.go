@@ -122,3 +122,25 @@ func TestCopyGrantOverScratch(t *testing.T) {
 		t.Fatalf("copy over scratch_mb: %v", err)
 	}
 }
+
+// A WASI program that, as wasi-libc does, reads its first preopen finds a
+// read grant placed at "/" there.
+func TestPreopenAtRoot(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("from the grant"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := airlock.Job{Kind: airlock.KindWasm, Module: watFile(t, filepath.Join("testdata", "preopen.wat")),
+		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/"}}}}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil || res.ExitCode != 0 || res.Stdout != "/\nfrom the grant" {
+		t.Fatalf("preopen at /: %v %+v", err, res)
+	}
+	// Without a guest path the first preopen is the grant's host path.
+	job.Grants.FS.At = nil
+	res, err = tier.Run(context.Background(), job)
+	if err != nil || res.Stdout != dir+"\nfrom the grant" {
+		t.Fatalf("preopen at the host path: %v %+v", err, res)
+	}
+}
