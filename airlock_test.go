@@ -215,3 +215,49 @@ func FuzzDecodeJob(f *testing.F) {
 		}
 	})
 }
+
+// TestFSPlacement: grants.fs.at and grants.fs.copy decode from the wire
+// and name only host paths that are also in grants.fs.read, so every
+// check of host paths (read roots, approvals, explain) sees them.
+func TestFSPlacement(t *testing.T) {
+	job, err := airlock.DecodeJob([]byte(`{"kind":"wasm","module":"AA==","grants":{"fs":{"read":["/srv/a","/srv/b"],"at":{"/srv/a":"/"},"copy":["/srv/b"]}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"/srv/a": "/"}, job.Grants.FS.At)
+	assert.Equal(t, []string{"/srv/b"}, job.Grants.FS.Copy)
+	assert.Equal(t, "/", job.Grants.FS.GuestPath("/srv/a"))
+	assert.Equal(t, "/srv/b", job.Grants.FS.GuestPath("/srv/b"))
+	_, err = airlock.DefaultLimitPolicy().Prepare(job)
+	require.NoError(t, err)
+	assert.False(t, job.Grants.Hermetic())
+
+	fsJob := func(fs airlock.FSGrant) airlock.Job {
+		return airlock.Job{Kind: "wasm", Module: []byte{0}, Grants: airlock.Grants{FS: fs}}
+	}
+	bad := map[string]struct {
+		job   airlock.Job
+		field string
+	}{
+		"at names a host path not read":     {fsJob(airlock.FSGrant{At: map[string]string{"/etc": "/data"}}), "grants.fs.at"},
+		"at beside another read":            {fsJob(airlock.FSGrant{Read: []string{"/srv"}, At: map[string]string{"/etc": "/srv"}}), "grants.fs.at"},
+		"copy names a host path not read":   {fsJob(airlock.FSGrant{Copy: []string{"/etc"}}), "grants.fs.copy"},
+		"copy beside another read":          {fsJob(airlock.FSGrant{Read: []string{"/srv"}, Copy: []string{"/etc"}}), "grants.fs.copy"},
+		"copy twice":                        {fsJob(airlock.FSGrant{Read: []string{"/srv"}, Copy: []string{"/srv", "/srv"}}), "grants.fs.copy"},
+		"relative guest":                    {fsJob(airlock.FSGrant{Read: []string{"/srv"}, At: map[string]string{"/srv": "data"}}), "grants.fs.at"},
+		"unclean guest":                     {fsJob(airlock.FSGrant{Read: []string{"/srv"}, At: map[string]string{"/srv": "/a/../b"}}), "grants.fs.at"},
+		"guest /proc":                       {fsJob(airlock.FSGrant{Read: []string{"/srv"}, At: map[string]string{"/srv": "/proc"}}), "grants.fs.at"},
+		"guest under /sys":                  {fsJob(airlock.FSGrant{Read: []string{"/srv"}, At: map[string]string{"/srv": "/sys/x"}}), "grants.fs.at"},
+		"guest under /dev":                  {fsJob(airlock.FSGrant{Read: []string{"/srv"}, At: map[string]string{"/srv": "/dev/shm"}}), "grants.fs.at"},
+		"two grants one guest path":         {fsJob(airlock.FSGrant{Read: []string{"/srv", "/opt"}, At: map[string]string{"/srv": "/data", "/opt": "/data"}}), "grants.fs.at"},
+		"guest path is another's host path": {fsJob(airlock.FSGrant{Read: []string{"/srv", "/opt"}, At: map[string]string{"/srv": "/opt"}}), "grants.fs.at"},
+	}
+	for name, c := range bad {
+		_, err := airlock.DefaultLimitPolicy().Prepare(c.job)
+		var inv *airlock.InvalidJob
+		if assert.True(t, errors.As(err, &inv), "%s: %v", name, err) {
+			assert.Equal(t, c.field, inv.Field, name)
+			assert.NotContains(t, err.Error(), "\n", name)
+		}
+	}
+	_, err = airlock.DecodeJob([]byte(`{"kind":"wasm","module":"AA==","grants":{"fs":{"read":["/srv"],"mount":{"/srv":"/"}}}}`))
+	assert.Error(t, err, "an unknown fs field decodes")
+}

@@ -105,9 +105,26 @@ type Credential struct {
 
 // FSGrant grants filesystem access: host paths to read, and the size of a
 // writable scratch directory (0: the tier's default, if it has a scratch).
+//
+// At places a read grant at a guest path (host path → absolute guest
+// path; without an entry a grant appears at its own host path). Copy lists
+// read grants given as a writable copy made at job start: changes stay in
+// the sandbox and vanish with it, and the copy counts against ScratchMB.
+// Every key of At and every entry of Copy must also be in Read, so every
+// check of host paths sees them all.
 type FSGrant struct {
-	Read      []string `json:"read,omitempty"`
-	ScratchMB int64    `json:"scratch_mb,omitempty"`
+	Read      []string          `json:"read,omitempty"`
+	At        map[string]string `json:"at,omitempty"`
+	Copy      []string          `json:"copy,omitempty"`
+	ScratchMB int64             `json:"scratch_mb,omitempty"`
+}
+
+// GuestPath is where the read grant host appears inside the sandbox.
+func (g FSGrant) GuestPath(host string) string {
+	if p, ok := g.At[host]; ok {
+		return p
+	}
+	return host
 }
 
 // NetRule allows egress to one host with the listed HTTP methods (empty:
@@ -153,7 +170,7 @@ func (l Limits) CPU() time.Duration { return time.Duration(l.CPUMS) * time.Milli
 // Hermetic reports whether the job is granted nothing: no filesystem, no
 // network, no process spawn and no credentials.
 func (g *Grants) Hermetic() bool {
-	return len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && !g.Spawn && len(g.Secrets) == 0 && len(g.Credentials) == 0
+	return len(g.FS.Read) == 0 && len(g.FS.At) == 0 && len(g.FS.Copy) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && !g.Spawn && len(g.Secrets) == 0 && len(g.Credentials) == 0
 }
 
 // Language reports whether the kind runs inside an interpreter or runtime

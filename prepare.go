@@ -291,14 +291,59 @@ func checkCollectPattern(p string) error {
 	return nil
 }
 
+// validateFSPlacement checks grants.fs.at and grants.fs.copy. Both name
+// host paths that must also be read grants: a host path named only there
+// would slip past every allowlist that looks at grants.fs.read.
+func validateFSPlacement(fs *FSGrant) error {
+	hosts := make([]string, 0, len(fs.At))
+	for h := range fs.At {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	guests := make(map[string]string, len(fs.Read))
+	for _, h := range fs.Read {
+		g := fs.GuestPath(h)
+		if other, dup := guests[g]; dup && other != h {
+			return invalid("grants.fs.at", "%s and %s would both appear at guest path %s", other, h, g)
+		}
+		guests[g] = h
+	}
+	for _, h := range hosts {
+		g := fs.At[h]
+		switch {
+		case !slices.Contains(fs.Read, h):
+			return invalid("grants.fs.at", "%q is not in grants.fs.read", h)
+		case !strings.HasPrefix(g, "/") || path.Clean(g) != g:
+			return invalid("grants.fs.at", "guest path %q for %s must be a clean absolute path", g, h)
+		}
+		for _, sys := range []string{"/proc", "/sys", "/dev"} {
+			if g == sys || strings.HasPrefix(g, sys+"/") {
+				return invalid("grants.fs.at", "guest path %s for %s is reserved for the system (/proc, /sys, /dev)", g, h)
+			}
+		}
+	}
+	for i, h := range fs.Copy {
+		if !slices.Contains(fs.Read, h) {
+			return invalid("grants.fs.copy", "entry %d (%q) is not in grants.fs.read", i, h)
+		}
+		if slices.Contains(fs.Copy[:i], h) {
+			return invalid("grants.fs.copy", "entry %d (%q) is listed twice", i, h)
+		}
+	}
+	return nil
+}
+
 func validateGrants(g *Grants) error {
-	if len(g.FS.Read) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && len(g.Secrets) == 0 && len(g.Credentials) == 0 {
+	if len(g.FS.Read) == 0 && len(g.FS.At) == 0 && len(g.FS.Copy) == 0 && g.FS.ScratchMB == 0 && len(g.Net) == 0 && len(g.Secrets) == 0 && len(g.Credentials) == 0 {
 		return nil // nothing granted, nothing to check
 	}
 	for i, p := range g.FS.Read {
 		if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
 			return invalid("grants.fs.read", "entry %d (%q) must be a clean absolute path", i, p)
 		}
+	}
+	if err := validateFSPlacement(&g.FS); err != nil {
+		return err
 	}
 	if g.FS.ScratchMB < 0 {
 		return invalid("grants.fs.scratch_mb", "must not be negative")

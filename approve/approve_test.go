@@ -54,6 +54,12 @@ func TestDigestCoversEveryField(t *testing.T) {
 		"net method":    func(j *airlock.Job) { j.Grants.Net[0].Methods = []string{"PUT"} },
 		"spawn":         func(j *airlock.Job) { j.Grants.Spawn = true },
 		"fs read":       func(j *airlock.Job) { j.Grants.FS.Read = []string{"/etc"} },
+		"fs at": func(j *airlock.Job) {
+			j.Grants.FS.Read, j.Grants.FS.At = []string{"/usr/share"}, map[string]string{"/usr/share": "/"}
+		},
+		"fs copy": func(j *airlock.Job) {
+			j.Grants.FS.Read, j.Grants.FS.Copy = []string{"/usr/share"}, []string{"/usr/share"}
+		},
 		"secret value":  func(j *airlock.Job) { j.Grants.Secrets = map[string]string{"TOKEN": "b"} },
 		"env":           func(j *airlock.Job) { j.Env = map[string]string{"MODE": "a"} },
 		"image":         func(j *airlock.Job) { j.Image = "python" },
@@ -69,8 +75,15 @@ func TestDigestCoversEveryField(t *testing.T) {
 			t.Errorf("changing the %s does not change the digest", name)
 		}
 	}
-	// The environment's value counts, and so does where a variable is.
+	// Where a grant appears counts, not only whether it is placed.
 	a, b := netJob(), netJob()
+	a.Grants.FS.Read, a.Grants.FS.At = []string{"/usr/share"}, map[string]string{"/usr/share": "/"}
+	b.Grants.FS.Read, b.Grants.FS.At = []string{"/usr/share"}, map[string]string{"/usr/share": "/data"}
+	if approve.Of(&a, "process", "acme") == approve.Of(&b, "process", "acme") {
+		t.Error("changing a grant's guest path does not change the digest")
+	}
+	// The environment's value counts, and so does where a variable is.
+	a, b = netJob(), netJob()
 	a.Env, b.Env = map[string]string{"MODE": "a"}, map[string]string{"MODE": "b"}
 	if approve.Of(&a, "process", "acme") == approve.Of(&b, "process", "acme") {
 		t.Error("changing an env value does not change the digest")

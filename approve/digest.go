@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"hash"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -164,6 +165,17 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 			ids[i] = id
 		}
 		c.strs("fs.read.identity", ids)
+	}
+	if len(g.FS.At) > 0 || len(g.FS.Copy) > 0 {
+		// Where a grant appears and whether it is writable change what the
+		// program can do; present only when used, so other digests are
+		// unchanged.
+		at := make([]string, 0, 2*len(g.FS.At))
+		for _, h := range slices.Sorted(maps.Keys(g.FS.At)) {
+			at = append(at, h, g.FS.At[h])
+		}
+		c.strs("fs.at", at)
+		c.strs("fs.copy", g.FS.Copy)
 	}
 	c.int("fs.scratch_mb", g.FS.ScratchMB)
 	c.int("net", int64(len(g.Net)))

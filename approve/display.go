@@ -344,7 +344,16 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 	g := &job.Grants
 	dg := &out.Grants
 	for i, p := range g.FS.Read {
-		dg.Read = append(dg.Read, d.line(fmt.Sprintf("grants.fs.read[%d]", i), p))
+		// Where the grant appears and whether it is writable are part of
+		// what is approved: shown beside the path.
+		shown := d.line(fmt.Sprintf("grants.fs.read[%d]", i), p)
+		if guest, ok := g.FS.At[p]; ok {
+			shown += " (at " + d.line(fmt.Sprintf("grants.fs.at[%d]", i), guest) + ")"
+		}
+		if slices.Contains(g.FS.Copy, p) {
+			shown += " (writable copy)"
+		}
+		dg.Read = append(dg.Read, shown)
 	}
 	dg.ScratchMB, dg.Spawn = g.FS.ScratchMB, g.Spawn
 	for i, r := range g.Net {

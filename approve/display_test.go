@@ -159,7 +159,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 		Tier:      "ignored: the tier passed in is shown",
 		Limits:    airlock.Limits{WallMS: 1000},
 		Grants: airlock.Grants{
-			FS:      airlock.FSGrant{Read: []string{"/data" + rlo}, ScratchMB: 8},
+			FS:      airlock.FSGrant{Read: []string{"/data" + rlo}, At: map[string]string{"/data" + rlo: "/g" + rlo}, ScratchMB: 8},
 			Net:     []airlock.NetRule{{Host: "h" + rlo, Methods: []string{"GET" + rlo}, Ports: []int{443}, Scheme: "https" + rlo, Paths: []string{"/p" + rlo}}},
 			Spawn:   true,
 			Secrets: map[string]string{"TOKEN" + rlo: "secret-value-never-shown"},
@@ -170,7 +170,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 		"tenant", "tier", "kind", "situation", "lifecycle", "session", "code", "entry", "argv[1]", "stdin",
 		`files[run\u202e.sh] (name)`, `files[run\u202e.sh]`, "env[MODE]",
 		`input.k\u202e (key)`, `input.k\u202e[0]`, `input.k\u202e[2].deep`,
-		"grants.fs.read[0]", "grants.net[0].host", "grants.net[0].scheme", "grants.net[0].methods[0]", "grants.net[0].paths[0]",
+		"grants.fs.read[0]", "grants.fs.at[0]", "grants.net[0].host", "grants.net[0].scheme", "grants.net[0].methods[0]", "grants.net[0].paths[0]",
 		"grants.secrets",
 	}
 	if !slices.Equal(d.Fields, wantFields) {
@@ -215,6 +215,10 @@ func TestDisplayCoversEveryField(t *testing.T) {
 		t.Errorf("grants or limits shown as %+v %+v", g, d.Limits)
 	}
 
+	if want := `/data\u202e (at /g\u202e)`; !slices.Equal(d.Grants.Read, []string{want}) {
+		t.Errorf("placed read grant shown as %q, want %q", d.Grants.Read, want)
+	}
+
 	// A field added to Job must be shown (or be known not to be read by a
 	// person): add it to DisplayOf, then here.
 	known := map[string]bool{"Kind": true, "Code": true, "Module": true, "Entry": true, "Argv": true, "Stdin": true, "Input": true, "Files": true, "Collect": true, "Env": true, "Image": true,
@@ -225,7 +229,7 @@ func TestDisplayCoversEveryField(t *testing.T) {
 			t.Errorf("airlock.Job.%s is not in the approver's display", f.Name)
 		}
 	}
-	grants := map[string]bool{"FS": true, "Net": true, "Spawn": true, "Secrets": true, "Credentials": true, "Read": true, "ScratchMB": true}
+	grants := map[string]bool{"FS": true, "Net": true, "Spawn": true, "Secrets": true, "Credentials": true, "Read": true, "At": true, "Copy": true, "ScratchMB": true}
 	for _, typ := range []reflect.Type{reflect.TypeFor[airlock.Grants](), reflect.TypeFor[airlock.FSGrant]()} {
 		for _, f := range reflect.VisibleFields(typ) {
 			if !grants[f.Name] {

@@ -83,7 +83,7 @@ func appendStop(b []byte, s *airlock.Stop) []byte {
 // grantsZero is what omitzero tests: every field its zero value (a
 // non-nil empty slice or map is not zero).
 func grantsZero(g *airlock.Grants) bool {
-	return g.FS.Read == nil && g.FS.ScratchMB == 0 && g.Net == nil && !g.Spawn && g.Secrets == nil && g.Credentials == nil
+	return g.FS.Read == nil && g.FS.At == nil && g.FS.Copy == nil && g.FS.ScratchMB == 0 && g.Net == nil && !g.Spawn && g.Secrets == nil && g.Credentials == nil
 }
 
 // appendResult appends a Result as encoding/json writes it.

@@ -133,6 +133,29 @@ func (m *memFS) parent(p string) (*memNode, string, sys.Errno) {
 }
 
 // put places a job file, creating its directories.
+// putDir makes the directory name and its parents, as put does for a
+// file's parents.
+func (m *memFS) putDir(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.root
+	for _, el := range strings.Split(name, "/") {
+		c, ok := n.children[el]
+		if !ok {
+			if m.charge(nodeCost+int64(len(el))) != 0 {
+				return errScratchFull
+			}
+			c = m.newNode(true, 0o755)
+			n.children[el] = c
+		}
+		if !c.dir {
+			return sys.ENOTDIR
+		}
+		n = c
+	}
+	return nil
+}
+
 func (m *memFS) put(name string, data []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -72,8 +73,17 @@ func (t *Tier) Admit(job airlock.Job) error {
 		if err := checkReadGrant(p); err != nil {
 			return &airlock.NotAdmitted{Tier: Name, Reason: err.Error()}
 		}
+		if job.Grants.FS.At[p] == "/" && !slices.Contains(job.Grants.FS.Copy, p) && wantsScratch(&job) {
+			return &airlock.NotAdmitted{Tier: Name, Reason: "read grant " + p + " at / would hide the scratch, which is mounted at / (a read-only grant may take / only in a job without files, collect, copies or scratch_mb)"}
+		}
 	}
 	return nil
+}
+
+// wantsScratch reports whether the job's run has the in-memory scratch at
+// "/": for its files, what it collects, its size, or copied grants.
+func wantsScratch(job *airlock.Job) bool {
+	return job.Grants.FS.ScratchMB > 0 || len(job.Files) > 0 || len(job.Collect) > 0 || len(job.Grants.FS.Copy) > 0
 }
 
 // Run implements airlock.Tier.
@@ -140,7 +150,9 @@ func (t *Tier) spec(job *airlock.Job, c *compiled) (*spec, error) {
 		outCap:   job.Limits.OutputBytes,
 		fs: fsSpec{
 			read:    job.Grants.FS.Read,
-			scratch: job.Grants.FS.ScratchMB > 0 || len(job.Files) > 0 || len(job.Collect) > 0,
+			at:      job.Grants.FS.At,
+			copy:    job.Grants.FS.Copy,
+			scratch: wantsScratch(job),
 			files:   job.Files,
 			mtime:   job.Clock.UnixNano(),
 		},

@@ -209,6 +209,9 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if pinned {
 		return &airlock.NotAdmitted{Tier: Name, Reason: admit.ClockNotShown}
 	}
+	if admit.UsesFSPlacement(job.Grants.FS) {
+		return &airlock.NotAdmitted{Tier: Name, Reason: admit.FSPlacement}
+	}
 	return t.admitImage(job.Image)
 }
 

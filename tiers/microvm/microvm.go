@@ -390,6 +390,8 @@ func (t *Tier) Admit(job airlock.Job) error {
 		reason = errNet
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
 		reason = errLifecycle
+	case admit.UsesFSPlacement(job.Grants.FS):
+		reason = admit.FSPlacement
 	default:
 		if err := t.admitImage(job.Image); err != nil {
 			return err

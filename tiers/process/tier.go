@@ -242,6 +242,9 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if pinned {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.ClockNotShown}
 	}
+	if admit.UsesFSPlacement(job.Grants.FS) {
+		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.FSPlacement}
+	}
 	if len(job.Grants.Net) > 0 && t.level != airlock.LevelContainer {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
 	}

@@ -26,3 +26,11 @@ func Vars(job *airlock.Job) map[string]string {
 // time gives for not admitting a job that pins its clock: it would record
 // a time the program never saw.
 const ClockNotShown = "a pinned clock is not what programs see here (they see the host's real time; the microVM sets its guest's clock): refused rather than recorded"
+
+// FSPlacement refuses grants.fs.at and grants.fs.copy on a tier that does
+// not place a read grant at a guest path or copy it: running the job with
+// the grant at its host path, or read-only, would be another contract.
+const FSPlacement = "grants.fs.at and grants.fs.copy (a read grant at a guest path, or as a writable copy) are not supported here: refused rather than run with the grant at its host path or read-only"
+
+// UsesFSPlacement reports whether a job asks for grants.fs.at or grants.fs.copy.
+func UsesFSPlacement(fs airlock.FSGrant) bool { return len(fs.At) > 0 || len(fs.Copy) > 0 }

@@ -1,0 +1,146 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// grantDir is a host directory with a file, a subdirectory, and a link
+// that points out of it at a secret.
+func grantDir(t *testing.T) (dir, secret string) {
+	t.Helper()
+	base := t.TempDir()
+	dir = filepath.Join(base, "grant")
+	secret = filepath.Join(base, "secret")
+	for _, err := range []error{
+		os.MkdirAll(filepath.Join(dir, "sub"), 0o755),
+		os.WriteFile(filepath.Join(dir, "sub", "data.txt"), []byte("granted\n"), 0o644),
+		os.WriteFile(secret, []byte("SECRET\n"), 0o644),
+		os.Symlink(secret, filepath.Join(dir, "out")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, secret
+}
+
+func runGuest(t *testing.T, tier *Tier, fs airlock.FSGrant, argv ...string) airlock.Result {
+	t.Helper()
+	job := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Argv: argv, Grants: airlock.Grants{FS: fs}}
+	if err := tier.Admit(job); err != nil {
+		t.Fatalf("admit: %v", err)
+	}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return res
+}
+
+func TestReadGrantAtGuestPath(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir, _ := grantDir(t)
+	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/data"}}
+	if res := runGuest(t, tier, fs, "read", "/data/sub/data.txt"); res.Stdout != "granted\n" {
+		t.Errorf("read at guest path: %+v", res)
+	}
+	// Not at its host path any more.
+	if res := runGuest(t, tier, fs, "read", filepath.Join(dir, "sub", "data.txt")); res.ExitCode == 0 {
+		t.Errorf("grant still readable at its host path: %q", res.Stdout)
+	}
+	// Escapes stay contained: '..' and a link pointing out.
+	for _, p := range []string{"/data/../data/out", "/data/out", "/data/sub/../../secret"} {
+		if res := runGuest(t, tier, fs, "read", p); res.ExitCode == 0 || strings.Contains(res.Stdout, "SECRET") {
+			t.Errorf("read %s escaped: %+v", p, res)
+		}
+	}
+	// At "/", the preopen wasi-libc and Rust programs look for.
+	root := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/"}}
+	if res := runGuest(t, tier, root, "read", "/sub/data.txt"); res.Stdout != "granted\n" {
+		t.Errorf("read at /: %+v", res)
+	}
+}
+
+func TestReadGrantAtRootNeedsNoScratch(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir, _ := grantDir(t)
+	job := airlock.Job{Kind: airlock.KindWasm, Module: []byte{0}, Files: map[string]string{"a": "b"},
+		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/"}}}}
+	var na *airlock.NotAdmitted
+	if err := tier.Admit(job); !errors.As(err, &na) || !strings.Contains(na.Reason, "scratch") {
+		t.Fatalf("grant at / with files: %v", err)
+	}
+}
+
+func TestCopyGrantIsWritable(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir, secret := grantDir(t)
+	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/work"}, Copy: []string{dir}}
+	if res := runGuest(t, tier, fs, "write", "/work/sub/data.txt", "changed"); res.Stdout != "changed\n" || res.ExitCode != 0 {
+		t.Errorf("write into the copy: %+v", res)
+	}
+	if res := runGuest(t, tier, fs, "read", "/work/sub/data.txt"); res.Stdout != "granted\n" {
+		t.Errorf("copy not fresh per run: %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "sub", "data.txt")); string(b) != "granted\n" {
+		t.Errorf("host file changed: %q", b)
+	}
+	if res := runGuest(t, tier, fs, "read", "/work/out"); res.ExitCode == 0 || strings.Contains(res.Stdout, "SECRET") {
+		t.Errorf("link out of the copy followed: %+v", res)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "SECRET\n" {
+		t.Errorf("secret changed: %q", b)
+	}
+	// Copied at its own path when no guest path is given.
+	own := airlock.FSGrant{Read: []string{dir}, Copy: []string{dir}}
+	if res := runGuest(t, tier, own, "write", filepath.Join(dir, "new.txt"), "x"); res.Stdout != "x\n" {
+		t.Errorf("write into the copy at its own path: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new.txt")); err == nil {
+		t.Error("the copy's new file reached the host")
+	}
+}
+
+func TestCopyGrantOverScratch(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Argv: []string{"hello"},
+		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{dir}, Copy: []string{dir}, ScratchMB: 1}}}
+	_, err := tier.Run(context.Background(), job)
+	var inv *airlock.InvalidJob
+	if !errors.As(err, &inv) || inv.Field != "grants.fs.copy" || !strings.Contains(inv.Reason, "scratch") {
+		t.Fatalf("copy over scratch_mb: %v", err)
+	}
+}
+
+// A WASI program that, as wasi-libc does, reads its first preopen finds a
+// read grant placed at "/" there.
+func TestPreopenAtRoot(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("from the grant"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := airlock.Job{Kind: airlock.KindWasm, Module: watFile(t, filepath.Join("testdata", "preopen.wat")),
+		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/"}}}}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil || res.ExitCode != 0 || res.Stdout != "/\nfrom the grant" {
+		t.Fatalf("preopen at /: %v %+v", err, res)
+	}
+	// Without a guest path the first preopen is the grant's host path.
+	job.Grants.FS.At = nil
+	res, err = tier.Run(context.Background(), job)
+	if err != nil || res.Stdout != dir+"\nfrom the grant" {
+		t.Fatalf("preopen at the host path: %v %+v", err, res)
+	}
+}
