@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
+	"github.com/google/go-containerregistry/pkg/name"
 )
 
 // Config is the server's configuration file (YAML or JSON). Durations are
@@ -209,6 +210,14 @@ type ImageSettings struct {
 	// config.json format (image.Options.AuthFile); registries it does not
 	// name are pulled from anonymously.
 	AuthFile string `json:"auth_file,omitempty"`
+	// Registries are the registries (host or host:port, as references
+	// name them; docker.io for Docker Hub) a job may name an image in and
+	// have it pulled (default: none). A pull is a request from the
+	// server's own network position, so a tenant may not aim it anywhere
+	// else: a reference to another registry is refused before anything
+	// is fetched, unless it is the default image or the tenant's images
+	// list names it.
+	Registries []string `json:"registries,omitempty"`
 }
 
 // TierLimits is the operator's limit policy the tiers are to be built
@@ -607,6 +616,11 @@ func (is *ImageSettings) validate() error {
 	if is.MaxMB < 0 {
 		return errors.New("images.max_mb: must not be negative")
 	}
+	for i, r := range is.Registries {
+		if _, err := registryOf(r); err != nil {
+			return fmt.Errorf("images.registries[%d]: %w", i, err)
+		}
+	}
 	if is.Default != "" {
 		if err := checkImageRef(is.Default); err != nil {
 			return fmt.Errorf("images.default: %w", err)
@@ -616,6 +630,19 @@ func (is *ImageSettings) validate() error {
 		}
 	}
 	return nil
+}
+
+// registryOf is a configured registry as references resolve it
+// (docker.io is index.docker.io).
+func registryOf(host string) (string, error) {
+	if host == "" || strings.ContainsAny(host, "/@") {
+		return "", fmt.Errorf("%q is not a registry host (want host or host:port)", host)
+	}
+	r, err := name.NewRegistry(host, name.StrictValidation)
+	if err != nil {
+		return "", fmt.Errorf("%q: %v", host, err)
+	}
+	return r.RegistryStr(), nil
 }
 
 // checkImageRef applies the job's own checks on an image reference.

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/internal/value"
+	"github.com/google/go-containerregistry/pkg/name"
 )
 
 // ApprovalHeader carries an approval token on a run request.
@@ -187,6 +188,24 @@ func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
 	return airlock.DecodeJob(buf.Bytes())
 }
 
+// allowPull refuses an image reference the store would pull from a
+// registry the operator did not list: the server's network position is
+// not the tenant's to aim. Names, digests and the host view pull nothing;
+// the default image and the tenant's own list are the operator's choice.
+func (t *tenant) allowPull(ref string) error {
+	if !strings.ContainsAny(ref, "/:@") || strings.HasPrefix(ref, "sha256:") || ref == t.defImage || slices.Contains(t.Images, ref) {
+		return nil
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil // Validate's concern; the store refuses it without a request
+	}
+	if reg := r.Context().RegistryStr(); !slices.Contains(t.pullFrom, reg) {
+		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not pull image %s: registry %s is not in images.registries", t.Name, ref, reg)}
+	}
+	return nil
+}
+
 // admit applies the tenant's rules to a job: situations, tiers, and limits
 // resolved against the tenant's policy (a limit above its maximum is an
 // invalid job naming the field).
@@ -219,6 +238,9 @@ func (t *tenant) admit(job *airlock.Job) error {
 		ref := cmp.Or(job.Image, image.Host)
 		if len(t.Images) > 0 && !slices.Contains(t.Images, ref) {
 			return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not use image %s (allowed: %s)", t.Name, ref, strings.Join(t.Images, ", "))}
+		}
+		if err := t.allowPull(ref); err != nil {
+			return err
 		}
 	}
 	var err error

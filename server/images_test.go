@@ -126,15 +126,19 @@ type errorString []byte
 func (e errorString) Error() string { return string(e) }
 
 // TestImageSettingsValidate: the configuration refuses image settings that
-// would offer the host view without saying so, or name no image at all.
+// would offer the host view without saying so, name no image at all, or
+// list a registry that is not a host.
 func TestImageSettingsValidate(t *testing.T) {
 	for name, mutate := range map[string]func(*server.Config){
-		"host default":        func(c *server.Config) { c.Images = &server.ImageSettings{Default: image.Host} },
-		"tenant host":         func(c *server.Config) { c.Tenants[0].Images = []string{image.Host} },
-		"negative cap":        func(c *server.Config) { c.Images = &server.ImageSettings{MaxMB: -1} },
-		"empty tenant image":  func(c *server.Config) { c.Tenants[0].Images = []string{""} },
-		"control in default":  func(c *server.Config) { c.Images = &server.ImageSettings{Default: "py\x1bthon"} },
-		"host, not allowed 2": func(c *server.Config) { c.Images = &server.ImageSettings{}; c.Tenants[1].Images = []string{image.Host} },
+		"host default":         func(c *server.Config) { c.Images = &server.ImageSettings{Default: image.Host} },
+		"tenant host":          func(c *server.Config) { c.Tenants[0].Images = []string{image.Host} },
+		"negative cap":         func(c *server.Config) { c.Images = &server.ImageSettings{MaxMB: -1} },
+		"empty tenant image":   func(c *server.Config) { c.Tenants[0].Images = []string{""} },
+		"control in default":   func(c *server.Config) { c.Images = &server.ImageSettings{Default: "py\x1bthon"} },
+		"host, not allowed 2":  func(c *server.Config) { c.Images = &server.ImageSettings{}; c.Tenants[1].Images = []string{image.Host} },
+		"registry with scheme": func(c *server.Config) { c.Images = &server.ImageSettings{Registries: []string{"https://ghcr.io"}} },
+		"registry with path":   func(c *server.Config) { c.Images = &server.ImageSettings{Registries: []string{"ghcr.io/team"}} },
+		"empty registry":       func(c *server.Config) { c.Images = &server.ImageSettings{Registries: []string{""}} },
 	} {
 		c := testConfig()
 		mutate(&c)
@@ -147,6 +151,7 @@ func TestImageSettingsValidate(t *testing.T) {
 	c := testConfig()
 	c.Images = &server.ImageSettings{AllowHost: true, Default: image.Host}
 	c.Tenants[0].Images = []string{image.Host, "python"}
+	c.Images.Registries = []string{"ghcr.io", "127.0.0.1:5000", "docker.io"}
 	if err := c.Validate(); err != nil {
 		t.Errorf("host allowed: %v", err)
 	}

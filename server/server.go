@@ -50,6 +50,7 @@ type tenant struct {
 	allowed  []airlock.Situation // the situations its jobs may name
 	defSit   airlock.Situation   // what a job that names none runs as
 	defImage string              // what a command job that names none runs in ("": the host view)
+	pullFrom []string            // the registries a job's image reference may be pulled from
 	slots    chan struct{}
 	waiting  atomic.Int64
 	rate     *rate.Limiter // runs per minute on the embedded state
@@ -180,6 +181,12 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc)}
 		tn.allowed, tn.defSit = t.situations()
 		tn.defImage = defImage
+		if cfg.Images != nil {
+			for _, r := range cfg.Images.Registries {
+				reg, _ := registryOf(r) // validated with the configuration
+				tn.pullFrom = append(tn.pullFrom, reg)
+			}
+		}
 		if tn.roots, err = hostpath.NewRoots(t.ReadRoots, keep); err != nil {
 			return fail(fmt.Errorf("tenants[%d].read_roots: %w", i, err))
 		}
