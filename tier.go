@@ -90,6 +90,12 @@ type PoolStats struct {
 	Ready  int    // instances ready now
 	Hits   uint64 // jobs that claimed a ready instance
 	Misses uint64 // jobs that found the pool empty and started cold
+	// Failed counts starts of pool instances that failed, and LastError
+	// is the last one's reason ("" once a start succeeds): a pool that
+	// cannot fill (its image's name removed, a backend gone) says why
+	// rather than leave every job to start cold in silence.
+	Failed    uint64
+	LastError string
 
 	// Images breaks the counters down per image, keyed by the image's
 	// digest ("host" for the host view without an image store), for a

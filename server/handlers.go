@@ -785,6 +785,9 @@ type tierInfo struct {
 	Unavailable string        `json:"unavailable,omitempty"`
 	Sessions    bool          `json:"sessions"`
 	Allowed     bool          `json:"allowed"`
+	// PoolError is why the tier's warm pool last failed to start an
+	// instance; empty once a start succeeds.
+	PoolError string `json:"pool_error,omitempty"`
 }
 
 func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
@@ -799,6 +802,9 @@ func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
 			ti.Available, ti.Unavailable = false, err.Error()
 		}
 		_, ti.Sessions = tr.(airlock.SessionTier)
+		if p, ok := s.pools[tr.Name()]; ok {
+			ti.PoolError = p.PoolStats().LastError
+		}
 		out = append(out, ti)
 	}
 	writeJSON(w, http.StatusOK, out)

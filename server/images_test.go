@@ -244,7 +244,8 @@ func TestImagesWarm(t *testing.T) {
 	// The name moves to a new image while its pool is warm: the next job
 	// naming it runs the new image, not a pooled sandbox of the old one,
 	// and the pool follows the name.
-	moved, err := st.Import(ctx, "other", imagetest.Layout(t, imagetest.Busybox(t, "airlock-other-moved"), nil))
+	movedLayout := imagetest.Layout(t, imagetest.Busybox(t, "airlock-other-moved"), nil)
+	moved, err := st.Import(ctx, "other", movedLayout)
 	if err != nil || moved == other {
 		t.Fatalf("moving other: %s, %v", moved, err)
 	}
@@ -267,6 +268,41 @@ func TestImagesWarm(t *testing.T) {
 	body = string(f.do("GET", "/metrics", "", nil).body)
 	if want := `airlock_pool_image_name{tier="process",image="` + moved + `",name="other"} 1`; !strings.Contains(body, want+"\n") || strings.Contains(body, other) {
 		t.Errorf("metrics after the move: want %q and nothing of %s:\n%s", want, other, body)
+	}
+
+	// The pool's name is removed while its image stays under another: the
+	// pool can no longer start an instance, and says why in /v1/tiers and
+	// /metrics instead of leaving every job to start cold in silence.
+	if d, err := st.Import(ctx, "alias", movedLayout); err != nil || d != moved {
+		t.Fatalf("alias: %s, %v", d, err)
+	}
+	if err := st.Remove(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	r = f.do("POST", "/v1/run", keyB, `{"kind":"command","argv":["cat","/etc/os-release"],"situation":"internal","image":"alias"}`)
+	if res := r.result(t); r.status != http.StatusOK || strings.TrimSpace(res.Stdout) != "ID=airlock-other-moved" {
+		t.Fatalf("image alias: status %d, %+v", r.status, res)
+	}
+	var poolErr string
+	for deadline := time.Now().Add(time.Minute); poolErr == "" && time.Now().Before(deadline); {
+		var tiersOut []struct {
+			Name      string `json:"name"`
+			PoolError string `json:"pool_error"`
+		}
+		f.do("GET", "/v1/tiers", keyB, nil).decode(t, &tiersOut)
+		for _, ti := range tiersOut {
+			if ti.Name == "process" {
+				poolErr = ti.PoolError
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(poolErr, "other") || !strings.Contains(poolErr, "unknown image name") {
+		t.Errorf("process pool_error after its name was removed: %q", poolErr)
+	}
+	body = string(f.do("GET", "/metrics", "", nil).body)
+	if strings.Contains(body, `airlock_pool_start_failures_total{tier="process"} 0`+"\n") || !strings.Contains(body, `airlock_pool_start_failures_total{tier="process"} `) {
+		t.Errorf("metrics count no failed start of the process pool:\n%s", body)
 	}
 }
 

@@ -167,6 +167,11 @@ func (m *metrics) write(w io.Writer, pools map[string]airlock.Pooler) {
 			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"hit\"} %d\n", escapeLabel(n), stats[i].Hits)
 			fmt.Fprintf(w, "airlock_pool_claims_total{tier=\"%s\",result=\"miss\"} %d\n", escapeLabel(n), stats[i].Misses)
 		}
+		fmt.Fprintln(w, "# HELP airlock_pool_start_failures_total Pool instances that failed to start, per tier (the reason: /v1/tiers pool_error).")
+		fmt.Fprintln(w, "# TYPE airlock_pool_start_failures_total counter")
+		for i, n := range names {
+			fmt.Fprintf(w, "airlock_pool_start_failures_total{tier=\"%s\"} %d\n", escapeLabel(n), stats[i].Failed)
+		}
 		// Per image, in families of their own: summing a family must not
 		// count the tier's totals twice.
 		fmt.Fprintln(w, "# HELP airlock_pool_image_size Warm instances ready, per tier and image digest.")

@@ -45,10 +45,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 			name = image.Host
 		}
 		tot.Images[name] = st
-		tot.Size += st.Size
-		tot.Ready += st.Ready
-		tot.Hits += st.Hits
-		tot.Misses += st.Misses
+		warmpool.Add(&tot, st)
 	}
 	return tot
 }

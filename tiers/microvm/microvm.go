@@ -334,10 +334,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 	tot := airlock.PoolStats{Images: map[string]airlock.PoolStats{}}
 	for _, k := range t.poolKeys() {
 		st := t.pool.Stats(k).PoolStats()
-		tot.Size += st.Size
-		tot.Ready += st.Ready
-		tot.Hits += st.Hits
-		tot.Misses += st.Misses
+		warmpool.Add(&tot, st)
 		d, ok := t.poolDigest(k.ref)
 		if !ok {
 			continue // no VM started yet: its image is not known
@@ -347,10 +344,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 		}
 		im := tot.Images[d] // two references naming one image: their sum
 		im.Names = t.appendName(im.Names, k.ref)
-		im.Size += st.Size
-		im.Ready += st.Ready
-		im.Hits += st.Hits
-		im.Misses += st.Misses
+		warmpool.Add(&im, st)
 		tot.Images[d] = im
 	}
 	return tot

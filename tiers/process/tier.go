@@ -357,10 +357,7 @@ func (t *Tier) PoolStats() airlock.PoolStats {
 		st := t.pool.Stats(k).PoolStats()
 		st.Names = appendName(nil, t.nameOf(ref))
 		tot.Images[name] = st
-		tot.Size += st.Size
-		tot.Ready += st.Ready
-		tot.Hits += st.Hits
-		tot.Misses += st.Misses
+		warmpool.Add(&tot, st)
 	}
 	return tot
 }

@@ -82,7 +82,25 @@ type Stats struct {
 
 // PoolStats returns the counters in the root package's terms.
 func (s Stats) PoolStats() airlock.PoolStats {
-	return airlock.PoolStats{Size: s.Size, Ready: s.Ready, Hits: s.Hits, Misses: s.Misses}
+	st := airlock.PoolStats{Size: s.Size, Ready: s.Ready, Hits: s.Hits, Misses: s.Misses, Failed: s.Failed}
+	if s.LastErr != nil {
+		st.LastError = s.LastErr.Error()
+	}
+	return st
+}
+
+// Add adds one pool's counters to a sum of pools (a tier's totals, or an
+// image's pools under several names): sizes and counts add up, and the
+// sum keeps the first failure it is given.
+func Add(sum *airlock.PoolStats, st airlock.PoolStats) {
+	sum.Size += st.Size
+	sum.Ready += st.Ready
+	sum.Hits += st.Hits
+	sum.Misses += st.Misses
+	sum.Failed += st.Failed
+	if sum.LastError == "" {
+		sum.LastError = st.LastError
+	}
 }
 
 // Pool keeps instances of type T ready, per key of type K.
