@@ -9,14 +9,17 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testing/pgtest"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
-// TestServeReplicas runs two `airlock serve` processes over one
+// TestServeReplicas runs three `airlock serve` processes over one
 // PostgreSQL database, configured as in deploy/kubernetes: the state and
-// the advertised address from the environment.
+// the advertised address from the environment. Sessions are reached from
+// any replica; a replica killed with SIGKILL leaves its sessions lost, a
+// drained one leaves them closed.
 func TestServeReplicas(t *testing.T) {
 	dsn := pgtest.Start(t)
 	start := func(id string) *child {
@@ -26,10 +29,10 @@ func TestServeReplicas(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close() // the child listens here; nothing else takes a port this fresh
-		_, config := writeConfig(t, "replica_id: "+id+"\nstate: env:AIRLOCK_STATE\nadvertise: env:AIRLOCK_ADVERTISE\n")
+		_, config := writeConfig(t, "replica_id: "+id+"\nstate: env:AIRLOCK_STATE\nadvertise: env:AIRLOCK_ADVERTISE\nsession_lease: 2s\n")
 		return startServeOn(t, config, addr, "AIRLOCK_STATE="+dsn, "AIRLOCK_ADVERTISE=http://"+addr)
 	}
-	a, b := start("a"), start("b")
+	a, b, c := start("a"), start("b"), start("c")
 	do := func(c *child, method, path, body string) (int, string, string) {
 		req, _ := http.NewRequest(method, "http://"+c.addr+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testKey)
@@ -55,6 +58,47 @@ func TestServeReplicas(t *testing.T) {
 	if status, replica, body := do(b, "POST", path, `{"kind":"starlark","code":"result = 7"}`); status != 200 || replica != "a" {
 		t.Fatalf("the session through b: %d from %q: %s", status, replica, body)
 	}
+	// kill -9 of c, a separate process: its session is reported lost
+	// through b once c's lease lapses (never recreated elsewhere), and the
+	// other replicas go on serving.
+	status, _, body = do(c, "POST", "/v1/sessions", `{"tier":"starlark"}`)
+	var onC struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &onC); err != nil || status != 201 {
+		t.Fatalf("opening a session on c: %d %s", status, body)
+	}
+	cPath := fmt.Sprintf("/v1/sessions/%s/run", onC.ID)
+	if status, replica, body := do(b, "POST", cPath, `{"kind":"starlark","code":"n = 1"}`); status != 200 || replica != "c" {
+		t.Fatalf("c's session through b: %d from %q: %s", status, replica, body)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	c.done <- nil // for the cleanup
+	lost := false
+	for deadline := time.Now().Add(30 * time.Second); !lost && time.Now().Before(deadline); {
+		status, _, body := do(b, "POST", cPath, `{"kind":"starlark","code":"result = n"}`)
+		switch {
+		case status == http.StatusGone && strings.Contains(body, "session_lost"):
+			lost = true
+		case status == http.StatusServiceUnavailable: // c's lease holds yet
+			time.Sleep(100 * time.Millisecond)
+		default:
+			t.Fatalf("c's session after kill -9: %d %s", status, body)
+		}
+	}
+	if !lost {
+		t.Fatal("c's session was never reported lost")
+	}
+	if status, _, body := do(a, "POST", cPath, `{"kind":"starlark","code":"result = 1"}`); status != http.StatusGone {
+		t.Errorf("c's session through a: %d %s", status, body)
+	}
+	for _, r := range []*child{a, b} {
+		if status, _, body := do(r, "POST", "/v1/run", `{"kind":"expr","code":"1+1"}`); status != 200 {
+			t.Errorf("a run after c died: %d %s", status, body)
+		}
+	}
+
 	// A drained replica closes its sessions and says so: they are unknown,
 	// not lost.
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
