@@ -217,6 +217,8 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 	dst = wire.String(dst, j.Image)
 	g := &j.Grants
 	dst = wire.Strings(dst, g.FS.Read)
+	dst = wire.StringMap(dst, g.FS.At)
+	dst = wire.Strings(dst, g.FS.Copy)
 	dst = binary.AppendVarint(dst, g.FS.ScratchMB)
 	dst = wire.Count(dst, g.Net == nil, len(g.Net))
 	for _, r := range g.Net {
@@ -255,6 +257,7 @@ func appendJob(dst []byte, j *airlock.Job) ([]byte, error) {
 	dst = wire.String(dst, string(j.Lifecycle))
 	dst = wire.String(dst, j.Session)
 	dst = wire.String(dst, j.Tier)
+	dst = wire.String(dst, j.Account)
 	return dst, nil
 }
 
@@ -281,6 +284,8 @@ func (d *decoder) job() airlock.Job {
 	j.Image = d.String()
 	g := &j.Grants
 	g.FS.Read = d.Strings()
+	g.FS.At = d.StringMap()
+	g.FS.Copy = d.Strings()
 	g.FS.ScratchMB = d.Int()
 	if n, ok := d.Count(); ok {
 		g.Net = make([]airlock.NetRule, n)
@@ -318,6 +323,7 @@ func (d *decoder) job() airlock.Job {
 	j.Lifecycle = airlock.Lifecycle(d.String())
 	j.Session = d.String()
 	j.Tier = d.String()
+	j.Account = d.String()
 	return j
 }
 
