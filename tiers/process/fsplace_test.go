@@ -201,3 +201,53 @@ func TestPlacementRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyGrantBesideOtherScratch: with a session's scratch, or a collect
+// job's host scratch, the copies get a tmpfs of their own, capped at
+// scratch_mb; nothing of the copy lands in the scratch that outlives the
+// program (the session's, the collected files).
+func TestCopyGrantBesideOtherScratch(t *testing.T) {
+	tier := newTestTier(t, bothTiers[0], testConfig(t))
+	dir, _ := placeGrantDir(t)
+	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/work"}, Copy: []string{dir}}
+	ctx := context.Background()
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	job := cmdJob("sh", "-c", "echo changed > /work/x && cat /work/x && echo kept > /scratch/k && ls -A /scratch")
+	job.Grants.FS = fs
+	if res, err := s.Run(ctx, job); err != nil || res.Stdout != "changed\nk\n" {
+		t.Errorf("a copy in a session: %v, %+v", err, res)
+	}
+	job = cmdJob("sh", "-c", "cat /work/x /scratch/k")
+	job.Grants.FS = fs
+	if res, err := s.Run(ctx, job); err != nil || res.Stdout != "granted\nkept\n" {
+		t.Errorf("the session's next run: %v, %+v", err, res)
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.Mkdir(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(big, "f"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job = cmdJob("true")
+	job.Grants.FS = airlock.FSGrant{Read: []string{big}, Copy: []string{big}, ScratchMB: 1}
+	var inv *airlock.InvalidJob
+	if _, err := s.Run(ctx, job); !errors.As(err, &inv) || inv.Field != "grants.fs.copy" {
+		t.Errorf("a copy over scratch_mb in a session: %v", err)
+	}
+
+	job = cmdJob("sh", "-c", "echo changed > /work/x && cat /work/x > out.txt")
+	job.Grants.FS = fs
+	job.Collect = []string{"*"}
+	res, err := tier.Run(ctx, job)
+	if err != nil || res.Files["out.txt"] != "changed\n" || len(res.Files) != 1 {
+		t.Errorf("a copy beside collect: %v, %+v", err, res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "x")); string(b) != "granted\n" {
+		t.Errorf("the host file changed: %q", b)
+	}
+}
