@@ -111,7 +111,8 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		defer t.pool.Done(key) // the replacement starts once the job is over
 	}
 	if sb == nil {
-		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read, egress: len(job.Grants.Net) > 0,
+		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read,
+			at: job.Grants.FS.At, copies: job.Grants.FS.Copy, egress: len(job.Grants.Net) > 0,
 			img: img, releaseImage: releaseImage, hostScratch: len(job.Collect) > 0}
 		releaseImage = nil // the sandbox's now
 		if sess != nil {
@@ -538,6 +539,8 @@ drain:
 			capt.sink(airlock.Stderr, msg)
 		}
 		return out, nil
+	case st.Field != "":
+		return out, jobs.Invalid(st.Field, "%s", st.Error)
 	case st.Error != "" && startFailed.Load():
 		return out, fmt.Errorf("starting sandbox: %s", st.Error)
 	case st.Error != "":

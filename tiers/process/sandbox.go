@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -146,9 +147,14 @@ type startOptions struct {
 	limits    airlock.Limits
 	scratchMB int64
 	read      []string // granted read-only paths
-	uid       uint32   // 0: allocate one
-	scratch   string   // an existing scratch directory (session, workspace); "" for a fresh one
-	egress    bool     // bind an egress directory (containers only)
+	// at places read grants at guest paths (grants.fs.at); copies are the
+	// read grants given as writable copies (grants.fs.copy). Containers
+	// only.
+	at      map[string]string
+	copies  []string
+	uid     uint32 // 0: allocate one
+	scratch string // an existing scratch directory (session, workspace); "" for a fresh one
+	egress  bool   // bind an egress directory (containers only)
 	// hostScratch gives a container a scratch on the host (as the filter
 	// level has) instead of its own tmpfs, so that files can be collected
 	// from it after the program has ended.
@@ -303,7 +309,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 		childEnds = append(childEnds, f)
 		base.RootFd = extra.add(f)
-	} else if o.level == airlock.LevelContainer && !grantsUnderEtc(o.read) {
+	} else if o.level == airlock.LevelContainer && !grantsUnderEtc(guestPaths(o.read, o.at)) {
 		// Without a template (it could not be built) the stage builds
 		// /etc itself.
 		if f, err := t.etc.clone(t.cfg.baseDir); err == nil {
@@ -318,7 +324,12 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 		childEnds = append(childEnds, f)
 		st, _ := f.Stat()
-		base.Binds = append(base.Binds, stage.BindSpec{Target: p, Fd: extra.add(f), Dir: st != nil && st.IsDir()})
+		target := p
+		if g, ok := o.at[p]; ok {
+			target = g
+		}
+		base.Binds = append(base.Binds, stage.BindSpec{Target: target, Fd: extra.add(f), Dir: st != nil && st.IsDir(),
+			Placed: target != p, Copy: slices.Contains(o.copies, p)})
 	}
 	if o.egress && o.level == airlock.LevelContainer {
 		dir := t.egressDirFor(sb.name)
@@ -477,6 +488,8 @@ func (sb *sandbox) awaitReady(ctx context.Context) error {
 		switch {
 		case err != nil:
 			err = fmt.Errorf("starting sandbox: stage ended before it was ready: %w", err)
+		case st.Field != "":
+			err = jobs.Invalid(st.Field, "%s", st.Error)
 		case st.Error != "":
 			err = fmt.Errorf("starting sandbox: %s", st.Error)
 		case !st.Ready:
@@ -492,6 +505,18 @@ func (sb *sandbox) awaitReady(ctx context.Context) error {
 		<-ch
 		return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while starting the sandbox"}
 	}
+}
+
+// guestPaths lists where the read grants appear in a container.
+func guestPaths(read []string, at map[string]string) []string {
+	if len(at) == 0 {
+		return read
+	}
+	out := make([]string, len(read))
+	for i, p := range read {
+		out[i] = airlock.FSGrant{At: at}.GuestPath(p)
+	}
+	return out
 }
 
 // cloneTree makes a detached copy of the mount tree at p (open_tree with

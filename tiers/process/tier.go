@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock"
@@ -227,6 +228,26 @@ var (
 	errNet        = "shares the host's network namespace, so it cannot confine egress to the gateway: network grants need the process tier (level 3) or stronger"
 )
 
+// errGuestPath refuses a guest path that would cover what the container
+// itself mounts: its root, or its scratch (/scratch, and /tmp, the same).
+const errGuestPath = "grants.fs.at: guest path %s would cover the container's root or scratch (/, /scratch, /tmp): not supported here"
+
+// coveredGuestPath returns a guest path of at that is the root or is, or
+// is beneath, /scratch or /tmp.
+func coveredGuestPath(at map[string]string) (string, bool) {
+	for _, g := range at {
+		if g == "/" {
+			return g, true
+		}
+		for _, p := range []string{"/scratch", "/tmp"} {
+			if g == p || strings.HasPrefix(g, p+"/") {
+				return g, true
+			}
+		}
+	}
+	return "", false
+}
+
 // Admit accepts command jobs; network grants only at level 3, whose
 // sandbox reaches the network only through the egress gateway.
 func (t *Tier) Admit(job airlock.Job) error {
@@ -243,7 +264,13 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.ClockNotShown}
 	}
 	if admit.UsesFSPlacement(job.Grants.FS) {
-		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.FSPlacement}
+		if t.level != airlock.LevelContainer {
+			// No mount namespace to place or copy a grant in.
+			return &airlock.NotAdmitted{Tier: t.name, Reason: admit.FSPlacement}
+		}
+		if g, ok := coveredGuestPath(job.Grants.FS.At); ok {
+			return &airlock.NotAdmitted{Tier: t.name, Reason: fmt.Sprintf(errGuestPath, g)}
+		}
 	}
 	if len(job.Grants.Net) > 0 && t.level != airlock.LevelContainer {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}

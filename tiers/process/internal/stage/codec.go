@@ -31,6 +31,8 @@ func AppendBase(dst []byte, b *BaseSpec) ([]byte, error) {
 		dst = wire.String(dst, bd.Target)
 		dst = wire.Int(dst, int64(bd.Fd))
 		dst = wire.Bool(dst, bd.Dir)
+		dst = wire.Bool(dst, bd.Placed)
+		dst = wire.Bool(dst, bd.Copy)
 	}
 	dst = wire.Bool(dst, b.HasScratch)
 	dst = wire.Int(dst, b.ScratchMB)
@@ -69,7 +71,7 @@ func decodeBase(data []byte) (BaseSpec, error) {
 	if n, ok := d.Count(); ok {
 		b.Binds = make([]BindSpec, n)
 		for i := range b.Binds {
-			b.Binds[i] = BindSpec{Target: d.String(), Fd: int(d.Int()), Dir: d.Bool()}
+			b.Binds[i] = BindSpec{Target: d.String(), Fd: int(d.Int()), Dir: d.Bool(), Placed: d.Bool(), Copy: d.Bool()}
 		}
 	}
 	b.HasScratch = d.Bool()
@@ -160,6 +162,11 @@ func AppendStatus(dst []byte, st *Status) []byte {
 		msg = msg[:StatusLimit-64]
 	}
 	dst = wire.String(dst, msg)
+	field := st.Field
+	if len(field) > 32 {
+		field = field[:32]
+	}
+	dst = wire.String(dst, field)
 	dst, _ = wire.End(dst, start, StatusLimit)
 	return dst
 }
@@ -179,6 +186,7 @@ func ReadStatus(r io.Reader) (Status, error) {
 	st := Status{Ready: flags&1 != 0, Placed: flags&2 != 0, Exited: flags&4 != 0, NotFound: flags&8 != 0}
 	st.Code, st.Signal = int(int32(d.Int())), int(int32(d.Int()))
 	st.Error = d.String()
+	st.Field = d.String()
 	if err := d.Done(); err != nil {
 		return Status{}, fmt.Errorf("malformed status: %w", err)
 	}

@@ -21,7 +21,10 @@ import (
 //	/scratch                  the writable scratch (tmpfs capped at scratch_mb, or a
 //	                          session's / workspace's directory), the working directory
 //	/tmp                      the same scratch
-//	granted fs.read paths     bound read-only at their own paths
+//	granted fs.read paths     bound read-only at their guest paths (their own
+//	                          unless grants.fs.at places them), or, for
+//	                          grants.fs.copy, a writable copy bound there
+//	                          (see copy.go)
 //
 // Nothing else of the host is reachable: no /home, /root, /var, /run, /sys,
 // no host sockets, no other /etc files.
@@ -111,7 +114,16 @@ func buildRoot(base *BaseSpec) (rootLayout, error) {
 	if err := mkdirExisting(scratch, 0o755); err != nil {
 		return lay, err
 	}
-	if base.HasScratch {
+	copies, err := makeCopies(r, base)
+	if err != nil {
+		return lay, err
+	}
+	if copies != nil && copies.scratch != "" {
+		// The scratch shares the copies' tmpfs (and its cap).
+		if err := unix.Mount(copies.scratch, scratch, "", unix.MS_BIND, ""); err != nil {
+			return lay, fmt.Errorf("binding scratch: %w", err)
+		}
+	} else if base.HasScratch {
 		err := unix.MoveMount(FdScratch, "", unix.AT_FDCWD, scratch, unix.MOVE_MOUNT_F_EMPTY_PATH)
 		unix.Close(FdScratch)
 		if err != nil {
@@ -129,10 +141,18 @@ func buildRoot(base *BaseSpec) (rootLayout, error) {
 	if err := unix.Mount(scratch, path.Join(root, "tmp"), "", unix.MS_BIND, ""); err != nil {
 		return lay, fmt.Errorf("binding /tmp: %w", err)
 	}
-	for _, b := range base.Binds {
-		if err := bindGranted(root, b, lay.image); err != nil {
+	for i, b := range base.Binds {
+		if b.Copy {
+			err = bindCopy(root, b, copies.copies[i])
+		} else {
+			err = bindGranted(root, b, lay.image)
+		}
+		if err != nil {
 			return lay, err
 		}
+	}
+	if err := copies.release(); err != nil {
+		return lay, err
 	}
 	if err := pivot(root); err != nil {
 		return lay, err
@@ -434,12 +454,13 @@ func lockedFlags(f int64) uintptr {
 }
 
 // bindGranted attaches a granted host path — a detached, read-only clone
-// of its mount tree made by the parent — at the same path inside the root.
-// In the host view, a path already visible through the read-only /usr is
-// left as it is; an image's /usr is not the host's.
+// of its mount tree made by the parent — at its guest path inside the
+// root (its own path unless placed). In the host view, a grant of a path
+// already visible at the same place through the read-only /usr is left as
+// it is; an image's /usr is not the host's.
 func bindGranted(root string, b BindSpec, image bool) error {
 	defer unix.Close(b.Fd)
-	if !image && (b.Target == "/usr" || strings.HasPrefix(b.Target, "/usr/")) {
+	if !image && !b.Placed && (b.Target == "/usr" || strings.HasPrefix(b.Target, "/usr/")) {
 		return nil
 	}
 	target := path.Join(root, b.Target)
@@ -521,7 +542,11 @@ func containerLandlock(binds []BindSpec, lay rootLayout) []llRule {
 		rules = append(rules, llRule{Path: "/dev/" + n, Access: llRead | unix.LANDLOCK_ACCESS_FS_WRITE_FILE})
 	}
 	for _, b := range binds {
-		if grantRule(b.Target, lay.image) {
+		switch {
+		case b.Copy:
+			// The copy is the program's to change, wherever it is.
+			rules = append(rules, llRule{Path: b.Target, Access: rwAccess()})
+		case grantRule(b.Target, lay.image):
 			rules = append(rules, llRule{Path: b.Target, Access: llRead})
 		}
 	}

@@ -38,6 +38,12 @@ type BindSpec struct {
 	Target string // absolute path inside the sandbox
 	Fd     int
 	Dir    bool
+	// Placed: Target is a guest path (grants.fs.at), not the grant's
+	// own host path.
+	Placed bool
+	// Copy: the grant is copied, writable, into the sandbox's scratch
+	// space at Target (grants.fs.copy) rather than bound read-only.
+	Copy bool
 }
 
 // BaseSpec tells the container stage how to build the sandbox.
@@ -114,4 +120,7 @@ type Status struct {
 	Error  string
 	// NotFound marks an Error that means the program does not exist.
 	NotFound bool
+	// Field, when set, names the job field that made the start fail: the
+	// job is invalid as given (a copy that does not fit its scratch).
+	Field string
 }

@@ -54,7 +54,12 @@ func stagePipes() (specPipe, statusPipe, func(error) int) {
 	// Buffered: a cold job's spec arrives with the base spec, and one read
 	// takes both.
 	return specPipe{bufio.NewReaderSize(specF, 64<<10)}, enc, func(err error) int {
-		_ = enc.send(Status{Error: err.Error()})
+		st := Status{Error: err.Error()}
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			st.Field, st.Error = fe.Field, fe.Msg
+		}
+		_ = enc.send(st)
 		return 1
 	}
 }
