@@ -372,7 +372,8 @@ var (
 
 // Admit accepts ephemeral command jobs; network grants are enforced by an
 // egress gateway outside the VM, and host read paths are shown as
-// read-only snapshots within the caps of read.go.
+// snapshots (read-only, or writable copies) within the caps of read.go,
+// at their guest paths.
 func (t *Tier) Admit(job airlock.Job) error {
 	reason := ""
 	switch {
@@ -384,14 +385,12 @@ func (t *Tier) Admit(job airlock.Job) error {
 		reason = errNet
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
 		reason = errLifecycle
-	case admit.UsesFSPlacement(job.Grants.FS):
-		reason = admit.FSPlacement
 	default:
 		if err := t.admitImage(job.Image); err != nil {
 			return err
 		}
 		// Last: it reads the host's file system.
-		if reason = admitReads(job.Grants.FS.Read); reason == "" {
+		if reason = admitReads(job.Grants.FS); reason == "" {
 			return nil
 		}
 	}
@@ -432,12 +431,15 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 	// with the run's directory.
 	var reads []readDisk
 	if len(job.Grants.FS.Read) > 0 {
+		if err := checkCopies(job.Grants.FS, scratchMB(&job)); err != nil {
+			return res, err
+		}
 		dir, _, err := t.placedDir("read-")
 		if err != nil {
 			return res, fmt.Errorf("read grants: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		if reads, err = buildReads(ctx, dir, job.Grants.FS.Read); err != nil {
+		if reads, err = buildReads(ctx, dir, job.Grants.FS); err != nil {
 			return res, err
 		}
 	}
@@ -609,8 +611,22 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	if v.reads && !r.Reads {
 		return fmt.Errorf("%w: the guest agent does not mount read grants: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion)
 	}
+	if v.copies && !r.Copies {
+		return fmt.Errorf("%w: the guest agent does not mount copy grants writable: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion)
+	}
 	v.marks = r.Marks
 	return nil
+}
+
+// defaultScratchMB is the scratch a job gets when it asks for no size.
+const defaultScratchMB = 64
+
+// scratchMB is the job's scratch size in MiB.
+func scratchMB(job *airlock.Job) int64 {
+	if job.Grants.FS.ScratchMB == 0 {
+		return defaultScratchMB
+	}
+	return job.Grants.FS.ScratchMB
 }
 
 // encodeJob is the Job frame's payload: the job as the agent receives it,
@@ -620,10 +636,7 @@ func encodeJob(job *airlock.Job, n *wire.Net, reads []readDisk) ([]byte, error) 
 	if _, err := rand.Read(ent); err != nil {
 		return nil, err
 	}
-	scratch := job.Grants.FS.ScratchMB
-	if scratch == 0 {
-		scratch = 64
-	}
+	scratch := scratchMB(job)
 	var files map[string][]byte
 	if len(job.Files) > 0 {
 		files = make(map[string][]byte, len(job.Files))

@@ -157,20 +157,25 @@ func TestAwaitReadyVersion(t *testing.T) {
 	for _, c := range []struct {
 		ready   string
 		reads   bool // the VM was booted with read-grant disks
+		copies  bool // one of them a copy grant
 		wantErr bool
 	}{
-		{``, false, true},
-		{`{"version":1}`, false, true},
-		{`not json`, false, true},
-		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), false, false},
+		{``, false, false, true},
+		{`{"version":1}`, false, false, true},
+		{`not json`, false, false, true},
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), false, false, false},
 		// An agent that does not mount read grants is refused for a VM
 		// that has them.
-		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), true, true},
-		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}],"reads":true}`, wire.Version), true, false},
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}]}`, wire.Version), true, false, true},
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}],"reads":true}`, wire.Version), true, false, false},
+		// One that would show a copy grant read-only is refused for a VM
+		// with a copy grant.
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}],"reads":true}`, wire.Version), true, true, true},
+		{fmt.Sprintf(`{"version":%d,"marks":[{"step":"init","us":7}],"reads":true,"copies":true}`, wire.Version), true, true, false},
 	} {
 		host, guest := net.Pipe()
 		go func() { _ = frame.Write(guest, frame.Ready, []byte(c.ready)) }()
-		v := &vm{ctl: host, console: &tail{n: 64}, stderr: &tail{n: 64}, reads: c.reads}
+		v := &vm{ctl: host, console: &tail{n: 64}, stderr: &tail{n: 64}, reads: c.reads, copies: c.copies}
 		err := v.awaitReady(context.Background(), 10*time.Second)
 		host.Close()
 		guest.Close()

@@ -8,11 +8,14 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
@@ -25,17 +28,27 @@ import (
 // disk of its own (mkfs.erofs, every file owned by root, modes, links and
 // modification times as on the host) in the run's directory, which the
 // VM is booted with (virtio-blk, readonly=on, named by its serial) and
-// the agent mounts read-only, nosuid and nodev at the granted path in the
-// job's root (see the agent's read.go). The job sees the path as it was
-// when the job started: a snapshot, not a live view. The host side opens
-// the path refusing any symbolic link on the way (internal/hostpath) and
-// builds the disk from that descriptor, so a link swapped in after the
-// check is never followed; links inside the granted directory are copied
-// as links and resolve in the guest, where nothing of the host is.
+// the agent mounts read-only, nosuid and nodev at the grant's guest path
+// in the job's root: its host path, or where grants.fs.at places it (see
+// the agent's read.go). The job sees the path as it was when the job
+// started: a snapshot, not a live view. The host side opens the path
+// refusing any symbolic link on the way (internal/hostpath) and builds
+// the disk from that descriptor, so a link swapped in after the check is
+// never followed; links inside the granted directory are copied as links
+// and resolve in the guest, where nothing of the host is.
+//
+// A grant listed in grants.fs.copy is a writable copy: its disk is built
+// the same way but with every file owned by the job's user, and the agent
+// lays an overlay on it whose upper layer is a tmpfs of scratch_mb. What
+// the job changes lives in guest memory and vanishes with the VM; the
+// disk itself is read-only to the VMM, and nothing goes back to the host.
+// The copy counts against scratch_mb: copies whose files together are
+// larger are an invalid job, and the writes into them are bounded by it.
 //
 // A path larger than the caps below, or of another kind than a directory
-// or a regular file, is not admitted. A job with read grants boots cold:
-// the pool's VMs and the snapshot have no such disks.
+// or a regular file, is not admitted, nor a grant placed at the guest's
+// "/". A job with read grants boots cold: the pool's VMs and the snapshot
+// have no such disks.
 
 // The caps on what one job's read grants may copy into the guest.
 const (
@@ -46,8 +59,22 @@ const (
 // readSerial names read grant i's disk; virtio-blk serials hold 20 bytes.
 func readSerial(i int) string { return "airlock-read-" + strconv.Itoa(i) }
 
-// readModules are the guest drivers read-grant disks need.
-const readModules = "virtio_blk,crc32c_generic,libcrc32c,erofs"
+// readModules are the guest drivers read-grant disks need; copyModules
+// what copy grants need beside them.
+const (
+	readModules = "virtio_blk,crc32c_generic,libcrc32c,erofs"
+	copyModules = "overlay"
+)
+
+// hasCopy says whether one of reads is a copy grant.
+func hasCopy(reads []readDisk) bool {
+	for _, r := range reads {
+		if r.Copy {
+			return true
+		}
+	}
+	return false
+}
 
 // readDisk is one read grant's disk, built for one run.
 type readDisk struct {
@@ -65,15 +92,15 @@ type readSize struct {
 }
 
 // admitReads says why the job's read paths cannot be shown in a VM ("" if
-// they can): each must be a directory or a regular file, and all of them
-// together fit the caps. A path that does not open (missing, or through a
-// link) is left to Run, which reports it as an invalid job, as every tier
-// does.
-func admitReads(paths []string) string {
+// they can): none may land on the guest's "/", each must be a directory
+// or a regular file, and all of them together fit the caps. A path that
+// does not open (missing, or through a link) is left to Run, which
+// reports it as an invalid job, as every tier does.
+func admitReads(g airlock.FSGrant) string {
 	var total readSize
-	for _, p := range paths {
-		if p == "/" {
-			return "host read path / cannot be shown in the VM (it would replace the job's root)"
+	for _, p := range g.Read {
+		if g.GuestPath(p) == "/" {
+			return "host read path " + p + " cannot be shown at / in the VM (it would replace the job's root)"
 		}
 		sz, err := measureRead(p, maxReadBytes-total.bytes, maxReadEntries-total.entries)
 		if errors.Is(err, errOpen) {
@@ -86,6 +113,27 @@ func admitReads(paths []string) string {
 		total.entries += sz.entries
 	}
 	return ""
+}
+
+// checkCopies refuses, as an invalid job, copy grants whose regular files
+// together are larger than the job's scratch of scratchMB MiB: the copy
+// counts against it. A path that does not open is left to buildReads.
+func checkCopies(g airlock.FSGrant, scratchMB int64) error {
+	var total int64
+	for _, p := range g.Copy {
+		sz, err := measureRead(p, maxReadBytes, maxReadEntries)
+		if errors.Is(err, errOpen) {
+			continue
+		}
+		if err != nil {
+			return jobs.Invalid("grants.fs.copy", "%v", err)
+		}
+		total += sz.bytes
+		if total > scratchMB<<20 {
+			return jobs.Invalid("grants.fs.copy", "%s does not fit in the scratch: the copies hold %.1f MiB, grants.fs.scratch_mb is %d", p, float64(total)/(1<<20), scratchMB)
+		}
+	}
+	return nil
 }
 
 // measureRead sizes the path p, stopping once it is over the budget left.
@@ -140,11 +188,15 @@ func measureRead(p string, bytesLeft, entriesLeft int64) (readSize, error) {
 }
 
 // buildReads builds the job's read-grant disks in dir.
-func buildReads(ctx context.Context, dir string, paths []string) ([]readDisk, error) {
-	disks := make([]readDisk, 0, len(paths))
-	for i, p := range paths {
-		d := readDisk{Read: wire.Read{Path: p, Serial: readSerial(i)}, disk: filepath.Join(dir, "read-"+strconv.Itoa(i)+".erofs")}
-		file, err := buildRead(ctx, p, d.disk, filepath.Join(dir, "read-"+strconv.Itoa(i)+".d"))
+func buildReads(ctx context.Context, dir string, g airlock.FSGrant) ([]readDisk, error) {
+	disks := make([]readDisk, 0, len(g.Read))
+	for i, p := range g.Read {
+		d := readDisk{
+			Read: wire.Read{Path: g.GuestPath(p), Serial: readSerial(i), Copy: slices.Contains(g.Copy, p)},
+			disk: filepath.Join(dir, "read-"+strconv.Itoa(i)+".erofs"),
+		}
+		stage := filepath.Join(dir, "read-"+strconv.Itoa(i)+".d")
+		file, err := buildRead(ctx, p, path.Base(d.Path), d.Copy, d.disk, stage)
 		if err != nil {
 			return nil, jobs.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
@@ -154,10 +206,11 @@ func buildReads(ctx context.Context, dir string, paths []string) ([]readDisk, er
 	return disks, nil
 }
 
-// buildRead writes the disk of the path p to out. A directory is built
-// from the descriptor opened without following a link; a file is first
-// copied, through that descriptor, into the staging directory stage.
-func buildRead(ctx context.Context, p, out, stage string) (file bool, err error) {
+// buildRead writes the disk of the path p to out, every file owned by
+// root, or by the job's user for a copy. A directory is built from the
+// descriptor opened without following a link; a file is first copied,
+// through that descriptor, into the staging directory stage, as name.
+func buildRead(ctx context.Context, p, name string, writable bool, out, stage string) (file bool, err error) {
 	fd, err := hostpath.Open(p)
 	if err != nil {
 		return false, err
@@ -175,7 +228,7 @@ func buildRead(ctx context.Context, p, out, stage string) (file bool, err error)
 		extra = []*os.File{f}
 	case unix.S_IFREG:
 		file = true
-		if err := copyGranted(fd, st, filepath.Join(stage, filepath.Base(p)), stage); err != nil {
+		if err := copyGranted(fd, st, filepath.Join(stage, name), stage); err != nil {
 			return false, err
 		}
 		defer os.RemoveAll(stage)
@@ -187,7 +240,13 @@ func buildRead(ctx context.Context, p, out, stage string) (file bool, err error)
 	if err != nil {
 		return false, err
 	}
-	cmd := exec.CommandContext(ctx, mkfs, "--quiet", "--all-root", "--preserve-mtime", out, src)
+	owner := []string{"--all-root"}
+	if writable {
+		uid := strconv.Itoa(wire.JobUID)
+		owner = []string{"--force-uid=" + uid, "--force-gid=" + uid}
+	}
+	args := append([]string{"--quiet"}, owner...)
+	cmd := exec.CommandContext(ctx, mkfs, append(args, "--preserve-mtime", out, src)...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 	cmd.ExtraFiles = extra
 	if msg, err := cmd.CombinedOutput(); err != nil {

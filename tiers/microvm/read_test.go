@@ -53,6 +53,88 @@ func TestReadGrant(t *testing.T) {
 	assertNoVMs(t, tier)
 }
 
+// TestReadGrantPlaced: a directory placed at a guest path (grants.fs.at)
+// is there, read-only, and not at its host path; a directory copied
+// (grants.fs.copy) to a guest path and a file copied at its own path are
+// writable, their writes bounded by scratch_mb, and nothing of them
+// reaches the host. A snapshot tier runs it as a cold one would.
+func TestReadGrantPlaced(t *testing.T) {
+	tier := shared.get(t, WarmSnapshot)
+	base := t.TempDir()
+	at := filepath.Join(base, "at")
+	cp := filepath.Join(base, "cp")
+	file := filepath.Join(base, "one.txt")
+	for _, d := range []string{at, cp} {
+		must(t, os.MkdirAll(filepath.Join(d, "sub"), 0o755))
+		must(t, os.WriteFile(filepath.Join(d, "sub", "ok.txt"), []byte(filepath.Base(d)+"\n"), 0o644))
+	}
+	must(t, os.WriteFile(file, []byte("one file\n"), 0o644))
+	job := command("sh", "-c", strings.Join([]string{
+		"cat /data/sub/ok.txt",
+		"[ -e " + at + " ] || echo at-not-at-host-path",
+		"echo x > /data/planted 2>/dev/null || echo at-ro",
+		"cat /work/sub/ok.txt",
+		"echo changed > /work/sub/ok.txt && cat /work/sub/ok.txt",
+		"echo new > /work/new.txt && cat /work/new.txt",
+		"[ -e " + cp + " ] || echo cp-not-at-host-path",
+		"echo file-changed > " + file + " && cat " + file,
+		"dd if=/dev/zero of=/work/big bs=1M count=8 2>/dev/null || echo capped",
+	}, "\n"))
+	job.Grants.Spawn = true
+	job.Grants.FS = airlock.FSGrant{
+		Read:      []string{at, cp, file},
+		At:        map[string]string{at: "/data", cp: "/work"},
+		Copy:      []string{cp, file},
+		ScratchMB: 4,
+	}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil {
+		t.Fatalf("%v (stderr %q)", err, res.Stderr)
+	}
+	want := "at\nat-not-at-host-path\nat-ro\ncp\nchanged\nnew\ncp-not-at-host-path\nfile-changed\ncapped\n"
+	if res.Stdout != want {
+		t.Errorf("stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
+	for p, want := range map[string]string{
+		filepath.Join(at, "sub", "ok.txt"): "at\n",
+		filepath.Join(cp, "sub", "ok.txt"): "cp\n",
+		file:                               "one file\n",
+	} {
+		if b, err := os.ReadFile(p); err != nil || string(b) != want {
+			t.Errorf("host file %s now %q (%v), want %q", p, b, err, want)
+		}
+	}
+	for _, p := range []string{filepath.Join(at, "planted"), filepath.Join(cp, "new.txt"), filepath.Join(cp, "big")} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s reached the host: %v", p, err)
+		}
+	}
+	assertNoVMs(t, tier)
+}
+
+// TestCopyOverScratch: copies larger than scratch_mb are an invalid job,
+// with the reason on one line, before any VM starts.
+func TestCopyOverScratch(t *testing.T) {
+	tier := shared.get(t, WarmCold)
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "big"), make([]byte, 3<<20), 0o644))
+	job := command("true")
+	job.Grants.FS = airlock.FSGrant{Read: []string{dir}, Copy: []string{dir}, ScratchMB: 2}
+	_, err := tier.Run(context.Background(), job)
+	var inv *airlock.InvalidJob
+	if !errors.As(err, &inv) || inv.Field != "grants.fs.copy" || !strings.Contains(inv.Reason, "does not fit in the scratch") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("copy over scratch_mb: %v", err)
+	}
+	// Within it, the same copy is admitted and runs.
+	job.Grants.FS.ScratchMB = 4
+	job.Argv = []string{"wc", "-c", dir + "/big"}
+	res, err := tier.Run(context.Background(), job)
+	if want := "3145728 " + dir + "/big\n"; err != nil || res.Stdout != want {
+		t.Fatalf("copy within scratch_mb: %v, stdout %q, want %q (stderr %q)", err, res.Stdout, want, res.Stderr)
+	}
+	assertNoVMs(t, tier)
+}
+
 // TestReadGrantRefused: what cannot be shown in a VM is not admitted,
 // with the reason: a path over the copy cap (a sparse file, so the test
 // writes nothing), a path of another kind (a FIFO), the host's root.
@@ -71,9 +153,13 @@ func TestReadGrantRefused(t *testing.T) {
 		{dir, "over the microvm tier's cap for read grants"},
 		{fifo, "neither a directory nor a regular file"},
 		{"/", "would replace the job's root"},
+		{dir + "/small", "would replace the job's root"},
 	} {
 		job := command("true")
 		job.Grants.FS.Read = []string{c.path}
+		if c.path == dir+"/small" {
+			job.Grants.FS.At = map[string]string{c.path: "/"}
+		}
 		err := tier.Admit(job)
 		var na *airlock.NotAdmitted
 		if !errors.As(err, &na) || !strings.Contains(na.Reason, c.want) || strings.Contains(na.Reason, "\n") {
@@ -122,5 +208,13 @@ func TestReadArgs(t *testing.T) {
 	plain := strings.Join(tier.qemuArgs("id", "/dir", vmSpec{memMB: 64, vcpus: 1, reads: reads[:1]}), " ")
 	if !strings.Contains(plain, ","+readModules) || strings.Contains(plain, "airlock.root") || strings.Count(plain, "-drive") != 1 {
 		t.Errorf("host view with a read grant: %s", plain)
+	}
+	if strings.Contains(plain, copyModules) {
+		t.Errorf("host view without a copy grant loads %s: %s", copyModules, plain)
+	}
+	copied := []readDisk{{Read: wire.Read{Path: "/srv/a", Serial: readSerial(0), Copy: true}, disk: "/run/r0.erofs"}}
+	withCopy := strings.Join(tier.qemuArgs("id", "/dir", vmSpec{memMB: 64, vcpus: 1, reads: copied}), " ")
+	if !strings.Contains(withCopy, ","+readModules+","+copyModules) || !strings.Contains(withCopy, "readonly=on,file=/run/r0.erofs") {
+		t.Errorf("host view with a copy grant: %s", withCopy)
 	}
 }

@@ -64,6 +64,7 @@ type vm struct {
 	sent    chan error  // the Job frame's write, once started (see send)
 	img     *heldImage  // the image the VM holds (nil: the host view)
 	reads   bool        // booted with read-grant disks
+	copies  bool        // one of them a copy grant
 }
 
 // tail keeps the last n bytes written to it.
@@ -115,6 +116,9 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 		modules += "," + imageModules
 	} else if len(s.reads) > 0 {
 		modules += "," + readModules
+		if hasCopy(s.reads) {
+			modules += "," + copyModules
+		}
 	}
 	appendLine := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1 init_on_free=1 rdinit=/init airlock.modules=" + modules
 	if t.tscKHz > 0 {
@@ -215,7 +219,7 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	if err := writeOwner(dir); err != nil {
 		return v, err
 	}
-	v.reads = len(s.reads) > 0
+	v.reads, v.copies = len(s.reads) > 0, hasCopy(s.reads)
 	p := t.qemuProcess(id, dir, s)
 	if t.fc != "" && !s.net && len(s.reads) == 0 {
 		p = t.firecrackerProcess(id, dir, s)

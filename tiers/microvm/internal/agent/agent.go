@@ -39,7 +39,7 @@ import (
 const PortName = "airlock.ctl"
 
 // JobUID is the unprivileged user (and group) jobs run as.
-const JobUID = 65534
+const JobUID = wire.JobUID
 
 const (
 	scratchDir = "/scratch"
@@ -70,7 +70,7 @@ func Main() {
 }
 
 func runAgent() error {
-	ready := wire.Ready{Version: wire.Version, Reads: true}
+	ready := wire.Ready{Version: wire.Version, Reads: true, Copies: true}
 	mark := func(step string) { ready.Marks = append(ready.Marks, wire.Mark{Step: step, US: bootUS()}) }
 	mark("init")
 	if err := mountBase(); err != nil {
@@ -497,7 +497,7 @@ func (st *staged) prepare(job *wire.Job) error {
 	if root == "" {
 		root = "/"
 	}
-	if err := mountReads(root, job.Read); err != nil {
+	if err := mountReads(root, job.Read, max(job.ScratchMB, 1)); err != nil {
 		return err
 	}
 	if job.Net != nil {

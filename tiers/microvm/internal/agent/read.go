@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,15 @@ import (
 // writes to it. Links in the disk are the host's links, resolved in the
 // guest, where the job's root holds nothing of the host.
 //
+// A copy grant (Read.Copy) is made writable by an overlay: the disk is
+// its lower layer, and its upper and work directories live in one tmpfs
+// of the job's scratch size shared by every copy grant (nosuid, nodev),
+// so the job's changes stay in guest memory, bounded by the scratch size,
+// and vanish with the VM. The disk's files are owned by the job's user
+// (the host built it so), and the upper directory takes the owner and
+// mode of the disk's root, so the job may change what the copy holds as
+// it could its own files.
+//
 // The mount point is made in the job's root one component at a time,
 // never following a link: a path that passes through a link or a
 // non-directory in the root (an image's /lib -> usr/lib, say) is refused,
@@ -37,9 +47,12 @@ import (
 // turns read-only).
 const readStage = "/grants"
 
+// copyStage is where the copy grants' tmpfs is mounted (in readStage).
+const copyStage = readStage + "/copy"
+
 // mountReads shows each read grant at its path in root ("/" or the image
-// root).
-func mountReads(root string, reads []wire.Read) error {
+// root); copy grants' changes get a tmpfs of scratchMB MiB.
+func mountReads(root string, reads []wire.Read, scratchMB int64) error {
 	if len(reads) == 0 {
 		return nil
 	}
@@ -47,6 +60,14 @@ func mountReads(root string, reads []wire.Read) error {
 		return fmt.Errorf("mounting %s: %w", readStage, err)
 	}
 	defer unix.Unmount(readStage, unix.MNT_DETACH)
+	if slices.ContainsFunc(reads, func(r wire.Read) bool { return r.Copy }) {
+		if err := os.Mkdir(copyStage, 0o700); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", copyStage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0700", max(scratchMB, 1))); err != nil {
+			return fmt.Errorf("mounting the copy grants' tmpfs: %w", err)
+		}
+	}
 	// The mount points are made with the root writable for a moment; the
 	// job has not started.
 	if err := remountRoot(root, false); err != nil {
@@ -80,8 +101,14 @@ func mountRead(root string, i int, r wire.Read) error {
 	}
 	defer unix.Unmount(stage, unix.MNT_DETACH)
 	src := stage
+	if r.Copy {
+		if src, err = overlayCopy(stage, i); err != nil {
+			return err
+		}
+		defer unix.Unmount(src, unix.MNT_DETACH)
+	}
 	if r.File {
-		src = filepath.Join(stage, path.Base(p))
+		src = filepath.Join(src, path.Base(p))
 	}
 	target, err := mountPoint(root, p, r.File)
 	if err != nil {
@@ -94,6 +121,39 @@ func mountRead(root string, i int, r wire.Read) error {
 		return fmt.Errorf("binding it into the job's root: %w", err)
 	}
 	return nil
+}
+
+// overlayCopy mounts a writable overlay of the disk mounted at lower (copy
+// grant i), its changes in copyStage, and returns where.
+func overlayCopy(lower string, i int) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(lower, &st); err != nil {
+		return "", err
+	}
+	layers := filepath.Join(copyStage, strconv.Itoa(i))
+	upper, work := filepath.Join(layers, "upper"), filepath.Join(layers, "work")
+	for _, d := range []string{layers, upper, work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", err
+		}
+	}
+	// The copy's root is the upper directory: it takes the disk root's
+	// owner and mode.
+	if err := os.Chown(upper, int(st.Uid), int(st.Gid)); err != nil {
+		return "", err
+	}
+	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
+		return "", err
+	}
+	merged := lower + ".copy"
+	if err := os.Mkdir(merged, 0o755); err != nil {
+		return "", err
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", fmt.Errorf("mounting its writable overlay: %w", err)
+	}
+	return merged, nil
 }
 
 // mountPoint opens (O_PATH) the object at p in root, making what is

@@ -42,14 +42,25 @@ type Job struct {
 
 // Read is one read grant as the guest shows it: the disk whose virtio
 // serial is Serial holds a snapshot of the granted host path, which the
-// agent mounts read-only at Path in the job's root. A directory's disk
+// agent mounts read-only at Path in the job's root (the grant's guest
+// path: its host path unless grants.fs.at moves it). A directory's disk
 // holds the directory; a file's (File set) holds only that file, under
-// its base name, which is bound onto Path.
+// Path's base name, which is bound onto Path.
+//
+// With Copy set the grant is a writable copy: the agent lays an overlay
+// on the disk whose upper layer is a tmpfs of ScratchMB (the disk's files
+// are owned by JobUID), so the job's changes stay in guest memory and
+// vanish with the VM; the disk is read-only to the VMM.
 type Read struct {
 	Path   string `json:"path"`
 	Serial string `json:"serial"`
 	File   bool   `json:"file,omitempty"`
+	Copy   bool   `json:"copy,omitempty"`
 }
+
+// JobUID is the unprivileged user (and group) the guest runs jobs as; a
+// copy grant's disk is built with its files owned by it.
+const JobUID = 65534
 
 // Net is the guest side of the egress wiring: the interface's address (no
 // default route: only the subnet, on which QEMU's restricted user network
@@ -78,6 +89,10 @@ type Ready struct {
 	// guest with read-grant disks refuses a Ready without it (an older
 	// agent would run the job without its grants).
 	Reads bool `json:"reads,omitempty"`
+	// Copies is set by an agent that mounts a Read with Copy writable. A
+	// host that boots a guest with a copy grant refuses a Ready without
+	// it (an older agent would show the copy read-only).
+	Copies bool `json:"copies,omitempty"`
 }
 
 // RootImage is Ready.Root for a guest whose job root is the image disk.
