@@ -228,6 +228,9 @@ func buildRead(ctx context.Context, p, name string, writable bool, out, stage st
 		extra = []*os.File{f}
 	case unix.S_IFREG:
 		file = true
+		if writable && st.Mode&0o004 == 0 {
+			return false, fmt.Errorf("the job could not read it, so it cannot be copied")
+		}
 		if err := copyGranted(fd, st, filepath.Join(stage, name), stage); err != nil {
 			return false, err
 		}
@@ -244,6 +247,18 @@ func buildRead(ctx context.Context, p, name string, writable bool, out, stage st
 	if writable {
 		uid := strconv.Itoa(wire.JobUID)
 		owner = []string{"--force-uid=" + uid, "--force-gid=" + uid}
+		if !file {
+			if st.Mode&0o005 != 0o005 {
+				return false, fmt.Errorf("the job could not list it, so it cannot be copied")
+			}
+			left, err := copyExcluded(fd)
+			if err != nil {
+				return false, err
+			}
+			for _, rel := range left {
+				owner = append(owner, "--exclude-path="+rel)
+			}
+		}
 	}
 	args := append([]string{"--quiet"}, owner...)
 	cmd := exec.CommandContext(ctx, mkfs, append(args, "--preserve-mtime", out, src)...)
@@ -259,6 +274,42 @@ func buildRead(ctx context.Context, p, name string, writable bool, out, stage st
 		return false, fmt.Errorf("grew over the microvm tier's cap for read grants while it was copied")
 	}
 	return file, nil
+}
+
+// copyExcluded lists, relative to the directory open as fd, what a copy
+// grant leaves out: a copy belongs to the job, so it holds only what the
+// job could read of the read-only grant (whose files are root's, modes
+// kept): world-readable regular files and directories it may enter, no
+// links, devices, pipes or sockets; a directory left out takes its tree.
+// As on the process tier, a tree that changes meanwhile is copied as
+// mkfs finds it.
+func copyExcluded(fd int) ([]string, error) {
+	root, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	var left []string
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || name == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		m := info.Mode()
+		switch {
+		case m.IsDir() && m.Perm()&0o005 != 0o005:
+			left = append(left, name)
+			return fs.SkipDir
+		case m.IsDir():
+		case !m.IsRegular() || m.Perm()&0o004 == 0:
+			left = append(left, name)
+		}
+		return nil
+	})
+	return left, err
 }
 
 // copyGranted copies the regular file open (O_PATH) as fd, of status st,

@@ -69,6 +69,10 @@ func TestReadGrantPlaced(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(d, "sub", "ok.txt"), []byte(filepath.Base(d)+"\n"), 0o644))
 	}
 	must(t, os.WriteFile(file, []byte("one file\n"), 0o644))
+	// A copy holds only what the job could read of the grant read-only:
+	// no file kept from other users, no link.
+	must(t, os.WriteFile(filepath.Join(cp, "secret.txt"), []byte("SECRET-0600\n"), 0o600))
+	must(t, os.Symlink(file, filepath.Join(cp, "link")))
 	job := command("sh", "-c", strings.Join([]string{
 		"cat /data/sub/ok.txt",
 		"[ -e " + at + " ] || echo at-not-at-host-path",
@@ -79,6 +83,8 @@ func TestReadGrantPlaced(t *testing.T) {
 		"[ -e " + cp + " ] || echo cp-not-at-host-path",
 		"echo file-changed > " + file + " && cat " + file,
 		"dd if=/dev/zero of=/work/big bs=1M count=8 2>/dev/null || echo capped",
+		"[ -e /work/secret.txt ] || echo secret-left-out",
+		"[ -L /work/link ] || echo link-left-out",
 	}, "\n"))
 	job.Grants.Spawn = true
 	job.Grants.FS = airlock.FSGrant{
@@ -91,8 +97,8 @@ func TestReadGrantPlaced(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (stderr %q)", err, res.Stderr)
 	}
-	want := "at\nat-not-at-host-path\nat-ro\ncp\nchanged\nnew\ncp-not-at-host-path\nfile-changed\ncapped\n"
-	if res.Stdout != want {
+	want := "at\nat-not-at-host-path\nat-ro\ncp\nchanged\nnew\ncp-not-at-host-path\nfile-changed\ncapped\nsecret-left-out\nlink-left-out\n"
+	if res.Stdout != want || strings.Contains(res.Stdout+res.Stderr, "SECRET-0600") {
 		t.Errorf("stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
 	}
 	for p, want := range map[string]string{
