@@ -12,7 +12,8 @@ import (
 )
 
 // grantTree is a host directory with a file in a subdirectory, a file only
-// its owner (root) may read, and a link pointing out of it at a secret.
+// its owner (root) may read, and two links pointing out of it at a secret
+// next to it: by its absolute host path and by a relative one.
 func grantTree(t *testing.T) (dir, secret string) {
 	t.Helper()
 	base := t.TempDir()
@@ -24,6 +25,7 @@ func grantTree(t *testing.T) (dir, secret string) {
 		os.WriteFile(filepath.Join(dir, "private"), []byte("PRIVATE\n"), 0o600),
 		os.WriteFile(secret, []byte("SECRET\n"), 0o644),
 		os.Symlink(secret, filepath.Join(dir, "out")),
+		os.Symlink("../secret", filepath.Join(dir, "rel")),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -41,13 +43,14 @@ func TestFSGrantAtGuestPath(t *testing.T) {
 	j := cmdJob("sh", "-c", `cat /data/sub/data.txt
 cat `+dir+`/sub/data.txt 2>/dev/null || echo not-at-host-path
 cat /data/out 2>/dev/null || echo link-closed
+cat /data/rel 2>/dev/null || echo link-closed
 echo x 2>/dev/null > /data/new || echo read-only`)
 	j.Grants.FS = airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/data"}}
 	res, err := tier.Run(context.Background(), j)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "granted\nnot-at-host-path\nlink-closed\nread-only\n"; res.Stdout != want || strings.Contains(res.Stdout+res.Stderr, "SECRET") {
+	if want := "granted\nnot-at-host-path\nlink-closed\nlink-closed\nread-only\n"; res.Stdout != want || strings.Contains(res.Stdout+res.Stderr, "SECRET") {
 		t.Fatalf("grant at /data: stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
 	}
 	if exists(filepath.Join(dir, "new")) {
@@ -67,6 +70,7 @@ func TestFSGrantCopy(t *testing.T) {
 echo new > /work/new.txt && cat /work/new.txt
 cat /work/private 2>/dev/null || echo private-closed
 cat /work/out 2>/dev/null || echo link-closed
+cat /work/rel `+own+`/rel 2>/dev/null || echo link-closed
 echo x 2>/dev/null > /work/out || echo link-not-written
 echo mine > `+own+`/sub/data.txt && cat `+own+`/sub/data.txt`)
 	j.Grants.FS = airlock.FSGrant{Read: []string{dir, own}, At: map[string]string{dir: "/work"}, Copy: []string{dir, own}}
@@ -74,7 +78,7 @@ echo mine > `+own+`/sub/data.txt && cat `+own+`/sub/data.txt`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "changed\nnew\nprivate-closed\nlink-closed\nlink-not-written\nmine\n"; res.Stdout != want || strings.Contains(res.Stdout, "SECRET") || strings.Contains(res.Stdout, "PRIVATE") {
+	if want := "changed\nnew\nprivate-closed\nlink-closed\nlink-closed\nlink-not-written\nmine\n"; res.Stdout != want || strings.Contains(res.Stdout, "SECRET") || strings.Contains(res.Stdout, "PRIVATE") {
 		t.Fatalf("copy: stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
 	}
 	for _, d := range []string{dir, own} {
