@@ -177,7 +177,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	}
 	for _, g := range job.Copies {
 		if err := ownCopy(g, job.UID); errors.Is(err, syscall.ENOSPC) {
-			return agentExit{Code: -1, CopyFull: fmt.Sprintf("the copy at %s does not fit in the scratch (grants.fs.scratch_mb)", g)}
+			return agentExit{Code: -1, CopyFull: fmt.Sprintf("the copy at %s does not fit in the scratch", g)}
 		} else if err != nil {
 			return agentExit{Code: -1, Error: fmt.Sprintf("copy at %s: %v", g, err)}
 		}

@@ -308,7 +308,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	case lost != nil:
 		return r.finish(fmt.Errorf("running sandbox: %w: %v", errSandboxLost, lost))
 	case exit.CopyFull != "":
-		return r.finish(jobs.Invalid("grants.fs.copy", "%s", exit.CopyFull))
+		return r.finish(jobs.Invalid("grants.fs.copy", "%s (grants.fs.scratch_mb, %d MB)", exit.CopyFull, job.Grants.FS.ScratchMB))
 	case exit.Error != "":
 		return r.finish(fmt.Errorf("running sandbox: agent: %s", exit.Error))
 	}

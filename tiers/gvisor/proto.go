@@ -36,7 +36,7 @@ type agentJob struct {
 type agentExit struct {
 	Code  int    `json:"code"`
 	Error string `json:"error,omitempty"` // the agent could not start the job
-	// CopyFull: a copy grant did not fit in the scratch cap (the reason).
+	// CopyFull: a copy grant did not fit in the scratch cap (which one).
 	CopyFull string `json:"copy_full,omitempty"`
 	// Times measured inside the sandbox, in microseconds: from the job
 	// frame to the program started, and to its exit.
