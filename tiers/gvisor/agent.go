@@ -175,6 +175,13 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	if err := writeFiles(scratchDir, job.Files, job.UID); err != nil {
 		return agentExit{Code: -1, Error: err.Error()}
 	}
+	for _, g := range job.Copies {
+		if err := ownCopy(g, job.UID); errors.Is(err, syscall.ENOSPC) {
+			return agentExit{Code: -1, CopyFull: fmt.Sprintf("the copy at %s does not fit in the scratch", g)}
+		} else if err != nil {
+			return agentExit{Code: -1, Error: fmt.Sprintf("copy at %s: %v", g, err)}
+		}
+	}
 	prog, err := lookPath(job.Argv[0], job.Env)
 	if err != nil {
 		return notFound(conn, job.Argv[0])

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
@@ -81,7 +82,7 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 
 	def := t.cfg.limits.Default
 	b := t.newBundle(id, &airlock.Job{Limits: def}, img)
-	b.read = fs.Read
+	b.grants = fs
 	b.scratchMB = fs.ScratchMB
 	b.args = []string{agentBin, agentArg, mode}
 	if b.image {
@@ -118,7 +119,7 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 	defer logFile.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), agentStartTimeout)
 	defer cancel()
-	args := append(t.runscFlags(true), "run", "--detach", "--bundle", dir, id)
+	args := append(t.runscFlags(true, fs.ScratchMB), "run", "--detach", "--bundle", dir, id)
 	cmd := exec.CommandContext(ctx, t.runsc, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -220,6 +221,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		Output:  job.Limits.OutputBytes,
 		Spawn:   job.Grants.Spawn,
 		Guard:   sb.launch,
+		Copies:  copyGuests(job.Grants.FS),
 		Attach:  att != nil,
 	}
 	var gw *egresswire.Gateway
@@ -305,6 +307,8 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		return r.finish(stop)
 	case lost != nil:
 		return r.finish(fmt.Errorf("running sandbox: %w: %v", errSandboxLost, lost))
+	case exit.CopyFull != "":
+		return r.finish(jobs.Invalid("grants.fs.copy", "%s (grants.fs.scratch_mb, %d MB)", exit.CopyFull, job.Grants.FS.ScratchMB))
 	case exit.Error != "":
 		return r.finish(fmt.Errorf("running sandbox: agent: %s", exit.Error))
 	}

@@ -59,7 +59,7 @@ func BenchmarkCold(b *testing.B) {
 	}
 	defer func() { _ = (cgroup{path: "/" + id}).remove() }()
 	raw := func() {
-		cmd := exec.Command(tier.runsc, append(tier.runscFlags(false), "run", "--bundle", dir, id)...)
+		cmd := exec.Command(tier.runsc, append(tier.runscFlags(false, 0), "run", "--bundle", dir, id)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("runsc run: %v: %s", err, out)
 		}

@@ -23,6 +23,19 @@
 // The pool is per image: WithPool sizes the default image's, WithImagePool
 // another image's, and a sandbox only ever serves a job of its own image.
 //
+// A read grant is a read-only bind mount at its host path, or at the guest
+// path grants.fs.at gives it (not over /, the scratch, /tmp or the agent's
+// directory: such a job is not admitted). A copy grant (grants.fs.copy) is
+// a writable bind under the same memory-backed overlay as the scratch:
+// the host tree is only read, changes stay in sandbox memory and vanish
+// with it. Before the program starts, the agent gives the job's user
+// what of the copy it could already read (which copies those files into
+// the overlay); what it could not read stays closed. With a scratch cap
+// each copy's overlay holds at most scratch_mb: a write beyond it fails
+// with no space left, and a copy whose readable files do not fit fails
+// the job as invalid (grants.fs.copy). A grant at /etc replaces the
+// tier's files there. Jobs with read grants never use the warm pool.
+//
 // Sessions (OpenSession) keep one agent sandbox across runs, so files in the
 // scratch persist until the session is closed or idles past its TTL.
 //
@@ -35,7 +48,8 @@
 // environment: the store's unpacked image becomes the sandbox's root,
 // read-only, in place of the host's program directories; writes go to the
 // scratch and /tmp as above. The image's /etc is its own except passwd,
-// group, hosts, hostname and resolv.conf, which are the tier's. The job's
+// group, hosts, hostname and resolv.conf, which are the tier's unless a
+// read grant is placed over them. The job's
 // environment is the image's, then PATH
 // (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), HOME
 // (/scratch), TMPDIR (/tmp) and LANG (C.UTF-8) where the image sets none,

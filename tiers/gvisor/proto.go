@@ -24,6 +24,9 @@ type agentJob struct {
 	// the sandbox starts the agent's binary.
 	Spawn bool     `json:"spawn,omitempty"`
 	Guard []string `json:"guard,omitempty"`
+	// Copies are the guest paths of the job's copy grants, which the
+	// agent hands to the job's user before the program starts.
+	Copies []string `json:"copies,omitempty"`
 	// Attach: the job's stdin is the Stdin frames that follow the job
 	// frame, up to an empty one (see package airlock's Attacher).
 	Attach bool `json:"attach,omitempty"`
@@ -33,6 +36,8 @@ type agentJob struct {
 type agentExit struct {
 	Code  int    `json:"code"`
 	Error string `json:"error,omitempty"` // the agent could not start the job
+	// CopyFull: a copy grant did not fit in the scratch cap (which one).
+	CopyFull string `json:"copy_full,omitempty"`
 	// Times measured inside the sandbox, in microseconds: from the job
 	// frame to the program started, and to its exit.
 	SpawnUS int64 `json:"spawn_us"`

@@ -30,8 +30,13 @@ func (t *Tier) newID() string {
 	return t.owner + "-" + strconv.FormatUint(t.seq.Add(1), 10) + idEnd
 }
 
-// runscFlags are the global flags of every sandbox the tier creates.
-func (t *Tier) runscFlags(hostUDS bool) []string {
+// runscFlags are the global flags of every sandbox the tier creates;
+// scratchMB (0: none) caps each overlay's memory layer.
+func (t *Tier) runscFlags(hostUDS bool, scratchMB int64) []string {
+	overlay := "all:memory"
+	if scratchMB > 0 {
+		overlay += fmt.Sprintf(",size=%dm", scratchMB)
+	}
 	f := []string{
 		"--root", t.state,
 		"--platform", t.cfg.platform,
@@ -39,10 +44,11 @@ func (t *Tier) runscFlags(hostUDS bool) []string {
 		// A fresh empty network namespace per gofer: the default shares one,
 		// bind-mounted into the state directory, that outlives the sandboxes.
 		"--gofer-network-namespace", "new",
-		// Writable mounts (the scratch) get a memory-backed overlay: what the
-		// job writes stays in the sandbox (charged to its memory cgroup) and
-		// never reaches the host directory.
-		"--overlay2", "all:memory",
+		// Writable mounts (the scratch, a copy grant) get a memory-backed
+		// overlay: what the job writes stays in the sandbox (charged to its
+		// memory cgroup) and never reaches the host directory, which runsc
+		// opens read-only.
+		"--overlay2", overlay,
 	}
 	if hostUDS {
 		f = append(f, "--host-uds", "open")

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -39,7 +41,10 @@ type bundle struct {
 	agentLib string // host directory bind-mounted at agentLibDir ("" = none)
 	image    bool   // rootfs is an image's root (see images.go)
 	etc      string // with an image: the host directory of the files mounted over its /etc
-	read     []string
+	// grants are the job's read grants, each bound at its guest path:
+	// read-only, or, for a copy, writable through the memory-backed
+	// overlay runsc puts over every writable mount (see runscFlags).
+	grants airlock.FSGrant
 	// scratchMB caps the scratch and /tmp when the scratch is a tmpfs
 	// (0: bounded by the memory limit alone).
 	scratchMB int64
@@ -128,9 +133,7 @@ func (b *bundle) spec() *specs.Spec {
 	for _, d := range b.hostDirs {
 		s.Mounts = append(s.Mounts, roBind(d, d))
 	}
-	for _, p := range b.read {
-		s.Mounts = append(s.Mounts, roBind(p, p))
-	}
+	s.Mounts = append(s.Mounts, grantMounts(b.grants)...)
 	if b.scratch != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: scratchDir, Type: "bind", Source: b.scratch, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	} else {
@@ -148,8 +151,12 @@ func (b *bundle) spec() *specs.Spec {
 	if b.image {
 		// Last: were one of these a link in the image into a writable
 		// mount, the tier's file would still cover what it names.
+		// A grant placed over one of them (at /etc) shows the job what it
+		// was granted instead.
 		for _, name := range etcFiles {
-			s.Mounts = append(s.Mounts, roBind(filepath.Join(b.etc, name), "/etc/"+name))
+			if dst := "/etc/" + name; !covered(b.grants, dst) {
+				s.Mounts = append(s.Mounts, roBind(filepath.Join(b.etc, name), dst))
+			}
 		}
 	}
 	return s
@@ -169,12 +176,52 @@ func (b *bundle) sized(opts ...string) []string {
 	return opts
 }
 
+// grantMounts binds each read grant at its guest path, parents before
+// what they hold (a path sorts before every path under it). A copy is a
+// writable bind: runsc's memory overlay takes its writes (the host file
+// is only read), and the overlay's size is the scratch cap.
+func grantMounts(fs airlock.FSGrant) []specs.Mount {
+	hosts := slices.Clone(fs.Read)
+	slices.SortFunc(hosts, func(a, b string) int { return strings.Compare(fs.GuestPath(a), fs.GuestPath(b)) })
+	mounts := make([]specs.Mount, 0, len(hosts))
+	for _, h := range hosts {
+		m := roBind(h, fs.GuestPath(h))
+		if slices.Contains(fs.Copy, h) {
+			m.Options = []string{"rbind", "rw", "nosuid", "nodev"}
+		}
+		mounts = append(mounts, m)
+	}
+	return mounts
+}
+
+// covered reports whether a read grant's guest path is dst or holds it.
+func covered(fs airlock.FSGrant, dst string) bool {
+	for _, h := range fs.Read {
+		if g := fs.GuestPath(h); g == dst || strings.HasPrefix(dst, strings.TrimSuffix(g, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// copyGuests are the guest paths of the job's writable copies.
+func copyGuests(fs airlock.FSGrant) []string {
+	var gs []string
+	for _, h := range fs.Copy {
+		gs = append(gs, fs.GuestPath(h))
+	}
+	return gs
+}
+
 func roBind(src, dst string) specs.Mount {
 	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}}
 }
 
 // write writes config.json into dir.
 func (b *bundle) write(dir string) error {
+	if err := b.checkGuests(); err != nil {
+		return err
+	}
 	data, err := json.MarshalIndent(b.spec(), "", "  ")
 	if err != nil {
 		return err

@@ -209,10 +209,22 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if pinned {
 		return &airlock.NotAdmitted{Tier: Name, Reason: admit.ClockNotShown}
 	}
-	if admit.UsesFSPlacement(job.Grants.FS) {
-		return &airlock.NotAdmitted{Tier: Name, Reason: admit.FSPlacement}
+	if err := admitGuestPaths(job.Grants.FS); err != nil {
+		return err
 	}
 	return t.admitImage(job.Image)
+}
+
+// admitGuestPaths refuses a read grant placed where the tier's own mounts
+// are: over the whole root, the scratch or /tmp (the job's writable
+// space), or the agent's directory.
+func admitGuestPaths(fs airlock.FSGrant) error {
+	for _, g := range fs.At {
+		if g == "/" || g == "/tmp" || g == scratchDir || strings.HasPrefix(g, scratchDir+"/") || g == agentDir || strings.HasPrefix(g, agentDir+"/") {
+			return &airlock.NotAdmitted{Tier: Name, Reason: fmt.Sprintf("grants.fs.at: guest path %s is the sandbox's own (/, %s, /tmp, %s)", g, scratchDir, agentDir)}
+		}
+	}
+	return nil
 }
 
 // Close empties the warm pool, closes open sessions, waits for background
@@ -376,7 +388,7 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 		cgroup:   "/" + id,
 		limits:   job.Limits,
 		cpus:     t.cfg.cpus,
-		read:     job.Grants.FS.Read,
+		grants:   job.Grants.FS,
 	}
 	t.setImage(b, img)
 	return b
@@ -388,16 +400,17 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 // A job with a net grant runs in a sandbox created for it whose first
 // process is the agent instead, which runs the egress forwarder; so does
 // a job that collects files, which the agent reads from the sandbox's
-// scratch (a memory-backed overlay the host cannot see) once it ends, and
-// a job with a scratch cap, whose scratch and /tmp are tmpfs of that size
-// (the host directory a direct start binds gets an overlay without one),
-// and a job without the spawn grant, which the agent starts through the
-// exec guard.
+// scratch (a memory-backed overlay the host cannot see) once it ends; a
+// job with a scratch cap, whose scratch and /tmp are tmpfs of that size
+// (the host directory a direct start binds gets an overlay without one);
+// a job with a copy grant, which the agent hands to the job's user before
+// the program starts; and a job without the spawn grant, which the agent
+// starts through the exec guard.
 //
 // runCold takes over the job's hold on img: it ends once the sandbox is
 // destroyed.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
-	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || !job.Grants.Spawn {
+	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || len(job.Grants.FS.Copy) > 0 || !job.Grants.Spawn {
 		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
 		if err != nil {
 			return r.finish(err)
@@ -451,7 +464,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	out.holdErr = true
 	var replaced string // the Result's stderr in place of runsc's report
 	defer func() { out.release(replaced) }()
-	args := append(t.runscFlags(false), "run", "--bundle", dir, id)
+	args := append(t.runscFlags(false, job.Grants.FS.ScratchMB), "run", "--bundle", dir, id)
 	cmd := exec.Command(t.runsc, args...)
 	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine
 		cmd.Stdin = strings.NewReader(job.Stdin)
