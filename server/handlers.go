@@ -248,53 +248,9 @@ func (t *tenant) admit(job *airlock.Job) error {
 		return err
 	}
 	// What is bound and approved is the real path each grant names.
-	named := job.Grants.FS.Read
-	if job.Grants.FS.Read, err = t.roots.Resolve(named); err != nil {
-		return err
-	}
-	return renameFSGrant(&job.Grants.FS, named)
+	return t.roots.ResolveFS(&job.Grants.FS)
 }
 
-// renameFSGrant rewrites grants.fs.at and grants.fs.copy to the real
-// paths grants.fs.read now holds (named[i] became fs.Read[i]), so every
-// host path they name is the one checked against the read roots.
-func renameFSGrant(fs *airlock.FSGrant, named []string) error {
-	if len(fs.At) == 0 && len(fs.Copy) == 0 {
-		return nil
-	}
-	real := make(map[string]string, len(named))
-	for i, n := range named {
-		real[n] = fs.Read[i]
-	}
-	at := make(map[string]string, len(fs.At))
-	for h, g := range fs.At {
-		r, ok := real[h]
-		if !ok {
-			return &airlock.InvalidJob{Field: "grants.fs.at", Reason: fmt.Sprintf("%q is not in grants.fs.read", h)}
-		}
-		if prev, dup := at[r]; dup && prev != g {
-			return &airlock.InvalidJob{Field: "grants.fs.at", Reason: fmt.Sprintf("%s is named twice with different guest paths", r)}
-		}
-		at[r] = g
-	}
-	cp := make([]string, 0, len(fs.Copy))
-	for _, h := range fs.Copy {
-		r, ok := real[h]
-		if !ok {
-			return &airlock.InvalidJob{Field: "grants.fs.copy", Reason: fmt.Sprintf("%q is not in grants.fs.read", h)}
-		}
-		if !slices.Contains(cp, r) {
-			cp = append(cp, r)
-		}
-	}
-	if len(fs.At) > 0 {
-		fs.At = at
-	}
-	if len(fs.Copy) > 0 {
-		fs.Copy = cp
-	}
-	return nil
-}
 
 // route admits a job for the tenant and routes it to a tier it may use.
 func (t *tenant) route(s *Server, job *airlock.Job) (airlock.Tier, error) {

@@ -90,6 +90,8 @@ type jobFlags struct {
 	memory, output, steps                             int64
 	seed                                              uint64
 	read                                              pathList
+	readAt                                            stringList // HOST=GUEST
+	copies                                            pathList
 	// The permission flags: each adds to the job's grants.
 	net     stringList
 	secrets stringList
@@ -118,6 +120,8 @@ func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	fs.Int64Var(&f.steps, "steps", 0, "interpreter step limit")
 	fs.Var(&f.read, "allow-read", "grant read-only access to the host path `PATH` (repeatable; relative to the working directory); a job file's own read grants must lie under one")
 	fs.Var(&f.read, "read", "the same as --allow-read")
+	fs.Var(&f.readAt, "read-at", "grant read-only access to the host path `HOST=GUEST`, shown at the absolute path GUEST inside the sandbox instead of its own (repeatable; HOST relative to the working directory)")
+	fs.Var(&f.copies, "copy", "grant the host path `PATH` as a writable copy made at start: changes stay in the sandbox and count against --scratch (repeatable; with --read-at, the copy is at its guest path)")
 	fs.Var(&f.net, "allow-net", "allow egress to `HOST[:PORT][=METHOD,...]` (repeatable; default port: 80 and 443, methods: GET and HEAD)")
 	fs.Int64Var(&f.scratch, "scratch", 0, "size of the writable scratch directory in `MB` (default: the tier's)")
 	fs.BoolVar(&f.spawn, "allow-spawn", false, "let the program start other programs")
@@ -293,23 +297,45 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 // caller's --read paths are the only roots, so a job file cannot grant
 // itself a host path its caller did not name.
 func (f *jobFlags) resolveReads(job *airlock.Job) error {
-	for _, p := range f.read {
-		if !slices.Contains(job.Grants.FS.Read, p) {
-			job.Grants.FS.Read = append(job.Grants.FS.Read, p)
+	g := &job.Grants.FS
+	granted := slices.Clone(f.read)
+	for _, spec := range f.readAt {
+		host, guest, ok := strings.Cut(spec, "=")
+		if !ok || host == "" || guest == "" {
+			return jobs.Invalid("read-at", "%q: want HOST=GUEST", spec)
+		}
+		abs, err := filepath.Abs(host)
+		if err != nil {
+			return jobs.Invalid("read-at", "%s: %v", host, err)
+		}
+		if g.At == nil {
+			g.At = map[string]string{}
+		}
+		g.At[abs] = guest
+		granted = append(granted, abs)
+	}
+	for _, p := range f.copies {
+		if !slices.Contains(g.Copy, p) {
+			g.Copy = append(g.Copy, p)
+		}
+		granted = append(granted, p)
+	}
+	for _, p := range granted {
+		if !slices.Contains(g.Read, p) {
+			g.Read = append(g.Read, p)
 		}
 	}
-	if len(job.Grants.FS.Read) == 0 {
+	if len(g.Read) == 0 {
 		return nil
 	}
-	roots, err := hostpath.NewRoots(f.read, nil)
+	roots, err := hostpath.NewRoots(granted, nil)
 	if err != nil {
 		return jobs.Invalid("read", "%s", err.Error())
 	}
-	read, err := roots.Resolve(job.Grants.FS.Read)
+	err = roots.ResolveFS(g)
 	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
 		d.Detail += "; grant it with --read"
 	}
-	job.Grants.FS.Read = read
 	return err
 }
 

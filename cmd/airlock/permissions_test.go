@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -113,4 +114,42 @@ func TestPermissionFlagsRun(t *testing.T) {
 	out, errOut, code = run(t, "", "run", "--tier", "process", "--env", "A=1", "--env", "PATH=/usr/bin:/bin", "--", "sh", "-c", `echo "$A $PATH"`)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "1 /usr/bin:/bin\n", out, "--env reaches the program and replaces the default PATH")
+}
+
+// --read-at shows a host directory at a guest path and --copy gives one
+// as a writable copy: paths relative to the working directory, through a
+// link resolved to the real path, run on the process tier; the host files
+// stay as they were. A bad --read-at is one line, exit 2.
+func TestReadAtAndCopyFlags(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	for _, d := range []string{"in", "work"} {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, d), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, d, "a.txt"), []byte(d+"\n"), 0o644))
+	}
+	require.NoError(t, os.Symlink("work", filepath.Join(dir, "alias")))
+	t.Chdir(dir)
+	job, err := applyFlags(t, "--read-at", "in=/data", "--copy", "alias")
+	require.NoError(t, err)
+	in, work := filepath.Join(dir, "in"), filepath.Join(dir, "work")
+	assert.Equal(t, []string{in, work}, job.Grants.FS.Read)
+	assert.Equal(t, map[string]string{in: "/data"}, job.Grants.FS.At)
+	assert.Equal(t, []string{work}, job.Grants.FS.Copy, "the copy follows the read grant to its real path")
+
+	for _, bad := range []string{"in", "=/data", "in="} {
+		_, errOut, code := run(t, "", "run", "--tier", "process", "--read-at", bad, "--", "true")
+		assert.Equal(t, exitUsage, code, "--read-at %q: %s", bad, errOut)
+		assert.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+	}
+	_, errOut, code := run(t, "", "run", "--tier", "process", "--read-at", "in=data", "--", "true")
+	assert.Equal(t, exitUsage, code, "a relative guest path: %s", errOut)
+
+	needProcess(t)
+	out, errOut, code := run(t, "", "run", "--tier", "process", "--read-at", "in=/data", "--copy", "work", "--", "sh", "-c",
+		`read a < /data/a.txt && echo "$a" && echo changed > `+work+`/a.txt && read b < `+work+`/a.txt && echo "$b"`)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "in\nchanged\n", out)
+	got, err := os.ReadFile(filepath.Join(work, "a.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "work\n", string(got), "the copy's change reached the host")
 }

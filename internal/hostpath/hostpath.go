@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
@@ -145,4 +146,57 @@ func fileIdentity(id, p string, f io.Reader) (string, error) {
 		return "", fmt.Errorf("%s grew while it was read", p)
 	}
 	return fmt.Sprintf("file %s size %d sha256 %s", id, n, hex.EncodeToString(h.Sum(nil))), nil
+}
+
+// ResolveFS resolves a job's read grants (Resolve) and rewrites
+// grants.fs.at and grants.fs.copy to the real paths they now name, so
+// every host path placed or copied is the one checked against the roots.
+func (r Roots) ResolveFS(fs *airlock.FSGrant) error {
+	named := fs.Read
+	read, err := r.Resolve(named)
+	if err != nil {
+		return err
+	}
+	fs.Read = read
+	return renameFSGrant(fs, named)
+}
+
+// renameFSGrant rewrites grants.fs.at and grants.fs.copy to the real
+// paths grants.fs.read now holds (named[i] became fs.Read[i]).
+func renameFSGrant(fs *airlock.FSGrant, named []string) error {
+	if len(fs.At) == 0 && len(fs.Copy) == 0 {
+		return nil
+	}
+	real := make(map[string]string, len(named))
+	for i, n := range named {
+		real[n] = fs.Read[i]
+	}
+	at := make(map[string]string, len(fs.At))
+	for h, g := range fs.At {
+		r, ok := real[h]
+		if !ok {
+			return &airlock.InvalidJob{Field: "grants.fs.at", Reason: fmt.Sprintf("%q is not in grants.fs.read", h)}
+		}
+		if prev, dup := at[r]; dup && prev != g {
+			return &airlock.InvalidJob{Field: "grants.fs.at", Reason: fmt.Sprintf("%s is named twice with different guest paths", r)}
+		}
+		at[r] = g
+	}
+	cp := make([]string, 0, len(fs.Copy))
+	for _, h := range fs.Copy {
+		r, ok := real[h]
+		if !ok {
+			return &airlock.InvalidJob{Field: "grants.fs.copy", Reason: fmt.Sprintf("%q is not in grants.fs.read", h)}
+		}
+		if !slices.Contains(cp, r) {
+			cp = append(cp, r)
+		}
+	}
+	if len(fs.At) > 0 {
+		fs.At = at
+	}
+	if len(fs.Copy) > 0 {
+		fs.Copy = cp
+	}
+	return nil
 }
