@@ -298,28 +298,11 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 // itself a host path its caller did not name.
 func (f *jobFlags) resolveReads(job *airlock.Job) error {
 	g := &job.Grants.FS
-	granted := slices.Clone(f.read)
-	for _, spec := range f.readAt {
-		host, guest, ok := strings.Cut(spec, "=")
-		if !ok || host == "" || guest == "" {
-			return jobs.Invalid("read-at", "%q: want HOST=GUEST", spec)
-		}
-		abs, err := filepath.Abs(host)
-		if err != nil {
-			return jobs.Invalid("read-at", "%s: %v", host, err)
-		}
-		if g.At == nil {
-			g.At = map[string]string{}
-		}
-		g.At[abs] = guest
-		granted = append(granted, abs)
+	placed, err := f.placeGrants(g)
+	if err != nil {
+		return err
 	}
-	for _, p := range f.copies {
-		if !slices.Contains(g.Copy, p) {
-			g.Copy = append(g.Copy, p)
-		}
-		granted = append(granted, p)
-	}
+	granted := append(slices.Clone(f.read), placed...)
 	for _, p := range granted {
 		if !slices.Contains(g.Read, p) {
 			g.Read = append(g.Read, p)
@@ -337,6 +320,39 @@ func (f *jobFlags) resolveReads(job *airlock.Job) error {
 		d.Detail += "; grant it with --read"
 	}
 	return err
+}
+
+// placeGrants adds the --read-at and --copy grants to g, each host path
+// also as a read grant, and returns those host paths.
+func (f *jobFlags) placeGrants(g *airlock.FSGrant) ([]string, error) {
+	var placed []string
+	for _, spec := range f.readAt {
+		host, guest, ok := strings.Cut(spec, "=")
+		if !ok || host == "" || guest == "" {
+			return nil, jobs.Invalid("read-at", "%q: want HOST=GUEST", spec)
+		}
+		abs, err := filepath.Abs(host)
+		if err != nil {
+			return nil, jobs.Invalid("read-at", "%s: %v", host, err)
+		}
+		placed = append(placed, abs)
+		if g.At == nil {
+			g.At = map[string]string{}
+		}
+		g.At[abs] = guest
+		if !slices.Contains(g.Read, abs) {
+			g.Read = append(g.Read, abs)
+		}
+	}
+	for _, p := range f.copies {
+		if !slices.Contains(g.Copy, p) {
+			g.Copy = append(g.Copy, p)
+		}
+		if !slices.Contains(g.Read, p) {
+			g.Read = append(g.Read, p)
+		}
+	}
+	return append(placed, f.copies...), nil
 }
 
 func parseInput(s string) (map[string]any, error) {

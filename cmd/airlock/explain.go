@@ -64,6 +64,9 @@ func explainCmd(ctx context.Context, e *env) int {
 	fs.Var(&nets, "net", "the same as --allow-net")
 	fs.Var(&reads, "allow-read", "grant read access to `PATH` (repeatable; relative to the working directory)")
 	fs.Var(&reads, "read", "the same as --allow-read")
+	var placed jobFlags
+	fs.Var(&placed.readAt, "read-at", "grant read access to the host path `HOST=GUEST`, shown at GUEST (repeatable)")
+	fs.Var(&placed.copies, "copy", "grant `PATH` as a writable copy (repeatable)")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -82,6 +85,9 @@ func explainCmd(ctx context.Context, e *env) int {
 		}
 		job.Grants.Spawn = spawn
 		job.Grants.FS.Read = reads
+		if _, err := placed.placeGrants(&job.Grants.FS); err != nil {
+			return e.fail(err)
+		}
 		for _, spec := range nets {
 			r, err := netRule(spec)
 			if err != nil {
