@@ -29,8 +29,6 @@ import (
 const (
 	agentRole = "gvisor-agent"
 	agentArg  = "airlock-gvisor-agent"
-	guardRole = "gvisor-exec-guard"
-	guardArg  = "airlock-gvisor-exec-guard"
 	modeOnce  = "once"    // run one job, then exit (pooled sandboxes)
 	modeServe = "session" // run jobs until the host hangs up (sessions)
 )
@@ -45,47 +43,7 @@ func Roles() []role.Role {
 			return 2
 		}
 		return agentMain(os.Args[2])
-	}}, {Name: guardRole, Main: guardMain}}
-}
-
-// guardConfig is what the agent hands the exec guard on descriptor 3.
-type guardConfig struct {
-	Path string   `json:"path"`
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-}
-
-// guardMain is the exec guard: started as the job's user in place of the
-// job, it installs the filter under which the job cannot execute another
-// program and executes the job, the one execve the filter lets through.
-func guardMain() int {
-	f := os.NewFile(3, "guard")
-	data, err := io.ReadAll(io.LimitReader(f, 256<<20))
-	f.Close()
-	var cfg guardConfig
-	if err == nil {
-		err = json.Unmarshal(data, &cfg)
-	}
-	if err != nil || len(cfg.Argv) == 0 {
-		fmt.Fprintf(os.Stderr, "airlock: bad exec guard configuration: %v\n", err)
-		return 126
-	}
-	// The key lives only in this process, which the exec replaces.
-	k, err := execguard.NewKey()
-	if err == nil {
-		err = execguard.Install(k)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock: spawn filter: %v\n", err)
-		return 126
-	}
-	err = execguard.Exec(cfg.Path, cfg.Argv, cfg.Env, k)
-	if errors.Is(err, syscall.ENOENT) {
-		fmt.Fprintf(os.Stderr, "airlock: program %q not found\n", cfg.Argv[0])
-		return 127
-	}
-	fmt.Fprintf(os.Stderr, "%s: %v\n", cfg.Argv[0], err)
-	return 126
+	}}, {Name: execguard.RoleName, Main: execguard.Main}}
 }
 
 // agentMain connects to the host's socket and serves jobs.
@@ -240,8 +198,8 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		}
 		defer guardR.Close()
 		attr.Files = append(attr.Files, guardR.Fd())
-		attr.Env = []string{role.Env + "=" + guardRole}
-		path, argv = job.Guard[0], append(append([]string(nil), job.Guard...), guardArg)
+		attr.Env = []string{role.Env + "=" + execguard.RoleName}
+		path, argv = job.Guard[0], append(append([]string(nil), job.Guard...), execguard.Arg)
 	}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
@@ -344,7 +302,7 @@ func notFound(conn net.Conn, name string) agentExit {
 // (the guard reads to its end).
 func writeGuard(w *os.File, prog string, job *agentJob) {
 	defer w.Close()
-	data, err := json.Marshal(guardConfig{Path: prog, Argv: job.Argv, Env: job.Env})
+	data, err := json.Marshal(execguard.Config{Path: prog, Argv: job.Argv, Env: job.Env})
 	if err == nil {
 		_, _ = w.Write(data)
 	}

@@ -95,6 +95,11 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 		}
 	}
 	sb.launch = b.args[:len(b.args)-2]
+	if t.guard != "" {
+		// A static binary: it runs in any image as it is.
+		b.guard = t.guard
+		sb.launch = []string{guardBin}
+	}
 	b.env = []string{role.Env + "=" + agentRole, "PATH=" + defaultPATH}
 	b.cwd = "/"
 	b.uid = 0

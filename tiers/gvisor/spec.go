@@ -19,6 +19,7 @@ const (
 	scratchDir  = "/scratch"  // the job's writable working directory
 	agentDir    = "/.airlock" // the agent binary and its socket (pooled sandboxes)
 	agentBin    = agentDir + "/agent"
+	guardBin    = agentDir + "/guard"
 	agentSock   = agentDir + "/sock/agent.sock"
 	defaultPATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 )
@@ -39,6 +40,7 @@ type bundle struct {
 	sockDir  string // host directory bind-mounted at agentDir/sock ("" = none)
 	agent    string // host path of the agent binary ("" = none)
 	agentLib string // host directory bind-mounted at agentLibDir ("" = none)
+	guard    string // host path of the exec guard's binary, at guardBin ("" = none)
 	image    bool   // rootfs is an image's root (see images.go)
 	etc      string // with an image: the host directory of the files mounted over its /etc
 	// grants are the job's read grants, each bound at its guest path:
@@ -144,6 +146,9 @@ func (b *bundle) spec() *specs.Spec {
 	}
 	if b.agentLib != "" {
 		s.Mounts = append(s.Mounts, roBind(b.agentLib, agentLibDir))
+	}
+	if b.guard != "" {
+		s.Mounts = append(s.Mounts, roBind(b.guard, guardBin))
 	}
 	if b.sockDir != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: filepath.Dir(agentSock), Type: "bind", Source: b.sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
+	"github.com/airlock-sandbox/airlock/tiers/process"
 )
 
 // Name is the tier's name.
@@ -39,7 +40,11 @@ type Tier struct {
 	empty  string   // an empty directory: what a job without files placed
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
-	pool   *warmpool.Pool[poolKey, *sandbox]
+	// guard is the host path of the process tier's small stage binary,
+	// which serves the exec guard without the agent's start-up ("": the
+	// agent's own binary serves it).
+	guard string
+	pool  *warmpool.Pool[poolKey, *sandbox]
 
 	agentLaunch []string // argv before the agent's arguments in an image (images.go)
 	agentErr    error    // why the agent cannot run in an image
@@ -179,6 +184,7 @@ func (t *Tier) init() error {
 	if t.cfg.images != nil {
 		t.prepareAgent()
 	}
+	t.guard = process.StageBinary()
 	t.sweep()
 	return nil
 }

@@ -33,6 +33,18 @@ type stageBinary struct {
 	why string
 }
 
+// StageBinary returns the path of the separate stage binary this program's
+// process tier uses (checked as it checks it: its owner, its mode, the
+// stage code it carries), or "" when the tier re-executes its own binary.
+// The gVisor tier starts its exec guard from it.
+func StageBinary() string {
+	sb, err := discoverStage()
+	if err != nil || sb.self {
+		return ""
+	}
+	return sb.path
+}
+
 // separate reports whether the stage is another binary than this one. The
 // small stage binary carries no egress forwarder: a net-granted sandbox
 // then also gets this binary, for the forwarder.

@@ -15,9 +15,9 @@
 package execguard
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"syscall"
 	"unsafe"
 
@@ -27,11 +27,21 @@ import (
 // Key is what an allowed execve carries in its 4th to 6th arguments.
 type Key [3]uint64
 
-// NewKey returns a fresh random key.
+// NewKey returns a fresh random key, from getrandom(2) rather than
+// crypto/rand: the process tier's stage binary serves the guard, and
+// crypto/rand's imports would make the large binary initialise its heavy
+// packages before its stages dispatch.
 func NewKey() (Key, error) {
 	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return Key{}, err
+	for n := 0; n < len(b); {
+		m, err := unix.Getrandom(b[n:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return Key{}, os.NewSyscallError("getrandom", err)
+		}
+		n += m
 	}
 	var k Key
 	for i := range k {

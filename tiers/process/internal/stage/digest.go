@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/place"
 	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/internal/execguard"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/wire"
 )
 
@@ -35,7 +36,7 @@ var sources embed.FS
 // it is found and who may write it (see the process package).
 var CodeDigest = sync.OnceValue(func() string {
 	h := fnv.New64a()
-	for _, src := range []embed.FS{sources, wire.Sources, place.Sources, role.Sources} {
+	for _, src := range []embed.FS{sources, wire.Sources, place.Sources, role.Sources, execguard.Sources} {
 		names, _ := fs.Glob(src, "*.go")
 		sort.Strings(names)
 		for _, n := range names {

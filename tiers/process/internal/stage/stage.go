@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/place"
 	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/internal/execguard"
 )
 
 // Roles are the stages this package runs in a binary the tier re-executes
@@ -36,6 +37,9 @@ var Roles = []role.Role{
 	{Name: Container, Main: containerStage},
 	{Name: Filter, Main: filterStage},
 	{Name: Digest, Main: printDigest},
+	// gVisor's exec guard: the stage binary is what a gVisor sandbox
+	// starts it from, in place of the large binary.
+	{Name: execguard.RoleName, Main: execguard.Main},
 	{Name: Spawner, Main: func() int {
 		// Locked: its children's parent-death signal follows the thread
 		// that forked them.
