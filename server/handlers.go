@@ -251,7 +251,6 @@ func (t *tenant) admit(job *airlock.Job) error {
 	return t.roots.ResolveFS(&job.Grants.FS)
 }
 
-
 // route admits a job for the tenant and routes it to a tier it may use.
 func (t *tenant) route(s *Server, job *airlock.Job) (airlock.Tier, error) {
 	if err := t.admit(job); err != nil {

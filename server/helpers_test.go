@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -200,6 +201,25 @@ func (h httpTier) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 // newServer does when New fails.
 func newServer(cfg server.Config, opts server.Options) (*server.Server, error) {
 	return newServerTiers(cfg, tierset.Options{}, opts)
+}
+
+// storeFixture serves cfg over tiers built with the image store st (and
+// topts), the server given the store; both close when the test ends.
+func storeFixture(t *testing.T, cfg server.Config, st *image.Store, topts tierset.Options) *fixture {
+	t.Helper()
+	topts.Images = st
+	srv, err := newServerTiers(cfg, topts, server.Options{Images: st, Audit: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
+	t.Cleanup(func() {
+		f.http.Close()
+		if err := srv.Close(); err != nil {
+			t.Errorf("closing the server: %v", err)
+		}
+	})
+	return f
 }
 
 func newServerTiers(cfg server.Config, topts tierset.Options, opts server.Options) (*server.Server, error) {

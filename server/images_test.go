@@ -2,10 +2,8 @@ package server_test
 
 import (
 	"context"
-	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,22 +38,8 @@ func TestTenantImages(t *testing.T) {
 	cfg := testConfig()
 	cfg.Tenants[0].Images = []string{"tool"}
 	cfg.Tenants[1].Tiers = append(cfg.Tenants[1].Tiers, "process")
-	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(cfg, tiers, server.Options{Images: st, Audit: io.Discard})
-	if err != nil {
-		_ = tierset.Close(tiers)
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
-	t.Cleanup(func() {
-		f.http.Close()
-		if err := srv.Close(); err != nil {
-			t.Errorf("closing the server: %v", err)
-		}
-	})
+	f := storeFixture(t, cfg, st, tierset.Options{})
+	srv := f.srv
 
 	var a, b []struct {
 		Names   []string `json:"names"`
@@ -178,27 +162,13 @@ func TestImagesWarm(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.Tenants[1].Tiers = append(cfg.Tenants[1].Tiers, "process")
-	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st, ProcessImagePools: map[string]int{"other": 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(cfg, tiers, server.Options{Images: st, Audit: io.Discard})
-	if err != nil {
-		_ = tierset.Close(tiers)
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
-	t.Cleanup(func() {
-		f.http.Close()
-		if err := srv.Close(); err != nil {
-			t.Errorf("closing the server: %v", err)
-		}
-	})
+	f := storeFixture(t, cfg, st, tierset.Options{ProcessImagePools: map[string]int{"other": 1}})
+	srv := f.srv
 	if why := srv.Router().Unavailable("process"); why != nil {
 		tiertest.Unavailable(t, "process", why)
 	}
 	var process airlock.Tier
-	for _, tier := range tiers {
+	for _, tier := range srv.Router().Tiers() {
 		if tier.Name() == "process" {
 			process = tier
 			wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -321,22 +291,7 @@ func TestRegistryCredentialsKept(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.Tenants[0].ReadRoots = []string{root}
-	tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(cfg, tiers, server.Options{Images: st, Audit: io.Discard})
-	if err != nil {
-		_ = tierset.Close(tiers)
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
-	t.Cleanup(func() {
-		f.http.Close()
-		if err := srv.Close(); err != nil {
-			t.Errorf("closing the server: %v", err)
-		}
-	})
+	f := storeFixture(t, cfg, st, tierset.Options{})
 	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(creds)), "the server keeps")
 	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(root)), "the server keeps")
 }

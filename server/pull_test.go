@@ -66,23 +66,7 @@ func TestTenantPullRegistries(t *testing.T) {
 		cfg.Images = &server.ImageSettings{Registries: registries}
 		cfg.Tenants[0].Images = tenantImages
 		cfg.Tenants[1].Tiers = append(cfg.Tenants[1].Tiers, "process")
-		tiers, err := tierset.Build(tierset.Options{Limits: cfg.TierLimits(), Images: st})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := server.New(cfg, tiers, server.Options{Images: st, Audit: io.Discard})
-		if err != nil {
-			_ = tierset.Close(tiers)
-			t.Fatal(err)
-		}
-		f := &fixture{t: t, srv: s, http: httptest.NewServer(s.Handler())}
-		t.Cleanup(func() {
-			f.http.Close()
-			if err := s.Close(); err != nil {
-				t.Errorf("closing the server: %v", err)
-			}
-		})
-		return f
+		return storeFixture(t, cfg, st, tierset.Options{})
 	}
 	job := func(ref string) string {
 		return `{"kind":"command","argv":["cat","/etc/os-release"],"situation":"internal","image":"` + ref + `"}`
