@@ -9,27 +9,8 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
-
-// grantDir is a host directory with a file, a subdirectory, and a link
-// that points out of it at a secret.
-func grantDir(t *testing.T) (dir, secret string) {
-	t.Helper()
-	base := t.TempDir()
-	dir = filepath.Join(base, "grant")
-	secret = filepath.Join(base, "secret")
-	for _, err := range []error{
-		os.MkdirAll(filepath.Join(dir, "sub"), 0o755),
-		os.WriteFile(filepath.Join(dir, "sub", "data.txt"), []byte("granted\n"), 0o644),
-		os.WriteFile(secret, []byte("SECRET\n"), 0o644),
-		os.Symlink(secret, filepath.Join(dir, "out")),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir, secret
-}
 
 func runGuest(t *testing.T, tier *Tier, fs airlock.FSGrant, argv ...string) airlock.Result {
 	t.Helper()
@@ -46,7 +27,7 @@ func runGuest(t *testing.T, tier *Tier, fs airlock.FSGrant, argv ...string) airl
 
 func TestReadGrantAtGuestPath(t *testing.T) {
 	tier := newTier(t, NewConfig())
-	dir, _ := grantDir(t)
+	dir, _ := tiertest.GrantTree(t)
 	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/data"}}
 	if res := runGuest(t, tier, fs, "read", "/data/sub/data.txt"); res.Stdout != "granted\n" {
 		t.Errorf("read at guest path: %+v", res)
@@ -70,7 +51,7 @@ func TestReadGrantAtGuestPath(t *testing.T) {
 
 func TestReadGrantAtRootNeedsNoScratch(t *testing.T) {
 	tier := newTier(t, NewConfig())
-	dir, _ := grantDir(t)
+	dir, _ := tiertest.GrantTree(t)
 	job := airlock.Job{Kind: airlock.KindWasm, Module: []byte{0}, Files: map[string]string{"a": "b"},
 		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/"}}}}
 	var na *airlock.NotAdmitted
@@ -81,7 +62,7 @@ func TestReadGrantAtRootNeedsNoScratch(t *testing.T) {
 
 func TestCopyGrantIsWritable(t *testing.T) {
 	tier := newTier(t, NewConfig())
-	dir, secret := grantDir(t)
+	dir, secret := tiertest.GrantTree(t)
 	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/work"}, Copy: []string{dir}}
 	if res := runGuest(t, tier, fs, "write", "/work/sub/data.txt", "changed"); res.Stdout != "changed\n" || res.ExitCode != 0 {
 		t.Errorf("write into the copy: %+v", res)

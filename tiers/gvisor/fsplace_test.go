@@ -9,37 +9,15 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
-
-// grantTree is a host directory with a file in a subdirectory, a file only
-// its owner (root) may read, and two links pointing out of it at a secret
-// next to it: by its absolute host path and by a relative one.
-func grantTree(t *testing.T) (dir, secret string) {
-	t.Helper()
-	base := t.TempDir()
-	dir = filepath.Join(base, "grant")
-	secret = filepath.Join(base, "secret")
-	for _, err := range []error{
-		os.MkdirAll(filepath.Join(dir, "sub"), 0o755),
-		os.WriteFile(filepath.Join(dir, "sub", "data.txt"), []byte("granted\n"), 0o644),
-		os.WriteFile(filepath.Join(dir, "private"), []byte("PRIVATE\n"), 0o600),
-		os.WriteFile(secret, []byte("SECRET\n"), 0o644),
-		os.Symlink(secret, filepath.Join(dir, "out")),
-		os.Symlink("../secret", filepath.Join(dir, "rel")),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir, secret
-}
 
 // TestFSGrantAtGuestPath: a read grant placed at a guest path is read
 // there, read-only, and is no longer at its host path; a link in it that
 // points at a host file outside the grant leads nowhere.
 func TestFSGrantAtGuestPath(t *testing.T) {
 	tier := newTier(t, NewConfig())
-	dir, _ := grantTree(t)
+	dir, _ := tiertest.GrantTree(t)
 	j := cmdJob("sh", "-c", `cat /data/sub/data.txt
 cat `+dir+`/sub/data.txt 2>/dev/null || echo not-at-host-path
 cat /data/out 2>/dev/null || echo link-closed
@@ -64,8 +42,8 @@ echo x 2>/dev/null > /data/new || echo read-only`)
 // nowhere.
 func TestFSGrantCopy(t *testing.T) {
 	tier := newTier(t, NewConfig())
-	dir, secret := grantTree(t)
-	own, _ := grantTree(t)
+	dir, secret := tiertest.GrantTree(t)
+	own, _ := tiertest.GrantTree(t)
 	j := cmdJob("sh", "-c", `echo changed > /work/sub/data.txt && cat /work/sub/data.txt
 echo new > /work/new.txt && cat /work/new.txt
 cat /work/private 2>/dev/null || echo private-closed

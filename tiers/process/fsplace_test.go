@@ -9,33 +9,9 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 )
-
-// placeGrantDir is a host directory a sandbox may read, with a file, a
-// subdirectory, a file only root may read, and links pointing out of it
-// at a secret beside it.
-func placeGrantDir(t *testing.T) (dir, secret string) {
-	t.Helper()
-	base := t.TempDir()
-	dir = filepath.Join(base, "grant")
-	secret = filepath.Join(base, "secret")
-	for _, err := range []error{
-		os.MkdirAll(filepath.Join(dir, "sub"), 0o755),
-		os.Chmod(dir, 0o755),
-		os.WriteFile(filepath.Join(dir, "x"), []byte("granted\n"), 0o644),
-		os.WriteFile(filepath.Join(dir, "sub", "data.txt"), []byte("granted\n"), 0o644),
-		os.WriteFile(filepath.Join(dir, "private"), []byte("PRIVATE\n"), 0o600),
-		os.WriteFile(secret, []byte("SECRET\n"), 0o644),
-		os.Symlink(secret, filepath.Join(dir, "out")),
-		os.Symlink("..", filepath.Join(dir, "up")),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir, secret
-}
 
 func runFS(t *testing.T, tier *Tier, fs airlock.FSGrant, script string) airlock.Result {
 	t.Helper()
@@ -55,7 +31,7 @@ func runFS(t *testing.T, tier *Tier, fs airlock.FSGrant, script string) airlock.
 // path, read-only, and not at its host path.
 func TestReadGrantAtGuestPath(t *testing.T) {
 	tier := newTestTier(t, bothTiers[0], testConfig(t))
-	dir, _ := placeGrantDir(t)
+	dir, _ := tiertest.GrantTree(t)
 	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/data"}}
 	if res := runFS(t, tier, fs, "cat /data/x /data/sub/data.txt"); res.ExitCode != 0 || res.Stdout != "granted\ngranted\n" {
 		t.Errorf("read at the guest path: %+v", res)
@@ -85,7 +61,7 @@ func TestReadGrantAtGuestPath(t *testing.T) {
 // not read are not copied.
 func TestCopyGrantIsWritable(t *testing.T) {
 	tier := newTestTier(t, bothTiers[0], testConfig(t))
-	dir, secret := placeGrantDir(t)
+	dir, secret := tiertest.GrantTree(t)
 	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/work"}, Copy: []string{dir}}
 	res := runFS(t, tier, fs, "echo changed > /work/sub/data.txt && cat /work/sub/data.txt && echo new > /work/new.txt && mkdir /work/d && cat /work/x")
 	if res.ExitCode != 0 || res.Stdout != "changed\ngranted\n" {
@@ -208,7 +184,7 @@ func TestPlacementRefusals(t *testing.T) {
 // program (the session's, the collected files).
 func TestCopyGrantBesideOtherScratch(t *testing.T) {
 	tier := newTestTier(t, bothTiers[0], testConfig(t))
-	dir, _ := placeGrantDir(t)
+	dir, _ := tiertest.GrantTree(t)
 	fs := airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/work"}, Copy: []string{dir}}
 	ctx := context.Background()
 	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
