@@ -138,42 +138,38 @@ func (m *memFS) parent(p string) (*memNode, string, sys.Errno) {
 func (m *memFS) putDir(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	_, err := m.mkdirs(strings.Split(name, "/"))
+	return err
+}
+
+// mkdirs walks the path els from the root, making the directories that
+// are missing, and returns the last one. The caller holds m.mu.
+func (m *memFS) mkdirs(els []string) (*memNode, error) {
 	n := m.root
-	for _, el := range strings.Split(name, "/") {
+	for _, el := range els {
 		c, ok := n.children[el]
 		if !ok {
 			if m.charge(nodeCost+int64(len(el))) != 0 {
-				return errScratchFull
+				return nil, errScratchFull
 			}
 			c = m.newNode(true, 0o755)
 			n.children[el] = c
 		}
 		if !c.dir {
-			return sys.ENOTDIR
+			return nil, sys.ENOTDIR
 		}
 		n = c
 	}
-	return nil
+	return n, nil
 }
 
 func (m *memFS) put(name string, data []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	parts := strings.Split(name, "/")
-	n := m.root
-	for _, el := range parts[:len(parts)-1] {
-		c, ok := n.children[el]
-		if !ok {
-			if m.charge(nodeCost+int64(len(el))) != 0 {
-				return errScratchFull
-			}
-			c = m.newNode(true, 0o755)
-			n.children[el] = c
-		}
-		if !c.dir {
-			return sys.ENOTDIR
-		}
-		n = c
+	n, err := m.mkdirs(parts[:len(parts)-1])
+	if err != nil {
+		return err
 	}
 	base := parts[len(parts)-1]
 	if m.charge(nodeCost+int64(len(base))+int64(len(data))) != 0 {
