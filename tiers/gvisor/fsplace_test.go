@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
@@ -149,5 +150,37 @@ func TestFSGrantAtMismatch(t *testing.T) {
 	j.Grants.FS = airlock.FSGrant{Read: []string{file}, At: map[string]string{file: "/etc/hostname"}}
 	if res, err := tier.Run(context.Background(), j); err != nil || res.Stdout != "f\n" {
 		t.Fatalf("file over a file: %v (%+v)", err, res)
+	}
+}
+
+// TestGuardFirstProcess: with the small stage binary at hand, a cold job
+// without the spawn grant starts with the exec guard as the sandbox's
+// first process rather than through the agent: the job is PID 1, sees
+// nothing of the role that started the guard, runs a builtin pipeline,
+// cannot execute another program (126), and a missing program is the
+// usual one line with 127.
+func TestGuardFirstProcess(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	if tier.guard == "" {
+		testenv.Skipf(t, "no separate airlock-stage binary of this code found (make setup builds it)")
+	}
+	withheld := func(argv ...string) airlock.Result {
+		t.Helper()
+		j := cmdJob(argv...)
+		j.Grants.Spawn = false
+		res, err := tier.Run(context.Background(), j)
+		if err != nil {
+			t.Fatalf("%v: %v (%+v)", argv, err, res)
+		}
+		return res
+	}
+	if res := withheld("sh", "-c", `echo "$$ [$_AIRLOCK_ROLE]"; echo ok | while read l; do echo "$l"; done`); res.Stdout != "1 []\nok\n" || res.ExitCode != 0 {
+		t.Errorf("the job as the first process: %+v", res)
+	}
+	if res := withheld("sh", "-c", "cat /etc/hostname"); res.ExitCode != 126 {
+		t.Errorf("an exec without the spawn grant: %+v", res)
+	}
+	if res := withheld("no-such-program"); res.ExitCode != 127 || res.Stderr != "airlock: program \"no-such-program\" not found\n" {
+		t.Errorf("a missing program: %+v", res)
 	}
 }

@@ -19,7 +19,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
+	"github.com/airlock-sandbox/airlock/tiers/internal/execguard"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process"
@@ -416,7 +418,10 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 // runCold takes over the job's hold on img: it ends once the sandbox is
 // destroyed.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
-	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || len(job.Grants.FS.Copy) > 0 || !job.Grants.Spawn {
+	// Without the spawn grant the job starts through the exec guard: as the
+	// sandbox's first process where the small guard binary is at hand,
+	// else through the agent.
+	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || len(job.Grants.FS.Copy) > 0 || (!job.Grants.Spawn && t.guard == "") {
 		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
 		if err != nil {
 			return r.finish(err)
@@ -455,6 +460,11 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	b := t.newBundle(id, job, img)
 	b.args = job.Argv
 	b.env = envFor(img, admit.Vars(job))
+	if !job.Grants.Spawn {
+		b.args = append([]string{guardBin, execguard.Arg, "--"}, job.Argv...)
+		b.env = append(b.env, role.Env+"="+execguard.RoleName)
+		b.guard = t.guard
+	}
 	b.scratch = scratch
 	if err := b.write(dir); err != nil {
 		return r.finish(err)

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/role"
 )
 
 // RoleName is the role (see package role) of a process that acts as the
@@ -39,14 +42,32 @@ var Sources embed.FS
 
 // Main is the guard: started as the job's user in place of the job, it
 // installs the filter under which the job cannot execute another program
-// and executes the job, the one execve the filter lets through.
+// and executes the job, the one execve the filter lets through. Started
+// as `guard Arg -- PROGRAM ARGS...` it executes that program, looked up in
+// its own PATH, with its own environment (a sandbox's first process);
+// otherwise it reads a Config from descriptor 3.
 func Main() int {
-	f := os.NewFile(3, "guard")
-	data, err := io.ReadAll(io.LimitReader(f, 256<<20))
-	f.Close()
 	var cfg Config
-	if err == nil {
-		err = json.Unmarshal(data, &cfg)
+	var err error
+	if len(os.Args) > 3 && os.Args[1] == Arg && os.Args[2] == "--" {
+		cfg.Argv = os.Args[3:]
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, role.Env+"=") { // what started the guard, not the job's
+				cfg.Env = append(cfg.Env, kv)
+			}
+		}
+		if cfg.Path, err = lookPath(cfg.Argv[0]); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock: program %q not found\n", cfg.Argv[0])
+			return 127
+		}
+	} else {
+		f := os.NewFile(3, "guard")
+		var data []byte
+		data, err = io.ReadAll(io.LimitReader(f, 256<<20))
+		f.Close()
+		if err == nil {
+			err = json.Unmarshal(data, &cfg)
+		}
 	}
 	if err != nil || len(cfg.Argv) == 0 {
 		fmt.Fprintf(os.Stderr, "airlock: bad exec guard configuration: %v\n", err)
@@ -68,4 +89,22 @@ func Main() int {
 	}
 	fmt.Fprintf(os.Stderr, "%s: %v\n", cfg.Argv[0], err)
 	return 126
+}
+
+// lookPath resolves a program name against PATH as a shell would, without
+// os/exec (which the stage binary does not carry).
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range strings.Split(os.Getenv("PATH"), ":") {
+		if dir == "" {
+			dir = "."
+		}
+		p := dir + "/" + name
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", syscall.ENOENT
 }
