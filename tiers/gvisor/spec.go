@@ -252,10 +252,13 @@ func makeRootfs(dir string, hostDirs []string) ([]string, error) {
 			return nil, err
 		}
 	}
-	// The agent binary is bind-mounted over a file.
-	if f, err := os.OpenFile(filepath.Join(dir, ".airlock/agent"), os.O_CREATE|os.O_RDONLY, 0o755); err != nil {
-		return nil, err
-	} else {
+	// The agent's and the exec guard's binaries are bind-mounted over
+	// files: made here, so runsc never writes the shared root.
+	for _, bin := range []string{agentBin, guardBin} {
+		f, err := os.OpenFile(filepath.Join(dir, filepath.FromSlash(bin)), os.O_CREATE|os.O_RDONLY, 0o755)
+		if err != nil {
+			return nil, err
+		}
 		f.Close()
 	}
 	for _, d := range hostDirs {
