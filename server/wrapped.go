@@ -57,12 +57,15 @@ func (s *Server) initWrapped() error {
 				return fmt.Errorf("tenants[%d].mcp_wrapped[%d].max_lifetime: %v is above the tenant's maximum wall clock %v (limits.max.wall_ms)", i, j, wr.life, most)
 			}
 			wr.idle = spec.IdleTimeout.or(s.cfg.SessionTTL.or(10 * time.Minute))
+			// The instance's own idle timeout ends it (and so its MCP
+			// session) first, for idleness; the HTTP session's, a little
+			// later, only backs it up.
 			wr.handler = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 				if w, ok := r.Context().Value(wrappedKey{}).(*mcpwrap.Wrapper); ok {
 					return w.Server()
 				}
 				return versions
-			}, &mcp.StreamableHTTPOptions{SessionTimeout: wr.idle, MaxRequestBodyBytes: 4 << 20})
+			}, &mcp.StreamableHTTPOptions{SessionTimeout: wr.idle + time.Second, MaxRequestBodyBytes: 4 << 20})
 			s.wrapped[t.Name+"/"+spec.Name] = wr
 		}
 	}

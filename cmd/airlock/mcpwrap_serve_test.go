@@ -121,7 +121,11 @@ tenants:
 	r := callTool(t, a1, "grow", nil, nil)
 	require.False(t, r.IsError, toolText(r))
 	for {
-		<-changed
+		select {
+		case <-changed:
+		case <-time.After(time.Minute):
+			t.Fatalf("no tools/list_changed reached the agent within a minute; serve:\n%s", c.log)
+		}
 		list, err := a1.ListTools(ctx, nil)
 		require.NoError(t, err)
 		names := map[string]bool{}
@@ -144,11 +148,14 @@ tenants:
 	require.False(t, r.IsError, toolText(r))
 	// Without calling it (a call is activity), wait for the trail to say
 	// it ended idle; its session is then gone.
-	for {
+	for deadline := time.Now().Add(time.Minute); ; {
 		time.Sleep(200 * time.Millisecond)
 		log, _ := os.ReadFile(filepath.Join(dir, "audit.jsonl"))
 		if strings.Contains(string(log), mcpwrap.ErrIdle.Error()) {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle instance did not end within a minute; audit:\n%s\nserve:\n%s", log, c.log)
 		}
 	}
 	_, err = brief.CallTool(ctx, &mcp.CallToolParams{Name: "whoami"})

@@ -255,6 +255,12 @@ func (w *Wrapper) Err() error {
 // Close ends the wrapper: the wrapped server's sandbox is killed and the
 // agent's sessions are closed. It waits for the sandbox to be gone.
 func (w *Wrapper) Close() error {
+	// An owner that closes an idle wrapper (an HTTP session timing out
+	// as the idle timeout passes) ends it for idleness, whichever timer
+	// fired first.
+	if w.idlePast() {
+		w.end(ErrIdle)
+	}
 	w.end(ErrClosed)
 	if w.att != nil {
 		_, _ = w.att.Wait()
@@ -283,6 +289,13 @@ func (w *Wrapper) end(err error) {
 
 func (w *Wrapper) touch() { w.last.Store(time.Now().UnixNano()) }
 
+// idlePast reports whether the wrapper has an idle timeout, no request in
+// flight, and none for at least that long.
+func (w *Wrapper) idlePast() bool {
+	return w.cfg.IdleTimeout > 0 && w.inflight.Load() == 0 &&
+		time.Since(time.Unix(0, w.last.Load())) >= w.cfg.IdleTimeout
+}
+
 // idleLoop ends the wrapper once no request has come for IdleTimeout and
 // none is in flight.
 func (w *Wrapper) idleLoop() {
@@ -299,7 +312,7 @@ func (w *Wrapper) idleLoop() {
 		switch {
 		case w.inflight.Load() > 0:
 			t.Reset(idle)
-		case since >= idle:
+		case w.idlePast():
 			w.end(ErrIdle)
 			return
 		default:
