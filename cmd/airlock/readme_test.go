@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -138,13 +139,24 @@ func TestREADME(t *testing.T) {
 	for i, line := range readmeLines(t, filepath.Join(root, "README.md")) {
 		name := strings.Fields(line)
 		t.Run(strings.Join(name[:min(3, len(name))], "_")+"_"+string(rune('a'+i%26)), func(t *testing.T) {
+			lineEnv := env
+			want := ""
 			switch {
 			case strings.TrimSpace(line) == "make test":
-				t.Skip("make test is this suite")
+				// This suite is what it runs: the target is resolved (make
+				// -n), not run again inside itself.
+				line, want = "make -n test >/dev/null && echo resolved", "resolved"
 			case strings.HasPrefix(line, "airlock bench"):
-				t.Skip("airlock bench and airlock corpus take minutes; their own tests run them")
+				// As written but bounded: the full bench and corpus take
+				// minutes and have tests of their own; what this checks is
+				// that both run and write nowhere inside the checkout.
+				line = strings.Replace(line, "airlock bench", "airlock bench --tiers expr --budget 100ms --iterations 200", 1)
+				line = strings.Replace(line, "airlock corpus", "airlock corpus --tiers expr", 1)
 			case strings.Contains(line, "--situation credentials"):
-				t.Skip("needs an account (airlock account); TestAccountLevel5 covers it")
+				// Through a local account made here, as set-up would.
+				a := newLocalAccount(t)
+				lineEnv = append(slices.Clone(env), "AIRLOCK_ACCOUNTS="+a.dir, "AIRLOCK_ACCOUNT="+a.name)
+				want = "ok"
 			}
 			heavy := strings.Contains(line, "--image") || strings.Contains(line, "--tier process") ||
 				strings.Contains(line, "report.py") || strings.HasPrefix(line, "npm ") || strings.Contains(line, "image build")
@@ -157,7 +169,7 @@ func TestREADME(t *testing.T) {
 				}
 			}
 			cmd := exec.Command("sh", "-c", line)
-			cmd.Dir, cmd.Env = checkout, env
+			cmd.Dir, cmd.Env = checkout, lineEnv
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			switch {
 			case strings.HasPrefix(line, "airlock serve"):
@@ -173,9 +185,12 @@ func TestREADME(t *testing.T) {
 				t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", line, err, stdout.String(), stderr.String())
 			}
 			if m := expectedOutput.FindStringSubmatch(line); m != nil {
+				want = m[1]
+			}
+			if want != "" {
 				out := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-				if got := strings.TrimSpace(out[len(out)-1]); got != m[1] {
-					t.Errorf("%s: printed %q, the README says %s", line, stdout.String(), m[1])
+				if got := strings.TrimSpace(out[len(out)-1]); got != want {
+					t.Errorf("%s: printed %q, want %s", line, stdout.String(), want)
 				}
 			}
 		})
