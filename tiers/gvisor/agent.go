@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -362,22 +360,14 @@ func reapAll() bool {
 	return err == nil || errors.Is(err, syscall.EINTR)
 }
 
-// lookPath resolves a program name against the job's PATH.
+// lookPath resolves a program name against the job's PATH (the default
+// one if the job sets none).
 func lookPath(name string, env []string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
 	path := defaultPATH
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
 		}
 	}
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", exec.ErrNotFound
+	return execguard.LookPath(name, path)
 }

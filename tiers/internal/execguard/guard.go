@@ -56,7 +56,7 @@ func Main() int {
 				cfg.Env = append(cfg.Env, kv)
 			}
 		}
-		if cfg.Path, err = lookPath(cfg.Argv[0]); err != nil {
+		if cfg.Path, err = LookPath(cfg.Argv[0], os.Getenv("PATH")); err != nil {
 			fmt.Fprintf(os.Stderr, "airlock: program %q not found\n", cfg.Argv[0])
 			return 127
 		}
@@ -91,13 +91,15 @@ func Main() int {
 	return 126
 }
 
-// lookPath resolves a program name against PATH as a shell would, without
-// os/exec (which the stage binary does not carry).
-func lookPath(name string) (string, error) {
+// LookPath resolves a program name against the colon-separated
+// directories of path, as a shell would (a name with a slash is taken as
+// it is; an empty entry is the working directory). It does without
+// os/exec, which the stage binary does not carry.
+func LookPath(name, path string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	for _, dir := range strings.Split(os.Getenv("PATH"), ":") {
+	for _, dir := range strings.Split(path, ":") {
 		if dir == "" {
 			dir = "."
 		}
