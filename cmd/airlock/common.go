@@ -302,8 +302,7 @@ func (f *jobFlags) resolveReads(job *airlock.Job) error {
 	if err != nil {
 		return err
 	}
-	granted := append(slices.Clone(f.read), placed...)
-	for _, p := range granted {
+	for _, p := range f.read {
 		if !slices.Contains(g.Read, p) {
 			g.Read = append(g.Read, p)
 		}
@@ -311,7 +310,7 @@ func (f *jobFlags) resolveReads(job *airlock.Job) error {
 	if len(g.Read) == 0 {
 		return nil
 	}
-	roots, err := hostpath.NewRoots(granted, nil)
+	roots, err := hostpath.NewRoots(append(slices.Clone(f.read), placed...), nil)
 	if err != nil {
 		return jobs.Invalid("read", "%s", err.Error())
 	}
