@@ -32,7 +32,13 @@ func inspector(t *testing.T, target []string, args ...string) (map[string]any, s
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append(append([]string{"--cli"}, target...), args...)...)
+	argv := append(append([]string{"--cli"}, target...), args...)
+	if slices.Contains(target, "--") {
+		// A target with a "--" of its own (mcp-wrap's) goes last, after
+		// the Inspector's: it splits at its first "--" only.
+		argv = append(append(append([]string{"--cli"}, args...), "--"), target...)
+	}
+	cmd := exec.CommandContext(ctx, bin, argv...)
 	// Its catalogue file goes to $HOME; keep it in the test's directory.
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	var stdout, stderr bytes.Buffer

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -20,9 +24,10 @@ import (
 func init() {
 	register(&command{
 		name:    "mcp-wrap",
-		summary: "run a third-party MCP server in a sandbox and relay its tools to an MCP client over stdio, under a per-tool policy",
+		summary: "run a third-party MCP server in a sandbox and relay its tools to an MCP client (stdio or loopback HTTP), under a per-tool policy",
 		usage: `mcp-wrap [flags] -- CMD [ARGS...]   start CMD attached in a sandbox (default: public, gVisor) and serve its tools over stdio
        airlock mcp-wrap --image node --allow-read DIR -- node DIR/server.js /data
+       airlock mcp-wrap --http 127.0.0.1:8931 --http-key FILE [flags] -- CMD [ARGS...]   serve streamable HTTP on loopback instead
        airlock mcp-wrap --approval-key FILE --approve TOOL --args JSON -- CMD [ARGS...]   print an approval token for one call`,
 		run: mcpWrapCmd,
 	})
@@ -54,6 +59,8 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	approveTTL := fs.Duration("approval-ttl", 15*time.Minute, "how long an --approve token holds")
 	maxLifetime := fs.Duration("max-lifetime", 24*time.Hour, "the longest the wrapped server's sandbox lives (its wall clock and CPU limit)")
 	idleTimeout := fs.Duration("idle-timeout", 0, "end the wrapped server once no request has come for this long (default 0: never)")
+	httpAddr := fs.String("http", "", "serve streamable HTTP on this loopback `ADDR` (HOST:PORT) at /mcp instead of stdio; needs --http-key")
+	httpKey := fs.String("http-key", "", "bearer key `FILE` (mode 600) that HTTP clients must send as Authorization: Bearer KEY")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -81,6 +88,13 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		}
 		fmt.Fprintln(e.stdout, tok)
 		return exitOK
+	}
+	var bearer []byte
+	if *httpAddr != "" || *httpKey != "" {
+		var err error
+		if bearer, err = httpBearer(*httpAddr, *httpKey); err != nil {
+			return e.fail(err)
+		}
 	}
 	var policy mcpwrap.Policy
 	if *policyFile != "" {
@@ -142,9 +156,9 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	}
 	defer w.Close()
 	w.Event("start", fmt.Sprintf("%s on %s", rest[0], tier.Name()))
-	// The relay ends when the agent hangs up or the wrapped server ends
-	// (its lifetime, idleness, a crash): the agent's client then sees the
-	// server gone and may start it again.
+	// The relay ends when the agent hangs up (stdio), on a signal, or when
+	// the wrapped server ends (its lifetime, idleness, a crash): the
+	// agent's client then sees the server gone and may start it again.
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
@@ -154,7 +168,12 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		}
 		stop()
 	}()
-	rerr := w.Server().Run(sctx, &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}})
+	var rerr error
+	if *httpAddr != "" {
+		rerr = serveWrapHTTP(sctx, e, w.Server(), *httpAddr, bearer)
+	} else {
+		rerr = w.Server().Run(sctx, &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}})
+	}
 	if end := w.Err(); end != nil {
 		return e.fail(end)
 	}
@@ -162,6 +181,63 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		return e.fail(rerr)
 	}
 	return exitOK
+}
+
+// httpBearer checks mcp-wrap's HTTP flags and returns the key clients
+// must send. The address must be loopback: the relay has no TLS, and a
+// server for other machines is airlock serve's mcp_wrapped.
+func httpBearer(addr, keyFile string) ([]byte, error) {
+	if addr == "" {
+		return nil, jobs.Invalid("http-key", "is for --http")
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, jobs.Invalid("http", "want HOST:PORT: %v", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, jobs.Invalid("http", "%s is not a loopback address; to serve wrapped tools to other machines use airlock serve (mcp_wrapped)", addr)
+	}
+	if keyFile == "" {
+		return nil, jobs.Invalid("http", "needs --http-key FILE, a bearer key (mode 600) that clients send as Authorization: Bearer KEY")
+	}
+	key, err := readKeyFile(keyFile)
+	if err == nil && len(bytes.TrimSpace(key)) < 16 {
+		err = errors.New("want a key of at least 16 characters")
+	}
+	if err != nil {
+		return nil, jobs.Invalid("http-key", "%v", err)
+	}
+	return bytes.TrimSpace(key), nil
+}
+
+// serveWrapHTTP serves srv as streamable HTTP at /mcp on addr until ctx
+// ends. Every request carries the bearer key; the SDK refuses a loopback
+// request with another Host (DNS rebinding) and the cross-origin check a
+// browser's request from another site.
+func serveWrapHTTP(ctx context.Context, e *env, srv *mcp.Server, addr string, key []byte) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{CrossOriginProtection: http.NewCrossOriginProtection(), MaxRequestBodyBytes: 4 << 20})
+	want := append([]byte("Bearer "), key...)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock mcp-wrap"`)
+			http.Error(w, "a bearer key is needed (Authorization: Bearer KEY, the key of --http-key)", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(e.stderr, "airlock: MCP on http://%s/mcp\n", ln.Addr())
+	go func() { <-ctx.Done(); _ = hs.Close() }()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 // readKeyFile reads a secret key file, refusing one that group or others

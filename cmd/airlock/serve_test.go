@@ -64,7 +64,14 @@ func startServeOn(t *testing.T, config, addr string, env ...string) *child {
 // startServeArgs is startServe with the serve command's arguments.
 func startServeArgs(t *testing.T, env []string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
+	return startChild(t, env, "airlock: serving on http://", append([]string{"serve"}, args...)...)
+}
+
+// startChild starts `airlock args...` and waits for the stderr line that
+// starts with ready, whose first word after it is the child's address.
+func startChild(t *testing.T, env []string, ready string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "AIRLOCK_CLI_CHILD=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
@@ -83,7 +90,7 @@ func startServeArgs(t *testing.T, env []string, args ...string) *child {
 	for sc.Scan() {
 		line := sc.Text()
 		c.log.WriteString(line + "\n")
-		if rest, ok := strings.CutPrefix(line, "airlock: serving on http://"); ok {
+		if rest, ok := strings.CutPrefix(line, ready); ok {
 			c.addr = strings.Fields(rest)[0]
 			break
 		}
@@ -93,7 +100,7 @@ func startServeArgs(t *testing.T, env []string, args ...string) *child {
 		c.done <- cmd.Wait()
 	}()
 	if c.addr == "" {
-		t.Fatalf("serve did not start: %s", c.log)
+		t.Fatalf("%s did not start: %s", args[0], c.log)
 	}
 	return c
 }

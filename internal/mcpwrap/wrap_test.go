@@ -22,7 +22,7 @@ import (
 // in-memory transports; block is closed when the test ends, releasing the
 // tool that never answers on its own, which says on entered that it was
 // called.
-func upstream(t *testing.T, block chan struct{}, entered chan<- struct{}) (*mcp.Server, mcp.Transport) {
+func upstream(t testing.TB, block chan struct{}, entered chan<- struct{}) (*mcp.Server, mcp.Transport) {
 	t.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
 	echo := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
