@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -103,7 +104,7 @@ func TestMCPWrapHTTP(t *testing.T) {
 
 // TestMCPWrapInspectorStdio: the official Inspector starts mcp-wrap over
 // stdio, as an MCP host would, lists the wrapped server's tools with its
-// schema checks on, and calls one.
+// schema checks on and calls one, gets a prompt and reads a resource.
 func TestMCPWrapInspectorStdio(t *testing.T) {
 	servers := mcpServers(t)
 	needWrapImage(t, "gvisor", "node")
@@ -115,6 +116,17 @@ func TestMCPWrapInspectorStdio(t *testing.T) {
 	assert.Contains(t, toolNames(list), "echo")
 	out, _ := inspector(t, target, append(child, "--method", "tools/call", "--tool-name", "echo", "--tool-arg", "message=through stdio")...)
 	assert.Contains(t, contentText(out), "through stdio")
+
+	prompt, _ := inspector(t, target, append(child, "--method", "prompts/get", "--prompt-name", "args-prompt", "--prompt-args", "city=Lyon")...)
+	msgs, _ := prompt["messages"].([]any)
+	require.NotEmpty(t, msgs, "prompts/get: %v", prompt)
+	assert.Contains(t, fmt.Sprint(msgs[0]), "Lyon")
+	const doc = "demo://resource/static/document/architecture.md"
+	res, _ := inspector(t, target, append(child, "--method", "resources/read", "--uri", doc)...)
+	contents, _ := res["contents"].([]any)
+	require.Len(t, contents, 1, "resources/read: %v", res)
+	assert.Equal(t, doc, contents[0].(map[string]any)["uri"])
+	assert.NotEmpty(t, contents[0].(map[string]any)["text"])
 }
 
 // toolNames are the names in an Inspector tools/list answer.

@@ -1,8 +1,8 @@
 // Package mcpwrap relays an MCP server that runs attached in a sandbox to
-// the agent's client (airlock mcp-wrap): it forwards tools/list and
-// tools/call under a per-tool policy, binds approvals to a call's exact
-// arguments, treats every result as untrusted (sanitised, capped) and logs
-// each call and decision.
+// the agent's client (airlock mcp-wrap): it relays tools under a per-tool
+// policy, and prompts and listed resources when the policy allows, binds
+// approvals to a call's exact arguments, treats every result as untrusted
+// (sanitised, capped) and logs each call and decision.
 package mcpwrap
 
 import (
@@ -34,6 +34,12 @@ type Policy struct {
 	// Roots are the directories, as the host sees them, confined path
 	// arguments must resolve under.
 	Roots []string `yaml:"roots" json:"roots,omitempty"`
+	// Prompts and Resources are "allow" or "deny": whether the wrapped
+	// server's prompts and listed resources are relayed (empty: as
+	// Default). Their text passes the sanitiser and the result cap, and
+	// a prompt's arguments the size limit and the refused patterns.
+	Prompts   string `yaml:"prompts" json:"prompts,omitempty"`
+	Resources string `yaml:"resources" json:"resources,omitempty"`
 }
 
 // Rule is one tool's policy.
@@ -76,8 +82,10 @@ func LoadPolicy(path string) (Policy, error) {
 
 // Validate checks the policy's values.
 func (p Policy) Validate() error {
-	if p.Default != "" && p.Default != "allow" && p.Default != "deny" {
-		return fmt.Errorf("tool policy: default %q: want allow or deny", p.Default)
+	for _, f := range []struct{ name, v string }{{"default", p.Default}, {"prompts", p.Prompts}, {"resources", p.Resources}} {
+		if f.v != "" && f.v != "allow" && f.v != "deny" {
+			return fmt.Errorf("tool policy: %s %q: want allow or deny", f.name, f.v)
+		}
 	}
 	if p.MaxArgsBytes < 0 {
 		return fmt.Errorf("tool policy: max_args_bytes must not be negative")
@@ -111,6 +119,14 @@ func (p *Policy) compileArgs() (map[string]*argRules, *argRules, error) {
 func (p *Policy) allowed(tool string) bool {
 	if r, ok := p.Tools[tool]; ok && r.Allow != nil {
 		return *r.Allow
+	}
+	return p.Default != "deny"
+}
+
+// relays reports whether prompts or resources, set to v, are relayed.
+func (p *Policy) relays(v string) bool {
+	if v != "" {
+		return v == "allow"
 	}
 	return p.Default != "deny"
 }

@@ -73,8 +73,10 @@ type Wrapper struct {
 	args     map[string]*argRules // by tool; defArgs for the others
 	defArgs  *argRules
 
-	listMu sync.Mutex        // serialises listings
-	listed map[string]string // tool name -> what was offered, as JSON
+	listMu    sync.Mutex        // serialises listings
+	listed    map[string]string // tool name -> what was offered, as JSON
+	prompts   map[string]string // prompt name -> what was offered, as JSON
+	resources map[string]string // resource URI -> what was offered, as JSON
 
 	refreshc chan struct{} // the wrapped server's tools changed
 	last     atomic.Int64  // unix nanoseconds of the last request
@@ -119,6 +121,7 @@ func newWrapper(cfg Config) (*Wrapper, error) {
 		return nil, err
 	}
 	w := &Wrapper{cfg: cfg, san: san, limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
+		prompts: map[string]string{}, resources: map[string]string{},
 		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{})}
 	for name, r := range cfg.Policy.Tools {
 		if r.RatePerMinute > 0 {
@@ -159,15 +162,18 @@ func Connect(ctx context.Context, cfg Config, t mcp.Transport) (*Wrapper, error)
 }
 
 func (w *Wrapper) connect(ctx context.Context, t mcp.Transport) error {
+	changed := func() {
+		select {
+		case w.refreshc <- struct{}{}:
+		default:
+		}
+	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp-wrap"}, &mcp.ClientOptions{
-		// The handler must not call back into the session it runs on:
+		// The handlers must not call back into the session they run on:
 		// the listing happens in refreshLoop.
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			select {
-			case w.refreshc <- struct{}{}:
-			default:
-			}
-		},
+		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { changed() },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { changed() },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed() },
 	})
 	up, err := client.Connect(ctx, t, nil)
 	if err != nil {
@@ -342,16 +348,27 @@ func (w *Wrapper) refreshLoop() {
 	}
 }
 
-// refresh lists the wrapped server's tools and offers the agent those the
-// policy allows: a tool gone from the list, or now denied or malformed,
-// is withdrawn, a new or changed one is offered. The server notifies the
-// agent's client when its list changed. Tool descriptions come from the
-// untrusted server: they are sanitised and capped like results.
+// refresh follows the wrapped server's lists: its tools, and its prompts
+// and resources when the policy relays them. Only the tools' listing
+// failing is an error; a prompts or resources listing that fails is
+// audited and leaves that list as it was.
 func (w *Wrapper) refresh(ctx context.Context) error {
 	w.listMu.Lock()
 	defer w.listMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	defer cancel()
+	if err := errors.Join(w.refreshPrompts(ctx), w.refreshResources(ctx)); err != nil {
+		w.audit(Record{Event: "list", Decision: "failed", Reason: err.Error()})
+	}
+	return w.refreshTools(ctx)
+}
+
+// refreshTools lists the wrapped server's tools and offers the agent those the
+// policy allows: a tool gone from the list, or now denied or malformed,
+// is withdrawn, a new or changed one is offered. The server notifies the
+// agent's client when its list changed. Tool descriptions come from the
+// untrusted server: they are sanitised and capped like results.
+func (w *Wrapper) refreshTools(ctx context.Context) error {
 	type offer struct {
 		tool *mcp.Tool
 		key  string
@@ -362,8 +379,8 @@ func (w *Wrapper) refresh(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listing the wrapped server's tools: %w", err)
 		}
-		if len(seen) >= 1000 {
-			return errors.New("listing the wrapped server's tools: more than 1000")
+		if len(seen) >= maxListed {
+			return fmt.Errorf("listing the wrapped server's tools: more than %d", maxListed)
 		}
 		if seen[tool.Name] {
 			continue
@@ -507,22 +524,7 @@ func (w *Wrapper) clean(res *mcp.CallToolResult, rec *Record) *mcp.CallToolResul
 	out := &mcp.CallToolResult{IsError: res.IsError}
 	budget := w.cfg.MaxResultBytes
 	for _, c := range res.Content {
-		tc, ok := c.(*mcp.TextContent)
-		if !ok {
-			out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("[airlock: %T content withheld]", c)})
-			rec.Withheld++
-			continue
-		}
-		rec.ResultBytes += len(tc.Text)
-		text, findings := w.san.Markdown([]byte(tc.Text))
-		rec.Findings += len(findings)
-		s := string(text)
-		if len(s) > budget {
-			s = strings.ToValidUTF8(s[:budget], "") + fmt.Sprintf("\n[airlock: result truncated at %d bytes]", w.cfg.MaxResultBytes)
-			rec.Truncated = true
-		}
-		budget -= min(len(s), budget)
-		out.Content = append(out.Content, &mcp.TextContent{Text: s})
+		out.Content = append(out.Content, &mcp.TextContent{Text: w.untrusted(c, &budget, rec)})
 	}
 	return out
 }
@@ -547,8 +549,10 @@ func errResult(msg string) *mcp.CallToolResult {
 // tool, or the wrapped server's start or exit.
 type Record struct {
 	Time        time.Time `json:"time"`
-	Event       string    `json:"event"` // list, call, start, exit
+	Event       string    `json:"event"` // list, call, prompt, read, start, exit
 	Tool        string    `json:"tool,omitempty"`
+	Prompt      string    `json:"prompt,omitempty"`
+	Resource    string    `json:"resource,omitempty"` // its URI
 	Decision    string    `json:"decision,omitempty"`
 	Reason      string    `json:"reason,omitempty"`
 	ArgsDigest  string    `json:"args_digest,omitempty"`

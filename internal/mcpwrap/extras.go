@@ -1,0 +1,239 @@
+package mcpwrap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// maxListed bounds each of the wrapped server's lists (tools, prompts,
+// resources) the wrapper follows.
+const maxListed = 1000
+
+// refreshPrompts offers the agent the wrapped server's prompts when the
+// policy relays them, as refresh does tools: descriptions sanitised and
+// capped, a prompt gone from the list withdrawn.
+func (w *Wrapper) refreshPrompts(ctx context.Context) error {
+	if !w.cfg.Policy.relays(w.cfg.Policy.Prompts) || w.up.InitializeResult().Capabilities.Prompts == nil {
+		return nil
+	}
+	now := map[string]bool{}
+	n := 0
+	for p, err := range w.up.Prompts(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("listing the wrapped server's prompts: %w", err)
+		}
+		if n++; n > maxListed {
+			return fmt.Errorf("listing the wrapped server's prompts: more than %d", maxListed)
+		}
+		if p.Name == "" || now[p.Name] {
+			continue
+		}
+		offer := &mcp.Prompt{Name: p.Name, Title: w.text(p.Title, maxDescription), Description: w.text(p.Description, maxDescription)}
+		for _, a := range p.Arguments {
+			if a != nil {
+				offer.Arguments = append(offer.Arguments, &mcp.PromptArgument{Name: a.Name, Title: w.text(a.Title, maxDescription),
+					Description: w.text(a.Description, maxDescription), Required: a.Required})
+			}
+		}
+		key, _ := json.Marshal(offer)
+		now[p.Name] = true
+		if w.prompts[p.Name] == string(key) {
+			continue
+		}
+		w.srv.AddPrompt(offer, w.promptHandler(p.Name))
+		w.prompts[p.Name] = string(key)
+		w.audit(Record{Event: "list", Prompt: p.Name, Decision: "listed"})
+	}
+	var gone []string
+	for name := range w.prompts {
+		if !now[name] {
+			gone = append(gone, name)
+			delete(w.prompts, name)
+			w.audit(Record{Event: "list", Prompt: name, Decision: "withdrawn"})
+		}
+	}
+	if len(gone) > 0 {
+		w.srv.RemovePrompts(gone...)
+	}
+	return nil
+}
+
+// refreshResources offers the agent the wrapped server's listed resources
+// when the policy relays them. Only listed resources can be read: the
+// server's resource templates, which would let the agent name any URI,
+// are not offered.
+func (w *Wrapper) refreshResources(ctx context.Context) error {
+	if !w.cfg.Policy.relays(w.cfg.Policy.Resources) || w.up.InitializeResult().Capabilities.Resources == nil {
+		return nil
+	}
+	now := map[string]bool{}
+	n := 0
+	for r, err := range w.up.Resources(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("listing the wrapped server's resources: %w", err)
+		}
+		if n++; n > maxListed {
+			return fmt.Errorf("listing the wrapped server's resources: more than %d", maxListed)
+		}
+		if now[r.URI] {
+			continue
+		}
+		offer := &mcp.Resource{URI: r.URI, Name: w.text(r.Name, maxDescription), Title: w.text(r.Title, maxDescription),
+			Description: w.text(r.Description, maxDescription), MIMEType: r.MIMEType, Size: r.Size}
+		key, _ := json.Marshal(offer)
+		now[r.URI] = true
+		if w.resources[r.URI] == string(key) {
+			continue
+		}
+		if err := addResource(w.srv, offer, w.resourceHandler()); err != nil {
+			delete(now, r.URI)
+			w.audit(Record{Event: "list", Resource: r.URI, Decision: "hidden", Reason: err.Error()})
+			continue
+		}
+		w.resources[r.URI] = string(key)
+		w.audit(Record{Event: "list", Resource: r.URI, Decision: "listed"})
+	}
+	var gone []string
+	for uri := range w.resources {
+		if !now[uri] {
+			gone = append(gone, uri)
+			delete(w.resources, uri)
+			w.audit(Record{Event: "list", Resource: uri, Decision: "withdrawn"})
+		}
+	}
+	if len(gone) > 0 {
+		w.srv.RemoveResources(gone...)
+	}
+	return nil
+}
+
+// addResource adds a resource, turning the SDK's panic on a URI it cannot
+// take (the wrapped server chose it) into an error.
+func addResource(srv *mcp.Server, r *mcp.Resource, h mcp.ResourceHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed resource: %v", p)
+		}
+	}()
+	srv.AddResource(r, h)
+	return nil
+}
+
+// promptHandler relays prompts/get: the arguments pass the policy's
+// size limit and refused patterns, and the messages' text the sanitiser
+// and the result cap; other content is withheld.
+func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
+	return func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		start := w.cfg.Now()
+		rec := Record{Event: "prompt", Prompt: name}
+		refuse := func(decision, why string) (*mcp.GetPromptResult, error) {
+			rec.Decision, rec.Reason = decision, why
+			w.audit(rec)
+			return nil, errors.New("airlock: " + why)
+		}
+		args, err := json.Marshal(req.Params.Arguments)
+		if err != nil {
+			return refuse("invalid", err.Error())
+		}
+		rec.ArgsBytes = len(args)
+		if max := w.cfg.Policy.maxArgs(""); len(args) > max {
+			return refuse("denied", fmt.Sprintf("the arguments of prompt %s are %d bytes, over the limit of %d", name, len(args), max))
+		}
+		if err := w.defArgs.check(args); err != nil {
+			return refuse("denied", fmt.Sprintf("prompt %s: %v", name, err))
+		}
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
+		defer cancel()
+		res, err := w.up.GetPrompt(cctx, &mcp.GetPromptParams{Name: name, Arguments: req.Params.Arguments})
+		rec.DurationMS = w.cfg.Now().Sub(start).Milliseconds()
+		if err != nil {
+			return refuse("failed", fmt.Sprintf("the wrapped server failed prompt %s: %v", name, err))
+		}
+		out := &mcp.GetPromptResult{Description: w.text(res.Description, maxDescription)}
+		budget := w.cfg.MaxResultBytes
+		for _, m := range res.Messages {
+			if m == nil {
+				continue
+			}
+			role := m.Role
+			if role != "user" && role != "assistant" {
+				role = "user"
+			}
+			out.Messages = append(out.Messages, &mcp.PromptMessage{Role: role, Content: &mcp.TextContent{Text: w.untrusted(m.Content, &budget, &rec)}})
+		}
+		rec.Decision = "relayed"
+		w.audit(rec)
+		return out, nil
+	}
+}
+
+// resourceHandler relays resources/read of a listed resource (the SDK
+// answers any other URI as not found): text is sanitised and capped,
+// binary content withheld.
+func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
+	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		start := w.cfg.Now()
+		uri := req.Params.URI
+		rec := Record{Event: "read", Resource: uri}
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
+		defer cancel()
+		res, err := w.up.ReadResource(cctx, &mcp.ReadResourceParams{URI: uri})
+		rec.DurationMS = w.cfg.Now().Sub(start).Milliseconds()
+		if err != nil {
+			rec.Decision, rec.Reason = "failed", err.Error()
+			w.audit(rec)
+			return nil, fmt.Errorf("airlock: the wrapped server failed reading %s: %v", uri, err)
+		}
+		out := &mcp.ReadResourceResult{}
+		budget := w.cfg.MaxResultBytes
+		for _, c := range res.Contents {
+			if c == nil {
+				continue
+			}
+			rc := &mcp.ResourceContents{URI: c.URI, MIMEType: c.MIMEType}
+			if rc.URI == "" {
+				rc.URI = uri
+			}
+			if c.Blob == nil {
+				rc.Text = w.capped(c.Text, &budget, &rec)
+			} else {
+				rc.MIMEType, rc.Text = "text/plain", "[airlock: binary content withheld]"
+				rec.Withheld++
+			}
+			out.Contents = append(out.Contents, rc)
+		}
+		rec.Decision = "relayed"
+		w.audit(rec)
+		return out, nil
+	}
+}
+
+// untrusted is a content item as text the agent may read: text content
+// sanitised and capped, anything else a note that it was withheld.
+func (w *Wrapper) untrusted(c mcp.Content, budget *int, rec *Record) string {
+	tc, ok := c.(*mcp.TextContent)
+	if !ok {
+		rec.Withheld++
+		return fmt.Sprintf("[airlock: %T content withheld]", c)
+	}
+	return w.capped(tc.Text, budget, rec)
+}
+
+// capped sanitises untrusted text and cuts it to what is left of budget.
+func (w *Wrapper) capped(s string, budget *int, rec *Record) string {
+	rec.ResultBytes += len(s)
+	text, findings := w.san.Markdown([]byte(s))
+	rec.Findings += len(findings)
+	s = string(text)
+	if len(s) > *budget {
+		s = strings.ToValidUTF8(s[:*budget], "") + fmt.Sprintf("\n[airlock: result truncated at %d bytes]", w.cfg.MaxResultBytes)
+		rec.Truncated = true
+	}
+	*budget -= min(len(s), *budget)
+	return s
+}
