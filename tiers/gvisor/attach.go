@@ -24,8 +24,10 @@ var errAttachEnded = errors.New("gvisor: attached job ended")
 // stderrTail bounds the unread stderr an attachment keeps.
 const stderrTail = 64 << 10
 
-// Attach runs a command job attached (see airlock.Attacher) in a sandbox
-// created for it whose first process is the agent: the job's stdin travels
+// Attach runs a command job attached (see airlock.Attacher) in a pooled
+// sandbox when one is ready and the job has no read grant or scratch cap,
+// otherwise in a sandbox created for it whose first process is the agent.
+// The job's stdin travels
 // as frames on the agent's socket, its stdout and stderr come back as they
 // do for Run. The program starts under the exec guard unless granted
 // spawn, with the job's read grants, egress gateway and limits.
@@ -62,10 +64,24 @@ func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, e
 		return nil, err
 	}
 	r.res.Image = digest(img)
-	sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
-	if err != nil {
-		t.leave()
-		return nil, err
+	if t.pool != nil && img != nil {
+		t.follow(job.Image, img)
+	}
+	// As for Run: a pooled sandbox serves a job without read grants or a
+	// scratch cap, which are mounts made at creation.
+	var sb *sandbox
+	if t.pool != nil && len(job.Grants.FS.Read) == 0 && job.Grants.FS.ScratchMB == 0 {
+		if psb, ok := t.pool.Claim(poolKey{digest(img)}, nil); ok {
+			release()
+			psb.claimed = true
+			sb = psb
+		}
+	}
+	if sb == nil {
+		if sb, err = t.newAgentSandbox(modeOnce, job.Grants.FS, img, release); err != nil {
+			t.leave()
+			return nil, err
+		}
 	}
 	return attachio.Start(ctx, Name, stderrTail, func(ctx context.Context, h *attachio.Handle) (airlock.Result, error) {
 		defer t.leave()
