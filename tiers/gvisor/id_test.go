@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -212,5 +213,36 @@ func wallAmidMany(t *testing.T, pooled bool) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStateMayHold: the sweep asks runsc for its list only when its state
+// directory names a sandbox the sweep would claim, or a name it cannot
+// read as an id of the tier's.
+func TestStateMayHold(t *testing.T) {
+	live, dead := idPrefix+"100-0a1b2c3d-1.sb", idPrefix+"200-4e5f6a7b-3.sb"
+	here := func(id string) bool { return id == dead }
+	for _, c := range []struct {
+		names []string
+		want  bool
+	}{
+		{nil, false},
+		{[]string{live + "_sandbox:" + live + ".lock", "runsc-" + live + ".sock", "null-netns", "other_sandbox:other.state"}, false},
+		{[]string{live + "_sandbox:" + live + ".lock", dead + "_sandbox:" + dead + ".state"}, true},
+		{[]string{"runsc-" + dead + ".sock"}, true},
+		{[]string{"x-" + idPrefix + "odd"}, true}, // a form it does not know
+	} {
+		dir := t.TempDir()
+		for _, n := range c.names {
+			if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := (&Tier{state: dir}).stateMayHold(here); got != c.want {
+			t.Errorf("%v: %v, want %v", c.names, got, c.want)
+		}
+	}
+	if !(&Tier{state: filepath.Join(t.TempDir(), "missing")}).stateMayHold(here) {
+		t.Error("an unreadable state directory must send the sweep to runsc")
 	}
 }

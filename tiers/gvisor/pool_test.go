@@ -283,6 +283,18 @@ func TestSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What runsc leaves of a sandbox that died before it was saved: a lock
+	// file and a socket it no longer lists. The crashed owner's go; a live
+	// process's stay.
+	deadID := crashed.owner + "-99" + idEnd
+	liveID := idPrefix + "1-0123456789ab"
+	debris := []string{deadID + "_sandbox:" + deadID + ".lock", "runsc-" + deadID + ".sock"}
+	kept := filepath.Join(crashed.state, "runsc-"+liveID+".sock")
+	for _, p := range append(debris, filepath.Base(kept)) {
+		if err := os.WriteFile(filepath.Join(crashed.state, p), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tier, err := New(NewConfig().WithDir(dir)) // sweeps
 	if err != nil {
 		t.Fatal(err)
@@ -292,15 +304,16 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("crashed owner's sandbox still listed: %s", out)
 	}
 	for _, p := range []string{sb.dir, filepath.Join(cgroupRoot, "memory", sb.id), filepath.Join(cgroupRoot, "pids", sb.id),
-		crashed.rootfs, crashed.lease.Path(), legacyDead} {
+		crashed.rootfs, crashed.lease.Path(), legacyDead, filepath.Join(crashed.state, debris[0]), filepath.Join(crashed.state, debris[1])} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived the sweep", p)
 		}
 	}
-	if !exists(legacyLive) {
-		t.Error("the sweep removed a directory of a live process (legacy name)")
+	if !exists(legacyLive) || !exists(kept) {
+		t.Error("the sweep removed what a live process (legacy name) holds")
 	}
 	os.Remove(legacyLive)
+	os.Remove(kept)
 }
 
 // TestWaitWarm checks that WaitWarm returns only once the pool is full,

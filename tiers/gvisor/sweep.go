@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -86,30 +87,38 @@ func (t *Tier) sweep() (removed int) {
 		}
 	}
 
-	out, err := t.runscOut(context.Background(), "list", "--format", "json")
-	if err != nil {
-		// Without the list, dead owners' sandboxes may still run: their
-		// lock files stay for a later sweep.
-		for owner := range dead {
-			failed[owner] = true
-		}
-	} else {
-		var list []struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(out, &list) == nil {
-			var ids []string
-			for _, c := range list {
-				if here(c.ID) {
-					ids = append(ids, c.ID)
-				}
+	// runsc's list costs about as much as a sandbox's boot; its state
+	// directory already names every sandbox it keeps, so the list is asked
+	// for only when a name there may be a dead owner's.
+	if t.stateMayHold(here) {
+		out, err := t.runscOut(context.Background(), "list", "--format", "json")
+		if err != nil {
+			// Without the list, dead owners' sandboxes may still run:
+			// their lock files stay for a later sweep.
+			for owner := range dead {
+				failed[owner] = true
 			}
-			for _, id := range deleteOrder(ids) {
-				if err := t.destroy(id, "", true); err != nil {
-					logf("sweep: %v", err)
-					fail(id)
+		} else {
+			var list []struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(out, &list) == nil {
+				var ids []string
+				listed := map[string]bool{}
+				for _, c := range list {
+					listed[c.ID] = true
+					if here(c.ID) {
+						ids = append(ids, c.ID)
+					}
 				}
-				removed++
+				for _, id := range deleteOrder(ids) {
+					if err := t.destroy(id, "", true); err != nil {
+						logf("sweep: %v", err)
+						fail(id)
+					}
+					removed++
+				}
+				removed += t.removeStateDebris(here, listed)
 			}
 		}
 	}
@@ -168,4 +177,60 @@ func removeCgroup(dir string) error {
 func deleteOrder(ids []string) []string {
 	slices.SortStableFunc(ids, func(a, b string) int { return len(b) - len(a) })
 	return ids
+}
+
+// stateMayHold reports whether runsc's state directory may name a sandbox
+// for which here is true: an entry naming one of the tier's ids (a lock
+// file "ID_sandbox:ID.lock" or state file, a socket "runsc-ID.sock")
+// whose id here claims, one naming an id in a form it does not know, or a
+// directory it cannot read. Entries without the tier's prefix are other
+// tools' and never swept.
+func (t *Tier) stateMayHold(here func(id string) bool) bool {
+	entries, err := os.ReadDir(t.state)
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.Contains(name, idPrefix) {
+			continue
+		}
+		id, ok := stateID(name)
+		if !ok || here(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// stateID is the sandbox id a runsc state directory entry is named after.
+func stateID(name string) (string, bool) {
+	if id, ok := strings.CutPrefix(name, "runsc-"); ok {
+		id, ok = strings.CutSuffix(id, ".sock")
+		return id, ok && strings.HasPrefix(id, idPrefix)
+	}
+	if i := strings.Index(name, "_sandbox:"); i > 0 && strings.HasPrefix(name, idPrefix) {
+		return name[:i], true
+	}
+	return "", false
+}
+
+// removeStateDebris removes the entries runsc leaves in its state
+// directory for a sandbox that died before it was saved (a lock file and
+// a socket that runsc no longer lists, and so never deletes), for dead
+// owners' ids only. It returns how many it removed.
+func (t *Tier) removeStateDebris(here func(id string) bool, listed map[string]bool) (removed int) {
+	entries, _ := os.ReadDir(t.state)
+	for _, e := range entries {
+		id, ok := stateID(e.Name())
+		if !ok || listed[id] || !here(id) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(t.state, e.Name())); err != nil {
+			logf("sweep: %v", err)
+			continue
+		}
+		removed++
+	}
+	return removed
 }
