@@ -49,15 +49,7 @@ func (w *Wrapper) refreshPrompts(ctx context.Context) error {
 		w.prompts[p.Name] = string(key)
 		w.audit(Record{Event: "list", Prompt: p.Name, Decision: "listed"})
 	}
-	var gone []string
-	for name := range w.prompts {
-		if !now[name] {
-			gone = append(gone, name)
-			delete(w.prompts, name)
-			w.audit(Record{Event: "list", Prompt: name, Decision: "withdrawn"})
-		}
-	}
-	if len(gone) > 0 {
+	if gone := w.withdraw(w.prompts, now, func(name string) Record { return Record{Prompt: name} }); len(gone) > 0 {
 		w.srv.RemovePrompts(gone...)
 	}
 	return nil
@@ -98,15 +90,7 @@ func (w *Wrapper) refreshResources(ctx context.Context) error {
 		w.resources[r.URI] = string(key)
 		w.audit(Record{Event: "list", Resource: r.URI, Decision: "listed"})
 	}
-	var gone []string
-	for uri := range w.resources {
-		if !now[uri] {
-			gone = append(gone, uri)
-			delete(w.resources, uri)
-			w.audit(Record{Event: "list", Resource: uri, Decision: "withdrawn"})
-		}
-	}
-	if len(gone) > 0 {
+	if gone := w.withdraw(w.resources, now, func(uri string) Record { return Record{Resource: uri} }); len(gone) > 0 {
 		w.srv.RemoveResources(gone...)
 	}
 	return nil

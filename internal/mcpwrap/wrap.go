@@ -417,18 +417,26 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 		now[name] = true
 		w.audit(Record{Event: "list", Tool: name, Decision: "listed"})
 	}
-	var gone []string
-	for name := range w.listed {
-		if !now[name] {
-			gone = append(gone, name)
-			delete(w.listed, name)
-			w.audit(Record{Event: "list", Tool: name, Decision: "withdrawn"})
-		}
-	}
-	if len(gone) > 0 {
+	if gone := w.withdraw(w.listed, now, func(name string) Record { return Record{Tool: name} }); len(gone) > 0 {
 		w.srv.RemoveTools(gone...)
 	}
 	return nil
+}
+
+// withdraw forgets what offered holds that the wrapped server's new list
+// (now) lacks, audits each as withdrawn (rec names it), and returns them.
+func (w *Wrapper) withdraw(offered map[string]string, now map[string]bool, rec func(key string) Record) []string {
+	var gone []string
+	for key := range offered {
+		if !now[key] {
+			gone = append(gone, key)
+			delete(offered, key)
+			r := rec(key)
+			r.Event, r.Decision = "list", "withdrawn"
+			w.audit(r)
+		}
+	}
+	return gone
 }
 
 // addTool adds a tool, turning the SDK's panic on a malformed schema (the
