@@ -25,8 +25,11 @@ import (
 // parent closed the tier or died) it kills what it started and exits; its
 // children die with it in any case (their parent-death signal).
 
-// FdSpawner is the spawner's end of its socket (SOCK_SEQPACKET).
-const FdSpawner = 3
+// The spawner's descriptors.
+const (
+	FdSpawner    = FdFirst + iota // its end of its socket (SOCK_SEQPACKET)
+	FdSpawnerExe                  // its binary, executed through /proc/self/fd
+)
 
 // SpawnRequest asks the spawner to start a stage. The descriptors travel
 // as SCM_RIGHTS in the same message: stdin, stdout, stderr, then the
