@@ -181,8 +181,8 @@ func spawnOne(msg []byte, fds []int, nets *netSpares) (pid, pidfd int, spare boo
 	if req.IntoCgroup && len(fds) > 0 {
 		cgroupFd, fds = fds[len(fds)-1], fds[:len(fds)-1]
 	}
-	if len(fds) < 3 {
-		return 0, -1, false, fmt.Errorf("spawn request: %d descriptors, want at least 3", len(fds))
+	if len(fds) < FdFirst { // stdin, stdout and stderr
+		return 0, -1, false, fmt.Errorf("spawn request: %d descriptors, want at least %d", len(fds), FdFirst)
 	}
 	flags := req.Cloneflags
 	if req.SpareNet && flags&unix.CLONE_NEWNET != 0 && nets.enter() {

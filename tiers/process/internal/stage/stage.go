@@ -291,19 +291,19 @@ func reap(pid int) Status {
 	}
 }
 
-// closeInherited marks every descriptor from 3 on close-on-exec: the
+// closeInherited marks every descriptor from FdFirst on close-on-exec: the
 // stage's own (spec, status, binary, scratch, grants) and whatever the
 // process that started the tier left open without the flag (a supervisor's
 // pipe, say). Nothing the stage executes — the program, the forwarder —
 // gets any descriptor but those it is handed explicitly.
 func closeInherited() {
-	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+	if unix.CloseRange(FdFirst, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
 		return
 	}
 	// Before Linux 5.11: one by one.
 	entries, _ := os.ReadDir("/proc/self/fd")
 	for _, e := range entries {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= 3 {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= FdFirst {
 			unix.CloseOnExec(fd)
 		}
 	}
