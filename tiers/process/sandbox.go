@@ -151,7 +151,8 @@ func cgLimitsFor(l airlock.Limits) cgLimits {
 }
 
 // start launches a stage. For a container it sends the base spec and
-// waits until the root is built.
+// waits until the root is built. What differs between the levels is the
+// tier's isolation's to do (see level.go); the sequence is the same.
 func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error) {
 	bin, err := t.stageBin()
 	if err != nil {
