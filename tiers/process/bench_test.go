@@ -164,9 +164,7 @@ func coldStartPaired(b *testing.B, idle time.Duration, variants ...string) {
 			if v.suffix != "" && !slices.Contains(variants, v.suffix) {
 				continue
 			}
-			cfg := v.cfg
-			cfg.directStarts, cfg.stageMove = v.direct, v.moved
-			tier := newTestTier(b, tc, cfg)
+			tier := newTestTier(b, tc, v.cfg, withDirectStarts(v.direct), withParentMoves(v.moved))
 			tiers = append(tiers, tier)
 			names = append(names, tc.name+v.suffix)
 			runs[tc.name+v.suffix] = func() error { _, err := tier.Run(context.Background(), job); return err }
@@ -328,9 +326,7 @@ func BenchmarkColdStartLargeCaller(b *testing.B) {
 	defer runtime.KeepAlive(ballast)
 	job := cmdJob("/bin/true")
 	viaSpawner := newTestTier(b, bothTiers[0], testConfig(b))
-	directCfg := testConfig(b)
-	directCfg.directStarts = true
-	direct := newTestTier(b, bothTiers[0], directCfg)
+	direct := newTestTier(b, bothTiers[0], testConfig(b), withDirectStarts(true))
 	var ts, td []time.Duration
 	for b.Loop() {
 		for _, v := range []struct {

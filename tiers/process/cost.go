@@ -1,20 +1,11 @@
 package process
 
-import (
-	"time"
-
-	"github.com/airlock-sandbox/airlock"
-)
+import "time"
 
 // Cost is the tier's typical start-up cost on a small machine: a filtered
 // process, or a container started cold. The router (package escalate)
 // orders tiers by it, cheapest first.
-func (t *Tier) Cost() time.Duration {
-	if t.level == airlock.LevelSyscallFilter {
-		return 3 * time.Millisecond
-	}
-	return 12 * time.Millisecond
-}
+func (t *Tier) Cost() time.Duration { return t.lv.cost() }
 
 // Cost is the typical cost of a job on a started guarded worker: the
 // interpreter's run plus the round trip to the worker. The router

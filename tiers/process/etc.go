@@ -53,8 +53,8 @@ type etcTemplate struct {
 	aheadOf     time.Time
 	aheadClosed bool
 
-	// watch is the directory whose changes rebuild the template ("":
-	// /etc; tests point it elsewhere). Set before the first clone.
+	// watch is the directory whose changes rebuild the template: /etc
+	// (see withEtcWatch). Set before the first clone.
 	watch string
 
 	// Owned by the namespace thread.
@@ -85,7 +85,7 @@ func (e *etcTemplate) clone(baseDir string) (*os.File, error) {
 	if e.closed {
 		return nil, errors.New("tier closed")
 	}
-	cur, err := os.Stat(e.watched())
+	cur, err := os.Stat(e.watch)
 	if err != nil {
 		return nil, err
 	}
@@ -124,13 +124,6 @@ func (e *etcTemplate) clone(baseDir string) (*os.File, error) {
 	e.err = nil
 	e.poke()
 	return r.f, nil
-}
-
-func (e *etcTemplate) watched() string {
-	if e.watch == "" {
-		return "/etc"
-	}
-	return e.watch
 }
 
 // poke asks the thread for a clone ahead.
@@ -206,7 +199,7 @@ func (e *etcTemplate) cloneNow() (*os.File, error) {
 // cloneHere (on the namespace thread) rebuilds the template if /etc
 // changed or it is old, and clones it.
 func (e *etcTemplate) cloneHere(baseDir string) (*os.File, error) {
-	cur, err := os.Stat(e.watched())
+	cur, err := os.Stat(e.watch)
 	if err != nil {
 		return nil, err
 	}

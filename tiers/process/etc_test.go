@@ -20,10 +20,9 @@ const etcScript = `head -1 /etc/passwd; test -s /etc/ld.so.cache && echo ld.so.c
 // Close.
 func TestEtcTemplate(t *testing.T) {
 	cfg := testConfig(t)
-	tier := newTestTier(t, bothTiers[0], cfg)
 	// Changes to this directory stand for changes to /etc.
 	watch := t.TempDir()
-	tier.etc.watch = watch
+	tier := newTestTier(t, bothTiers[0], cfg, withEtcWatch(watch))
 	check := func(job string) {
 		t.Helper()
 		res, err := tier.Run(context.Background(), cmdJob("sh", "-c", etcScript))

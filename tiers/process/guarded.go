@@ -85,13 +85,16 @@ type Guarded struct {
 // NewGuarded returns the tier "guarded-<name>" for a worker registered
 // with RegisterWorker or RegisterWorkerEntry. cfg's pool size is how many workers are kept
 // started (0 means 2).
-func NewGuarded(name string, cfg Config) (*Guarded, error) {
+func NewGuarded(name string, cfg Config) (*Guarded, error) { return newGuardedWith(name, cfg) }
+
+// newGuardedWith is NewGuarded with options (withDirectStarts applies).
+func newGuardedWith(name string, cfg Config, opts ...option) (*Guarded, error) {
 	e, ok := registeredWorker(name)
 	if !ok {
 		return nil, fmt.Errorf("guarded tier: no worker registered as %q", name)
 	}
 	g := &Guarded{name: name, inner: e.New(), cfg: cfg}
-	g.spawn.off = cfg.directStarts
+	g.spawn.off = buildOptions(opts).directStarts
 	size := cfg.poolSize
 	if size == 0 {
 		size = 2
@@ -212,13 +215,15 @@ func (g *Guarded) startWorker(ctx context.Context) (_ *worker, err error) {
 	}
 	stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW := p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1]
 	w.stdin, w.stdout = stdinW, stdoutR
+	fds := newFdTable(stage.FdExe + 1)
+	fds.set(stage.FdExe, exe)
 	w.cmd = &exec.Cmd{
 		Path: stage.FdPath(stage.FdExe), Args: []string{"airlock-worker"}, Dir: "/",
 		Env:        []string{stage.Env + "=" + stage.Worker, wk.Env + "=" + g.name, "GOMAXPROCS=1"},
 		Stdin:      stdinR,
 		Stdout:     stdoutW,
 		Stderr:     stderrW,
-		ExtraFiles: []*os.File{nil, nil, exe},
+		ExtraFiles: fds.files,
 		SysProcAttr: &syscall.SysProcAttr{
 			Pdeathsig: syscall.SIGKILL,
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
@@ -325,10 +330,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	}
 	workers := g.workers()
 	if workers == nil {
-		if err := probe(); err != nil {
-			return finish(fmt.Errorf("starting worker: tier unavailable: %w", err))
-		}
-		return finish(errors.New("starting worker: tier closed"))
+		return finish(noWorkers())
 	}
 	// The language tier resolves its own limits; the clock and seed are
 	// pinned here so the result records what ran.
@@ -341,13 +343,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		ctx, cancel = context.WithDeadlineCause(ctx, deadline, errWall)
 		defer cancel()
 		if w, err = g.startWorker(ctx); err != nil {
-			switch {
-			case context.Cause(ctx) == errWall:
-				err = &airlock.Stop{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting a worker"}
-			case ctx.Err() != nil:
-				err = &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while starting a worker: " + ctx.Err().Error()}
-			}
-			return finish(err)
+			return finish(startStopped(ctx, err))
 		}
 	}
 	// The used worker is discarded after the result is returned: removing
@@ -364,17 +360,9 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			workers.Done(poolKey{})
 		}
 	}()
-	// The claiming job's limits are bound here.
-	limits := prepared.Limits
-	limits.MemoryMB += workerRuntimeMB
-	if limits.MemoryMB != w.memMB {
-		if err := w.cg.setMemory(limits.MemoryMB << 20); err != nil {
-			return finish(fmt.Errorf("claiming worker: %w", err))
-		}
-	}
-	req, err := workerwire.AppendRequest(nil, limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), &job)
+	req, err := w.request(&prepared, &job)
 	if err != nil {
-		return finish(jobs.Invalid("", "encoding job: %s", err.Error()))
+		return finish(err)
 	}
 	res.Timings.StartUS = monotime.Micros(begin)
 
@@ -428,17 +416,60 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		<-w.waitCh
 		return finish(stop)
 	}
-	if err == nil {
-		goto done
+	if err != nil {
+		w.signalKill()
+		return finish(g.crashed(w, &prepared))
 	}
-	w.signalKill()
-	return finish(g.crashed(w, &prepared))
-done:
+	return finish(takeResult(ctx, &res, inner, &prepared))
+}
+
+// noWorkers says why a tier has no workers: it cannot run here, or it
+// was closed.
+func noWorkers() error {
+	if err := probe(); err != nil {
+		return fmt.Errorf("starting worker: tier unavailable: %w", err)
+	}
+	return errors.New("starting worker: tier closed")
+}
+
+// startStopped is the error of a worker start that failed: a stop when
+// the wall clock ran out or the caller cancelled meanwhile, else err.
+func startStopped(ctx context.Context, err error) error {
+	switch {
+	case context.Cause(ctx) == errWall:
+		return &airlock.Stop{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting a worker"}
+	case ctx.Err() != nil:
+		return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while starting a worker: " + ctx.Err().Error()}
+	}
+	return err
+}
+
+// request binds the claiming job's limits to the worker and encodes the
+// job (with its pinned clock and seed) for it.
+func (w *worker) request(prepared, job *airlock.Job) ([]byte, error) {
+	limits := prepared.Limits
+	limits.MemoryMB += workerRuntimeMB
+	if limits.MemoryMB != w.memMB {
+		if err := w.cg.setMemory(limits.MemoryMB << 20); err != nil {
+			return nil, fmt.Errorf("claiming worker: %w", err)
+		}
+	}
+	req, err := workerwire.AppendRequest(nil, limits.MemoryMB, uint64((prepared.Limits.CPUMS+999)/1000), job)
+	if err != nil {
+		return nil, jobs.Invalid("", "encoding job: %s", err.Error())
+	}
+	return req, nil
+}
+
+// takeResult makes the worker's result, inner, the job's (res keeps its
+// start time, to which the worker's is added).
+func takeResult(ctx context.Context, res *airlock.Result, inner airlock.Result, prepared *airlock.Job) error {
+	var err error
 	if inner.Value, err = value.Normalize(inner.Value); err != nil {
-		return finish(fmt.Errorf("reading worker result: %w", err))
+		return fmt.Errorf("reading worker result: %w", err)
 	}
 	start := res.Timings.StartUS
-	res = inner
+	*res = inner
 	res.Timings.StartUS += start
 	// The worker's protocol returns output only with the result: a sink
 	// gets it then, whole, so what it was given still equals the Result.
@@ -451,7 +482,7 @@ done:
 		}
 	}
 	res.Clock, res.Seed = prepared.Clock, prepared.Seed
-	return finish(inner.Err())
+	return inner.Err()
 }
 
 // watchEvery is how often a worker's cgroup is checked during its job.

@@ -98,9 +98,9 @@ func newGuarded(t *testing.T, name string) *Guarded {
 	return newGuardedFrom(t, name, testConfig(t).WithPool(1))
 }
 
-func newGuardedFrom(t *testing.T, name string, cfg Config) *Guarded {
+func newGuardedFrom(t *testing.T, name string, cfg Config, opts ...option) *Guarded {
 	t.Helper()
-	g, err := NewGuarded(name, cfg)
+	g, err := newGuardedWith(name, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +142,7 @@ func TestGuardedContainsCrashes(t *testing.T) {
 	for _, direct := range []bool{false, true} {
 		t.Run(map[bool]string{false: "spawner", true: "direct"}[direct], func(t *testing.T) {
 			guardedCrashes(t, func(t *testing.T, name string) *Guarded {
-				cfg := testConfig(t).WithPool(1)
-				cfg.directStarts = direct
-				return newGuardedFrom(t, name, cfg)
+				return newGuardedFrom(t, name, testConfig(t).WithPool(1), withDirectStarts(direct))
 			})
 		})
 	}

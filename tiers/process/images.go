@@ -42,7 +42,7 @@ func (t *Tier) admitImage(job *airlock.Job) error {
 		return nil
 	}
 	reason := fmt.Sprintf("tier %s has no image store: it runs the host view only (image \"\" or %q), not %q", t.name, image.Host, job.Image)
-	if t.level != airlock.LevelContainer {
+	if !t.lv.ownFS() {
 		reason = fmt.Sprintf("tier %s shares the host's filesystem view and cannot run an image: image \"\" or %q only, not %q", t.name, image.Host, job.Image)
 	}
 	return &airlock.NotAdmitted{Tier: t.name, Reason: reason}
@@ -186,7 +186,7 @@ func (t *Tier) sizeOf(ref string) int {
 func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 	// Every pooled sandbox has the (empty) egress directory bound: whether
 	// its job has a net grant is known only at claim time.
-	o := startOptions{level: airlock.LevelContainer, limits: poolLimits, scratchMB: DefaultScratchMB, egress: true}
+	o := startOptions{limits: poolLimits, scratchMB: DefaultScratchMB, egress: true}
 	if t.images != nil {
 		t.defMu.Lock()
 		ref, ok := t.poolRefs[k]

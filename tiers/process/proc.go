@@ -41,16 +41,12 @@ func newProc() proc { return proc{waitCh: make(chan struct{})} }
 // cgroup v2 directory the process is born in (cmd.SysProcAttr's
 // CgroupFD names it for a start from here).
 func (p *proc) startProc(h *spawners, bin *stageBinary, cmd *exec.Cmd, uid uint32, spareNet bool, cgDir *os.File) error {
-	n := 3 + len(cmd.ExtraFiles)
+	files := append([]*os.File{asFile(cmd.Stdin), asFile(cmd.Stdout), asFile(cmd.Stderr)}, cmd.ExtraFiles...)
 	if cgDir != nil {
-		n++
+		files = append(files, cgDir) // last: see stage.SpawnRequest.IntoCgroup
 	}
-	if n <= spawnMaxFiles {
+	if len(files) <= spawnMaxFiles {
 		if sp, err := h.get(bin); err == nil {
-			files := append([]*os.File{asFile(cmd.Stdin), asFile(cmd.Stdout), asFile(cmd.Stderr)}, cmd.ExtraFiles...)
-			if cgDir != nil {
-				files = append(files, cgDir) // last: see stage.SpawnRequest.IntoCgroup
-			}
 			err := sp.spawn(p, stage.SpawnRequest{
 				Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
 				Cloneflags: cmd.SysProcAttr.Cloneflags, UID: uid, SpareNet: spareNet,

@@ -47,15 +47,15 @@ func testConfig(t testing.TB) Config {
 }
 
 type tierCase struct {
-	name string
-	mk   func(Config) (*Tier, error)
+	name  string
+	level airlock.Level
 }
 
-var bothTiers = []tierCase{{NameContainer, New}, {NameFilter, NewFilter}}
+var bothTiers = []tierCase{{NameContainer, airlock.LevelContainer}, {NameFilter, airlock.LevelSyscallFilter}}
 
-func newTestTier(t testing.TB, tc tierCase, cfg Config) *Tier {
+func newTestTier(t testing.TB, tc tierCase, cfg Config, opts ...option) *Tier {
 	t.Helper()
-	tier, err := tc.mk(cfg)
+	tier, err := newTier(tc.name, tc.level, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,8 +475,7 @@ func TestNoInheritedDescriptors(t *testing.T) {
 		for _, direct := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/direct=%v", tc.name, direct), func(t *testing.T) {
 				cfg := testConfig(t)
-				cfg.directStarts = direct
-				tier := newTestTier(t, tc, cfg)
+				tier := newTestTier(t, tc, cfg, withDirectStarts(direct))
 				res, err := tier.Run(context.Background(), cmdJob("sh", "-c", script))
 				if err != nil {
 					t.Fatalf("%v\n%s", err, res.Stderr)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -18,8 +17,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
+	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
-	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,22 +51,11 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			return finish(jobs.Invalid("grants.fs.read", "%v", err))
 		}
 	}
-	// The image (the host view without a resolver): a session's, held for
-	// its life, or acquired here and held by the sandbox that runs the
-	// job (a pooled one holds its own).
-	var (
-		img          *image.Image
-		releaseImage func()
-	)
-	if t.images != nil {
-		if sess != nil {
-			img, err = sess.imageFor(ctx, job.Image)
-		} else if img, releaseImage, err = t.images.Acquire(ctx, job.Image); err != nil {
-			err = imageError(err)
-		}
-		if err != nil {
-			return finish(err)
-		}
+	img, releaseImage, err := t.jobImage(ctx, job.Image, sess)
+	if err != nil {
+		return finish(err)
+	}
+	if img != nil {
 		res.Image = img.Digest
 		defer func() {
 			if releaseImage != nil {
@@ -91,42 +80,12 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 
 	var sb *sandbox
 	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && t.pooled(key) && attachOf(ctx) == nil {
-		var ok bool
-		if sb, ok = t.pool.Claim(key, nil); ok {
-			sb.pooled = true
-			// The claiming job's limits are bound here (unless the sandbox
-			// already has them). One that cannot take them — v1 refuses a
-			// memory limit below what the group already holds — is
-			// discarded, and the job starts cold.
-			if l := cgLimitsFor(job.Limits); l != sb.limits {
-				if err := sb.cg.update(l); err != nil {
-					t.discard(sb)
-					sb = nil
-					res.Decision = append(res.Decision, "pool: the claimed sandbox could not take the job's limits ("+limitRefusal(err)+"); started cold")
-				} else {
-					sb.limits = l
-				}
-			}
-		}
+		sb = t.claim(key, &job, &res)
 		defer t.pool.Done(key) // the replacement starts once the job is over
 	}
 	if sb == nil {
-		o := startOptions{level: t.level, limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read,
-			at: job.Grants.FS.At, copies: job.Grants.FS.Copy, egress: len(job.Grants.Net) > 0,
-			img: img, releaseImage: releaseImage, hostScratch: len(job.Collect) > 0}
+		o := t.coldOptions(ctx, &job, sess, img, releaseImage, scratchMB)
 		releaseImage = nil // the sandbox's now
-		if sess != nil {
-			o.uid, o.scratch = sess.uid, sess.dir
-		}
-		if t.level == airlock.LevelContainer && !o.egress && !airlock.HasPlacedCheck(ctx) {
-			// Nothing to learn from the sandbox before the job can go: the
-			// job spec follows the base spec, and the stage runs the job as
-			// soon as its root is built, without waiting for the ready round
-			// trip.
-			spec := containerJobSpec(&job, img, scratchMB, nil, attachOf(ctx) != nil)
-			spec.Go = true
-			o.job = &spec
-		}
 		if sb, err = t.start(ctx, o); err != nil {
 			if context.Cause(ctx) == errWall {
 				err = &airlock.Stop{Reason: airlock.StopTimeout, Detail: "wall clock ran out while starting the sandbox"}
@@ -144,25 +103,31 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		}
 		t.discard(sb)
 	}()
+	return finish(t.runIn(ctx, sb, &job, scratchMB, begin, &res))
+}
+
+// runIn runs job in the started sb, behind its egress gateway when it has
+// a net grant, and puts what came of it in res.
+func (t *Tier) runIn(ctx context.Context, sb *sandbox, job *airlock.Job, scratchMB int64, begin time.Time, res *airlock.Result) error {
 	var (
 		gw     *egresswire.Gateway
 		netEnv []string
 	)
 	if len(job.Grants.Net) > 0 {
 		if sb.egressDir == "" {
-			return finish(errors.New("starting sandbox: no egress directory bound"))
+			return errors.New("starting sandbox: no egress directory bound")
 		}
-		jg, env, err := t.startGateway(ctx, sb, &job)
+		jg, env, err := t.startGateway(ctx, sb, job)
 		if err != nil {
-			return finish(err)
+			return err
 		}
-		// Closed before sb.destroy (deferred earlier) on every path: the
+		// Closed before sb.destroy (deferred by run) on every path: the
 		// gateway, then its socket, then the sandbox and its directory.
 		defer jg.Close()
 		gw, netEnv = jg, env
 	}
 	res.Timings.StartUS = monotime.Micros(begin)
-	out, err := sb.runJob(ctx, &job, scratchMB, netEnv)
+	out, err := sb.runJob(ctx, job, scratchMB, netEnv)
 	if gw != nil {
 		res.Decision = append(res.Decision, gw.Close()...)
 	}
@@ -175,7 +140,66 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 		// the host, before the sandbox and its mount go.
 		res.Files, res.FilesSkipped = collectFiles(sb.scratch, job.Collect)
 	}
-	return finish(err)
+	return err
+}
+
+// jobImage is the job's image (nil: the host view without a resolver): a
+// session's, held for its life, or acquired here, with the function that
+// gives it back, to be held by the sandbox that runs the job (a pooled
+// one holds its own).
+func (t *Tier) jobImage(ctx context.Context, ref string, sess *Session) (img *image.Image, release func(), err error) {
+	if t.images == nil {
+		return nil, nil, nil
+	}
+	if sess != nil {
+		img, err = sess.imageFor(ctx, ref)
+	} else if img, release, err = t.images.Acquire(ctx, ref); err != nil {
+		err = imageError(err)
+	}
+	return img, release, err
+}
+
+// claim takes a sandbox of key's pool for job, if one is ready, and binds
+// the job's limits to it (unless it already has them). One that cannot
+// take them — v1 refuses a memory limit below what the group already
+// holds — is discarded, the decision noted in res, and the job starts
+// cold (nil).
+func (t *Tier) claim(key poolKey, job *airlock.Job, res *airlock.Result) *sandbox {
+	sb, ok := t.pool.Claim(key, nil)
+	if !ok {
+		return nil
+	}
+	sb.pooled = true
+	if l := cgLimitsFor(job.Limits); l != sb.limits {
+		if err := sb.cg.update(l); err != nil {
+			t.discard(sb)
+			res.Decision = append(res.Decision, "pool: the claimed sandbox could not take the job's limits ("+limitRefusal(err)+"); started cold")
+			return nil
+		}
+		sb.limits = l
+	}
+	return sb
+}
+
+// coldOptions are the start options of a sandbox started for job (in
+// sess, if not nil), which gets the image and its release.
+func (t *Tier) coldOptions(ctx context.Context, job *airlock.Job, sess *Session, img *image.Image, releaseImage func(), scratchMB int64) startOptions {
+	o := startOptions{limits: job.Limits, scratchMB: scratchMB, read: job.Grants.FS.Read,
+		at: job.Grants.FS.At, copies: job.Grants.FS.Copy, egress: len(job.Grants.Net) > 0,
+		img: img, releaseImage: releaseImage, hostScratch: len(job.Collect) > 0}
+	if sess != nil {
+		o.uid, o.scratch = sess.uid, sess.dir
+	}
+	if t.lv.jobWithBase() && !o.egress && !airlock.HasPlacedCheck(ctx) {
+		// Nothing to learn from the sandbox before the job can go: the
+		// job spec follows the base spec, and the stage runs the job as
+		// soon as its root is built, without waiting for the ready round
+		// trip.
+		spec := containerJobSpec(job, img, scratchMB, nil, attachOf(ctx) != nil)
+		spec.Go = true
+		o.job = &spec
+	}
+	return o
 }
 
 // collectFiles reads what a job's collect patterns name from the host's
@@ -269,14 +293,8 @@ func envFor(job *airlock.Job) []string {
 	return env
 }
 
-// runJob hands the job to a started sandbox, feeds stdin, collects output
-// up to the cap, enforces the wall clock and CPU time, and judges how the
-// run ended.
-//
-// netEnv, when not nil, is the egress environment: the stage runs the
-// forwarder and the program gets these variables.
 // containerJobSpec is the job spec a container's stage gets (a level-2
-// stage gets more: see runJob).
+// stage gets more: see filterLevel.completeJob).
 func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string, attached bool) stage.JobSpec {
 	return stage.JobSpec{
 		Argv:      job.Argv,
@@ -290,77 +308,152 @@ func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEn
 	}
 }
 
+// jobRun is one job's run in a started sandbox (see runJob).
+type jobRun struct {
+	ctx     context.Context
+	sb      *sandbox
+	job     *airlock.Job
+	att     *attachio.Handle // the caller's pipes, when attached
+	capt    *capture
+	readers sync.WaitGroup // stdout and stderr
+	// early: the placed check ran before the job went; the program starts
+	// without the placed/go-ahead round trip.
+	early bool
+	// statusCh has the stage's statuses after the ready report.
+	statusCh chan stage.Status
+	// startFailed: the stage reported an error before it was ready.
+	startFailed atomic.Bool
+	// final is the stage's last status, once known; statusFirst: it came
+	// before the stage's exit.
+	final       *stage.Status
+	statusFirst bool
+	stop        *airlock.Stop
+	runStart    time.Time // when the job went to the stage
+}
+
+// runJob hands the job to a started sandbox, feeds stdin, collects output
+// up to the cap, enforces the wall clock and CPU time, and judges how the
+// run ended.
+//
+// netEnv, when not nil, is the egress environment: the stage runs the
+// forwarder and the program gets these variables.
 func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
 	var out outcome
 	var spec stage.JobSpec // sent below, unless it went with the base spec
 	if !sb.jobSent {
 		spec = containerJobSpec(job, sb.img, scratchMB, netEnv, attachOf(ctx) != nil)
 	}
-	if sb.level != airlock.LevelContainer {
-		spec.Scratch = sb.scratch
-		spec.UID = sb.uid
-		spec.CgroupFds = sb.joinFds
-		spec.ReadPaths = job.Grants.FS.Read
-		var err error
-		if spec.Seccomp, err = sysfilter.Program(filterPolicy()); err != nil {
-			sb.kill()
-			<-sb.waitCh
-			return out, fmt.Errorf("starting sandbox: %w", err)
-		}
+	if err := sb.lv.completeJob(sb, job, &spec); err != nil {
+		sb.kill()
+		<-sb.waitCh
+		return out, fmt.Errorf("starting sandbox: %w", err)
 	}
-	capt := &capture{limit: job.Limits.OutputBytes, over: make(chan struct{}), sink: airlock.OutputSink(ctx)}
-	var readers sync.WaitGroup
-	readers.Add(2)
-	att := attachOf(ctx)
-	if att != nil {
+	r := &jobRun{ctx: ctx, sb: sb, job: job, att: attachOf(ctx),
+		capt: &capture{limit: job.Limits.OutputBytes, over: make(chan struct{}), sink: airlock.OutputSink(ctx)}}
+	r.startStreams()
+	if err := r.handJob(&spec); err != nil {
+		return out, err
+	}
+	sb.lv.jobStarted(sb)
+	r.await()
+	out.runUS = monotime.Micros(r.runStart)
+	if r.stop != nil && r.att != nil {
+		r.att.Out.CloseWithError(r.stop) // a caller that stopped reading must not hold the drain
+	}
+	r.drain()
+	return r.judge(out)
+}
+
+// startStreams starts reading the program's output and feeding its stdin.
+func (r *jobRun) startStreams() {
+	sb, capt := r.sb, r.capt
+	r.readers.Add(2)
+	if r.att != nil {
 		// Attached: stdout to the caller's pipe, stderr kept and to the
 		// caller's tail; stdin is the caller's from the start.
-		go capt.tee(sb.stdout, airlock.Stdout, nil, att.Out, &readers)
-		go capt.tee(sb.stderr, airlock.Stderr, &capt.err, att.Err, &readers)
-		att.Started(sb.stdin)
-	} else {
-		go capt.read(sb.stdout, airlock.Stdout, &capt.out, &readers)
-		go capt.read(sb.stderr, airlock.Stderr, &capt.err, &readers)
-		go func(stdin string) {
-			if stdin != "" {
-				_, _ = sb.stdin.WriteString(stdin)
-			}
-			sb.stdin.Close()
-		}(job.Stdin)
+		go capt.tee(sb.stdout, airlock.Stdout, nil, r.att.Out, &r.readers)
+		go capt.tee(sb.stderr, airlock.Stderr, &capt.err, r.att.Err, &r.readers)
+		r.att.Started(sb.stdin)
+		return
 	}
+	go capt.read(sb.stdout, airlock.Stdout, &capt.out, &r.readers)
+	go capt.read(sb.stderr, airlock.Stderr, &capt.err, &r.readers)
+	go func(stdin string) {
+		if stdin != "" {
+			_, _ = sb.stdin.WriteString(stdin)
+		}
+		sb.stdin.Close()
+	}(r.job.Stdin)
+}
 
+// abort kills the sandbox and waits for it and its output, for a job
+// that does not run.
+func (r *jobRun) abort() {
+	r.sb.kill()
+	<-r.sb.waitCh
+	r.readers.Wait()
+}
+
+// handJob sends the job (unless it went with the base spec), starts
+// reading the stage's statuses, and has what was placed checked before
+// the program may start.
+func (r *jobRun) handJob(spec *stage.JobSpec) error {
+	sb, ctx := r.sb, r.ctx
 	// With no files for a fresh scratch, nothing will be placed: the check
 	// (approvals recompute their digest over what is placed) runs on the
 	// empty scratch now, and the stage starts the program without the
 	// placed/go-ahead round trip. Without a check there is nothing to wait
 	// for either.
-	early := !airlock.HasPlacedCheck(ctx) || (len(job.Files) == 0 && sb.freshScratch())
-	if early {
+	r.early = !airlock.HasPlacedCheck(ctx) || (len(r.job.Files) == 0 && sb.freshScratch())
+	if r.early {
 		if err := airlock.CheckPlaced(ctx, sb.placedDir()); err != nil {
-			sb.kill()
-			<-sb.waitCh
-			readers.Wait()
-			return out, err
+			r.abort()
+			return err
 		}
 		spec.Go = true
 	}
-	runStart := time.Now()
-	if sb.jobSent {
-		// Sent with the base spec (see startOptions.job).
-	} else if err := sendJob(sb.spec, spec); err != nil {
-		sb.kill()
-		<-sb.waitCh
-		readers.Wait()
-		return out, fmt.Errorf("starting sandbox: sending job: %w", err)
+	r.runStart = time.Now()
+	if !sb.jobSent { // else sent with the base spec (see startOptions.job)
+		if err := sendJob(sb.spec, *spec); err != nil {
+			r.abort()
+			return fmt.Errorf("starting sandbox: sending job: %w", err)
+		}
 	}
-	statusCh := make(chan stage.Status, 2)
-	// startFailed: the stage reported an error before it was ready.
-	var startFailed atomic.Bool
+	r.readStatuses()
+	if r.early {
+		return nil
+	}
+	// The files are placed; what was placed is checked (approvals
+	// recompute their digest over it) before the program may start.
+	select {
+	case st, ok := <-r.statusCh:
+		if ok && st.Placed {
+			if err := airlock.CheckPlaced(ctx, sb.placedDir()); err != nil {
+				sb.kill()
+				<-sb.waitCh
+				_ = sb.cg.kill(0)
+				r.readers.Wait()
+				return err
+			}
+			_, _ = sb.spec.Write(stage.AppendGo(nil))
+		} else if ok {
+			r.final = &st
+		}
+	case <-sb.waitCh:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// readStatuses passes the stage's statuses to statusCh, but for the
+// ready report start did not wait for.
+func (r *jobRun) readStatuses() {
+	r.statusCh = make(chan stage.Status, 2)
 	go func() {
-		defer close(statusCh)
-		pending := sb.jobSent // the ready report start did not wait for
+		defer close(r.statusCh)
+		pending := r.sb.jobSent // the ready report start did not wait for
 		for {
-			st, err := stage.ReadStatus(sb.status)
+			st, err := stage.ReadStatus(r.sb.status)
 			if err != nil {
 				return
 			}
@@ -369,134 +462,114 @@ func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64
 				continue
 			}
 			if pending && st.Error != "" {
-				startFailed.Store(true)
+				r.startFailed.Store(true)
 			}
 			pending = false
-			statusCh <- st
+			r.statusCh <- st
 		}
 	}()
-	// The files are placed; what was placed is checked (approvals recompute
-	// their digest over it) before the program may start.
-	var final *stage.Status
-	if early {
-		goto started
-	}
-	select {
-	case st, ok := <-statusCh:
-		if ok && st.Placed {
-			if err := airlock.CheckPlaced(ctx, sb.placedDir()); err != nil {
-				sb.kill()
-				<-sb.waitCh
-				_ = sb.cg.kill(0)
-				readers.Wait()
-				return out, err
-			}
-			_, _ = sb.spec.Write(stage.AppendGo(nil))
-		} else if ok {
-			final = &st
-		}
-	case <-sb.waitCh:
-	case <-ctx.Done():
-	}
-started:
-	if sb.level == airlock.LevelContainer {
-		sb.spec.Close()
-	} // a filter stage reads the spec pipe's end as its stop (see kill)
+}
 
-	var stop *airlock.Stop
+// await waits for the program's end or a reason to stop it (output cap,
+// wall clock, cancellation, a cgroup limit), which it then kills.
+//
+// The program's end is known from the stage's final status, sent once the
+// program has exited (and, at level 2, what it left running has been
+// killed and reaped): the result does not wait for the stage's own exit,
+// which takes its namespaces down in the background.
+func (r *jobRun) await() {
+	sb, job := r.sb, r.job
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	cpuLimitUS := job.Limits.CPUMS * 1000
-	// The program's end is known from the stage's final status, sent
-	// once the program has exited (and, at level 2, what it left running
-	// has been killed and reaped): the result does not wait for the
-	// stage's own exit, which takes its namespaces down in the background.
 	var exitedCh <-chan stage.Status
-	statusFirst := false // the final status came before the stage's exit
-	if final == nil {
-		exitedCh = statusCh
+	if r.final == nil {
+		exitedCh = r.statusCh
 	}
-wait:
 	for {
 		select {
 		case <-sb.waitCh:
-			break wait
+			return
 		case st, ok := <-exitedCh:
 			if !ok {
 				exitedCh = nil // the stage is gone without a status: waitCh follows
 				continue
 			}
 			if !st.Exited {
-				final = &st // a failure or a missing program: the stage exits
+				r.final = &st // a failure or a missing program: the stage exits
 				exitedCh = nil
 				continue
 			}
-			final, statusFirst = &st, true
-			break wait
-		case <-capt.over:
-			stop = &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
+			r.final, r.statusFirst = &st, true
+			return
+		case <-r.capt.over:
+			r.stop = &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
 			sb.kill()
-		case <-ctx.Done():
-			if context.Cause(ctx) == errWall {
-				stop = &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
+		case <-r.ctx.Done():
+			if context.Cause(r.ctx) == errWall {
+				r.stop = &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
 			} else {
-				stop = &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
+				r.stop = &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + r.ctx.Err().Error()}
 			}
 			sb.kill()
 		case <-tick.C:
-			stop = sb.watch(job)
-			if stop != nil {
+			r.stop = sb.watch(job)
+			if r.stop != nil {
 				sb.kill()
 			}
 		}
-		if stop != nil {
+		if r.stop != nil {
 			<-sb.waitCh
-			break
+			return
 		}
 	}
-	out.runUS = monotime.Micros(runStart)
-	if stop != nil && att != nil {
-		att.Out.CloseWithError(stop) // a caller that stopped reading must not hold the drain
-	}
-	// The program's tree dies with it: the PID namespace's init is gone,
-	// or (level 2) the cgroup is emptied. After an early final status, a
-	// container's stage is exiting, which kills what the program left
-	// running; its output ends then.
+}
+
+// drain waits for the program's output to end. The program's tree dies
+// with it: the PID namespace's init is gone, or (level 2) the cgroup is
+// emptied. After an early final status, a container's stage is exiting,
+// which kills what the program left running; its output ends then.
+func (r *jobRun) drain() {
+	sb := r.sb
 	stageGone := sb.waitCh
-	if !statusFirst {
+	if !r.statusFirst {
 		_ = sb.cg.kill(0)
 		stageGone = nil
 	}
 	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
+	go func() { r.readers.Wait(); close(drained) }()
 	timeout := time.After(5 * time.Second)
-drain:
 	for {
 		select {
 		case <-drained:
-			break drain
+			return
 		case <-stageGone:
 			_ = sb.cg.kill(0) // a descriptor outlived the stage (a level-2 escapee)
 			stageGone = nil
 		case <-timeout:
 			// A descriptor escaped the cgroup (should not happen): stop reading.
-			if att != nil {
-				att.Out.CloseWithError(errAttachEnded)
+			if r.att != nil {
+				r.att.Out.CloseWithError(errAttachEnded)
 			}
 			sb.stdout.Close()
 			sb.stderr.Close()
 			<-drained
-			break drain
+			return
 		}
 	}
-	if stop == nil && capt.overflowed() {
-		stop = &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
+}
+
+// judge completes out with the output, usage and exit code, and says how
+// the run ended.
+func (r *jobRun) judge(out outcome) (outcome, error) {
+	sb, job, capt := r.sb, r.job, r.capt
+	if r.stop == nil && capt.overflowed() {
+		r.stop = &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", job.Limits.OutputBytes)}
 	}
 	var st stage.Status
-	if final != nil {
-		st = *final
+	if r.final != nil {
+		st = *r.final
 	} else {
-		st = <-statusCh
+		st = <-r.statusCh
 	}
 	capt.mu.Lock()
 	out.stdout, out.stderr, out.outBytes = capt.out, capt.err, capt.total
@@ -522,9 +595,10 @@ drain:
 		}
 	}
 	out.exit = code
+	cpuLimitUS := job.Limits.CPUMS * 1000
 	switch {
-	case stop != nil:
-		return out, stop
+	case r.stop != nil:
+		return out, r.stop
 	case oom > 0:
 		return out, stopMemory(job)
 	case signal == int(syscall.SIGXCPU) || (signal == int(syscall.SIGKILL) && cpuLimitUS > 0 && out.cpuUS >= cpuLimitUS):
@@ -541,7 +615,7 @@ drain:
 		return out, nil
 	case st.Field != "":
 		return out, jobs.Invalid(st.Field, "%s", st.Error)
-	case st.Error != "" && startFailed.Load():
+	case st.Error != "" && r.startFailed.Load():
 		return out, fmt.Errorf("starting sandbox: %s", st.Error)
 	case st.Error != "":
 		return out, fmt.Errorf("running sandbox: %s", st.Error)

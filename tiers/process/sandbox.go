@@ -23,7 +23,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
-	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,27 +51,6 @@ func newName(baseDir string) string {
 	return namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 }
 
-// cloneNewTime is CLONE_NEWTIME where the kernel has time namespaces
-// (5.6 and later), else 0. A container's stage is born in its own time
-// namespace (Go clones with clone3 for it) rather than unsharing one
-// later: before 6.3 the kernel refuses, with EINVAL, a vfork-style child
-// of a process whose children go to another time namespace than its own,
-// and that is how the stage starts the program.
-var cloneNewTime = sync.OnceValue(func() uintptr {
-	if _, err := os.Stat("/proc/self/ns/time"); err == nil {
-		return unix.CLONE_NEWTIME
-	}
-	return 0
-})
-
-// filterPolicy is level 2's seccomp policy. Without Landlock's scoping
-// of abstract Unix sockets (ABI 6, Linux 6.12) a program sharing the
-// host's network namespace could connect to any abstract socket there, so
-// on older kernels it gets no AF_UNIX sockets at all.
-var filterPolicy = sync.OnceValue(func() sysfilter.FilterOptions {
-	return sysfilter.FilterOptions{NoUnix: stage.LandlockABI() < 6}
-})
-
 // pidsHeadroom is added to the job's process limit for the stage's own
 // runtime threads (PID 1 of the sandbox is a Go program).
 const pidsHeadroom = 16
@@ -100,7 +78,7 @@ func selfExe() (*os.File, error) {
 // spec sent), or a filter stage waiting for its job.
 type sandbox struct {
 	name    string
-	level   airlock.Level
+	lv      isolation // the tier's level
 	uid     uint32
 	ownUID  bool
 	proc    // the stage
@@ -143,7 +121,6 @@ const preSendMax = 32 << 10
 
 // startOptions say how to build a sandbox.
 type startOptions struct {
-	level     airlock.Level
 	limits    airlock.Limits
 	scratchMB int64
 	read      []string // granted read-only paths
@@ -169,77 +146,28 @@ type startOptions struct {
 	releaseImage func()
 }
 
-// pipes makes n pipes ([read, write] each), or none.
-func pipes(n int) ([][2]*os.File, error) {
-	out := make([][2]*os.File, 0, n)
-	for range n {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, p := range out {
-				p[0].Close()
-				p[1].Close()
-			}
-			return nil, err
-		}
-		out = append(out, [2]*os.File{r, w})
-	}
-	return out, nil
-}
-
 func cgLimitsFor(l airlock.Limits) cgLimits {
 	return cgLimits{memoryBytes: l.MemoryMB << 20, pids: l.Pids + pidsHeadroom}
 }
 
 // start launches a stage. For a container it sends the base spec and
-// waits until the root is built.
+// waits until the root is built. What differs between the levels is the
+// tier's isolation's to do (see level.go); the sequence is the same.
 func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error) {
 	bin, err := t.stageBin()
 	if err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
-	exe := bin.file
-	if o.level == airlock.LevelContainer {
-		t.spawn.startAhead(bin) // a tier's first container: see startAhead
-	}
-	sb := &sandbox{name: newName(t.cfg.baseDir), level: o.level, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits),
+	t.lv.beforeStart(t, bin)
+	sb := &sandbox{name: newName(t.cfg.baseDir), lv: t.lv, uid: o.uid, proc: newProc(), limits: cgLimitsFor(o.limits),
 		img: o.img, releaseImage: o.releaseImage}
 	if sb.img.IsHost() {
 		sb.img = nil
 	}
-	// The job's cgroup is the spare one made after the tier's previous
-	// sandbox, or else created here. A start that goes straight on to its
-	// job (level 2, or a container whose job follows the base spec) has
-	// it before the stage starts, and the stage is born in it (v2) or
-	// joins it itself, first (v1; see stage.BaseSpec.CgroupFds): moving a
-	// process in from here waits out an RCU grace period, 6–9 ms,
-	// whenever the machine has been idle for a few tens of milliseconds.
-	// Any other start (pooled, off the caller's path; net-granted, which
-	// waits tens of milliseconds for its forwarder anyway) creates its
-	// group while the stage starts and moves the stage in before it gets
-	// its job (below).
-	cgErr := make(chan error, 1)
-	direct := o.level == airlock.LevelSyscallFilter || o.job != nil
-	if direct {
-		sb.cg = t.cgSpare.take(sb.limits)
-		if sb.cg == nil {
-			cg, err := newJobCgroup(sb.name, sb.limits, true)
-			if err != nil {
-				return nil, fmt.Errorf("starting sandbox: %w", err)
-			}
-			sb.cg = cg
-		}
+	ready, joinCgroup, err := t.jobCgroup(sb, t.lv.cgroupFirst(&o))
+	if err != nil {
+		return nil, err
 	}
-	ready := sb.cg // before the goroutine below may set sb.cg
-	if ready != nil {
-		cgErr <- nil
-	} else {
-		go func() {
-			cg, err := newJobCgroup(sb.name, sb.limits, false)
-			sb.cg = cg
-			cgErr <- err
-		}()
-	}
-	joinCgroup := sync.OnceValue(func() error { return <-cgErr })
 	defer func() {
 		if err != nil {
 			_ = joinCgroup()
@@ -252,232 +180,167 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 		}
 		sb.ownUID = true
 	}
-	// Descriptors for the stage: spec, status, exe, scratch, binds; then
-	// its stdin, stdout and stderr.
-	extra := newFdTable()
-	p, err := pipes(5)
+	fds := newFdTable(stage.FdBinds)
+	stdio, err := sb.openPipes(fds)
 	if err != nil {
 		return nil, err
 	}
-	specR, specW, statusR, statusW := p[0][0], p[0][1], p[1][0], p[1][1]
-	stdinR, stdoutW, stderrW := p[2][0], p[3][1], p[4][1]
-	sb.spec, sb.statusR, sb.status = specW, statusR, bufio.NewReaderSize(statusR, 512)
-	sb.stdin, sb.stdout, sb.stderr = p[2][1], p[3][0], p[4][0]
-	childEnds := []*os.File{specR, statusW, stdinR, stdoutW, stderrW}
-	defer func() {
-		for _, f := range childEnds {
-			f.Close()
+	defer fds.closeGiven()
+	fds.set(stage.FdExe, bin.file)
+	base := stage.BaseSpec{ScratchMB: o.scratchMB}
+	if err := t.lv.build(t, sb, &o, bin, fds, &base); err != nil {
+		return nil, err
+	}
+	// The stage joins (v1) or is born in (v2) a group it has before it
+	// starts, unless the tier moves every stage in (withParentMoves).
+	own := ready != nil && !t.parentMoves
+	if own {
+		for _, f := range ready.joinFiles() {
+			sb.joinFds = append(sb.joinFds, fds.add(f))
 		}
-	}()
-	extra.set(stage.FdSpec, specR)
-	extra.set(stage.FdStatus, statusW)
-	extra.set(stage.FdExe, exe)
+		base.CgroupFds = sb.joinFds // a level-2 stage gets them in its job spec
+	}
+	cmd := &exec.Cmd{
+		Path:        stage.FdPath(stage.FdExe),
+		Args:        []string{"airlock-sandbox"},
+		Dir:         "/",
+		Stdin:       stdio[0],
+		Stdout:      stdio[1],
+		Stderr:      stdio[2],
+		ExtraFiles:  fds.files,
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	}
+	t.lv.command(sb, cmd)
+	var cgDir *os.File // v2: the stage is born in its cgroup
+	if own && sb.joinFds == nil {
+		cgDir = cloneInto(cmd, ready)
+	}
+	err = t.lv.launch(t, sb, bin, cmd, &base, cgDir)
+	// The parent's copies of the child's ends go now, so that the stage's
+	// exit is seen as end-of-file on every pipe.
+	fds.closeGiven()
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	enter := func() error {
+		if err := joinCgroup(); err != nil {
+			return fmt.Errorf("starting sandbox: %w", err)
+		}
+		if sb.joinFds == nil && cgDir == nil {
+			if err := sb.cg.add(sb.pid); err != nil {
+				return fmt.Errorf("starting sandbox: joining cgroup: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := t.lv.handOver(ctx, sb, &o, &base, enter); err != nil {
+		return nil, err
+	}
+	sb.ready = time.Now()
+	return sb, nil
+}
 
-	var base stage.BaseSpec
-	base.ScratchMB = o.scratchMB
-	if o.level == airlock.LevelContainer {
-		// The container has a loopback-only network of its own, so it may
-		// have inet sockets.
-		if base.Seccomp, err = sysfilter.Program(sysfilter.FilterOptions{Inet: true}); err != nil {
-			return nil, fmt.Errorf("starting sandbox: %w", err)
+// jobCgroup gives sb its job's cgroup. The group is the spare one made
+// after the tier's previous sandbox, or else created here. A start that
+// goes straight on to its job (first: level 2, or a container whose job
+// follows the base spec) has it before the stage starts, and the stage is
+// born in it (v2) or joins it itself, first (v1; see
+// stage.BaseSpec.CgroupFds): moving a process in from here waits out an
+// RCU grace period, 6–9 ms, whenever the machine has been idle for a few
+// tens of milliseconds. Any other start (pooled, off the caller's path;
+// net-granted, which waits tens of milliseconds for its forwarder anyway)
+// creates its group while the stage starts and moves the stage in before
+// it gets its job.
+//
+// It returns the group when sb has it already (nil: it is being made),
+// and join, which waits until sb.cg is set and reports its failure.
+func (t *Tier) jobCgroup(sb *sandbox, first bool) (ready jobCgroup, join func() error, err error) {
+	cgErr := make(chan error, 1)
+	if first {
+		sb.cg = t.cgSpare.take(sb.limits)
+		if sb.cg == nil {
+			cg, err := newJobCgroup(sb.name, sb.limits, true)
+			if err != nil {
+				return nil, nil, fmt.Errorf("starting sandbox: %w", err)
+			}
+			sb.cg = cg
 		}
 	}
+	ready = sb.cg // before the goroutine below may set sb.cg
+	if ready != nil {
+		cgErr <- nil
+	} else {
+		go func() {
+			cg, err := newJobCgroup(sb.name, sb.limits, false)
+			sb.cg = cg
+			cgErr <- err
+		}()
+	}
+	return ready, sync.OnceValue(func() error { return <-cgErr }), nil
+}
+
+// openPipes makes the stage's spec and status pipes and its stdin, stdout
+// and stderr: the parent's ends go to sb, the child's to fds (spec and
+// status at their fixed descriptors) or, for the standard streams, are
+// returned, each given to the child.
+func (sb *sandbox) openPipes(fds *fdTable) (stdio [3]*os.File, err error) {
+	p, err := pipes(5)
+	if err != nil {
+		return stdio, err
+	}
+	sb.spec, sb.statusR, sb.status = p[0][1], p[1][0], bufio.NewReaderSize(p[1][0], 512)
+	sb.stdin, sb.stdout, sb.stderr = p[2][1], p[3][0], p[4][0]
+	fds.set(stage.FdSpec, fds.give(p[0][0]))
+	fds.set(stage.FdStatus, fds.give(p[1][1]))
+	stdio = [3]*os.File{fds.give(p[2][0]), fds.give(p[3][1]), fds.give(p[4][1])}
+	return stdio, nil
+}
+
+// hostScratch gives sb its scratch directory on the host: the one o
+// names, or, when fresh is set, a new tmpfs sb owns.
+func (t *Tier) hostScratch(sb *sandbox, o *startOptions, fresh bool) error {
 	if o.scratch != "" {
 		sb.scratch = o.scratch
-	} else if o.level == airlock.LevelSyscallFilter || o.hostScratch {
+	} else if fresh {
 		sb.scratch = filepath.Join(t.cfg.baseDir, sb.name)
 		if err := mountScratch(sb.scratch, o.scratchMB, sb.uid); err != nil {
-			return nil, fmt.Errorf("starting sandbox: %w", err)
+			return fmt.Errorf("starting sandbox: %w", err)
 		}
 		sb.ownsScr = true
 	}
-	if o.level == airlock.LevelContainer && sb.scratch != "" {
-		f, err := cloneTree(sb.scratch, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-		if err != nil {
-			return nil, fmt.Errorf("starting sandbox: scratch: %w", err)
-		}
-		childEnds = append(childEnds, f)
-		extra.set(stage.FdScratch, f)
-		base.HasScratch = true
-	}
-	if o.level == airlock.LevelContainer && sb.img != nil {
-		// The image's root, read-only; no descriptor of the path itself,
-		// for the reasons cloneTree gives.
-		f, err := cloneTree(sb.img.Root, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-		if err != nil {
-			return nil, fmt.Errorf("starting sandbox: image root: %w", err)
-		}
-		childEnds = append(childEnds, f)
-		base.RootFd = extra.add(f)
-	} else if o.level == airlock.LevelContainer && !grantsUnderEtc(guestPaths(o.read, o.at)) {
-		// Without a template (it could not be built) the stage builds
-		// /etc itself.
-		if f, err := t.etc.clone(t.cfg.baseDir); err == nil {
-			childEnds = append(childEnds, f)
-			base.EtcFd = extra.add(f)
-		}
-	}
+	return nil
+}
+
+// addGrants passes each read grant as a detached, read-only mount tree
+// and names it in base.Binds.
+func addGrants(o *startOptions, fds *fdTable, base *stage.BaseSpec) error {
 	for _, p := range o.read {
 		f, err := cloneGrant(p)
 		if err != nil {
-			return nil, jobs.Invalid("grants.fs.read", "%s: %v", p, err)
+			return jobs.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
-		childEnds = append(childEnds, f)
+		fds.give(f)
 		st, _ := f.Stat()
 		target := p
 		if g, ok := o.at[p]; ok {
 			target = g
 		}
-		base.Binds = append(base.Binds, stage.BindSpec{Target: target, Fd: extra.add(f), Dir: st != nil && st.IsDir(),
+		base.Binds = append(base.Binds, stage.BindSpec{Target: target, Fd: fds.add(f), Dir: st != nil && st.IsDir(),
 			Placed: target != p, Copy: slices.Contains(o.copies, p)})
 	}
-	if o.egress && o.level == airlock.LevelContainer {
-		dir := t.egressDirFor(sb.name)
-		if err := makeEgressDir(dir); err != nil {
-			return nil, fmt.Errorf("starting sandbox: %w", err)
-		}
-		sb.egressDir = dir
-		f, err := cloneTree(dir, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
-		if err != nil {
-			return nil, fmt.Errorf("starting sandbox: egress directory: %w", err)
-		}
-		childEnds = append(childEnds, f)
-		base.Binds = append(base.Binds, stage.BindSpec{Target: sandboxEgressDir, Fd: extra.add(f), Dir: true})
-		base.Egress = true
-		if bin.separate() {
-			// The forwarder is this binary (the small stage binary has no
-			// egress code); the stage executes it through this descriptor.
-			self, err := selfExe()
-			if err != nil {
-				return nil, fmt.Errorf("starting sandbox: %w", err)
-			}
-			base.ForwarderFd = extra.add(self)
-		}
-	}
+	return nil
+}
 
-	// The stage joins (v1) or is born in (v2) a group it has before it
-	// starts, unless a test has the tier move it in.
-	own := ready != nil && !t.cfg.stageMove
-	if own {
-		for _, f := range ready.joinFiles() {
-			sb.joinFds = append(sb.joinFds, extra.add(f))
-		}
-		base.CgroupFds = sb.joinFds // a level-2 stage gets them in its job spec
+// sendBase writes the base spec to the stage.
+func (sb *sandbox) sendBase(base *stage.BaseSpec) error {
+	b, err := stage.AppendBase(nil, base)
+	if err == nil {
+		_, err = sb.spec.Write(b)
 	}
-
-	cmd := &exec.Cmd{
-		Path:       stage.FdPath(stage.FdExe),
-		Args:       []string{"airlock-sandbox"},
-		Dir:        "/",
-		Stdin:      stdinR,
-		Stdout:     stdoutW,
-		Stderr:     stderrW,
-		ExtraFiles: extra.files,
-		SysProcAttr: &syscall.SysProcAttr{
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
-	if o.level == airlock.LevelContainer {
-		cmd.Env = []string{stage.Env + "=" + stage.Container, "GOMAXPROCS=1", "GOGC=off"}
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | cloneNewTime()
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid), Size: 1}}
-		// Become the mapped root, so the stage holds capabilities in its
-		// own user namespace (and none outside it).
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
-	} else {
-		cmd.Env = []string{stage.Env + "=" + stage.Filter, "GOMAXPROCS=1", "GOGC=off"}
-		cmd.Dir = sb.scratch
-		cmd.SysProcAttr.Setpgid = true
-		// The stage drops to the job's uid itself (see filterStage):
-		// switching here would make it non-dumpable before it could
-		// execute itself through /proc/self/fd.
-	}
-	// The stage's environment holds only its marker and runtime settings
-	// (one P, no GC: it allocates little and lives briefly); the program
-	// gets an environment of its own (the job's secrets only).
-	// A container starts through the tier's spawner (see spawner.go); a
-	// level-2 stage (no user namespace: Go starts it with vfork) starts
-	// here.
-	var cgDir *os.File // v2: the stage is born in its cgroup
-	if own && sb.joinFds == nil {
-		cgDir = cloneInto(cmd, ready)
-	}
-	if o.level == airlock.LevelContainer {
-		// Without egress nothing configures the sandbox's network, so a
-		// namespace made ahead will do (see stage.netSpares).
-		err = sb.startProc(&t.spawn, bin, cmd, sb.uid, !base.Egress, cgDir)
-	} else {
-		err = sb.startHere(cmd)
-	}
-	// The parent's copies of the child's ends go now, so that the stage's
-	// exit is seen as end-of-file on every pipe.
-	for _, f := range childEnds {
-		f.Close()
-	}
-	childEnds = nil
 	if err != nil {
-		return nil, fmt.Errorf("starting sandbox: %w", err)
+		return fmt.Errorf("starting sandbox: sending spec: %w", err)
 	}
-	// A container builds its root while the parent moves it into the
-	// job's cgroup: the move is done before the job spec goes out, and so
-	// before the stage makes its cgroup namespace or anything of the job
-	// runs. A stage that starts the egress forwarder at once is moved
-	// first, so that the forwarder is born inside the cgroup.
-	sendBase := func() error {
-		b, err := stage.AppendBase(nil, &base)
-		if err == nil {
-			_, err = sb.spec.Write(b)
-		}
-		if err != nil {
-			return fmt.Errorf("starting sandbox: sending spec: %w", err)
-		}
-		return nil
-	}
-	baseFirst := o.level == airlock.LevelContainer && !base.Egress
-	if baseFirst {
-		if err := sendBase(); err != nil {
-			return nil, err
-		}
-	}
-
-	if err := joinCgroup(); err != nil {
-		return nil, fmt.Errorf("starting sandbox: %w", err)
-	}
-	if sb.joinFds == nil && cgDir == nil {
-		if err := sb.cg.add(sb.pid); err != nil {
-			return nil, fmt.Errorf("starting sandbox: joining cgroup: %w", err)
-		}
-	}
-	if o.level == airlock.LevelContainer {
-		if !baseFirst {
-			if err := sendBase(); err != nil {
-				return nil, err
-			}
-		}
-		if o.job != nil {
-			// Now that the stage is in its cgroup: it reads the job once
-			// its root is built and it has reported ready. Only a job that
-			// fits in the pipe with the base spec goes now, so that the
-			// write cannot block on a stage that is still building.
-			if b, err := stage.AppendJob(nil, o.job); err == nil && len(b) <= preSendMax {
-				if _, err := sb.spec.Write(b); err != nil {
-					return nil, fmt.Errorf("starting sandbox: sending job: %w", err)
-				}
-				sb.jobSent = true
-			}
-		}
-		// A stage whose job is on its way is not waited for: its ready
-		// report is read with the job's statuses (see runJob).
-		if !sb.jobSent {
-			if err := sb.awaitReady(ctx); err != nil {
-				return nil, err
-			}
-		}
-	}
-	sb.ready = time.Now()
-	return sb, nil
+	return nil
 }
 
 // awaitReady waits for the container stage to report its root built.
@@ -555,40 +418,19 @@ func cloneGrant(p string) (*os.File, error) {
 	return cloneTreeAt(dir, "", unix.AT_EMPTY_PATH, p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
-// placedDir is where the parent sees the scratch with the job's files:
-// the host directory, or the container's own tmpfs through its PID 1.
-func (sb *sandbox) placedDir() string {
-	if sb.level == airlock.LevelContainer && sb.scratch == "" {
-		return fmt.Sprintf("/proc/%d/root/scratch", sb.pid)
-	}
-	return sb.scratch
-}
+// placedDir is where the parent sees the scratch with the job's files.
+func (sb *sandbox) placedDir() string { return sb.lv.placedDir(sb) }
 
 // freshScratch reports whether the sandbox's scratch is its own, new and
 // empty (not a session's or a workspace's).
-func (sb *sandbox) freshScratch() bool {
-	if sb.level == airlock.LevelContainer {
-		return sb.scratch == "" || sb.ownsScr
-	}
-	return sb.ownsScr
-}
+func (sb *sandbox) freshScratch() bool { return sb.lv.freshScratch(sb) }
 
-// kill SIGKILLs the stage and everything in its cgroup. A container's
-// stage goes first (the kernel then kills and reaps its PID namespace); a
-// filter stage goes last, after it has had a moment to reap the program's
-// processes, which are its children — killed first, they would otherwise
-// be re-parented to the host's init as zombies.
+// kill SIGKILLs the stage and everything in its cgroup, once the level
+// has stopped the program its way (see stopProgram).
 func (sb *sandbox) kill() {
 	running := sb.pid != 0
-	if running && sb.level == airlock.LevelSyscallFilter && sb.cg != nil {
-		sb.spec.Close() // the stage's stop: it kills and reaps the program's tree
-		_ = sb.cg.kill(sb.pid)
-		select {
-		case <-sb.waitCh:
-		case <-time.After(2 * time.Second):
-		}
-	}
 	if running {
+		sb.lv.stopProgram(sb)
 		sb.signalKill()
 	}
 	if sb.cg != nil {
@@ -722,21 +564,4 @@ func (c *capture) tee(r io.Reader, stream airlock.Stream, dst *[]byte, w io.Writ
 			return
 		}
 	}
-}
-
-// fdTable is what a stage inherits beyond stdin, stdout and stderr: the
-// fixed descriptors the stage package numbers (stage.FdSpec ... up to
-// stage.FdBinds), then each added file at the next number, which add
-// returns for the stage's spec.
-type fdTable struct{ files []*os.File }
-
-func newFdTable() *fdTable { return &fdTable{files: make([]*os.File, stage.FdBinds-3)} }
-
-// set places f at the fixed descriptor fd.
-func (t *fdTable) set(fd int, f *os.File) { t.files[fd-3] = f }
-
-// add places f at the next descriptor and returns its number.
-func (t *fdTable) add(f *os.File) int {
-	t.files = append(t.files, f)
-	return 2 + len(t.files)
 }

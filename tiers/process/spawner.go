@@ -67,12 +67,15 @@ func startSpawner(bin *stageBinary) (*spawner, error) {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		fds := newFdTable(stage.FdSpawnerExe + 1)
+		fds.set(stage.FdSpawner, childF)
+		fds.set(stage.FdSpawnerExe, bin.file)
 		cmd := &exec.Cmd{
-			Path:       stage.FdPath(stage.FdSpawner + 1),
+			Path:       stage.FdPath(stage.FdSpawnerExe),
 			Args:       []string{"airlock-spawner"},
 			Env:        []string{stage.Env + "=" + stage.Spawner, "GOMAXPROCS=1"},
 			Dir:        "/",
-			ExtraFiles: []*os.File{childF, bin.file},
+			ExtraFiles: fds.files,
 			SysProcAttr: &syscall.SysProcAttr{
 				Pdeathsig: syscall.SIGKILL,
 				Setpgid:   true, // not in the caller's terminal signals
@@ -270,7 +273,7 @@ type spawners struct {
 	mu     sync.Mutex
 	sp     *spawner
 	closed bool
-	off    bool // Config.directStarts: start everything from this process
+	off    bool // withDirectStarts: start everything from this process
 }
 
 // get returns the running spawner, starting one from bin if there is none

@@ -197,8 +197,7 @@ func TestGuardedSpawner(t *testing.T) {
 // nothing behind.
 func TestContainerDirect(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.directStarts = true
-	tier := newTestTier(t, bothTiers[0], cfg)
+	tier := newTestTier(t, bothTiers[0], cfg, withDirectStarts(true))
 	checkRuns(t, tier)
 	spin := cmdJob("sh", "-c", "while :; do :; done")
 	spin.Limits.WallMS = 300

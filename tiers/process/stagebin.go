@@ -142,8 +142,9 @@ func checkStage(f *os.File, p string) (*stageBinary, error) {
 	// binary every sandbox executes.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, stage.FdPath(3))
-	cmd.ExtraFiles = []*os.File{f}
+	fds := newFdTable(stage.FdFirst)
+	cmd := exec.CommandContext(ctx, stage.FdPath(fds.add(f)))
+	cmd.ExtraFiles = fds.files
 	cmd.Env = []string{stage.Env + "=" + stage.Digest}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -40,12 +40,6 @@ type Config struct {
 	egress       *egress.Config
 	stagePath    string
 	images       image.Resolver
-	// Tests and benchmarks only, set before the tier is built:
-	// directStarts starts every container from this process, never
-	// through the spawner; stageMove moves every stage into its cgroup,
-	// as before stages joined or were born in theirs.
-	directStarts bool
-	stageMove    bool
 }
 
 // NewConfig returns the defaults: airlock's default limit policy, state
@@ -119,9 +113,13 @@ func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Tem
 type Tier struct {
 	name  string
 	level airlock.Level
+	lv    isolation // what differs between the levels (see level.go)
 	cfg   Config
-	uids  *uidAllocator
-	pool  *warmpool.Pool[poolKey, *sandbox]
+	// parentMoves: the tier moves each stage into its cgroup (see
+	// withParentMoves).
+	parentMoves bool
+	uids        *uidAllocator
+	pool        *warmpool.Pool[poolKey, *sandbox]
 	// images resolves jobs' images (the container tier's; nil: the host
 	// view only).
 	images image.Resolver
@@ -156,7 +154,8 @@ func NewFilter(cfg Config) (*Tier, error) {
 	return newTier(NameFilter, airlock.LevelSyscallFilter, cfg)
 }
 
-func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
+func newTier(name string, lvl airlock.Level, cfg Config, opts ...option) (*Tier, error) {
+	lv := levelFor(lvl)
 	if cfg.baseDir == "" || !filepath.IsAbs(cfg.baseDir) {
 		return nil, fmt.Errorf("process tier: base dir %q must be an absolute path", cfg.baseDir)
 	}
@@ -166,7 +165,7 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 	if cfg.poolSize < 0 || cfg.poolSize > 64 {
 		return nil, fmt.Errorf("process tier: pool size %d out of range 0-64", cfg.poolSize)
 	}
-	if (cfg.poolSize > 0 || len(cfg.imgPools) > 0) && level != airlock.LevelContainer {
+	if (cfg.poolSize > 0 || len(cfg.imgPools) > 0) && !lv.warm() {
 		return nil, fmt.Errorf("process tier: only the container tier has a pool")
 	}
 	for ref, n := range cfg.imgPools {
@@ -179,11 +178,13 @@ func newTier(name string, level airlock.Level, cfg Config) (*Tier, error) {
 			return nil, fmt.Errorf("process tier: image %q: an image pool needs an image store (WithImages)", ref)
 		}
 	}
-	t := &Tier{name: name, level: level, cfg: cfg, uids: sharedUIDs(cfg.uidBase, cfg.uidCount)}
-	if level == airlock.LevelContainer {
+	o := buildOptions(opts)
+	t := &Tier{name: name, level: lvl, lv: lv, cfg: cfg, uids: sharedUIDs(cfg.uidBase, cfg.uidCount), parentMoves: o.parentMoves}
+	if lv.ownFS() {
 		t.images = cfg.images // the filter tier keeps the host view (see WithImages)
 	}
-	t.spawn.off = cfg.directStarts
+	t.spawn.off = o.directStarts
+	t.etc.watch = o.etcWatch
 	if cfg.stagePath != "" {
 		if _, err := os.Stat(cfg.stagePath); err != nil {
 			return nil, fmt.Errorf("process tier: %w: %v", errNoStage, err)
@@ -264,7 +265,7 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: admit.ClockNotShown}
 	}
 	if admit.UsesFSPlacement(job.Grants.FS) {
-		if t.level != airlock.LevelContainer {
+		if !t.lv.ownFS() {
 			// No mount namespace to place or copy a grant in.
 			return &airlock.NotAdmitted{Tier: t.name, Reason: admit.FSPlacement}
 		}
@@ -272,7 +273,7 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 			return &airlock.NotAdmitted{Tier: t.name, Reason: fmt.Sprintf(errGuestPath, g)}
 		}
 	}
-	if len(job.Grants.Net) > 0 && t.level != airlock.LevelContainer {
+	if len(job.Grants.Net) > 0 && !t.lv.ownNet() {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
 	}
 	return t.admitImage(&job)

@@ -24,13 +24,18 @@ const (
 	Spawner   = "process-spawner"   // starts containers for the parent (see spawn.go)
 )
 
-// Fixed descriptors in the re-executed stage.
+// FdFirst is the first descriptor a process inherits after stdin, stdout
+// and stderr (os/exec's ExtraFiles[0]).
+const FdFirst = 3
+
+// Fixed descriptors in the re-executed stage. From FdBinds on, the parent
+// numbers each further descriptor it passes and names it in the spec.
 const (
-	FdSpec    = 3 // parent → stage: base spec, then job spec (frames)
-	FdStatus  = 4 // stage → parent: ready, then the final status (frames)
-	FdExe     = 5 // the stage's binary, opened by the parent (exec'd via /proc/self/fd/5)
-	FdScratch = 6 // the scratch directory to bind, when not a fresh tmpfs
-	FdBinds   = 7 // granted read-only paths, in order
+	FdSpec    = FdFirst + iota // parent → stage: base spec, then job spec (frames)
+	FdStatus                   // stage → parent: ready, then the final status (frames)
+	FdExe                      // the stage's binary, opened by the parent (exec'd via /proc/self/fd/5)
+	FdScratch                  // the scratch directory to bind, when not a fresh tmpfs
+	FdBinds                    // granted read-only paths, in order
 )
 
 // BindSpec is one granted host path, passed as a descriptor.

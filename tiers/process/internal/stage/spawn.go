@@ -25,8 +25,11 @@ import (
 // parent closed the tier or died) it kills what it started and exits; its
 // children die with it in any case (their parent-death signal).
 
-// FdSpawner is the spawner's end of its socket (SOCK_SEQPACKET).
-const FdSpawner = 3
+// The spawner's descriptors.
+const (
+	FdSpawner    = FdFirst + iota // its end of its socket (SOCK_SEQPACKET)
+	FdSpawnerExe                  // its binary, executed through /proc/self/fd
+)
 
 // SpawnRequest asks the spawner to start a stage. The descriptors travel
 // as SCM_RIGHTS in the same message: stdin, stdout, stderr, then the
@@ -178,8 +181,8 @@ func spawnOne(msg []byte, fds []int, nets *netSpares) (pid, pidfd int, spare boo
 	if req.IntoCgroup && len(fds) > 0 {
 		cgroupFd, fds = fds[len(fds)-1], fds[:len(fds)-1]
 	}
-	if len(fds) < 3 {
-		return 0, -1, false, fmt.Errorf("spawn request: %d descriptors, want at least 3", len(fds))
+	if len(fds) < FdFirst { // stdin, stdout and stderr
+		return 0, -1, false, fmt.Errorf("spawn request: %d descriptors, want at least %d", len(fds), FdFirst)
 	}
 	flags := req.Cloneflags
 	if req.SpareNet && flags&unix.CLONE_NEWNET != 0 && nets.enter() {

@@ -113,29 +113,11 @@ func containerStage() int {
 	if err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
-	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
-		if err := unix.Mount("", "/scratch", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
-			fmt.Sprintf("size=%dm", job.ScratchMB)); err != nil {
-			return fail(fmt.Errorf("resizing scratch: %w", err))
-		}
+	if err := resizeScratch(&base, &job); err != nil {
+		return fail(err)
 	}
-	switch {
-	case job.Egress && fwd == nil:
-		// Binding port 53 and setting lo up need the capabilities this
-		// stage holds in the sandbox's namespaces until it drops them.
-		if fwd, err = startForwarder(fwdExe); err != nil {
-			return fail(err)
-		}
-		fallthrough
-	case job.Egress:
-		if err := fwd.wait(); err != nil {
-			return fail(err)
-		}
-	case fwd != nil:
-		// No net grant: nothing may listen on loopback for the program.
-		if err := fwd.stop(); err != nil {
-			return fail(err)
-		}
+	if err := settleForwarder(fwd, fwdExe, job.Egress); err != nil {
+		return fail(err)
 	}
 	if err := placeFiles("/scratch", job.Files); err != nil {
 		return fail(err)
@@ -291,19 +273,19 @@ func reap(pid int) Status {
 	}
 }
 
-// closeInherited marks every descriptor from 3 on close-on-exec: the
+// closeInherited marks every descriptor from FdFirst on close-on-exec: the
 // stage's own (spec, status, binary, scratch, grants) and whatever the
 // process that started the tier left open without the flag (a supervisor's
 // pipe, say). Nothing the stage executes — the program, the forwarder —
 // gets any descriptor but those it is handed explicitly.
 func closeInherited() {
-	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+	if unix.CloseRange(FdFirst, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
 		return
 	}
 	// Before Linux 5.11: one by one.
 	entries, _ := os.ReadDir("/proc/self/fd")
 	for _, e := range entries {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= 3 {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= FdFirst {
 			unix.CloseOnExec(fd)
 		}
 	}
@@ -491,6 +473,40 @@ func filterStage() int {
 		}
 	}()
 	return supervise(enc, prog, job.Scratch, &job, oomAdj, func() int { return killCgroupPeers(procs) })
+}
+
+// resizeScratch gives the container's own scratch tmpfs the job's size,
+// when it asks for another than the base spec's.
+func resizeScratch(base *BaseSpec, job *JobSpec) error {
+	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
+		if err := unix.Mount("", "/scratch", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
+			fmt.Sprintf("size=%dm", job.ScratchMB)); err != nil {
+			return fmt.Errorf("resizing scratch: %w", err)
+		}
+	}
+	return nil
+}
+
+// settleForwarder readies the egress forwarder for the job: started (from
+// the binary at descriptor exe) if it is not running yet, and listening,
+// for a net-granted job (egress); stopped for any other.
+func settleForwarder(fwd *forwarder, exe int, egress bool) error {
+	var err error
+	switch {
+	case egress && fwd == nil:
+		// Binding port 53 and setting lo up need the capabilities this
+		// stage holds in the sandbox's namespaces until it drops them.
+		if fwd, err = startForwarder(exe); err != nil {
+			return err
+		}
+		fallthrough
+	case egress:
+		return fwd.wait()
+	case fwd != nil:
+		// No net grant: nothing may listen on loopback for the program.
+		return fwd.stop()
+	}
+	return nil
 }
 
 // openCgroupProcs opens the process list of our own cgroup (the pids
