@@ -93,17 +93,18 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 			return finish(err)
 		}
 	}
-	defer func() {
-		if sess != nil {
-			// The session's next run reuses its uid and scratch: clean up now.
-			if err := sb.destroy(); err != nil {
-				res.Decision = append(res.Decision, "cleanup: "+err.Error())
-			}
-			return
-		}
-		t.discard(sb)
-	}()
-	return finish(t.runIn(ctx, sb, &job, scratchMB, begin, &res))
+	err = t.runIn(ctx, sb, &job, scratchMB, begin, &res)
+	if sess == nil {
+		r, err := finish(err)
+		t.discard(sb) // after the timings: destroying is not the job's
+		return r, err
+	}
+	// The session's next run reuses its uid and scratch: clean up now, and
+	// say in the result if that failed.
+	if cerr := sb.destroy(); cerr != nil {
+		res.Decision = append(res.Decision, "cleanup: "+cerr.Error())
+	}
+	return finish(err)
 }
 
 // runIn runs job in the started sb, behind its egress gateway when it has

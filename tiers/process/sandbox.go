@@ -166,6 +166,7 @@ func (t *Tier) start(ctx context.Context, o startOptions) (_ *sandbox, err error
 	}
 	ready, joinCgroup, err := t.jobCgroup(sb, t.lv.cgroupFirst(&o))
 	if err != nil {
+		_ = sb.destroy() // gives back the job's hold on its image
 		return nil, err
 	}
 	defer func() {
