@@ -138,6 +138,10 @@ func checkStage(f *os.File, p string) (*stageBinary, error) {
 	if st.Mode().Perm()&0o001 == 0 {
 		return nil, fmt.Errorf("stage binary %s: not executable by other users, so a sandbox cannot execute it", p)
 	}
+	want := stage.CodeDigest()
+	if cachedDigest(p, st) == want {
+		return newStageBinary(f, p, st), nil
+	}
 	// The digest is asked of the opened file, so the binary checked is the
 	// binary every sandbox executes.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -151,16 +155,86 @@ func checkStage(f *os.File, p string) (*stageBinary, error) {
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("stage binary %s: asking its stage code: %v %s", p, err, strings.TrimSpace(errOut.String()))
 	}
-	if got, want := strings.TrimSpace(out.String()), stage.CodeDigest(); got != want {
+	if got := strings.TrimSpace(out.String()); got != want {
 		return nil, fmt.Errorf("stage binary %s carries other stage code (digest %q, this binary's %q): rebuild it from this source (`make setup`)", p, clip(got, 40), want)
 	}
+	cacheDigest(p, st, want)
+	return newStageBinary(f, p, st), nil
+}
+
+func newStageBinary(f *os.File, p string, st os.FileInfo) *stageBinary {
 	sb := &stageBinary{file: f, path: p}
 	if self, err := selfExe(); err == nil {
 		if sst, err := self.Stat(); err == nil && os.SameFile(st, sst) {
 			sb.self = true
 		}
 	}
-	return sb, nil
+	return sb
+}
+
+// Asking a stage binary for its digest is an exec that costs about as much
+// as the rest of a CLI run's start, so the answer is kept in a file beside
+// the separate stage binary (its path and ".digest"), for that very file: its device, inode, size, modification and change
+// times. Any change to the binary (a rebuild, a copy, a chmod) misses.
+// The file is trusted as the binary is: owned by root or this user, not
+// writable by group or others. A directory this user cannot write keeps
+// no cache, and every check asks again.
+const digestFileVersion = "airlock-stage-digest/1"
+
+// digestKey identifies the file st describes.
+func digestKey(st os.FileInfo) string {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%d %d %d %d %d", sys.Dev, sys.Ino, sys.Size, sys.Mtim.Nano(), sys.Ctim.Nano())
+}
+
+// cachedDigest is the digest kept for the stage binary at p as st
+// describes it, or "".
+func cachedDigest(p string, st os.FileInfo) string {
+	key := digestKey(st)
+	if key == "" || filepath.Base(p) != StageBinaryName {
+		return ""
+	}
+	f, err := os.OpenFile(p+".digest", os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	cst, err := f.Stat()
+	if err != nil || !cst.Mode().IsRegular() || cst.Mode().Perm()&0o022 != 0 {
+		return ""
+	}
+	if sys, ok := cst.Sys().(*syscall.Stat_t); !ok || (sys.Uid != 0 && int(sys.Uid) != os.Geteuid()) {
+		return ""
+	}
+	var b [256]byte
+	n, _ := f.Read(b[:])
+	version, rest, _ := strings.Cut(strings.TrimSpace(string(b[:n])), " ")
+	digest, gotKey, _ := strings.Cut(rest, " ")
+	if version != digestFileVersion || gotKey != key {
+		return ""
+	}
+	return digest
+}
+
+// cacheDigest keeps digest for the stage binary at p as st describes it,
+// if its directory takes the file.
+func cacheDigest(p string, st os.FileInfo, digest string) {
+	key := digestKey(st)
+	if key == "" || filepath.Base(p) != StageBinaryName {
+		return
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+StageBinaryName+".digest-*")
+	if err != nil {
+		return
+	}
+	_, werr := fmt.Fprintf(tmp, "%s %s %s\n", digestFileVersion, digest, key)
+	cerr := tmp.Close()
+	if werr != nil || cerr != nil || os.Chmod(tmp.Name(), 0o644) != nil || os.Rename(tmp.Name(), p+".digest") != nil {
+		os.Remove(tmp.Name())
+	}
 }
 
 func clip(s string, n int) string {

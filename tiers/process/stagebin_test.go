@@ -3,14 +3,17 @@ package process
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
 // buildStage builds the separate stage binary from this source, as
@@ -215,5 +218,66 @@ func TestStageDiscovery(t *testing.T) {
 		if sb.path != "" {
 			sb.file.Close()
 		}
+	}
+}
+
+// TestStageDigestCache: a stage binary's digest is asked once and kept
+// beside it; the next check of the same file asks nothing. A changed
+// binary, a kept digest of other code, and a kept file others may write
+// are each asked again. The stage here is a script that counts its runs
+// and answers this binary's digest.
+func TestStageDigestCache(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	counter := filepath.Join(dir, "runs")
+	p := filepath.Join(dir, StageBinaryName)
+	script := fmt.Sprintf("#!/bin/sh\necho run >> %s\necho %s\n", counter, stage.CodeDigest())
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runs := func() int {
+		b, _ := os.ReadFile(counter)
+		return strings.Count(string(b), "run")
+	}
+	check := func(wantRuns int, what string) {
+		t.Helper()
+		sb, err := openStage(p)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		sb.file.Close()
+		if got := runs(); got != wantRuns {
+			t.Fatalf("%s: the stage ran %d times, want %d", what, got, wantRuns)
+		}
+	}
+	check(1, "first check")
+	if _, err := os.Stat(p + ".digest"); err != nil {
+		t.Fatalf("no digest kept: %v", err)
+	}
+	check(1, "same file")
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(p, later, later); err != nil {
+		t.Fatal(err)
+	}
+	check(2, "changed binary")
+	check(2, "changed binary, kept again")
+
+	kept, err := os.ReadFile(p + ".digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Replace(string(kept), stage.CodeDigest(), "0123456789abcdef", 1)
+	if err := os.WriteFile(p+".digest", []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(3, "kept digest of other code")
+	if err := os.Chmod(p+".digest", 0o666); err != nil {
+		t.Fatal(err)
+	}
+	check(4, "kept file writable by others")
+	if left, _ := filepath.Glob(filepath.Join(dir, "."+StageBinaryName+".digest-*")); len(left) > 0 {
+		t.Fatalf("temporary files left: %v", left)
 	}
 }
