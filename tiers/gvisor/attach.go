@@ -64,19 +64,7 @@ func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, e
 		return nil, err
 	}
 	r.res.Image = digest(img)
-	if t.pool != nil && img != nil {
-		t.follow(job.Image, img)
-	}
-	// As for Run: a pooled sandbox serves a job without read grants or a
-	// scratch cap, which are mounts made at creation.
-	var sb *sandbox
-	if t.pool != nil && len(job.Grants.FS.Read) == 0 && job.Grants.FS.ScratchMB == 0 {
-		if psb, ok := t.pool.Claim(poolKey{digest(img)}, nil); ok {
-			release()
-			psb.claimed = true
-			sb = psb
-		}
-	}
+	sb := t.claimPooled(&job, img, release)
 	if sb == nil {
 		if sb, err = t.newAgentSandbox(modeOnce, job.Grants.FS, img, release); err != nil {
 			t.leave()

@@ -334,21 +334,34 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (airlock.Result, error)
 		return r.finish(err)
 	}
 	r.res.Image = digest(img)
-	if t.pool != nil && img != nil {
-		t.follow(job.Image, img) // a pooled reference may name a new image now
-	}
-	// Pooled sandboxes were created before the job: they carry no read
-	// grants, which are mounts, and no scratch cap, a mount option. A job
-	// with either starts cold. A pooled sandbox holds its own image: the
-	// job's hold ends here.
-	if t.pool != nil && len(job.Grants.FS.Read) == 0 && job.Grants.FS.ScratchMB == 0 {
-		if sb, ok := t.pool.Claim(poolKey{digest(img)}, nil); ok {
-			release()
-			sb.claimed = true
-			return t.runAgent(ctx, sb, &job, r, true)
-		}
+	if sb := t.claimPooled(&job, img, release); sb != nil {
+		return t.runAgent(ctx, sb, &job, r, true)
 	}
 	return t.runCold(ctx, &job, r, img, release)
+}
+
+// claimPooled claims a pooled sandbox of img for job, or returns nil.
+// Pooled sandboxes were created before the job: they carry no read
+// grants, which are mounts, and no scratch cap, a mount option, so a job
+// with either starts cold. A pooled sandbox holds its own image: on a
+// claim the job's hold (release) ends here.
+func (t *Tier) claimPooled(job *airlock.Job, img *image.Image, release func()) *sandbox {
+	if t.pool == nil {
+		return nil
+	}
+	if img != nil {
+		t.follow(job.Image, img) // a pooled reference may name a new image now
+	}
+	if len(job.Grants.FS.Read) > 0 || job.Grants.FS.ScratchMB > 0 {
+		return nil
+	}
+	sb, ok := t.pool.Claim(poolKey{digest(img)}, nil)
+	if !ok {
+		return nil
+	}
+	release()
+	sb.claimed = true
+	return sb
 }
 
 // run tracks one job's result and timings.
