@@ -47,7 +47,8 @@ func TestMCPWrapHTTPRefusals(t *testing.T) {
 // TestMCPWrapHTTP: mcp-wrap serves the real server-everything (on gVisor,
 // in the node image) over streamable HTTP on loopback. A request without
 // the key, or with a wrong one, is refused; a loopback request naming
-// another host (DNS rebinding) is refused; the Go SDK's client and the
+// another host (DNS rebinding) and a browser's cross-site request are
+// refused; the Go SDK's client and the
 // official Inspector list and call its tools with the key.
 func TestMCPWrapHTTP(t *testing.T) {
 	servers := mcpServers(t)
@@ -61,7 +62,7 @@ func TestMCPWrapHTTP(t *testing.T) {
 	url := "http://" + c.addr // the ready line names the endpoint, HOST:PORT/mcp
 
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	status := func(auth, host string) int {
+	status := func(auth, host string, header ...string) int {
 		t.Helper()
 		req, err := http.NewRequest("POST", url, strings.NewReader(initialize))
 		require.NoError(t, err)
@@ -73,6 +74,9 @@ func TestMCPWrapHTTP(t *testing.T) {
 		if host != "" {
 			req.Host = host
 		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -82,6 +86,9 @@ func TestMCPWrapHTTP(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, status("Bearer "+key+"x", ""))
 	assert.Equal(t, http.StatusUnauthorized, status("Bearer "+key[:len(key)-1], ""))
 	assert.Equal(t, http.StatusForbidden, status("Bearer "+key, "attacker.example:80"))
+	// A page of another site making the agent's browser post, key and all.
+	assert.Equal(t, http.StatusForbidden, status("Bearer "+key, "", "Sec-Fetch-Site", "cross-site"))
+	assert.Equal(t, http.StatusForbidden, status("Bearer "+key, "", "Origin", "http://attacker.example"))
 	assert.Equal(t, http.StatusOK, status("Bearer "+key, ""))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
