@@ -223,8 +223,8 @@ func TestStageDiscovery(t *testing.T) {
 
 // TestStageDigestCache: a stage binary's digest is asked once and kept
 // beside it; the next check of the same file asks nothing. A changed
-// binary, a kept digest of other code, and a kept file others may write
-// are each asked again. The stage here is a script that counts its runs
+// binary, a kept digest of other code, a kept file others may write and
+// (as root) one another user owns are each asked again. The stage here is a script that counts its runs
 // and answers this binary's digest.
 func TestStageDigestCache(t *testing.T) {
 	dir := t.TempDir()
@@ -277,6 +277,12 @@ func TestStageDigestCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(4, "kept file writable by others")
+	if os.Geteuid() == 0 {
+		if err := os.Chown(p+".digest", 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		check(5, "kept file of another user")
+	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "."+StageBinaryName+".digest-*")); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
