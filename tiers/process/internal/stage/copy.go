@@ -139,30 +139,47 @@ func copyGrant(src int, dst string) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
+	parent, err := unix.Open(path.Dir(dst), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(parent)
+	return copyOpened(fd, &st, parent, path.Base(dst))
+}
+
+// copyOpened makes name, in the directory out, a copy of the open file in
+// (st its status): a directory with its entries, or a regular file, with
+// its permission bits (and the owner's write bit: the copy is the job's to
+// change).
+func copyOpened(in int, st *unix.Stat_t, out int, name string) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		if err := unix.Mkdir(dst, 0o700); err != nil {
+		if err := unix.Mkdirat(out, name, 0o700); err != nil {
 			return err
 		}
-		out, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		sub, err := openBeneath(out, name, unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
 			return err
 		}
-		defer unix.Close(out)
-		if err := unix.Fchmod(out, dirMode(st.Mode)); err != nil {
+		defer unix.Close(sub)
+		if err := unix.Fchmod(sub, dirMode(st.Mode)); err != nil {
 			return err
 		}
-		return copyDir(fd, out)
+		return copyDir(in, sub)
 	case unix.S_IFREG:
-		out, err := unix.Open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		w, err := unix.Openat2(out, name, &unix.OpenHow{
+			Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+			Mode:    0o600,
+			Resolve: resolveHere,
+		})
 		if err != nil {
 			return err
 		}
-		defer unix.Close(out)
-		if err := unix.Fchmod(out, fileMode(st.Mode)); err != nil {
+		defer unix.Close(w)
+		if err := unix.Fchmod(w, fileMode(st.Mode)); err != nil {
 			return err
 		}
-		return copyData(fd, out)
+		return copyData(in, w)
 	}
 	return errors.New("neither a directory nor a regular file")
 }
@@ -216,18 +233,7 @@ func copyEntry(in, out int, name string) error {
 			return err
 		}
 		defer unix.Close(sub)
-		if err := unix.Mkdirat(out, name, 0o700); err != nil {
-			return err
-		}
-		subOut, err := openBeneath(out, name, unix.O_RDONLY|unix.O_DIRECTORY)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(subOut)
-		if err := unix.Fchmod(subOut, dirMode(st.Mode)); err != nil {
-			return err
-		}
-		return copyDir(sub, subOut)
+		return copyOpened(sub, &st, out, name)
 	case unix.S_IFREG:
 		f, err := openBeneath(in, name, unix.O_RDONLY)
 		if skipped(err) {
@@ -244,19 +250,7 @@ func copyEntry(in, out int, name string) error {
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
 			return nil
 		}
-		w, err := unix.Openat2(out, name, &unix.OpenHow{
-			Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-			Mode:    0o600,
-			Resolve: resolveHere,
-		})
-		if err != nil {
-			return err
-		}
-		defer unix.Close(w)
-		if err := unix.Fchmod(w, fileMode(st.Mode)); err != nil {
-			return err
-		}
-		return copyData(f, w)
+		return copyOpened(f, &st, out, name)
 	}
 	return nil // links, devices, FIFOs, sockets
 }
