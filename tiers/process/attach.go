@@ -25,10 +25,12 @@ func attachOf(ctx context.Context) *attachio.Handle {
 	return h
 }
 
-// Attach runs a command job attached (see airlock.Attacher) in a sandbox
-// started for it (never a pooled one): the program's stdin is the caller's
+// Attach runs a command job attached (see airlock.Attacher), in a pooled
+// sandbox when Run would claim one: the program's stdin is the caller's
 // pipe from the start, its stdout goes to the caller's pipe, counted
-// against the output limit, and everything else is as for Run.
+// against the output limit, and everything else is as for Run. A pooled
+// sandbox's stdin pipe is made when it starts and stays unused until its
+// job, so an attached job takes it as a cold one does.
 func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, error) {
 	if err := attachio.Check(&job); err != nil {
 		return nil, err

@@ -79,7 +79,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	defer cancel()
 
 	var sb *sandbox
-	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && t.pooled(key) && attachOf(ctx) == nil {
+	if t.pool != nil && sess == nil && len(job.Grants.FS.Read) == 0 && len(job.Collect) == 0 && t.pooled(key) {
 		sb = t.claim(key, &job, &res)
 		defer t.pool.Done(key) // the replacement starts once the job is over
 	}
