@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/gvisor"
+	"github.com/airlock-sandbox/airlock/tiers/process"
 )
 
 // benchServer is the small Python MCP server of the serve tests, placed as
@@ -24,7 +25,16 @@ import (
 // whatever wrapper a user's PATH puts first.
 const benchPython = "/usr/bin/python3"
 
-func benchServer(b *testing.B) (script []byte, tier *gvisor.Tier) {
+// pooledTier is an attaching tier with a warm pool.
+type pooledTier interface {
+	airlock.Tier
+	airlock.Attacher
+	airlock.Pooler
+	Available() error
+	Close() error
+}
+
+func benchServer(b *testing.B, name string) (script []byte, tier pooledTier) {
 	script, err := os.ReadFile(filepath.Join("..", "..", "cmd", "airlock", "testdata", "dynamic_mcp.py"))
 	if err != nil {
 		b.Fatal(err)
@@ -32,26 +42,37 @@ func benchServer(b *testing.B) (script []byte, tier *gvisor.Tier) {
 	if _, err := os.Stat(benchPython); err != nil {
 		testenv.Skipf(b, "python3: %v", err)
 	}
-	tier, err = gvisor.New(gvisor.NewConfig().WithPool(1, 1))
+	switch name {
+	case "gvisor":
+		tier, err = gvisor.New(gvisor.NewConfig().WithPool(1, 1))
+	default:
+		tier, err = process.New(process.NewConfig().WithPool(1))
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { tier.Close() })
 	if err := tier.Available(); err != nil {
-		testenv.Skipf(b, "gVisor: %v", err)
+		testenv.Skipf(b, "%s: %v", name, err)
 	}
 	return script, tier
 }
 
-// BenchmarkStartPooled compares starting a wrapped server from gVisor's
-// warm pool, up to its tool list, with starting the same server bare on
+// BenchmarkStartPooled compares starting a wrapped server from a tier's
+// warm pool (process and gVisor), up to its tool list, with starting the same server bare on
 // the host plus the tier's pooled claim of a trivial job. The pool
 // refills between iterations, outside the timing. pooled-run is the
 // server itself run from the pool to its end without a client: its
 // interpreter's start inside the sandbox. Medians; no assertion on the
 // times.
 func BenchmarkStartPooled(b *testing.B) {
-	script, tier := benchServer(b)
+	for _, name := range []string{"process", "gvisor"} {
+		b.Run(name, func(b *testing.B) { startPooled(b, name) })
+	}
+}
+
+func startPooled(b *testing.B, name string) {
+	script, tier := benchServer(b, name)
 	ctx := context.Background()
 	warm := func() {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -93,7 +114,7 @@ func BenchmarkStartPooled(b *testing.B) {
 	server := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"python3", "server.py"}, Files: map[string]string{"server.py": string(script)}}
 	wrapped := func() time.Duration {
 		warm()
-		hits := tier.Stats().Hits
+		hits := tier.PoolStats().Hits
 		job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"python3", "server.py"}, Files: map[string]string{"server.py": string(script)},
 			Limits: airlock.Limits{WallMS: 60_000, CPUMS: 60_000}}
 		start := time.Now()
@@ -102,7 +123,7 @@ func BenchmarkStartPooled(b *testing.B) {
 			b.Fatal(err)
 		}
 		d := time.Since(start) // Start has listed the server's tools
-		if tier.Stats().Hits != hits+1 {
+		if tier.PoolStats().Hits != hits+1 {
 			b.Fatal("the wrapped server did not start in a pooled sandbox")
 		}
 		w.Close()
@@ -133,7 +154,7 @@ func BenchmarkStartPooled(b *testing.B) {
 // minus sandboxed is the wrapper's own share; sandboxed minus direct the
 // sandbox's. Medians of single calls; no assertion on the times.
 func BenchmarkRelaySandboxed(b *testing.B) {
-	script, tier := benchServer(b)
+	script, tier := benchServer(b, "gvisor")
 	ctx := context.Background()
 	local := filepath.Join(b.TempDir(), "server.py")
 	if err := os.WriteFile(local, script, 0o644); err != nil {
