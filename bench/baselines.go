@@ -294,7 +294,7 @@ func runscRun() Target {
 func qemuBoot() Target {
 	var qemu, kernel string
 	accel, cpu := "tcg,thread=multi", "qemu64,+smep" // the tier's model under TCG
-	return command("qemu-boot", TypeRaw, []string{"microvm"},
+	t := command("qemu-boot", TypeRaw, []string{"microvm"},
 		"qemu -M microvm, the tier's kernel, no root: boot until the kernel gives up",
 		func() ([]string, func(), error) {
 			line := "console=ttyS0 quiet loglevel=1 cryptomgr.notests pci=off tsc=reliable no_timer_check panic=-1"
@@ -318,6 +318,8 @@ func qemuBoot() Target {
 			}
 			return nil
 		})
+	t.Accel = func() string { return strings.SplitN(accel, ",", 2)[0] }
+	return t
 }
 
 // WholeProcess is a cold-only peer that runs argv (an airlock command, say)

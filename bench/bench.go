@@ -130,6 +130,9 @@ type Result struct {
 	Level    int          `json:"level,omitempty"`
 	Mode     string       `json:"mode"` // cold or warm
 	Note     string       `json:"note,omitempty"`
+	// Accel is the hardware acceleration the runs used ("kvm" or "tcg"),
+	// for targets that run a guest.
+	Accel string `json:"accel,omitempty"`
 	Stats
 	// Raw is the raw engine this tier is compared with, and RawRatio its
 	// median over the raw engine's median in the same mode (cold if the raw
@@ -140,6 +143,15 @@ type Result struct {
 	// slower each peer is (below 1: faster).
 	Peers []PeerRatio `json:"peers,omitempty"`
 	Error string      `json:"error,omitempty"`
+}
+
+// Label is the result's name as tables and charts show it, with the
+// acceleration its runs used where there is one: "microvm (tcg)".
+func (x Result) Label() string {
+	if x.Accel == "" {
+		return x.Name
+	}
+	return x.Name + " (" + x.Accel + ")"
 }
 
 // PeerRatio compares a tier with a raw engine or peer other than its own.
@@ -317,6 +329,9 @@ func baselineWanted(b Target, tiers []Target, kinds map[airlock.Kind]bool) bool 
 // until the budget or the iteration cap, at least the minimum.
 func (c Config) measure(ctx context.Context, t Target, mode string) Result {
 	res := Result{Name: t.Name, Type: t.Type, Workload: t.Workload, Level: int(t.Level), Mode: mode, Note: t.ColdNote}
+	if t.Accel != nil {
+		res.Accel = t.Accel()
+	}
 	// The previous measurement's garbage (a cold run's thousands of fresh
 	// tier instances) is collected now, untimed, rather than by collector
 	// cycles running beside this one's runs, as testing does before each

@@ -383,3 +383,33 @@ func TestWarmBatches(t *testing.T) {
 		t.Fatalf("the table does not say which runs were batched:\n%s", out.String())
 	}
 }
+
+// accelTier runs under an accelerator and refuses every job alike.
+type accelTier struct{ envTier }
+
+func (accelTier) Accelerator() string     { return "tcg" }
+func (accelTier) Admit(airlock.Job) error { return errors.New("no guest here") }
+
+// A tier that runs guests has its accelerator on every row of the table
+// (and in the report); one that admits none of the workloads is skipped
+// with each different refusal once.
+func TestAccelAndSkipReason(t *testing.T) {
+	f := TierSource{Name: "bench-test-accel", New: func() (airlock.Tier, error) { return accelTier{}, nil }}
+	target := tierTarget(f, accelTier{}, airlock.KindExpr)
+	res := NewConfig().WithIterations(5).measure(context.Background(), target, "cold")
+	if res.Accel != "tcg" || res.Label() != "bench-test-accel (tcg)" {
+		t.Fatalf("accel %q, label %q", res.Accel, res.Label())
+	}
+	var table strings.Builder
+	(&Report{Results: []Result{res}}).WriteTable(&table)
+	if !strings.Contains(table.String(), "bench-test-accel (tcg)") {
+		t.Fatalf("the table does not say the accelerator:\n%s", table.String())
+	}
+	if plain := tierTarget(f, envTier{}, airlock.KindExpr); plain.Accel != nil {
+		t.Fatal("a tier without an accelerator got one")
+	}
+	_, err := kindOf(accelTier{})
+	if err == nil || strings.Count(err.Error(), "no guest here") != 1 || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("skip reason: %v", err)
+	}
+}

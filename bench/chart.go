@@ -31,14 +31,14 @@ func (r *Report) SaveChart(path string) error {
 		}
 		if _, ok := index[x.Name]; !ok {
 			index[x.Name] = len(names)
-			names = append(names, x.Name)
+			names = append(names, x.Label())
 		}
 	}
 	if len(names) == 0 {
 		return fmt.Errorf("nothing to chart: no target was measured")
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("airlock start-up latency, circles cold, triangles warm (%s, %d cores, KVM %v)", short(r.Machine.CPU), r.Machine.Cores, r.Machine.KVM)
+	p.Title.Text = fmt.Sprintf("airlock start-up latency, circles cold, triangles warm (%s, %d cores, %s)", short(r.Machine.CPU), r.Machine.Cores, r.Machine.kvmWords())
 	p.Y.Label.Text = "median per run (bars: min to p95)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = durTicks{}

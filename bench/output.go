@@ -12,13 +12,13 @@ import (
 // WriteTable prints the report for people.
 func (r *Report) WriteTable(w io.Writer) {
 	m := r.Machine
-	fmt.Fprintf(w, "airlock bench — %s, %d cores, %s, %s, KVM %v, load %.1f at start, %.0f s\n\n",
-		m.CPU, m.Cores, m.Kernel, m.Go, m.KVM, m.Load1, r.Seconds)
+	fmt.Fprintf(w, "airlock bench — %s, %d cores, %s, %s, %s, load %.1f at start, %.0f s\n\n",
+		m.CPU, m.Cores, m.Kernel, m.Go, m.kvmWords(), m.Load1, r.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "TARGET\tTYPE\tMODE\tN\tP50\tP95\tP99\tMIN\tMAX\tCPU/RUN\tVS RAW\tVS PEERS\t")
 	for _, x := range r.Results {
 		if x.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t\t\t\t\t\t\t\t%s\t\n", x.Name, x.Type, x.Mode, clip(x.Error))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t\t\t\t\t\t\t\t%s\t\n", x.Label(), x.Type, x.Mode, clip(x.Error))
 			continue
 		}
 		vs := ""
@@ -29,7 +29,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		for _, p := range x.Peers {
 			peers = append(peers, fmt.Sprintf("%.2f× %s", p.Ratio, p.Name))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Name, x.Type, x.Mode, x.N,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Label(), x.Type, x.Mode, x.N,
 			Dur(x.P50), Dur(x.P95), Dur(x.P99), Dur(x.Min), Dur(x.Max), Dur(x.CPU), vs, strings.Join(peers, ", "))
 	}
 	tw.Flush()

@@ -2,9 +2,10 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock"
@@ -47,7 +48,14 @@ type Target struct {
 	Versus string
 	// ColdNote and WarmNote say what cold and warm mean for this target.
 	ColdNote, WarmNote string
+	// Accel, when set, names the hardware acceleration the target's runs
+	// use ("kvm" or "tcg"), once Available has returned nil.
+	Accel func() string
 }
+
+// accelerated is a tier that runs its sandboxes under a hypervisor's
+// accelerator, or emulates one (the microVM tier).
+type accelerated interface{ Accelerator() string }
 
 var (
 	baselineMu sync.Mutex
@@ -123,6 +131,9 @@ func tierTarget(f TierSource, shared airlock.Tier, kind airlock.Kind) Target {
 		}
 		return run, done, nil
 	}
+	if a, ok := shared.(accelerated); ok {
+		t.Accel = a.Accelerator
+	}
 	if _, ok := shared.(airlock.Pooler); ok {
 		t.Settle = func(ctx context.Context) error {
 			if settle == nil {
@@ -143,14 +154,16 @@ func closeTier(t airlock.Tier) {
 
 // kindOf returns the first workload kind the tier admits.
 func kindOf(t airlock.Tier) (airlock.Kind, error) {
-	var errs []error
+	var reasons []string // each different refusal once, in the order met
 	for _, k := range Kinds {
 		job := Job(k)
 		err := t.Admit(job)
 		if err == nil {
 			return k, nil
 		}
-		errs = append(errs, err)
+		if !slices.Contains(reasons, err.Error()) {
+			reasons = append(reasons, err.Error())
+		}
 	}
-	return "", fmt.Errorf("admits none of the benchmark's workloads: %w", errors.Join(errs...))
+	return "", fmt.Errorf("admits none of the benchmark's workloads: %s", strings.Join(reasons, "; "))
 }
