@@ -420,8 +420,8 @@ func (e *env) report(job *airlock.Job, res airlock.Result, err error) int {
 	if res.ExitCode != 0 {
 		fmt.Fprintf(e.stderr, "airlock: program exited with status %d\n", res.ExitCode)
 		if res.ExitCode == 126 && job.Kind == airlock.KindCommand && !job.Grants.Spawn {
-			// A shell says only "Permission denied" for the exec a withheld
-			// spawn grant refused.
+			// A shell says only "Permission denied" (or "Operation not
+			// permitted") for the exec a withheld spawn grant refused.
 			fmt.Fprintln(e.stderr, "airlock: 126 is a refused exec: without --allow-spawn the program may not run other programs")
 		}
 		return programExit(res.ExitCode)

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
-	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
@@ -153,17 +152,14 @@ func TestFSGrantAtMismatch(t *testing.T) {
 	}
 }
 
-// TestGuardFirstProcess: with the small stage binary at hand, a cold job
-// without the spawn grant starts with the exec guard as the sandbox's
-// first process rather than through the agent: the job is PID 1, sees
-// nothing of the role that started the guard, runs a builtin pipeline,
-// cannot execute another program (126), and a missing program is the
-// usual one line with 127.
-func TestGuardFirstProcess(t *testing.T) {
+// TestNoExecFirstProcess: a cold job without the spawn grant is the
+// sandbox's first process, under the seccomp filter runsc installs: the
+// job is PID 1, runs a builtin pipeline and forks itself, but neither it
+// nor a child can execute another program (EPERM, the errno gVisor's OCI
+// seccomp gives; 126 in a shell; also through execveat of a memfd), and a
+// missing program is the usual one line with 127.
+func TestNoExecFirstProcess(t *testing.T) {
 	tier := newTier(t, NewConfig())
-	if tier.guard == "" {
-		testenv.Skipf(t, "no separate airlock-stage binary of this code found (make setup builds it)")
-	}
 	withheld := func(argv ...string) airlock.Result {
 		t.Helper()
 		j := cmdJob(argv...)
@@ -180,7 +176,32 @@ func TestGuardFirstProcess(t *testing.T) {
 	if res := withheld("sh", "-c", "cat /etc/hostname"); res.ExitCode != 126 {
 		t.Errorf("an exec without the spawn grant: %+v", res)
 	}
+	if res := withheld("sh", "-c", "(cat /etc/hostname); echo child $?"); res.Stdout != "child 126\n" {
+		t.Errorf("an exec by a forked child: %+v", res)
+	}
+	if res := withheld("python3", "-c", noExecProbe); res.Stdout != "execv EPERM\nexecveat EPERM\nfork ok\n" {
+		t.Errorf("execv, execveat of a memfd, fork: %+v", res)
+	}
 	if res := withheld("no-such-program"); res.ExitCode != 127 || res.Stderr != "airlock: program \"no-such-program\" not found\n" {
 		t.Errorf("a missing program: %+v", res)
 	}
 }
+
+// noExecProbe tries an execv of a host program and an execveat of a
+// memfd holding one, then forks, and prints what each came to.
+const noExecProbe = `import errno, os
+def tell(what, f):
+    try:
+        f()
+        print(what, "ran")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+tell("execv", lambda: os.execv("/bin/true", ["true"]))
+fd = os.memfd_create("x")
+os.write(fd, open("/bin/true", "rb").read())
+tell("execveat", lambda: os.execve(fd, ["true"], {}))
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+print("fork", "ok" if os.waitpid(pid, 0)[1] >> 8 == 7 else "failed")
+`

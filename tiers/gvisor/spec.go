@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -41,8 +43,11 @@ type bundle struct {
 	agent    string // host path of the agent binary ("" = none)
 	agentLib string // host directory bind-mounted at agentLibDir ("" = none)
 	guard    string // host path of the exec guard's binary, at guardBin ("" = none)
-	image    bool   // rootfs is an image's root (see images.go)
-	etc      string // with an image: the host directory of the files mounted over its /etc
+	// noExec: the first process may not execute another program (see
+	// noExecFilter); runsc must run with --oci-seccomp for it to hold.
+	noExec bool
+	image  bool   // rootfs is an image's root (see images.go)
+	etc    string // with an image: the host directory of the files mounted over its /etc
 	// grants are the job's read grants, each bound at its guest path:
 	// read-only, or, for a copy, writable through the memory-backed
 	// overlay runsc puts over every writable mount (see runscFlags).
@@ -79,6 +84,29 @@ func jobEnv(vars map[string]string) []string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// noExecFilter is the OCI seccomp profile of a job without the spawn
+// grant that is the sandbox's first process: every execve and execveat
+// fails with EACCES (a shell says 126), as under the exec guard. runsc
+// (--oci-seccomp) loads the first program itself, without an execve, and
+// installs the filter on it before it runs; its children inherit it. The
+// sentry implements only the native ABI, so no other architecture's or
+// x32's execve reaches it.
+func noExecFilter() *specs.LinuxSeccomp {
+	arch := specs.ArchX86_64
+	if runtime.GOARCH == "arm64" {
+		arch = specs.ArchAARCH64
+	}
+	return &specs.LinuxSeccomp{
+		DefaultAction: specs.ActAllow,
+		Architectures: []specs.Arch{arch},
+		Syscalls: []specs.LinuxSyscall{{
+			Names:    []string{"execve", "execveat"},
+			Action:   specs.ActErrno,
+			ErrnoRet: ptr(uint(syscall.EACCES)),
+		}},
+	}
+}
 
 // spec returns the OCI runtime spec for b.
 func (b *bundle) spec() *specs.Spec {
@@ -120,6 +148,9 @@ func (b *bundle) spec() *specs.Spec {
 				Pids:   &specs.LinuxPids{Limit: ptr(l.pids)},
 			},
 		},
+	}
+	if b.noExec {
+		s.Linux.Seccomp = noExecFilter()
 	}
 	if b.agent != "" {
 		// The agent runs as root inside the sandbox and drops to the job's

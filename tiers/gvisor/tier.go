@@ -19,9 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tools"
-	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
-	"github.com/airlock-sandbox/airlock/tiers/internal/execguard"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process"
@@ -424,17 +422,13 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 // scratch (a memory-backed overlay the host cannot see) once it ends; a
 // job with a scratch cap, whose scratch and /tmp are tmpfs of that size
 // (the host directory a direct start binds gets an overlay without one);
-// a job with a copy grant, which the agent hands to the job's user before
-// the program starts; and a job without the spawn grant, which the agent
-// starts through the exec guard.
+// and a job with a copy grant, which the agent hands to the job's user
+// before the program starts.
 //
 // runCold takes over the job's hold on img: it ends once the sandbox is
 // destroyed.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
-	// Without the spawn grant the job starts through the exec guard: as the
-	// sandbox's first process where the small guard binary is at hand,
-	// else through the agent.
-	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || len(job.Grants.FS.Copy) > 0 || (!job.Grants.Spawn && t.guard == "") {
+	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || len(job.Grants.FS.Copy) > 0 {
 		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
 		if err != nil {
 			return r.finish(err)
@@ -473,11 +467,9 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	b := t.newBundle(id, job, img)
 	b.args = job.Argv
 	b.env = envFor(img, admit.Vars(job))
-	if !job.Grants.Spawn {
-		b.args = append([]string{guardBin, execguard.Arg, "--"}, job.Argv...)
-		b.env = append(b.env, role.Env+"="+execguard.RoleName)
-		b.guard = t.guard
-	}
+	// Without the spawn grant the program is the sandbox's first process
+	// under a seccomp filter that refuses any later execve.
+	b.noExec = !job.Grants.Spawn
 	b.scratch = scratch
 	if err := b.write(dir); err != nil {
 		return r.finish(err)
@@ -493,7 +485,11 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	out.holdErr = true
 	var replaced string // the Result's stderr in place of runsc's report
 	defer func() { out.release(replaced) }()
-	args := append(t.runscFlags(false, job.Grants.FS.ScratchMB), "run", "--bundle", dir, id)
+	args := t.runscFlags(false, job.Grants.FS.ScratchMB)
+	if b.noExec {
+		args = append(args, "--oci-seccomp")
+	}
+	args = append(args, "run", "--bundle", dir, id)
 	cmd := exec.Command(t.runsc, args...)
 	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine
 		cmd.Stdin = strings.NewReader(job.Stdin)
