@@ -21,8 +21,10 @@ all: build
 
 # bin/airlock-stage beside bin/airlock: the process tier's small stage
 # binary, which it finds next to its executable (see docs/process.md).
+# -buildvcs=auto: --version names the commit where git can tell it, even
+# when the environment's GOFLAGS turns stamping off.
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o bin/airlock ./cmd/airlock
 	CGO_ENABLED=0 $(GO) build -o bin/airlock-stage ./tiers/process/cmd/airlock-stage
 
 # Install airlock where it runs from any directory: the binaries into
