@@ -62,6 +62,15 @@ func agentMain(mode string) int {
 		return 2
 	}
 	defer conn.Close()
+	streams := [2]int{-1, -1}
+	if mode == modeOnce {
+		for i, tag := range []byte{streamIn, streamOut} {
+			if streams[i], err = dialStream(tag); err != nil {
+				fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+				return 2
+			}
+		}
+	}
 	for {
 		typ, payload, err := frame.Read(conn)
 		if errors.Is(err, io.EOF) {
@@ -77,7 +86,7 @@ func agentMain(mode string) int {
 		if err := json.Unmarshal(payload, &job); err != nil {
 			exit = agentExit{Code: -1, Error: "decoding job: " + err.Error()}
 		} else {
-			exit = runAgentJob(conn, &job, received)
+			exit = runAgentJob(conn, &job, received, streams)
 			if len(job.Collect) > 0 && exit.Error == "" {
 				sendCollected(conn, job.Collect) // also when the program could not start
 			}
@@ -120,7 +129,7 @@ func (w frameWriter) copyFrom(r io.Reader) {
 // under the job's user and file limit, forwards its output, reaps every
 // process (PID 1 inherits orphans), and when the job's main process exits
 // kills whatever it left running.
-func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
+func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]int) agentExit {
 	if job.Egress {
 		f, err := egresswire.StartForwarder(sandboxEgressDir)
 		if err != nil {
@@ -147,12 +156,19 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	// whose other end is already closed: it reads EOF.
 	child := [3]int{-1, -1, -1}
 	var inW, outR, errR *os.File
-	child[0], inW, err = jobPipe(false, job.Stdin != "" || job.Attach)
-	if err == nil {
-		child[1], outR, err = jobPipe(true, true)
-		if err == nil {
-			child[2], errR, err = jobPipe(true, true)
+	if job.Attach {
+		if streams[0] < 0 {
+			return agentExit{Code: -1, Error: "no streams for an attached job"}
 		}
+		child[0], child[1] = streams[0], streams[1] // closed below once the program has them
+	} else {
+		child[0], inW, err = jobPipe(false, job.Stdin != "")
+		if err == nil {
+			child[1], outR, err = jobPipe(true, true)
+		}
+	}
+	if err == nil {
+		child[2], errR, err = jobPipe(true, true)
 	}
 	if err != nil {
 		for _, fd := range child {
@@ -212,11 +228,11 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		}
 	}
 	if err != nil {
-		if inW != nil {
-			inW.Close()
+		for _, f := range []*os.File{inW, outR, errR} {
+			if f != nil {
+				f.Close()
+			}
 		}
-		outR.Close()
-		errR.Close()
 		if errors.Is(err, syscall.ENOENT) {
 			return notFound(conn, job.Argv[0])
 		}
@@ -225,9 +241,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		return agentExit{Code: 126}
 	}
 	spawned := time.Since(received).Microseconds()
-	if inW != nil && job.Attach {
-		go relayStdin(conn, inW)
-	} else if inW != nil {
+	if inW != nil {
 		go func() {
 			_, _ = io.WriteString(inW, job.Stdin)
 			inW.Close()
@@ -240,6 +254,9 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 		r   *os.File
 		typ frame.Type
 	}{{outR, frame.Stdout}, {errR, frame.Stderr}} {
+		if s.r == nil { // an attached job's stdout is its stream
+			continue
+		}
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
@@ -263,28 +280,29 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time) agentExit {
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
 }
 
-// relayStdin copies an attached job's Stdin frames to its stdin until an
-// empty one or the host hangs up. Once the program has closed its stdin
-// the frames are still read, and dropped, so the host never blocks on a
-// program that stopped listening.
-func relayStdin(conn net.Conn, w *os.File) {
-	defer func() {
-		if w != nil {
-			w.Close()
-		}
-	}()
+// dialStream opens one of the sandbox's streams: a blocking, close-on-exec
+// connection to the host's socket, announced by its tag. An attached
+// program gets it as its stdin or stdout; the agent never reads or writes
+// it, so it stays out of the agent's poller.
+func dialStream(tag byte) (int, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: agentSock}); err != nil {
+		syscall.Close(fd)
+		return -1, os.NewSyscallError("connect", err)
+	}
 	for {
-		typ, payload, err := frame.Read(conn)
-		if err != nil || typ != frame.Stdin || len(payload) == 0 {
-			return
-		}
-		if w == nil {
+		_, err := syscall.Write(fd, []byte{tag})
+		if err == syscall.EINTR {
 			continue
 		}
-		if _, err := w.Write(payload); err != nil {
-			w.Close()
-			w = nil
+		if err != nil {
+			syscall.Close(fd)
+			return -1, os.NewSyscallError("write", err)
 		}
+		return fd, nil
 	}
 }
 

@@ -31,6 +31,9 @@ type sandbox struct {
 	dir     string
 	cg      cgroup
 	conn    *net.UnixConn
+	// in and out are a single-job sandbox's streams: an attached job's
+	// stdin and stdout (see streamIn); nil in a session's.
+	in, out *net.UnixConn
 	gone    bool   // being destroyed (set by destroyLater)
 	claimed bool   // taken from the warm pool
 	lim     limits // what the cgroup holds now
@@ -60,9 +63,7 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 	live := false
 	defer func() {
 		if err != nil {
-			if sb.conn != nil {
-				sb.conn.Close()
-			}
+			sb.hangUp()
 			if derr := t.destroy(id, dir, live); derr != nil {
 				logf("%v", derr)
 			}
@@ -77,7 +78,7 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
-	defer ln.Close()
+	defer ln.Close() // unlinked: the job can open no channel of its own
 	_ = os.Chmod(filepath.Join(sockDir, filepath.Base(agentSock)), 0o777)
 
 	def := t.cfg.limits.Default
@@ -136,7 +137,21 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 	if sb.conn, err = ln.AcceptUnix(); err != nil {
 		return nil, fmt.Errorf("waiting for the agent: %w", err)
 	}
+	if mode == modeOnce {
+		if sb.in, sb.out, err = acceptStreams(ln); err != nil {
+			return nil, fmt.Errorf("waiting for the agent's streams: %w", err)
+		}
+	}
 	return sb, nil
+}
+
+// hangUp closes the agent's connection and the sandbox's streams.
+func (sb *sandbox) hangUp() {
+	for _, c := range []*net.UnixConn{sb.conn, sb.in, sb.out} {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
 
 func tail(path string) string {
@@ -151,7 +166,7 @@ func tail(path string) string {
 // destroyLater destroys a sandbox in the background; Close waits for it.
 func (t *Tier) destroyLater(sb *sandbox) {
 	sb.gone = true
-	sb.conn.Close()
+	sb.hangUp()
 	t.bg.Add(1)
 	go func() {
 		defer t.bg.Done()
@@ -227,7 +242,15 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		Spawn:   job.Grants.Spawn,
 		Guard:   sb.launch,
 		Copies:  copyGuests(job.Grants.FS),
-		Attach:  att != nil,
+	}
+	var st *streams
+	if att != nil {
+		if sb.in == nil {
+			return r.finish(errors.New("handing over the job: the sandbox has no streams to attach"))
+		}
+		st = newStreams(sb.in, sb.out)
+		defer st.close()
+		aj.Attach = true
 	}
 	var gw *egresswire.Gateway
 	if len(job.Grants.Net) > 0 {
@@ -251,11 +274,16 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		}
 		sb.conn.Close()
 		if att != nil {
+			st.close()
 			att.Out.CloseWithError(errAttachEnded) // a caller that stopped reading must not hold the loop
 		}
 	})
 	if att != nil {
-		att.Started(&stdinWriter{conn: sb.conn})
+		att.Started(st.stdin())
+		go st.copyOut(func(p []byte) {
+			out.write(nil, p) // counted against the limit, kept by the caller
+			_, _ = att.Out.Write(p)
+		})
 	}
 	w.start(ctx, sb.cg, baseCPU, job.Limits, out)
 	var exit *agentExit
@@ -265,10 +293,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		switch {
 		case err != nil:
 			lost = err
-		case typ == frame.Stdout && att != nil:
-			out.write(nil, payload) // counted against the limit, kept by the caller
-			_, _ = att.Out.Write(payload)
-		case typ == frame.Stdout:
+		case typ == frame.Stdout && att == nil:
 			out.write(&out.stdout, payload)
 		case typ == frame.Stderr:
 			out.write(&out.stderr, payload)
@@ -291,6 +316,12 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		default:
 			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)
 		}
+	}
+	if att != nil {
+		// The program's stdout ends once it and what it left are gone,
+		// which the agent sees to before its exit report; past a lost
+		// agent, what is in flight is dropped.
+		st.drain(exit != nil)
 	}
 	stop := w.done()
 	if gw != nil {

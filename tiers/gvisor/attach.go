@@ -7,12 +7,12 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
-	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
 var _ airlock.Attacher = (*Tier)(nil)
@@ -27,10 +27,10 @@ const stderrTail = 64 << 10
 // Attach runs a command job attached (see airlock.Attacher) in a pooled
 // sandbox when one is ready and the job has no read grant or scratch cap,
 // otherwise in a sandbox created for it whose first process is the agent.
-// The job's stdin travels
-// as frames on the agent's socket, its stdout and stderr come back as they
-// do for Run. The program starts under the exec guard unless granted
-// spawn, with the job's read grants, egress gateway and limits.
+// The program's stdin and stdout are the sandbox's two streams, host
+// sockets it reads and writes itself; its stderr comes back as frames, as
+// for Run. The program starts under the exec guard unless granted spawn,
+// with the job's read grants, egress gateway and limits.
 func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, error) {
 	r := begin()
 	pinned := !job.Clock.IsZero()
@@ -77,38 +77,108 @@ func (t *Tier) Attach(ctx context.Context, job airlock.Job) (airlock.Attached, e
 	})
 }
 
-// stdinWriter sends what is written as Stdin frames on the agent's socket.
-type stdinWriter struct {
-	conn   net.Conn
-	mu     sync.Mutex
-	closed bool
-}
-
-func (w *stdinWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return 0, io.ErrClosedPipe
-	}
-	n := 0
-	for len(p) > 0 {
-		chunk := p[:min(len(p), frame.MaxChunk)]
-		if err := frame.Write(w.conn, frame.Stdin, chunk); err != nil {
-			return n, fmt.Errorf("%w: %v", errAttachEnded, err)
+// acceptStreams takes a single-job sandbox's two streams, the agent's
+// next connections after its own, each announced by its tag (see
+// streamIn). Nothing but the agent runs in the sandbox yet.
+func acceptStreams(ln *net.UnixListener) (in, out *net.UnixConn, err error) {
+	defer func() {
+		if err != nil {
+			for _, c := range []*net.UnixConn{in, out} {
+				if c != nil {
+					c.Close()
+				}
+			}
+			in, out = nil, nil
 		}
-		n += len(chunk)
-		p = p[len(chunk):]
+	}()
+	for range 2 {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			return in, out, err
+		}
+		tag := make([]byte, 1)
+		_ = c.SetReadDeadline(time.Now().Add(agentStartTimeout))
+		if _, err := io.ReadFull(c, tag); err != nil {
+			c.Close()
+			return in, out, err
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		switch {
+		case tag[0] == streamIn && in == nil:
+			in = c
+		case tag[0] == streamOut && out == nil:
+			out = c
+		default:
+			c.Close()
+			return in, out, fmt.Errorf("agent protocol: stream tag %q", tag[0])
+		}
 	}
-	return n, nil
+	return in, out, nil
 }
 
-// Close closes the program's stdin (an empty Stdin frame).
-func (w *stdinWriter) Close() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return nil
-	}
-	w.closed = true
-	return frame.Write(w.conn, frame.Stdin, nil)
+// streams are an attached job's stdin and stdout: connections the
+// program reads and writes itself, so a message crosses the sandbox
+// boundary once rather than through the agent and a pipe.
+type streams struct {
+	in, out *net.UnixConn
+	copied  chan struct{} // closed once copyOut has read stdout to its end
+	once    sync.Once
 }
+
+func newStreams(in, out *net.UnixConn) *streams {
+	return &streams{in: in, out: out, copied: make(chan struct{})}
+}
+
+// close closes both streams.
+func (s *streams) close() {
+	s.once.Do(func() {
+		s.in.Close()
+		s.out.Close()
+	})
+}
+
+// copyOut passes what the program writes to its stdout to f, until it
+// ends.
+func (s *streams) copyOut(f func([]byte)) {
+	defer close(s.copied)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.out.Read(buf)
+		if n > 0 {
+			f(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// drain waits for the program's stdout to end (for at most two seconds
+// when the job ended cleanly, not at all otherwise), then closes both
+// streams and waits for copyOut.
+func (s *streams) drain(clean bool) {
+	if clean {
+		select {
+		case <-s.copied:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	s.close()
+	<-s.copied
+}
+
+// stdin is the program's stdin for the caller.
+func (s *streams) stdin() io.WriteCloser { return streamStdin{s.in} }
+
+type streamStdin struct{ c *net.UnixConn }
+
+func (w streamStdin) Write(p []byte) (int, error) {
+	n, err := w.c.Write(p)
+	if err != nil {
+		err = fmt.Errorf("%w: %v", errAttachEnded, err)
+	}
+	return n, err
+}
+
+// Close ends the program's stdin: it reads end of file.
+func (w streamStdin) Close() error { return w.c.CloseWrite() }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -142,5 +144,83 @@ func TestAttachPooled(t *testing.T) {
 	}
 	if got := tier.Stats().Hits; got != hits {
 		t.Errorf("a job with a read grant claimed a pooled sandbox (hits %d, was %d)", got, hits)
+	}
+}
+
+// TestAttachFlood: an attached program that floods its stdout, read as
+// fast as it comes, is stopped at the output limit, counted on the host
+// side of its stdout stream.
+func TestAttachFlood(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	a, err := tier.Attach(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", "while :; do echo flood; done"},
+		Limits: airlock.Limits{OutputBytes: 256 << 10, WallMS: 60_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, a.Stdout())
+	_, err = a.Wait()
+	var stop *airlock.Stop
+	if !errors.As(err, &stop) || stop.Reason != airlock.StopOutput {
+		t.Fatalf("a flood of %d bytes ended with %v, not the output stop", n, err)
+	}
+}
+
+// TestAcceptStreams: a single-job sandbox's streams are taken by their
+// tags, in either order; a bad or repeated tag fails the sandbox's
+// creation; what is written to stdin reaches the program's end, and what
+// the program writes to stdout is copied out to its end.
+func TestAcceptStreams(t *testing.T) {
+	listen := func(t *testing.T) (*net.UnixListener, func(tag string) net.Conn) {
+		path := filepath.Join(t.TempDir(), "s.sock")
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln, func(tag string) net.Conn {
+			c, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			if _, err := io.WriteString(c, tag); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+	}
+	for _, tags := range [][2]string{{"i", "x"}, {"o", "o"}} {
+		ln, dial := listen(t)
+		dial(tags[0])
+		dial(tags[1])
+		if in, out, err := acceptStreams(ln); err == nil || in != nil || out != nil {
+			t.Errorf("tags %q: %v, %v, %v", tags, in, out, err)
+		}
+	}
+	ln, dial := listen(t)
+	out := dial(string(rune(streamOut)))
+	in := dial(string(rune(streamIn)))
+	sin, sout, err := acceptStreams(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStreams(sin, sout)
+	if _, err := io.WriteString(st.stdin(), "to the program"); err != nil {
+		t.Fatal(err)
+	}
+	st.stdin().Close()
+	if got, err := io.ReadAll(in); err != nil || string(got) != "to the program" {
+		t.Fatalf("stdin stream: %q, %v", got, err)
+	}
+	var copied strings.Builder
+	go st.copyOut(func(p []byte) { copied.Write(p) })
+	io.WriteString(out, "from the program")
+	out.Close()
+	st.drain(true)
+	if copied.String() != "from the program" {
+		t.Fatalf("stdout stream: %q", copied.String())
+	}
+	if _, err := io.WriteString(st.stdin(), "late"); !errors.Is(err, errAttachEnded) {
+		t.Fatalf("a write after the end: %v", err)
 	}
 }

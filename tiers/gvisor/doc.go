@@ -39,10 +39,11 @@
 // Sessions (OpenSession) keep one agent sandbox across runs, so files in the
 // scratch persist until the session is closed or idles past its TTL.
 //
-// Attach runs a command job attached (airlock.Attacher) in an agent
-// sandbox created for it: its stdin travels as Stdin frames after the job
-// frame, its stdout and stderr come back as they do for Run, into the
-// caller's pipe (see attach.go).
+// Attach runs a command job attached (airlock.Attacher) in a single-job
+// agent sandbox, pooled or created for it: its stdin and stdout are the
+// sandbox's two streams, connections the agent opened to the host's
+// socket right after its own, which the program reads and writes itself;
+// its stderr comes back as for Run (see attach.go).
 //
 // With an image store (Config.WithImages), a job's Image names its
 // environment: the store's unpacked image becomes the sandbox's root,

@@ -27,10 +27,20 @@ type agentJob struct {
 	// Copies are the guest paths of the job's copy grants, which the
 	// agent hands to the job's user before the program starts.
 	Copies []string `json:"copies,omitempty"`
-	// Attach: the job's stdin is the Stdin frames that follow the job
-	// frame, up to an empty one (see package airlock's Attacher).
+	// Attach: the program's stdin and stdout are the sandbox's stream
+	// connections (see streamIn), so they cross the sandbox without
+	// passing through the agent (see package airlock's Attacher).
 	Attach bool `json:"attach,omitempty"`
 }
+
+// A single-job sandbox's agent opens two more connections to the host's
+// socket right after its own, each starting with its tag: an attached
+// job's stdin and stdout. The host takes exactly these three before it
+// closes the socket, so the job can open none of its own.
+const (
+	streamIn  = 'i' // the program's stdin
+	streamOut = 'o' // the program's stdout
+)
 
 // agentExit ends a job.
 type agentExit struct {

@@ -161,7 +161,7 @@ func (s *session) Close() error {
 		return nil
 	}
 	sb := s.sb
-	sb.conn.Close()
+	sb.hangUp()
 	err := s.t.destroy(sb.id, sb.dir, true)
 	sb.release()
 	s.forget("closed")
