@@ -27,10 +27,10 @@ import (
 // sandbox is a running sandbox whose PID 1 is the agent, connected and
 // waiting for a job.
 type sandbox struct {
-	id      string
-	dir     string
-	cg      cgroup
-	conn    *net.UnixConn
+	id   string
+	dir  string
+	cg   cgroup
+	conn *net.UnixConn
 	// in and out are a single-job sandbox's streams: an attached job's
 	// stdin and stdout (see streamIn); nil in a session's.
 	in, out *net.UnixConn
