@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestAttach: an attached shell, without the spawn grant, answers each
@@ -97,54 +98,10 @@ func TestAttachRefuses(t *testing.T) {
 	}
 }
 
-// TestAttachPooled: with a warm pool, an attached job without read grants
-// claims a pooled sandbox (a hit) and is as live as a cold one: each line
-// is answered before the next is sent, and its secret reaches it only at
-// the claim. A job with a read grant still starts cold.
+// TestAttachPooled: an attached job claims a pooled sandbox (see
+// tiertest.AttachPooled).
 func TestAttachPooled(t *testing.T) {
-	tier := newTier(t, NewConfig().WithPool(1, 1))
-	warm(t, tier)
-	hits := tier.Stats().Hits
-	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", `echo "secret=$TOKEN"; while read l; do echo "got $l"; done`},
-		Grants: airlock.Grants{Secrets: map[string]string{"TOKEN": "pooled-attach-5e1"}}}
-	a, err := tier.Attach(context.Background(), job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := tier.Stats().Hits; got != hits+1 {
-		t.Errorf("hits %d, want %d: the attached job did not claim the pooled sandbox", got, hits+1)
-	}
-	out := bufio.NewReader(a.Stdout())
-	if line, err := out.ReadString('\n'); err != nil || line != "secret=pooled-attach-5e1\n" {
-		t.Fatalf("first line: %q, %v", line, err)
-	}
-	for i := range 3 {
-		if _, err := fmt.Fprintf(a.Stdin(), "line %d\n", i); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := out.ReadString('\n'); err != nil || got != fmt.Sprintf("got line %d\n", i) {
-			t.Fatalf("answer %d: %q, %v", i, got, err)
-		}
-	}
-	a.Stdin().Close()
-	if res, err := a.Wait(); err != nil || res.ExitCode != 0 {
-		t.Fatalf("wait: %+v, %v", res, err)
-	}
-
-	warm(t, tier)
-	hits = tier.Stats().Hits
-	grant := t.TempDir()
-	a, err = tier.Attach(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"},
-		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{grant}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if got := tier.Stats().Hits; got != hits {
-		t.Errorf("a job with a read grant claimed a pooled sandbox (hits %d, was %d)", got, hits)
-	}
+	tiertest.AttachPooled(t, newTier(t, NewConfig().WithPool(1, 1)))
 }
 
 // TestAttachFlood: an attached program that floods its stdout, read as

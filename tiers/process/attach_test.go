@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestAttach: on both tiers, an attached shell without the spawn grant
@@ -68,58 +69,8 @@ func TestAttach(t *testing.T) {
 }
 
 // TestAttachPooled: on the container tier (the one with a pool), an
-// attached job claims a pooled sandbox as Run would, gets its secret and
-// answers each stdin line as it arrives; a job with a read grant starts a
-// sandbox of its own.
+// attached job claims a pooled sandbox as Run would (see
+// tiertest.AttachPooled).
 func TestAttachPooled(t *testing.T) {
-	for _, tc := range bothTiers[:1] {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			tier := newTestTier(t, tc, testConfig(t).WithPool(1))
-			if err := tier.WaitWarm(ctx); err != nil {
-				t.Fatal(err)
-			}
-			hits := tier.PoolStats().Hits
-			a, err := tier.Attach(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: []string{"sh", "-c", `echo "secret=$TOKEN"; while read l; do echo "got $l"; done`},
-				Grants: airlock.Grants{Secrets: map[string]string{"TOKEN": "pooled-attach-7c3"}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := tier.PoolStats().Hits; got != hits+1 {
-				t.Errorf("hits %d, want %d: the attached job did not claim the pooled sandbox", got, hits+1)
-			}
-			out := bufio.NewReader(a.Stdout())
-			if line, err := out.ReadString('\n'); err != nil || line != "secret=pooled-attach-7c3\n" {
-				t.Fatalf("first line: %q, %v", line, err)
-			}
-			for i := range 3 {
-				if _, err := fmt.Fprintf(a.Stdin(), "line %d\n", i); err != nil {
-					t.Fatal(err)
-				}
-				if got, err := out.ReadString('\n'); err != nil || got != fmt.Sprintf("got line %d\n", i) {
-					t.Fatalf("answer %d: %q, %v", i, got, err)
-				}
-			}
-			a.Stdin().Close()
-			if res, err := a.Wait(); err != nil || res.ExitCode != 0 {
-				t.Fatalf("wait: %+v, %v", res, err)
-			}
-
-			if err := tier.WaitWarm(ctx); err != nil {
-				t.Fatal(err)
-			}
-			hits = tier.PoolStats().Hits
-			a, err = tier.Attach(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"},
-				Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{t.TempDir()}}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.Wait(); err != nil {
-				t.Fatal(err)
-			}
-			if got := tier.PoolStats().Hits; got != hits {
-				t.Errorf("a job with a read grant claimed a pooled sandbox (hits %d, was %d)", got, hits)
-			}
-		})
-	}
+	tiertest.AttachPooled(t, newTestTier(t, bothTiers[0], testConfig(t).WithPool(1)))
 }
