@@ -139,6 +139,9 @@ type Result struct {
 	// engine has no warm path).
 	Raw      string  `json:"raw,omitempty"`
 	RawRatio float64 `json:"raw_ratio,omitempty"`
+	// Paired: RawRatio is to Raw's runs alternating with these (a
+	// whole-process row and its reference), not to Raw's own row.
+	Paired bool `json:"paired,omitempty"`
 	// Peers are the other engines' medians over this one's: how many times
 	// slower each peer is (below 1: faster).
 	Peers []PeerRatio `json:"peers,omitempty"`
@@ -246,7 +249,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			rep.Results = append(rep.Results, c.measure(ctx, t, mode))
+			rep.Results = append(rep.Results, c.measurePaired(ctx, t, pairedRef(t, live), mode))
 			done++
 		}
 	}
@@ -328,6 +331,27 @@ func baselineWanted(b Target, tiers []Target, kinds map[airlock.Kind]bool) bool 
 // measure runs one target in one mode: untimed preparation, timed runs
 // until the budget or the iteration cap, at least the minimum.
 func (c Config) measure(ctx context.Context, t Target, mode string) Result {
+	return c.measurePaired(ctx, t, nil, mode)
+}
+
+// pairedRef is the target t's cold runs alternate with: its Versus (a
+// whole-process row's reference), when that is measured here too.
+func pairedRef(t Target, live []Target) *Target {
+	if t.Versus == "" {
+		return nil
+	}
+	for i := range live {
+		if live[i].Name == t.Versus {
+			return &live[i]
+		}
+	}
+	return nil
+}
+
+// measurePaired is measure; with ref, each cold run of t follows one of
+// ref, timed apart, and t's ratio is to ref's runs in the same stretch of
+// time, so a machine that slows down or speeds up meanwhile moves both.
+func (c Config) measurePaired(ctx context.Context, t Target, ref *Target, mode string) Result {
 	res := Result{Name: t.Name, Type: t.Type, Workload: t.Workload, Level: int(t.Level), Mode: mode, Note: t.ColdNote}
 	if t.Accel != nil {
 		res.Accel = t.Accel()
@@ -439,7 +463,16 @@ func (c Config) measure(ctx context.Context, t Target, mode string) Result {
 			done()
 		}
 	} else {
+		var refSamples []time.Duration
 		for i := 0; more(); i++ {
+			if ref != nil {
+				d, rerr := c.timeOnce(ctx, *ref, i)
+				if rerr != nil {
+					err = fmt.Errorf("%s, run beside it: %w", ref.Name, rerr)
+					break
+				}
+				refSamples = append(refSamples, d)
+			}
 			run, done, perr := t.Cold(ctx, i)
 			if perr != nil {
 				err = perr
@@ -451,6 +484,12 @@ func (c Config) measure(ctx context.Context, t Target, mode string) Result {
 				break
 			}
 		}
+		if err == nil && len(refSamples) > 0 {
+			if m := summarise(refSamples, 0).P50; m > 0 {
+				res.Raw, res.Paired = ref.Name, true
+				res.RawRatio = ratio(summarise(samples, 0).P50, m)
+			}
+		}
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -458,6 +497,20 @@ func (c Config) measure(ctx context.Context, t Target, mode string) Result {
 	}
 	res.Stats = summarise(samples, cpu)
 	return res
+}
+
+// timeOnce times the i-th cold run of t.
+func (c Config) timeOnce(ctx context.Context, t Target, i int) (time.Duration, error) {
+	run, done, err := t.Cold(ctx, i)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	t0 := time.Now()
+	err = run(rctx)
+	return time.Since(t0), err
 }
 
 // batchTarget is how long a batch of warm runs should take at least:
@@ -550,6 +603,9 @@ func compareAll(results []Result, targets []Target) {
 	for i := range results {
 		r := &results[i]
 		if r.Type != TypePeer || r.Error != "" {
+			continue
+		}
+		if r.Paired {
 			continue
 		}
 		if v := byName[r.Name].Versus; v != "" {

@@ -413,3 +413,41 @@ func TestAccelAndSkipReason(t *testing.T) {
 		t.Fatalf("skip reason: %v", err)
 	}
 }
+
+// A whole-process row's cold runs alternate with its reference's, and
+// its ratio is to those runs (paired), which compareAll keeps.
+func TestPairedRuns(t *testing.T) {
+	var order []string
+	cold := func(name string) func(context.Context, int) (Trial, func(), error) {
+		return func(context.Context, int) (Trial, func(), error) {
+			return func(context.Context) error { order = append(order, name); return nil }, noop, nil
+		}
+	}
+	ref := Target{Name: "bench-test-ref", Type: TypeRaw, Workload: airlock.KindCommand, Available: always, Cold: cold("ref")}
+	row := Target{Name: "bench-test-cli", Type: TypePeer, Workload: airlock.KindCommand, Available: always, Versus: ref.Name, Cold: cold("cli")}
+	live := []Target{ref, row}
+	if got := pairedRef(ref, live); got != nil {
+		t.Fatalf("a target without Versus got a pair: %v", got.Name)
+	}
+	res := NewConfig().WithIterations(6).measurePaired(context.Background(), row, pairedRef(row, live), "cold")
+	if res.Error != "" || res.N != 6 {
+		t.Fatalf("paired runs: %+v", res)
+	}
+	if want := strings.Repeat("ref cli ", 6); strings.Join(order, " ")+" " != want {
+		t.Fatalf("run order %v, want alternating ref and cli", order)
+	}
+	if !res.Paired || res.Raw != ref.Name || res.RawRatio <= 0 {
+		t.Fatalf("paired ratio: raw %q %v, paired %v", res.Raw, res.RawRatio, res.Paired)
+	}
+	kept := res.RawRatio
+	results := []Result{{Name: ref.Name, Type: TypeRaw, Workload: airlock.KindCommand, Mode: "cold", Stats: Stats{N: 1, P50: 1e9}}, res}
+	compareAll(results, live)
+	if results[1].RawRatio != kept {
+		t.Fatalf("compareAll replaced the paired ratio %v with %v", kept, results[1].RawRatio)
+	}
+	var table strings.Builder
+	(&Report{Results: results}).WriteTable(&table)
+	if !strings.Contains(table.String(), ref.Name+" (paired)") {
+		t.Fatalf("the table does not say the ratio is paired:\n%s", table.String())
+	}
+}

@@ -24,6 +24,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		vs := ""
 		if x.Raw != "" {
 			vs = fmt.Sprintf("%.2f× %s", x.RawRatio, x.Raw)
+			if x.Paired {
+				vs += " (paired)"
+			}
 		}
 		var peers []string
 		for _, p := range x.Peers {
