@@ -87,7 +87,8 @@ func ptr[T any](v T) *T { return &v }
 
 // noExecFilter is the OCI seccomp profile of a job without the spawn
 // grant that is the sandbox's first process: every execve and execveat
-// fails with EACCES (a shell says 126), as under the exec guard. runsc
+// fails with a permission error (a shell says 126), as under the exec
+// guard; runsc ignores errnoRet and answers EPERM, not EACCES. runsc
 // (--oci-seccomp) loads the first program itself, without an execve, and
 // installs the filter on it before it runs; its children inherit it. The
 // sentry implements only the native ABI, so no other architecture's or
