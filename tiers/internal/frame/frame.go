@@ -36,9 +36,6 @@ const (
 	// Files are the files a job's collect patterns named (JSON), sent
 	// after the program has ended and before Exit.
 	Files Type = 'C'
-	// Stdin is a chunk of an attached job's standard input; an empty one
-	// closes it.
-	Stdin Type = 'I'
 )
 
 // Bounds on payloads.
@@ -65,7 +62,7 @@ func Limit(t Type) (int, bool) {
 	switch t {
 	case Job, Files:
 		return MaxJob, true
-	case Stdout, Stderr, Stdin:
+	case Stdout, Stderr:
 		return MaxChunk, true
 	case Ready, Exit, Fail:
 		return MaxSmall, true
