@@ -307,10 +307,7 @@ func qemuBoot() Target {
 				"-serial", "null", "-kernel", kernel, "-append", line}, noop, nil
 		},
 		func() (err error) {
-			if qemu, err = tools.Find("qemu-system-x86_64"); err != nil {
-				return err
-			}
-			if kernel, err = tools.File("AIRLOCK_MICROVM_KERNEL", "microvm/vmlinux"); err != nil {
+			if qemu, kernel, err = guestTools(); err != nil {
 				return err
 			}
 			if tools.KVMBoots(qemu, kernel, "") {
@@ -320,6 +317,15 @@ func qemuBoot() Target {
 		})
 	t.Accel = func() string { return strings.SplitN(accel, ",", 2)[0] }
 	return t
+}
+
+// guestTools finds QEMU and the microVM tier's guest kernel.
+func guestTools() (qemu, kernel string, err error) {
+	if qemu, err = tools.Find("qemu-system-x86_64"); err != nil {
+		return "", "", err
+	}
+	kernel, err = tools.File("AIRLOCK_MICROVM_KERNEL", "microvm/vmlinux")
+	return qemu, kernel, err
 }
 
 // WholeProcess is a cold-only peer that runs argv (an airlock command, say)

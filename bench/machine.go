@@ -63,11 +63,7 @@ func kvmBoots() bool {
 	if !tools.KVMUsable() {
 		return false
 	}
-	qemu, err := tools.Find("qemu-system-x86_64")
-	if err != nil {
-		return true
-	}
-	kernel, err := tools.File("AIRLOCK_MICROVM_KERNEL", "microvm/vmlinux")
+	qemu, kernel, err := guestTools()
 	if err != nil {
 		return true
 	}
