@@ -157,8 +157,8 @@ func (s *Store) Acquire(ctx context.Context, ref string) (*Image, func(), error)
 var (
 	errGone    = errors.New("not in the store")
 	errInvalid = errors.New("invalid")
-	nameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
-	kindRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	nameRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`) })
+	kindRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 )
 
 // isName reports whether ref is a catalogue name rather than a registry
@@ -708,7 +708,7 @@ func (s *Store) Derive(ctx context.Context, img *Image, kind string, build func(
 	if img == nil || img.IsHost() {
 		return "", &Error{Ref: Host, Err: errors.New("the host view has no derived artefacts")}
 	}
-	if !kindRE.MatchString(kind) {
+	if !kindRE().MatchString(kind) {
 		return "", &Error{Ref: img.Ref, Err: fmt.Errorf("malformed artefact kind %q", kind)}
 	}
 	if !s.has(img.Digest) {
@@ -901,7 +901,7 @@ func (s *Store) cleanTmp() {
 // returns the image's digest. The name then resolves to this digest, and
 // the image is evicted only by Remove.
 func (s *Store) Import(ctx context.Context, name, src string) (string, error) {
-	if !nameRE.MatchString(name) || name == Host {
+	if !nameRE().MatchString(name) || name == Host {
 		return "", &Error{Ref: name, Invalid: true, Err: errors.New("malformed name (lower-case letters, digits, '.', '_', '-')")}
 	}
 	d, err := s.importFrom(ctx, name, src)

@@ -35,16 +35,20 @@ import (
 //go:embed console
 var consoleAssets embed.FS
 
-var consoleTemplates = template.Must(template.New("console").Funcs(template.FuncMap{
-	"shortDigest": func(d approve.Digest) string {
-		s := string(d)
-		if i := strings.IndexByte(s, ':'); i >= 0 {
-			s = s[i+1:]
-		}
-		return s[:min(len(s), 12)]
-	},
-	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
-}).ParseFS(consoleAssets, "console/*.html"))
+// consoleTemplates are parsed on first use: every airlock command links
+// this package, and only the console needs them.
+var consoleTemplates = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("console").Funcs(template.FuncMap{
+		"shortDigest": func(d approve.Digest) string {
+			s := string(d)
+			if i := strings.IndexByte(s, ':'); i >= 0 {
+				s = s[i+1:]
+			}
+			return s[:min(len(s), 12)]
+		},
+		"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	}).ParseFS(consoleAssets, "console/*.html"))
+})
 
 const (
 	consoleCookie    = "airlock_console"
@@ -547,12 +551,12 @@ func (s *Server) signedIn(h func(http.ResponseWriter, *http.Request, *viewer)) h
 func consoleError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_ = consoleTemplates.ExecuteTemplate(w, "error.html", map[string]any{"Title": http.StatusText(status), "Message": msg})
+	_ = consoleTemplates().ExecuteTemplate(w, "error.html", map[string]any{"Title": http.StatusText(status), "Message": msg})
 }
 
 func render(w http.ResponseWriter, name string, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := consoleTemplates.ExecuteTemplate(w, name, data); err != nil {
+	if err := consoleTemplates().ExecuteTemplate(w, name, data); err != nil {
 		// Headers are sent; all that is left is to end the page visibly.
 		_, _ = w.Write([]byte("\n<p>error rendering the page</p>"))
 	}

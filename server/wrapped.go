@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -42,7 +43,9 @@ type wrappedKey struct{}
 
 // versions is what getServer answers for a request of an existing
 // session: the SDK asks it only for the protocol versions it speaks.
-var versions = mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap"}, nil)
+var versions = sync.OnceValue(func() *mcp.Server {
+	return mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap"}, nil)
+})
 
 // initWrapped builds the tenants' wrapped servers' handlers.
 func (s *Server) initWrapped() error {
@@ -64,7 +67,7 @@ func (s *Server) initWrapped() error {
 				if w, ok := r.Context().Value(wrappedKey{}).(*mcpwrap.Wrapper); ok {
 					return w.Server()
 				}
-				return versions
+				return versions()
 			}, &mcp.StreamableHTTPOptions{SessionTimeout: wr.idle + time.Second, MaxRequestBodyBytes: 4 << 20})
 			s.wrapped[t.Name+"/"+spec.Name] = wr
 		}

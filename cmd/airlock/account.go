@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -317,7 +318,7 @@ func writeUnit(r account.Record, dir string) error {
 
 // unitPathRE is what a path in the unit may hold: nothing systemd would
 // read as a separator, a quote, a specifier (%) or a variable ($).
-var unitPathRE = regexp.MustCompile(`^/[A-Za-z0-9/._+-]*$`)
+var unitPathRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^/[A-Za-z0-9/._+-]*$`) })
 
 // unitText is the account's systemd unit: the executor under the
 // account's user with no capabilities, a read-only system but for the
@@ -333,7 +334,7 @@ func unitText(r account.Record, dir, exe, toolsDir string) (string, error) {
 		paths = append(paths, toolsDir)
 	}
 	for _, p := range paths {
-		if !unitPathRE.MatchString(p) {
+		if !unitPathRE().MatchString(p) {
 			return "", fmt.Errorf("%q cannot be named in a systemd unit: want an absolute path of letters, digits and / . _ + -", p)
 		}
 	}
@@ -412,11 +413,11 @@ func accountList(e *env, dir string) error {
 	return tw.Flush()
 }
 
-var callerRE = regexp.MustCompile(`^(uid-[0-9]+|cert-[^\s]+)$`)
+var callerRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(uid-[0-9]+|cert-[^\s]+)$`) })
 
 func accountSet(e *env, dir, name, ref, audience string, scopes, callers []string) error {
 	for _, c := range callers {
-		if !callerRE.MatchString(c) {
+		if !callerRE().MatchString(c) {
 			return jobs.Invalid("--caller", "%q: want uid-N or cert-CN", c)
 		}
 	}

@@ -42,7 +42,7 @@ type Session struct {
 
 var _ airlock.SessionTier = (*Tier)(nil)
 
-var workspaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var workspaceName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`) })
 
 // OpenSession opens a session. Its scratch is a tmpfs of DefaultScratchMB
 // (a workspace is a plain directory, bounded only by the disk).
@@ -50,7 +50,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	if err := t.Available(); err != nil {
 		return nil, fmt.Errorf("opening session: tier unavailable: %w", err)
 	}
-	if opts.Workspace != "" && !workspaceName.MatchString(opts.Workspace) {
+	if opts.Workspace != "" && !workspaceName().MatchString(opts.Workspace) {
 		return nil, jobs.Invalid("workspace", "%q must be 1-128 letters, digits, '_', '.' or '-'", opts.Workspace)
 	}
 	opts, err := opts.Resolve()
