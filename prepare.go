@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/airlock-sandbox/airlock/internal/netname"
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
@@ -89,6 +90,22 @@ func (p LimitPolicy) Prepare(job Job) (Job, error) {
 	return job, err
 }
 
+// RefusedBelowAccount returns the refusal every tier below level 5 gives
+// a job with grants.credentials or an account, and nil for any other job:
+// only an executor under the account that holds them resolves
+// credentials, so a tier that prepares the job itself would run it
+// without them. Prepare refuses such a job; a router checks it before a
+// tier's Admit, so that its explanation and its run agree.
+func (job *Job) RefusedBelowAccount() error {
+	if len(job.Grants.Credentials) > 0 {
+		return &NotAdmitted{Reason: reasonCredentials}
+	}
+	if job.Account != "" {
+		return &NotAdmitted{Reason: reasonAccount}
+	}
+	return nil
+}
+
 // PrepareInPlace is [LimitPolicy.Prepare] on the caller's copy of a job,
 // with the instant to pin an unpinned clock to, for tiers whose warm path
 // already read the time and should not copy the Job struct twice more. On
@@ -97,13 +114,8 @@ func (p *LimitPolicy) PrepareInPlace(job *Job, now time.Time) error {
 	if err := job.Validate(); err != nil {
 		return err
 	}
-	if len(job.Grants.Credentials) > 0 {
-		// Only an executor holding them resolves credentials; a tier that
-		// prepares the job itself would run it without them.
-		return &NotAdmitted{Reason: reasonCredentials}
-	}
-	if job.Account != "" {
-		return &NotAdmitted{Reason: reasonAccount}
+	if err := job.RefusedBelowAccount(); err != nil {
+		return err
 	}
 	if job.Limits == (Limits{}) {
 		job.Limits = p.defaults()
@@ -352,8 +364,14 @@ func validateGrants(g *Grants) error {
 		if strings.TrimSpace(r.Host) == "" {
 			return invalid("grants.net", "rule %d has no host", i)
 		}
+		// The egress gateway compiles the rules with the same checks
+		// (package netname): a rule it would refuse is refused here,
+		// before a tier is chosen or an approval asked for.
+		if _, _, err := netname.Rule(r.Host); err != nil {
+			return invalid("grants.net", "rule %d (%q): %s", i, r.Host, err)
+		}
 		for _, m := range r.Methods {
-			if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t\r\n/") {
+			if strings.ToUpper(m) != m || !netname.IsToken(m) {
 				return invalid("grants.net", "rule %d: method %q must be an upper-case HTTP method", i, m)
 			}
 		}

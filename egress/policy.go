@@ -2,17 +2,15 @@ package egress
 
 import (
 	"fmt"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
-	"golang.org/x/net/idna"
-
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/netname"
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
@@ -50,17 +48,9 @@ type rule struct {
 func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 	p := &Policy{rules: make([]rule, 0, len(rules))}
 	for i, r := range rules {
-		host := strings.TrimSpace(r.Host)
-		wildcard := false
-		if rest, ok := strings.CutPrefix(host, "*."); ok {
-			host, wildcard = rest, true
-		}
-		name, err := NormalizeHost(host)
+		name, wildcard, err := netname.Rule(r.Host)
 		if err != nil {
 			return nil, jobs.Invalid("grants.net", "rule %d (%q): %s", i, r.Host, err)
-		}
-		if wildcard && !strings.Contains(name, ".") {
-			return nil, jobs.Invalid("grants.net", "rule %d (%q): a wildcard needs at least two labels after \"*.\"", i, r.Host)
 		}
 		ru := rule{host: name, wildcard: wildcard, scheme: r.Scheme, methods: defaultMethods, ports: defaultPorts}
 		switch r.Scheme {
@@ -76,7 +66,7 @@ func NewPolicy(rules []airlock.NetRule) (*Policy, error) {
 			ru.methods = make([]string, len(r.Methods))
 			for j, m := range r.Methods {
 				m = strings.ToUpper(strings.TrimSpace(m))
-				if m == "" || (m != AnyMethod && !isToken(m)) {
+				if m == "" || (m != AnyMethod && !netname.IsToken(m)) {
 					return nil, jobs.Invalid("grants.net", "rule %d: method %q is not an HTTP method", i, r.Methods[j])
 				}
 				ru.methods[j] = m
@@ -315,96 +305,17 @@ func (r *rule) String() string {
 	return s
 }
 
-// idnaProfile maps and validates host names the way a browser's URL parser
-// does (UTS #46, transitional off), producing A-labels.
-var idnaProfile = idna.New(
-	idna.MapForLookup(),
-	idna.Transitional(false),
-	idna.BidiRule(),
-	idna.StrictDomainName(false), // allow '_' as seen in real service names
-	idna.VerifyDNSLength(true),
-)
-
 // NormalizeHost returns the canonical form of a host name: lower case, the
 // trailing dot stripped, U-labels converted to A-labels. It refuses IP
 // literals in every spelling (dotted, decimal, hex, octal, short forms,
 // IPv6 in brackets or not), empty names, names with a port or characters
 // no DNS name has.
 func NormalizeHost(host string) (string, error) {
-	h := strings.TrimSpace(host)
-	if h == "" {
-		return "", errorf("empty host")
-	}
-	if strings.HasPrefix(h, "[") || strings.Contains(h, ":") {
-		return "", errorf("IP literal %q is never allowed", host)
-	}
-	if !utf8.ValidString(h) || strings.ContainsAny(h, "/@?#%\\ \t") {
-		return "", errorf("%q is not a host name", host)
-	}
-	h = strings.TrimSuffix(h, ".")
-	if _, err := netip.ParseAddr(h); err == nil {
-		return "", errorf("IP literal %q is never allowed", host)
-	}
-	a, err := idnaProfile.ToASCII(h)
+	name, err := netname.Normalize(host)
 	if err != nil {
-		return "", errorf("host %q is not a valid name: %v", host, err)
+		return "", policyError(err.Error())
 	}
-	a = strings.TrimSuffix(strings.ToLower(a), ".")
-	if a == "" || strings.Contains(a, "..") || strings.HasPrefix(a, ".") || strings.HasSuffix(a, ".") {
-		return "", errorf("host %q is not a valid name", host)
-	}
-	if strings.Contains(a, "xn--") {
-		// An A-label must decode to a valid U-label (punycode for
-		// U+FFFD, say, does not).
-		if again, err := idnaProfile.ToASCII(a); err != nil || again != a {
-			return "", errorf("host %q is not a valid name", host)
-		}
-	}
-	if looksNumeric(a) {
-		return "", errorf("IP literal %q is never allowed", host)
-	}
-	for _, c := range a {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return "", errorf("host %q is not a valid name", host)
-		}
-	}
-	return a, nil
-}
-
-// looksNumeric reports whether a name would be read as an IPv4 address by
-// some parser: its last label is a number (decimal, octal or 0x-hex), as
-// in the WHATWG URL standard's "ends in a number" rule, which covers
-// 2130706433, 0x7f000001, 0177.0.0.1 and 127.1.
-func looksNumeric(name string) bool {
-	labels := strings.Split(name, ".")
-	last := labels[len(labels)-1]
-	if last == "" {
-		return false
-	}
-	if rest, ok := strings.CutPrefix(last, "0x"); ok {
-		for _, c := range rest {
-			if !strings.ContainsRune("0123456789abcdef", c) {
-				return false
-			}
-		}
-		return true
-	}
-	for _, c := range last {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// isToken reports whether s is an RFC 9110 token (a valid method name).
-func isToken(s string) bool {
-	for _, c := range s {
-		if c <= ' ' || c >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
-			return false
-		}
-	}
-	return s != ""
+	return name, nil
 }
 
 type policyError string

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/airlock-sandbox/airlock/internal/netname"
 )
 
 // The proxy reads requests off each connection itself (http.ReadRequest)
@@ -251,7 +253,7 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 // firstToken is the method of a request head, if it starts with one.
 func firstToken(head []byte) string {
 	m, _, ok := bytes.Cut(head, []byte(" "))
-	if !ok || len(m) > 32 || !isToken(string(m)) {
+	if !ok || len(m) > 32 || !netname.IsToken(string(m)) {
 		return ""
 	}
 	return string(m)

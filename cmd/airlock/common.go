@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/netname"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/internal/value"
@@ -170,6 +171,9 @@ func netRule(spec string) (airlock.NetRule, error) {
 			r.Methods = append(r.Methods, m)
 		}
 	}
+	if strings.Contains(hostPort, "://") {
+		return bad("want a host name, not a URL: HOST[:PORT][=METHOD,...], e.g. api.example.com:443=GET,POST")
+	}
 	r.Host = hostPort
 	if h, p, err := net.SplitHostPort(hostPort); err == nil {
 		port, err := strconv.Atoi(p)
@@ -182,6 +186,9 @@ func netRule(spec string) (airlock.NetRule, error) {
 	}
 	if r.Host == "" || strings.ContainsAny(r.Host, "/ ") {
 		return bad("want HOST[:PORT][=METHOD,...], e.g. api.example.com:443=GET,POST")
+	}
+	if _, _, err := netname.Rule(r.Host); err != nil {
+		return bad("%v", err)
 	}
 	return r, nil
 }

@@ -32,7 +32,7 @@ func TestPermissionFlags(t *testing.T) {
 	job, err := applyFlags(t,
 		"--allow-net", "api.example.com:8443=get,post",
 		"--allow-net", "pypi.org",
-		"--allow-net", "[::1]:8080",
+		"--allow-net", "*.example.org:8080",
 		"--scratch", "64", "--allow-spawn",
 		"--secret", "AIRLOCK_TEST_TOKEN",
 		"--env", "MODE=fast", "--env", "EMPTY=")
@@ -40,7 +40,7 @@ func TestPermissionFlags(t *testing.T) {
 	assert.Equal(t, []airlock.NetRule{
 		{Host: "api.example.com", Ports: []int{8443}, Methods: []string{"GET", "POST"}},
 		{Host: "pypi.org"},
-		{Host: "::1", Ports: []int{8080}},
+		{Host: "*.example.org", Ports: []int{8080}},
 	}, job.Grants.Net)
 	assert.Equal(t, int64(64), job.Grants.FS.ScratchMB)
 	assert.True(t, job.Grants.Spawn)
@@ -53,6 +53,12 @@ func TestPermissionFlags(t *testing.T) {
 		{[]string{"--allow-net", "example.com=GET,"}},
 		{[]string{"--allow-net", "https://example.com"}},
 		{[]string{"--allow-net", ":443"}},
+		// What the egress gateway would refuse is refused at the flag:
+		// addresses are pinned by the operator, never granted by a rule.
+		{[]string{"--allow-net", "[::1]:8080"}},
+		{[]string{"--allow-net", "127.0.0.1"}},
+		{[]string{"--allow-net", "bad:host:x"}},
+		{[]string{"--allow-net", "*.com"}},
 		{[]string{"--secret", "AIRLOCK_TEST_UNSET_VARIABLE"}},
 		{[]string{"--env", "NOVALUE"}},
 		{[]string{"--scratch", "-1"}},
