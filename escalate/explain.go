@@ -82,7 +82,7 @@ func (r *Router) whyNot(ri int, e entry, job *airlock.Job) string {
 	case e.unavailable != nil:
 		return "unavailable: " + e.unavailable.Error()
 	}
-	if err := e.tier.Admit(*job); err != nil {
+	if err := e.admit(job); err != nil {
 		return err.Error()
 	}
 	return "eligible"

@@ -33,6 +33,29 @@ type entry struct {
 	selfAdmits bool
 }
 
+// admit is the tier's Admit, after the refusal every tier below level 5
+// gives a job with credentials or an account (Job.RefusedBelowAccount):
+// the tier's Prepare would refuse it at run, so routing refuses it first
+// and Explain says what Run does.
+func (e *entry) admit(job *airlock.Job) error {
+	if err := e.belowAccount(job); err != nil {
+		return err
+	}
+	return e.tier.Admit(*job)
+}
+
+// belowAccount is Job.RefusedBelowAccount for a tier below level 5.
+func (e *entry) belowAccount(job *airlock.Job) error {
+	if e.level >= airlock.LevelAccount {
+		return nil
+	}
+	if err := job.RefusedBelowAccount(); err != nil {
+		err.(*airlock.NotAdmitted).Tier = e.name
+		return err
+	}
+	return nil
+}
+
 // Router chooses a tier for each job. It is safe for concurrent use.
 type Router struct {
 	policy    Policy
@@ -244,7 +267,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 			case e.unavailable != nil:
 				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: "unavailable: " + e.unavailable.Error()}
 			}
-			if err := e.tier.Admit(*job); err != nil {
+			if err := e.admit(job); err != nil {
 				return ri, -1, false, err
 			}
 			return ri, i, false, nil
@@ -252,7 +275,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 		return ri, -1, false, jobs.Invalid("tier", "unknown tier %q (see `airlock tiers`)", job.Tier)
 	}
 	for i := r.candidate(rule, 0); i >= 0; i = r.candidate(rule, i+1) {
-		if r.tiers[i].tier.Admit(*job) == nil {
+		if r.tiers[i].admit(job) == nil {
 			return ri, i, refused, nil
 		}
 		refused = true
@@ -277,10 +300,19 @@ func (r *Router) noneAdmits(rule *Rule, job *airlock.Job) error {
 }
 
 // allUnavailable says why, when no tier the rule lets a job use is
-// available, or when only level-5 tiers are (the account tier refuses
-// grants.secrets, say): the refusal then carries what to do.
+// available, when only level-5 tiers are (the account tier refuses
+// grants.secrets, say), or when the job may run only at level 5: the
+// refusal then carries what to do.
 func (r *Router) allUnavailable(rule *Rule, job *airlock.Job) string {
 	var why []string
+	// A job only level 5 may run says so once, not once per tier below.
+	var below error
+	if rule.MinLevel < airlock.LevelAccount {
+		below = job.RefusedBelowAccount()
+	}
+	if below != nil {
+		why = append(why, below.(*airlock.NotAdmitted).Reason)
+	}
 	for i := range r.tiers {
 		e := &r.tiers[i]
 		if e.level < rule.MinLevel || (len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name)) {
@@ -290,9 +322,11 @@ func (r *Router) allUnavailable(rule *Rule, job *airlock.Job) string {
 		case e.unavailable != nil:
 			why = append(why, e.name+": unavailable: "+e.unavailable.Error())
 		case e.level < airlock.LevelAccount:
-			return ""
+			if below == nil {
+				return ""
+			}
 		default:
-			if err := e.tier.Admit(*job); err != nil {
+			if err := e.admit(job); err != nil {
 				why = append(why, err.Error())
 			}
 		}
@@ -336,6 +370,10 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 		rule := &r.policy.Rules[ri]
 		for ti = r.candidate(rule, 0); ti >= 0; ti = r.candidate(rule, ti+1) {
 			e := &r.tiers[ti]
+			if e.belowAccount(&job) != nil {
+				refused = true
+				continue
+			}
 			if !e.selfAdmits {
 				if e.tier.Admit(job) != nil {
 					refused = true

@@ -340,3 +340,31 @@ func TestCallersTierOrderedByItsCost(t *testing.T) {
 	}
 	assert.Equal(t, []string{"expr", "bare", "vm"}, names)
 }
+
+// A job with credentials or an account runs only at level 5: a tier
+// below that admits its kind is passed over while routing (its Prepare
+// would refuse the job at run), so Explain and Run say the same.
+func TestCredentialsNeverRouteBelowAccount(t *testing.T) {
+	r := newRouter(t, nil)
+	for _, job := range []airlock.Job{
+		{Kind: "command", Argv: []string{"true"}, Grants: airlock.Grants{Credentials: []airlock.Credential{{Env: "TOKEN", Ref: "github"}}}},
+		{Kind: "command", Argv: []string{"true"}, Account: "alice"},
+		{Kind: "command", Argv: []string{"true"}, Account: "alice", Tier: "gvisor"},
+		{Kind: "expr", Code: "1", Situation: "expression", Account: "alice"},
+		{Kind: "expr", Code: "1", Situation: "expression", Account: "alice", Tier: "expr"},
+	} {
+		x := r.Explain(&job)
+		assert.Empty(t, x.Chosen, "%+v", job)
+		assert.NotEmpty(t, x.Refused, "%+v", job)
+		for _, s := range x.Steps {
+			assert.NotEqual(t, "chosen", s.Verdict, "%+v: %+v", job, s)
+		}
+		_, err := r.Route(&job)
+		var na *airlock.NotAdmitted
+		require.ErrorAs(t, err, &na, "%+v", job)
+		assert.Contains(t, err.Error(), "level 5", "%+v", job)
+		_, err = r.Run(context.Background(), job)
+		require.ErrorAs(t, err, &na, "%+v", job)
+		assert.NotContains(t, err.Error(), "does not run jobs", "%+v", job)
+	}
+}

@@ -17,8 +17,8 @@ func init() {
 	register(&command{
 		name:    "explain",
 		summary: "show which tier the router would choose for a job, and why each cheaper one was passed over",
-		usage: `explain [--json] [--policy FILE] JOB.json|-
-       airlock explain [--kind K] [--situation S] [--tier T] [--allow-spawn] [--allow-net HOST] [--allow-read PATH]`,
+		usage: `explain [--json] [--policy FILE] [job flags] JOB.json|-
+       airlock explain [--kind K] [job flags: --situation, --tier, --image, --allow-net, --allow-read, --credential, ... as for run]`,
 		run: explainCmd,
 	})
 }
@@ -53,20 +53,12 @@ func explainCmd(ctx context.Context, e *env) int {
 	rf.register(fs)
 	jsonMode := fs.Bool("json", false, "write the explanation as JSON")
 	kind := fs.String("kind", "command", "job kind when no job file is given")
-	situation := fs.String("situation", "", "situation (default public)")
-	tier := fs.String("tier", "", "an explicitly requested tier (with no --situation, a level-3 tier implies internal)")
-	var spawn bool
-	fs.BoolVar(&spawn, "allow-spawn", false, "grant process spawn")
-	fs.BoolVar(&spawn, "spawn", false, "the same as --allow-spawn")
-	var nets stringList
-	var reads pathList
-	fs.Var(&nets, "allow-net", "grant egress to `HOST[:PORT][=METHOD,...]` (repeatable)")
-	fs.Var(&nets, "net", "the same as --allow-net")
-	fs.Var(&reads, "allow-read", "grant read access to `PATH` (repeatable; relative to the working directory)")
-	fs.Var(&reads, "read", "the same as --allow-read")
-	var placed jobFlags
-	fs.Var(&placed.readAt, "read-at", "grant read access to the host path `HOST=GUEST`, shown at GUEST (repeatable)")
-	fs.Var(&placed.copies, "copy", "grant `PATH` as a writable copy (repeatable)")
+	// The job flags are run's, with the same meaning: a job explained is
+	// the job run would run.
+	var jf jobFlags
+	jf.register(fs, false)
+	fs.BoolVar(&jf.spawn, "spawn", false, "the same as --allow-spawn")
+	fs.Var(&jf.net, "net", "the same as --allow-net")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -74,7 +66,7 @@ func explainCmd(ctx context.Context, e *env) int {
 	var job airlock.Job
 	switch len(pos) + len(rest) {
 	case 0:
-		job = airlock.Job{Kind: airlock.Kind(*kind), Situation: airlock.Situation(*situation), Tier: *tier}
+		job = airlock.Job{Kind: airlock.Kind(*kind)}
 		switch job.Kind {
 		case airlock.KindCommand:
 			job.Argv = []string{"true"}
@@ -82,18 +74,6 @@ func explainCmd(ctx context.Context, e *env) int {
 			job.Module = []byte{0}
 		default:
 			job.Code = "1"
-		}
-		job.Grants.Spawn = spawn
-		job.Grants.FS.Read = reads
-		if _, err := placed.placeGrants(&job.Grants.FS); err != nil {
-			return e.fail(err)
-		}
-		for _, spec := range nets {
-			r, err := netRule(spec)
-			if err != nil {
-				return e.fail(err)
-			}
-			job.Grants.Net = append(job.Grants.Net, r)
 		}
 	case 1:
 		var src io.Reader = e.stdin
@@ -113,6 +93,9 @@ func explainCmd(ctx context.Context, e *env) int {
 		fs.Usage()
 		return exitUsage
 	}
+	if err := jf.apply(&job); err != nil {
+		return e.fail(err)
+	}
 	if err := job.Validate(); err != nil {
 		return e.fail(err)
 	}
@@ -121,7 +104,7 @@ func explainCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	defer closeAll()
-	note := implySituation(r, &job, &jobFlags{tier: *tier, situation: *situation})
+	note := implySituation(r, &job, &jf)
 	x := r.Explain(&job)
 	if *jsonMode {
 		if err := writeJSON(e.stdout, x); err != nil {
