@@ -108,6 +108,29 @@ func TestExplainAndTiers(t *testing.T) {
 	assert.Contains(t, out, `"refused"`)
 }
 
+// explain takes run's job flags and gives run's verdict: a job run would
+// refuse is not explained as chosen.
+func TestExplainAgreesWithRun(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--credential", "TOKEN=github"}, exitNotAdmitted, "grants.credentials are resolved only at level 5"},
+		{[]string{"--allow-read", missing}, exitUsage, "no such file or directory"},
+		{[]string{"--allow-net", "*.com"}, exitUsage, "a wildcard needs at least two labels"},
+		{[]string{"--allow-net", "127.0.0.1"}, exitUsage, "IP literal"},
+	} {
+		eOut, eErr, eCode := run(t, "", append([]string{"explain", "--kind", "command"}, c.args...)...)
+		rOut, rErr, rCode := run(t, "", append(append([]string{"run"}, c.args...), "--", "true")...)
+		assert.Equal(t, c.code, eCode, "explain %v: %s%s", c.args, eOut, eErr)
+		assert.Equal(t, c.code, rCode, "run %v: %s%s", c.args, rOut, rErr)
+		assert.Contains(t, eOut+eErr, c.says, "explain %v", c.args)
+		assert.Contains(t, rOut+rErr, c.says, "run %v", c.args)
+	}
+}
+
 // TestExplainReadCap: a read grant the microVM cannot copy into its guest
 // (over its cap; a sparse file, so nothing is written) is refused there
 // with the reason on one line.
