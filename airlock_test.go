@@ -249,6 +249,20 @@ func TestFSPlacement(t *testing.T) {
 		"guest under /dev":                  {fsJob(airlock.FSGrant{Read: []string{"/srv"}, At: map[string]string{"/srv": "/dev/shm"}}), "grants.fs.at"},
 		"two grants one guest path":         {fsJob(airlock.FSGrant{Read: []string{"/srv", "/opt"}, At: map[string]string{"/srv": "/data", "/opt": "/data"}}), "grants.fs.at"},
 		"guest path is another's host path": {fsJob(airlock.FSGrant{Read: []string{"/srv", "/opt"}, At: map[string]string{"/srv": "/opt"}}), "grants.fs.at"},
+		// A read shown at its own path may not lie in the sandbox's own
+		// /proc, /sys or /dev either.
+		"read under /proc": {fsJob(airlock.FSGrant{Read: []string{"/proc/1"}}), "grants.fs.read"},
+		"read /sys":        {fsJob(airlock.FSGrant{Read: []string{"/sys"}}), "grants.fs.read"},
+		"read under /dev":  {fsJob(airlock.FSGrant{Read: []string{"/dev/null"}}), "grants.fs.read"},
+	}
+	// Placed elsewhere, a host path there is the operator's to grant; a
+	// name that only begins like one is not under it.
+	for _, fs := range []airlock.FSGrant{
+		{Read: []string{"/proc/1"}, At: map[string]string{"/proc/1": "/host-init"}},
+		{Read: []string{"/procedures", "/devices", "/system"}},
+	} {
+		_, err := airlock.DefaultLimitPolicy().Prepare(fsJob(fs))
+		assert.NoError(t, err, "%+v", fs)
 	}
 	for name, c := range bad {
 		_, err := airlock.DefaultLimitPolicy().Prepare(c.job)

@@ -319,6 +319,17 @@ func validateFSPlacement(fs *FSGrant) error {
 			return invalid("grants.fs.at", "%s and %s would both appear at guest path %s", other, h, g)
 		}
 		guests[g] = h
+		// Every tier mounts its own /proc, /sys and /dev: a grant shown
+		// there, at its own path or placed, would cover part of them.
+		for _, sys := range []string{"/proc", "/sys", "/dev"} {
+			if g != sys && !strings.HasPrefix(g, sys+"/") {
+				continue
+			}
+			if _, placed := fs.At[h]; placed {
+				return invalid("grants.fs.at", "guest path %s for %s is reserved for the system (/proc, /sys, /dev)", g, h)
+			}
+			return invalid("grants.fs.read", "%s would appear under the sandbox's own %s (place it elsewhere with grants.fs.at, --read-at HOST=GUEST)", h, sys)
+		}
 	}
 	for _, h := range hosts {
 		g := fs.At[h]
@@ -327,11 +338,6 @@ func validateFSPlacement(fs *FSGrant) error {
 			return invalid("grants.fs.at", "%q is not in grants.fs.read", h)
 		case !strings.HasPrefix(g, "/") || path.Clean(g) != g:
 			return invalid("grants.fs.at", "guest path %q for %s must be a clean absolute path", g, h)
-		}
-		for _, sys := range []string{"/proc", "/sys", "/dev"} {
-			if g == sys || strings.HasPrefix(g, sys+"/") {
-				return invalid("grants.fs.at", "guest path %s for %s is reserved for the system (/proc, /sys, /dev)", g, h)
-			}
 		}
 	}
 	for i, h := range fs.Copy {
