@@ -19,12 +19,17 @@ PORTABLE_PKGS = . ./escalate ./interp/expr ./interp/starlark ./wasm ./egress ./e
 
 all: build
 
-# bin/airlock-stage beside bin/airlock: the process tier's small stage
-# binary, which it finds next to its executable (see docs/process.md).
+# bin/airlock is the lean build (-tags lean): it leaves out the server,
+# MCP, sanitize, bench, corpus, replay and audit commands, whose packages
+# would slow every start, and runs them in bin/airlock-full beside it, the
+# build with every command (`go build ./cmd/airlock` gives that one).
+# bin/airlock-stage beside them: the process tier's small stage binary,
+# which it finds next to its executable (see docs/process.md).
 # -buildvcs=auto: --version names the commit where git can tell it, even
 # when the environment's GOFLAGS turns stamping off.
 build:
-	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -tags lean -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o bin/airlock-full ./cmd/airlock
 	CGO_ENABLED=0 $(GO) build -o bin/airlock-stage ./tiers/process/cmd/airlock-stage
 
 # Install airlock where it runs from any directory: the binaries into
@@ -35,7 +40,7 @@ PREFIX ?= /usr/local
 LIBDIR = $(DESTDIR)$(PREFIX)/lib/airlock
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(LIBDIR)/bin
-	install -m 0755 bin/airlock bin/airlock-stage $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 bin/airlock bin/airlock-full bin/airlock-stage $(DESTDIR)$(PREFIX)/bin/
 	# A tool that set-up linked from a system package (QEMU, which loads
 	# its modules relative to its own path) stays a link; the rest are copied.
 	for t in runsc qemu-system-x86_64 firecracker; do \

@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -9,14 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/server"
 )
 
-func init() {
-	register(&command{
-		name:    "audit",
-		summary: "check the hash chain of an audit trail across its files (audit verify), naming the first removed, edited or malformed record",
-		usage:   "audit verify FILE...     FILE: audit files in the order written (rotated files oldest first, then the current one)",
-		run:     auditCmd,
-	})
-}
+func init() { commands["audit"].run = auditCmd }
 
 func auditCmd(ctx context.Context, e *env) int {
 	fs := e.flags(commands["audit"])

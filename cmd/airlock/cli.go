@@ -79,7 +79,11 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "airlock: unknown command %q (see `airlock help`)\n", name)
 		return exitUsage
 	}
-	return c.run(ctx, &env{args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr})
+	e := &env{args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr}
+	if c.run == nil { // a heavy command in a lean build (see heavy.go)
+		return e.fail(execFull(name))
+	}
+	return c.run(ctx, e)
 }
 
 func usage(w io.Writer) {
@@ -155,6 +159,9 @@ func exitCode(err error) int {
 		return exitOK
 	}
 	if _, ok := errors.AsType[*backendMissing](err); ok {
+		return exitMissing
+	}
+	if _, ok := errors.AsType[*fullMissing](err); ok {
 		return exitMissing
 	}
 	if s, ok := airlock.AsStop(err); ok {

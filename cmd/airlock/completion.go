@@ -111,6 +111,10 @@ func complete(ctx context.Context, words []string, w io.Writer) {
 		if !ok {
 			return
 		}
+		if c.run == nil { // airlock-full lists a heavy command's flags
+			_ = execFull(words[0])
+			return
+		}
 		// The command's own flag set, listed by parse before the command
 		// does anything (a command with subcommands lists the named one's).
 		var flags bytes.Buffer

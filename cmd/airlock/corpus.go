@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -12,14 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/server"
 )
 
-func init() {
-	register(&command{
-		name:    "corpus",
-		summary: "run every attack and benign case (tiers, egress, output, approvals) in bounded children; non-zero on an escape",
-		usage:   "corpus [--tiers a,b] [--areas a,b] [--cases id,id] [--timeout D] [--memory MiB] [--parallel N] [--json] [--verbose]",
-		run:     corpusCmd,
-	})
-}
+func init() { commands["corpus"].run = corpusCmd }
 
 func corpusCmd(ctx context.Context, e *env) int {
 	return corpusWith(ctx, e, corpusSources())

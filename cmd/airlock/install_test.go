@@ -51,6 +51,13 @@ func TestInstallAnywhere(t *testing.T) {
 	if err != nil || !strings.Contains(out, "hi from gvisor") {
 		t.Fatalf("the installed airlock, run from /: %v\n%s", err, out)
 	}
+	// The installed airlock is the lean build: a heavy command runs in
+	// airlock-full beside it.
+	cmd := exec.Command(filepath.Join(prefix, "bin", "airlock"), "sanitize", "--allow", "docs.example.com")
+	cmd.Dir, cmd.Env, cmd.Stdin = "/", env, strings.NewReader("[a](https://evil.example/x) [b](https://docs.example.com/y)\n")
+	if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "https://docs.example.com/y") || strings.Contains(string(b), "evil.example") {
+		t.Fatalf("the installed airlock's sanitize, from /: %v\n%s", err, b)
+	}
 	// A copy of the binary with no tools beside it says what is missing
 	// and how to install it.
 	bare := filepath.Join(t.TempDir(), "bin")
@@ -71,5 +78,11 @@ func TestInstallAnywhere(t *testing.T) {
 	out, err = run(filepath.Join(bare, "airlock"), "run", "--tier", "gvisor", "--", "true")
 	if err == nil || !strings.Contains(out, "make install PREFIX=") {
 		t.Errorf("a bare binary asked for gVisor: %v\n%s", err, out)
+	}
+	// Without airlock-full beside it, a heavy command is a missing
+	// backend, said in one line.
+	out, err = run(filepath.Join(bare, "airlock"), "serve", "--config", "/nonexistent")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitMissing || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.Contains(out, "airlock-full") {
+		t.Errorf("a bare lean binary asked to serve: %v\n%s", err, out)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -14,16 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/server"
 )
 
-func init() {
-	register(&command{
-		name:    "mcp",
-		summary: "serve the airlock tools to an MCP client over stdio (default) or streamable HTTP",
-		usage: `mcp [--config FILE] [--tenant NAME]     MCP over stdin/stdout, running jobs as the tenant
-       airlock mcp --allow-spawn                  the local tenant's command jobs may start other programs
-       airlock mcp --config FILE --http ADDR      MCP over streamable HTTP at ADDR/mcp (API keys as for serve)`,
-		run: mcpCmd,
-	})
-}
+func init() { commands["mcp"].run = mcpCmd }
 
 func mcpCmd(ctx context.Context, e *env) int {
 	c := commands["mcp"]

@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -22,17 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 )
 
-func init() {
-	register(&command{
-		name:    "mcp-wrap",
-		summary: "run a third-party MCP server in a sandbox and relay its tools to an MCP client (stdio or loopback HTTP), under a per-tool policy",
-		usage: `mcp-wrap [flags] -- CMD [ARGS...]   start CMD attached in a sandbox (default: public, gVisor) and serve its tools over stdio
-       airlock mcp-wrap --image node --allow-read DIR -- node DIR/server.js /data
-       airlock mcp-wrap --http 127.0.0.1:8931 --http-key FILE [flags] -- CMD [ARGS...]   serve streamable HTTP on loopback instead
-       airlock mcp-wrap --approval-key FILE --approve TOOL --args JSON -- CMD [ARGS...]   print an approval token for one call`,
-		run: mcpWrapCmd,
-	})
-}
+func init() { commands["mcp-wrap"].run = mcpWrapCmd }
 
 // mcpWrapStart bounds the wrapped server's start and MCP handshake.
 const mcpWrapStart = 2 * time.Minute

@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -16,14 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/server"
 )
 
-func init() {
-	register(&command{
-		name:    "replay",
-		summary: "re-run an audited job (in-process, or a command that ran in an image) with its recorded clock, seed and image, and check the output matches",
-		usage:   `replay [--json] [--images DIR] RECORD     RECORD: a file holding one audit line, FILE:N for line N of an audit trail, or - for stdin`,
-		run:     replayCmd,
-	})
-}
+func init() { commands["replay"].run = replayCmd }
 
 func replayCmd(ctx context.Context, e *env) int {
 	c := commands["replay"]

@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -13,14 +15,7 @@ import (
 // maxSanitizeInput bounds what `airlock sanitize` reads.
 const maxSanitizeInput = 64 << 20
 
-func init() {
-	register(&command{
-		name:    "sanitize",
-		summary: "neutralise links and images to hosts not on the allowlist (markdown on stdin, markdown on stdout)",
-		usage:   "sanitize [--allow HOST]... [--relax HOST]... [--html] [--report] [HOST...]",
-		run:     runSanitize,
-	})
-}
+func init() { commands["sanitize"].run = runSanitize }
 
 // hostList is a repeatable, comma-separable flag.
 type hostList []string

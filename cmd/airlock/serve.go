@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -11,15 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/server"
 )
 
-func init() {
-	register(&command{
-		name:    "serve",
-		summary: "serve the HTTP API (/v1, /metrics, /healthz) and MCP over streamable HTTP (/mcp)",
-		usage: `serve --config FILE [--listen ADDR] [--process-pool N] [--gvisor-pool N] [--microvm-warm MODE] [--microvm-pool N]
-       airlock serve --new-key    print a fresh API key and the hash to put in the configuration`,
-		run: serveCmd,
-	})
-}
+func init() { commands["serve"].run = serveCmd }
 
 func serveCmd(ctx context.Context, e *env) int {
 	c := commands["serve"]

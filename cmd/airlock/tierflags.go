@@ -15,8 +15,6 @@ import (
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
-	"github.com/airlock-sandbox/airlock/server"
-	"github.com/airlock-sandbox/airlock/tiers/account"
 )
 
 // tierFlags are the tiers' warm capacity, from flags. Where a command also
@@ -117,45 +115,6 @@ func (f *tierFlags) options(base tierset.Options) (tierset.Options, error) {
 		}
 	}
 	return base, nil
-}
-
-// configTiers returns the settings a server's configuration builds its
-// tiers with: its limits and its tier_settings.
-func configTiers(cfg *server.Config) tierset.Options {
-	o := tierset.Options{Limits: cfg.TierLimits(), Accounts: configAccounts(cfg.Accounts)}
-	if s := cfg.TierSettings; s != nil {
-		o.ProcessPool, o.GVisorPool, o.MicroVMWarm, o.MicroVMPool = s.ProcessPool, s.GVisorPool, s.MicroVMWarm, s.MicroVMPool
-		o.ProcessImagePools, o.GVisorImagePools, o.MicroVMImagePools = s.ImagePools["process"], s.ImagePools["gvisor"], s.ImagePools["microvm"]
-	}
-	return o
-}
-
-// newServer builds the tiers for cfg, with the flags that were set over
-// its tier_settings, and the server over them, which then owns them.
-func newServer(cfg server.Config, tf *tierFlags, opts server.Options) (*server.Server, error) {
-	st, err := serverImages(cfg.Images, tf.images, tf.registryAuth)
-	if err != nil {
-		return nil, err
-	}
-	base := configTiers(&cfg)
-	base.Images, opts.Images = st, st
-	o, err := tf.options(base)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkPoolImages(st, o); err != nil {
-		return nil, err
-	}
-	tiers, err := tierset.Build(o)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := server.New(cfg, tiers, opts)
-	if err != nil {
-		_ = tierset.Close(tiers)
-		return nil, err
-	}
-	return srv, nil
 }
 
 // egressOptions sets the --hosts pins and the --egress-log sink on cfg,
@@ -269,27 +228,4 @@ func checkPoolImages(st *image.Store, o tierset.Options) error {
 		}
 	}
 	return nil
-}
-
-// configAccounts are the account tier's configurations for a server's
-// accounts section: a socket and uid, a URL with its certificates, or the
-// account as `airlock account add` registered it.
-func configAccounts(as []server.Account) []account.Config {
-	var out []account.Config
-	for _, a := range as {
-		switch {
-		case a.Socket != "":
-			out = append(out, account.NewConfig(a.Name, a.Socket, *a.UID))
-		case a.URL != "":
-			out = append(out, account.NewRemoteConfig(a.Name, account.Remote{URL: a.URL, CA: a.CA, Cert: a.Cert, Key: a.Key}))
-		default:
-			r, err := account.Load(account.Dir(), a.Name)
-			if err != nil {
-				out = append(out, account.NewConfig(a.Name, "", -1).WithUnavailable(err))
-				continue
-			}
-			out = append(out, account.ConfigOf(r))
-		}
-	}
-	return out
 }

@@ -1,0 +1,11 @@
+//go:build lean
+
+package main
+
+import "context"
+
+// accountServe runs an account's executor, which serves the HTTP API: in a
+// lean build, in airlock-full (see heavy.go).
+func accountServe(context.Context, *env, string, string) error {
+	return execFull("account serve")
+}

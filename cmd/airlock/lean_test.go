@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestLeanBuildLinksNoHeavyPackage: the lean build (make build's airlock)
+// leaves out what its heavy commands need, whose initialisers would cost
+// every start: the server, the MCP SDK, the Markdown sanitiser, the bench
+// with its charts and cel-go peer.
+func TestLeanBuildLinksNoHeavyPackage(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-tags", "lean", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -tags lean -deps: %v", err)
+	}
+	const module = "github.com/airlock-sandbox/airlock/"
+	heavy := []string{"github.com/yuin/goldmark", "cel.dev/", "gonum.org/v1/plot", "github.com/modelcontextprotocol/", "google.golang.org/protobuf/reflect/protodesc",
+		module + "server", module + "bench", module + "egress/sanitize", module + "internal/mcpwrap", module + "corpus"}
+	for line := range strings.Lines(string(out)) {
+		pkg := strings.TrimSpace(line)
+		for _, h := range heavy {
+			if strings.HasPrefix(pkg, h) {
+				t.Errorf("the lean build links %s", pkg)
+			}
+		}
+	}
+}
+
+// Every heavy command the lean build lists runs in this (full) build.
+func TestHeavyCommandsRunInTheFullBuild(t *testing.T) {
+	for _, c := range heavyCommands {
+		if commands[c.name] != c || c.run == nil {
+			t.Errorf("heavy command %s has no run function in the full build", c.name)
+		}
+	}
+}
