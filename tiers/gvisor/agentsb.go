@@ -96,9 +96,9 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 		}
 	}
 	sb.launch = b.args[:len(b.args)-2]
-	if t.guard != "" {
+	if guard := t.guard(); guard != "" {
 		// A static binary: it runs in any image as it is.
-		b.guard = t.guard
+		b.guard = guard
 		sb.launch = []string{guardBin}
 	}
 	b.env = []string{role.Env + "=" + agentRole, "PATH=" + defaultPATH}

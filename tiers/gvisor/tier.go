@@ -40,10 +40,10 @@ type Tier struct {
 	empty  string   // an empty directory: what a job without files placed
 	mounts []string // host directories bind-mounted read-only
 	agent  string   // host path of the agent executable
-	// guard is the host path of the process tier's small stage binary,
+	// guard finds the host path of the process tier's small stage binary,
 	// which serves the exec guard without the agent's start-up ("": the
 	// agent's own binary serves it).
-	guard string
+	guard func() string
 	pool  *warmpool.Pool[poolKey, *sandbox]
 
 	agentLaunch []string // argv before the agent's arguments in an image (images.go)
@@ -184,7 +184,9 @@ func (t *Tier) init() error {
 	if t.cfg.images != nil {
 		t.prepareAgent()
 	}
-	t.guard = process.StageBinary()
+	// Found when an agent sandbox first needs it: a cold job without it
+	// does not pay for the search and the binary's check.
+	t.guard = sync.OnceValue(process.StageBinary)
 	t.sweep()
 	return nil
 }
