@@ -49,15 +49,36 @@ func execFull(cmd string) error {
 }
 
 // findFull looks beside the running executable first, then where tools are
-// found (AIRLOCK_AIRLOCK_FULL, the tools directory, $PATH).
+// found (AIRLOCK_AIRLOCK_FULL, the tools directory, $PATH). The binary it
+// runs as this user must be a regular file owned by root or this user and
+// writable by nobody else, as the process tier asks of its stage binary.
 func findFull() (string, error) {
+	p := ""
 	if exe, err := os.Executable(); err == nil {
 		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			p := filepath.Join(filepath.Dir(exe), fullName)
-			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-				return p, nil
+			if beside := filepath.Join(filepath.Dir(exe), fullName); isExecutable(beside) {
+				p = beside
 			}
 		}
 	}
-	return tools.Find(fullName)
+	if p == "" {
+		var err error
+		if p, err = tools.Find(fullName); err != nil {
+			return "", err
+		}
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !st.Mode().IsRegular() || !ok || (sys.Uid != 0 && int(sys.Uid) != os.Geteuid()) || st.Mode()&0o022 != 0 {
+		return "", fmt.Errorf("%s is not a regular file owned by root or this user and writable by nobody else", p)
+	}
+	return p, nil
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -36,5 +37,30 @@ func TestHeavyCommandsRunInTheFullBuild(t *testing.T) {
 		if commands[c.name] != c || c.run == nil {
 			t.Errorf("heavy command %s has no run function in the full build", c.name)
 		}
+	}
+}
+
+// A lean build runs airlock-full as its caller: only a file nobody else
+// may write.
+func TestFindFullOwnership(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "airlock-full")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AIRLOCK_AIRLOCK_FULL", p)
+	if got, err := findFull(); err != nil || got != p {
+		t.Fatalf("findFull() = %q, %v; want %s", got, err, p)
+	}
+	if err := os.Chmod(p, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := findFull(); err == nil {
+		t.Fatalf("findFull() = %q for a file others may write", got)
+	}
+	// A lean build started by a lean build does not start another.
+	t.Setenv(fullEnv, "1")
+	err := execFull("serve")
+	if _, ok := err.(*fullMissing); !ok || exitCode(err) != exitMissing {
+		t.Fatalf("execFull under %s = %v", fullEnv, err)
 	}
 }
