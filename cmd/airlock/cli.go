@@ -81,7 +81,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	e := &env{args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr}
 	if c.run == nil { // a heavy command in a lean build (see heavy.go)
-		return e.fail(execFull(name))
+		return e.fail(execFull(name, args))
 	}
 	return c.run(ctx, e)
 }

@@ -112,7 +112,7 @@ func complete(ctx context.Context, words []string, w io.Writer) {
 			return
 		}
 		if c.run == nil { // airlock-full lists a heavy command's flags
-			_ = execFull(words[0])
+			_ = execFull(words[0], append([]string{completeCmd}, words...))
 			return
 		}
 		// The command's own flag set, listed by parse before the command

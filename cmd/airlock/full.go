@@ -30,9 +30,10 @@ func (f *fullMissing) Error() string {
 	return fmt.Sprintf("%s is in %s, the build with every command: %v", f.cmd, fullName, f.err)
 }
 
-// execFull replaces this process with airlock-full, given this process's
-// own arguments; it returns only when that fails.
-func execFull(cmd string) error {
+// execFull replaces this process with airlock-full running args (this
+// command's arguments, the binary's name left out); it returns only when
+// that fails. cmd names the command in the error.
+func execFull(cmd string, args []string) error {
 	if os.Getenv(fullEnv) != "" {
 		return &fullMissing{cmd: cmd, err: errors.New("the airlock-full found is a lean build too (build it without -tags lean)")}
 	}
@@ -43,7 +44,7 @@ func execFull(cmd string) error {
 	if err != nil {
 		return &fullMissing{cmd: cmd, err: err}
 	}
-	argv := append([]string{"airlock"}, os.Args[1:]...)
+	argv := append([]string{"airlock"}, args...)
 	err = syscall.Exec(full, argv, append(os.Environ(), fullEnv+"=1"))
 	return fmt.Errorf("running %s: %w", full, err)
 }

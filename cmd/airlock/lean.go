@@ -2,10 +2,13 @@
 
 package main
 
-import "context"
+import (
+	"context"
+	"os"
+)
 
 // accountServe runs an account's executor, which serves the HTTP API: in a
 // lean build, in airlock-full (see heavy.go).
 func accountServe(context.Context, *env, string, string) error {
-	return execFull("account serve")
+	return execFull("account serve", os.Args[1:])
 }

@@ -59,7 +59,7 @@ func TestFindFullOwnership(t *testing.T) {
 	}
 	// A lean build started by a lean build does not start another.
 	t.Setenv(fullEnv, "1")
-	err := execFull("serve")
+	err := execFull("serve", []string{"serve"})
 	if _, ok := err.(*fullMissing); !ok || exitCode(err) != exitMissing {
 		t.Fatalf("execFull under %s = %v", fullEnv, err)
 	}
