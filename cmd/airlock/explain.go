@@ -57,8 +57,6 @@ func explainCmd(ctx context.Context, e *env) int {
 	// the job run would run.
 	var jf jobFlags
 	jf.register(fs, false)
-	fs.BoolVar(&jf.spawn, "spawn", false, "the same as --allow-spawn")
-	fs.Var(&jf.net, "net", "the same as --allow-net")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {
 		return code
