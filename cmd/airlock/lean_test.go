@@ -57,6 +57,18 @@ func TestFindFullOwnership(t *testing.T) {
 	if got, err := findFull(); err == nil {
 		t.Fatalf("findFull() = %q for a file others may write", got)
 	}
+	// Nor one another user owns (as root, the test can make one).
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := findFull(); err == nil {
+			t.Fatalf("findFull() = %q for a file another user owns", got)
+		}
+	}
 	// A lean build started by a lean build does not start another.
 	t.Setenv(fullEnv, "1")
 	err := execFull("serve", []string{"serve"})
