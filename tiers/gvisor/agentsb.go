@@ -92,7 +92,7 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 		}
 		b.args = append(append([]string(nil), t.agentLaunch...), agentArg, mode)
 		if len(t.agentLaunch) > 1 {
-			b.agentLib = filepath.Join(t.rootfs, filepath.FromSlash(agentLibDir))
+			b.agentLib = t.agentLibHost()
 		}
 	}
 	sb.launch = b.args[:len(b.args)-2]

@@ -44,6 +44,16 @@ func newTier(t testing.TB, cfg Config) *Tier {
 // checkNoLeftovers fails if the tiers, all closed and sharing one
 // directory, left a sandbox, a sandbox directory, a root, a lock file, a
 // mount, a runsc process or a cgroup behind.
+// unused reports whether no tier holds the shared root at path.
+func unused(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
+}
+
 func checkNoLeftovers(t testing.TB, tiers ...*Tier) {
 	t.Helper()
 	tier := tiers[0]
@@ -53,8 +63,16 @@ func checkNoLeftovers(t testing.TB, tiers ...*Tier) {
 		t.Errorf("sandboxes left running: %s", s)
 	}
 	for _, d := range []string{"sb", "roots", "owners"} {
-		if entries, _ := os.ReadDir(filepath.Join(tier.base, d)); len(entries) > 0 {
-			t.Errorf("%d entries left behind in %s/", len(entries), d)
+		entries, _ := os.ReadDir(filepath.Join(tier.base, d))
+		for _, e := range entries {
+			// A shared root stays for the directory's next tier, unused.
+			if p := filepath.Join(tier.base, d, e.Name()); d == "roots" && strings.HasPrefix(e.Name(), sharedRootPrefix) {
+				if !unused(p) {
+					t.Errorf("shared root %s still held", p)
+				}
+				continue
+			}
+			t.Errorf("left behind in %s/: %s", d, e.Name())
 		}
 	}
 	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(data), tier.base) {

@@ -30,8 +30,8 @@ import (
 // The agent of pooled sandboxes and sessions is bind-mounted from outside
 // at agentBin. A static executable (as `make build` produces) needs
 // nothing else; a dynamically linked one (a cgo build, a test binary) gets
-// its loader and libraries copied once into the tier's root and mounted
-// at agentLibDir, and is started through that loader, so it never uses
+// its loader and libraries copied once into the tier's own directory and
+// mounted at agentLibDir, and is started through that loader, so it never uses
 // the image's libraries nor needs any in it.
 
 // agentLibDir holds a dynamically linked agent's loader and libraries.
@@ -131,10 +131,14 @@ func (t *Tier) setImage(b *bundle, img *image.Image) {
 	b.image = true
 }
 
+// agentLibHost is the host directory of a dynamically linked agent's
+// loader and libraries: the tier's own, removed with it.
+func (t *Tier) agentLibHost() string { return filepath.Join(t.ownDir(), "lib") }
+
 // prepareAgent works out how the agent starts in an image's sandbox (see
 // the top of this file): t.agentLaunch, or t.agentErr when it cannot.
 func (t *Tier) prepareAgent() {
-	launch, err := agentLaunch(t.agent, filepath.Join(t.rootfs, filepath.FromSlash(agentLibDir)))
+	launch, err := agentLaunch(t.agent, t.agentLibHost())
 	if err != nil {
 		t.agentErr = fmt.Errorf("the agent cannot run in an image: %w", err)
 		return

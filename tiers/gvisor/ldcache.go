@@ -25,19 +25,14 @@ const (
 	ldCacheMaxLibs = 1 << 16
 )
 
-// writeLdCache places a vetted copy of the host's loader cache in the
-// root's /etc, or removes a previous one when the host's is missing or
-// not acceptable.
-func writeLdCache(rootfs string, hostDirs []string) error {
-	dst := filepath.Join(rootfs, "etc", "ld.so.cache")
+// ldCache returns the host's loader cache for the root's /etc, if it is
+// acceptable: the copy described at the top of this file.
+func ldCache(hostDirs []string) (string, bool) {
 	data, err := os.ReadFile(hostLdCache)
 	if err != nil || len(data) > maxLdCache || !ldCacheWithin(data, hostDirs) {
-		if err := os.Remove(dst); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-		return nil
+		return "", false
 	}
-	return os.WriteFile(dst, data, 0o644)
+	return string(data), true
 }
 
 // ldCacheWithin reports whether data is a loader cache in glibc's current

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -54,32 +55,54 @@ func TestLdCacheWithin(t *testing.T) {
 	}
 }
 
-// The tier's root holds the host's cache only when it passes the check.
-func TestWriteLdCache(t *testing.T) {
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, "etc"), 0o755); err != nil {
+// The root holds the host's cache only when it passes the check, and the
+// root's digest follows the cache's content.
+func TestRootLdCache(t *testing.T) {
+	has := func(entries []rootEntry) (string, bool) {
+		for _, e := range entries {
+			if e.path == "etc/ld.so.cache" {
+				return e.data, true
+			}
+		}
+		return "", false
+	}
+	// No directory is mounted: nothing may be listed.
+	none, _, err := rootPlan(nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(root, "etc", "ld.so.cache")
-	if err := os.WriteFile(dst, []byte("stale"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// No directory is mounted: nothing may be listed, and a stale copy goes.
-	if err := writeLdCache(root, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dst); !os.IsNotExist(err) {
-		t.Errorf("cache present with no mounted directories: %v", err)
+	if _, ok := has(none); ok {
+		t.Error("cache planned with no mounted directories")
 	}
 	host, err := os.ReadFile(hostLdCache)
 	if err != nil || !ldCacheWithin(host, NewConfig().hostDirs) {
 		t.Logf("host cache absent or not within the default directories (%v): nothing more to check", err)
 		return
 	}
-	if err := writeLdCache(root, NewConfig().hostDirs); err != nil {
+	entries, _, err := rootPlan(NewConfig().hostDirs)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := os.ReadFile(dst); err != nil || string(got) != string(host) {
+	if got, ok := has(entries); !ok || got != string(host) {
+		t.Error("cache not planned for the default directories")
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if err := os.Mkdir(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := buildRoot(root, entries); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "etc", "ld.so.cache")); err != nil || string(got) != string(host) {
 		t.Errorf("cache not copied: %v", err)
+	}
+	changed := slices.Clone(entries)
+	for i := range changed {
+		if changed[i].path == "etc/ld.so.cache" {
+			changed[i].data += "x"
+		}
+	}
+	if rootDigest(changed) == rootDigest(entries) {
+		t.Error("a different cache gives the same root digest")
 	}
 }

@@ -19,7 +19,9 @@ import (
 //	                itself; sandbox ids are unique, so tiers never collide
 //	empty/          an empty directory, never written after it is made
 //	owners/<owner>  one lock file per tier, locked (flock) for the tier's life
-//	roots/<owner>/  that tier's read-only sandbox root
+//	roots/shared-<digest>/  a read-only sandbox root, shared (see root.go)
+//	roots/<owner>/  that tier's own: a root being built, a dynamically
+//	                linked agent's libraries
 //	sb/<id>/        one directory per sandbox
 //
 // Every tier is an owner named "airlock-gv-<pid>-<random>", unique in the
@@ -29,15 +31,16 @@ import (
 // the random part of fixed length, each followed by "-", so no owner's
 // name or ids extend another owner's.
 //
-// No tier writes anything another tier uses. Each builds its own root,
-// once, in a new directory, and never writes it again: a root rebuilt in
-// place under a running sandbox can pull a mapped file from under the
-// sandbox's processes, which then die of SIGBUS. A root is small (empty
-// mount points and a few files in /etc), so one per tier costs little.
+// No tier writes anything another tier uses. A sandbox root is built once,
+// in a new directory, and never written again: a root rebuilt in place
+// under a running sandbox can pull a mapped file from under the sandbox's
+// processes, which then die of SIGBUS. Tiers that would build the same
+// root share it (root.go).
 //
 // A tier is alive while it holds the lease of its lock file (see package
 // lease): a sweep removes a dead owner's sandboxes, sandbox directories,
-// cgroups and root, and then its lock file. The PID in the name is only
+// cgroups and own directory, and then its lock file; and the shared roots
+// no live tier holds, but its own. The PID in the name is only
 // for people reading `runsc list`. Sandboxes named in the
 // form of earlier versions ("airlock-gv-<pid>-<hex>", no lock) are still
 // judged by their PID; the shared root those versions kept in <dir>/rootfs
@@ -62,17 +65,25 @@ func (t *Tier) own() error {
 	return nil
 }
 
+// ownDir is the tier's own directory among the roots: where it builds a
+// shared root, and keeps a dynamically linked agent's libraries. It need
+// not exist.
+func (t *Tier) ownDir() string { return filepath.Join(t.base, "roots", t.owner) }
+
 // disown gives up the tier's ownership once nothing of it runs any more:
-// it removes the tier's root and lock file and releases the lock. It is
-// safe to call more than once.
+// it removes the tier's own directory and lock file, releases the lock,
+// and lets go of the shared root. It is safe to call more than once.
 func (t *Tier) disown() {
 	t.disownOnce.Do(func() {
+		if t.rootLock != nil {
+			t.rootLock.Close()
+		}
 		if t.lease == nil {
 			return
 		}
-		err := os.RemoveAll(t.rootfs)
+		err := os.RemoveAll(t.ownDir())
 		if err != nil {
-			logf("removing the sandbox root: %v", err) // the lock file stays for a later sweep
+			logf("removing the tier's directory: %v", err) // the lock file stays for a later sweep
 		}
 		t.lease.Release(err == nil)
 	})

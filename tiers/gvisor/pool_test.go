@@ -266,6 +266,9 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb.conn.Close()
+	if err := os.MkdirAll(crashed.agentLibHost(), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	crash(crashed) // nothing destroys the sandbox
 	if !exists(filepath.Join(cgroupRoot, "memory", sb.id)) {
 		t.Fatal("test sandbox has no cgroup")
@@ -304,7 +307,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("crashed owner's sandbox still listed: %s", out)
 	}
 	for _, p := range []string{sb.dir, filepath.Join(cgroupRoot, "memory", sb.id), filepath.Join(cgroupRoot, "pids", sb.id),
-		crashed.rootfs, crashed.lease.Path(), legacyDead, filepath.Join(crashed.state, debris[0]), filepath.Join(crashed.state, debris[1])} {
+		crashed.ownDir(), crashed.lease.Path(), legacyDead, filepath.Join(crashed.state, debris[0]), filepath.Join(crashed.state, debris[1])} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived the sweep", p)
 		}

@@ -181,7 +181,10 @@ func TestSharedDirRoot(t *testing.T) {
 // crash makes tier look like a tier whose process died without Close: its
 // lock is released, as the kernel releases it when a process dies, and
 // nothing else is cleaned up.
-func crash(tier *Tier) { tier.lease.Release(false) }
+func crash(tier *Tier) {
+	tier.lease.Release(false)
+	tier.rootLock.Close()
+}
 
 // listed returns the ids runsc lists in tier's state directory.
 func listed(t *testing.T, tier *Tier) []string {
@@ -249,6 +252,11 @@ func TestSharedDirSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	left.conn.Close()
+	// What a tier keeps in its own directory (a dynamically linked
+	// agent's libraries).
+	if err := os.MkdirAll(c.agentLibHost(), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	crash(c)
 
 	if n := b.Sweep(); n == 0 {
@@ -260,7 +268,7 @@ func TestSharedDirSweep(t *testing.T) {
 	if got := listed(t, a); strings.Join(got, " ") != strings.Join(live, " ") {
 		t.Errorf("after the sweeps runsc lists %v, want the live tiers' %v", got, live)
 	}
-	for _, p := range []string{left.dir, c.rootfs, c.lease.Path(), filepath.Join(cgroupRoot, "memory", left.id)} {
+	for _, p := range []string{left.dir, c.ownDir(), c.lease.Path(), filepath.Join(cgroupRoot, "memory", left.id)} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("the crashed tier's %s survived the sweeps", p)
 		}
@@ -295,9 +303,9 @@ func TestSharedDirSweep(t *testing.T) {
 	}
 }
 
-// TestCloseWhileRunning: Close with a run in flight leaves the tier's root
-// and lock in place until the run is over (the run finishes normally), then
-// removes them; runs after Close are refused.
+// TestCloseWhileRunning: Close with a run in flight keeps the tier's hold
+// on the root, and its lock, until the run is over (the run finishes
+// normally), then gives both up; runs after Close are refused.
 func TestCloseWhileRunning(t *testing.T) {
 	tier := newTier(t, NewConfig())
 	ctx := context.Background()
@@ -325,10 +333,11 @@ func TestCloseWhileRunning(t *testing.T) {
 	if got.err != nil || got.res.Stdout != "1\n" {
 		t.Errorf("the run in flight at Close: %v (%+v)", got.err, got.res)
 	}
-	for _, p := range []string{tier.rootfs, tier.lease.Path()} {
-		if _, err := os.Lstat(p); !os.IsNotExist(err) {
-			t.Errorf("%s left after the last run of a closed tier", p)
-		}
+	if _, err := os.Lstat(tier.lease.Path()); !os.IsNotExist(err) {
+		t.Errorf("%s left after the last run of a closed tier", tier.lease.Path())
+	}
+	if !unused(tier.rootfs) {
+		t.Error("the closed tier still holds the shared root")
 	}
 	if _, err := tier.Run(ctx, cmdJob("true")); !errors.Is(err, errClosed) {
 		t.Errorf("run after Close: want errClosed, got %v", err)

@@ -32,8 +32,8 @@ func (t *Tier) Sweep() int {
 }
 
 // sweep removes what dead owners left behind: runsc sandboxes (killed and
-// deleted), sandbox directories, cgroups and roots, and finally the
-// owners' lock files. An owner is dead when its lock can be taken, or,
+// deleted), sandbox directories, cgroups and own directories, and finally
+// the owners' lock files; and the shared roots no live tier holds. An owner is dead when its lock can be taken, or,
 // for a sandbox or directory in this tier's directory, when its lock file
 // is gone (a live owner's exists before its first sandbox and outlives
 // its last). Cgroups are shared by every directory, so only those of
@@ -122,6 +122,7 @@ func (t *Tier) sweep() (removed int) {
 			}
 		}
 	}
+	removed += sweepRoots(filepath.Join(t.base, "roots"), t.rootfs, t.ownDir())
 	sbs, _ := os.ReadDir(filepath.Join(t.base, "sb"))
 	for _, e := range sbs {
 		if here(e.Name()) {

@@ -33,13 +33,15 @@ const Name = "gvisor"
 type Tier struct {
 	cfg    Config
 	runsc  string
-	avail  error    // why the tier cannot run jobs here, or nil
-	base   string   // real path of cfg.dir
-	state  string   // runsc --root, shared with the directory's other tiers
-	rootfs string   // this tier's own root (see owner.go)
-	empty  string   // an empty directory: what a job without files placed
-	mounts []string // host directories bind-mounted read-only
-	agent  string   // host path of the agent executable
+	avail  error  // why the tier cannot run jobs here, or nil
+	base   string // real path of cfg.dir
+	state  string // runsc --root, shared with the directory's other tiers
+	rootfs string // the sandbox root, shared (see root.go)
+	// rootLock holds a shared lock on rootfs for the tier's life.
+	rootLock *os.File
+	empty    string   // an empty directory: what a job without files placed
+	mounts   []string // host directories bind-mounted read-only
+	agent    string   // host path of the agent executable
 	// guard finds the host path of the process tier's small stage binary,
 	// which serves the exec guard without the agent's start-up ("": the
 	// agent's own binary serves it).
@@ -166,13 +168,14 @@ func (t *Tier) init() error {
 	if err := t.own(); err != nil {
 		return err
 	}
-	// The root is the tier's own and new: no other tier ever writes it, and
-	// it is never written again (see owner.go).
-	t.rootfs = filepath.Join(t.base, "roots", t.owner)
-	if err := os.Mkdir(t.rootfs, 0o711); err != nil {
+	// The root is shared by the directory's tiers and never written once
+	// built (see root.go).
+	entries, mounts, err := rootPlan(t.cfg.hostDirs)
+	if err != nil {
 		return fmt.Errorf("building the sandbox root: %w", err)
 	}
-	if t.mounts, err = makeRootfs(t.rootfs, t.cfg.hostDirs); err != nil {
+	t.mounts = mounts
+	if t.rootfs, t.rootLock, err = openRoot(filepath.Join(t.base, "roots"), t.ownDir(), entries); err != nil {
 		return fmt.Errorf("building the sandbox root: %w", err)
 	}
 	if t.agent, err = os.Executable(); err == nil {
@@ -430,7 +433,7 @@ func (t *Tier) newBundle(id string, job *airlock.Job, img *image.Image) *bundle 
 // runCold takes over the job's hold on img: it ends once the sandbox is
 // destroyed.
 func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image.Image, release func()) (airlock.Result, error) {
-	if len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || len(job.Grants.FS.Copy) > 0 {
+	if needsAgent(job) {
 		sb, err := t.newAgentSandbox(modeOnce, job.Grants.FS, img, release)
 		if err != nil {
 			return r.finish(err)
@@ -457,41 +460,15 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 			release()
 		}()
 	}()
-	scratch := filepath.Join(dir, "scratch")
-	if err := writeFiles(scratch, job.Files, sandboxUID); err != nil {
+	args, err := t.prepareDirect(ctx, job, img, id, dir)
+	if err != nil {
 		return r.finish(err)
-	}
-	// What was placed is checked (approvals recompute their digest over
-	// it) before the sandbox starts.
-	if err := airlock.CheckPlaced(ctx, scratch); err != nil {
-		return r.finish(err)
-	}
-	b := t.newBundle(id, job, img)
-	b.args = job.Argv
-	b.env = envFor(img, admit.Vars(job))
-	// Without the spawn grant the program is the sandbox's first process
-	// under a seccomp filter that refuses any later execve.
-	b.noExec = !job.Grants.Spawn
-	b.scratch = scratch
-	if err := b.write(dir); err != nil {
-		return r.finish(err)
-	}
-	if err := cg.create(); err != nil {
-		return r.finish(fmt.Errorf("starting sandbox: %w", err))
-	}
-	if err := cg.set(cgroupLimits(job.Limits, t.cfg.cpus)); err != nil {
-		return r.finish(fmt.Errorf("starting sandbox: %w", err))
 	}
 
 	out := newOutput(ctx, job.Limits.OutputBytes)
 	out.holdErr = true
 	var replaced string // the Result's stderr in place of runsc's report
 	defer func() { out.release(replaced) }()
-	args := t.runscFlags(false, job.Grants.FS.ScratchMB)
-	if b.noExec {
-		args = append(args, "--oci-seccomp")
-	}
-	args = append(args, "run", "--bundle", dir, id)
 	cmd := exec.Command(t.runsc, args...)
 	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine
 		cmd.Stdin = strings.NewReader(job.Stdin)
@@ -547,6 +524,50 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		live = false
 	}
 	return r.finish(nil)
+}
+
+// prepareDirect makes ready a sandbox whose first process is the job's
+// program: the job's files in its scratch (checked), its bundle in dir, and
+// its cgroup with the job's limits. It returns runsc's arguments. What it
+// made is left for destroy, also on error.
+func (t *Tier) prepareDirect(ctx context.Context, job *airlock.Job, img *image.Image, id, dir string) ([]string, error) {
+	scratch := filepath.Join(dir, "scratch")
+	if err := writeFiles(scratch, job.Files, sandboxUID); err != nil {
+		return nil, err
+	}
+	// What was placed is checked (approvals recompute their digest over
+	// it) before the sandbox starts.
+	if err := airlock.CheckPlaced(ctx, scratch); err != nil {
+		return nil, err
+	}
+	b := t.newBundle(id, job, img)
+	b.args = job.Argv
+	b.env = envFor(img, admit.Vars(job))
+	// Without the spawn grant the program is the sandbox's first process
+	// under a seccomp filter that refuses any later execve.
+	b.noExec = !job.Grants.Spawn
+	b.scratch = scratch
+	if err := b.write(dir); err != nil {
+		return nil, err
+	}
+	cg := cgroup{path: "/" + id}
+	if err := cg.create(); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	if err := cg.set(cgroupLimits(job.Limits, t.cfg.cpus)); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	args := t.runscFlags(false, job.Grants.FS.ScratchMB)
+	if b.noExec {
+		args = append(args, "--oci-seccomp")
+	}
+	return append(args, "run", "--bundle", dir, id), nil
+}
+
+// needsAgent says whether a cold job starts with the agent as the
+// sandbox's first process (see runCold).
+func needsAgent(job *airlock.Job) bool {
+	return len(job.Grants.Net) > 0 || len(job.Collect) > 0 || job.Grants.FS.ScratchMB > 0 || len(job.Grants.FS.Copy) > 0
 }
 
 // runscNotFound is in what runsc writes for a program it cannot find.

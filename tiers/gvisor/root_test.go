@@ -1,0 +1,86 @@
+package gvisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestSharedRoot: tiers of one directory share one root, built once: a
+// second tier, and a tier after every earlier one closed, use the same
+// directory (the same inode), so none pays for building it again. A
+// sweep removes a shared root no live tier holds (a stale one, of other
+// content) and never one a tier holds.
+func TestSharedRoot(t *testing.T) {
+	dir := t.TempDir()
+	a := sharedTier(t, dir, NewConfig())
+	b := sharedTier(t, dir, NewConfig())
+	ino := func(p string) uint64 {
+		t.Helper()
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Sys().(*syscall.Stat_t).Ino
+	}
+	if a.rootfs != b.rootfs || ino(a.rootfs) != ino(b.rootfs) {
+		t.Fatalf("two tiers of one directory built two roots: %s and %s", a.rootfs, b.rootfs)
+	}
+	if !strings.HasPrefix(filepath.Base(a.rootfs), sharedRootPrefix) {
+		t.Errorf("root %s is not named as a shared one", a.rootfs)
+	}
+	for _, p := range []string{"etc/passwd", "usr", strings.TrimPrefix(agentBin, "/"), "scratch", ".airlock/sock"} {
+		if _, err := os.Lstat(filepath.Join(a.rootfs, p)); err != nil {
+			t.Errorf("root lacks %s: %v", p, err)
+		}
+	}
+	first := ino(a.rootfs)
+	a.Close()
+	b.Close()
+	if unused(a.rootfs) != true {
+		t.Error("closed tiers still hold the root")
+	}
+
+	roots := filepath.Join(a.base, "roots")
+	stale := func(name string) string {
+		p := filepath.Join(roots, sharedRootPrefix+name)
+		if err := os.MkdirAll(filepath.Join(p, "etc"), 0o711); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	free, held := stale("000000000000000000000000"), stale("111111111111111111111111")
+	hold, err := os.Open(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	if err := syscall.Flock(int(hold.Fd()), syscall.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+
+	c := sharedTier(t, dir, NewConfig()) // sweeps
+	if ino(c.rootfs) != first {
+		t.Errorf("a later tier rebuilt the root (%s)", c.rootfs)
+	}
+	if _, err := os.Lstat(free); !os.IsNotExist(err) {
+		t.Errorf("the sweep left a shared root no tier holds: %v", err)
+	}
+	if _, err := os.Lstat(held); err != nil {
+		t.Errorf("the sweep removed a shared root a tier holds: %v", err)
+	}
+	hold.Close()
+	if n := c.Sweep(); n != 1 {
+		t.Errorf("sweep after the hold ended removed %d items, want 1", n)
+	}
+	if _, err := os.Lstat(held); !os.IsNotExist(err) {
+		t.Errorf("the released root survived the sweep: %v", err)
+	}
+	if _, err := os.Lstat(c.rootfs); err != nil {
+		t.Errorf("the sweep removed the root of the tier sweeping: %v", err)
+	}
+	c.Close()
+	checkNoLeftovers(t, c)
+}
