@@ -224,6 +224,17 @@ func command(name, typ string, for_ []string, note string, argv func() ([]string
 	}
 }
 
+// RawCommand is a cold-only raw engine for the tiers for_ running the
+// command workload: each run starts the command line argv returns
+// (prepared untimed, with its clean-up) and waits for it; available (nil:
+// always) says why it cannot run here.
+func RawCommand(name string, for_ []string, note string, argv func() ([]string, func(), error), available func() error) Target {
+	if available == nil {
+		available = always
+	}
+	return command(name, TypeRaw, for_, note, argv, available)
+}
+
 func forkExec() Target {
 	return command("fork-exec", TypeRaw, []string{"seccomp", "process"}, "fork/exec of "+CommandPath+" and wait",
 		func() ([]string, func(), error) { return []string{CommandPath}, noop, nil }, always)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,7 +43,7 @@ func benchCmd(ctx context.Context, e *env) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	wholeProcessOnce.Do(registerWholeProcess)
+	wholeProcessOnce.Do(func() { registerWholeProcess(o) })
 	var old *bench.Report
 	if *compare != "" {
 		var err error
@@ -161,8 +162,8 @@ var wholeProcessOnce sync.Once
 // registerWholeProcess adds the whole-process rows: this binary's own
 // commands, start-up and exit included, each beside its paired reference
 // (eval beside --version, run --tier process beside bwrap, run --tier
-// gvisor beside runsc run of a bundle).
-func registerWholeProcess() {
+// gvisor beside runsc run of the sandbox the tier makes for it).
+func registerWholeProcess(o tierset.Options) {
 	exe, err := os.Executable()
 	if err != nil {
 		return
@@ -189,9 +190,59 @@ func registerWholeProcess() {
 		bench.WholeProcess("cli-version", airlock.KindExpr, []string{"expr"}, "", nil, env, []string{exe, "--version"}),
 		bench.WholeProcess("cli-eval", airlock.KindExpr, []string{"expr"}, "cli-version", nil, env, []string{exe, "eval", "1+2"}),
 		bench.WholeProcess("cli-run-process", airlock.KindCommand, []string{"process"}, "bwrap", probe("process"), env, []string{exe, "run", "--tier", "process", "--", bench.CommandPath}),
-		bench.WholeProcess("cli-run-gvisor", airlock.KindCommand, []string{"gvisor"}, "runsc-run", probe("gvisor"), env, []string{exe, "run", "--tier", "gvisor", "--", bench.CommandPath}),
+		bench.WholeProcess("cli-run-gvisor", airlock.KindCommand, []string{"gvisor"}, "runsc-run-tier", probe("gvisor"), env, []string{exe, "run", "--tier", "gvisor", "--", bench.CommandPath}),
+		tierRunscRun(o, probe("gvisor")),
 	}
 	for _, t := range rows {
 		bench.RegisterBaseline(func() bench.Target { return t })
 	}
+}
+
+// referencer is a tier that can make ready, without running it, the sandbox
+// a cold run of a job would start, and say the command that starts it bare.
+type referencer interface {
+	Reference(ctx context.Context, job airlock.Job) ([]string, func(), error)
+}
+
+// tierRunscRun is `runsc run` of exactly the sandbox `airlock run --tier
+// gvisor` starts for the benchmark's command (its bundle, root, cgroup
+// limits and flags), made ready untimed by a tier built with the run's
+// options: the reference for that whole-process row.
+func tierRunscRun(o tierset.Options, probe func() error) bench.Target {
+	var entry tierset.Entry
+	for _, e := range tierset.Entries() {
+		if e.Name == "gvisor" {
+			entry = e
+		}
+	}
+	argv := func() ([]string, func(), error) {
+		t, err := entry.New(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		ref, ok := t.(referencer)
+		if !ok {
+			_ = tierset.Close([]airlock.Tier{t})
+			return nil, nil, fmt.Errorf("tier %s has no bare reference", t.Name())
+		}
+		args, remove, err := ref.Reference(context.Background(), bench.Job(airlock.KindCommand))
+		if err != nil {
+			_ = tierset.Close([]airlock.Tier{t})
+			return nil, nil, err
+		}
+		return args, func() {
+			remove()
+			_ = tierset.Close([]airlock.Tier{t})
+		}, nil
+	}
+	available := func() error {
+		if entry.New == nil {
+			return errors.New("no gvisor tier in this build")
+		}
+		if probe != nil {
+			return probe()
+		}
+		return nil
+	}
+	return bench.RawCommand("runsc-run-tier", []string{"gvisor"}, "runsc run of the sandbox the gvisor tier makes for "+bench.CommandPath+" (its bundle, cgroup and flags)", argv, available)
 }
