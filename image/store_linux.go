@@ -27,6 +27,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
 // Store is a content-addressed image store in one directory, shared safely
@@ -81,7 +83,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	for _, d := range []string{"", "tmp", "locks", "images"} {
+	if _, err := statedir.Ensure(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	for _, d := range []string{"tmp", "locks", "images"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("image store: %w", err)
 		}

@@ -34,6 +34,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // ent is one tar entry of a crafted layer.
@@ -1064,5 +1067,14 @@ func TestPullTokenAuth(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("Open with credentials %s: %v; want one line saying %q", file, err, want)
 		}
+	}
+}
+
+// A store directory another user made is refused: its owner could swap
+// an unpacked image for their own after it was checked.
+func TestOpenRefusesForeignDir(t *testing.T) {
+	_, err := Open(testenv.ForeignDir(t), Options{})
+	if !statedir.IsRefused(err) {
+		t.Errorf("a store in another user's directory: %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
 // kvmProbeTimeout bounds the probe boot. A guest under working KVM boots
@@ -40,7 +42,9 @@ func KVMBoots(qemu, kernel, cacheDir string) bool {
 		return v
 	}
 	file := ""
-	if cacheDir != "" {
+	// A verdict is read from, and kept in, only a directory nobody else
+	// could have written it into.
+	if cacheDir != "" && statedir.Usable(cacheDir, 0o700) {
 		file = filepath.Join(cacheDir, "kvm-probe")
 		if data, err := os.ReadFile(file); err == nil {
 			if k, v, ok := strings.Cut(strings.TrimSpace(string(data)), "\n"); ok && k == key && (v == "true" || v == "false") {
@@ -49,7 +53,7 @@ func KVMBoots(qemu, kernel, cacheDir string) bool {
 		}
 	}
 	ok := probeKVM(qemu, kernel)
-	if file != "" && os.MkdirAll(cacheDir, 0o700) == nil {
+	if file != "" {
 		_ = os.WriteFile(file, []byte(fmt.Sprintf("%s\n%v\n", key, ok)), 0o600)
 	}
 	return remember(key, ok)

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // TestSharedRoot: tiers of one directory share one root, built once: a
@@ -83,4 +86,20 @@ func TestSharedRoot(t *testing.T) {
 	}
 	c.Close()
 	checkNoLeftovers(t, c)
+}
+
+// A directory another user made (before airlock did, in the shared
+// temporary directory, say) is refused: its owner could replace what the
+// tier makes there with links, and the tier, as root, would write a job's
+// files wherever they lead.
+func TestForeignDirRefused(t *testing.T) {
+	newTier(t, NewConfig()) // skips where the tier cannot run at all
+	tier, err := New(NewConfig().WithDir(testenv.ForeignDir(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	if err := tier.Available(); !statedir.IsRefused(err) {
+		t.Errorf("a tier in another user's directory: available is %v", err)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
@@ -151,11 +152,8 @@ func (t *Tier) init() error {
 	if !exists(filepath.Join(cgroupRoot, "memory", "memory.limit_in_bytes")) {
 		return errors.New("no cgroup v1 memory hierarchy at " + cgroupRoot + "/memory (cgroup v2 is not supported yet)")
 	}
-	if err := os.MkdirAll(t.cfg.dir, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", t.cfg.dir, err)
-	}
 	// runsc needs a real path: a symbolic link in the root breaks its mounts.
-	if t.base, err = filepath.EvalSymlinks(t.cfg.dir); err != nil {
+	if t.base, err = statedir.Ensure(t.cfg.dir, 0o700); err != nil {
 		return err
 	}
 	t.state = filepath.Join(t.base, "state")

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/internal/cpio"
 	"maps"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/cpio"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 )
 
@@ -112,15 +113,17 @@ func buildInitramfs(cacheDir, root, agentPath string) (string, error) {
 		mods[m] = b
 		h.Write(b)
 	}
+	// A cached initramfs is what the guest boots: it is used only from a
+	// directory nobody else could have written it into.
+	if _, err := statedir.Ensure(cacheDir, 0o700); err != nil {
+		return "", err
+	}
 	out := filepath.Join(cacheDir, "base-"+hex.EncodeToString(h.Sum(nil))[:24]+".cpio")
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
 	applets, err := busyboxApplets(filepath.Join(root, "bin/busybox"))
 	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
 		return "", err
 	}
 	tmp, err := os.CreateTemp(cacheDir, ".base-*.cpio")

@@ -38,6 +38,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
@@ -224,8 +225,8 @@ func New(cfg Config) (*Tier, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("microvm state directory: %w", err)
+	if _, err := statedir.Ensure(cfg.stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	if _, err := sweep(cfg.stateDir); err != nil {
 		return nil, fmt.Errorf("sweeping orphaned VMs: %w", err)

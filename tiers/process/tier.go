@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
@@ -196,6 +197,9 @@ func newTier(name string, lvl airlock.Level, cfg Config, opts ...option) (*Tier,
 		t.stage = sb
 	}
 	if t.Available() == nil {
+		if _, err := statedir.Ensure(cfg.baseDir, 0o711); err != nil {
+			return nil, fmt.Errorf("process tier: %w", err)
+		}
 		sweepOnce(cfg.baseDir)
 		if refs := t.pooledRefs(); len(refs) > 0 {
 			t.refKeys, t.refNames, t.poolRefs = map[string]poolKey{}, map[string]string{}, map[poolKey]string{}

@@ -9,6 +9,7 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -27,4 +28,23 @@ func Skipf(t testing.TB, format string, args ...any) {
 		t.Fatalf("would skip, but under CI nothing may: %s", why)
 	}
 	t.Skip(why)
+}
+
+// ForeignDir returns a new directory, inside a test directory, that
+// belongs to another user (nobody) and that the test process may use as
+// root: a state directory someone else made before airlock did. It skips
+// the test (fails under CI) without root.
+func ForeignDir(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skipf(t, "a directory of another user needs root to make")
+	}
+	dir := filepath.Join(t.TempDir(), "theirs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -1,0 +1,96 @@
+// Package statedir makes the directories where airlock keeps state
+// (sandbox roots, runsc's state, scratch directories, VM state, images)
+// and refuses one that someone else could have prepared or could change.
+//
+// The defaults live in the system's temporary directory, which every user
+// may write. A local user who made /tmp/airlock-gvisor before airlock did,
+// or made a directory on the way to one writable, would decide what a
+// root-run airlock reads and writes there: a link in place of a sandbox
+// directory sends the job's files, written as root, anywhere on the host.
+// So a state directory, and every directory above it, must belong to root
+// or to this user and be writable by no one else; above it, a directory
+// that everyone may write is accepted only with the sticky bit (as /tmp
+// has), which keeps others from renaming or removing what is not theirs.
+package statedir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Error is a state directory refused, with the reason.
+type Error struct {
+	Dir    string // the state directory asked for
+	Path   string // the directory at fault: Dir or one above it
+	Reason string
+}
+
+func (e *Error) Error() string {
+	if e.Path == e.Dir {
+		return fmt.Sprintf("state directory %s %s: refused", e.Dir, e.Reason)
+	}
+	return fmt.Sprintf("state directory %s: %s %s: refused", e.Dir, e.Path, e.Reason)
+}
+
+// Ensure makes dir, and the directories above it that are missing, with
+// mode perm (as MkdirAll does), then checks dir and every directory above
+// it, and returns dir's real path (without links). perm must not let group
+// or others write.
+func Ensure(dir string, perm os.FileMode) (string, error) {
+	if perm&0o022 != 0 {
+		return "", fmt.Errorf("state directory %s: mode %v lets others write", dir, perm)
+	}
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("state directory %q: not an absolute path", dir)
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	return real, Check(dir, real)
+}
+
+// Check checks real, the real path of the state directory dir, and every
+// directory above it (see the package's comment).
+func Check(dir, real string) error {
+	euid := uint32(os.Geteuid())
+	for p, own := real, true; ; p, own = filepath.Dir(p), false {
+		st, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("state directory %s: %w", dir, err)
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok:
+			return &Error{dir, p, "has no owner this system reports"}
+		case !st.IsDir():
+			return &Error{dir, p, "is not a directory"}
+		case sys.Uid != 0 && sys.Uid != euid:
+			return &Error{dir, p, fmt.Sprintf("belongs to uid %d, neither root nor this user (uid %d)", sys.Uid, euid)}
+		case st.Mode().Perm()&0o022 != 0 && (own || st.Mode()&os.ModeSticky == 0):
+			return &Error{dir, p, fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm())}
+		}
+		if p == "/" || p == filepath.Dir(p) {
+			return nil
+		}
+	}
+}
+
+// Usable is Ensure for a cache that can do without its directory: it
+// reports whether dir may be used.
+func Usable(dir string, perm os.FileMode) bool {
+	_, err := Ensure(dir, perm)
+	return err == nil
+}
+
+// IsRefused reports whether err is a state directory refused by Ensure.
+func IsRefused(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}

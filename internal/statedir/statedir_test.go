@@ -1,0 +1,55 @@
+package statedir
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+)
+
+// A state directory someone else made, or one that others may write, or
+// one below a directory others may change, is refused; one this user made
+// below a sticky world-writable directory (the system's /tmp) is not.
+func TestEnsure(t *testing.T) {
+	base := t.TempDir()
+	got, err := Ensure(filepath.Join(base, "a", "state"), 0o700)
+	if err != nil {
+		t.Fatalf("a new state directory: %v", err)
+	}
+	if st, err := os.Stat(got); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("made %s: %v %v", got, st.Mode(), err)
+	}
+
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(open, 0o700); !IsRefused(err) || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("a world-writable state directory: %v", err)
+	}
+	if _, err := Ensure(filepath.Join(open, "state"), 0o700); !IsRefused(err) {
+		t.Errorf("below a world-writable directory without the sticky bit: %v", err)
+	}
+	if err := os.Chmod(open, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(filepath.Join(open, "state"), 0o700); err != nil {
+		t.Errorf("below a sticky world-writable directory: %v", err)
+	}
+	if _, err := Ensure(base, 0o777); err == nil {
+		t.Error("a mode that lets others write was accepted")
+	}
+
+	theirs := testenv.ForeignDir(t)
+	if _, err := Ensure(theirs, 0o700); !IsRefused(err) || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Errorf("a state directory another user made: %v", err)
+	}
+	if _, err := Ensure(filepath.Join(theirs, "below"), 0o700); !IsRefused(err) {
+		t.Errorf("below a directory another user owns: %v", err)
+	}
+}

@@ -1,0 +1,35 @@
+package microvm
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+)
+
+// A state directory another user made is refused: its owner could replace
+// the VM directories the tier makes there with links.
+func TestForeignStateDirRefused(t *testing.T) {
+	tier, err := New(testConfig().WithStateDir(filepath.Join(testenv.ForeignDir(t), "state")))
+	if err == nil {
+		tier.Close()
+	}
+	if !statedir.IsRefused(err) {
+		t.Errorf("a tier in another user's directory: %v", err)
+	}
+}
+
+// A cache directory another user made is refused too: a cached initramfs
+// there is what every guest would boot.
+func TestForeignCacheDirRefused(t *testing.T) {
+	shared.get(t, WarmCold) // skips where the tier cannot run at all
+	tier, err := New(testConfig().WithCacheDir(filepath.Join(testenv.ForeignDir(t), "cache")).WithStateDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	if err := tier.Available(); !statedir.IsRefused(err) {
+		t.Errorf("a tier with another user's cache directory: available is %v", err)
+	}
+}
