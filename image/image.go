@@ -79,6 +79,13 @@ type Resolver interface {
 	Derive(ctx context.Context, img *Image, kind string, build func(dir string) error) (string, error)
 }
 
+// Checker is a Resolver that tells, without pulling anything, whether
+// Acquire would refuse a reference, with the error Acquire would return:
+// what lets an explanation of a job agree with its run.
+type Checker interface {
+	Check(ref string) error
+}
+
 // Error is an image that cannot be used: a reference that is malformed,
 // unknown, not pinned, not allowed, or whose content fails verification.
 // Invalid is true when the job is at fault (a bad or unknown reference) and

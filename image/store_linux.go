@@ -196,37 +196,70 @@ func (s *Store) resolve(ctx context.Context, ref string) (digest string, pulled 
 	if err != nil {
 		return "", false, err
 	}
+	d, r, err := s.lookup(tbl, ref)
+	if err != nil || d != "" {
+		return d, false, err
+	}
+	d, err = s.pull(ctx, ref, r)
+	return d, err == nil, err
+}
+
+// lookup returns the digest of ref in the store, or, for a reference the
+// store would pull, no digest and the parsed reference.
+func (s *Store) lookup(tbl table, ref string) (string, name.Reference, error) {
 	if d, ok := tbl.Names[ref]; ok {
 		if !s.has(d) {
-			return "", false, fmt.Errorf("named %s but missing from the store; import it again", d)
+			return "", nil, fmt.Errorf("named %s but missing from the store; import it again", d)
 		}
-		return d, false, nil
+		return d, nil, nil
 	}
 	if _, ok := hexOf(ref); ok {
 		if s.has(ref) {
-			return ref, false, nil
+			return ref, nil, nil
 		}
-		return "", false, invalidf("unknown digest (name it with its repository to pull it)")
+		return "", nil, invalidf("unknown digest (name it with its repository to pull it)")
 	}
 	if isName(ref) {
-		return "", false, invalidf("unknown image name")
+		return "", nil, invalidf("unknown image name")
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return "", false, invalidf("malformed reference: %v", err)
+		return "", nil, invalidf("malformed reference: %v", err)
 	}
 	if dr, ok := r.(name.Digest); ok {
 		if s.has(dr.DigestStr()) {
-			return dr.DigestStr(), false, nil
+			return dr.DigestStr(), nil, nil
 		}
 		if d, ok := tbl.Refs[ref]; ok && s.has(d) {
-			return d, false, nil
+			return d, nil, nil
 		}
 	} else if !s.opts.AllowTags {
-		return "", false, invalidf("not pinned by digest (name@sha256:…)")
+		return "", nil, invalidf("not pinned by digest (name@sha256:…)")
 	}
-	d, err := s.pull(ctx, ref, r)
-	return d, err == nil, err
+	return "", r, nil
+}
+
+// Check tells, without pulling anything, whether Acquire would refuse ref
+// ("" for the default) as invalid, unknown or not allowed: nil for an
+// image the store has or would pull. The error is Acquire's.
+func (s *Store) Check(ref string) error {
+	if ref == "" {
+		ref = s.defaultRef()
+	}
+	if ref == Host {
+		if !s.opts.AllowHost {
+			return &Error{Ref: ref, Invalid: true, Err: errors.New("the host view is not enabled")}
+		}
+		return nil
+	}
+	tbl, err := s.readTable()
+	if err == nil {
+		_, _, err = s.lookup(tbl, ref)
+	}
+	if err != nil {
+		return wrap(ref, err)
+	}
+	return nil
 }
 
 func hexOf(digest string) (string, bool) {

@@ -720,6 +720,18 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		Approval    string `json:"approval_required,omitempty"`
 	}{}
 	admitErr := t.admit(&job) // first: it sets the tenant's situation
+	// An image the store refuses makes the job invalid, as its run finds
+	// when a tier acquires the image.
+	if admitErr == nil && job.Image != "" && s.images != nil {
+		if err := s.images.Check(job.Image); err != nil {
+			var ie *image.Error
+			if errors.As(err, &ie) && ie.Invalid {
+				err = jobs.Invalid("image", "%v", err)
+			}
+			s.refuseErr(w, err)
+			return
+		}
+	}
 	x := s.router.Explain(&job)
 	out.Explanation = x
 	if admitErr != nil {

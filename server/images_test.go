@@ -103,6 +103,14 @@ func TestTenantImages(t *testing.T) {
 	if r.status == http.StatusOK || !strings.Contains(string(r.body), "host view is not enabled") {
 		t.Errorf("image host for a tenant without a list, host view not enabled: %d %s", r.status, r.body)
 	}
+	// /v1/explain refuses an image the store refuses as the run does.
+	for ref, says := range map[string]string{"sha256:" + strings.Repeat("0", 64): "unknown digest", "nosuch": "unknown image name", image.Host: "host view is not enabled"} {
+		job := `{"kind":"command","argv":["true"],"situation":"internal","image":"` + ref + `"}`
+		x, r := f.do("POST", "/v1/explain", keyB, job), f.do("POST", "/v1/run", keyB, job)
+		if x.status != r.status || x.status != http.StatusBadRequest || !strings.Contains(string(x.body), says) || !strings.Contains(string(r.body), says) {
+			t.Errorf("image %s: explain %d %s, run %d %s", ref, x.status, x.body, r.status, r.body)
+		}
+	}
 }
 
 type errorString []byte

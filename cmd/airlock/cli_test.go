@@ -112,6 +112,7 @@ func TestExplainAndTiers(t *testing.T) {
 // refuse is not explained as chosen.
 func TestExplainAgreesWithRun(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
+	store := t.TempDir()
 	for _, c := range []struct {
 		args []string
 		code int
@@ -121,6 +122,8 @@ func TestExplainAgreesWithRun(t *testing.T) {
 		{[]string{"--allow-read", missing}, exitUsage, "no such file or directory"},
 		{[]string{"--allow-net", "*.com"}, exitUsage, "a wildcard needs at least two labels"},
 		{[]string{"--allow-net", "127.0.0.1"}, exitUsage, "IP literal"},
+		{[]string{"--images", store, "--image", "python:latest"}, exitUsage, "not pinned by digest"},
+		{[]string{"--images", store, "--image", "nosuch"}, exitUsage, "unknown image name"},
 	} {
 		eOut, eErr, eCode := run(t, "", append([]string{"explain", "--kind", "command"}, c.args...)...)
 		rOut, rErr, rCode := run(t, "", append(append([]string{"run"}, c.args...), "--", "true")...)

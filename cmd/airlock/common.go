@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/netname"
@@ -33,6 +34,8 @@ type routerFlags struct {
 	// limits is the limit policy the tiers are built with (zero:
 	// airlock.DefaultLimitPolicy).
 	limits airlock.LimitPolicy
+	// images is the image store the tiers were given, once open (nil: none).
+	images image.Resolver
 }
 
 func (f *routerFlags) register(fs *flag.FlagSet) {
@@ -72,6 +75,7 @@ func (f *routerFlags) openTiers(lazy bool) (*escalate.Router, func(), error) {
 		f.tiers.close()
 		return nil, nil, err
 	}
+	f.images = o.Images
 	closeAll := func() {
 		_ = tierset.Close(tiers)
 		f.tiers.close()
@@ -528,7 +532,12 @@ func implySituation(r *escalate.Router, job *airlock.Job, jf *jobFlags) string {
 
 // runFlagged runs a job built from the command line, with the situation
 // its --tier flag implies recorded first in the result's decision.
-func runFlagged(ctx context.Context, r *escalate.Router, job airlock.Job, jf *jobFlags) (airlock.Result, error) {
+// An image the store refuses is refused first, as explain refuses it,
+// whether or not some tier could run the job.
+func runFlagged(ctx context.Context, r *escalate.Router, images image.Resolver, job airlock.Job, jf *jobFlags) (airlock.Result, error) {
+	if err := checkImage(images, job.Image); err != nil {
+		return airlock.Result{}, err
+	}
 	note := implySituation(r, &job, jf)
 	res, err := r.Run(ctx, job)
 	err = missingBackend(r, job, err)

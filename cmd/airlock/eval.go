@@ -32,7 +32,7 @@ func evalCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	defer closeAll()
-	res, err := runFlagged(ctx, r, job, jf)
+	res, err := runFlagged(ctx, r, rf.images, job, jf)
 	if *jsonMode {
 		if werr := writeJSON(e.stdout, res); werr != nil {
 			return e.fail(werr)

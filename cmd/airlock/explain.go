@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/tiers/account"
 )
@@ -102,6 +103,9 @@ func explainCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	defer closeAll()
+	if err := checkImage(rf.images, job.Image); err != nil {
+		return e.fail(err)
+	}
 	note := implySituation(r, &job, &jf)
 	x := r.Explain(&job)
 	if *jsonMode {
@@ -147,4 +151,23 @@ func accountLine(job airlock.Job, only string) string {
 		return fmt.Sprintf("account:   %s (its executor at %s, mutual TLS)", r.Name, r.Remote.URL)
 	}
 	return fmt.Sprintf("account:   %s (its executor runs as %s, uid %d, on %s)", r.Name, r.User, r.UID, r.Socket())
+}
+
+// checkImage refuses, as run would, an image reference the store would
+// refuse: run learns it when a tier acquires the image, which explaining
+// never does.
+func checkImage(store image.Resolver, ref string) error {
+	c, ok := store.(image.Checker)
+	if ref == "" || !ok {
+		return nil
+	}
+	err := c.Check(ref)
+	var ie *image.Error
+	if errors.As(err, &ie) && ie.Invalid {
+		return jobs.Invalid("image", "%v", err)
+	}
+	if err != nil {
+		return fmt.Errorf("acquiring image: %w", err)
+	}
+	return nil
 }

@@ -60,7 +60,7 @@ func runCmd(ctx context.Context, e *env) int {
 			out.write(p)
 		}
 	})
-	res, err := runFlagged(ctx, r, job, jf)
+	res, err := runFlagged(ctx, r, rf.images, job, jf)
 	if werr := jf.out.write(&res, e.stderr); werr != nil && err == nil {
 		err = werr
 	}
@@ -134,7 +134,7 @@ func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *
 		return finish(airlock.Result{}, err)
 	}
 	defer closeAll()
-	res, err := runFlagged(ctx, r, job, jf)
+	res, err := runFlagged(ctx, r, rf.images, job, jf)
 	if werr := jf.out.write(&res, io.Discard); werr != nil && err == nil {
 		err = werr
 	}

@@ -398,6 +398,14 @@ func (l *lazyImages) Acquire(ctx context.Context, ref string) (*image.Image, fun
 	return st.Acquire(ctx, ref)
 }
 
+func (l *lazyImages) Check(ref string) error {
+	st, err := l.store()
+	if err != nil {
+		return err
+	}
+	return st.Check(ref)
+}
+
 func (l *lazyImages) Derive(ctx context.Context, img *image.Image, kind string, build func(dir string) error) (string, error) {
 	st, err := l.store()
 	if err != nil {
