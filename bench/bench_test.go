@@ -451,3 +451,25 @@ func TestPairedRuns(t *testing.T) {
 		t.Fatalf("the table does not say the ratio is paired:\n%s", table.String())
 	}
 }
+
+// The chart shows each tier beside its raw engine and its peers, then
+// what no tier was compared with; a failed target is left out.
+func TestChartOrder(t *testing.T) {
+	results := []Result{
+		{Name: "expr", Type: TypeTier, Mode: "cold", Raw: "raw-expr", Peers: []PeerRatio{{Name: "cel-go"}}},
+		{Name: "gvisor", Type: TypeTier, Mode: "cold", Raw: "runsc-run", Peers: []PeerRatio{{Name: "cli-run-gvisor"}}},
+		{Name: "gvisor", Type: TypeTier, Mode: "warm", Raw: "runsc-run", Peers: []PeerRatio{{Name: "runsc-run-tier"}}},
+		{Name: "broken", Type: TypeTier, Mode: "cold", Error: "failed"},
+		{Name: "raw-expr", Type: TypeRaw, Mode: "cold"},
+		{Name: "cel-go", Type: TypePeer, Mode: "cold"},
+		{Name: "runsc-run", Type: TypeRaw, Mode: "cold"},
+		{Name: "qemu-boot", Type: TypeRaw, Mode: "cold"},
+		{Name: "cli-run-gvisor", Type: TypePeer, Mode: "cold", Raw: "runsc-run-tier"},
+		{Name: "runsc-run-tier", Type: TypeRaw, Mode: "cold"},
+	}
+	got := strings.Join(chartOrder(results), " ")
+	want := "expr raw-expr cel-go gvisor runsc-run cli-run-gvisor runsc-run-tier qemu-boot"
+	if got != want {
+		t.Errorf("chart order %q, want %q", got, want)
+	}
+}

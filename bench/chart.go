@@ -23,22 +23,23 @@ type whiskers struct {
 // log-scale latency axis, with whiskers from the minimum to p95. The file
 // name's extension picks the format (.svg, .png, .pdf).
 func (r *Report) SaveChart(path string) error {
-	var names []string
+	order := chartOrder(r.Results)
 	index := map[string]int{}
+	label := map[string]string{}
 	for _, x := range r.Results {
-		if x.Error != "" {
-			continue
-		}
-		if _, ok := index[x.Name]; !ok {
-			index[x.Name] = len(names)
-			names = append(names, x.Label())
-		}
+		label[x.Name] = x.Label()
+	}
+	names := make([]string, len(order))
+	for i, n := range order {
+		index[n] = i
+		names[i] = label[n]
 	}
 	if len(names) == 0 {
 		return fmt.Errorf("nothing to chart: no target was measured")
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("airlock start-up latency, circles cold, triangles warm (%s, %d cores, %s)", short(r.Machine.CPU), r.Machine.Cores, r.Machine.kvmWords())
+	p.Title.Text = fmt.Sprintf("airlock start-up latency, each tier beside its raw engine and peers (%s, %d cores, %s)", short(r.Machine.CPU), r.Machine.Cores, r.Machine.kvmWords())
+	p.Legend.Top, p.Legend.Left = true, true
 	p.Y.Label.Text = "median per run (bars: min to p95)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = durTicks{}
@@ -50,12 +51,13 @@ func (r *Report) SaveChart(path string) error {
 	p.Add(plotter.NewGrid())
 	modes := []struct {
 		mode   string
+		legend string
 		offset float64
 		color  color.Color
 		shape  draw.GlyphDrawer
 	}{
-		{"cold", -0.15, color.RGBA{R: 200, G: 60, B: 40, A: 255}, draw.CircleGlyph{}},
-		{"warm", 0.15, color.RGBA{R: 30, G: 90, B: 200, A: 255}, draw.TriangleGlyph{}},
+		{"cold", "cold: a fresh instance", -0.15, color.RGBA{R: 200, G: 60, B: 40, A: 255}, draw.CircleGlyph{}},
+		{"warm", "warm: a live instance or its pool", 0.15, color.RGBA{R: 30, G: 90, B: 200, A: 255}, draw.TriangleGlyph{}},
 	}
 	for _, m := range modes {
 		var w whiskers
@@ -80,12 +82,64 @@ func (r *Report) SaveChart(path string) error {
 		}
 		e.LineStyle.Color = m.color
 		p.Add(e, s)
+		p.Legend.Add(m.legend+" (median, bars min to p95)", s)
+	}
+	// Room above the highest p95 and below the lowest minimum, so that
+	// no whisker ends on the frame.
+	lo, hi := math.Inf(1), 0.0
+	for _, x := range r.Results {
+		if x.Error == "" && x.P50 > 0 {
+			lo, hi = min(lo, x.Min, x.P50), max(hi, x.P95, x.P50)
+		}
+	}
+	if hi > 0 {
+		p.Y.Min, p.Y.Max = lo/2, hi*2
 	}
 	width := vg.Length(max(6, 0.6*float64(len(names)))) * vg.Inch
 	if err := p.Save(width, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+// chartOrder lists the measured targets as the chart shows them: each
+// tier followed by its raw engine and its peers (as compareAll paired
+// them), then whatever no tier was compared with.
+func chartOrder(results []Result) []string {
+	var order []string
+	placed := map[string]bool{}
+	measured := map[string]bool{}
+	for _, x := range results {
+		if x.Error == "" {
+			measured[x.Name] = true
+		}
+	}
+	place := func(name string) {
+		if measured[name] && !placed[name] {
+			placed[name] = true
+			order = append(order, name)
+		}
+	}
+	for _, x := range results {
+		if x.Type != TypeTier || placed[x.Name] || !measured[x.Name] {
+			continue
+		}
+		place(x.Name)
+		// Cold and warm rows of a tier may name different companions.
+		for _, y := range results {
+			if y.Name != x.Name {
+				continue
+			}
+			place(y.Raw)
+			for _, peer := range y.Peers {
+				place(peer.Name)
+			}
+		}
+	}
+	for _, x := range results {
+		place(x.Name)
+	}
+	return order
 }
 
 func short(cpu string) string {
