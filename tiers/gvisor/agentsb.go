@@ -87,11 +87,12 @@ func (t *Tier) newAgentSandbox(mode string, fs airlock.FSGrant, img *image.Image
 	b.scratchMB = fs.ScratchMB
 	b.args = []string{agentBin, agentArg, mode}
 	if b.image {
-		if t.agentLaunch == nil {
-			return nil, fmt.Errorf("starting sandbox: %w", t.agentErr)
+		launch, err := t.agentLaunch()
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox: %w", err)
 		}
-		b.args = append(append([]string(nil), t.agentLaunch...), agentArg, mode)
-		if len(t.agentLaunch) > 1 {
+		b.args = append(append([]string(nil), launch...), agentArg, mode)
+		if len(launch) > 1 {
 			b.agentLib = t.agentLibHost()
 		}
 	}

@@ -136,14 +136,13 @@ func (t *Tier) setImage(b *bundle, img *image.Image) {
 func (t *Tier) agentLibHost() string { return filepath.Join(t.ownDir(), "lib") }
 
 // prepareAgent works out how the agent starts in an image's sandbox (see
-// the top of this file): t.agentLaunch, or t.agentErr when it cannot.
-func (t *Tier) prepareAgent() {
+// the top of this file), or why it cannot.
+func (t *Tier) prepareAgent() ([]string, error) {
 	launch, err := agentLaunch(t.agent, t.agentLibHost())
 	if err != nil {
-		t.agentErr = fmt.Errorf("the agent cannot run in an image: %w", err)
-		return
+		return nil, fmt.Errorf("the agent cannot run in an image: %w", err)
 	}
-	t.agentLaunch = launch
+	return launch, nil
 }
 
 // agentLaunch returns the argv prefix that starts exe, bind-mounted at

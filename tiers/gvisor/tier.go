@@ -49,8 +49,9 @@ type Tier struct {
 	guard func() string
 	pool  *warmpool.Pool[poolKey, *sandbox]
 
-	agentLaunch []string // argv before the agent's arguments in an image (images.go)
-	agentErr    error    // why the agent cannot run in an image
+	// agentLaunch returns the argv before the agent's arguments in an
+	// image, or why the agent cannot run in one (images.go).
+	agentLaunch func() ([]string, error)
 
 	pmu      sync.Mutex
 	poolRefs map[poolKey]string // the reference each pool key's sandboxes acquire
@@ -182,9 +183,9 @@ func (t *Tier) init() error {
 	if err != nil {
 		return fmt.Errorf("locating the agent executable: %w", err)
 	}
-	if t.cfg.images != nil {
-		t.prepareAgent()
-	}
+	// Worked out when an image's agent sandbox first needs it: reading
+	// the executable's ELF headers costs a job without one about 1 ms.
+	t.agentLaunch = sync.OnceValues(t.prepareAgent)
 	// Found when an agent sandbox first needs it: a cold job without it
 	// does not pay for the search and the binary's check.
 	t.guard = sync.OnceValue(process.StageBinary)
