@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,6 +67,10 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	if opts.Workspace != "" {
 		s.workspace = true
 		s.dir = filepath.Join(t.cfg.workspaceDir, opts.Workspace)
+		if _, err := statedir.Ensure(t.cfg.workspaceDir, 0o711); err != nil {
+			sharedUIDsPut(uid)
+			return nil, fmt.Errorf("opening workspace: %w", err)
+		}
 		if err := os.MkdirAll(s.dir, 0o700); err != nil {
 			sharedUIDsPut(uid)
 			return nil, fmt.Errorf("opening workspace: %w", err)

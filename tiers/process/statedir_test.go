@@ -1,8 +1,10 @@
 package process
 
 import (
+	"context"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
@@ -17,5 +19,18 @@ func TestForeignBaseDirRefused(t *testing.T) {
 	}
 	if !statedir.IsRefused(err) {
 		t.Errorf("a tier in another user's directory: %v", err)
+	}
+}
+
+// So is a workspace directory another user made: the tier hands its
+// entries to sandbox users as root.
+func TestForeignWorkspaceDirRefused(t *testing.T) {
+	tier := newTestTier(t, bothTiers[0], testConfig(t).WithWorkspaceDir(testenv.ForeignDir(t)))
+	s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{Workspace: "w"})
+	if err == nil {
+		s.Close()
+	}
+	if !statedir.IsRefused(err) {
+		t.Errorf("a workspace in another user's directory: %v", err)
 	}
 }
