@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
 const (
@@ -68,14 +68,13 @@ func newEngine(cfg Config) (*engine, error) {
 		err   error
 	)
 	if cfg.cacheDir != "" {
+		// The cache holds machine code the runtime executes as is: whoever
+		// can write to it, or replace it, runs code in this process.
+		if _, err := statedir.Ensure(cfg.cacheDir, 0o700); err != nil {
+			return nil, jobs.Invalid("", "wasm compilation cache: %v (it holds machine code this process runs)", err)
+		}
 		if cache, err = wazero.NewCompilationCacheWithDir(cfg.cacheDir); err != nil {
 			return nil, fmt.Errorf("opening the compilation cache: %w", err)
-		}
-		// The cache holds machine code the runtime executes as is: whoever
-		// can write to it runs code in this process.
-		if err := checkPrivate(cfg.cacheDir); err != nil {
-			_ = cache.Close(ctx)
-			return nil, err
 		}
 	} else {
 		cache = wazero.NewCompilationCache()
@@ -106,18 +105,6 @@ func newEngine(cfg Config) (*engine, error) {
 		cfg: cfg, rt: rt, cache: cache, memPages: pages,
 		lru: list.New(), byHash: map[[32]byte]*list.Element{}, inflight: map[[32]byte]*compileCall{},
 	}, nil
-}
-
-// checkPrivate refuses a cache directory that others could write to.
-func checkPrivate(dir string) error {
-	st, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("opening the compilation cache: %w", err)
-	}
-	if st.Mode().Perm()&0o022 != 0 {
-		return jobs.Invalid("", "wasm compilation cache %s is writable by group or others (mode %v): it holds machine code this process runs; make it 0700", dir, st.Mode().Perm())
-	}
-	return nil
 }
 
 // close releases the runtime and the in-memory cache; the on-disk cache

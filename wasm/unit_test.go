@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sys"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 func TestReplayIsByteForByte(t *testing.T) {
@@ -333,12 +335,21 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 	if _, err := New(NewConfig().WithCacheDir(dir)); airlock.KindOf(err) != airlock.ErrInvalid {
 		t.Fatalf("world-writable cache accepted: %v", err)
 	}
+	// Below a directory others may write (without the sticky bit), the
+	// cache could be replaced whole.
+	if _, err := New(NewConfig().WithCacheDir(filepath.Join(dir, "cache"))); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("cache below a world-writable directory accepted: %v", err)
+	}
 	must(t, os.Chmod(dir, 0o700))
 	tier, err := New(NewConfig().WithCacheDir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = tier.Close()
+	// A cache directory another user made.
+	if _, err := New(NewConfig().WithCacheDir(testenv.ForeignDir(t))); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("another user's cache directory accepted: %v", err)
+	}
 }
 
 func TestNonFunctionImportsRefused(t *testing.T) {
