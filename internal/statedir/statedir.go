@@ -20,18 +20,23 @@ import (
 	"path/filepath"
 )
 
-// Error is a state directory refused, with the reason.
+// Error is a state directory, or a trusted file, refused, with the reason.
 type Error struct {
-	Dir    string // the state directory asked for
-	Path   string // the directory at fault: Dir or one above it
+	Dir    string // the state directory (or file) asked for
+	Path   string // the one at fault: Dir or a directory above it
 	Reason string
+	file   bool
 }
 
 func (e *Error) Error() string {
-	if e.Path == e.Dir {
-		return fmt.Sprintf("state directory %s %s: refused", e.Dir, e.Reason)
+	what := "state directory"
+	if e.file {
+		what = "file"
 	}
-	return fmt.Sprintf("state directory %s: %s %s: refused", e.Dir, e.Path, e.Reason)
+	if e.Path == e.Dir {
+		return fmt.Sprintf("%s %s %s: refused", what, e.Dir, e.Reason)
+	}
+	return fmt.Sprintf("%s %s: %s %s: refused", what, e.Dir, e.Path, e.Reason)
 }
 
 // Ensure makes dir, and the directories above it that are missing, with
@@ -70,18 +75,58 @@ func Check(dir, real string) error {
 		uid, ok := owner(st)
 		switch {
 		case !ok:
-			return &Error{dir, p, "has no owner this system reports"}
+			return &Error{Dir: dir, Path: p, Reason: "has no owner this system reports"}
 		case !st.IsDir():
-			return &Error{dir, p, "is not a directory"}
+			return &Error{Dir: dir, Path: p, Reason: "is not a directory"}
 		case uid != 0 && uid != euid:
-			return &Error{dir, p, fmt.Sprintf("belongs to uid %d, neither root nor this user (uid %d)", uid, euid)}
+			return &Error{Dir: dir, Path: p, Reason: foreign(uid, euid)}
 		case st.Mode().Perm()&0o022 != 0 && (own || st.Mode()&os.ModeSticky == 0):
-			return &Error{dir, p, fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm())}
+			return &Error{Dir: dir, Path: p, Reason: fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm())}
 		}
 		if p == "/" || p == filepath.Dir(p) {
 			return nil
 		}
 	}
+}
+
+// File checks a file whose content decides what airlock trusts (an
+// account's record, say) as Check checks a state directory: the file must
+// be a regular file that belongs to root or this user and that nobody
+// else may write, in a directory that passes Check.
+func File(path string) error {
+	if !checked {
+		return nil
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	st, err := os.Lstat(real)
+	if err != nil {
+		return err
+	}
+	uid, ok := owner(st)
+	euid := uint32(os.Geteuid())
+	switch {
+	case !st.Mode().IsRegular():
+		return &Error{Dir: path, Path: real, Reason: "is not a regular file", file: true}
+	case !ok || (uid != 0 && uid != euid):
+		return &Error{Dir: path, Path: real, Reason: foreign(uid, euid), file: true}
+	case st.Mode().Perm()&0o022 != 0:
+		return &Error{Dir: path, Path: real, Reason: fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm()), file: true}
+	}
+	if err := Check(filepath.Dir(path), filepath.Dir(real)); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Dir, e.file = path, true
+		}
+		return err
+	}
+	return nil
+}
+
+func foreign(uid, euid uint32) string {
+	return fmt.Sprintf("belongs to uid %d, neither root nor this user (uid %d)", uid, euid)
 }
 
 // Usable is Ensure for a cache that can do without its directory: it

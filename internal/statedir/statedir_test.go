@@ -53,3 +53,37 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("below a directory another user owns: %v", err)
 	}
 }
+
+// A trusted file is checked like a state directory, through a link to
+// where it really is.
+func TestFile(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "record.json")
+	if err := os.WriteFile(f, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := File(f); err != nil {
+		t.Fatalf("this user's file: %v", err)
+	}
+	if err := File(dir); !IsRefused(err) {
+		t.Errorf("a directory as a file: %v", err)
+	}
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(open, "record.json")
+	if err := os.WriteFile(moved, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(moved, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := File(link); !IsRefused(err) || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("a link to a file in a directory others may write: %v", err)
+	}
+}

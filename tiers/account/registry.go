@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
 // DefaultDir is where accounts are registered unless AIRLOCK_ACCOUNTS
@@ -93,10 +95,17 @@ func Load(dir, name string) (Record, error) {
 	if err := CheckName(name); err != nil {
 		return Record{}, err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, name+".json"))
+	// The record names the uid whose executor gets the account's jobs:
+	// only one nobody else could have written or replaced is believed.
+	file := filepath.Join(dir, name+".json")
+	err := statedir.File(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return Record{}, fmt.Errorf("no account %s (add it: airlock account add %s)", name, name)
 	}
+	if err != nil {
+		return Record{}, fmt.Errorf("account %s: %w", name, err)
+	}
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return Record{}, err
 	}
