@@ -11,14 +11,21 @@ import (
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 )
 
 // FindSource returns the root of an airlock source tree at or above the
-// working directory (or the running program), or "" if there is none.
+// working directory (or the running program), or "" if there is none. A
+// tree someone other than root, this user or sudo's caller could change is
+// passed over: its programs are built here, with its tools.
 func FindSource() string {
 	return tools.FindUp(func(dir string) bool {
-		return fileExists(filepath.Join(dir, "corpus", "wasm")) && fileExists(filepath.Join(dir, "wasm", "testdata", "guest"))
+		if !fileExists(filepath.Join(dir, "corpus", "wasm")) || !fileExists(filepath.Join(dir, "wasm", "testdata", "guest")) {
+			return false
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		return err == nil && statedir.Check(dir, real) == nil
 	}, "")
 }
 

@@ -1,6 +1,7 @@
 // Package statedir makes the directories where airlock keeps state
 // (sandbox roots, runsc's state, scratch directories, VM state, images)
-// and refuses one that someone else could have prepared or could change.
+// and refuses one that someone else could have prepared or could change;
+// it checks the files and tools directories airlock trusts the same way.
 //
 // The defaults live in the system's temporary directory, which every user
 // may write. A local user who made /tmp/airlock-gvisor before airlock did,
@@ -18,10 +19,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // Error is a state directory, or a trusted file, refused, with the reason.
 type Error struct {
+	// What Dir is, for the message ("" is a state directory, or a file
+	// for File); a caller may name it better ("tools directory").
+	What   string
 	Dir    string // the state directory (or file) asked for
 	Path   string // the one at fault: Dir or a directory above it
 	Reason string
@@ -29,9 +34,13 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	what := "state directory"
-	if e.file {
+	what := e.What
+	switch {
+	case what != "":
+	case e.file:
 		what = "file"
+	default:
+		what = "state directory"
 	}
 	if e.Path == e.Dir {
 		return fmt.Sprintf("%s %s %s: refused", what, e.Dir, e.Reason)
@@ -78,7 +87,7 @@ func Check(dir, real string) error {
 			return &Error{Dir: dir, Path: p, Reason: "has no owner this system reports"}
 		case !st.IsDir():
 			return &Error{Dir: dir, Path: p, Reason: "is not a directory"}
-		case uid != 0 && uid != euid:
+		case !trustedUID(uid, euid):
 			return &Error{Dir: dir, Path: p, Reason: foreign(uid, euid)}
 		case st.Mode().Perm()&0o022 != 0 && (own || st.Mode()&os.ModeSticky == 0):
 			return &Error{Dir: dir, Path: p, Reason: fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm())}
@@ -110,7 +119,7 @@ func File(path string) error {
 	switch {
 	case !st.Mode().IsRegular():
 		return &Error{Dir: path, Path: real, Reason: "is not a regular file", file: true}
-	case !ok || (uid != 0 && uid != euid):
+	case !ok || !trustedUID(uid, euid):
 		return &Error{Dir: path, Path: real, Reason: foreign(uid, euid), file: true}
 	case st.Mode().Perm()&0o022 != 0:
 		return &Error{Dir: path, Path: real, Reason: fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm()), file: true}
@@ -125,6 +134,21 @@ func File(path string) error {
 	return nil
 }
 
+// trustedUID reports whether uid may own what airlock trusts: root, this
+// user, or, for root run through sudo, the user who ran sudo (SUDO_UID),
+// who could run anything as root anyway; so `sudo airlock` works in that
+// user's checkout, as `sudo git` does.
+func trustedUID(uid, euid uint32) bool {
+	if uid == 0 || uid == euid {
+		return true
+	}
+	if euid != 0 {
+		return false
+	}
+	s, err := strconv.ParseUint(os.Getenv("SUDO_UID"), 10, 32)
+	return err == nil && uint32(s) == uid
+}
+
 func foreign(uid, euid uint32) string {
 	return fmt.Sprintf("belongs to uid %d, neither root nor this user (uid %d)", uid, euid)
 }
@@ -134,6 +158,16 @@ func foreign(uid, euid uint32) string {
 func Usable(dir string, perm os.FileMode) bool {
 	_, err := Ensure(dir, perm)
 	return err == nil
+}
+
+// As names what err (a refusal by Check or File) is about, for its
+// message; other errors are returned as they are.
+func As(err error, what string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		e.What = what
+	}
+	return err
 }
 
 // IsRefused reports whether err is a state directory refused by Ensure.

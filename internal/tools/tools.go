@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
 // Dir returns the tools directory: $AIRLOCK_TOOLS if set; else the first
@@ -18,22 +20,45 @@ import (
 // <executable>/../lib/airlock (what `make install PREFIX=...` writes),
 // $XDG_DATA_HOME/airlock (~/.local/share/airlock) and
 // /usr/local/lib/airlock. It returns "" if none exists.
+//
+// airlock runs the programs there, as root for the heavier tiers, so a
+// directory found rather than named must pass statedir.Check (it and
+// every directory above it belong to root, this user or sudo's caller,
+// and nobody else may write them); one that does not is passed over.
 func Dir() string {
+	d, _ := dir()
+	return d
+}
+
+// dir is Dir, and why a tools directory it found was passed over.
+func dir() (string, error) {
 	if d := os.Getenv("AIRLOCK_TOOLS"); d != "" {
-		return d
+		return d, nil
 	}
-	if d := FindUp(func(dir string) bool {
-		st, err := os.Stat(filepath.Join(dir, ".tools"))
-		return err == nil && st.IsDir()
-	}, ".tools"); d != "" {
-		return d
+	var ignored error
+	usable := func(d string) bool {
+		st, err := os.Stat(d)
+		if err != nil || !st.IsDir() {
+			return false
+		}
+		real, err := filepath.EvalSymlinks(d)
+		if err == nil {
+			err = statedir.As(statedir.Check(d, real), "tools directory")
+		}
+		if err != nil && ignored == nil {
+			ignored = err
+		}
+		return err == nil
+	}
+	if d := FindUp(func(dir string) bool { return usable(filepath.Join(dir, ".tools")) }, ".tools"); d != "" {
+		return d, nil
 	}
 	for _, d := range installed() {
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			return d
+		if usable(d) {
+			return d, nil
 		}
 	}
-	return ""
+	return "", ignored
 }
 
 // installed lists where an installation keeps its tools, most specific
@@ -98,15 +123,28 @@ func Find(name string) (string, error) {
 		}
 		return "", fmt.Errorf("%s=%s: %w or not executable", env, p, ErrNotFound)
 	}
-	if d := Dir(); d != "" {
+	d, ignored := dir()
+	if d != "" {
 		if p := filepath.Join(d, "bin", name); isExec(p) {
-			return p, nil
+			err := statedir.File(p)
+			if err == nil {
+				return p, nil
+			}
+			ignored = err
 		}
 	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("%s %w (set %s, run `make setup` in a checkout, or `make install PREFIX=...` there to install airlock with it)", name, ErrNotFound, env)
+	return "", fmt.Errorf("%s %w (set %s, run `make setup` in a checkout, or `make install PREFIX=...` there to install airlock with it)%s", name, ErrNotFound, env, passedOver(ignored))
+}
+
+// passedOver says which tools directory or program was not used, and why.
+func passedOver(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "; passed over: " + err.Error()
 }
 
 // File locates a data file (a kernel, an initramfs) under the tools
@@ -118,13 +156,27 @@ func File(env, rel string) (string, error) {
 		}
 		return p, nil
 	}
-	d := Dir()
+	d, ignored := dir()
 	if d == "" {
-		return "", fmt.Errorf("%s %w: no .tools directory (set %s, or run `make setup`)", rel, ErrNotFound, env)
+		return "", fmt.Errorf("%s %w: no .tools directory (set %s, or run `make setup`)%s", rel, ErrNotFound, env, passedOver(ignored))
 	}
 	p := filepath.Join(d, rel)
-	if _, err := os.Stat(p); err != nil {
+	st, err := os.Stat(p)
+	if err != nil {
 		return "", fmt.Errorf("%s %w (set %s, or run `make setup`)", p, ErrNotFound, env)
+	}
+	// What is found there boots guests or runs in them: it is held to the
+	// tools directory's rule.
+	if st.IsDir() {
+		var real string
+		if real, err = filepath.EvalSymlinks(p); err == nil {
+			err = statedir.Check(p, real)
+		}
+	} else {
+		err = statedir.File(p)
+	}
+	if err != nil {
+		return "", err
 	}
 	return p, nil
 }
