@@ -122,22 +122,33 @@ func rootDigest(entries []rootEntry) string {
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// buildRoot writes entries into dir, a new empty directory.
+// buildRoot writes entries into dir, a new empty directory, with their
+// modes set whatever the umask: the sandbox's user must read the root, and
+// every tier of the directory uses it as built.
 func buildRoot(dir string, entries []rootEntry) error {
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return err
+	}
 	for _, e := range entries {
 		p := filepath.Join(dir, filepath.FromSlash(e.path))
+		mode := os.FileMode(0o644)
 		var err error
 		switch e.kind {
 		case 'd':
-			err = os.Mkdir(p, 0o755)
+			mode = 0o755
+			err = os.Mkdir(p, mode)
 		case 'l':
-			err = os.Symlink(e.data, p)
+			if err = os.Symlink(e.data, p); err == nil {
+				continue
+			}
 		default:
-			mode := os.FileMode(0o644)
 			if e.data == "" { // the agent's placeholders
 				mode = 0o755
 			}
 			err = os.WriteFile(p, []byte(e.data), mode)
+		}
+		if err == nil {
+			err = os.Chmod(p, mode)
 		}
 		if err != nil {
 			return err

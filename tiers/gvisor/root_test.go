@@ -103,3 +103,30 @@ func TestForeignDirRefused(t *testing.T) {
 		t.Errorf("a tier in another user's directory: available is %v", err)
 	}
 }
+
+// A root built under a strict umask still lets the sandbox's user read it.
+func TestRootModesIgnoreUmask(t *testing.T) {
+	entries, _, err := rootPlan(NewConfig().hostDirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "root")
+	old := syscall.Umask(0o077)
+	err = os.Mkdir(dir, 0o711)
+	if err == nil {
+		err = buildRoot(dir, entries)
+	}
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]os.FileMode{".": 0o711, "etc": 0o755, "etc/passwd": 0o644, strings.TrimPrefix(agentBin, "/"): 0o755} {
+		st, err := os.Stat(filepath.Join(dir, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", path, st.Mode().Perm(), want)
+		}
+	}
+}
