@@ -59,8 +59,22 @@ func Ensure(dir string, perm os.FileMode) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", fmt.Errorf("state directory %q: not an absolute path", dir)
 	}
+	// The directories made here get perm whatever the umask: a sandbox's
+	// user may need to pass through them.
+	var made []string
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil || p == filepath.Dir(p) {
+			break
+		}
+		made = append(made, p)
+	}
 	if err := os.MkdirAll(dir, perm); err != nil {
 		return "", fmt.Errorf("state directory: %w", err)
+	}
+	for _, p := range made {
+		if err := os.Chmod(p, perm); err != nil {
+			return "", fmt.Errorf("state directory: %w", err)
+		}
 	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
@@ -85,5 +86,35 @@ func TestFile(t *testing.T) {
 	}
 	if err := File(link); !IsRefused(err) || !strings.Contains(err.Error(), "writable by others") {
 		t.Errorf("a link to a file in a directory others may write: %v", err)
+	}
+}
+
+// The directories Ensure makes get its mode whatever the umask; one that
+// exists keeps its own.
+func TestEnsureModes(t *testing.T) {
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := syscall.Umask(0o077)
+	_, err := Ensure(filepath.Join(base, "a", "b"), 0o755)
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := func(p string) os.FileMode {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode().Perm()
+	}
+	for _, p := range []string{"a", "a/b"} {
+		if m := mode(filepath.Join(base, p)); m != 0o755 {
+			t.Errorf("%s: mode %v, want 0755", p, m)
+		}
+	}
+	if m := mode(base); m != 0o700 {
+		t.Errorf("the existing directory's mode changed to %v", m)
 	}
 }
