@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 )
 
@@ -51,8 +52,10 @@ func execFull(cmd string, args []string) error {
 
 // findFull looks beside the running executable first, then where tools are
 // found (AIRLOCK_AIRLOCK_FULL, the tools directory, $PATH). The binary it
-// runs as this user must be a regular file owned by root or this user and
-// writable by nobody else, as the process tier asks of its stage binary.
+// runs as this user must be a regular file owned by root or this user (or
+// sudo's caller) that nobody else may write or replace: in directories
+// that pass the same rule (statedir.File), so that it cannot be swapped
+// between the check and the exec.
 func findFull() (string, error) {
 	p := ""
 	if exe, err := os.Executable(); err == nil {
@@ -68,13 +71,8 @@ func findFull() (string, error) {
 			return "", err
 		}
 	}
-	st, err := os.Stat(p)
-	if err != nil {
+	if err := statedir.File(p); err != nil {
 		return "", err
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !st.Mode().IsRegular() || !ok || (sys.Uid != 0 && int(sys.Uid) != os.Geteuid()) || st.Mode()&0o022 != 0 {
-		return "", fmt.Errorf("%s is not a regular file owned by root or this user and writable by nobody else", p)
 	}
 	return p, nil
 }

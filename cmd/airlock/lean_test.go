@@ -69,6 +69,23 @@ func TestFindFullOwnership(t *testing.T) {
 			t.Fatalf("findFull() = %q for a file another user owns", got)
 		}
 	}
+	// Nor one in a directory others may write, where it could be swapped
+	// between the check and the exec.
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	swappable := filepath.Join(open, "airlock-full")
+	if err := os.WriteFile(swappable, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AIRLOCK_AIRLOCK_FULL", swappable)
+	if got, err := findFull(); err == nil {
+		t.Fatalf("findFull() = %q in a directory others may write", got)
+	}
 	// A lean build started by a lean build does not start another.
 	t.Setenv(fullEnv, "1")
 	err := execFull("serve", []string{"serve"})
