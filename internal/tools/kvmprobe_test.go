@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // fakeQEMU writes a stand-in for QEMU that runs body.
@@ -82,5 +84,14 @@ func TestKVMBootsCache(t *testing.T) {
 	}
 	if !KVMBoots(failing, "/k", dir) {
 		t.Fatal("a matching cached verdict was not used")
+	}
+	// Not from a directory another user made: they could plant it.
+	theirs := testenv.ForeignDir(t)
+	planted := fakeQEMU(t, "exit 1")
+	if err := os.WriteFile(filepath.Join(theirs, "kvm-probe"), []byte(probeKey(planted, "/k")+"\ntrue\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if KVMBoots(planted, "/k", theirs) {
+		t.Fatal("a verdict planted in another user's directory was used")
 	}
 }
