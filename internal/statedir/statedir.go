@@ -24,22 +24,17 @@ import (
 
 // Error is a state directory, or a trusted file, refused, with the reason.
 type Error struct {
-	// What Dir is, for the message ("" is a state directory, or a file
-	// for File); a caller may name it better ("tools directory").
+	// What Dir is, for the message ("": a state directory); File says
+	// "file", and a caller may name it better ("tools directory").
 	What   string
 	Dir    string // the state directory (or file) asked for
 	Path   string // the one at fault: Dir or a directory above it
 	Reason string
-	file   bool
 }
 
 func (e *Error) Error() string {
 	what := e.What
-	switch {
-	case what != "":
-	case e.file:
-		what = "file"
-	default:
+	if what == "" {
 		what = "state directory"
 	}
 	if e.Path == e.Dir {
@@ -132,16 +127,16 @@ func File(path string) error {
 	euid := uint32(os.Geteuid())
 	switch {
 	case !st.Mode().IsRegular():
-		return &Error{Dir: path, Path: real, Reason: "is not a regular file", file: true}
+		return &Error{Dir: path, Path: real, Reason: "is not a regular file", What: "file"}
 	case !ok || !trustedUID(uid, euid):
-		return &Error{Dir: path, Path: real, Reason: foreign(uid, euid), file: true}
+		return &Error{Dir: path, Path: real, Reason: foreign(uid, euid), What: "file"}
 	case st.Mode().Perm()&0o022 != 0:
-		return &Error{Dir: path, Path: real, Reason: fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm()), file: true}
+		return &Error{Dir: path, Path: real, Reason: fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm()), What: "file"}
 	}
 	if err := Check(filepath.Dir(path), filepath.Dir(real)); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			e.Dir, e.file = path, true
+			e.Dir, e.What = path, "file"
 		}
 		return err
 	}
