@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
@@ -104,8 +105,8 @@ func findStage() (*stageBinary, error) {
 }
 
 // openStage opens the stage binary at p and checks that the tier may use
-// it: a regular file that only root or this process's user owns and may
-// write (a sandbox's first stage runs with the tier's privileges before it
+// it: a regular file that only root or this process's user (or the user
+// who ran sudo: statedir.Owner) owns and may write (a sandbox's first stage runs with the tier's privileges before it
 // confines itself), executable by the sandbox's unprivileged users, and
 // carrying the stage code this binary carries.
 func openStage(p string) (*stageBinary, error) {
@@ -129,8 +130,8 @@ func checkStage(f *os.File, p string) (*stageBinary, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("stage binary %s: not a regular file", p)
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("stage binary %s: owned by uid %d, neither root nor this process's user", p, sys.Uid)
+	if uid, ok := statedir.Owner(st); !ok {
+		return nil, fmt.Errorf("stage binary %s: owned by uid %d, neither root nor this process's user", p, uid)
 	}
 	if st.Mode().Perm()&0o022 != 0 {
 		return nil, fmt.Errorf("stage binary %s: writable by group or others (mode %v)", p, st.Mode().Perm())
@@ -176,8 +177,8 @@ func newStageBinary(f *os.File, p string, st os.FileInfo) *stageBinary {
 // as the rest of a CLI run's start, so the answer is kept in a file beside
 // the separate stage binary (its path and ".digest"), for that very file: its device, inode, size, modification and change
 // times. Any change to the binary (a rebuild, a copy, a chmod) misses.
-// The file is trusted as the binary is: owned by root or this user, not
-// writable by group or others. A directory this user cannot write keeps
+// The file is trusted as the binary is: its owner passes statedir.Owner,
+// and it is not writable by group or others. A directory this user cannot write keeps
 // no cache, and every check asks again.
 const digestFileVersion = "airlock-stage-digest/1"
 
@@ -206,7 +207,7 @@ func cachedDigest(p string, st os.FileInfo) string {
 	if err != nil || !cst.Mode().IsRegular() || cst.Mode().Perm()&0o022 != 0 {
 		return ""
 	}
-	if sys, ok := cst.Sys().(*syscall.Stat_t); !ok || (sys.Uid != 0 && int(sys.Uid) != os.Geteuid()) {
+	if _, ok := statedir.Owner(cst); !ok {
 		return ""
 	}
 	var b [256]byte

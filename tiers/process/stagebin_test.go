@@ -165,6 +165,14 @@ func TestStageBinaryRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
 			t.Fatalf("New: %v, want the owner refused", err)
 		}
+		// Root run through sudo trusts the user who ran it, as it trusts
+		// the tools directory that user built.
+		t.Setenv("SUDO_UID", "65534")
+		tier, err := New(testConfig(t).WithStageBinary(p))
+		if err != nil {
+			t.Fatalf("New under sudo by the binary's owner: %v", err)
+		}
+		tier.Close()
 	})
 	t.Run("self", func(t *testing.T) {
 		self, err := os.Executable()
