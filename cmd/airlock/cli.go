@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/version"
@@ -133,7 +135,7 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 				usage()
 				return nil, nil, exitOK, false
 			}
-			fmt.Fprintf(e.stderr, "%s: %v (see `airlock help %s`)\n", fs.Name(), err, strings.TrimPrefix(fs.Name(), "airlock "))
+			fmt.Fprintf(e.stderr, "%s: %s (see `airlock help %s`)\n", fs.Name(), flagError(fs, err), strings.TrimPrefix(fs.Name(), "airlock "))
 			return nil, nil, exitUsage, false
 		}
 		left := fs.Args()
@@ -146,6 +148,43 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 		pos = append(pos, left[0])
 		args = left[1:]
 	}
+}
+
+// flagErrorRE matches the flag package's messages, which name a flag as
+// -name and say only "parse error" for a number or duration it could not
+// read.
+var flagErrorRE = regexp.MustCompile(`^(?:flag provided but not defined: -+(\S+)|flag needs an argument: -+(\S+)|invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-+(\S+): (.*))$`)
+
+// flagError says what went wrong with a flag in the words the help uses:
+// --name, and what the value should look like.
+func flagError(fs *flag.FlagSet, err error) string {
+	m := flagErrorRE.FindStringSubmatch(err.Error())
+	switch {
+	case m == nil:
+		return err.Error()
+	case m[1] != "":
+		return "unknown flag --" + m[1]
+	case m[2] != "":
+		return "--" + m[2] + " needs a value"
+	}
+	value, name, why := m[3], m[4], m[5]
+	if why == "parse error" || why == "value out of range" {
+		if f := fs.Lookup(name); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				switch g.Get().(type) {
+				case time.Duration:
+					why = "want a duration such as 30s, 500ms or 2m"
+				case int, int64, uint, uint64:
+					why = "want a whole number"
+				case float64:
+					why = "want a number"
+				case bool:
+					why = "want true or false"
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("invalid value %s for --%s: %s", value, name, why)
 }
 
 // fail prints one clear line for err and returns the matching exit code.

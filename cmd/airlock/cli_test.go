@@ -164,7 +164,23 @@ func TestUsageErrors(t *testing.T) {
 	_, errOut, code = run(t, "", "run", "--wall", "soon", "--", "true")
 	assert.Equal(t, exitUsage, code)
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
-	assert.Contains(t, errOut, "airlock run: invalid value \"soon\" for flag -wall")
+	assert.Contains(t, errOut, "airlock run: invalid value \"soon\" for --wall: want a duration such as 30s, 500ms or 2m")
+	// Every flag error names the flag as the help does, with its value's form.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--memory", "lots", "--", "true"}, `invalid value "lots" for --memory: want a whole number`},
+		{[]string{"run", "--json=maybe", "-"}, `invalid value "maybe" for --json: want true or false`},
+		{[]string{"eval", "--frobnicate", "1"}, "airlock eval: unknown flag --frobnicate"},
+		{[]string{"run", "--wall"}, "airlock run: --wall needs a value"},
+	} {
+		_, errOut, code = run(t, "", tc.args...)
+		assert.Equal(t, exitUsage, code, tc.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, tc.want, tc.args)
+		assert.NotContains(t, errOut, "for flag -", tc.args)
+	}
 	// -h is the whole usage, and not an error.
 	_, errOut, code = run(t, "", "run", "-h")
 	assert.Equal(t, exitOK, code)
