@@ -1,15 +1,19 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,10 +70,77 @@ const (
 	DefaultDialTimeout      = 10 * time.Second
 )
 
-// methodOverrideHeaders let a client ask a server to treat a request as
-// another method; a policy by method would mean nothing if they passed.
-var methodOverrideHeaders = []string{
-	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method",
+// rewriteHeaders let a client ask a server, or a front end before it, to
+// treat a request as another method, path or host than its request line
+// and Host header say; a policy by method, path and host would mean
+// nothing if they passed. Names are compared lower-cased with '_' read as
+// '-': CGI, WSGI and Rack servers turn both into '_', so X_HTTP_METHOD
+// reaches the application as X-HTTP-Method does.
+var rewriteHeaders = map[string]string{
+	"x-http-method-override": "method-override",
+	"x-http-method":          "method-override",
+	"x-method-override":      "method-override",
+	"x-original-method":      "method-override",
+	"x-original-url":         "path-override",
+	"x-rewrite-url":          "path-override",
+	"x-forwarded-uri":        "path-override",
+	"x-forwarded-path":       "path-override",
+	"x-forwarded-prefix":     "path-override",
+	"x-forwarded-host":       "host-override",
+	"x-forwarded-server":     "host-override",
+	"x-original-host":        "host-override",
+	"x-host":                 "host-override",
+}
+
+// rewriteHeader returns the first header of h that rewriteHeaders lists,
+// in any spelling, or a Forwarded header naming a host, and what it
+// overrides.
+func rewriteHeader(h http.Header) (name, what string) {
+	for k, vs := range h {
+		norm := strings.ReplaceAll(strings.ToLower(k), "_", "-")
+		if w, ok := rewriteHeaders[norm]; ok {
+			return k, w
+		}
+		if norm == "forwarded" {
+			for _, v := range vs {
+				for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ';' }) {
+					if n, _, _ := strings.Cut(strings.TrimSpace(f), "="); strings.EqualFold(strings.TrimSpace(n), "host") {
+						return k, "host-override"
+					}
+				}
+			}
+		}
+	}
+	return "", ""
+}
+
+// methodParam reports whether a query or form body carries a _method
+// field in any spelling a server reads as one: fields split on '&' or
+// ';' (as Rack and older Python do), names percent-decoded with '+' as a
+// space, leading spaces dropped, '.', ' ' and '[' read as '_' and
+// anything from a '[' on ignored (as PHP does), case ignored.
+func methodParam(raw string) bool {
+	for _, field := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
+		name, _, _ := strings.Cut(field, "=")
+		if dec, err := url.QueryUnescape(name); err == nil {
+			name = dec
+		}
+		if isMethodField(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// isMethodField reports whether a form field's name is _method in a
+// spelling some server reads as it (see methodParam).
+func isMethodField(name string) bool {
+	name = strings.TrimLeft(name, " ")
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name = name[:i]
+	}
+	name = strings.NewReplacer(".", "_", " ", "_").Replace(name)
+	return strings.EqualFold(name, "_method")
 }
 
 // hopHeaders are connection-scoped and never forwarded.
@@ -220,12 +291,10 @@ func parseTarget(hostport, scheme string) (target, error) {
 // checkRequest applies the policy to one HTTP request bound for t over
 // scheme.
 func (e *engine) checkRequest(r *http.Request, scheme string, t target) (ok bool, status int, reason string) {
-	for _, h := range methodOverrideHeaders {
-		if _, present := r.Header[h]; present {
-			return false, http.StatusForbidden, "method-override header " + h + " is refused"
-		}
+	if h, what := rewriteHeader(r.Header); h != "" {
+		return false, http.StatusForbidden, what + " header " + h + " is refused"
 	}
-	if r.URL != nil && r.URL.Query().Has("_method") {
+	if r.URL != nil && methodParam(r.URL.RawQuery) {
 		return false, http.StatusForbidden, "method-override parameter _method is refused"
 	}
 	if r.Header.Get("Upgrade") != "" || headerHasToken(r.Header, "Connection", "upgrade") || r.Header.Get("Http2-Settings") != "" {
@@ -246,7 +315,66 @@ func (e *engine) checkRequest(r *http.Request, scheme string, t target) (ok bool
 	if ok, reason := e.policy.Check(r.Method, scheme, t.host, t.port, path); !ok {
 		return false, http.StatusForbidden, reason
 	}
+	// Last: a request refused on its face is refused before its body is
+	// asked for (Expect: 100-continue).
+	if status, reason := e.checkForm(r); reason != "" {
+		return false, status, reason
+	}
 	return true, 0, ""
+}
+
+// checkForm refuses a form body that carries a _method field: Rails,
+// Laravel, Symfony, Spring and Express's method-override treat a POST
+// with one as the method it names. A body is read as a form when its
+// Content-Type says so, or is missing (Rack parses such a POST as a form)
+// or unreadable; it is then read whole (within the request cap) before
+// anything is sent, and handed on as read.
+func (e *engine) checkForm(r *http.Request) (status int, reason string) {
+	if r.Body == nil || r.Body == http.NoBody || RefusesBody(r.Method) {
+		return 0, ""
+	}
+	ct := r.Header.Get("Content-Type")
+	mt, params, err := mime.ParseMediaType(ct)
+	if ct != "" && err == nil && mt != "application/x-www-form-urlencoded" && mt != "multipart/form-data" {
+		return 0, ""
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return http.StatusForbidden, "a form body with Content-Encoding " + ce + " is refused (its fields cannot be checked)"
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, e.maxReq+1))
+	if err != nil {
+		return http.StatusBadRequest, "reading the request body: " + err.Error()
+	}
+	if int64(len(body)) > e.maxReq {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the cap of %d bytes", e.maxReq)
+	}
+	r.Body = readCloser{bytes.NewReader(body), r.Body}
+	if mt != "multipart/form-data" {
+		if methodParam(string(body)) {
+			return http.StatusForbidden, "method-override field _method in the form body is refused"
+		}
+		return 0, ""
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return 0, ""
+		}
+		if err != nil {
+			return http.StatusForbidden, "a multipart form body that cannot be read is refused (its fields cannot be checked): " + err.Error()
+		}
+		if isMethodField(part.FormName()) {
+			return http.StatusForbidden, "method-override field _method in the form body is refused"
+		}
+	}
+}
+
+// readCloser reads a body already read into memory and closes the
+// original.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // RefusesBody reports whether a request with method may not carry a body:

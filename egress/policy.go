@@ -216,8 +216,9 @@ func (p *Policy) CheckHost(scheme, host string, port int) (ok bool, reason strin
 // otherwise: an encoded slash or a backslash (raw or encoded), a "." or
 // ".." segment in any encoding or followed by ";parameters" (which servlet
 // containers strip), any other ';', an empty segment, a percent sign left
-// after decoding (double encoding), invalid UTF-8 after decoding (overlong
-// forms of '.' and '/') or a control character.
+// after decoding (double encoding), a '?' or '#' after decoding, invalid
+// UTF-8 after decoding (overlong forms of '.' and '/') or a control
+// character.
 func requestPath(escaped string) (string, error) {
 	hides := func(what string) (string, error) {
 		return "", errorf("path %q hides its shape: %s", escaped, what)
@@ -240,6 +241,8 @@ func requestPath(escaped string) (string, error) {
 			return hides("an encoded slash")
 		case strings.Contains(dec, "\\"):
 			return hides("a backslash")
+		case strings.ContainsAny(dec, "?#"):
+			return hides("an encoded '?' or '#' (a server that decodes the path before passing it on cuts it there)")
 		case strings.Contains(dec, "%"):
 			return hides("a percent sign left after decoding (double encoding)")
 		case !utf8.ValidString(dec):
