@@ -41,7 +41,7 @@ var heavyCommands = registered(
 	&command{
 		name:    "replay",
 		summary: "re-run an audited job (in-process, or a command that ran in an image) with its recorded clock, seed and image, and check the output matches",
-		usage:   `replay [--json] [--images DIR] RECORD     RECORD: a file holding one audit line, FILE:N for line N of an audit trail, or - for stdin`,
+		usage:   `replay [--json] [--images DIR] [--allow-read PATH]... [--policy FILE] RECORD     RECORD: a file holding one audit line, FILE:N for line N of an audit trail, or - for stdin`,
 	},
 	&command{
 		name:    "sanitize",

@@ -6,13 +6,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
@@ -25,6 +30,9 @@ func replayCmd(ctx context.Context, e *env) int {
 	fs := e.flags(c)
 	jsonMode := fs.Bool("json", false, "write the replayed Result as JSON")
 	images := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	policyFile := fs.String("policy", "", "routing policy file (JSON or YAML) the recorded tier must satisfy; default: the built-in policy")
+	var reads pathList
+	fs.Var(&reads, "allow-read", "let the record's read grants use the host path `PATH` (repeatable); a record cannot grant itself a host path")
 	pos, _, code, ok := e.parse(fs)
 	if !ok {
 		return code
@@ -40,6 +48,16 @@ func replayCmd(ctx context.Context, e *env) int {
 	if err != nil {
 		return e.fail(jobs.Invalid("", "%s", err.Error()))
 	}
+	// A record is data anyone may have written: its grants and its tier
+	// are held to what the person replaying it allows, as a job file's
+	// are when it is run.
+	if rec.Job != nil {
+		job := *rec.Job
+		if err := replayReads(&job, reads); err != nil {
+			return e.fail(err)
+		}
+		rec.Job = &job
+	}
 	o, err := (&tierFlags{images: *images}).options(tierset.Options{})
 	if err != nil {
 		return e.fail(err)
@@ -49,6 +67,11 @@ func replayCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	defer tierset.Close(tiers)
+	if rec.Job != nil {
+		if err := replayTier(rec, tiers, *policyFile); err != nil {
+			return e.fail(err)
+		}
+	}
 	res, match, err := server.Replay(ctx, rec, tiers)
 	if err != nil {
 		return e.fail(jobs.Invalid("", "%s", err.Error()))
@@ -108,4 +131,62 @@ func readRecord(e *env, spec string) ([]byte, error) {
 		return nil, jobs.Invalid("", "%s holds %d records; name one as %s:N", name, len(lines), name)
 	}
 	return lines[0], nil
+}
+
+// replayReads resolves the read grants of a record's job against the
+// paths the caller allows (--allow-read), as run does for a job file.
+func replayReads(job *airlock.Job, allowed []string) error {
+	g := &job.Grants.FS
+	if len(g.Read) == 0 {
+		return nil
+	}
+	roots, err := hostpath.NewRoots(allowed, nil)
+	if err != nil {
+		return jobs.Invalid("allow-read", "%s", err.Error())
+	}
+	err = roots.ResolveFS(g)
+	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
+		d.Detail += "; the record's read grants need --allow-read"
+	}
+	return err
+}
+
+// replayTier refuses a record whose tier the routing policy would not
+// give its job: below the minimum level of the job's situation, or not
+// among the tiers its rule allows.
+func replayTier(rec server.Record, tiers []airlock.Tier, policyFile string) error {
+	policy := escalate.DefaultPolicy()
+	if policyFile != "" {
+		var err error
+		if policy, err = escalate.LoadPolicy(policyFile); err != nil {
+			return jobs.Invalid("policy", "%s", err.Error())
+		}
+	}
+	r, err := escalate.New(policy, tiers)
+	if err != nil {
+		return jobs.Invalid("policy", "%s", err.Error())
+	}
+	job := *rec.Job
+	job.Tier = rec.Tier
+	x := r.Explain(&job)
+	refuse := func(why string) error {
+		return &airlock.NotAdmitted{Tier: rec.Tier, Reason: fmt.Sprintf("the record ran its %s job on %s, which the routing policy does not allow: %s (--policy names another policy)", x.Situation, rec.Tier, why)}
+	}
+	if x.Rule == "" {
+		return refuse("no rule applies")
+	}
+	for _, rule := range r.Policy().Rules {
+		if rule.Name != x.Rule {
+			continue
+		}
+		for _, t := range tiers {
+			if t.Name() == rec.Tier && t.Level() < rule.MinLevel {
+				return refuse(fmt.Sprintf("rule %s asks for level %d or above, %s is level %d", rule.Name, rule.MinLevel, t.Name(), t.Level()))
+			}
+		}
+		if len(rule.Tiers) > 0 && !slices.Contains(rule.Tiers, rec.Tier) {
+			return refuse(fmt.Sprintf("rule %s allows only %s", rule.Name, strings.Join(rule.Tiers, ", ")))
+		}
+	}
+	return nil
 }

@@ -494,3 +494,39 @@ func TestMCPAllowSpawn(t *testing.T) {
 		t.Errorf("mcp --config --allow-spawn: %d %s", code, errOut)
 	}
 }
+
+// A record is data anyone may have written: replay holds its read grants
+// to the paths --allow-read names, as run holds a job file's, and its
+// tier to what the routing policy gives its job's situation.
+func TestReplayRefusesForgedGrants(t *testing.T) {
+	module, err := os.ReadFile(filepath.Join("..", "..", "examples", "echo.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	record := func(job map[string]any, tier string) string {
+		b, err := json.Marshal(map[string]any{"time": "2026-12-07T00:00:00Z", "tenant": "demo", "request": "run",
+			"tier": tier, "outcome": "ok", "output": "0", "job": job})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	grant := map[string]any{"kind": "wasm", "module": module, "situation": "expression",
+		"grants": map[string]any{"fs": map[string]any{"read": []string{dir}}}}
+	_, errOut, code := run(t, record(grant, "wasm"), "replay", "-")
+	if code != exitDenied || !strings.Contains(errOut, "--allow-read") {
+		t.Errorf("a record's own read grant: %d %s", code, errOut)
+	}
+	// Allowed, it runs (its made-up output digest does not match).
+	out, errOut, code := run(t, record(grant, "wasm"), "replay", "--json", "--allow-read", dir, "-")
+	if code != exitFailed || !strings.Contains(errOut, "MISMATCH") || !strings.Contains(out, `"tier": "wasm"`) {
+		t.Errorf("the read grant allowed: %d %s %s", code, out, errOut)
+	}
+	// A public command on the process tier: below the public rule's level.
+	cmd := map[string]any{"kind": "command", "argv": []string{"true"}, "situation": "public"}
+	_, errOut, code = run(t, record(cmd, "process"), "replay", "-")
+	if code != exitNotAdmitted || !strings.Contains(errOut, "rule public asks for level 4 or above, process is level 3") {
+		t.Errorf("a public job on level 3: %d %s", code, errOut)
+	}
+}
