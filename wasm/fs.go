@@ -3,10 +3,13 @@ package wasm
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
@@ -71,7 +74,7 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 			return nil, func() {}, jobs.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
 		roots = append(roots, r)
-		cfg = cfg.WithFSMount(r.FS(), guestPath(f.at, p))
+		cfg = cfg.WithFSMount(othersFS{r}, guestPath(f.at, p))
 	}
 	return cfg, closeAll, nil
 }
@@ -122,20 +125,35 @@ func copyGrant(m *memFS, host, guest string) error {
 		if err != nil {
 			return jobs.Invalid("grants.fs.copy", "copying %s: %v", host, err)
 		}
-		var perr error
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil // links, devices, sockets: not copied
+		}
+		info, err := d.Info()
+		if err != nil {
+			return jobs.Invalid("grants.fs.copy", "copying %s: %v", host, err)
+		}
 		switch {
-		case d.IsDir():
+		case p == "." && !othersMay(info.Mode()):
+			return jobs.Invalid("grants.fs.copy", "%s: the job could not list it, so it cannot be copied", host)
+		case !othersMay(info.Mode()) && d.IsDir():
+			return fs.SkipDir // what the job could not read is left out
+		case !othersMay(info.Mode()):
+			return nil
+		}
+		var perr error
+		if d.IsDir() {
 			if name := join(p); name != "" {
 				perr = m.putDir(name)
 			}
-		case d.Type().IsRegular():
-			data, err := fs.ReadFile(r.FS(), p)
-			if err != nil {
-				return jobs.Invalid("grants.fs.copy", "copying %s: %v", host, err)
+		} else {
+			// Read no more than still fits: a huge file must not be
+			// read into memory only to be refused.
+			var data []byte
+			if data, perr = readAtMost(r, p, m.room()); perr == nil {
+				perr = m.put(join(p), data)
+			} else if !errors.Is(perr, errScratchFull) {
+				return jobs.Invalid("grants.fs.copy", "copying %s: %v", host, perr)
 			}
-			perr = m.put(join(p), data)
-		default:
-			return nil // links, devices, sockets: not copied
 		}
 		if errors.Is(perr, errScratchFull) {
 			return jobs.Invalid("grants.fs.copy", "%s does not fit in the scratch (grants.fs.scratch_mb, %d MB)", host, m.limit>>20)
@@ -145,4 +163,74 @@ func copyGrant(m *memFS, host, guest string) error {
 		}
 		return nil
 	})
+}
+
+// readAtMost reads the file name of r, or fails with errScratchFull if
+// it holds more than n bytes.
+func readAtMost(r *os.Root, name string, n int64) ([]byte, error) {
+	f, err := r.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		return nil, errScratchFull
+	}
+	data, err := io.ReadAll(io.LimitReader(f, n+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > n {
+		return nil, errScratchFull
+	}
+	return data, nil
+}
+
+// othersMay reports whether a user with no claim on a file (neither its
+// owner nor in its group) may read it, and enter it if it is a directory.
+// That is what the OS tiers' unprivileged sandbox users may do with a
+// grant, so a WASM job sees the same of it, whichever user airlock runs
+// as.
+func othersMay(m fs.FileMode) bool {
+	want := fs.FileMode(0o004)
+	if m.IsDir() {
+		want = 0o005
+	}
+	return m.Perm()&want == want
+}
+
+// othersFS is a read grant as the job sees it: what othersMay allows,
+// each directory on the way entered only if others may enter it.
+type othersFS struct{ root *os.Root }
+
+func (o othersFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	denied := &fs.PathError{Op: "open", Path: name, Err: syscall.EACCES}
+	if name != "." {
+		dir := "."
+		for _, part := range strings.Split(path.Dir(name), "/") {
+			if part != "." {
+				dir = path.Join(dir, part)
+			}
+			st, err := o.root.Stat(dir)
+			if err != nil {
+				return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+			}
+			if st.Mode().Perm()&0o001 == 0 {
+				return nil, denied
+			}
+		}
+	}
+	f, err := o.root.FS().Open(name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil || !othersMay(st.Mode()) {
+		f.Close()
+		return nil, denied
+	}
+	return f, nil
 }

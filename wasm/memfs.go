@@ -41,6 +41,14 @@ type memNode struct {
 // besides its name and contents.
 const nodeCost = 256
 
+// room is what a file's contents may still take of the scratch, besides
+// its node and name.
+func (m *memFS) room() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return max(m.limit-m.used-nodeCost, 0)
+}
+
 // charge reserves n bytes of the scratch, or reports it full.
 func (m *memFS) charge(n int64) sys.Errno {
 	if m.used+n > m.limit {

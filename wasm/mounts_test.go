@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -123,5 +124,73 @@ func TestPreopenAtRoot(t *testing.T) {
 	res, err = tier.Run(context.Background(), job)
 	if err != nil || res.Stdout != dir+"\nfrom the grant" {
 		t.Fatalf("preopen at the host path: %v %+v", err, res)
+	}
+}
+
+// A grant shows a WASM job what a user with no claim on its files may
+// read, as the OS tiers' unprivileged sandbox users see it, whichever user
+// airlock runs as: not a file only its owner may read, nor anything in a
+// directory others may not enter; a copy leaves both out.
+func TestGrantShowsWhatOthersMayRead(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir, _ := tiertest.GrantTree(t) // holds "private", mode 0600
+	closed := filepath.Join(dir, "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(closed, "open.txt"), []byte("CLOSED\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, fs := range []airlock.FSGrant{
+		{Read: []string{dir}, At: map[string]string{dir: "/data"}},
+		{Read: []string{dir}, At: map[string]string{dir: "/data"}, Copy: []string{dir}},
+	} {
+		if res := runGuest(t, tier, fs, "read", "/data/x"); res.Stdout != "granted\n" {
+			t.Errorf("a file others may read (copy %v): %+v", fs.Copy != nil, res)
+		}
+		for _, p := range []string{"/data/private", "/data/closed/open.txt"} {
+			if res := runGuest(t, tier, fs, "read", p); res.ExitCode == 0 || strings.Contains(res.Stdout, "PRIVATE") || strings.Contains(res.Stdout, "CLOSED") {
+				t.Errorf("read %s (copy %v): %+v", p, fs.Copy != nil, res)
+			}
+		}
+	}
+	// A copy of a directory the job could not list is refused.
+	job := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Argv: []string{"hello"},
+		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{closed}, Copy: []string{closed}}}}
+	_, err := tier.Run(context.Background(), job)
+	var inv *airlock.InvalidJob
+	if !errors.As(err, &inv) || !strings.Contains(inv.Reason, "could not list it") {
+		t.Fatalf("copy of a closed directory: %v", err)
+	}
+}
+
+// A copy grant reads no more of a file than still fits in the scratch: a
+// huge file is refused without being read into the host's memory.
+func TestCopyGrantReadsNoMoreThanFits(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "huge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(256 << 20); err != nil { // sparse: nothing on disk
+		t.Fatal(err)
+	}
+	f.Close()
+	job := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Argv: []string{"hello"},
+		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{dir}, Copy: []string{dir}, ScratchMB: 1}}}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = tier.Run(context.Background(), job)
+	runtime.ReadMemStats(&after)
+	var inv *airlock.InvalidJob
+	if !errors.As(err, &inv) || !strings.Contains(inv.Reason, "does not fit") {
+		t.Fatalf("copy of a 256 MiB file into 1 MiB: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("refusing the copy allocated %d MiB", grew>>20)
 	}
 }
