@@ -175,6 +175,11 @@ func (c *collector) one(dir Tree, rel, name string, rest []string, literal bool)
 		c.skip(rel, "not a regular file")
 	case !utf8.ValidString(rel):
 		c.skip(rel, "the name is not UTF-8")
+	case strings.ContainsFunc(rel, func(r rune) bool { return !unicode.IsPrint(r) }):
+		// A name with a newline or an escape sequence would reach the
+		// caller's terminal and file system as it is; Accept refuses it
+		// from an agent too.
+		c.skip(rel, "the name holds a character that is not printable")
 	case len(c.res.Files) >= maxFiles:
 		c.skip(rel, fmt.Sprintf("more than %d files", maxFiles))
 	case size > c.left:

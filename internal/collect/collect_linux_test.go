@@ -38,6 +38,8 @@ func TestCollect(t *testing.T) {
 	must(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "out/leak.png")))
 	must(t, os.Symlink(outside, filepath.Join(dir, "linkdir")))
 	must(t, unix.Mkfifo(filepath.Join(dir, "out/fifo.png"), 0o644))
+	write(t, filepath.Join(dir, "out/nl\nname.png"), "n")
+	write(t, filepath.Join(dir, "out/esc\x1b[31mred.png"), "e")
 
 	res, err := Path(dir, []string{"out/*.png", "report.txt", "linkdir/secret", "*/*/d.png", "big.bin", "missing", "out"}, 64)
 	if err != nil {
@@ -58,6 +60,8 @@ func TestCollect(t *testing.T) {
 		"linkdir: a symbolic link, not followed",
 		"missing: matched nothing",
 		"out: not a regular file",
+		`"out/nl\nname.png": the name holds a character that is not printable`,
+		`"out/esc\x1b[31mred.png": the name holds a character that is not printable`,
 	} {
 		if !slices.Contains(res.Skipped, line) {
 			t.Errorf("skipped %q lacks %q", res.Skipped, line)
