@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,6 +28,9 @@ type Session struct {
 	uid       uint32
 	dir       string
 	workspace bool
+	// held is the workspace directory, open and flocked while the
+	// session lives: one session at a time may hold a workspace.
+	held *os.File
 
 	mu     sync.Mutex // one run at a time
 	closed bool
@@ -76,7 +78,14 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 			return nil, fmt.Errorf("opening workspace: %w", err)
 		}
 		_ = os.Chmod(t.cfg.workspaceDir, 0o711)
-		if err := chownTree(s.dir, int(uid)); err != nil {
+		held, err := holdWorkspace(s.dir, opts.Workspace)
+		if err != nil {
+			sharedUIDsPut(uid)
+			return nil, err
+		}
+		s.held = held
+		if err := chownTree(held, int(uid)); err != nil {
+			held.Close()
 			sharedUIDsPut(uid)
 			return nil, fmt.Errorf("opening workspace: %w", err)
 		}
@@ -93,16 +102,78 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	return s, nil
 }
 
-// chownTree gives a workspace to the session's uid (a workspace reattached
-// by a later session belongs to that session's uid). Symlinks are chowned,
-// never followed.
-func chownTree(dir string, uid int) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+// holdWorkspace opens the workspace directory dir and takes its lock,
+// which the session keeps until it closes: a second session of the same
+// workspace, in this process or another, is refused while the first is
+// open, so no job of it can change the tree while the next one takes it
+// over.
+func holdWorkspace(dir, name string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening workspace: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, &airlock.NotAdmitted{Reason: "workspace " + name + " is open in another session"}
+		}
+		return nil, fmt.Errorf("opening workspace: %w", err)
+	}
+	return f, nil
+}
+
+// chownTree gives the workspace open as dir to the session's uid (a
+// workspace reattached by a later session belongs to that session's uid).
+// It walks by descriptor, never by path: each entry is chowned where it
+// is without following a link, and a directory is entered only through
+// an open that refuses a link, on the same file system, so a tree that a
+// job swaps under the walk cannot lead it outside.
+func chownTree(dir *os.File, uid int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
+		return err
+	}
+	if err := unix.Fchown(int(dir.Fd()), uid, uid); err != nil {
+		return err
+	}
+	return chownEntries(int(dir.Fd()), uid, st.Dev)
+}
+
+func chownEntries(dirfd, uid int, dev uint64) error {
+	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	d := os.NewFile(uintptr(fd), "")
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		err := unix.Fchownat(fd, name, uid, uid, unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOENT) {
+			continue // gone meanwhile
+		}
 		if err != nil {
 			return err
 		}
-		return unix.Lchown(p, uid, uid)
-	})
+		var st unix.Stat_t
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Dev != dev {
+			continue
+		}
+		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // no longer a directory
+		}
+		err = chownEntries(sub, uid, dev)
+		unix.Close(sub)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ID returns the session's id.
@@ -164,7 +235,7 @@ func (s *Session) Close() error {
 	}
 	defer sharedUIDsPut(s.uid)
 	if s.workspace {
-		return nil
+		return s.held.Close() // and with it the workspace's lock
 	}
 	return errors.Join(unmountScratch(s.dir))
 }
