@@ -318,16 +318,23 @@ func (f *jobFlags) resolveReads(job *airlock.Job) error {
 			g.Read = append(g.Read, p)
 		}
 	}
+	return resolveUnder(g, append(slices.Clone(f.read), placed...), "read", "grant it with --read")
+}
+
+// resolveUnder resolves every read grant of g to the real path it names
+// and refuses one outside the roots the caller named (flag: the flag that
+// names them; hint: what a refusal adds).
+func resolveUnder(g *airlock.FSGrant, roots []string, flag, hint string) error {
 	if len(g.Read) == 0 {
 		return nil
 	}
-	roots, err := hostpath.NewRoots(append(slices.Clone(f.read), placed...), nil)
+	r, err := hostpath.NewRoots(roots, nil)
 	if err != nil {
-		return jobs.Invalid("read", "%s", err.Error())
+		return jobs.Invalid(flag, "%s", err.Error())
 	}
-	err = roots.ResolveFS(g)
+	err = r.ResolveFS(g)
 	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
-		d.Detail += "; grant it with --read"
+		d.Detail += "; " + hint
 	}
 	return err
 }

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
-	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
@@ -136,19 +134,7 @@ func readRecord(e *env, spec string) ([]byte, error) {
 // replayReads resolves the read grants of a record's job against the
 // paths the caller allows (--allow-read), as run does for a job file.
 func replayReads(job *airlock.Job, allowed []string) error {
-	g := &job.Grants.FS
-	if len(g.Read) == 0 {
-		return nil
-	}
-	roots, err := hostpath.NewRoots(allowed, nil)
-	if err != nil {
-		return jobs.Invalid("allow-read", "%s", err.Error())
-	}
-	err = roots.ResolveFS(g)
-	if d := (*airlock.Denied)(nil); errors.As(err, &d) {
-		d.Detail += "; the record's read grants need --allow-read"
-	}
-	return err
+	return resolveUnder(&job.Grants.FS, allowed, "allow-read", "the record's read grants need --allow-read")
 }
 
 // replayTier refuses a record whose tier the routing policy would not
