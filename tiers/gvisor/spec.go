@@ -92,7 +92,7 @@ func ptr[T any](v T) *T { return &v }
 // (--oci-seccomp) loads the first program itself, without an execve, and
 // installs the filter on it before it runs; its children inherit it. The
 // sentry implements only the native ABI, so no other architecture's or
-// x32's execve reaches it.
+// x32's execve reaches it. ptrace is refused too (see below).
 func noExecFilter() *specs.LinuxSeccomp {
 	arch := specs.ArchX86_64
 	if runtime.GOARCH == "arm64" {
@@ -105,6 +105,13 @@ func noExecFilter() *specs.LinuxSeccomp {
 			Names:    []string{"execve", "execveat"},
 			Action:   specs.ActErrno,
 			ErrnoRet: ptr(uint(syscall.EACCES)),
+		}, {
+			// A tracer could rewrite a traced child's allowed system
+			// call into an execve at its entry stop: the sentry does not
+			// run the filter again after the stop.
+			Names:    []string{"ptrace"},
+			Action:   specs.ActErrno,
+			ErrnoRet: ptr(uint(syscall.EPERM)),
 		}},
 	}
 }

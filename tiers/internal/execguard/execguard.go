@@ -58,6 +58,7 @@ func filter(k Key) []unix.SockFilter {
 		jge    = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
 		ret    = unix.BPF_RET | unix.BPF_K
 		eacces = unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
+		eperm  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 		// Offsets in struct seccomp_data.
 		offNr   = 0
 		offArch = 4
@@ -68,13 +69,20 @@ func filter(k Key) []unix.SockFilter {
 		{Code: jeq, Jt: 1, K: unix.AUDIT_ARCH_X86_64},
 		{Code: ret, K: unix.SECCOMP_RET_KILL_PROCESS}, // another ABI
 		{Code: ldW, K: offNr},
-		{Code: jge, Jt: 3, K: 0x40000000},        // x32: refuse
+		{Code: jge, Jt: 4, K: 0x40000000},        // x32: refuse
+		{Code: jeq, Jt: 4, K: unix.SYS_PTRACE},   // refuse (EPERM)
 		{Code: jeq, Jt: 2, K: unix.SYS_EXECVEAT}, // refuse
-		{Code: jeq, Jt: 2, K: unix.SYS_EXECVE},   // check the key
+		{Code: jeq, Jt: 3, K: unix.SYS_EXECVE},   // check the key
 		{Code: ret, K: unix.SECCOMP_RET_ALLOW},
 		{Code: ret, K: eacces},
+		{Code: ret, K: eperm},
 	}
-	// The key check (from index 9): six 32-bit words, each jumping to the
+	// ptrace is refused because a tracer could rewrite a traced child's
+	// allowed system call into an execve at its entry stop, after the
+	// filter has passed it: gVisor does not check the filter again
+	// (Linux has since 4.8).
+	//
+	// The key check (from index 11): six 32-bit words, each jumping to the
 	// refusal at the end on a mismatch (BPF jumps only forward).
 	for i, v := range k {
 		for half, w := range []uint32{uint32(v), uint32(v >> 32)} {
@@ -85,7 +93,7 @@ func filter(k Key) []unix.SockFilter {
 	}
 	prog = append(prog, unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW}, unix.SockFilter{Code: ret, K: eacces})
 	last := len(prog) - 1
-	for i := 10; i < last-1; i += 2 {
+	for i := 12; i < last-1; i += 2 {
 		prog[i].Jf = uint8(last - (i + 1))
 	}
 	return prog

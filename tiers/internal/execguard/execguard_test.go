@@ -45,6 +45,8 @@ func TestMain(m *testing.M) {
 	argv, _ := syscall.SlicePtrFromStrings([]string{"sh"})
 	_, _, e := unix.Syscall6(unix.SYS_EXECVEAT, uintptr(int64(atFDCWD)), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&argv[0])), 0, uintptr(k[2]))
 	fmt.Println("execveat:", e)
+	_, _, e = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0, 0, 0, 0)
+	fmt.Println("ptrace:", e)
 	err = Exec(sh, []string{"sh", "-c", `echo "$(echo builtin) $$"; ls / >/dev/null; echo "child exec: $?"; (echo subshell)`}, nil, k)
 	fmt.Println("exec with key:", err)
 	os.Exit(3)
@@ -66,6 +68,7 @@ func TestGuard(t *testing.T) {
 		"plain: permission denied\n",
 		"wrong key: permission denied\n",
 		"execveat: permission denied\n",
+		"ptrace: operation not permitted\n",
 		"builtin ",
 		"child exec: 126\n",
 		"subshell\n",
