@@ -57,5 +57,5 @@ func writeFiles(dir string, files map[string]string, uid int) error {
 	if err := os.Chown(dir, uid, uid); err != nil {
 		return err
 	}
-	return place.Files(dir, files, place.Options{FileMode: 0o644, DirMode: 0o755, Owner: &place.Owner{UID: uid, GID: uid}})
+	return place.Files(dir, files, place.Options{FileMode: 0o755, DirMode: 0o755, Owner: &place.Owner{UID: uid, GID: uid}})
 }

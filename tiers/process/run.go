@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
 )
 
@@ -196,9 +197,10 @@ func (t *Tier) coldOptions(ctx context.Context, job *airlock.Job, sess *Session,
 		// job spec follows the base spec, and the stage runs the job as
 		// soon as its root is built, without waiting for the ready round
 		// trip.
-		spec := containerJobSpec(job, img, scratchMB, nil, attachOf(ctx) != nil)
-		spec.Go = true
-		o.job = &spec
+		if spec, err := containerJobSpec(job, img, scratchMB, nil, attachOf(ctx) != nil); err == nil {
+			spec.Go = true
+			o.job = &spec
+		} // else runJob reports the error
 	}
 	return o
 }
@@ -296,8 +298,21 @@ func envFor(job *airlock.Job) []string {
 
 // containerJobSpec is the job spec a container's stage gets (a level-2
 // stage gets more: see filterLevel.completeJob).
-func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string, attached bool) stage.JobSpec {
+//
+// Without spawn, the job's filter also refuses memfd_create, since
+// Landlock does not govern executing an anonymous file. (The kernel's
+// vm.memfd_noexec would do that per PID namespace, but its file belongs
+// to the host's root, so a stage mapped to another uid cannot set it.)
+func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string, attached bool) (stage.JobSpec, error) {
+	var filter []byte
+	if !job.Grants.Spawn {
+		var err error
+		if filter, err = sysfilter.Program(sysfilter.FilterOptions{Inet: true, NoMemfd: true}); err != nil {
+			return stage.JobSpec{}, err
+		}
+	}
 	return stage.JobSpec{
+		Seccomp:   filter,
 		Argv:      job.Argv,
 		Env:       imageEnv(img, append(envFor(job), netEnv...)),
 		Egress:    netEnv != nil,
@@ -306,7 +321,7 @@ func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEn
 		Stdin:     job.Stdin != "" || attached,
 		ScratchMB: scratchMB,
 		Rlimits:   rlimitsFor(job, scratchMB),
-	}
+	}, nil
 }
 
 // jobRun is one job's run in a started sandbox (see runJob).
@@ -341,10 +356,14 @@ type jobRun struct {
 func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
 	var out outcome
 	var spec stage.JobSpec // sent below, unless it went with the base spec
+	var err error
 	if !sb.jobSent {
-		spec = containerJobSpec(job, sb.img, scratchMB, netEnv, attachOf(ctx) != nil)
+		spec, err = containerJobSpec(job, sb.img, scratchMB, netEnv, attachOf(ctx) != nil)
 	}
-	if err := sb.lv.completeJob(sb, job, &spec); err != nil {
+	if err == nil {
+		err = sb.lv.completeJob(sb, job, &spec)
+	}
+	if err != nil {
 		sb.kill()
 		<-sb.waitCh
 		return out, fmt.Errorf("starting sandbox: %w", err)

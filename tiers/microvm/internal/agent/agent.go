@@ -490,7 +490,7 @@ func (st *staged) prepare(job *wire.Job) error {
 	}
 	// The placement every tier shares (internal/place): nothing in the
 	// scratch is followed, and a name outside it is refused.
-	if err := place.Files(scratchDir, job.Files, place.Options{FileMode: 0o644, DirMode: 0o755, Owner: &place.Owner{UID: JobUID, GID: JobUID}}); err != nil {
+	if err := place.Files(scratchDir, job.Files, place.Options{FileMode: 0o755, DirMode: 0o755, Owner: &place.Owner{UID: JobUID, GID: JobUID}}); err != nil {
 		return err
 	}
 	root := st.root

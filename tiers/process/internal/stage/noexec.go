@@ -3,6 +3,7 @@ package stage
 import (
 	"bufio"
 	"debug/elf"
+	"fmt"
 	"os"
 	"strings"
 
@@ -15,7 +16,12 @@ import (
 // (EACCES) every execve the program makes of anything else, while it may
 // still fork itself (subshells, pipes of builtins) within the pids limit.
 // Shared libraries are mapped, not executed, and need no rule.
-func execOnly(rules []llRule, prog string) []llRule {
+//
+// A rule holds an inode, so a file that may execute and lies on a
+// writable mount (a program in the scratch) is first replaced, at its
+// path, by a read-only copy (sealCopy): otherwise the program could write
+// any binary into its own file and execute that.
+func execOnly(rules []llRule, prog string) ([]llRule, error) {
 	out := make([]llRule, 0, len(rules)+3)
 	for _, r := range rules {
 		r.Access &^= llExec
@@ -33,12 +39,92 @@ func execOnly(rules []llRule, prog string) []llRule {
 		}
 	}
 	for _, f := range files {
-		if _, err := os.Stat(f); err != nil {
+		real, err := realPath(f)
+		if err != nil {
 			continue // nothing to execute there: the exec fails anyway
 		}
-		out = append(out, llRule{Path: f, Access: unix.LANDLOCK_ACCESS_FS_READ_FILE | llExec})
+		if err := sealCopy(real); err != nil {
+			return nil, err
+		}
+		out = append(out, llRule{Path: real, Access: unix.LANDLOCK_ACCESS_FS_READ_FILE | llExec})
 	}
-	return out
+	return out, nil
+}
+
+// realPath is p with every symbolic link resolved, as the kernel found
+// it. (Not path/filepath: the stage's imports stay few, see
+// TestBinaryRoles.)
+func realPath(p string) (string, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	return os.Readlink(FdPath(fd))
+}
+
+// sealCopy replaces the regular file at path p, if it lies on a writable
+// mount, by a copy on a tmpfs of its own that is mounted read-only over
+// it. The copy's inode is reachable by that path alone: unlike a
+// read-only bind of the file itself, no hard link made earlier in the
+// workspace can write to it.
+func sealCopy(p string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	if st.Flags&unix.ST_RDONLY != 0 {
+		return nil
+	}
+	src, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	defer src.Close()
+	info, err := src.Stat()
+	if err != nil || !info.Mode().IsRegular() {
+		return nil // not a file the kernel would execute
+	}
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigSetString(fsfd, "mode", "0755"); err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	defer unix.Close(mnt)
+	dfd, err := unix.Openat(mnt, "f", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, uint32(info.Mode().Perm()))
+	if err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	dst := os.NewFile(uintptr(dfd), "f")
+	_, err = dst.ReadFrom(src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	tree, err := unix.OpenTree(mnt, "f", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("sealing %s: %w", p, err)
+	}
+	return nil
 }
 
 // scriptInterpreter returns the absolute interpreter a "#!" first line

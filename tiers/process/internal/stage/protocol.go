@@ -101,7 +101,7 @@ type JobSpec struct {
 	ReadPaths []string // filter stage: Landlock read rules beyond the defaults
 	Scratch   string   // filter stage: the writable directory
 	UID       uint32   // filter stage: the uid and gid to become
-	Seccomp   []byte   // filter stage: the program to confine with
+	Seccomp   []byte   // filter stage: the program to confine with; container stage: the base's replacement, if any
 	Egress    bool     // container stage: run the egress forwarder
 	// NoExec (container stage): spawn is withheld, so the program may
 	// execute nothing but itself (see execOnly).

@@ -163,7 +163,14 @@ func containerStage() int {
 		return fail(err)
 	}
 	if job.NoExec {
-		rules = execOnly(rules, prog)
+		if rules, err = execOnly(rules, prog); err != nil {
+			return fail(err)
+		}
+	}
+	if len(job.Seccomp) > 0 { // the job's own filter (spawn withheld)
+		if seccompProg, err = parseFilter(job.Seccomp); err != nil {
+			return fail(err)
+		}
 	}
 	if err := confine(rules, seccompProg); err != nil {
 		return fail(err)

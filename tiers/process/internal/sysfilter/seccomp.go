@@ -79,6 +79,13 @@ type FilterOptions struct {
 	// 6.12) keeps a program from connecting to the host's, so on older
 	// kernels the filter tier sets this.
 	NoUnix bool
+	// NoMemfd refuses memfd_create: Landlock does not govern executing
+	// an anonymous file, so level 3 sets this when spawn is withheld.
+	NoMemfd bool
+	// NoInotify refuses the inotify calls: at level 2 a watch would show
+	// activity in host directories the job may search but Landlock keeps
+	// it from opening (other users' files appearing in /tmp, say).
+	NoInotify bool
 }
 
 // A condition on the low 32 bits of one argument. Only the low half is
@@ -126,6 +133,14 @@ func rules(o FilterOptions) []rule {
 	}
 	if !o.NoUnix {
 		rs = append(rs, rule{name: "socket", conds: []argCond{{arg: 0, op: opEq, val: unix.AF_UNIX}}, action: retAllow})
+	}
+	if o.NoMemfd {
+		rs = append(rs, rule{name: "memfd_create", action: retEPERM})
+	}
+	if o.NoInotify {
+		for _, name := range []string{"inotify_init", "inotify_init1", "inotify_add_watch"} {
+			rs = append(rs, rule{name: name, action: retEPERM})
+		}
 	}
 	if o.Inet {
 		for _, fam := range []uint32{unix.AF_INET, unix.AF_INET6} {
@@ -329,7 +344,9 @@ func searchTree(nrs []uint32, leaf func(uint32) []bpf.Instruction) ([]bpf.Instru
 var programs = map[FilterOptions]func() ([]byte, error){}
 
 func init() {
-	for _, o := range []FilterOptions{{}, {Inet: true}, {NoUnix: true}} {
+	for _, o := range []FilterOptions{{}, {Inet: true}, {NoUnix: true},
+		{NoInotify: true}, {NoUnix: true, NoInotify: true}, // level 2's
+		{Inet: true, NoMemfd: true}} { // level 3's without spawn
 		programs[o] = sync.OnceValues(func() ([]byte, error) { return program(o) })
 	}
 }

@@ -66,7 +66,7 @@ func TestFilterTree(t *testing.T) {
 	for _, n := range info.SyscallNames {
 		maxNr = max(maxNr, uint32(n))
 	}
-	for _, o := range []FilterOptions{{}, {Inet: true}, {NoUnix: true}} {
+	for o := range programs {
 		tree, err := assemble(o)
 		if err != nil {
 			t.Fatal(err)
@@ -97,7 +97,13 @@ func TestFilterTree(t *testing.T) {
 			}
 			return verdict(t, tvm, uint32(info.ID), uint32(n), args)
 		}
-		inet, unixSock := uint32(retEPERM), uint32(retAllow)
+		inet, unixSock, memfd, inotify := uint32(retEPERM), uint32(retAllow), uint32(retAllow), uint32(retAllow)
+		if o.NoMemfd {
+			memfd = retEPERM
+		}
+		if o.NoInotify {
+			inotify = retEPERM
+		}
 		if o.Inet {
 			inet = retAllow
 		}
@@ -126,6 +132,9 @@ func TestFilterTree(t *testing.T) {
 			{"socket", [6]uint32{unix.AF_INET6, unix.SOCK_DGRAM}, inet},
 			{"socket", [6]uint32{unix.AF_INET, unix.SOCK_RAW}, retEPERM},
 			{"socket", [6]uint32{unix.AF_PACKET, unix.SOCK_RAW}, retEPERM},
+			{"memfd_create", [6]uint32{}, memfd},
+			{"inotify_init1", [6]uint32{}, inotify},
+			{"inotify_add_watch", [6]uint32{}, inotify},
 		} {
 			if got := named(c.name, c.args); got != c.want {
 				t.Errorf("%+v: %s%v: %#x, want %#x", o, c.name, c.args, got, c.want)
