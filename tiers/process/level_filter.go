@@ -21,9 +21,11 @@ type filterLevel struct{}
 // filterPolicy is level 2's seccomp policy. Without Landlock's scoping
 // of abstract Unix sockets (ABI 6, Linux 6.12) a program sharing the
 // host's network namespace could connect to any abstract socket there, so
-// on older kernels it gets no AF_UNIX sockets at all.
+// on older kernels it gets no AF_UNIX sockets at all. inotify is refused:
+// a watch on a host directory the job may search but not open (/tmp)
+// would show what other users do there.
 var filterPolicy = sync.OnceValue(func() sysfilter.FilterOptions {
-	return sysfilter.FilterOptions{NoUnix: stage.LandlockABI() < 6}
+	return sysfilter.FilterOptions{NoUnix: stage.LandlockABI() < 6, NoInotify: true}
 })
 
 func (filterLevel) ownFS() bool         { return false }
