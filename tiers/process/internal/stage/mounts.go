@@ -327,8 +327,11 @@ func attachTree(fd int, target string) error {
 }
 
 // buildEtc makes the sandbox's /etc at etc: the allowed host entries
-// (small files copied, other files and directories bound read-only,
-// symlinks recreated) and the synthesised files.
+// (small files copied with their mode, other files and directories bound
+// read-only, symlinks recreated) and the synthesised files. The copier
+// may be root, so an entry is taken only where others may reach it, and a
+// file only if others may read it: the job sees what a user with no claim
+// on the host's files may read, as a bound file would show it.
 func buildEtc(etc string) error {
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		return err
@@ -336,7 +339,7 @@ func buildEtc(etc string) error {
 	for _, name := range etcAllow {
 		host := path.Join("/etc", name)
 		st, err := os.Lstat(host)
-		if err != nil {
+		if err != nil || !othersReach(path.Dir(host)) {
 			continue
 		}
 		target := path.Join(etc, name)
@@ -355,11 +358,17 @@ func buildEtc(etc string) error {
 		case st.Mode().IsRegular() && st.Size() <= 1<<20:
 			// Small files are copied (cheaper than a bind mount each); the
 			// root is read-only once built.
+			if st.Mode().Perm()&0o004 == 0 {
+				continue
+			}
 			data, err := os.ReadFile(host)
 			if err != nil {
 				continue
 			}
-			if err := os.WriteFile(target, data, 0o644); err != nil {
+			if err := os.WriteFile(target, data, 0o600); err != nil {
+				return err
+			}
+			if err := os.Chmod(target, st.Mode().Perm()); err != nil {
 				return err
 			}
 		default:
@@ -374,6 +383,21 @@ func buildEtc(etc string) error {
 		}
 	}
 	return nil
+}
+
+// othersReach reports whether a user with no claim on them may search dir
+// and each of its ancestors.
+func othersReach(dir string) bool {
+	for {
+		st, err := os.Stat(dir)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if dir == "/" {
+			return true
+		}
+		dir = path.Dir(dir)
+	}
 }
 
 func buildDev(dev string) error {
