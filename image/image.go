@@ -31,10 +31,21 @@ type Image struct {
 	Digest string
 	// Root is the unpacked root filesystem. It belongs to the store: never
 	// written, and valid until the release function Acquire returned runs.
-	// Empty for the host view.
+	// Empty for the host view. Beside the image's own files it holds the
+	// empty MountPoints an image lacks.
 	Root string
 	// Config is what of the image's configuration a sandbox applies.
 	Config Config
+}
+
+// MountPoints are the paths the OS tiers mount over in every sandbox
+// (directories end in "/"): the store adds those an image lacks, empty, as
+// it unpacks it, so that no tier's runtime has to make one in a root that
+// every sandbox of the image shares (gVisor's would, on the host).
+var MountPoints = []string{
+	"dev/", "proc/", "sys/", "tmp/", "scratch/",
+	"etc/", "etc/passwd", "etc/group", "etc/hosts", "etc/hostname", "etc/resolv.conf",
+	".airlock/", ".airlock/sock/", ".airlock/lib/", ".airlock/agent", ".airlock/guard",
 }
 
 // IsHost reports whether img is the host view rather than an image.

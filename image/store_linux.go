@@ -587,6 +587,9 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 		}
 		stream -= n
 	}
+	if err := addMountPoints(root); err != nil {
+		return err
+	}
 	size, err := du(root)
 	if err != nil {
 		return err
@@ -1133,4 +1136,34 @@ func (s *Store) evict() {
 	if changed {
 		s.writeTable(t)
 	}
+}
+
+// addMountPoints makes the MountPoints root lacks. One that is there in
+// another form (a link, say) stays as the image has it: the tiers judge
+// it.
+func addMountPoints(root string) error {
+	for _, p := range MountPoints {
+		name := filepath.Join(root, filepath.FromSlash(strings.TrimSuffix(p, "/")))
+		if _, err := os.Lstat(name); !os.IsNotExist(err) {
+			continue
+		}
+		if st, err := os.Lstat(filepath.Dir(name)); err != nil || !st.IsDir() {
+			continue // its parent is missing, or not a directory (a link is never followed)
+		}
+		var err error
+		if strings.HasSuffix(p, "/") {
+			if err = os.Mkdir(name, 0o755); err == nil {
+				err = os.Chmod(name, 0o755)
+			}
+		} else {
+			var f *os.File
+			if f, err = os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
+				err = f.Close()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("making mount point /%s: %w", p, err)
+		}
+	}
+	return nil
 }

@@ -270,6 +270,12 @@ func TestImportLayoutAndAcquire(t *testing.T) {
 		t.Errorf("progress events %+v", events)
 	}
 	mu.Unlock()
+	for _, p := range MountPoints {
+		fi, err := os.Lstat(filepath.Join(got.Root, p))
+		if err != nil || fi.IsDir() != strings.HasSuffix(p, "/") {
+			t.Errorf("mount point /%s: %v", p, err)
+		}
+	}
 	if l, err := os.Readlink(filepath.Join(got.Root, "bin")); err != nil || l != "usr/bin" {
 		t.Errorf("bin link %q %v", l, err)
 	}
@@ -437,6 +443,16 @@ func TestHostile(t *testing.T) {
 		}},
 		{name: "long-name", ents: []ent{file(strings.Repeat("a/", 3000)+"x", "x")}, refuse: "bytes", invalid: true},
 		{name: "sparse-10G", ents: []ent{bigFile("big", 10<<30)}, refuse: "too large", invalid: true},
+		{name: "mount-points-through-links", ents: []ent{symlink("etc", canary), symlink(".airlock", canary), symlink("tmp", canary), file("ok", "ok")}, check: func(t *testing.T, root string) {
+			for _, l := range []string{"etc", ".airlock", "tmp"} {
+				if fi, err := os.Lstat(filepath.Join(root, l)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+					t.Errorf("%s is no longer the image's link: %v", l, err)
+				}
+			}
+			if fi, err := os.Stat(filepath.Join(root, "scratch")); err != nil || !fi.IsDir() {
+				t.Errorf("mount point /scratch: %v", err)
+			}
+		}},
 		{name: "file-replaces-symlink", ents: []ent{symlink("t", canary+"/keep"), file("t", "mine")}, check: func(t *testing.T, root string) {
 			if s := readFile(t, root, "t"); s != "mine" {
 				t.Errorf("t %q", s)

@@ -3,6 +3,8 @@ package gvisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // hostOnly is a file the host has and a busybox image does not.
@@ -348,4 +351,75 @@ func TestAgentLaunch(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(lib, "libc.so.6")); err != nil {
 		t.Errorf("libc not copied: %v", err)
 	}
+}
+
+// TestMountPointsNeverWritten: a grant at a guest path missing in the
+// root runs in a root of the sandbox's own, so neither an image's root nor
+// the host view's shared root gains its mount point (nor the agent's, in
+// an image that lacks them); one missing in a host directory the sandbox
+// shows is refused, and the host directory stays as it was.
+func TestMountPointsNeverWritten(t *testing.T) {
+	tier, r, imgs := newImageTier(t, NewConfig())
+	r.AllowHost()
+	dir, _ := tiertest.GrantTree(t)
+	roots := []string{imgs[0].Root, tier.rootfs}
+	before := make([]string, len(roots))
+	for i, root := range roots {
+		before[i] = treeOf(t, root)
+	}
+	for _, c := range []struct {
+		img, at string
+		collect bool // runs through the agent
+	}{
+		{"img-a", "/probe/deep", false},
+		{"img-a", "/usr/probe", true},
+		{image.Host, "/probe", false},
+		{image.Host, "/probe/deep", true},
+	} {
+		job := cmdJob("sh", "-c", "cat "+c.at+"/sub/data.txt; ls / | grep -c '^usr$'")
+		job.Image = c.img
+		job.Grants.FS = airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: c.at}}
+		if c.collect {
+			job.Collect = []string{"none"}
+		}
+		res, err := tier.Run(context.Background(), job)
+		if err != nil || res.Stdout != "granted\n1\n" {
+			t.Errorf("%s, grant at %s: %v, stdout %q, stderr %q", c.img, c.at, err, res.Stdout, res.Stderr)
+		}
+	}
+	for i, root := range roots {
+		if after := treeOf(t, root); after != before[i] {
+			t.Errorf("the shared root %s changed:\nbefore:\n%s\nafter:\n%s", root, before[i], after)
+		}
+	}
+	// Under the host's /usr, which the host view binds: refused.
+	missing := "/usr/airlock-no-such-mount-point"
+	job := cmdJob("true")
+	job.Image = image.Host
+	job.Grants.FS = airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: missing}}
+	_, err := tier.Run(context.Background(), job)
+	if airlock.KindOf(err) != airlock.ErrInvalid || !strings.Contains(err.Error(), "does not exist in /usr") {
+		t.Errorf("a grant at %s: %v, want invalid", missing, err)
+	}
+	if _, err := os.Lstat(missing); !os.IsNotExist(err) {
+		os.Remove(missing)
+		t.Errorf("runsc made %s on the host", missing)
+	}
+}
+
+// treeOf lists every path under root with its type.
+func treeOf(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v\n", strings.TrimPrefix(p, root), d.Type())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

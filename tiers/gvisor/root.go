@@ -112,9 +112,13 @@ func rootPlan(hostDirs []string) (entries []rootEntry, mounts []string, err erro
 	return entries, mounts, nil
 }
 
+// rootMode is the mode of a root's top directory: the job may list /.
+const rootMode = 0o755
+
 // rootDigest names a root by what it holds.
 func rootDigest(entries []rootEntry) string {
 	h := sha256.New()
+	fmt.Fprintf(h, "root %o\n", rootMode)
 	for _, e := range entries {
 		fmt.Fprintf(h, "%c %d %s %d\n", e.kind, len(e.path), e.path, len(e.data))
 		_, _ = io.WriteString(h, e.data)
@@ -126,7 +130,7 @@ func rootDigest(entries []rootEntry) string {
 // modes set whatever the umask: the sandbox's user must read the root, and
 // every tier of the directory uses it as built.
 func buildRoot(dir string, entries []rootEntry) error {
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, rootMode); err != nil {
 		return err
 	}
 	for _, e := range entries {

@@ -120,7 +120,7 @@ func TestRootModesIgnoreUmask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]os.FileMode{".": 0o711, "etc": 0o755, "etc/passwd": 0o644, strings.TrimPrefix(agentBin, "/"): 0o755} {
+	for path, want := range map[string]os.FileMode{".": 0o755, "etc": 0o755, "etc/passwd": 0o644, strings.TrimPrefix(agentBin, "/"): 0o755} {
 		st, err := os.Stat(filepath.Join(dir, path))
 		if err != nil {
 			t.Fatal(err)

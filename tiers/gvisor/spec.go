@@ -266,7 +266,11 @@ func (b *bundle) write(dir string) error {
 	if err := b.checkGuests(); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(b.spec(), "", "  ")
+	s, err := placeMountPoints(b.spec(), dir)
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}

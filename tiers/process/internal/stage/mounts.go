@@ -208,9 +208,10 @@ func hostRoot(r string, base *BaseSpec) error {
 
 // imageHidden are an image's top-level entries the sandbox does not take
 // from it: what buildRoot mounts its own (/dev, /proc, /tmp, /scratch),
-// the host's kernel interface (/sys, never mounted), and /etc, which is
-// the image's merged with the synthesised files.
-var imageHidden = map[string]bool{"dev": true, "proc": true, "sys": true, "tmp": true, "scratch": true, "etc": true}
+// the host's kernel interface (/sys, never mounted), /etc, which is
+// the image's merged with the synthesised files, and /.airlock, the
+// gVisor agent's mount points (image.MountPoints).
+var imageHidden = map[string]bool{"dev": true, "proc": true, "sys": true, "tmp": true, "scratch": true, "etc": true, ".airlock": true}
 
 // imageRoot assembles an image's root at r/root and returns it with the
 // image's top-level entries that Landlock lets the program read and
