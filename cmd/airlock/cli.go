@@ -108,9 +108,28 @@ func (e *env) flags(c *command) *flag.FlagSet {
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: airlock %s\n\n%s\n\nflags:\n", c.usage, c.summary)
-		fs.PrintDefaults()
+		printFlags(e.stderr, fs)
 	}
 	return fs
+}
+
+// printFlags lists fs's flags as the help shows them, GNU-style
+// ("--name VALUE"), which is also how they are best spelled.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		text = strings.ReplaceAll(text, "\n", "\n    \t")
+		switch f.DefValue {
+		case "", "false", "0", "0s", "[]":
+		default:
+			text += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, text)
+	})
 }
 
 // parse parses flags, allowing flags after positional arguments. It
