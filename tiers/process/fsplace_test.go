@@ -176,6 +176,17 @@ func TestPlacementRefusals(t *testing.T) {
 			t.Errorf("guest path %s: %v", g, err)
 		}
 	}
+	// In the host view, a guest path missing in a host directory the
+	// sandbox shows is the job's fault, and nothing is made there.
+	missing := "/usr/lib/airlock-no-such-mount-point"
+	job := cmdJob("true")
+	job.Grants.FS = airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: missing}}
+	if _, err := tier.Run(context.Background(), job); airlock.KindOf(err) != airlock.ErrInvalid || !strings.Contains(err.Error(), "does not exist in /usr") {
+		t.Errorf("guest path %s in the host view: %v, want invalid", missing, err)
+	}
+	if _, err := os.Lstat(missing); !os.IsNotExist(err) {
+		t.Errorf("%s was made on the host", missing)
+	}
 }
 
 // TestCopyGrantBesideOtherScratch: with a session's scratch, or a collect

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,6 +57,11 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	img, releaseImage, err := t.jobImage(ctx, job.Image, sess)
 	if err != nil {
 		return finish(err)
+	}
+	if img == nil || img.IsHost() {
+		if err := hostViewGuests(job.Grants.FS.At); err != nil {
+			return finish(err)
+		}
 	}
 	if img != nil {
 		res.Image = img.Digest
@@ -143,6 +150,23 @@ func (t *Tier) runIn(ctx context.Context, sb *sandbox, job *airlock.Job, scratch
 		res.Files, res.FilesSkipped = collectFiles(sb.scratch, job.Collect)
 	}
 	return err
+}
+
+// hostViewGuests refuses, in the host view, a guest path that lies in a
+// host directory the sandbox shows (/usr, /lib…) and does not exist there:
+// its mount point cannot be made in the host's directory.
+func hostViewGuests(at map[string]string) error {
+	for _, g := range at {
+		for _, d := range append([]string{"usr"}, stage.UsrLinks...) {
+			d = "/" + d
+			if strings.HasPrefix(g, d+"/") {
+				if _, err := os.Lstat(g); os.IsNotExist(err) {
+					return jobs.Invalid("grants.fs.at", "guest path %s does not exist in %s, which the sandbox shows from the host: choose a guest path that exists there, or one outside it", g, d)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // jobImage is the job's image (nil: the host view without a resolver): a

@@ -276,7 +276,7 @@ func stageMount(p string) bool {
 	case "/", "/proc", "/dev":
 		return true
 	}
-	for _, dir := range append([]string{"usr", "etc"}, usrLinks...) {
+	for _, dir := range append([]string{"usr", "etc"}, UsrLinks...) {
 		if p == "/"+dir || strings.HasPrefix(p, "/"+dir+"/") {
 			return true
 		}

@@ -589,7 +589,7 @@ func filterLandlock(scratch string, read []string) []llRule {
 		}
 	}
 	add("/usr", llRead|llExec)
-	for _, name := range usrLinks {
+	for _, name := range UsrLinks {
 		add("/"+name, llRead|llExec)
 	}
 	for _, name := range etcAllow {
