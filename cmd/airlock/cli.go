@@ -96,8 +96,12 @@ func usage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 code failed, 2 invalid input, 3 stopped by a limit, 4 capability denied, 5 not admitted, 6 internal error,\n7 backend missing (install it: make setup, or make install);\na program that ran to its end with a non-zero status: that status")
 }
