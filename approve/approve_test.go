@@ -67,6 +67,8 @@ func TestDigestCoversEveryField(t *testing.T) {
 		"limits":        func(j *airlock.Job) { j.Limits.WallMS = 2000 },
 		"situation":     func(j *airlock.Job) { j.Situation = airlock.SituationInternal },
 		"collect":       func(j *airlock.Job) { j.Collect = []string{"out/*"} },
+		"clock":         func(j *airlock.Job) { j.Clock = time.Date(2031, 6, 1, 0, 0, 0, 0, time.UTC) },
+		"seed":          func(j *airlock.Job) { j.Seed = 99 },
 	}
 	for name, mutate := range mutations {
 		j := netJob()
@@ -142,7 +144,12 @@ func TestTokenChecks(t *testing.T) {
 		"other server's key": {other.Issue(approve.Claims{Digest: d, Tenant: "acme", Expires: now.Add(time.Hour)}), d, "acme", now, "not signed"},
 		"tampered claims":    {tamper(tok), d, "acme", now, "not signed"},
 		"garbage":            {"not-a-token", d, "acme", now, "malformed"},
-		"empty":              {"", d, "acme", now, "malformed"},
+		// The decoder alone would take these spellings of the same token,
+		// each a token not yet used.
+		"line break":      {tok[:5] + "\n" + tok[5:], d, "acme", now, "malformed"},
+		"carriage return": {tok + "\r", d, "acme", now, "malformed"},
+		"padding bits":    {respell(tok), d, "acme", now, "malformed"},
+		"empty":           {"", d, "acme", now, "malformed"},
 	}
 	for name, c := range cases {
 		_, err := s.Check(c.token, c.digest, c.tenant, c.at)
@@ -153,6 +160,15 @@ func TestTokenChecks(t *testing.T) {
 			t.Errorf("%s: error kind %s, want not_admitted", name, airlock.KindOf(err))
 		}
 	}
+}
+
+// respell changes the lowest bit of the token's last character, which
+// only pads the MAC's last byte (32 bytes: 43 characters, the last holding
+// 4 bits and 2 of padding).
+func respell(tok string) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, tok[len(tok)-1])
+	return tok[:len(tok)-1] + string(alphabet[i^1])
 }
 
 // tamper rewrites the claims to another tenant, keeping the signature.

@@ -20,8 +20,10 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
@@ -230,6 +232,14 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	// not hold for another.
 	if job.Account != "" {
 		c.str("account", job.Account)
+	}
+	// The pinned clock and seed decide what time.now() and random give the
+	// program, so what it does; present only when set, as above.
+	if !job.Clock.IsZero() {
+		c.str("clock", job.Clock.UTC().Format(time.RFC3339Nano))
+	}
+	if job.Seed != 0 {
+		c.str("seed", strconv.FormatUint(job.Seed, 10))
 	}
 	return c.sum()
 }

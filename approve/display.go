@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -20,25 +21,29 @@ import (
 // shown as an escape and listed in Warnings: what the approver reads is
 // what runs. The raw job is for machines; a person must be shown this.
 type Display struct {
-	Tenant    string         `json:"tenant"`
-	Tier      string         `json:"tier"`
-	Kind      string         `json:"kind"`
-	Situation string         `json:"situation"` // "public" when the job names none, as the router reads it
-	Lifecycle string         `json:"lifecycle"` // "ephemeral" when the job names none
-	Session   string         `json:"session,omitempty"`
-	Image     string         `json:"image,omitempty"`   // empty: the operator's default image
-	Account   string         `json:"account,omitempty"` // empty: the caller's default account
-	Code      string         `json:"code,omitempty"`
-	Module    *Content       `json:"module,omitempty"` // always summarised
-	Entry     string         `json:"entry,omitempty"`
-	Argv      []string       `json:"argv,omitempty"`
-	Stdin     *Content       `json:"stdin,omitempty"`
-	Files     []File         `json:"files,omitempty"`   // sorted by name
-	Collect   []string       `json:"collect,omitempty"` // what the job returns from its scratch
-	Env       []string       `json:"env,omitempty"`     // NAME=value, sorted by name
-	Input     map[string]any `json:"input,omitempty"`   // keys and strings escaped, at every depth
-	Grants    DisplayGrants  `json:"grants"`
-	Limits    airlock.Limits `json:"limits"`
+	Tenant    string `json:"tenant"`
+	Tier      string `json:"tier"`
+	Kind      string `json:"kind"`
+	Situation string `json:"situation"` // "public" when the job names none, as the router reads it
+	Lifecycle string `json:"lifecycle"` // "ephemeral" when the job names none
+	Session   string `json:"session,omitempty"`
+	Image     string `json:"image,omitempty"`   // empty: the operator's default image
+	Account   string `json:"account,omitempty"` // empty: the caller's default account
+	// Clock and Seed are what the job pins time.now() and random to
+	// (empty and 0: the tier's clock at the run, a fresh seed).
+	Clock   string         `json:"clock,omitempty"`
+	Seed    uint64         `json:"seed,omitempty"`
+	Code    string         `json:"code,omitempty"`
+	Module  *Content       `json:"module,omitempty"` // always summarised
+	Entry   string         `json:"entry,omitempty"`
+	Argv    []string       `json:"argv,omitempty"`
+	Stdin   *Content       `json:"stdin,omitempty"`
+	Files   []File         `json:"files,omitempty"`   // sorted by name
+	Collect []string       `json:"collect,omitempty"` // what the job returns from its scratch
+	Env     []string       `json:"env,omitempty"`     // NAME=value, sorted by name
+	Input   map[string]any `json:"input,omitempty"`   // keys and strings escaped, at every depth
+	Grants  DisplayGrants  `json:"grants"`
+	Limits  airlock.Limits `json:"limits"`
 	// Hidden counts the characters escaped and flagged, in all fields.
 	Hidden int `json:"hidden"`
 	// Fields names each field that holds any of them, in display order.
@@ -307,9 +312,13 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		Session:   d.line("session", job.Session),
 		Image:     d.line("image", job.Image),
 		Account:   d.line("account", job.Account),
+		Seed:      job.Seed,
 		Code:      d.text("code", job.Code),
 		Entry:     d.line("entry", job.Entry),
 		Limits:    job.Limits,
+	}
+	if !job.Clock.IsZero() {
+		out.Clock = job.Clock.UTC().Format(time.RFC3339Nano)
 	}
 	if len(job.Module) > 0 {
 		out.Module = summary(string(job.Module))

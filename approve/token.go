@@ -89,6 +89,10 @@ func (s *Signer) Check(token string, d Digest, tenant string, now time.Time) (Cl
 	return c, nil
 }
 
+// splitToken decodes a token's two halves. Only the spelling Issue writes
+// is accepted: the decoder alone would also take a half with line breaks
+// in it or other bits in its last character's padding, and each such
+// spelling of one approval would count as a token not yet used.
 func splitToken(t string) (body, mac []byte, ok bool) {
 	i := bytes.IndexByte([]byte(t), '.')
 	if i < 0 || len(t) > 4096 {
@@ -97,7 +101,10 @@ func splitToken(t string) (body, mac []byte, ok bool) {
 	var err1, err2 error
 	body, err1 = b64.DecodeString(t[:i])
 	mac, err2 = b64.DecodeString(t[i+1:])
-	return body, mac, err1 == nil && err2 == nil
+	if err1 != nil || err2 != nil || b64.EncodeToString(body) != t[:i] || b64.EncodeToString(mac) != t[i+1:] {
+		return nil, nil, false
+	}
+	return body, mac, true
 }
 
 // staleError is an approval refusal: a *airlock.NotAdmitted (what the

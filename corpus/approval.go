@@ -23,7 +23,9 @@ import (
 type Approval struct {
 	// Token is valid (the default: a token for this job, tenant and tier),
 	// expired, other-tenant (issued to another tenant), other-key (signed
-	// by another server) or none.
+	// by another server), respelled (a valid token written another way the
+	// base64 decoder alone would take: a server that redeems tokens by
+	// their text would count it as unused) or none.
 	Token string `json:"token,omitempty"`
 	// Change holds job fields in the wire format that replace the approved
 	// job's before it runs (e.g. {"argv": [...]}): a job changed after
@@ -47,9 +49,9 @@ const ApprovalTenant = "corpus-tenant"
 
 func (a *Approval) validate() error {
 	switch a.Token {
-	case "", "valid", "expired", "other-tenant", "other-key", "none":
+	case "", "valid", "expired", "other-tenant", "other-key", "respelled", "none":
 	default:
-		return fmt.Errorf("approval token %q (want valid, expired, other-tenant, other-key or none)", a.Token)
+		return fmt.Errorf("approval token %q (want valid, expired, other-tenant, other-key, respelled or none)", a.Token)
 	}
 	if len(a.Change) > 0 {
 		var m map[string]json.RawMessage
@@ -112,8 +114,12 @@ func (c *Case) Exec(ctx context.Context, tier airlock.Tier, job airlock.Job, var
 		}
 	}
 	token := issuer.Issue(claims)
-	if a.Token == "none" {
+	switch a.Token {
+	case "none":
 		token = ""
+	case "respelled":
+		// A line break inside: base64's decoder skips it.
+		token = token[:8] + "\n" + token[8:]
 	}
 	run := job
 	if len(a.Change) > 0 {
