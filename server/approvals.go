@@ -228,7 +228,15 @@ func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !approver(r, p.tenant) {
-		s.refuse(w, http.StatusForbidden, kindForbidden, "this key may not approve jobs of this tenant")
+		// The tenant, who asked, is told it may not approve; anyone else
+		// learns nothing, not even that the approval exists (a digest can
+		// be computed for a guessed job).
+		key, _ := bearer(r)
+		if i, isTenant := s.keys.find(key); isTenant && s.tenants[i] == p.tenant {
+			s.refuse(w, http.StatusForbidden, kindForbidden, "this key may not approve jobs of this tenant")
+		} else {
+			s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
+		}
 		return
 	}
 	key, _ := bearer(r)

@@ -102,8 +102,14 @@ func TestApprovalBoundToTheExactJob(t *testing.T) {
 		if r := f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyA, nil); r.status != 403 {
 			t.Errorf("self-approval: %d %s", r.status, r.body)
 		}
-		if r := f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyB, nil); r.status != 403 {
-			t.Errorf("approval by another tenant: %d %s", r.status, r.body)
+		// Anyone else learns nothing, not even that the approval exists.
+		unknown := strings.Repeat("0", len(req.Digest))
+		for _, key := range []string{keyB, ""} {
+			r := f.do("POST", "/v1/approvals/"+req.Digest+"/approve", key, nil)
+			u := f.do("POST", "/v1/approvals/"+unknown+"/approve", key, nil)
+			if r.status != 404 || u.status != 404 || !strings.Contains(string(r.body), "no pending approval") {
+				t.Errorf("approval by key %q: %d %s; an unknown digest: %d", key, r.status, r.body, u.status)
+			}
 		}
 	})
 	t.Run("session run", func(t *testing.T) {

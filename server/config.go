@@ -546,6 +546,22 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	// A tenant key listed as an approver would let a tenant approve its
+	// own jobs (or another tenant's); keys are compared as bytes, so the
+	// hex's letter case does not matter.
+	tenantOf := map[string]string{}
+	for _, t := range c.Tenants {
+		b, _ := hex.DecodeString(t.KeySHA256)
+		tenantOf[string(b)] = t.Name
+	}
+	for i, t := range c.Tenants {
+		for j, h := range t.ApproverSHA256 {
+			b, _ := hex.DecodeString(h)
+			if other, ok := tenantOf[string(b)]; ok {
+				return fmt.Errorf("tenants[%d].approver_sha256[%d]: the key of tenant %s: a tenant key may not approve jobs (give approvers keys of their own)", i, j, other)
+			}
+		}
+	}
 	if c.SessionLease < 0 {
 		return errors.New("session_lease: must not be negative")
 	}

@@ -303,3 +303,20 @@ func TestRegistryCredentialsKept(t *testing.T) {
 	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(creds)), "the server keeps")
 	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(root)), "the server keeps")
 }
+
+// TestTenantKeyIsNoApprover: a tenant's own key, or another tenant's, in
+// an approver list is refused (in any letter case), since that tenant
+// could then approve its own jobs.
+func TestTenantKeyIsNoApprover(t *testing.T) {
+	for name, h := range map[string]string{
+		"own key":          server.HashKey(keyA),
+		"own key, upper":   strings.ToUpper(server.HashKey(keyA)),
+		"another tenant's": server.HashKey(keyB),
+	} {
+		c := testConfig()
+		c.Tenants[0].ApproverSHA256 = append(c.Tenants[0].ApproverSHA256, h)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "may not approve") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
