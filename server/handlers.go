@@ -76,7 +76,7 @@ func (s *Server) routes() {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
 	})
 	s.mux = m
-	s.handler = s.withReplica(m)
+	s.handler = withBodyDeadline(s.withReplica(m))
 }
 
 // catchAll are the patterns that answer paths no route takes.
@@ -115,6 +115,10 @@ func (s *Server) refuse(w http.ResponseWriter, status int, kind, msg string) {
 
 // refuseErr answers an airlock error with the status its kind implies.
 func (s *Server) refuseErr(w http.ResponseWriter, err error) {
+	if ov := (*overloaded)(nil); errors.As(err, &ov) {
+		s.answer(w, airlock.Result{}, ov)
+		return
+	}
 	if stop, ok := airlock.AsStop(err); ok && stop.Reason == airlock.StopDenied {
 		// A capability the tenant may not grant (a host path outside its
 		// roots): refused before any tier, as the denied stop it is.
@@ -143,12 +147,14 @@ func (s *Server) tenant(w http.ResponseWriter, r *http.Request) *tenant {
 	key, ok := bearer(r)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+		w.Header().Set("Connection", "close") // not waiting for a body nobody will read
 		s.refuse(w, http.StatusUnauthorized, kindUnauthorized, "missing API key (Authorization: Bearer KEY)")
 		return nil
 	}
 	i, ok := s.keys.find(key)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock", error="invalid_token"`)
+		w.Header().Set("Connection", "close")
 		s.refuse(w, http.StatusUnauthorized, kindUnauthorized, "unknown API key")
 		return nil
 	}
@@ -179,6 +185,9 @@ func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
 	buf.Reset()
 	// One byte more than a job may have, so DecodeJob reports the size.
 	_, err := buf.ReadFrom(io.LimitReader(http.MaxBytesReader(w, r.Body, value.MaxJobBytes+1), value.MaxJobBytes+1))
+	if ov := (*overloaded)(nil); errors.As(err, &ov) {
+		return airlock.Job{}, ov
+	}
 	if err != nil {
 		return airlock.Job{}, jobs.Invalid("", "reading the job: %s", err.Error())
 	}
@@ -661,11 +670,14 @@ func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
 
 // tenantJob authenticates a request and decodes its job, answering the
 // request itself when either fails; validate also checks the job's shape.
+// The body is read under the large-body slots (see gateBody), which the
+// request holds until it ends.
 func (s *Server) tenantJob(w http.ResponseWriter, r *http.Request, validate bool) (*tenant, airlock.Job, bool) {
 	t := s.tenant(w, r)
 	if t == nil {
 		return nil, airlock.Job{}, false
 	}
+	context.AfterFunc(r.Context(), s.gateBody(r, t))
 	job, err := decodeJob(w, r)
 	if err == nil && validate {
 		err = job.Validate()

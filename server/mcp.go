@@ -107,6 +107,10 @@ func (s *Server) MCP(tenantName string) (*mcp.Server, error) {
 	return nil, fmt.Errorf("no tenant named %q", tenantName)
 }
 
+// mcpEnvelope is what a tool call may add to a job's bytes: the JSON-RPC
+// envelope and the tool's own argument names.
+const mcpEnvelope = 64 << 10
+
 // MCPHandler serves MCP over streamable HTTP; each request is
 // authenticated with the tenant's API key, as the JSON API is, and an MCP
 // session is bound to the tenant that opened it (the SDK refuses a session
@@ -127,7 +131,7 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 		}
 		return nil
-	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: value.MaxJobBytes * 2})
+	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: value.MaxJobBytes + mcpEnvelope})
 	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
 		i, ok := s.keys.find(key)
 		if !ok {
@@ -135,7 +139,26 @@ func (s *Server) MCPHandler() http.Handler {
 		}
 		return &auth.TokenInfo{UserID: s.tenants[i].Name}, nil
 	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	// A body is read under the large-body slots, as the JSON API's are.
+	gated := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var t *tenant
+		if info := auth.TokenInfoFromContext(r.Context()); info != nil {
+			for _, tn := range s.tenants {
+				if tn.Name == info.UserID {
+					t = tn
+				}
+			}
+		}
+		defer s.gateBody(r, t)()
+		h.ServeHTTP(w, r)
+	})
+	check := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(gated)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if key, ok := bearer(r); !ok || !s.knownKey(key) {
+			w.Header().Set("Connection", "close") // refused: its body is not waited for
+		}
+		check.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
@@ -575,4 +598,10 @@ func commandDesc(spawn bool) string {
 		return descCommandHead + descSpawn + descCommandTail
 	}
 	return descCommandHead + descNoSpawn + descCommandTail
+}
+
+// knownKey reports whether key is a tenant's.
+func (s *Server) knownKey(key string) bool {
+	_, ok := s.keys.find(key)
+	return ok
 }

@@ -52,11 +52,13 @@ type tenant struct {
 	defImage string              // what a command job that names none runs in ("": the host view)
 	pullFrom []string            // the registries a job's image reference may be pulled from
 	slots    chan struct{}
-	waiting  atomic.Int64
-	rate     *rate.Limiter // runs per minute on the embedded state
-	lease    *leased       // runs per minute on a shared state
-	share    *slotShare    // runs in flight across the replicas of a shared state
-	nsess    int           // open sessions, under Server.mu
+	// bigBodies are its large-body slots (see gateBody).
+	bigBodies chan struct{}
+	waiting   atomic.Int64
+	rate      *rate.Limiter // runs per minute on the embedded state
+	lease     *leased       // runs per minute on a shared state
+	share     *slotShare    // runs in flight across the replicas of a shared state
+	nsess     int           // open sessions, under Server.mu
 }
 
 // Server serves the API. Build it with [New]; it owns the tiers it was
@@ -79,6 +81,7 @@ type Server struct {
 	console   *console
 	mux       *http.ServeMux
 	handler   http.Handler
+	bigBodies chan struct{} // the server's large-body slots (see gateBody)
 
 	store     state.Store // what the replicas share
 	replica   string      // this replica's name
@@ -117,6 +120,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	}
 	s := &Server{
 		cfg:       cfg,
+		bigBodies: make(chan struct{}, bigBodiesServer),
 		images:    opts.Images,
 		approvals: cfg.approvalPolicy(),
 		now:       opts.Now,
@@ -178,7 +182,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		if mc == 0 {
 			mc = 4
 		}
-		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc)}
+		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc), bigBodies: make(chan struct{}, bigBodiesTenant)}
 		tn.allowed, tn.defSit = t.situations()
 		tn.defImage = defImage
 		if cfg.Images != nil {

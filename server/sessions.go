@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -110,8 +111,13 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 	if t == nil {
 		return
 	}
+	defer s.gateBody(r, t)()
 	var req openRequest
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, value.MaxJobBytes))
+	if ov := (*overloaded)(nil); errors.As(err, &ov) {
+		s.refuseErr(w, ov)
+		return
+	}
 	if err != nil {
 		s.refuseErr(w, jobs.Invalid("", "reading body: %v", err))
 		return
@@ -311,6 +317,7 @@ func (s *Server) handleSessionRun(w http.ResponseWriter, r *http.Request) {
 	if ss == nil {
 		return
 	}
+	defer s.gateBody(r, t)()
 	job, err := decodeJob(w, r)
 	if err != nil {
 		s.refuseErr(w, err)

@@ -1,0 +1,105 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLargeBodiesWaitForSlots: bodies past a MiB are read two at a time
+// per tenant: a third, stalled behind two the tenant is still sending, is
+// refused as overloaded (429) once the queue wait passes, before the
+// server holds it; small bodies are never held up, and once the large
+// ones end their slots are free again.
+func TestLargeBodiesWaitForSlots(t *testing.T) {
+	f := newFixture(t)
+	type stalled struct {
+		w    *io.PipeWriter
+		resp chan *http.Response
+	}
+	send := func(path string) stalled {
+		pr, pw := io.Pipe()
+		s := stalled{w: pw, resp: make(chan *http.Response, 1)}
+		t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) }) // on a failure too
+		req, _ := http.NewRequestWithContext(context.Background(), "POST", f.http.URL+path, pr)
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		go func() {
+			resp, err := f.http.Client().Do(req)
+			if err != nil {
+				s.resp <- nil
+				return
+			}
+			s.resp <- resp
+		}()
+		// A job whose code runs past a MiB, sent in part.
+		go pw.Write(append([]byte(`{"kind":"expr","code":"`), bytes.Repeat([]byte(" "), 3<<20/2)...))
+		return s
+	}
+	var held []stalled
+	for range 2 {
+		held = append(held, send("/v1/run"))
+	}
+	time.Sleep(200 * time.Millisecond) // both are past a MiB, holding their slots
+	third := send("/v1/run")
+	select {
+	case resp := <-third.resp:
+		if resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("a third large body: %v", resp)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "too many large requests") || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("a third large body: %s (Retry-After %q)", body, resp.Header.Get("Retry-After"))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a third large body was neither read nor refused")
+	}
+	third.w.Close()
+	if r := f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1 + 2"}`); r.status != 200 {
+		t.Errorf("a small body while large ones are held: %d %s", r.status, r.body)
+	}
+	for _, s := range held {
+		s.w.Write([]byte(`1"}`))
+		s.w.Close()
+		if resp := <-s.resp; resp != nil {
+			resp.Body.Close()
+		}
+	}
+	// Past a MiB in JSON white space, between the fields.
+	r := f.do("POST", "/v1/run", keyA, `{"kind":"expr",`+strings.Repeat(" ", 3<<20/2)+`"code":"1 + 2"}`)
+	if r.status != 200 {
+		t.Errorf("a large body once the slots are free: %d %.200s", r.status, r.body)
+	}
+}
+
+// TestRefusalsDoNotWaitForBodies: a request without a valid key that
+// declares a body and never sends it is answered 401 at once, on the API
+// and on MCP, and its connection is closed rather than kept waiting.
+func TestRefusalsDoNotWaitForBodies(t *testing.T) {
+	f := newFixture(t)
+	addr := strings.TrimPrefix(f.http.URL, "http://")
+	for _, path := range []string{"/v1/run", "/mcp"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200000\r\n\r\n{", path)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: no answer without the body: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+			t.Errorf("%s: %d, close %v; want 401 and the connection closed", path, resp.StatusCode, resp.Close)
+		}
+	}
+}
