@@ -183,7 +183,7 @@ func (s *Server) startWrapped(ctx context.Context, wr *wrapped) (*mcpwrap.Wrappe
 	tierName := tier.Name()
 	inst, err := mcpwrap.Start(ctx, at, job, mcpwrap.Config{
 		Argv: spec.Argv, Policy: spec.Policy, OutputHosts: hosts, CallTimeout: time.Duration(spec.CallTimeout),
-		MaxResultBytes: spec.MaxResultBytes, IdleTimeout: wr.idle, Signer: s.signer, Tenant: t.Name,
+		MaxResultBytes: spec.MaxResultBytes, IdleTimeout: wr.idle, Signer: s.signer, Tenant: t.Name, Redeem: s.redeem,
 		Audit: func(rec mcpwrap.Record) { s.auditWrapped(t, spec.Name, tierName, rec) },
 		Now:   s.now,
 	}, wrappedStart)

@@ -53,6 +53,10 @@ type Config struct {
 	Signer *approve.Signer
 	// Tenant is who approval tokens must be issued to (empty: Tenant).
 	Tenant string
+	// Redeem uses up an approval token, refusing one already used: a
+	// token relays its call once. nil: the wrapper remembers the tokens it
+	// has taken until they expire.
+	Redeem func(ctx context.Context, token string, c approve.Claims) error
 	// Audit receives one record per call and decision; nil: none.
 	Audit func(Record)
 	// Stderr receives the wrapped server's stderr (the operator's to read,
@@ -72,6 +76,9 @@ type Wrapper struct {
 	limiters map[string]*rate.Limiter
 	args     map[string]*argRules // by tool; defArgs for the others
 	defArgs  *argRules
+
+	usedMu sync.Mutex
+	used   map[string]time.Time // tokens taken, until they expire (without Config.Redeem)
 
 	listMu    sync.Mutex        // serialises listings
 	listed    map[string]string // tool name -> what was offered, as JSON
@@ -504,7 +511,11 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 		case w.cfg.Signer == nil:
 			return refuse(approve.Stale, "no approval key is configured")
 		}
-		if _, err := w.cfg.Signer.Check(token, d, w.cfg.Tenant, start); err != nil {
+		claims, err := w.cfg.Signer.Check(token, d, w.cfg.Tenant, start)
+		if err == nil {
+			err = w.redeem(ctx, token, claims, start)
+		}
+		if err != nil {
 			return refuse(approve.Stale, err.Error())
 		}
 		rec.Approved = true
@@ -523,6 +534,28 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	rec.Decision = "relayed"
 	w.audit(rec)
 	return out
+}
+
+// redeem uses up token (see Config.Redeem).
+func (w *Wrapper) redeem(ctx context.Context, token string, c approve.Claims, now time.Time) error {
+	if w.cfg.Redeem != nil {
+		return w.cfg.Redeem(ctx, token, c)
+	}
+	w.usedMu.Lock()
+	defer w.usedMu.Unlock()
+	if w.used == nil {
+		w.used = map[string]time.Time{}
+	}
+	for t, exp := range w.used {
+		if !now.Before(exp) {
+			delete(w.used, t)
+		}
+	}
+	if _, ok := w.used[token]; ok {
+		return errors.New(approve.Stale + ": the token was already used (a token relays its call once; ask for another approval)")
+	}
+	w.used[token] = c.Expires
+	return nil
 }
 
 // clean keeps a result's text, sanitised and capped; any other content is

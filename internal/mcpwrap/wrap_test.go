@@ -177,6 +177,13 @@ func TestPolicy(t *testing.T) {
 	if r := call("approved", args, token); r.IsError {
 		t.Errorf("with its token: %q", text(r))
 	}
+	if r := call("approved", args, token); !r.IsError || !strings.Contains(text(r), "already used") {
+		t.Errorf("its token again: %q", text(r))
+	}
+	token, err = mcpwrap.Issue(signer, "", argv, "approved", json.RawMessage(`{"path": "/a"}`), time.Minute, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if r := call("approved", map[string]any{"path": "/b"}, token); !r.IsError || !strings.Contains(text(r), approve.Stale) {
 		t.Errorf("changed arguments: %q", text(r))
 	}
