@@ -530,6 +530,18 @@ func TestContainerRootMount(t *testing.T) {
 	}
 }
 
+// TestPID1IgnoresTheProgram: the container's PID 1 (the stage) outlives
+// every signal the program may send it, so the run is reported as it
+// ended, not as killed.
+func TestPID1IgnoresTheProgram(t *testing.T) {
+	tier := newTestTier(t, bothTiers[0], testConfig(t))
+	res, err := tier.Run(context.Background(), cmdJob("sh", "-c",
+		`for s in TERM QUIT SEGV HUP INT USR1 USR2 ABRT BUS FPE ILL TRAP SYS PIPE ALRM XCPU; do kill -s $s 1; done; sleep 0.2; echo alive`))
+	if err != nil || res.ExitCode != 0 || res.Stopped != nil || res.Stdout != "alive\n" {
+		t.Fatalf("%v: exit %d, stopped %v, stdout %q, stderr %q", err, res.ExitCode, res.Stopped, res.Stdout, res.Stderr)
+	}
+}
+
 // TestStreamsOutput: the first line reaches the sink while the job waits
 // for the test to have seen it.
 func TestStreamsOutput(t *testing.T) {

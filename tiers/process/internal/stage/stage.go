@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path"
 	"runtime"
 	"strconv"
@@ -175,7 +176,27 @@ func containerStage() int {
 	if err := confine(rules, seccompProg); err != nil {
 		return fail(err)
 	}
+	shieldPID1()
 	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
+}
+
+// shieldPID1 keeps the program from ending the stage, PID 1 of its
+// namespace, with a signal. The kernel passes PID 1 a signal from inside
+// its namespace only if PID 1 handles it, and Go's runtime handles most,
+// ending the process for many (TERM, QUIT, a SEGV sent by kill): those
+// are caught here and dropped instead. Caught, not ignored, so the program
+// starts with every disposition at its default, as an ignored one would
+// stay ignored across its exec.
+func shieldPID1() {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGUSR1, syscall.SIGSEGV, syscall.SIGUSR2,
+		syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTERM, syscall.SIGSTKFLT, syscall.SIGXCPU, syscall.SIGXFSZ,
+		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSYS)
+	go func() {
+		for range ch {
+		}
+	}()
 }
 
 // joinCgroup moves the calling thread into the job's cgroup by writing
