@@ -207,8 +207,11 @@ cp "$busybox" "$dest/rootfs/bin/busybox.new" && mv "$dest/rootfs/bin/busybox.new
 # Built from this checkout so the agent matches the host side; rebuilt when
 # its sources change. Without Go the tier looks for AIRLOCK_MICROVM_AGENT.
 if command -v go >/dev/null 2>&1 && [ -d "$repo/tiers/microvm/cmd/airlock-agent" ]; then
-	src_sum="$(cd "$repo" && find tiers/microvm/internal/agent tiers/microvm/internal/wire tiers/internal/frame tiers/microvm/cmd -name '*.go' -not -name '*_test.go' -print0 2>/dev/null |
-		sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+	# Every package of this module the agent is built from, and go.sum.
+	src_sum="$(cd "$repo" && {
+		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go list -deps -f '{{if not .Standard}}{{if .Module}}{{if .Module.Main}}{{range .GoFiles}}{{$.Dir}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}{{end}}' ./tiers/microvm/cmd/airlock-agent
+		echo "$repo/go.sum"
+	} | sort | tr '\n' '\0' | xargs -0 sha256sum | sha256sum | cut -c1-16)"
 	if [ ! -x "$dest/airlock-agent" ] || [ "$(cat "$dest/STAMP.agent" 2>/dev/null)" != "$src_sum" ]; then
 		log "building the guest agent"
 		(cd "$repo" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' \
