@@ -14,12 +14,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 )
 
 func TestSanitizeCommand(t *testing.T) {
@@ -46,24 +46,6 @@ func TestSanitizeCommand(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestProxyCommand runs `airlock proxy` with a policy and a hosts file and
 // sends requests through it to a loopback origin.
 func TestProxyCommand(t *testing.T) {
@@ -79,7 +61,7 @@ func TestProxyCommand(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- Run(ctx, []string{"proxy", "--policy", policy, "--hosts", hosts, "--listen", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--ca-out", ca}, strings.NewReader(""), io.Discard, &stderr)

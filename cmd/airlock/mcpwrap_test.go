@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
@@ -81,7 +82,7 @@ func wrap(t testing.TB, args ...string) *mcp.ClientSession {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"mcp-wrap"}, args...)...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_CLI_CHILD=1", envCanary+"=env-canary-7d1f")
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -15,11 +15,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cpio"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 )
@@ -117,11 +117,11 @@ func TestCgroupV2(t *testing.T) {
 	// bootLimit is the emulator's trouble, not the code's, and boots once
 	// more.
 	const bootLimit = 3 * time.Minute
-	var out *syncBuffer
+	var out *syncbuf.Buffer
 	var runErr error
 	start := time.Now()
 	for attempt := 1; attempt <= 2; attempt++ {
-		out = &syncBuffer{}
+		out = &syncbuf.Buffer{}
 		var booted bool
 		if booted, runErr = runGuest(ctx, qemu, args, out, bootLimit); booted || ctx.Err() != nil {
 			break
@@ -420,7 +420,7 @@ func (g *guestRoot) host(p string) error {
 
 // runGuest runs qemu until it exits, or kills it (booted false) if the
 // guest's script has not started within bootLimit.
-func runGuest(ctx context.Context, qemu string, args []string, out *syncBuffer, bootLimit time.Duration) (booted bool, err error) {
+func runGuest(ctx context.Context, qemu string, args []string, out *syncbuf.Buffer, bootLimit time.Duration) (booted bool, err error) {
 	cmd := exec.CommandContext(ctx, qemu, args...)
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdout, cmd.Stderr = out, out
@@ -442,22 +442,4 @@ func runGuest(ctx context.Context, qemu string, args []string, out *syncBuffer, 
 		<-done
 		return false, fmt.Errorf("the guest printed nothing in %v", bootLimit)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -7,7 +7,6 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-sandbox/airlock/internal/deathsig"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
@@ -85,7 +84,7 @@ func Start(t testing.TB) string {
 	if out, err := command("initdb", "-D", data, "-U", "airlock", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync").CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	pg := command("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
 	pg.Stdout, pg.Stderr = &log, &log
@@ -140,23 +139,4 @@ func Start(t testing.TB) string {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Sprintf("host=%s user=airlock dbname=airlock sslmode=disable", dir)
-}
-
-// lockedBuffer is the server's log, written by the command's copier and
-// read by the test on failure.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
