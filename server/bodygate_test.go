@@ -103,3 +103,29 @@ func TestRefusalsDoNotWaitForBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleFormsAreSmall: the sign-in form, read before anyone is known,
+// is read up to 64 KiB, not the form parser's 10 MB: a request declaring
+// a megabyte is answered once that much has come, without waiting for the
+// rest.
+func TestConsoleFormsAreSmall(t *testing.T) {
+	f := newFixture(t)
+	addr := strings.TrimPrefix(f.http.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "POST /console/signin HTTP/1.1\r\nHost: %s\r\nOrigin: http://%s\r\nCookie: airlock_console_pre=x\r\n"+
+		"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\ncsrf=x&key=", addr, addr, 1<<20)
+	go conn.Write(bytes.Repeat([]byte("k"), 128<<10)) // then nothing more
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer before the rest of the body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("status %d, want 403", resp.StatusCode)
+	}
+}

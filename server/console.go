@@ -425,9 +425,16 @@ func consoleHeaders(h http.Handler) http.Handler {
 		hd.Set("Referrer-Policy", "no-referrer")
 		hd.Set("X-Frame-Options", "DENY")
 		hd.Set("Cache-Control", "no-store")
+		// The console's forms are a few fields; the form parser would
+		// otherwise read up to 10 MB, and the sign-in form is read before
+		// anyone is known.
+		r.Body = http.MaxBytesReader(w, r.Body, consoleFormMax)
 		h.ServeHTTP(w, r)
 	})
 }
+
+// consoleFormMax bounds a console request's body.
+const consoleFormMax = 64 << 10
 
 // errCrossSite is a state-changing request that did not come from the
 // console's own pages.
