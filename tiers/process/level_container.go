@@ -52,6 +52,13 @@ func (containerLevel) build(t *Tier, sb *sandbox, o *startOptions, bin *stageBin
 	if base.Seccomp, err = sysfilter.Program(sysfilter.FilterOptions{Inet: true}); err != nil {
 		return fmt.Errorf("starting sandbox: %w", err)
 	}
+	// Without spawn the job may not make an anonymous file either, since
+	// Landlock does not govern executing one. (The kernel's
+	// vm.memfd_noexec would forbid that per PID namespace, but its file
+	// belongs to the host's root, which the stage's uid is not.)
+	if base.SeccompNoExec, err = sysfilter.Program(sysfilter.FilterOptions{Inet: true, NoMemfd: true}); err != nil {
+		return fmt.Errorf("starting sandbox: %w", err)
+	}
 	if err := t.hostScratch(sb, o, o.hostScratch); err != nil {
 		return err
 	}

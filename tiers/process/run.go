@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,7 +21,6 @@ import (
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
-	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 	"golang.org/x/sys/unix"
 )
 
@@ -157,12 +155,9 @@ func (t *Tier) runIn(ctx context.Context, sb *sandbox, job *airlock.Job, scratch
 // its mount point cannot be made in the host's directory.
 func hostViewGuests(at map[string]string) error {
 	for _, g := range at {
-		for _, d := range append([]string{"usr"}, stage.UsrLinks...) {
-			d = "/" + d
-			if strings.HasPrefix(g, d+"/") {
-				if _, err := os.Lstat(g); os.IsNotExist(err) {
-					return jobs.Invalid("grants.fs.at", "guest path %s does not exist in %s, which the sandbox shows from the host: choose a guest path that exists there, or one outside it", g, d)
-				}
+		if d, ok := stage.HostViewDir(g); ok {
+			if _, err := os.Lstat(g); os.IsNotExist(err) {
+				return jobs.Invalid("grants.fs.at", "guest path %s does not exist in %s, which the sandbox shows from the host: choose a guest path that exists there, or one outside it", g, d)
 			}
 		}
 	}
@@ -221,10 +216,9 @@ func (t *Tier) coldOptions(ctx context.Context, job *airlock.Job, sess *Session,
 		// job spec follows the base spec, and the stage runs the job as
 		// soon as its root is built, without waiting for the ready round
 		// trip.
-		if spec, err := containerJobSpec(job, img, scratchMB, nil, attachOf(ctx) != nil); err == nil {
-			spec.Go = true
-			o.job = &spec
-		} // else runJob reports the error
+		spec := containerJobSpec(job, img, scratchMB, nil, attachOf(ctx) != nil)
+		spec.Go = true
+		o.job = &spec
 	}
 	return o
 }
@@ -322,21 +316,8 @@ func envFor(job *airlock.Job) []string {
 
 // containerJobSpec is the job spec a container's stage gets (a level-2
 // stage gets more: see filterLevel.completeJob).
-//
-// Without spawn, the job's filter also refuses memfd_create, since
-// Landlock does not govern executing an anonymous file. (The kernel's
-// vm.memfd_noexec would do that per PID namespace, but its file belongs
-// to the host's root, so a stage mapped to another uid cannot set it.)
-func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string, attached bool) (stage.JobSpec, error) {
-	var filter []byte
-	if !job.Grants.Spawn {
-		var err error
-		if filter, err = sysfilter.Program(sysfilter.FilterOptions{Inet: true, NoMemfd: true}); err != nil {
-			return stage.JobSpec{}, err
-		}
-	}
+func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEnv []string, attached bool) stage.JobSpec {
 	return stage.JobSpec{
-		Seccomp:   filter,
 		Argv:      job.Argv,
 		Env:       imageEnv(img, append(envFor(job), netEnv...)),
 		Egress:    netEnv != nil,
@@ -345,7 +326,7 @@ func containerJobSpec(job *airlock.Job, img *image.Image, scratchMB int64, netEn
 		Stdin:     job.Stdin != "" || attached,
 		ScratchMB: scratchMB,
 		Rlimits:   rlimitsFor(job, scratchMB),
-	}, nil
+	}
 }
 
 // jobRun is one job's run in a started sandbox (see runJob).
@@ -380,14 +361,10 @@ type jobRun struct {
 func (sb *sandbox) runJob(ctx context.Context, job *airlock.Job, scratchMB int64, netEnv []string) (outcome, error) {
 	var out outcome
 	var spec stage.JobSpec // sent below, unless it went with the base spec
-	var err error
 	if !sb.jobSent {
-		spec, err = containerJobSpec(job, sb.img, scratchMB, netEnv, attachOf(ctx) != nil)
+		spec = containerJobSpec(job, sb.img, scratchMB, netEnv, attachOf(ctx) != nil)
 	}
-	if err == nil {
-		err = sb.lv.completeJob(sb, job, &spec)
-	}
-	if err != nil {
+	if err := sb.lv.completeJob(sb, job, &spec); err != nil {
 		sb.kill()
 		<-sb.waitCh
 		return out, fmt.Errorf("starting sandbox: %w", err)

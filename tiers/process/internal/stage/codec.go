@@ -41,6 +41,7 @@ func AppendBase(dst []byte, b *BaseSpec) ([]byte, error) {
 	dst = wire.Int(dst, int64(b.EtcFd))
 	dst = wire.Int(dst, int64(b.RootFd))
 	dst = wire.Bytes(dst, b.Seccomp)
+	dst = wire.Bytes(dst, b.SeccompNoExec)
 	dst = appendFds(dst, b.CgroupFds)
 	return wire.End(dst, start, specLimit)
 }
@@ -82,6 +83,9 @@ func decodeBase(data []byte) (BaseSpec, error) {
 	b.RootFd = int(d.Int())
 	if s := d.Bytes(); len(s) > 0 {
 		b.Seccomp = s
+	}
+	if s := d.Bytes(); len(s) > 0 {
+		b.SeccompNoExec = s
 	}
 	b.CgroupFds = decodeFds(&d)
 	return b, d.Done()

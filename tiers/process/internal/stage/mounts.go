@@ -35,10 +35,21 @@ import (
 // resolv.conf; /dev, /proc, /scratch, /tmp and the granted paths as above.
 // The image's /dev, /proc, /sys, /tmp and /scratch are not used.
 
-// UsrLinks are the top-level directories that are symlinks into /usr on a
-// merged-/usr system and directories elsewhere: the host view shows them
-// beside /usr (as links, else read-only binds).
-var UsrLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+// usrLinks are the top-level directories that are symlinks into /usr on a
+// merged-/usr system and directories elsewhere.
+var usrLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// HostViewDir returns the host directory the host view shows at p's top
+// (/usr, /lib…) when p lies below one: a mount point missing there would
+// have to be made in the host's own directory.
+func HostViewDir(p string) (string, bool) {
+	for _, d := range append([]string{"usr"}, usrLinks...) {
+		if strings.HasPrefix(p, "/"+d+"/") {
+			return "/" + d, true
+		}
+	}
+	return "", false
+}
 
 // etcAllow is what of the host's /etc a sandbox sees: what the dynamic
 // loader, name-service switch, locale, time zone, TLS roots and common
@@ -176,7 +187,7 @@ func hostRoot(r string, base *BaseSpec) error {
 	if err := bindRO("/usr", path.Join(r, "usr"), true); err != nil {
 		return err
 	}
-	for _, name := range UsrLinks {
+	for _, name := range usrLinks {
 		host := "/" + name
 		st, err := os.Lstat(host)
 		switch {
@@ -557,7 +568,7 @@ func containerLandlock(binds []BindSpec, lay rootLayout) []llRule {
 		}
 	} else {
 		rules = append(rules, llRule{Path: "/usr", Access: llRead | llExec})
-		for _, name := range UsrLinks {
+		for _, name := range usrLinks {
 			if st, err := os.Lstat("/" + name); err == nil && st.IsDir() {
 				rules = append(rules, llRule{Path: "/" + name, Access: llRead | llExec})
 			}

@@ -68,17 +68,22 @@ func realPath(p string) (string, error) {
 // it. The copy's inode is reachable by that path alone: unlike a
 // read-only bind of the file itself, no hard link made earlier in the
 // workspace can write to it.
-func sealCopy(p string) error {
+func sealCopy(p string) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("sealing %s: %w", p, err)
+		}
+	}()
 	var st unix.Statfs_t
 	if err := unix.Statfs(p, &st); err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	if st.Flags&unix.ST_RDONLY != 0 {
 		return nil
 	}
 	src, err := os.Open(p)
 	if err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	defer src.Close()
 	info, err := src.Stat()
@@ -87,23 +92,23 @@ func sealCopy(p string) error {
 	}
 	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	defer unix.Close(fsfd)
 	if err := unix.FsconfigSetString(fsfd, "mode", "0755"); err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	if err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	defer unix.Close(mnt)
 	dfd, err := unix.Openat(mnt, "f", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, uint32(info.Mode().Perm()))
 	if err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	dst := os.NewFile(uintptr(dfd), "f")
 	_, err = dst.ReadFrom(src)
@@ -111,20 +116,17 @@ func sealCopy(p string) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	tree, err := unix.OpenTree(mnt, "f", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
 	defer unix.Close(tree)
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
+		return err
 	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("sealing %s: %w", p, err)
-	}
-	return nil
+	return unix.MoveMount(tree, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
 // scriptInterpreter returns the absolute interpreter a "#!" first line

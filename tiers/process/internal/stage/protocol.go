@@ -75,7 +75,9 @@ type BaseSpec struct {
 	RootFd int
 	// Seccomp is the program the job is confined with (package seccomp's
 	// Program for containers); the stage refuses to run without one.
-	Seccomp []byte
+	// SeccompNoExec replaces it for a job without the spawn grant (see
+	// JobSpec.NoExec).
+	Seccomp, SeccompNoExec []byte
 	// CgroupFds are the job's cgroup's per-thread membership files (v1
 	// "tasks", one per hierarchy), opened by the parent: the stage joins
 	// the group itself, first, by writing "0" to each (see JoinCgroup).
@@ -101,7 +103,7 @@ type JobSpec struct {
 	ReadPaths []string // filter stage: Landlock read rules beyond the defaults
 	Scratch   string   // filter stage: the writable directory
 	UID       uint32   // filter stage: the uid and gid to become
-	Seccomp   []byte   // filter stage: the program to confine with; container stage: the base's replacement, if any
+	Seccomp   []byte   // filter stage: the program to confine with
 	Egress    bool     // container stage: run the egress forwarder
 	// NoExec (container stage): spawn is withheld, so the program may
 	// execute nothing but itself (see execOnly).

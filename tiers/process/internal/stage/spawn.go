@@ -276,7 +276,7 @@ func stageMount(p string) bool {
 	case "/", "/proc", "/dev":
 		return true
 	}
-	for _, dir := range append([]string{"usr", "etc"}, UsrLinks...) {
+	for _, dir := range append([]string{"usr", "etc"}, usrLinks...) {
 		if p == "/"+dir || strings.HasPrefix(p, "/"+dir+"/") {
 			return true
 		}

@@ -167,9 +167,7 @@ func containerStage() int {
 		if rules, err = execOnly(rules, prog); err != nil {
 			return fail(err)
 		}
-	}
-	if len(job.Seccomp) > 0 { // the job's own filter (spawn withheld)
-		if seccompProg, err = parseFilter(job.Seccomp); err != nil {
+		if seccompProg, err = parseFilter(base.SeccompNoExec); err != nil {
 			return fail(err)
 		}
 	}
@@ -610,7 +608,7 @@ func filterLandlock(scratch string, read []string) []llRule {
 		}
 	}
 	add("/usr", llRead|llExec)
-	for _, name := range UsrLinks {
+	for _, name := range usrLinks {
 		add("/"+name, llRead|llExec)
 	}
 	for _, name := range etcAllow {

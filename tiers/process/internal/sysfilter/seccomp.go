@@ -344,9 +344,11 @@ func searchTree(nrs []uint32, leaf func(uint32) []bpf.Instruction) ([]bpf.Instru
 var programs = map[FilterOptions]func() ([]byte, error){}
 
 func init() {
-	for _, o := range []FilterOptions{{}, {Inet: true}, {NoUnix: true},
+	for _, o := range []FilterOptions{
+		{},                                        // guarded workers'
+		{Inet: true}, {Inet: true, NoMemfd: true}, // level 3's, with and without spawn
 		{NoInotify: true}, {NoUnix: true, NoInotify: true}, // level 2's
-		{Inet: true, NoMemfd: true}} { // level 3's without spawn
+	} {
 		programs[o] = sync.OnceValues(func() ([]byte, error) { return program(o) })
 	}
 }
