@@ -1,10 +1,13 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 // Large request bodies.
@@ -28,39 +31,38 @@ const (
 // that gives them back, for the handler to call when it is done (the
 // http.Server closes the body it made, not this one).
 func (s *Server) gateBody(r *http.Request, t *tenant) (release func()) {
-	var mine chan struct{}
+	b := &gatedBody{ReadCloser: r.Body, slots: []chan struct{}{s.bigBodies}, wait: s.cfg.QueueWait.or(time.Second), done: r.Context().Done()}
 	if t != nil {
-		mine = t.bigBodies
+		b.slots = append(b.slots, t.bigBodies)
 	}
-	b := &gatedBody{ReadCloser: r.Body, all: s.bigBodies, mine: mine, wait: s.cfg.QueueWait.or(time.Second), done: r.Context().Done()}
 	r.Body = b
 	return b.finish
 }
 
 type gatedBody struct {
 	io.ReadCloser
-	all, mine chan struct{}
-	wait      time.Duration
-	done      <-chan struct{}
-	n         int64
-	held      int // slots held: 0, 1 (the server's) or 2
-	err       error
+	slots []chan struct{} // to take past largeBody: the server's, then the tenant's
+	wait  time.Duration
+	done  <-chan struct{}
+	n     int64
+	asked bool            // the slots were taken (or refused)
+	held  []chan struct{} // the slots taken
+	err   error
 }
 
 func (b *gatedBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	if b.held == 0 && b.n+int64(len(p)) > largeBody {
+	if !b.asked && b.n+int64(len(p)) > largeBody {
 		// Only the part past largeBody waits: a small body is read at once.
 		if room := largeBody - b.n; room > 0 {
 			p = p[:room]
-			n, err := b.ReadCloser.Read(p)
-			b.n += int64(n)
-			return n, err
-		}
-		if b.err = b.take(); b.err != nil {
-			return 0, b.err
+		} else {
+			b.asked = true
+			if b.err = b.take(); b.err != nil {
+				return 0, b.err
+			}
 		}
 	}
 	n, err := b.ReadCloser.Read(p)
@@ -68,17 +70,14 @@ func (b *gatedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// take waits for a server slot and then a tenant slot.
+// take waits for each slot in turn, holding none if one does not come.
 func (b *gatedBody) take() error {
 	timer := time.NewTimer(b.wait)
 	defer timer.Stop()
-	for _, ch := range []chan struct{}{b.all, b.mine} {
-		if ch == nil {
-			continue
-		}
+	for _, ch := range b.slots {
 		select {
 		case ch <- struct{}{}:
-			b.held++
+			b.held = append(b.held, ch)
 		case <-timer.C:
 			b.release()
 			return &overloaded{fmt.Sprintf("too many large requests are being read (a body over %d KiB waits for one of %d slots); retry", largeBody>>10, cap(ch)), bigBodyRetryHint}
@@ -87,28 +86,30 @@ func (b *gatedBody) take() error {
 			return &overloaded{"request cancelled while waiting to be read", bigBodyRetryHint}
 		}
 	}
-	if b.held == 0 {
-		b.held = -1 // nothing to hold: never ask again
-	}
 	return nil
 }
 
 func (b *gatedBody) release() {
-	if b.held >= 1 {
-		<-b.all
+	for _, ch := range b.held {
+		<-ch
 	}
-	if b.held == 2 {
-		<-b.mine
-	}
-	b.held = 0
+	b.held = nil
 }
 
 // finish gives the slots back and makes any later read fail.
 func (b *gatedBody) finish() {
-	if b.held > 0 {
-		b.release()
+	b.release()
+	b.asked, b.err = true, io.ErrClosedPipe
+}
+
+// readError is a failure to read a request's body as the answer it
+// deserves: a body that found no large-body slot is an overload (429),
+// anything else the request's fault.
+func readError(err error, what string) error {
+	if ov := (*overloaded)(nil); errors.As(err, &ov) {
+		return ov
 	}
-	b.held, b.err = -1, io.ErrClosedPipe
+	return jobs.Invalid("", "reading %s: %s", what, err.Error())
 }
 
 // bodyReadTimeout bounds how long a request body may take to arrive: a

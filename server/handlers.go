@@ -185,11 +185,8 @@ func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
 	buf.Reset()
 	// One byte more than a job may have, so DecodeJob reports the size.
 	_, err := buf.ReadFrom(io.LimitReader(http.MaxBytesReader(w, r.Body, value.MaxJobBytes+1), value.MaxJobBytes+1))
-	if ov := (*overloaded)(nil); errors.As(err, &ov) {
-		return airlock.Job{}, ov
-	}
 	if err != nil {
-		return airlock.Job{}, jobs.Invalid("", "reading the job: %s", err.Error())
+		return airlock.Job{}, readError(err, "the job")
 	}
 	if job, ok := quickJob(buf.Bytes()); ok {
 		return job, nil

@@ -139,24 +139,20 @@ func (s *Server) MCPHandler() http.Handler {
 		}
 		return &auth.TokenInfo{UserID: s.tenants[i].Name}, nil
 	}
-	// A body is read under the large-body slots, as the JSON API's are.
-	gated := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	check := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A body is read under the large-body slots, as the JSON API's
+		// are; a request the check will refuse is not waited for.
 		var t *tenant
-		if info := auth.TokenInfoFromContext(r.Context()); info != nil {
-			for _, tn := range s.tenants {
-				if tn.Name == info.UserID {
-					t = tn
-				}
+		if key, ok := bearer(r); ok {
+			if i, found := s.keys.find(key); found {
+				t = s.tenants[i]
 			}
 		}
-		defer s.gateBody(r, t)()
-		h.ServeHTTP(w, r)
-	})
-	check := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(gated)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if key, ok := bearer(r); !ok || !s.knownKey(key) {
-			w.Header().Set("Connection", "close") // refused: its body is not waited for
+		if t == nil {
+			w.Header().Set("Connection", "close")
 		}
+		defer s.gateBody(r, t)()
 		check.ServeHTTP(w, r)
 	})
 }
@@ -598,10 +594,4 @@ func commandDesc(spawn bool) string {
 		return descCommandHead + descSpawn + descCommandTail
 	}
 	return descCommandHead + descNoSpawn + descCommandTail
-}
-
-// knownKey reports whether key is a tenant's.
-func (s *Server) knownKey(key string) bool {
-	_, ok := s.keys.find(key)
-	return ok
 }

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,10 +88,9 @@ func (s *Server) withReplica(h http.Handler) http.Handler {
 // redeem uses up an approval token: across every replica sharing the
 // state, a token runs its job once.
 func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) error {
-	sum := sha256.Sum256([]byte(token))
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	ok, err := s.store.Redeem(ctx, state.Redemption{Token: hex.EncodeToString(sum[:]), Digest: string(c.Digest),
+	ok, err := s.store.Redeem(ctx, state.Redemption{Token: state.TokenHash(token), Digest: string(c.Digest),
 		Tenant: c.Tenant, Expires: c.Expires, Replica: s.replica})
 	if err != nil {
 		return unavailable("the shared state cannot be reached to redeem the approval: " + err.Error())

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -114,12 +113,8 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 	defer s.gateBody(r, t)()
 	var req openRequest
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, value.MaxJobBytes))
-	if ov := (*overloaded)(nil); errors.As(err, &ov) {
-		s.refuseErr(w, ov)
-		return
-	}
 	if err != nil {
-		s.refuseErr(w, jobs.Invalid("", "reading body: %v", err))
+		s.refuseErr(w, readError(err, "body"))
 		return
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

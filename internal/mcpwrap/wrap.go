@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
+	"github.com/airlock-sandbox/airlock/internal/state"
 )
 
 // ApprovalMeta is the key in a tools/call's _meta that carries the
@@ -77,8 +78,7 @@ type Wrapper struct {
 	args     map[string]*argRules // by tool; defArgs for the others
 	defArgs  *argRules
 
-	usedMu sync.Mutex
-	used   map[string]time.Time // tokens taken, until they expire (without Config.Redeem)
+	used state.Store // the tokens taken, without Config.Redeem
 
 	listMu    sync.Mutex        // serialises listings
 	listed    map[string]string // tool name -> what was offered, as JSON
@@ -127,7 +127,7 @@ func newWrapper(cfg Config) (*Wrapper, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Wrapper{cfg: cfg, san: san, limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
+	w := &Wrapper{cfg: cfg, san: san, used: state.NewEmbedded(), limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
 		prompts: map[string]string{}, resources: map[string]string{},
 		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{})}
 	for name, r := range cfg.Policy.Tools {
@@ -536,26 +536,18 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	return out
 }
 
-// redeem uses up token (see Config.Redeem).
+// redeem uses up token (see Config.Redeem): by default in a state of the
+// wrapper's own, which forgets tokens once they expire.
 func (w *Wrapper) redeem(ctx context.Context, token string, c approve.Claims, now time.Time) error {
 	if w.cfg.Redeem != nil {
 		return w.cfg.Redeem(ctx, token, c)
 	}
-	w.usedMu.Lock()
-	defer w.usedMu.Unlock()
-	if w.used == nil {
-		w.used = map[string]time.Time{}
+	_ = w.used.Sweep(ctx, now)
+	ok, err := w.used.Redeem(ctx, state.Redemption{Token: state.TokenHash(token), Digest: string(c.Digest), Tenant: c.Tenant, Expires: c.Expires})
+	if err == nil && !ok {
+		err = errors.New(approve.Stale + ": the token was already used (a token relays its call once; ask for another approval)")
 	}
-	for t, exp := range w.used {
-		if !now.Before(exp) {
-			delete(w.used, t)
-		}
-	}
-	if _, ok := w.used[token]; ok {
-		return errors.New(approve.Stale + ": the token was already used (a token relays its call once; ask for another approval)")
-	}
-	w.used[token] = c.Expires
-	return nil
+	return err
 }
 
 // clean keeps a result's text, sanitised and capped; any other content is

@@ -7,6 +7,8 @@ package state
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"time"
@@ -73,6 +75,12 @@ type Redemption struct {
 	Tenant  string
 	Expires time.Time
 	Replica string
+}
+
+// TokenHash is what a Redemption holds of token.
+func TokenHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
 }
 
 // Pending is a job waiting for an approver; Job is its JSON, secrets
