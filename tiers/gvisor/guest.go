@@ -62,38 +62,16 @@ func (b *bundle) guestStat(g, host string) (os.FileInfo, bool) {
 }
 
 // resolveIn resolves rel inside base as if base were the root: links are
-// followed, an absolute target from base. It gives up (false) on a loop
-// or an error other than a missing component.
+// followed, an absolute target from base. A missing name ends it there
+// (the path it would have); it gives up (false) on a loop or an error
+// other than a missing name (see resolveMissing).
 func resolveIn(base, rel string) (string, bool) {
-	parts := strings.Split(strings.Trim(path.Clean("/"+rel), "/"), "/")
-	cur := "/"
-	for links := 0; len(parts) > 0; {
-		name := parts[0]
-		parts = parts[1:]
-		if name == "" || name == "." {
-			continue
-		}
-		next := path.Join(cur, name)
-		fi, err := os.Lstat(filepath.Join(base, next))
-		if err != nil {
-			return filepath.Join(base, next), os.IsNotExist(err)
-		}
-		if fi.Mode()&os.ModeSymlink == 0 {
-			cur = next
-			continue
-		}
-		if links++; links > 40 {
-			return "", false
-		}
-		target, err := os.Readlink(filepath.Join(base, next))
-		if err != nil {
-			return "", false
-		}
-		if !path.IsAbs(target) {
-			target = path.Join(cur, target)
-		}
-		parts = append(strings.Split(strings.Trim(path.Clean(target), "/"), "/"), parts...)
-		cur = "/"
+	at, rest, ok := resolveMissing(base, rel)
+	if !ok {
+		return "", false
 	}
-	return filepath.Join(base, cur), true
+	if len(rest) > 0 {
+		at = path.Join(at, rest[0])
+	}
+	return filepath.Join(base, at), true
 }

@@ -103,9 +103,10 @@ type missingPoint struct {
 	file bool
 }
 
-// resolveMissing resolves guest path rel inside base as resolveIn does and
-// returns the deepest existing directory on the way (a guest path) and the
-// names below it that do not exist. ok is false where that cannot be
+// resolveMissing resolves guest path rel inside base as if base were the
+// root (links followed, an absolute target from base) and returns the
+// deepest existing directory on the way (a guest path) and the names below
+// it that do not exist. ok is false where that cannot be
 // told (a loop, an error other than a missing name, a file on the way).
 func resolveMissing(base, rel string) (at string, rest []string, ok bool) {
 	parts := strings.Split(strings.Trim(path.Clean("/"+rel), "/"), "/")
