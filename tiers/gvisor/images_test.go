@@ -362,6 +362,16 @@ func TestMountPointsNeverWritten(t *testing.T) {
 	tier, r, imgs := newImageTier(t, NewConfig())
 	r.AllowHost()
 	dir, _ := tiertest.GrantTree(t)
+	// A directory too crowded to rebuild a root around.
+	crowded := filepath.Join(imgs[0].Root, "crowded")
+	if err := os.Mkdir(crowded, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxSkeletonBinds {
+		if err := os.WriteFile(filepath.Join(crowded, fmt.Sprint(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	roots := []string{imgs[0].Root, tier.rootfs}
 	before := make([]string, len(roots))
 	for i, root := range roots {
@@ -392,9 +402,19 @@ func TestMountPointsNeverWritten(t *testing.T) {
 			t.Errorf("the shared root %s changed:\nbefore:\n%s\nafter:\n%s", root, before[i], after)
 		}
 	}
+	// In the crowded directory: refused, nothing made there.
+	job := cmdJob("true")
+	job.Image = "img-a"
+	job.Grants.FS = airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: "/crowded/new"}}
+	if _, err := tier.Run(context.Background(), job); airlock.KindOf(err) != airlock.ErrInvalid || !strings.Contains(err.Error(), "too crowded") {
+		t.Errorf("a grant in a crowded directory: %v, want invalid", err)
+	}
+	if _, err := os.Lstat(filepath.Join(crowded, "new")); !os.IsNotExist(err) {
+		t.Errorf("the mount point was made in the image: %v", err)
+	}
 	// Under the host's /usr, which the host view binds: refused.
 	missing := "/usr/airlock-no-such-mount-point"
-	job := cmdJob("true")
+	job = cmdJob("true")
 	job.Image = image.Host
 	job.Grants.FS = airlock.FSGrant{Read: []string{dir}, At: map[string]string{dir: missing}}
 	_, err := tier.Run(context.Background(), job)
