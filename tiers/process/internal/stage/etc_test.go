@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // TestEtcShowsWhatOthersMayRead: the /etc template copies a host file
@@ -15,7 +17,7 @@ import (
 // test's own, on a thread that dies with it.
 func TestEtcShowsWhatOthersMayRead(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: it mounts over host files in a private mount namespace")
+		testenv.Skipf(t, "needs root: it mounts over host files in a private mount namespace")
 	}
 	dir := t.TempDir()
 	secret := filepath.Join(dir, "secret")
