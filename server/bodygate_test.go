@@ -11,25 +11,32 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/server"
 )
 
 // TestLargeBodiesWaitForSlots: bodies past a MiB are read two at a time
-// per tenant: a third, stalled behind two the tenant is still sending, is
-// refused as overloaded (429) once the queue wait passes, before the
-// server holds it; small bodies are never held up, and once the large
-// ones end their slots are free again.
+// per tenant and four at a time in all: a third from a tenant still
+// sending two, and a fifth in all, are refused as overloaded (429) once
+// the queue wait passes, before the server holds them; small bodies are
+// never held up, and once the large ones end their slots are free again.
 func TestLargeBodiesWaitForSlots(t *testing.T) {
-	f := newFixture(t)
+	const keyC = "test-key-tenant-c-0123456789abcdef"
+	f := newFixture(t, func(c *server.Config) {
+		third := c.Tenants[1]
+		third.Name, third.KeySHA256 = "c", server.HashKey(keyC)
+		c.Tenants = append(c.Tenants, third)
+	})
 	type stalled struct {
 		w    *io.PipeWriter
 		resp chan *http.Response
 	}
-	send := func(path string) stalled {
+	send := func(key string) stalled {
 		pr, pw := io.Pipe()
 		s := stalled{w: pw, resp: make(chan *http.Response, 1)}
 		t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) }) // on a failure too
-		req, _ := http.NewRequestWithContext(context.Background(), "POST", f.http.URL+path, pr)
-		req.Header.Set("Authorization", "Bearer "+keyA)
+		req, _ := http.NewRequestWithContext(context.Background(), "POST", f.http.URL+"/v1/run", pr)
+		req.Header.Set("Authorization", "Bearer "+key)
 		go func() {
 			resp, err := f.http.Client().Do(req)
 			if err != nil {
@@ -42,26 +49,34 @@ func TestLargeBodiesWaitForSlots(t *testing.T) {
 		go pw.Write(append([]byte(`{"kind":"expr","code":"`), bytes.Repeat([]byte(" "), 3<<20/2)...))
 		return s
 	}
+	refused := func(what string, s stalled, slots string) {
+		t.Helper()
+		select {
+		case resp := <-s.resp:
+			if resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("%s: %v", what, resp)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), "too many large requests") || !strings.Contains(string(body), slots) || resp.Header.Get("Retry-After") == "" {
+				t.Errorf("%s: %s (Retry-After %q), want a refusal naming %s", what, body, resp.Header.Get("Retry-After"), slots)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s was neither read nor refused", what)
+		}
+		s.w.Close()
+	}
 	var held []stalled
 	for range 2 {
-		held = append(held, send("/v1/run"))
+		held = append(held, send(keyA))
 	}
 	time.Sleep(200 * time.Millisecond) // both are past a MiB, holding their slots
-	third := send("/v1/run")
-	select {
-	case resp := <-third.resp:
-		if resp == nil || resp.StatusCode != http.StatusTooManyRequests {
-			t.Fatalf("a third large body: %v", resp)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.Contains(string(body), "too many large requests") || resp.Header.Get("Retry-After") == "" {
-			t.Errorf("a third large body: %s (Retry-After %q)", body, resp.Header.Get("Retry-After"))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a third large body was neither read nor refused")
+	refused("a tenant's third large body", send(keyA), "one of 2 slots")
+	for range 2 {
+		held = append(held, send(keyB))
 	}
-	third.w.Close()
+	time.Sleep(200 * time.Millisecond)
+	refused("a fifth large body in all", send(keyC), "one of 4 slots")
 	if r := f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1 + 2"}`); r.status != 200 {
 		t.Errorf("a small body while large ones are held: %d %s", r.status, r.body)
 	}
