@@ -115,7 +115,7 @@ func readError(err error, what string) error {
 // bodyReadTimeout bounds how long a request body may take to arrive: a
 // client that declares a body and sends it slowly, or never, would hold
 // its connection (and, past a MiB, a large-body slot) for ever.
-const bodyReadTimeout = time.Minute
+var bodyReadTimeout = time.Minute
 
 // withBodyDeadline sets a read deadline on requests with a body and lifts
 // it once the body has been read to its end, so that a response streamed

@@ -144,3 +144,27 @@ func TestConsoleFormsAreSmall(t *testing.T) {
 		t.Errorf("status %d, want 403", resp.StatusCode)
 	}
 }
+
+// TestSlowBodiesTimeOut: a body that stops arriving is given up once the
+// read deadline passes, with an answer, rather than holding its
+// connection.
+func TestSlowBodiesTimeOut(t *testing.T) {
+	defer server.SetBodyReadTimeout(time.Second)()
+	f := newFixture(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.http.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 1000\r\n\r\n{\"kind\"", keyA)
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer once the deadline passed: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || time.Since(start) > 5*time.Second {
+		t.Errorf("status %d after %v; want 400 after about a second", resp.StatusCode, time.Since(start))
+	}
+}

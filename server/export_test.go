@@ -1,5 +1,7 @@
 package server
 
+import "time"
+
 // Crash stops the server as a dying process would, for the replica
 // tests: the shared state is cut off first, so the registry rows of its
 // sessions and its leased runs stay behind as a crash leaves them.
@@ -21,4 +23,12 @@ func (s *Server) SessionDir(id string) string {
 		return d.Dir()
 	}
 	return ""
+}
+
+// SetBodyReadTimeout sets how long a request body may take to arrive, for
+// a test that waits it out; it returns the function that restores it.
+func SetBodyReadTimeout(d time.Duration) func() {
+	old := bodyReadTimeout
+	bodyReadTimeout = d
+	return func() { bodyReadTimeout = old }
 }
