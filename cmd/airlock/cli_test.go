@@ -185,6 +185,11 @@ func TestUsageErrors(t *testing.T) {
 	_, errOut, code = run(t, "", "run", "-h")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, errOut, "flags:")
+	// Flags are listed as they are best spelled, GNU-style, with their
+	// value's form and any default.
+	assert.Contains(t, errOut, "\n  --allow-read PATH\n")
+	assert.Regexp(t, `\n  --wall duration\n`, errOut)
+	assert.NotRegexp(t, `\n  -[a-z]`, errOut)
 	out, _, code = run(t, "", "--version")
 	assert.Equal(t, exitOK, code)
 	assert.Regexp(t, `^airlock (v\S+|devel\S*) \(go1\.\d+`, out)
