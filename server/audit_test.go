@@ -29,7 +29,7 @@ func TestAuditTrailAndReplay(t *testing.T) {
 			t.Fatalf("%s: %d %s", j, r.status, r.body)
 		}
 	}
-	lines := f.audit.lines()
+	lines := f.audit.Lines()
 	if len(lines) != len(jobs) {
 		t.Fatalf("%d audit lines for %d runs", len(lines), len(jobs))
 	}
@@ -117,7 +117,7 @@ func TestAuditReplaysEnv(t *testing.T) {
 	if r.status != 200 || !strings.Contains(string(r.body), "MODE=plain-env-value") {
 		t.Fatalf("run: %d %s", r.status, r.body)
 	}
-	lines := f.audit.lines()
+	lines := f.audit.Lines()
 	if len(lines) != 1 || !strings.Contains(lines[0], `"env":{"MODE":"plain-env-value"}`) {
 		t.Fatalf("audit trail: %q", lines)
 	}

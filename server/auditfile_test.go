@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -94,7 +95,7 @@ func TestAuditFailsClosedOnFullDisk(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.Audit = filepath.Join(dir, "audit.jsonl")
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	srv, err := newServer(cfg, server.Options{Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -141,8 +142,8 @@ func TestAuditFailsClosedOnFullDisk(t *testing.T) {
 	if r := f.do("GET", "/healthz", "", nil); r.status != 503 {
 		t.Errorf("healthz while full: %d", r.status)
 	}
-	if n := strings.Count(log.b.String(), "no space left on device"); n != 1 {
-		t.Errorf("%d log lines for one failure episode:\n%s", n, log.b.String())
+	if n := strings.Count(log.String(), "no space left on device"); n != 1 {
+		t.Errorf("%d log lines for one failure episode:\n%s", n, log.String())
 	}
 	// Every run answered 200 has exactly one record; none else has one.
 	seen := auditedXs(t, cfg.Audit)
@@ -170,8 +171,8 @@ func TestAuditFailsClosedOnFullDisk(t *testing.T) {
 	if v := f.metric("airlock_audit_failing"); v != "0" {
 		t.Errorf("airlock_audit_failing %s after a good write", v)
 	}
-	if !strings.Contains(log.b.String(), "writing records again") {
-		t.Errorf("no log line for the end of the episode:\n%s", log.b.String())
+	if !strings.Contains(log.String(), "writing records again") {
+		t.Errorf("no log line for the end of the episode:\n%s", log.String())
 	}
 	if data, _ := os.ReadFile(cfg.Audit); !strings.Contains(string(data), `"outcome":"refused_audit_unavailable"`) {
 		t.Error("no refusal for the failing trail was recorded once it could be written")
@@ -189,7 +190,7 @@ func TestAuditFailsClosedOnFullDisk(t *testing.T) {
 func TestAuditFailOpen(t *testing.T) {
 	cfg := testConfig()
 	cfg.AuditFailOpen = true
-	srv, err := newServer(cfg, server.Options{Audit: failingWriter{}, Log: &syncBuffer{}})
+	srv, err := newServer(cfg, server.Options{Audit: failingWriter{}, Log: &syncbuf.Buffer{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func (f *fixture) decision(key string, d approve.Digest) (status, token string) 
 func (f *fixture) auditRecords() []server.Record {
 	f.t.Helper()
 	var out []server.Record
-	for _, l := range f.audit.lines() {
+	for _, l := range f.audit.Lines() {
 		if l == "" {
 			continue
 		}
@@ -377,7 +377,7 @@ func TestConsoleDecisionWithoutJS(t *testing.T) {
 		}
 	}
 	if !decided || !ran {
-		t.Errorf("trail lacks the decision (%v) or the run's approver (%v):\n%s", decided, ran, strings.Join(f.audit.lines(), "\n"))
+		t.Errorf("trail lacks the decision (%v) or the run's approver (%v):\n%s", decided, ran, strings.Join(f.audit.Lines(), "\n"))
 	}
 	// The decided job has left the list; its page shows the decision and
 	// the run; the audit page finds it.

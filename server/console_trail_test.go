@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -32,7 +33,7 @@ func newFileFixture(t *testing.T, dir string, maxBytes int64) *fixture {
 	cfg.Audit = filepath.Join(dir, "audit.jsonl")
 	cfg.AuditRotation = &server.AuditRotation{MaxBytes: maxBytes, Keep: 100}
 	f := &fixture{t: t, clock: &clock{t: time.Now()}}
-	srv, err := newServer(cfg, server.Options{Now: f.clock.now, Log: &syncBuffer{}})
+	srv, err := newServer(cfg, server.Options{Now: f.clock.now, Log: &syncbuf.Buffer{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -65,24 +66,8 @@ type fixture struct {
 	t     *testing.T
 	srv   *server.Server
 	http  *httptest.Server
-	audit *syncBuffer
+	audit *syncbuf.Buffer
 	clock *clock
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
 }
 
 func newFixture(t *testing.T, mutate ...func(*server.Config)) *fixture {
@@ -98,7 +83,7 @@ func newFixtureTiers(t *testing.T, topts tierset.Options, mutate ...func(*server
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	f := &fixture{t: t, audit: &syncBuffer{}, clock: &clock{t: time.Now()}}
+	f := &fixture{t: t, audit: &syncbuf.Buffer{}, clock: &clock{t: time.Now()}}
 	srv, err := newServerTiers(cfg, topts, server.Options{Audit: f.audit, Now: f.clock.now})
 	if err != nil {
 		t.Fatal(err)

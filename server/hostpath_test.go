@@ -71,7 +71,7 @@ func TestReadRoots(t *testing.T) {
 	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(keyDir)), "the server keeps")
 	expectDenied(t, f.do("POST", "/v1/run", keyA, readJob(root)), "the server keeps")
 	// The refusals are audited.
-	if n := strings.Count(strings.Join(f.audit.lines(), "\n"), `"outcome":"refused_denied"`); n != 6 {
+	if n := strings.Count(strings.Join(f.audit.Lines(), "\n"), `"outcome":"refused_denied"`); n != 6 {
 		t.Errorf("%d refusals audited as denied, want 6", n)
 	}
 	// A grant under a root runs (benign control).

@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/pgtest"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 	"github.com/airlock-sandbox/airlock/server"
@@ -35,7 +36,7 @@ type replica struct {
 	url   string
 	srv   *server.Server
 	hs    *http.Server
-	audit *syncBuffer
+	audit *syncbuf.Buffer
 	done  chan struct{}
 }
 
@@ -72,7 +73,7 @@ func startReplica(t testing.TB, setting, name, keyFile string, mutate ...func(*s
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	r := &replica{name: cfg.ReplicaID, url: cfg.Advertise, audit: &syncBuffer{}, done: make(chan struct{})}
+	r := &replica{name: cfg.ReplicaID, url: cfg.Advertise, audit: &syncbuf.Buffer{}, done: make(chan struct{})}
 	if r.srv, err = newServer(cfg, server.Options{Audit: r.audit}); err != nil {
 		ln.Close()
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestReplicasShareOneService(t *testing.T) {
 			if seen[r.name] != 4 {
 				t.Errorf("replica %s answered %d runs, want 4 (%v)", r.name, seen[r.name], seen)
 			}
-			if !strings.Contains(strings.Join(r.audit.lines(), "\n"), `"replica":"`+r.name+`"`) {
+			if !strings.Contains(strings.Join(r.audit.Lines(), "\n"), `"replica":"`+r.name+`"`) {
 				t.Errorf("replica %s's audit records do not name it", r.name)
 			}
 		}
@@ -221,7 +222,7 @@ func TestReplicasShareOneService(t *testing.T) {
 			}
 		}
 		// r2's record of the run names r3's approver.
-		if !strings.Contains(strings.Join(rs[1].audit.lines(), "\n"), `"approver":"`+dc.Approver+`"`) {
+		if !strings.Contains(strings.Join(rs[1].audit.Lines(), "\n"), `"approver":"`+dc.Approver+`"`) {
 			t.Errorf("r2's record of the approved run does not name its approver %s", dc.Approver)
 		}
 	})
@@ -581,7 +582,7 @@ func TestRollingRestartLosesNoRun(t *testing.T) {
 	rs := startReplicas(t, dsn, 3, quota)
 	var mu sync.Mutex
 	urls := []string{rs[0].url, rs[1].url, rs[2].url}
-	trails := []*syncBuffer{rs[0].audit, rs[1].audit, rs[2].audit}
+	trails := []*syncbuf.Buffer{rs[0].audit, rs[1].audit, rs[2].audit}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // a retried request was never sent on a closing connection
 
 	var retried atomic.Int64
@@ -663,7 +664,7 @@ func TestRollingRestartLosesNoRun(t *testing.T) {
 	sent := int(next.Load())
 	ran := map[string]int{}
 	for _, tr := range trails {
-		for _, line := range tr.lines() {
+		for _, line := range tr.Lines() {
 			var rec server.Record
 			if err := json.Unmarshal([]byte(line), &rec); err != nil {
 				t.Fatalf("a record: %v: %s", err, line)

@@ -134,7 +134,7 @@ func TestSessionRunStreams(t *testing.T) {
 // session id.
 func checkSessionAudit(t *testing.T, f *fixture, id string) {
 	t.Helper()
-	lines := f.audit.lines()
+	lines := f.audit.Lines()
 	var rec server.Record
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rec); err != nil {
 		t.Fatal(err)

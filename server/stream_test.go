@@ -74,7 +74,7 @@ func TestRunStreams(t *testing.T) {
 			res := postStreamed(t, f, "/v1/run", job, format, "first\n", open)
 			tiertest.CheckGated(t, res)
 			// The run is in the audit trail, as without streaming.
-			if lines := f.audit.lines(); !strings.Contains(lines[len(lines)-1], `"outcome":"ok"`) {
+			if lines := f.audit.Lines(); !strings.Contains(lines[len(lines)-1], `"outcome":"ok"`) {
 				t.Fatalf("audit: %s", lines[len(lines)-1])
 			}
 

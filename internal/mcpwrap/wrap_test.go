@@ -1,14 +1,12 @@
 package mcpwrap_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 )
 
 // upstream is a real go-sdk server standing in for the wrapped one, over
@@ -55,17 +54,6 @@ func upstream(t testing.TB, block chan struct{}, entered chan<- struct{}) (*mcp.
 	return srv, ct
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 func text(r *mcp.CallToolResult) string {
 	var s strings.Builder
 	for _, c := range r.Content {
@@ -91,7 +79,7 @@ func TestPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit := &syncBuf{}
+	audit := &syncbuf.Buffer{}
 	argv := []string{"node", "server.js"}
 	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{
 		Argv: argv,
@@ -220,7 +208,7 @@ func TestPolicy(t *testing.T) {
 		t.Errorf("after a stuck call: %q", text(r))
 	}
 
-	log := audit.b.String()
+	log := audit.String()
 	for _, want := range []string{`"decision":"hidden"`, `"decision":"rate_limited"`, `"decision":"approval_required"`, `"decision":"approval_stale"`, `"approved":true`, `"decision":"timeout"`, `"truncated":true`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("audit lacks %s:\n%s", want, log)
@@ -271,7 +259,7 @@ func TestListChanged(t *testing.T) {
 	defer close(block)
 	up, ct := upstream(t, block, make(chan struct{}, 1))
 	no := false
-	audit := &syncBuf{}
+	audit := &syncbuf.Buffer{}
 	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{
 		Policy: mcpwrap.Policy{Tools: map[string]mcpwrap.Rule{"secret2": {Allow: &no}}},
 		Audit:  mcpwrap.JSONLines(audit),
@@ -337,7 +325,7 @@ func TestListChanged(t *testing.T) {
 	if _, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "echo"}); err == nil {
 		t.Error("a withdrawn tool was callable")
 	}
-	log := audit.b.String()
+	log := audit.String()
 	for _, want := range []string{`"tool":"echo","decision":"withdrawn"`, `"tool":"secret2","decision":"hidden"`, `"tool":"fresh","decision":"listed"`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("audit lacks %s:\n%s", want, log)
@@ -351,7 +339,7 @@ func TestIdle(t *testing.T) {
 	block := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	_, ct := upstream(t, block, entered)
-	audit := &syncBuf{}
+	audit := &syncbuf.Buffer{}
 	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{IdleTimeout: 20 * time.Millisecond, CallTimeout: time.Hour, Audit: mcpwrap.JSONLines(audit)}, ct)
 	if err != nil {
 		t.Fatal(err)
@@ -390,8 +378,8 @@ func TestIdle(t *testing.T) {
 		t.Errorf("ended: %v", w.Err())
 	}
 	ss.Wait() // the agent's session is closed
-	if !strings.Contains(audit.b.String(), `"event":"exit"`) {
-		t.Errorf("audit: %s", audit.b.String())
+	if !strings.Contains(audit.String(), `"event":"exit"`) {
+		t.Errorf("audit: %s", audit.String())
 	}
 }
 
@@ -429,7 +417,7 @@ func TestPromptsResources(t *testing.T) {
 	}
 	defer upSess.Close()
 
-	audit := &syncBuf{}
+	audit := &syncbuf.Buffer{}
 	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{
 		Policy:      mcpwrap.Policy{Refuse: map[string][]string{"*": {"re:(?i)token"}}},
 		OutputHosts: []string{"docs.test"}, MaxResultBytes: 1000, Audit: mcpwrap.JSONLines(audit),
@@ -506,7 +494,7 @@ func TestPromptsResources(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	log := audit.b.String()
+	log := audit.String()
 	for _, want := range []string{`"prompt":"greet","decision":"listed"`, `"event":"prompt","prompt":"greet","decision":"relayed"`,
 		`"event":"prompt","prompt":"greet","decision":"denied"`, `"event":"read","resource":"test://notes/bin","decision":"relayed"`,
 		`"resource":"test://notes/a","decision":"withdrawn"`, `"prompt":"later","decision":"listed"`} {

@@ -4,6 +4,7 @@ package syncbuf
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 )
 
@@ -25,4 +26,10 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Lines returns what has been written so far as lines, without the last
+// line's end.
+func (s *Buffer) Lines() []string {
+	return strings.Split(strings.TrimSpace(s.String()), "\n")
 }
