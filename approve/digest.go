@@ -105,6 +105,23 @@ func Of(job *airlock.Job, tier, tenant string) Digest {
 	return digest(job, tier, tenant, job.Files)
 }
 
+// Pinned binds d, a job's digest, to the content of the image the job
+// names: imageDigest is the digest its image reference points at when the
+// job is checked. A catalogue name moved to another image after the
+// approval then gives another digest, as a file edited after it does. An
+// empty imageDigest (no image store, the host view, a reference not pulled
+// yet) leaves d as it is: the job is bound to the reference's text.
+func Pinned(d Digest, imageDigest string) Digest {
+	if imageDigest == "" {
+		return d
+	}
+	c := newCanonical()
+	c.str("airlock-job-image-v1", "")
+	c.str("job", string(d))
+	c.str("image", imageDigest)
+	return c.sum()
+}
+
 func digest(job *airlock.Job, tier, tenant string, files map[string]string) Digest {
 	c := newCanonical()
 	c.str("airlock-job-v1", "")

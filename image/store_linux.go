@@ -262,6 +262,28 @@ func (s *Store) Check(ref string) error {
 	return nil
 }
 
+// Current returns the digest ref ("" for the default) names in the store
+// now, without pulling anything: "" for a reference the store would pull
+// first, [Host] for the host view. Approvals bind a job to it, so that a
+// name moved after the approval is another job.
+func (s *Store) Current(ref string) (string, error) {
+	if ref == "" {
+		ref = s.defaultRef()
+	}
+	if ref == Host {
+		return Host, nil
+	}
+	tbl, err := s.readTable()
+	if err != nil {
+		return "", wrap(ref, err)
+	}
+	d, _, err := s.lookup(tbl, ref)
+	if err != nil {
+		return "", wrap(ref, err)
+	}
+	return d, nil
+}
+
 func hexOf(digest string) (string, bool) {
 	h, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(h) != 64 {

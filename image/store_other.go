@@ -22,6 +22,8 @@ func (s *Store) Acquire(ctx context.Context, ref string) (*Image, func(), error)
 
 func (s *Store) Check(ref string) error { return &Error{Ref: ref, Err: errUnsupported} }
 
+func (s *Store) Current(ref string) (string, error) { return "", &Error{Ref: ref, Err: errUnsupported} }
+
 func (s *Store) Derive(ctx context.Context, img *Image, kind string, build func(string) error) (string, error) {
 	return "", &Error{Ref: img.Ref, Err: errUnsupported}
 }

@@ -87,7 +87,7 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, err)
 		return
 	}
-	d := approve.Of(&job, tier.Name(), t.Name)
+	d := approve.Pinned(approve.Of(&job, tier.Name(), t.Name), s.imagePin(&job))
 	rule := s.approvals.Requires(&job, tier.Name())
 	if rule != "" {
 		kept := job

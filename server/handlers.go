@@ -236,8 +236,9 @@ func (t *tenant) admit(job *airlock.Job) error {
 		}
 	}
 	if job.Kind == airlock.KindCommand {
-		// The approval binds the image by name, whatever the default is
-		// later.
+		// Named in the job, so that its approval, display and record name
+		// the image whatever the default is later; the approval also binds
+		// the digest the name points at (imagePin).
 		if job.Image == "" {
 			job.Image = t.defImage
 		}
@@ -493,7 +494,7 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	var digest approve.Digest
 	var claims approve.Claims
 	if rule = s.approvals.Requires(job, tier.Name()); rule != "" {
-		digest = approve.Of(job, tier.Name(), rq.t.Name)
+		digest = approve.Pinned(approve.Of(job, tier.Name(), rq.t.Name), s.imagePin(job))
 		if rq.token == "" {
 			return airlock.Result{}, &airlock.NotAdmitted{Reason: fmt.Sprintf("%s: rule %s requires an approval for this job (digest %s; POST /v1/approvals)", approve.Required, rule, digest)}
 		}
@@ -531,14 +532,16 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	switch {
 	case rule != "":
-		// Recompute the digest over exactly what is handed to the tier,
-		// and let a tier that places files re-check the placed bytes.
+		// Recompute the digest over exactly what is handed to the tier, and
+		// the image its name points at now, and let a tier that places
+		// files re-check the placed bytes.
 		final := *job
-		if d := approve.Of(&final, tier.Name(), rq.t.Name); d != digest {
-			err = &airlock.NotAdmitted{Reason: approve.Stale + ": the job changed between approval check and execution"}
+		plain := approve.Of(&final, tier.Name(), rq.t.Name)
+		if approve.Pinned(plain, s.imagePin(&final)) != digest {
+			err = &airlock.NotAdmitted{Reason: approve.Stale + ": the job or its image changed between approval check and execution"}
 			break
 		}
-		ctx = airlock.WithPlacedCheck(ctx, approve.PlacedCheck(final, tier.Name(), rq.t.Name, digest))
+		ctx = airlock.WithPlacedCheck(ctx, approve.PlacedCheck(final, tier.Name(), rq.t.Name, plain))
 		begin()
 		if rq.session != nil {
 			res, err = rq.session.run(ctx, final)
@@ -566,6 +569,21 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 		return airlock.Result{}, &auditUnavailable{err: aerr, ran: true}
 	}
 	return res, err
+}
+
+// imagePin is the digest a command job's image points at in the store now
+// (see [approve.Pinned]): "" for other jobs, without a store, for the host
+// view and for a reference the store would pull first. A reference the
+// store refuses pins to "" too; its run fails when the tier acquires it.
+func (s *Server) imagePin(job *airlock.Job) string {
+	if job.Kind != airlock.KindCommand || s.images == nil || job.Image == image.Host {
+		return ""
+	}
+	d, err := s.images.Current(job.Image)
+	if err != nil || d == image.Host {
+		return ""
+	}
+	return d
 }
 
 // record counts a run and writes its record, returning the error that

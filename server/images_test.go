@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
@@ -318,5 +320,52 @@ func TestTenantKeyIsNoApprover(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "may not approve") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestApprovalBindsImageContent: an approved command job runs only in the
+// image its name pointed at when the approval was requested; the name moved
+// to another image afterwards makes the token stale, and a new request
+// binds the new image.
+func TestApprovalBindsImageContent(t *testing.T) {
+	ctx := context.Background()
+	st, err := image.Open(t.TempDir(), image.Options{Default: "tool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Import(ctx, "tool", imagetest.Layout(t, imagetest.Busybox(t, "airlock-approved"), nil)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	rules := append(slices.Clone(*cfg.Approvals.Rules), approve.Rule{Name: "internal-command",
+		Kinds: []airlock.Kind{airlock.KindCommand}, Situations: []airlock.Situation{airlock.SituationInternal}})
+	cfg.Approvals.Rules = &rules
+	f := storeFixture(t, cfg, st, tierset.Options{})
+
+	job := `{"kind":"command","argv":["cat","/etc/os-release"],"situation":"internal","image":"tool"}`
+	tok := f.approveAny(t, keyA, job)
+	r := f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token)
+	if r.status == http.StatusForbidden && strings.Contains(string(r.body), "unavailable") {
+		tiertest.Unavailable(t, "process", errorString(r.body))
+	}
+	if res := r.result(t); r.status != http.StatusOK || strings.TrimSpace(res.Stdout) != "ID=airlock-approved" {
+		t.Fatalf("approved run: %d %s", r.status, r.body)
+	}
+
+	// Another job, so that its token is not the one redeemed above.
+	job = strings.Replace(job, `"/etc/os-release"`, `"/etc/os-release","/dev/null"`, 1)
+	tok = f.approveAny(t, keyA, job)
+	if _, err := st.Import(ctx, "tool", imagetest.Layout(t, imagetest.Busybox(t, "airlock-moved"), nil)); err != nil {
+		t.Fatal(err)
+	}
+	r = f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token)
+	if strings.Contains(string(r.body), "airlock-moved") {
+		t.Fatalf("the moved image ran under the old approval: %s", r.body)
+	}
+	expectStale(t, r, "differs")
+	tok = f.approveAny(t, keyA, job)
+	r = f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token)
+	if res := r.result(t); r.status != http.StatusOK || strings.TrimSpace(res.Stdout) != "ID=airlock-moved" {
+		t.Fatalf("run approved after the move: %d %s", r.status, r.body)
 	}
 }
