@@ -15,7 +15,7 @@ func TestBackendMissing(t *testing.T) {
 		t.Errorf("exit %d, want %d; stderr: %s", code, exitMissing, stderr)
 	}
 	// The JSON result keeps the wire's kind.
-	stdout, _, code := run(t, `{"kind":"command","argv":["true"],"tier":"gvisor"}`, "run", "--json")
+	stdout, _, code := run(t, `{"kind":"command","argv":["true"],"tier":"gvisor"}`, "run", "--json", "-")
 	if code != exitMissing || !strings.Contains(stdout, `"not_admitted"`) {
 		t.Errorf("--json: exit %d, want %d; %s", code, exitMissing, stdout)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
@@ -71,6 +72,54 @@ func TestRunJSON(t *testing.T) {
 	out, _, code = run(t, `{"kind":"expr","code":"repeat(\"x\", 100000000000)"}`, "run", "--json", "-")
 	assert.Equal(t, exitStopped, code)
 	assert.Contains(t, out, `"reason": "memory"`)
+}
+
+// TestRunJSONMeansOutput: --json is the Result as JSON whatever the job's
+// source; a Job is read from -, a .json FILE or --job FILE, with or without
+// --json.
+func TestRunJSONMeansOutput(t *testing.T) {
+	dir := t.TempDir()
+	star := filepath.Join(dir, "double.star")
+	require.NoError(t, os.WriteFile(star, []byte("result = x * 2"), 0o644))
+	jobFile := filepath.Join(dir, "job.json")
+	require.NoError(t, os.WriteFile(jobFile, []byte(`{"kind":"expr","code":"x * 2","input":{"x":21}}`), 0o644))
+
+	// A script file, --json: one Result.
+	out, errOut, code := run(t, "", "run", "--json", star, "--input", `{"x": 4}`)
+	require.Equal(t, exitOK, code, errOut)
+	var res airlock.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Equal(t, float64(8), res.Value)
+	assert.Equal(t, "starlark", res.Tier)
+
+	// A Job, without --json: its value as run prints any.
+	for _, args := range [][]string{{"run", "-"}, {"run", jobFile}, {"run", "--job", jobFile}, {"run", "--job", "-"}} {
+		out, errOut, code := run(t, `{"kind":"expr","code":"x * 2","input":{"x":21}}`, args...)
+		assert.Equal(t, exitOK, code, "%v: %s", args, errOut)
+		assert.Equal(t, "42\n", out, args)
+	}
+	// The flags add to a Job read as JSON.
+	out, _, code = run(t, "", "run", "--json", "--input", `{"x": 5}`, jobFile)
+	require.Equal(t, exitOK, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Equal(t, float64(10), res.Value)
+
+	// Code on stdin with --kind is still code.
+	out, _, code = run(t, "6 * 7", "run", "--kind", "expr", "-")
+	assert.Equal(t, exitOK, code)
+	assert.Equal(t, "42\n", out)
+
+	// Wrong combinations: one line, or one Result with --json.
+	for _, args := range [][]string{{"run", "--job", jobFile, star}, {"run", jobFile, "--", "x"}, {"run", "--kind", "expr", "--job", jobFile}} {
+		_, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "%v: one line: %q", args, errOut)
+	}
+	out, _, code = run(t, "", "run", "--json")
+	assert.Equal(t, exitUsage, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.NotNil(t, res.Error, out)
+	assert.Contains(t, res.Error.Message, "nothing to run")
 }
 
 func TestRunFile(t *testing.T) {

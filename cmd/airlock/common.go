@@ -464,6 +464,7 @@ type jobCommand struct {
 	jf        jobFlags
 	rf        routerFlags
 	json      *bool
+	job       *string // run's --job
 	pos, rest []string
 }
 
@@ -472,7 +473,10 @@ type jobCommand struct {
 // ok is false the command returns code.
 func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand, code int, ok bool) {
 	fs := e.flags(commands[name])
-	jc = &jobCommand{json: fs.Bool("json", false, jsonHelp)}
+	jc = &jobCommand{json: fs.Bool("json", false, jsonHelp), job: new(string)}
+	if name == "run" {
+		fs.StringVar(jc.job, "job", "", "run the Job written as JSON in `FILE` (- for stdin)")
+	}
 	jc.jf.register(fs, files)
 	jc.rf.register(fs)
 	jc.pos, jc.rest, code, ok = e.parse(fs)

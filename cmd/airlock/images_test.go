@@ -54,7 +54,7 @@ func TestImageCommands(t *testing.T) {
 	needProcess(t)
 	job := `{"kind":"command","tier":"process","situation":"internal","image":"bb","grants":{"spawn":true},` +
 		`"argv":["sh","-c","cat /etc/os-release; ls /usr/lib/x86_64-linux-gnu 2>&1 | head -1"]}`
-	out, errOut, code = run(t, job, "run", "--images", store, "--json")
+	out, errOut, code = run(t, job, "run", "--images", store, "--json", "-")
 	require.Equal(t, exitOK, code, errOut)
 	var res airlock.Result
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)

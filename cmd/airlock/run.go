@@ -20,25 +20,26 @@ func init() {
 		name:    "run",
 		summary: "run a script, module, program or JSON job in the cheapest tier that holds",
 		usage: `run [flags] FILE [-- ARGS...]      run a .expr, .star or .wasm file (kind from the extension or --kind),
-                                          or a script (.py, .sh, .js, ... or a #! line) placed in the scratch as a command job
-       airlock run [flags] -- PROGRAM [ARGS...]  run a program (a command job)
-       airlock run --json [FILE|-]               read a Job as JSON, write exactly one Result as JSON`,
+                                                  or a script (.py, .sh, .js, ... or a #! line) placed in the scratch as a command job
+       airlock run [flags] -- PROGRAM [ARGS...]   run a program (a command job)
+       airlock run [flags] JOB.json|-|--job FILE  run a Job written as JSON (- reads it from stdin)
+                                                  --json with any of them: one Result as JSON instead of streamed output`,
 		run: runCmd,
 	})
 }
 
 func runCmd(ctx context.Context, e *env) int {
-	jc, code, ok := e.parseJobCommand("run", "read a Job as JSON (from FILE or stdin) and write the Result as JSON", true)
+	jc, code, ok := e.parseJobCommand("run", "write exactly one Result as JSON on stdout, also for invalid input, instead of streaming the output", true)
 	if !ok {
 		return code
 	}
-	jf, rf, pos, rest := &jc.jf, &jc.rf, jc.pos, jc.rest
-	if *jc.json {
-		return runJSON(ctx, e, pos, rest, jf, rf)
-	}
-	job, err := buildJob(e, pos, rest, jf)
+	jf, rf := &jc.jf, &jc.rf
+	job, err := runJob(e, jc)
 	if err == nil {
-		err = jf.out.apply(&job, false)
+		err = jf.out.apply(&job, *jc.json)
+	}
+	if *jc.json {
+		return runJSON(ctx, e, job, err, jf, rf)
 	}
 	if err != nil {
 		return e.fail(err)
@@ -88,8 +89,44 @@ func (l *liveWriter) rest(all string) string {
 	return all[l.n:]
 }
 
-// runJSON always writes exactly one Result, for invalid input too.
-func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *routerFlags) int {
+// runJob is the job run was given: a Job written as JSON (--job FILE, a
+// FILE ending in .json, or - without --kind: stdin), with the flags added
+// to it, or one built from a script, module or program.
+func runJob(e *env, jc *jobCommand) (airlock.Job, error) {
+	src := *jc.job
+	if src == "" && len(jc.pos) == 1 && ((jc.pos[0] == "-" && jc.jf.kind == "") || strings.EqualFold(filepath.Ext(jc.pos[0]), ".json")) {
+		src = jc.pos[0]
+	} else if src != "" && len(jc.pos) > 0 {
+		return airlock.Job{}, jobs.Invalid("", "--job and a FILE: give one of them")
+	}
+	if src == "" {
+		return buildJob(e, jc.pos, jc.rest, &jc.jf)
+	}
+	if len(jc.rest) > 0 {
+		return airlock.Job{}, jobs.Invalid("", "a Job written as JSON takes no arguments; put them in its argv")
+	}
+	if jc.jf.kind != "" {
+		return airlock.Job{}, jobs.Invalid("--kind", "a Job written as JSON names its own kind")
+	}
+	var r io.Reader = e.stdin
+	if src != "-" {
+		f, err := os.Open(src)
+		if err != nil {
+			return airlock.Job{}, jobs.Invalid("", "%v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	job, err := readJob(r)
+	if err != nil {
+		return job, err
+	}
+	return job, jc.jf.apply(&job)
+}
+
+// runJSON always writes exactly one Result, for invalid input too (err,
+// the job's own error, is then the Result's).
+func runJSON(ctx context.Context, e *env, job airlock.Job, err error, jf *jobFlags, rf *routerFlags) int {
 	finish := func(res airlock.Result, err error) int {
 		if err != nil && res.Error == nil && res.Stopped == nil {
 			res.SetError(err)
@@ -106,26 +143,7 @@ func runJSON(ctx context.Context, e *env, pos, rest []string, jf *jobFlags, rf *
 		}
 		return exitOK
 	}
-	if len(pos) > 1 || len(rest) > 0 {
-		return finish(airlock.Result{}, jobs.Invalid("", "--json takes one job file (or - for stdin), no other arguments"))
-	}
-	var src io.Reader = e.stdin
-	if len(pos) == 1 && pos[0] != "-" {
-		f, err := os.Open(pos[0])
-		if err != nil {
-			return finish(airlock.Result{}, jobs.Invalid("", "%v", err))
-		}
-		defer f.Close()
-		src = f
-	}
-	job, err := readJob(src)
 	if err != nil {
-		return finish(airlock.Result{}, err)
-	}
-	if err := jf.apply(&job); err != nil {
-		return finish(airlock.Result{}, err)
-	}
-	if err := jf.out.apply(&job, true); err != nil {
 		return finish(airlock.Result{}, err)
 	}
 	rf.tiers.progress = e.imageProgress()
@@ -183,7 +201,7 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 	var job airlock.Job
 	switch {
 	case len(pos) == 0 && len(rest) == 0:
-		return job, jobs.Invalid("", "nothing to run: give a FILE, or -- PROGRAM ARGS (see `airlock help run`)")
+		return job, jobs.Invalid("", "nothing to run: give a FILE, a Job as JSON (JOB.json, - or --job FILE), or -- PROGRAM ARGS (see `airlock help run`)")
 	case len(pos) > 1:
 		return job, jobs.Invalid("", "one FILE at a time (put program arguments after --): %s", strings.Join(pos, " "))
 	case len(pos) == 0:
