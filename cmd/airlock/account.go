@@ -46,17 +46,17 @@ func accountCmd(ctx context.Context, e *env) int {
 	c := commands["account"]
 	fs := e.flags(c)
 	var allowUIDs, allowGIDs stringList
-	fs.Var(&allowUIDs, "allow-uid", "with add: a caller uid the executor serves (repeatable; default: the invoking user's, SUDO_UID when set)")
-	fs.Var(&allowGIDs, "allow-gid", "with add: a caller gid the executor serves (repeatable)")
-	issuer := fs.String("issuer", "", "with add: the URL in the iss of the account's OIDC tokens (default http://airlock-NAME, served on the executor's socket)")
+	fs.Var(&allowUIDs, "allow-uid", "with add: a caller `UID` the executor serves (repeatable; default: the invoking user's, SUDO_UID when set)")
+	fs.Var(&allowGIDs, "allow-gid", "with add: a caller `GID` the executor serves (repeatable)")
+	issuer := fs.String("issuer", "", "with add: the `URL` in the iss of the account's OIDC tokens (default http://airlock-NAME, served on the executor's socket)")
 	oidcAud := fs.String("oidc", "", "with set: the credential is an OIDC token minted per job for this `AUDIENCE`")
 	var scopes stringList
-	fs.Var(&scopes, "scope", "with set --oidc: a scope the token carries (repeatable)")
+	fs.Var(&scopes, "scope", "with set --oidc: a `SCOPE` the token carries (repeatable)")
 	var callers stringList
 	fs.Var(&callers, "caller", "with set: only this `CALLER` may use the credential, uid-N (a local caller) or cert-CN (a remote one's client certificate; repeatable; default: every caller the executor serves)")
 	listen := fs.String("listen", "", "with add: the executor also serves over HTTPS with mutual TLS on `HOST:PORT`; add makes the account's CA, the executor's certificate and a caller's client certificate")
 	var tlsNames stringList
-	fs.Var(&tlsNames, "tls-name", "with add --listen: a DNS name or IP address the executor's certificate holds (repeatable; default: the --listen host, else this machine's name)")
+	fs.Var(&tlsNames, "tls-name", "with add --listen: a DNS `NAME` or IP address the executor's certificate holds (repeatable; default: the --listen host, else this machine's name)")
 	var remote account.Remote
 	fs.StringVar(&remote.URL, "url", "", "with add: the account's executor runs on another machine, at this https `URL`")
 	fs.StringVar(&remote.CA, "ca", "", "with add --url: the PEM `FILE` of the account's CA, the only one its executor's certificate may chain to")

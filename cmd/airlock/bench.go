@@ -25,15 +25,15 @@ func benchCmd(ctx context.Context, e *env) int {
 	c := commands["bench"]
 	fs := e.flags(c)
 	def := bench.NewConfig()
-	tiers := fs.String("tiers", "", "comma-separated tiers to measure (default: every tier)")
-	iterations := fs.Int("iterations", def.Iterations(), "at most this many runs per measurement")
-	budget := fs.Duration("budget", def.Budget(), "time per measurement (at least 5 runs are made regardless)")
-	timeout := fs.Duration("timeout", def.Timeout(), "longest a single run may take")
+	tiers := fs.String("tiers", "", "comma-separated `TIERS` to measure (default: every tier)")
+	iterations := fs.Int("iterations", def.Iterations(), "at most `N` runs per measurement")
+	budget := fs.Duration("budget", def.Budget(), "`DURATION` per measurement (at least 5 runs are made regardless)")
+	timeout := fs.Duration("timeout", def.Timeout(), "longest `DURATION` a single run may take")
 	jsonMode := fs.Bool("json", false, "write the JSON report to stdout instead of the table")
-	out := fs.String("out", "", "write report.json, chart.svg and chart.png into this directory")
-	compare := fs.String("compare", "", "print the change against an earlier report.json")
+	out := fs.String("out", "", "write report.json, chart.svg and chart.png into `DIR`")
+	compare := fs.String("compare", "", "print the change against an earlier report.json `FILE`")
 	var notes noteList
-	fs.Var(&notes, "note", "a note to record in the report (repeatable)")
+	fs.Var(&notes, "note", "a `NOTE` to record in the report (repeatable)")
 	var tf tierFlags
 	tf.register(fs)
 	if code, ok := e.parseFlagsOnly(fs); !ok {

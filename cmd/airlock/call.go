@@ -27,11 +27,12 @@ func init() {
 func runCall(ctx context.Context, e *env) int {
 	c := commands["call"]
 	fs := e.flags(c)
-	input := fs.String("input", "", "the call's input: @FILE reads a file, - reads stdin, anything else is the input itself")
-	grant := fs.String("grant", "", "host functions to grant, comma-separated: log, http_request, kv")
-	wallMS := fs.Int64("wall-ms", 0, "wall-clock limit in milliseconds (0: the default)")
-	memoryMB := fs.Int64("memory-mb", 0, "linear-memory limit in MiB (0: the default)")
-	outputBytes := fs.Int64("output-bytes", 0, "output limit in bytes (0: the default)")
+	input := fs.String("input", "", "the call's `INPUT`: @FILE reads a file, - reads stdin, anything else is the input itself")
+	grant := fs.String("grant", "", "host functions to grant, a comma-separated `LIST` of: log, http_request, kv")
+	// The limit flags are run's, by name, unit and meaning.
+	wall := fs.Duration("wall", 0, "wall-clock limit `DURATION`, e.g. 2s (default: the plugin host's)")
+	memoryMB := fs.Int64("memory", 0, "linear-memory limit in `MB` (MiB)")
+	outputBytes := fs.Int64("output", 0, "output limit in `BYTES`")
 	asJSON := fs.Bool("json", false, "print a JSON object with the output, log and error instead of the raw output")
 	pos, rest, code, ok := e.parse(fs)
 	if !ok {
@@ -41,6 +42,13 @@ func runCall(ctx context.Context, e *env) int {
 	if len(pos) != 2 {
 		fs.Usage()
 		return exitUsage
+	}
+	if *wall < 0 {
+		return e.fail(jobs.Invalid("limits.wall_ms", "must not be negative"))
+	}
+	wallMS := int64(0)
+	if *wall > 0 {
+		wallMS = max(wall.Milliseconds(), 1)
 	}
 	module, err := os.ReadFile(pos[0])
 	if err != nil {
@@ -63,7 +71,7 @@ func runCall(ctx context.Context, e *env) int {
 	defer host.Close()
 	tool, err := host.Load(ctx, module, wasm.ToolConfig{
 		Functions: funcs,
-		Limits:    airlock.Limits{WallMS: *wallMS, MemoryMB: *memoryMB, OutputBytes: *outputBytes},
+		Limits:    airlock.Limits{WallMS: wallMS, MemoryMB: *memoryMB, OutputBytes: *outputBytes},
 		Log:       func(msg string) { fmt.Fprintln(e.stderr, msg) },
 	})
 	if err != nil {

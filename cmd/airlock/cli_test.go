@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -120,6 +121,25 @@ func TestRunJSONMeansOutput(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	require.NotNil(t, res.Error, out)
 	assert.Contains(t, res.Error.Message, "nothing to run")
+}
+
+// TestHelpNamesEveryValue: every flag's value in every command's help is
+// named for what it is (PATH, DURATION, N), never Go's type name, and the
+// limit flags are spelled alike everywhere.
+func TestHelpNamesEveryValue(t *testing.T) {
+	typeName := regexp.MustCompile(`(?m)^  --(\S+) (string|int|int64|uint|uint64|float64|duration|value)$`)
+	for name := range commands {
+		_, errOut, _ := run(t, "", name, "-h")
+		for _, m := range typeName.FindAllStringSubmatch(errOut, -1) {
+			t.Errorf("airlock %s --%s: value shown as %q; name it in the flag's help (`NAME`)", name, m[1], m[2])
+		}
+	}
+	for _, name := range []string{"run", "eval", "call"} {
+		_, errOut, _ := run(t, "", name, "-h")
+		for _, want := range []string{"\n  --wall DURATION\n", "\n  --memory MB\n", "\n  --output BYTES\n"} {
+			assert.Contains(t, errOut, want, name)
+		}
+	}
 }
 
 func TestRunFile(t *testing.T) {
@@ -237,7 +257,7 @@ func TestUsageErrors(t *testing.T) {
 	// Flags are listed as they are best spelled, GNU-style, with their
 	// value's form and any default.
 	assert.Contains(t, errOut, "\n  --allow-read PATH\n")
-	assert.Regexp(t, `\n  --wall duration\n`, errOut)
+	assert.Regexp(t, `\n  --wall DURATION\n`, errOut)
 	assert.NotRegexp(t, `\n  -[a-z]`, errOut)
 	out, _, code = run(t, "", "--version")
 	assert.Equal(t, exitOK, code)

@@ -39,7 +39,7 @@ type routerFlags struct {
 }
 
 func (f *routerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.policy, "policy", "", "routing policy file (JSON or YAML); default: the built-in policy")
+	fs.StringVar(&f.policy, "policy", "", "routing policy `FILE` (JSON or YAML); default: the built-in policy")
 	f.tiers.register(fs)
 }
 
@@ -110,21 +110,21 @@ type jobFlags struct {
 
 func (f *jobFlags) register(fs *flag.FlagSet, withKind bool) {
 	if withKind {
-		fs.StringVar(&f.kind, "kind", "", "job kind: expr, starlark, wasm or command (default: from the file extension)")
+		fs.StringVar(&f.kind, "kind", "", "job `KIND`: expr, starlark, wasm or command (default: from the file extension)")
 		f.out.register(fs)
 	}
-	fs.StringVar(&f.tier, "tier", "", "run on this tier instead of letting the router choose (with no --situation, a level-3 tier runs the job as internal)")
-	fs.StringVar(&f.situation, "situation", "", "expression, internal, public (default), multi-tenant or credentials")
-	fs.StringVar(&f.input, "input", "", "input variables as a JSON object, or @FILE")
-	fs.StringVar(&f.entry, "entry", "", "function to call (Starlark, WASM)")
-	fs.StringVar(&f.clock, "clock", "", "pin the clock (RFC 3339); default: now, recorded in the result")
-	fs.Uint64Var(&f.seed, "seed", 0, "entropy seed; default: random, recorded in the result")
-	fs.DurationVar(&f.wall, "wall", 0, "wall-clock limit, e.g. 2s (default: the tier's)")
-	fs.Int64Var(&f.memory, "memory", 0, "memory limit in MiB")
-	fs.Int64Var(&f.output, "output", 0, "output limit in bytes")
-	fs.Int64Var(&f.steps, "steps", 0, "interpreter step limit")
+	fs.StringVar(&f.tier, "tier", "", "run on `TIER` instead of letting the router choose (with no --situation, a level-3 tier runs the job as internal)")
+	fs.StringVar(&f.situation, "situation", "", "the job's `SITUATION`: expression, internal, public (default), multi-tenant or credentials")
+	fs.StringVar(&f.input, "input", "", "input variables as a `JSON` object, or @FILE")
+	fs.StringVar(&f.entry, "entry", "", "`FUNCTION` to call (Starlark, WASM)")
+	fs.StringVar(&f.clock, "clock", "", "pin the clock to `TIME` (RFC 3339); default: now, recorded in the result")
+	fs.Uint64Var(&f.seed, "seed", 0, "entropy `SEED`; default: random, recorded in the result")
+	fs.DurationVar(&f.wall, "wall", 0, "wall-clock limit `DURATION`, e.g. 2s (default: the tier's)")
+	fs.Int64Var(&f.memory, "memory", 0, "memory limit in `MB` (MiB)")
+	fs.Int64Var(&f.output, "output", 0, "output limit in `BYTES`")
+	fs.Int64Var(&f.steps, "steps", 0, "interpreter step limit `N`")
 	fs.Var(&f.read, "allow-read", "grant read-only access to the host path `PATH` (repeatable; relative to the working directory); a job file's own read grants must lie under one")
-	fs.Var(&f.read, "read", "the same as --allow-read")
+	fs.Var(&f.read, "read", "`PATH`: the same as --allow-read")
 	fs.Var(&f.readAt, "read-at", "grant read-only access to the host path `HOST=GUEST`, shown at the absolute path GUEST inside the sandbox instead of its own (repeatable; HOST relative to the working directory)")
 	fs.Var(&f.copies, "copy", "grant the host path `PATH` as a writable copy made at start: changes stay in the sandbox and count against --scratch (repeatable; with --read-at, the copy is at its guest path)")
 	fs.Var(&f.net, "allow-net", "allow egress to `HOST[:PORT][=METHOD,...]` (repeatable; default port: 80 and 443, methods: GET and HEAD)")

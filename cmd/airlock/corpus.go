@@ -44,12 +44,12 @@ func corpusWith(ctx context.Context, e *env, sources []runner.TierSource, suites
 	}
 	c := commands["corpus"]
 	fs := e.flags(c)
-	tiers := fs.String("tiers", "", "comma-separated tiers (default: every tier)")
-	areas := fs.String("areas", "", "comma-separated areas (default: every area in corpus/)")
-	cases := fs.String("cases", "", "comma-separated case ids (default: every case)")
-	timeout := fs.Duration("timeout", 60e9, "wall clock of one case's child; a child still running is killed (an escape for an attack)")
-	memory := fs.Int64("memory", 8192, "address-space limit in MiB of children running in-process tiers (0: none)")
-	parallel := fs.Int("parallel", 2, "children at once")
+	tiers := fs.String("tiers", "", "comma-separated `TIERS` (default: every tier)")
+	areas := fs.String("areas", "", "comma-separated `AREAS` (default: every area in corpus/)")
+	cases := fs.String("cases", "", "comma-separated case `IDS` (default: every case)")
+	timeout := fs.Duration("timeout", 60e9, "wall clock `DURATION` of one case's child; a child still running is killed (an escape for an attack)")
+	memory := fs.Int64("memory", 8192, "address-space limit in `MB` (MiB) of children running in-process tiers (0: none)")
+	parallel := fs.Int("parallel", 2, "`N` children at once")
 	jsonMode := fs.Bool("json", false, "write the JSON report to stdout instead of the table")
 	verbose := fs.Bool("verbose", false, "list every verdict, not only escapes and blocked benign cases")
 	if code, ok := e.parseFlagsOnly(fs); !ok {

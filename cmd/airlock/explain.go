@@ -53,7 +53,7 @@ func explainCmd(ctx context.Context, e *env) int {
 	var rf routerFlags
 	rf.register(fs)
 	jsonMode := fs.Bool("json", false, "write the explanation as JSON")
-	kind := fs.String("kind", "command", "job kind when no job file is given")
+	kind := fs.String("kind", "command", "job `KIND` when no job file is given")
 	// The job flags are run's, with the same meaning: a job explained is
 	// the job run would run.
 	var jf jobFlags

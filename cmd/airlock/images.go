@@ -121,10 +121,10 @@ func (e *env) imageFail(err error) int {
 
 func imagesCmd(ctx context.Context, e *env) int {
 	fs := e.flags(commands["images"])
-	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	dir := fs.String("images", "", "image store `DIR` (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	jsonMode := fs.Bool("json", false, "write the list as JSON")
-	srvURL := fs.String("server", "", "list a running airlock serve's images instead, with their warm sandboxes (its base URL)")
-	keyFile := fs.String("key-file", "", "the file holding the tenant's API key, for --server (a key on the command line would show in ps)")
+	srvURL := fs.String("server", "", "list the images of a running airlock serve at base `URL` instead, with their warm sandboxes")
+	keyFile := fs.String("key-file", "", "the `FILE` holding the tenant's API key, for --server (a key on the command line would show in ps)")
 	if _, _, code, ok := e.parse(fs); !ok {
 		return code
 	}
@@ -166,8 +166,8 @@ func imagesCmd(ctx context.Context, e *env) int {
 func imageCmd(ctx context.Context, e *env) int {
 	c := commands["image"]
 	fs := e.flags(c)
-	dir := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
-	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive build installs from")
+	dir := fs.String("images", "", "image store `DIR` (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive `URL` build installs from")
 	force := fs.Bool("force", false, "build even the names the store holds from the current recipe")
 	_ = fs.Bool("missing", true, "build only the names the store lacks or holds from an older recipe (the default; --force builds all)")
 	var auth string

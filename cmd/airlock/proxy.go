@@ -20,14 +20,14 @@ func init() {
 func runProxy(ctx context.Context, e *env) int {
 	c := commands["proxy"]
 	fs := e.flags(c)
-	policy := fs.String("policy", "", "policy file: a JSON or YAML list of rules {host, methods, ports}, as in grants.net")
-	listen := fs.String("listen", "127.0.0.1:3128", "TCP address of the HTTP proxy (\"\" for none)")
-	dnsAddr := fs.String("dns", "", "address of the DNS resolver, UDP and TCP (\"\" for none)")
-	hostsFile := fs.String("hosts", "", "pins: /etc/hosts-like lines (address name...); the only way a name reaches a private address")
-	socket := fs.String("socket", "", "also listen on this Unix socket (for sandbox forwarders)")
-	caOut := fs.String("ca-out", "", "write the proxy's CA certificate (PEM) here, for clients to trust")
-	logFile := fs.String("log", "", "append decisions as JSON lines to this file (default: stderr)")
-	job := fs.String("job", "proxy", "job name recorded in each decision")
+	policy := fs.String("policy", "", "policy `FILE`: a JSON or YAML list of rules {host, methods, ports}, as in grants.net")
+	listen := fs.String("listen", "127.0.0.1:3128", "TCP `ADDR` of the HTTP proxy (\"\" for none)")
+	dnsAddr := fs.String("dns", "", "`ADDR` of the DNS resolver, UDP and TCP (\"\" for none)")
+	hostsFile := fs.String("hosts", "", "pins `FILE`: /etc/hosts-like lines (address name...); the only way a name reaches a private address")
+	socket := fs.String("socket", "", "also listen on the Unix socket `PATH` (for sandbox forwarders)")
+	caOut := fs.String("ca-out", "", "write the proxy's CA certificate (PEM) to `FILE`, for clients to trust")
+	logFile := fs.String("log", "", "append decisions as JSON lines to `FILE` (default: stderr)")
+	job := fs.String("job", "proxy", "job `NAME` recorded in each decision")
 	if _, _, code, ok := e.parse(fs); !ok {
 		return code
 	}

@@ -27,8 +27,8 @@ func replayCmd(ctx context.Context, e *env) int {
 	c := commands["replay"]
 	fs := e.flags(c)
 	jsonMode := fs.Bool("json", false, "write the replayed Result as JSON")
-	images := fs.String("images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
-	policyFile := fs.String("policy", "", "routing policy file (JSON or YAML) the recorded tier must satisfy; default: the built-in policy")
+	images := fs.String("images", "", "image store `DIR` (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	policyFile := fs.String("policy", "", "routing policy `FILE` (JSON or YAML) the recorded tier must satisfy; default: the built-in policy")
 	var reads pathList
 	fs.Var(&reads, "allow-read", "let the record's read grants use the host path `PATH` (repeatable); a record cannot grant itself a host path")
 	pos, _, code, ok := e.parse(fs)

@@ -35,9 +35,9 @@ func runSanitize(_ context.Context, e *env) int {
 	c := commands["sanitize"]
 	fs := e.flags(c)
 	var allow hostList
-	fs.Var(&allow, "allow", "a host whose URLs may stay (repeatable, or comma-separated; \"*.name\" for subdomains)")
+	fs.Var(&allow, "allow", "a `HOST` whose URLs may stay (repeatable, or comma-separated; \"*.name\" for subdomains)")
 	var relax hostList
-	fs.Var(&relax, "relax", "an allowed host whose URLs may carry other URLs and host names in their query, fragment and path (repeatable, or comma-separated)")
+	fs.Var(&relax, "relax", "an allowed `HOST` whose URLs may carry other URLs and host names in their query, fragment and path (repeatable, or comma-separated)")
 	isHTML := fs.Bool("html", false, "the input is HTML rather than markdown")
 	report := fs.Bool("report", false, "print what was neutralised on stderr, as JSON lines")
 	pos, rest, code, ok := e.parse(fs)

@@ -18,8 +18,8 @@ func init() { commands["serve"].run = serveCmd }
 func serveCmd(ctx context.Context, e *env) int {
 	c := commands["serve"]
 	fs := e.flags(c)
-	config := fs.String("config", "", "server configuration (YAML or JSON; see docs/server.md)")
-	listen := fs.String("listen", "", "address to listen on (default: the configuration's, else 127.0.0.1:8420)")
+	config := fs.String("config", "", "server configuration `FILE` (YAML or JSON; see docs/server.md)")
+	listen := fs.String("listen", "", "`ADDR` to listen on (default: the configuration's, else 127.0.0.1:8420)")
 	newKey := fs.Bool("new-key", false, "print a fresh random API key and its SHA-256, then exit")
 	var tf tierFlags
 	tf.register(fs)

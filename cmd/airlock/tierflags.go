@@ -44,14 +44,14 @@ type tierFlags struct {
 
 func (f *tierFlags) register(fs *flag.FlagSet) {
 	f.fs = fs
-	fs.IntVar(&f.processPool, "process-pool", 0, "started sandboxes the container tier (process) keeps ready, 0-64 (default 0: each job starts one)")
-	fs.IntVar(&f.gvisorPool, "gvisor-pool", 0, "started sandboxes the gVisor tier keeps ready (default 0: each job starts one)")
-	fs.StringVar(&f.microvmWarm, "microvm-warm", "", "how microVMs start: cold (default) or snapshot")
-	fs.IntVar(&f.microvmPool, "microvm-pool", 0, "booted VMs the microVM tier keeps ready (default 0)")
+	fs.IntVar(&f.processPool, "process-pool", 0, "`N` started sandboxes the container tier (process) keeps ready, 0-64 (default 0: each job starts one)")
+	fs.IntVar(&f.gvisorPool, "gvisor-pool", 0, "`N` started sandboxes the gVisor tier keeps ready (default 0: each job starts one)")
+	fs.StringVar(&f.microvmWarm, "microvm-warm", "", "how microVMs start, `MODE`: cold (default) or snapshot")
+	fs.IntVar(&f.microvmPool, "microvm-pool", 0, "`N` booted VMs the microVM tier keeps ready (default 0)")
 	fs.Var(&f.imagePools, "image-pool", "keep `TIER:IMAGE=N` sandboxes of an image ready beside the default image's, on process, gvisor or microvm (repeatable; 0 removes one the configuration sets)")
 	fs.StringVar(&f.hosts, "hosts", "", "egress pins for net-granted jobs: a `FILE` of /etc/hosts-like lines (address name...); the only way a name reaches a private address")
 	fs.StringVar(&f.egressLog, "egress-log", "", "append every egress decision of net-granted jobs to `FILE`, as JSON lines")
-	fs.StringVar(&f.images, "images", "", "image store directory (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
+	fs.StringVar(&f.images, "images", "", "image store `DIR` (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	registryAuthFlag(fs, &f.registryAuth)
 	fs.StringVar(&f.account, "account", "", "the only account level-5 jobs run under: a `NAME` that airlock account add registered, or (serve, mcp) one of the configuration's accounts (default: AIRLOCK_ACCOUNT, else the only one registered, or the configuration's)")
 }
