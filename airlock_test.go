@@ -41,6 +41,7 @@ func TestDecodeJobStrict(t *testing.T) {
 		`{"kind":"expr","code":1}`:                                "code",
 		`{"kind":"expr","code":"1","limits":{"wall_ms":"x"}}`:     "limits.wall_ms",
 		`{"kind":"expr","code":"1","clock":"yesterday"}`:          "clock",
+		`{"kind":"expr","code":"1","clock":5}`:                    "clock",
 		`{"kind":"wasm","module":"!!!"}`:                          "module",
 		`{"kind":"expr","code":"1","grants":{"fs":{"write":[]}}}`: "write",
 		`{"kind":"wasm","module":"AA==","env":{"A":1}}`:           "env",

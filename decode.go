@@ -68,13 +68,17 @@ func decodeError(err error) error {
 	case errors.As(err, &synErr):
 		return invalid("", "malformed JSON at byte %d: %s", synErr.Offset, synErr.Error())
 	case errors.As(err, &timeErr):
-		return invalid("clock", "want an RFC 3339 time: %s", timeErr.Error())
+		return invalid("clock", "%q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", timeErr.Value)
 	case errors.As(err, &b64Err):
 		return invalid("module", "want base64: %s", b64Err.Error())
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return invalid("", "truncated JSON")
 	}
 	msg := err.Error()
+	if strings.HasPrefix(msg, "Time.UnmarshalJSON") {
+		// time.Time's own decoder names no field; clock is the job's only time.
+		return invalid("clock", "wrong type: want an RFC 3339 time string such as \"2026-01-02T15:04:05Z\"")
+	}
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return invalid(strings.Trim(name, `"`), "unknown field")
 	}

@@ -207,6 +207,9 @@ func (f *jobFlags) permissions(job *airlock.Job) error {
 		job.Grants.Net = append(job.Grants.Net, r)
 	}
 	for _, name := range f.secrets {
+		if name == "" || strings.ContainsAny(name, "= ") {
+			return jobs.Invalid("--secret", "%q: want the NAME of a variable in this environment", name)
+		}
 		v, ok := os.LookupEnv(name)
 		if !ok {
 			return jobs.Invalid("--secret", "%s is not set in this environment", name)
@@ -272,7 +275,7 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 	if f.clock != "" {
 		t, err := time.Parse(time.RFC3339Nano, f.clock)
 		if err != nil {
-			return jobs.Invalid("clock", "want an RFC 3339 time: %v", err)
+			return jobs.Invalid("clock", "%q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", f.clock)
 		}
 		job.Clock = t
 	}
