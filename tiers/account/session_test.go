@@ -181,14 +181,7 @@ type noSessions struct{ airlock.Tier }
 // run that names no credential; a credential limited to other callers is
 // refused; a static credential's decision says it is long-lived.
 func TestSessionCredentials(t *testing.T) {
-	inner, err := process.NewFilter(process.NewConfig())
-	if err != nil {
-		testenv.Skipf(t, "the process tier: %v", err)
-	}
-	if err := inner.Available(); err != nil {
-		inner.Close()
-		testenv.Skipf(t, "the process tier: %v", err)
-	}
+	inner := processInner(t)
 	store := filepath.Join(t.TempDir(), StoreFile)
 	const value = "ghs_session-Zq9x-canary"
 	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
@@ -233,5 +226,47 @@ func TestSessionCredentials(t *testing.T) {
 	}
 	if res, err := tier.Run(ctx, sh(`test -n "$T" && echo ok`, airlock.Credential{Env: "T", Ref: "gh"})); err != nil || res.Stdout != "ok\n" {
 		t.Errorf("a listed caller: %v %+v", err, res)
+	}
+}
+
+// processInner is the process tier's seccomp sandbox, as an executor's
+// inner tier for command jobs; the test is skipped where it cannot run.
+func processInner(t *testing.T) airlock.Tier {
+	t.Helper()
+	inner, err := process.NewFilter(process.NewConfig())
+	if err != nil {
+		testenv.Skipf(t, "the process tier: %v", err)
+	}
+	if err := inner.Available(); err != nil {
+		inner.Close()
+		testenv.Skipf(t, "the process tier: %v", err)
+	}
+	return inner
+}
+
+// TestCollectedNamesScrubbed: a job that names a file it leaves out of
+// the collected files (a link, a directory) after a credential does not
+// get the value back in the lines that say what was left out.
+func TestCollectedNamesScrubbed(t *testing.T) {
+	inner := processInner(t)
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_skipped-Wq7v-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	tier := New(NewConfig("test", executorOn(t, inner, store), os.Getuid()))
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", `ln -s nowhere "l$T"; mkdir "d$T"; echo x > "f$T"`},
+		Situation: airlock.SituationCredentials, Collect: []string{"*"},
+		Grants: airlock.Grants{Spawn: true, Credentials: []airlock.Credential{{Env: "T", Ref: "gh"}}}}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	all, _ := json.Marshal(res)
+	if strings.Contains(string(all), value) {
+		t.Errorf("the value came back: files %v, skipped %q", res.Files, res.FilesSkipped)
+	}
+	if len(res.FilesSkipped) < 2 || len(res.Files) != 1 {
+		t.Errorf("files %v, skipped %q: want one file and two skipped", res.Files, res.FilesSkipped)
 	}
 }
