@@ -352,6 +352,10 @@ func TestSessionsAreTheCallers(t *testing.T) {
 	if out := other("DELETE", "/v1/sessions/"+remote, ""); !strings.Contains(out, "unknown session") {
 		t.Errorf("another caller closed the session: %s", out)
 	}
+	// Nor does it read the executor's audit trail of the owner's jobs.
+	if out := other("GET", "/v1/audit", ""); strings.Contains(out, "kept") || !strings.Contains(out, "not served") {
+		t.Errorf("another caller read the audit trail: %s", out)
+	}
 	// The owner's session is still there, and still its own.
 	if res, err := s.Run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", "wc -c < kept"},
 		Situation: airlock.SituationCredentials, Grants: airlock.Grants{Spawn: true}}); err != nil || strings.TrimSpace(res.Stdout) != strconv.Itoa(len(value)) {
