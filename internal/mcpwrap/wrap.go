@@ -498,6 +498,9 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	if rules == nil {
 		rules = w.defArgs
 	}
+	if err := checkKeys(args, rules.named()); err != nil {
+		return refuse("denied", fmt.Sprintf("tool %s: %v", tool, err))
+	}
 	if err := rules.check(args); err != nil {
 		return refuse("denied", fmt.Sprintf("tool %s: %v", tool, err))
 	}

@@ -544,3 +544,75 @@ func connectAgent(t *testing.T, w *mcpwrap.Wrapper, opts *mcp.ClientOptions) *mc
 	t.Cleanup(func() { cs.Close() })
 	return cs
 }
+
+// TestArgumentKeys: the wrapped server reads a call's arguments with its
+// own JSON parser, which may keep the first of a duplicated key (where
+// the wrapper's checks and an approval's digest read the last) or match
+// a key to a field regardless of case (as Go's encoding/json does). A
+// call whose arguments hold a key twice, two keys equal but for case, or
+// a key equal but for case to one the policy checks is refused before it
+// reaches the server, approved or not.
+func TestArgumentKeys(t *testing.T) {
+	_, up := upstream(t, make(chan struct{}), nil)
+	signer, err := approve.NewSigner(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	inside := filepath.Join(root, "a.md")
+	argv := []string{"node", "server.js"}
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{
+		Argv:   argv,
+		Policy: mcpwrap.Policy{Roots: []string{root}, PathArgs: []string{"path"}, Tools: map[string]mcpwrap.Rule{"approved": {Approval: true}}},
+		Signer: signer,
+	}, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	agent := connectAgent(t, w, nil)
+	ctx := context.Background()
+	call := func(name, args, token string) string {
+		t.Helper()
+		p := &mcp.CallToolParams{Name: name, Arguments: json.RawMessage(args)}
+		if token != "" {
+			p.Meta = mcp.Meta{mcpwrap.ApprovalMeta: token}
+		}
+		res, err := agent.CallTool(ctx, p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !res.IsError {
+			return "relayed: " + text(res)
+		}
+		return text(res)
+	}
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	if got := call("echo", `{"path":`+q(inside)+`}`, ""); !strings.HasPrefix(got, "relayed") {
+		t.Fatalf("a path inside the root: %s", got)
+	}
+	for _, args := range []string{
+		`{"path":"/etc/shadow","path":` + q(inside) + `}`,
+		`{"PATH":"/etc/shadow"}`,
+		`{"path":` + q(inside) + `,"Path":"/etc/shadow"}`,
+		`{"pa\u0074h":"/etc/shadow","path":` + q(inside) + `}`,
+		`{"opts":{"mode":"r","mode":"w"}}`,
+		`{"ſ":1,"s":2}`,
+	} {
+		if got := call("echo", args, ""); strings.HasPrefix(got, "relayed") || !strings.Contains(got, "airlock:") {
+			t.Errorf("%s: %s", args, got)
+		}
+	}
+	// An approval for the inside path does not carry a call that also
+	// names another.
+	token, err := mcpwrap.Issue(signer, "", argv, "approved", json.RawMessage(`{"path":`+q(inside)+`}`), time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := call("approved", `{"path":"/etc/shadow","path":`+q(inside)+`}`, token); strings.HasPrefix(got, "relayed") {
+		t.Errorf("an approved call with a duplicate key: %s", got)
+	}
+	if got := call("approved", `{"path":`+q(inside)+`}`, token); !strings.HasPrefix(got, "relayed") {
+		t.Errorf("the approved call: %s", got)
+	}
+}
