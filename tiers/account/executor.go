@@ -191,8 +191,21 @@ func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run f
 		sess.mu.Unlock()
 	}
 	sc := newScrubber(values)
-	out, err := run(ctx, innerJob(job, vals))
+	// Output is not passed on as the inner tier produces it (a caller may
+	// ask the executor's server for a stream): a chunk is not scrubbed,
+	// and a value may be cut between chunks. A sink gets the scrubbed
+	// output once the run ends, as the Result holds it.
+	sink := airlock.OutputSink(ctx)
+	out, err := run(airlock.WithOutput(ctx, nil), innerJob(job, vals))
 	sc.result(&out)
+	if sink != nil {
+		if out.Stdout != "" {
+			sink(airlock.Stdout, []byte(out.Stdout))
+		}
+		if out.Stderr != "" {
+			sink(airlock.Stderr, []byte(out.Stderr))
+		}
+	}
 	line := "executor: ran on " + where
 	if len(names) > 0 {
 		line = "executor: resolved " + strings.Join(names, ", ") + "; ran on " + where + "; resolved values scrubbed from the output"

@@ -362,3 +362,36 @@ func TestSessionsAreTheCallers(t *testing.T) {
 		t.Errorf("the owner's later run: %v %+v", err, res)
 	}
 }
+
+// TestStreamedOutputScrubbed: a caller that asks the executor itself for
+// its output as it runs (ndjson or server-sent events, which the account
+// tier never does) gets no credential value: the output is not streamed
+// past the scrubber, it comes in the scrubbed Result.
+func TestStreamedOutputScrubbed(t *testing.T) {
+	inner := processInner(t)
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_streamed-Xr5m-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	sock := executorOn(t, inner, store)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	job, _ := json.Marshal(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", `echo "$T"; echo "$T" >&2`},
+		Situation: airlock.SituationCredentials, Grants: airlock.Grants{Spawn: true, Credentials: []airlock.Credential{{Env: "T", Ref: "gh"}}}})
+	for _, accept := range []string{"application/x-ndjson", "text/event-stream"} {
+		req, _ := http.NewRequest(http.MethodPost, "http://account/v1/run", bytes.NewReader(job))
+		req.Header.Set("Accept", accept)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), value) || !strings.Contains(string(body), "redacted") {
+			t.Errorf("%s: %d %s", accept, resp.StatusCode, body)
+		}
+	}
+}
