@@ -397,8 +397,13 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "denied by policy"})
 			continue
 		}
-		t := &mcp.Tool{Name: tool.Name, Title: tool.Title, InputSchema: tool.InputSchema, Annotations: tool.Annotations}
+		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: tool.InputSchema}
 		t.Description = w.text(tool.Description, maxDescription)
+		if tool.Annotations != nil {
+			a := *tool.Annotations
+			a.Title = w.text(a.Title, maxDescription)
+			t.Annotations = &a
+		}
 		if w.cfg.Policy.Tools[tool.Name].Approval {
 			t.Description += fmt.Sprintf("\n\n(airlock: each call needs an approval token in _meta %q, bound to its exact arguments)", ApprovalMeta)
 		}
