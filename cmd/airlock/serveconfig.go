@@ -163,7 +163,7 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 	// The peer check, or the client certificate's, has already admitted
 	// the connection; the server's tenant key stays in this process.
 	// Discovery and the JWKS are the issuer's.
-	h := srv.Handler()
+	h := ex.Front(srv.Handler())
 	hs := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if strings.Contains(req.URL.Path, "/.well-known/") {

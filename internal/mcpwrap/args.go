@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -437,4 +439,87 @@ func equivalent(dir, name string) (string, error) {
 		return path.Join(dir, found[0]), nil
 	}
 	return "", fmt.Errorf("%s holds %d names equal to %q in Unicode's composed form", dir, len(found), name)
+}
+
+// checkKeys refuses arguments whose objects, at any depth, hold a key
+// twice or two keys equal but for case, and a top-level key equal but for
+// case to one of named (the arguments the policy checks): a server's JSON
+// parser may keep the first of duplicated keys where the policy's checks
+// and an approval's digest read the last, or match a key to its field
+// regardless of case (as Go's encoding/json does), and would then act on
+// a value nothing checked.
+func checkKeys(raw json.RawMessage, named []string) error {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil
+	}
+	fold := cases.Fold()
+	top := map[string]string{}
+	for _, n := range named {
+		top[fold.String(n)] = n
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		object bool
+		key    bool // the next token of this object is a key
+		seen   map[string]string
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return &ArgRefused{Arg: AnyArg, Reason: "the arguments are not JSON: " + err.Error()}
+		}
+		var f *frame
+		if len(stack) > 0 {
+			f = stack[len(stack)-1]
+		}
+		if f != nil && f.object && f.key {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k, _ := tok.(string)
+			fk := fold.String(k)
+			if prev, ok := f.seen[fk]; ok {
+				if prev == k {
+					return &ArgRefused{Arg: k, Reason: "the key is given twice"}
+				}
+				return &ArgRefused{Arg: k, Reason: fmt.Sprintf("the keys %q and %q differ only in case", prev, k)}
+			}
+			f.seen[fk] = k
+			if n, ok := top[fk]; ok && len(stack) == 1 && n != k {
+				return &ArgRefused{Arg: k, Reason: fmt.Sprintf("differs only in case from %q, which the policy checks", n)}
+			}
+			f.key = false
+			continue
+		}
+		if f != nil && f.object {
+			f.key = true // this value ends, the next token is a key
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, key: true, seen: map[string]string{}})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
+}
+
+// named are the argument names the rules check.
+func (a *argRules) named() []string {
+	if a == nil {
+		return nil
+	}
+	names := append([]string(nil), a.paths...)
+	for arg := range a.refuse {
+		if arg != AnyArg {
+			names = append(names, arg)
+		}
+	}
+	return names
 }

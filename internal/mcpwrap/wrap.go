@@ -397,8 +397,13 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "denied by policy"})
 			continue
 		}
-		t := &mcp.Tool{Name: tool.Name, Title: tool.Title, InputSchema: tool.InputSchema, Annotations: tool.Annotations}
+		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: tool.InputSchema}
 		t.Description = w.text(tool.Description, maxDescription)
+		if tool.Annotations != nil {
+			a := *tool.Annotations
+			a.Title = w.text(a.Title, maxDescription)
+			t.Annotations = &a
+		}
 		if w.cfg.Policy.Tools[tool.Name].Approval {
 			t.Description += fmt.Sprintf("\n\n(airlock: each call needs an approval token in _meta %q, bound to its exact arguments)", ApprovalMeta)
 		}
@@ -498,6 +503,9 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	if rules == nil {
 		rules = w.defArgs
 	}
+	if err := checkKeys(args, rules.named()); err != nil {
+		return refuse("denied", fmt.Sprintf("tool %s: %v", tool, err))
+	}
 	if err := rules.check(args); err != nil {
 		return refuse("denied", fmt.Sprintf("tool %s: %v", tool, err))
 	}
@@ -552,13 +560,29 @@ func (w *Wrapper) redeem(ctx context.Context, token string, c approve.Claims, no
 
 // clean keeps a result's text, sanitised and capped; any other content is
 // replaced by a note, and structured content is dropped: the agent's model
-// reads only what passed the sanitiser.
+// reads only what passed the sanitiser. The result is one text block,
+// sanitised whole: a client shows a result's blocks run together, so a
+// link split across blocks, each harmless alone, would form again.
 func (w *Wrapper) clean(res *mcp.CallToolResult, rec *Record) *mcp.CallToolResult {
 	out := &mcp.CallToolResult{IsError: res.IsError}
-	budget := w.cfg.MaxResultBytes
-	for _, c := range res.Content {
-		out.Content = append(out.Content, &mcp.TextContent{Text: w.untrusted(c, &budget, rec)})
+	if len(res.Content) == 0 {
+		return out
 	}
+	var texts, notes []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			texts = append(texts, tc.Text)
+		} else {
+			rec.Withheld++
+			notes = append(notes, fmt.Sprintf("[airlock: %T content withheld]", c))
+		}
+	}
+	budget := w.cfg.MaxResultBytes
+	all := w.capped(strings.Join(texts, "\n"), &budget, rec)
+	if len(notes) > 0 {
+		all = strings.Join(append([]string{all}, notes...), "\n")
+	}
+	out.Content = []mcp.Content{&mcp.TextContent{Text: all}}
 	return out
 }
 

@@ -5,11 +5,15 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 )
@@ -140,5 +144,51 @@ func TestAdmit(t *testing.T) {
 	t.Setenv("AIRLOCK_ACCOUNT", "")
 	if err := FromRegistered(Dir(), "").Available(); err == nil || !strings.Contains(err.Error(), "airlock account add NAME") {
 		t.Errorf("no account: %v", err)
+	}
+}
+
+// TestPeerRefusalsBounded: a peer the executor does not serve, opening
+// connection after connection and sending nothing, holds at most a
+// bounded number of the executor's goroutines and descriptors; past it,
+// its connections are closed at once.
+func TestPeerRefusalsBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "x.sock")
+	other := uint32(os.Getuid() + 4242)
+	ln, err := Listen(sock, Allow{UIDs: []uint32{other}, GIDs: []uint32{other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.NotFoundHandler()}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	before := runtime.NumGoroutine()
+	const n = 400
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// A refusal waits up to 2 s for the request: look within the first.
+	most := 0
+	for range 20 {
+		time.Sleep(25 * time.Millisecond)
+		most = max(most, runtime.NumGoroutine()-before)
+	}
+	if most > 2*maxRefusing {
+		t.Errorf("%d silent refused connections held %d more goroutines, want at most %d", n, most, 2*maxRefusing)
+	}
+	// Past the bound, a connection is closed: its read ends at once.
+	last := conns[n-1]
+	last.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := io.Copy(io.Discard, last); err != nil {
+		t.Errorf("the last connection: %v, want it closed", err)
 	}
 }

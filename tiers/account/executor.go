@@ -26,6 +26,11 @@ type Executor struct {
 	store  string
 	issuer *Issuer
 	limits airlock.LimitPolicy
+
+	// owners are the callers (see [WithPeer]) that opened the sessions
+	// open now, by id: each is its opener's alone.
+	mu     sync.Mutex
+	owners map[string]string
 }
 
 // NewExecutor returns the executor's tier over inner, resolving
@@ -105,12 +110,20 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 	if err != nil {
 		return nil, err
 	}
-	return &execSession{e: e, s: s}, nil
+	x := &execSession{e: e, s: s, owner: peerOf(ctx)}
+	e.mu.Lock()
+	if e.owners == nil {
+		e.owners = map[string]string{}
+	}
+	e.owners[s.ID()] = x.owner
+	e.mu.Unlock()
+	return x, nil
 }
 
 type execSession struct {
-	e *Executor
-	s airlock.Session
+	e     *Executor
+	s     airlock.Session
+	owner string // the caller that opened it
 
 	// values are those resolved by the session's runs so far: what one
 	// run leaves in the session (a file, a variable) a later run may
@@ -119,9 +132,25 @@ type execSession struct {
 	values []string
 }
 
-func (x *execSession) ID() string   { return x.s.ID() }
-func (x *execSession) Close() error { return x.s.Close() }
+func (x *execSession) ID() string { return x.s.ID() }
+
+func (x *execSession) Close() error {
+	x.e.mu.Lock()
+	delete(x.e.owners, x.s.ID())
+	x.e.mu.Unlock()
+	return x.s.Close()
+}
+
+// Run refuses a caller other than the one that opened the session: what
+// the session's runs left in it (a value resolved for its opener alone)
+// is the opener's.
 func (x *execSession) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
+	if peer := peerOf(ctx); peer != x.owner {
+		err := &airlock.NotAdmitted{Tier: ExecutorName, Reason: "unknown session " + x.s.ID()}
+		res := airlock.Result{Tier: ExecutorName, Level: airlock.LevelAccount}
+		res.SetError(err)
+		return res, err
+	}
 	return x.e.run(ctx, job, x.e.inner.Name()+" (session)", x.s.Run, x)
 }
 
@@ -162,8 +191,21 @@ func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run f
 		sess.mu.Unlock()
 	}
 	sc := newScrubber(values)
-	out, err := run(ctx, innerJob(job, vals))
+	// Output is not passed on as the inner tier produces it (a caller may
+	// ask the executor's server for a stream): a chunk is not scrubbed,
+	// and a value may be cut between chunks. A sink gets the scrubbed
+	// output once the run ends, as the Result holds it.
+	sink := airlock.OutputSink(ctx)
+	out, err := run(airlock.WithOutput(ctx, nil), innerJob(job, vals))
 	sc.result(&out)
+	if sink != nil {
+		if out.Stdout != "" {
+			sink(airlock.Stdout, []byte(out.Stdout))
+		}
+		if out.Stderr != "" {
+			sink(airlock.Stderr, []byte(out.Stderr))
+		}
+	}
 	line := "executor: ran on " + where
 	if len(names) > 0 {
 		line = "executor: resolved " + strings.Join(names, ", ") + "; ran on " + where + "; resolved values scrubbed from the output"

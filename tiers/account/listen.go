@@ -62,12 +62,18 @@ func Listen(path string, allow Allow) (net.Listener, error) {
 		ln.Close()
 		return nil, err
 	}
-	return &peerListener{Listener: ln, allow: allow}, nil
+	return &peerListener{Listener: ln, allow: allow, refusing: make(chan struct{}, maxRefusing)}, nil
 }
+
+// maxRefusing bounds the refused connections answered at once: past it,
+// one is closed without an answer, so that a peer the executor does not
+// serve cannot hold its goroutines and descriptors by the thousand.
+const maxRefusing = 64
 
 type peerListener struct {
 	net.Listener
-	allow Allow
+	allow    Allow
+	refusing chan struct{}
 }
 
 func (l *peerListener) Accept() (net.Conn, error) {
@@ -84,7 +90,15 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		if err == nil {
 			why = fmt.Sprintf("peer uid %d gid %d is not allowed by this executor (allowed: %s)", cred.Uid, cred.Gid, l.allow)
 		}
-		go refusePeer(c, why)
+		select {
+		case l.refusing <- struct{}{}:
+			go func() {
+				defer func() { <-l.refusing }()
+				refusePeer(c, why)
+			}()
+		default:
+			c.Close()
+		}
 	}
 }
 

@@ -127,4 +127,12 @@ func (s *scrubber) result(r *airlock.Result) {
 		}
 		r.Files = files
 	}
+	// Names left out of the collected files are the program's too.
+	if len(r.FilesSkipped) > 0 {
+		skipped := make([]string, len(r.FilesSkipped))
+		for i, l := range r.FilesSkipped {
+			skipped[i] = s.text(l)
+		}
+		r.FilesSkipped = skipped
+	}
 }

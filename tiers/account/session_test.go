@@ -10,9 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
@@ -28,6 +31,13 @@ import (
 // returns the socket.
 func executorOn(t testing.TB, inner airlock.Tier, storePath string) string {
 	t.Helper()
+	return executorFor(t, inner, storePath, Allow{UIDs: []uint32{uint32(os.Getuid())}})
+}
+
+// executorFor is executorOn serving the peers allow permits, on a
+// socket whose directories any user may pass through.
+func executorFor(t testing.TB, inner airlock.Tier, storePath string, allow Allow) string {
+	t.Helper()
 	if storePath == "" {
 		storePath = filepath.Join(t.TempDir(), StoreFile)
 	}
@@ -40,11 +50,16 @@ func executorOn(t testing.TB, inner airlock.Tier, storePath string) string {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(t.TempDir(), "executor.sock")
-	ln, err := Listen(sock, Allow{UIDs: []uint32{uint32(os.Getuid())}})
+	for _, d := range []string{filepath.Dir(sock), filepath.Dir(filepath.Dir(sock))} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := Listen(sock, allow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := srv.Handler()
+	h := ex.Front(srv.Handler())
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer k")
 		h.ServeHTTP(w, r)
@@ -181,14 +196,7 @@ type noSessions struct{ airlock.Tier }
 // run that names no credential; a credential limited to other callers is
 // refused; a static credential's decision says it is long-lived.
 func TestSessionCredentials(t *testing.T) {
-	inner, err := process.NewFilter(process.NewConfig())
-	if err != nil {
-		testenv.Skipf(t, "the process tier: %v", err)
-	}
-	if err := inner.Available(); err != nil {
-		inner.Close()
-		testenv.Skipf(t, "the process tier: %v", err)
-	}
+	inner := processInner(t)
 	store := filepath.Join(t.TempDir(), StoreFile)
 	const value = "ghs_session-Zq9x-canary"
 	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
@@ -233,5 +241,157 @@ func TestSessionCredentials(t *testing.T) {
 	}
 	if res, err := tier.Run(ctx, sh(`test -n "$T" && echo ok`, airlock.Credential{Env: "T", Ref: "gh"})); err != nil || res.Stdout != "ok\n" {
 		t.Errorf("a listed caller: %v %+v", err, res)
+	}
+}
+
+// processInner is the process tier's seccomp sandbox, as an executor's
+// inner tier for command jobs; the test is skipped where it cannot run.
+func processInner(t *testing.T) airlock.Tier {
+	t.Helper()
+	inner, err := process.NewFilter(process.NewConfig())
+	if err != nil {
+		testenv.Skipf(t, "the process tier: %v", err)
+	}
+	if err := inner.Available(); err != nil {
+		inner.Close()
+		testenv.Skipf(t, "the process tier: %v", err)
+	}
+	return inner
+}
+
+// TestCollectedNamesScrubbed: a job that names a file it leaves out of
+// the collected files (a link, a directory) after a credential does not
+// get the value back in the lines that say what was left out.
+func TestCollectedNamesScrubbed(t *testing.T) {
+	inner := processInner(t)
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_skipped-Wq7v-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	tier := New(NewConfig("test", executorOn(t, inner, store), os.Getuid()))
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", `ln -s nowhere "l$T"; mkdir "d$T"; echo x > "f$T"`},
+		Situation: airlock.SituationCredentials, Collect: []string{"*"},
+		Grants: airlock.Grants{Spawn: true, Credentials: []airlock.Credential{{Env: "T", Ref: "gh"}}}}
+	res, err := tier.Run(context.Background(), job)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	all, _ := json.Marshal(res)
+	if strings.Contains(string(all), value) {
+		t.Errorf("the value came back: files %v, skipped %q", res.Files, res.FilesSkipped)
+	}
+	if len(res.FilesSkipped) < 2 || len(res.Files) != 1 {
+		t.Errorf("files %v, skipped %q: want one file and two skipped", res.Files, res.FilesSkipped)
+	}
+}
+
+// TestSessionsAreTheCallers: a session on the executor is the caller's
+// that opened it. Another caller the executor serves (here uid 65534 on
+// the same socket) neither sees it listed nor runs in it, so it cannot
+// read what the session's runs left there, such as a credential limited
+// to the first caller, nor close it.
+func TestSessionsAreTheCallers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skipf(t, "a second caller runs as uid 65534, which needs root")
+	}
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		testenv.Skipf(t, "the second caller is curl: %v", err)
+	}
+	inner := processInner(t)
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_mine-Hk4p-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	me := fmt.Sprintf("uid-%d", os.Getuid())
+	if err := SetCallers(store, "gh", []string{me}, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	sock := executorFor(t, inner, store, Allow{UIDs: []uint32{uint32(os.Getuid()), 65534}})
+	tier := New(NewConfig("test", sock, os.Getuid()))
+	ctx := context.Background()
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", `printf %s "$T" > kept`}, Situation: airlock.SituationCredentials,
+		Grants: airlock.Grants{Spawn: true, Credentials: []airlock.Credential{{Env: "T", Ref: "gh"}}}}
+	if res, err := s.Run(ctx, job); err != nil || res.ExitCode != 0 {
+		t.Fatalf("the owner's run: %v %+v", err, res)
+	}
+	remote := s.(*session).remote
+
+	other := func(method, path, body string) string {
+		t.Helper()
+		args := []string{"-sS", "--max-time", "30", "--unix-socket", sock, "-X", method, "http://account" + path}
+		if body != "" {
+			args = append(args, "-H", "Content-Type: application/json", "--data-binary", body)
+		}
+		c := exec.Command(curl, args...)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl as uid 65534: %v: %s", err, out)
+		}
+		return string(out)
+	}
+	if out := other("GET", "/v1/sessions", ""); strings.Contains(out, remote) {
+		t.Errorf("another caller lists the session: %s", out)
+	}
+	steal, _ := json.Marshal(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", "rev kept"}, Situation: airlock.SituationCredentials,
+		Grants: airlock.Grants{Spawn: true}})
+	reversed := []rune(value)
+	slices.Reverse(reversed)
+	out := other("POST", "/v1/sessions/"+remote+"/run", string(steal))
+	if strings.Contains(out, string(reversed)) || !strings.Contains(out, "unknown session") {
+		t.Errorf("another caller ran in the session: %s", out)
+	}
+	if out := other("DELETE", "/v1/sessions/"+remote, ""); !strings.Contains(out, "unknown session") {
+		t.Errorf("another caller closed the session: %s", out)
+	}
+	// Nor does it read the executor's audit trail of the owner's jobs.
+	if out := other("GET", "/v1/audit", ""); strings.Contains(out, "kept") || !strings.Contains(out, "not served") {
+		t.Errorf("another caller read the audit trail: %s", out)
+	}
+	// The owner's session is still there, and still its own.
+	if res, err := s.Run(ctx, airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", "wc -c < kept"},
+		Situation: airlock.SituationCredentials, Grants: airlock.Grants{Spawn: true}}); err != nil || strings.TrimSpace(res.Stdout) != strconv.Itoa(len(value)) {
+		t.Errorf("the owner's later run: %v %+v", err, res)
+	}
+}
+
+// TestStreamedOutputScrubbed: a caller that asks the executor itself for
+// its output as it runs (ndjson or server-sent events, which the account
+// tier never does) gets no credential value: the output is not streamed
+// past the scrubber, it comes in the scrubbed Result.
+func TestStreamedOutputScrubbed(t *testing.T) {
+	inner := processInner(t)
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_streamed-Xr5m-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	sock := executorOn(t, inner, store)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	job, _ := json.Marshal(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/sh", "-c", `echo "$T"; echo "$T" >&2`},
+		Situation: airlock.SituationCredentials, Grants: airlock.Grants{Spawn: true, Credentials: []airlock.Credential{{Env: "T", Ref: "gh"}}}})
+	for _, accept := range []string{"application/x-ndjson", "text/event-stream"} {
+		req, _ := http.NewRequest(http.MethodPost, "http://account/v1/run", bytes.NewReader(job))
+		req.Header.Set("Accept", accept)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), value) || !strings.Contains(string(body), "redacted") {
+			t.Errorf("%s: %d %s", accept, resp.StatusCode, body)
+		}
 	}
 }
