@@ -197,7 +197,7 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 			return fmt.Errorf("account %s: listening on %s: %w", name, r.Listen, err)
 		}
 		remote = fmt.Sprintf(" and https://%s (mutual TLS)", tln.Addr())
-		go func() { errc <- hs.Serve(tls.NewListener(tln, tlsCfg)) }()
+		go func() { errc <- hs.Serve(tls.NewListener(account.LimitConns(tln, account.MaxRemoteConns), tlsCfg)) }()
 	}
 	fmt.Fprintf(e.stderr, "airlock: executor of account %s serving on %s%s as uid %d (inner tier %s; serves %s)\n", name, r.Socket(), remote, r.UID, inner.Name(), r.Allow)
 	go func() { errc <- hs.Serve(ln) }()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,5 +191,71 @@ func TestPeerRefusalsBounded(t *testing.T) {
 	last.SetReadDeadline(time.Now().Add(time.Second))
 	if _, err := io.Copy(io.Discard, last); err != nil {
 		t.Errorf("the last connection: %v, want it closed", err)
+	}
+}
+
+// TestRemoteConnectionsBounded: the mutual-TLS port holds at most its
+// bound of connections; one past it is closed at once, and a slot freed
+// by a closed connection serves the next.
+func TestRemoteConnectionsBounded(t *testing.T) {
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 4
+	ln := LimitConns(tln, bound)
+	defer ln.Close()
+	held := make(chan net.Conn, 2*bound)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // kept open, as a handshake that never comes
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", tln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closed waits up to d for the server's close: long where a close is
+	// expected, short where none may come.
+	closed := func(c net.Conn, d time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(d))
+		_, err := c.Read(make([]byte, 1))
+		return err == io.EOF || errors.Is(err, syscall.ECONNRESET)
+	}
+	var open, served []net.Conn
+	for range bound {
+		open = append(open, dial())
+		served = append(served, <-held)
+	}
+	defer func() {
+		for _, c := range served {
+			c.Close()
+		}
+	}()
+	if c := dial(); !closed(c, 10*time.Second) {
+		t.Fatalf("a connection past the bound of %d stayed open", bound)
+	}
+	for _, c := range open {
+		if closed(c, 100*time.Millisecond) {
+			t.Fatal("a connection within the bound was closed")
+		}
+	}
+	// Closed by the server, a connection frees its slot for the next.
+	served[0].Close()
+	served[0].Close() // a second close frees nothing more
+	if c := dial(); closed(c, 100*time.Millisecond) {
+		t.Fatal("a connection after a slot was freed was closed")
+	}
+	served = append(served, <-held)
+	if c := dial(); !closed(c, 10*time.Second) {
+		t.Fatalf("a connection past the bound of %d stayed open after the freed slot was taken", bound)
 	}
 }

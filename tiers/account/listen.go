@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -112,4 +113,47 @@ func refusePeer(c net.Conn, why string) {
 	}
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"kind": "not_admitted", "message": "refused: " + why}})
 	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+}
+
+// MaxRemoteConns bounds the connections an executor's mutual-TLS port
+// holds open at once: one without a certificate still holds a goroutine
+// until its handshake times out, so past the bound a new connection is
+// closed as soon as it is accepted.
+const MaxRemoteConns = 256
+
+// LimitConns closes each connection ln accepts while max others are open.
+func LimitConns(ln net.Listener, max int) net.Listener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, max)}
+}
+
+type limitListener struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+		default:
+			c.Close()
+		}
+	}
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
