@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
+	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
 // testConfig keeps every host-side trace of the tests under one temporary
@@ -540,6 +541,52 @@ func TestPID1IgnoresTheProgram(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || res.Stopped != nil || res.Stdout != "alive\n" {
 		t.Fatalf("%v: exit %d, stopped %v, stdout %q, stderr %q", err, res.ExitCode, res.Stopped, res.Stdout, res.Stderr)
 	}
+}
+
+// TestStageIgnoresTheProgram: a level-2 program, the same uid as the stage
+// that supervises it and in the host's PID namespace, cannot end the stage
+// with a signal: not by its parent's pid, its process group or kill -1 (on
+// any kernel), nor, where Landlock scopes signals (ABI 6), through any of
+// the stage's threads or a /proc descriptor of it. A stage that died would
+// end the run as killed.
+func TestStageIgnoresTheProgram(t *testing.T) {
+	tier := newTestTier(t, bothTiers[1], testConfig(t))
+	run := func(t *testing.T, job airlock.Job) {
+		t.Helper()
+		res, err := tier.Run(context.Background(), job)
+		if err != nil || res.ExitCode != 0 || res.Stopped != nil || !strings.HasSuffix(res.Stdout, "alive\n") || strings.Contains(res.Stdout, "some allowed") {
+			t.Fatalf("%v: exit %d, stopped %v, stdout %q, stderr %q", err, res.ExitCode, res.Stopped, res.Stdout, res.Stderr)
+		}
+	}
+	t.Run("by-number", func(t *testing.T) {
+		run(t, cmdJob("sh", "-c", `read -r stat < /proc/$PPID/stat; set -- $stat
+			for s in KILL STOP TERM; do kill -s $s $PPID; kill -s $s -$5; done; kill -s KILL -1; sleep 0.2; echo alive`))
+	})
+	t.Run("threads-and-pidfds", func(t *testing.T) {
+		if abi := stage.LandlockABI(); abi < 6 {
+			t.Skipf("Landlock ABI %d scopes no signals (6 does, from Linux 6.12)", abi)
+		}
+		if _, err := exec.LookPath("python3"); err != nil {
+			testenv.Skipf(t, "python3 (scripts/setup-python.sh installs it) is missing: %v", err)
+		}
+		job := cmdJob("python3", "-c", `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+stage = os.getppid()
+tids = [int(t) for t in os.listdir("/proc/%d/task" % stage)]
+refused = 0
+for tid in tids:
+    refused += libc.syscall(200, tid, 9) == -1            # tkill
+    refused += libc.syscall(234, stage, tid, 9) == -1     # tgkill
+fd = os.open("/proc/%d" % stage, os.O_RDONLY | os.O_DIRECTORY)
+refused += libc.syscall(424, fd, 9, None, 0) == -1        # pidfd_send_signal
+refused += libc.syscall(434, stage, 0) == -1              # pidfd_open
+print("all refused" if refused == 2 * len(tids) + 2 else "some allowed")
+import time; time.sleep(0.2)
+print("alive")
+`)
+		run(t, job)
+	})
 }
 
 // TestStreamsOutput: the first line reaches the sink while the job waits

@@ -171,11 +171,11 @@ func containerStage() int {
 			return fail(err)
 		}
 	}
-	if err := confine(rules, seccompProg); err != nil {
+	if err := confine(rules, nil, seccompProg); err != nil {
 		return fail(err)
 	}
 	shieldPID1()
-	return supervise(enc, prog, "/scratch", &job, oomAdj, nil)
+	return supervise(enc, startHere, prog, "/scratch", &job, oomAdj, nil)
 }
 
 // shieldPID1 keeps the program from ending the stage, PID 1 of its
@@ -209,16 +209,22 @@ func shieldPID1() {
 // born inside; the runtime's threads started before this stay outside
 // and run none of the job's code.
 func joinCgroup(fds []int) error {
-	var err error
+	err := joinCgroupOpen(fds)
 	for _, fd := range fds {
-		if err == nil {
-			if _, werr := unix.Write(fd, []byte("0")); werr != nil {
-				err = fmt.Errorf("joining the job's cgroup: %w", werr)
-			}
-		}
 		unix.Close(fd)
 	}
 	return err
+}
+
+// joinCgroupOpen is joinCgroup leaving fds open, for another thread to
+// join too (see startConfined).
+func joinCgroupOpen(fds []int) error {
+	for _, fd := range fds {
+		if _, err := unix.Write(fd, []byte("0")); err != nil {
+			return fmt.Errorf("joining the job's cgroup: %w", err)
+		}
+	}
+	return nil
 }
 
 // supervise forks the program from the calling (confined) thread, reaps
@@ -231,19 +237,20 @@ func joinCgroup(fds []int) error {
 // Landlock: the program is forked with the highest score (1000), and the
 // stage returns to 0 at once, so that the memory limit's OOM killer takes
 // the program's processes, never the stage that must reap them.
-func supervise(enc statusPipe, prog, dir string, job *JobSpec, oomAdj *os.File, killRest func() int) int {
+func supervise(enc statusPipe, start startFunc, prog, dir string, job *JobSpec, oomAdj *os.File, killRest func() int) int {
 	stdin := uintptr(0)
 	if !job.Stdin {
 		stdin = devNullFd()
 	}
 	_, _ = oomAdj.WriteAt([]byte("1000"), 0)
-	pid, err := syscall.ForkExec(prog, job.Argv, &syscall.ProcAttr{
+	pid, release, err := start(prog, job.Argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   job.Env,
 		Files: []uintptr{stdin, 1, 2},
 		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	_, _ = oomAdj.WriteAt([]byte("0"), 0)
+	defer release()
 	if err != nil {
 		_ = enc.send(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
 		return 0
@@ -275,6 +282,17 @@ func supervise(enc statusPipe, prog, dir string, job *JobSpec, oomAdj *os.File, 
 	}
 	_ = enc.send(st)
 	return 0
+}
+
+// startFunc forks and executes the program; release ends what the start
+// kept for the program's life (see startConfined).
+type startFunc func(path string, argv []string, attr *syscall.ProcAttr) (pid int, release func(), err error)
+
+// startHere forks the program from the calling thread, which holds the
+// job's restrictions already.
+func startHere(path string, argv []string, attr *syscall.ProcAttr) (int, func(), error) {
+	pid, err := syscall.ForkExec(path, argv, attr)
+	return pid, func() {}, err
 }
 
 // reap waits for the program, reaping every orphan re-parented to us on
@@ -325,14 +343,20 @@ func devNullFd() uintptr {
 	return uintptr(fd)
 }
 
-// confine sets no_new_privs, Landlock and seccomp on the calling thread;
-// everything it forks or executes inherits them.
-func confine(rules []llRule, prog filter) error {
+// confine sets no_new_privs, Landlock and seccomp (guard, if any, then
+// prog, which may refuse seccomp itself) on the calling thread; everything
+// it forks or executes inherits them.
+func confine(rules []llRule, guard, prog filter) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	if err := landlockRestrict(rules); err != nil {
 		return err
+	}
+	if guard != nil {
+		if err := guard.load(false); err != nil {
+			return err
+		}
 	}
 	return prog.load(false)
 }
@@ -446,7 +470,9 @@ func filterStage() int {
 	if err != nil {
 		return fail(fmt.Errorf("reading job spec: %w", err))
 	}
-	if err := joinCgroup(job.CgroupFds); err != nil {
+	// Joined by this thread, so that /proc/self/cgroup names the group,
+	// and again by the thread that forks the program (startConfined).
+	if err := joinCgroupOpen(job.CgroupFds); err != nil {
 		return fail(err)
 	}
 	procs, err := openCgroupProcs()
@@ -483,9 +509,6 @@ func filterStage() int {
 		return fail(err)
 	}
 	rules := filterLandlock(job.Scratch, job.ReadPaths)
-	if err := confine(rules, seccompProg); err != nil {
-		return fail(err)
-	}
 	// The parent stops a job (timeout, cancel, output cap) by closing the
 	// spec pipe: the stage then kills the program's processes itself, so
 	// that it reaps them; killed by the parent, they would become the host
@@ -498,7 +521,7 @@ func filterStage() int {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	return supervise(enc, prog, job.Scratch, &job, oomAdj, func() int { return killCgroupPeers(procs) })
+	return supervise(enc, startConfined(rules, seccompProg, job.CgroupFds), prog, job.Scratch, &job, oomAdj, func() int { return killCgroupPeers(procs) })
 }
 
 // resizeScratch gives the container's own scratch tmpfs the job's size,
