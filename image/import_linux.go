@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -64,16 +66,73 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 }
 
 func (s *Store) importLayout(ctx context.Context, label, dir string) (string, error) {
+	if err := checkLayout(dir); err != nil {
+		return "", err
+	}
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return "", invalidf("not an OCI image layout: %v", err)
 	}
+	meta := layoutMeta(dir)
 	var img v1.Image
-	img, want, err := selectImage(idx, 0)
+	img, want, err := selectImage(idx, 0, meta)
 	if err != nil {
 		return "", err
 	}
+	// The reader takes the configuration's size from its file, not from
+	// the manifest.
+	m, err := img.Manifest()
+	if err != nil {
+		return "", fmt.Errorf("reading manifest: %w", err)
+	}
+	if err := meta("configuration", m.Config); err != nil {
+		return "", err
+	}
 	return s.ensure(ctx, label, img, want, nil)
+}
+
+// checkLayout refuses a layout whose own files would lead its reader out
+// of it, or make it read without end: index.json must be a regular file
+// of at most maxMeta bytes, blobs and blobs/sha256 directories, not links
+// (the reader itself refuses a blob that is a link or not a regular
+// file). A link in the layout may point anywhere on the host, a FIFO or
+// a device.
+func checkLayout(dir string) error {
+	fi, err := os.Lstat(filepath.Join(dir, "index.json"))
+	switch {
+	case err != nil:
+		return invalidf("not an OCI image layout: %v", err)
+	case !fi.Mode().IsRegular():
+		return invalidf("not an OCI image layout: index.json is not a regular file")
+	case fi.Size() > maxMeta:
+		return invalidf("index.json of %d bytes, over the %d bytes an index may have", fi.Size(), maxMeta)
+	}
+	for _, p := range []string{"blobs", "blobs/sha256"} {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		if errors.Is(err, fs.ErrNotExist) {
+			break // the reader says which blob is missing
+		}
+		if err != nil {
+			return fmt.Errorf("reading layout: %w", err)
+		}
+		if !fi.IsDir() {
+			return invalidf("not an OCI image layout: %s is not a directory", p)
+		}
+	}
+	return nil
+}
+
+// layoutMeta returns a check of an index's, a manifest's or a
+// configuration's blob in the layout at dir, before the reader takes it
+// whole into memory: at most maxMeta bytes, whatever its descriptor says.
+func layoutMeta(dir string) func(what string, d v1.Descriptor) error {
+	return func(what string, d v1.Descriptor) error {
+		fi, err := os.Lstat(filepath.Join(dir, "blobs", d.Digest.Algorithm, d.Digest.Hex))
+		if err == nil && fi.Size() > maxMeta {
+			return invalidf("%s %s of %d bytes, over the %d bytes it may have", what, d.Digest, fi.Size(), maxMeta)
+		}
+		return nil // the reader reports a missing blob, a link or a FIFO
+	}
 }
 
 // openArchive opens the tarball src, decompressed; closing the result
@@ -157,3 +216,7 @@ func decompress(r io.Reader) (io.ReadCloser, error) {
 	}
 	return io.NopCloser(br), nil
 }
+
+// maxMeta bounds an index, a manifest and an image configuration, each
+// read whole into memory (a layer is streamed).
+const maxMeta = 8 << 20

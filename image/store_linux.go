@@ -387,7 +387,7 @@ func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (digest 
 		if err != nil {
 			return "", fmt.Errorf("pulling: %w", err)
 		}
-		img, want, err = selectImage(idx, 0)
+		img, want, err = selectImage(idx, 0, nil)
 		if err != nil {
 			return "", err
 		}
@@ -437,7 +437,9 @@ func (s *Store) pullError(r name.Reference, err error) error {
 }
 
 // selectImage picks the linux/amd64 image of an index (or its only image).
-func selectImage(idx v1.ImageIndex, depth int) (v1.Image, string, error) {
+// meta, when set, checks the picked blob before it is read (an import's
+// layout: see layoutMeta).
+func selectImage(idx v1.ImageIndex, depth int, meta func(what string, d v1.Descriptor) error) (v1.Image, string, error) {
 	if depth > 4 {
 		return nil, "", invalidf("indexes nested too deep")
 	}
@@ -462,12 +464,24 @@ func selectImage(idx v1.ImageIndex, depth int) (v1.Image, string, error) {
 	if pick == nil {
 		return nil, "", invalidf("no linux/amd64 image in the index")
 	}
+	what := "manifest"
+	if pick.MediaType.IsIndex() {
+		what = "index"
+	}
+	if pick.Size > maxMeta {
+		return nil, "", invalidf("%s %s of %d bytes, over the %d bytes it may have", what, pick.Digest, pick.Size, maxMeta)
+	}
+	if meta != nil {
+		if err := meta(what, *pick); err != nil {
+			return nil, "", err
+		}
+	}
 	if pick.MediaType.IsIndex() {
 		child, err := idx.ImageIndex(pick.Digest)
 		if err != nil {
 			return nil, "", fmt.Errorf("reading index: %w", err)
 		}
-		return selectImage(child, depth+1)
+		return selectImage(child, depth+1, meta)
 	}
 	img, err := idx.Image(pick.Digest)
 	if err != nil {
@@ -536,6 +550,11 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	m, err := v1.ParseManifest(bytes.NewReader(raw))
 	if err != nil {
 		return fmt.Errorf("parsing manifest: %w", err)
+	}
+	// The configuration is read whole into memory: its size must be
+	// known and bounded before it is asked for.
+	if m.Config.Data == nil && (m.Config.Size < 0 || m.Config.Size > maxMeta) {
+		return invalidf("image configuration %s of %d bytes, over the %d bytes it may have", m.Config.Digest, m.Config.Size, maxMeta)
 	}
 	cfgRaw, err := img.RawConfigFile()
 	if err != nil {
