@@ -6,11 +6,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -57,6 +59,9 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 		}
 		return s.importLayout(ctx, label, tmp)
 	default:
+		if err := checkDockerArchive(src); err != nil {
+			return "", err
+		}
 		img, err := tarball.Image(func() (io.ReadCloser, error) { return os.Open(src) }, nil)
 		if err != nil {
 			return "", invalidf("reading docker archive: %v", err)
@@ -193,6 +198,88 @@ func tarKind(src string) (string, error) {
 		return "docker", nil
 	}
 	return "", invalidf("neither an OCI layout nor a docker archive")
+}
+
+// checkDockerArchive refuses a docker-archive whose manifest.json or
+// image configuration is over maxMeta bytes: the reader takes both whole
+// into memory, and a sparse entry of a few bytes in the archive may
+// declare gigabytes.
+func checkDockerArchive(src string) error {
+	// The first entry of each name, as the reader takes it.
+	hdrs := map[string]*tar.Header{}
+	at := map[*tar.Header]int{} // its place in the archive
+	n := 0
+	if err := eachEntry(src, func(name string, hdr *tar.Header, _ io.Reader) error {
+		if _, ok := hdrs[name]; !ok {
+			hdrs[name], at[hdr] = hdr, n
+		}
+		n++
+		return nil
+	}); err != nil {
+		return err
+	}
+	// resolve is name through the links the reader follows.
+	resolve := func(name string) (string, *tar.Header) {
+		for range 16 {
+			hdr := hdrs[name]
+			if hdr == nil || (hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeLink) {
+				return name, hdr
+			}
+			name = path.Join(path.Dir(name), path.Clean(hdr.Linkname))
+		}
+		return name, nil
+	}
+	_, hdr := resolve("manifest.json")
+	if hdr == nil {
+		return nil // the reader says what is wrong
+	}
+	if hdr.Size > maxMeta {
+		return invalidf("docker archive's manifest.json of %d bytes, over the %d bytes it may have", hdr.Size, maxMeta)
+	}
+	var manifest []byte
+	n = 0
+	if err := eachEntry(src, func(_ string, _ *tar.Header, r io.Reader) error {
+		if n++; n-1 != at[hdr] {
+			return nil
+		}
+		var err error
+		manifest, err = io.ReadAll(io.LimitReader(r, maxMeta))
+		return err
+	}); err != nil {
+		return err
+	}
+	var images []struct{ Config string }
+	if json.Unmarshal(manifest, &images) != nil {
+		return nil // the reader says what is wrong
+	}
+	for _, im := range images {
+		if _, hdr := resolve(path.Clean(im.Config)); hdr != nil && hdr.Size > maxMeta {
+			return invalidf("docker archive's image configuration %s of %d bytes, over the %d bytes it may have", im.Config, hdr.Size, maxMeta)
+		}
+	}
+	return nil
+}
+
+// eachEntry calls fn with each entry of the tarball src, its name cleaned.
+func eachEntry(src string, fn func(name string, hdr *tar.Header, r io.Reader) error) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("reading source: %w", err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return invalidf("reading docker archive: %v", err)
+		}
+		if err := fn(path.Clean(hdr.Name), hdr, tr); err != nil {
+			return invalidf("reading docker archive: %v", err)
+		}
+	}
 }
 
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -292,4 +293,98 @@ type zeros struct{}
 func (zeros) Read(b []byte) (int, error) {
 	clear(b)
 	return len(b), nil
+}
+
+// sparseEntry is a PAX (GNU sparse 1.0) tar entry name of size bytes,
+// all a hole: a few hundred bytes in the archive, size bytes to its
+// reader. archive/tar writes no sparse files, so the headers are made by
+// hand.
+func sparseEntry(t *testing.T, name string, size int64) []byte {
+	t.Helper()
+	rec := func(k, v string) string {
+		r := " " + k + "=" + v + "\n"
+		n := len(r) + 1
+		for len(fmt.Sprint(n))+len(r) != n {
+			n++
+		}
+		return fmt.Sprint(n) + r
+	}
+	pax := rec("GNU.sparse.major", "1") + rec("GNU.sparse.minor", "0") + rec("GNU.sparse.name", name) + rec("GNU.sparse.realsize", fmt.Sprint(size))
+	spmap := make([]byte, 512)
+	copy(spmap, "0\n")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range []struct {
+		name string
+		body []byte
+	}{{"PaxHeaders/" + name, []byte(pax)}, {name, spmap}} {
+		if err := tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.body)), Format: tar.FormatUSTAR}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(e.body)
+	}
+	tw.Flush()
+	b := buf.Bytes()
+	// The first header becomes the PAX header of the second.
+	b[156] = tar.TypeXHeader
+	copy(b[148:156], "        ")
+	sum := 0
+	for _, c := range b[:512] {
+		sum += int(c)
+	}
+	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+// TestImportDockerArchiveSparseConfig imports a docker-archive whose image
+// configuration is a sparse entry of 64 MiB: it is refused before the
+// reader takes it into memory.
+func TestImportDockerArchiveSparseConfig(t *testing.T) {
+	f := newFixture(t, Options{})
+	src := filepath.Join(f.base, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range []struct{ name, body string }{
+		{"manifest.json", `[{"Config":"cfg.json","RepoTags":null,"Layers":["layer.tar"]}]`},
+		{"layer.tar", string(tarBytes(t, file("etc/os-release", "ID=x\n")))},
+	} {
+		tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.body))})
+		tw.Write([]byte(e.body))
+	}
+	tw.Flush()
+	buf.Write(sparseEntry(t, "cfg.json", 64<<20))
+	buf.Write(make([]byte, 1024)) // the archive's end
+	archive := filepath.Join(src, "sparse.tar")
+	if err := os.WriteFile(archive, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The entry reads as 64 MiB.
+	a, _ := os.Open(archive)
+	tr := tar.NewReader(a)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no cfg.json in the archive: %v", err)
+		}
+		if hdr.Name == "cfg.json" {
+			if n, err := io.Copy(io.Discard, tr); err != nil || n != 64<<20 {
+				t.Fatalf("cfg.json reads as %d bytes (%v)", n, err)
+			}
+			break
+		}
+	}
+	a.Close()
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := f.s.Import(context.Background(), "sparse", archive)
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+		t.Errorf("the import allocated %d MiB", got>>20)
+	}
+	imageError(t, err, true, "configuration cfg.json of 67108864 bytes")
+	f.tmpEmpty()
 }
