@@ -59,7 +59,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 		}
 		return s.importLayout(ctx, label, tmp)
 	default:
-		if err := checkDockerArchive(src); err != nil {
+		if err := checkDockerArchive(src, s.opts.MaxBytes); err != nil {
 			return "", err
 		}
 		img, err := tarball.Image(func() (io.ReadCloser, error) { return os.Open(src) }, nil)
@@ -201,22 +201,31 @@ func tarKind(src string) (string, error) {
 }
 
 // checkDockerArchive refuses a docker-archive whose manifest.json or
-// image configuration is over maxMeta bytes: the reader takes both whole
-// into memory, and a sparse entry of a few bytes in the archive may
-// declare gigabytes.
-func checkDockerArchive(src string) error {
+// image configuration is over maxMeta bytes, or whose entries are over
+// limit bytes in all: the reader takes the first two whole into memory,
+// and reads every layer through (compressing it, to learn its digest)
+// before the unpacker's cap is reached, without heeding cancellation —
+// and a sparse entry of a few bytes in the archive may declare any size.
+func checkDockerArchive(src string, limit int64) error {
 	// The first entry of each name, as the reader takes it.
 	hdrs := map[string]*tar.Header{}
 	at := map[*tar.Header]int{} // its place in the archive
 	n := 0
+	var total int64
 	if err := eachEntry(src, func(name string, hdr *tar.Header, _ io.Reader) error {
 		if _, ok := hdrs[name]; !ok {
 			hdrs[name], at[hdr] = hdr, n
 		}
 		n++
+		if hdr.Size > 0 {
+			total = min(total, limit+1) + min(hdr.Size, limit+1) // no overflow
+		}
 		return nil
 	}); err != nil {
 		return err
+	}
+	if total > limit {
+		return fmt.Errorf("%w: docker archive's entries exceed the size cap of %d bytes", errTooLarge, limit)
 	}
 	// resolve is name through the links the reader follows.
 	resolve := func(name string) (string, *tar.Header) {

@@ -388,3 +388,47 @@ func TestImportDockerArchiveSparseConfig(t *testing.T) {
 	imageError(t, err, true, "configuration cfg.json of 67108864 bytes")
 	f.tmpEmpty()
 }
+
+// TestImportDockerArchiveSparseLayer imports a docker-archive whose layer
+// is a sparse entry of 64 GiB in a 5 KB archive, with a 64 MiB cap: the
+// reader would compress all of it to learn its digest before anything
+// reaches the cap. It is refused at once.
+func TestImportDockerArchiveSparseLayer(t *testing.T) {
+	f := newFixture(t, Options{MaxBytes: 64 << 20})
+	src := filepath.Join(f.base, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":["sha256:` + strings.Repeat("0", 64) + `"]},"config":{}}`
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range []struct{ name, body string }{
+		{"manifest.json", `[{"Config":"cfg.json","RepoTags":null,"Layers":["layer.tar"]}]`},
+		{"cfg.json", cfg},
+	} {
+		tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.body))})
+		tw.Write([]byte(e.body))
+	}
+	tw.Flush()
+	buf.Write(sparseEntry(t, "layer.tar", 64<<30))
+	buf.Write(make([]byte, 1024))
+	archive := filepath.Join(src, "sparse.tar")
+	if err := os.WriteFile(archive, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := f.s.Import(context.Background(), "sparse", archive)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		err = <-done
+		t.Errorf("the import took %v", time.Since(start).Round(time.Second))
+	}
+	imageError(t, err, true, "too large")
+	f.tmpEmpty()
+}
