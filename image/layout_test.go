@@ -432,3 +432,45 @@ func TestImportDockerArchiveSparseLayer(t *testing.T) {
 	imageError(t, err, true, "too large")
 	f.tmpEmpty()
 }
+
+// deepEnts are n empty files, each depth directories below a top-level
+// directory of its own: a few KB of stream each, depth directories on
+// disk, and depth path prefixes for the unpacker to remember.
+func deepEnts(n, depth int) []ent {
+	var ents []ent
+	for i := range n {
+		ents = append(ents, file(fmt.Sprintf("d%d/", i)+strings.Repeat("a/", depth)+"f", ""))
+	}
+	return ents
+}
+
+// TestDeepNamesBounded: directories made on the way to deep names count
+// against the size cap (each costs a block on disk however short its
+// entry), and the unpacker's memory of what a layer wrote grows with the
+// names' elements, not with their depth times their length.
+func TestDeepNamesBounded(t *testing.T) {
+	t.Run("dirs-count", func(t *testing.T) {
+		f := newFixture(t, Options{MaxBytes: 16 << 20})
+		img := imageOf(t, nil, layerOf(t, deepEnts(40, 1000)...))
+		_, err := f.importImage("deep", img)
+		imageError(t, err, true, "too large")
+		f.tmpEmpty()
+	})
+	t.Run("memory", func(t *testing.T) {
+		f := newFixture(t, Options{MaxBytes: 1 << 30})
+		img := imageOf(t, nil, layerOf(t, deepEnts(4, 2000)...))
+		if _, err := img.RawManifest(); err != nil { // digests computed before measuring
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := f.importImage("deep", img)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 24<<20 {
+			t.Errorf("unpacking 4 names of 2000 elements allocated %d MiB", got>>20)
+		}
+	})
+}

@@ -745,21 +745,46 @@ func (m *meter) Read(b []byte) (int, error) {
 	return k, err
 }
 
-// du is the size of the regular files and links under dir.
+// du is the size of the regular files and links under dir. It walks by
+// descriptor, never building a full path: an image's names may be
+// thousands of elements deep.
 func du(dir string) (int64, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	return duAt(fd)
+}
+
+func duAt(dir int) (int64, error) {
+	names, err := readDirNames(dir)
+	if err != nil {
+		return 0, err
+	}
 	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
 		}
-		if d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG, unix.S_IFLNK:
+			n += st.Size
+		case unix.S_IFDIR:
+			sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return 0, err
 			}
+			m, err := duAt(sub)
+			unix.Close(sub)
+			if err != nil {
+				return 0, err
+			}
+			n += m
 		}
-		return nil
-	})
-	return n, err
+	}
+	return n, nil
 }
 
 // Derive implements Resolver: the artefact lives in the image's directory

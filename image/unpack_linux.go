@@ -31,9 +31,42 @@ type unpacker struct {
 	budget  int64 // bytes the image may still write
 	entries int   // entries left before the image is refused
 	// layer holds the paths written by the layer being applied, which an
-	// opaque marker of the same layer must keep.
-	layer map[string]bool
+	// opaque marker of the same layer must keep: a tree of path elements,
+	// so that it grows with the elements a layer names, not with each
+	// name's depth times its length.
+	layer written
 }
+
+// written is a directory's entries that a layer wrote, each with what it
+// wrote below it (nil for none yet).
+type written map[string]written
+
+// mark records parts as written, and every directory on the way.
+func (w written) mark(parts []string) {
+	for _, p := range parts {
+		c := w[p]
+		if c == nil {
+			c = written{}
+			w[p] = c
+		}
+		w = c
+	}
+}
+
+// below returns what was written below the directory parts (nil for
+// nothing).
+func (w written) below(parts []string) written {
+	for _, p := range parts {
+		if w = w[p]; w == nil {
+			return nil
+		}
+	}
+	return w
+}
+
+// dirCost is what a directory the unpacker makes counts against the size
+// cap: a block on disk, however short the entry that made it.
+const dirCost = 4096
 
 // maxEntries bounds the entries of one image, so a stream of empty
 // headers cannot run for ever within the byte budget.
@@ -51,7 +84,7 @@ func (u *unpacker) close() { unix.Close(u.root) }
 
 // apply unpacks one uncompressed layer.
 func (u *unpacker) apply(r io.Reader) error {
-	u.layer = map[string]bool{}
+	u.layer = written{}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -102,13 +135,19 @@ func (u *unpacker) parent(name string, parts []string, create bool) (int, error)
 	for _, p := range parts[:len(parts)-1] {
 		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == unix.ENOENT && create {
-			if err = unix.Mkdirat(fd, p, 0o755); err == nil || err == unix.EEXIST {
+			if err = unix.Mkdirat(fd, p, 0o755); err == nil {
+				err = u.charge(dirCost, name)
+			}
+			if err == nil || err == unix.EEXIST {
 				next, err = unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			}
 		}
 		unix.Close(fd)
 		if err == unix.ELOOP || err == unix.ENOTDIR {
 			return -1, fmt.Errorf("%w %q: path through a symlink or a file", errHostile, name)
+		}
+		if errors.Is(err, errTooLarge) {
+			return -1, err
 		}
 		if err != nil {
 			return -1, fmt.Errorf("entry %q: %w", name, err)
@@ -136,7 +175,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 		defer unix.Close(dir)
-		return u.opaque(dir, strings.Join(parts[:len(parts)-1], "/"))
+		return u.opaque(dir, parts[:len(parts)-1])
 	}
 	if strings.HasPrefix(base, ".wh.") {
 		dir, err := u.parent(hdr.Name, parts, false)
@@ -160,9 +199,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	defer unix.Close(dir)
-	for i := range parts {
-		u.layer[strings.Join(parts[:i+1], "/")] = true
-	}
+	u.layer.mark(parts)
 	// Only the permission bits are kept: never set-id or sticky bits.
 	perm := uint32(hdr.Mode) & 0o777
 
@@ -174,7 +211,14 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 				return err
 			}
 		}
-		if err := unix.Mkdirat(dir, base, 0o700); err != nil && err != unix.EEXIST {
+		err := unix.Mkdirat(dir, base, 0o700)
+		if err == nil {
+			err = u.charge(dirCost, hdr.Name)
+		}
+		if err != nil && err != unix.EEXIST {
+			if errors.Is(err, errTooLarge) {
+				return err
+			}
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
 		fd, err := unix.Openat(dir, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -273,18 +317,23 @@ func (u *unpacker) touch(dir int, base string, hdr *tar.Header) {
 	unix.UtimesNanoAt(dir, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// opaque empties the directory dir (at key) of what lower layers made.
-func (u *unpacker) opaque(dir int, key string) error {
+// charge counts n bytes the image made against the size cap.
+func (u *unpacker) charge(n int64, name string) error {
+	if u.budget -= n; u.budget < 0 {
+		return fmt.Errorf("%w: entry %q: the image exceeds the size cap", errTooLarge, name)
+	}
+	return nil
+}
+
+// opaque empties the directory dir (at parts) of what lower layers made.
+func (u *unpacker) opaque(dir int, parts []string) error {
 	names, err := readDirNames(dir)
 	if err != nil {
 		return err
 	}
+	mine := u.layer.below(parts)
 	for _, n := range names {
-		k := n
-		if key != "" {
-			k = key + "/" + n
-		}
-		if u.layer[k] {
+		if _, ok := mine[n]; ok {
 			continue
 		}
 		if err := removeAt(dir, n); err != nil {
