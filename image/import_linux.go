@@ -31,7 +31,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 	if st.IsDir() {
 		return s.importLayout(ctx, label, src)
 	}
-	kind, err := tarKind(src)
+	kind, err := tarKind(ctx, src, s.opts.MaxBytes)
 	if err != nil {
 		return "", err
 	}
@@ -170,19 +170,23 @@ func (c closeBoth) Close() error {
 }
 
 // tarKind tells an OCI layout archive ("oci") from a docker-archive
-// ("docker") by the files at its top.
-func tarKind(src string) (string, error) {
+// ("docker") by the files at its top. It reads, decompressed, at most
+// limit bytes (gzip inflates a thousandfold) and stops when ctx ends.
+func tarKind(ctx context.Context, src string, limit int64) (string, error) {
 	dec, err := openArchive(src)
 	if err != nil {
 		return "", err
 	}
 	defer dec.Close()
-	tr := tar.NewReader(dec)
+	tr := tar.NewReader(&meter{ctx: ctx, r: dec, limit: limit, over: fmt.Errorf("%w: archive exceeds the size cap", errTooLarge)})
 	docker := false
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			break
+		}
+		if errors.Is(err, errTooLarge) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return "", err
 		}
 		if err != nil {
 			return "", invalidf("not a tar archive: %v", err)

@@ -5,6 +5,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -473,4 +474,53 @@ func TestDeepNamesBounded(t *testing.T) {
 			t.Errorf("unpacking 4 names of 2000 elements allocated %d MiB", got>>20)
 		}
 	})
+}
+
+// TestImportInflatingArchiveStopsAtCap: a gzip'd archive of 32 MB whose
+// first entry inflates to 32 GiB (gzip members of zeros, repeated) before
+// its oci-layout: telling what kind of archive it is stops at the cap,
+// rather than inflating it all.
+func TestImportInflatingArchiveStopsAtCap(t *testing.T) {
+	f := newFixture(t, Options{MaxBytes: 8 << 20})
+	src := filepath.Join(f.base, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	member := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	const chunk, n = 64 << 20, 512
+	var head bytes.Buffer
+	tw := tar.NewWriter(&head)
+	tw.WriteHeader(&tar.Header{Name: "zeros", Typeflag: tar.TypeReg, Mode: 0o644, Size: chunk * n})
+	tw.Flush()
+	var tail bytes.Buffer
+	tw = tar.NewWriter(&tail)
+	tw.WriteHeader(&tar.Header{Name: "oci-layout", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2})
+	tw.Write([]byte("{}"))
+	tw.Close()
+	archive := filepath.Join(src, "inflating.tar.gz")
+	out, err := os.Create(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write(member(head.Bytes()))
+	zerosMember := member(make([]byte, chunk))
+	for range n {
+		out.Write(zerosMember)
+	}
+	out.Write(member(tail.Bytes()))
+	out.Close()
+
+	start := time.Now()
+	_, err = f.s.Import(context.Background(), "inflating", archive)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the import took %v", d.Round(time.Second))
+	}
+	imageError(t, err, true, "too large")
+	f.tmpEmpty()
 }
