@@ -31,37 +31,49 @@ type unpacker struct {
 	budget  int64 // bytes the image may still write
 	entries int   // entries left before the image is refused
 	// layer holds the paths written by the layer being applied, which an
-	// opaque marker of the same layer must keep: a tree of path elements,
-	// so that it grows with the elements a layer names, not with each
-	// name's depth times its length.
+	// opaque marker of the same layer must keep: by path element, so that
+	// it grows with the elements a layer names, not with each name's depth
+	// times its length.
 	layer written
 }
 
-// written is a directory's entries that a layer wrote, each with what it
-// wrote below it (nil for none yet).
-type written map[string]written
+// written is what a layer wrote: each path element by its directory's
+// number (0 for the root) and its name, numbered in turn. One flat map
+// costs a few dozen bytes and the name per element.
+type written map[wkey]int32
+
+type wkey struct {
+	dir  int32
+	name string
+}
 
 // mark records parts as written, and every directory on the way.
 func (w written) mark(parts []string) {
+	var dir int32
 	for _, p := range parts {
-		c := w[p]
-		if c == nil {
-			c = written{}
-			w[p] = c
+		k := wkey{dir, p}
+		n, ok := w[k]
+		if !ok {
+			n = int32(len(w) + 1)
+			w[wkey{dir, strings.Clone(p)}] = n // not the whole entry name
 		}
-		w = c
+		dir = n
 	}
 }
 
-// below returns what was written below the directory parts (nil for
-// nothing).
-func (w written) below(parts []string) written {
+// has reports whether the layer wrote name in the directory parts, or
+// something below it.
+func (w written) has(parts []string, name string) bool {
+	var dir int32
 	for _, p := range parts {
-		if w = w[p]; w == nil {
-			return nil
+		n, ok := w[wkey{dir, p}]
+		if !ok {
+			return false
 		}
+		dir = n
 	}
-	return w
+	_, ok := w[wkey{dir, name}]
+	return ok
 }
 
 // dirCost is what a directory the unpacker makes counts against the size
@@ -331,9 +343,8 @@ func (u *unpacker) opaque(dir int, parts []string) error {
 	if err != nil {
 		return err
 	}
-	mine := u.layer.below(parts)
 	for _, n := range names {
-		if _, ok := mine[n]; ok {
+		if u.layer.has(parts, n) {
 			continue
 		}
 		if err := removeAt(dir, n); err != nil {
