@@ -524,3 +524,35 @@ func TestImportInflatingArchiveStopsAtCap(t *testing.T) {
 	imageError(t, err, true, "too large")
 	f.tmpEmpty()
 }
+
+// TestImportNamesWhatItUnpacked: another store over the directory evicts
+// whatever it may the whole time (its cap is one byte), as a server's
+// pulls do when the store is over its cap; every import still leaves its
+// name on an image in the store, though the image has no name for a
+// moment between its unpack and its naming.
+func TestImportNamesWhatItUnpacked(t *testing.T) {
+	f := newFixture(t, Options{})
+	other, err := Open(f.s.dir, Options{MaxBytes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			other.evict()
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	for i := range 10 {
+		name := fmt.Sprintf("n%d", i)
+		d, err := f.importImage(name, goodImage(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.s.has(d) {
+			t.Errorf("import %d: %s is named but not in the store", i, d)
+		}
+	}
+}

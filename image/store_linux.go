@@ -989,19 +989,25 @@ func (s *Store) Import(ctx context.Context, name, src string) (string, error) {
 	if !nameRE().MatchString(name) || name == Host {
 		return "", &Error{Ref: name, Invalid: true, Err: errors.New("malformed name (lower-case letters, digits, '.', '_', '-')")}
 	}
-	d, err := s.importFrom(ctx, name, src)
-	if err != nil {
-		return "", wrap(name, err)
+	for attempt := 0; ; attempt++ {
+		d, err := s.importFrom(ctx, name, src)
+		if err != nil {
+			return "", wrap(name, err)
+		}
+		err = s.updateTable(func(t *table) bool {
+			t.Names[name] = d
+			return true
+		})
+		if err != nil {
+			return "", wrap(name, err)
+		}
+		// Until named, the image was anyone's to evict (another process
+		// over the cap): once named it stays, so a second unpack keeps it.
+		if s.has(d) || attempt == 2 {
+			s.evict()
+			return d, nil
+		}
 	}
-	err = s.updateTable(func(t *table) bool {
-		t.Names[name] = d
-		return true
-	})
-	if err != nil {
-		return "", wrap(name, err)
-	}
-	s.evict()
-	return d, nil
 }
 
 // Remove drops a name, or every name and reference of a digest, and the
