@@ -419,6 +419,10 @@ func TestHostile(t *testing.T) {
 		{name: "hardlink-canary", ents: []ent{hardlink("k", canary+"/keep")}, refuse: "hard link", invalid: true},
 		{name: "hardlink-through-symlink", ents: []ent{symlink("l", "/etc"), hardlink("h", "l/passwd")}, refuse: "hard link", invalid: true},
 		{name: "hardlink-dotdot", ents: []ent{hardlink("h", "../canary/keep")}, refuse: "hard link", invalid: true},
+		{name: "hardlink-to-symlink", ents: []ent{symlink("l", canary+"/keep"), hardlink("h", "l")}, refuse: "hard link", invalid: true},
+		{name: "hardlink-to-dir", ents: []ent{dir("d"), hardlink("h", "d")}, refuse: "hard link", invalid: true},
+		{name: "whiteout-dotdot", ents: []ent{dir("a"), whiteout("a/.wh...")}, refuse: "whiteout", invalid: true},
+		{name: "whiteout-dot", ents: []ent{dir("a"), whiteout("a/.wh..")}, refuse: "whiteout", invalid: true},
 		{name: "whiteout-through-symlink", ents: []ent{symlink("c", canary), whiteout("c/.wh.keep")}, refuse: "symlink", invalid: true},
 		{name: "opaque-through-symlink", ents: []ent{symlink("c", canary), whiteout("c/.wh..wh..opq")}, refuse: "symlink", invalid: true},
 		{name: "hardlink-inside", ents: []ent{file("a", "a"), hardlink("b", "a")}, check: func(t *testing.T, root string) {
