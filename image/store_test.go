@@ -439,6 +439,20 @@ func TestHostile(t *testing.T) {
 				t.Errorf("mode %v", fi.Mode())
 			}
 		}},
+		{name: "others-write", ents: []ent{{name: "var/tmp", typ: tar.TypeDir, mode: 0o1777}, {name: "usr/bin/tool", typ: tar.TypeReg, mode: 0o777, body: "x"}, {name: "etc/shared", typ: tar.TypeReg, mode: 0o666, body: "x"}}, check: func(t *testing.T, root string) {
+			// The store is readable by every local account: what the image
+			// lets anyone write there, anyone on the host could plant or
+			// change under every sandbox of the image.
+			for p, want := range map[string]os.FileMode{"var/tmp": 0o755, "usr/bin/tool": 0o755, "etc/shared": 0o644} {
+				fi, err := os.Lstat(filepath.Join(root, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != want || fi.Mode()&os.ModeSticky != 0 {
+					t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
+				}
+			}
+		}},
 		{name: "devices", ents: []ent{{name: "dev/mem", typ: tar.TypeChar, mode: 0o666}, {name: "dev/sda", typ: tar.TypeBlock, mode: 0o666}, {name: "fifo", typ: tar.TypeFifo, mode: 0o666}, file("ok", "ok")}, check: func(t *testing.T, root string) {
 			absent(t, root, "dev/mem")
 			absent(t, root, "dev/sda")

@@ -17,8 +17,8 @@ import (
 // symlink an earlier entry made) reaches outside the root: a symlink on the
 // way is refused, never followed. Only regular files, directories, symlinks
 // and hard links to files already in the root are made; device nodes and
-// fifos are dropped; set-id and sticky bits, owners and xattrs are not
-// applied.
+// fifos are dropped; set-id and sticky bits, write for the group and
+// others, owners and xattrs are not applied.
 
 // errTooLarge and errHostile mark refusals that are the image's fault.
 var (
@@ -212,8 +212,13 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	defer unix.Close(dir)
 	u.layer.mark(parts)
-	// Only the permission bits are kept: never set-id or sticky bits.
-	perm := uint32(hdr.Mode) & 0o777
+	// Only the permission bits are kept: never set-id or sticky bits, and
+	// never write for the group or others. The store is readable by every
+	// local account, and a directory anyone may write (a Debian image's
+	// /var/tmp, 1777 in the layer) would let any of them plant a file
+	// under every sandbox of the image; inside a sandbox the root is
+	// read-only, so nothing there changes.
+	perm := uint32(hdr.Mode) & 0o755
 
 	switch hdr.Typeflag {
 	case tar.TypeDir:
