@@ -46,6 +46,10 @@ type tokenRegistry struct {
 	backHost string
 	basic    bool
 	echo     bool
+	// redirect, when set, is where blob requests are sent on (307), as a
+	// registry that keeps its blobs on a CDN does.
+	redirect string
+	reg      http.Handler
 
 	users   map[string]string   // user → password
 	refresh map[string]string   // refresh token → user
@@ -88,6 +92,10 @@ func newTokenRegistry(t *testing.T, basic, echo bool) *tokenRegistry {
 			tr.challenge(w, repo)
 			return
 		}
+		if blob && tr.redirect != "" {
+			http.Redirect(w, r, tr.redirect+r.URL.Path, http.StatusTemporaryRedirect)
+			return
+		}
 		if blob && tr.echo {
 			http.Error(w, "malformed request with Authorization: "+r.Header.Get("Authorization"), http.StatusBadRequest)
 			return
@@ -95,6 +103,7 @@ func newTokenRegistry(t *testing.T, basic, echo bool) *tokenRegistry {
 		reg.ServeHTTP(w, r)
 	}))
 	t.Cleanup(tr.srv.Close)
+	tr.reg = reg
 	tr.host = strings.TrimPrefix(tr.srv.URL, "http://")
 	tr.backHost = strings.TrimPrefix(back.URL, "http://")
 	return tr
@@ -394,4 +403,39 @@ func TestPullErrorsKeepNoCredential(t *testing.T) {
 	auth := writeAuthFile(t, map[string]map[string]string{basic.host: {"username": "robot", "password": "robot-password-1"}})
 	_, err := pullWith(t, Options{AuthFile: auth}, kpriv)
 	check("basic registry echoing", err, "robot-password-1", strings.TrimPrefix(basicHeader("robot", "robot-password-1"), "Basic "))
+}
+
+// TestPullRedirectKeepsCredentials pulls from registries, by Basic and by
+// the token flow, that redirect blob requests to another host: the pull
+// follows, but neither the file's user and password nor a token issued
+// for the registry reaches the other host.
+func TestPullRedirectKeepsCredentials(t *testing.T) {
+	for _, basic := range []bool{true, false} {
+		tr := newTokenRegistry(t, basic, false)
+		priv := tr.push(t, "team/private", goodImage(t, "private"))
+		var mu sync.Mutex
+		var sent []string
+		cdn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			sent = append(sent, r.Header.Get("Authorization"))
+			mu.Unlock()
+			tr.reg.ServeHTTP(w, r)
+		}))
+		t.Cleanup(cdn.Close)
+		tr.redirect = cdn.URL
+		auth := writeAuthFile(t, map[string]map[string]string{tr.host: {"username": "robot", "password": "robot-password-1"}})
+		if _, err := pullWith(t, Options{AuthFile: auth}, priv); err != nil {
+			t.Fatalf("basic %v: %v", basic, err)
+		}
+		mu.Lock()
+		if len(sent) == 0 {
+			t.Errorf("basic %v: no blob was fetched from the other host", basic)
+		}
+		for _, h := range sent {
+			if h != "" {
+				t.Errorf("basic %v: the other host was sent %q", basic, h)
+			}
+		}
+		mu.Unlock()
+	}
 }

@@ -409,7 +409,7 @@ func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (digest 
 		if err != nil {
 			return "", fmt.Errorf("pulling: %w", err)
 		}
-		img, want, err = selectImage(idx, 0)
+		img, want, err = selectImage(idx, 0, nil)
 		if err != nil {
 			return "", err
 		}
@@ -459,7 +459,9 @@ func (s *Store) pullError(r name.Reference, err error) error {
 }
 
 // selectImage picks the linux/amd64 image of an index (or its only image).
-func selectImage(idx v1.ImageIndex, depth int) (v1.Image, string, error) {
+// meta, when set, checks the picked blob before it is read (an import's
+// layout: see layoutMeta).
+func selectImage(idx v1.ImageIndex, depth int, meta func(what string, d v1.Descriptor) error) (v1.Image, string, error) {
 	if depth > 4 {
 		return nil, "", invalidf("indexes nested too deep")
 	}
@@ -484,12 +486,24 @@ func selectImage(idx v1.ImageIndex, depth int) (v1.Image, string, error) {
 	if pick == nil {
 		return nil, "", invalidf("no linux/amd64 image in the index")
 	}
+	what := "manifest"
+	if pick.MediaType.IsIndex() {
+		what = "index"
+	}
+	if pick.Size > maxMeta {
+		return nil, "", invalidf("%s %s of %d bytes, over the %d bytes it may have", what, pick.Digest, pick.Size, maxMeta)
+	}
+	if meta != nil {
+		if err := meta(what, *pick); err != nil {
+			return nil, "", err
+		}
+	}
 	if pick.MediaType.IsIndex() {
 		child, err := idx.ImageIndex(pick.Digest)
 		if err != nil {
 			return nil, "", fmt.Errorf("reading index: %w", err)
 		}
-		return selectImage(child, depth+1)
+		return selectImage(child, depth+1, meta)
 	}
 	img, err := idx.Image(pick.Digest)
 	if err != nil {
@@ -558,6 +572,11 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	m, err := v1.ParseManifest(bytes.NewReader(raw))
 	if err != nil {
 		return fmt.Errorf("parsing manifest: %w", err)
+	}
+	// The configuration is read whole into memory: its size must be
+	// known and bounded before it is asked for.
+	if m.Config.Data == nil && (m.Config.Size < 0 || m.Config.Size > maxMeta) {
+		return invalidf("image configuration %s of %d bytes, over the %d bytes it may have", m.Config.Digest, m.Config.Size, maxMeta)
 	}
 	cfgRaw, err := img.RawConfigFile()
 	if err != nil {
@@ -748,21 +767,46 @@ func (m *meter) Read(b []byte) (int, error) {
 	return k, err
 }
 
-// du is the size of the regular files and links under dir.
+// du is the size of the regular files and links under dir. It walks by
+// descriptor, never building a full path: an image's names may be
+// thousands of elements deep.
 func du(dir string) (int64, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	return duAt(fd)
+}
+
+func duAt(dir int) (int64, error) {
+	names, err := readDirNames(dir)
+	if err != nil {
+		return 0, err
+	}
 	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
 		}
-		if d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG, unix.S_IFLNK:
+			n += st.Size
+		case unix.S_IFDIR:
+			sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return 0, err
 			}
+			m, err := duAt(sub)
+			unix.Close(sub)
+			if err != nil {
+				return 0, err
+			}
+			n += m
 		}
-		return nil
-	})
-	return n, err
+	}
+	return n, nil
 }
 
 // Derive implements Resolver: the artefact lives in the image's directory
@@ -967,19 +1011,25 @@ func (s *Store) Import(ctx context.Context, name, src string) (string, error) {
 	if !nameRE().MatchString(name) || name == Host {
 		return "", &Error{Ref: name, Invalid: true, Err: errors.New("malformed name (lower-case letters, digits, '.', '_', '-')")}
 	}
-	d, err := s.importFrom(ctx, name, src)
-	if err != nil {
-		return "", wrap(name, err)
+	for attempt := 0; ; attempt++ {
+		d, err := s.importFrom(ctx, name, src)
+		if err != nil {
+			return "", wrap(name, err)
+		}
+		err = s.updateTable(func(t *table) bool {
+			t.Names[name] = d
+			return true
+		})
+		if err != nil {
+			return "", wrap(name, err)
+		}
+		// Until named, the image was anyone's to evict (another process
+		// over the cap): once named it stays, so a second unpack keeps it.
+		if s.has(d) || attempt == 2 {
+			s.evict()
+			return d, nil
+		}
 	}
-	err = s.updateTable(func(t *table) bool {
-		t.Names[name] = d
-		return true
-	})
-	if err != nil {
-		return "", wrap(name, err)
-	}
-	s.evict()
-	return d, nil
 }
 
 // Remove drops a name, or every name and reference of a digest, and the

@@ -419,6 +419,10 @@ func TestHostile(t *testing.T) {
 		{name: "hardlink-canary", ents: []ent{hardlink("k", canary+"/keep")}, refuse: "hard link", invalid: true},
 		{name: "hardlink-through-symlink", ents: []ent{symlink("l", "/etc"), hardlink("h", "l/passwd")}, refuse: "hard link", invalid: true},
 		{name: "hardlink-dotdot", ents: []ent{hardlink("h", "../canary/keep")}, refuse: "hard link", invalid: true},
+		{name: "hardlink-to-symlink", ents: []ent{symlink("l", canary+"/keep"), hardlink("h", "l")}, refuse: "hard link", invalid: true},
+		{name: "hardlink-to-dir", ents: []ent{dir("d"), hardlink("h", "d")}, refuse: "hard link", invalid: true},
+		{name: "whiteout-dotdot", ents: []ent{dir("a"), whiteout("a/.wh...")}, refuse: "whiteout", invalid: true},
+		{name: "whiteout-dot", ents: []ent{dir("a"), whiteout("a/.wh..")}, refuse: "whiteout", invalid: true},
 		{name: "whiteout-through-symlink", ents: []ent{symlink("c", canary), whiteout("c/.wh.keep")}, refuse: "symlink", invalid: true},
 		{name: "opaque-through-symlink", ents: []ent{symlink("c", canary), whiteout("c/.wh..wh..opq")}, refuse: "symlink", invalid: true},
 		{name: "hardlink-inside", ents: []ent{file("a", "a"), hardlink("b", "a")}, check: func(t *testing.T, root string) {
@@ -433,6 +437,20 @@ func TestHostile(t *testing.T) {
 			}
 			if fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0 || fi.Mode().Perm() != 0o755 {
 				t.Errorf("mode %v", fi.Mode())
+			}
+		}},
+		{name: "others-write", ents: []ent{{name: "var/tmp", typ: tar.TypeDir, mode: 0o1777}, {name: "usr/bin/tool", typ: tar.TypeReg, mode: 0o777, body: "x"}, {name: "etc/shared", typ: tar.TypeReg, mode: 0o666, body: "x"}}, check: func(t *testing.T, root string) {
+			// The store is readable by every local account: what the image
+			// lets anyone write there, anyone on the host could plant or
+			// change under every sandbox of the image.
+			for p, want := range map[string]os.FileMode{"var/tmp": 0o755, "usr/bin/tool": 0o755, "etc/shared": 0o644} {
+				fi, err := os.Lstat(filepath.Join(root, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != want || fi.Mode()&os.ModeSticky != 0 {
+					t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
+				}
 			}
 		}},
 		{name: "devices", ents: []ent{{name: "dev/mem", typ: tar.TypeChar, mode: 0o666}, {name: "dev/sda", typ: tar.TypeBlock, mode: 0o666}, {name: "fifo", typ: tar.TypeFifo, mode: 0o666}, file("ok", "ok")}, check: func(t *testing.T, root string) {

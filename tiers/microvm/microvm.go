@@ -775,7 +775,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				if err := json.Unmarshal(f.p, &w); err != nil {
 					return fmt.Errorf("bad files frame from the guest: %w", err)
 				}
-				got := collect.Accept(w)
+				got := collect.Accept(w, job.Collect)
 				res.Files, res.FilesSkipped, collected = got.Files, got.Skipped, true
 			case frame.Exit:
 				var ex wire.Exit
