@@ -106,11 +106,23 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 	if !ok {
 		return nil, &airlock.NotAdmitted{Tier: ExecutorName, Reason: "this executor's inner tier " + e.inner.Name() + " keeps no sessions"}
 	}
+	peer := peerOf(ctx)
+	e.mu.Lock()
+	mine := 0
+	for _, owner := range e.owners {
+		if owner == peer {
+			mine++
+		}
+	}
+	e.mu.Unlock()
+	if mine >= MaxSessionsPerCaller {
+		return nil, &airlock.NotAdmitted{Tier: ExecutorName, Reason: fmt.Sprintf("caller %s holds %d sessions of this executor, the most one caller may: close one first", peer, mine)}
+	}
 	s, err := st.OpenSession(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	x := &execSession{e: e, s: s, owner: peerOf(ctx)}
+	x := &execSession{e: e, s: s, owner: peer}
 	e.mu.Lock()
 	if e.owners == nil {
 		e.owners = map[string]string{}
@@ -119,6 +131,11 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 	e.mu.Unlock()
 	return x, nil
 }
+
+// MaxSessionsPerCaller bounds the sessions one caller holds open on an
+// executor: its callers share one tenant of the executor's server, whose
+// session quota one caller alone must not use up.
+const MaxSessionsPerCaller = 8
 
 type execSession struct {
 	e     *Executor

@@ -361,6 +361,28 @@ func TestSessionsAreTheCallers(t *testing.T) {
 		Situation: airlock.SituationCredentials, Grants: airlock.Grants{Spawn: true}}); err != nil || strings.TrimSpace(res.Stdout) != strconv.Itoa(len(value)) {
 		t.Errorf("the owner's later run: %v %+v", err, res)
 	}
+	// One caller holds at most MaxSessionsPerCaller sessions; the quota
+	// the callers share is left for the others.
+	for range MaxSessionsPerCaller - 1 {
+		more, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+		if err != nil {
+			t.Fatalf("opening a session within the caller's bound: %v", err)
+		}
+		defer more.Close()
+	}
+	if extra, err := tier.OpenSession(ctx, airlock.SessionOptions{}); err == nil {
+		extra.Close()
+		t.Errorf("a caller opened more than %d sessions", MaxSessionsPerCaller)
+	} else if !strings.Contains(err.Error(), "close one first") {
+		t.Errorf("the session past the bound: %v", err)
+	}
+	if out := other("POST", "/v1/sessions", `{"tier":"`+ExecutorName+`"}`); !strings.Contains(out, `"id"`) {
+		t.Errorf("another caller could not open a session once the first held its most: %s", out)
+	} else {
+		var opened struct{ ID string }
+		_ = json.Unmarshal([]byte(out), &opened)
+		other("DELETE", "/v1/sessions/"+opened.ID, "")
+	}
 }
 
 // TestStreamedOutputScrubbed: a caller that asks the executor itself for
