@@ -117,8 +117,8 @@ func rewriteHeader(h http.Header) (name, what string) {
 // methodParam reports whether a query or form body carries a _method
 // field in any spelling a server reads as one: fields split on '&' or
 // ';' (as Rack and older Python do), names percent-decoded with '+' as a
-// space, leading spaces dropped, '.', ' ' and '[' read as '_' and
-// anything from a '[' on ignored (as PHP does), case ignored.
+// space, cut at a NUL, leading spaces dropped, '.' and ' ' read as '_'
+// and anything from a '[' on ignored (as PHP does), case ignored.
 func methodParam(raw string) bool {
 	for _, field := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
 		name, _, _ := strings.Cut(field, "=")
@@ -135,6 +135,8 @@ func methodParam(raw string) bool {
 // isMethodField reports whether a form field's name is _method in a
 // spelling some server reads as it (see methodParam).
 func isMethodField(name string) bool {
+	// PHP registers names as C strings: a NUL ends one.
+	name, _, _ = strings.Cut(name, "\x00")
 	name = strings.TrimLeft(name, " ")
 	if i := strings.IndexByte(name, '['); i >= 0 {
 		name = name[:i]
@@ -323,23 +325,41 @@ func (e *engine) checkRequest(r *http.Request, scheme string, t target) (ok bool
 	return true, 0, ""
 }
 
-// checkForm refuses a form body that carries a _method field: Rails,
-// Laravel, Symfony, Spring and Express's method-override treat a POST
-// with one as the method it names. A body is read as a form when its
-// Content-Type says so, or is missing (Rack parses such a POST as a form)
-// or unreadable; it is then read whole (within the request cap) before
-// anything is sent, and handed on as read.
+// checkForm refuses a body that carries a _method field in some
+// server's reading of it: Rails, Laravel, Symfony, Spring and Express's
+// method-override treat a POST with one as the method it names. A body is
+// read as every server may read it: as a urlencoded form when its
+// Content-Type says so (in Go's reading or PHP's, which cuts the type at
+// the first ';', ',' or space), is missing (Rack parses such a POST as a
+// form) or unreadable; as multipart for any multipart type (Rack parses
+// multipart/mixed and multipart/related as forms); as JSON when the type
+// contains "/json" or "+json" (Laravel makes such a body the request's
+// input, where Symfony looks for _method). It is then read whole (within
+// the request cap) before anything is sent, and handed on as read.
 func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if r.Body == nil || r.Body == http.NoBody || RefusesBody(r.Method) {
 		return 0, ""
 	}
 	ct := r.Header.Get("Content-Type")
+	lower := strings.ToLower(ct)
 	mt, params, err := mime.ParseMediaType(ct)
-	if ct != "" && err == nil && mt != "application/x-www-form-urlencoded" && mt != "multipart/form-data" {
+	php, _, _ := strings.Cut(lower, ";")
+	if i := strings.IndexAny(php, ", "); i >= 0 {
+		php = php[:i]
+	}
+	const urlencoded = "application/x-www-form-urlencoded"
+	isForm := ct == "" || err != nil || mt == urlencoded || php == urlencoded
+	isMultipart := strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(php, "multipart/")
+	isJSON := strings.Contains(lower, "/json") || strings.Contains(lower, "+json")
+	if !isForm && !isMultipart && !isJSON {
 		return 0, ""
 	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return http.StatusForbidden, "a form body with Content-Encoding " + ce + " is refused (its fields cannot be checked)"
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, ce := range strings.Split(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return http.StatusForbidden, "a form body with Content-Encoding " + ce + " is refused (its fields cannot be checked)"
+			}
+		}
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, e.maxReq+1))
 	if err != nil {
@@ -349,11 +369,22 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the cap of %d bytes", e.maxReq)
 	}
 	r.Body = readCloser{bytes.NewReader(body), r.Body}
-	if mt != "multipart/form-data" {
-		if methodParam(string(body)) {
-			return http.StatusForbidden, "method-override field _method in the form body is refused"
-		}
+	const found = "method-override field _method in the form body is refused"
+	if isForm && methodParam(string(body)) {
+		return http.StatusForbidden, found
+	}
+	if isJSON && jsonMethodKey(body) {
+		return http.StatusForbidden, "method-override field _method in the JSON body is refused"
+	}
+	if !isMultipart {
 		return 0, ""
+	}
+	// Every line of the body that reads as a part's header is looked at,
+	// whatever the boundary: servers find the boundary and the parts
+	// differently (PHP takes the first "boundary" anywhere in the
+	// Content-Type and reads on past the closing delimiter).
+	if partHeadersName(body) {
+		return http.StatusForbidden, found
 	}
 	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 	for {
@@ -364,10 +395,104 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 		if err != nil {
 			return http.StatusForbidden, "a multipart form body that cannot be read is refused (its fields cannot be checked): " + err.Error()
 		}
-		if isMethodField(part.FormName()) {
-			return http.StatusForbidden, "method-override field _method in the form body is refused"
+		for _, v := range part.Header.Values("Content-Disposition") {
+			if namesMethod(v) {
+				return http.StatusForbidden, found
+			}
+		}
+		for _, v := range part.Header.Values("Content-Id") {
+			if isContentIDMethod(v) {
+				return http.StatusForbidden, found
+			}
 		}
 	}
+}
+
+// partHeadersName reports whether a line of body (with the lines folded
+// onto it) reads as a Content-Disposition naming _method or a Content-ID
+// that is _method (Rack names a part by its Content-ID when it has no
+// name).
+func partHeadersName(body []byte) bool {
+	lines := strings.Split(string(body), "\n")
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimRight(lines[i], "\r")
+		for i+1 < len(lines) && strings.IndexAny(lines[i+1], " \t") == 0 { // folded onto it
+			i++
+			line += " " + strings.TrimSpace(lines[i])
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "content-disposition":
+			if namesMethod(value) {
+				return true
+			}
+		case "content-id":
+			if isContentIDMethod(value) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// namesMethod reports whether a Content-Disposition value names _method
+// in any reading: any disposition type, any "name" or "name*" parameter
+// (not only the one a strict parse keeps), quoted or not, encoded or not.
+func namesMethod(disposition string) bool {
+	for _, param := range strings.FieldsFunc(disposition, func(r rune) bool { return r == ';' || r == ',' }) {
+		k, v, ok := strings.Cut(param, "=")
+		k = strings.ToLower(strings.TrimSpace(k))
+		if !ok || (k != "name" && !strings.HasPrefix(k, "name*")) {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), "\"'")
+		v = strings.ReplaceAll(v, "\\", "")
+		if k != "name" {
+			if _, rest, ok := strings.Cut(v, "''"); ok {
+				v = rest // RFC 2231: charset'language'value
+			}
+		}
+		if isMethodField(v) {
+			return true
+		}
+		if dec, err := url.PathUnescape(v); err == nil && isMethodField(dec) {
+			return true
+		}
+	}
+	return false
+}
+
+func isContentIDMethod(v string) bool {
+	v = strings.TrimSpace(v)
+	return isMethodField(v) || isMethodField(strings.Trim(v, "<>"))
+}
+
+// jsonMethodKey reports whether body is a JSON object with a top-level
+// key that is _method (keys unescaped; every occurrence of a repeated key
+// looked at). A body that is not JSON has no keys to any server.
+func jsonMethodKey(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if key, ok := tok.(string); ok && isMethodField(key) {
+			return true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false
+		}
+	}
+	return false
 }
 
 // readCloser reads a body already read into memory and closes the
