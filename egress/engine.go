@@ -68,6 +68,7 @@ const (
 	DefaultDNSBurst         = 50
 	DefaultCATTL            = 24 * time.Hour
 	DefaultDialTimeout      = 10 * time.Second
+	DefaultMaxConns         = 64 // proxy and socket connections served at once, per gateway
 )
 
 // rewriteHeaders let a client ask a server, or a front end before it, to

@@ -1,9 +1,12 @@
 package egress_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -181,5 +184,73 @@ func TestCloseEndsTunnels(t *testing.T) {
 	}
 	if env.Hits() != before {
 		t.Error("the origin was reached after Close")
+	}
+}
+
+// TestConnectionsBounded: a sandbox cannot make the gateway hold more
+// connections than MaxConns (each may hold a request head of up to a MiB
+// and a form body): the next, on the TCP listener or the socket, is
+// answered 503 and logged, and a slot freed is served again.
+func TestConnectionsBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "g.sock")
+	env := newTestEnv(t, func(c *egress.Config) { c.Socket = sock })
+	hp := "origin.test:" + env.HTTPPort
+	var held []net.Conn
+	for i := 0; i < egress.DefaultMaxConns; i++ {
+		c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET http://%s/held HTTP/1.1\r\nHost: %s\r\nX-Pad: %s", hp, hp, strings.Repeat("a", 1000)) // a head never finished
+		held = append(held, c)
+	}
+	get := func(c net.Conn) (*http.Response, error) {
+		t.Helper()
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(c, "GET http://%s/over HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "GET"})
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+		}
+		return resp, err
+	}
+	time.Sleep(200 * time.Millisecond) // the held connections are being served
+	c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := get(c); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("connection %d over TCP: %v %v, want 503", egress.DefaultMaxConns+1, resp, err)
+	}
+	u, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Write([]byte{egress.StreamHTTP})
+	if resp, err := get(u); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("connection %d over the socket: %v %v, want 503", egress.DefaultMaxConns+2, resp, err)
+	}
+	if !hasReason(env.TakeLogs(), "too many connections") {
+		t.Error("the refused connections were not logged")
+	}
+	if env.HitsOf("/over") != 0 {
+		t.Error("a connection over the bound reached the origin")
+	}
+	held[0].Close()
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := get(c)
+		if err == nil && resp.StatusCode == 200 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("a freed slot is not served again: %v %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
