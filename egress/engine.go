@@ -71,6 +71,11 @@ const (
 	DefaultMaxConns         = 64 // proxy and socket connections served at once, per gateway
 )
 
+// maxHeldBodies bounds the request bodies a gateway holds in memory at
+// once to check them (each up to MaxRequestBytes); a request whose body
+// must be checked waits for one of them to be sent.
+const maxHeldBodies = 4
+
 // rewriteHeaders let a client ask a server, or a front end before it, to
 // treat a request as another method, path or host than its request line
 // and Host header say; a policy by method, path and host would mean
@@ -163,6 +168,7 @@ type engine struct {
 	maxResp   int64
 	transport *http.Transport
 	dnsLimit  *rate.Limiter
+	bodies    chan struct{} // bodies held in memory to be checked (maxHeldBodies)
 	dialer    net.Dialer
 }
 
@@ -190,6 +196,7 @@ func newEngine(cfg *Config) (*engine, error) {
 	if dnsRate == 0 {
 		dnsRate = DefaultDNSRate
 	}
+	e.bodies = make(chan struct{}, maxHeldBodies)
 	e.dnsLimit = rate.NewLimiter(rate.Limit(dnsRate), int(orDefault(int64(cfg.DNSBurst), DefaultDNSBurst)))
 	e.transport = &http.Transport{
 		Proxy:                 nil, // never chain to the host's proxy settings
@@ -362,6 +369,18 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 			}
 		}
 	}
+	select {
+	case e.bodies <- struct{}{}:
+	case <-r.Context().Done():
+		return http.StatusServiceUnavailable, "request ended while waiting to check its body"
+	}
+	release := sync.OnceFunc(func() { <-e.bodies })
+	held := false // the body is handed on, and released when it is closed
+	defer func() {
+		if !held || status != 0 {
+			release()
+		}
+	}()
 	body, err := io.ReadAll(io.LimitReader(r.Body, e.maxReq+1))
 	if err != nil {
 		return http.StatusBadRequest, "reading the request body: " + err.Error()
@@ -369,7 +388,12 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if int64(len(body)) > e.maxReq {
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the cap of %d bytes", e.maxReq)
 	}
-	r.Body = readCloser{bytes.NewReader(body), r.Body}
+	orig := r.Body
+	r.Body = readCloser{bytes.NewReader(body), closerFunc(func() error {
+		release()
+		return orig.Close()
+	})}
+	held = true
 	const found = "method-override field _method in the form body is refused"
 	if isForm && methodParam(string(body)) {
 		return http.StatusForbidden, found
@@ -496,12 +520,16 @@ func jsonMethodKey(body []byte) bool {
 	return false
 }
 
-// readCloser reads a body already read into memory and closes the
-// original.
+// readCloser reads a body already read into memory; closing it closes
+// the original.
 type readCloser struct {
 	io.Reader
 	io.Closer
 }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // RefusesBody reports whether a request with method may not carry a body:
 // GET and HEAD (whose content has no meaning, RFC 9110 section 9.3), TRACE

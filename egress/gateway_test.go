@@ -254,3 +254,72 @@ func TestConnectionsBounded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestHeldBodiesBounded: form bodies are read whole to be checked, but a
+// gateway holds only a few at once (each up to MaxRequestBytes): a form
+// POST waits while others are being read, and goes on once one is sent.
+// Empty chunked forms, and refused ones, give their turn back.
+func TestHeldBodiesBounded(t *testing.T) {
+	env := newTestEnv(t, nil)
+	pp := "post.test:" + env.HTTPPort
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		return c
+	}
+	status := func(c net.Conn) int {
+		t.Helper()
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	for i, body := range []string{"0\r\n\r\n", "0\r\n\r\n", "0\r\n\r\n", "0\r\n\r\n", "b\r\n_method=PUT\r\n0\r\n\r\n", "0\r\n\r\n"} {
+		c := dial()
+		fmt.Fprintf(c, "POST http://%s/turn%d HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n%s", pp, i, pp, body)
+		if s := status(c); s != 200 && !(i == 4 && s == http.StatusForbidden) {
+			t.Fatalf("form %d: %d", i, s)
+		}
+	}
+	var slow []net.Conn
+	for i := 0; i < 4; i++ {
+		c := dial()
+		fmt.Fprintf(c, "POST http://%s/slow HTTP/1.1\r\nHost: %s\r\nContent-Length: 6\r\n\r\na=", pp, pp)
+		slow = append(slow, c)
+	}
+	time.Sleep(200 * time.Millisecond) // the four are being read
+	c := dial()
+	done := make(chan int, 1)
+	go func() {
+		fmt.Fprintf(c, "POST http://%s/fifth HTTP/1.1\r\nHost: %s\r\nContent-Length: 3\r\n\r\nb=1", pp, pp)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+		if err != nil {
+			done <- 0
+			return
+		}
+		done <- resp.StatusCode
+	}()
+	select {
+	case s := <-done:
+		t.Fatalf("a fifth form body was taken while four were held: %d", s)
+	case <-time.After(500 * time.Millisecond):
+	}
+	io.WriteString(slow[0], "1234")
+	if s := status(slow[0]); s != 200 {
+		t.Errorf("first slow form: %d", s)
+	}
+	select {
+	case s := <-done:
+		if s != 200 {
+			t.Errorf("fifth form: %d", s)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the fifth form did not go on once a body was sent")
+	}
+}
