@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/netname"
@@ -217,8 +219,9 @@ func (p *Policy) CheckHost(scheme, host string, port int) (ok bool, reason strin
 // ".." segment in any encoding or followed by ";parameters" (which servlet
 // containers strip), any other ';', an empty segment, a percent sign left
 // after decoding (double encoding), a '?' or '#' after decoding, invalid
-// UTF-8 after decoding (overlong forms of '.' and '/') or a control
-// character.
+// UTF-8 after decoding (overlong forms of '.' and '/'), a control
+// character, or a character that Unicode compatibility mapping (NFKC)
+// turns into one of those or into a '.' or '..' segment.
 func requestPath(escaped string) (string, error) {
 	hides := func(what string) (string, error) {
 		return "", errorf("path %q hides its shape: %s", escaped, what)
@@ -252,6 +255,14 @@ func requestPath(escaped string) (string, error) {
 		}
 		if base, _, _ := strings.Cut(dec, ";"); base == "." || base == ".." {
 			return hides("a '.' or '..' segment")
+		}
+		// A server that applies Unicode compatibility mapping (NFKC) reads
+		// '／' as '/', '．．' and '‥' as '..'.
+		if mapped := norm.NFKC.String(dec); mapped != dec {
+			base, _, _ := strings.Cut(mapped, ";")
+			if strings.ContainsAny(mapped, "/\\;%?#") || base == "." || base == ".." {
+				return hides("a character that Unicode compatibility mapping turns into '/', '\\', '.', ';', '%', '?' or '#'")
+			}
 		}
 		if strings.Contains(dec, ";") {
 			return hides("a ';' (path parameters, which servers strip or cut the path at)")

@@ -139,6 +139,12 @@ func TestPolicySchemeAndPaths(t *testing.T) {
 		{"GET", "https", "docs.example", 443, "/org/repo/", true, ""},
 		{"GET", "https", "docs.example", 443, "/", true, ""},
 		{"GET", "https", "docs.example", 443, "/org/repo", false, "not granted"},
+		{"GET", "https", "docs.example", 443, "/org/repo/%EF%BC%8E%EF%BC%8E/secret", false, "compatibility"}, // fullwidth ．．
+		{"GET", "https", "docs.example", 443, "/org/repo/%E2%80%A5/secret", false, "compatibility"},          // ‥ two dot leader
+		{"GET", "https", "docs.example", 443, "/org/repo/a%EF%BC%8F..%EF%BC%8Fb", false, "compatibility"},    // fullwidth ／
+		{"GET", "https", "docs.example", 443, "/org/repo/a%EF%BC%BCb", false, "compatibility"},               // fullwidth ＼
+		{"GET", "https", "docs.example", 443, "/org/repo/B%C3%BCcher%E2%80%A6", true, ""},                    // ü and … stay
+		{"GET", "https", "docs.example", 443, "/org/repo/%EF%BD%81", true, ""},                               // fullwidth ａ
 		{"GET", "https", "docs.example", 443, "/org/repository", false, "not granted"},
 		{"GET", "http", "docs.example", 80, "/org/repo/a", false, "scheme http"},
 		{"GET", "https", "docs.example", 80, "/org/repo/a", false, "port 80"},
