@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
 )
 
@@ -321,5 +322,34 @@ func TestHeldBodiesBounded(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the fifth form did not go on once a body was sent")
+	}
+}
+
+// TestUpstreamErrorsNameNoResolver: a granted name the upstream does not
+// know is answered "no such host", without the address of the host's
+// resolver, which the sandbox has no other way to learn.
+func TestUpstreamErrorsNameNoResolver(t *testing.T) {
+	env := newTestEnv(t, func(c *egress.Config) {
+		c.Rules = append(c.Rules, airlock.NetRule{Host: "gone.test", Ports: c.Rules[0].Ports})
+	})
+	_, err := gatewaylab.UpstreamLookup(env.Upstream)(context.Background(), "ip", "gone.test")
+	var de *net.DNSError
+	if !errors.As(err, &de) || de.Server == "" {
+		t.Fatalf("looking gone.test up directly: %v, want an error naming the resolver", err)
+	}
+	resp, err := env.ProxyClient(false, "").Get("http://gone.test:" + env.HTTPPort + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "no such host") || strings.Contains(string(b), de.Server) {
+		t.Errorf("answer %q: want \"no such host\" without the resolver %s", b, de.Server)
+	}
+	if logs := env.TakeLogs(); len(logs) != 1 || strings.Contains(logs[0].Reason, de.Server) {
+		t.Errorf("decisions: %+v", logs)
+	}
+	if _, err := env.GW.Client().Get("http://gone.test:" + env.HTTPPort + "/x"); err == nil || strings.Contains(err.Error(), de.Server) {
+		t.Errorf("in-process client: %v", err)
 	}
 }
