@@ -138,8 +138,9 @@ func methodParam(raw string) bool {
 	return false
 }
 
-// isMethodField reports whether a form field's name is _method in a
-// spelling some server reads as it (see methodParam).
+// isMethodField reports whether a form field's name is _method (or
+// Salesforce's _HttpMethod) in a spelling some server reads as it (see
+// methodParam).
 func isMethodField(name string) bool {
 	// PHP registers names as C strings: a NUL ends one.
 	name, _, _ = strings.Cut(name, "\x00")
@@ -148,7 +149,7 @@ func isMethodField(name string) bool {
 		name = name[:i]
 	}
 	name = strings.NewReplacer(".", "_", " ", "_").Replace(name)
-	return strings.EqualFold(name, "_method")
+	return strings.EqualFold(name, "_method") || strings.EqualFold(name, "_httpmethod")
 }
 
 // hopHeaders are connection-scoped and never forwarded.
