@@ -56,3 +56,49 @@ func TestStart(t *testing.T) {
 		t.Errorf("socket left behind: %v", err)
 	}
 }
+
+// TestDecisionsBounded: a job cannot grow its Result's decisions (held in
+// the host's memory, then written to the result and the audit) without
+// bound by sending request after request, or long paths: at most
+// MaxDecisions lines are kept, each cut to maxDecisionLine bytes, and one
+// more line counts the rest.
+func TestDecisionsBounded(t *testing.T) {
+	dir := t.TempDir()
+	var passed int
+	g, _, err := Start(context.Background(), egress.Config{Job: "j1", Rules: []airlock.NetRule{{Host: "allowed.test"}},
+		Log: func(egress.Record) { passed++ }}, dir, "/inside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "/" + strings.Repeat("d", 4000)
+	const sent = MaxDecisions + 20
+	for i := 0; i < sent; i++ {
+		c, err := net.Dial("unix", filepath.Join(dir, Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte{egress.StreamHTTP})
+		_, _ = c.Write([]byte("GET http://evil.test" + long + " HTTP/1.1\r\nHost: evil.test\r\n\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.Close()
+	}
+	lines := g.Close()
+	if len(lines) != MaxDecisions+1 || !strings.Contains(lines[MaxDecisions], "20 more") {
+		t.Fatalf("%d decisions kept, the last %.200q; want %d and a count of the 20 not kept", len(lines), lines[len(lines)-1], MaxDecisions+1)
+	}
+	for _, l := range lines {
+		if len(l) > maxDecisionLine {
+			t.Fatalf("a decision of %d bytes kept, want at most %d", len(l), maxDecisionLine)
+		}
+	}
+	if !strings.HasPrefix(lines[0], "egress deny http GET evil.test:80/ddd") {
+		t.Errorf("first decision: %.100q", lines[0])
+	}
+	if passed != sent {
+		t.Errorf("%d decisions passed on to the operator's log, want all %d", passed, sent)
+	}
+}
