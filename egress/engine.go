@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 
@@ -46,6 +47,24 @@ type Record struct {
 	Remote  string    `json:"remote,omitempty"` // the client's address, at the proxy
 	Verdict Verdict   `json:"verdict"`
 	Reason  string    `json:"reason"`
+}
+
+// MaxRecordField bounds a Record's Path and Reason, which the request
+// decides (a path of up to a MiB, a reason quoting it): a longer one is
+// cut and ends in "...".
+const MaxRecordField = 2048
+
+// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // JSONSink returns a log function writing one JSON object per line to w;
@@ -221,6 +240,7 @@ func orDefault(v, def int64) int64 {
 }
 
 func (e *engine) record(r Record) {
+	r.Path, r.Reason = clip(r.Path, MaxRecordField), clip(r.Reason, MaxRecordField)
 	r.Time = time.Now().UTC()
 	r.Job = e.job
 	e.log(r)

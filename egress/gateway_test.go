@@ -353,3 +353,30 @@ func TestUpstreamErrorsNameNoResolver(t *testing.T) {
 		t.Errorf("in-process client: %v", err)
 	}
 }
+
+// TestRecordsBounded: what a request writes into a decision record (its
+// path, and a reason that may quote it) is cut, so a job sending long
+// paths cannot make each record in the operator's log a MiB.
+func TestRecordsBounded(t *testing.T) {
+	env := newTestEnv(t, nil)
+	long := "/a%2f" + strings.Repeat("b", 100_000)
+	for _, u := range []string{"http://evil.test:" + env.HTTPPort + long, "http://git.test:" + env.HTTPPort + long + "/info/refs"} {
+		resp, err := env.ProxyClient(false, "").Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%.40s...: %s", u, resp.Status)
+		}
+	}
+	logs := env.TakeLogs()
+	if len(logs) != 2 {
+		t.Fatalf("decisions: %d", len(logs))
+	}
+	for _, r := range logs {
+		if len(r.Path) > egress.MaxRecordField || len(r.Reason) > egress.MaxRecordField || !strings.HasSuffix(r.Path, "...") {
+			t.Errorf("record of %s: path of %d bytes, reason of %d, want at most %d, cut", r.Host, len(r.Path), len(r.Reason), egress.MaxRecordField)
+		}
+	}
+}
