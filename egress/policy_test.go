@@ -145,6 +145,10 @@ func TestPolicySchemeAndPaths(t *testing.T) {
 		{"GET", "https", "docs.example", 443, "/org/repo/a%EF%BC%BCb", false, "compatibility"},               // fullwidth ＼
 		{"GET", "https", "docs.example", 443, "/org/repo/B%C3%BCcher%E2%80%A6", true, ""},                    // ü and … stay
 		{"GET", "https", "docs.example", 443, "/org/repo/%EF%BD%81", true, ""},                               // fullwidth ａ
+		{"GET", "https", "docs.example", 443, "/org/repo/..%20/secret", false, "dots and spaces"},            // Windows drops trailing dots and spaces
+		{"GET", "https", "docs.example", 443, "/org/repo/.../secret", false, "dots and spaces"},
+		{"GET", "https", "docs.example", 443, "/org/repo/.%20./secret", false, "dots and spaces"},
+		{"GET", "https", "docs.example", 443, "/org/repo/v1.2./x", true, ""},
 		{"GET", "https", "docs.example", 443, "/org/repository", false, "not granted"},
 		{"GET", "http", "docs.example", 80, "/org/repo/a", false, "scheme http"},
 		{"GET", "https", "docs.example", 80, "/org/repo/a", false, "port 80"},
