@@ -369,6 +369,11 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if r.Body == nil || r.Body == http.NoBody || RefusesBody(r.Method) {
 		return 0, ""
 	}
+	if len(r.Header.Values("Content-Type")) > 1 {
+		// Servers keep the first, the last, or join them: each would read
+		// the body as something else.
+		return http.StatusBadRequest, "a body with more than one Content-Type is refused"
+	}
 	ct := r.Header.Get("Content-Type")
 	lower := strings.ToLower(ct)
 	mt, params, err := mime.ParseMediaType(ct)
