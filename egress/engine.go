@@ -369,12 +369,13 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if r.Body == nil || r.Body == http.NoBody || RefusesBody(r.Method) {
 		return 0, ""
 	}
-	if len(r.Header.Values("Content-Type")) > 1 {
+	sent := forwardedHeader(r.Header) // a Content-Type named in Connection is not sent
+	if len(sent.Values("Content-Type")) > 1 {
 		// Servers keep the first, the last, or join them: each would read
 		// the body as something else.
 		return http.StatusBadRequest, "a body with more than one Content-Type is refused"
 	}
-	ct := r.Header.Get("Content-Type")
+	ct := sent.Get("Content-Type")
 	lower := strings.ToLower(ct)
 	mt, params, err := mime.ParseMediaType(ct)
 	php, _, _ := strings.Cut(lower, ";")
@@ -388,7 +389,7 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if !isForm && !isMultipart && !isJSON {
 		return 0, ""
 	}
-	for _, v := range r.Header.Values("Content-Encoding") {
+	for _, v := range sent.Values("Content-Encoding") {
 		for _, ce := range strings.Split(v, ",") {
 			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
 				return http.StatusForbidden, "a form body with Content-Encoding " + ce + " is refused (its fields cannot be checked)"
@@ -607,18 +608,27 @@ func (e *engine) outbound(ctx context.Context, r *http.Request, scheme string, t
 	u.Scheme, u.Host, u.User = scheme, hostPort(t, scheme), nil
 	out.URL = &u
 	out.Host = u.Host
-	for _, c := range r.Header.Values("Connection") {
-		for _, f := range strings.Split(c, ",") {
-			out.Header.Del(strings.TrimSpace(f))
-		}
-	}
-	for _, h := range hopHeaders {
-		out.Header.Del(h)
-	}
+	out.Header = forwardedHeader(r.Header)
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = &cappedReader{r: r.Body, left: e.maxReq, what: "request body"}
 	}
 	out.Close = false
+	return out
+}
+
+// forwardedHeader is the part of h sent on to the origin: without the
+// headers the Connection header names, and without hop-by-hop headers.
+// Checks of what the origin will read look at this, not at h.
+func forwardedHeader(h http.Header) http.Header {
+	out := h.Clone()
+	for _, c := range h.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			out.Del(strings.TrimSpace(f))
+		}
+	}
+	for _, name := range hopHeaders {
+		out.Del(name)
+	}
 	return out
 }
 
