@@ -328,6 +328,11 @@ func (e *engine) checkRequest(r *http.Request, scheme string, t target) (ok bool
 	if r.URL != nil && methodParam(r.URL.RawQuery) {
 		return false, http.StatusForbidden, "method-override parameter _method is refused"
 	}
+	// A front end that decodes the path before passing it on sends what
+	// follows an encoded '?' as the query.
+	if _, q, ok := strings.Cut(r.URL.Path, "?"); ok && methodParam(q) {
+		return false, http.StatusForbidden, "method-override parameter _method after an encoded '?' in the path is refused"
+	}
 	if r.Header.Get("Upgrade") != "" || headerHasToken(r.Header, "Connection", "upgrade") || r.Header.Get("Http2-Settings") != "" {
 		return false, http.StatusForbidden, "protocol upgrade is refused"
 	}
