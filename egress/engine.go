@@ -219,15 +219,16 @@ func newEngine(cfg *Config) (*engine, error) {
 	e.bodies = make(chan struct{}, maxHeldBodies)
 	e.dnsLimit = rate.NewLimiter(rate.Limit(dnsRate), int(orDefault(int64(cfg.DNSBurst), DefaultDNSBurst)))
 	e.transport = &http.Transport{
-		Proxy:                 nil, // never chain to the host's proxy settings
-		DialContext:           e.dial,
-		TLSClientConfig:       &tls.Config{RootCAs: cfg.OriginRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     false,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       60 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		DisableCompression:    true, // pass bodies through as the origin sent them
+		Proxy:                  nil, // never chain to the host's proxy settings
+		DialContext:            e.dial,
+		TLSClientConfig:        &tls.Config{RootCAs: cfg.OriginRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      false,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        60 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  60 * time.Second,
+		MaxResponseHeaderBytes: maxHeadBytes, // as a request's (the transport's default is 10 MiB)
+		DisableCompression:     true,         // pass bodies through as the origin sent them
 	}
 	return e, nil
 }

@@ -380,3 +380,32 @@ func TestRecordsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseHeadBounded: an origin's response head is bounded as a
+// request's is (1 MiB), not by the transport's default of 10 MiB, so a
+// granted origin that echoes data into headers cannot make each of the
+// gateway's connections hold that much.
+func TestResponseHeadBounded(t *testing.T) {
+	big, err := gatewaylab.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo", strings.Repeat("e", 2<<20))
+		io.WriteString(w, "big")
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(big.Close)
+	port := big.Listener.Addr().(*net.TCPAddr).Port
+	env := newTestEnv(t, func(c *egress.Config) {
+		c.Rules = append(c.Rules, airlock.NetRule{Host: "big.test", Ports: []int{port}})
+		_ = c.Hosts.Add("big.test", netip.MustParseAddr("127.0.0.1"))
+	})
+	resp, err := env.ProxyClient(false, "").Get(fmt.Sprintf("http://big.test:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("a 2 MiB response head: %s, want 502", resp.Status)
+	}
+}
