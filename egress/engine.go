@@ -466,12 +466,16 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	}
 }
 
-// partHeadersName reports whether a line of body (with the lines folded
-// onto it) reads as a Content-Disposition naming _method or a Content-ID
-// that is _method (Rack names a part by its Content-ID when it has no
-// name).
+// partHeadersName reports whether body holds, in any reading of a part's
+// head, a Content-Disposition naming _method or a Content-ID that is
+// _method (Rack names a part by its Content-ID when it has no name):
+// every line that reads as such a header (with the lines folded onto
+// it), and, as Rack reads a head, every "Content-Disposition:" anywhere,
+// up to the next ':' or the end of the head, and every "Content-ID:"
+// anywhere, up to the end of its line.
 func partHeadersName(body []byte) bool {
-	lines := strings.Split(string(body), "\n")
+	text := string(body)
+	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
 		line := strings.TrimRight(lines[i], "\r")
 		for i+1 < len(lines) && strings.IndexAny(lines[i+1], " \t") == 0 { // folded onto it
@@ -489,6 +493,40 @@ func partHeadersName(body []byte) bool {
 			}
 		case "content-id":
 			if isContentIDMethod(value) {
+				return true
+			}
+		}
+	}
+	lower := strings.ToLower(text)
+	for _, h := range []string{"content-disposition", "content-id"} {
+		for at := 0; ; {
+			i := strings.Index(lower[at:], h)
+			if i < 0 {
+				break
+			}
+			at += i + len(h)
+			rest := strings.TrimLeft(text[at:], " \t")
+			if !strings.HasPrefix(rest, ":") {
+				continue
+			}
+			rest = rest[1:]
+			if h == "content-id" {
+				line, _, _ := strings.Cut(rest, "\n")
+				if isContentIDMethod(strings.TrimRight(line, "\r")) {
+					return true
+				}
+				continue
+			}
+			if j := strings.IndexByte(rest, ':'); j >= 0 {
+				rest = rest[:j]
+			}
+			if j := strings.Index(rest, "\r\n\r\n"); j >= 0 {
+				rest = rest[:j]
+			}
+			if j := strings.Index(rest, "\n\n"); j >= 0 {
+				rest = rest[:j]
+			}
+			if namesMethod(strings.NewReplacer("\r", " ", "\n", " ").Replace(rest)) {
 				return true
 			}
 		}
