@@ -142,19 +142,49 @@ func rewriteHeader(h http.Header) (name, what string) {
 // methodParam reports whether a query or form body carries a _method
 // field in any spelling a server reads as one: fields split on '&' or
 // ';' (as Rack and older Python do), names percent-decoded with '+' as a
-// space, cut at a NUL, leading spaces dropped, '.' and ' ' read as '_'
+// space (invalid escapes kept, as PHP keeps them), cut at a NUL, leading spaces dropped, '.' and ' ' read as '_'
 // and anything from a '[' on ignored (as PHP does), case ignored.
 func methodParam(raw string) bool {
 	for _, field := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
 		name, _, _ := strings.Cut(field, "=")
-		if dec, err := url.QueryUnescape(name); err == nil {
-			name = dec
-		}
-		if isMethodField(name) {
+		if isMethodField(name) || isMethodField(formUnescape(name)) {
 			return true
 		}
 	}
 	return false
+}
+
+// formUnescape decodes a form field's name as PHP does: '+' is a space,
+// each valid %XX its byte, and an invalid escape is kept as it is (Go's
+// decoder refuses the whole name instead).
+func formUnescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b.WriteByte(' ')
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // isMethodField reports whether a form field's name is _method (or
