@@ -142,8 +142,9 @@ func rewriteHeader(h http.Header) (name, what string) {
 // methodParam reports whether a query or form body carries a _method
 // field in any spelling a server reads as one: fields split on '&' or
 // ';' (as Rack and older Python do), names percent-decoded with '+' as a
-// space (invalid escapes kept, as PHP keeps them), cut at a NUL, leading spaces dropped, '.' and ' ' read as '_'
-// and anything from a '[' on ignored (as PHP does), case ignored.
+// space (invalid escapes kept, as PHP keeps them), cut at a NUL, leading
+// spaces dropped, '.' and ' ' read as '_' and anything from a '[' on
+// ignored (as PHP does), case ignored.
 func methodParam(raw string) bool {
 	for _, field := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
 		name, _, _ := strings.Cut(field, "=")
