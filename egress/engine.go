@@ -471,7 +471,7 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	// Every line of the body that reads as a part's header is looked at,
 	// whatever the boundary: servers find the boundary and the parts
 	// differently (PHP takes the first "boundary" anywhere in the
-	// Content-Type and reads on past the closing delimiter).
+	// Content-Type, Rack the last).
 	if partHeadersName(body) {
 		return http.StatusForbidden, found
 	}
