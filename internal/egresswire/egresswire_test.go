@@ -3,6 +3,7 @@ package egresswire
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -59,9 +60,9 @@ func TestStart(t *testing.T) {
 
 // TestDecisionsBounded: a job cannot grow its Result's decisions (held in
 // the host's memory, then written to the result and the audit) without
-// bound by sending request after request, or long paths: at most
-// MaxDecisions lines are kept, each cut to maxDecisionLine bytes, and one
-// more line counts the rest.
+// bound by sending request after request, or long paths: the first and
+// the last MaxDecisions/2 are kept, each cut to maxDecisionLine bytes,
+// with a line between counting the rest.
 func TestDecisionsBounded(t *testing.T) {
 	dir := t.TempDir()
 	var passed int
@@ -70,7 +71,7 @@ func TestDecisionsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := "/" + strings.Repeat("d", 4000)
+	long := strings.Repeat("d", 4000)
 	const sent = MaxDecisions + 20
 	for i := 0; i < sent; i++ {
 		c, err := net.Dial("unix", filepath.Join(dir, Socket))
@@ -78,7 +79,7 @@ func TestDecisionsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _ = c.Write([]byte{egress.StreamHTTP})
-		_, _ = c.Write([]byte("GET http://evil.test" + long + " HTTP/1.1\r\nHost: evil.test\r\n\r\n"))
+		_, _ = c.Write([]byte(fmt.Sprintf("GET http://evil.test/%d/%s HTTP/1.1\r\nHost: evil.test\r\n\r\n", i, long)))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -87,16 +88,18 @@ func TestDecisionsBounded(t *testing.T) {
 		c.Close()
 	}
 	lines := g.Close()
-	if len(lines) != MaxDecisions+1 || !strings.Contains(lines[MaxDecisions], "20 more") {
-		t.Fatalf("%d decisions kept, the last %.200q; want %d and a count of the 20 not kept", len(lines), lines[len(lines)-1], MaxDecisions+1)
+	if len(lines) != MaxDecisions+1 || !strings.Contains(lines[MaxDecisions/2], "20 more") {
+		t.Fatalf("%d decisions kept; want %d, a count of the 20 not kept in the middle", len(lines), MaxDecisions+1)
+	}
+	for i, want := range map[int]int{0: 0, MaxDecisions/2 - 1: MaxDecisions/2 - 1, MaxDecisions/2 + 1: MaxDecisions/2 + 20, MaxDecisions: sent - 1} {
+		if !strings.HasPrefix(lines[i], fmt.Sprintf("egress deny http GET evil.test:80/%d/ddd", want)) {
+			t.Errorf("decision %d: %.60q, want request %d's", i, lines[i], want)
+		}
 	}
 	for _, l := range lines {
 		if len(l) > maxDecisionLine {
 			t.Fatalf("a decision of %d bytes kept, want at most %d", len(l), maxDecisionLine)
 		}
-	}
-	if !strings.HasPrefix(lines[0], "egress deny http GET evil.test:80/ddd") {
-		t.Errorf("first decision: %.100q", lines[0])
 	}
 	if passed != sent {
 		t.Errorf("%d decisions passed on to the operator's log, want all %d", passed, sent)
