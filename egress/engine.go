@@ -426,6 +426,9 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if !isForm && !isMultipart && !isJSON {
 		return 0, ""
 	}
+	if cs := foreignCharset(lower); cs != "" {
+		return http.StatusForbidden, "a form body in charset " + strconv.Quote(cs) + " is refused (its fields cannot be checked)"
+	}
 	for _, v := range sent.Values("Content-Encoding") {
 		for _, ce := range strings.Split(v, ",") {
 			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
@@ -493,6 +496,35 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 			if isContentIDMethod(v) {
 				return http.StatusForbidden, found
 			}
+		}
+	}
+}
+
+// foreignCharset returns a charset the lower-cased Content-Type ct names
+// (in any of its "charset=" parameters, however malformed the type) that
+// does not write ASCII as ASCII, "" if none: a server that decodes a body
+// in it (ASP.NET Core does a form's) may read fields the bytes do not
+// show.
+func foreignCharset(ct string) string {
+	for at := 0; ; {
+		i := strings.Index(ct[at:], "charset")
+		if i < 0 {
+			return ""
+		}
+		at += i + len("charset")
+		v := strings.TrimLeft(ct[at:], " \t")
+		if !strings.HasPrefix(v, "=") {
+			continue
+		}
+		v = strings.TrimLeft(v[1:], " \t\"'")
+		if j := strings.IndexAny(v, ";, \t\"'"); j >= 0 {
+			v = v[:j]
+		}
+		switch {
+		case v == "utf-8", v == "utf8", v == "us-ascii", v == "ascii", v == "latin1",
+			strings.HasPrefix(v, "iso-8859-"), strings.HasPrefix(v, "windows-125"):
+		default:
+			return v
 		}
 	}
 }
