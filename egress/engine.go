@@ -157,13 +157,17 @@ func methodParam(raw string) bool {
 
 // formUnescape decodes a form field's name as PHP does: '+' is a space,
 // each valid %XX its byte, and an invalid escape is kept as it is (Go's
-// decoder refuses the whole name instead).
+// decoder refuses the whole name instead); and as ASP.NET does, %uXXXX
+// its character.
 func formUnescape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '+':
 			b.WriteByte(' ')
+		case c == '%' && i+5 < len(s) && (s[i+1] == 'u' || s[i+1] == 'U') && isHex(s[i+2]) && isHex(s[i+3]) && isHex(s[i+4]) && isHex(s[i+5]):
+			b.WriteRune(rune(unhex(s[i+2]))<<12 | rune(unhex(s[i+3]))<<8 | rune(unhex(s[i+4]))<<4 | rune(unhex(s[i+5])))
+			i += 5
 		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
 			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
 			i += 2
@@ -189,8 +193,9 @@ func unhex(c byte) byte {
 }
 
 // isMethodField reports whether a form field's name is _method (or
-// Salesforce's _HttpMethod) in a spelling some server reads as it (see
-// methodParam).
+// Salesforce's _HttpMethod, or X-HTTP-Method-Override, which ASP.NET MVC
+// reads from the form and the query too) in a spelling some server reads
+// as it (see methodParam).
 func isMethodField(name string) bool {
 	// PHP registers names as C strings: a NUL ends one.
 	name, _, _ = strings.Cut(name, "\x00")
@@ -199,7 +204,8 @@ func isMethodField(name string) bool {
 		name = name[:i]
 	}
 	name = strings.NewReplacer(".", "_", " ", "_").Replace(name)
-	return strings.EqualFold(name, "_method") || strings.EqualFold(name, "_httpmethod")
+	return strings.EqualFold(name, "_method") || strings.EqualFold(name, "_httpmethod") ||
+		strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "x-http-method-override")
 }
 
 // hopHeaders are connection-scoped and never forwarded.
