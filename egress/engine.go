@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/text/encoding/htmlindex"
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-sandbox/airlock"
@@ -605,7 +606,8 @@ func partHeadersName(body []byte) bool {
 
 // namesMethod reports whether a Content-Disposition value names _method
 // in any reading: any disposition type, any "name" or "name*" parameter
-// (not only the one a strict parse keeps), quoted or not, encoded or not.
+// (not only the one a strict parse keeps), quoted or not, percent- or
+// RFC 2047-encoded or not.
 func namesMethod(disposition string) bool {
 	for _, param := range strings.FieldsFunc(disposition, func(r rune) bool { return r == ';' || r == ',' }) {
 		k, v, ok := strings.Cut(param, "=")
@@ -626,9 +628,28 @@ func namesMethod(disposition string) bool {
 		if dec, err := url.PathUnescape(v); err == nil && isMethodField(dec) {
 			return true
 		}
+		if strings.Contains(v, "=?") {
+			// Apache Commons FileUpload (in Tomcat too) decodes RFC 2047
+			// encoded words in every parameter; one that cannot be decoded
+			// here is refused as if it were the field.
+			dec, err := wordDecoder.DecodeHeader(v)
+			if err != nil || isMethodField(dec) {
+				return true
+			}
+		}
 	}
 	return false
 }
+
+// wordDecoder decodes RFC 2047 encoded words in any charset the WHATWG
+// encoding standard names.
+var wordDecoder = &mime.WordDecoder{CharsetReader: func(charset string, in io.Reader) (io.Reader, error) {
+	enc, err := htmlindex.Get(charset)
+	if err != nil {
+		return nil, err
+	}
+	return enc.NewDecoder().Reader(in), nil
+}}
 
 func isContentIDMethod(v string) bool {
 	v = strings.TrimSpace(v)
