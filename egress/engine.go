@@ -751,7 +751,8 @@ func (e *engine) outbound(ctx context.Context, r *http.Request, scheme string, t
 }
 
 // forwardedHeader is the part of h sent on to the origin: without the
-// headers the Connection header names, and without hop-by-hop headers.
+// headers the Connection header names, hop-by-hop headers and Proxy-*
+// headers.
 // Checks of what the origin will read look at this, not at h.
 func forwardedHeader(h http.Header) http.Header {
 	out := h.Clone()
@@ -762,6 +763,11 @@ func forwardedHeader(h http.Header) http.Header {
 	}
 	for _, name := range hopHeaders {
 		out.Del(name)
+	}
+	for name := range out {
+		if len(name) > 6 && strings.EqualFold(name[:6], "proxy-") {
+			delete(out, name) // meant for the proxy, credentials among them
+		}
 	}
 	return out
 }

@@ -409,3 +409,36 @@ func TestResponseHeadBounded(t *testing.T) {
 		t.Errorf("a 2 MiB response head: %s, want 502", resp.Status)
 	}
 }
+
+// TestHopHeadersNotForwarded: the origin gets neither hop-by-hop headers,
+// nor those the Connection header names, nor any Proxy-* header (meant
+// for the proxy, such as credentials a client was configured with).
+func TestHopHeadersNotForwarded(t *testing.T) {
+	got := make(chan http.Header, 1)
+	origin, err := gatewaylab.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(origin.Close)
+	port := origin.Listener.Addr().(*net.TCPAddr).Port
+	env := newTestEnv(t, func(c *egress.Config) {
+		c.Rules = append(c.Rules, airlock.NetRule{Host: "hdr.test", Ports: []int{port}})
+		_ = c.Hosts.Add("hdr.test", netip.MustParseAddr("127.0.0.1"))
+	})
+	hp := fmt.Sprintf("hdr.test:%d", port)
+	resp, err := env.Raw("", "GET http://"+hp+"/ HTTP/1.1\r\nHost: "+hp+"\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Token: secret\r\nConnection: X-Drop\r\nX-Drop: 1\r\nKeep-Alive: 5\r\nX-Keep: 1\r\n\r\n")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	h := <-got
+	for _, name := range []string{"Proxy-Authorization", "Proxy-Token", "X-Drop", "Keep-Alive"} {
+		if v := h.Values(name); len(v) > 0 {
+			t.Errorf("%s forwarded: %q", name, v)
+		}
+	}
+	if h.Get("X-Keep") != "1" {
+		t.Errorf("X-Keep not forwarded: %v", h)
+	}
+}
