@@ -20,7 +20,8 @@ type prefixClass struct {
 // blocked lists the special-purpose ranges no resolved address may fall in
 // (IANA special-purpose registries). Go's netip classifies loopback,
 // private, link-local and multicast, but not CGNAT, NAT64, IPv4-compatible
-// IPv6 or 6to4, which would reach the same hosts by another spelling.
+// or IPv4-translated IPv6 or 6to4, which would reach the same hosts by
+// another spelling.
 var blocked = func() []prefixClass {
 	list := []struct{ p, reason string }{
 		{"0.0.0.0/8", "this-network address"},
@@ -41,12 +42,16 @@ var blocked = func() []prefixClass {
 		{"::/128", "unspecified address"},
 		{"::1/128", "loopback address"},
 		{"::/96", "IPv4-compatible IPv6 address"},
+		{"::ffff:0:0:0/96", "IPv4-translated IPv6 address"},
 		{"64:ff9b::/96", "NAT64 address"},
 		{"64:ff9b:1::/48", "local-use NAT64 address"},
 		{"100::/64", "discard-only address"},
 		{"2001::/32", "Teredo address"},
+		{"2001::/23", "IETF protocol assignment"},
 		{"2001:db8::/32", "documentation address"},
 		{"2002::/16", "6to4 address"},
+		{"3fff::/20", "documentation address"},
+		{"5f00::/16", "SRv6 SID"},
 		{"fc00::/7", "unique-local address"},
 		{"fe80::/10", "link-local address"},
 		{"fec0::/10", "site-local address"},
@@ -62,8 +67,9 @@ var blocked = func() []prefixClass {
 // Forbidden reports whether a resolved address must never be dialled, and
 // why: loopback, private, link-local, CGNAT, unique-local, unspecified,
 // multicast, metadata and the IPv6 forms that embed an IPv4 address
-// (IPv4-mapped ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, NAT64, 6to4,
-// Teredo). Only global unicast addresses pass.
+// (IPv4-mapped ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, IPv4-translated
+// ::ffff:0:a.b.c.d, NAT64, 6to4, Teredo). Only global unicast addresses
+// pass.
 func Forbidden(a netip.Addr) (reason string, bad bool) {
 	if !a.IsValid() {
 		return "invalid address", true

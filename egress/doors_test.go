@@ -285,7 +285,8 @@ func TestMalformedRequestsLogged(t *testing.T) {
 }
 
 // TestProxyConnections: the proxy's own HTTP/1.x serving keeps a
-// connection across requests (pipelined too), answers 100 Continue only
+// connection across requests (pipelined too, each checked on its own, a
+// refusal ending the connection), answers 100 Continue only
 // once a request is allowed, and ends HTTP/1.0 connections after the
 // answer.
 func TestProxyConnections(t *testing.T) {
@@ -324,6 +325,24 @@ func TestProxyConnections(t *testing.T) {
 	}
 	if env.HitsOf("/k1")+env.HitsOf("/k2")+env.HitsOf("/k3") != 3 {
 		t.Error("the origin did not see the three pipelined requests")
+	}
+
+	// Pipelined behind an allowed request: one for another host, then one
+	// for another method. The second is refused and ends the connection;
+	// the third is never read.
+	c, br = dial()
+	fmt.Fprintf(c, "GET http://%s/q1 HTTP/1.1\r\nHost: %s\r\n\r\nGET http://evil.test:%s/q2 HTTP/1.1\r\nHost: evil.test:%s\r\n\r\nDELETE http://%s/q3 HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp, env.HTTPPort, env.HTTPPort, hp, hp)
+	if resp, _ := read(br, "GET"); resp.StatusCode != 200 {
+		t.Errorf("pipelined, first: %s", resp.Status)
+	}
+	if resp, _ := read(br, "GET"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("pipelined, to another host: %s", resp.Status)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("connection not ended after a pipelined refusal: %v", err)
+	}
+	if env.HitsOf("/q2")+env.HitsOf("/q3") != 0 {
+		t.Error("a request pipelined behind an allowed one reached the origin unchecked")
 	}
 
 	// Expect: 100-continue, allowed: 100, then the body, then the answer.

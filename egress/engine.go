@@ -18,7 +18,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"golang.org/x/text/encoding/htmlindex"
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-sandbox/airlock"
@@ -48,6 +50,24 @@ type Record struct {
 	Reason  string    `json:"reason"`
 }
 
+// MaxRecordField bounds a Record's Path and Reason, which the request
+// decides (a path of up to a MiB, a reason quoting it): a longer one is
+// cut and ends in "...".
+const MaxRecordField = 2048
+
+// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
 // JSONSink returns a log function writing one JSON object per line to w;
 // it is safe for concurrent use.
 func JSONSink(w io.Writer) func(Record) {
@@ -68,7 +88,13 @@ const (
 	DefaultDNSBurst         = 50
 	DefaultCATTL            = 24 * time.Hour
 	DefaultDialTimeout      = 10 * time.Second
+	DefaultMaxConns         = 64 // proxy and socket connections served at once, per gateway
 )
+
+// maxHeldBodies bounds the request bodies a gateway holds in memory at
+// once to check them (each up to MaxRequestBytes); a request whose body
+// must be checked waits for one of them to be sent.
+const maxHeldBodies = 4
 
 // rewriteHeaders let a client ask a server, or a front end before it, to
 // treat a request as another method, path or host than its request line
@@ -117,30 +143,70 @@ func rewriteHeader(h http.Header) (name, what string) {
 // methodParam reports whether a query or form body carries a _method
 // field in any spelling a server reads as one: fields split on '&' or
 // ';' (as Rack and older Python do), names percent-decoded with '+' as a
-// space, leading spaces dropped, '.', ' ' and '[' read as '_' and
-// anything from a '[' on ignored (as PHP does), case ignored.
+// space (invalid escapes kept, as PHP keeps them), cut at a NUL, leading
+// spaces dropped, '.' and ' ' read as '_' and anything from a '[' on
+// ignored (as PHP does), case ignored.
 func methodParam(raw string) bool {
 	for _, field := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
 		name, _, _ := strings.Cut(field, "=")
-		if dec, err := url.QueryUnescape(name); err == nil {
-			name = dec
-		}
-		if isMethodField(name) {
+		if isMethodField(name) || isMethodField(formUnescape(name)) {
 			return true
 		}
 	}
 	return false
 }
 
-// isMethodField reports whether a form field's name is _method in a
-// spelling some server reads as it (see methodParam).
+// formUnescape decodes a form field's name as PHP does: '+' is a space,
+// each valid %XX its byte, and an invalid escape is kept as it is (Go's
+// decoder refuses the whole name instead); and as ASP.NET does, %uXXXX
+// its character.
+func formUnescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b.WriteByte(' ')
+		case c == '%' && i+5 < len(s) && (s[i+1] == 'u' || s[i+1] == 'U') && isHex(s[i+2]) && isHex(s[i+3]) && isHex(s[i+4]) && isHex(s[i+5]):
+			b.WriteRune(rune(unhex(s[i+2]))<<12 | rune(unhex(s[i+3]))<<8 | rune(unhex(s[i+4]))<<4 | rune(unhex(s[i+5])))
+			i += 5
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+// isMethodField reports whether a form field's name is _method (or
+// Salesforce's _HttpMethod, or X-HTTP-Method-Override, which ASP.NET MVC
+// reads from the form and the query too) in a spelling some server reads
+// as it (see methodParam).
 func isMethodField(name string) bool {
+	// PHP registers names as C strings: a NUL ends one.
+	name, _, _ = strings.Cut(name, "\x00")
 	name = strings.TrimLeft(name, " ")
 	if i := strings.IndexByte(name, '['); i >= 0 {
 		name = name[:i]
 	}
 	name = strings.NewReplacer(".", "_", " ", "_").Replace(name)
-	return strings.EqualFold(name, "_method")
+	return strings.EqualFold(name, "_method") || strings.EqualFold(name, "_httpmethod") ||
+		strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "x-http-method-override")
 }
 
 // hopHeaders are connection-scoped and never forwarded.
@@ -160,6 +226,7 @@ type engine struct {
 	maxResp   int64
 	transport *http.Transport
 	dnsLimit  *rate.Limiter
+	bodies    chan struct{} // bodies held in memory to be checked (maxHeldBodies)
 	dialer    net.Dialer
 }
 
@@ -187,17 +254,19 @@ func newEngine(cfg *Config) (*engine, error) {
 	if dnsRate == 0 {
 		dnsRate = DefaultDNSRate
 	}
+	e.bodies = make(chan struct{}, maxHeldBodies)
 	e.dnsLimit = rate.NewLimiter(rate.Limit(dnsRate), int(orDefault(int64(cfg.DNSBurst), DefaultDNSBurst)))
 	e.transport = &http.Transport{
-		Proxy:                 nil, // never chain to the host's proxy settings
-		DialContext:           e.dial,
-		TLSClientConfig:       &tls.Config{RootCAs: cfg.OriginRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     false,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       60 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		DisableCompression:    true, // pass bodies through as the origin sent them
+		Proxy:                  nil, // never chain to the host's proxy settings
+		DialContext:            e.dial,
+		TLSClientConfig:        &tls.Config{RootCAs: cfg.OriginRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      false,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        60 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  60 * time.Second,
+		MaxResponseHeaderBytes: maxHeadBytes, // as a request's (the transport's default is 10 MiB)
+		DisableCompression:     true,         // pass bodies through as the origin sent them
 	}
 	return e, nil
 }
@@ -210,6 +279,7 @@ func orDefault(v, def int64) int64 {
 }
 
 func (e *engine) record(r Record) {
+	r.Path, r.Reason = clip(r.Path, MaxRecordField), clip(r.Reason, MaxRecordField)
 	r.Time = time.Now().UTC()
 	r.Job = e.job
 	e.log(r)
@@ -297,6 +367,11 @@ func (e *engine) checkRequest(r *http.Request, scheme string, t target) (ok bool
 	if r.URL != nil && methodParam(r.URL.RawQuery) {
 		return false, http.StatusForbidden, "method-override parameter _method is refused"
 	}
+	// A front end that decodes the path before passing it on sends what
+	// follows an encoded '?' as the query.
+	if _, q, ok := strings.Cut(r.URL.Path, "?"); ok && methodParam(q) {
+		return false, http.StatusForbidden, "method-override parameter _method after an encoded '?' in the path is refused"
+	}
 	if r.Header.Get("Upgrade") != "" || headerHasToken(r.Header, "Connection", "upgrade") || r.Header.Get("Http2-Settings") != "" {
 		return false, http.StatusForbidden, "protocol upgrade is refused"
 	}
@@ -323,24 +398,63 @@ func (e *engine) checkRequest(r *http.Request, scheme string, t target) (ok bool
 	return true, 0, ""
 }
 
-// checkForm refuses a form body that carries a _method field: Rails,
-// Laravel, Symfony, Spring and Express's method-override treat a POST
-// with one as the method it names. A body is read as a form when its
-// Content-Type says so, or is missing (Rack parses such a POST as a form)
-// or unreadable; it is then read whole (within the request cap) before
-// anything is sent, and handed on as read.
+// checkForm refuses a body that carries a _method field in some
+// server's reading of it: Rails, Laravel, Symfony, Spring and Express's
+// method-override treat a POST with one as the method it names. A body is
+// read as every server may read it: as a urlencoded form when its
+// Content-Type says so (in Go's reading or PHP's, which cuts the type at
+// the first ';', ',' or space), is missing (Rack parses such a POST as a
+// form) or unreadable; as multipart for any multipart type (Rack parses
+// multipart/mixed and multipart/related as forms); as JSON when the type
+// contains "/json" or "+json" (Laravel makes such a body the request's
+// input, where Symfony looks for _method). It is then read whole (within
+// the request cap) before anything is sent, and handed on as read.
 func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if r.Body == nil || r.Body == http.NoBody || RefusesBody(r.Method) {
 		return 0, ""
 	}
-	ct := r.Header.Get("Content-Type")
+	sent := forwardedHeader(r.Header) // a Content-Type named in Connection is not sent
+	if len(sent.Values("Content-Type")) > 1 {
+		// Servers keep the first, the last, or join them: each would read
+		// the body as something else.
+		return http.StatusBadRequest, "a body with more than one Content-Type is refused"
+	}
+	ct := sent.Get("Content-Type")
+	lower := strings.ToLower(ct)
 	mt, params, err := mime.ParseMediaType(ct)
-	if ct != "" && err == nil && mt != "application/x-www-form-urlencoded" && mt != "multipart/form-data" {
+	php, _, _ := strings.Cut(lower, ";")
+	if i := strings.IndexAny(php, ", "); i >= 0 {
+		php = php[:i]
+	}
+	const urlencoded = "application/x-www-form-urlencoded"
+	isForm := ct == "" || err != nil || mt == urlencoded || php == urlencoded
+	isMultipart := strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(php, "multipart/")
+	isJSON := strings.Contains(lower, "/json") || strings.Contains(lower, "+json")
+	if !isForm && !isMultipart && !isJSON {
 		return 0, ""
 	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return http.StatusForbidden, "a form body with Content-Encoding " + ce + " is refused (its fields cannot be checked)"
+	if cs := foreignCharset(lower); cs != "" {
+		return http.StatusForbidden, "a form body in charset " + strconv.Quote(cs) + " is refused (its fields cannot be checked)"
 	}
+	for _, v := range sent.Values("Content-Encoding") {
+		for _, ce := range strings.Split(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return http.StatusForbidden, "a form body with Content-Encoding " + ce + " is refused (its fields cannot be checked)"
+			}
+		}
+	}
+	select {
+	case e.bodies <- struct{}{}:
+	case <-r.Context().Done():
+		return http.StatusServiceUnavailable, "request ended while waiting to check its body"
+	}
+	release := sync.OnceFunc(func() { <-e.bodies })
+	held := false // the body is handed on, and released when it is closed
+	defer func() {
+		if !held || status != 0 {
+			release()
+		}
+	}()
 	body, err := io.ReadAll(io.LimitReader(r.Body, e.maxReq+1))
 	if err != nil {
 		return http.StatusBadRequest, "reading the request body: " + err.Error()
@@ -348,12 +462,28 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 	if int64(len(body)) > e.maxReq {
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the cap of %d bytes", e.maxReq)
 	}
-	r.Body = readCloser{bytes.NewReader(body), r.Body}
-	if mt != "multipart/form-data" {
-		if methodParam(string(body)) {
-			return http.StatusForbidden, "method-override field _method in the form body is refused"
-		}
+	orig := r.Body
+	r.Body = readCloser{bytes.NewReader(body), closerFunc(func() error {
+		release()
+		return orig.Close()
+	})}
+	held = true
+	const found = "method-override field _method in the form body is refused"
+	if isForm && methodParam(string(body)) {
+		return http.StatusForbidden, found
+	}
+	if isJSON && jsonMethodKey(body) {
+		return http.StatusForbidden, "method-override field _method in the JSON body is refused"
+	}
+	if !isMultipart {
 		return 0, ""
+	}
+	// Every line of the body that reads as a part's header is looked at,
+	// whatever the boundary: servers find the boundary and the parts
+	// differently (PHP takes the first "boundary" anywhere in the
+	// Content-Type, Rack the last).
+	if partHeadersName(body) {
+		return http.StatusForbidden, found
 	}
 	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 	for {
@@ -364,18 +494,203 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 		if err != nil {
 			return http.StatusForbidden, "a multipart form body that cannot be read is refused (its fields cannot be checked): " + err.Error()
 		}
-		if isMethodField(part.FormName()) {
-			return http.StatusForbidden, "method-override field _method in the form body is refused"
+		for _, v := range part.Header.Values("Content-Disposition") {
+			if namesMethod(v) {
+				return http.StatusForbidden, found
+			}
+		}
+		for _, v := range part.Header.Values("Content-Id") {
+			if isContentIDMethod(v) {
+				return http.StatusForbidden, found
+			}
 		}
 	}
 }
 
-// readCloser reads a body already read into memory and closes the
-// original.
+// foreignCharset returns a charset the lower-cased Content-Type ct names
+// (in any of its "charset=" parameters, however malformed the type) that
+// does not write ASCII as ASCII, "" if none: a server that decodes a body
+// in it (ASP.NET Core does a form's) may read fields the bytes do not
+// show.
+func foreignCharset(ct string) string {
+	for at := 0; ; {
+		i := strings.Index(ct[at:], "charset")
+		if i < 0 {
+			return ""
+		}
+		at += i + len("charset")
+		v := strings.TrimLeft(ct[at:], " \t")
+		if !strings.HasPrefix(v, "=") {
+			continue
+		}
+		v = strings.TrimLeft(v[1:], " \t\"'")
+		if j := strings.IndexAny(v, ";, \t\"'"); j >= 0 {
+			v = v[:j]
+		}
+		switch {
+		case v == "utf-8", v == "utf8", v == "us-ascii", v == "ascii", v == "latin1",
+			strings.HasPrefix(v, "iso-8859-"), strings.HasPrefix(v, "windows-125"):
+		default:
+			return v
+		}
+	}
+}
+
+// partHeadersName reports whether body holds, in any reading of a part's
+// head, a Content-Disposition naming _method or a Content-ID that is
+// _method (Rack names a part by its Content-ID when it has no name):
+// every line that reads as such a header (with the lines folded onto
+// it), and, as Rack reads a head, every "Content-Disposition:" anywhere,
+// up to the next ':' or the end of the head, and every "Content-ID:"
+// anywhere, up to the end of its line.
+func partHeadersName(body []byte) bool {
+	text := string(body)
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimRight(lines[i], "\r")
+		for i+1 < len(lines) && strings.IndexAny(lines[i+1], " \t") == 0 { // folded onto it
+			i++
+			line += " " + strings.TrimSpace(lines[i])
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "content-disposition":
+			if namesMethod(value) {
+				return true
+			}
+		case "content-id":
+			if isContentIDMethod(value) {
+				return true
+			}
+		}
+	}
+	lower := strings.ToLower(text)
+	for _, h := range []string{"content-disposition", "content-id"} {
+		for at := 0; ; {
+			i := strings.Index(lower[at:], h)
+			if i < 0 {
+				break
+			}
+			at += i + len(h)
+			rest := strings.TrimLeft(text[at:], " \t")
+			if !strings.HasPrefix(rest, ":") {
+				continue
+			}
+			rest = rest[1:]
+			if h == "content-id" {
+				line, _, _ := strings.Cut(rest, "\n")
+				if isContentIDMethod(strings.TrimRight(line, "\r")) {
+					return true
+				}
+				continue
+			}
+			if j := strings.IndexByte(rest, ':'); j >= 0 {
+				rest = rest[:j]
+			}
+			if j := strings.Index(rest, "\r\n\r\n"); j >= 0 {
+				rest = rest[:j]
+			}
+			if j := strings.Index(rest, "\n\n"); j >= 0 {
+				rest = rest[:j]
+			}
+			if namesMethod(strings.NewReplacer("\r", " ", "\n", " ").Replace(rest)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// namesMethod reports whether a Content-Disposition value names _method
+// in any reading: any disposition type, any "name" or "name*" parameter
+// (not only the one a strict parse keeps), quoted or not, percent- or
+// RFC 2047-encoded or not.
+func namesMethod(disposition string) bool {
+	for _, param := range strings.FieldsFunc(disposition, func(r rune) bool { return r == ';' || r == ',' }) {
+		k, v, ok := strings.Cut(param, "=")
+		k = strings.ToLower(strings.TrimSpace(k))
+		if !ok || (k != "name" && !strings.HasPrefix(k, "name*")) {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), "\"'")
+		v = strings.ReplaceAll(v, "\\", "")
+		if k != "name" {
+			if _, rest, ok := strings.Cut(v, "''"); ok {
+				v = rest // RFC 2231: charset'language'value
+			}
+		}
+		if isMethodField(v) {
+			return true
+		}
+		if dec, err := url.PathUnescape(v); err == nil && isMethodField(dec) {
+			return true
+		}
+		if strings.Contains(v, "=?") {
+			// Apache Commons FileUpload (in Tomcat too) decodes RFC 2047
+			// encoded words in every parameter; one that cannot be decoded
+			// here is refused as if it were the field.
+			dec, err := wordDecoder.DecodeHeader(v)
+			if err != nil || isMethodField(dec) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wordDecoder decodes RFC 2047 encoded words in any charset the WHATWG
+// encoding standard names.
+var wordDecoder = &mime.WordDecoder{CharsetReader: func(charset string, in io.Reader) (io.Reader, error) {
+	enc, err := htmlindex.Get(charset)
+	if err != nil {
+		return nil, err
+	}
+	return enc.NewDecoder().Reader(in), nil
+}}
+
+func isContentIDMethod(v string) bool {
+	v = strings.TrimSpace(v)
+	return isMethodField(v) || isMethodField(strings.Trim(v, "<>"))
+}
+
+// jsonMethodKey reports whether body is a JSON object with a top-level
+// key that is _method (keys unescaped; every occurrence of a repeated key
+// looked at). A body that is not JSON has no keys to any server.
+func jsonMethodKey(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if key, ok := tok.(string); ok && isMethodField(key) {
+			return true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// readCloser reads a body already read into memory; closing it closes
+// the original.
 type readCloser struct {
 	io.Reader
 	io.Closer
 }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // RefusesBody reports whether a request with method may not carry a body:
 // GET and HEAD (whose content has no meaning, RFC 9110 section 9.3), TRACE
@@ -427,18 +742,33 @@ func (e *engine) outbound(ctx context.Context, r *http.Request, scheme string, t
 	u.Scheme, u.Host, u.User = scheme, hostPort(t, scheme), nil
 	out.URL = &u
 	out.Host = u.Host
-	for _, c := range r.Header.Values("Connection") {
-		for _, f := range strings.Split(c, ",") {
-			out.Header.Del(strings.TrimSpace(f))
-		}
-	}
-	for _, h := range hopHeaders {
-		out.Header.Del(h)
-	}
+	out.Header = forwardedHeader(r.Header)
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = &cappedReader{r: r.Body, left: e.maxReq, what: "request body"}
 	}
 	out.Close = false
+	return out
+}
+
+// forwardedHeader is the part of h sent on to the origin: without the
+// headers the Connection header names, hop-by-hop headers and Proxy-*
+// headers.
+// Checks of what the origin will read look at this, not at h.
+func forwardedHeader(h http.Header) http.Header {
+	out := h.Clone()
+	for _, c := range h.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			out.Del(strings.TrimSpace(f))
+		}
+	}
+	for _, name := range hopHeaders {
+		out.Del(name)
+	}
+	for name := range out {
+		if len(name) > 6 && strings.EqualFold(name[:6], "proxy-") {
+			delete(out, name) // meant for the proxy, credentials among them
+		}
+	}
 	return out
 }
 

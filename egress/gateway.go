@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -51,6 +52,12 @@ type Config struct {
 	// DNSRate (queries per second) and DNSBurst rate-limit the resolver.
 	DNSRate  float64
 	DNSBurst int
+	// MaxConns bounds the proxy and socket connections served at once
+	// (default DefaultMaxConns); one over it is answered 503 and closed.
+	// Each may hold a request head of up to a MiB and a form body being
+	// checked, so without a bound a sandbox's descriptors, not its memory
+	// limit, would decide what the gateway holds for it.
+	MaxConns int
 	// OriginRoots verifies origins' TLS certificates (nil: system roots).
 	OriginRoots *x509.CertPool
 	// CATTL is the lifetime of the gateway's CA (default a day).
@@ -77,7 +84,8 @@ type Gateway struct {
 	once   sync.Once
 	cancel context.CancelFunc
 	client *http.Client
-	conns  connset.Set // Unix-socket streams, closed with the gateway
+	conns  connset.Set   // Unix-socket streams, closed with the gateway
+	slots  chan struct{} // one per connection served (Config.MaxConns)
 }
 
 // Start builds the policy, generates the gateway's CA and opens the
@@ -97,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	g := &Gateway{e: e, ca: authority, cancel: cancel}
+	g := &Gateway{e: e, ca: authority, cancel: cancel, slots: make(chan struct{}, orDefault(int64(cfg.MaxConns), DefaultMaxConns))}
 	g.p = &proxy{e: e, ca: authority}
 	g.client = &http.Client{
 		Transport: g,
@@ -145,7 +153,13 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 		}
 		g.lns = append(g.lns, ln)
 		g.serve(func() {
-			g.conns.Serve(ln, func(c net.Conn) { g.p.serveConn(ctx, c, door{via: "http", remote: remoteOf(c)}) })
+			g.conns.Serve(ln, func(c net.Conn) {
+				if !g.admit(c, "http") {
+					return
+				}
+				defer g.release()
+				g.p.serveConn(ctx, c, door{via: "http", remote: remoteOf(c)})
+			})
 		})
 	}
 	if cfg.DNS != "" {
@@ -177,6 +191,10 @@ func (g *Gateway) serve(f func()) {
 // the proxy or the resolver.
 func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
 	g.conns.Serve(ln, func(c net.Conn) {
+		if !g.admit(c, "socket") {
+			return
+		}
+		defer g.release()
 		var kind [1]byte
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if _, err := io.ReadFull(c, kind[:]); err != nil {
@@ -198,6 +216,41 @@ func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
 		}
 	})
 }
+
+// admit takes a connection slot for c, or answers c 503 (to an HTTP
+// client), logs the refusal and closes c.
+func (g *Gateway) admit(c net.Conn, via string) bool {
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	default:
+	}
+	defer c.Close()
+	reason := fmt.Sprintf("too many connections: the gateway serves at most %d at once", cap(g.slots))
+	g.e.record(Record{Via: via, Remote: remoteOf(c), Verdict: Deny, Reason: reason})
+	if via == "socket" {
+		var kind [1]byte
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := io.ReadFull(c, kind[:]); err != nil || kind[0] != StreamHTTP {
+			return false
+		}
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	bw := bufio.NewWriter(c)
+	w := newRespWriter(bw, nil)
+	deny(w, http.StatusServiceUnavailable, reason)
+	if w.finish() == nil {
+		// Read (briefly) what the client sent, so that closing does not
+		// reset the connection before the answer is read.
+		if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			_, _ = io.Copy(io.Discard, io.LimitReader(c, maxDrainBytes))
+		}
+	}
+	return false
+}
+
+func (g *Gateway) release() { <-g.slots }
 
 // SocketPath returns the Unix socket the gateway listens on ("" if none).
 func (g *Gateway) SocketPath() string { return g.socket }

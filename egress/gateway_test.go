@@ -1,9 +1,12 @@
 package egress_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -15,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
 )
 
@@ -181,5 +185,260 @@ func TestCloseEndsTunnels(t *testing.T) {
 	}
 	if env.Hits() != before {
 		t.Error("the origin was reached after Close")
+	}
+}
+
+// TestConnectionsBounded: a sandbox cannot make the gateway hold more
+// connections than MaxConns (each may hold a request head of up to a MiB
+// and a form body): the next, on the TCP listener or the socket, is
+// answered 503 and logged, and a slot freed is served again.
+func TestConnectionsBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "g.sock")
+	env := newTestEnv(t, func(c *egress.Config) { c.Socket = sock })
+	hp := "origin.test:" + env.HTTPPort
+	var held []net.Conn
+	for i := 0; i < egress.DefaultMaxConns; i++ {
+		c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET http://%s/held HTTP/1.1\r\nHost: %s\r\nX-Pad: %s", hp, hp, strings.Repeat("a", 1000)) // a head never finished
+		held = append(held, c)
+	}
+	get := func(c net.Conn) (*http.Response, error) {
+		t.Helper()
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(c, "GET http://%s/over HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "GET"})
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+		}
+		return resp, err
+	}
+	time.Sleep(200 * time.Millisecond) // the held connections are being served
+	c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := get(c); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("connection %d over TCP: %v %v, want 503", egress.DefaultMaxConns+1, resp, err)
+	}
+	u, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Write([]byte{egress.StreamHTTP})
+	if resp, err := get(u); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("connection %d over the socket: %v %v, want 503", egress.DefaultMaxConns+2, resp, err)
+	}
+	if !hasReason(env.TakeLogs(), "too many connections") {
+		t.Error("the refused connections were not logged")
+	}
+	if env.HitsOf("/over") != 0 {
+		t.Error("a connection over the bound reached the origin")
+	}
+	held[0].Close()
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := get(c)
+		if err == nil && resp.StatusCode == 200 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("a freed slot is not served again: %v %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHeldBodiesBounded: form bodies are read whole to be checked, but a
+// gateway holds only a few at once (each up to MaxRequestBytes): a form
+// POST waits while others are being read, and goes on once one is sent.
+// Empty chunked forms, and refused ones, give their turn back.
+func TestHeldBodiesBounded(t *testing.T) {
+	env := newTestEnv(t, nil)
+	pp := "post.test:" + env.HTTPPort
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		return c
+	}
+	status := func(c net.Conn) int {
+		t.Helper()
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	for i, body := range []string{"0\r\n\r\n", "0\r\n\r\n", "0\r\n\r\n", "0\r\n\r\n", "b\r\n_method=PUT\r\n0\r\n\r\n", "0\r\n\r\n"} {
+		c := dial()
+		fmt.Fprintf(c, "POST http://%s/turn%d HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n%s", pp, i, pp, body)
+		if s := status(c); s != 200 && !(i == 4 && s == http.StatusForbidden) {
+			t.Fatalf("form %d: %d", i, s)
+		}
+	}
+	var slow []net.Conn
+	for i := 0; i < 4; i++ {
+		c := dial()
+		fmt.Fprintf(c, "POST http://%s/slow HTTP/1.1\r\nHost: %s\r\nContent-Length: 6\r\n\r\na=", pp, pp)
+		slow = append(slow, c)
+	}
+	time.Sleep(200 * time.Millisecond) // the four are being read
+	c := dial()
+	done := make(chan int, 1)
+	go func() {
+		fmt.Fprintf(c, "POST http://%s/fifth HTTP/1.1\r\nHost: %s\r\nContent-Length: 3\r\n\r\nb=1", pp, pp)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+		if err != nil {
+			done <- 0
+			return
+		}
+		done <- resp.StatusCode
+	}()
+	select {
+	case s := <-done:
+		t.Fatalf("a fifth form body was taken while four were held: %d", s)
+	case <-time.After(500 * time.Millisecond):
+	}
+	io.WriteString(slow[0], "1234")
+	if s := status(slow[0]); s != 200 {
+		t.Errorf("first slow form: %d", s)
+	}
+	select {
+	case s := <-done:
+		if s != 200 {
+			t.Errorf("fifth form: %d", s)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the fifth form did not go on once a body was sent")
+	}
+}
+
+// TestUpstreamErrorsNameNoResolver: a granted name the upstream does not
+// know is answered "no such host", without the address of the host's
+// resolver, which the sandbox has no other way to learn.
+func TestUpstreamErrorsNameNoResolver(t *testing.T) {
+	env := newTestEnv(t, func(c *egress.Config) {
+		c.Rules = append(c.Rules, airlock.NetRule{Host: "gone.test", Ports: c.Rules[0].Ports})
+	})
+	_, err := gatewaylab.UpstreamLookup(env.Upstream)(context.Background(), "ip", "gone.test")
+	var de *net.DNSError
+	if !errors.As(err, &de) || de.Server == "" {
+		t.Fatalf("looking gone.test up directly: %v, want an error naming the resolver", err)
+	}
+	resp, err := env.ProxyClient(false, "").Get("http://gone.test:" + env.HTTPPort + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "no such host") || strings.Contains(string(b), de.Server) {
+		t.Errorf("answer %q: want \"no such host\" without the resolver %s", b, de.Server)
+	}
+	if logs := env.TakeLogs(); len(logs) != 1 || strings.Contains(logs[0].Reason, de.Server) {
+		t.Errorf("decisions: %+v", logs)
+	}
+	if _, err := env.GW.Client().Get("http://gone.test:" + env.HTTPPort + "/x"); err == nil || strings.Contains(err.Error(), de.Server) {
+		t.Errorf("in-process client: %v", err)
+	}
+}
+
+// TestRecordsBounded: what a request writes into a decision record (its
+// path, and a reason that may quote it) is cut, so a job sending long
+// paths cannot make each record in the operator's log a MiB.
+func TestRecordsBounded(t *testing.T) {
+	env := newTestEnv(t, nil)
+	long := "/a%2f" + strings.Repeat("b", 100_000)
+	for _, u := range []string{"http://evil.test:" + env.HTTPPort + long, "http://git.test:" + env.HTTPPort + long + "/info/refs"} {
+		resp, err := env.ProxyClient(false, "").Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%.40s...: %s", u, resp.Status)
+		}
+	}
+	logs := env.TakeLogs()
+	if len(logs) != 2 {
+		t.Fatalf("decisions: %d", len(logs))
+	}
+	for _, r := range logs {
+		if len(r.Path) > egress.MaxRecordField || len(r.Reason) > egress.MaxRecordField || !strings.HasSuffix(r.Path, "...") {
+			t.Errorf("record of %s: path of %d bytes, reason of %d, want at most %d, cut", r.Host, len(r.Path), len(r.Reason), egress.MaxRecordField)
+		}
+	}
+}
+
+// TestResponseHeadBounded: an origin's response head is bounded as a
+// request's is (1 MiB), not by the transport's default of 10 MiB, so a
+// granted origin that echoes data into headers cannot make each of the
+// gateway's connections hold that much.
+func TestResponseHeadBounded(t *testing.T) {
+	big, err := gatewaylab.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo", strings.Repeat("e", 2<<20))
+		io.WriteString(w, "big")
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(big.Close)
+	port := big.Listener.Addr().(*net.TCPAddr).Port
+	env := newTestEnv(t, func(c *egress.Config) {
+		c.Rules = append(c.Rules, airlock.NetRule{Host: "big.test", Ports: []int{port}})
+		_ = c.Hosts.Add("big.test", netip.MustParseAddr("127.0.0.1"))
+	})
+	resp, err := env.ProxyClient(false, "").Get(fmt.Sprintf("http://big.test:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("a 2 MiB response head: %s, want 502", resp.Status)
+	}
+}
+
+// TestHopHeadersNotForwarded: the origin gets neither hop-by-hop headers,
+// nor those the Connection header names, nor any Proxy-* header (meant
+// for the proxy, such as credentials a client was configured with).
+func TestHopHeadersNotForwarded(t *testing.T) {
+	got := make(chan http.Header, 1)
+	origin, err := gatewaylab.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(origin.Close)
+	port := origin.Listener.Addr().(*net.TCPAddr).Port
+	env := newTestEnv(t, func(c *egress.Config) {
+		c.Rules = append(c.Rules, airlock.NetRule{Host: "hdr.test", Ports: []int{port}})
+		_ = c.Hosts.Add("hdr.test", netip.MustParseAddr("127.0.0.1"))
+	})
+	hp := fmt.Sprintf("hdr.test:%d", port)
+	resp, err := env.Raw("", "GET http://"+hp+"/ HTTP/1.1\r\nHost: "+hp+"\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Token: secret\r\nConnection: X-Drop\r\nX-Drop: 1\r\nKeep-Alive: 5\r\nX-Keep: 1\r\n\r\n")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	h := <-got
+	for _, name := range []string{"Proxy-Authorization", "Proxy-Token", "X-Drop", "Keep-Alive"} {
+		if v := h.Values(name); len(v) > 0 {
+			t.Errorf("%s forwarded: %q", name, v)
+		}
+	}
+	if h.Get("X-Keep") != "1" {
+		t.Errorf("X-Keep not forwarded: %v", h)
 	}
 }

@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -121,6 +122,14 @@ func (r *resolver) resolve(ctx context.Context, network, name string) ([]netip.A
 	}
 	addrs, err := r.lookup(ctx, network, name)
 	if err != nil {
+		// The sandbox sees this error: it names the name, not the host's
+		// resolver.
+		var de *net.DNSError
+		if errors.As(err, &de) {
+			quiet := *de
+			quiet.Server = ""
+			err = &quiet
+		}
 		return nil, fmt.Errorf("resolving %s: %w", name, err)
 	}
 	out := make([]netip.Addr, 0, len(addrs))

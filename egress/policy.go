@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/netname"
@@ -217,8 +219,10 @@ func (p *Policy) CheckHost(scheme, host string, port int) (ok bool, reason strin
 // ".." segment in any encoding or followed by ";parameters" (which servlet
 // containers strip), any other ';', an empty segment, a percent sign left
 // after decoding (double encoding), a '?' or '#' after decoding, invalid
-// UTF-8 after decoding (overlong forms of '.' and '/') or a control
-// character.
+// UTF-8 after decoding (overlong forms of '.' and '/'), a control
+// character, a segment of only dots and spaces (which Windows reads as
+// '.' or '..'), or a character that Unicode compatibility mapping (NFKC)
+// turns into one of those or into such a segment.
 func requestPath(escaped string) (string, error) {
 	hides := func(what string) (string, error) {
 		return "", errorf("path %q hides its shape: %s", escaped, what)
@@ -250,8 +254,22 @@ func requestPath(escaped string) (string, error) {
 		case strings.ContainsFunc(dec, func(c rune) bool { return c < ' ' || c == 0x7f }):
 			return hides("a control character")
 		}
-		if base, _, _ := strings.Cut(dec, ";"); base == "." || base == ".." {
+		base, _, _ := strings.Cut(dec, ";")
+		if base == "." || base == ".." {
 			return hides("a '.' or '..' segment")
+		}
+		if base != "" && strings.Trim(base, ". ") == "" {
+			// Windows drops a name's trailing dots and spaces: IIS and
+			// servers on Windows may read ".. " or "..." as "..".
+			return hides("a segment of only dots and spaces, which a server on Windows may read as '.' or '..'")
+		}
+		// A server that applies Unicode compatibility mapping (NFKC) reads
+		// '／' as '/', '．．' and '‥' as '..'.
+		if mapped := norm.NFKC.String(dec); mapped != dec {
+			base, _, _ := strings.Cut(mapped, ";")
+			if strings.ContainsAny(mapped, "/\\;%?#") || strings.Trim(base, ". ") == "" {
+				return hides("a character that Unicode compatibility mapping turns into '/', '\\', '.', ';', '%', '?' or '#'")
+			}
 		}
 		if strings.Contains(dec, ";") {
 			return hides("a ';' (path parameters, which servers strip or cut the path at)")

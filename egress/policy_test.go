@@ -139,6 +139,16 @@ func TestPolicySchemeAndPaths(t *testing.T) {
 		{"GET", "https", "docs.example", 443, "/org/repo/", true, ""},
 		{"GET", "https", "docs.example", 443, "/", true, ""},
 		{"GET", "https", "docs.example", 443, "/org/repo", false, "not granted"},
+		{"GET", "https", "docs.example", 443, "/org/repo/%EF%BC%8E%EF%BC%8E/secret", false, "compatibility"}, // fullwidth ．．
+		{"GET", "https", "docs.example", 443, "/org/repo/%E2%80%A5/secret", false, "compatibility"},          // ‥ two dot leader
+		{"GET", "https", "docs.example", 443, "/org/repo/a%EF%BC%8F..%EF%BC%8Fb", false, "compatibility"},    // fullwidth ／
+		{"GET", "https", "docs.example", 443, "/org/repo/a%EF%BC%BCb", false, "compatibility"},               // fullwidth ＼
+		{"GET", "https", "docs.example", 443, "/org/repo/B%C3%BCcher%E2%80%A6", true, ""},                    // ü and … stay
+		{"GET", "https", "docs.example", 443, "/org/repo/%EF%BD%81", true, ""},                               // fullwidth ａ
+		{"GET", "https", "docs.example", 443, "/org/repo/..%20/secret", false, "dots and spaces"},            // Windows drops trailing dots and spaces
+		{"GET", "https", "docs.example", 443, "/org/repo/.../secret", false, "dots and spaces"},
+		{"GET", "https", "docs.example", 443, "/org/repo/.%20./secret", false, "dots and spaces"},
+		{"GET", "https", "docs.example", 443, "/org/repo/v1.2./x", true, ""},
 		{"GET", "https", "docs.example", 443, "/org/repository", false, "not granted"},
 		{"GET", "http", "docs.example", 80, "/org/repo/a", false, "scheme http"},
 		{"GET", "https", "docs.example", 80, "/org/repo/a", false, "port 80"},
@@ -231,6 +241,9 @@ func TestForbidden(t *testing.T) {
 		"100.100.100.200", "168.63.129.16", "::", "::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::127.0.0.1",
 		"64:ff9b::7f00:1", "64:ff9b::808:808", "64:ff9b:1::1", "fd00:ec2::254", "fc00::1",
 		"fe80::1", "ff02::1", "2002:7f00:1::1", "2001:0:4136:e378::1", "fec0::1", "2001:db8::1",
+		"::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", // IPv4-translated (SIIT)
+		"2001:2::1", "2001:10::1", "2001:20::1", // benchmarking, ORCHID: IETF protocol assignments
+		"3fff::1", "5f00::1", // documentation (RFC 9637), SRv6 SIDs (RFC 9602)
 	} {
 		if _, bad := Forbidden(netip.MustParseAddr(a)); !bad {
 			t.Errorf("Forbidden(%s) = false", a)

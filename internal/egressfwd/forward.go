@@ -186,8 +186,10 @@ func exchangeDNS(socket string, q []byte) ([]byte, error) {
 }
 
 // Splice connects to the gateway's Unix socket, announces the stream's
-// kind and copies bytes both ways between c and the gateway until either
-// side ends. c is closed on return.
+// kind and copies bytes both ways between c and the gateway: until the
+// client has sent everything and the gateway has answered, or until the
+// gateway ends the stream (then at most lingerAfterGateway more, for the
+// client to close its side). c is closed on return.
 func Splice(c io.ReadWriteCloser, socket string, kind byte) error {
 	defer c.Close()
 	g, err := net.DialTimeout("unix", socket, 5*time.Second)
@@ -198,30 +200,49 @@ func Splice(c io.ReadWriteCloser, socket string, kind byte) error {
 	if _, err := g.Write([]byte{kind}); err != nil {
 		return fmt.Errorf("reaching the egress gateway: %w", err)
 	}
-	errc := make(chan error, 2)
+	sent := make(chan error, 1)     // the client's side, to the gateway
+	answered := make(chan error, 1) // the gateway's side, to the client
 	go func() {
 		_, err := io.Copy(g, c)
 		if cw, ok := g.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
-		errc <- err
+		sent <- err
 	}()
 	go func() {
 		_, err := io.Copy(c, g)
 		if cw, ok := c.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
-		errc <- err
+		answered <- err
 	}()
-	err = <-errc
-	if err2 := <-errc; err == nil {
-		err = err2
+	select {
+	case err = <-sent:
+		// The client has sent everything (a half-close): its answer
+		// still comes.
+		if err2 := <-answered; err == nil {
+			err = err2
+		}
+	case err = <-answered:
+		// The gateway has ended the stream and reads nothing more. The
+		// client gets a moment to close its side (so that closing ours
+		// does not reset the connection under the answer), not more: a
+		// client holding its side open must not hold this stream, or the
+		// process QEMU's guestfwd starts for it, for ever.
+		select {
+		case <-sent:
+		case <-time.After(lingerAfterGateway):
+		}
 	}
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
 	return err
 }
+
+// lingerAfterGateway is how long Splice waits, once the gateway has ended
+// a stream, for the client to end its side.
+const lingerAfterGateway = 2 * time.Second
 
 // stdio joins a reader and a writer into one stream, for ForwardStdio.
 type stdio struct {

@@ -170,6 +170,34 @@ func TestForwardStdio(t *testing.T) {
 
 const netnsChildEnv = "AIRLOCK_EGRESS_NETNS_CHILD"
 
+// TestForwardStdioEndsWithTheGateway: once the gateway has ended a
+// stream, the stdio forwarder ends too, even while the client keeps its
+// side open and silent: a guest must not keep a host process (QEMU starts
+// one per guest connection) alive by holding connections the gateway has
+// closed, refused or timed out.
+func TestForwardStdioEndsWithTheGateway(t *testing.T) {
+	env, sock := socketEnv(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	t.Cleanup(func() { inW.Close(); outR.Close() })
+	done := make(chan error, 1)
+	go func() { done <- egressfwd.ForwardStdio(sock, egressfwd.StreamHTTP, inR, outW) }()
+	fmt.Fprintf(inW, "GET http://evil.test:%s/ok HTTP/1.1\r\nHost: evil.test:%s\r\n\r\n", env.HTTPPort, env.HTTPPort)
+	resp, err := http.ReadResponse(bufio.NewReader(outR), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("evil.test: %s", resp.Status)
+	}
+	go io.Copy(io.Discard, outR)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the forwarder still runs 10 s after the gateway ended the stream")
+	}
+}
+
 // TestForwarderNetns runs curl inside a network namespace that has only
 // loopback: through the forwarder a granted GET reaches the loopback
 // origin and PUT is refused; with --noproxy nothing is reachable; DNS

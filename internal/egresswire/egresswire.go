@@ -13,8 +13,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -50,11 +52,25 @@ func ForRun(tmpl *egress.Config, job string, rules []airlock.NetRule) egress.Con
 	return cfg
 }
 
+// Bounds of the decisions kept for Result.Decision: the job decides how
+// many requests it makes and how long their paths are, and the decisions
+// are held in memory until the run ends, then written into its result and
+// audit record. The first and the last MaxDecisions/2 are kept, so that
+// neither a flood before nor one after hides what a job did at its start
+// and its end; the operator's log (Config.Log) still receives every one.
+const (
+	MaxDecisions    = 500
+	maxDecisionLine = 1024 // bytes
+)
+
 // Gateway is one job's gateway and the decisions it logged.
 type Gateway struct {
-	gw  *egress.Gateway
-	mu  sync.Mutex
-	log []string
+	gw      *egress.Gateway
+	mu      sync.Mutex
+	log     []string // the first MaxDecisions/2
+	tail    []string // then the last MaxDecisions/2, a ring from next
+	next    int
+	dropped int // decisions between the two
 }
 
 // Start starts the gateway cfg describes (its Socket is set here) in
@@ -83,7 +99,17 @@ func New(ctx context.Context, cfg egress.Config) (*Gateway, error) {
 	sink := cfg.Log
 	cfg.Log = func(r egress.Record) {
 		g.mu.Lock()
-		g.log = append(g.log, Line(r))
+		line := clip(Line(r), maxDecisionLine)
+		switch {
+		case len(g.log) < MaxDecisions/2:
+			g.log = append(g.log, line)
+		case len(g.tail) < MaxDecisions/2:
+			g.tail = append(g.tail, line)
+		default:
+			g.tail[g.next] = line
+			g.next = (g.next + 1) % len(g.tail)
+			g.dropped++
+		}
 		g.mu.Unlock()
 		if sink != nil {
 			sink(r)
@@ -102,12 +128,32 @@ func New(ctx context.Context, cfg egress.Config) (*Gateway, error) {
 func (g *Gateway) Client() *http.Client { return g.gw.Client() }
 
 // Close stops the gateway (and removes its socket) and returns its
-// decisions, in order. It may be called more than once.
+// decisions, in order: all of them, or the first and the last
+// MaxDecisions/2 with a line between counting those not kept. It may be
+// called more than once.
 func (g *Gateway) Close() []string {
 	g.gw.Close()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.log
+	out := slices.Clone(g.log)
+	if g.dropped > 0 {
+		out = append(out, fmt.Sprintf("egress: %d more decisions not kept here (the first and last %d are)", g.dropped, MaxDecisions/2))
+	}
+	out = append(out, g.tail[g.next:]...)
+	return append(out, g.tail[:g.next]...)
+}
+
+// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // Line renders a decision for Result.Decision:

@@ -3,6 +3,7 @@ package egresswire
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -54,5 +55,53 @@ func TestStart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, Socket)); !os.IsNotExist(err) {
 		t.Errorf("socket left behind: %v", err)
+	}
+}
+
+// TestDecisionsBounded: a job cannot grow its Result's decisions (held in
+// the host's memory, then written to the result and the audit) without
+// bound by sending request after request, or long paths: the first and
+// the last MaxDecisions/2 are kept, each cut to maxDecisionLine bytes,
+// with a line between counting the rest.
+func TestDecisionsBounded(t *testing.T) {
+	dir := t.TempDir()
+	var passed int
+	g, _, err := Start(context.Background(), egress.Config{Job: "j1", Rules: []airlock.NetRule{{Host: "allowed.test"}},
+		Log: func(egress.Record) { passed++ }}, dir, "/inside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("d", 4000)
+	const sent = MaxDecisions + 20
+	for i := 0; i < sent; i++ {
+		c, err := net.Dial("unix", filepath.Join(dir, Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte{egress.StreamHTTP})
+		_, _ = c.Write([]byte(fmt.Sprintf("GET http://evil.test/%d/%s HTTP/1.1\r\nHost: evil.test\r\n\r\n", i, long)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.Close()
+	}
+	lines := g.Close()
+	if len(lines) != MaxDecisions+1 || !strings.Contains(lines[MaxDecisions/2], "20 more") {
+		t.Fatalf("%d decisions kept; want %d, a count of the 20 not kept in the middle", len(lines), MaxDecisions+1)
+	}
+	for i, want := range map[int]int{0: 0, MaxDecisions/2 - 1: MaxDecisions/2 - 1, MaxDecisions/2 + 1: MaxDecisions/2 + 20, MaxDecisions: sent - 1} {
+		if !strings.HasPrefix(lines[i], fmt.Sprintf("egress deny http GET evil.test:80/%d/ddd", want)) {
+			t.Errorf("decision %d: %.60q, want request %d's", i, lines[i], want)
+		}
+	}
+	for _, l := range lines {
+		if len(l) > maxDecisionLine {
+			t.Fatalf("a decision of %d bytes kept, want at most %d", len(l), maxDecisionLine)
+		}
+	}
+	if passed != sent {
+		t.Errorf("%d decisions passed on to the operator's log, want all %d", passed, sent)
 	}
 }
