@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -49,12 +51,41 @@ func Roles() []role.Role {
 			fmt.Fprintln(os.Stderr, "airlock egress forwarder: started without its arguments")
 			return 2
 		}
+		release, ok := forwarderSlot(filepath.Dir(os.Args[2]))
+		if !ok {
+			fmt.Fprintf(os.Stderr, "airlock egress forwarder: the VM has %d connections open, the most it may\n", maxForwarders)
+			return 1
+		}
+		defer release()
 		if err := egressfwd.ForwardStdio(os.Args[2], egressfwd.StreamHTTP, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "airlock egress forwarder: %v\n", err)
 			return 1
 		}
 		return 0
 	}}}
+}
+
+// maxForwarders bounds the guestfwd forwarders alive for one VM, as the
+// gateway bounds its connections: QEMU starts one per guest connection,
+// so a guest opening connections without end would otherwise hold as many
+// host processes.
+const maxForwarders = egress.DefaultMaxConns
+
+// forwarderSlot takes one of a VM's forwarder slots, a lock file in the
+// VM's directory held until release (or the process's end); ok is false
+// when every slot is held.
+func forwarderSlot(dir string) (release func(), ok bool) {
+	for i := range maxForwarders {
+		f, err := os.OpenFile(filepath.Join(dir, "forward-"+strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+		if err != nil {
+			return nil, false
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			return func() { f.Close() }, true
+		}
+		f.Close()
+	}
+	return nil, false
 }
 
 // WithEgress sets the template of every net-granted job's egress gateway

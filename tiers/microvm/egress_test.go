@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
+	"github.com/airlock-sandbox/airlock/role"
 )
 
 // TestEgress boots one VM for a job granted GET on origin.test (pinned by
@@ -153,5 +156,46 @@ func TestQEMUArgsNet(t *testing.T) {
 	}
 	if strings.Contains(withNet, "-nic\x00none") || strings.Count(withNet, "guestfwd=") != 1 || strings.Contains(qemuSandboxNet, "spawn=deny") {
 		t.Errorf("with a grant: %q", withNet)
+	}
+}
+
+// TestForwarderSlots: a VM holds at most maxForwarders guestfwd
+// forwarders at once (QEMU starts one per guest connection); one started
+// past them ends at once, before reaching the gateway, and a slot freed
+// serves the next.
+func TestForwarderSlots(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, egresswire.Socket) // no gateway listens
+	var held []func()
+	for range maxForwarders {
+		release, ok := forwarderSlot(dir)
+		if !ok {
+			t.Fatalf("slot %d of %d not free", len(held), maxForwarders)
+		}
+		held = append(held, release)
+	}
+	defer func() {
+		for _, r := range held {
+			r()
+		}
+	}()
+	forward := func() string {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], forwardArg, sock)
+		cmd.Env = append(os.Environ(), role.Env+"="+forwardRole)
+		cmd.Stdin = strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("the forwarder succeeded with no gateway: %s", out)
+		}
+		return string(out)
+	}
+	if out := forward(); !strings.Contains(out, "the most it may") {
+		t.Errorf("a forwarder past the bound: %s", out)
+	}
+	held[0]()
+	held = held[1:]
+	if out := forward(); strings.Contains(out, "the most it may") || !strings.Contains(out, "gateway") {
+		t.Errorf("a forwarder with a slot freed: %s", out)
 	}
 }
