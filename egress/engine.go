@@ -18,12 +18,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/text/encoding/htmlindex"
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Verdict is the outcome of one egress decision.
@@ -54,19 +54,6 @@ type Record struct {
 // decides (a path of up to a MiB, a reason quoting it): a longer one is
 // cut and ends in "...".
 const MaxRecordField = 2048
-
-// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "..."
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
 
 // JSONSink returns a log function writing one JSON object per line to w;
 // it is safe for concurrent use.
@@ -279,7 +266,7 @@ func orDefault(v, def int64) int64 {
 }
 
 func (e *engine) record(r Record) {
-	r.Path, r.Reason = clip(r.Path, MaxRecordField), clip(r.Reason, MaxRecordField)
+	r.Path, r.Reason = value.Clip(r.Path, MaxRecordField), value.Clip(r.Reason, MaxRecordField)
 	r.Time = time.Now().UTC()
 	r.Job = e.job
 	e.log(r)

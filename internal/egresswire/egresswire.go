@@ -16,11 +16,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egressfwd"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // File names in the bound directory.
@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg egress.Config) (*Gateway, error) {
 	sink := cfg.Log
 	cfg.Log = func(r egress.Record) {
 		g.mu.Lock()
-		line := clip(Line(r), maxDecisionLine)
+		line := value.Clip(Line(r), maxDecisionLine)
 		switch {
 		case len(g.log) < MaxDecisions/2:
 			g.log = append(g.log, line)
@@ -141,19 +141,6 @@ func (g *Gateway) Close() []string {
 	}
 	out = append(out, g.tail[g.next:]...)
 	return append(out, g.tail[:g.next]...)
-}
-
-// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "..."
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
 }
 
 // Line renders a decision for Result.Decision:
