@@ -27,8 +27,12 @@ type Display struct {
 	Situation string `json:"situation"` // "public" when the job names none, as the router reads it
 	Lifecycle string `json:"lifecycle"` // "ephemeral" when the job names none
 	Session   string `json:"session,omitempty"`
-	Image     string `json:"image,omitempty"`   // empty: the operator's default image
-	Account   string `json:"account,omitempty"` // empty: the caller's default account
+	Image     string `json:"image,omitempty"` // empty: the operator's default image
+	// ImageDigest is the image content an approval binds (the digest Image
+	// pointed at when the approval was requested); DisplayOf leaves it to
+	// the server, which keeps the image store.
+	ImageDigest string `json:"image_digest,omitempty"`
+	Account     string `json:"account,omitempty"` // empty: the caller's default account
 	// Clock and Seed are what the job pins time.now() and random to
 	// (empty and 0: the tier's clock at the run, a fresh seed).
 	Clock   string         `json:"clock,omitempty"`

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -30,6 +31,18 @@ type pending struct {
 	tier    string
 	rule    string
 	created time.Time
+	image   string // the image digest the approval binds ("": none, or not known here)
+}
+
+// shown is a pending job as a person should see it, with the image
+// content its approval binds: as bound on this replica's request, else
+// what the job's image points at now (a request taken by another replica;
+// a name moved since makes the approval stale anyway).
+func (s *Server) shown(p *pending, tenant string) approve.Display {
+	job := p.job
+	d := approve.DisplayOf(&job, p.tier, tenant)
+	d.ImageDigest = cmp.Or(p.image, s.imagePin(&job))
+	return d
 }
 
 type approvalRequest struct {
@@ -87,7 +100,8 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 		s.refuseErr(w, err)
 		return
 	}
-	d := approve.Pinned(approve.Of(&job, tier.Name(), t.Name), s.imagePin(&job))
+	pin := s.imagePin(&job)
+	d := approve.Pinned(approve.Of(&job, tier.Name(), t.Name), pin)
 	rule := s.approvals.Requires(&job, tier.Name())
 	if rule != "" {
 		kept := job
@@ -104,7 +118,7 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 			s.answer(w, airlock.Result{}, &overloaded{"too many approvals pending", 30})
 			return
 		}
-		p := &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now()}
+		p := &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now(), image: pin}
 		s.pending[d] = p
 		s.mu.Unlock()
 		if err := s.sharePending(r.Context(), d, p); err != nil {
@@ -164,7 +178,7 @@ func (s *Server) handleShowApproval(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job := p.job
-	shown := approve.DisplayOf(&job, p.tier, p.tenant.Name)
+	shown := s.shown(p, p.tenant.Name)
 	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: p.tier, Rule: p.rule, Required: true, Job: &job, Display: &shown, Tenant: p.tenant.Name})
 }
 
@@ -204,7 +218,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	out := make([]approvalRequest, 0, len(mine))
 	for _, e := range mine {
 		job := e.p.job
-		shown := approve.DisplayOf(&job, e.p.tier, e.p.tenant.Name)
+		shown := s.shown(e.p, e.p.tenant.Name)
 		out = append(out, approvalRequest{Digest: e.d, Tier: e.p.tier, Rule: e.p.rule, Required: true, Job: &job, Display: &shown, Tenant: e.p.tenant.Name})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -280,7 +280,7 @@ func (s *Server) renderDetail(w http.ResponseWriter, v *viewer, d approve.Digest
 		tenantName = p.tenant.Name
 	}
 	job := p.job
-	disp := approve.DisplayOf(&job, p.tier, tenantName)
+	disp := s.shown(p, tenantName)
 	dv := detailView{Title: "Approval " + string(d), V: v, Digest: d, D: disp, Rule: p.rule, Decision: dc, Pending: dc == nil,
 		Grants: grantWords(disp.Grants), LimitRows: limitWords(disp.Limits), Flagged: map[string]bool{}, Problem: problem}
 	for _, f := range disp.Fields {

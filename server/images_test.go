@@ -333,7 +333,8 @@ func TestApprovalBindsImageContent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Import(ctx, "tool", imagetest.Layout(t, imagetest.Busybox(t, "airlock-approved"), nil)); err != nil {
+	approved, err := st.Import(ctx, "tool", imagetest.Layout(t, imagetest.Busybox(t, "airlock-approved"), nil))
+	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig()
@@ -352,8 +353,21 @@ func TestApprovalBindsImageContent(t *testing.T) {
 		t.Fatalf("approved run: %d %s", r.status, r.body)
 	}
 
-	// Another job, so that its token is not the one redeemed above.
+	// Another job, so that its token is not the one redeemed above. The
+	// approver is shown the image content the approval binds.
 	job = strings.Replace(job, `"/etc/os-release"`, `"/etc/os-release","/dev/null"`, 1)
+	var req struct{ Digest string }
+	f.do("POST", "/v1/approvals", keyA, job).decode(t, &req)
+	var shown struct {
+		Display struct {
+			Image       string `json:"image"`
+			ImageDigest string `json:"image_digest"`
+		} `json:"display"`
+	}
+	f.do("GET", "/v1/approvals/"+req.Digest, keyApprover, nil).decode(t, &shown)
+	if shown.Display.Image != "tool" || shown.Display.ImageDigest != approved {
+		t.Errorf("the approver sees image %q, content %q; want tool, %s", shown.Display.Image, shown.Display.ImageDigest, approved)
+	}
 	tok = f.approveAny(t, keyA, job)
 	if _, err := st.Import(ctx, "tool", imagetest.Layout(t, imagetest.Busybox(t, "airlock-moved"), nil)); err != nil {
 		t.Fatal(err)
