@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -63,14 +64,26 @@ const (
 	maxDecisionLine = 1024 // bytes
 )
 
+// MaxLoggedRefusals bounds the refusals of one job the operator's log
+// (Config.Log) receives: a job refusing itself in a loop would otherwise
+// write records as fast as it can make requests. Past it refusals are
+// counted, and one record at the end of the run says how many were not
+// logged; every allowed request is still logged.
+const MaxLoggedRefusals = 1000
+
 // Gateway is one job's gateway and the decisions it logged.
 type Gateway struct {
 	gw      *egress.Gateway
+	sink    func(egress.Record) // the operator's log (nil: none)
+	job     string
 	mu      sync.Mutex
 	log     []string // the first MaxDecisions/2
 	tail    []string // then the last MaxDecisions/2, a ring from next
 	next    int
 	dropped int // decisions between the two
+	refused int // refusals sent to sink
+	quiet   int // refusals past MaxLoggedRefusals, not sent
+	closed  bool
 }
 
 // Start starts the gateway cfg describes (its Socket is set here) in
@@ -95,8 +108,7 @@ func Start(ctx context.Context, cfg egress.Config, hostDir, sandboxDir string) (
 // in-process clients (the Starlark and WASM tiers) cfg has no listeners.
 // cfg.Log, if set, still receives every decision.
 func New(ctx context.Context, cfg egress.Config) (*Gateway, error) {
-	g := &Gateway{}
-	sink := cfg.Log
+	g := &Gateway{sink: cfg.Log, job: cfg.Job}
 	cfg.Log = func(r egress.Record) {
 		g.mu.Lock()
 		line := value.Clip(Line(r), maxDecisionLine)
@@ -110,9 +122,18 @@ func New(ctx context.Context, cfg egress.Config) (*Gateway, error) {
 			g.next = (g.next + 1) % len(g.tail)
 			g.dropped++
 		}
+		send := g.sink != nil
+		if send && r.Verdict == egress.Deny {
+			if g.refused >= MaxLoggedRefusals {
+				g.quiet++
+				send = false
+			} else {
+				g.refused++
+			}
+		}
 		g.mu.Unlock()
-		if sink != nil {
-			sink(r)
+		if send {
+			g.sink(r)
 		}
 	}
 	gw, err := egress.Start(ctx, cfg)
@@ -135,6 +156,11 @@ func (g *Gateway) Close() []string {
 	g.gw.Close()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.quiet > 0 && !g.closed {
+		g.sink(egress.Record{Time: time.Now().UTC(), Job: g.job, Via: "gateway", Verdict: egress.Deny,
+			Reason: fmt.Sprintf("%d more refusals of this job not logged (the first %d were)", g.quiet, MaxLoggedRefusals)})
+	}
+	g.closed = true
 	out := slices.Clone(g.log)
 	if g.dropped > 0 {
 		out = append(out, fmt.Sprintf("egress: %d more decisions not kept here (the first and last %d are)", g.dropped, MaxDecisions/2))

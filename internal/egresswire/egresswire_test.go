@@ -105,3 +105,40 @@ func TestDecisionsBounded(t *testing.T) {
 		t.Errorf("%d decisions passed on to the operator's log, want all %d", passed, sent)
 	}
 }
+
+// TestLoggedRefusalsBounded: a job refusing itself in a loop writes at
+// most MaxLoggedRefusals records to the operator's log, then one that
+// counts the rest.
+func TestLoggedRefusalsBounded(t *testing.T) {
+	dir := t.TempDir()
+	var got []egress.Record
+	g, _, err := Start(context.Background(), egress.Config{Job: "j1", Rules: []airlock.NetRule{{Host: "allowed.test"}},
+		Log: func(r egress.Record) { got = append(got, r) }}, dir, "/inside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sent = MaxLoggedRefusals + 30
+	for i := 0; i < sent; i++ {
+		c, err := net.Dial("unix", filepath.Join(dir, Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte{egress.StreamHTTP})
+		_, _ = c.Write([]byte(fmt.Sprintf("GET http://evil.test/%d HTTP/1.1\r\nHost: evil.test\r\n\r\n", i)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.Close()
+	}
+	g.Close()
+	g.Close() // the count is written once
+	if len(got) != MaxLoggedRefusals+1 {
+		t.Fatalf("%d records in the operator's log, want %d and a count", len(got), MaxLoggedRefusals)
+	}
+	last := got[len(got)-1]
+	if last.Job != "j1" || last.Verdict != egress.Deny || !strings.Contains(last.Reason, "30 more refusals of this job not logged") {
+		t.Errorf("the last record: %+v", last)
+	}
+}
