@@ -39,7 +39,7 @@ const (
 type Record struct {
 	Time    time.Time `json:"time"`
 	Job     string    `json:"job"`
-	Via     string    `json:"via"` // "http" (proxied), "connect", "https" (inside a CONNECT), "dns", "client" (in-process), "socket"
+	Via     string    `json:"via"` // "http" (proxied), "connect", "https" (inside a CONNECT), "dns", "client" (in-process), "socket", "gateway" (a count of refusals not logged)
 	Host    string    `json:"host"`
 	Port    int       `json:"port,omitempty"`
 	Method  string    `json:"method,omitempty"` // the HTTP method, or the DNS query type
