@@ -531,14 +531,16 @@ func foreignCharset(ct string) string {
 // up to the next ':' or the end of the head, and every "Content-ID:"
 // anywhere, up to the end of its line.
 func partHeadersName(body []byte) bool {
+	const maxContentID = 256
 	text := string(body)
 	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
-		line := strings.TrimRight(lines[i], "\r")
+		parts := []string{strings.TrimRight(lines[i], "\r")}
 		for i+1 < len(lines) && strings.IndexAny(lines[i+1], " \t") == 0 { // folded onto it
 			i++
-			line += " " + strings.TrimSpace(lines[i])
+			parts = append(parts, strings.TrimSpace(lines[i]))
 		}
+		line := strings.Join(parts, " ") // joined once: a body of folds costs no quadratic time
 		name, value, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
@@ -554,7 +556,16 @@ func partHeadersName(body []byte) bool {
 			}
 		}
 	}
-	lower := strings.ToLower(text)
+	// Lower-cased byte for byte (ASCII only), so that an index in lower is
+	// the same in text: strings.ToLower changes the length of invalid UTF-8
+	// and of letters such as U+0130.
+	lowered := []byte(text)
+	for i, c := range lowered {
+		if 'A' <= c && c <= 'Z' {
+			lowered[i] = c + 'a' - 'A'
+		}
+	}
+	lower := string(lowered)
 	for _, h := range []string{"content-disposition", "content-id"} {
 		for at := 0; ; {
 			i := strings.Index(lower[at:], h)
@@ -568,7 +579,12 @@ func partHeadersName(body []byte) bool {
 			}
 			rest = rest[1:]
 			if h == "content-id" {
-				line, _, _ := strings.Cut(rest, "\n")
+				// Rack's \s* after the colon crosses lines. A value that
+				// names _method is short: only the start of a long one is
+				// looked at (at worst a refusal), so that many headers on
+				// one long line cost no quadratic time.
+				v := strings.TrimLeft(rest, " \t\r\n")
+				line, _, _ := strings.Cut(v[:min(len(v), maxContentID)], "\n")
 				if isContentIDMethod(strings.TrimRight(line, "\r")) {
 					return true
 				}
