@@ -154,6 +154,7 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 		g.lns = append(g.lns, ln)
 		g.serve(func() {
 			g.conns.Serve(ln, func(c net.Conn) {
+				defer g.contain(c, "http")
 				if !g.admit(c, "http") {
 					return
 				}
@@ -191,6 +192,7 @@ func (g *Gateway) serve(f func()) {
 // the proxy or the resolver.
 func (g *Gateway) demux(ctx context.Context, ln net.Listener) {
 	g.conns.Serve(ln, func(c net.Conn) {
+		defer g.contain(c, "socket")
 		if !g.admit(c, "socket") {
 			return
 		}
@@ -252,6 +254,18 @@ func (g *Gateway) admit(c net.Conn, via string) bool {
 
 func (g *Gateway) release() { <-g.slots }
 
+// contain ends a connection whose handling panicked, and records it as a
+// refusal, instead of ending the process: the gateway parses whatever a
+// sandbox sends, and a fault in that must not take every other sandbox's
+// egress (and the server around it) down with it. Deferred first, it runs
+// after the connection's other deferred calls.
+func (g *Gateway) contain(c net.Conn, via string) {
+	if v := recover(); v != nil {
+		c.Close()
+		g.e.record(Record{Via: via, Remote: remoteOf(c), Verdict: Deny, Reason: fmt.Sprintf("internal error, connection ended: %v", v)})
+	}
+}
+
 // SocketPath returns the Unix socket the gateway listens on ("" if none).
 func (g *Gateway) SocketPath() string { return g.socket }
 
@@ -306,7 +320,20 @@ func (g *Gateway) RoundTrip(r *http.Request) (*http.Response, error) {
 			return nil, d
 		}
 	}
-	resp, _, err := g.e.roundTrip(r, r.URL.Scheme, t, "client")
+	return g.clientTrip(r, t)
+}
+
+// clientTrip is RoundTrip's check and request; a panic in them is an error
+// of the request (see contain), not of the interpreter that made it.
+func (g *Gateway) clientTrip(r *http.Request, t target) (resp *http.Response, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			reason := fmt.Sprintf("internal error, request ended: %v", v)
+			g.e.record(Record{Via: "client", Host: t.host, Port: t.port, Method: r.Method, Verdict: Deny, Reason: reason})
+			resp, err = nil, errors.New("egress: "+reason)
+		}
+	}()
+	resp, _, err = g.e.roundTrip(r, r.URL.Scheme, t, "client")
 	return resp, err
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -440,5 +441,69 @@ func TestHopHeadersNotForwarded(t *testing.T) {
 	}
 	if h.Get("X-Keep") != "1" {
 		t.Errorf("X-Keep not forwarded: %v", h)
+	}
+}
+
+// TestFaultsEndOneConnection: a panic while the gateway handles one
+// connection (here, the operator's log sink failing on its first record)
+// ends that connection, is recorded, and leaves the gateway, its other
+// connections and the process running; in-process, it is the request's
+// error.
+func TestFaultsEndOneConnection(t *testing.T) {
+	var mu sync.Mutex
+	var logged []egress.Record
+	failed := false
+	sink := func(r egress.Record) {
+		mu.Lock()
+		first := !failed
+		failed = true
+		if !first {
+			logged = append(logged, r)
+		}
+		mu.Unlock()
+		if first {
+			panic("the sink failed")
+		}
+	}
+	sock := filepath.Join(t.TempDir(), "g.sock")
+	gw, err := egress.Start(context.Background(), egress.Config{Socket: sock, Log: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	get := func() (*http.Response, error) {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte{egress.StreamHTTP})
+		_, _ = io.WriteString(c, "GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+		return http.ReadResponse(bufio.NewReader(c), nil)
+	}
+	if resp, err := get(); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the faulting connection was answered %s, want it ended", resp.Status)
+	}
+	resp, err := get()
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("the next connection: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	found := false
+	for _, r := range logged {
+		found = found || strings.Contains(r.Reason, "internal error, connection ended: the sink failed")
+	}
+	mu.Unlock()
+	if !found {
+		t.Errorf("the fault was not recorded: %+v", logged)
+	}
+
+	mu.Lock()
+	failed = false
+	mu.Unlock()
+	if _, err := gw.Client().Get("http://evil.test/"); err == nil || !strings.Contains(err.Error(), "internal error, request ended") {
+		t.Errorf("in-process, the fault: %v", err)
 	}
 }
