@@ -180,6 +180,9 @@ func unhex(c byte) byte {
 	return c - 'a' + 10
 }
 
+// fieldSeparators are what PHP turns into '_' in a field's name.
+var fieldSeparators = strings.NewReplacer(".", "_", " ", "_")
+
 // isMethodField reports whether a form field's name is _method (or
 // Salesforce's _HttpMethod, or X-HTTP-Method-Override, which ASP.NET MVC
 // reads from the form and the query too) in a spelling some server reads
@@ -191,7 +194,7 @@ func isMethodField(name string) bool {
 	if i := strings.IndexByte(name, '['); i >= 0 {
 		name = name[:i]
 	}
-	name = strings.NewReplacer(".", "_", " ", "_").Replace(name)
+	name = fieldSeparators.Replace(name)
 	return strings.EqualFold(name, "_method") || strings.EqualFold(name, "_httpmethod") ||
 		strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "x-http-method-override")
 }
