@@ -59,7 +59,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 		}
 		return s.importLayout(ctx, label, tmp)
 	default:
-		if err := checkDockerArchive(src, s.opts.MaxBytes); err != nil {
+		if err := checkDockerArchive(src, s.opts.MaxBytes, maxEntries); err != nil {
 			return "", err
 		}
 		img, err := tarball.Image(func() (io.ReadCloser, error) { return os.Open(src) }, nil)
@@ -210,13 +210,20 @@ func tarKind(ctx context.Context, src string, limit int64) (string, error) {
 // and reads every layer through (compressing it, to learn its digest)
 // before the unpacker's cap is reached, without heeding cancellation —
 // and a sparse entry of a few bytes in the archive may declare any size.
-func checkDockerArchive(src string, limit int64) error {
+// It also refuses an archive of more than entries entries, whose headers
+// it keeps.
+func checkDockerArchive(src string, limit int64, entries int) error {
 	// The first entry of each name, as the reader takes it.
 	hdrs := map[string]*tar.Header{}
 	at := map[*tar.Header]int{} // its place in the archive
 	n := 0
 	var total int64
 	if err := eachEntry(src, func(name string, hdr *tar.Header, _ io.Reader) error {
+		if n >= entries {
+			// Each kept header costs memory: an archive of empty entries
+			// is refused as an image of that many would be.
+			return fmt.Errorf("%w: docker archive of more than %d entries", errTooLarge, entries)
+		}
 		if _, ok := hdrs[name]; !ok {
 			hdrs[name], at[hdr] = hdr, n
 		}

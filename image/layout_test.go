@@ -556,3 +556,25 @@ func TestImportNamesWhatItUnpacked(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerArchiveEntriesBounded: the docker-archive check keeps a header
+// per entry, so an archive of more entries than an image may have is
+// refused before it is read further.
+func TestDockerArchiveEntriesBounded(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := range 10 {
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("e%d", i), Typeflag: tar.TypeReg, Mode: 0o644})
+	}
+	tw.Close()
+	archive := filepath.Join(t.TempDir(), "many.tar")
+	if err := os.WriteFile(archive, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkDockerArchive(archive, 1<<20, 10); err != nil {
+		t.Errorf("10 entries, 10 allowed: %v", err)
+	}
+	if err := checkDockerArchive(archive, 1<<20, 9); err == nil || !strings.Contains(err.Error(), "more than 9 entries") {
+		t.Errorf("10 entries, 9 allowed: %v", err)
+	}
+}
