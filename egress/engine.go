@@ -517,10 +517,18 @@ func foreignCharset(ct string) string {
 		if j := strings.IndexAny(v, ";, \t\"'"); j >= 0 {
 			v = v[:j]
 		}
-		switch {
-		case v == "utf-8", v == "utf8", v == "us-ascii", v == "ascii", v == "latin1",
-			strings.HasPrefix(v, "iso-8859-"), strings.HasPrefix(v, "windows-125"):
-		default:
+		// Every WHATWG encoding but these reads each ASCII byte as itself
+		// and writes ASCII as ASCII, in any state: UTF-16 does neither,
+		// ISO-2022-JP's escape sequences may split a name into bytes that
+		// do not show it, and "replacement" stands for others of that kind
+		// (ISO-2022-KR, HZ). A name the standard does not know (UTF-7,
+		// UTF-32, EBCDIC) is refused too.
+		enc, err := htmlindex.Get(v)
+		if err != nil {
+			return v
+		}
+		switch name, _ := htmlindex.Name(enc); name {
+		case "utf-16be", "utf-16le", "iso-2022-jp", "replacement":
 			return v
 		}
 	}

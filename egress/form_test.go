@@ -43,3 +43,19 @@ func TestPartHeadersAnyBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignCharset: a form in a charset that writes ASCII as ASCII, in
+// any state, is checked as bytes; one in any other (or one the encoding
+// standard does not know) is refused.
+func TestForeignCharset(t *testing.T) {
+	for _, cs := range []string{"utf-8", "utf8", "us-ascii", "latin1", "iso-8859-15", "windows-1251", "shift_jis", "euc-jp", "gbk", "gb18030", "big5", "euc-kr", "koi8-r"} {
+		if got := foreignCharset("application/x-www-form-urlencoded; charset=" + cs); got != "" {
+			t.Errorf("charset %s refused", cs)
+		}
+	}
+	for _, cs := range []string{"utf-16", "utf-16le", "utf-16be", "unicode", "utf-7", "utf-32", "iso-2022-jp", "iso-2022-kr", "hz-gb-2312", "ibm037", ""} {
+		if got := foreignCharset("application/x-www-form-urlencoded; charset=" + cs); got != cs {
+			t.Errorf("charset %q: %q, want it refused", cs, got)
+		}
+	}
+}
