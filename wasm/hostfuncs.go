@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -90,8 +91,20 @@ func state(ctx context.Context) *hostState {
 	return s
 }
 
+// memory returns the calling module's linear memory; a module that has
+// none cannot exchange bytes with the host. (wazero answers such a module
+// with a nil pointer inside a non-nil api.Memory.)
+func (s *hostState) memory(mod api.Module, what string) api.Memory {
+	mem := mod.Memory()
+	if mem == nil || (reflect.ValueOf(mem).Kind() == reflect.Pointer && reflect.ValueOf(mem).IsNil()) {
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: what + ": the module has no linear memory"})
+	}
+	return mem
+}
+
 func (s *hostState) read(mod api.Module, ptr, n uint32, what string) []byte {
-	b, ok := mod.Memory().Read(ptr, n)
+	mem := s.memory(mod, what)
+	b, ok := mem.Read(ptr, n)
 	if !ok {
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, n, ptr)})
 	}
@@ -99,7 +112,7 @@ func (s *hostState) read(mod api.Module, ptr, n uint32, what string) []byte {
 }
 
 func (s *hostState) write(mod api.Module, ptr uint32, b []byte, what string) {
-	if !mod.Memory().Write(ptr, b) {
+	if !s.memory(mod, what).Write(ptr, b) {
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, len(b), ptr)})
 	}
 }

@@ -292,3 +292,24 @@ func TestPluginLogIsCapped(t *testing.T) {
 		t.Fatalf("%d KiB of log kept under a 64 KiB cap", n)
 	}
 }
+
+// TestPluginHostCallWithoutMemory: a module without linear memory that
+// calls a host function exchanging bytes gets a plain runtime error, not a
+// Go nil-pointer panic inside the host function.
+func TestPluginHostCallWithoutMemory(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "output_write" (func $w (param i32 i32)))
+  (import "airlock" "input_read" (func $r (param i32)))
+  (import "airlock" "kv_get" (func $g (param i32 i32) (result i32)))
+  (func (export "write") (result i32) (call $w (i32.const 0) (i32.const 4)) (i32.const 0))
+  (func (export "read") (result i32) (call $r (i32.const 0)) (i32.const 0))
+  (func (export "kv") (result i32) (drop (call $g (i32.const 0) (i32.const 0))) (i32.const 0)))`), ToolConfig{Functions: []string{FuncKV}})
+	for _, fn := range []string{"write", "read", "kv"} {
+		_, err := tool.Session("").Call(context.Background(), fn, []byte("in"))
+		var ei *airlock.ErrorInfo
+		if !errors.As(err, &ei) || ei.Kind != airlock.ErrRuntime || !strings.Contains(ei.Message, "no linear memory") || strings.Contains(ei.Message, "nil pointer") {
+			t.Fatalf("%s: %T %v", fn, err, err)
+		}
+	}
+}
