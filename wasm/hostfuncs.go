@@ -49,6 +49,7 @@ var hostFunctions = map[string]string{
 const (
 	maxKeyBytes     = 256
 	maxRequestBytes = 1 << 20
+	logEntryBytes   = 16 // what a log message counts beyond its length
 )
 
 type stateKey struct{}
@@ -155,15 +156,18 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 	})
 	def("log", []api.ValueType{i32, i32}, nil, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
 		s.need(FuncLog, "log")
-		msg := string(s.read(mod, uint32(st[0]), uint32(st[1]), "log"))
+		b := s.read(mod, uint32(st[0]), uint32(st[1]), "log")
 		if s.logf != nil {
-			// The host's log is bounded like the output.
-			if s.logBytes += int64(len(msg)); s.logBytes > s.respCap {
+			// The host's log is bounded like the output; every message
+			// counts logEntryBytes more than its length, so that empty
+			// ones cannot pile up without bound either.
+			if s.logBytes += int64(len(b)) + logEntryBytes; s.logBytes > s.respCap {
 				s.fail(&airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("log above %d bytes", s.respCap)})
 			}
-			s.logf(msg)
+			s.logf(string(b))
 			return
 		}
+		msg := string(b)
 		_, _ = s.outs.write(&s.outs.stderr, []byte(msg+"\n"))
 	})
 	def("http_request", []api.ValueType{i32, i32}, []api.ValueType{i32}, func(ctx context.Context, s *hostState, mod api.Module, st []uint64) {

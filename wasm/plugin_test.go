@@ -313,3 +313,27 @@ func TestPluginHostCallWithoutMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginEmptyLogsAreCapped: every log message counts against the cap,
+// an empty one too, so a guest cannot pile up messages (or flood
+// ToolConfig.Log) without bound by logging nothing.
+func TestPluginEmptyLogsAreCapped(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "log" (func $log (param i32 i32)))
+  (memory 1)
+  (func (export "flood") (result i32) (local $i i32)
+    (loop $l
+      (call $log (i32.const 0) (i32.const 0))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 1000000))))
+    (i32.const 0)))`), ToolConfig{Functions: []string{FuncLog}, Limits: airlock.Limits{OutputBytes: 64 << 10}})
+	rep, err := tool.Call(context.Background(), "flood", nil)
+	var st *airlock.Stop
+	if !errors.As(err, &st) || st.Reason != airlock.StopOutput {
+		t.Fatalf("empty log flood: %T %v (%d messages kept)", err, err, len(rep.Log))
+	}
+	if n := len(rep.Log); n > 64<<10 {
+		t.Fatalf("%d messages kept under a 64 KiB cap", n)
+	}
+}
