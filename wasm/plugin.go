@@ -208,8 +208,13 @@ type KV struct {
 	limit int64
 }
 
+// kvEntryBytes is what each entry of a KV counts beyond its key and value
+// (the map's own memory for it), so that many empty entries are bounded
+// too.
+const kvEntryBytes = 48
+
 // NewKV returns an empty store holding at most limit bytes of keys and
-// values.
+// values, each entry counting 48 bytes more.
 func NewKV(limit int64) *KV { return &KV{m: map[string][]byte{}, limit: limit} }
 
 // Get returns a copy of the value under key.
@@ -224,10 +229,10 @@ func (k *KV) Get(key string) ([]byte, bool) {
 func (k *KV) Set(key string, val []byte) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	size := int64(len(key) + len(val))
+	size := int64(len(key)+len(val)) + kvEntryBytes
 	old, had := k.m[key]
 	if had {
-		size -= int64(len(key) + len(old))
+		size -= int64(len(key)+len(old)) + kvEntryBytes
 	}
 	if k.used+size > k.limit {
 		return ErrKVFull
@@ -242,7 +247,7 @@ func (k *KV) Delete(key string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if v, ok := k.m[key]; ok {
-		k.used -= int64(len(key) + len(v))
+		k.used -= int64(len(key)+len(v)) + kvEntryBytes
 		delete(k.m, key)
 	}
 }

@@ -337,3 +337,27 @@ func TestPluginEmptyLogsAreCapped(t *testing.T) {
 		t.Fatalf("%d messages kept under a 64 KiB cap", n)
 	}
 }
+
+// TestPluginKVEntriesAreCounted: a session's store counts every entry, not
+// only its bytes, so many short keys with empty values cannot hold far
+// more host memory than WithKVMaxBytes.
+func TestPluginKVEntriesAreCounted(t *testing.T) {
+	h := newHost(t, NewConfig().WithKVMaxBytes(64<<10))
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "kv_set" (func $set (param i32 i32 i32 i32) (result i32)))
+  (memory 1)
+  (func (export "fill") (result i32) (local $i i32)
+    (loop $l
+      (i32.store (i32.const 0) (local.get $i))
+      (drop (call $set (i32.const 0) (i32.const 3) (i32.const 8) (i32.const 0)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 100000))))
+    (i32.const 0)))`), ToolConfig{Functions: []string{FuncKV}})
+	sess := tool.Session("")
+	if _, err := sess.Call(context.Background(), "fill", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := sess.KV().Len(); n > (64<<10)/kvEntryBytes {
+		t.Fatalf("%d entries kept in a 64 KiB store", n)
+	}
+}
