@@ -101,7 +101,7 @@ type Reply struct {
 	Log      []string // messages of the log host function (unless ToolConfig.Log is set)
 	Stdout   string   // the tool's WASI stdout and stderr, capped together
 	Stderr   string
-	ExitCode int // for tools that call proc_exit
+	ExitCode int // for tools that call proc_exit (non-zero: Call's error says so)
 	Duration time.Duration
 }
 
@@ -161,7 +161,12 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	t0 := time.Now()
 	out, err := t.h.e.run(ctx, t.c, s)
 	rep = Reply{Output: host.output.Bytes(), Log: logs, Stdout: out.stdout, Stderr: out.stderr, ExitCode: out.exitCode, Duration: time.Since(t0)}
-	if err == nil && len(out.results) == 1 && uint32(out.results[0]) != 0 {
+	switch {
+	case err != nil:
+	case out.exitCode != 0:
+		// proc_exit ended the call (a panicking Go reactor exits 2).
+		err = &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s exited with code %d", fn, out.exitCode)}
+	case len(out.results) == 1 && uint32(out.results[0]) != 0:
 		err = &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s returned status %d", fn, int32(out.results[0]))}
 	}
 	return rep, err

@@ -361,3 +361,28 @@ func TestPluginKVEntriesAreCounted(t *testing.T) {
 		t.Fatalf("%d entries kept in a 64 KiB store", n)
 	}
 }
+
+// TestPluginExitIsStatus: a tool function that ends with a non-zero
+// proc_exit (as a panicking Go reactor does) failed, like one returning a
+// non-zero status; exit 0 is success.
+func TestPluginExitIsStatus(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (import "airlock" "output_write" (func $w (param i32 i32)))
+  (memory 1)
+  (data (i32.const 0) "partial")
+  (func (export "fail") (result i32) (call $w (i32.const 0) (i32.const 7)) (call $exit (i32.const 3)) (i32.const 0))
+  (func (export "done") (result i32) (call $exit (i32.const 0)) (i32.const 1)))`), ToolConfig{})
+	rep, err := tool.Call(context.Background(), "fail", nil)
+	var ei *airlock.ErrorInfo
+	if !errors.As(err, &ei) || ei.Kind != airlock.ErrRuntime || !strings.Contains(ei.Message, "exited with code 3") {
+		t.Fatalf("proc_exit(3): %T %v (exit code %d)", err, err, rep.ExitCode)
+	}
+	if rep.ExitCode != 3 || string(rep.Output) != "partial" {
+		t.Fatalf("proc_exit(3): exit code %d, output %q", rep.ExitCode, rep.Output)
+	}
+	if _, err := tool.Call(context.Background(), "done", nil); err != nil {
+		t.Fatalf("proc_exit(0): %v", err)
+	}
+}
