@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetratelabs/wazero/api"
+
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/value"
@@ -117,6 +119,13 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	var rep Reply
 	if fn == "" {
 		return rep, jobs.Invalid("entry", "name the function to call")
+	}
+	if d, ok := exportedFunc(t.c.mod, fn); ok && fn != "_start" {
+		// The status is an i32; a wider or other result would be
+		// read truncated.
+		if r := d.ResultTypes(); len(r) > 1 || (len(r) == 1 && r[0] != api.ValueTypeI32) {
+			return rep, jobs.Invalid("entry", "tool function %s must return an i32 status or nothing", fn)
+		}
 	}
 	if int64(len(input)) > value.MaxJobBytes {
 		return rep, jobs.Invalid("input", "%d bytes is above %d", len(input), value.MaxJobBytes)

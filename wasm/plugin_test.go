@@ -386,3 +386,27 @@ func TestPluginExitIsStatus(t *testing.T) {
 		t.Fatalf("proc_exit(0): %v", err)
 	}
 }
+
+// TestPluginStatusType: a tool function's status is an i32 (or nothing);
+// one returning an i64, a float or several values is refused rather than
+// read as a truncated status.
+func TestPluginStatusType(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (func (export "wide") (result i64) (i64.const 0x100000000))
+  (func (export "float") (result f32) (f32.const 1))
+  (func (export "two") (result i32 i32) (i32.const 0) (i32.const 1))
+  (func (export "none"))
+  (func (export "ok") (result i32) (i32.const 0)))`), ToolConfig{})
+	for _, fn := range []string{"wide", "float", "two"} {
+		_, err := tool.Call(context.Background(), fn, nil)
+		if airlock.KindOf(err) != airlock.ErrInvalid {
+			t.Fatalf("%s: %T %v", fn, err, err)
+		}
+	}
+	for _, fn := range []string{"none", "ok"} {
+		if _, err := tool.Call(context.Background(), fn, nil); err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+	}
+}
