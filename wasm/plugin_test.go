@@ -410,3 +410,39 @@ func TestPluginStatusType(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginHostCallBounds: offsets and lengths past linear memory, ones
+// whose sum wraps around 32 bits, and -1 lengths end the call with a
+// runtime error (a length above a host function's own cap with its stop),
+// never a panic or a read of host memory.
+func TestPluginHostCallBounds(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "output_write" (func $w (param i32 i32)))
+  (import "airlock" "input_read" (func $r (param i32)))
+  (import "airlock" "log" (func $log (param i32 i32)))
+  (import "airlock" "kv_set" (func $set (param i32 i32 i32 i32) (result i32)))
+  (import "airlock" "http_request" (func $http (param i32 i32) (result i32)))
+  (memory 1)
+  (func (export "wrap") (result i32) (call $w (i32.const -16) (i32.const 32)) (i32.const 0))
+  (func (export "huge") (result i32) (call $w (i32.const 0) (i32.const -1)) (i32.const 0))
+  (func (export "edge") (result i32) (call $w (i32.const 65535) (i32.const 2)) (i32.const 0))
+  (func (export "input") (result i32) (call $r (i32.const 65535)) (i32.const 0))
+  (func (export "log") (result i32) (call $log (i32.const 65536) (i32.const 1)) (i32.const 0))
+  (func (export "kvval") (result i32) (drop (call $set (i32.const 0) (i32.const 1) (i32.const 1) (i32.const -1))) (i32.const 0))
+  (func (export "kvkey") (result i32) (drop (call $set (i32.const 0) (i32.const -1) (i32.const 0) (i32.const 0))) (i32.const 0))
+  (func (export "http") (result i32) (drop (call $http (i32.const 0) (i32.const -1))) (i32.const 0)))`),
+		ToolConfig{Functions: []string{FuncLog, FuncKV, FuncHTTPRequest}})
+	for _, fn := range []string{"wrap", "huge", "edge", "input", "log", "kvval", "kvkey"} {
+		_, err := tool.Session("").Call(context.Background(), fn, []byte("in"))
+		var ei *airlock.ErrorInfo
+		if !errors.As(err, &ei) || ei.Kind != airlock.ErrRuntime || !(strings.Contains(ei.Message, "outside linear memory") || strings.Contains(ei.Message, "above")) {
+			t.Fatalf("%s: %T %v", fn, err, err)
+		}
+	}
+	_, err := tool.Call(context.Background(), "http", nil)
+	var st *airlock.Stop
+	if !errors.As(err, &st) || !strings.Contains(st.Detail, "http request of") {
+		t.Fatalf("http: %T %v", err, err)
+	}
+}
