@@ -294,6 +294,9 @@ func TestMemFS(t *testing.T) {
 	if errno := m.Rmdir("dir"); errno != sys.ENOTEMPTY {
 		t.Fatalf("rmdir non-empty: %v", errno)
 	}
+	if errno := f.Close(); errno != 0 { // an open file's contents stay charged
+		t.Fatal(errno)
+	}
 	if errno := m.Unlink("dir/c"); errno != 0 {
 		t.Fatal(errno)
 	}
@@ -369,5 +372,52 @@ func TestNonFunctionImportsRefused(t *testing.T) {
 	var ce *airlock.ErrorInfo
 	if !errors.As(err, &ce) || ce.Kind != airlock.ErrRuntime || !strings.Contains(ce.Message, "unreachable") {
 		t.Fatalf("trap: %T %v", err, err)
+	}
+}
+
+// TestMemFSUnlinkedOpenFile: a file removed (or renamed over) while open
+// stays charged until its last descriptor closes, so that truncating it
+// through the descriptor cannot give the scratch back twice and let a
+// guest hold more than the cap.
+func TestMemFSUnlinkedOpenFile(t *testing.T) {
+	const limit = 4096
+	for _, how := range []string{"unlink", "rename"} {
+		m := newMemFS(limit, 0)
+		f, errno := m.OpenFile("a", sys.O_CREAT|sys.O_RDWR, 0o644)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		if _, errno := f.Write(make([]byte, 2048)); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		switch how {
+		case "unlink":
+			errno = m.Unlink("a")
+		case "rename":
+			must(t, m.put("b", nil))
+			errno = m.Rename("b", "a")
+		}
+		if errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if errno := f.Truncate(0); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if _, errno := f.Pwrite(make([]byte, 2048), 0); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		g, errno := m.OpenFile("c", sys.O_CREAT|sys.O_RDWR, 0o644)
+		if errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if _, errno := g.Write(make([]byte, 2048)); errno != errNoSpace {
+			t.Fatalf("%s: 2 KiB open but unlinked plus 2 KiB more fit in %d bytes (used %d)", how, limit, m.used)
+		}
+		if errno := f.Close(); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if _, errno := g.Write(make([]byte, 2048)); errno != 0 {
+			t.Fatalf("%s: the closed file's bytes were not given back: %v (used %d)", how, errno, m.used)
+		}
 	}
 }
