@@ -288,7 +288,8 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 	if errno != 0 {
 		return errno
 	}
-	if old, ok := tdir.children[tname]; ok {
+	old, replace := tdir.children[tname]
+	if replace {
 		switch {
 		case old == n:
 			return 0
@@ -299,7 +300,6 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 		case old.dir && len(old.children) > 0:
 			return sys.ENOTEMPTY
 		}
-		m.drop(old, tname)
 	}
 	if n.dir {
 		// Refuse moving a directory into itself.
@@ -308,6 +308,14 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 				return sys.EINVAL
 			}
 		}
+	}
+	// Nothing is given back or charged until the rename is sure to
+	// happen; a longer name is charged like any other.
+	if grow := int64(len(tname)) - int64(len(fname)); grow > 0 && m.used+grow > m.limit {
+		return errNoSpace
+	}
+	if replace {
+		m.drop(old, tname)
 	}
 	m.used += int64(len(tname)) - int64(len(fname))
 	delete(fdir.children, fname)

@@ -421,3 +421,37 @@ func TestMemFSUnlinkedOpenFile(t *testing.T) {
 		}
 	}
 }
+
+// TestMemFSRenameCharged: a rename to a longer name is charged like any
+// name, so renaming many short names to long ones cannot push the scratch
+// past its cap.
+func TestMemFSRenameCharged(t *testing.T) {
+	m := newMemFS(nodeCost+10, 0)
+	must(t, m.put("a", nil))
+	if errno := m.Rename("a", strings.Repeat("n", 200)); errno != errNoSpace {
+		t.Fatalf("rename past the cap: %v (used %d of %d)", errno, m.used, m.limit)
+	}
+	if errno := m.Rename("a", "short"); errno != 0 {
+		t.Fatal(errno)
+	}
+	if m.used != nodeCost+5 {
+		t.Fatalf("used %d", m.used)
+	}
+}
+
+// TestMemFSRefusedRenameGivesNothingBack: a rename refused for moving a
+// directory into itself leaves the count as it was, even when its target
+// exists.
+func TestMemFSRefusedRenameGivesNothingBack(t *testing.T) {
+	m := newMemFS(1<<20, 0)
+	must(t, m.putDir("d/sub/x"))
+	before := m.used
+	for i := 0; i < 3; i++ {
+		if errno := m.Rename("d", "d/sub/x"); errno != sys.EINVAL {
+			t.Fatalf("moving a directory into itself: %v", errno)
+		}
+	}
+	if m.used != before {
+		t.Fatalf("used %d after refused renames, was %d", m.used, before)
+	}
+}
