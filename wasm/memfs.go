@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 	"sort"
 	"strings"
@@ -593,6 +594,9 @@ func (f *memFile) Write(buf []byte) (int, sys.Errno) {
 func (f *memFile) Pwrite(buf []byte, off int64) (int, sys.Errno) {
 	if errno := f.usable(f.write, off); errno != 0 {
 		return 0, errno
+	}
+	if int64(len(buf)) > math.MaxInt64-off {
+		return 0, errNoSpace // its end is past any offset
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()

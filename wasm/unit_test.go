@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -453,5 +454,25 @@ func TestMemFSRefusedRenameGivesNothingBack(t *testing.T) {
 	}
 	if m.used != before {
 		t.Fatalf("used %d after refused renames, was %d", m.used, before)
+	}
+}
+
+// TestMemFSHugeOffset: a write at an offset whose end does not fit in an
+// int64 is refused, not a slice panic.
+func TestMemFSHugeOffset(t *testing.T) {
+	m := newMemFS(1<<20, 0)
+	f, errno := m.OpenFile("a", sys.O_CREAT|sys.O_RDWR, 0o644)
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	for _, off := range []int64{math.MaxInt64 - 4, math.MaxInt64} {
+		if _, errno := f.Pwrite(make([]byte, 16), off); errno == 0 {
+			t.Fatalf("pwrite at %d succeeded", off)
+		}
+	}
+	if _, errno := f.Seek(math.MaxInt64-4, io.SeekStart); errno == 0 {
+		if _, errno := f.Write(make([]byte, 16)); errno == 0 {
+			t.Fatal("write past the largest offset succeeded")
+		}
 	}
 }
