@@ -121,8 +121,8 @@ func (c *Config) doer(ctx context.Context, rules []airlock.NetRule) (HTTPDoer, f
 // (slower, but needs no executable memory).
 func (c Config) WithInterpreter(on bool) Config { c.interpreter = on; return c }
 
-// WithKVMaxBytes caps the bytes (keys plus values) a plugin session's
-// key-value store may hold.
+// WithKVMaxBytes caps the bytes (keys plus values, and 48 per entry) a
+// plugin session's key-value store may hold.
 func (c Config) WithKVMaxBytes(n int64) Config { c.kvMaxBytes = n; return c }
 
 func (c Config) validate() error {

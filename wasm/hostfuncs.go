@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,7 @@ var hostFunctions = map[string]string{
 const (
 	maxKeyBytes     = 256
 	maxRequestBytes = 1 << 20
+	logEntryBytes   = 16 // what a log message counts beyond its length
 )
 
 type stateKey struct{}
@@ -90,8 +92,20 @@ func state(ctx context.Context) *hostState {
 	return s
 }
 
+// memory returns the calling module's linear memory; a module that has
+// none cannot exchange bytes with the host. (wazero answers such a module
+// with a nil pointer inside a non-nil api.Memory.)
+func (s *hostState) memory(mod api.Module, what string) api.Memory {
+	mem := mod.Memory()
+	if mem == nil || (reflect.ValueOf(mem).Kind() == reflect.Pointer && reflect.ValueOf(mem).IsNil()) {
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: what + ": the module has no linear memory"})
+	}
+	return mem
+}
+
 func (s *hostState) read(mod api.Module, ptr, n uint32, what string) []byte {
-	b, ok := mod.Memory().Read(ptr, n)
+	mem := s.memory(mod, what)
+	b, ok := mem.Read(ptr, n)
 	if !ok {
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, n, ptr)})
 	}
@@ -99,7 +113,7 @@ func (s *hostState) read(mod api.Module, ptr, n uint32, what string) []byte {
 }
 
 func (s *hostState) write(mod api.Module, ptr uint32, b []byte, what string) {
-	if !mod.Memory().Write(ptr, b) {
+	if !s.memory(mod, what).Write(ptr, b) {
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%s: %d bytes at %d are outside linear memory", what, len(b), ptr)})
 	}
 }
@@ -142,15 +156,18 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 	})
 	def("log", []api.ValueType{i32, i32}, nil, func(_ context.Context, s *hostState, mod api.Module, st []uint64) {
 		s.need(FuncLog, "log")
-		msg := string(s.read(mod, uint32(st[0]), uint32(st[1]), "log"))
+		b := s.read(mod, uint32(st[0]), uint32(st[1]), "log")
 		if s.logf != nil {
-			// The host's log is bounded like the output.
-			if s.logBytes += int64(len(msg)); s.logBytes > s.respCap {
+			// The host's log is bounded like the output; every message
+			// counts logEntryBytes more than its length, so that empty
+			// ones cannot pile up without bound either.
+			if s.logBytes += int64(len(b)) + logEntryBytes; s.logBytes > s.respCap {
 				s.fail(&airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("log above %d bytes", s.respCap)})
 			}
-			s.logf(msg)
+			s.logf(string(b))
 			return
 		}
+		msg := string(b)
 		_, _ = s.outs.write(&s.outs.stderr, []byte(msg+"\n"))
 	})
 	def("http_request", []api.ValueType{i32, i32}, []api.ValueType{i32}, func(ctx context.Context, s *hostState, mod api.Module, st []uint64) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 	"sort"
 	"strings"
@@ -35,6 +36,8 @@ type memNode struct {
 	ino      uint64
 	mtim     int64
 	atim     int64
+	opens    int  // descriptors open on it
+	gone     bool // removed while open: its contents stay charged until the last closes
 }
 
 // nodeCost is what a file or directory costs against the scratch's size,
@@ -224,6 +227,7 @@ func (m *memFS) OpenFile(p string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 	}
 	f := &memFile{fs: m, n: n, read: acc != sys.O_WRONLY, write: acc != sys.O_RDONLY, append: flag&sys.O_APPEND != 0}
 	f.seekOp.f = f
+	n.opens++
 	return f, 0
 }
 
@@ -285,7 +289,8 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 	if errno != 0 {
 		return errno
 	}
-	if old, ok := tdir.children[tname]; ok {
+	old, replace := tdir.children[tname]
+	if replace {
 		switch {
 		case old == n:
 			return 0
@@ -296,7 +301,6 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 		case old.dir && len(old.children) > 0:
 			return sys.ENOTEMPTY
 		}
-		m.used -= int64(len(old.data)) + nodeCost + int64(len(tname))
 	}
 	if n.dir {
 		// Refuse moving a directory into itself.
@@ -305,6 +309,14 @@ func (m *memFS) Rename(from, to string) sys.Errno {
 				return sys.EINVAL
 			}
 		}
+	}
+	// Nothing is given back or charged until the rename is sure to
+	// happen; a longer name is charged like any other.
+	if grow := int64(len(tname)) - int64(len(fname)); grow > 0 && m.used+grow > m.limit {
+		return errNoSpace
+	}
+	if replace {
+		m.drop(old, tname)
 	}
 	m.used += int64(len(tname)) - int64(len(fname))
 	delete(fdir.children, fname)
@@ -340,9 +352,22 @@ func (m *memFS) remove(p string, dir bool) sys.Errno {
 	case dir && len(n.children) > 0:
 		return sys.ENOTEMPTY
 	}
-	m.used -= int64(len(n.data)) + nodeCost + int64(len(name))
+	m.drop(n, name)
 	delete(d.children, name)
 	return 0
+}
+
+// drop gives back what n, named name, is charged as it leaves its
+// directory; the contents of a file still open are given back when its
+// last descriptor closes (until then they can still grow or shrink
+// through it).
+func (m *memFS) drop(n *memNode, name string) {
+	m.used -= nodeCost + int64(len(name))
+	if n.opens > 0 {
+		n.gone = true
+		return
+	}
+	m.used -= int64(len(n.data))
 }
 
 // The scratch has no links, so none can point out of it. Link and Symlink
@@ -424,6 +449,7 @@ type memFile struct {
 	dirPos      int
 	read, write bool
 	append      bool
+	closed      bool
 }
 
 func (f *memFile) Ino() (wsys.Inode, sys.Errno) { return f.n.ino, 0 }
@@ -432,7 +458,21 @@ func (f *memFile) IsAppend() bool               { return f.append }
 func (f *memFile) SetAppend(on bool) sys.Errno  { f.append = on; return 0 }
 func (f *memFile) Sync() sys.Errno              { return 0 }
 func (f *memFile) Datasync() sys.Errno          { return 0 }
-func (f *memFile) Close() sys.Errno             { return 0 }
+
+func (f *memFile) Close() sys.Errno {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return 0
+	}
+	f.closed = true
+	f.n.opens--
+	if f.n.gone && f.n.opens == 0 {
+		f.fs.used -= int64(len(f.n.data))
+		f.n.data = nil
+	}
+	return 0
+}
 
 func (f *memFile) Stat() (wsys.Stat_t, sys.Errno) {
 	f.fs.mu.Lock()
@@ -554,6 +594,9 @@ func (f *memFile) Write(buf []byte) (int, sys.Errno) {
 func (f *memFile) Pwrite(buf []byte, off int64) (int, sys.Errno) {
 	if errno := f.usable(f.write, off); errno != 0 {
 		return 0, errno
+	}
+	if int64(len(buf)) > math.MaxInt64-off {
+		return 0, errNoSpace // its end is past any offset
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetratelabs/wazero/api"
+
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/value"
@@ -101,7 +103,7 @@ type Reply struct {
 	Log      []string // messages of the log host function (unless ToolConfig.Log is set)
 	Stdout   string   // the tool's WASI stdout and stderr, capped together
 	Stderr   string
-	ExitCode int // for tools that call proc_exit
+	ExitCode int // for tools that call proc_exit (non-zero: Call's error says so)
 	Duration time.Duration
 }
 
@@ -117,6 +119,13 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	var rep Reply
 	if fn == "" {
 		return rep, jobs.Invalid("entry", "name the function to call")
+	}
+	if d, ok := exportedFunc(t.c.mod, fn); ok && fn != "_start" {
+		// The status is an i32; a wider or other result would be
+		// read truncated.
+		if r := d.ResultTypes(); len(r) > 1 || (len(r) == 1 && r[0] != api.ValueTypeI32) {
+			return rep, jobs.Invalid("entry", "tool function %s must return an i32 status or nothing", fn)
+		}
 	}
 	if int64(len(input)) > value.MaxJobBytes {
 		return rep, jobs.Invalid("input", "%d bytes is above %d", len(input), value.MaxJobBytes)
@@ -161,7 +170,12 @@ func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply
 	t0 := time.Now()
 	out, err := t.h.e.run(ctx, t.c, s)
 	rep = Reply{Output: host.output.Bytes(), Log: logs, Stdout: out.stdout, Stderr: out.stderr, ExitCode: out.exitCode, Duration: time.Since(t0)}
-	if err == nil && len(out.results) == 1 && uint32(out.results[0]) != 0 {
+	switch {
+	case err != nil:
+	case out.exitCode != 0:
+		// proc_exit ended the call (a panicking Go reactor exits 2).
+		err = &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s exited with code %d", fn, out.exitCode)}
+	case len(out.results) == 1 && uint32(out.results[0]) != 0:
 		err = &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("tool function %s returned status %d", fn, int32(out.results[0]))}
 	}
 	return rep, err
@@ -208,8 +222,13 @@ type KV struct {
 	limit int64
 }
 
+// kvEntryBytes is what each entry of a KV counts beyond its key and value
+// (the map's own memory for it), so that many empty entries are bounded
+// too.
+const kvEntryBytes = 48
+
 // NewKV returns an empty store holding at most limit bytes of keys and
-// values.
+// values, each entry counting 48 bytes more.
 func NewKV(limit int64) *KV { return &KV{m: map[string][]byte{}, limit: limit} }
 
 // Get returns a copy of the value under key.
@@ -224,10 +243,10 @@ func (k *KV) Get(key string) ([]byte, bool) {
 func (k *KV) Set(key string, val []byte) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	size := int64(len(key) + len(val))
+	size := int64(len(key)+len(val)) + kvEntryBytes
 	old, had := k.m[key]
 	if had {
-		size -= int64(len(key) + len(old))
+		size -= int64(len(key)+len(old)) + kvEntryBytes
 	}
 	if k.used+size > k.limit {
 		return ErrKVFull
@@ -242,7 +261,7 @@ func (k *KV) Delete(key string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if v, ok := k.m[key]; ok {
-		k.used -= int64(len(key) + len(v))
+		k.used -= int64(len(key)+len(v)) + kvEntryBytes
 		delete(k.m, key)
 	}
 }

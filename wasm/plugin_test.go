@@ -292,3 +292,157 @@ func TestPluginLogIsCapped(t *testing.T) {
 		t.Fatalf("%d KiB of log kept under a 64 KiB cap", n)
 	}
 }
+
+// TestPluginHostCallWithoutMemory: a module without linear memory that
+// calls a host function exchanging bytes gets a plain runtime error, not a
+// Go nil-pointer panic inside the host function.
+func TestPluginHostCallWithoutMemory(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "output_write" (func $w (param i32 i32)))
+  (import "airlock" "input_read" (func $r (param i32)))
+  (import "airlock" "kv_get" (func $g (param i32 i32) (result i32)))
+  (func (export "write") (result i32) (call $w (i32.const 0) (i32.const 4)) (i32.const 0))
+  (func (export "read") (result i32) (call $r (i32.const 0)) (i32.const 0))
+  (func (export "kv") (result i32) (drop (call $g (i32.const 0) (i32.const 0))) (i32.const 0)))`), ToolConfig{Functions: []string{FuncKV}})
+	for _, fn := range []string{"write", "read", "kv"} {
+		_, err := tool.Session("").Call(context.Background(), fn, []byte("in"))
+		var ei *airlock.ErrorInfo
+		if !errors.As(err, &ei) || ei.Kind != airlock.ErrRuntime || !strings.Contains(ei.Message, "no linear memory") || strings.Contains(ei.Message, "nil pointer") {
+			t.Fatalf("%s: %T %v", fn, err, err)
+		}
+	}
+}
+
+// TestPluginEmptyLogsAreCapped: every log message counts against the cap,
+// an empty one too, so a guest cannot pile up messages (or flood
+// ToolConfig.Log) without bound by logging nothing.
+func TestPluginEmptyLogsAreCapped(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "log" (func $log (param i32 i32)))
+  (memory 1)
+  (func (export "flood") (result i32) (local $i i32)
+    (loop $l
+      (call $log (i32.const 0) (i32.const 0))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 1000000))))
+    (i32.const 0)))`), ToolConfig{Functions: []string{FuncLog}, Limits: airlock.Limits{OutputBytes: 64 << 10}})
+	rep, err := tool.Call(context.Background(), "flood", nil)
+	var st *airlock.Stop
+	if !errors.As(err, &st) || st.Reason != airlock.StopOutput {
+		t.Fatalf("empty log flood: %T %v (%d messages kept)", err, err, len(rep.Log))
+	}
+	if n := len(rep.Log); n > 64<<10 {
+		t.Fatalf("%d messages kept under a 64 KiB cap", n)
+	}
+}
+
+// TestPluginKVEntriesAreCounted: a session's store counts every entry, not
+// only its bytes, so many short keys with empty values cannot hold far
+// more host memory than WithKVMaxBytes.
+func TestPluginKVEntriesAreCounted(t *testing.T) {
+	h := newHost(t, NewConfig().WithKVMaxBytes(64<<10))
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "kv_set" (func $set (param i32 i32 i32 i32) (result i32)))
+  (memory 1)
+  (func (export "fill") (result i32) (local $i i32)
+    (loop $l
+      (i32.store (i32.const 0) (local.get $i))
+      (drop (call $set (i32.const 0) (i32.const 3) (i32.const 8) (i32.const 0)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 100000))))
+    (i32.const 0)))`), ToolConfig{Functions: []string{FuncKV}})
+	sess := tool.Session("")
+	if _, err := sess.Call(context.Background(), "fill", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := sess.KV().Len(); n > (64<<10)/kvEntryBytes {
+		t.Fatalf("%d entries kept in a 64 KiB store", n)
+	}
+}
+
+// TestPluginExitIsStatus: a tool function that ends with a non-zero
+// proc_exit (as a panicking Go reactor does) failed, like one returning a
+// non-zero status; exit 0 is success.
+func TestPluginExitIsStatus(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (import "airlock" "output_write" (func $w (param i32 i32)))
+  (memory 1)
+  (data (i32.const 0) "partial")
+  (func (export "fail") (result i32) (call $w (i32.const 0) (i32.const 7)) (call $exit (i32.const 3)) (i32.const 0))
+  (func (export "done") (result i32) (call $exit (i32.const 0)) (i32.const 1)))`), ToolConfig{})
+	rep, err := tool.Call(context.Background(), "fail", nil)
+	var ei *airlock.ErrorInfo
+	if !errors.As(err, &ei) || ei.Kind != airlock.ErrRuntime || !strings.Contains(ei.Message, "exited with code 3") {
+		t.Fatalf("proc_exit(3): %T %v (exit code %d)", err, err, rep.ExitCode)
+	}
+	if rep.ExitCode != 3 || string(rep.Output) != "partial" {
+		t.Fatalf("proc_exit(3): exit code %d, output %q", rep.ExitCode, rep.Output)
+	}
+	if _, err := tool.Call(context.Background(), "done", nil); err != nil {
+		t.Fatalf("proc_exit(0): %v", err)
+	}
+}
+
+// TestPluginStatusType: a tool function's status is an i32 (or nothing);
+// one returning an i64, a float or several values is refused rather than
+// read as a truncated status.
+func TestPluginStatusType(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (func (export "wide") (result i64) (i64.const 0x100000000))
+  (func (export "float") (result f32) (f32.const 1))
+  (func (export "two") (result i32 i32) (i32.const 0) (i32.const 1))
+  (func (export "none"))
+  (func (export "ok") (result i32) (i32.const 0)))`), ToolConfig{})
+	for _, fn := range []string{"wide", "float", "two"} {
+		_, err := tool.Call(context.Background(), fn, nil)
+		if airlock.KindOf(err) != airlock.ErrInvalid {
+			t.Fatalf("%s: %T %v", fn, err, err)
+		}
+	}
+	for _, fn := range []string{"none", "ok"} {
+		if _, err := tool.Call(context.Background(), fn, nil); err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+	}
+}
+
+// TestPluginHostCallBounds: offsets and lengths past linear memory, ones
+// whose sum wraps around 32 bits, and -1 lengths end the call with a
+// runtime error (a length above a host function's own cap with its stop),
+// never a panic or a read of host memory.
+func TestPluginHostCallBounds(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool := load(t, h, wat(t, `(module
+  (import "airlock" "output_write" (func $w (param i32 i32)))
+  (import "airlock" "input_read" (func $r (param i32)))
+  (import "airlock" "log" (func $log (param i32 i32)))
+  (import "airlock" "kv_set" (func $set (param i32 i32 i32 i32) (result i32)))
+  (import "airlock" "http_request" (func $http (param i32 i32) (result i32)))
+  (memory 1)
+  (func (export "wrap") (result i32) (call $w (i32.const -16) (i32.const 32)) (i32.const 0))
+  (func (export "huge") (result i32) (call $w (i32.const 0) (i32.const -1)) (i32.const 0))
+  (func (export "edge") (result i32) (call $w (i32.const 65535) (i32.const 2)) (i32.const 0))
+  (func (export "input") (result i32) (call $r (i32.const 65535)) (i32.const 0))
+  (func (export "log") (result i32) (call $log (i32.const 65536) (i32.const 1)) (i32.const 0))
+  (func (export "kvval") (result i32) (drop (call $set (i32.const 0) (i32.const 1) (i32.const 1) (i32.const -1))) (i32.const 0))
+  (func (export "kvkey") (result i32) (drop (call $set (i32.const 0) (i32.const -1) (i32.const 0) (i32.const 0))) (i32.const 0))
+  (func (export "http") (result i32) (drop (call $http (i32.const 0) (i32.const -1))) (i32.const 0)))`),
+		ToolConfig{Functions: []string{FuncLog, FuncKV, FuncHTTPRequest}})
+	for _, fn := range []string{"wrap", "huge", "edge", "input", "log", "kvval", "kvkey"} {
+		_, err := tool.Session("").Call(context.Background(), fn, []byte("in"))
+		var ei *airlock.ErrorInfo
+		if !errors.As(err, &ei) || ei.Kind != airlock.ErrRuntime || !(strings.Contains(ei.Message, "outside linear memory") || strings.Contains(ei.Message, "above")) {
+			t.Fatalf("%s: %T %v", fn, err, err)
+		}
+	}
+	_, err := tool.Call(context.Background(), "http", nil)
+	var st *airlock.Stop
+	if !errors.As(err, &st) || !strings.Contains(st.Detail, "http request of") {
+		t.Fatalf("http: %T %v", err, err)
+	}
+}

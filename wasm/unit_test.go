@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -294,6 +295,9 @@ func TestMemFS(t *testing.T) {
 	if errno := m.Rmdir("dir"); errno != sys.ENOTEMPTY {
 		t.Fatalf("rmdir non-empty: %v", errno)
 	}
+	if errno := f.Close(); errno != 0 { // an open file's contents stay charged
+		t.Fatal(errno)
+	}
 	if errno := m.Unlink("dir/c"); errno != 0 {
 		t.Fatal(errno)
 	}
@@ -369,5 +373,106 @@ func TestNonFunctionImportsRefused(t *testing.T) {
 	var ce *airlock.ErrorInfo
 	if !errors.As(err, &ce) || ce.Kind != airlock.ErrRuntime || !strings.Contains(ce.Message, "unreachable") {
 		t.Fatalf("trap: %T %v", err, err)
+	}
+}
+
+// TestMemFSUnlinkedOpenFile: a file removed (or renamed over) while open
+// stays charged until its last descriptor closes, so that truncating it
+// through the descriptor cannot give the scratch back twice and let a
+// guest hold more than the cap.
+func TestMemFSUnlinkedOpenFile(t *testing.T) {
+	const limit = 4096
+	for _, how := range []string{"unlink", "rename"} {
+		m := newMemFS(limit, 0)
+		f, errno := m.OpenFile("a", sys.O_CREAT|sys.O_RDWR, 0o644)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		if _, errno := f.Write(make([]byte, 2048)); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		switch how {
+		case "unlink":
+			errno = m.Unlink("a")
+		case "rename":
+			must(t, m.put("b", nil))
+			errno = m.Rename("b", "a")
+		}
+		if errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if errno := f.Truncate(0); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if _, errno := f.Pwrite(make([]byte, 2048), 0); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		g, errno := m.OpenFile("c", sys.O_CREAT|sys.O_RDWR, 0o644)
+		if errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if _, errno := g.Write(make([]byte, 2048)); errno != errNoSpace {
+			t.Fatalf("%s: 2 KiB open but unlinked plus 2 KiB more fit in %d bytes (used %d)", how, limit, m.used)
+		}
+		if errno := f.Close(); errno != 0 {
+			t.Fatal(how, errno)
+		}
+		if _, errno := g.Write(make([]byte, 2048)); errno != 0 {
+			t.Fatalf("%s: the closed file's bytes were not given back: %v (used %d)", how, errno, m.used)
+		}
+	}
+}
+
+// TestMemFSRenameCharged: a rename to a longer name is charged like any
+// name, so renaming many short names to long ones cannot push the scratch
+// past its cap.
+func TestMemFSRenameCharged(t *testing.T) {
+	m := newMemFS(nodeCost+10, 0)
+	must(t, m.put("a", nil))
+	if errno := m.Rename("a", strings.Repeat("n", 200)); errno != errNoSpace {
+		t.Fatalf("rename past the cap: %v (used %d of %d)", errno, m.used, m.limit)
+	}
+	if errno := m.Rename("a", "short"); errno != 0 {
+		t.Fatal(errno)
+	}
+	if m.used != nodeCost+5 {
+		t.Fatalf("used %d", m.used)
+	}
+}
+
+// TestMemFSRefusedRenameGivesNothingBack: a rename refused for moving a
+// directory into itself leaves the count as it was, even when its target
+// exists.
+func TestMemFSRefusedRenameGivesNothingBack(t *testing.T) {
+	m := newMemFS(1<<20, 0)
+	must(t, m.putDir("d/sub/x"))
+	before := m.used
+	for i := 0; i < 3; i++ {
+		if errno := m.Rename("d", "d/sub/x"); errno != sys.EINVAL {
+			t.Fatalf("moving a directory into itself: %v", errno)
+		}
+	}
+	if m.used != before {
+		t.Fatalf("used %d after refused renames, was %d", m.used, before)
+	}
+}
+
+// TestMemFSHugeOffset: a write at an offset whose end does not fit in an
+// int64 is refused, not a slice panic.
+func TestMemFSHugeOffset(t *testing.T) {
+	m := newMemFS(1<<20, 0)
+	f, errno := m.OpenFile("a", sys.O_CREAT|sys.O_RDWR, 0o644)
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	for _, off := range []int64{math.MaxInt64 - 4, math.MaxInt64} {
+		if _, errno := f.Pwrite(make([]byte, 16), off); errno == 0 {
+			t.Fatalf("pwrite at %d succeeded", off)
+		}
+	}
+	if _, errno := f.Seek(math.MaxInt64-4, io.SeekStart); errno == 0 {
+		if _, errno := f.Write(make([]byte, 16)); errno == 0 {
+			t.Fatal("write past the largest offset succeeded")
+		}
 	}
 }

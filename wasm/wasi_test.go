@@ -245,3 +245,31 @@ func TestJobEnv(t *testing.T) {
 		t.Errorf("a name in env and in grants.secrets: want InvalidJob, got %v", err)
 	}
 }
+
+// TestWASIPwriteHugeOffset: fd_pwrite at an offset whose end does not fit
+// in an int64 answers an errno, not a Go panic in the scratch.
+func TestWASIPwriteHugeOffset(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	res, err := tier.Run(context.Background(), airlock.Job{
+		Kind: airlock.KindWasm,
+		Module: wat(t, `(module
+  (import "wasi_snapshot_preview1" "path_open" (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_pwrite" (func $pwrite (param i32 i32 i32 i64 i32) (result i32)))
+  (memory 1)
+  (data (i32.const 0) "a")
+  (func (export "go") (result i32)
+    (if (call $open (i32.const 3) (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 1) (i64.const -1) (i64.const -1) (i32.const 0) (i32.const 100))
+      (then (return (i32.const -1))))
+    (i32.store (i32.const 200) (i32.const 300))
+    (i32.store (i32.const 204) (i32.const 16))
+    (call $pwrite (i32.load (i32.const 100)) (i32.const 200) (i32.const 1) (i64.const 0x7ffffffffffffffb) (i32.const 400))))`),
+		Entry: "go",
+		Files: map[string]string{"x": "y"},
+	})
+	if err != nil {
+		t.Fatalf("fd_pwrite at 2^63-5: %v", err)
+	}
+	if errno := res.Value.(int64); errno == wasiESUCCESS || errno == -1 {
+		t.Fatalf("fd_pwrite at 2^63-5 answered %d", errno)
+	}
+}

@@ -123,6 +123,18 @@ func httpDo(th *sl.Thread, hc *httpClient, method, url, body string, headers *sl
 	if err := st.charge(int64(len(data)), "http response"); err != nil {
 		return nil, err
 	}
+	// So are the headers (the gateway bounds them, but a script may keep
+	// those of many responses).
+	var head int64
+	for k, vs := range resp.Header {
+		head += int64(len(k)) + 2*elemBytes
+		for _, v := range vs {
+			head += int64(len(v)) + 2 // ", "
+		}
+	}
+	if err := st.charge(head, "http response headers"); err != nil {
+		return nil, err
+	}
 	h := new(sl.Dict)
 	for k, vs := range resp.Header {
 		_ = h.SetKey(sl.String(strings.ToLower(k)), sl.String(strings.Join(vs, ", ")))

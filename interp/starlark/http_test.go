@@ -2,6 +2,12 @@ package starlark_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,4 +96,33 @@ result = kept.get("` + url + `").status`)
 		assert.Equal(t, "net", d.Capability)
 	}
 	assert.Equal(t, 1, o.Hits("GET"))
+}
+
+// TestHTTPModuleHeadersCharged: a response's headers count against the
+// allocation budget like its body, so a script cannot hold more memory
+// than limits.memory_mb by keeping the headers of many responses.
+func TestHTTPModuleHeadersCharged(t *testing.T) {
+	big := strings.Repeat("h", 8<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < 96; i++ { // 768 KiB of headers, no body
+			w.Header().Set(fmt.Sprintf("X-Pad-%d", i), big)
+		}
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	pins := egress.Hosts{}
+	require.NoError(t, pins.Add("heads.test", netip.MustParseAddr("127.0.0.1")))
+	tier, err := starlark.New(starlark.NewConfig().WithEgress(egress.Config{Hosts: pins}))
+	require.NoError(t, err)
+	p, _ := strconv.Atoi(port)
+	j := job(`kept = []
+for i in range(24):
+    kept.append(http.get("http://heads.test:` + port + `/").headers)
+result = len(kept)`)
+	j.Grants.Net = []airlock.NetRule{{Host: "heads.test", Ports: []int{p}}}
+	j.Limits.MemoryMB = 8
+	res, err := tier.Run(context.Background(), j)
+	var st *airlock.Stop
+	require.ErrorAs(t, err, &st, "kept %v (about 18 MiB of headers under an 8 MiB budget)", res.Value)
+	assert.Equal(t, airlock.StopMemory, st.Reason)
 }
