@@ -74,18 +74,7 @@ func TestDecisionsBounded(t *testing.T) {
 	long := strings.Repeat("d", 4000)
 	const sent = MaxDecisions + 20
 	for i := 0; i < sent; i++ {
-		c, err := net.Dial("unix", filepath.Join(dir, Socket))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = c.Write([]byte{egress.StreamHTTP})
-		_, _ = c.Write([]byte(fmt.Sprintf("GET http://evil.test/%d/%s HTTP/1.1\r\nHost: evil.test\r\n\r\n", i, long)))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		c.Close()
+		getVia(t, dir, fmt.Sprintf("http://evil.test/%d/%s", i, long))
 	}
 	lines := g.Close()
 	if len(lines) != MaxDecisions+1 || !strings.Contains(lines[MaxDecisions/2], "20 more") {
@@ -119,18 +108,7 @@ func TestLoggedRefusalsBounded(t *testing.T) {
 	}
 	const sent = MaxLoggedRefusals + 30
 	for i := 0; i < sent; i++ {
-		c, err := net.Dial("unix", filepath.Join(dir, Socket))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = c.Write([]byte{egress.StreamHTTP})
-		_, _ = c.Write([]byte(fmt.Sprintf("GET http://evil.test/%d HTTP/1.1\r\nHost: evil.test\r\n\r\n", i)))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		c.Close()
+		getVia(t, dir, fmt.Sprintf("http://evil.test/%d", i))
 	}
 	g.Close()
 	g.Close() // the count is written once
@@ -141,4 +119,22 @@ func TestLoggedRefusalsBounded(t *testing.T) {
 	if last.Job != "j1" || last.Verdict != egress.Deny || !strings.Contains(last.Reason, "30 more refusals of this job not logged") {
 		t.Errorf("the last record: %+v", last)
 	}
+}
+
+// getVia sends GET url through the gateway's socket in dir, as a
+// sandbox's forwarder would, and reads the answer.
+func getVia(t *testing.T, dir, url string) {
+	t.Helper()
+	c, err := net.Dial("unix", filepath.Join(dir, Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte{egress.StreamHTTP})
+	_, _ = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: evil.test\r\n\r\n", url)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 }
