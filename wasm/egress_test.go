@@ -69,3 +69,27 @@ func TestEgressTierJob(t *testing.T) {
 		t.Errorf("result's decisions: %q", res.Decision)
 	}
 }
+
+// TestHTTPRequestErrorsQuoteLittle: a refused request of a MiB (here as
+// much as the test module's memory holds) is quoted in its error by its
+// start only, whichever check refuses it.
+func TestHTTPRequestErrorsQuoteLittle(t *testing.T) {
+	o := egresstest.StartOrigin(t, "origin.test")
+	h := newHost(t, NewConfig().WithEgress(egress.Config{Job: "plugin", Hosts: o.Pins}))
+	rules := []airlock.NetRule{o.Rule("origin.test"), o.Rule("localhost")}
+	tool := load(t, h, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: rules})
+	long := strings.Repeat("a", 120<<10)
+	for _, u := range []string{
+		"http://evil.test/" + long,                                               // not granted, by the host function
+		"http://localhost:" + o.Port + "/" + long,                                // refused by the gateway (loopback, not pinned)
+		"http://origin.test:" + o.Port + "/redirect?to=http://evil.test/" + long, // a redirect not granted
+	} {
+		_, err := tool.Call(context.Background(), "req", fmt.Appendf(nil, `{"method":"GET","url":%q}`, u))
+		if err == nil {
+			t.Fatalf("%.40s...: no error", u)
+		}
+		if n := len(err.Error()); n > 8<<10 {
+			t.Errorf("%.40s...: an error of %d bytes", u, n)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // hostModule is the import module of airlock's host functions.
@@ -49,7 +50,8 @@ var hostFunctions = map[string]string{
 const (
 	maxKeyBytes     = 256
 	maxRequestBytes = 1 << 20
-	logEntryBytes   = 16 // what a log message counts beyond its length
+	logEntryBytes   = 16   // what a log message counts beyond its length
+	maxQuoted       = 2048 // bytes of a guest's request an error quotes
 )
 
 type stateKey struct{}
@@ -243,7 +245,9 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	if r.Method == "" {
 		r.Method = http.MethodGet
 	}
-	what := r.Method + " " + r.URL
+	// The request is the guest's, up to a MiB: its errors quote only the
+	// start of it.
+	what := value.Clip(r.Method+" "+r.URL, maxQuoted)
 	u, err := url.Parse(r.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		s.fail(&airlock.Denied{Capability: "net", Detail: "not an http(s) URL with a host: " + what})
@@ -262,7 +266,7 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(r.Body))
 	if err != nil {
-		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "http_request: " + err.Error()})
+		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "http_request: " + value.Clip(err.Error(), maxQuoted)})
 	}
 	for k, v := range r.Headers {
 		req.Header.Set(k, v)
@@ -271,9 +275,9 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	if err != nil {
 		var d *airlock.Denied
 		if errors.As(err, &d) {
-			s.fail(d)
+			s.fail(&airlock.Denied{Capability: d.Capability, Detail: value.Clip(d.Detail, maxQuoted)})
 		}
-		s.fail(&airlock.Denied{Capability: "net", Detail: fmt.Sprintf("%s: %v", what, err)})
+		s.fail(&airlock.Denied{Capability: "net", Detail: what + ": " + value.Clip(err.Error(), maxQuoted)})
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, s.respCap+1))
