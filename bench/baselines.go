@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // The raw engines and peers measured beside the tiers. Each is the bare
@@ -216,7 +217,7 @@ func command(name, typ string, for_ []string, note string, argv func() ([]string
 			return func(ctx context.Context) error {
 				out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
 				if err != nil {
-					return fmt.Errorf("%s: %w: %s", filepath.Base(args[0]), err, clip(string(out)))
+					return fmt.Errorf("%s: %w: %s", filepath.Base(args[0]), err, value.Clip(string(out), 200))
 				}
 				return nil
 			}, done, nil
@@ -357,7 +358,7 @@ func WholeProcess(name string, workload airlock.Kind, for_ []string, versus stri
 				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 				cmd.Env = append(os.Environ(), env...)
 				if out, err := cmd.CombinedOutput(); err != nil {
-					return fmt.Errorf("%s: %w: %s", name, err, clip(string(out)))
+					return fmt.Errorf("%s: %w: %s", name, err, value.Clip(string(out), 200))
 				}
 				return nil
 			}, noop, nil

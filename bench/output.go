@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // WriteTable prints the report for people.
@@ -18,7 +20,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintln(tw, "TARGET\tTYPE\tMODE\tN\tP50\tP95\tP99\tMIN\tMAX\tCPU/RUN\tVS RAW\tVS PEERS\t")
 	for _, x := range r.Results {
 		if x.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t\t\t\t\t\t\t\t%s\t\n", x.Label(), x.Type, x.Mode, clip(x.Error))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t\t\t\t\t\t\t\t%s\t\n", x.Label(), x.Type, x.Mode, value.Clip(x.Error, 200))
 			continue
 		}
 		vs := ""
@@ -51,7 +53,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintln(tw, "SITUATION\tKIND\tTIER\tP50\tP95\tNOTE")
 		for _, x := range r.Routes {
 			if x.Stats == nil {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\n", x.Situation, x.Kind, orDash(x.Tier), clip(x.Error))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\n", x.Situation, x.Kind, orDash(x.Tier), value.Clip(x.Error, 200))
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", x.Situation, x.Kind, x.Tier, Dur(x.Stats.P50), Dur(x.Stats.P95))

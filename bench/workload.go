@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // The trivial workload every tier runs, one per kind. Each is the cheapest
@@ -74,7 +75,7 @@ func check(kind airlock.Kind, res airlock.Result, err error) error {
 	switch kind {
 	case airlock.KindCommand:
 		if res.ExitCode != 0 {
-			return fmt.Errorf("%s exited with status %d: %s", CommandPath, res.ExitCode, clip(res.Stderr))
+			return fmt.Errorf("%s exited with status %d: %s", CommandPath, res.ExitCode, value.Clip(res.Stderr, 200))
 		}
 	default:
 		if fmt.Sprint(res.Value) != "2" {
@@ -82,11 +83,4 @@ func check(kind airlock.Kind, res airlock.Result, err error) error {
 		}
 	}
 	return nil
-}
-
-func clip(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
 }

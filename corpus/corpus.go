@@ -318,7 +318,7 @@ func (c *Case) Judge(res airlock.Result, err error, secrets ...string) Verdict {
 		if err != nil {
 			msg = ": " + err.Error()
 		}
-		return fail("outcome %s, want one of %v%s", v.Outcome, want, clip(msg))
+		return fail("outcome %s, want one of %v%s", v.Outcome, want, value.Clip(msg, 300))
 	}
 	everything := fmt.Sprint(res.Value) + "\x00" + res.Stdout + "\x00" + res.Stderr
 	// What came back through collect is as much the result as the output.
@@ -346,15 +346,15 @@ func (c *Case) Judge(res airlock.Result, err error, secrets ...string) Verdict {
 		var got any
 		_ = json.Unmarshal(gotJSON, &got)
 		if !reflect.DeepEqual(got, want) {
-			return fail("value %s, want %s", clip(string(gotJSON)), clip(string(c.Expect.Value)))
+			return fail("value %s, want %s", value.Clip(string(gotJSON), 300), value.Clip(string(c.Expect.Value), 300))
 		}
 	}
 	if c.Expect.Stdout != nil && res.Stdout != *c.Expect.Stdout {
-		return fail("stdout %q, want %q", clip(res.Stdout), *c.Expect.Stdout)
+		return fail("stdout %q, want %q", value.Clip(res.Stdout, 300), *c.Expect.Stdout)
 	}
 	for _, s := range c.Expect.Contains {
 		if !strings.Contains(res.Stdout+res.Stderr, s) {
-			return fail("output lacks %q (stdout %q, stderr %q)", s, clip(res.Stdout), clip(res.Stderr))
+			return fail("output lacks %q (stdout %q, stderr %q)", s, value.Clip(res.Stdout, 300), value.Clip(res.Stderr, 300))
 		}
 	}
 	v.Pass = true
@@ -388,11 +388,4 @@ func (c *Case) Run(ctx context.Context, tier airlock.Tier, vars map[string]strin
 		res.Tier = tier.Name()
 	}
 	return c.Judge(res, err, secrets...)
-}
-
-func clip(s string) string {
-	if len(s) > 300 {
-		return s[:300] + "…"
-	}
-	return s
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // session opens a session of tier and runs the case's Before jobs in it,
@@ -23,7 +24,7 @@ func (c *Case) session(ctx context.Context, tier airlock.Tier, vars map[string]s
 		if err == nil {
 			var res airlock.Result
 			if res, err = s.Run(ctx, job); err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("exit code %d: %s", res.ExitCode, clip(res.Stderr))
+				err = fmt.Errorf("exit code %d: %s", res.ExitCode, value.Clip(res.Stderr, 300))
 			}
 		}
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // WriteJSON writes the report in its stable JSON form.
@@ -24,7 +26,7 @@ func (r *Report) WriteTable(w io.Writer, verbose bool) {
 	for _, c := range r.Counts {
 		skip := fmt.Sprint(c.Skipped)
 		if c.Skipped > 0 {
-			skip += " (" + clip(c.SkipReason, 90) + ")"
+			skip += " (" + value.Clip(c.SkipReason, 90) + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", c.Tier, c.Area, c.Contained, c.Escaped, c.BenignPassed, c.BenignBlocked, skip)
 	}
@@ -41,10 +43,10 @@ func (r *Report) WriteTable(w io.Writer, verbose bool) {
 		}
 		fmt.Fprintf(w, "\n%s on %s: %s (outcome %s, %d ms)\n", v.Case, v.Tier, strings.ToUpper(v.Result), v.Outcome, v.Millis)
 		if v.Detail != "" && (len(v.Evidence) == 0 || v.Evidence[0] != v.Detail) {
-			fmt.Fprintf(w, "  %s\n", clip(v.Detail, 300))
+			fmt.Fprintf(w, "  %s\n", value.Clip(v.Detail, 300))
 		}
 		for _, e := range v.Evidence {
-			fmt.Fprintf(w, "  evidence: %s\n", clip(e, 300))
+			fmt.Fprintf(w, "  evidence: %s\n", value.Clip(e, 300))
 		}
 	}
 	for _, u := range r.Uncovered {
@@ -56,11 +58,4 @@ func (r *Report) WriteTable(w io.Writer, verbose bool) {
 		blk += c.BenignBlocked
 	}
 	fmt.Fprintf(w, "\n%d verdicts in %.1f s: %d escaped, %d benign blocked\n", len(r.Verdicts), r.Seconds, esc, blk)
-}
-
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/corpus"
 	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Schema names the report's JSON format.
@@ -443,7 +444,7 @@ func (c Config) judge(ctx context.Context, can *canaries, s spec, token string, 
 			// What the job printed shows what it got to do.
 			for name, out := range map[string]string{"stdout": rp.Result.Stdout, "stderr": rp.Result.Stderr} {
 				if out != "" {
-					v.Evidence = append(v.Evidence, fmt.Sprintf("%s %q", name, clip(out, 200)))
+					v.Evidence = append(v.Evidence, fmt.Sprintf("%s %q", name, value.Clip(out, 200)))
 				}
 			}
 			slices.Sort(v.Evidence)

@@ -10,6 +10,7 @@ import (
 	egresscases "github.com/airlock-sandbox/airlock/corpus/egress"
 	"github.com/airlock-sandbox/airlock/corpus/runner/gatewaylab"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Suite runs an area whose cases are not jobs for a tier against the
@@ -100,7 +101,7 @@ func OutputSuite(name string, sanitise egresscases.Sanitise) Suite {
 			if len(problems) == 0 {
 				return Judgement{Outcome: "sanitised", Pass: true}
 			}
-			return Judgement{Outcome: "unsafe", Detail: strings.Join(problems, "; "), Evidence: []string{fmt.Sprintf("output %q", clip(out, 200))}}
+			return Judgement{Outcome: "unsafe", Detail: strings.Join(problems, "; "), Evidence: []string{fmt.Sprintf("output %q", value.Clip(out, 200))}}
 		}),
 	}
 }

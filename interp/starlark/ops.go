@@ -10,6 +10,8 @@ import (
 	libtime "go.starlark.net/lib/time"
 	sl "go.starlark.net/starlark"
 	"go.starlark.net/syntax"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // MaxIntBits bounds the size of integers built by multiplication and left
@@ -406,7 +408,7 @@ func getIndex(x, key sl.Value) (sl.Value, error) {
 			return nil, err
 		}
 		if !found {
-			return nil, fmt.Errorf("key %s not in %s", clip(key.String()), x.Type())
+			return nil, fmt.Errorf("key %s not in %s", value.Clip(key.String(), 80), x.Type())
 		}
 		return v, nil
 	case sl.Indexable:

@@ -310,7 +310,7 @@ func (e *exporter) export(v sl.Value, depth int) (any, error) {
 		for _, kv := range x.Items() {
 			k, ok := kv[0].(sl.String)
 			if !ok {
-				return nil, fmt.Errorf("dict with %s key %s cannot be represented in JSON (keys must be strings)", kv[0].Type(), clip(kv[0].String()))
+				return nil, fmt.Errorf("dict with %s key %s cannot be represented in JSON (keys must be strings)", kv[0].Type(), value.Clip(kv[0].String(), 80))
 			}
 			ev, err := e.export(kv[1], depth+1)
 			if err != nil {
@@ -336,11 +336,4 @@ func (e *exporter) seq(x sl.Iterable, n int, depth int) (any, error) {
 		out = append(out, ev)
 	}
 	return out, nil
-}
-
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 )
 
@@ -157,7 +158,7 @@ func checkStage(f *os.File, p string) (*stageBinary, error) {
 		return nil, fmt.Errorf("stage binary %s: asking its stage code: %v %s", p, err, strings.TrimSpace(errOut.String()))
 	}
 	if got := strings.TrimSpace(out.String()); got != want {
-		return nil, fmt.Errorf("stage binary %s carries other stage code (digest %q, this binary's %q): rebuild it from this source (`make setup`)", p, clip(got, 40), want)
+		return nil, fmt.Errorf("stage binary %s carries other stage code (digest %q, this binary's %q): rebuild it from this source (`make setup`)", p, value.Clip(got, 40), want)
 	}
 	cacheDigest(p, st, want)
 	return newStageBinary(f, p, st), nil
@@ -236,13 +237,6 @@ func cacheDigest(p string, st os.FileInfo, digest string) {
 	if werr != nil || cerr != nil || os.Chmod(tmp.Name(), 0o644) != nil || os.Rename(tmp.Name(), p+".digest") != nil {
 		os.Remove(tmp.Name())
 	}
-}
-
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // errNoStage is wrapped when an explicitly configured stage binary is

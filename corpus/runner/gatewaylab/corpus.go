@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	egresscases "github.com/airlock-sandbox/airlock/corpus/egress"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // Judgement is what one egress case did.
@@ -47,7 +48,7 @@ func (env *Env) Run(c egresscases.Request) Judgement {
 	logs := env.TakeLogs()
 	bad := func(format string, args ...any) { j.Problems = append(j.Problems, fmt.Sprintf(format, args...)) }
 	if j.Got != c.Expect {
-		bad("got %s, want %s (%s)", j.Got, c.Expect, clip(j.Detail))
+		bad("got %s, want %s (%s)", j.Got, c.Expect, value.Clip(j.Detail, 300))
 	}
 	want := egress.Allow
 	if c.Expect == "deny" {
@@ -188,11 +189,4 @@ func (env *Env) query(c egresscases.Request) (string, string) {
 		return "allow", r.String()
 	}
 	return "deny", dns.RcodeToString[r.Rcode]
-}
-
-func clip(s string) string {
-	if len(s) > 300 {
-		return s[:300] + "…"
-	}
-	return s
 }
