@@ -267,6 +267,3 @@ func imageEnv(img *image.Image, secrets map[string]string) map[string]string {
 	}
 	return env
 }
-
-// scratchHome is the job's home and working directory in the guest.
-const scratchHome = "/scratch"
