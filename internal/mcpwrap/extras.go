@@ -139,17 +139,32 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 			return refuse("failed", fmt.Sprintf("the wrapped server failed prompt %s: %v", name, err))
 		}
 		out := &mcp.GetPromptResult{Description: w.text(res.Description, maxDescription)}
+		// Consecutive messages of one role are one turn to the client:
+		// they are sanitised together, and relayed as one message.
 		budget := w.cfg.MaxResultBytes
+		var turn block
+		var role mcp.Role
+		flush := func() {
+			if role != "" {
+				out.Messages = append(out.Messages, &mcp.PromptMessage{Role: role, Content: &mcp.TextContent{Text: w.joined(&turn, &budget, &rec)}})
+			}
+			turn = block{}
+		}
 		for _, m := range res.Messages {
 			if m == nil {
 				continue
 			}
-			role := m.Role
-			if role != "user" && role != "assistant" {
-				role = "user"
+			r := m.Role
+			if r != "user" && r != "assistant" {
+				r = "user"
 			}
-			out.Messages = append(out.Messages, &mcp.PromptMessage{Role: role, Content: &mcp.TextContent{Text: w.untrusted(m.Content, &budget, &rec)}})
+			if r != role {
+				flush()
+				role = r
+			}
+			turn.add(m.Content, &rec)
 		}
+		flush()
 		rec.Decision = "relayed"
 		w.audit(rec)
 		return out, nil
@@ -157,8 +172,8 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 }
 
 // resourceHandler relays resources/read of a listed resource (the SDK
-// answers any other URI as not found): text is sanitised and capped,
-// binary content withheld.
+// answers any other URI as not found) as one text: the contents' text
+// sanitised and capped, binary content withheld.
 func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		start := w.cfg.Now()
@@ -173,39 +188,34 @@ func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 			w.audit(rec)
 			return nil, fmt.Errorf("airlock: the wrapped server failed reading %s: %v", uri, err)
 		}
-		out := &mcp.ReadResourceResult{}
-		budget := w.cfg.MaxResultBytes
+		// A resource's contents are sanitised together (see block), and
+		// relayed as one text.
+		rc := &mcp.ResourceContents{URI: uri, MIMEType: "text/plain"}
+		var all block
 		for _, c := range res.Contents {
 			if c == nil {
 				continue
 			}
-			rc := &mcp.ResourceContents{URI: c.URI, MIMEType: c.MIMEType}
-			if rc.URI == "" {
-				rc.URI = uri
+			if len(res.Contents) == 1 && c.Blob == nil {
+				rc.MIMEType = c.MIMEType
+				if c.URI != "" {
+					rc.URI = c.URI
+				}
 			}
 			if c.Blob == nil {
-				rc.Text = w.capped(c.Text, &budget, &rec)
+				all.texts = append(all.texts, c.Text)
 			} else {
-				rc.MIMEType, rc.Text = "text/plain", "[airlock: binary content withheld]"
+				all.notes = append(all.notes, "[airlock: binary content withheld]")
 				rec.Withheld++
 			}
-			out.Contents = append(out.Contents, rc)
 		}
+		budget := w.cfg.MaxResultBytes
+		rc.Text = w.joined(&all, &budget, &rec)
+		out := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{rc}}
 		rec.Decision = "relayed"
 		w.audit(rec)
 		return out, nil
 	}
-}
-
-// untrusted is a content item as text the agent may read: text content
-// sanitised and capped, anything else a note that it was withheld.
-func (w *Wrapper) untrusted(c mcp.Content, budget *int, rec *Record) string {
-	tc, ok := c.(*mcp.TextContent)
-	if !ok {
-		rec.Withheld++
-		return fmt.Sprintf("[airlock: %T content withheld]", c)
-	}
-	return w.capped(tc.Text, budget, rec)
 }
 
 // capped sanitises untrusted text and cuts it to what is left of budget.

@@ -568,22 +568,41 @@ func (w *Wrapper) clean(res *mcp.CallToolResult, rec *Record) *mcp.CallToolResul
 	if len(res.Content) == 0 {
 		return out
 	}
-	var texts, notes []string
+	var b block
 	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			texts = append(texts, tc.Text)
-		} else {
-			rec.Withheld++
-			notes = append(notes, fmt.Sprintf("[airlock: %T content withheld]", c))
-		}
+		b.add(c, rec)
 	}
 	budget := w.cfg.MaxResultBytes
-	all := w.capped(strings.Join(texts, "\n"), &budget, rec)
-	if len(notes) > 0 {
-		all = strings.Join(append([]string{all}, notes...), "\n")
-	}
-	out.Content = []mcp.Content{&mcp.TextContent{Text: all}}
+	out.Content = []mcp.Content{&mcp.TextContent{Text: w.joined(&b, &budget, rec)}}
 	return out
+}
+
+// block gathers content items that a client shows run together (a tool
+// result's blocks, a resource's contents, consecutive prompt messages of
+// one role), to be sanitised as one text: a link split across items,
+// each harmless alone, would otherwise form again.
+type block struct {
+	texts, notes []string
+}
+
+// add takes c's text, or a note that its other content is withheld.
+func (b *block) add(c mcp.Content, rec *Record) {
+	if tc, ok := c.(*mcp.TextContent); ok {
+		b.texts = append(b.texts, tc.Text)
+		return
+	}
+	rec.Withheld++
+	b.notes = append(b.notes, fmt.Sprintf("[airlock: %T content withheld]", c))
+}
+
+// joined is b's texts sanitised together and capped to what is left of
+// budget, followed by its notes.
+func (w *Wrapper) joined(b *block, budget *int, rec *Record) string {
+	parts := b.notes
+	if len(b.texts) > 0 {
+		parts = append([]string{w.capped(strings.Join(b.texts, "\n"), budget, rec)}, b.notes...)
+	}
+	return strings.Join(parts, "\n")
 }
 
 // text sanitises and caps untrusted text shown to the agent.

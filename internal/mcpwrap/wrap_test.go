@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -638,6 +639,25 @@ func TestSplitResult(t *testing.T) {
 		}
 		return &res, nil
 	})
+	// A prompt's consecutive messages of one role, and a resource's
+	// contents, are run together by clients too.
+	for i := range parts {
+		srv.AddPrompt(&mcp.Prompt{Name: fmt.Sprint("split", i)}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			var res mcp.GetPromptResult
+			for _, p := range parts[i] {
+				res.Messages = append(res.Messages, &mcp.PromptMessage{Role: "user", Content: &mcp.TextContent{Text: p}})
+			}
+			return &res, nil
+		})
+		uri := fmt.Sprint("test://split/", i)
+		srv.AddResource(&mcp.Resource{URI: uri, Name: fmt.Sprint("split", i)}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			var res mcp.ReadResourceResult
+			for j, p := range parts[i] {
+				res.Contents = append(res.Contents, &mcp.ResourceContents{URI: fmt.Sprint(uri, "#", j), MIMEType: "text/markdown", Text: p})
+			}
+			return &res, nil
+		})
+	}
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(context.Background(), st, nil)
 	if err != nil {
@@ -661,9 +681,29 @@ func TestSplitResult(t *testing.T) {
 		}
 		// What the client shows is what the sanitiser passes unchanged:
 		// nothing in it points at another host.
-		got := text(res)
-		if again, findings := san.Markdown([]byte(got)); len(findings) > 0 || string(again) != got {
-			t.Errorf("%q came back as %q, in which %v", strings.Join(parts[i], ""), got, findings)
+		shown := map[string]string{"the tool result": text(res)}
+		prompt, err := agent.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: fmt.Sprint("split", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, m := range prompt.Messages {
+			b.WriteString(m.Content.(*mcp.TextContent).Text)
+		}
+		shown["the prompt"] = b.String()
+		read, err := agent.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: fmt.Sprint("test://split/", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Reset()
+		for _, c := range read.Contents {
+			b.WriteString(c.Text)
+		}
+		shown["the resource"] = b.String()
+		for what, got := range shown {
+			if again, findings := san.Markdown([]byte(got)); len(findings) > 0 || string(again) != got {
+				t.Errorf("%s: %q came back as %q, in which %v", what, strings.Join(parts[i], ""), got, findings)
+			}
 		}
 	}
 }
