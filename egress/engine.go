@@ -96,6 +96,8 @@ var rewriteHeaders = map[string]string{
 	"x-original-method":      "method-override",
 	"x-original-url":         "path-override",
 	"x-rewrite-url":          "path-override",
+	"x-original-uri":         "path-override", // nginx auth_request's convention
+	"x-envoy-original-path":  "path-override",
 	"x-forwarded-uri":        "path-override",
 	"x-forwarded-path":       "path-override",
 	"x-forwarded-prefix":     "path-override",
