@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,12 @@ const (
 // once to check them (each up to MaxRequestBytes); a request whose body
 // must be checked waits for one of them to be sent.
 const maxHeldBodies = 4
+
+// heldBodyTimeout bounds the reading of a body held to be checked: a
+// client that sends one slowly would keep one of the gateway's few
+// places for them (maxHeldBodies) from every other request. A variable
+// for the tests.
+var heldBodyTimeout = 30 * time.Second
 
 // rewriteHeaders let a client ask a server, or a front end before it, to
 // treat a request as another method, path or host than its request line
@@ -447,7 +454,14 @@ func (e *engine) checkForm(r *http.Request) (status int, reason string) {
 			release()
 		}
 	}()
+	if d, ok := r.Body.(interface{ SetReadDeadline(time.Time) error }); ok {
+		_ = d.SetReadDeadline(time.Now().Add(heldBodyTimeout))
+		defer func() { _ = d.SetReadDeadline(time.Time{}) }()
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, e.maxReq+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return http.StatusRequestTimeout, fmt.Sprintf("request body not complete within %s", heldBodyTimeout)
+	}
 	if err != nil {
 		return http.StatusBadRequest, "reading the request body: " + err.Error()
 	}

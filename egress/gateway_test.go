@@ -326,6 +326,44 @@ func TestHeldBodiesBounded(t *testing.T) {
 	}
 }
 
+// TestHeldBodiesTimeOut: a body held to be checked that does not arrive
+// in time is answered 408 and gives its place back, however it is framed
+// (and inside a tunnel too), so a few slow clients cannot stop every
+// other form from being checked.
+func TestHeldBodiesTimeOut(t *testing.T) {
+	defer egress.SetHeldBodyTimeout(300 * time.Millisecond)()
+	env := newTestEnv(t, nil)
+	pp := "post.test:" + env.HTTPPort
+	for _, framing := range []string{"Content-Length: 6\r\n\r\na=", "Transfer-Encoding: chunked\r\n\r\n6\r\na="} {
+		var slow []net.Conn
+		for i := 0; i < 5; i++ { // one more than the gateway holds at once
+			c, err := net.Dial("tcp", env.GW.ProxyAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			fmt.Fprintf(c, "POST http://%s/slow HTTP/1.1\r\nHost: %s\r\n%s", pp, pp, framing)
+			slow = append(slow, c)
+		}
+		for i, c := range slow {
+			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+			if err != nil {
+				t.Fatalf("%q, client %d: %v", framing, i, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "request body not complete") {
+				t.Errorf("%q, client %d: %d %s", framing, i, resp.StatusCode, body)
+			}
+		}
+	}
+	tunnel := "post.test:" + env.HTTPSPort
+	resp, err := env.Raw(tunnel, "POST /slow HTTP/1.1\r\nHost: "+tunnel+"\r\nContent-Length: 6\r\n\r\na=")
+	if err != nil || resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("a slow body in a tunnel: %v, %v", resp, err)
+	}
+}
+
 // TestUpstreamErrorsNameNoResolver: a granted name the upstream does not
 // know is answered "no such host", without the address of the host's
 // resolver, which the sandbox has no other way to learn.

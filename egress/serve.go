@@ -207,6 +207,7 @@ func readRequest(c net.Conn, br *bufio.Reader) (*request, error) {
 		return bad(http.StatusExpectationFailed, "Expect %q is not supported", strings.Join(e, ", "))
 	}
 	req.body = frame(r, br)
+	req.body.conn = c
 	r.Body = http.NoBody
 	if !req.body.done {
 		r.Body = req.body
@@ -276,6 +277,15 @@ type framedBody struct {
 	started     bool
 	onFirstRead func() error // sends 100 Continue
 	err         error
+	conn        net.Conn // the connection the body is read from
+}
+
+// SetReadDeadline bounds the reading of the body: see heldBodyTimeout.
+func (b *framedBody) SetReadDeadline(t time.Time) error {
+	if b.conn == nil {
+		return nil
+	}
+	return b.conn.SetReadDeadline(t)
 }
 
 func frame(r *http.Request, br *bufio.Reader) *framedBody {
