@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,6 +100,100 @@ func TestProxyCommand(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), `"verdict":"deny"`) || !strings.Contains(stderr.String(), `"method":"PUT"`) {
 		t.Errorf("decisions not logged: %s", stderr.String())
+	}
+}
+
+// TestProxyRefusalsBounded: a client refused in a loop does not write
+// the proxy's log as fast as it can make requests: past the budget,
+// refusals are counted in one record; allowed requests are all logged.
+func TestProxyRefusalsBounded(t *testing.T) {
+	defer func(n int) { proxyRefusalsPerMinute = n }(proxyRefusalsPerMinute)
+	proxyRefusalsPerMinute = 5
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
+	defer origin.Close()
+	port := origin.URL[strings.LastIndexByte(origin.URL, ':')+1:]
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	hosts := filepath.Join(dir, "hosts")
+	logFile := filepath.Join(dir, "decisions.jsonl")
+	os.WriteFile(policy, []byte("- host: origin.test\n  ports: ["+port+"]\n  methods: [GET]\n"), 0o644)
+	os.WriteFile(hosts, []byte("127.0.0.1 origin.test\n"), 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"proxy", "--policy", policy, "--hosts", hosts, "--listen", "127.0.0.1:0", "--log", logFile}, strings.NewReader(""), io.Discard, &stderr)
+	}()
+	re := regexp.MustCompile(`HTTP proxy on (\S+)`)
+	var addr string
+	for i := 0; i < 500 && addr == ""; i++ {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if addr == "" {
+		t.Fatalf("proxy did not start: %s", stderr.String())
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
+	for i := range 15 {
+		method := "PUT"
+		if i%5 == 4 {
+			method = "GET"
+		}
+		req, _ := http.NewRequest(method, "http://origin.test:"+port+"/", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var puts, gets, summaries int
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r egress.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		switch {
+		case r.Method == "PUT" && r.Verdict == egress.Deny:
+			puts++
+		case r.Method == "GET" && r.Verdict == egress.Allow:
+			gets++
+		case strings.Contains(r.Reason, "7 more refusals not logged (at most 5 a minute are)"):
+			summaries++
+		default:
+			t.Errorf("unexpected record %s", line)
+		}
+	}
+	if puts != 5 || gets != 3 || summaries != 1 {
+		t.Errorf("%d refusals, %d allowed, %d summaries logged; want 5, 3, 1:\n%s", puts, gets, summaries, data)
+	}
+}
+
+// TestRefusalBudgetMinutes: the budget is a minute's; a later minute
+// logs the count of the earlier one's quiet refusals first.
+func TestRefusalBudgetMinutes(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var got []string
+	b := &refusalBudget{sink: func(r egress.Record) { got = append(got, string(r.Verdict)+" "+r.Reason) }, max: 2, now: func() time.Time { return now }}
+	for range 4 {
+		b.log(egress.Record{Verdict: egress.Deny, Reason: "r"})
+	}
+	now = now.Add(time.Minute)
+	b.log(egress.Record{Verdict: egress.Deny, Reason: "later"})
+	b.flush()
+	want := []string{"deny r", "deny r", "deny 2 more refusals not logged (at most 2 a minute are)", "deny later"}
+	if !slices.Equal(got, want) {
+		t.Errorf("logged %q, want %q", got, want)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/egress"
 )
@@ -57,15 +59,18 @@ func runProxy(ctx context.Context, e *env) int {
 			return exitUsage
 		}
 	}
-	cfg.Log = egress.JSONSink(e.stderr)
+	sink := egress.JSONSink(e.stderr)
 	if *logFile != "" {
 		f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 		if err != nil {
 			return e.fail(err)
 		}
 		defer f.Close()
-		cfg.Log = egress.JSONSink(f)
+		sink = egress.JSONSink(f)
 	}
+	refusals := &refusalBudget{sink: sink, job: *job, max: proxyRefusalsPerMinute, now: time.Now}
+	defer refusals.flush()
+	cfg.Log = refusals.log
 	gw, err := egress.Start(ctx, cfg)
 	if err != nil {
 		return e.fail(err)
@@ -87,4 +92,55 @@ func runProxy(ctx context.Context, e *env) int {
 	}
 	<-ctx.Done()
 	return exitOK
+}
+
+// proxyRefusalsPerMinute bounds the refusals the proxy logs in a minute:
+// a client refused in a loop would otherwise write records as fast as it
+// can make requests. Allowed requests are all logged.
+var proxyRefusalsPerMinute = 1000
+
+// refusalBudget passes records to sink, at most max refusals a minute;
+// those past it are counted, and one record says how many were not
+// logged, with the first record of a later minute or when the proxy stops.
+type refusalBudget struct {
+	mu       sync.Mutex
+	sink     func(egress.Record)
+	job      string
+	max      int
+	now      func() time.Time
+	start    time.Time // of the current minute
+	n, quiet int
+}
+
+func (b *refusalBudget) log(r egress.Record) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now := b.now(); now.Sub(b.start) >= time.Minute {
+		b.summarise()
+		b.start, b.n = now, 0
+	}
+	if r.Verdict == egress.Deny {
+		if b.n >= b.max {
+			b.quiet++
+			return
+		}
+		b.n++
+	}
+	b.sink(r)
+}
+
+// flush logs the count of refusals not logged, if any.
+func (b *refusalBudget) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.summarise()
+}
+
+func (b *refusalBudget) summarise() {
+	if b.quiet == 0 {
+		return
+	}
+	b.sink(egress.Record{Time: b.now().UTC(), Job: b.job, Via: "proxy", Verdict: egress.Deny,
+		Reason: fmt.Sprintf("%d more refusals not logged (at most %d a minute are)", b.quiet, b.max)})
+	b.quiet = 0
 }
