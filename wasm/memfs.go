@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -447,6 +447,7 @@ type memFile struct {
 	n           *memNode
 	off         int64
 	dirPos      int
+	dirNames    []string // the directory's names, sorted when read from its start
 	read, write bool
 	append      bool
 	closed      bool
@@ -559,24 +560,24 @@ func (f *memFile) Readdir(n int) ([]sys.Dirent, sys.Errno) {
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	names := make([]string, 0, len(f.n.children))
-	for name := range f.n.children {
-		names = append(names, name)
+	// The names are sorted once per pass over the directory, not once per
+	// batch a guest reads: a pass sees the entries there at its start,
+	// less those removed since.
+	if f.dirPos == 0 || f.dirNames == nil {
+		f.dirNames = make([]string, 0, len(f.n.children))
+		for name := range f.n.children {
+			f.dirNames = append(f.dirNames, name)
+		}
+		slices.Sort(f.dirNames)
 	}
-	sort.Strings(names)
-	if f.dirPos >= len(names) {
-		return nil, 0
+	var out []sys.Dirent
+	for f.dirPos < len(f.dirNames) && (n < 0 || len(out) < n) {
+		name := f.dirNames[f.dirPos]
+		f.dirPos++
+		if c, ok := f.n.children[name]; ok {
+			out = append(out, sys.Dirent{Ino: c.ino, Name: name, Type: c.mode.Type()})
+		}
 	}
-	names = names[f.dirPos:]
-	if n >= 0 && n < len(names) {
-		names = names[:n]
-	}
-	out := make([]sys.Dirent, len(names))
-	for i, name := range names {
-		c := f.n.children[name]
-		out[i] = sys.Dirent{Ino: c.ino, Name: name, Type: c.mode.Type()}
-	}
-	f.dirPos += len(names)
 	return out, 0
 }
 

@@ -476,3 +476,47 @@ func TestMemFSHugeOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestMemFSReaddirBatches: a directory read in batches lists each entry
+// once, in order, leaves out one removed during the pass, and a seek to
+// its start begins a new pass that sees the entries added since.
+func TestMemFSReaddirBatches(t *testing.T) {
+	m := newMemFS(1<<20, 0)
+	for _, n := range []string{"e", "a", "d", "c", "b"} {
+		must(t, m.put("dir/"+n, nil))
+	}
+	d, errno := m.OpenFile("dir", sys.O_RDONLY, 0)
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	read := func(n int) string {
+		ents, errno := d.Readdir(n)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name)
+		}
+		return strings.Join(names, ",")
+	}
+	if got := read(2); got != "a,b" {
+		t.Fatalf("first batch %q", got)
+	}
+	if errno := m.Unlink("dir/c"); errno != 0 {
+		t.Fatal(errno)
+	}
+	must(t, m.put("dir/bb", nil))
+	if got := read(2); got != "d,e" {
+		t.Fatalf("second batch %q (c was removed; bb came after the pass began)", got)
+	}
+	if got := read(2); got != "" {
+		t.Fatalf("past the end %q", got)
+	}
+	if _, errno := d.Seek(0, io.SeekStart); errno != 0 {
+		t.Fatal(errno)
+	}
+	if got := read(-1); got != "a,b,bb,d,e" {
+		t.Fatalf("a new pass %q", got)
+	}
+}
