@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,24 +62,7 @@ func TestProxyCommand(t *testing.T) {
 	os.WriteFile(policy, []byte("- host: origin.test\n  ports: ["+port+"]\n"), 0o644)
 	os.WriteFile(hosts, []byte("127.0.0.1 origin.test\n"), 0o644)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Run(ctx, []string{"proxy", "--policy", policy, "--hosts", hosts, "--listen", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--ca-out", ca}, strings.NewReader(""), io.Discard, &stderr)
-	}()
-	re := regexp.MustCompile(`HTTP proxy on (\S+)`)
-	var addr string
-	for i := 0; i < 500 && addr == ""; i++ {
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if addr == "" {
-		t.Fatalf("proxy did not start: %s", stderr.String())
-	}
+	addr, stderr, stop := startProxy(t, "--policy", policy, "--hosts", hosts, "--dns", "127.0.0.1:0", "--ca-out", ca)
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
 	for method, want := range map[string]int{"GET": 200, "PUT": 403} {
 		req, _ := http.NewRequest(method, "http://origin.test:"+port+"/", nil)
@@ -94,13 +78,38 @@ func TestProxyCommand(t *testing.T) {
 	if pem, err := os.ReadFile(ca); err != nil || !bytes.Contains(pem, []byte("BEGIN CERTIFICATE")) {
 		t.Errorf("--ca-out: %v", err)
 	}
-	cancel()
-	if code := <-done; code != exitOK {
+	if code := stop(); code != exitOK {
 		t.Errorf("exit %d", code)
 	}
 	if !strings.Contains(stderr.String(), `"verdict":"deny"`) || !strings.Contains(stderr.String(), `"method":"PUT"`) {
 		t.Errorf("decisions not logged: %s", stderr.String())
 	}
+}
+
+// startProxy runs `airlock proxy` with args (and --listen on loopback)
+// until the test ends, and returns its proxy address, its stderr, and a
+// stop that ends it and returns its exit code.
+func startProxy(t *testing.T, args ...string) (addr string, stderr *syncbuf.Buffer, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr = &syncbuf.Buffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...), strings.NewReader(""), io.Discard, stderr)
+	}()
+	stop = sync.OnceValue(func() int { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	re := regexp.MustCompile(`HTTP proxy on (\S+)`)
+	for i := 0; i < 500 && addr == ""; i++ {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if addr == "" {
+		t.Fatalf("proxy did not start: %s", stderr.String())
+	}
+	return addr, stderr, stop
 }
 
 // TestProxyRefusalsBounded: a client refused in a loop does not write
@@ -118,24 +127,7 @@ func TestProxyRefusalsBounded(t *testing.T) {
 	logFile := filepath.Join(dir, "decisions.jsonl")
 	os.WriteFile(policy, []byte("- host: origin.test\n  ports: ["+port+"]\n  methods: [GET]\n"), 0o644)
 	os.WriteFile(hosts, []byte("127.0.0.1 origin.test\n"), 0o644)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Run(ctx, []string{"proxy", "--policy", policy, "--hosts", hosts, "--listen", "127.0.0.1:0", "--log", logFile}, strings.NewReader(""), io.Discard, &stderr)
-	}()
-	re := regexp.MustCompile(`HTTP proxy on (\S+)`)
-	var addr string
-	for i := 0; i < 500 && addr == ""; i++ {
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if addr == "" {
-		t.Fatalf("proxy did not start: %s", stderr.String())
-	}
+	addr, stderr, stop := startProxy(t, "--policy", policy, "--hosts", hosts, "--log", logFile)
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
 	for i := range 15 {
 		method := "PUT"
@@ -149,8 +141,7 @@ func TestProxyRefusalsBounded(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	cancel()
-	if code := <-done; code != exitOK {
+	if code := stop(); code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	data, err := os.ReadFile(logFile)
