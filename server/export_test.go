@@ -32,3 +32,6 @@ func SetBodyReadTimeout(d time.Duration) func() {
 	bodyReadTimeout = d
 	return func() { bodyReadTimeout = old }
 }
+
+// MaxMCPSessions bounds a tenant's open MCP sessions.
+const MaxMCPSessions = maxMCPSessions
