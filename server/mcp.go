@@ -508,8 +508,9 @@ type errorOutput struct {
 }
 
 func toolError(err error) (*mcp.CallToolResult, any, error) {
-	info := &airlock.ErrorInfo{Kind: airlock.KindOf(err), Message: err.Error()}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, errorOutput{info}, nil
+	msg := clipMessage(err.Error())
+	info := &airlock.ErrorInfo{Kind: airlock.KindOf(err), Message: msg}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, errorOutput{info}, nil
 }
 
 // toolResult is a run's answer: the text a model reads (the tier and what
