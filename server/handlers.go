@@ -318,22 +318,29 @@ type overloaded struct {
 
 func (e *overloaded) Error() string { return e.msg }
 
-// acquire takes a run slot of the tenant: at once if one is free, else
-// waiting in a bounded queue for at most the configured wait. On a shared
-// state the slot is one of the tenant's slots across the replicas too.
-func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
+// spend takes one run of the tenant's runs per minute. Every run request
+// that gets as far as the tenant's rules spends one, refused or not: a
+// refused run is an audit record too.
+func (s *Server) spend(ctx context.Context, t *tenant) error {
 	if t.rate != nil && !t.rate.Allow() {
-		return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
+		return &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
 	}
 	if t.lease != nil {
 		ok, err := t.lease.take(ctx)
 		if err != nil {
-			return nil, unavailable("the shared state cannot be reached for the run quota: " + err.Error())
+			return unavailable("the shared state cannot be reached for the run quota: " + err.Error())
 		}
 		if !ok {
-			return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
+			return &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
 		}
 	}
+	return nil
+}
+
+// acquire takes a run slot of the tenant: at once if one is free, else
+// waiting in a bounded queue for at most the configured wait. On a shared
+// state the slot is one of the tenant's slots across the replicas too.
+func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 	deadline := time.NewTimer(s.cfg.QueueWait.or(time.Second))
 	defer deadline.Stop()
 	release, err := s.localSlot(ctx, t, deadline.C)
@@ -485,6 +492,9 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	s.inflight.Add(1)
 	defer s.inflight.Done()
+	if err := s.spend(ctx, rq.t); err != nil {
+		return airlock.Result{}, err
+	}
 	job := &rq.job
 	if rq.session != nil {
 		job.Tier = rq.session.tier
