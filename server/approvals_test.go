@@ -219,3 +219,34 @@ func TestApprovedCommand(t *testing.T) {
 	argv := strings.Replace(job, `"world"`, `"mallory"`, 1)
 	expectStale(t, f.do("POST", "/v1/run", keyA, argv, server.ApprovalHeader, tok.Token), "differs")
 }
+
+// Whether a job was asked for, is pending or was decided is told only to
+// its tenant and its approvers: to anyone else (another tenant, another
+// tenant's approver, no key) every approval endpoint answers a decided
+// digest exactly as one nobody asked for. A digest can be computed for a
+// guessed job.
+func TestApprovalsTellOthersNothing(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) {
+		c.Tenants[1].ApproverSHA256 = []string{server.HashKey("test-key-approver-b-0123456789abcd")}
+	})
+	d := f.requestApproval(keyA, starlarkJob("result = 7"))
+	if r := f.do("POST", "/v1/approvals/"+string(d)+"/approve", keyApprover, nil); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	unknown := strings.Repeat("0", 64)
+	for _, key := range []string{keyB, "test-key-approver-b-0123456789abcd", "", "not-a-key"} {
+		for _, ep := range []struct{ method, path string }{
+			{"GET", "/v1/approvals/%s"},
+			{"GET", "/v1/approvals/%s/decision"},
+			{"POST", "/v1/approvals/%s/approve"},
+		} {
+			got := f.do(ep.method, fmt.Sprintf(ep.path, d), key, nil)
+			none := f.do(ep.method, fmt.Sprintf(ep.path, unknown), key, nil)
+			norm := strings.ReplaceAll(string(got.body), string(d), unknown)
+			if got.status != none.status || norm != string(none.body) {
+				t.Errorf("%s %s with key %q: a decided digest answers %d %s, one nobody asked for %d %s",
+					ep.method, ep.path, key, got.status, got.body, none.status, none.body)
+			}
+		}
+	}
+}

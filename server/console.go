@@ -367,7 +367,9 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if t == nil || !(isTenant && s.tenants[i] == t) && !approver(r, t) {
-			s.refuse(w, http.StatusNotFound, kindNotFound, "no approval "+string(d))
+			// Word for word what a digest nobody asked for gets: anyone
+			// else learns nothing, not even that a guessed job was decided.
+			s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
 			return
 		}
 		a := answer{Digest: d, Status: "approved", Approver: dc.Approver, Reason: dc.Reason, Token: dc.Token}
