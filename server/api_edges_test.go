@@ -181,3 +181,21 @@ func TestWrongMethodEveryRoute(t *testing.T) {
 		t.Errorf("an unknown console page: %d", r.status)
 	}
 }
+
+// Every JSON body is one object: anything after it is refused, as a
+// job's is, not ignored.
+func TestTrailingDataRefused(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/run", `{"kind":"expr","code":"1"} {"kind":"expr","code":"2"}`},
+		{"/v1/explain", `{"kind":"expr","code":"1"}[]`},
+		{"/v1/approvals", `{"kind":"expr","code":"1"}x`},
+		{"/v1/sessions", `{"tier":"starlark"}{"tier":"starlark"}`},
+		{"/v1/sessions", `{"tier":"starlark"} x`},
+	} {
+		r := f.do("POST", c.path, keyA, c.body)
+		if r.status != 400 || !strings.Contains(string(r.body), `"invalid"`) || !strings.Contains(string(r.body), "trailing") {
+			t.Errorf("POST %s %s: %d %s; want 400 invalid naming the trailing data", c.path, c.body, r.status, r.body)
+		}
+	}
+}
