@@ -438,10 +438,26 @@ func TestMCPIdleSessionsAreClosed(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // longer than the TTL: idle
 		status, _ := mcpPost(t, f.http.URL, keyA, sid, ping)
 		if status == http.StatusNotFound {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("an MCP session idle past the session TTL still answers: %d", status)
+		}
+	}
+	// Sessions closed for idling make room for new ones.
+	for i := range server.MaxMCPSessions {
+		if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusOK {
+			t.Fatalf("session %d: %d", i, status)
+		}
+	}
+	for {
+		time.Sleep(300 * time.Millisecond)
+		status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit)
+		if status == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with %d sessions idle past the session TTL a new one is refused: %d", server.MaxMCPSessions, status)
 		}
 	}
 }
