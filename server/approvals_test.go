@@ -250,3 +250,28 @@ func TestApprovalsTellOthersNothing(t *testing.T) {
 		}
 	}
 }
+
+// Pending jobs are bounded in bytes as well as in number: a job may be
+// 32 MiB, and 256 of them per tenant would take gigabytes of the
+// server's memory until they expire. Another tenant still gets its own.
+func TestPendingApprovalsBoundedInBytes(t *testing.T) {
+	f := newFixture(t)
+	big := strings.Repeat("x", 25<<20)
+	ask := func(key string, i int) reply {
+		job := starlarkJob(fmt.Sprintf("result = %d", i))
+		job.Files = map[string]string{"data.txt": big}
+		return f.do("POST", "/v1/approvals", key, job)
+	}
+	for i := range 3 {
+		if r := ask(keyA, i); r.status != 200 {
+			t.Fatalf("pending job %d of 25 MiB: %d %.300s", i, r.status, r.body)
+		}
+	}
+	r := ask(keyA, 3)
+	if r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Errorf("a fourth pending job of 25 MiB: %d %.300s; want 429 with Retry-After", r.status, r.body)
+	}
+	if r := ask(keyB, 0); r.status != 200 {
+		t.Errorf("tenant b's pending job was refused for a's: %d %.300s", r.status, r.body)
+	}
+}
