@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -59,6 +60,7 @@ const (
 	keepDecided      = 24 * time.Hour // for the diff and the runs' records, past the token's expiry
 	maxKeptRuns      = 256
 	maxKeptOutput    = 16 << 10
+	maxKeptFiles     = 16
 	maxReason        = 1000
 )
 
@@ -146,15 +148,7 @@ func (c *console) ran(rec Record, seq uint64, res *airlock.Result) {
 		return
 	}
 	if res != nil {
-		kept := *res
-		kept.Stdout, kept.Stderr = truncate(kept.Stdout, maxKeptOutput), truncate(kept.Stderr, maxKeptOutput)
-		if len(kept.Files) > 0 {
-			kept.Files = make(map[string]string, len(res.Files))
-			for k, v := range res.Files {
-				kept.Files[k] = truncate(v, maxKeptOutput)
-			}
-		}
-		res = &kept
+		res = keptResult(res)
 	}
 	c.mu.Lock()
 	c.nextRun++
@@ -190,11 +184,42 @@ func (c *console) decisionOf(d approve.Digest) (approver, reason string) {
 	return "", ""
 }
 
+// keptResult is what the console keeps of a run's result: a few KiB of
+// each output and of at most maxKeptFiles collected files, copied, so
+// that the run's full outputs (MiBs each) are not kept alive with it.
+func keptResult(res *airlock.Result) *airlock.Result {
+	kept := *res
+	kept.Stdout, kept.Stderr = truncate(kept.Stdout, maxKeptOutput), truncate(kept.Stderr, maxKeptOutput)
+	if len(kept.Files) > 0 {
+		kept.Files = make(map[string]string, min(len(res.Files), maxKeptFiles))
+		for _, k := range slices.Sorted(maps.Keys(res.Files))[:min(len(res.Files), maxKeptFiles)] {
+			kept.Files[strings.Clone(k)] = truncate(res.Files[k], maxKeptOutput)
+		}
+	}
+	if n := valueSize(kept.Value); n > maxKeptOutput {
+		kept.Value = fmt.Sprintf("[a value of about %d bytes, not kept]", n)
+	}
+	kept.FilesSkipped = nil // not shown
+	if res.Error != nil {
+		e := *res.Error
+		e.Message = truncate(e.Message, maxKeptOutput)
+		kept.Error = &e
+	}
+	if res.Stopped != nil {
+		st := *res.Stopped
+		st.Detail = truncate(st.Detail, maxKeptOutput)
+		kept.Stopped = &st
+	}
+	return &kept
+}
+
+// truncate returns a copy of at most the first n bytes of s (a slice of
+// s would keep all of it alive).
 func truncate(s string, n int) string {
 	if len(s) <= n {
-		return s
+		return strings.Clone(s)
 	}
-	return s[:n]
+	return strings.Clone(s[:n])
 }
 
 // approverID names an approver in the trail without its key: the first
