@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -89,7 +90,12 @@ type consoleSession struct {
 	approver string
 	csrf     string
 	expires  time.Time
+	streams  atomic.Int32 // its open event streams
 }
+
+// maxConsoleStreams bounds a console session's open event streams (a
+// page open in a few tabs): each holds a connection for minutes.
+const maxConsoleStreams = 8
 
 // decision is an approver's answer to a pending job.
 type decision struct {
@@ -657,6 +663,13 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request, v *viewer
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	if v.sess.streams.Add(1) > maxConsoleStreams {
+		v.sess.streams.Add(-1)
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "too many open event streams for this session", http.StatusTooManyRequests)
+		return
+	}
+	defer v.sess.streams.Add(-1)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte("retry: 2000\n\n"))

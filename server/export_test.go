@@ -35,3 +35,6 @@ func SetBodyReadTimeout(d time.Duration) func() {
 
 // MaxMCPSessions bounds a tenant's open MCP sessions.
 const MaxMCPSessions = maxMCPSessions
+
+// MaxConsoleStreams bounds a console session's event streams.
+const MaxConsoleStreams = maxConsoleStreams
