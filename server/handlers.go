@@ -162,10 +162,14 @@ func (s *Server) tenant(w http.ResponseWriter, r *http.Request) *tenant {
 	return s.tenants[i]
 }
 
+// bearer returns the request's bearer key. The scheme is matched without
+// regard to case (RFC 7235), as the MCP SDK's check does, so that every
+// endpoint (and each of the /mcp handler's own limits) knows the same
+// caller.
 func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
-	key, ok := strings.CutPrefix(h, "Bearer ")
-	return strings.TrimSpace(key), ok && strings.TrimSpace(key) != ""
+	scheme, key, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	key = strings.TrimSpace(key)
+	return key, ok && strings.EqualFold(scheme, "Bearer") && key != ""
 }
 
 // bodies are the buffers request bodies are read into.

@@ -408,10 +408,24 @@ func TestMCPSessionsAreBounded(t *testing.T) {
 	if status, sid := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusTooManyRequests {
 		t.Fatalf("session %d past the maximum %d: status %d, session %q", server.MaxMCPSessions+1, server.MaxMCPSessions, status, sid)
 	}
+	// The scheme's case does not matter (the SDK's check ignores it), so
+	// it does not slip past the limit either.
+	req, _ := http.NewRequest("POST", f.http.URL+"/mcp", strings.NewReader(mcpInit))
+	req.Header.Set("Authorization", "bearer "+keyA)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("a session past the maximum with 'bearer': status %d", resp.StatusCode)
+		}
+	}
 	if status, _ := mcpPost(t, f.http.URL, keyB, "", mcpInit); status != http.StatusOK {
 		t.Errorf("tenant b was refused a session for a's: %d", status)
 	}
-	req, _ := http.NewRequest("DELETE", f.http.URL+"/mcp", nil)
+	req, _ = http.NewRequest("DELETE", f.http.URL+"/mcp", nil)
 	req.Header.Set("Authorization", "Bearer "+keyA)
 	req.Header.Set("Mcp-Session-Id", sids[0])
 	resp, err := http.DefaultClient.Do(req)
