@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -179,5 +180,53 @@ func TestWrongMethodEveryRoute(t *testing.T) {
 	}
 	if r := f.do("GET", "/console/nothing", "", nil); r.status != 404 {
 		t.Errorf("an unknown console page: %d", r.status)
+	}
+}
+
+// Every JSON body is one object: anything after it is refused, as a
+// job's is, not ignored.
+func TestTrailingDataRefused(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/run", `{"kind":"expr","code":"1"} {"kind":"expr","code":"2"}`},
+		{"/v1/explain", `{"kind":"expr","code":"1"}[]`},
+		{"/v1/approvals", `{"kind":"expr","code":"1"}x`},
+		{"/v1/sessions", `{"tier":"starlark"}{"tier":"starlark"}`},
+		{"/v1/sessions", `{"tier":"starlark"} x`},
+	} {
+		r := f.do("POST", c.path, keyA, c.body)
+		if r.status != 400 || !strings.Contains(string(r.body), `"invalid"`) || !strings.Contains(string(r.body), "trailing") {
+			t.Errorf("POST %s %s: %d %s; want 400 invalid naming the trailing data", c.path, c.body, r.status, r.body)
+		}
+	}
+}
+
+// The Authorization scheme is matched without regard to case (RFC 7235),
+// on the API as on /mcp.
+func TestBearerSchemeAnyCase(t *testing.T) {
+	f := newFixture(t)
+	for _, h := range []string{"Bearer " + keyA, "bearer " + keyA, "BEARER  " + keyA} {
+		req, _ := http.NewRequest("GET", f.http.URL+"/v1/tiers", nil)
+		req.Header.Set("Authorization", h)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("Authorization: %.8s...: %d", h, resp.StatusCode)
+		}
+	}
+	for _, h := range []string{"Basic " + keyA, "Bearer", "Bearer ", keyA, "Bearerx " + keyA} {
+		req, _ := http.NewRequest("GET", f.http.URL+"/v1/tiers", nil)
+		req.Header.Set("Authorization", h)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Errorf("Authorization: %.9s...: %d, want 401", h, resp.StatusCode)
+		}
 	}
 }

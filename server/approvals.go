@@ -24,6 +24,13 @@ const (
 	maxPendingPerTenant = 256
 )
 
+// maxPendingBytes and maxPendingBytesPerTenant bound the memory pending
+// jobs hold (about their size, see jobSize): a job may be 32 MiB.
+const (
+	maxPendingBytes          = 512 << 20
+	maxPendingBytesPerTenant = 96 << 20
+)
+
 // pending is a job waiting for an approver.
 type pending struct {
 	tenant  *tenant
@@ -32,6 +39,7 @@ type pending struct {
 	rule    string
 	created time.Time
 	image   string // the image digest the approval binds ("": none, or not known here)
+	size    int    // about the job's size (jobSize)
 }
 
 // shown is a pending job as a person should see it, with the image
@@ -106,19 +114,25 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 	if rule != "" {
 		kept := job
 		kept.Grants = redactGrants(job.Grants)
+		size := jobSize(&kept)
 		s.mu.Lock()
-		mine := 0
-		for _, p := range s.pending {
+		mine, mineBytes, all := 0, size, size
+		for pd, p := range s.pending {
+			if pd == d {
+				continue // asked again: replaced
+			}
+			all += p.size
 			if p.tenant == t {
 				mine++
+				mineBytes += p.size
 			}
 		}
-		if len(s.pending) >= maxPending || mine >= maxPendingPerTenant {
+		if len(s.pending) >= maxPending || mine >= maxPendingPerTenant || mineBytes > maxPendingBytesPerTenant || all > maxPendingBytes {
 			s.mu.Unlock()
-			s.answer(w, airlock.Result{}, &overloaded{"too many approvals pending", 30})
+			s.answer(w, airlock.Result{}, &overloaded{"too many approvals pending (or too large); wait for decisions, or for requests to expire", 30})
 			return
 		}
-		p := &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now(), image: pin}
+		p := &pending{tenant: t, job: kept, tier: tier.Name(), rule: rule, created: s.now(), image: pin, size: size}
 		s.pending[d] = p
 		s.mu.Unlock()
 		if err := s.sharePending(r.Context(), d, p); err != nil {

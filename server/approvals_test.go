@@ -219,3 +219,59 @@ func TestApprovedCommand(t *testing.T) {
 	argv := strings.Replace(job, `"world"`, `"mallory"`, 1)
 	expectStale(t, f.do("POST", "/v1/run", keyA, argv, server.ApprovalHeader, tok.Token), "differs")
 }
+
+// Whether a job was asked for, is pending or was decided is told only to
+// its tenant and its approvers: to anyone else (another tenant, another
+// tenant's approver, no key) every approval endpoint answers a decided
+// digest exactly as one nobody asked for. A digest can be computed for a
+// guessed job.
+func TestApprovalsTellOthersNothing(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) {
+		c.Tenants[1].ApproverSHA256 = []string{server.HashKey("test-key-approver-b-0123456789abcd")}
+	})
+	d := f.requestApproval(keyA, starlarkJob("result = 7"))
+	if r := f.do("POST", "/v1/approvals/"+string(d)+"/approve", keyApprover, nil); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	unknown := strings.Repeat("0", 64)
+	for _, key := range []string{keyB, "test-key-approver-b-0123456789abcd", "", "not-a-key"} {
+		for _, ep := range []struct{ method, path string }{
+			{"GET", "/v1/approvals/%s"},
+			{"GET", "/v1/approvals/%s/decision"},
+			{"POST", "/v1/approvals/%s/approve"},
+		} {
+			got := f.do(ep.method, fmt.Sprintf(ep.path, d), key, nil)
+			none := f.do(ep.method, fmt.Sprintf(ep.path, unknown), key, nil)
+			norm := strings.ReplaceAll(string(got.body), string(d), unknown)
+			if got.status != none.status || norm != string(none.body) {
+				t.Errorf("%s %s with key %q: a decided digest answers %d %s, one nobody asked for %d %s",
+					ep.method, ep.path, key, got.status, got.body, none.status, none.body)
+			}
+		}
+	}
+}
+
+// Pending jobs are bounded in bytes as well as in number: a job may be
+// 32 MiB, and 256 of them per tenant would take gigabytes of the
+// server's memory until they expire. Another tenant still gets its own.
+func TestPendingApprovalsBoundedInBytes(t *testing.T) {
+	f := newFixture(t)
+	big := strings.Repeat("x", 25<<20)
+	ask := func(key string, i int) reply {
+		job := starlarkJob(fmt.Sprintf("result = %d", i))
+		job.Files = map[string]string{"data.txt": big}
+		return f.do("POST", "/v1/approvals", key, job)
+	}
+	for i := range 3 {
+		if r := ask(keyA, i); r.status != 200 {
+			t.Fatalf("pending job %d of 25 MiB: %d %.300s", i, r.status, r.body)
+		}
+	}
+	r := ask(keyA, 3)
+	if r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Errorf("a fourth pending job of 25 MiB: %d %.300s; want 429 with Retry-After", r.status, r.body)
+	}
+	if r := ask(keyB, 0); r.status != 200 {
+		t.Errorf("tenant b's pending job was refused for a's: %d %.300s", r.status, r.body)
+	}
+}

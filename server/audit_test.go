@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,3 +153,56 @@ const envWAT = `(module
     (i32.store (i32.const 16) (i32.const 1024))
     (i32.store (i32.const 20) (i32.load (i32.const 4)))
     (drop (call $write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 24)))))`
+
+// A tenant's input does not grow the audit trail past the job size the
+// trail keeps: an error quoting a huge value of the job is cut (in the
+// answer too), a job whose input, environment or grants are large is not
+// kept, and grants past the server's bound are refused. Otherwise a few
+// requests would rotate the trail's older records away.
+func TestAuditRecordsStaySmall(t *testing.T) {
+	f := newFixture(t)
+	big := strings.Repeat("x", 2<<20)
+	mid := big[:512<<10] // within the bound on grants
+	rules := make([]map[string]any, 0, 6000)
+	for i := range 6000 {
+		rules = append(rules, map[string]any{"host": fmt.Sprintf("h%d.%s.example.com", i, strings.Repeat("a", 200))})
+	}
+	for _, c := range []struct {
+		name   string
+		job    map[string]any
+		status int
+	}{
+		{"invalid env name", map[string]any{"kind": "wasm", "module": "AGFzbQEAAAA=", "env": map[string]string{"-" + big: "1"}}, 400},
+		{"unknown kind", map[string]any{"kind": big}, 400},
+		{"invalid host", map[string]any{"kind": "expr", "code": "1", "grants": map[string]any{"net": []map[string]any{{"host": "-" + mid}}}}, 400},
+		{"large input", map[string]any{"kind": "expr", "code": "1", "input": map[string]any{"a": big}}, 200},
+		{"runtime error", map[string]any{"kind": "starlark", "code": "fail('y' * 2000000)"}, 200},
+		{"large grants", map[string]any{"kind": "expr", "code": "1", "grants": map[string]any{"net": rules}}, 400},
+	} {
+		before := len(nonEmpty(f.audit.Lines()))
+		r := f.do("POST", "/v1/run", keyA, c.job)
+		if r.status != c.status {
+			t.Errorf("%s: status %d, want %d: %.300s", c.name, r.status, c.status, r.body)
+		}
+		if r.status != 200 && len(r.body) > 16<<10 {
+			t.Errorf("%s: a %d-byte refusal: %.300s", c.name, len(r.body), r.body)
+		}
+		lines := nonEmpty(f.audit.Lines())
+		if len(lines) != before+1 {
+			t.Fatalf("%s: %d audit lines, want one more than %d", c.name, len(lines), before)
+		}
+		if n := len(lines[before]); n > 96<<10 {
+			t.Errorf("%s: a %d-byte audit record: %.300s", c.name, n, lines[before])
+		}
+	}
+}
+
+func nonEmpty(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}

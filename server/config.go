@@ -53,7 +53,8 @@ type Config struct {
 	Limits *LimitPolicy `json:"limits,omitempty"`
 	// Approvals says which jobs need an approval, and for how long one holds.
 	Approvals *Approvals `json:"approvals,omitempty"`
-	// SessionTTL closes a session idle this long (default 10m).
+	// SessionTTL closes a session (an API or MCP one) idle this long
+	// (default 10m).
 	SessionTTL Duration `json:"session_ttl,omitempty"`
 	// MaxSessions bounds open sessions per tenant (default 16).
 	MaxSessions int `json:"max_sessions,omitempty"`

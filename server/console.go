@@ -12,12 +12,14 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -59,6 +61,7 @@ const (
 	keepDecided      = 24 * time.Hour // for the diff and the runs' records, past the token's expiry
 	maxKeptRuns      = 256
 	maxKeptOutput    = 16 << 10
+	maxKeptFiles     = 16
 	maxReason        = 1000
 )
 
@@ -87,7 +90,12 @@ type consoleSession struct {
 	approver string
 	csrf     string
 	expires  time.Time
+	streams  atomic.Int32 // its open event streams
 }
+
+// maxConsoleStreams bounds a console session's open event streams (a
+// page open in a few tabs): each holds a connection for minutes.
+const maxConsoleStreams = 8
 
 // decision is an approver's answer to a pending job.
 type decision struct {
@@ -146,15 +154,7 @@ func (c *console) ran(rec Record, seq uint64, res *airlock.Result) {
 		return
 	}
 	if res != nil {
-		kept := *res
-		kept.Stdout, kept.Stderr = truncate(kept.Stdout, maxKeptOutput), truncate(kept.Stderr, maxKeptOutput)
-		if len(kept.Files) > 0 {
-			kept.Files = make(map[string]string, len(res.Files))
-			for k, v := range res.Files {
-				kept.Files[k] = truncate(v, maxKeptOutput)
-			}
-		}
-		res = &kept
+		res = keptResult(res)
 	}
 	c.mu.Lock()
 	c.nextRun++
@@ -190,11 +190,42 @@ func (c *console) decisionOf(d approve.Digest) (approver, reason string) {
 	return "", ""
 }
 
+// keptResult is what the console keeps of a run's result: a few KiB of
+// each output and of at most maxKeptFiles collected files, copied, so
+// that the run's full outputs (MiBs each) are not kept alive with it.
+func keptResult(res *airlock.Result) *airlock.Result {
+	kept := *res
+	kept.Stdout, kept.Stderr = truncate(kept.Stdout, maxKeptOutput), truncate(kept.Stderr, maxKeptOutput)
+	if len(kept.Files) > 0 {
+		kept.Files = make(map[string]string, min(len(res.Files), maxKeptFiles))
+		for _, k := range slices.Sorted(maps.Keys(res.Files))[:min(len(res.Files), maxKeptFiles)] {
+			kept.Files[strings.Clone(k)] = truncate(res.Files[k], maxKeptOutput)
+		}
+	}
+	if n := valueSize(kept.Value); n > maxKeptOutput {
+		kept.Value = fmt.Sprintf("[a value of about %d bytes, not kept]", n)
+	}
+	kept.FilesSkipped = nil // not shown
+	if res.Error != nil {
+		e := *res.Error
+		e.Message = truncate(e.Message, maxKeptOutput)
+		kept.Error = &e
+	}
+	if res.Stopped != nil {
+		st := *res.Stopped
+		st.Detail = truncate(st.Detail, maxKeptOutput)
+		kept.Stopped = &st
+	}
+	return &kept
+}
+
+// truncate returns a copy of at most the first n bytes of s (a slice of
+// s would keep all of it alive).
 func truncate(s string, n int) string {
 	if len(s) <= n {
-		return s
+		return strings.Clone(s)
 	}
-	return s[:n]
+	return strings.Clone(s[:n])
 }
 
 // approverID names an approver in the trail without its key: the first
@@ -367,7 +398,9 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if t == nil || !(isTenant && s.tenants[i] == t) && !approver(r, t) {
-			s.refuse(w, http.StatusNotFound, kindNotFound, "no approval "+string(d))
+			// Word for word what a digest nobody asked for gets: anyone
+			// else learns nothing, not even that a guessed job was decided.
+			s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
 			return
 		}
 		a := answer{Digest: d, Status: "approved", Approver: dc.Approver, Reason: dc.Reason, Token: dc.Token}
@@ -630,6 +663,13 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request, v *viewer
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	if v.sess.streams.Add(1) > maxConsoleStreams {
+		v.sess.streams.Add(-1)
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "too many open event streams for this session", http.StatusTooManyRequests)
+		return
+	}
+	defer v.sess.streams.Add(-1)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte("retry: 2000\n\n"))

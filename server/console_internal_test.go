@@ -1,8 +1,10 @@
 package server
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/airlock-sandbox/airlock"
 )
@@ -50,5 +52,43 @@ func TestChartAxis(t *testing.T) {
 	}
 	if got := strings.Join(labels, ","); got != "10 µs,100 µs,1 ms,10 ms,100 ms,1 s,10 s,100 s" {
 		t.Errorf("labels %s", got)
+	}
+}
+
+// TestConsoleKeepsLittleOfEachRun: the runs page keeps a few KiB of each
+// output, copied, and a few collected files: a slice of the run's
+// outputs would keep them whole (MiBs a run, for maxKeptRuns runs).
+func TestConsoleKeepsLittleOfEachRun(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	res := &airlock.Result{Stdout: big[:1<<20-1], Stderr: big[:1<<20-2], Value: big[:1<<20-3], Files: map[string]string{},
+		Error: &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: big}, Stopped: &airlock.Stop{Reason: airlock.StopDenied, Detail: big}}
+	for i := range 100 {
+		res.Files[fmt.Sprintf("f%03d", i)] = big[i:]
+	}
+	kept := keptResult(res)
+	shares := func(a, b string) bool {
+		return len(a) > 0 && len(b) > 0 && unsafe.StringData(a) == unsafe.StringData(b)
+	}
+	for name, p := range map[string][2]string{
+		"stdout": {kept.Stdout, res.Stdout}, "stderr": {kept.Stderr, res.Stderr},
+		"error": {kept.Error.Message, res.Error.Message}, "stop": {kept.Stopped.Detail, res.Stopped.Detail},
+	} {
+		if len(p[0]) > maxKeptOutput || shares(p[0], p[1]) {
+			t.Errorf("%s: kept %d bytes, sharing the run's: %v", name, len(p[0]), shares(p[0], p[1]))
+		}
+	}
+	if len(kept.Files) > maxKeptFiles {
+		t.Errorf("kept %d collected files, want at most %d", len(kept.Files), maxKeptFiles)
+	}
+	for name, c := range kept.Files {
+		if len(c) > maxKeptOutput || shares(c, res.Files[name]) {
+			t.Errorf("file %s: kept %d bytes, sharing the run's: %v", name, len(c), shares(c, res.Files[name]))
+		}
+	}
+	if v, _ := kept.Value.(string); v == res.Value || len(v) > maxKeptOutput {
+		t.Errorf("kept a value of %d bytes", len(v))
+	}
+	if res.Stdout != big[:1<<20-1] || len(res.Files) != 100 || res.Error.Message != big {
+		t.Error("keptResult changed the run's result")
 	}
 }

@@ -434,3 +434,54 @@ func TestConsoleDecisionWithoutJS(t *testing.T) {
 		t.Error("the agent cannot fetch a token approved over the API")
 	}
 }
+
+// A console session holds a few event streams at once, not any number:
+// each holds a connection for minutes.
+func TestConsoleEventStreamsBounded(t *testing.T) {
+	f := newFixture(t)
+	u := f.signIn(keyApprover)
+	open := func() *http.Response {
+		t.Helper()
+		resp, err := u.client.Get(f.http.URL + "/console/events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var streams []*http.Response
+	defer func() {
+		for _, r := range streams {
+			r.Body.Close()
+		}
+	}()
+	for i := range server.MaxConsoleStreams {
+		r := open()
+		streams = append(streams, r)
+		if r.StatusCode != 200 {
+			t.Fatalf("stream %d: %d", i, r.StatusCode)
+		}
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(r.Body, buf); err != nil { // the stream is served
+			t.Fatal(err)
+		}
+	}
+	r := open()
+	r.Body.Close()
+	if r.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("stream %d of one session: %d, want 429", server.MaxConsoleStreams+1, r.StatusCode)
+	}
+	streams[0].Body.Close()
+	streams = streams[1:]
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		r := open()
+		if r.StatusCode == 200 {
+			streams = append(streams, r)
+			break
+		}
+		r.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("after one stream ended a new one is still refused: %d", r.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -32,3 +32,9 @@ func SetBodyReadTimeout(d time.Duration) func() {
 	bodyReadTimeout = d
 	return func() { bodyReadTimeout = old }
 }
+
+// MaxMCPSessions bounds a tenant's open MCP sessions.
+const MaxMCPSessions = maxMCPSessions
+
+// MaxConsoleStreams bounds a console session's event streams.
+const MaxConsoleStreams = maxConsoleStreams

@@ -110,7 +110,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (s *Server) refuse(w http.ResponseWriter, status int, kind, msg string) {
 	counter(&s.metrics.refusals, strconv.Itoa(status)).Add(1)
-	writeJSON(w, status, apiError{airlock.ErrorInfo{Kind: airlock.ErrorKind(kind), Message: msg}})
+	writeJSON(w, status, apiError{airlock.ErrorInfo{Kind: airlock.ErrorKind(kind), Message: clipMessage(msg)}})
 }
 
 // refuseErr answers an airlock error with the status its kind implies.
@@ -123,6 +123,7 @@ func (s *Server) refuseErr(w http.ResponseWriter, err error) {
 		// A capability the tenant may not grant (a host path outside its
 		// roots): refused before any tier, as the denied stop it is.
 		counter(&s.metrics.refusals, strconv.Itoa(http.StatusForbidden)).Add(1)
+		stop.Detail = clipMessage(stop.Detail)
 		writeResult(w, http.StatusForbidden, &airlock.Result{Stopped: &stop})
 		return
 	}
@@ -161,10 +162,14 @@ func (s *Server) tenant(w http.ResponseWriter, r *http.Request) *tenant {
 	return s.tenants[i]
 }
 
+// bearer returns the request's bearer key. The scheme is matched without
+// regard to case (RFC 7235), as the MCP SDK's check does, so that every
+// endpoint (and each of the /mcp handler's own limits) knows the same
+// caller.
 func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
-	key, ok := strings.CutPrefix(h, "Bearer ")
-	return strings.TrimSpace(key), ok && strings.TrimSpace(key) != ""
+	scheme, key, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	key = strings.TrimSpace(key)
+	return key, ok && strings.EqualFold(scheme, "Bearer") && key != ""
 }
 
 // bodies are the buffers request bodies are read into.
@@ -216,6 +221,9 @@ func (t *tenant) allowPull(ref string) error {
 // resolved against the tenant's policy (a limit above its maximum is an
 // invalid job naming the field).
 func (t *tenant) admit(job *airlock.Job) error {
+	if n := grantsSize(&job.Grants); n > maxGrants {
+		return jobs.Invalid("grants", "about %d bytes, over the server's limit of %d", n, maxGrants)
+	}
 	if err := job.Validate(); err != nil {
 		return err
 	}
@@ -314,22 +322,29 @@ type overloaded struct {
 
 func (e *overloaded) Error() string { return e.msg }
 
-// acquire takes a run slot of the tenant: at once if one is free, else
-// waiting in a bounded queue for at most the configured wait. On a shared
-// state the slot is one of the tenant's slots across the replicas too.
-func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
+// spend takes one run of the tenant's runs per minute. Every run request
+// that gets as far as the tenant's rules spends one, refused or not: a
+// refused run is an audit record too.
+func (s *Server) spend(ctx context.Context, t *tenant) error {
 	if t.rate != nil && !t.rate.Allow() {
-		return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
+		return &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
 	}
 	if t.lease != nil {
 		ok, err := t.lease.take(ctx)
 		if err != nil {
-			return nil, unavailable("the shared state cannot be reached for the run quota: " + err.Error())
+			return unavailable("the shared state cannot be reached for the run quota: " + err.Error())
 		}
 		if !ok {
-			return nil, &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
+			return &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
 		}
 	}
+	return nil
+}
+
+// acquire takes a run slot of the tenant: at once if one is free, else
+// waiting in a bounded queue for at most the configured wait. On a shared
+// state the slot is one of the tenant's slots across the replicas too.
+func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 	deadline := time.NewTimer(s.cfg.QueueWait.or(time.Second))
 	defer deadline.Stop()
 	release, err := s.localSlot(ctx, t, deadline.C)
@@ -461,8 +476,10 @@ func (s *Server) recordRefusal(rq *runRequest, err error) {
 	if au := (*auditUnavailable)(nil); errors.As(err, &au) {
 		outcome = "refused_" + kindAudit
 	}
-	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Grants: redactGrants(rq.job.Grants),
-		Limits: rq.job.Limits, Outcome: outcome, Error: err.Error()}
+	rec := Record{Time: s.now().UTC(), Tenant: rq.t.Name, Request: "run", Limits: rq.job.Limits, Outcome: outcome, Error: clipMessage(err.Error())}
+	if grantsSize(&rq.job.Grants) <= maxRefusedGrants {
+		rec.Grants = redactGrants(rq.job.Grants)
+	}
 	if rq.session != nil {
 		rec.Request, rec.Session = "session_run", rq.session.id
 	}
@@ -479,6 +496,9 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	s.inflight.Add(1)
 	defer s.inflight.Done()
+	if err := s.spend(ctx, rq.t); err != nil {
+		return airlock.Result{}, err
+	}
 	job := &rq.job
 	if rq.session != nil {
 		job.Tier = rq.session.tier
@@ -606,7 +626,12 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 		Timings: res.Timings, QueueUS: queueUS, Output: OutputDigest(res),
 	}
 	if res.Error != nil {
-		rec.Error = string(res.Error.Kind) + ": " + res.Error.Message
+		rec.Error = clipMessage(string(res.Error.Kind) + ": " + res.Error.Message)
+	}
+	if res.Stopped != nil && len(res.Stopped.Detail) > maxMessage {
+		stop := *res.Stopped
+		stop.Detail = clipMessage(stop.Detail)
+		rec.Stopped = &stop
 	}
 	if rule != "" {
 		if rec.Approver, rec.Reason = s.console.decisionOf(digest); rec.Approver == "" && s.shared() {
@@ -627,17 +652,77 @@ func (s *Server) record(rq *runRequest, res *airlock.Result, digest approve.Dige
 	return err
 }
 
-// jobSize is about what a job takes in the audit trail.
+// jobSize is about what a job takes in the audit trail: every field a
+// kept job carries (the module as base64).
 func jobSize(job *airlock.Job) int {
-	n := len(job.Module) + len(job.Code) + len(job.Stdin)
-	for _, a := range job.Argv {
-		n += len(a)
+	n := len(job.Module)*4/3 + len(job.Code) + len(job.Stdin) + len(job.Entry) + len(job.Image) + len(job.Account) + len(job.Session)
+	n += strsSize(job.Argv) + strsSize(job.Collect) + mapSize(job.Files) + mapSize(job.Env) + valueSize(job.Input)
+	return n + grantsSize(&job.Grants)
+}
+
+// grantsSize is about what grants take in the audit trail.
+func grantsSize(g *airlock.Grants) int {
+	n := strsSize(g.FS.Read) + strsSize(g.FS.Copy) + mapSize(g.FS.At) + mapSize(g.Secrets)
+	for _, r := range g.Net {
+		n += len(r.Host) + len(r.Scheme) + strsSize(r.Methods) + strsSize(r.Paths) + 8*len(r.Ports) + 16
 	}
-	for k, v := range job.Files {
-		n += len(k) + len(v)
+	for _, c := range g.Credentials {
+		n += len(c.Env) + len(c.Ref) + 16
 	}
 	return n
 }
+
+func strsSize(list []string) int {
+	n := 0
+	for _, s := range list {
+		n += len(s) + 4
+	}
+	return n
+}
+
+func mapSize(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v) + 6
+	}
+	return n
+}
+
+// valueSize is about the JSON size of a decoded input value.
+func valueSize(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v) + 2
+	case map[string]any:
+		n := 2
+		for k, e := range v {
+			n += len(k) + 4 + valueSize(e)
+		}
+		return n
+	case []any:
+		n := 2
+		for _, e := range v {
+			n += 1 + valueSize(e)
+		}
+		return n
+	}
+	return 8
+}
+
+// maxGrants bounds a job's grants (about their JSON size): they are in
+// every record of its runs, whatever the size of the job. A refused
+// job's record keeps them up to maxRefusedGrants.
+const (
+	maxGrants        = 256 << 10
+	maxRefusedGrants = 64 << 10
+)
+
+// maxMessage bounds an error message the server writes, in an answer
+// and in the audit trail: one quoting a value of the job (a name, a
+// host, a path) is cut there.
+const maxMessage = 4 << 10
+
+func clipMessage(s string) string { return value.Clip(s, maxMessage) }
 
 // answer writes a run's outcome: the Result as is when the job reached a
 // tier, else a refusal with the status the error implies.

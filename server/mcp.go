@@ -131,7 +131,10 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 		}
 		return nil
-	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: value.MaxJobBytes + mcpEnvelope})
+	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: value.MaxJobBytes + mcpEnvelope,
+		// An MCP session idle this long is closed, as the API's are: a
+		// client that never says DELETE does not keep it for ever.
+		SessionTimeout: s.cfg.SessionTTL.or(10 * time.Minute)})
 	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
 		i, ok := s.keys.find(key)
 		if !ok {
@@ -152,9 +155,37 @@ func (s *Server) MCPHandler() http.Handler {
 		if t == nil {
 			w.Header().Set("Connection", "close")
 		}
+		if t != nil && r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			// A POST without a session starts one: the tenant's are
+			// bounded, as its API sessions are.
+			if err := s.mcpRoom(t); err != nil {
+				s.answer(w, airlock.Result{}, err)
+				return
+			}
+		}
 		defer s.gateBody(r, t)()
 		check.ServeHTTP(w, r)
 	})
+}
+
+// maxMCPSessions bounds a tenant's open MCP sessions on /mcp.
+const maxMCPSessions = 256
+
+// mcpRoom refuses a new MCP session for t while it has maxMCPSessions
+// open (each is closed when idle for the session TTL, or by DELETE).
+func (s *Server) mcpRoom(t *tenant) error {
+	srv, err := s.mcpFor(t)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for range srv.Sessions() {
+		n++
+	}
+	if n >= maxMCPSessions {
+		return &overloaded{fmt.Sprintf("tenant %s has %d MCP sessions open (the maximum); end one with DELETE, or wait until one is idle for the session TTL", t.Name, n), 5}
+	}
+	return nil
 }
 
 func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
@@ -477,8 +508,9 @@ type errorOutput struct {
 }
 
 func toolError(err error) (*mcp.CallToolResult, any, error) {
-	info := &airlock.ErrorInfo{Kind: airlock.KindOf(err), Message: err.Error()}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, errorOutput{info}, nil
+	msg := clipMessage(err.Error())
+	info := &airlock.ErrorInfo{Kind: airlock.KindOf(err), Message: msg}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, errorOutput{info}, nil
 }
 
 // toolResult is a run's answer: the text a model reads (the tier and what

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -365,5 +366,112 @@ func TestMCPWasmFiles(t *testing.T) {
 	}
 	if _, ok := got.Files["made.txt"]; !ok {
 		t.Errorf("the module's own file was not collected: %+v", got)
+	}
+}
+
+// mcpPost sends one JSON-RPC message to /mcp with key, in the MCP
+// session sid ("" starts one), and returns the status and the session ID
+// the answer names.
+func mcpPost(t *testing.T, base, key, sid, msg string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(msg))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id")
+}
+
+const mcpInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+
+// A tenant's MCP sessions are bounded like its API sessions: a client
+// that starts sessions and never ends them is refused (429) once it
+// holds the maximum, another tenant is not, and ending one makes room.
+func TestMCPSessionsAreBounded(t *testing.T) {
+	f := newFixture(t)
+	var sids []string
+	for range server.MaxMCPSessions {
+		status, sid := mcpPost(t, f.http.URL, keyA, "", mcpInit)
+		if status != http.StatusOK || sid == "" {
+			t.Fatalf("initialize: %d, session %q", status, sid)
+		}
+		sids = append(sids, sid)
+	}
+	if status, sid := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusTooManyRequests {
+		t.Fatalf("session %d past the maximum %d: status %d, session %q", server.MaxMCPSessions+1, server.MaxMCPSessions, status, sid)
+	}
+	// The scheme's case does not matter (the SDK's check ignores it), so
+	// it does not slip past the limit either.
+	req, _ := http.NewRequest("POST", f.http.URL+"/mcp", strings.NewReader(mcpInit))
+	req.Header.Set("Authorization", "bearer "+keyA)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("a session past the maximum with 'bearer': status %d", resp.StatusCode)
+		}
+	}
+	if status, _ := mcpPost(t, f.http.URL, keyB, "", mcpInit); status != http.StatusOK {
+		t.Errorf("tenant b was refused a session for a's: %d", status)
+	}
+	req, _ = http.NewRequest("DELETE", f.http.URL+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	req.Header.Set("Mcp-Session-Id", sids[0])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusOK {
+		t.Errorf("after a DELETE a new session was refused: %d", status)
+	}
+}
+
+// An MCP session idle for the session TTL is closed: its ID is then
+// unknown.
+func TestMCPIdleSessionsAreClosed(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.SessionTTL = server.Duration(200 * time.Millisecond) })
+	status, sid := mcpPost(t, f.http.URL, keyA, "", mcpInit)
+	if status != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d, session %q", status, sid)
+	}
+	ping := `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		time.Sleep(300 * time.Millisecond) // longer than the TTL: idle
+		status, _ := mcpPost(t, f.http.URL, keyA, sid, ping)
+		if status == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an MCP session idle past the session TTL still answers: %d", status)
+		}
+	}
+	// Sessions closed for idling make room for new ones.
+	for i := range server.MaxMCPSessions {
+		if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusOK {
+			t.Fatalf("session %d: %d", i, status)
+		}
+	}
+	for {
+		time.Sleep(300 * time.Millisecond)
+		status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit)
+		if status == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with %d sessions idle past the session TTL a new one is refused: %d", server.MaxMCPSessions, status)
+		}
 	}
 }

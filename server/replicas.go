@@ -544,7 +544,7 @@ func (s *Server) syncPending(ctx context.Context) {
 		if t == nil || json.Unmarshal(row.Job, &job) != nil {
 			continue // a tenant this replica does not serve, or a newer job format
 		}
-		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created}
+		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created, size: jobSize(&job)}
 	}
 }
 

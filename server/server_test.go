@@ -261,6 +261,25 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// Refused runs spend the tenant's runs per minute as runs do: each is an
+// audit record, so a tenant cannot write records faster than its quota by
+// sending jobs its rules refuse.
+func TestRefusedRunsSpendTheRate(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Tenants[1].RunsPerMinute = 10 })
+	statuses := map[int]int{}
+	for range 20 {
+		// The starlark tier runs no expressions: each is refused.
+		r := f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","tier":"starlark"}`)
+		statuses[r.status]++
+	}
+	if statuses[http.StatusTooManyRequests] == 0 {
+		t.Errorf("20 refused runs at 10 runs per minute (burst 1) were never limited: %v", statuses)
+	}
+	if n := len(f.auditRecords()); n > 2 {
+		t.Errorf("%d audit records from 20 refused runs at 10 runs per minute (burst 1)", n)
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	f := newFixture(t)
 	f.do("POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`)

@@ -227,7 +227,7 @@ func (st *stream) appendError(b []byte, kind, msg string) []byte {
 	b = append(b, `{"kind":`...)
 	b = jsonappend.String(b, kind, false)
 	b = append(b, `,"message":`...)
-	b = jsonappend.String(b, msg, false)
+	b = jsonappend.String(b, clipMessage(msg), false)
 	return st.close(append(b, '}'))
 }
 
