@@ -17,6 +17,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // MaxBytes caps what one job collects, all files together.
@@ -274,14 +276,7 @@ func (n *noteList) add(name, why string) {
 		n.left++
 		return
 	}
-	if len(name) > maxNoteName {
-		cut := maxNoteName
-		for cut > 0 && !utf8.RuneStart(name[cut]) {
-			cut--
-		}
-		name = name[:cut] + "…"
-	}
-	s := show(name)
+	s := show(value.Clip(name, maxNoteName))
 	if why != "" {
 		s += ": " + why
 	}
