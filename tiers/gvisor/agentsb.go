@@ -352,11 +352,18 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	r.res.ExitCode = exit.Code
 	keep = !ephemeral
 	res, err := r.finish(nil)
-	// The agent's own clock splits the handover from the program's run:
-	// start covers claim, handover and spawn; run the program alone.
-	if exit.SpawnUS > 0 && exit.ExitUS >= exit.SpawnUS {
-		res.Timings.StartUS += exit.SpawnUS
-		res.Timings.RunUS = exit.ExitUS - exit.SpawnUS
-	}
+	splitRun(&res.Timings, exit)
 	return res, err
+}
+
+// splitRun splits the host's run time (from handing the job over to the
+// exit report) by the agent's own clock: start covers claim, handover and
+// spawn; run the program alone. The agent's times are believed only
+// within the host's: a sandbox may report any numbers, and these must not
+// make start and run exceed the total, nor overflow it.
+func splitRun(t *airlock.Timings, exit *agentExit) {
+	if exit.SpawnUS > 0 && exit.ExitUS >= exit.SpawnUS && exit.ExitUS <= t.RunUS {
+		t.StartUS += exit.SpawnUS
+		t.RunUS = exit.ExitUS - exit.SpawnUS
+	}
 }
