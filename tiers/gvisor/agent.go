@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -100,10 +101,19 @@ func agentMain(mode string) int {
 // frameWriter forwards one output stream as frames, up to a byte budget
 // shared with the other stream; past it, it drains without forwarding.
 type frameWriter struct {
-	mu     *sync.Mutex
+	*outputState
+	typ frame.Type
+}
+
+// outputState is what a job's two frameWriters share.
+type outputState struct {
+	mu     sync.Mutex
 	conn   net.Conn
-	typ    frame.Type
-	budget *int64
+	budget int64
+	// read counts the reads that returned output; held, the writers that
+	// hold output not yet sent (a host that reads slowly holds them).
+	read atomic.Int64
+	held atomic.Int32
 }
 
 func (w frameWriter) copyFrom(r io.Reader) {
@@ -111,15 +121,42 @@ func (w frameWriter) copyFrom(r io.Reader) {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
+			w.held.Add(1)
+			w.read.Add(1)
 			w.mu.Lock()
-			send := min(int64(n), *w.budget)
-			*w.budget -= send
+			send := min(int64(n), w.budget)
+			w.budget -= send
 			if send > 0 {
 				_ = frame.Write(w.conn, w.typ, buf[:send])
 			}
 			w.mu.Unlock()
+			w.held.Add(-1)
 		}
 		if err != nil {
+			return
+		}
+	}
+}
+
+// drain waits for the job's output to have been forwarded, however long
+// the host takes to read it: the job's processes are gone, so the pipes
+// end once they are read. Only output that stops arriving while none is
+// held (a write end that outlived the job, which should not happen)
+// ends the wait, after two seconds; whatever arrives later is dropped, so
+// that no output frame follows the exit report, where a session's next
+// job would take it for its own.
+func (o *outputState) drain(done <-chan struct{}) {
+	for {
+		before := o.read.Load()
+		select {
+		case <-done:
+			return
+		case <-time.After(2 * time.Second):
+		}
+		if o.held.Load() == 0 && o.read.Load() == before {
+			o.mu.Lock()
+			o.budget = 0
+			o.mu.Unlock()
 			return
 		}
 	}
@@ -247,8 +284,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 			inW.Close()
 		}()
 	}
-	var mu sync.Mutex
-	budget := job.Output + 1
+	out := &outputState{conn: conn, budget: job.Output + 1}
 	var copies sync.WaitGroup
 	for _, s := range []struct {
 		r   *os.File
@@ -261,7 +297,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 		go func() {
 			defer copies.Done()
 			defer s.r.Close()
-			frameWriter{&mu, conn, s.typ, &budget}.copyFrom(s.r)
+			frameWriter{out, s.typ}.copyFrom(s.r)
 		}()
 	}
 	code := reap(pid)
@@ -273,10 +309,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 	}
 	drained := make(chan struct{})
 	go func() { copies.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(2 * time.Second):
-	}
+	out.drain(drained)
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
 }
 

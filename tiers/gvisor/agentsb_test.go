@@ -1,8 +1,12 @@
 package gvisor
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 )
@@ -34,5 +38,43 @@ func TestSplitRunDistrustsAgent(t *testing.T) {
 		if got.StartUS < 0 || got.RunUS < 0 || got.StartUS+got.RunUS > got.TotalUS {
 			t.Errorf("%s: timings %+v do not fit the total", c.name, got)
 		}
+	}
+}
+
+// TestSessionSlowReaderKeepsOutput: a session's job whose output the host
+// reads slowly (a sink that blocks, as a slow client's stream does) keeps
+// all of it, and the session's next job gets none of it. The job enlarges
+// its stdout pipe and fills it before it exits, so that, when the agent
+// reports the exit, output is still on its way: an agent that gave up
+// waiting for it sent the rest after its exit report, cut from the first
+// job's result and read as the second's.
+func TestSessionSlowReaderKeepsOutput(t *testing.T) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("no perl to enlarge the pipe with")
+	}
+	tier := newTier(t, NewConfig())
+	ctx := context.Background()
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := true
+	slow := airlock.WithOutput(ctx, func(airlock.Stream, []byte) {
+		if first { // longer than the agent ever waited for output
+			first = false
+			time.Sleep(3 * time.Second)
+		}
+	})
+	const n = 800_000
+	job := cmdJob("perl", "-e", fmt.Sprintf(`fcntl(STDOUT, 1031, 1<<20) or die "F_SETPIPE_SZ: $!"; $| = 1; print "a" x %d`, n))
+	job.Limits.OutputBytes = 4 << 20
+	res, err := s.Run(slow, job)
+	if err != nil || len(res.Stdout) != n || res.Stderr != "" {
+		t.Errorf("first job: %v, %d bytes of stdout, want %d (stderr %q)", err, len(res.Stdout), n, res.Stderr)
+	}
+	res, err = s.Run(ctx, cmdJob("sh", "-c", "echo two"))
+	if err != nil || res.Stdout != "two\n" {
+		t.Errorf("second job: %v, stdout of %d bytes %.40q..., want %q", err, len(res.Stdout), res.Stdout, "two\n")
 	}
 }
