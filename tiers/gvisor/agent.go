@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,70 +93,6 @@ func agentMain(mode string) int {
 		}
 		if err := frame.WriteJSON(conn, frame.Exit, exit); err != nil || mode == modeOnce {
 			return 0
-		}
-	}
-}
-
-// frameWriter forwards one output stream as frames, up to a byte budget
-// shared with the other stream; past it, it drains without forwarding.
-type frameWriter struct {
-	*outputState
-	typ frame.Type
-}
-
-// outputState is what a job's two frameWriters share.
-type outputState struct {
-	mu     sync.Mutex
-	conn   net.Conn
-	budget int64
-	// read counts the reads that returned output; held, the writers that
-	// hold output not yet sent (a host that reads slowly holds them).
-	read atomic.Int64
-	held atomic.Int32
-}
-
-func (w frameWriter) copyFrom(r io.Reader) {
-	buf := make([]byte, frame.MaxChunk)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			w.held.Add(1)
-			w.read.Add(1)
-			w.mu.Lock()
-			send := min(int64(n), w.budget)
-			w.budget -= send
-			if send > 0 {
-				_ = frame.Write(w.conn, w.typ, buf[:send])
-			}
-			w.mu.Unlock()
-			w.held.Add(-1)
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// drain waits for the job's output to have been forwarded, however long
-// the host takes to read it: the job's processes are gone, so the pipes
-// end once they are read. Only output that stops arriving while none is
-// held (a write end that outlived the job, which should not happen)
-// ends the wait, after two seconds; whatever arrives later is dropped, so
-// that no output frame follows the exit report, where a session's next
-// job would take it for its own.
-func (o *outputState) drain(done <-chan struct{}) {
-	for {
-		before := o.read.Load()
-		select {
-		case <-done:
-			return
-		case <-time.After(2 * time.Second):
-		}
-		if o.held.Load() == 0 && o.read.Load() == before {
-			o.mu.Lock()
-			o.budget = 0
-			o.mu.Unlock()
-			return
 		}
 	}
 }
@@ -284,7 +219,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 			inW.Close()
 		}()
 	}
-	out := &outputState{conn: conn, budget: job.Output + 1}
+	out := frame.NewOutput(conn, job.Output+1)
 	var copies sync.WaitGroup
 	for _, s := range []struct {
 		r   *os.File
@@ -297,7 +232,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 		go func() {
 			defer copies.Done()
 			defer s.r.Close()
-			frameWriter{out, s.typ}.copyFrom(s.r)
+			out.Copy(s.r, s.typ)
 		}()
 	}
 	code := reap(pid)
@@ -309,7 +244,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 	}
 	drained := make(chan struct{})
 	go func() { copies.Wait(); close(drained) }()
-	out.drain(drained)
+	out.Drain(drained, 2*time.Second)
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
 }
 
