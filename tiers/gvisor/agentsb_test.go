@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
 // TestSplitRunDistrustsAgent: the agent's spawn and exit times split the
@@ -99,5 +102,37 @@ func TestColdSlowSinkKeepsOutput(t *testing.T) {
 	res, err := tier.Run(slow, job)
 	if err != nil || len(res.Stdout) != n {
 		t.Errorf("%v, %d bytes of stdout, want %d", err, len(res.Stdout), n)
+	}
+}
+
+// TestReadAgentOneFilesFrame: the host takes one Files frame from an
+// agent, for a job that collects; a second is a protocol error that ends
+// the run, not one more payload of up to 48 MiB to decode.
+func TestReadAgentOneFilesFrame(t *testing.T) {
+	files := []byte(`{"files":{"a":"eA=="}}`)
+	for _, c := range []struct {
+		name   string
+		frames int
+		lost   bool
+	}{{"one", 1, false}, {"two", 2, true}} {
+		host, agent := net.Pipe()
+		go func() {
+			defer agent.Close()
+			for range c.frames {
+				frame.Write(agent, frame.Files, files)
+			}
+			frame.WriteJSON(agent, frame.Exit, agentExit{Code: 0})
+		}()
+		job := cmdJob("true")
+		job.Collect = []string{"*"}
+		var res airlock.Result
+		exit, lost := readAgent(host, &job, newOutput(context.Background(), 1<<20), nil, &res)
+		host.Close()
+		if c.lost && (lost == nil || !strings.Contains(lost.Error(), "unexpected frame C")) {
+			t.Errorf("%s: exit %+v, lost %v: a second Files frame was taken", c.name, exit, lost)
+		}
+		if !c.lost && (lost != nil || exit == nil || res.Files["a"] != "x") {
+			t.Errorf("%s: exit %+v, lost %v, files %q", c.name, exit, lost, res.Files)
+		}
 	}
 }

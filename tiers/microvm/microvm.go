@@ -770,7 +770,10 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 					return &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}
 				}
 			case frame.Files:
-				if len(job.Collect) == 0 {
+				// One, for a job that collects: each is up to 48 MiB of
+				// JSON to decode, and a guest that sent them without end
+				// would keep the host busy until the wall clock.
+				if len(job.Collect) == 0 || collected {
 					return fmt.Errorf("unexpected %q frame from the guest", f.t)
 				}
 				var w collect.Wire
