@@ -17,6 +17,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // MaxBytes caps what one job collects, all files together.
@@ -221,40 +223,70 @@ func ToWire(res Result) Wire {
 // patterns, which the host cannot trust more than the sandbox: paths must
 // be clean, relative and printable and named by one of the patterns (as
 // Walk matches them), the files within the count and byte caps, the notes
-// few and short. What fails is dropped and said so.
+// few and short. What fails is dropped and said so, in as many notes as a
+// walk could write at most, each cut to a bounded length.
 func Accept(w Wire, patterns []string) Result {
 	res := Result{Files: map[string]string{}}
+	notes := noteList{res: &res}
 	left := int64(MaxBytes)
 	for _, name := range slices.Sorted(maps.Keys(w.Files)) {
 		data := w.Files[name]
 		switch {
 		case !cleanRel(name):
-			res.Skipped = append(res.Skipped, show(name)+": not a clean relative path")
+			notes.add(name, "not a clean relative path")
 		case !named(patterns, name):
-			res.Skipped = append(res.Skipped, show(name)+": named by no collect pattern")
+			notes.add(name, "named by no collect pattern")
 		case len(res.Files) >= maxFiles:
-			res.Skipped = append(res.Skipped, show(name)+fmt.Sprintf(": more than %d files", maxFiles))
+			notes.add(name, fmt.Sprintf("more than %d files", maxFiles))
 		case int64(len(data)) > left:
-			res.Skipped = append(res.Skipped, show(name)+": over the cap")
+			notes.add(name, "over the cap")
 		default:
 			left -= int64(len(data))
 			res.Files[name] = string(data)
 		}
 	}
-	for i, s := range w.Skipped {
-		if i >= maxFiles+64 {
-			res.Skipped = append(res.Skipped, fmt.Sprintf("... and %d more", len(w.Skipped)-i))
-			break
-		}
-		if len(s) > 1024 {
-			s = s[:1024]
-		}
-		res.Skipped = append(res.Skipped, show(s))
+	for _, s := range w.Skipped {
+		notes.add(s, "")
 	}
+	notes.end()
 	if len(res.Files) == 0 {
 		res.Files = nil
 	}
 	return res
+}
+
+// maxNotes bounds the notes Accept keeps, and maxNoteName the bytes of an
+// agent's name or note it quotes: a walk writes at most one note per
+// pattern and per file it looked at, and a file name is at most a few
+// hundred bytes.
+const (
+	maxNotes    = 2*maxFiles + 64
+	maxNoteName = 1024
+)
+
+// noteList adds Accept's notes to a Result up to maxNotes, then counts
+// what it leaves out.
+type noteList struct {
+	res  *Result
+	left int
+}
+
+func (n *noteList) add(name, why string) {
+	if len(n.res.Skipped) >= maxNotes {
+		n.left++
+		return
+	}
+	s := show(value.Clip(name, maxNoteName))
+	if why != "" {
+		s += ": " + why
+	}
+	n.res.Skipped = append(n.res.Skipped, s)
+}
+
+func (n *noteList) end() {
+	if n.left > 0 {
+		n.res.Skipped = append(n.res.Skipped, fmt.Sprintf("... and %d more", n.left))
+	}
 }
 
 // named reports whether one of patterns names the clean relative path

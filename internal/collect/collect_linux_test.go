@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -127,5 +128,41 @@ func TestAcceptOnlyNamed(t *testing.T) {
 		if !slices.Contains(res.Skipped, show(n)+": named by no collect pattern") {
 			t.Errorf("skipped %q does not name %s", res.Skipped, n)
 		}
+	}
+}
+
+// TestAcceptBoundsNotes: an agent that sends a flood of names the host
+// refuses, or names and notes of megabytes, gets as many notes into the
+// result as a walk could write, each a bounded length, and a count of
+// the rest; not one note per name it sent, nor its names whole.
+func TestAcceptBoundsNotes(t *testing.T) {
+	files := map[string][]byte{}
+	for i := range 20_000 {
+		files[fmt.Sprintf("../%d", i)] = nil
+	}
+	long := strings.Repeat("é", 1<<20)
+	files["/"+long] = nil
+	files["x/"+long] = nil
+	skipped := make([]string, 20_000)
+	for i := range skipped {
+		skipped[i] = "\x00" + long[:4096]
+	}
+	res := Accept(Wire{Files: files, Skipped: skipped}, []string{"*"})
+	total := 0
+	for _, s := range res.Skipped {
+		total += len(s)
+		if len(s) > 8*1024 {
+			t.Fatalf("a note of %d bytes: %.80q...", len(s), s)
+		}
+	}
+	const most = 2*1024 + 64 // notes a walk of 1024 files could write
+	if len(res.Skipped) > most+1 || total > (most+1)*8*1024 {
+		t.Fatalf("%d notes of %d bytes in all", len(res.Skipped), total)
+	}
+	if last := res.Skipped[len(res.Skipped)-1]; last != fmt.Sprintf("... and %d more", len(files)+len(skipped)-most) {
+		t.Errorf("last note %q", last)
+	}
+	if !slices.Contains(res.Skipped, "../0: not a clean relative path") {
+		t.Errorf("notes %q... do not begin with the refused names", res.Skipped[:3])
 	}
 }

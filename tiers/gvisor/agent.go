@@ -97,34 +97,6 @@ func agentMain(mode string) int {
 	}
 }
 
-// frameWriter forwards one output stream as frames, up to a byte budget
-// shared with the other stream; past it, it drains without forwarding.
-type frameWriter struct {
-	mu     *sync.Mutex
-	conn   net.Conn
-	typ    frame.Type
-	budget *int64
-}
-
-func (w frameWriter) copyFrom(r io.Reader) {
-	buf := make([]byte, frame.MaxChunk)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			w.mu.Lock()
-			send := min(int64(n), *w.budget)
-			*w.budget -= send
-			if send > 0 {
-				_ = frame.Write(w.conn, w.typ, buf[:send])
-			}
-			w.mu.Unlock()
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // runAgentJob runs one job as PID 1's child: places its files, starts it
 // under the job's user and file limit, forwards its output, reaps every
 // process (PID 1 inherits orphans), and when the job's main process exits
@@ -247,8 +219,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 			inW.Close()
 		}()
 	}
-	var mu sync.Mutex
-	budget := job.Output + 1
+	out := frame.NewOutput(conn, job.Output+1)
 	var copies sync.WaitGroup
 	for _, s := range []struct {
 		r   *os.File
@@ -261,7 +232,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 		go func() {
 			defer copies.Done()
 			defer s.r.Close()
-			frameWriter{&mu, conn, s.typ, &budget}.copyFrom(s.r)
+			out.Copy(s.r, s.typ)
 		}()
 	}
 	code := reap(pid)
@@ -273,10 +244,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 	}
 	drained := make(chan struct{})
 	go func() { copies.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(2 * time.Second):
-	}
+	out.Drain(drained, 2*time.Second)
 	return agentExit{Code: code, SpawnUS: spawned, ExitUS: exited}
 }
 

@@ -287,37 +287,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		})
 	}
 	w.start(ctx, sb.cg, baseCPU, job.Limits, out)
-	var exit *agentExit
-	var lost error
-	for exit == nil && lost == nil {
-		typ, payload, err := frame.Read(sb.conn)
-		switch {
-		case err != nil:
-			lost = err
-		case typ == frame.Stdout && att == nil:
-			out.write(&out.stdout, payload)
-		case typ == frame.Stderr:
-			out.write(&out.stderr, payload)
-			if att != nil {
-				att.Err.Write(payload)
-			}
-		case typ == frame.Files && len(job.Collect) > 0:
-			var w collect.Wire
-			if err := json.Unmarshal(payload, &w); err != nil {
-				lost = fmt.Errorf("agent protocol: files: %w", err)
-				break
-			}
-			got := collect.Accept(w, job.Collect)
-			r.res.Files, r.res.FilesSkipped = got.Files, got.Skipped
-		case typ == frame.Exit:
-			exit = new(agentExit)
-			if err := json.Unmarshal(payload, exit); err != nil {
-				exit, lost = nil, err
-			}
-		default:
-			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)
-		}
-	}
+	exit, lost := readAgent(sb.conn, job, out, att, &r.res)
 	if att != nil {
 		// The program's stdout ends once it and what it left are gone,
 		// which the agent sees to before its exit report; past a lost
@@ -352,11 +322,59 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	r.res.ExitCode = exit.Code
 	keep = !ephemeral
 	res, err := r.finish(nil)
-	// The agent's own clock splits the handover from the program's run:
-	// start covers claim, handover and spawn; run the program alone.
-	if exit.SpawnUS > 0 && exit.ExitUS >= exit.SpawnUS {
-		res.Timings.StartUS += exit.SpawnUS
-		res.Timings.RunUS = exit.ExitUS - exit.SpawnUS
-	}
+	splitRun(&res.Timings, exit)
 	return res, err
+}
+
+// readAgent reads the agent's frames for one job until its Exit frame
+// (exit) or a broken protocol or connection (lost): output into out (or,
+// attached, stderr to att too), collected files into res. The agent is
+// no more trusted than the sandbox: a frame the job does not call for,
+// or a second Files frame (each up to 48 MiB of JSON to decode, which a
+// hostile agent could send until the wall clock), is a protocol error.
+func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handle, res *airlock.Result) (exit *agentExit, lost error) {
+	collected := false
+	for exit == nil && lost == nil {
+		typ, payload, err := frame.Read(conn)
+		switch {
+		case err != nil:
+			lost = err
+		case typ == frame.Stdout && att == nil:
+			out.write(&out.stdout, payload)
+		case typ == frame.Stderr:
+			out.write(&out.stderr, payload)
+			if att != nil {
+				att.Err.Write(payload)
+			}
+		case typ == frame.Files && len(job.Collect) > 0 && !collected:
+			collected = true
+			var w collect.Wire
+			if err := json.Unmarshal(payload, &w); err != nil {
+				lost = fmt.Errorf("agent protocol: files: %w", err)
+				break
+			}
+			got := collect.Accept(w, job.Collect)
+			res.Files, res.FilesSkipped = got.Files, got.Skipped
+		case typ == frame.Exit:
+			exit = new(agentExit)
+			if err := json.Unmarshal(payload, exit); err != nil {
+				exit, lost = nil, err
+			}
+		default:
+			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)
+		}
+	}
+	return exit, lost
+}
+
+// splitRun splits the host's run time (from handing the job over to the
+// exit report) by the agent's own clock: start covers claim, handover and
+// spawn; run the program alone. The agent's times are believed only
+// within the host's: a sandbox may report any numbers, and these must not
+// make start and run exceed the total, nor overflow it.
+func splitRun(t *airlock.Timings, exit *agentExit) {
+	if exit.SpawnUS > 0 && exit.ExitUS >= exit.SpawnUS && exit.ExitUS <= t.RunUS {
+		t.StartUS += exit.SpawnUS
+		t.RunUS = exit.ExitUS - exit.SpawnUS
+	}
 }

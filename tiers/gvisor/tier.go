@@ -472,11 +472,19 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	if job.Stdin != "" { // otherwise /dev/null: EOF, and no copying goroutine
 		cmd.Stdin = strings.NewReader(job.Stdin)
 	}
-	cmd.Stdout = out.stream(&out.stdout)
-	cmd.Stderr = out.stream(&out.stderr)
+	// The output pipes are the tier's own, read until the sandbox is gone
+	// (see pipeOut), not exec's, which stop being read five seconds after
+	// runsc exits: output a slow sink still held was cut, and the run failed.
+	po, err := newPipeOut(out)
+	if err != nil {
+		return r.finish(fmt.Errorf("starting sandbox: %w", err))
+	}
+	defer po.close()
+	cmd.Stdout, cmd.Stderr = po.w[0], po.w[1]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 5 * time.Second
 	wait, err := deathsig.Start(cmd)
+	po.started()
 	if err != nil {
 		return r.finish(fmt.Errorf("starting sandbox: %w", err))
 	}
@@ -487,6 +495,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	})
 	werr := wait()
+	po.drain()
 	close(exited)
 	stop := w.done()
 	r.res.Stdout, r.res.Stderr = out.strings()

@@ -733,8 +733,10 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 			}
 			sent = nil
 		case <-exited:
-			// The agent powers off right after its Exit frame, so the exit
-			// may be seen before the last frames are read: read on briefly.
+			// The agent waits for the host to hang up after its Exit frame
+			// before it powers off; an exit seen first (a guest that died,
+			// or an agent that powered off at once) leaves frames already
+			// read through the VMM to read: read on briefly.
 			exited = nil
 			drain = time.After(2 * time.Second)
 		case <-drain:
@@ -768,7 +770,10 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 					return &airlock.Stop{Reason: airlock.StopOutput, Detail: fmt.Sprintf("output exceeded %d bytes", capBytes)}
 				}
 			case frame.Files:
-				if len(job.Collect) == 0 {
+				// One, for a job that collects: each is up to 48 MiB of
+				// JSON to decode, and a guest that sent them without end
+				// would keep the host busy until the wall clock.
+				if len(job.Collect) == 0 || collected {
 					return fmt.Errorf("unexpected %q frame from the guest", f.t)
 				}
 				var w collect.Wire

@@ -558,7 +558,13 @@ func (r *jobRun) drain() {
 	}
 	drained := make(chan struct{})
 	go func() { r.readers.Wait(); close(drained) }()
-	timeout := time.After(5 * time.Second)
+	// Output a slow sink holds is waited for however long it takes (and
+	// what is left in the pipes for one more period once it lets go);
+	// otherwise the wait ends after five seconds.
+	const idle = 5 * time.Second
+	timeout := time.NewTimer(idle)
+	defer timeout.Stop()
+	wasHeld := false
 	for {
 		select {
 		case <-drained:
@@ -566,8 +572,14 @@ func (r *jobRun) drain() {
 		case <-stageGone:
 			_ = sb.cg.kill(0) // a descriptor outlived the stage (a level-2 escapee)
 			stageGone = nil
-		case <-timeout:
-			// A descriptor escaped the cgroup (should not happen): stop reading.
+		case <-timeout.C:
+			if held := r.capt.held.Load() > 0; held || wasHeld {
+				wasHeld = held
+				timeout.Reset(idle)
+				continue
+			}
+			// A descriptor escaped the cgroup (should not happen), or an
+			// attached caller stopped reading: stop reading.
 			if r.att != nil {
 				r.att.Out.CloseWithError(errAttachEnded)
 			}

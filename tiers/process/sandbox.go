@@ -517,6 +517,9 @@ type capture struct {
 	over     chan struct{}
 	overOnce sync.Once
 	sink     func(airlock.Stream, []byte) // airlock.OutputSink, or nil
+	// held counts the readers that hold output they have not kept yet
+	// (a slow sink holds them).
+	held atomic.Int32
 }
 
 // overflowed reports whether more output came than the cap.
@@ -542,6 +545,7 @@ func (c *capture) tee(r io.Reader, stream airlock.Stream, dst *[]byte, w io.Writ
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
+			c.held.Add(1)
 			c.mu.Lock()
 			room := c.limit - c.total
 			take := int64(n)
@@ -557,6 +561,7 @@ func (c *capture) tee(r io.Reader, stream airlock.Stream, dst *[]byte, w io.Writ
 				c.sink(stream, buf[:take]) // under mu: one chunk at a time
 			}
 			c.mu.Unlock()
+			c.held.Add(-1)
 			if w != nil && take > 0 {
 				_, _ = w.Write(buf[:take]) // outside the lock: it may wait for the caller
 			}

@@ -53,8 +53,8 @@ const (
 	shimFlag  = "--airlock-shim"
 )
 
-// Main is the agent's entry point. As PID 1 it runs one job and powers the
-// machine off; re-executed with the shim flag it becomes the job.
+// Main is the agent's entry point. As PID 1 it runs one job and, once the
+// host has hung up, powers the machine off; re-executed with the shim flag it becomes the job.
 func Main() {
 	if len(os.Args) == 2 && os.Args[1] == shimFlag {
 		shim()
@@ -95,6 +95,7 @@ func runAgent() error {
 		return err
 	}
 	defer port.Close()
+	defer awaitHangUp(port) // after the last frame, before powering off
 	mark("port")
 	if stageErr != nil {
 		return fail(port, stageErr)
@@ -127,6 +128,20 @@ func runAgent() error {
 	}
 	exit.Marks = append([]wire.Mark{{Step: "job", US: jobAt}}, exit.Marks...)
 	return frame.WriteJSON(port, frame.Exit, exit)
+}
+
+// awaitHangUp waits for the host to close the control port (or stop the
+// VM), which it does once it has read the agent's last frame. Powering
+// off at once would drop what the port has not delivered yet: output the
+// host reads slowly (its caller's stream may be slow) sits in the VMM's
+// queue, and the exit report behind it.
+func awaitHangUp(port io.Reader) {
+	buf := make([]byte, 512)
+	for {
+		if _, err := port.Read(buf); err != nil {
+			return
+		}
+	}
 }
 
 // bootUS is the time since the guest kernel started, in microseconds.
@@ -530,7 +545,7 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		_, _ = st.stdin.Write(job.Stdin)
 		st.stdin.Close()
 	}()
-	var mu sync.Mutex // frames from both streams interleave whole
+	out := frame.NewOutput(port, -1) // the host stops the job at its output cap
 	var copies sync.WaitGroup
 	for _, s := range []struct {
 		r *os.File
@@ -539,7 +554,7 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
-			_, _ = io.Copy(lockedWriter{&mu, frame.ChunkWriter{W: port, T: s.t}}, s.r)
+			out.Copy(s.r, s.t)
 		}()
 	}
 	// A fork the process limit refused stops the job at once, as on every
@@ -565,14 +580,12 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	close(stopWatch)
 	mark("exited")
 	// Whatever the job left behind dies with its cgroup; then the pipes
-	// reach EOF. A straggler holding them open cannot delay the report long.
+	// reach EOF once read, however slowly the host takes the output. A
+	// straggler holding them open cannot delay the report long.
 	_ = os.WriteFile(filepath.Join(st.cgDir, "cgroup.kill"), []byte("1"), 0)
 	drained := make(chan struct{})
 	go func() { copies.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(200 * time.Millisecond):
-	}
+	out.Drain(drained, 2*time.Second)
 	mark("drained")
 	if len(job.Collect) > 0 {
 		sendCollected(port, job.Collect)
@@ -621,17 +634,6 @@ func eventCount(data, key string) int64 {
 		}
 	}
 	return 0
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,0 +1,138 @@
+package gvisor
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
+)
+
+// TestSplitRunDistrustsAgent: the agent's spawn and exit times split the
+// host's run time only when they fit inside it; an agent that reports
+// times past the host's, or near the int64 limit, leaves the host's
+// timings as they are (start and run never above the total, never
+// negative).
+func TestSplitRunDistrustsAgent(t *testing.T) {
+	host := airlock.Timings{StartUS: 1000, RunUS: 5000, TotalUS: 6000}
+	for _, c := range []struct {
+		name string
+		exit agentExit
+		want airlock.Timings
+	}{
+		{"honest", agentExit{SpawnUS: 300, ExitUS: 4000}, airlock.Timings{StartUS: 1300, RunUS: 3700, TotalUS: 6000}},
+		{"no times", agentExit{}, host},
+		{"exit before spawn", agentExit{SpawnUS: 300, ExitUS: 200}, host},
+		{"past the host's run", agentExit{SpawnUS: 300, ExitUS: 3_600_000_000}, host},
+		{"spawn past the host's run", agentExit{SpawnUS: 1 << 40, ExitUS: 1<<40 + 1}, host},
+		{"overflow", agentExit{SpawnUS: math.MaxInt64 - 10, ExitUS: math.MaxInt64}, host},
+	} {
+		got := host
+		splitRun(&got, &c.exit)
+		if got != c.want {
+			t.Errorf("%s: timings %+v, want %+v", c.name, got, c.want)
+		}
+		if got.StartUS < 0 || got.RunUS < 0 || got.StartUS+got.RunUS > got.TotalUS {
+			t.Errorf("%s: timings %+v do not fit the total", c.name, got)
+		}
+	}
+}
+
+// TestSessionSlowReaderKeepsOutput: a session's job whose output the host
+// reads slowly (a sink that blocks, as a slow client's stream does) keeps
+// all of it, and the session's next job gets none of it. The job enlarges
+// its stdout pipe and fills it before it exits, so that, when the agent
+// reports the exit, output is still on its way: an agent that gave up
+// waiting for it sent the rest after its exit report, cut from the first
+// job's result and read as the second's.
+func TestSessionSlowReaderKeepsOutput(t *testing.T) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("no perl to enlarge the pipe with")
+	}
+	tier := newTier(t, NewConfig())
+	ctx := context.Background()
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := true
+	slow := airlock.WithOutput(ctx, func(airlock.Stream, []byte) {
+		if first { // longer than the agent ever waited for output
+			first = false
+			time.Sleep(3 * time.Second)
+		}
+	})
+	const n = 800_000
+	job := cmdJob("perl", "-e", fmt.Sprintf(`fcntl(STDOUT, 1031, 1<<20) or die "F_SETPIPE_SZ: $!"; $| = 1; print "a" x %d`, n))
+	job.Limits.OutputBytes = 4 << 20
+	res, err := s.Run(slow, job)
+	if err != nil || len(res.Stdout) != n || res.Stderr != "" {
+		t.Errorf("first job: %v, %d bytes of stdout, want %d (stderr %q)", err, len(res.Stdout), n, res.Stderr)
+	}
+	res, err = s.Run(ctx, cmdJob("sh", "-c", "echo two"))
+	if err != nil || res.Stdout != "two\n" {
+		t.Errorf("second job: %v, stdout of %d bytes %.40q..., want %q", err, len(res.Stdout), res.Stdout, "two\n")
+	}
+}
+
+// TestColdSlowSinkKeepsOutput: a sandbox started for its job, whose
+// output sink is slow, keeps all of its output. The program writes less
+// than its pipe holds and exits at once, while the sink still holds the
+// first chunk, for longer than the tier read the pipes once runsc had
+// exited: the run failed ("WaitDelay expired") with its output cut.
+func TestColdSlowSinkKeepsOutput(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	first := true
+	slow := airlock.WithOutput(context.Background(), func(airlock.Stream, []byte) {
+		if first {
+			first = false
+			time.Sleep(6 * time.Second)
+		}
+	})
+	const n = 60_000
+	job := cmdJob("head", "-c", "60000", "/dev/zero")
+	job.Limits.OutputBytes = 1 << 20
+	res, err := tier.Run(slow, job)
+	if err != nil || len(res.Stdout) != n {
+		t.Errorf("%v, %d bytes of stdout, want %d", err, len(res.Stdout), n)
+	}
+}
+
+// TestReadAgentOneFilesFrame: the host takes one Files frame from an
+// agent, for a job that collects; a second is a protocol error that ends
+// the run, not one more payload of up to 48 MiB to decode.
+func TestReadAgentOneFilesFrame(t *testing.T) {
+	files := []byte(`{"files":{"a":"eA=="}}`)
+	for _, c := range []struct {
+		name   string
+		frames int
+		lost   bool
+	}{{"one", 1, false}, {"two", 2, true}} {
+		host, agent := net.Pipe()
+		go func() {
+			defer agent.Close()
+			for range c.frames {
+				frame.Write(agent, frame.Files, files)
+			}
+			frame.WriteJSON(agent, frame.Exit, agentExit{Code: 0})
+		}()
+		job := cmdJob("true")
+		job.Collect = []string{"*"}
+		var res airlock.Result
+		exit, lost := readAgent(host, &job, newOutput(context.Background(), 1<<20), nil, &res)
+		host.Close()
+		if c.lost && (lost == nil || !strings.Contains(lost.Error(), "unexpected frame C")) {
+			t.Errorf("%s: exit %+v, lost %v: a second Files frame was taken", c.name, exit, lost)
+		}
+		if !c.lost && (lost != nil || exit == nil || res.Files["a"] != "x") {
+			t.Errorf("%s: exit %+v, lost %v, files %q", c.name, exit, lost, res.Files)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package microvm
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
+)
+
+// converseWith runs the host's side of a job against a guest that sends
+// frames: what the host returns, with the result, and no QEMU.
+func converseWith(t *testing.T, job airlock.Job, frames func(c net.Conn)) (airlock.Result, error) {
+	t.Helper()
+	host, guest := net.Pipe()
+	v := &vm{ctl: host, done: make(chan struct{}), stderr: &tail{n: 100}, console: &tail{n: 100}}
+	go func() {
+		defer guest.Close()
+		if _, _, err := frame.Read(guest); err != nil { // the job
+			return
+		}
+		frames(guest)
+	}()
+	if job.Limits.WallMS == 0 {
+		job.Limits.WallMS = 60_000
+	}
+	job.Limits.OutputBytes = 1 << 20
+	var res airlock.Result
+	err := (&Tier{}).converse(context.Background(), v, &job, []byte(`{}`), &res)
+	return res, err
+}
+
+// TestConverseOneFilesFrame: the host takes one Files frame from a guest,
+// for a job that collects; another is a protocol error that ends the run,
+// not one more payload of up to 48 MiB to decode.
+func TestConverseOneFilesFrame(t *testing.T) {
+	job := command("true")
+	job.Collect = []string{"*"}
+	files := []byte(`{"files":{"a":"eA=="}}`)
+	res, err := converseWith(t, job, func(c net.Conn) {
+		frame.Write(c, frame.Files, files)
+		frame.Write(c, frame.Files, files)
+		frame.WriteJSON(c, frame.Exit, map[string]int{"code": 0})
+	})
+	if err == nil || !strings.Contains(err.Error(), "unexpected") {
+		t.Fatalf("a second Files frame was taken: %v %+v", err, res)
+	}
+	// The benign control: one Files frame, then the exit.
+	res, err = converseWith(t, job, func(c net.Conn) {
+		frame.Write(c, frame.Files, files)
+		frame.WriteJSON(c, frame.Exit, map[string]int{"code": 0})
+	})
+	if err != nil || res.Files["a"] != "x" {
+		t.Fatalf("one Files frame: %v %+v", err, res)
+	}
+}
