@@ -10,7 +10,7 @@ import (
 func init() {
 	register(&command{
 		name:    "microvm",
-		summary: "show the microVM tier's backend, accelerator and guest kernel; sweep orphaned VMs",
+		summary: "show the microVM tier's backend, accelerator, guest kernel and QEMU's user; sweep orphaned VMs",
 		usage:   "microvm [status|sweep]",
 		run:     runMicroVM,
 	})
@@ -39,7 +39,7 @@ func runMicroVM(ctx context.Context, e *env) int {
 		fmt.Fprintf(e.stdout, "microvm: unavailable: %v\n", err)
 		return exitNotAdmitted
 	}
-	fmt.Fprintf(e.stdout, "microvm: available\nbackend: %s\naccelerator: %s\nguest kernel: %s\n",
-		tier.Backend(), tier.Accelerator(), tier.GuestKernel())
+	fmt.Fprintf(e.stdout, "microvm: available\nbackend: %s\naccelerator: %s\nguest kernel: %s\nQEMU runs as: %s\n",
+		tier.Backend(), tier.Accelerator(), tier.GuestKernel(), tier.VMMUser())
 	return exitOK
 }

@@ -16,7 +16,8 @@ func TestMicroVMCommand(t *testing.T) {
 	code := Run(context.Background(), []string{"microvm", "status"}, nil, &out, &errb)
 	switch code {
 	case exitOK:
-		if !strings.Contains(out.String(), "guest kernel: ") || !strings.Contains(out.String(), "accelerator: ") {
+		if !strings.Contains(out.String(), "guest kernel: ") || !strings.Contains(out.String(), "accelerator: ") ||
+			!strings.Contains(out.String(), "QEMU runs as: ") {
 			t.Fatalf("status output %q", out.String())
 		}
 	case exitNotAdmitted:

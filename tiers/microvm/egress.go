@@ -51,7 +51,13 @@ func Roles() []role.Role {
 			fmt.Fprintln(os.Stderr, "airlock egress forwarder: started without its arguments")
 			return 2
 		}
-		release, ok := forwarderSlot(filepath.Dir(os.Args[2]))
+		// QEMU's working directory is its VM's (see vmmDir).
+		wd, err := os.Getwd()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock egress forwarder: %v\n", err)
+			return 1
+		}
+		release, ok := forwarderSlot(wd)
 		if !ok {
 			fmt.Fprintf(os.Stderr, "airlock egress forwarder: the VM has %d connections open, the most it may\n", maxForwarders)
 			return 1
@@ -94,11 +100,11 @@ func forwarderSlot(dir string) (release func(), ok bool) {
 func (c Config) WithEgress(cfg egress.Config) Config { c.egress = egresswire.Template(cfg); return c }
 
 // guestfwd is the -netdev user option that carries the guest's proxy
-// connections to the gateway's socket in dir. QEMU's option parser needs
-// commas doubled; glib's shell parser (libslirp splits the command with
-// it) needs the paths quoted.
-func (t *Tier) guestfwd(dir string) string {
-	cmd := shellQuote(t.forwarder) + " " + forwardArg + " " + shellQuote(filepath.Join(dir, egresswire.Socket))
+// connections, through forwarder, to the gateway's socket in dir. QEMU's
+// option parser needs commas doubled; glib's shell parser (libslirp
+// splits the command with it) needs the paths quoted.
+func guestfwd(forwarder, dir string) string {
+	cmd := shellQuote(forwarder) + " " + forwardArg + " " + shellQuote(filepath.Join(dir, egresswire.Socket))
 	return "user,id=n0,restrict=on,guestfwd=tcp:" + guestProxy + "-cmd:" + strings.ReplaceAll(cmd, ",", ",,")
 }
 
@@ -111,6 +117,10 @@ func (t *Tier) startEgress(ctx context.Context, v *vm, job *airlock.Job) (*egres
 	gw, env, err := egresswire.Start(ctx, egresswire.ForRun(t.cfg.egress, vmNamePrefix+v.id, job.Grants.Net), v.dir, guestCADir)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if err := v.user.own(filepath.Join(v.dir, egresswire.Socket)); err != nil {
+		gw.Close()
+		return nil, nil, nil, fmt.Errorf("handing the egress socket to the VM's user: %w", err)
 	}
 	ca, err := os.ReadFile(filepath.Join(v.dir, egresswire.CA))
 	if err != nil {

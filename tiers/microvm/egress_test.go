@@ -183,6 +183,7 @@ func TestForwarderSlots(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(os.Args[0], forwardArg, sock)
 		cmd.Env = append(os.Environ(), role.Env+"="+forwardRole)
+		cmd.Dir = dir // QEMU's working directory holds the slots
 		cmd.Stdin = strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		out, err := cmd.CombinedOutput()
 		if err == nil {

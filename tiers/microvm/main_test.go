@@ -27,6 +27,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Others may pass through, as through the default state directory's
+	// parent, so that the tests' VMs run as users of their own.
+	if err := os.Chmod(testDir, 0o711); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	testAgent = filepath.Join(testDir, "airlock-agent")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", testAgent, "./cmd/airlock-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")

@@ -192,6 +192,10 @@ type Tier struct {
 	// connection to the egress proxy ("" : net grants are refused).
 	forwarder string
 	tscKHz    int64
+	// vmmUser: each QEMU runs as a user of its own (see vmmuser.go);
+	// else as this process's user, for the reason in vmmWhy.
+	vmmUser bool
+	vmmWhy  string
 
 	snapMu sync.Mutex
 	snaps  map[vmKey]*snapshot // by guest memory size and image
@@ -244,6 +248,10 @@ func New(cfg Config) (*Tier, error) {
 	if exe, err := os.Executable(); err == nil {
 		t.forwarder, _ = filepath.EvalSymlinks(exe)
 	}
+	if t.availErr == nil {
+		t.vmmWhy = vmmUserBlocked(cfg.stateDir, t.assets.qemu)
+		t.vmmUser = t.vmmWhy == ""
+	}
 	if t.kvm && cfg.warm == WarmCold {
 		fc := cfg.firecracker
 		if fc == "" {
@@ -286,6 +294,19 @@ func (t *Tier) Backend() string {
 		return "firecracker"
 	}
 	return "qemu"
+}
+
+// VMMUser says whom QEMU runs as: "a user of its own per VM" (a tier
+// run as root whose state directory others may pass through), else this
+// process's user and why.
+func (t *Tier) VMMUser() string {
+	if t.vmmUser {
+		return "a user of its own per VM"
+	}
+	if t.vmmWhy == "" {
+		return "this process's user"
+	}
+	return "this process's user (" + t.vmmWhy + ")"
 }
 
 // GuestKernel returns the guest kernel's release.

@@ -65,6 +65,7 @@ type vm struct {
 	img     *heldImage  // the image the VM holds (nil: the host view)
 	reads   bool        // booted with read-grant disks
 	copies  bool        // one of them a copy grant
+	user    *vmmUser    // the user its QEMU runs as (nil: this process's)
 }
 
 // tail keeps the last n bytes written to it.
@@ -93,8 +94,16 @@ func (t *tail) String() string {
 // qemuModules are the guest drivers for the devices QEMU gives the VM.
 const qemuModules = "virtio,virtio_ring,virtio_mmio,virtio_console"
 
-// qemuArgs is the one place the QEMU command line is built.
+// qemuArgs is the QEMU command line of a VM run as this process's user.
 func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
+	return t.qemuCmdline(id, dir, s, nil, t.forwarder)
+}
+
+// qemuCmdline is the one place the QEMU command line is built: for a VM
+// whose QEMU runs as u (nil: this process's user), which gets its files
+// open and its QMP socket in its own directory, with the egress forwarder
+// at fwd.
+func (t *Tier) qemuCmdline(id, dir string, s vmSpec, u *vmmUser, fwd string) []string {
 	accel := "tcg,thread=multi"
 	// Under TCG, the baseline x86-64 model (plus SMEP, which costs
 	// nothing measurable) runs the guest faster than "max": a pool claim
@@ -109,7 +118,7 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	sandbox := qemuSandbox
 	if s.net {
 		modules += "," + netModules
-		nic = []string{"-netdev", t.guestfwd(dir), "-device", "virtio-net-device,netdev=n0"}
+		nic = []string{"-netdev", guestfwd(fwd, dir), "-device", "virtio-net-device,netdev=n0"}
 		sandbox = qemuSandboxNet
 	}
 	if s.img != nil {
@@ -141,7 +150,7 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 	args = append(args,
 		"-serial", "stdio",
 		"-no-reboot",
-		"-kernel", t.assets.kernel, "-initrd", t.assets.initrd, "-append", appendLine,
+		"-kernel", u.pass(t.assets.kernel, false), "-initrd", u.pass(t.assets.initrd, false), "-append", appendLine,
 		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=ctl,path="+filepath.Join(dir, "ctl.sock"),
 		"-device", "virtserialport,chardev=ctl,name=airlock.ctl",
@@ -150,21 +159,21 @@ func (t *Tier) qemuArgs(id, dir string, s vmSpec) []string {
 		// Read-only to QEMU as well as to the guest: every VM of the image
 		// shares the one file.
 		args = append(args,
-			"-drive", "id=root,if=none,format=raw,readonly=on,file="+strings.ReplaceAll(s.img.disk, ",", ",,"),
+			"-drive", "id=root,if=none,format=raw,readonly=on,file="+strings.ReplaceAll(u.pass(s.img.disk, false), ",", ",,"),
 			"-device", "virtio-blk-device,drive=root,serial="+wire.RootSerial)
 	}
 	for i, r := range s.reads {
 		// Built for this run alone, and read-only to QEMU as well.
 		id := "read" + strconv.Itoa(i)
 		args = append(args,
-			"-drive", "id="+id+",if=none,format=raw,readonly=on,file="+strings.ReplaceAll(r.disk, ",", ",,"),
+			"-drive", "id="+id+",if=none,format=raw,readonly=on,file="+strings.ReplaceAll(u.pass(r.disk, true), ",", ",,"),
 			"-device", "virtio-blk-device,drive="+id+",serial="+r.Serial)
 	}
 	if t.cfg.sandbox {
 		args = append(args, "-sandbox", sandbox)
 	}
 	if s.qmp {
-		args = append(args, "-qmp", "unix:"+filepath.Join(dir, "qmp.sock")+",server=on,wait=off")
+		args = append(args, "-qmp", "unix:"+strings.ReplaceAll(filepath.Join(vmmDir(dir, u), "qmp.sock"), ",", ",,")+",server=on,wait=off")
 	}
 	if s.incoming {
 		args = append(args, "-incoming", "defer")
@@ -191,8 +200,19 @@ type vmmProcess struct {
 	configure func(ctx context.Context, v *vm) error
 }
 
-func (t *Tier) qemuProcess(id, dir string, s vmSpec) vmmProcess {
-	return vmmProcess{prog: t.assets.qemu, args: t.qemuArgs(id, dir, s), ctl: filepath.Join(dir, "ctl.sock")}
+func (t *Tier) qemuProcess(id, dir string, s vmSpec, u *vmmUser, fwd string) vmmProcess {
+	return vmmProcess{prog: t.assets.qemu, args: t.qemuCmdline(id, dir, s, u, fwd), ctl: filepath.Join(dir, "ctl.sock")}
+}
+
+// vmmDir is the directory a VM's QEMU works and writes in: the VM's own
+// where QEMU runs as this process's user; else a directory of the VM
+// user's inside it, while the VM's directory, which holds the files the
+// host trusts (owner, pid, sockets the host listens on), stays root's.
+func vmmDir(dir string, u *vmmUser) string {
+	if u == nil {
+		return dir
+	}
+	return filepath.Join(dir, "vmm")
 }
 
 // launch starts the VMM and waits until the guest side of the control port is
@@ -220,11 +240,31 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 		return v, err
 	}
 	v.reads, v.copies = len(s.reads) > 0, hasCopy(s.reads)
-	p := t.qemuProcess(id, dir, s)
+	var p vmmProcess
 	if t.fc != "" && !s.net && len(s.reads) == 0 {
 		p = t.firecrackerProcess(id, dir, s)
+	} else {
+		fwd := t.forwarder
+		if t.vmmUser {
+			if v.user, err = newVMMUser(dir); err != nil {
+				return v, err
+			}
+			if s.net {
+				if fwd, err = forwarderFor(t.forwarder, dir); err != nil {
+					return v, fmt.Errorf("placing the egress forwarder: %w", err)
+				}
+			}
+		}
+		p = t.qemuProcess(id, dir, s, v.user, fwd)
+		defer v.user.close() // QEMU holds its own copies
+		if v.user != nil && v.user.err != nil {
+			return v, v.user.err
+		}
 	}
 	if v.ln, err = net.Listen("unix", p.ctl); err != nil {
+		return v, err
+	}
+	if err := v.user.own(p.ctl); err != nil {
 		return v, err
 	}
 	cmd := exec.Command(p.prog, p.args...)
@@ -232,10 +272,14 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	if s.net {
 		cmd.Env = append(cmd.Env, role.Env+"="+forwardRole) // for the guestfwd's forwarder
 	}
-	cmd.Dir = dir
+	cmd.Dir = vmmDir(dir, v.user)
 	cmd.Stdout = v.console
 	cmd.Stderr = v.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if v.user != nil {
+		cmd.ExtraFiles = v.user.files
+		cmd.SysProcAttr.Credential = v.user.credential(t.kvm)
+	}
 	wait, err := deathsig.Start(cmd)
 	if err != nil {
 		close(v.done)
@@ -275,7 +319,7 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 		return v, fmt.Errorf("qemu did not connect within %v: %s", t.cfg.bootTimeout, v.diag())
 	}
 	if s.qmp {
-		if v.qmp, err = dialQMP(ctx, filepath.Join(dir, "qmp.sock"), v.done); err != nil {
+		if v.qmp, err = dialQMP(ctx, filepath.Join(vmmDir(dir, v.user), "qmp.sock"), v.done); err != nil {
 			return v, fmt.Errorf("qmp: %w", err)
 		}
 	}
@@ -327,6 +371,9 @@ func (v *vm) kill() {
 		_ = os.RemoveAll(v.dir)
 		if v.img != nil {
 			v.img.unref()
+		}
+		if v.user != nil {
+			putVMMID(v.user.uid) // its QEMU is gone
 		}
 	})
 }
