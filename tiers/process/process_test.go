@@ -494,6 +494,30 @@ func TestNoInheritedDescriptors(t *testing.T) {
 	}
 }
 
+// TestStdStreamsByName: the program may open its standard streams again
+// by name (/dev/stdin, /dev/stdout, /dev/stderr, /proc/self/fd/N) at both
+// levels, as on every other tier (tiers/contract, std-streams-by-name,
+// holds the container to it beside gVisor and the microVM).
+func TestStdStreamsByName(t *testing.T) {
+	script := `read a < /dev/stdin; echo "in $a"; echo out > /dev/stdout; echo err > /dev/stderr; echo fd > /proc/self/fd/1; echo "rc=$?"`
+	for _, tc := range bothTiers {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			tier := newTestTier(t, tc, cfg)
+			job := cmdJob("sh", "-c", script)
+			job.Stdin = "x\n"
+			res, err := tier.Run(context.Background(), job)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, res.Stderr)
+			}
+			if res.Stdout != "in x\nout\nfd\nrc=0\n" || res.Stderr != "err\n" {
+				t.Errorf("stdout %q, stderr %q; want \"in x\\nout\\nfd\\nrc=0\\n\" and \"err\\n\"", res.Stdout, res.Stderr)
+			}
+			assertClean(t, tier, cfg)
+		})
+	}
+}
+
 // TestContainerRootMount shows a container's root is read-only, nosuid,
 // nodev and noatime, for a pooled sandbox (which runs the egress
 // forwarder beside the stage while the root is built) and a cold one.

@@ -169,6 +169,14 @@ func mountBase() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
+	// The links every other tier's /dev holds (devtmpfs has none):
+	// scripts write to /dev/stderr and read /dev/stdin, shells use
+	// /dev/fd for process substitution.
+	for link, target := range map[string]string{"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, link); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("linking %s: %w", link, err)
+		}
+	}
 	// Nothing may be mapped at the lowest 64 KiB (a null-pointer
 	// dereference in the guest kernel stays a fault), whatever the
 	// kernel's default.
@@ -429,6 +437,14 @@ func stageShim(dir string) (*staged, error) {
 	for _, p := range pipes {
 		if *p.r, *p.w, err = os.Pipe(); err != nil {
 			return nil, err
+		}
+	}
+	// The standard streams' pipes are the job's: owned by its user, so
+	// that it may open them again by name (/dev/stdout, /proc/self/fd/1),
+	// as on every other tier. A pipe made here is root's and mode 0600.
+	for _, f := range []*os.File{stdinR, stdoutW, stderrW} {
+		if err := f.Chown(JobUID, JobUID); err != nil {
+			return nil, fmt.Errorf("giving the standard streams to the job's user: %w", err)
 		}
 	}
 	cmd := exec.Command("/proc/self/exe", shimFlag)
