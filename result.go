@@ -89,19 +89,22 @@ type Timings struct {
 type Usage struct {
 	Steps       int64 `json:"steps,omitempty"`
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	OutputBytes int64 `json:"output_bytes,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty"` // kept: at most limits.output_bytes
 	CPUUS       int64 `json:"cpu_us,omitempty"`
 }
 
 // SetError records err in the result's wire fields: a [*Stop] or
-// [*Denied] becomes Stopped, anything else becomes Error. A nil err clears
-// nothing.
+// [*Denied] becomes Stopped, anything else becomes Error. A stopped run
+// did not end by itself, so it has no exit status: ExitCode is 0 on every
+// tier, whatever the tier did to stop it (a kill's 137, a CPU limit's
+// signal). A nil err clears nothing.
 func (r *Result) SetError(err error) {
 	if err == nil {
 		return
 	}
 	if s, ok := AsStop(err); ok {
 		r.Stopped = &s
+		r.ExitCode = 0
 		return
 	}
 	r.Error = &ErrorInfo{Kind: KindOf(err), Message: err.Error()}

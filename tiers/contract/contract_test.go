@@ -39,7 +39,12 @@ type contractCase struct {
 type outcome struct {
 	Exit    *int   `json:"exit,omitempty"`
 	Stopped string `json:"stopped,omitempty"` // the stop reason
-	Error   string `json:"error,omitempty"`   // the error kind
+	// StopDetail is a regular expression the stop's detail must match:
+	// the same words on every tier.
+	StopDetail string `json:"stop_detail,omitempty"`
+	// OutputBytes is Result.Usage.OutputBytes: the output kept.
+	OutputBytes int64  `json:"output_bytes,omitempty"`
+	Error       string `json:"error,omitempty"` // the error kind
 	// ErrorMatch is a regular expression the error message must match.
 	ErrorMatch string `json:"error_match,omitempty"`
 	// Stdout is the exact standard output; StdoutMatch a regular
@@ -99,13 +104,13 @@ func loadCases(t *testing.T) []contractCase {
 			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.name == tier }) {
 				t.Fatalf("cases.jsonl:%d (%s): on names %q, not a tier of the suite", n, c.Name, tier)
 			}
-			for _, re := range []string{w.ErrorMatch, w.StdoutMatch, w.StderrMatch} {
+			for _, re := range []string{w.ErrorMatch, w.StdoutMatch, w.StderrMatch, w.StopDetail} {
 				if _, err := regexp.Compile(re); err != nil {
 					t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
 				}
 			}
 		}
-		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch, c.Want.StderrMatch} {
+		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch, c.Want.StderrMatch, c.Want.StopDetail} {
 			if _, err := regexp.Compile(re); err != nil {
 				t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
 			}
@@ -131,6 +136,8 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 		bad = append(bad, fmt.Sprintf("want stopped: %s, got error %v", w.Stopped, err))
 	case w.Stopped != "" && (res.Stopped == nil || string(res.Stopped.Reason) != w.Stopped):
 		bad = append(bad, fmt.Sprintf("want Result.Stopped %s, got %+v", w.Stopped, res.Stopped))
+	case w.StopDetail != "" && !regexp.MustCompile(w.StopDetail).MatchString(stop.Detail):
+		bad = append(bad, fmt.Sprintf("stop detail %q does not match %q", stop.Detail, w.StopDetail))
 	case w.Error != "" && (err == nil || stopped || string(airlock.KindOf(err)) != w.Error):
 		bad = append(bad, fmt.Sprintf("want a %s error, got %v", w.Error, err))
 	case w.Error != "" && w.ErrorMatch != "" && !regexp.MustCompile(w.ErrorMatch).MatchString(err.Error()):
@@ -140,6 +147,9 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 	}
 	if w.Exit != nil && res.ExitCode != *w.Exit {
 		bad = append(bad, fmt.Sprintf("exit code %d, want %d", res.ExitCode, *w.Exit))
+	}
+	if w.OutputBytes != 0 && res.Usage.OutputBytes != w.OutputBytes {
+		bad = append(bad, fmt.Sprintf("usage.output_bytes %d, want %d", res.Usage.OutputBytes, w.OutputBytes))
 	}
 	if w.Stdout != nil && res.Stdout != *w.Stdout {
 		bad = append(bad, fmt.Sprintf("stdout %q, want %q", res.Stdout, *w.Stdout))

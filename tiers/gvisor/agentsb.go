@@ -332,7 +332,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	r.res.Usage = usage(sb.cg, out)
 	r.res.Usage.CPUUS -= baseCPU.Microseconds()
 	if stop == nil && sb.cg.ooms() > baseOOM {
-		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
 	}
 	if stop == nil && sb.cg.pidsHits() > basePids {
 		// A fork the process limit refused stops the job, as on every

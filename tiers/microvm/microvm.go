@@ -789,9 +789,9 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				v.marks = append(v.marks, ex.Marks...)
 				switch ex.Reason {
 				case "memory":
-					return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("the job exceeded %d MB", job.Limits.MemoryMB)}
+					return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
 				case "cpu":
-					return &airlock.Stop{Reason: airlock.StopCPU, Detail: fmt.Sprintf("the job used more than %v of CPU", job.Limits.CPU())}
+					return &airlock.Stop{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
 				case "pids":
 					return &airlock.Stop{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
 				}
