@@ -1,6 +1,7 @@
 package airlock
 
 import (
+	"strings"
 	"time"
 )
 
@@ -123,15 +124,24 @@ func (r *Result) Err() error {
 	case r.Error == nil:
 		return nil
 	}
+	// The message is the error's whole text (SetError): the error rebuilt
+	// reads the same, its kind's words not said twice.
+	msg := r.Error.Message
 	switch r.Error.Kind {
 	case ErrInvalid:
-		return &InvalidJob{Reason: r.Error.Message}
+		return &InvalidJob{Reason: strings.TrimPrefix(msg, "invalid job: ")}
 	case ErrCompile, ErrRuntime:
-		return &ErrorInfo{Kind: r.Error.Kind, Message: r.Error.Message}
+		words := (&ErrorInfo{Kind: r.Error.Kind}).Error() // "compile error: "
+		return &ErrorInfo{Kind: r.Error.Kind, Message: strings.TrimPrefix(msg, words)}
 	case ErrNotAdmitted:
-		return &NotAdmitted{Reason: r.Error.Message}
+		if rest, ok := strings.CutPrefix(msg, "not admitted by "); ok {
+			if tier, reason, ok := strings.Cut(rest, ": "); ok && tier != "" && !strings.ContainsAny(tier, " :") {
+				return &NotAdmitted{Tier: tier, Reason: reason}
+			}
+		}
+		return &NotAdmitted{Reason: strings.TrimPrefix(msg, "not admitted: ")}
 	}
-	return &remoteError{r.Error.Message}
+	return &remoteError{msg}
 }
 
 type remoteError struct{ msg string }
