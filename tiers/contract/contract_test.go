@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -56,6 +57,34 @@ type outcome struct {
 	StderrMatch string `json:"stderr_match,omitempty"`
 	// Clock: the result records the job's pinned clock.
 	Clock bool `json:"clock,omitempty"`
+	// Files are the collected files exactly (on the wire as Job.Files);
+	// FilesSkipped what was left out, exactly.
+	Files        map[string]string `json:"files,omitempty"`
+	FilesSkipped []string          `json:"files_skipped,omitempty"`
+}
+
+// UnmarshalJSON decodes an outcome, its files as Job.Files are (any
+// bytes: {"base64": ...} where not UTF-8).
+func (w *outcome) UnmarshalJSON(data []byte) error {
+	type plain outcome
+	var o struct {
+		plain
+		Files json.RawMessage `json:"files,omitempty"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return err
+	}
+	*w = outcome(o.plain)
+	if o.Files != nil {
+		job, err := airlock.DecodeJob([]byte(`{"kind":"command","argv":["true"],"files":` + string(o.Files) + `}`))
+		if err != nil {
+			return err
+		}
+		w.Files = job.Files
+	}
+	return nil
 }
 
 // loadCases reads and checks the table: names unique, every job valid in
@@ -162,6 +191,12 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 	}
 	if w.StdoutMax > 0 && len(res.Stdout) > w.StdoutMax {
 		bad = append(bad, fmt.Sprintf("stdout is %d bytes, over %d", len(res.Stdout), w.StdoutMax))
+	}
+	if w.Files != nil && !maps.Equal(res.Files, w.Files) {
+		bad = append(bad, fmt.Sprintf("collected files %q, want %q", res.Files, w.Files))
+	}
+	if w.FilesSkipped != nil && !slices.Equal(res.FilesSkipped, w.FilesSkipped) {
+		bad = append(bad, fmt.Sprintf("files skipped %q, want %q", res.FilesSkipped, w.FilesSkipped))
 	}
 	if w.Clock && !res.Clock.Equal(job.Clock) {
 		bad = append(bad, fmt.Sprintf("Result.Clock %v, want the job's %v", res.Clock, job.Clock))
