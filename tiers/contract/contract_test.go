@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 )
 
 // contractCase is one line of testdata/cases.jsonl: a job in the wire
@@ -218,7 +219,9 @@ func TestContract(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.Name, func(t *testing.T) {
 					job, _ := airlock.DecodeJob(c.Job)
-					needImage(t, s, job.Image)
+					if job.Image != image.Host {
+						needImage(t, s, job.Image)
+					}
 					res, err := run(tr, job)
 					want := c.Want
 					if w, ok := c.On[ot.name]; ok {

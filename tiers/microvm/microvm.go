@@ -427,6 +427,10 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		// Held until the VM, killed in the background, lets go of it too.
 		defer h.unref()
 		job.Grants.Secrets = imageEnv(h.img, job.Grants.Secrets)
+	} else {
+		// The host view has no image variables: the baseline, as on
+		// every tier.
+		job.Grants.Secrets = imageEnv(&image.Image{}, job.Grants.Secrets)
 	}
 	// Read grants become disks before the VM boots with them; they go
 	// with the run's directory.
