@@ -45,8 +45,10 @@ type outcome struct {
 	// the same words on every tier.
 	StopDetail string `json:"stop_detail,omitempty"`
 	// OutputBytes is Result.Usage.OutputBytes: the output kept.
-	OutputBytes int64  `json:"output_bytes,omitempty"`
-	Error       string `json:"error,omitempty"` // the error kind
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	// Usage: the result reports the memory and CPU time the run used.
+	Usage bool   `json:"usage,omitempty"`
+	Error string `json:"error,omitempty"` // the error kind
 	// ErrorMatch is a regular expression the error message must match.
 	ErrorMatch string `json:"error_match,omitempty"`
 	// Stdout is the exact standard output; StdoutMatch a regular
@@ -180,6 +182,9 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 	}
 	if w.OutputBytes != 0 && res.Usage.OutputBytes != w.OutputBytes {
 		bad = append(bad, fmt.Sprintf("usage.output_bytes %d, want %d", res.Usage.OutputBytes, w.OutputBytes))
+	}
+	if w.Usage && (res.Usage.MemoryBytes <= 0 || res.Usage.CPUUS <= 0) {
+		bad = append(bad, fmt.Sprintf("usage %+v reports no memory or CPU time", res.Usage))
 	}
 	if w.Stdout != nil && res.Stdout != *w.Stdout {
 		bad = append(bad, fmt.Sprintf("stdout %q, want %q", res.Stdout, *w.Stdout))

@@ -790,6 +790,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 					res.FilesSkipped = append(res.FilesSkipped, "collect: the guest agent returned no files (an agent older than the collect field)")
 				}
 				res.ExitCode = ex.Code
+				res.Usage.MemoryBytes, res.Usage.CPUUS = ex.MemoryBytes, ex.CPUUS
 				v.marks = append(v.marks, ex.Marks...)
 				switch ex.Reason {
 				case "memory":

@@ -605,6 +605,7 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	} else if st.waitErr != nil {
 		return exit, st.waitErr
 	}
+	exit.MemoryBytes, exit.CPUUS = memoryPeak(st.cgDir), cpuUsedUS(st.cgDir)
 	if ev, err := os.ReadFile(filepath.Join(st.cgDir, "memory.events")); err == nil && eventCount(string(ev), "oom_kill") > 0 {
 		exit.Reason = "memory"
 	} else if pidsHit(st.cgDir) {
@@ -621,12 +622,26 @@ func pidsHit(cgDir string) bool {
 	return err == nil && eventCount(string(ev), "max") > 0
 }
 
-func cpuUsedMS(cgDir string) int64 {
+// memoryPeak is the cgroup's peak memory (memory.peak; 0 where the
+// kernel has none).
+func memoryPeak(cgDir string) int64 {
+	data, err := os.ReadFile(filepath.Join(cgDir, "memory.peak"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return n
+}
+
+func cpuUsedMS(cgDir string) int64 { return cpuUsedUS(cgDir) / 1000 }
+
+// cpuUsedUS is the cgroup's CPU time in microseconds.
+func cpuUsedUS(cgDir string) int64 {
 	data, err := os.ReadFile(filepath.Join(cgDir, "cpu.stat"))
 	if err != nil {
 		return 0
 	}
-	return eventCount(string(data), "usage_usec") / 1000
+	return eventCount(string(data), "usage_usec")
 }
 
 func eventCount(data, key string) int64 {
