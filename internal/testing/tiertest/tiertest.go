@@ -310,6 +310,11 @@ func (s Suite) wallClock(t *testing.T) {
 	guard(t, 300*time.Millisecond, func() {
 		res, err := s.Tier.Run(context.Background(), job)
 		wantStop(t, res, err, airlock.StopTimeout)
+		// The same words on every tier: the wall clock given, ran out (or,
+		// on a tier that counts its start, ran out while starting).
+		if st, ok := airlock.AsStop(err); ok && !strings.HasPrefix(st.Detail, "wall clock of 300ms ran out") && !strings.HasPrefix(st.Detail, "wall clock ran out while starting") {
+			t.Errorf("stop detail %q, want \"wall clock of 300ms ran out\"", st.Detail)
+		}
 	})
 }
 
