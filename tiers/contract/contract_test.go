@@ -233,6 +233,7 @@ func TestContract(t *testing.T) {
 						want = w
 					}
 					bad := want.check(job, res, err)
+					bad = append(bad, fields(tr, res, err)...)
 					if gap, ok := c.Gaps[ot.name]; ok {
 						if len(bad) == 0 {
 							t.Errorf("%s: the stated gap (%s) is closed on %s: remove it from the case and SECURITY.md", c.Contract, gap, ot.name)
@@ -248,4 +249,24 @@ func TestContract(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fields checks what every result carries, whatever the case: the tier
+// and level that ran it, the clock and seed it ran with, and for a run
+// that ended by itself or by a stop, timings that add up.
+func fields(tr airlock.Tier, res airlock.Result, err error) []string {
+	var bad []string
+	if res.Tier != tr.Name() || res.Level != tr.Level() {
+		bad = append(bad, fmt.Sprintf("result names tier %q level %d, want %q level %d", res.Tier, res.Level, tr.Name(), tr.Level()))
+	}
+	if _, stopped := airlock.AsStop(err); err != nil && !stopped {
+		return bad
+	}
+	if res.Clock.IsZero() || res.Seed == 0 {
+		bad = append(bad, fmt.Sprintf("result records clock %v and seed %d, want both", res.Clock, res.Seed))
+	}
+	if t := res.Timings; t.StartUS <= 0 || t.RunUS <= 0 || t.TotalUS < t.StartUS+t.RunUS {
+		bad = append(bad, fmt.Sprintf("timings %+v: want a start and a run, within the total", t))
+	}
+	return bad
 }
