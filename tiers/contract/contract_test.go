@@ -120,7 +120,7 @@ func loadCases(t *testing.T) []contractCase {
 			t.Fatalf("cases.jsonl:%d: case %q twice", n, c.Name)
 		}
 		for tier, why := range c.Gaps {
-			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.name == tier }) || why == "" {
+			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.of == "" && o.name == tier }) || why == "" {
 				t.Fatalf("cases.jsonl:%d (%s): a gap names a tier of the suite and its reason", n, c.Name)
 			}
 		}
@@ -133,7 +133,7 @@ func loadCases(t *testing.T) []contractCase {
 			t.Fatalf("cases.jsonl:%d (%s): a contract case is a command job naming its image", n, c.Name)
 		}
 		for tier, w := range c.On {
-			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.name == tier }) {
+			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.of == "" && o.name == tier }) {
 				t.Fatalf("cases.jsonl:%d (%s): on names %q, not a tier of the suite", n, c.Name, tier)
 			}
 			for _, re := range []string{w.ErrorMatch, w.StdoutMatch, w.StderrMatch, w.StopDetail} {
@@ -229,12 +229,12 @@ func TestContract(t *testing.T) {
 					}
 					res, err := run(tr, job)
 					want := c.Want
-					if w, ok := c.On[ot.name]; ok {
+					if w, ok := c.On[ot.tier()]; ok {
 						want = w
 					}
 					bad := want.check(job, res, err)
 					bad = append(bad, fields(tr, res, err)...)
-					if gap, ok := c.Gaps[ot.name]; ok {
+					if gap, ok := c.Gaps[ot.tier()]; ok {
 						if len(bad) == 0 {
 							t.Errorf("%s: the stated gap (%s) is closed on %s: remove it from the case and SECURITY.md", c.Contract, gap, ot.name)
 						} else {
