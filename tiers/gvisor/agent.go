@@ -243,7 +243,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 	spawned := time.Since(received).Microseconds()
 	if inW != nil {
 		go func() {
-			_, _ = io.WriteString(inW, job.Stdin)
+			_, _ = io.WriteString(inW, string(job.Stdin))
 			inW.Close()
 		}()
 	}

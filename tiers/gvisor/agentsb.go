@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
@@ -236,7 +237,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		Env:     envFor(sb.img, admit.Vars(job)),
 		Files:   files,
 		Collect: job.Collect,
-		Stdin:   job.Stdin,
+		Stdin:   wirebytes.Text(job.Stdin),
 		UID:     sandboxUID,
 		NoFile:  uint64(job.Limits.Files),
 		Output:  job.Limits.OutputBytes,
