@@ -89,6 +89,10 @@ func TestPrepare(t *testing.T) {
 		{Kind: "cobol", Code: "x"},
 		{Kind: "command"},
 		{Kind: "command", Argv: []string{"a\x00b"}},
+		// Not UTF-8: the wire form (JSON) and the tiers' own cannot carry it.
+		{Kind: "command", Argv: []string{"echo", "a\xffb"}},
+		{Kind: "command", Argv: []string{"env"}, Env: map[string]string{"A": "a\xffb"}},
+		{Kind: "command", Argv: []string{"env"}, Grants: airlock.Grants{Secrets: map[string]string{"A": "a\xffb"}}},
 		{Kind: "wasm"},
 		{Kind: "expr", Code: "1", Limits: airlock.Limits{WallMS: 1 << 40}},
 		{Kind: "expr", Code: "1", Limits: airlock.Limits{MemoryMB: -1}},
