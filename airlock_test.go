@@ -89,6 +89,10 @@ func TestPrepare(t *testing.T) {
 		{Kind: "cobol", Code: "x"},
 		{Kind: "command"},
 		{Kind: "command", Argv: []string{"a\x00b"}},
+		// Not UTF-8: the wire form (JSON) and the tiers' own cannot carry it.
+		{Kind: "command", Argv: []string{"echo", "a\xffb"}},
+		{Kind: "command", Argv: []string{"env"}, Env: map[string]string{"A": "a\xffb"}},
+		{Kind: "command", Argv: []string{"env"}, Grants: airlock.Grants{Secrets: map[string]string{"A": "a\xffb"}}},
 		{Kind: "wasm"},
 		{Kind: "expr", Code: "1", Limits: airlock.Limits{WallMS: 1 << 40}},
 		{Kind: "expr", Code: "1", Limits: airlock.Limits{MemoryMB: -1}},
@@ -140,8 +144,11 @@ func TestResultErrorsRoundTrip(t *testing.T) {
 		&airlock.Stop{Reason: airlock.StopTimeout, Detail: "wall clock of 1s exceeded"},
 		&airlock.Denied{Capability: "net", Detail: "connect 10.0.0.1:80"},
 		&airlock.NotAdmitted{Reason: "no tier"},
+		&airlock.NotAdmitted{Tier: "gvisor", Reason: "a pinned clock"},
 		&airlock.InvalidJob{Reason: "bad"},
+		&airlock.InvalidJob{Field: "limits.wall_ms", Reason: "too long"},
 		&airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: "x"},
+		&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "boom"},
 	}
 	for _, e := range errs {
 		var res airlock.Result
@@ -157,6 +164,9 @@ func TestResultErrorsRoundTrip(t *testing.T) {
 		s2, ok2 := airlock.AsStop(got)
 		assert.Equal(t, ok1, ok2)
 		assert.Equal(t, s1, s2)
+		// The same words once: a result passed on (the guarded tiers'
+		// workers, the account's executor) reads as the original.
+		assert.Equal(t, e.Error(), got.Error())
 	}
 }
 

@@ -183,6 +183,12 @@ func (job *Job) Validate() error {
 			if strings.IndexByte(a, 0) >= 0 {
 				return invalid("argv", "contains a NUL byte")
 			}
+			// The job's wire form is JSON, and so are the gVisor and
+			// microVM tiers' own: bytes that are not UTF-8 would reach the
+			// program as U+FFFD on some tiers and as they are on others.
+			if !utf8.ValidString(a) {
+				return invalid("argv", "%q is not valid UTF-8", a)
+			}
 		}
 	case "":
 		return invalid("kind", "is missing (want expr, starlark, wasm or command)")
@@ -397,9 +403,13 @@ func validateGrants(g *Grants) error {
 			}
 		}
 	}
-	for name := range g.Secrets {
+	for name, v := range g.Secrets {
 		if !validEnvName(name) {
 			return invalid("grants.secrets", "%q is not a valid variable name", name)
+		}
+		if !utf8.ValidString(v) {
+			// Not quoted: it is a secret.
+			return invalid("grants.secrets", "the value of %s is not valid UTF-8", name)
 		}
 	}
 	for i, c := range g.Credentials {
@@ -449,6 +459,8 @@ func validateEnv(job *Job) error {
 			return invalid("env", "%q is not a valid variable name", name)
 		case strings.IndexByte(v, 0) >= 0:
 			return invalid("env["+name+"]", "contains a NUL byte")
+		case !utf8.ValidString(v):
+			return invalid("env["+name+"]", "is not valid UTF-8")
 		}
 		if _, ok := job.Grants.Secrets[name]; ok {
 			return invalid("env["+name+"]", "is also in grants.secrets")

@@ -1,6 +1,7 @@
 package airlock
 
 import (
+	"strings"
 	"time"
 )
 
@@ -89,19 +90,22 @@ type Timings struct {
 type Usage struct {
 	Steps       int64 `json:"steps,omitempty"`
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	OutputBytes int64 `json:"output_bytes,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty"` // kept: at most limits.output_bytes
 	CPUUS       int64 `json:"cpu_us,omitempty"`
 }
 
 // SetError records err in the result's wire fields: a [*Stop] or
-// [*Denied] becomes Stopped, anything else becomes Error. A nil err clears
-// nothing.
+// [*Denied] becomes Stopped, anything else becomes Error. A stopped run
+// did not end by itself, so it has no exit status: ExitCode is 0 on every
+// tier, whatever the tier did to stop it (a kill's 137, a CPU limit's
+// signal). A nil err clears nothing.
 func (r *Result) SetError(err error) {
 	if err == nil {
 		return
 	}
 	if s, ok := AsStop(err); ok {
 		r.Stopped = &s
+		r.ExitCode = 0
 		return
 	}
 	r.Error = &ErrorInfo{Kind: KindOf(err), Message: err.Error()}
@@ -120,15 +124,24 @@ func (r *Result) Err() error {
 	case r.Error == nil:
 		return nil
 	}
+	// The message is the error's whole text (SetError): the error rebuilt
+	// reads the same, its kind's words not said twice.
+	msg := r.Error.Message
 	switch r.Error.Kind {
 	case ErrInvalid:
-		return &InvalidJob{Reason: r.Error.Message}
+		return &InvalidJob{Reason: strings.TrimPrefix(msg, "invalid job: ")}
 	case ErrCompile, ErrRuntime:
-		return &ErrorInfo{Kind: r.Error.Kind, Message: r.Error.Message}
+		words := (&ErrorInfo{Kind: r.Error.Kind}).Error() // "compile error: "
+		return &ErrorInfo{Kind: r.Error.Kind, Message: strings.TrimPrefix(msg, words)}
 	case ErrNotAdmitted:
-		return &NotAdmitted{Reason: r.Error.Message}
+		if rest, ok := strings.CutPrefix(msg, "not admitted by "); ok {
+			if tier, reason, ok := strings.Cut(rest, ": "); ok && tier != "" && !strings.ContainsAny(tier, " :") {
+				return &NotAdmitted{Tier: tier, Reason: reason}
+			}
+		}
+		return &NotAdmitted{Reason: strings.TrimPrefix(msg, "not admitted: ")}
 	}
-	return &remoteError{r.Error.Message}
+	return &remoteError{msg}
 }
 
 type remoteError struct{ msg string }

@@ -125,6 +125,11 @@ const DefaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // runs.
 var baseline = []string{"PATH=" + DefaultPATH, "HOME=/scratch", "TMPDIR=/tmp", "LANG=C.UTF-8"}
 
+// Baseline is a program's whole environment in the host view, which has
+// no image variables: the baseline (PATH, HOME=/scratch, TMPDIR=/tmp,
+// LANG=C.UTF-8), then over, which replaces any variable of the same name.
+func Baseline(over ...string) []string { return (&Image{}).Environ(over...) }
+
 // Environ is a program's whole environment in img: the image's variables,
 // the baseline (PATH, HOME=/scratch, TMPDIR=/tmp, LANG=C.UTF-8) where the
 // image sets none, then over ("NAME=value": the job's secrets, a tier's

@@ -81,7 +81,7 @@ func (e *engine) run(ctx context.Context, c *compiled, s *spec) (outcome, error)
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ctx, cancelWall := context.WithTimeoutCause(ctx, s.wall, &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v", s.wall)})
+	ctx, cancelWall := context.WithTimeoutCause(ctx, s.wall, &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", s.wall)})
 	defer cancelWall()
 
 	alloc := &memAlloc{limit: s.memLimit}

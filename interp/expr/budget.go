@@ -77,7 +77,7 @@ func (s *state) checkTime() error {
 	default:
 	}
 	if monotime.Now().After(s.deadline) {
-		return &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v exceeded", s.limits.Wall())}
+		return &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", s.limits.Wall())}
 	}
 	return nil
 }

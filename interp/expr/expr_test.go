@@ -33,7 +33,8 @@ func TestConformance(t *testing.T) {
 		Flood: &flood,
 		// expr has no way to the process environment: the job names the
 		// canary variable as an identifier, which must not resolve to it.
-		Env: &airlock.Job{Kind: airlock.KindExpr, Code: tiertest.CanaryEnv},
+		Env:    &airlock.Job{Kind: airlock.KindExpr, Code: tiertest.CanaryEnv},
+		Broken: &airlock.Job{Kind: airlock.KindExpr, Code: "1 +"},
 	}.Run(t)
 }
 

@@ -35,6 +35,7 @@ type runState struct {
 	thread   *sl.Thread // &th
 	ctx      context.Context
 	deadline time.Time
+	wall     time.Duration // limits.wall_ms, for the stop's words
 	maxSteps uint64
 
 	budget int64 // allocation budget in bytes (limits.memory_mb)
@@ -123,7 +124,7 @@ func (s *runState) poll() error {
 		return s.stop(airlock.StopKilled, "cancelled by the caller")
 	}
 	if !monotime.Now().Before(s.deadline) {
-		return s.stop(airlock.StopTimeout, "wall clock limit reached")
+		return s.stop(airlock.StopTimeout, "wall clock of %v ran out", s.wall)
 	}
 	return nil
 }

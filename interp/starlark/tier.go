@@ -174,7 +174,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 
 	st = newState()
 	st.ctx = ctx
-	st.deadline = start.Add(job.Limits.Wall())
+	st.deadline, st.wall = start.Add(job.Limits.Wall()), job.Limits.Wall()
 	st.maxSteps = uint64(job.Limits.Steps)
 	st.budget = job.Limits.MemoryMB << 20
 	st.outCap = job.Limits.OutputBytes

@@ -43,8 +43,9 @@ func TestConformance(t *testing.T) {
 		},
 		// Each iteration is one long builtin call, so the wall clock (not
 		// the default step budget) ends it, and the builtin must notice.
-		Spin:  ptr(job("while True:\n    all(range(1, 1 << 40))")),
-		Flood: ptr(job("while True:\n    print('flood' * 100)")),
+		Spin:   ptr(job("while True:\n    all(range(1, 1 << 40))")),
+		Flood:  ptr(job("while True:\n    print('flood' * 100)")),
+		Broken: ptr(job("fail('boom')")),
 		// Starlark has no os module and no getenv: the script dumps every
 		// member of everything it can reach, and the suite checks that the
 		// canary's value is nowhere in it.

@@ -325,8 +325,9 @@ func (c *conn) apiError(status int, data []byte) error {
 	err := res.Err()
 	var na *airlock.NotAdmitted
 	if errors.As(err, &na) {
+		msg := na.Error() // the executor's words, naming the tier that refused
 		na.Tier = Name
-		na.Reason = "executor of account " + c.cfg.account + ": " + na.Reason
+		na.Reason = "executor of account " + c.cfg.account + ": " + msg
 	}
 	return err
 }

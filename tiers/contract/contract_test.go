@@ -3,8 +3,10 @@ package contract
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 )
 
 // contractCase is one line of testdata/cases.jsonl: a job in the wire
@@ -39,7 +42,14 @@ type contractCase struct {
 type outcome struct {
 	Exit    *int   `json:"exit,omitempty"`
 	Stopped string `json:"stopped,omitempty"` // the stop reason
-	Error   string `json:"error,omitempty"`   // the error kind
+	// StopDetail is a regular expression the stop's detail must match:
+	// the same words on every tier.
+	StopDetail string `json:"stop_detail,omitempty"`
+	// OutputBytes is Result.Usage.OutputBytes: the output kept.
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	// Usage: the result reports the memory and CPU time the run used.
+	Usage bool   `json:"usage,omitempty"`
+	Error string `json:"error,omitempty"` // the error kind
 	// ErrorMatch is a regular expression the error message must match.
 	ErrorMatch string `json:"error_match,omitempty"`
 	// Stdout is the exact standard output; StdoutMatch a regular
@@ -51,6 +61,34 @@ type outcome struct {
 	StderrMatch string `json:"stderr_match,omitempty"`
 	// Clock: the result records the job's pinned clock.
 	Clock bool `json:"clock,omitempty"`
+	// Files are the collected files exactly (on the wire as Job.Files);
+	// FilesSkipped what was left out, exactly.
+	Files        map[string]string `json:"files,omitempty"`
+	FilesSkipped []string          `json:"files_skipped,omitempty"`
+}
+
+// UnmarshalJSON decodes an outcome, its files as Job.Files are (any
+// bytes: {"base64": ...} where not UTF-8).
+func (w *outcome) UnmarshalJSON(data []byte) error {
+	type plain outcome
+	var o struct {
+		plain
+		Files json.RawMessage `json:"files,omitempty"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return err
+	}
+	*w = outcome(o.plain)
+	if o.Files != nil {
+		job, err := airlock.DecodeJob([]byte(`{"kind":"command","argv":["true"],"files":` + string(o.Files) + `}`))
+		if err != nil {
+			return err
+		}
+		w.Files = job.Files
+	}
+	return nil
 }
 
 // loadCases reads and checks the table: names unique, every job valid in
@@ -83,7 +121,7 @@ func loadCases(t *testing.T) []contractCase {
 			t.Fatalf("cases.jsonl:%d: case %q twice", n, c.Name)
 		}
 		for tier, why := range c.Gaps {
-			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.name == tier }) || why == "" {
+			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.of == "" && o.name == tier }) || why == "" {
 				t.Fatalf("cases.jsonl:%d (%s): a gap names a tier of the suite and its reason", n, c.Name)
 			}
 		}
@@ -96,16 +134,16 @@ func loadCases(t *testing.T) []contractCase {
 			t.Fatalf("cases.jsonl:%d (%s): a contract case is a command job naming its image", n, c.Name)
 		}
 		for tier, w := range c.On {
-			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.name == tier }) {
+			if !slices.ContainsFunc(osTiers, func(o osTier) bool { return o.of == "" && o.name == tier }) {
 				t.Fatalf("cases.jsonl:%d (%s): on names %q, not a tier of the suite", n, c.Name, tier)
 			}
-			for _, re := range []string{w.ErrorMatch, w.StdoutMatch, w.StderrMatch} {
+			for _, re := range []string{w.ErrorMatch, w.StdoutMatch, w.StderrMatch, w.StopDetail} {
 				if _, err := regexp.Compile(re); err != nil {
 					t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
 				}
 			}
 		}
-		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch, c.Want.StderrMatch} {
+		for _, re := range []string{c.Want.ErrorMatch, c.Want.StdoutMatch, c.Want.StderrMatch, c.Want.StopDetail} {
 			if _, err := regexp.Compile(re); err != nil {
 				t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
 			}
@@ -131,6 +169,8 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 		bad = append(bad, fmt.Sprintf("want stopped: %s, got error %v", w.Stopped, err))
 	case w.Stopped != "" && (res.Stopped == nil || string(res.Stopped.Reason) != w.Stopped):
 		bad = append(bad, fmt.Sprintf("want Result.Stopped %s, got %+v", w.Stopped, res.Stopped))
+	case w.StopDetail != "" && !regexp.MustCompile(w.StopDetail).MatchString(stop.Detail):
+		bad = append(bad, fmt.Sprintf("stop detail %q does not match %q", stop.Detail, w.StopDetail))
 	case w.Error != "" && (err == nil || stopped || string(airlock.KindOf(err)) != w.Error):
 		bad = append(bad, fmt.Sprintf("want a %s error, got %v", w.Error, err))
 	case w.Error != "" && w.ErrorMatch != "" && !regexp.MustCompile(w.ErrorMatch).MatchString(err.Error()):
@@ -140,6 +180,12 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 	}
 	if w.Exit != nil && res.ExitCode != *w.Exit {
 		bad = append(bad, fmt.Sprintf("exit code %d, want %d", res.ExitCode, *w.Exit))
+	}
+	if w.OutputBytes != 0 && res.Usage.OutputBytes != w.OutputBytes {
+		bad = append(bad, fmt.Sprintf("usage.output_bytes %d, want %d", res.Usage.OutputBytes, w.OutputBytes))
+	}
+	if w.Usage && (res.Usage.MemoryBytes <= 0 || res.Usage.CPUUS <= 0) {
+		bad = append(bad, fmt.Sprintf("usage %+v reports no memory or CPU time", res.Usage))
 	}
 	if w.Stdout != nil && res.Stdout != *w.Stdout {
 		bad = append(bad, fmt.Sprintf("stdout %q, want %q", res.Stdout, *w.Stdout))
@@ -152,6 +198,12 @@ func (w outcome) check(job airlock.Job, res airlock.Result, err error) []string 
 	}
 	if w.StdoutMax > 0 && len(res.Stdout) > w.StdoutMax {
 		bad = append(bad, fmt.Sprintf("stdout is %d bytes, over %d", len(res.Stdout), w.StdoutMax))
+	}
+	if w.Files != nil && !maps.Equal(res.Files, w.Files) {
+		bad = append(bad, fmt.Sprintf("collected files %q, want %q", res.Files, w.Files))
+	}
+	if w.FilesSkipped != nil && !slices.Equal(res.FilesSkipped, w.FilesSkipped) {
+		bad = append(bad, fmt.Sprintf("files skipped %q, want %q", res.FilesSkipped, w.FilesSkipped))
 	}
 	if w.Clock && !res.Clock.Equal(job.Clock) {
 		bad = append(bad, fmt.Sprintf("Result.Clock %v, want the job's %v", res.Clock, job.Clock))
@@ -173,14 +225,17 @@ func TestContract(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.Name, func(t *testing.T) {
 					job, _ := airlock.DecodeJob(c.Job)
-					needImage(t, s, job.Image)
+					if job.Image != image.Host {
+						needImage(t, s, job.Image)
+					}
 					res, err := run(tr, job)
 					want := c.Want
-					if w, ok := c.On[ot.name]; ok {
+					if w, ok := c.On[ot.tier()]; ok {
 						want = w
 					}
 					bad := want.check(job, res, err)
-					if gap, ok := c.Gaps[ot.name]; ok {
+					bad = append(bad, fields(tr, res, err)...)
+					if gap, ok := c.Gaps[ot.tier()]; ok {
 						if len(bad) == 0 {
 							t.Errorf("%s: the stated gap (%s) is closed on %s: remove it from the case and SECURITY.md", c.Contract, gap, ot.name)
 						} else {
@@ -192,6 +247,53 @@ func TestContract(t *testing.T) {
 						t.Errorf("%s\n%s\nstdout: %q\nstderr: %q", c.Contract, strings.Join(bad, "\n"), res.Stdout, res.Stderr)
 					}
 				})
+			}
+		})
+	}
+}
+
+// fields checks what every result carries, whatever the case: the tier
+// and level that ran it, the clock and seed it ran with, and for a run
+// that ended by itself or by a stop, timings that add up.
+func fields(tr airlock.Tier, res airlock.Result, err error) []string {
+	var bad []string
+	if res.Tier != tr.Name() || res.Level != tr.Level() {
+		bad = append(bad, fmt.Sprintf("result names tier %q level %d, want %q level %d", res.Tier, res.Level, tr.Name(), tr.Level()))
+	}
+	if _, stopped := airlock.AsStop(err); err != nil && !stopped {
+		return bad
+	}
+	if res.Clock.IsZero() || res.Seed == 0 {
+		bad = append(bad, fmt.Sprintf("result records clock %v and seed %d, want both", res.Clock, res.Seed))
+	}
+	if t := res.Timings; t.StartUS <= 0 || t.RunUS <= 0 || t.TotalUS < t.StartUS+t.RunUS {
+		bad = append(bad, fmt.Sprintf("timings %+v: want a start and a run, within the total", t))
+	}
+	return bad
+}
+
+// TestBinaryStdin: stdin is any bytes on every tier, however the tier
+// starts the program (a scratch size sends gVisor's job through its
+// agent). The table cannot hold such a job: its stdin is a JSON string.
+func TestBinaryStdin(t *testing.T) {
+	var in strings.Builder
+	for i := range 256 {
+		in.WriteByte(byte(i))
+	}
+	want := fmt.Sprintf("%d %x\n", in.Len(), sha256.Sum256([]byte(in.String())))
+	for _, ot := range osTiers {
+		t.Run(ot.name, func(t *testing.T) {
+			s := store(t)
+			needImage(t, s, "python")
+			tr := tier(t, ot, s)
+			for _, mb := range []int64{0, 16} {
+				job := airlock.Job{Kind: airlock.KindCommand, Image: "python", Stdin: in.String(),
+					Argv:   []string{"python3", "-c", "import hashlib, sys\nd = sys.stdin.buffer.read()\nprint(len(d), hashlib.sha256(d).hexdigest())"},
+					Grants: airlock.Grants{FS: airlock.FSGrant{ScratchMB: mb}}, Limits: airlock.Limits{WallMS: 60000}}
+				res, err := run(tr, job)
+				if err != nil || res.Stdout != want {
+					t.Errorf("scratch_mb %d: %v: stdout %q, want %q (stderr %q)", mb, err, res.Stdout, want, res.Stderr)
+				}
 			}
 		})
 	}

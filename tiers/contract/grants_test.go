@@ -41,7 +41,7 @@ func TestEveryGrant(t *testing.T) {
 	must(t, os.Symlink("sub/data.txt", filepath.Join(grant, "link")))
 
 	script := strings.Join([]string{
-		"import os, shutil, subprocess, sys, urllib.request",
+		"import errno, os, shutil, socket, subprocess, sys, urllib.request",
 		"g = sys.argv[1]",
 		// The read grant: a nested file and a link inside the directory,
 		// read-only.
@@ -59,6 +59,9 @@ func TestEveryGrant(t *testing.T) {
 		"print(subprocess.run(['cat', 'in/note.txt'], capture_output=True, text=True).stdout.strip())",
 		// Egress through the tier's proxy to the allowed origin.
 		"print(urllib.request.urlopen('http://origin.test:" + o.Port + "/ok', timeout=30).read().decode().strip())",
+		// Around the proxy: an address directly, and a name through DNS.
+		"s = socket.socket()\ns.settimeout(10)\ntry:\n    s.connect(('192.0.2.1', 80))\n    print('direct connected')\nexcept socket.timeout:\n    print('direct timed out')\nexcept OSError as e:\n    print('direct', errno.errorcode.get(e.errno))",
+		"try:\n    print('dns', socket.getaddrinfo('example.com', 80)[0][4][0])\nexcept socket.gaierror as e:\n    print('dns refused')",
 	}, "\n")
 	job := airlock.Job{
 		Kind:  airlock.KindCommand,
@@ -84,6 +87,8 @@ func TestEveryGrant(t *testing.T) {
 		"scratch total True",
 		"placed file",
 		"origin says hello",
+		"direct ENETUNREACH",
+		"dns refused",
 	}, "\n") + "\n"
 
 	tiers := []struct {

@@ -26,6 +26,18 @@ import (
 type osTier struct {
 	name string
 	open func(store *image.Store) (closingTier, error)
+	// of is the tier this one is a way of running (gvisor-pooled: gvisor),
+	// whose gaps and differences it shares; "" for the tier itself.
+	of string
+}
+
+// tier is the name of the tier ot runs, which the cases' gaps and
+// differences name.
+func (ot osTier) tier() string {
+	if ot.of != "" {
+		return ot.of
+	}
+	return ot.name
 }
 
 // closingTier is a tier the suite closes when it is done.
@@ -40,10 +52,17 @@ var osTiers = []osTier{
 			WithBaseDir(filepath.Join(testDir, "process-base")).
 			WithWorkspaceDir(filepath.Join(testDir, "process-ws")).
 			WithImages(store))
-	}},
+	}, ""},
 	{gvisor.Name, func(store *image.Store) (closingTier, error) {
 		return gvisor.New(gvisor.NewConfig().WithDir(filepath.Join(testDir, "gvisor")).WithImages(store))
-	}},
+	}, ""},
+	// gVisor's warm path: a pooled sandbox started with its agent, which
+	// then runs the job (as a session's runs and jobs with egress, a
+	// scratch size, collect or a copy grant are), beside the cold path
+	// above, where runsc runs the program itself.
+	{"gvisor-pooled", func(store *image.Store) (closingTier, error) {
+		return gvisor.New(gvisor.NewConfig().WithDir(filepath.Join(testDir, "gvisor-pooled")).WithImages(store).WithPool(1, 1))
+	}, gvisor.Name},
 	{microvm.Name, func(store *image.Store) (closingTier, error) {
 		agent, err := guestAgent()
 		if err != nil {
@@ -56,7 +75,7 @@ var osTiers = []osTier{
 			WithStateDir(filepath.Join(testDir, "microvm-state")).
 			WithWarm(microvm.WarmSnapshot).
 			WithImages(store))
-	}},
+	}, ""},
 }
 
 // The tiers and the store are opened once per test binary and closed by
@@ -80,7 +99,7 @@ func store(t *testing.T) *image.Store {
 		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 			testenv.Skipf(t, "no image store at %s (build the catalogue: airlock image build minimal python)", dir)
 		}
-		s, err := image.Open(dir, image.Options{Default: "minimal"})
+		s, err := image.Open(dir, image.Options{Default: "minimal", AllowHost: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -134,13 +134,13 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 		}
 		child[0], child[1] = streams[0], streams[1] // closed below once the program has them
 	} else {
-		child[0], inW, err = jobPipe(false, job.Stdin != "")
+		child[0], inW, err = jobPipe(false, job.Stdin != "", job.UID)
 		if err == nil {
-			child[1], outR, err = jobPipe(true, true)
+			child[1], outR, err = jobPipe(true, true, job.UID)
 		}
 	}
 	if err == nil {
-		child[2], errR, err = jobPipe(true, true)
+		child[2], errR, err = jobPipe(true, true, job.UID)
 	}
 	if err != nil {
 		for _, fd := range child {
@@ -215,7 +215,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 	spawned := time.Since(received).Microseconds()
 	if inW != nil {
 		go func() {
-			_, _ = io.WriteString(inW, job.Stdin)
+			_, _ = io.WriteString(inW, string(job.Stdin))
 			inW.Close()
 		}()
 	}
@@ -296,11 +296,19 @@ func writeGuard(w *os.File, prog string, job *agentJob) {
 // the job's end, a blocking close-on-exec descriptor (ForkExec dups it into
 // place), and the agent's end, a non-blocking *os.File served by the
 // poller. childWrites says which way data flows. With keep false (stdin
-// with nothing to send) the agent's end is closed at once and nil.
-func jobPipe(childWrites, keep bool) (int, *os.File, error) {
+// with nothing to send) the agent's end is closed at once and nil. The
+// pipe is the job's user's (uid), as on every tier, so that the program
+// may open its streams again by name (/dev/stdout, /proc/self/fd/1): one
+// the agent made is its own and mode 0600.
+func jobPipe(childWrites, keep bool, uid int) (int, *os.File, error) {
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
 		return -1, nil, os.NewSyscallError("pipe2", err)
+	}
+	if err := syscall.Fchown(p[0], uid, uid); err != nil {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return -1, nil, os.NewSyscallError("fchown", err)
 	}
 	child, mine := p[0], p[1]
 	if childWrites {

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
@@ -236,7 +237,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		Env:     envFor(sb.img, admit.Vars(job)),
 		Files:   files,
 		Collect: job.Collect,
-		Stdin:   job.Stdin,
+		Stdin:   wirebytes.Text(job.Stdin),
 		UID:     sandboxUID,
 		NoFile:  uint64(job.Limits.Files),
 		Output:  job.Limits.OutputBytes,
@@ -302,7 +303,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	r.res.Usage = usage(sb.cg, out)
 	r.res.Usage.CPUUS -= baseCPU.Microseconds()
 	if stop == nil && sb.cg.ooms() > baseOOM {
-		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
 	}
 	if stop == nil && sb.cg.pidsHits() > basePids {
 		// A fork the process limit refused stops the job, as on every

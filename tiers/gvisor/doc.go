@@ -6,8 +6,8 @@
 // A job's sandbox is built from an OCI bundle generated here: a read-only
 // root holding the host's program directories, a writable scratch as the
 // working directory (gVisor's memory-backed overlay, so writes never reach
-// the host), an environment holding only a fixed PATH and HOME plus the
-// job's secrets, no network interface but loopback (--network=none), the
+// the host), an environment holding only the baseline every tier gives
+// (PATH, HOME, TMPDIR, LANG) and the job's variables, no network interface but loopback (--network=none), the
 // systrap platform, and a cgroup created by the tier before the sandbox
 // starts, which carries the job's memory, CPU and process limits and tells
 // an out-of-memory kill apart from any other. The wall clock, the CPU-time

@@ -8,14 +8,14 @@ import "github.com/airlock-sandbox/airlock/internal/wirebytes"
 
 // agentJob is what the host hands a claimed sandbox.
 type agentJob struct {
-	Argv   []string      `json:"argv"`
-	Env    []string      `json:"env"`
-	Files  wirebytes.Map `json:"files,omitempty"` // any bytes: base64 when not UTF-8
-	Stdin  string        `json:"stdin,omitempty"`
-	UID    int           `json:"uid"`
-	NoFile uint64        `json:"nofile"`
-	Output int64         `json:"output"`           // forward at most this many bytes (+1 to show overflow)
-	Egress bool          `json:"egress,omitempty"` // run the egress forwarder for the job's life
+	Argv   []string       `json:"argv"`
+	Env    []string       `json:"env"`
+	Files  wirebytes.Map  `json:"files,omitempty"` // any bytes: base64 when not UTF-8
+	Stdin  wirebytes.Text `json:"stdin,omitempty"` // any bytes, as Files
+	UID    int            `json:"uid"`
+	NoFile uint64         `json:"nofile"`
+	Output int64          `json:"output"`           // forward at most this many bytes (+1 to show overflow)
+	Egress bool           `json:"egress,omitempty"` // run the egress forwarder for the job's life
 	// Collect are the job's collect patterns, read from the scratch once
 	// the program has ended.
 	Collect []string `json:"collect,omitempty"`

@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/image"
 )
 
 // Paths inside the sandbox.
@@ -23,7 +24,7 @@ const (
 	agentBin    = agentDir + "/agent"
 	guardBin    = agentDir + "/guard"
 	agentSock   = agentDir + "/sock/agent.sock"
-	defaultPATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+	defaultPATH = image.DefaultPATH
 )
 
 // sandboxUID runs the job: an unprivileged user inside gVisor ("nobody"), so
@@ -60,27 +61,21 @@ type bundle struct {
 	cpus      float64
 }
 
-// jobEnv is the job's whole environment: a fixed PATH and HOME, then the
-// job's variables (which may override them). Nothing comes from the host.
+// jobEnv is the job's whole environment in the host view: the baseline
+// every tier gives (PATH, HOME=/scratch, TMPDIR=/tmp, LANG=C.UTF-8; see
+// image.Baseline), then the job's variables, sorted, which replace any of
+// the same name. Nothing comes from the host.
 func jobEnv(vars map[string]string) []string {
-	var env []string
-	// The job's own PATH or HOME replaces the default (a C program's getenv
-	// takes the first of two).
-	if _, ok := vars["PATH"]; !ok {
-		env = append(env, "PATH="+defaultPATH)
-	}
-	if _, ok := vars["HOME"]; !ok {
-		env = append(env, "HOME="+scratchDir)
-	}
 	names := make([]string, 0, len(vars))
 	for k := range vars {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	over := make([]string, 0, len(names))
 	for _, k := range names {
-		env = append(env, k+"="+vars[k])
+		over = append(over, k+"="+vars[k])
 	}
-	return env
+	return image.Baseline(over...)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -501,7 +501,7 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 	r.res.Stdout, r.res.Stderr = out.strings()
 	r.res.Usage = usage(cg, out)
 	if stop == nil && cg.ooms() > 0 {
-		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit %d MB reached", job.Limits.MemoryMB)}
+		stop = &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
 	}
 	if stop == nil && cg.pidsHits() > 0 {
 		stop = stopPids(job)

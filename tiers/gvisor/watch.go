@@ -201,11 +201,11 @@ func (w *watcher) start(ctx context.Context, cg cgroup, cpuBase time.Duration, l
 				w.trip(airlock.StopKilled, "cancelled: "+context.Cause(ctx).Error())
 				return
 			case <-wall.C:
-				w.trip(airlock.StopTimeout, fmt.Sprintf("wall clock %v ran out", l.Wall()))
+				w.trip(airlock.StopTimeout, fmt.Sprintf("wall clock of %v ran out", l.Wall()))
 				return
 			case <-tick.C:
 				if l.CPUMS > 0 && cg.path != "" && cg.cpuTime()-cpuBase > l.CPU() {
-					w.trip(airlock.StopCPU, fmt.Sprintf("CPU time %v ran out", l.CPU()))
+					w.trip(airlock.StopCPU, fmt.Sprintf("CPU time exceeded %v", l.CPU()))
 					return
 				}
 			}

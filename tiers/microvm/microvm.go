@@ -448,6 +448,10 @@ func (t *Tier) Run(ctx context.Context, job airlock.Job) (res airlock.Result, er
 		// Held until the VM, killed in the background, lets go of it too.
 		defer h.unref()
 		job.Grants.Secrets = imageEnv(h.img, job.Grants.Secrets)
+	} else {
+		// The host view has no image variables: the baseline, as on
+		// every tier.
+		job.Grants.Secrets = imageEnv(&image.Image{}, job.Grants.Secrets)
 	}
 	// Read grants become disks before the VM boots with them; they go
 	// with the run's directory.
@@ -812,12 +816,13 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 					res.FilesSkipped = append(res.FilesSkipped, "collect: the guest agent returned no files (an agent older than the collect field)")
 				}
 				res.ExitCode = ex.Code
+				res.Usage.MemoryBytes, res.Usage.CPUUS = ex.MemoryBytes, ex.CPUUS
 				v.marks = append(v.marks, ex.Marks...)
 				switch ex.Reason {
 				case "memory":
-					return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("the job exceeded %d MB", job.Limits.MemoryMB)}
+					return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
 				case "cpu":
-					return &airlock.Stop{Reason: airlock.StopCPU, Detail: fmt.Sprintf("the job used more than %v of CPU", job.Limits.CPU())}
+					return &airlock.Stop{Reason: airlock.StopCPU, Detail: fmt.Sprintf("CPU time exceeded %v", job.Limits.CPU())}
 				case "pids":
 					return &airlock.Stop{Reason: airlock.StopPids, Detail: fmt.Sprintf("process limit of %d reached", job.Limits.Pids)}
 				}

@@ -124,9 +124,10 @@ func TestGuardedConformance(t *testing.T) {
 				t.Errorf("value %#v, want 3", res.Value)
 			}
 		},
-		Spin:  ptr(exprJob(`let r = 1..100000; count(r, count(r, count(r, # < 0) == 0) < 0)`)),
-		Flood: ptr(exprJob(`map(1..100000, "xxxxxxxxxxxxxxxxxxxx")`)),
-		Env:   ptr(exprJob(tiertest.CanaryEnv)), // the canary's name as an identifier must not reach its value
+		Spin:   ptr(exprJob(`let r = 1..100000; count(r, count(r, count(r, # < 0) == 0) < 0)`)),
+		Flood:  ptr(exprJob(`map(1..100000, "xxxxxxxxxxxxxxxxxxxx")`)),
+		Env:    ptr(exprJob(tiertest.CanaryEnv)), // the canary's name as an identifier must not reach its value
+		Broken: ptr(exprJob(`int("x")`)),
 	}.Run(t)
 	g.Close()
 	tiertest.NoGoroutineLeak(t, before)

@@ -214,10 +214,11 @@ func (t *Tier) startPooled(ctx context.Context, k poolKey) (*sandbox, error) {
 }
 
 // imageEnv is a program's environment in img (see image.Image.Environ);
-// the host view has over only, as without images.
+// the host view has the baseline and over (image.Baseline), as on every
+// tier.
 func imageEnv(img *image.Image, over []string) []string {
 	if img.IsHost() {
-		return over
+		return image.Baseline(over...)
 	}
 	return img.Environ(over...)
 }

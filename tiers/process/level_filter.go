@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/sysfilter"
 )
@@ -75,6 +77,15 @@ func (filterLevel) handOver(_ context.Context, _ *sandbox, _ *startOptions, _ *s
 // the uid, the cgroup to join, the read grants and the seccomp program.
 func (filterLevel) completeJob(sb *sandbox, job *airlock.Job, spec *stage.JobSpec) (err error) {
 	spec.Scratch = sb.scratch
+	// No /scratch or /tmp of its own here: the baseline's HOME and TMPDIR
+	// are the scratch directory, unless the job sets them.
+	vars := admit.Vars(job)
+	for i, kv := range spec.Env {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, set := vars[name]; !set && (name == "HOME" || name == "TMPDIR") {
+			spec.Env[i] = name + "=" + sb.scratch
+		}
+	}
 	spec.UID = sb.uid
 	spec.CgroupFds = sb.joinFds
 	spec.ReadPaths = job.Grants.FS.Read

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/corpus"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
@@ -491,6 +492,66 @@ func TestNoInheritedDescriptors(t *testing.T) {
 				assertClean(t, tier, cfg)
 			})
 		}
+	}
+}
+
+// TestStdStreamsByName: the program may open its standard streams again
+// by name (/dev/stdin, /dev/stdout, /dev/stderr, /proc/self/fd/N) at both
+// levels, as on every other tier (tiers/contract, std-streams-by-name,
+// holds the container to it beside gVisor and the microVM).
+func TestStdStreamsByName(t *testing.T) {
+	script := `read a < /dev/stdin; echo "in $a"; echo out > /dev/stdout; echo err > /dev/stderr; echo fd > /proc/self/fd/1; echo "rc=$?"`
+	for _, tc := range bothTiers {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			tier := newTestTier(t, tc, cfg)
+			job := cmdJob("sh", "-c", script)
+			job.Stdin = "x\n"
+			res, err := tier.Run(context.Background(), job)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, res.Stderr)
+			}
+			if res.Stdout != "in x\nout\nfd\nrc=0\n" || res.Stderr != "err\n" {
+				t.Errorf("stdout %q, stderr %q; want \"in x\\nout\\nfd\\nrc=0\\n\" and \"err\\n\"", res.Stdout, res.Stderr)
+			}
+			assertClean(t, tier, cfg)
+		})
+	}
+}
+
+// TestHostViewEnvironment: in the host view both levels give the
+// baseline every tier gives (PATH, HOME, TMPDIR, LANG), then the job's
+// env; the level-2 sandbox, which has no /scratch or /tmp of its own, has
+// HOME and TMPDIR at its scratch directory, its working directory. A
+// variable the job sets stays the job's.
+func TestHostViewEnvironment(t *testing.T) {
+	for _, tc := range bothTiers {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			tier := newTestTier(t, tc, cfg)
+			job := cmdJob("sh", "-c", `tr '\0' '\n' < /proc/$$/environ | sort; echo "pwd=$(pwd)"`)
+			job.Env = map[string]string{"MODE": "x"}
+			res, err := tier.Run(context.Background(), job)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, res.Stderr)
+			}
+			home, tmp := "/scratch", "/tmp"
+			if tc.name == NameFilter {
+				_, pwd, _ := strings.Cut(res.Stdout, "pwd=")
+				home = strings.TrimSpace(pwd)
+				tmp = home
+			}
+			want := fmt.Sprintf("HOME=%s\nLANG=C.UTF-8\nMODE=x\nPATH=%s\nTMPDIR=%s\npwd=%s\n", home, image.DefaultPATH, tmp, home)
+			if res.Stdout != want {
+				t.Errorf("environment:\n%s\nwant:\n%s", res.Stdout, want)
+			}
+			job.Env = map[string]string{"HOME": "/elsewhere", "TMPDIR": "/t"}
+			res, err = tier.Run(context.Background(), job)
+			if err != nil || !strings.Contains(res.Stdout, "HOME=/elsewhere\n") || !strings.Contains(res.Stdout, "TMPDIR=/t\n") {
+				t.Errorf("the job's HOME and TMPDIR: %v\n%s", err, res.Stdout)
+			}
+			assertClean(t, tier, cfg)
+		})
 	}
 }
 

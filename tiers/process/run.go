@@ -140,7 +140,13 @@ func (t *Tier) runIn(ctx context.Context, sb *sandbox, job *airlock.Job, scratch
 	}
 	res.Stdout, res.Stderr = string(out.stdout), string(out.stderr)
 	res.ExitCode = out.exit
-	res.Usage = airlock.Usage{MemoryBytes: out.memPeak, CPUUS: out.cpuUS, OutputBytes: out.outBytes}
+	// The output kept, as every tier counts it: at most the cap, however
+	// much the program wrote past it before it was stopped.
+	outBytes := out.outBytes
+	if c := job.Limits.OutputBytes; c > 0 {
+		outBytes = min(outBytes, c)
+	}
+	res.Usage = airlock.Usage{MemoryBytes: out.memPeak, CPUUS: out.cpuUS, OutputBytes: outBytes}
 	res.Timings.RunUS = out.runUS
 	if len(job.Collect) > 0 {
 		// The program has ended (or was stopped): its scratch is read from

@@ -294,6 +294,20 @@ func (sb *sandbox) openPipes(fds *fdTable) (stdio [3]*os.File, err error) {
 	fds.set(stage.FdSpec, fds.give(p[0][0]))
 	fds.set(stage.FdStatus, fds.give(p[1][1]))
 	stdio = [3]*os.File{fds.give(p[2][0]), fds.give(p[3][1]), fds.give(p[4][1])}
+	// The standard streams' pipes are the program's: owned by its uid, so
+	// that it may open them again by name (/dev/stdout, /dev/stderr,
+	// /dev/stdin, /proc/self/fd/N), as on every other tier. A pipe made
+	// here is this process's and mode 0600, which the sandbox's user
+	// could not open.
+	for _, f := range stdio {
+		if err := f.Chown(int(sb.uid), int(sb.uid)); err != nil {
+			for _, q := range p {
+				q[0].Close()
+				q[1].Close()
+			}
+			return stdio, fmt.Errorf("giving the standard streams to the sandbox's user: %w", err)
+		}
+	}
 	return stdio, nil
 }
 

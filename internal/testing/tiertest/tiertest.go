@@ -43,6 +43,9 @@ type Suite struct {
 	// Env tries to read the variable named CanaryEnv and report its value in
 	// its output or value.
 	Env *airlock.Job
+	// Broken fails with the code's own error: it does not compile, or
+	// raises one while running.
+	Broken *airlock.Job
 
 	// Concurrency is how many runs of OK the suite starts at once (default 8).
 	Concurrency int
@@ -72,6 +75,9 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("Cancel", s.cancel)
 	t.Run("OutputCap", s.outputCap)
 	t.Run("EmptyEnvironment", s.emptyEnv)
+	if s.Broken != nil {
+		t.Run("CodeError", s.codeError)
+	}
 	t.Run("Concurrent", s.concurrent)
 	if _, ok := s.Tier.(interface{ AdmitsInRun() }); ok {
 		t.Run("AdmitsInRun", s.admitsInRun)
@@ -209,6 +215,25 @@ func (s Suite) invalid(t *testing.T) {
 	}
 }
 
+// codeError: the code's own error is a compile or runtime error whose
+// words say its kind once, the same in the error returned and in the
+// Result (a tier that passes a result on, as the guarded tiers' workers
+// do, must not say it twice).
+func (s Suite) codeError(t *testing.T) {
+	res, err := s.Tier.Run(context.Background(), *s.Broken)
+	kind := airlock.KindOf(err)
+	if err == nil || (kind != airlock.ErrCompile && kind != airlock.ErrRuntime) {
+		t.Fatalf("want a compile or runtime error, got %v", err)
+	}
+	words := string(kind) + " error: "
+	if !strings.HasPrefix(err.Error(), words) || strings.Count(err.Error(), words) != 1 {
+		t.Errorf("error %q does not say %q once, first", err, words)
+	}
+	if res.Error == nil || res.Error.Kind != kind || res.Error.Message != err.Error() {
+		t.Errorf("result's error %+v, want kind %s and message %q", res.Error, kind, err)
+	}
+}
+
 func (s Suite) ok(t *testing.T) {
 	res, err := s.Tier.Run(context.Background(), s.okJob())
 	if err != nil {
@@ -285,6 +310,11 @@ func (s Suite) wallClock(t *testing.T) {
 	guard(t, 300*time.Millisecond, func() {
 		res, err := s.Tier.Run(context.Background(), job)
 		wantStop(t, res, err, airlock.StopTimeout)
+		// The same words on every tier: the wall clock given, ran out (or,
+		// on a tier that counts its start, ran out while starting).
+		if st, ok := airlock.AsStop(err); ok && !strings.HasPrefix(st.Detail, "wall clock of 300ms ran out") && !strings.HasPrefix(st.Detail, "wall clock ran out while starting") {
+			t.Errorf("stop detail %q, want \"wall clock of 300ms ran out\"", st.Detail)
+		}
 	})
 }
 

@@ -184,6 +184,14 @@ func mountBase() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
+	// The links every other tier's /dev holds (devtmpfs has none):
+	// scripts write to /dev/stderr and read /dev/stdin, shells use
+	// /dev/fd for process substitution.
+	for link, target := range map[string]string{"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, link); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("linking %s: %w", link, err)
+		}
+	}
 	// Nothing may be mapped at the lowest 64 KiB (a null-pointer
 	// dereference in the guest kernel stays a fault), whatever the
 	// kernel's default.
@@ -446,6 +454,14 @@ func stageShim(dir string) (*staged, error) {
 			return nil, err
 		}
 	}
+	// The standard streams' pipes are the job's: owned by its user, so
+	// that it may open them again by name (/dev/stdout, /proc/self/fd/1),
+	// as on every other tier. A pipe made here is root's and mode 0600.
+	for _, f := range []*os.File{stdinR, stdoutW, stderrW} {
+		if err := f.Chown(JobUID, JobUID); err != nil {
+			return nil, fmt.Errorf("giving the standard streams to the job's user: %w", err)
+		}
+	}
 	cmd := exec.Command("/proc/self/exe", shimFlag)
 	cmd.Args[0] = "airlock-shim"
 	cmd.Env = []string{}
@@ -602,6 +618,7 @@ func (st *staged) run(port io.Writer, job *wire.Job) (wire.Exit, error) {
 	} else if st.waitErr != nil {
 		return exit, st.waitErr
 	}
+	exit.MemoryBytes, exit.CPUUS = memoryPeak(st.cgDir), cpuUsedUS(st.cgDir)
 	if ev, err := os.ReadFile(filepath.Join(st.cgDir, "memory.events")); err == nil && eventCount(string(ev), "oom_kill") > 0 {
 		exit.Reason = "memory"
 	} else if pidsHit(st.cgDir) {
@@ -618,12 +635,26 @@ func pidsHit(cgDir string) bool {
 	return err == nil && eventCount(string(ev), "max") > 0
 }
 
-func cpuUsedMS(cgDir string) int64 {
+// memoryPeak is the cgroup's peak memory (memory.peak; 0 where the
+// kernel has none).
+func memoryPeak(cgDir string) int64 {
+	data, err := os.ReadFile(filepath.Join(cgDir, "memory.peak"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return n
+}
+
+func cpuUsedMS(cgDir string) int64 { return cpuUsedUS(cgDir) / 1000 }
+
+// cpuUsedUS is the cgroup's CPU time in microseconds.
+func cpuUsedUS(cgDir string) int64 {
 	data, err := os.ReadFile(filepath.Join(cgDir, "cpu.stat"))
 	if err != nil {
 		return 0
 	}
-	return eventCount(string(data), "usage_usec") / 1000
+	return eventCount(string(data), "usage_usec")
 }
 
 func eventCount(data, key string) int64 {

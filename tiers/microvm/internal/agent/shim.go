@@ -76,11 +76,9 @@ func shim() {
 			die("entering the scratch: %v", err)
 		}
 	}
-	path := ""
-	if cfg.Root != "" {
-		path = cfg.Env["PATH"]
-	}
-	prog, err := lookPath(argv[0], path)
+	// The job's PATH (the baseline's where neither job nor image sets
+	// one), in the host view as in an image.
+	prog, err := lookPath(argv[0], cfg.Env["PATH"])
 	if err != nil {
 		die("%v", err)
 	}

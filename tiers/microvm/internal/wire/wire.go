@@ -119,6 +119,10 @@ type Exit struct {
 	// Reason, when set, is a limit that stopped the job inside the guest:
 	// "memory", "cpu" or "pids".
 	Reason string `json:"reason,omitempty"`
+	// MemoryBytes and CPUUS are what the job's cgroup used: its peak
+	// memory and its CPU time (Result.Usage, as the other tiers report it).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	CPUUS       int64 `json:"cpu_us,omitempty"`
 	// Marks are the steps of the job's run inside the guest (informational,
 	// like Ready's).
 	Marks []Mark `json:"marks,omitempty"`
