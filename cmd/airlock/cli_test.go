@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
@@ -421,4 +422,28 @@ func TestScriptFiles(t *testing.T) {
 		assert.Contains(t, errOut, c.want)
 		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 	}
+}
+
+// A file the command line names is read only up to what a job may hold:
+// a huge file (or /dev/zero) is one clear line, not all the memory there is.
+func TestLocalFilesAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.star")
+	require.NoError(t, os.WriteFile(big, nil, 0o644))
+	require.NoError(t, os.Truncate(big, value.MaxJobBytes+1)) // sparse: no disk used
+	for _, args := range [][]string{
+		{"run", big},
+		{"run", "--file", big, "--tier", "process", "--", "true"},
+		{"eval", "--input", "@" + big, "1"},
+		{"call", big, "f"},
+		{"call", "../../examples/greet.wasm", "greet", "--input", "@" + big},
+	} {
+		_, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		assert.Contains(t, errOut, "is larger than a job may be", "%v", args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	}
+	_, errOut, code := run(t, "", "run", "--file", dir, "--tier", "process", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "is a directory, not a file")
 }

@@ -144,7 +144,7 @@ func (f *jobFlags) placeFiles(job *airlock.Job) error {
 		if !ok {
 			dest = filepath.Base(local)
 		}
-		data, err := os.ReadFile(local)
+		data, err := readLocal(local)
 		if err != nil {
 			return jobs.Invalid("--file", "%v", err)
 		}
@@ -379,7 +379,7 @@ func parseInput(s string) (map[string]any, error) {
 	data := []byte(s)
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		var err error
-		if data, err = os.ReadFile(name); err != nil {
+		if data, err = readLocal(name); err != nil {
 			return nil, jobs.Invalid("input", "%v", err)
 		}
 	}
@@ -397,6 +397,28 @@ func parseInput(s string) (map[string]any, error) {
 		return nil, nil
 	}
 	return norm.(map[string]any), nil
+}
+
+// readLocal reads a file the command line names (a script, a module,
+// --file, --input @FILE) and refuses one larger than a job may be, so that
+// /dev/zero or a huge file is an error rather than all the memory there is.
+func readLocal(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a file", name)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, value.MaxJobBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > value.MaxJobBytes {
+		return nil, fmt.Errorf("%s is larger than a job may be (%d bytes)", name, value.MaxJobBytes)
+	}
+	return data, nil
 }
 
 // readStdin reads standard input unless it is a terminal.
