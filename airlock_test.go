@@ -48,7 +48,8 @@ func TestDecodeJobStrict(t *testing.T) {
 		`{"kind":"command","argv":["true"],"image":7}`:            "image",
 		`{"kind":"wasm","module":"AA==","env":["A=1"]}`:           "env",
 		`{"kind":"expr"`: "",
-		`[]`:             "(top level)",
+		`[]`:             "",
+		`null`:           "",
 		`{} {}`:          "",
 		``:               "",
 	}
@@ -60,6 +61,25 @@ func TestDecodeJobStrict(t *testing.T) {
 	}
 	_, err := airlock.DecodeJob([]byte(`{"kind":"expr","code":"` + strings.Repeat("x", value.MaxJobBytes) + `"}`))
 	assert.ErrorContains(t, err, "larger than")
+}
+
+// A refused job is named in JSON's words: no Go type names, no "<nil>",
+// and a bare null is no job at all.
+func TestDecodeJobErrorsSpeakJSON(t *testing.T) {
+	for _, in := range []string{
+		`null`, `[]`, `"x"`, `5`, `true`, `nul`,
+		`{"kind":"expr","code":"1","grants":[]}`,
+		`{"kind":"expr","code":"1","limits":5}`,
+		`{"kind":"expr","code":"1","grants":{"net":{}}}`,
+		`{"kind":"expr","code":"1","grants":{"credentials":[1]}}`,
+		`{"kind":"command","argv":["true"],"files":[]}`,
+		`{"kind":"expr","code":"1"}}`,
+	} {
+		_, err := airlock.DecodeJob([]byte(in))
+		require.Error(t, err, in)
+		assert.Equal(t, airlock.ErrInvalid, airlock.KindOf(err), "%s: %v", in, err)
+		assert.NotRegexp(t, `airlock\.|map\[|\[\]|interface|json\.|<nil>|Go value`, err.Error(), in)
+	}
 }
 
 func TestDecodeJobValues(t *testing.T) {

@@ -447,3 +447,14 @@ func TestLocalFilesAreBounded(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "is a directory, not a file")
 }
+
+// --input is one JSON object, refused in JSON's words otherwise.
+func TestInputFlagErrors(t *testing.T) {
+	for _, in := range []string{`[1]`, `5`, `"x"`, `{"x": 1} {"y": 2}`, `{"x": 1} x`, `{`} {
+		_, errOut, code := run(t, "", "eval", "--input", in, "x")
+		assert.Equal(t, exitUsage, code, "%s: %s", in, errOut)
+		assert.Contains(t, errOut, "input: ", in)
+		assert.NotRegexp(t, `Go value|map\[|interface`, errOut, in)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	}
+}

@@ -385,9 +385,16 @@ func parseInput(s string) (map[string]any, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var in map[string]any
-	if err := dec.Decode(&in); err != nil {
-		return nil, jobs.Invalid("input", "want a JSON object: %v", err)
+	var raw any
+	if err := dec.Decode(&raw); err != nil {
+		return nil, jobs.Invalid("input", "want a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, jobs.Invalid("input", "trailing data after the JSON object")
+	}
+	in, ok := raw.(map[string]any)
+	if !ok && raw != nil {
+		return nil, jobs.Invalid("input", "want a JSON object of variables, such as {\"x\": 21}")
 	}
 	norm, err := value.Normalize(in)
 	if err != nil {
