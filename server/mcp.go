@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -198,11 +199,19 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 	}
 	addTool[exprInput](srv, t, iso, "evaluate_expression", descExpr,
 		func(ctx context.Context, req *mcp.CallToolRequest, in exprInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, req, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: in.Input}, in.common, nil)
+			input, err := exactInput(req, in.Input)
+			if err != nil {
+				return toolError(err)
+			}
+			return run(ctx, req, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: input}, in.common, nil)
 		})
 	addTool[starlarkInput](srv, t, iso, "run_starlark", descStarlark,
 		func(ctx context.Context, req *mcp.CallToolRequest, in starlarkInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, req, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: in.Input, Entry: in.Entry, Files: in.Files}, in.common, nil)
+			input, err := exactInput(req, in.Input)
+			if err != nil {
+				return toolError(err)
+			}
+			return run(ctx, req, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: input, Entry: in.Entry, Files: in.Files}, in.common, nil)
 		})
 	addTool[wasmInput](srv, t, iso, "run_wasm", descWasm,
 		func(ctx context.Context, req *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, any, error) {
@@ -471,6 +480,32 @@ func normalize(job airlock.Job, c common) (airlock.Job, error) {
 	return airlock.DecodeJob(data)
 }
 
+// exactInput is the call's "input" argument decoded again from the bytes
+// the client sent, numbers as written: the SDK hands the handler values
+// that went through float64, which turns 9007199254740993 into
+// 9007199254740992. The SDK has validated the arguments; in is its
+// decoding, used when the raw bytes hold no input.
+func exactInput(req *mcp.CallToolRequest, in map[string]any) (map[string]any, error) {
+	if req == nil || req.Params == nil || len(req.Params.Arguments) == 0 {
+		return in, nil
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
+		return in, nil
+	}
+	raw, ok := args["input"]
+	if !ok {
+		return in, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var exact map[string]any
+	if err := dec.Decode(&exact); err != nil {
+		return nil, jobs.Invalid("input", "want a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return exact, nil
+}
+
 // errorOutput is a failed call's structured content: the error alone.
 type errorOutput struct {
 	Error *airlock.ErrorInfo `json:"error"`
@@ -489,7 +524,9 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 		return toolError(err)
 	}
 	out := ToolOutput{Tier: res.Tier, Level: res.Level, Decision: res.Decision, Stopped: res.Stopped, Error: res.Error}
-	if kind == airlock.KindCommand || kind == airlock.KindWasm {
+	if (kind == airlock.KindCommand || kind == airlock.KindWasm) && res.Stopped == nil && res.Error == nil {
+		// Only a program that ran to its end has a status: a stopped or
+		// refused one reports no exit code rather than a 0 it never returned.
 		out.ExitCode = &res.ExitCode
 	}
 	var f1, f2, f3 []sanitize.Finding
@@ -529,8 +566,8 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	for _, skipped := range res.FilesSkipped {
 		fmt.Fprintf(&text, "not collected: %s\n", skipped)
 	}
-	if res.ExitCode != 0 {
-		fmt.Fprintf(&text, "exit code: %d\n", res.ExitCode)
+	if out.ExitCode != nil && *out.ExitCode != 0 {
+		fmt.Fprintf(&text, "exit code: %d\n", *out.ExitCode)
 	}
 	switch {
 	case out.Stopped != nil:
@@ -541,10 +578,18 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	if len(out.Sanitized) > 0 {
 		fmt.Fprintf(&text, "note: %d link(s) to hosts that are not allowed were neutralised\n", len(out.Sanitized))
 	}
+	// The structured content is marshalled here, not by the SDK, which
+	// would pass it through float64 to check it against the output schema
+	// and round an integer beyond 2^53 that the text shows exactly.
+	structured, err := json.Marshal(out)
+	if err != nil {
+		return toolError(fmt.Errorf("encoding the result: %w", err))
+	}
 	return &mcp.CallToolResult{
-		IsError: out.Stopped != nil || out.Error != nil || res.ExitCode != 0,
-		Content: []mcp.Content{&mcp.TextContent{Text: text.String()}},
-	}, out, nil
+		IsError:           out.Stopped != nil || out.Error != nil || res.ExitCode != 0,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text.String()}},
+		StructuredContent: json.RawMessage(structured),
+	}, nil, nil
 }
 
 // clean sanitises text; bytes that are not UTF-8 text are returned as they

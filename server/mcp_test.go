@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
@@ -365,5 +366,107 @@ func TestMCPWasmFiles(t *testing.T) {
 	}
 	if _, ok := got.Files["made.txt"]; !ok {
 		t.Errorf("the module's own file was not collected: %+v", got)
+	}
+}
+
+// rawCall calls a tool over an in-memory connection without a client
+// library, so the test sees the bytes the server wrote (the SDK's client
+// would pass numbers through float64 itself).
+func rawCall(t *testing.T, f *fixture, tool, args string) json.RawMessage {
+	t.Helper()
+	srv, err := f.srv.MCP("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, st := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	conn, err := ct.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	send := func(id int64, method, params string) {
+		msg := &jsonrpc.Request{Method: method, Params: json.RawMessage(params)}
+		if id != 0 {
+			msg.ID, _ = jsonrpc.MakeID(float64(id))
+		}
+		if err := conn.Write(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(id int64) json.RawMessage {
+		for {
+			m, err := conn.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, ok := m.(*jsonrpc.Response); ok && r.ID.Raw() == id {
+				if r.Error != nil {
+					t.Fatalf("%s: %v", tool, r.Error)
+				}
+				return r.Result
+			}
+		}
+	}
+	send(1, "initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}`)
+	wait(1)
+	send(0, "notifications/initialized", `{}`)
+	send(2, "tools/call", `{"name":"`+tool+`","arguments":`+args+`}`)
+	return wait(2)
+}
+
+// Integers beyond 2^53 reach the code and come back exactly, in the
+// structured content as in the text.
+func TestMCPExactNumbers(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct{ tool, args string }{
+		{"evaluate_expression", `{"expression":"x","input":{"x":9007199254740993}}`},
+		{"run_starlark", `{"code":"result = x","input":{"x":9007199254740993}}`},
+		{"run_starlark", `{"code":"result = 9007199254740993"}`},
+	} {
+		res := rawCall(t, f, c.tool, c.args)
+		var r struct {
+			Structured json.RawMessage `json:"structuredContent"`
+			Content    []struct{ Text string }
+		}
+		if err := json.Unmarshal(res, &r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(r.Structured), `"value":9007199254740993`) || !strings.Contains(r.Content[0].Text, "value: 9007199254740993") {
+			t.Errorf("%s %s: %s", c.tool, c.args, res)
+		}
+	}
+}
+
+// A program that was stopped or refused has no exit status: the result
+// says what happened instead of an exit code 0 it never returned.
+func TestMCPNoExitCodeWithoutAnExit(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	noStart := "\x00asm\x01\x00\x00\x00"
+	loop := "\x00asm\x01\x00\x00\x00" + // a _start that loops forever
+		"\x01\x04\x01\x60\x00\x00" + "\x03\x02\x01\x00" +
+		"\x07\x0a\x01\x06_start\x00\x00" +
+		"\x0a\x09\x01\x07\x00\x03\x40\x0c\x00\x0b\x0b"
+	for _, c := range []struct {
+		name, module string
+		wall         int
+	}{{"no _start", noStart, 0}, {"stopped", loop, 200}} {
+		args := map[string]any{"module_base64": base64.StdEncoding.EncodeToString([]byte(c.module))}
+		if c.wall > 0 {
+			args["wall_ms"] = c.wall
+		}
+		res, out := call(t, cs, "run_wasm", args)
+		if !res.IsError || (out.Stopped == nil && out.Error == nil) {
+			t.Fatalf("%s: %+v %s", c.name, out, text(res))
+		}
+		if out.ExitCode != nil || strings.Contains(text(res), "exit code") {
+			t.Errorf("%s: an exit code for a program that did not exit: %+v %s", c.name, out, text(res))
+		}
 	}
 }
