@@ -112,6 +112,11 @@ func (s *Server) MCP(tenantName string) (*mcp.Server, error) {
 // envelope and the tool's own argument names.
 const mcpEnvelope = 64 << 10
 
+// MCPMaxRequest is the largest MCP message a tool call may be: a job of
+// the largest size and its envelope. The HTTP transport refuses a larger
+// body; a stdio transport should refuse a larger line.
+const MCPMaxRequest = value.MaxJobBytes + mcpEnvelope
+
 // MCPHandler serves MCP over streamable HTTP; each request is
 // authenticated with the tenant's API key, as the JSON API is, and an MCP
 // session is bound to the tenant that opened it (the SDK refuses a session
@@ -132,7 +137,7 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 		}
 		return nil
-	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: value.MaxJobBytes + mcpEnvelope})
+	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: MCPMaxRequest})
 	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
 		i, ok := s.keys.find(key)
 		if !ok {
