@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -258,9 +259,13 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			// The router picks the tier for a command job of the tenant's
 			// situation, as it would for run_command.
 			job, err := normalize(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: spawn}, in.common)
+			ttl, terr := sessionTTL(in.TTLSeconds)
+			if err == nil {
+				err = terr
+			}
 			var o openResponse
 			if err == nil {
-				o, err = s.openSession(ctx, t, "", &job, time.Duration(in.TTLSeconds)*time.Second)
+				o, err = s.openSession(ctx, t, "", &job, ttl)
 			}
 			if err != nil {
 				return toolError(err)
@@ -509,6 +514,20 @@ func exactInput(req *mcp.CallToolRequest, in map[string]any) (map[string]any, er
 		return nil, jobs.Invalid("input", "want a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return exact, nil
+}
+
+// sessionTTL is open_session's ttl_seconds as a duration: 0 is the
+// server's maximum, a negative count is refused, and one too large for a
+// duration stays too large (rather than wrapping around to a small or
+// negative one).
+func sessionTTL(seconds int64) (time.Duration, error) {
+	switch {
+	case seconds < 0:
+		return 0, jobs.Invalid("ttl_seconds", "must not be negative")
+	case seconds > int64(math.MaxInt64/time.Second):
+		return math.MaxInt64, nil
+	}
+	return time.Duration(seconds) * time.Second, nil
 }
 
 // errorOutput is a failed call's structured content: the error alone.

@@ -470,3 +470,15 @@ func TestMCPNoExitCodeWithoutAnExit(t *testing.T) {
 		}
 	}
 }
+
+// open_session's ttl_seconds is refused when negative, and when too large
+// for a duration it stays too large instead of wrapping to an allowed one.
+func TestMCPSessionTTLBounds(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	for ttl, want := range map[int64]string{-5: "must not be negative", 1_000_000_000_000_000_000: "above the server's maximum"} {
+		res, _ := call(t, cs, "open_session", map[string]any{"ttl_seconds": ttl})
+		if !res.IsError || !strings.Contains(text(res), want) {
+			t.Errorf("ttl_seconds %d: %s", ttl, text(res))
+		}
+	}
+}
