@@ -138,7 +138,13 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 		}
 		return nil
-	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: MCPMaxRequest})
+	}, &mcp.StreamableHTTPOptions{
+		MaxRequestBodyBytes: MCPMaxRequest,
+		// A client that goes away without DELETE would otherwise leave
+		// its MCP session in memory for good. The sandbox sessions a
+		// client opened are the tenant's and close on their own TTL.
+		SessionTimeout: s.cfg.SessionTTL.or(10 * time.Minute),
+	})
 	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
 		i, ok := s.keys.find(key)
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -481,4 +482,41 @@ func TestMCPSessionTTLBounds(t *testing.T) {
 			t.Errorf("ttl_seconds %d: %s", ttl, text(res))
 		}
 	}
+}
+
+// An MCP session over HTTP whose client went away without closing it is
+// dropped once idle for the server's session TTL, not kept for good.
+func TestMCPHTTPIdleSessionsEnd(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.SessionTTL = server.Duration(time.Second) })
+	post := func(body, session string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", f.http.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`, "")
+	id := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || id == "" {
+		t.Fatalf("initialize: %d %q", resp.StatusCode, id)
+	}
+	// Each probe is activity that restarts the idle clock, so probes are
+	// spaced wider than the TTL, and wider again under load.
+	for wait := 1500 * time.Millisecond; wait <= 12*time.Second; wait *= 2 {
+		time.Sleep(wait)
+		if resp := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, id); resp.StatusCode == http.StatusNotFound {
+			return
+		}
+	}
+	t.Fatal("the idle MCP session was never dropped")
 }
