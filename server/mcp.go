@@ -307,16 +307,16 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 // Tool descriptions say what the program sees, what network it has and
 // what comes back: a model chooses tools by them.
 const (
-	descExpr        = "Evaluate one expr-lang expression (arithmetic, comparisons, string, list and map functions) against the given input variables, in-process. No files, network or clock. Returns the value as JSON."
+	descExpr        = "Evaluate one expr-lang expression (arithmetic, comparisons, string, list and map functions) against the given input variables, in-process. No files or network; now() is the time the run started. Returns the value as JSON."
 	descStarlark    = "Run a Starlark script (a small Python dialect: no imports, classes or exceptions) under a step and memory budget, in-process. No filesystem or network; load() reads only the modules given in files. Returns the global named result (or the entry function's return value) as JSON, and what the script printed."
 	descWasm        = "Run a WebAssembly module (WASI preview 1) under a memory cap. It sees an in-memory scratch directory holding the files given, no host files and no network. Returns stdout, stderr, the exit code and the files collect names."
 	descCommandHead = "Run a program (argv) in a Linux sandbox the router picks for this server's policy (namespaces with seccomp, gVisor or a microVM). The program sees a read-only system with the programs the operator installed, and a writable scratch directory, its working directory, holding the files given. "
 	descNoSpawn     = "It may not start other programs: argv[0] runs, but what it executes (a shell running ls, say) fails with status 126. "
 	descSpawn       = "It may start other programs (a shell script running ls, say). "
-	descCommandTail = "It has no network unless the operator's policy grants hosts. Returns stdout, stderr, the exit code and the files collect names."
+	descCommandTail = "It has no network: these tools grant no host. Returns stdout, stderr, the exit code and the files collect names."
 	descExplain     = "Explain which tier would run a job and why each cheaper tier was passed over, without running anything."
 	descOpen        = "Open a sandbox that keeps its scratch directory across run_in_session calls (installed packages, written files), for a conversation. It closes when idle for its TTL or on close_session. Returns the session id."
-	descSessionRun  = "Run a program (argv) in a session opened by open_session: same sandbox and scratch directory as the session's earlier runs. Returns stdout, stderr and the exit code."
+	descSessionRun  = "Run a program (argv) in a session opened by open_session: same sandbox and scratch directory as the session's earlier runs, no network. Returns stdout, stderr, the exit code and the files collect names."
 	descClose       = "Close a session opened by open_session and destroy its sandbox."
 )
 

@@ -520,3 +520,32 @@ func TestMCPHTTPIdleSessionsEnd(t *testing.T) {
 	}
 	t.Fatal("the idle MCP session was never dropped")
 }
+
+// The descriptions say what the sandbox has: MCP command jobs carry no
+// network grant, whatever the tenant, so no description may promise one;
+// expr has a clock, the job's.
+func TestMCPDescriptionsMatchTheSandbox(t *testing.T) {
+	for _, spawn := range []bool{false, true} {
+		cs := connectMemory(t, newFixture(t, func(c *server.Config) { c.Tenants[0].MCPSpawn = spawn }), "a")
+		tools, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range tools.Tools {
+			d := tool.Description
+			switch tool.Name {
+			case "run_command", "run_in_session":
+				if !strings.Contains(d, "no network") || strings.Contains(d, "unless") {
+					t.Errorf("%s: %s", tool.Name, d)
+				}
+				if !strings.Contains(d, "files collect names") {
+					t.Errorf("%s does not say it returns the collected files: %s", tool.Name, d)
+				}
+			case "evaluate_expression":
+				if strings.Contains(d, "clock") || !strings.Contains(d, "now()") {
+					t.Errorf("%s: %s", tool.Name, d)
+				}
+			}
+		}
+	}
+}
