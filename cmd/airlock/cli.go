@@ -37,6 +37,9 @@ type env struct {
 	// listFlags, when set, makes parse list the command's flags there
 	// and stop before the command does anything (shell completion).
 	listFlags io.Writer
+	// flagFailed, when set, reports a flag parse failure instead of the
+	// usual line on stderr (run --json: the failure is its one Result).
+	flagFailed func(msg string)
 }
 
 type command struct {
@@ -158,7 +161,12 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 				usage()
 				return nil, nil, exitOK, false
 			}
-			fmt.Fprintf(e.stderr, "%s: %s (see `airlock help %s`)\n", fs.Name(), flagError(fs, err), strings.TrimPrefix(fs.Name(), "airlock "))
+			msg := fmt.Sprintf("%s (see `airlock help %s`)", flagError(fs, err), strings.TrimPrefix(fs.Name(), "airlock "))
+			if e.flagFailed != nil {
+				e.flagFailed(msg)
+			} else {
+				fmt.Fprintf(e.stderr, "%s: %s\n", fs.Name(), msg)
+			}
 			return nil, nil, exitUsage, false
 		}
 		left := fs.Args()

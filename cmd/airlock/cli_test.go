@@ -458,3 +458,28 @@ func TestInputFlagErrors(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
 	}
 }
+
+// --json is one Result on stdout for every failure, a bad flag included.
+func TestRunJSONBadFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--json", "--wall", "x", "--", "true"},
+		{"run", "--wall", "x", "--json", "--", "true"},
+		{"run", "--json", "--nosuch", "--", "true"},
+		{"eval", "--json", "--steps", "many", "1"},
+	} {
+		out, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v", args)
+		assert.Empty(t, errOut, "%v", args)
+		var res airlock.Result
+		dec := json.NewDecoder(strings.NewReader(out))
+		require.NoError(t, dec.Decode(&res), "%v: %q", args, out)
+		assert.False(t, dec.More(), "%v: more than one Result", args)
+		if assert.NotNil(t, res.Error, "%v", args) {
+			assert.Equal(t, airlock.ErrInvalid, res.Error.Kind, "%v", args)
+		}
+	}
+	// Without --json (or after --, where it is the program's), one line.
+	_, errOut, code := run(t, "", "run", "--wall", "x", "--", "prog", "--json")
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+}

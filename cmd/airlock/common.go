@@ -511,12 +511,43 @@ func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand
 	}
 	jc.jf.register(fs, files)
 	jc.rf.register(fs)
+	if wantsJSON(e.args) {
+		// --json promises one Result on stdout, also for a bad flag.
+		e.flagFailed = func(msg string) {
+			var res airlock.Result
+			res.SetError(jobs.Invalid("", "%s", msg))
+			if err := writeJSON(e.stdout, res); err != nil {
+				fmt.Fprintf(e.stderr, "airlock: writing result: %v\n", err)
+			}
+		}
+		defer func() { e.flagFailed = nil }()
+	}
 	jc.pos, jc.rest, code, ok = e.parse(fs)
 	if ok && len(jc.pos) == 0 && len(jc.rest) == 0 && name == "eval" {
 		fs.Usage()
 		return nil, exitUsage, false
 	}
 	return jc, code, ok
+}
+
+// wantsJSON reports whether args set --json before a "--" (the flags may
+// not parse, so they are looked at one by one).
+func wantsJSON(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		on = !hasValue
+		if hasValue {
+			on, _ = strconv.ParseBool(v)
+		}
+	}
+	return on
 }
 
 // impliedSituation is the situation a job runs as when the operator names
