@@ -296,3 +296,34 @@ func TestFSPlacement(t *testing.T) {
 	_, err = airlock.DecodeJob([]byte(`{"kind":"wasm","module":"AA==","grants":{"fs":{"read":["/srv"],"mount":{"/srv":"/"}}}}`))
 	assert.Error(t, err, "an unknown fs field decodes")
 }
+
+// Member names are matched exactly and given once: encoding/json would
+// take "Kind" for "kind" and let a repeated member win silently, so that a
+// proxy, a log or a person reading the job sees another job than airlock.
+func TestDecodeJobExactMembers(t *testing.T) {
+	cases := map[string]string{
+		`{"kind":"expr","code":"1","Kind":"wasm"}`:                                      "Kind",
+		`{"kind":"expr","code":"1","kind":"command"}`:                                   "kind",
+		`{"kind":"command","argv":["ls"],"Argv":["rm"]}`:                                "Argv",
+		`{"kind":"command","argv":["true"],"env":{"A":"1","A":"2"}}`:                    "env.A",
+		`{"kind":"command","argv":["true"],"grants":{"fs":{"Read":["/"]}}}`:             "grants.fs.Read",
+		`{"kind":"command","argv":["true"],"grants":{"net":[{"host":"a","HOST":"b"}]}}`: "grants.net.HOST",
+		`{"kind":"command","argv":["true"],"files":{"a":"1","a":"2"}}`:                  "files.a",
+		`{"kind":"command","argv":["true"],"limits":{"wall_ms":1,"wall_ms":9}}`:         "limits.wall_ms",
+	}
+	for in, field := range cases {
+		_, err := airlock.DecodeJob([]byte(in))
+		var inv *airlock.InvalidJob
+		if assert.True(t, errors.As(err, &inv), "%s: %v", in, err) {
+			assert.Equal(t, field, inv.Field, "%s: %v", in, err)
+		}
+	}
+	// Nulls, and input members in any case, stay as they were.
+	for _, in := range []string{
+		`{"kind":"expr","code":"1","grants":null,"limits":null,"files":null,"argv":null,"env":null}`,
+		`{"kind":"expr","code":"x.A","input":{"x":{"A":1,"a":2}}}`,
+	} {
+		_, err := airlock.DecodeJob([]byte(in))
+		assert.NoError(t, err, in)
+	}
+}

@@ -14,7 +14,8 @@ import (
 )
 
 // DecodeJob decodes one job in the v1 wire format, strictly: unknown
-// fields, wrong types, trailing data and payloads over 32 MiB are
+// fields (names are matched exactly), a field given twice, wrong types,
+// trailing data and payloads over 32 MiB are
 // [*InvalidJob] errors naming the field. Integral numbers in input become
 // integers (int64, or *big.Int beyond it).
 func DecodeJob(data []byte) (Job, error) {
@@ -47,6 +48,9 @@ func DecodeJob(data []byte) (Job, error) {
 			return Job{}, invalid("", "trailing data after the job object: %s", strings.TrimPrefix(err.Error(), "json: "))
 		}
 		return Job{}, invalid("", "trailing data after the job object (%v)", tok)
+	}
+	if err := checkKeys(data); err != nil {
+		return Job{}, err
 	}
 	if job.Input != nil {
 		in, err := value.Normalize(job.Input)
