@@ -327,3 +327,17 @@ func TestDecodeJobExactMembers(t *testing.T) {
 		assert.NoError(t, err, in)
 	}
 }
+
+// A job that is not UTF-8 is refused rather than run with U+FFFD in place
+// of the bytes that were sent.
+func TestDecodeJobRefusesNonUTF8(t *testing.T) {
+	for _, in := range []string{
+		"{\"kind\":\"expr\",\"code\":\"\\\"\xff\\\"\"}",
+		"{\"kind\":\"command\",\"argv\":[\"printf\",\"\xc3\"]}",
+	} {
+		_, err := airlock.DecodeJob([]byte(in))
+		if assert.Error(t, err, "%q", in) {
+			assert.Contains(t, err.Error(), "not UTF-8", "%q", in)
+		}
+	}
+}

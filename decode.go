@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
@@ -27,6 +28,11 @@ func DecodeJob(data []byte) (Job, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return job, invalid("", "empty input (want a JSON job object)")
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would replace each bad byte with U+FFFD: the job
+		// would run with other bytes than the ones sent.
+		return job, invalid("", "not UTF-8 text (at byte %d); JSON is UTF-8, and other bytes go in base64", firstInvalid(data))
 	}
 	if what := notObject(trimmed); what != "" {
 		// null would decode as an empty job, and the others' errors name
@@ -97,6 +103,19 @@ func decodeError(err error) error {
 		return invalid(strings.Trim(name, `"`), "unknown field")
 	}
 	return invalid("", "%s", strings.TrimPrefix(msg, "json: "))
+}
+
+// firstInvalid is the offset of the first byte of data that is not part
+// of valid UTF-8.
+func firstInvalid(data []byte) int {
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(data)
 }
 
 // notObject names the JSON value data holds when it is not an object, or
