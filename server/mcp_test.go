@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -546,6 +547,55 @@ func TestMCPDescriptionsMatchTheSandbox(t *testing.T) {
 					t.Errorf("%s: %s", tool.Name, d)
 				}
 			}
+		}
+	}
+}
+
+// The structured content the tools write themselves (not through the
+// SDK's check) holds to their output schemas, for values, programs,
+// errors and refusals alike.
+func TestMCPStructuredMatchesOutputSchema(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas := map[string]*jsonschema.Resolved{}
+	for _, tool := range tools.Tools {
+		if tool.OutputSchema == nil {
+			continue
+		}
+		data, _ := json.Marshal(tool.OutputSchema)
+		var sc jsonschema.Schema
+		if err := json.Unmarshal(data, &sc); err != nil {
+			t.Fatal(err)
+		}
+		if schemas[tool.Name], err = sc.Resolve(nil); err != nil {
+			t.Fatalf("%s: %v", tool.Name, err)
+		}
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"evaluate_expression", map[string]any{"expression": "{'a': [1, 2.5, 'x', true, nil]}"}},
+		{"evaluate_expression", map[string]any{"expression": "1 +"}},
+		{"run_starlark", map[string]any{"code": "print('hi')\nresult = 9007199254740993"}},
+		{"run_wasm", map[string]any{"module_base64": base64.StdEncoding.EncodeToString([]byte("\x00asm\x01\x00\x00\x00"))}},
+		{"run_command", map[string]any{"argv": []string{"sh", "-c", "echo out; echo err >&2; exit 3"}}},
+		{"run_command", map[string]any{"argv": []string{"true"}, "image": "no-such-image"}},
+	} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool, err)
+		}
+		data, _ := json.Marshal(res.StructuredContent)
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil || v == nil {
+			t.Fatalf("%s: structured content %s (%v)", c.tool, data, err)
+		}
+		if err := schemas[c.tool].Validate(v); err != nil {
+			t.Errorf("%s %v: %s does not hold to the output schema: %v", c.tool, c.args, data, err)
 		}
 	}
 }
