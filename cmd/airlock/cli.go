@@ -30,6 +30,7 @@ const (
 
 // env is what a subcommand gets: its arguments and the standard streams.
 type env struct {
+	name   string // the subcommand's
 	args   []string
 	stdin  io.Reader
 	stdout io.Writer
@@ -84,7 +85,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "airlock: unknown command %q (see `airlock help`)\n", name)
 		return exitUsage
 	}
-	e := &env{args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr}
+	e := &env{name: name, args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr}
 	if c.run == nil { // a heavy command in a lean build (see heavy.go)
 		return e.fail(execFull(name, args))
 	}
@@ -218,9 +219,18 @@ func flagError(fs *flag.FlagSet, err error) string {
 	return fmt.Sprintf("invalid value %s for --%s: %s", value, name, why)
 }
 
+// jobCommands are the subcommands whose invalid input is a job.
+var jobCommands = map[string]bool{"run": true, "eval": true, "explain": true, "call": true}
+
 // fail prints one clear line for err and returns the matching exit code.
 func (e *env) fail(err error) int {
-	fmt.Fprintf(e.stderr, "airlock: %v\n", err)
+	msg := err.Error()
+	if !jobCommands[e.name] {
+		// Elsewhere the bad input was a flag, an argument or a file, and
+		// "invalid job" would send the reader looking for a job.
+		msg = strings.TrimPrefix(msg, "invalid job: ")
+	}
+	fmt.Fprintf(e.stderr, "airlock: %s\n", msg)
 	return exitCode(err)
 }
 

@@ -483,3 +483,21 @@ func TestRunJSONBadFlag(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 }
+
+// A command that takes no job does not call its bad input an invalid job.
+func TestUsageErrorsOutsideJobs(t *testing.T) {
+	for _, args := range [][]string{
+		{"audit", "verify", "/nonexistent/audit.jsonl"},
+		{"completion", "nosuch"},
+		{"replay"},
+		{"mcp", "extra"},
+	} {
+		_, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		assert.NotContains(t, errOut, "invalid job", "%v", args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	}
+	_, errOut, code := run(t, `{"kind":"expr","code":1}`, "run", "-")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "invalid job: code:")
+}
