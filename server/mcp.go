@@ -41,10 +41,10 @@ type (
 		common
 	}
 	starlarkInput struct {
-		Code  string            `json:"code" jsonschema:"a Starlark script; the global 'result' is returned"`
-		Input map[string]any    `json:"input,omitempty" jsonschema:"predeclared variables"`
-		Entry string            `json:"entry,omitempty" jsonschema:"a function to call after the script ran"`
-		Files map[string]string `json:"files,omitempty" jsonschema:"modules the script can load(), by name"`
+		Code  string         `json:"code" jsonschema:"a Starlark script; the global 'result' is returned"`
+		Input map[string]any `json:"input,omitempty" jsonschema:"predeclared variables"`
+		Entry string         `json:"entry,omitempty" jsonschema:"a function to call after the script ran"`
+		Files wirebytes.Map  `json:"files,omitempty" jsonschema:"modules the script can load(), by name: text, or {\"base64\": ...}"`
 		common
 	}
 	wasmInput struct {

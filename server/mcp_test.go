@@ -599,3 +599,15 @@ func TestMCPStructuredMatchesOutputSchema(t *testing.T) {
 		}
 	}
 }
+
+// Every files argument takes what its schema says, text or base64: the
+// schemas share one form for file bytes.
+func TestMCPStarlarkFilesAsSchemaSays(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	for _, module := range []any{"x = 1", map[string]any{"base64": base64.StdEncoding.EncodeToString([]byte("x = 1"))}} {
+		res, out := call(t, cs, "run_starlark", map[string]any{"code": "load('m.star', 'x')\nresult = x", "files": map[string]any{"m.star": module}})
+		if res.IsError || out.Value != 1.0 {
+			t.Errorf("module %v: %+v %s", module, out, text(res))
+		}
+	}
+}
