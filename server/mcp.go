@@ -187,6 +187,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version.String()}, &mcp.ServerOptions{
 		Instructions: "airlock runs untrusted code in the cheapest isolation boundary that still holds. Each tool result says which tier ran the job and why.",
 	})
+	srv.AddReceivingMiddleware(plainArgumentErrors)
 	iso := isolationEnums{tiers: s.tierNames(), situations: t.allowed}
 	run := func(ctx context.Context, req *mcp.CallToolRequest, job airlock.Job, c common, ss *session) (*mcp.CallToolResult, any, error) {
 		if err := isolationChosen(t, c); err != nil {
@@ -534,6 +535,44 @@ func sessionTTL(seconds int64) (time.Duration, error) {
 		return math.MaxInt64, nil
 	}
 	return time.Duration(seconds) * time.Second, nil
+}
+
+// plainArgumentErrors rewrites the SDK's refusal of arguments it could not
+// decode, which names Go types ("cannot unmarshal \"1e400\" into Go struct
+// field map[string]interface {}...input.x of type float64"), in the
+// words of the wire: what could not be read, and where.
+func plainArgumentErrors(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		r, ok := res.(*mcp.CallToolResult)
+		if err != nil || !ok || !r.IsError || len(r.Content) != 1 {
+			return res, err
+		}
+		if tc, ok := r.Content[0].(*mcp.TextContent); ok {
+			tc.Text = plainGoDecodeError(tc.Text)
+		}
+		return res, err
+	}
+}
+
+func plainGoDecodeError(msg string) string {
+	_, rest, ok := strings.Cut(msg, "cannot unmarshal ")
+	into := strings.Index(rest, " into Go ")
+	of := strings.LastIndex(rest, " of type ")
+	if !ok || into < 0 || of < into {
+		return msg
+	}
+	where := rest[into:of]
+	if i := strings.LastIndexAny(where, "}]"); i >= 0 {
+		where = where[i+1:]
+	} else {
+		where = where[strings.LastIndex(where, " ")+1:]
+	}
+	where = strings.TrimPrefix(where, ".")
+	if where == "" {
+		where = "the arguments"
+	}
+	return fmt.Sprintf("invalid arguments: %s at %s cannot be read (a number beyond what JSON numbers hold here, or a value of the wrong type)", rest[:into], where)
 }
 
 // errorOutput is a failed call's structured content: the error alone.

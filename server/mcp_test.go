@@ -611,3 +611,19 @@ func TestMCPStarlarkFilesAsSchemaSays(t *testing.T) {
 		}
 	}
 }
+
+// Arguments the SDK cannot decode are refused in the wire's words, naming
+// where, not Go's types.
+func TestMCPArgumentErrorsNameNoGoTypes(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct{ tool, args, where string }{
+		{"evaluate_expression", `{"expression":"x","input":{"x":1e400}}`, "input.x"},
+		{"run_command", `{"argv":["true"],"wall_ms":1e400}`, "wall_ms"},
+	} {
+		res := string(rawCall(t, f, c.tool, c.args))
+		if !strings.Contains(res, `"isError":true`) || !strings.Contains(res, c.where) ||
+			strings.Contains(res, "Go struct") || strings.Contains(res, "interface {}") || strings.Contains(res, "float64") {
+			t.Errorf("%s %s: %s", c.tool, c.args, res)
+		}
+	}
+}
