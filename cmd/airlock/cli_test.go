@@ -491,6 +491,8 @@ func TestUsageErrorsOutsideJobs(t *testing.T) {
 		{"completion", "nosuch"},
 		{"replay"},
 		{"mcp", "extra"},
+		{"tiers", "extra"},
+		{"images", "extra"},
 	} {
 		_, errOut, code := run(t, "", args...)
 		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
