@@ -48,7 +48,8 @@ func TestDecodeJobStrict(t *testing.T) {
 		`{"kind":"command","argv":["true"],"image":7}`:            "image",
 		`{"kind":"wasm","module":"AA==","env":["A=1"]}`:           "env",
 		`{"kind":"expr"`: "",
-		`[]`:             "(top level)",
+		`[]`:             "",
+		`null`:           "",
 		`{} {}`:          "",
 		``:               "",
 	}
@@ -60,6 +61,25 @@ func TestDecodeJobStrict(t *testing.T) {
 	}
 	_, err := airlock.DecodeJob([]byte(`{"kind":"expr","code":"` + strings.Repeat("x", value.MaxJobBytes) + `"}`))
 	assert.ErrorContains(t, err, "larger than")
+}
+
+// A refused job is named in JSON's words: no Go type names, no "<nil>",
+// and a bare null is no job at all.
+func TestDecodeJobErrorsSpeakJSON(t *testing.T) {
+	for _, in := range []string{
+		`null`, `[]`, `"x"`, `5`, `true`, `nul`,
+		`{"kind":"expr","code":"1","grants":[]}`,
+		`{"kind":"expr","code":"1","limits":5}`,
+		`{"kind":"expr","code":"1","grants":{"net":{}}}`,
+		`{"kind":"expr","code":"1","grants":{"credentials":[1]}}`,
+		`{"kind":"command","argv":["true"],"files":[]}`,
+		`{"kind":"expr","code":"1"}}`,
+	} {
+		_, err := airlock.DecodeJob([]byte(in))
+		require.Error(t, err, in)
+		assert.Equal(t, airlock.ErrInvalid, airlock.KindOf(err), "%s: %v", in, err)
+		assert.NotRegexp(t, `airlock\.|map\[|\[\]|interface|json\.|<nil>|Go value`, err.Error(), in)
+	}
 }
 
 func TestDecodeJobValues(t *testing.T) {
@@ -285,4 +305,49 @@ func TestFSPlacement(t *testing.T) {
 	}
 	_, err = airlock.DecodeJob([]byte(`{"kind":"wasm","module":"AA==","grants":{"fs":{"read":["/srv"],"mount":{"/srv":"/"}}}}`))
 	assert.Error(t, err, "an unknown fs field decodes")
+}
+
+// Member names are matched exactly and given once: encoding/json would
+// take "Kind" for "kind" and let a repeated member win silently, so that a
+// proxy, a log or a person reading the job sees another job than airlock.
+func TestDecodeJobExactMembers(t *testing.T) {
+	cases := map[string]string{
+		`{"kind":"expr","code":"1","Kind":"wasm"}`:                                      "Kind",
+		`{"kind":"expr","code":"1","kind":"command"}`:                                   "kind",
+		`{"kind":"command","argv":["ls"],"Argv":["rm"]}`:                                "Argv",
+		`{"kind":"command","argv":["true"],"env":{"A":"1","A":"2"}}`:                    "env.A",
+		`{"kind":"command","argv":["true"],"grants":{"fs":{"Read":["/"]}}}`:             "grants.fs.Read",
+		`{"kind":"command","argv":["true"],"grants":{"net":[{"host":"a","HOST":"b"}]}}`: "grants.net.HOST",
+		`{"kind":"command","argv":["true"],"files":{"a":"1","a":"2"}}`:                  "files.a",
+		`{"kind":"command","argv":["true"],"limits":{"wall_ms":1,"wall_ms":9}}`:         "limits.wall_ms",
+	}
+	for in, field := range cases {
+		_, err := airlock.DecodeJob([]byte(in))
+		var inv *airlock.InvalidJob
+		if assert.True(t, errors.As(err, &inv), "%s: %v", in, err) {
+			assert.Equal(t, field, inv.Field, "%s: %v", in, err)
+		}
+	}
+	// Nulls, and input members in any case, stay as they were.
+	for _, in := range []string{
+		`{"kind":"expr","code":"1","grants":null,"limits":null,"files":null,"argv":null,"env":null}`,
+		`{"kind":"expr","code":"x.A","input":{"x":{"A":1,"a":2}}}`,
+	} {
+		_, err := airlock.DecodeJob([]byte(in))
+		assert.NoError(t, err, in)
+	}
+}
+
+// A job that is not UTF-8 is refused rather than run with U+FFFD in place
+// of the bytes that were sent.
+func TestDecodeJobRefusesNonUTF8(t *testing.T) {
+	for _, in := range []string{
+		"{\"kind\":\"expr\",\"code\":\"\\\"\xff\\\"\"}",
+		"{\"kind\":\"command\",\"argv\":[\"printf\",\"\xc3\"]}",
+	} {
+		_, err := airlock.DecodeJob([]byte(in))
+		if assert.Error(t, err, "%q", in) {
+			assert.Contains(t, err.Error(), "not UTF-8", "%q", in)
+		}
+	}
 }

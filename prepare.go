@@ -213,9 +213,19 @@ func (job *Job) Validate() error {
 		return invalid("lifecycle", "unknown lifecycle %q", job.Lifecycle)
 	}
 	if len(job.Files) > 0 {
-		for name := range job.Files {
+		names := value.SortedKeys(job.Files)
+		for _, name := range names {
 			if err := checkRelPath(name); err != nil {
 				return invalid("files["+name+"]", "%s", err.Error())
+			}
+		}
+		// A file whose name another file needs as a directory cannot be
+		// placed: the job is invalid, not a tier's failure.
+		for _, name := range names {
+			for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+				if _, ok := job.Files[dir]; ok {
+					return invalid("files["+name+"]", "%s is placed as a file and is also needed as a directory", dir)
+				}
 			}
 		}
 	}

@@ -133,3 +133,20 @@ func TestValidateCollect(t *testing.T) {
 		}
 	}
 }
+
+// A file whose name another file needs as a directory makes the job
+// invalid before any tier tries to place it.
+func TestJobFilesFileAndDirectory(t *testing.T) {
+	for _, files := range []map[string]string{{"a": "x", "a/b": "y"}, {"d/e": "x", "d/e/f/g": "y"}} {
+		job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Files: files}
+		err := job.Validate()
+		var inv *airlock.InvalidJob
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), "is placed as a file and is also needed as a directory") {
+			t.Errorf("files %v: %v", files, err)
+		}
+	}
+	ok := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Files: map[string]string{"a/b": "x", "a/c": "y", "ab": "z"}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("siblings: %v", err)
+	}
+}

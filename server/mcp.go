@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -39,10 +41,10 @@ type (
 		common
 	}
 	starlarkInput struct {
-		Code  string            `json:"code" jsonschema:"a Starlark script; the global 'result' is returned"`
-		Input map[string]any    `json:"input,omitempty" jsonschema:"predeclared variables"`
-		Entry string            `json:"entry,omitempty" jsonschema:"a function to call after the script ran"`
-		Files map[string]string `json:"files,omitempty" jsonschema:"modules the script can load(), by name"`
+		Code  string         `json:"code" jsonschema:"a Starlark script; the global 'result' is returned"`
+		Input map[string]any `json:"input,omitempty" jsonschema:"predeclared variables"`
+		Entry string         `json:"entry,omitempty" jsonschema:"a function to call after the script ran"`
+		Files wirebytes.Map  `json:"files,omitempty" jsonschema:"modules the script can load(), by name: text, or {\"base64\": ...}"`
 		common
 	}
 	wasmInput struct {
@@ -111,6 +113,11 @@ func (s *Server) MCP(tenantName string) (*mcp.Server, error) {
 // envelope and the tool's own argument names.
 const mcpEnvelope = 64 << 10
 
+// MCPMaxRequest is the largest MCP message a tool call may be: a job of
+// the largest size and its envelope. The HTTP transport refuses a larger
+// body; a stdio transport should refuse a larger line.
+const MCPMaxRequest = value.MaxJobBytes + mcpEnvelope
+
 // MCPHandler serves MCP over streamable HTTP; each request is
 // authenticated with the tenant's API key, as the JSON API is, and an MCP
 // session is bound to the tenant that opened it (the SDK refuses a session
@@ -131,10 +138,13 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 		}
 		return nil
-	}, &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: value.MaxJobBytes + mcpEnvelope,
-		// An MCP session idle this long is closed, as the API's are: a
-		// client that never says DELETE does not keep it for ever.
-		SessionTimeout: s.cfg.SessionTTL.or(10 * time.Minute)})
+	}, &mcp.StreamableHTTPOptions{
+		MaxRequestBodyBytes: MCPMaxRequest,
+		// A client that goes away without DELETE would otherwise leave
+		// its MCP session in memory for good. The sandbox sessions a
+		// client opened are the tenant's and close on their own TTL.
+		SessionTimeout: s.cfg.SessionTTL.or(10 * time.Minute),
+	})
 	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
 		i, ok := s.keys.find(key)
 		if !ok {
@@ -205,6 +215,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version.String()}, &mcp.ServerOptions{
 		Instructions: "airlock runs untrusted code in the cheapest isolation boundary that still holds. Each tool result says which tier ran the job and why.",
 	})
+	srv.AddReceivingMiddleware(plainArgumentErrors)
 	iso := isolationEnums{tiers: s.tierNames(), situations: t.allowed}
 	run := func(ctx context.Context, req *mcp.CallToolRequest, job airlock.Job, c common, ss *session) (*mcp.CallToolResult, any, error) {
 		if err := isolationChosen(t, c); err != nil {
@@ -229,11 +240,19 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 	}
 	addTool[exprInput](srv, t, iso, "evaluate_expression", descExpr,
 		func(ctx context.Context, req *mcp.CallToolRequest, in exprInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, req, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: in.Input}, in.common, nil)
+			input, err := exactInput(req, in.Input)
+			if err != nil {
+				return toolError(err)
+			}
+			return run(ctx, req, airlock.Job{Kind: airlock.KindExpr, Code: in.Expression, Input: input}, in.common, nil)
 		})
 	addTool[starlarkInput](srv, t, iso, "run_starlark", descStarlark,
 		func(ctx context.Context, req *mcp.CallToolRequest, in starlarkInput) (*mcp.CallToolResult, any, error) {
-			return run(ctx, req, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: in.Input, Entry: in.Entry, Files: in.Files}, in.common, nil)
+			input, err := exactInput(req, in.Input)
+			if err != nil {
+				return toolError(err)
+			}
+			return run(ctx, req, airlock.Job{Kind: airlock.KindStarlark, Code: in.Code, Input: input, Entry: in.Entry, Files: in.Files}, in.common, nil)
 		})
 	addTool[wasmInput](srv, t, iso, "run_wasm", descWasm,
 		func(ctx context.Context, req *mcp.CallToolRequest, in wasmInput) (*mcp.CallToolResult, any, error) {
@@ -275,9 +294,13 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 			// The router picks the tier for a command job of the tenant's
 			// situation, as it would for run_command.
 			job, err := normalize(airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Grants: spawn}, in.common)
+			ttl, terr := sessionTTL(in.TTLSeconds)
+			if err == nil {
+				err = terr
+			}
 			var o openResponse
 			if err == nil {
-				o, err = s.openSession(ctx, t, "", &job, time.Duration(in.TTLSeconds)*time.Second)
+				o, err = s.openSession(ctx, t, "", &job, ttl)
 			}
 			if err != nil {
 				return toolError(err)
@@ -313,16 +336,16 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 // Tool descriptions say what the program sees, what network it has and
 // what comes back: a model chooses tools by them.
 const (
-	descExpr        = "Evaluate one expr-lang expression (arithmetic, comparisons, string, list and map functions) against the given input variables, in-process. No files, network or clock. Returns the value as JSON."
+	descExpr        = "Evaluate one expr-lang expression (arithmetic, comparisons, string, list and map functions) against the given input variables, in-process. No files or network; now() is the time the run started. Returns the value as JSON."
 	descStarlark    = "Run a Starlark script (a small Python dialect: no imports, classes or exceptions) under a step and memory budget, in-process. No filesystem or network; load() reads only the modules given in files. Returns the global named result (or the entry function's return value) as JSON, and what the script printed."
 	descWasm        = "Run a WebAssembly module (WASI preview 1) under a memory cap. It sees an in-memory scratch directory holding the files given, no host files and no network. Returns stdout, stderr, the exit code and the files collect names."
 	descCommandHead = "Run a program (argv) in a Linux sandbox the router picks for this server's policy (namespaces with seccomp, gVisor or a microVM). The program sees a read-only system with the programs the operator installed, and a writable scratch directory, its working directory, holding the files given. "
 	descNoSpawn     = "It may not start other programs: argv[0] runs, but what it executes (a shell running ls, say) fails with status 126. "
 	descSpawn       = "It may start other programs (a shell script running ls, say). "
-	descCommandTail = "It has no network unless the operator's policy grants hosts. Returns stdout, stderr, the exit code and the files collect names."
+	descCommandTail = "It has no network: these tools grant no host. Returns stdout, stderr, the exit code and the files collect names."
 	descExplain     = "Explain which tier would run a job and why each cheaper tier was passed over, without running anything."
 	descOpen        = "Open a sandbox that keeps its scratch directory across run_in_session calls (installed packages, written files), for a conversation. It closes when idle for its TTL or on close_session. Returns the session id."
-	descSessionRun  = "Run a program (argv) in a session opened by open_session: same sandbox and scratch directory as the session's earlier runs. Returns stdout, stderr and the exit code."
+	descSessionRun  = "Run a program (argv) in a session opened by open_session: same sandbox and scratch directory as the session's earlier runs, no network. Returns stdout, stderr, the exit code and the files collect names."
 	descClose       = "Close a session opened by open_session and destroy its sandbox."
 )
 
@@ -502,6 +525,84 @@ func normalize(job airlock.Job, c common) (airlock.Job, error) {
 	return airlock.DecodeJob(data)
 }
 
+// exactInput is the call's "input" argument decoded again from the bytes
+// the client sent, numbers as written: the SDK hands the handler values
+// that went through float64, which turns 9007199254740993 into
+// 9007199254740992. The SDK has validated the arguments; in is its
+// decoding, used when the raw bytes hold no input.
+func exactInput(req *mcp.CallToolRequest, in map[string]any) (map[string]any, error) {
+	if req == nil || req.Params == nil || len(req.Params.Arguments) == 0 {
+		return in, nil
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
+		return in, nil
+	}
+	raw, ok := args["input"]
+	if !ok {
+		return in, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var exact map[string]any
+	if err := dec.Decode(&exact); err != nil {
+		return nil, jobs.Invalid("input", "want a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return exact, nil
+}
+
+// sessionTTL is open_session's ttl_seconds as a duration: 0 is the
+// server's maximum, a negative count is refused, and one too large for a
+// duration stays too large (rather than wrapping around to a small or
+// negative one).
+func sessionTTL(seconds int64) (time.Duration, error) {
+	switch {
+	case seconds < 0:
+		return 0, jobs.Invalid("ttl_seconds", "must not be negative")
+	case seconds > int64(math.MaxInt64/time.Second):
+		return math.MaxInt64, nil
+	}
+	return time.Duration(seconds) * time.Second, nil
+}
+
+// plainArgumentErrors rewrites the SDK's refusal of arguments it could not
+// decode, which names Go types ("cannot unmarshal \"1e400\" into Go struct
+// field map[string]interface {}...input.x of type float64"), in the
+// words of the wire: what could not be read, and where.
+func plainArgumentErrors(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		r, ok := res.(*mcp.CallToolResult)
+		if err != nil || !ok || !r.IsError || len(r.Content) != 1 {
+			return res, err
+		}
+		if tc, ok := r.Content[0].(*mcp.TextContent); ok {
+			tc.Text = plainGoDecodeError(tc.Text)
+		}
+		return res, err
+	}
+}
+
+func plainGoDecodeError(msg string) string {
+	_, rest, ok := strings.Cut(msg, "cannot unmarshal ")
+	into := strings.Index(rest, " into Go ")
+	of := strings.LastIndex(rest, " of type ")
+	if !ok || into < 0 || of < into {
+		return msg
+	}
+	where := rest[into:of]
+	if i := strings.LastIndexAny(where, "}]"); i >= 0 {
+		where = where[i+1:]
+	} else {
+		where = where[strings.LastIndex(where, " ")+1:]
+	}
+	where = strings.TrimPrefix(where, ".")
+	if where == "" {
+		where = "the arguments"
+	}
+	return fmt.Sprintf("invalid arguments: %s at %s cannot be read (a number beyond what JSON numbers hold here, or a value of the wrong type)", rest[:into], where)
+}
+
 // errorOutput is a failed call's structured content: the error alone.
 type errorOutput struct {
 	Error *airlock.ErrorInfo `json:"error"`
@@ -521,7 +622,9 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 		return toolError(err)
 	}
 	out := ToolOutput{Tier: res.Tier, Level: res.Level, Decision: res.Decision, Stopped: res.Stopped, Error: res.Error}
-	if kind == airlock.KindCommand || kind == airlock.KindWasm {
+	if (kind == airlock.KindCommand || kind == airlock.KindWasm) && res.Stopped == nil && res.Error == nil {
+		// Only a program that ran to its end has a status: a stopped or
+		// refused one reports no exit code rather than a 0 it never returned.
 		out.ExitCode = &res.ExitCode
 	}
 	var f1, f2, f3 []sanitize.Finding
@@ -561,8 +664,8 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	for _, skipped := range res.FilesSkipped {
 		fmt.Fprintf(&text, "not collected: %s\n", skipped)
 	}
-	if res.ExitCode != 0 {
-		fmt.Fprintf(&text, "exit code: %d\n", res.ExitCode)
+	if out.ExitCode != nil && *out.ExitCode != 0 {
+		fmt.Fprintf(&text, "exit code: %d\n", *out.ExitCode)
 	}
 	switch {
 	case out.Stopped != nil:
@@ -573,10 +676,18 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	if len(out.Sanitized) > 0 {
 		fmt.Fprintf(&text, "note: %d link(s) to hosts that are not allowed were neutralised\n", len(out.Sanitized))
 	}
+	// The structured content is marshalled here, not by the SDK, which
+	// would pass it through float64 to check it against the output schema
+	// and round an integer beyond 2^53 that the text shows exactly.
+	structured, err := json.Marshal(out)
+	if err != nil {
+		return toolError(fmt.Errorf("encoding the result: %w", err))
+	}
 	return &mcp.CallToolResult{
-		IsError: out.Stopped != nil || out.Error != nil || res.ExitCode != 0,
-		Content: []mcp.Content{&mcp.TextContent{Text: text.String()}},
-	}, out, nil
+		IsError:           out.Stopped != nil || out.Error != nil || res.ExitCode != 0,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text.String()}},
+		StructuredContent: json.RawMessage(structured),
+	}, nil, nil
 }
 
 // clean sanitises text; bytes that are not UTF-8 text are returned as they

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
@@ -366,6 +368,226 @@ func TestMCPWasmFiles(t *testing.T) {
 	}
 	if _, ok := got.Files["made.txt"]; !ok {
 		t.Errorf("the module's own file was not collected: %+v", got)
+	}
+}
+
+// rawCall calls a tool over an in-memory connection without a client
+// library, so the test sees the bytes the server wrote (the SDK's client
+// would pass numbers through float64 itself).
+func rawCall(t *testing.T, f *fixture, tool, args string) json.RawMessage {
+	t.Helper()
+	srv, err := f.srv.MCP("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, st := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	conn, err := ct.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	send := func(id int64, method, params string) {
+		msg := &jsonrpc.Request{Method: method, Params: json.RawMessage(params)}
+		if id != 0 {
+			msg.ID, _ = jsonrpc.MakeID(float64(id))
+		}
+		if err := conn.Write(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(id int64) json.RawMessage {
+		for {
+			m, err := conn.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, ok := m.(*jsonrpc.Response); ok && r.ID.Raw() == id {
+				if r.Error != nil {
+					t.Fatalf("%s: %v", tool, r.Error)
+				}
+				return r.Result
+			}
+		}
+	}
+	send(1, "initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}`)
+	wait(1)
+	send(0, "notifications/initialized", `{}`)
+	send(2, "tools/call", `{"name":"`+tool+`","arguments":`+args+`}`)
+	return wait(2)
+}
+
+// Integers beyond 2^53 reach the code and come back exactly, in the
+// structured content as in the text.
+func TestMCPExactNumbers(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct{ tool, args string }{
+		{"evaluate_expression", `{"expression":"x","input":{"x":9007199254740993}}`},
+		{"run_starlark", `{"code":"result = x","input":{"x":9007199254740993}}`},
+		{"run_starlark", `{"code":"result = 9007199254740993"}`},
+	} {
+		res := rawCall(t, f, c.tool, c.args)
+		var r struct {
+			Structured json.RawMessage `json:"structuredContent"`
+			Content    []struct{ Text string }
+		}
+		if err := json.Unmarshal(res, &r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(r.Structured), `"value":9007199254740993`) || !strings.Contains(r.Content[0].Text, "value: 9007199254740993") {
+			t.Errorf("%s %s: %s", c.tool, c.args, res)
+		}
+	}
+}
+
+// A program that was stopped or refused has no exit status: the result
+// says what happened instead of an exit code 0 it never returned.
+func TestMCPNoExitCodeWithoutAnExit(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	noStart := "\x00asm\x01\x00\x00\x00"
+	loop := "\x00asm\x01\x00\x00\x00" + // a _start that loops forever
+		"\x01\x04\x01\x60\x00\x00" + "\x03\x02\x01\x00" +
+		"\x07\x0a\x01\x06_start\x00\x00" +
+		"\x0a\x09\x01\x07\x00\x03\x40\x0c\x00\x0b\x0b"
+	for _, c := range []struct {
+		name, module string
+		wall         int
+	}{{"no _start", noStart, 0}, {"stopped", loop, 200}} {
+		args := map[string]any{"module_base64": base64.StdEncoding.EncodeToString([]byte(c.module))}
+		if c.wall > 0 {
+			args["wall_ms"] = c.wall
+		}
+		res, out := call(t, cs, "run_wasm", args)
+		if !res.IsError || (out.Stopped == nil && out.Error == nil) {
+			t.Fatalf("%s: %+v %s", c.name, out, text(res))
+		}
+		if out.ExitCode != nil || strings.Contains(text(res), "exit code") {
+			t.Errorf("%s: an exit code for a program that did not exit: %+v %s", c.name, out, text(res))
+		}
+	}
+}
+
+// open_session's ttl_seconds is refused when negative, and when too large
+// for a duration it stays too large instead of wrapping to an allowed one.
+func TestMCPSessionTTLBounds(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	for ttl, want := range map[int64]string{-5: "must not be negative", 1_000_000_000_000_000_000: "above the server's maximum"} {
+		res, _ := call(t, cs, "open_session", map[string]any{"ttl_seconds": ttl})
+		if !res.IsError || !strings.Contains(text(res), want) {
+			t.Errorf("ttl_seconds %d: %s", ttl, text(res))
+		}
+	}
+}
+
+// The descriptions say what the sandbox has: MCP command jobs carry no
+// network grant, whatever the tenant, so no description may promise one;
+// expr has a clock, the job's.
+func TestMCPDescriptionsMatchTheSandbox(t *testing.T) {
+	for _, spawn := range []bool{false, true} {
+		cs := connectMemory(t, newFixture(t, func(c *server.Config) { c.Tenants[0].MCPSpawn = spawn }), "a")
+		tools, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range tools.Tools {
+			d := tool.Description
+			switch tool.Name {
+			case "run_command", "run_in_session":
+				if !strings.Contains(d, "no network") || strings.Contains(d, "unless") {
+					t.Errorf("%s: %s", tool.Name, d)
+				}
+				if !strings.Contains(d, "files collect names") {
+					t.Errorf("%s does not say it returns the collected files: %s", tool.Name, d)
+				}
+			case "evaluate_expression":
+				if strings.Contains(d, "clock") || !strings.Contains(d, "now()") {
+					t.Errorf("%s: %s", tool.Name, d)
+				}
+			}
+		}
+	}
+}
+
+// The structured content the tools write themselves (not through the
+// SDK's check) holds to their output schemas, for values, programs,
+// errors and refusals alike.
+func TestMCPStructuredMatchesOutputSchema(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas := map[string]*jsonschema.Resolved{}
+	for _, tool := range tools.Tools {
+		if tool.OutputSchema == nil {
+			continue
+		}
+		data, _ := json.Marshal(tool.OutputSchema)
+		var sc jsonschema.Schema
+		if err := json.Unmarshal(data, &sc); err != nil {
+			t.Fatal(err)
+		}
+		if schemas[tool.Name], err = sc.Resolve(nil); err != nil {
+			t.Fatalf("%s: %v", tool.Name, err)
+		}
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"evaluate_expression", map[string]any{"expression": "{'a': [1, 2.5, 'x', true, nil]}"}},
+		{"evaluate_expression", map[string]any{"expression": "1 +"}},
+		{"run_starlark", map[string]any{"code": "print('hi')\nresult = 9007199254740993"}},
+		{"run_wasm", map[string]any{"module_base64": base64.StdEncoding.EncodeToString([]byte("\x00asm\x01\x00\x00\x00"))}},
+		{"run_command", map[string]any{"argv": []string{"sh", "-c", "echo out; echo err >&2; exit 3"}}},
+		{"run_command", map[string]any{"argv": []string{"true"}, "image": "no-such-image"}},
+	} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool, err)
+		}
+		data, _ := json.Marshal(res.StructuredContent)
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil || v == nil {
+			t.Fatalf("%s: structured content %s (%v)", c.tool, data, err)
+		}
+		if err := schemas[c.tool].Validate(v); err != nil {
+			t.Errorf("%s %v: %s does not hold to the output schema: %v", c.tool, c.args, data, err)
+		}
+	}
+}
+
+// Every files argument takes what its schema says, text or base64: the
+// schemas share one form for file bytes.
+func TestMCPStarlarkFilesAsSchemaSays(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	for _, module := range []any{"x = 1", map[string]any{"base64": base64.StdEncoding.EncodeToString([]byte("x = 1"))}} {
+		res, out := call(t, cs, "run_starlark", map[string]any{"code": "load('m.star', 'x')\nresult = x", "files": map[string]any{"m.star": module}})
+		if res.IsError || out.Value != 1.0 {
+			t.Errorf("module %v: %+v %s", module, out, text(res))
+		}
+	}
+}
+
+// Arguments the SDK cannot decode are refused in the wire's words, naming
+// where, not Go's types.
+func TestMCPArgumentErrorsNameNoGoTypes(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct{ tool, args, where string }{
+		{"evaluate_expression", `{"expression":"x","input":{"x":1e400}}`, "input.x"},
+		{"run_command", `{"argv":["true"],"wall_ms":1e400}`, "wall_ms"},
+	} {
+		res := string(rawCall(t, f, c.tool, c.args))
+		if !strings.Contains(res, `"isError":true`) || !strings.Contains(res, c.where) ||
+			strings.Contains(res, "Go struct") || strings.Contains(res, "interface {}") || strings.Contains(res, "float64") {
+			t.Errorf("%s %s: %s", c.tool, c.args, res)
+		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
@@ -50,7 +49,7 @@ func runCall(ctx context.Context, e *env) int {
 	if *wall > 0 {
 		wallMS = max(wall.Milliseconds(), 1)
 	}
-	module, err := os.ReadFile(pos[0])
+	module, err := readLocal(pos[0])
 	if err != nil {
 		return e.fail(jobs.Invalid("", "reading the tool: %v", err))
 	}
@@ -114,7 +113,7 @@ func readInput(spec string, stdin io.Reader) ([]byte, error) {
 		}
 		return b, nil
 	case strings.HasPrefix(spec, "@"):
-		b, err := os.ReadFile(spec[1:])
+		b, err := readLocal(spec[1:])
 		if err != nil {
 			return nil, jobs.Invalid("input", "%v", err)
 		}

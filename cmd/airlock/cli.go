@@ -30,6 +30,7 @@ const (
 
 // env is what a subcommand gets: its arguments and the standard streams.
 type env struct {
+	name   string // the subcommand's
 	args   []string
 	stdin  io.Reader
 	stdout io.Writer
@@ -37,6 +38,9 @@ type env struct {
 	// listFlags, when set, makes parse list the command's flags there
 	// and stop before the command does anything (shell completion).
 	listFlags io.Writer
+	// flagFailed, when set, reports a flag parse failure instead of the
+	// usual line on stderr (run --json: the failure is its one Result).
+	flagFailed func(msg string)
 }
 
 type command struct {
@@ -81,7 +85,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "airlock: unknown command %q (see `airlock help`)\n", name)
 		return exitUsage
 	}
-	e := &env{args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr}
+	e := &env{name: name, args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr}
 	if c.run == nil { // a heavy command in a lean build (see heavy.go)
 		return e.fail(execFull(name, args))
 	}
@@ -158,7 +162,12 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 				usage()
 				return nil, nil, exitOK, false
 			}
-			fmt.Fprintf(e.stderr, "%s: %s (see `airlock help %s`)\n", fs.Name(), flagError(fs, err), strings.TrimPrefix(fs.Name(), "airlock "))
+			msg := fmt.Sprintf("%s (see `airlock help %s`)", flagError(fs, err), strings.TrimPrefix(fs.Name(), "airlock "))
+			if e.flagFailed != nil {
+				e.flagFailed(msg)
+			} else {
+				fmt.Fprintf(e.stderr, "%s: %s\n", fs.Name(), msg)
+			}
 			return nil, nil, exitUsage, false
 		}
 		left := fs.Args()
@@ -210,9 +219,18 @@ func flagError(fs *flag.FlagSet, err error) string {
 	return fmt.Sprintf("invalid value %s for --%s: %s", value, name, why)
 }
 
+// jobCommands are the subcommands whose invalid input is a job.
+var jobCommands = map[string]bool{"run": true, "eval": true, "explain": true, "call": true}
+
 // fail prints one clear line for err and returns the matching exit code.
 func (e *env) fail(err error) int {
-	fmt.Fprintf(e.stderr, "airlock: %v\n", err)
+	msg := err.Error()
+	if !jobCommands[e.name] {
+		// Elsewhere the bad input was a flag, an argument or a file, and
+		// "invalid job" would send the reader looking for a job.
+		msg = strings.TrimPrefix(msg, "invalid job: ")
+	}
+	fmt.Fprintf(e.stderr, "airlock: %s\n", msg)
 	return exitCode(err)
 }
 

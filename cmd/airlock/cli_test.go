@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
@@ -421,4 +422,84 @@ func TestScriptFiles(t *testing.T) {
 		assert.Contains(t, errOut, c.want)
 		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 	}
+}
+
+// A file the command line names is read only up to what a job may hold:
+// a huge file (or /dev/zero) is one clear line, not all the memory there is.
+func TestLocalFilesAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.star")
+	require.NoError(t, os.WriteFile(big, nil, 0o644))
+	require.NoError(t, os.Truncate(big, value.MaxJobBytes+1)) // sparse: no disk used
+	for _, args := range [][]string{
+		{"run", big},
+		{"run", "--file", big, "--tier", "process", "--", "true"},
+		{"eval", "--input", "@" + big, "1"},
+		{"call", big, "f"},
+		{"call", "../../examples/greet.wasm", "greet", "--input", "@" + big},
+	} {
+		_, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		assert.Contains(t, errOut, "is larger than a job may be", "%v", args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	}
+	_, errOut, code := run(t, "", "run", "--file", dir, "--tier", "process", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "is a directory, not a file")
+}
+
+// --input is one JSON object, refused in JSON's words otherwise.
+func TestInputFlagErrors(t *testing.T) {
+	for _, in := range []string{`[1]`, `5`, `"x"`, `{"x": 1} {"y": 2}`, `{"x": 1} x`, `{`} {
+		_, errOut, code := run(t, "", "eval", "--input", in, "x")
+		assert.Equal(t, exitUsage, code, "%s: %s", in, errOut)
+		assert.Contains(t, errOut, "input: ", in)
+		assert.NotRegexp(t, `Go value|map\[|interface`, errOut, in)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	}
+}
+
+// --json is one Result on stdout for every failure, a bad flag included.
+func TestRunJSONBadFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--json", "--wall", "x", "--", "true"},
+		{"run", "--wall", "x", "--json", "--", "true"},
+		{"run", "--json", "--nosuch", "--", "true"},
+		{"eval", "--json", "--steps", "many", "1"},
+	} {
+		out, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v", args)
+		assert.Empty(t, errOut, "%v", args)
+		var res airlock.Result
+		dec := json.NewDecoder(strings.NewReader(out))
+		require.NoError(t, dec.Decode(&res), "%v: %q", args, out)
+		assert.False(t, dec.More(), "%v: more than one Result", args)
+		if assert.NotNil(t, res.Error, "%v", args) {
+			assert.Equal(t, airlock.ErrInvalid, res.Error.Kind, "%v", args)
+		}
+	}
+	// Without --json (or after --, where it is the program's), one line.
+	_, errOut, code := run(t, "", "run", "--wall", "x", "--", "prog", "--json")
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+}
+
+// A command that takes no job does not call its bad input an invalid job.
+func TestUsageErrorsOutsideJobs(t *testing.T) {
+	for _, args := range [][]string{
+		{"audit", "verify", "/nonexistent/audit.jsonl"},
+		{"completion", "nosuch"},
+		{"replay"},
+		{"mcp", "extra"},
+		{"tiers", "extra"},
+		{"images", "extra"},
+	} {
+		_, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		assert.NotContains(t, errOut, "invalid job", "%v", args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	}
+	_, errOut, code := run(t, `{"kind":"expr","code":1}`, "run", "-")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "invalid job: code:")
 }

@@ -144,7 +144,7 @@ func (f *jobFlags) placeFiles(job *airlock.Job) error {
 		if !ok {
 			dest = filepath.Base(local)
 		}
-		data, err := os.ReadFile(local)
+		data, err := readLocal(local)
 		if err != nil {
 			return jobs.Invalid("--file", "%v", err)
 		}
@@ -379,15 +379,22 @@ func parseInput(s string) (map[string]any, error) {
 	data := []byte(s)
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		var err error
-		if data, err = os.ReadFile(name); err != nil {
+		if data, err = readLocal(name); err != nil {
 			return nil, jobs.Invalid("input", "%v", err)
 		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var in map[string]any
-	if err := dec.Decode(&in); err != nil {
-		return nil, jobs.Invalid("input", "want a JSON object: %v", err)
+	var raw any
+	if err := dec.Decode(&raw); err != nil {
+		return nil, jobs.Invalid("input", "want a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, jobs.Invalid("input", "trailing data after the JSON object")
+	}
+	in, ok := raw.(map[string]any)
+	if !ok && raw != nil {
+		return nil, jobs.Invalid("input", "want a JSON object of variables, such as {\"x\": 21}")
 	}
 	norm, err := value.Normalize(in)
 	if err != nil {
@@ -397,6 +404,28 @@ func parseInput(s string) (map[string]any, error) {
 		return nil, nil
 	}
 	return norm.(map[string]any), nil
+}
+
+// readLocal reads a file the command line names (a script, a module,
+// --file, --input @FILE) and refuses one larger than a job may be, so that
+// /dev/zero or a huge file is an error rather than all the memory there is.
+func readLocal(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a file", name)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, value.MaxJobBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > value.MaxJobBytes {
+		return nil, fmt.Errorf("%s is larger than a job may be (%d bytes)", name, value.MaxJobBytes)
+	}
+	return data, nil
 }
 
 // readStdin reads standard input unless it is a terminal.
@@ -482,12 +511,43 @@ func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand
 	}
 	jc.jf.register(fs, files)
 	jc.rf.register(fs)
+	if wantsJSON(e.args) {
+		// --json promises one Result on stdout, also for a bad flag.
+		e.flagFailed = func(msg string) {
+			var res airlock.Result
+			res.SetError(jobs.Invalid("", "%s", msg))
+			if err := writeJSON(e.stdout, res); err != nil {
+				fmt.Fprintf(e.stderr, "airlock: writing result: %v\n", err)
+			}
+		}
+		defer func() { e.flagFailed = nil }()
+	}
 	jc.pos, jc.rest, code, ok = e.parse(fs)
 	if ok && len(jc.pos) == 0 && len(jc.rest) == 0 && name == "eval" {
 		fs.Usage()
 		return nil, exitUsage, false
 	}
 	return jc, code, ok
+}
+
+// wantsJSON reports whether args set --json before a "--" (the flags may
+// not parse, so they are looked at one by one).
+func wantsJSON(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		on = !hasValue
+		if hasValue {
+			on, _ = strconv.ParseBool(v)
+		}
+	}
+	return on
 }
 
 // impliedSituation is the situation a job runs as when the operator names

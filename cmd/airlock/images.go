@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/image/catalogue"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 func init() {
@@ -125,8 +126,12 @@ func imagesCmd(ctx context.Context, e *env) int {
 	jsonMode := fs.Bool("json", false, "write the list as JSON")
 	srvURL := fs.String("server", "", "list the images of a running airlock serve at base `URL` instead, with their warm sandboxes")
 	keyFile := fs.String("key-file", "", "the `FILE` holding the tenant's API key, for --server (a key on the command line would show in ps)")
-	if _, _, code, ok := e.parse(fs); !ok {
+	pos, rest, code, ok := e.parse(fs)
+	if !ok {
 		return code
+	}
+	if len(pos)+len(rest) > 0 {
+		return e.fail(jobs.Invalid("", "%s takes no arguments (see `airlock help %s`)", "images", "images"))
 	}
 	if *srvURL != "" {
 		return serverImagesCmd(ctx, e, *srvURL, *keyFile, *jsonMode)

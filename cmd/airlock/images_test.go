@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -352,4 +354,30 @@ func TestImagePoolFlag(t *testing.T) {
 	if want := `airlock_pool_image_claims_total{tier="process",image="` + moved + `",result="hit"} 1`; !strings.Contains(metrics, want) {
 		t.Errorf("/metrics lacks %s: the job after the pool moved did not claim from it", want)
 	}
+}
+
+// airlock mcp without a configuration: the model names the image, so the
+// host view is offered only while it is the default (no python built);
+// once python is, a call naming host is refused.
+func TestMCPLocalHostView(t *testing.T) {
+	root := imagetest.Busybox(t, "airlock-mcp-host-test")
+	src := imagetest.Layout(t, root, nil)
+	store := filepath.Join(t.TempDir(), "images")
+	_, errOut, code := run(t, "", "image", "--images", store, "import", "python", src)
+	require.Equal(t, exitOK, code, errOut)
+	s := localImages(store)
+	assert.Equal(t, "python", s.Default)
+	assert.False(t, s.AllowHost, "the host view beside a built python")
+	s = localImages(filepath.Join(t.TempDir(), "none"))
+	assert.Equal(t, "host", s.Default)
+	assert.True(t, s.AllowHost, "the host view as the default")
+
+	cs, stop := mcpStdio(t, "mcp", "--images", store)
+	defer stop()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"argv": []string{"ls", "/usr/local/bin"}, "image": "host"}})
+	require.NoError(t, err)
+	text := res.Content[0].(*mcp.TextContent).Text
+	assert.True(t, res.IsError, text)
+	assert.Contains(t, text, "the host view is not enabled", text)
+	assert.NotContains(t, text, "stdout", "the job ran: %s", text)
 }

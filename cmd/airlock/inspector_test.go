@@ -113,12 +113,21 @@ func inspectTools(t *testing.T, target []string, overHTTP bool) {
 		t.Errorf("run_command: %v", out)
 	}
 	// A session's calls are separate Inspector processes, so separate MCP
-	// connections: over HTTP the session outlives each of them.
-	if overHTTP {
-		return
-	}
-	if sc := structured(t, call("open_session")); sc["session"] == nil {
+	// connections: over HTTP the session outlives each of them, and the
+	// whole session is used; over stdio each call has its own server.
+	sc := structured(t, call("open_session"))
+	id, _ := sc["session"].(string)
+	if id == "" {
 		t.Errorf("open_session: %v", sc)
+	}
+	if overHTTP && id != "" {
+		call("run_in_session", "session="+id, `argv=["sh","-c","echo kept > f"]`)
+		if sc := structured(t, call("run_in_session", "session="+id, `argv=["cat","f"]`)); sc["stdout"] != "kept\n" || sc["exit_code"] != 0.0 {
+			t.Errorf("run_in_session: %v", sc)
+		}
+		if sc := structured(t, call("close_session", "session="+id)); sc["session"] != id {
+			t.Errorf("close_session: %v", sc)
+		}
 	}
 	if sc := structured(t, call("run_in_session", "session=s-none", `argv=["true"]`)); !strings.Contains(sc["error"].(map[string]any)["message"].(string), "unknown session") {
 		t.Errorf("run_in_session of an unknown session: %v", sc)

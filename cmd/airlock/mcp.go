@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -85,7 +83,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 	if err != nil {
 		return e.fail(jobs.Invalid("tenant", "%s", err.Error()))
 	}
-	t := &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
+	t := stdioTransport(e.stdin, e.stdout, server.MCPMaxRequest)
 	if err := ms.Run(ctx, t); err != nil && ctx.Err() == nil && err != io.EOF {
 		return e.fail(fmt.Errorf("mcp: %w", err))
 	}

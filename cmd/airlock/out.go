@@ -26,7 +26,7 @@ type outFlags struct {
 
 func (o *outFlags) register(fs *flag.FlagSet) {
 	fs.Var(&o.collect, "collect", "return the files matching `PATTERN` (a path or path.Match glob, relative to the scratch directory) once the program ends (repeatable; command and wasm jobs; regular files only, never through a link, 16 MiB in all)")
-	fs.StringVar(&o.out, "out", "", "write the collected files into `DIR` (made if missing), at their paths under it; a name that would leave DIR, or a link in DIR where a file goes, is refused")
+	fs.StringVar(&o.out, "out", "", "write the collected files into `DIR` (made if missing), at their paths under it; a name that would leave DIR, or a link (symbolic or hard) in DIR where a file goes, is refused")
 }
 
 // apply adds the --collect patterns to the job and checks that what is
@@ -63,13 +63,17 @@ func (o *outFlags) write(res *airlock.Result, w io.Writer) error {
 		return fmt.Errorf("--out %s: %w", o.out, err)
 	}
 	defer unix.Close(root)
-	var errs []error
+	var errs []string
 	for _, name := range value.SortedKeys(res.Files) {
 		if err := writeUnder(root, name, res.Files[name]); err != nil {
-			errs = append(errs, fmt.Errorf("--out: %s: %w", name, err))
+			errs = append(errs, fmt.Sprintf("%s: %v", name, err))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		// One line, however many files were refused.
+		return fmt.Errorf("--out: %s", strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // writeUnder writes data at the relative name below the directory root,
@@ -116,6 +120,11 @@ func writeUnder(root int, name, data string) error {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return errors.New("not a regular file in its place; refused")
+	}
+	if st.Nlink > 1 {
+		// A hard link: truncating it would change the file it shares
+		// its bytes with, which may lie outside DIR.
+		return errors.New("a file with other hard links is in its place; refused")
 	}
 	if err := f.Truncate(0); err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,4 +92,24 @@ func TestOutNeverFollowsLinks(t *testing.T) {
 	data, err = os.ReadFile(filepath.Join(dir, "ok/fine.txt"))
 	require.NoError(t, err)
 	assert.Equal(t, "fine", string(data))
+}
+
+// --out never changes a file outside DIR through a hard link in DIR: the
+// file in its place shares its bytes with the one outside.
+func TestOutRefusesHardLinks(t *testing.T) {
+	dir := t.TempDir()
+	outside := filepath.Join(dir, "outside.txt")
+	require.NoError(t, os.WriteFile(outside, []byte("keep"), 0o644))
+	out := filepath.Join(dir, "out")
+	require.NoError(t, os.Mkdir(out, 0o755))
+	require.NoError(t, os.Link(outside, filepath.Join(out, "res.txt")))
+	o := outFlags{out: out}
+	err := o.write(&airlock.Result{Files: map[string]string{"res.txt": "overwritten", "new.txt": "new"}}, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hard links")
+	assert.NotContains(t, err.Error(), "\n", "one line")
+	got, _ := os.ReadFile(outside)
+	assert.Equal(t, "keep", string(got), "the file outside DIR changed")
+	got, _ = os.ReadFile(filepath.Join(out, "new.txt"))
+	assert.Equal(t, "new", string(got), "the other file was not written")
 }

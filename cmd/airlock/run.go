@@ -216,7 +216,7 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 			s, err = readStdin(e.stdin)
 			data = []byte(s)
 		} else {
-			data, err = os.ReadFile(file)
+			data, err = readLocal(file)
 		}
 		if err != nil {
 			return job, jobs.Invalid("", "%v", err)

@@ -32,9 +32,11 @@ func serverImages(is *server.ImageSettings, dir, auth string) (*image.Store, err
 }
 
 // localImages are the image settings of a server only its own user talks
-// to (`airlock mcp` without a configuration): the CLI's, where the host
-// view stays available and is the default until the catalogue's python is
-// built.
+// to (`airlock mcp` without a configuration): the CLI's default, the host
+// view until the catalogue's python is built. The host view is offered
+// only while it is that default: the model names a tool call's image, not
+// the operator, and once python is built it may not switch to the host's
+// own /usr (with --config, allow_host decides).
 func localImages(dir string) *server.ImageSettings {
 	dir = cmp.Or(dir, image.DefaultDir())
 	s := &server.ImageSettings{Dir: dir, AllowHost: true, Default: image.Host}
@@ -48,7 +50,7 @@ func localImages(dir string) *server.ImageSettings {
 	if infos, err := st.List(); err == nil {
 		for _, in := range infos {
 			if slices.Contains(in.Names, image.DefaultName) {
-				s.Default = image.DefaultName
+				s.Default, s.AllowHost = image.DefaultName, false
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"text/tabwriter"
+
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 func init() {
@@ -29,8 +31,12 @@ func tiersCmd(ctx context.Context, e *env) int {
 	var rf routerFlags
 	rf.register(fs)
 	jsonMode := fs.Bool("json", false, "write the list as JSON")
-	if _, _, code, ok := e.parse(fs); !ok {
+	pos, rest, code, ok := e.parse(fs)
+	if !ok {
 		return code
+	}
+	if len(pos)+len(rest) > 0 {
+		return e.fail(jobs.Invalid("", "%s takes no arguments (see `airlock help %s`)", "tiers", "tiers"))
 	}
 	r, closeAll, err := rf.openAll()
 	if err != nil {

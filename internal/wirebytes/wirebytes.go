@@ -88,6 +88,10 @@ func DecodeMap(raw []byte) (map[string]string, error) {
 	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &members); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("want an object of files, got JSON %s", te.Value)
+		}
 		return nil, fmt.Errorf("want an object: %s", trimJSON(err))
 	}
 	m := make(map[string]string, len(members))
