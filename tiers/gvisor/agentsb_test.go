@@ -82,29 +82,6 @@ func TestSessionSlowReaderKeepsOutput(t *testing.T) {
 	}
 }
 
-// TestColdSlowSinkKeepsOutput: a sandbox started for its job, whose
-// output sink is slow, keeps all of its output. The program writes less
-// than its pipe holds and exits at once, while the sink still holds the
-// first chunk, for longer than the tier read the pipes once runsc had
-// exited: the run failed ("WaitDelay expired") with its output cut.
-func TestColdSlowSinkKeepsOutput(t *testing.T) {
-	tier := newTier(t, NewConfig())
-	first := true
-	slow := airlock.WithOutput(context.Background(), func(airlock.Stream, []byte) {
-		if first {
-			first = false
-			time.Sleep(6 * time.Second)
-		}
-	})
-	const n = 60_000
-	job := cmdJob("head", "-c", "60000", "/dev/zero")
-	job.Limits.OutputBytes = 1 << 20
-	res, err := tier.Run(slow, job)
-	if err != nil || len(res.Stdout) != n {
-		t.Errorf("%v, %d bytes of stdout, want %d", err, len(res.Stdout), n)
-	}
-}
-
 // TestReadAgentOneFilesFrame: the host takes one Files frame from an
 // agent, for a job that collects; a second is a protocol error that ends
 // the run, not one more payload of up to 48 MiB to decode.

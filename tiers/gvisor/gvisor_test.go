@@ -129,6 +129,7 @@ func suite(tier *Tier) tiertest.Suite {
 	spin := cmdJob("sh", "-c", "while :; do :; done")
 	flood := cmdJob("sh", "-c", "yes flood")
 	env := cmdJob("sh", "-c", "echo \"$"+tiertest.CanaryEnv+"\"; env; cat /proc/1/environ")
+	bulk := cmdJob("head", "-c", "60000", "/dev/zero")
 	return tiertest.Suite{
 		Tier: tier,
 		OK:   cmdJob("sh", "-c", "echo ok"),
@@ -140,6 +141,8 @@ func suite(tier *Tier) tiertest.Suite {
 		Spin:        &spin,
 		Flood:       &flood,
 		Env:         &env,
+		Bulk:        &bulk,
+		BulkBytes:   60_000,
 		Concurrency: 4,
 		OKWall:      2 * time.Minute,
 	}

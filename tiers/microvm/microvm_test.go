@@ -44,6 +44,8 @@ func TestConformance(t *testing.T) {
 		Spin:        ptr(command("sh", "-c", "while :; do :; done")),
 		Flood:       ptr(command("yes", "flood")),
 		Env:         ptr(command("sh", "-c", "echo $"+tiertest.CanaryEnv+"; cat /proc/1/environ")),
+		Bulk:        ptr(command("head", "-c", "60000", "/dev/zero")),
+		BulkBytes:   60_000,
 		Concurrency: 2,
 		OKWall:      2 * time.Minute,
 	}.Run(t)

@@ -104,6 +104,7 @@ func TestConformance(t *testing.T) {
 				Spin:  ptr(cmdJob("sh", "-c", "while :; do :; done")),
 				Flood: ptr(cmdJob("sh", "-c", "while :; do echo flooding flooding flooding; done")),
 				Env:   ptr(cmdJob("sh", "-c", "echo $"+tiertest.CanaryEnv+"; env")),
+				Bulk:  ptr(cmdJob("head", "-c", "60000", "/dev/zero")), BulkBytes: 60_000,
 			}.Run(t)
 			// Close ends what lives as long as the tier (the /etc
 			// template's thread); nothing of the runs may be left.

@@ -46,6 +46,9 @@ type Suite struct {
 	// Broken fails with the code's own error: it does not compile, or
 	// raises one while running.
 	Broken *airlock.Job
+	// Bulk writes exactly BulkBytes bytes to stdout and exits at once.
+	Bulk      *airlock.Job
+	BulkBytes int
 
 	// Concurrency is how many runs of OK the suite starts at once (default 8).
 	Concurrency int
@@ -77,6 +80,9 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("EmptyEnvironment", s.emptyEnv)
 	if s.Broken != nil {
 		t.Run("CodeError", s.codeError)
+	}
+	if s.Bulk != nil {
+		t.Run("SlowSink", s.slowSink)
 	}
 	t.Run("Concurrent", s.concurrent)
 	if _, ok := s.Tier.(interface{ AdmitsInRun() }); ok {
@@ -346,6 +352,26 @@ func (s Suite) outputCap(t *testing.T) {
 		t.Fatalf("output cap 4096 but result carries %d bytes", n)
 	}
 	rec.Check(t, res)
+}
+
+// slowSink: a job whose output sink is slow (as a slow client's stream
+// is) keeps all of its output. The program writes less than a pipe holds
+// and exits at once, while the sink holds the first chunk for longer than
+// a tier might wait for a program's output after its end.
+func (s Suite) slowSink(t *testing.T) {
+	first := true
+	slow := airlock.WithOutput(context.Background(), func(airlock.Stream, []byte) {
+		if first {
+			first = false
+			time.Sleep(6 * time.Second)
+		}
+	})
+	job := *s.Bulk
+	job.Limits.OutputBytes = 1 << 20
+	res, err := s.Tier.Run(slow, job)
+	if err != nil || len(res.Stdout) != s.BulkBytes {
+		t.Errorf("%v, %d bytes of stdout, want %d", err, len(res.Stdout), s.BulkBytes)
+	}
 }
 
 func (s Suite) emptyEnv(t *testing.T) {
