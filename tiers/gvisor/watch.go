@@ -33,18 +33,6 @@ func newOutput(ctx context.Context, limit int64) *output {
 	return &output{limit: limit, sink: airlock.OutputSink(ctx)}
 }
 
-type streamWriter struct {
-	o *output
-	b *strings.Builder
-}
-
-func (o *output) stream(b *strings.Builder) streamWriter { return streamWriter{o, b} }
-
-func (w streamWriter) Write(p []byte) (int, error) {
-	w.o.write(w.b, p)
-	return len(p), nil
-}
-
 func (o *output) write(b *strings.Builder, p []byte) {
 	o.mu.Lock()
 	room := o.limit - min(o.n, o.limit)
