@@ -198,6 +198,23 @@ func TestSessions(t *testing.T) {
 	}
 }
 
+// TestSessionTTLBounds: a session's ttl is at most the server's; a
+// negative one is refused naming the field, not read as the maximum.
+func TestSessionTTLBounds(t *testing.T) {
+	f := newFixture(t)
+	for body, want := range map[string]int{
+		`{"tier":"starlark","ttl":"-5s"}`:  400,
+		`{"tier":"starlark","ttl":"100h"}`: 400,
+		`{"tier":"starlark","ttl":"1m"}`:   201,
+		`{"tier":"starlark"}`:              201,
+	} {
+		r := f.do("POST", "/v1/sessions", keyA, body)
+		if r.status != want || (want == 400 && !strings.Contains(string(r.body), "ttl")) {
+			t.Errorf("%s: %d %s, want %d", body, r.status, r.body, want)
+		}
+	}
+}
+
 func TestSessionQuota(t *testing.T) {
 	f := newFixture(t, func(c *server.Config) { c.MaxSessions = 2 })
 	for i := range 3 {

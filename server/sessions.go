@@ -146,7 +146,7 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // openSession opens a session for t on the named tier, or on the tier the
-// router picks for job; a ttl of zero or less is the server's maximum.
+// router picks for job; a ttl of zero is the server's maximum.
 func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, job *airlock.Job, ttl time.Duration) (openResponse, error) {
 	var tier airlock.Tier
 	var decision []string
@@ -198,7 +198,10 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 		}
 	}
 	maxTTL := s.cfg.SessionTTL.or(10 * time.Minute)
-	if ttl <= 0 {
+	if ttl < 0 {
+		return openResponse{}, jobs.Invalid("ttl", "%s is negative (leave it out, or 0, for the server's maximum %s)", ttl, maxTTL)
+	}
+	if ttl == 0 {
 		ttl = maxTTL
 	}
 	if ttl > maxTTL {
