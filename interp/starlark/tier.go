@@ -238,6 +238,13 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	if err != nil {
 		return res, st.classify(err)
 	}
+	if value != nil && st.outCap > 0 {
+		// The value is output too, as an expression's is: bounded by
+		// limits.output_bytes, not by memory alone.
+		if n, err := measure(value, st.outCap); errors.Is(err, errTooLarge) || (err == nil && n > st.outCap) {
+			return res, st.stop(airlock.StopOutput, "value larger than %d bytes", st.outCap)
+		}
+	}
 	if value != nil {
 		e := exporter{st: st}
 		if res.Value, err = e.export(value, 0); err != nil {

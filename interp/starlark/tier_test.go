@@ -408,3 +408,27 @@ func TestOutputCapKeepsUTF8(t *testing.T) {
 	assert.Equal(t, airlock.StopOutput, st.Reason)
 	assert.Equal(t, strings.Repeat("é", 5), res.Stdout)
 }
+
+// TestValueWithinOutputCap: the script's value counts as output, as an
+// expression's does: a result larger than limits.output_bytes stops the
+// run, whatever memory it was allowed.
+func TestValueWithinOutputCap(t *testing.T) {
+	for code, stopped := range map[string]bool{
+		`result = "x" * 5000`:        true,
+		`result = ["ab"] * 2000`:     true,
+		`result = {"k": "v" * 900}`:  false,
+		`def f(): return "y" * 4000`: true,
+		`result = "z" * 10`:          false,
+	} {
+		j := job(code)
+		if strings.HasPrefix(code, "def") {
+			j.Entry = "f"
+		}
+		j.Limits.OutputBytes = 1000
+		res, err := run(t, j)
+		var st *airlock.Stop
+		if got := errors.As(err, &st) && st.Reason == airlock.StopOutput; got != stopped {
+			t.Errorf("%s: %v (value of %T), want stopped for output: %v", code, err, res.Value, stopped)
+		}
+	}
+}
