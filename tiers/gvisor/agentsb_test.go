@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
@@ -53,7 +54,7 @@ func TestSplitRunDistrustsAgent(t *testing.T) {
 // job's result and read as the second's.
 func TestSessionSlowReaderKeepsOutput(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
-		t.Skip("no perl to enlarge the pipe with")
+		testenv.Skipf(t, "no perl on PATH to enlarge the pipe with (Debian's perl-base has one)")
 	}
 	tier := newTier(t, NewConfig())
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 // floodSource enlarges its stdout pipe to 1 MiB, writes as many bytes as
@@ -45,7 +46,7 @@ func main() {
 func TestSlowReaderKeepsOutput(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no Go toolchain to build the job's program with")
+		testenv.Skipf(t, "no Go toolchain on PATH to build the job's program with")
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(floodSource), 0o644); err != nil {
