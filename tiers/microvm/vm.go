@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/role"
+	"github.com/airlock-sandbox/airlock/tiers/internal/hostids"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
 )
 
@@ -373,7 +374,7 @@ func (v *vm) kill() {
 			v.img.unref()
 		}
 		if v.user != nil {
-			putVMMID(v.user.uid) // its QEMU is gone
+			hostids.Put(v.user.uid) // its QEMU is gone
 		}
 	})
 }

@@ -1,16 +1,14 @@
 package microvm
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/tiers/internal/hostids"
 )
 
 // A tier run as root starts each QEMU as a user of its own: a uid (and
@@ -32,33 +30,8 @@ const (
 	vmmIDCount = 1 << 16
 )
 
-var vmmIDs = struct {
-	sync.Mutex
-	inUse map[uint32]bool
-}{inUse: map[uint32]bool{}}
-
-// takeVMMID reserves a VMM uid no other VM of this process holds (the
-// range is wide enough that other processes' choices rarely meet it).
-func takeVMMID() (uint32, error) {
-	vmmIDs.Lock()
-	defer vmmIDs.Unlock()
-	for range 1000 {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		u := vmmIDBase + binary.LittleEndian.Uint32(b[:])%vmmIDCount
-		if !vmmIDs.inUse[u] {
-			vmmIDs.inUse[u] = true
-			return u, nil
-		}
-	}
-	return 0, errors.New("no free VMM uid")
-}
-
-func putVMMID(u uint32) {
-	vmmIDs.Lock()
-	delete(vmmIDs.inUse, u)
-	vmmIDs.Unlock()
-}
+// vmmIDs are the VMMs' host ids (see package hostids).
+var vmmIDs = hostids.Range{Base: vmmIDBase, Count: vmmIDCount}
 
 // vmmUserBlocked says why this tier's VMs cannot run as users of their
 // own ("" when they can): not root, or a path QEMU or its egress
@@ -159,22 +132,22 @@ func (u *vmmUser) pass(path string, own bool) string {
 // which QEMU's user must not replace. QEMU works and writes in a
 // directory of its user's inside it (vmmDir).
 func newVMMUser(dir string) (*vmmUser, error) {
-	uid, err := takeVMMID()
+	uid, err := vmmIDs.Take()
 	if err != nil {
 		return nil, err
 	}
 	u := &vmmUser{uid: uid}
 	private := vmmDir(dir, u)
 	if err := os.Chmod(dir, 0o711); err != nil {
-		putVMMID(uid)
+		hostids.Put(uid)
 		return nil, err
 	}
 	if err := os.Mkdir(private, 0o700); err != nil {
-		putVMMID(uid)
+		hostids.Put(uid)
 		return nil, err
 	}
 	if err := os.Lchown(private, int(uid), int(uid)); err != nil {
-		putVMMID(uid)
+		hostids.Put(uid)
 		return nil, err
 	}
 	return u, nil

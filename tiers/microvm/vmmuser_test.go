@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
+	"github.com/airlock-sandbox/airlock/tiers/internal/hostids"
 )
 
 // TestVMMUser: a root-run tier's QEMU runs as a uid and gid of its own,
@@ -112,10 +113,7 @@ func TestVMMUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoVMs(t, tier)
-	vmmIDs.Lock()
-	held := vmmIDs.inUse[uid]
-	vmmIDs.Unlock()
-	if held {
+	if hostids.Held(uid) {
 		t.Errorf("uid %d still held after its VM was reaped", uid)
 	}
 }
