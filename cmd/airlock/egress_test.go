@@ -52,15 +52,8 @@ func TestSanitizeCommand(t *testing.T) {
 // TestProxyCommand runs `airlock proxy` with a policy and a hosts file and
 // sends requests through it to a loopback origin.
 func TestProxyCommand(t *testing.T) {
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
-	defer origin.Close()
-	port := origin.URL[strings.LastIndexByte(origin.URL, ':')+1:]
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "policy.yaml")
-	hosts := filepath.Join(dir, "hosts")
+	port, dir, policy, hosts := proxyOrigin(t)
 	ca := filepath.Join(dir, "ca.pem")
-	os.WriteFile(policy, []byte("- host: origin.test\n  ports: ["+port+"]\n"), 0o644)
-	os.WriteFile(hosts, []byte("127.0.0.1 origin.test\n"), 0o644)
 
 	addr, stderr, stop := startProxy(t, "--policy", policy, "--hosts", hosts, "--dns", "127.0.0.1:0", "--ca-out", ca)
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
@@ -84,6 +77,25 @@ func TestProxyCommand(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"verdict":"deny"`) || !strings.Contains(stderr.String(), `"method":"PUT"`) {
 		t.Errorf("decisions not logged: %s", stderr.String())
 	}
+}
+
+// proxyOrigin starts a loopback origin for the test and writes, in a
+// directory of the test's, a policy granting origin.test on its port (GET
+// and HEAD) and a hosts file pinning that name to it.
+func proxyOrigin(t *testing.T) (port, dir, policy, hosts string) {
+	t.Helper()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
+	t.Cleanup(origin.Close)
+	port = origin.URL[strings.LastIndexByte(origin.URL, ':')+1:]
+	dir = t.TempDir()
+	policy, hosts = filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "hosts")
+	if err := os.WriteFile(policy, []byte("- host: origin.test\n  ports: ["+port+"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 origin.test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return port, dir, policy, hosts
 }
 
 // startProxy runs `airlock proxy` with args (and --listen on loopback)
@@ -118,15 +130,8 @@ func startProxy(t *testing.T, args ...string) (addr string, stderr *syncbuf.Buff
 func TestProxyRefusalsBounded(t *testing.T) {
 	defer func(n int) { proxyRefusalsPerMinute = n }(proxyRefusalsPerMinute)
 	proxyRefusalsPerMinute = 5
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
-	defer origin.Close()
-	port := origin.URL[strings.LastIndexByte(origin.URL, ':')+1:]
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "policy.yaml")
-	hosts := filepath.Join(dir, "hosts")
+	port, dir, policy, hosts := proxyOrigin(t)
 	logFile := filepath.Join(dir, "decisions.jsonl")
-	os.WriteFile(policy, []byte("- host: origin.test\n  ports: ["+port+"]\n  methods: [GET]\n"), 0o644)
-	os.WriteFile(hosts, []byte("127.0.0.1 origin.test\n"), 0o644)
 	addr, stderr, stop := startProxy(t, "--policy", policy, "--hosts", hosts, "--log", logFile)
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
 	for i := range 15 {
