@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
 // pipeOut carries a cold sandbox's stdout and stderr to its output: runsc
@@ -76,23 +78,9 @@ func (p *pipeOut) copy(r *os.File, b *strings.Builder) {
 func (p *pipeOut) drain() {
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
-	timer := time.NewTimer(pipeIdle)
-	defer timer.Stop()
-	wasHeld := false
-	for {
-		select {
-		case <-done:
-			return
-		case <-timer.C:
-		}
-		if held := p.held.Load() > 0; held || wasHeld {
-			wasHeld = held
-			timer.Reset(pipeIdle)
-			continue
-		}
+	if !frame.WaitHeld(done, pipeIdle, func() bool { return p.held.Load() > 0 }) {
 		p.close()
 		<-done
-		return
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
+	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/process/internal/stage"
 	"golang.org/x/sys/unix"
 )
@@ -564,37 +565,29 @@ func (r *jobRun) drain() {
 	}
 	drained := make(chan struct{})
 	go func() { r.readers.Wait(); close(drained) }()
+	if stageGone != nil {
+		go func() {
+			select {
+			case <-stageGone:
+				_ = sb.cg.kill(0) // a descriptor outlived the stage (a level-2 escapee)
+			case <-drained:
+			}
+		}()
+	}
 	// Output a slow sink holds is waited for however long it takes (and
 	// what is left in the pipes for one more period once it lets go);
 	// otherwise the wait ends after five seconds.
-	const idle = 5 * time.Second
-	timeout := time.NewTimer(idle)
-	defer timeout.Stop()
-	wasHeld := false
-	for {
-		select {
-		case <-drained:
-			return
-		case <-stageGone:
-			_ = sb.cg.kill(0) // a descriptor outlived the stage (a level-2 escapee)
-			stageGone = nil
-		case <-timeout.C:
-			if held := r.capt.held.Load() > 0; held || wasHeld {
-				wasHeld = held
-				timeout.Reset(idle)
-				continue
-			}
-			// A descriptor escaped the cgroup (should not happen), or an
-			// attached caller stopped reading: stop reading.
-			if r.att != nil {
-				r.att.Out.CloseWithError(errAttachEnded)
-			}
-			sb.stdout.Close()
-			sb.stderr.Close()
-			<-drained
-			return
-		}
+	if frame.WaitHeld(drained, 5*time.Second, func() bool { return r.capt.held.Load() > 0 }) {
+		return
 	}
+	// A descriptor escaped the cgroup (should not happen), or an attached
+	// caller stopped reading: stop reading.
+	if r.att != nil {
+		r.att.Out.CloseWithError(errAttachEnded)
+	}
+	sb.stdout.Close()
+	sb.stderr.Close()
+	<-drained
 }
 
 // judge completes out with the output, usage and exit code, and says how

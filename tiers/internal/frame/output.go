@@ -78,3 +78,28 @@ func (o *Output) Drain(done <-chan struct{}, idle time.Duration) {
 		}
 	}
 }
+
+// WaitHeld waits until done is closed, once a job is over, for output
+// still on its way from the job's pipes: however long a slow sink holds
+// it (held reports whether one does now), and one period of idle more
+// once it lets go. It returns false when a whole period passes with
+// nothing held before or during it (a write end that outlived the job):
+// the caller then stops reading.
+func WaitHeld(done <-chan struct{}, idle time.Duration, held func() bool) bool {
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
+	wasHeld := false
+	for {
+		select {
+		case <-done:
+			return true
+		case <-timer.C:
+		}
+		now := held()
+		if !now && !wasHeld {
+			return false
+		}
+		wasHeld = now
+		timer.Reset(idle)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -72,4 +73,27 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+// TestWaitHeld: the wait ends with done; it gives up after a period with
+// nothing held, and keeps on while output is held and for one period
+// after.
+func TestWaitHeld(t *testing.T) {
+	const idle = 20 * time.Millisecond
+	done := make(chan struct{})
+	close(done)
+	if !WaitHeld(done, idle, func() bool { return false }) {
+		t.Error("done already: gave up")
+	}
+	if WaitHeld(make(chan struct{}), idle, func() bool { return false }) {
+		t.Error("nothing held, never done: did not give up")
+	}
+	var checks atomic.Int32
+	late := make(chan struct{})
+	go func() { time.Sleep(6 * idle); close(late) }()
+	// Held for the first four checks, then let go: done comes within the
+	// extra period.
+	if !WaitHeld(late, 2*idle, func() bool { return checks.Add(1) <= 2 }) {
+		t.Errorf("gave up while output was held (after %d checks)", checks.Load())
+	}
 }
