@@ -320,6 +320,8 @@ func TestDecodeJobExactMembers(t *testing.T) {
 		`{"kind":"command","argv":["true"],"grants":{"net":[{"host":"a","HOST":"b"}]}}`: "grants.net.HOST",
 		`{"kind":"command","argv":["true"],"files":{"a":"1","a":"2"}}`:                  "files.a",
 		`{"kind":"command","argv":["true"],"limits":{"wall_ms":1,"wall_ms":9}}`:         "limits.wall_ms",
+		`{"kind":"expr","code":"x","input":{"x":1,"x":2}}`:                              "input.x",
+		`{"kind":"expr","code":"1","input":{"a":{"b":[0,{"c":1,"c":1}]}}}`:              "input.a.b.c",
 	}
 	for in, field := range cases {
 		_, err := airlock.DecodeJob([]byte(in))
@@ -328,7 +330,7 @@ func TestDecodeJobExactMembers(t *testing.T) {
 			assert.Equal(t, field, inv.Field, "%s: %v", in, err)
 		}
 	}
-	// Nulls, and input members in any case, stay as they were.
+	// Nulls, and input keys that differ only in case, stay as they were.
 	for _, in := range []string{
 		`{"kind":"expr","code":"1","grants":null,"limits":null,"files":null,"argv":null,"env":null}`,
 		`{"kind":"expr","code":"x.A","input":{"x":{"A":1,"a":2}}}`,

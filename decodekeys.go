@@ -3,17 +3,20 @@ package airlock
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 // checkKeys walks a job that decoded and refuses what encoding/json lets
 // through: a member name in another case than the field's ("Kind" for
 // "kind"), which it matches anyway, and a member given twice, where the
 // last one silently wins. Either lets a job read one way by a proxy, a log
-// or a person and another by airlock. The values of input are not
-// walked: they are the code's data.
+// or a person and another by airlock. Inside input, which is the code's
+// data, keys are matched exactly, and a key given twice is refused too.
 func checkKeys(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -30,7 +33,14 @@ var (
 
 func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 	switch {
-	case t == timeType || t == bytesType || t == anyMapType || t == jsonRawType:
+	case t == anyMapType:
+		err := value.UniqueKeys(dec, path)
+		var dup *value.DuplicateKey
+		if errors.As(err, &dup) {
+			return invalid(dup.Path, "given twice")
+		}
+		return err
+	case t == timeType || t == bytesType || t == jsonRawType:
 		return skipValue(dec)
 	case t.Kind() == reflect.Struct:
 		return walkObject(dec, path, func(key string) (reflect.Type, error) {

@@ -11,8 +11,8 @@ import (
 // quickJob decodes the common shape of a job — kind, code and the other
 // plain string fields, argv, seed, and an input of strings, numbers,
 // booleans, arrays and objects — without reflection. It gives up (ok
-// false) on anything else: another field, a field twice, a key in another
-// case, a \u escape, invalid UTF-8, a null, a number NormalizeInput would
+// false) on anything else: another field, a field or an input key twice, a
+// key in another case, a \u escape, invalid UTF-8, a null, a number NormalizeInput would
 // make a big integer, trailing data. The caller then decodes with
 // airlock.DecodeJob, which stays the definition of a valid job and
 // of its errors; on what quickJob accepts the two agree exactly, which
@@ -340,6 +340,9 @@ func (p *parser) value(depth int) (any, bool) {
 			k, ok := p.string()
 			if !ok || !p.byte(':') {
 				return nil, false
+			}
+			if _, twice := m[k]; twice {
+				return nil, false // DecodeJob refuses it, naming the key
 			}
 			v, ok := p.value(depth + 1)
 			if !ok {

@@ -13,7 +13,7 @@ var quickJobs = []string{
 	`{"kind":"expr","code":"a + b * 2","input":{"a":1,"b":2}}`,
 	` { "kind" : "starlark" , "code" : "print('x')\nresult = \"q\\\\\/\"\t" } `,
 	`{"kind":"command","argv":["echo","hi","é"],"stdin":"in","situation":"internal","lifecycle":"ephemeral","tier":"gvisor","seed":18446744073709551615}`,
-	`{"kind":"expr","code":"x","input":{"l":[1,-2,3.5,1e3,-0,true,false,"s",[],{}],"m":{"n":{"o":[{"p":0.1}]}},"k":"v","k":"w"}}`,
+	`{"kind":"expr","code":"x","input":{"l":[1,-2,3.5,1e3,-0,true,false,"s",[],{}],"m":{"n":{"o":[{"p":0.1}]}},"k":"v","K":"w"}}`,
 	`{}`,
 	`{"input":{}}`,
 	`{"entry":"run","session":"s1","argv":[]}`,
@@ -21,6 +21,7 @@ var quickJobs = []string{
 	`{"kind":"expr","Kind":"expr"}`, `{"kind":"expr","kind":"expr"}`, `{"kind":"expr","limits":{"wall_ms":5}}`,
 	`{"kind":"\u0065xpr"}`, `{"kind":null}`, `{"input":null}`, `{"input":{"n":99999999999999999999}}`, `{"input":{"f":1e999}}`,
 	`{"seed":-1}`, `{"seed":1.5}`, `{"kind":"expr"} x`, `{"kind":"expr",}`, `{"colour":"red"}`, `[]`, ``, `{"kind":"a` + "\xff" + `"}`,
+	`{"input":{"k":"v","k":"w"}}`, `{"input":{"m":{"n":[{"o":1,"o":1}]}}}`,
 	`{"input":[1]}`, `{"input":{"a":01}}`, `{"code":"` + "\x01" + `"}`,
 }
 

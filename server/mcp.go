@@ -215,7 +215,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version.String()}, &mcp.ServerOptions{
 		Instructions: "airlock runs untrusted code in the cheapest isolation boundary that still holds. Each tool result says which tier ran the job and why.",
 	})
-	srv.AddReceivingMiddleware(plainArgumentErrors)
+	srv.AddReceivingMiddleware(plainArgumentErrors, uniqueArgumentKeys)
 	iso := isolationEnums{tiers: s.tierNames(), situations: t.allowed}
 	run := func(ctx context.Context, req *mcp.CallToolRequest, job airlock.Job, c common, ss *session) (*mcp.CallToolResult, any, error) {
 		if err := isolationChosen(t, c); err != nil {
@@ -563,6 +563,22 @@ func sessionTTL(seconds int64) (time.Duration, error) {
 		return math.MaxInt64, nil
 	}
 	return time.Duration(seconds) * time.Second, nil
+}
+
+// uniqueArgumentKeys refuses a tool call whose arguments name a member
+// twice, at any depth: the SDK, like encoding/json, keeps the last, where
+// a log or a proxy between the model and the server may read the first.
+func uniqueArgumentKeys(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if call, ok := req.(*mcp.CallToolRequest); ok && call.Params != nil {
+			if dup := value.FirstDuplicateKey(call.Params.Arguments); dup != nil {
+				res, out, _ := toolError(jobs.Invalid(dup.Path, "given twice"))
+				res.StructuredContent = out
+				return res, nil
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // plainArgumentErrors rewrites the SDK's refusal of arguments it could not

@@ -446,6 +446,36 @@ func TestMCPExactNumbers(t *testing.T) {
 	}
 }
 
+// Arguments that name a member twice, at any depth, are refused: the SDK
+// keeps the last, where a log or a proxy may read the first.
+func TestMCPDuplicateKeys(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct{ tool, args, field string }{
+		{"evaluate_expression", `{"expression":"x","input":{"x":1,"x":2}}`, "input.x"},
+		{"evaluate_expression", `{"expression":"1","expression":"x"}`, "expression"},
+		{"run_starlark", `{"code":"result = a","input":{"a":[{"b":1,"b":2}]}}`, "input.a.b"},
+		{"run_command", `{"argv":["true"],"env":{"A":"1","A":"2"}}`, "env.A"},
+	} {
+		res := rawCall(t, f, c.tool, c.args)
+		var r struct {
+			IsError    bool `json:"isError"`
+			Content    []struct{ Text string }
+			Structured struct{ Error struct{ Kind string } } `json:"structuredContent"`
+		}
+		if err := json.Unmarshal(res, &r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.IsError || len(r.Content) != 1 || r.Content[0].Text != "invalid job: "+c.field+": given twice" || r.Structured.Error.Kind != "invalid" {
+			t.Errorf("%s %s: %s", c.tool, c.args, res)
+		}
+	}
+	// Keys that differ only in case are different keys.
+	res := rawCall(t, f, "evaluate_expression", `{"expression":"x + X","input":{"x":1,"X":2}}`)
+	if !strings.Contains(string(res), `"value":3`) {
+		t.Errorf("x + X: %s", res)
+	}
+}
+
 // A program that was stopped or refused has no exit status: the result
 // says what happened instead of an exit code 0 it never returned.
 func TestMCPNoExitCodeWithoutAnExit(t *testing.T) {

@@ -34,7 +34,11 @@ func TestEval(t *testing.T) {
 	assert.Equal(t, exitOK, code)
 	assert.Equal(t, "1\n", out)
 
-	_, errOut, code := run(t, "", "eval", "1 +")
+	_, errOut, code := run(t, "", "eval", "--input", `{"a": {"b": 1, "b": 2}}`, "a.b")
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, "airlock: invalid job: input.a.b: given twice\n", errOut)
+
+	_, errOut, code = run(t, "", "eval", "1 +")
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, errOut, "compile error")
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one clear line: %q", errOut)

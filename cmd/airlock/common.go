@@ -396,6 +396,9 @@ func parseInput(s string) (map[string]any, error) {
 	if !ok && raw != nil {
 		return nil, jobs.Invalid("input", "want a JSON object of variables, such as {\"x\": 21}")
 	}
+	if dup := value.FirstDuplicateKey(data); dup != nil {
+		return nil, jobs.Invalid("input."+dup.Path, "given twice")
+	}
 	norm, err := value.Normalize(in)
 	if err != nil {
 		return nil, jobs.Invalid("input", "%v", err)
