@@ -302,8 +302,17 @@ func TestPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := netJob()
-	if p.Requires(&j, "process") != "command-with-network" {
+	if p.Requires(&j, "process") != "network" {
 		t.Error("a command with a net grant does not need approval")
+	}
+	// A module's or a script's requests carry data out as a command's do.
+	for _, k := range []airlock.Job{
+		{Kind: airlock.KindWasm, Module: []byte("\x00asm\x01\x00\x00\x00"), Grants: j.Grants},
+		{Kind: airlock.KindStarlark, Code: "x = 1", Grants: j.Grants},
+	} {
+		if r := p.Requires(&k, string(k.Kind)); r != "network" {
+			t.Errorf("a %s job with a net grant needs no approval (%q)", k.Kind, r)
+		}
 	}
 	j.Grants.Net = nil
 	if r := p.Requires(&j, "process"); r != "" {

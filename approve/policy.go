@@ -29,12 +29,13 @@ type Rule struct {
 	FSRead  *bool `json:"fs_read,omitempty"`
 }
 
-// DefaultPolicy requires an approval for any command with a network grant
-// and for any job that is handed credentials.
+// DefaultPolicy requires an approval for any job with a network grant, of
+// every kind (a WASM module's or a Starlark script's requests carry data
+// out as a command's do), and for any job that is handed credentials.
 func DefaultPolicy() Policy {
 	t := true
 	return Policy{Rules: []Rule{
-		{Name: "command-with-network", Kinds: []airlock.Kind{airlock.KindCommand}, Net: &t},
+		{Name: "network", Net: &t},
 		{Name: "credentials", Secrets: &t},
 	}}
 }
