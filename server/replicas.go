@@ -369,8 +369,15 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
+	// Anyone may probe /readyz: the store's error (hosts, user and
+	// database names) goes to the log, once per outage, not here.
 	if err := s.store.Ping(ctx); err != nil {
-		fail("state", err.Error())
+		fail("state", "unreachable: the server's log says why")
+		if !s.stateDown.Swap(true) {
+			fmt.Fprintf(s.audit.log, "airlock: the shared state does not answer: %v\n", err)
+		}
+	} else if s.stateDown.Swap(false) {
+		fmt.Fprintln(s.audit.log, "airlock: the shared state answers again")
 	}
 	writeJSON(w, status, out)
 }

@@ -694,3 +694,83 @@ func TestRollingRestartLosesNoRun(t *testing.T) {
 	}
 	t.Logf("%d runs over three rolling restarts, %d sent again elsewhere", sent, retried.Load())
 }
+
+// /readyz answers anyone: when the shared state does not answer, it says
+// so, and the store's error, which names the database, its user and where
+// it lives, goes to the server's log, once per outage.
+func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
+	dsn := pgtest.Start(t)
+	host := strings.TrimPrefix(strings.Fields(dsn)[0], "host=")
+	// The replica reaches PostgreSQL through a relay the test can cut.
+	relay := t.TempDir()
+	ln, err := net.Listen("unix", filepath.Join(relay, ".s.PGSQL.5432"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("unix", filepath.Join(host, ".s.PGSQL.5432"))
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	cut := func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	t.Cleanup(cut)
+
+	cfg := testConfig()
+	cfg.State = strings.Replace(dsn, host, relay, 1)
+	cfg.ReplicaID, cfg.Advertise = "r1", "http://127.0.0.1:1"
+	var log syncbuf.Buffer
+	srv, err := newServer(cfg, server.Options{Audit: &syncbuf.Buffer{}, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	probe := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+		return w
+	}
+	for i := 0; probe().Code != 200; i++ {
+		if i == 500 {
+			t.Fatalf("not ready: %s", probe().Body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cut()
+	var w *httptest.ResponseRecorder
+	for i := 0; ; i++ {
+		if w = probe(); w.Code == 503 || i == 100 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	body := w.Body.String()
+	if w.Code != 503 || !strings.Contains(body, `"state":"unreachable`) || strings.Contains(body, relay) || strings.Contains(body, "user") {
+		t.Errorf("readyz with the state cut off: %d %s", w.Code, body)
+	}
+	probe()
+	if n := strings.Count(log.String(), "the shared state does not answer: "); n != 1 || !strings.Contains(log.String(), relay) {
+		t.Errorf("the log has %d reports of the outage, want one with the error:\n%s", n, log.String())
+	}
+}

@@ -88,6 +88,7 @@ type Server struct {
 	advertise string      // where the other replicas reach this one
 	warmOnce  sync.Once
 	warmed    chan struct{} // closed once every pool has been full
+	stateDown atomic.Bool   // the last readiness probe could not reach the shared state
 
 	base     context.Context
 	cancel   context.CancelFunc
