@@ -360,6 +360,8 @@ func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handl
 			exit = new(agentExit)
 			if err := json.Unmarshal(payload, exit); err != nil {
 				exit, lost = nil, err
+			} else if err := exit.check(); err != nil {
+				exit, lost = nil, err
 			}
 		default:
 			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)

@@ -114,3 +114,34 @@ func TestReadAgentOneFilesFrame(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAgentExitWithinReason: an exit code no real exit has is a
+// protocol error.
+func TestReadAgentExitWithinReason(t *testing.T) {
+	for _, c := range []struct {
+		exit agentExit
+		lost bool
+	}{
+		{agentExit{Code: -1}, true},
+		{agentExit{Code: 256}, true},
+		{agentExit{Code: 137}, false},
+	} {
+		host, agent := net.Pipe()
+		go func() {
+			defer agent.Close()
+			frame.WriteJSON(agent, frame.Exit, c.exit)
+		}()
+		job := cmdJob("true")
+		var res airlock.Result
+		exit, lost := readAgent(host, &job, newOutput(context.Background(), 1<<20), nil, &res)
+		host.Close()
+		switch {
+		case c.lost && (lost == nil || exit != nil):
+			t.Errorf("code %d: taken (%+v)", c.exit.Code, exit)
+		case !c.lost && (lost != nil || exit == nil):
+			t.Errorf("code %d: lost %v", c.exit.Code, lost)
+		case !c.lost && exit.Code != c.exit.Code:
+			t.Errorf("code %d: got code %d", c.exit.Code, exit.Code)
+		}
+	}
+}

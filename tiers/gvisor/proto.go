@@ -1,6 +1,10 @@
 package gvisor
 
-import "github.com/airlock-sandbox/airlock/internal/wirebytes"
+import (
+	"fmt"
+
+	"github.com/airlock-sandbox/airlock/internal/wirebytes"
+)
 
 // The agent protocol is package frame's, over the Unix socket between the
 // host and the agent inside a pooled or session sandbox: the host sends a
@@ -52,4 +56,14 @@ type agentExit struct {
 	// frame to the program started, and to its exit.
 	SpawnUS int64 `json:"spawn_us"`
 	ExitUS  int64 `json:"exit_us"`
+}
+
+// check refuses what no real exit says: the agent runs inside the
+// sandbox, and its report is believed only within those bounds (its
+// times, by splitRun; its messages by the frame's size).
+func (e *agentExit) check() error {
+	if e.Code < 0 || e.Code > 255 {
+		return fmt.Errorf("agent protocol: exit code %d is outside 0-255", e.Code)
+	}
+	return nil
 }

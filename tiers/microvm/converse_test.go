@@ -56,3 +56,36 @@ func TestConverseOneFilesFrame(t *testing.T) {
 		t.Fatalf("one Files frame: %v %+v", err, res)
 	}
 }
+
+// TestConverseExitWithinReason: a guest's exit report is believed only
+// within what a real exit could say: a code outside 0-255, negative usage
+// or an unknown stop reason is a protocol error, not a Result.
+func TestConverseExitWithinReason(t *testing.T) {
+	for _, ex := range []map[string]any{
+		{"code": -1},
+		{"code": 256},
+		{"code": 0, "memory_bytes": -5},
+		{"code": 0, "cpu_us": -1},
+		{"code": 0, "reason": "wall"},
+	} {
+		res, err := converseWith(t, command("true"), func(c net.Conn) {
+			frame.WriteJSON(c, frame.Exit, ex)
+		})
+		if err == nil || !strings.Contains(err.Error(), "bad exit frame") {
+			t.Errorf("%v: taken as %v %+v", ex, err, res)
+		}
+	}
+	// The controls: a signal's code, and a limit the guest enforces.
+	res, err := converseWith(t, command("true"), func(c net.Conn) {
+		frame.WriteJSON(c, frame.Exit, map[string]any{"code": 137, "signal": "SIGKILL", "cpu_us": 10})
+	})
+	if err != nil || res.ExitCode != 137 || res.Usage.CPUUS != 10 {
+		t.Errorf("a signalled exit: %v %+v", err, res)
+	}
+	_, err = converseWith(t, command("true"), func(c net.Conn) {
+		frame.WriteJSON(c, frame.Exit, map[string]any{"code": 137, "reason": "pids"})
+	})
+	if s, ok := airlock.AsStop(err); !ok || s.Reason != airlock.StopPids {
+		t.Errorf("a pids stop: %v", err)
+	}
+}

@@ -40,6 +40,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
@@ -640,9 +641,12 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	if v.copies && !r.Copies {
 		return fmt.Errorf("%w: the guest agent does not mount copy grants writable: rebuild it (scripts/setup-microvm.sh)", ErrAgentVersion)
 	}
-	v.marks = r.Marks
+	v.marks = r.Marks[:min(len(r.Marks), maxMarks)]
 	return nil
 }
+
+// maxMarks bounds the guest's step timestamps a VM keeps.
+const maxMarks = 64
 
 // defaultScratchMB is the scratch a job gets when it asks for no size.
 const defaultScratchMB = 64
@@ -815,9 +819,24 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				if len(job.Collect) > 0 && !collected {
 					res.FilesSkipped = append(res.FilesSkipped, "collect: the guest agent returned no files (an agent older than the collect field)")
 				}
+				// The guest is on the far side of the boundary: what it
+				// reports is believed only within what a real exit
+				// could say.
+				switch {
+				case ex.Code < 0 || ex.Code > 255:
+					return fmt.Errorf("bad exit frame from the guest: exit code %d is outside 0-255", ex.Code)
+				case ex.MemoryBytes < 0 || ex.CPUUS < 0:
+					return fmt.Errorf("bad exit frame from the guest: negative usage")
+				case ex.Reason != "" && ex.Reason != "memory" && ex.Reason != "cpu" && ex.Reason != "pids":
+					return fmt.Errorf("bad exit frame from the guest: unknown stop reason %q", value.Clip(ex.Reason, 64))
+				}
 				res.ExitCode = ex.Code
 				res.Usage.MemoryBytes, res.Usage.CPUUS = ex.MemoryBytes, ex.CPUUS
-				v.marks = append(v.marks, ex.Marks...)
+				if t.observe != nil && len(v.marks) < maxMarks {
+					// Kept for benchmarks alone; a VM that serves a
+					// session takes one exit per job.
+					v.marks = append(v.marks, ex.Marks[:min(len(ex.Marks), maxMarks-len(v.marks))]...)
+				}
 				switch ex.Reason {
 				case "memory":
 					return &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("memory limit of %d MiB reached", job.Limits.MemoryMB)}
