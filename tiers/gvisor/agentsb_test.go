@@ -125,6 +125,8 @@ func TestReadAgentExitWithinReason(t *testing.T) {
 		{agentExit{Code: -1}, true},
 		{agentExit{Code: 256}, true},
 		{agentExit{Code: 137}, false},
+		{agentExit{Code: -1, Error: "decoding job: x"}, false}, // the agent's own failure
+		{agentExit{Code: -1, CopyFull: "/data"}, false},
 	} {
 		host, agent := net.Pipe()
 		go func() {

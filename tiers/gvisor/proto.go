@@ -62,7 +62,8 @@ type agentExit struct {
 // sandbox, and its report is believed only within those bounds (its
 // times, by splitRun; its messages by the frame's size).
 func (e *agentExit) check() error {
-	if e.Code < 0 || e.Code > 255 {
+	failed := e.Error != "" || e.CopyFull != "" // the program never ran: code -1
+	if (e.Code < 0 || e.Code > 255) && !(failed && e.Code == -1) {
 		return fmt.Errorf("agent protocol: exit code %d is outside 0-255", e.Code)
 	}
 	return nil
