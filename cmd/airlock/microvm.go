@@ -39,7 +39,7 @@ func runMicroVM(ctx context.Context, e *env) int {
 		fmt.Fprintf(e.stdout, "microvm: unavailable: %v\n", err)
 		return exitNotAdmitted
 	}
-	fmt.Fprintf(e.stdout, "microvm: available\nbackend: %s\naccelerator: %s\nguest kernel: %s\nQEMU runs as: %s\n",
-		tier.Backend(), tier.Accelerator(), tier.GuestKernel(), tier.VMMUser())
+	fmt.Fprintf(e.stdout, "microvm: available\nbackend: %s\naccelerator: %s\nguest kernel: %s\nQEMU runs as: %s\nQEMU namespaces: %s\n",
+		tier.Backend(), tier.Accelerator(), tier.GuestKernel(), tier.VMMUser(), tier.VMMNamespaces())
 	return exitOK
 }

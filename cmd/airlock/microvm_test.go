@@ -17,7 +17,7 @@ func TestMicroVMCommand(t *testing.T) {
 	switch code {
 	case exitOK:
 		if !strings.Contains(out.String(), "guest kernel: ") || !strings.Contains(out.String(), "accelerator: ") ||
-			!strings.Contains(out.String(), "QEMU runs as: ") {
+			!strings.Contains(out.String(), "QEMU runs as: ") || !strings.Contains(out.String(), "QEMU namespaces: ") {
 			t.Fatalf("status output %q", out.String())
 		}
 	case exitNotAdmitted:

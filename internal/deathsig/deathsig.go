@@ -15,12 +15,23 @@ import (
 
 // Start starts cmd from an OS thread kept for the child's life and returns
 // the child's Wait, to be called once.
-func Start(cmd *exec.Cmd) (wait func() error, err error) {
+func Start(cmd *exec.Cmd) (wait func() error, err error) { return StartIn(cmd, nil) }
+
+// StartIn is Start with setup run first on the thread that forks cmd, for
+// per-thread state the child inherits (a network namespace entered with
+// unshare). A thread setup ran on ends with the child rather than serve
+// other goroutines in a state they do not expect.
+func StartIn(cmd *exec.Cmd, setup func() error) (wait func() error, err error) {
 	started := make(chan error, 1)
 	exited := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread() // the child is gone: the thread may serve others
+		if setup == nil {
+			defer runtime.UnlockOSThread() // the child is gone: the thread may serve others
+		} else if err := setup(); err != nil {
+			started <- err
+			return
+		}
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return

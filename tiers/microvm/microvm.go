@@ -197,6 +197,9 @@ type Tier struct {
 	// else as this process's user, for the reason in vmmWhy.
 	vmmUser bool
 	vmmWhy  string
+	// vmmNS: each QEMU runs in network, IPC, UTS and PID namespaces of
+	// its own (see qemuNamespaces): a tier run as root.
+	vmmNS bool
 
 	snapMu sync.Mutex
 	snaps  map[vmKey]*snapshot // by guest memory size and image
@@ -252,6 +255,7 @@ func New(cfg Config) (*Tier, error) {
 	if t.availErr == nil {
 		t.vmmWhy = vmmUserBlocked(cfg.stateDir, t.assets.qemu)
 		t.vmmUser = t.vmmWhy == ""
+		t.vmmNS = os.Geteuid() == 0
 	}
 	if t.kvm && cfg.warm == WarmCold {
 		fc := cfg.firecracker
@@ -308,6 +312,14 @@ func (t *Tier) VMMUser() string {
 		return "this process's user"
 	}
 	return "this process's user (" + t.vmmWhy + ")"
+}
+
+// VMMNamespaces says which namespaces of its own each QEMU runs in.
+func (t *Tier) VMMNamespaces() string {
+	if t.vmmNS {
+		return "network (loopback only), IPC, UTS and PID"
+	}
+	return "none of its own (not run as root)"
 }
 
 // GuestKernel returns the guest kernel's release.

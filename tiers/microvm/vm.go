@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/deathsig"
+	"github.com/airlock-sandbox/airlock/internal/egressfwd"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/hostids"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
@@ -199,10 +200,39 @@ type vmmProcess struct {
 	args      []string
 	ctl       string
 	configure func(ctx context.Context, v *vm) error
+	clone     uintptr // namespaces of its own (syscall.CLONE_NEW*)
+}
+
+// qemuNamespaces are the namespaces a root-run tier starts each QEMU in,
+// besides a network namespace of its own (see netnsOfItsOwn). Under TCG
+// QEMU is the whole boundary; an escape from it should find neither the
+// host's network nor other processes to see or signal, nor the host's
+// System V IPC. When QEMU exits, the kernel ends whatever it started (the
+// egress forwarders) with it.
+const qemuNamespaces = syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWPID
+
+// netnsOfItsOwn moves the calling thread, which then forks QEMU, into a
+// new network namespace with its loopback up and nothing else: libslirp
+// joins each guestfwd forwarder to QEMU through a TCP pair on 127.0.0.1,
+// and the forwarder reaches the gateway through a Unix socket, which
+// needs no network. (CLONE_NEWNET in the fork alone would leave the
+// loopback down, and QEMU's user may not bring it up.)
+func netnsOfItsOwn() error {
+	if err := syscall.Unshare(syscall.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("a network namespace for QEMU: %w", err)
+	}
+	if err := egressfwd.LoopbackUp(); err != nil {
+		return fmt.Errorf("QEMU's loopback: %w", err)
+	}
+	return nil
 }
 
 func (t *Tier) qemuProcess(id, dir string, s vmSpec, u *vmmUser, fwd string) vmmProcess {
-	return vmmProcess{prog: t.assets.qemu, args: t.qemuCmdline(id, dir, s, u, fwd), ctl: filepath.Join(dir, "ctl.sock")}
+	p := vmmProcess{prog: t.assets.qemu, args: t.qemuCmdline(id, dir, s, u, fwd), ctl: filepath.Join(dir, "ctl.sock")}
+	if t.vmmNS {
+		p.clone = qemuNamespaces
+	}
+	return p
 }
 
 // vmmDir is the directory a VM's QEMU works and writes in: the VM's own
@@ -276,12 +306,16 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 	cmd.Dir = vmmDir(dir, v.user)
 	cmd.Stdout = v.console
 	cmd.Stderr = v.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: p.clone}
 	if v.user != nil {
 		cmd.ExtraFiles = v.user.files
 		cmd.SysProcAttr.Credential = v.user.credential(t.kvm)
 	}
-	wait, err := deathsig.Start(cmd)
+	var setup func() error
+	if p.clone != 0 {
+		setup = netnsOfItsOwn
+	}
+	wait, err := deathsig.StartIn(cmd, setup)
 	if err != nil {
 		close(v.done)
 		return v, fmt.Errorf("starting %s: %w", filepath.Base(p.prog), err)

@@ -16,7 +16,8 @@ import (
 )
 
 // TestVMMUser: a root-run tier's QEMU runs as a uid and gid of its own,
-// with no supplementary groups, in a directory of that user's; the VM's
+// with no supplementary groups, in namespaces of its own, in a directory
+// of that user's; the VM's
 // directory, which holds what the host trusts, stays root's, and the
 // control socket is the VM user's to connect to. The uid is free again
 // once the VM is gone.
@@ -89,6 +90,24 @@ func TestVMMUser(t *testing.T) {
 		case "Groups":
 			if len(f) != 0 {
 				t.Errorf("QEMU's supplementary groups: %s", v)
+			}
+		}
+	}
+	// Namespaces of its own: no host network (its netns has a loopback
+	// and nothing else), processes or IPC.
+	for _, ns := range []string{"net", "ipc", "uts", "pid"} {
+		theirs, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/" + ns)
+		ours, _ := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil || theirs == ours {
+			t.Errorf("QEMU's %s namespace: %q (%v), ours %q", ns, theirs, err, ours)
+		}
+	}
+	if dev, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/dev"); err != nil {
+		t.Error(err)
+	} else {
+		for _, line := range strings.Split(string(dev), "\n")[2:] {
+			if name, _, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && name != "lo" {
+				t.Errorf("QEMU sees the network interface %s", name)
 			}
 		}
 	}
