@@ -464,6 +464,12 @@ func (w *walker) checkedBuiltin(np *ast.Node, x *ast.BuiltinNode) bool {
 		*np = plainCall(x, "__"+x.Name, x.Arguments[0])
 		return true
 	case "sum":
+		if len(x.Arguments) == 0 {
+			return false
+		}
+		if _, isArray := x.Arguments[0].(*ast.ArrayNode); !isArray && isOtherLiteral(x.Arguments[0]) {
+			return false // not an array: expr's checker says so, naming sum
+		}
 	default:
 		return false
 	}

@@ -86,6 +86,10 @@ func TestErrorsAreTyped(t *testing.T) {
 		{"missing * 2", airlock.ErrRuntime},
 		{`"a" * 2`, airlock.ErrCompile},
 		{`int("x")`, airlock.ErrRuntime},
+		// Arithmetic on literals of the wrong type is refused when
+		// compiling, though the operators are rewritten to checked calls.
+		{`-"a"`, airlock.ErrCompile},
+		{`sum({"a": 1})`, airlock.ErrCompile},
 	}
 	for _, c := range cases {
 		res, err := tier.Run(context.Background(), job(c.code, nil))
