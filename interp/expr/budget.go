@@ -11,8 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/expr-lang/expr/vm/runtime"
-
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
 	"github.com/airlock-sandbox/airlock/internal/value"
@@ -163,7 +161,7 @@ var helpers = map[string]func(args ...any) (any, error){
 				return sa + sb, nil
 			}
 		}
-		return runtime.Add(a, b), nil
+		return checkedAdd(a, b)
 	},
 	"__repeat": func(args ...any) (any, error) {
 		if err := wantArgs("repeat", args, 2, 2); err != nil {

@@ -3,6 +3,7 @@ package expr
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -83,6 +84,9 @@ var baseConfig = func() []exprlang.Option {
 		opts = append(opts, exprlang.DisableBuiltin(name))
 	}
 	for name, fn := range helpers {
+		opts = append(opts, exprlang.Function(name, fn))
+	}
+	for name, fn := range arithHelpers {
 		opts = append(opts, exprlang.Function(name, fn))
 	}
 	return opts
@@ -187,6 +191,17 @@ func (w *walker) call(orig ast.Node, name string, args ...ast.Node) ast.Node {
 	return n
 }
 
+// isOtherLiteral reports a literal that is not a number: an arithmetic
+// operation on one cannot overflow and is left to expr's type checker,
+// which refuses it when compiling.
+func isOtherLiteral(n ast.Node) bool {
+	switch n.(type) {
+	case *ast.StringNode, *ast.BoolNode, *ast.NilNode, *ast.BytesNode, *ast.ArrayNode, *ast.MapNode:
+		return true
+	}
+	return false
+}
+
 func isNumberLiteral(n ast.Node) bool {
 	switch n.(type) {
 	case *ast.IntegerNode, *ast.FloatNode:
@@ -218,7 +233,13 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 		w.idents[x.Value] = true
 		return nil
 	case *ast.UnaryNode:
-		return w.walk(&x.Node, d)
+		if err := w.walk(&x.Node, d); err != nil {
+			return err
+		}
+		if x.Operator == "-" {
+			w.negate(np, x)
+		}
+		return nil
 	case *ast.BinaryNode:
 		if err := w.walk(&x.Left, d); err != nil {
 			return err
@@ -226,9 +247,7 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 		if err := w.walk(&x.Right, d); err != nil {
 			return err
 		}
-		if x.Operator == "+" && !isNumberLiteral(x.Left) && !isNumberLiteral(x.Right) {
-			*np = w.call(n, "__add", x.Left, x.Right)
-		}
+		w.arith(np, x)
 		return nil
 	case *ast.ChainNode:
 		return w.walk(&x.Node, d)
@@ -274,6 +293,9 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 			if err := w.walk(&x.Arguments[i], d); err != nil {
 				return err
 			}
+		}
+		if w.checkedBuiltin(np, x) {
+			return nil
 		}
 		if !scalarBuiltins[x.Name] {
 			*np = w.call(n, "__charge", n)
@@ -339,4 +361,151 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 		return w.walk(&x.Value, d)
 	}
 	return w.fail(n, "%T is not allowed", n)
+}
+
+// plainCall is a call of one of typedHelpers, named by value.
+func plainCall(orig ast.Node, name string, args ...ast.Node) ast.Node {
+	fn, ok := typedHelpers[name]
+	if !ok {
+		panic("expr: no helper " + name)
+	}
+	n := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: args}
+	n.SetLocation(orig.Location())
+	return n
+}
+
+func intLiteral(orig ast.Node, v int64) ast.Node {
+	n := &ast.IntegerNode{Value: int(v)}
+	n.SetLocation(orig.Location())
+	return n
+}
+
+// checkedOps are the binary operators whose integer results can leave
+// the 64-bit range, with their literal folding and their helpers (see
+// arith.go). / and ** give floats; % cannot overflow.
+var checkedOps = map[string]struct {
+	fold   func(x, y int64) (int64, bool)
+	helper string
+}{
+	"+": {addInt, "__addn"},
+	"-": {subInt, "__sub"},
+	"*": {mulInt, "__mul"},
+}
+
+// arith replaces +, - and * by checked helpers, and a..b by one that
+// refuses ranges longer than the integer range. Integer literals are
+// folded here, where the result fits; float literals are left to expr's
+// folding (IEEE arithmetic).
+func (w *walker) arith(np *ast.Node, x *ast.BinaryNode) {
+	li, lint := x.Left.(*ast.IntegerNode)
+	ri, rint := x.Right.(*ast.IntegerNode)
+	if x.Operator == ".." {
+		if lint && rint {
+			if n, ok := subInt(int64(ri.Value), int64(li.Value)); ok && n < math.MaxInt64 {
+				return // expr works its length out without overflowing
+			}
+		}
+		*np = w.call(x, "__range", x.Left, x.Right)
+		return
+	}
+	op, ok := checkedOps[x.Operator]
+	if !ok {
+		return
+	}
+	switch {
+	case lint && rint:
+		if v, ok := op.fold(int64(li.Value), int64(ri.Value)); ok {
+			*np = intLiteral(x, v)
+			return
+		}
+		*np = plainCall(x, op.helper, x.Left, x.Right) // fails when run
+	case isNumberLiteral(x.Left) && isNumberLiteral(x.Right):
+		// A float: expr folds it.
+	case x.Operator != "+" && (isOtherLiteral(x.Left) || isOtherLiteral(x.Right)),
+		isNumberLiteral(x.Left) && isOtherLiteral(x.Right),
+		isOtherLiteral(x.Left) && isNumberLiteral(x.Right):
+		// Not arithmetic on integers: expr refuses it.
+	case x.Operator == "+" && !isNumberLiteral(x.Left) && !isNumberLiteral(x.Right):
+		// Possibly two strings, whose concatenation is charged.
+		*np = w.call(x, "__add", x.Left, x.Right)
+	default:
+		*np = plainCall(x, op.helper, x.Left, x.Right)
+	}
+}
+
+// negate replaces unary minus by a checked helper, folding literals.
+func (w *walker) negate(np *ast.Node, x *ast.UnaryNode) {
+	switch c := x.Node.(type) {
+	case *ast.FloatNode:
+	case *ast.StringNode, *ast.BoolNode, *ast.NilNode, *ast.BytesNode, *ast.ArrayNode, *ast.MapNode:
+		// Not a number: expr refuses it.
+	case *ast.IntegerNode:
+		if int64(c.Value) != math.MinInt64 {
+			*np = intLiteral(x, -int64(c.Value))
+			return
+		}
+		*np = plainCall(x, "__neg", x.Node)
+	default:
+		*np = plainCall(x, "__neg", x.Node)
+	}
+}
+
+// checkedBuiltin replaces the builtins whose integer results can leave
+// the 64-bit range (int of a float, abs of the smallest integer, sum),
+// reporting whether it did. The calls of int and abs with one argument
+// become helpers; sum becomes a reduce with the checked +, but for the
+// sum of a range of literals, folded here when it fits.
+func (w *walker) checkedBuiltin(np *ast.Node, x *ast.BuiltinNode) bool {
+	switch x.Name {
+	case "int", "abs":
+		if len(x.Arguments) != 1 {
+			return false // expr's checker reports the count
+		}
+		*np = plainCall(x, "__"+x.Name, x.Arguments[0])
+		return true
+	case "sum":
+		if len(x.Arguments) == 0 {
+			return false
+		}
+		if _, isArray := x.Arguments[0].(*ast.ArrayNode); !isArray && isOtherLiteral(x.Arguments[0]) {
+			return false // not an array: expr's checker says so, naming sum
+		}
+	default:
+		return false
+	}
+	var elem ast.Node = &ast.PointerNode{}
+	switch len(x.Arguments) {
+	case 1:
+		if r, ok := x.Arguments[0].(*ast.BinaryNode); ok && r.Operator == ".." {
+			lo, lok := r.Left.(*ast.IntegerNode)
+			hi, hok := r.Right.(*ast.IntegerNode)
+			if lok && hok {
+				if v, ok := rangeSum(int64(lo.Value), int64(hi.Value)); ok {
+					*np = intLiteral(x, v)
+				} else {
+					*np = plainCall(x, "__rangeSum", lo, hi) // fails when run
+				}
+				return true
+			}
+		}
+	case 2:
+		p, ok := x.Arguments[1].(*ast.PredicateNode)
+		if !ok {
+			return false
+		}
+		elem = p.Node
+	default:
+		return false
+	}
+	if len(x.Arguments) == 1 {
+		elem.SetLocation(x.Location())
+	}
+	acc := &ast.PointerNode{Name: "acc"}
+	acc.SetLocation(x.Location())
+	pred := &ast.PredicateNode{Node: plainCall(x, "__addn", elem, acc)}
+	pred.SetLocation(x.Location())
+	red := &ast.BuiltinNode{Name: "reduce", Arguments: []ast.Node{x.Arguments[0], pred, intLiteral(x, 0)}}
+	red.SetLocation(x.Location())
+	*np = red
+	return true
 }

@@ -86,6 +86,10 @@ func TestErrorsAreTyped(t *testing.T) {
 		{"missing * 2", airlock.ErrRuntime},
 		{`"a" * 2`, airlock.ErrCompile},
 		{`int("x")`, airlock.ErrRuntime},
+		// Arithmetic on literals of the wrong type is refused when
+		// compiling, though the operators are rewritten to checked calls.
+		{`-"a"`, airlock.ErrCompile},
+		{`sum({"a": 1})`, airlock.ErrCompile},
 	}
 	for _, c := range cases {
 		res, err := tier.Run(context.Background(), job(c.code, nil))
@@ -175,4 +179,87 @@ func TestCacheIsBounded(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(1+i%10), res.Value)
 	}
+}
+
+// TestIntegerOverflow: every way an expression makes an integer (the
+// operators, literals folded while compiling, sum, int() and abs of
+// floats or the smallest integer, durations) either gives the exact result
+// or fails with a one-line runtime error; expr's VM would wrap. Input
+// numbers arrive as int64 (JSON integers) or float64.
+func TestIntegerOverflow(t *testing.T) {
+	in := map[string]any{
+		"top": int64(math.MaxInt64), "bot": int64(math.MinInt64), "big": int64(3037000500),
+		"f": 1e300, "nan": 0.0, "items": []any{int64(math.MaxInt64), int64(1)},
+		"n": int64(2), "huge": new(big.Int).Lsh(big.NewInt(1), 70),
+	}
+	tier := expr.New()
+	for _, code := range []string{
+		"top + 1", "1 + top", "top + top", "bot - 1", "0 - bot", "top * 2", "big * big", "bot * -1", "-1 * bot",
+		"-bot", "abs(bot)", "9223372036854775807 + 1", "-9223372036854775807 - 2", "3037000500 * 3037000500",
+		"-(-9223372036854775807 - 1)", "let m = top; m + n", "reduce(1..3, #acc * big, big)",
+		"sum(items)", "sum(items, #)", "sum([top, n])", "sum([1, 2], top)", "sum(1..4294967296)",
+		"int(f)", "int(-f)", "int(nan / nan)", "int(1.0 / 0)", "int(9.3e18)", "int(-9.3e18)",
+		"top + 1 > 0", "map([top], # + 1)", "duration(\"2500000h\") * 1000", "duration(\"2500000h\") + duration(\"2500000h\")",
+		"-(duration(\"2500000h\") * -3 - duration(\"2000000h\") * 3)",
+		`date("0001-01-01") - date("2999-01-01")`,
+		"huge + 1", "1 - huge", "huge * 1.5", "-huge", "int(huge)", "abs(huge)", "sum([huge])",
+	} {
+		t.Run(code, func(t *testing.T) {
+			res, err := tier.Run(context.Background(), job(code, in))
+			var ce *airlock.ErrorInfo
+			require.ErrorAs(t, err, &ce, "got value %v", res.Value)
+			assert.Equal(t, airlock.ErrRuntime, ce.Kind)
+			assert.Regexp(t, `^(integer|duration) overflow: |^int: .* is outside the 64-bit integer range`, ce.Message)
+			assert.NotContains(t, ce.Message, "\n")
+		})
+	}
+	// At the limits, and the operations that give floats or stay within
+	// range, the values are exact.
+	for _, c := range []struct {
+		code string
+		want any
+	}{
+		{"top - 1 + 1", int64(math.MaxInt64)},
+		{"-top - 1", int64(math.MinInt64)},
+		{"-9223372036854775807 - 1", int64(math.MinInt64)},
+		{"bot + top", int64(-1)},
+		{"bot % -1", int64(0)},
+		{"abs(bot + 1)", int64(math.MaxInt64)},
+		{"sum(items, # - 1)", int64(math.MaxInt64 - 1)},
+		{"sum([top - 5, 5])", int64(math.MaxInt64)},
+		{"sum(1..100)", int64(5050)},
+		{"sum(-4294967296..4294967295)", int64(-4294967296)},
+		{"int(-9.2e18)", int64(-9200000000000000000)},
+		{"int(2.9)", int64(2)},
+		{"top * 1.0", float64(math.MaxInt64)},
+		{"top / 1", float64(math.MaxInt64)},
+		{"top ** 2", math.Pow(math.MaxInt64, 2)},
+		{"big * 1.0 * big", 3037000500.0 * 3037000500.0},
+		{"string(duration(\"1h\") * 2)", "2h0m0s"},
+		{"string(-duration(\"1h\"))", "-1h0m0s"},
+		{"len(1..n)", int64(2)},
+		{"-n", int64(-2)},
+		{"1.5 + 2", 3.5},
+	} {
+		res, err := tier.Run(context.Background(), job(c.code, in))
+		require.NoError(t, err, c.code)
+		assert.Equal(t, c.want, res.Value, c.code)
+	}
+}
+
+// TestNonFiniteResults: JSON has no NaN or infinities, so a result that
+// is one (or holds one) is a runtime error naming it; within the
+// expression floats follow IEEE arithmetic.
+func TestNonFiniteResults(t *testing.T) {
+	tier := expr.New()
+	for _, code := range []string{"1 / 0", "-1 / 0", "0.0 / 0.0", "[1, 1e308 * 10]", `{"a": 1e308 + 1e308}`, "top ** 2"} {
+		_, err := tier.Run(context.Background(), job(code, map[string]any{"top": 1e300}))
+		var ce *airlock.ErrorInfo
+		require.ErrorAs(t, err, &ce, code)
+		assert.Equal(t, airlock.ErrRuntime, ce.Kind, code)
+		assert.Contains(t, ce.Message, "cannot be represented in JSON", code)
+	}
+	res, err := tier.Run(context.Background(), job("1 / 0 > 1e308", nil))
+	require.NoError(t, err)
+	assert.Equal(t, true, res.Value)
 }

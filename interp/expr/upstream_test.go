@@ -38,6 +38,8 @@ var knownExprDiffs = []exprDiff{
 	{tier: `method calls are not allowed`, reason: "method calls are refused"},
 	{expr: `findLast`, tier: `"findLast(Index)?" is not available`, reason: "findLast and findLastIndex are refused: expr's backward loop leaks the VM stack"},
 	{tier: `date\(\) with a time zone is not available`, reason: "date() takes no time zone: times are UTC"},
+	{tier: `is outside the 64-bit integer range`, reason: "an integer result beyond 64 bits, or int() of NaN, an infinity or a float beyond that range, is an error: expr wraps or returns an unspecified value"},
+	{expr: `^sum\(\[`, tier: `invalid operation: string \+ int`, reason: "sum adds numbers only: expr's optimizer turns the sum of a literal array into a + b, which concatenates strings, while its sum of any other array of strings fails"},
 	{upstream: `mismatched types`, reason: "variables are untyped: expr, compiling against the typed input, refuses operations on mismatched types that the tier evaluates"},
 }
 

@@ -69,6 +69,15 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 				return xi.Add(yi), nil
 			}
 		}
+		if xd, ok := x.(libtime.Duration); ok {
+			if yd, ok := y.(libtime.Duration); ok {
+				s := xd + yd
+				if (yd >= 0) != (s >= xd) {
+					return nil, errDurationOverflow(x, "+", y)
+				}
+				return s, nil
+			}
+		}
 		if n, unit, ok := seqSize(x); ok {
 			if m, _, ok := seqSize(y); ok && x.Type() == y.Type() {
 				if err := st.chargeMul(int64(n)+int64(m), unit, "concatenation"); err != nil {
@@ -84,6 +93,13 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 				}
 				return xi.Mul(yi), nil
 			}
+		}
+		if d, n, ok := durationTimesInt(x, y); ok {
+			p := d * n
+			if d != 0 && (p/d != n || (d == -1 && n == math.MinInt64) || (n == -1 && d == math.MinInt64)) {
+				return nil, errDurationOverflow(x, "*", y)
+			}
+			return p, nil
 		}
 		seq, count := x, y
 		if _, ok := x.(sl.Int); ok {
@@ -131,6 +147,31 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 		}
 	}
 	return sl.Binary(op, x, y)
+}
+
+// durationTimesInt reports the operands of a duration times an integer
+// (either way round) that fits in 64 bits; upstream refuses larger ones.
+func durationTimesInt(x, y sl.Value) (d, n libtime.Duration, ok bool) {
+	if xd, isD := x.(libtime.Duration); isD {
+		d = xd
+		x = y
+	} else if yd, isD := y.(libtime.Duration); isD {
+		d = yd
+	} else {
+		return 0, 0, false
+	}
+	i, isInt := x.(sl.Int)
+	if !isInt {
+		return 0, 0, false
+	}
+	v, fits := i.Int64()
+	return d, libtime.Duration(v), fits
+}
+
+// errDurationOverflow is the error of a duration beyond the 64-bit range
+// of nanoseconds (about 292 years), where upstream wraps around.
+func errDurationOverflow(x sl.Value, op string, y sl.Value) error {
+	return fmt.Errorf("duration overflow: %s %s %s is beyond about 292 years", x, op, y)
 }
 
 // seqSize reports the length of a string, bytes, list or tuple and the

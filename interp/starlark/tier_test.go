@@ -89,13 +89,39 @@ func TestBigInput(t *testing.T) {
 }
 
 func TestUnrepresentable(t *testing.T) {
-	for _, code := range []string{"result = {1: 2}", "def f(): pass\nresult = f", "result = float('nan')", "result = b'x'"} {
+	for _, code := range []string{"result = {1: 2}", "def f(): pass\nresult = f", "result = float('nan')", "result = b'x'",
+		"result = [1e308 * 10]", "result = {'a': -math.exp(1000)}"} {
 		_, err := run(t, job(code))
 		var ce *airlock.ErrorInfo
 		require.ErrorAs(t, err, &ce, code)
 		assert.Equal(t, airlock.ErrRuntime, ce.Kind)
 		assert.Contains(t, ce.Message, "result value")
 	}
+}
+
+// TestNumbers: integers are exact at any size (int() of a float included),
+// floats that JSON cannot carry are refused (above), and a duration
+// beyond the 64-bit range of nanoseconds made by + or * is an error where
+// the time module would wrap around.
+func TestNumbers(t *testing.T) {
+	res, err := run(t, job("result = [int(1e19), (1 << 63) - 1 + 1, int(-1e19) * 3]"))
+	require.NoError(t, err)
+	v := res.Value.([]any)
+	assert.Equal(t, "10000000000000000000", v[0].(*big.Int).String())
+	assert.Equal(t, "9223372036854775808", v[1].(*big.Int).String())
+	assert.Equal(t, "-30000000000000000000", v[2].(*big.Int).String())
+
+	long := `time.parse_duration("2500000h")`
+	for _, code := range []string{long + " * 1000", "1000 * " + long, long + " + " + long, "[" + long + "][0] * -4"} {
+		_, err := run(t, job("result = str("+code+")"))
+		var ce *airlock.ErrorInfo
+		require.ErrorAs(t, err, &ce, code)
+		assert.Equal(t, airlock.ErrRuntime, ce.Kind, code)
+		assert.Contains(t, ce.Message, "duration overflow", code)
+	}
+	res, err = run(t, job("result = [str(time.hour * 3 + time.minute), str(-2 * time.hour), str(time.parse_duration(\"1000000h\") * 2 + time.parse_duration(\"500000h\"))]"))
+	require.NoError(t, err)
+	assert.Equal(t, []any{"3h1m0s", "-2h0m0s", "2500000h0m0s"}, res.Value)
 }
 
 func TestEntry(t *testing.T) {
