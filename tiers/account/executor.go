@@ -137,6 +137,11 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 // session quota one caller alone must not use up.
 const MaxSessionsPerCaller = 8
 
+// MaxSessionValues bounds the distinct credential values one session's
+// runs resolve (each OIDC token minted is one): every run in the session
+// is scrubbed of them all.
+const MaxSessionValues = 256
+
 type execSession struct {
 	e     *Executor
 	s     airlock.Session
@@ -203,7 +208,21 @@ func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run f
 	sort.Strings(names)
 	if sess != nil {
 		sess.mu.Lock()
-		sess.values = append(sess.values, values...)
+		var fresh []string
+		for _, v := range values {
+			if !slices.Contains(sess.values, v) && !slices.Contains(fresh, v) {
+				fresh = append(fresh, v)
+			}
+		}
+		if n := len(sess.values) + len(fresh); n > MaxSessionValues {
+			// Refused before it runs, and its values never reach the
+			// session: the session's other runs go on.
+			sess.mu.Unlock()
+			err := &airlock.NotAdmitted{Tier: ExecutorName, Reason: fmt.Sprintf("the session would hold %d credential values, more than the %d one session scrubs: open a new session", n, MaxSessionValues)}
+			res.SetError(err)
+			return res, err
+		}
+		sess.values = append(sess.values, fresh...)
 		values = slices.Clone(sess.values)
 		sess.mu.Unlock()
 	}

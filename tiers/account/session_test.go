@@ -417,3 +417,61 @@ func TestStreamedOutputScrubbed(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialBounds: a job names at most airlock.MaxCredentials
+// credentials, and one session's runs resolve at most MaxSessionValues
+// distinct values (every run in it is scrubbed of them all): a run that
+// would add more is refused, and the session's other runs go on.
+func TestCredentialBounds(t *testing.T) {
+	inner := processInner(t)
+	st := store{Credentials: map[string]storedCredential{}}
+	for i := range MaxSessionValues + 1 {
+		st.Credentials[fmt.Sprintf("c%d", i)] = storedCredential{Value: fmt.Sprintf("value-%04d-canary", i)}
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), StoreFile)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tier := New(NewConfig("test", executorOn(t, inner, path), os.Getuid()))
+	ctx := context.Background()
+	job := func(from, n int) airlock.Job {
+		j := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/true"}, Situation: airlock.SituationCredentials}
+		for i := from; i < from+n; i++ {
+			j.Grants.Credentials = append(j.Grants.Credentials, airlock.Credential{Env: fmt.Sprintf("C%d", i-from), Ref: fmt.Sprintf("c%d", i)})
+		}
+		return j
+	}
+	over := job(0, airlock.MaxCredentials+1)
+	if err := over.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("above the %d a job may name", airlock.MaxCredentials)) {
+		t.Errorf("a job naming %d credentials: %v", airlock.MaxCredentials+1, err)
+	}
+	if _, err := tier.Run(ctx, over); err == nil {
+		t.Errorf("a job naming %d credentials ran", airlock.MaxCredentials+1)
+	}
+
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	per := airlock.MaxCredentials
+	for from := 0; from < MaxSessionValues; from += per {
+		if res, err := s.Run(ctx, job(from, min(per, MaxSessionValues-from))); err != nil || res.ExitCode != 0 {
+			t.Fatalf("run from c%d: %v %+v", from, err, res)
+		}
+	}
+	_, err = s.Run(ctx, job(MaxSessionValues, 1))
+	if err == nil || !strings.Contains(err.Error(), "open a new session") {
+		t.Errorf("a run past the session's %d values: %v", MaxSessionValues, err)
+	}
+	// Values the session holds, and none: the session goes on.
+	for _, j := range []airlock.Job{job(0, 1), job(0, 0)} {
+		if res, err := s.Run(ctx, j); err != nil || res.ExitCode != 0 {
+			t.Errorf("a run within the session's values: %v %+v", err, res)
+		}
+	}
+}
