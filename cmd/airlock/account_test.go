@@ -221,6 +221,14 @@ func TestAccountLevel5(t *testing.T) {
 	// The executor also serves over mutual TLS on loopback, for the
 	// remote-mtls subtest.
 	addr := freeLoopback(t)
+	// Core dumps allowed to the processes this test starts, so that
+	// no-core-dumps sees the executor's own limit.
+	var core syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &core); err == nil {
+		if syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{Cur: ^uint64(0), Max: ^uint64(0)}) == nil {
+			t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_CORE, &core) })
+		}
+	}
 	a := newLocalAccount(t, "--listen", addr)
 
 	t.Run("done-when", func(t *testing.T) {
@@ -228,6 +236,24 @@ func TestAccountLevel5(t *testing.T) {
 			"sh", "-c", `test -n "$GITHUB_TOKEN" && echo ok`)
 		if code != 0 || out != "ok\n" {
 			t.Fatalf("code %d stdout %q stderr %q", code, out, errOut)
+		}
+	})
+
+	t.Run("no-core-dumps", func(t *testing.T) {
+		// The executor holds resolved values, its VMs the jobs' memory:
+		// neither may dump core (the VMs inherit the executor's limit).
+		data, err := a.rec.ReadPid()
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits, err := os.ReadFile("/proc/" + strings.TrimSpace(data) + "/limits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(limits), "\n") {
+			if f := strings.Fields(line); strings.HasPrefix(line, "Max core file size") && (len(f) < 6 || f[4] != "0" || f[5] != "0") {
+				t.Errorf("the executor may dump core: %q", line)
+			}
 		}
 	})
 

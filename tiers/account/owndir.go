@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The account's directories (DIR/NAME and DIR/NAME.run) belong to its
@@ -201,4 +203,13 @@ func (r Record) ReadLog() ([]byte, error) {
 	}
 	defer root.Close()
 	return readOwn(root, "executor.log", r.UID)
+}
+
+// NoCoreDumps sets the executor's core size limit, hard and soft, to
+// zero: the executor holds the values it resolves, and the VMs it starts
+// (which inherit the limit) the jobs' memory, credentials included; a
+// crash must not write them to a core file, nor hand them to a crash
+// handler, which honours the limit.
+func NoCoreDumps() error {
+	return unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{Cur: 0, Max: 0})
 }
