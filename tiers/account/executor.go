@@ -29,8 +29,9 @@ type Executor struct {
 
 	// owners are the callers (see [WithPeer]) that opened the sessions
 	// open now, by id: each is its opener's alone.
-	mu     sync.Mutex
-	owners map[string]string
+	mu      sync.Mutex
+	owners  map[string]string
+	opening map[string]int // sessions being opened, by caller
 }
 
 // NewExecutor returns the executor's tier over inner, resolving
@@ -107,28 +108,38 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 		return nil, &airlock.NotAdmitted{Tier: ExecutorName, Reason: "this executor's inner tier " + e.inner.Name() + " keeps no sessions"}
 	}
 	peer := peerOf(ctx)
+	// Counted and reserved at once: sessions a caller is opening count
+	// as held, so that opening many at once gets no more.
 	e.mu.Lock()
-	mine := 0
+	mine := e.opening[peer]
 	for _, owner := range e.owners {
 		if owner == peer {
 			mine++
 		}
 	}
-	e.mu.Unlock()
 	if mine >= MaxSessionsPerCaller {
+		e.mu.Unlock()
 		return nil, &airlock.NotAdmitted{Tier: ExecutorName, Reason: fmt.Sprintf("caller %s holds %d sessions of this executor, the most one caller may: close one first", peer, mine)}
 	}
+	if e.opening == nil {
+		e.opening = map[string]int{}
+	}
+	e.opening[peer]++
+	e.mu.Unlock()
 	s, err := st.OpenSession(ctx, opts)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.opening[peer]--; e.opening[peer] == 0 {
+		delete(e.opening, peer)
+	}
 	if err != nil {
 		return nil, err
 	}
 	x := &execSession{e: e, s: s, owner: peer}
-	e.mu.Lock()
 	if e.owners == nil {
 		e.owners = map[string]string{}
 	}
 	e.owners[s.ID()] = x.owner
-	e.mu.Unlock()
 	return x, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -472,6 +473,42 @@ func TestCredentialBounds(t *testing.T) {
 	for _, j := range []airlock.Job{job(0, 1), job(0, 0)} {
 		if res, err := s.Run(ctx, j); err != nil || res.ExitCode != 0 {
 			t.Errorf("a run within the session's values: %v %+v", err, res)
+		}
+	}
+}
+
+// TestSessionBoundConcurrent: one caller opening sessions all at once
+// still holds at most MaxSessionsPerCaller of them, so the executor's
+// quota, which its callers share, is left for the others.
+func TestSessionBoundConcurrent(t *testing.T) {
+	tier := New(NewConfig("test", executorOn(t, processInner(t), ""), os.Getuid()))
+	const n = 16 // the executor's quota
+	for round := range 20 {
+		opened := make(chan airlock.Session, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{}); err == nil {
+					opened <- s
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(opened)
+		held := 0
+		for s := range opened {
+			held++
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if held > MaxSessionsPerCaller {
+			t.Fatalf("round %d: one caller opened %d sessions at once, more than %d", round, held, MaxSessionsPerCaller)
 		}
 	}
 }
