@@ -512,3 +512,26 @@ func TestSessionBoundConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestExecutorGrantsNoHostPath: the executor's user can read the
+// account's store, but a job cannot have it (or any host path) granted:
+// the executor's server grants its callers none, and the caller is told
+// why in one line.
+func TestExecutorGrantsNoHostPath(t *testing.T) {
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_hostpath-Wq3z-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	tier := New(NewConfig("test", executorOn(t, processInner(t), store), os.Getuid()))
+	res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/cat", store},
+		Situation: airlock.SituationCredentials, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{filepath.Dir(store)}}}})
+	stop, ok := airlock.AsStop(err)
+	if !ok || stop.Reason != airlock.StopDenied || !strings.Contains(stop.Detail, "executor of account test: ") ||
+		!strings.Contains(stop.Detail, "no host path may be granted") {
+		t.Errorf("a read grant of the store's directory: %v", err)
+	}
+	if strings.Contains(res.Stdout+res.Stderr, value) {
+		t.Errorf("the store was read: %+v", res)
+	}
+}
