@@ -301,6 +301,17 @@ func TestAccountLevel5(t *testing.T) {
 		if !strings.Contains(strings.Join(res.Decision, "\n"), "account "+a.name) {
 			t.Errorf("decision names no account: %q", res.Decision)
 		}
+		// Nor is it left in any file of the account's but its store
+		// (the VMs' state, their scratch, caches) once the job is done.
+		filepath.WalkDir(a.rec.Home(), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() || p == a.rec.StorePath() {
+				return nil
+			}
+			if data, _ := os.ReadFile(p); bytes.Contains(data, []byte(a.value)) || bytes.Contains(data, []byte(hex.EncodeToString([]byte(a.value)))) {
+				t.Errorf("%s holds the credential after the job", p)
+			}
+			return nil
+		})
 	})
 
 	t.Run("canaries", func(t *testing.T) {
