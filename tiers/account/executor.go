@@ -148,6 +148,11 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 // session quota one caller alone must not use up.
 const MaxSessionsPerCaller = 8
 
+// MaxCredentials is the most credentials a job may name (Job.Validate
+// refuses more): each is a value the executor resolves, an OIDC token it
+// signs, and scrubs from everything the job returns.
+const MaxCredentials = 64
+
 // MaxSessionValues bounds the distinct credential values one session's
 // runs resolve (each OIDC token minted is one): every run in the session
 // is scrubbed of them all.

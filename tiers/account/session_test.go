@@ -419,7 +419,7 @@ func TestStreamedOutputScrubbed(t *testing.T) {
 	}
 }
 
-// TestCredentialBounds: a job names at most airlock.MaxCredentials
+// TestCredentialBounds: a job names at most MaxCredentials
 // credentials, and one session's runs resolve at most MaxSessionValues
 // distinct values (every run in it is scrubbed of them all): a run that
 // would add more is refused, and the session's other runs go on.
@@ -446,12 +446,12 @@ func TestCredentialBounds(t *testing.T) {
 		}
 		return j
 	}
-	over := job(0, airlock.MaxCredentials+1)
-	if err := over.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("above the %d a job may name", airlock.MaxCredentials)) {
-		t.Errorf("a job naming %d credentials: %v", airlock.MaxCredentials+1, err)
+	over := job(0, MaxCredentials+1)
+	if err := over.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("above the %d a job may name", MaxCredentials)) {
+		t.Errorf("a job naming %d credentials: %v", MaxCredentials+1, err)
 	}
 	if _, err := tier.Run(ctx, over); err == nil {
-		t.Errorf("a job naming %d credentials ran", airlock.MaxCredentials+1)
+		t.Errorf("a job naming %d credentials ran", MaxCredentials+1)
 	}
 
 	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
@@ -459,7 +459,7 @@ func TestCredentialBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	per := airlock.MaxCredentials
+	per := MaxCredentials
 	for from := 0; from < MaxSessionValues; from += per {
 		if res, err := s.Run(ctx, job(from, min(per, MaxSessionValues-from))); err != nil || res.ExitCode != 0 {
 			t.Fatalf("run from c%d: %v %+v", from, err, res)
