@@ -422,6 +422,9 @@ func validateGrants(g *Grants) error {
 			return invalid("grants.secrets", "the value of %s is not valid UTF-8", name)
 		}
 	}
+	if len(g.Credentials) > maxCredentials {
+		return invalid("grants.credentials", "%d entries, above the %d a job may name", len(g.Credentials), maxCredentials)
+	}
 	for i, c := range g.Credentials {
 		switch {
 		case !validEnvName(c.Env):
@@ -440,6 +443,11 @@ func validateGrants(g *Grants) error {
 	}
 	return nil
 }
+
+// maxCredentials is the most credentials a job may name: each is a value
+// the executor resolves (an OIDC token it signs) and scrubs from
+// everything the job returns (account.MaxCredentials).
+const maxCredentials = 64
 
 // validRef reports whether s can name a credential in an executor's store.
 func validRef(s string) bool {

@@ -476,8 +476,6 @@ func executorUp(r account.Record) bool {
 	return true
 }
 
-func pidFile(r account.Record) string { return filepath.Join(r.RunDir(), "executor.pid") }
-
 func accountStart(ctx context.Context, e *env, dir, name string) error {
 	r, err := loadLocal(dir, name, "start")
 	if err != nil {
@@ -512,7 +510,7 @@ func accountStart(ctx context.Context, e *env, dir, name string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	tail, _ := os.ReadFile(filepath.Join(r.Home(), "executor.log"))
+	tail, _ := r.ReadLog()
 	lines := strings.Split(strings.TrimSpace(string(tail)), "\n")
 	return fmt.Errorf("account %s: the executor did not start: %s", name, lines[len(lines)-1])
 }
@@ -529,14 +527,13 @@ func startDirect(r account.Record, dir string) error {
 	if err != nil {
 		return errors.New("setpriv not found (util-linux): cannot start the executor under the account's user")
 	}
-	logf, err := os.OpenFile(filepath.Join(r.Home(), "executor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	// The log is in the account's directory, its user's: opened there
+	// without following what that user may have put in its place.
+	logf, err := r.OpenLog()
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	if err := logf.Chown(r.UID, r.GID); err != nil {
-		return err
-	}
 	cmd := exec.Command(setpriv, "--reuid", strconv.Itoa(r.UID), "--regid", strconv.Itoa(r.GID), "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", exe, "account", "serve", r.Name)
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + r.Home(), "TMPDIR=" + filepath.Join(r.Home(), "tmp"), "AIRLOCK_ACCOUNTS=" + dir}
@@ -553,15 +550,15 @@ func startDirect(r account.Record, dir string) error {
 	}
 	pid := cmd.Process.Pid
 	go cmd.Wait() // reap it should it exit while this process lives
-	return os.WriteFile(pidFile(r), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	return r.WritePid(pid)
 }
 
 func readPid(r account.Record) (int, error) {
-	data, err := os.ReadFile(pidFile(r))
+	data, err := r.ReadPid()
 	if err != nil {
 		return 0, err
 	}
-	return strconv.Atoi(strings.TrimSpace(string(data)))
+	return strconv.Atoi(strings.TrimSpace(data))
 }
 
 func accountStop(e *env, dir, name string) error {
@@ -597,7 +594,7 @@ func stopExecutor(r account.Record) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	os.Remove(pidFile(r))
+	r.RemovePid()
 }
 
 func accountRemove(e *env, dir, name string) error {

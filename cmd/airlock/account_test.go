@@ -221,6 +221,14 @@ func TestAccountLevel5(t *testing.T) {
 	// The executor also serves over mutual TLS on loopback, for the
 	// remote-mtls subtest.
 	addr := freeLoopback(t)
+	// Core dumps allowed to the processes this test starts, so that
+	// no-core-dumps sees the executor's own limit.
+	var core syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &core); err == nil {
+		if syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{Cur: ^uint64(0), Max: ^uint64(0)}) == nil {
+			t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_CORE, &core) })
+		}
+	}
 	a := newLocalAccount(t, "--listen", addr)
 
 	t.Run("done-when", func(t *testing.T) {
@@ -228,6 +236,24 @@ func TestAccountLevel5(t *testing.T) {
 			"sh", "-c", `test -n "$GITHUB_TOKEN" && echo ok`)
 		if code != 0 || out != "ok\n" {
 			t.Fatalf("code %d stdout %q stderr %q", code, out, errOut)
+		}
+	})
+
+	t.Run("no-core-dumps", func(t *testing.T) {
+		// The executor holds resolved values, its VMs the jobs' memory:
+		// neither may dump core (the VMs inherit the executor's limit).
+		data, err := a.rec.ReadPid()
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits, err := os.ReadFile("/proc/" + strings.TrimSpace(data) + "/limits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(limits), "\n") {
+			if f := strings.Fields(line); strings.HasPrefix(line, "Max core file size") && (len(f) < 6 || f[4] != "0" || f[5] != "0") {
+				t.Errorf("the executor may dump core: %q", line)
+			}
 		}
 	})
 
@@ -275,6 +301,17 @@ func TestAccountLevel5(t *testing.T) {
 		if !strings.Contains(strings.Join(res.Decision, "\n"), "account "+a.name) {
 			t.Errorf("decision names no account: %q", res.Decision)
 		}
+		// Nor is it left in any file of the account's but its store
+		// (the VMs' state, their scratch, caches) once the job is done.
+		filepath.WalkDir(a.rec.Home(), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() || p == a.rec.StorePath() {
+				return nil
+			}
+			if data, _ := os.ReadFile(p); bytes.Contains(data, []byte(a.value)) || bytes.Contains(data, []byte(hex.EncodeToString([]byte(a.value)))) {
+				t.Errorf("%s holds the credential after the job", p)
+			}
+			return nil
+		})
 	})
 
 	t.Run("canaries", func(t *testing.T) {

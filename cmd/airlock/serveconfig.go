@@ -118,6 +118,9 @@ func accountServe(ctx context.Context, e *env, dir, name string) error {
 	if os.Geteuid() != r.UID {
 		return fmt.Errorf("the executor of account %s runs as its user %s (uid %d), not uid %d (start it: airlock account start %s)", name, r.User, r.UID, os.Geteuid(), name)
 	}
+	if err := account.NoCoreDumps(); err != nil {
+		return fmt.Errorf("the executor of account %s: no core dumps: %w", name, err)
+	}
 	inner, err := innerTier()
 	if err != nil {
 		return err

@@ -266,7 +266,17 @@ func (c *conn) run(ctx context.Context, path string, job airlock.Job, res airloc
 		return c.fail(res, err)
 	}
 	var out airlock.Result
-	if err := json.Unmarshal(data, &out); err != nil || out.Tier == "" {
+	uerr := json.Unmarshal(data, &out)
+	if uerr == nil && out.Tier == "" && out.Error == nil && out.Stopped != nil {
+		// Refused before any tier ran, as a stop: a host path the
+		// executor does not grant its callers.
+		st := *out.Stopped
+		st.Detail = "executor of account " + c.cfg.account + ": " + st.Detail
+		res.Stopped = &st
+		res.Decision = append(res.Decision, c.line())
+		return res, res.Err()
+	}
+	if uerr != nil || out.Tier == "" {
 		// Refused before any tier ran: the API's error shape.
 		err := c.apiError(status, data)
 		res.SetError(err)

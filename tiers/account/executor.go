@@ -29,8 +29,9 @@ type Executor struct {
 
 	// owners are the callers (see [WithPeer]) that opened the sessions
 	// open now, by id: each is its opener's alone.
-	mu     sync.Mutex
-	owners map[string]string
+	mu      sync.Mutex
+	owners  map[string]string
+	opening map[string]int // sessions being opened, by caller
 }
 
 // NewExecutor returns the executor's tier over inner, resolving
@@ -107,28 +108,38 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 		return nil, &airlock.NotAdmitted{Tier: ExecutorName, Reason: "this executor's inner tier " + e.inner.Name() + " keeps no sessions"}
 	}
 	peer := peerOf(ctx)
+	// Counted and reserved at once: sessions a caller is opening count
+	// as held, so that opening many at once gets no more.
 	e.mu.Lock()
-	mine := 0
+	mine := e.opening[peer]
 	for _, owner := range e.owners {
 		if owner == peer {
 			mine++
 		}
 	}
-	e.mu.Unlock()
 	if mine >= MaxSessionsPerCaller {
+		e.mu.Unlock()
 		return nil, &airlock.NotAdmitted{Tier: ExecutorName, Reason: fmt.Sprintf("caller %s holds %d sessions of this executor, the most one caller may: close one first", peer, mine)}
 	}
+	if e.opening == nil {
+		e.opening = map[string]int{}
+	}
+	e.opening[peer]++
+	e.mu.Unlock()
 	s, err := st.OpenSession(ctx, opts)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.opening[peer]--; e.opening[peer] == 0 {
+		delete(e.opening, peer)
+	}
 	if err != nil {
 		return nil, err
 	}
 	x := &execSession{e: e, s: s, owner: peer}
-	e.mu.Lock()
 	if e.owners == nil {
 		e.owners = map[string]string{}
 	}
 	e.owners[s.ID()] = x.owner
-	e.mu.Unlock()
 	return x, nil
 }
 
@@ -136,6 +147,16 @@ func (e *Executor) OpenSession(ctx context.Context, opts airlock.SessionOptions)
 // executor: its callers share one tenant of the executor's server, whose
 // session quota one caller alone must not use up.
 const MaxSessionsPerCaller = 8
+
+// MaxCredentials is the most credentials a job may name (Job.Validate
+// refuses more): each is a value the executor resolves, an OIDC token it
+// signs, and scrubs from everything the job returns.
+const MaxCredentials = 64
+
+// MaxSessionValues bounds the distinct credential values one session's
+// runs resolve (each OIDC token minted is one): every run in the session
+// is scrubbed of them all.
+const MaxSessionValues = 256
 
 type execSession struct {
 	e     *Executor
@@ -203,7 +224,21 @@ func (e *Executor) run(ctx context.Context, job airlock.Job, where string, run f
 	sort.Strings(names)
 	if sess != nil {
 		sess.mu.Lock()
-		sess.values = append(sess.values, values...)
+		var fresh []string
+		for _, v := range values {
+			if !slices.Contains(sess.values, v) && !slices.Contains(fresh, v) {
+				fresh = append(fresh, v)
+			}
+		}
+		if n := len(sess.values) + len(fresh); n > MaxSessionValues {
+			// Refused before it runs, and its values never reach the
+			// session: the session's other runs go on.
+			sess.mu.Unlock()
+			err := &airlock.NotAdmitted{Tier: ExecutorName, Reason: fmt.Sprintf("the session would hold %d credential values, more than the %d one session scrubs: open a new session", n, MaxSessionValues)}
+			res.SetError(err)
+			return res, err
+		}
+		sess.values = append(sess.values, fresh...)
 		values = slices.Clone(sess.values)
 		sess.mu.Unlock()
 	}

@@ -163,10 +163,13 @@ func (r *Record) Save(dir string) error {
 // store, owned by the account (it runs as root, from `airlock account
 // add`); what exists is kept.
 func (r Record) Prepare() error {
+	// DIR/NAME and DIR/NAME.run are entries of root's DIR: the account's
+	// user cannot replace them. What is inside them is the user's (see
+	// openOwn).
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{r.Home(), 0o700}, {filepath.Join(r.Home(), "tmp"), 0o700}, {r.RunDir(), 0o755}} {
+	}{{r.Home(), 0o700}, {r.RunDir(), 0o755}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return err
 		}
@@ -177,7 +180,15 @@ func (r Record) Prepare() error {
 			return err
 		}
 	}
-	return emptyStore(r.StorePath(), r.UID, r.GID)
+	home, err := openOwn(r.Home())
+	if err != nil {
+		return err
+	}
+	defer home.Close()
+	if err := dirOwn(home, "tmp", 0o700, r.UID, r.GID); err != nil {
+		return err
+	}
+	return emptyStore(home, StoreFile, r.UID, r.GID)
 }
 
 // Selected returns the account a caller's job runs under when it names

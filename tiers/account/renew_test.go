@@ -56,7 +56,12 @@ func TestRenewTLS(t *testing.T) {
 			t.Errorf("%s: %v %v", f, st.Mode(), err)
 		}
 	}
-	srv, err := readCert(filepath.Join(r.TLSDir(), "server.pem"))
+	home, err := os.OpenRoot(r.Home())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
+	srv, err := readCert(home, "tls/server.pem")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package account
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock"
@@ -39,11 +40,7 @@ func newScrubber(values []string) *scrubber {
 		}
 	}
 	// Longest first.
-	for i := 1; i < len(forms); i++ {
-		for j := i; j > 0 && len(forms[j]) > len(forms[j-1]); j-- {
-			forms[j], forms[j-1] = forms[j-1], forms[j]
-		}
-	}
+	slices.SortStableFunc(forms, func(a, b string) int { return len(b) - len(a) })
 	return &scrubber{forms: forms}
 }
 

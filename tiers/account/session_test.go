@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -415,5 +416,122 @@ func TestStreamedOutputScrubbed(t *testing.T) {
 		if strings.Contains(string(body), value) || !strings.Contains(string(body), "redacted") {
 			t.Errorf("%s: %d %s", accept, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestCredentialBounds: a job names at most MaxCredentials
+// credentials, and one session's runs resolve at most MaxSessionValues
+// distinct values (every run in it is scrubbed of them all): a run that
+// would add more is refused, and the session's other runs go on.
+func TestCredentialBounds(t *testing.T) {
+	inner := processInner(t)
+	st := store{Credentials: map[string]storedCredential{}}
+	for i := range MaxSessionValues + 1 {
+		st.Credentials[fmt.Sprintf("c%d", i)] = storedCredential{Value: fmt.Sprintf("value-%04d-canary", i)}
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), StoreFile)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tier := New(NewConfig("test", executorOn(t, inner, path), os.Getuid()))
+	ctx := context.Background()
+	job := func(from, n int) airlock.Job {
+		j := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/true"}, Situation: airlock.SituationCredentials}
+		for i := from; i < from+n; i++ {
+			j.Grants.Credentials = append(j.Grants.Credentials, airlock.Credential{Env: fmt.Sprintf("C%d", i-from), Ref: fmt.Sprintf("c%d", i)})
+		}
+		return j
+	}
+	over := job(0, MaxCredentials+1)
+	if err := over.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("above the %d a job may name", MaxCredentials)) {
+		t.Errorf("a job naming %d credentials: %v", MaxCredentials+1, err)
+	}
+	if _, err := tier.Run(ctx, over); err == nil {
+		t.Errorf("a job naming %d credentials ran", MaxCredentials+1)
+	}
+
+	s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	per := MaxCredentials
+	for from := 0; from < MaxSessionValues; from += per {
+		if res, err := s.Run(ctx, job(from, min(per, MaxSessionValues-from))); err != nil || res.ExitCode != 0 {
+			t.Fatalf("run from c%d: %v %+v", from, err, res)
+		}
+	}
+	_, err = s.Run(ctx, job(MaxSessionValues, 1))
+	if err == nil || !strings.Contains(err.Error(), "open a new session") {
+		t.Errorf("a run past the session's %d values: %v", MaxSessionValues, err)
+	}
+	// Values the session holds, and none: the session goes on.
+	for _, j := range []airlock.Job{job(0, 1), job(0, 0)} {
+		if res, err := s.Run(ctx, j); err != nil || res.ExitCode != 0 {
+			t.Errorf("a run within the session's values: %v %+v", err, res)
+		}
+	}
+}
+
+// TestSessionBoundConcurrent: one caller opening sessions all at once
+// still holds at most MaxSessionsPerCaller of them, so the executor's
+// quota, which its callers share, is left for the others.
+func TestSessionBoundConcurrent(t *testing.T) {
+	tier := New(NewConfig("test", executorOn(t, processInner(t), ""), os.Getuid()))
+	const n = 16 // the executor's quota
+	for round := range 20 {
+		opened := make(chan airlock.Session, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{}); err == nil {
+					opened <- s
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(opened)
+		held := 0
+		for s := range opened {
+			held++
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if held > MaxSessionsPerCaller {
+			t.Fatalf("round %d: one caller opened %d sessions at once, more than %d", round, held, MaxSessionsPerCaller)
+		}
+	}
+}
+
+// TestExecutorGrantsNoHostPath: the executor's user can read the
+// account's store, but a job cannot have it (or any host path) granted:
+// the executor's server grants its callers none, and the caller is told
+// why in one line.
+func TestExecutorGrantsNoHostPath(t *testing.T) {
+	store := filepath.Join(t.TempDir(), StoreFile)
+	const value = "ghs_hostpath-Wq3z-canary"
+	if err := AddStatic(store, "gh", value, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	tier := New(NewConfig("test", executorOn(t, processInner(t), store), os.Getuid()))
+	res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindCommand, Argv: []string{"/bin/cat", store},
+		Situation: airlock.SituationCredentials, Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{filepath.Dir(store)}}}})
+	stop, ok := airlock.AsStop(err)
+	if !ok || stop.Reason != airlock.StopDenied || !strings.Contains(stop.Detail, "executor of account test: ") ||
+		!strings.Contains(stop.Detail, "no host path may be granted") {
+		t.Errorf("a read grant of the store's directory: %v", err)
+	}
+	if strings.Contains(res.Stdout+res.Stderr, value) {
+		t.Errorf("the store was read: %+v", res)
 	}
 }

@@ -3,8 +3,11 @@ package account
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -124,13 +127,9 @@ func AddOIDC(path, ref, audience string, scopes []string, uid, gid int) error {
 // SetCallers limits the stored credential ref to callers (see
 // storedCredential.Callers); none lifts the limit.
 func SetCallers(path, ref string, callers []string, uid, gid int) error {
-	data, err := os.ReadFile(path)
+	s, err := readStoreOwn(path, uid)
 	if err != nil {
 		return err
-	}
-	var s store
-	if err := json.Unmarshal(data, &s); err != nil {
-		return fmt.Errorf("credential store %s: %w", path, err)
 	}
 	c, err := s.lookup(ref)
 	if err != nil {
@@ -140,16 +139,35 @@ func SetCallers(path, ref string, callers []string, uid, gid int) error {
 	return add(path, ref, c, uid, gid)
 }
 
+// readStoreOwn reads the store at path for root, who changes it (see
+// openOwn): a link, or a file the account (uid) does not own, is refused;
+// a missing store is empty.
+func readStoreOwn(path string, uid int) (*store, error) {
+	s := &store{Credentials: map[string]storedCredential{}}
+	root, err := openOwn(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	data, err := readOwn(root, filepath.Base(path), uid)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("credential store: %w", err)
+	}
+	if err := json.Unmarshal(data, s); err != nil {
+		return nil, fmt.Errorf("credential store %s: %w", path, err)
+	}
+	if s.Credentials == nil {
+		s.Credentials = map[string]storedCredential{}
+	}
+	return s, nil
+}
+
 func add(path, ref string, c storedCredential, uid, gid int) error {
-	s := store{Credentials: map[string]storedCredential{}}
-	if data, err := os.ReadFile(path); err == nil {
-		if err := json.Unmarshal(data, &s); err != nil {
-			return fmt.Errorf("credential store %s: %w", path, err)
-		}
-		if s.Credentials == nil {
-			s.Credentials = map[string]storedCredential{}
-		}
-	} else if !os.IsNotExist(err) {
+	s, err := readStoreOwn(path, uid)
+	if err != nil {
 		return err
 	}
 	s.Credentials[ref] = c
@@ -157,36 +175,29 @@ func add(path, ref string, c storedCredential, uid, gid int) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	root, err := openOwn(filepath.Dir(path))
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Lchown(tmp, uid, gid); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
+	defer root.Close()
+	return writeOwn(root, filepath.Base(path), data, 0o600, uid, gid)
 }
 
-// emptyStore writes an empty store at path if there is none.
-func emptyStore(path string, uid, gid int) error {
-	if _, err := os.Lstat(path); err == nil {
+// emptyStore writes an empty store as name in root if there is none.
+func emptyStore(root *os.Root, name string, uid, gid int) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, fs.ErrExist) {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = f.WriteString("{\"credentials\": {}}\n")
+	if err == nil {
+		err = f.Chown(uid, gid)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Lchown(path, uid, gid)
 	}
 	return err
 }

@@ -57,24 +57,34 @@ const certLife = 2 * 365 * 24 * time.Hour
 // names (DNS names or IP addresses) and a client certificate for a
 // caller, unless they exist (runs as root, from `airlock account add`).
 func (r Record) MakeTLS(names []string) error {
-	cdir, sdir := r.ClientDir(), r.TLSDir()
-	if _, err := os.Stat(filepath.Join(sdir, "server.pem")); err == nil {
+	cdir := r.ClientDir()
+	home, err := openOwn(r.Home())
+	if err != nil {
+		return err
+	}
+	defer home.Close()
+	if _, err := home.Lstat(filepath.Join(tlsSub, "server.pem")); err == nil {
 		return nil
 	}
-	for _, d := range []struct {
-		path     string
-		uid, gid int
-	}{{cdir, 0, 0}, {sdir, r.UID, r.GID}} {
-		if err := os.MkdirAll(d.path, 0o700); err != nil {
-			return err
-		}
-		if err := os.Chmod(d.path, 0o700); err != nil {
-			return err
-		}
-		if err := os.Lchown(d.path, d.uid, d.gid); err != nil {
-			return err
-		}
+	// The caller's directory is an entry of root's DIR; the executor's
+	// is inside the account's (see openOwn).
+	if err := os.MkdirAll(cdir, 0o700); err != nil {
+		return err
 	}
+	if err := os.Chmod(cdir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Lchown(cdir, 0, 0); err != nil {
+		return err
+	}
+	if err := dirOwn(home, tlsSub, 0o700, r.UID, r.GID); err != nil {
+		return err
+	}
+	croot, err := os.OpenRoot(cdir)
+	if err != nil {
+		return err
+	}
+	defer croot.Close()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -95,9 +105,9 @@ func (r Record) MakeTLS(names []string) error {
 	}
 	caPEM := pemOf("CERTIFICATE", caDER)
 	files := []pemFile{
-		{filepath.Join(cdir, "ca.pem"), caPEM, 0o644, 0, 0},
-		{filepath.Join(cdir, "ca-key.pem"), nil, 0o600, 0, 0},
-		{filepath.Join(sdir, "ca.pem"), caPEM, 0o644, r.UID, r.GID},
+		{croot, "ca.pem", caPEM, 0o644, 0, 0},
+		{croot, "ca-key.pem", nil, 0o600, 0, 0},
+		{home, filepath.Join(tlsSub, "ca.pem"), caPEM, 0o644, r.UID, r.GID},
 	}
 	if files[1].data, err = keyPEM(caKey); err != nil {
 		return err
@@ -105,13 +115,16 @@ func (r Record) MakeTLS(names []string) error {
 	if err := writeFiles(files); err != nil {
 		return err
 	}
-	return r.issueLeaves(ca, caKey, names, now)
+	return r.issueLeaves(croot, home, ca, caKey, names, now)
 }
+
+// tlsSub is the executor's TLS directory inside the account's.
+const tlsSub = "tls"
 
 // issueLeaves makes the executor's certificate for names and the
 // caller's client certificate, new keys for both, signed by the CA.
-func (r Record) issueLeaves(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, now time.Time) error {
-	cdir, sdir := r.ClientDir(), r.TLSDir()
+// croot is the caller's directory, home the account's.
+func (r Record) issueLeaves(croot, home *os.Root, ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, now time.Time) error {
 	notAfter := now.Add(certLife)
 	if notAfter.After(ca.NotAfter) {
 		notAfter = ca.NotAfter
@@ -140,11 +153,12 @@ func (r Record) issueLeaves(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names
 	var files []pemFile
 	for _, leaf := range []struct {
 		tmpl      *x509.Certificate
+		root      *os.Root
 		cert, key string
 		uid, gid  int
 	}{
-		{client, filepath.Join(cdir, "client.pem"), filepath.Join(cdir, "client-key.pem"), 0, 0},
-		{server, filepath.Join(sdir, "server.pem"), filepath.Join(sdir, "server-key.pem"), r.UID, r.GID},
+		{client, croot, "client.pem", "client-key.pem", 0, 0},
+		{server, home, filepath.Join(tlsSub, "server.pem"), filepath.Join(tlsSub, "server-key.pem"), r.UID, r.GID},
 	} {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -159,8 +173,8 @@ func (r Record) issueLeaves(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names
 			return err
 		}
 		// Keys first: a certificate never names a key not yet written.
-		files = append(files, pemFile{leaf.key, kp, 0o600, leaf.uid, leaf.gid},
-			pemFile{leaf.cert, pemOf("CERTIFICATE", der), 0o644, leaf.uid, leaf.gid})
+		files = append(files, pemFile{leaf.root, leaf.key, kp, 0o600, leaf.uid, leaf.gid},
+			pemFile{leaf.root, leaf.cert, pemOf("CERTIFICATE", der), 0o644, leaf.uid, leaf.gid})
 	}
 	return writeFiles(files)
 }
@@ -177,12 +191,16 @@ const RenewBefore = 30 * 24 * time.Hour
 // own at start. A CA that expires within RenewBefore is not renewed here:
 // remove and add the account.
 func (r Record) RenewTLS(now time.Time, force bool) (bool, error) {
-	cdir, sdir := r.ClientDir(), r.TLSDir()
-	ca, err := readCert(filepath.Join(cdir, "ca.pem"))
+	croot, err := os.OpenRoot(r.ClientDir())
 	if err != nil {
 		return false, fmt.Errorf("account %s has no certificates to renew (made by account add --listen): %w", r.Name, err)
 	}
-	keyData, err := readPrivate(filepath.Join(cdir, "ca-key.pem"))
+	defer croot.Close()
+	ca, err := readCert(croot, "ca.pem")
+	if err != nil {
+		return false, fmt.Errorf("account %s has no certificates to renew (made by account add --listen): %w", r.Name, err)
+	}
+	keyData, err := readPrivate(filepath.Join(r.ClientDir(), "ca-key.pem"))
 	if err != nil {
 		return false, err
 	}
@@ -193,11 +211,16 @@ func (r Record) RenewTLS(now time.Time, force bool) (bool, error) {
 	if ca.NotAfter.Before(now.Add(RenewBefore)) {
 		return false, fmt.Errorf("account %s: its CA expires %s; renew it by removing and adding the account", r.Name, ca.NotAfter.UTC().Format(time.RFC3339))
 	}
-	server, err := readCert(filepath.Join(sdir, "server.pem"))
+	home, err := openOwn(r.Home())
 	if err != nil {
 		return false, err
 	}
-	client, err := readCert(filepath.Join(cdir, "client.pem"))
+	defer home.Close()
+	server, err := readCert(home, filepath.Join(tlsSub, "server.pem"))
+	if err != nil {
+		return false, err
+	}
+	client, err := readCert(croot, "client.pem")
 	if err != nil {
 		return false, err
 	}
@@ -208,17 +231,24 @@ func (r Record) RenewTLS(now time.Time, force bool) (bool, error) {
 	for _, ip := range server.IPAddresses {
 		names = append(names, ip.String())
 	}
-	return true, r.issueLeaves(ca, caKey, names, now.Add(-time.Minute))
+	// The executor's directory is the account's: made again should its
+	// user have put something else there.
+	if err := dirOwn(home, tlsSub, 0o700, r.UID, r.GID); err != nil {
+		return false, err
+	}
+	return true, r.issueLeaves(croot, home, ca, caKey, names, now.Add(-time.Minute))
 }
 
-func readCert(path string) (*x509.Certificate, error) {
-	data, err := os.ReadFile(path)
+// readCert reads the PEM certificate name inside root, not through a
+// link.
+func readCert(root *os.Root, name string) (*x509.Certificate, error) {
+	data, err := readOwn(root, name, -1)
 	if err != nil {
 		return nil, err
 	}
 	b, _ := pem.Decode(data)
 	if b == nil || b.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("%s: no PEM certificate", path)
+		return nil, fmt.Errorf("%s/%s: no PEM certificate", root.Name(), name)
 	}
 	return x509.ParseCertificate(b.Bytes)
 }
@@ -246,17 +276,7 @@ func writeFiles(files []pemFile) error {
 	for _, f := range files {
 		// Written aside and renamed: a reader sees the old file or the
 		// new one, never half of one.
-		tmp := f.path + ".tmp"
-		if err := os.WriteFile(tmp, f.data, f.mode); err != nil {
-			return err
-		}
-		if err := os.Chmod(tmp, f.mode); err != nil {
-			return err
-		}
-		if err := os.Lchown(tmp, f.uid, f.gid); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, f.path); err != nil {
+		if err := writeOwn(f.root, f.name, f.data, f.mode, f.uid, f.gid); err != nil {
 			return err
 		}
 	}
@@ -264,7 +284,8 @@ func writeFiles(files []pemFile) error {
 }
 
 type pemFile struct {
-	path     string
+	root     *os.Root
+	name     string
 	data     []byte
 	mode     os.FileMode
 	uid, gid int
