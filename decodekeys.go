@@ -3,7 +3,6 @@ package airlock
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strings"
 	"time"
@@ -34,12 +33,14 @@ var (
 func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 	switch {
 	case t == anyMapType:
-		err := value.UniqueKeys(dec, path)
-		var dup *value.DuplicateKey
-		if errors.As(err, &dup) {
-			return invalid(dup.Path, "given twice")
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
 		}
-		return err
+		if dup := value.FirstDuplicateKey(raw); dup != nil {
+			return invalid(join(path, dup.Path), "given twice")
+		}
+		return nil
 	case t == timeType || t == bytesType || t == jsonRawType:
 		return skipValue(dec)
 	case t.Kind() == reflect.Struct:
