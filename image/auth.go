@@ -130,14 +130,17 @@ const maxTokenBody = 1 << 20
 // pull's error: a registry or token service that quotes what it was sent
 // must not put the operator's credentials into a job's Result, the audit
 // log or a terminal.
+//
+// With a policy, it also enforces where the pull may go (see pullPolicy).
 type credWatch struct {
-	inner http.RoundTripper
-	mu    sync.Mutex
-	vals  map[string]bool
+	inner  http.RoundTripper
+	policy *pullPolicy
+	mu     sync.Mutex
+	vals   map[string]bool
 }
 
-func newCredWatch(inner http.RoundTripper) *credWatch {
-	return &credWatch{inner: inner, vals: map[string]bool{}}
+func newCredWatch(inner http.RoundTripper, policy *pullPolicy) *credWatch {
+	return &credWatch{inner: inner, policy: policy, vals: map[string]bool{}}
 }
 
 // add remembers credential values.
@@ -154,13 +157,23 @@ func (w *credWatch) add(vals ...string) {
 // addConfig remembers what of an entry of the credentials file is secret
 // (all but the user name), as it may be sent.
 func (w *credWatch) addConfig(ac authn.AuthConfig) {
-	w.add(ac.Password, ac.IdentityToken, ac.RegistryToken, ac.Auth)
+	vals := []string{ac.Password, ac.IdentityToken, ac.RegistryToken, ac.Auth}
 	if ac.Password != "" {
-		w.add(base64.StdEncoding.EncodeToString([]byte(ac.Username + ":" + ac.Password)))
+		vals = append(vals, base64.StdEncoding.EncodeToString([]byte(ac.Username+":"+ac.Password)))
+	}
+	w.add(vals...)
+	if w.policy != nil {
+		w.policy.secret(vals...)
 	}
 }
 
 func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	if w.policy != nil {
+		var err error
+		if r, err = w.policy.request(r); err != nil {
+			return nil, err
+		}
+	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, v, _ := strings.Cut(h, " ")
 		w.add(h, v)
@@ -172,6 +185,9 @@ func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := w.inner.RoundTrip(r)
+	if err == nil && w.policy != nil {
+		w.policy.response(r, resp, nil)
+	}
 	if err != nil || resp.StatusCode != http.StatusOK || strings.HasPrefix(r.URL.Path, "/v2/") ||
 		!strings.Contains(resp.Header.Get("Content-Type"), "json") {
 		return resp, err
@@ -186,6 +202,9 @@ func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if json.Unmarshal(head, &tok) == nil {
 		w.add(tok.Token, tok.AccessToken, tok.RefreshToken)
+		if w.policy != nil {
+			w.policy.response(r, resp, []string{tok.Token, tok.AccessToken, tok.RefreshToken})
+		}
 	}
 	rest := io.Reader(resp.Body)
 	if rerr != nil {

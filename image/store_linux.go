@@ -181,7 +181,7 @@ func wrap(ref string, err error) error {
 	if errors.As(err, &e) {
 		return e
 	}
-	invalid := errors.Is(err, errInvalid) || errors.Is(err, errHostile) || errors.Is(err, errTooLarge)
+	invalid := errors.Is(err, errInvalid) || errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, errReach)
 	msg := err.Error()
 	if errors.Is(err, errInvalid) {
 		msg = strings.TrimPrefix(msg, errInvalid.Error()+": ")
@@ -377,9 +377,14 @@ var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
 
 func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (digest string, err error) {
 	s.emit(Event{Image: ref, Phase: "pull"})
-	// No credential sent or received may reach the error (a job's Result).
-	watch := newCredWatch(remote.DefaultTransport)
-	defer func() { err = watch.clean(err) }()
+	// No credential sent or received may reach the error (a job's Result),
+	// and the registry's redirects reach no further than pullPolicy lets
+	// them.
+	policy := newPullPolicy(ctx, r)
+	tr := policy.reach.transport()
+	defer tr.CloseIdleConnections()
+	watch := newCredWatch(tr, policy)
+	defer func() { err = watch.clean(reachRefusal(err)) }()
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64), remote.WithTransport(watch)}
 	var keys []authn.Keychain
 	if s.opts.AuthFile != "" {
