@@ -188,6 +188,16 @@ func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err == nil && w.policy != nil {
 		w.policy.response(r, resp, nil)
 	}
+	if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(r.URL.Path, "/manifests/") {
+		// A manifest or index is read whole into memory: bounded as the
+		// descriptors of the others are (go-containerregistry would take
+		// 100 MiB).
+		if resp.ContentLength > maxMeta {
+			resp.Body.Close()
+			return nil, fmt.Errorf("%w: manifest of %d bytes, over the %d bytes it may have", errTooLarge, resp.ContentLength, maxMeta)
+		}
+		resp.Body = readCloser{&capReader{r: resp.Body, n: maxMeta}, resp.Body}
+	}
 	if err != nil || resp.StatusCode != http.StatusOK || strings.HasPrefix(r.URL.Path, "/v2/") ||
 		!strings.Contains(resp.Header.Get("Content-Type"), "json") {
 		return resp, err
@@ -212,6 +222,27 @@ func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), rest), resp.Body}
 	return resp, nil
+}
+
+// capReader fails once more than n bytes were read.
+type capReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *capReader) Read(b []byte) (int, error) {
+	if c.n < 0 {
+		return 0, fmt.Errorf("%w: manifest over the %d bytes it may have", errTooLarge, maxMeta)
+	}
+	if int64(len(b)) > c.n+1 {
+		b = b[:c.n+1]
+	}
+	k, err := c.r.Read(b)
+	c.n -= int64(k)
+	if c.n < 0 {
+		return 0, fmt.Errorf("%w: manifest over the %d bytes it may have", errTooLarge, maxMeta)
+	}
+	return k, err
 }
 
 type errReader struct{ err error }

@@ -578,3 +578,65 @@ func TestDockerArchiveEntriesBounded(t *testing.T) {
 		t.Errorf("10 entries, 9 allowed: %v", err)
 	}
 }
+
+// TestPullHugeManifestRefused: a registry that answers a manifest with
+// more than maxMeta bytes (declared, or streamed without a length) is
+// refused at maxMeta, not read on into memory.
+func TestPullHugeManifestRefused(t *testing.T) {
+	const size = 64 << 20
+	man, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     types.OCIManifestSchema1,
+		"config":        map[string]any{"mediaType": types.OCIConfigJSON, "digest": "sha256:" + strings.Repeat("ab", 32), "size": 2},
+		"layers":        []any{},
+	})
+	// Valid JSON whatever its length: spaces after the object.
+	h := sha256.New()
+	h.Write(man)
+	io.Copy(h, io.LimitReader(spaces{}, size-int64(len(man))))
+	mdigest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	for _, declared := range []bool{true, false} {
+		f := newFixture(t, Options{})
+		var sent atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.URL.Path == "/v2/":
+			case strings.HasSuffix(r.URL.Path, "/manifests/"+mdigest):
+				w.Header().Set("Content-Type", string(types.OCIManifestSchema1))
+				w.Header().Set("Docker-Content-Digest", mdigest)
+				if declared {
+					w.Header().Set("Content-Length", fmt.Sprint(size))
+				}
+				if r.Method == http.MethodHead {
+					return
+				}
+				n, _ := io.Copy(w, io.MultiReader(bytes.NewReader(man), io.LimitReader(spaces{}, size-int64(len(man)))))
+				sent.Add(n)
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		ref := strings.TrimPrefix(srv.URL, "http://") + "/test/big@" + mdigest
+		_, err := f.s.Pull(context.Background(), ref)
+		srv.Close()
+		imageError(t, err, true, "manifest")
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprint(maxMeta)) {
+			t.Errorf("declared %v: %v; want the bound named", declared, err)
+		}
+		// What the connection's buffers hold beyond the bound may have
+		// been sent; not the rest.
+		if n := sent.Load(); n > 4*maxMeta {
+			t.Errorf("declared %v: the registry sent %d bytes of the manifest", declared, n)
+		}
+		f.tmpEmpty()
+	}
+}
+
+type spaces struct{}
+
+func (spaces) Read(b []byte) (int, error) {
+	for i := range b {
+		b[i] = ' '
+	}
+	return len(b), nil
+}
