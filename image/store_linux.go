@@ -597,6 +597,9 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	if (cfg.OS != "" && cfg.OS != amd64.OS) || (cfg.Architecture != "" && cfg.Architecture != amd64.Architecture) {
 		return invalidf("built for %s/%s, not linux/amd64", cfg.OS, cfg.Architecture)
 	}
+	if err := checkEnv(cfg.Config.Env); err != nil {
+		return err
+	}
 	layers, err := img.Layers()
 	if err != nil {
 		return fmt.Errorf("reading layers: %w", err)
@@ -659,6 +662,35 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	s.unpacks.Add(1)
 	p.ev.Phase, p.ev.Done = "done", total
 	s.emit(p.ev)
+	return nil
+}
+
+// maxEnvEntry and maxEnv bound an image's environment: an entry as the
+// kernel bounds one string of a program's (MAX_ARG_STRLEN), the whole
+// well within what every program of the image is started with.
+const (
+	maxEnvEntry = 128 << 10
+	maxEnv      = 1 << 20
+)
+
+// checkEnv refuses an image environment that no program could be started
+// with: an entry holding a NUL byte (which no exec can pass), or one too
+// long, each job of the image failing on every tier. Entries without "="
+// or with an empty name are skipped when the environment is made
+// (Image.Environ).
+func checkEnv(env []string) error {
+	total := 0
+	for i, kv := range env {
+		if strings.IndexByte(kv, 0) >= 0 {
+			return invalidf("image configuration: environment entry %d holds a NUL byte", i+1)
+		}
+		if len(kv) >= maxEnvEntry {
+			return invalidf("image configuration: environment entry %d of %d bytes, over the %d bytes one may have", i+1, len(kv), maxEnvEntry)
+		}
+		if total += len(kv) + 1; total > maxEnv {
+			return invalidf("image configuration: environment over %d bytes", maxEnv)
+		}
+	}
 	return nil
 }
 

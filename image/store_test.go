@@ -1112,3 +1112,32 @@ func TestOpenRefusesForeignDir(t *testing.T) {
 		t.Errorf("a store in another user's directory: %v", err)
 	}
 }
+
+// TestHostileEnvRefused: an image whose configuration's environment no
+// program could be started with (a NUL byte, an entry or a whole over the
+// kernel's bounds) is refused at import, in one line, as the image's
+// fault; and one already in a store has such an entry left out.
+func TestHostileEnvRefused(t *testing.T) {
+	f := newFixture(t, Options{})
+	layer := layerOf(t, file("etc/os-release", "ID=x\n"))
+	for what, env := range map[string][]string{
+		"a NUL byte":         {"PATH=/usr/bin", "X=a\x00LD_PRELOAD=/tmp/x.so"},
+		"a long entry":       {"X=" + strings.Repeat("a", 128<<10)},
+		"a long environment": slices.Repeat([]string{"X=" + strings.Repeat("a", 100<<10)}, 12),
+	} {
+		_, err := f.importImage("env", imageOf(t, env, layer))
+		if err == nil {
+			t.Errorf("%s: imported", what)
+			continue
+		}
+		imageError(t, err, true, "environment")
+	}
+	if _, err := f.importImage("env", imageOf(t, []string{"X=1"}, layer)); err != nil {
+		t.Fatal(err)
+	}
+	f.tmpEmpty()
+	img := &Image{Config: Config{Env: []string{"X=a\x00b", "Y=1"}}}
+	if got := img.Environ(); slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "X=") }) {
+		t.Errorf("Environ kept an entry with a NUL byte: %q", got)
+	}
+}
