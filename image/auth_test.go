@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -438,4 +440,67 @@ func TestPullRedirectKeepsCredentials(t *testing.T) {
 		}
 		mu.Unlock()
 	}
+}
+
+// TestPullCancelledLeavesOthers: two pulls of one image share its unpack;
+// the first giving up (its job cancelled) does not fail the second, which
+// then does the work itself.
+func TestPullCancelledLeavesOthers(t *testing.T) {
+	reg := registry.New(registry.Logger(nilLogger()))
+	hit := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, blob := repoOf(r.URL.Path); blob && r.Header.Get("X-Push") == "" && r.Method == http.MethodGet {
+			select {
+			case hit <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := goodImage(t, "shared")
+	pushRef, err := name.ParseReference(host + "/team/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(pushRef, img); err != nil {
+		t.Fatal(err)
+	}
+	ref := host + "/team/app@" + digestOf(t, img)
+	f := newFixture(t, Options{})
+
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	errs := make(chan error, 2)
+	go func() { _, err := f.s.Pull(ctx1, ref); errs <- err }()
+	<-hit // the first pull is unpacking
+	second := make(chan error, 1)
+	go func() { _, err := f.s.Pull(context.Background(), ref); second <- err }()
+	for f.s.waiting.Load() == 0 {
+		select {
+		case err := <-second:
+			t.Fatalf("the second pull ended before waiting on the first: %v", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel1()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled pull: %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-second; err != nil {
+		t.Fatalf("the second pull failed with the first's cancellation: %v", err)
+	}
+	if n := f.s.unpacks.Load(); n != 1 {
+		t.Errorf("%d unpacks, want 1", n)
+	}
+	f.tmpEmpty()
 }

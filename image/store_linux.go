@@ -57,6 +57,7 @@ type Store struct {
 
 	unpacks atomic.Int64 // images unpacked, for tests
 	builds  atomic.Int64 // artefacts derived, for tests
+	waiting atomic.Int64 // callers waiting on another's flight, for tests
 }
 
 type flight struct {
@@ -519,16 +520,31 @@ func selectImage(idx v1.ImageIndex, depth int, meta func(what string, d v1.Descr
 
 // once runs fn once per key among the concurrent callers of this process;
 // the file locks taken inside fn do the same across processes.
+//
+// A caller that gives up (its ctx ends) ends the work for itself only: a
+// caller waiting on it then does the work in its turn, rather than fail
+// with another's cancellation (one tenant cancelling its job must not
+// fail another's of the same image).
 func (s *Store) once(ctx context.Context, key string, fn func() error) error {
 	s.mu.Lock()
-	if f, ok := s.flights[key]; ok {
+	for {
+		f, ok := s.flights[key]
+		if !ok {
+			break
+		}
 		s.mu.Unlock()
+		s.waiting.Add(1)
 		select {
 		case <-f.done:
-			return f.err
+			s.waiting.Add(-1)
 		case <-ctx.Done():
+			s.waiting.Add(-1)
 			return ctx.Err()
 		}
+		if !errors.Is(f.err, context.Canceled) && !errors.Is(f.err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return f.err
+		}
+		s.mu.Lock()
 	}
 	f := &flight{done: make(chan struct{})}
 	s.flights[key] = f
