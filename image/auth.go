@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -287,7 +288,14 @@ func (w *credWatch) scrub(msg string) string {
 		}
 		msg = strings.ReplaceAll(msg, v, "[credential]")
 	}
-	return strings.Join(strings.Fields(msg), " ")
+	// One line, and no control character: a registry's answer quoted in
+	// the error reaches a terminal, where an escape sequence would act.
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, strings.Join(strings.Fields(msg), " "))
 }
 
 // cleanError is an error whose message was cleaned of credentials.

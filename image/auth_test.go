@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -503,4 +504,38 @@ func TestPullCancelledLeavesOthers(t *testing.T) {
 		t.Errorf("%d unpacks, want 1", n)
 	}
 	f.tmpEmpty()
+}
+
+// TestPullErrorHasNoControl: a registry's answer quoted in a pull's error
+// (which a terminal shows) reaches it without its escape sequences.
+func TestPullErrorHasNoControl(t *testing.T) {
+	reg := registry.New(registry.Logger(nilLogger()))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, blob := repoOf(r.URL.Path); blob && r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, "gone \x1b]0;owned\x07\x1b[2J\x9b31m\x00 away")
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := goodImage(t, "control")
+	pushRef, err := name.ParseReference(host + "/team/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(pushRef, img); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pullWith(t, Options{}, host+"/team/app@"+digestOf(t, img))
+	if err == nil {
+		t.Fatal("pulled")
+	}
+	if !strings.Contains(err.Error(), "gone") {
+		t.Fatalf("%v: the registry's answer is not quoted, the test proves nothing", err)
+	}
+	if i := strings.IndexFunc(err.Error(), unicode.IsControl); i >= 0 {
+		t.Errorf("the error holds a control character at %d: %q", i, err)
+	}
 }
