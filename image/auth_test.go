@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -538,4 +539,67 @@ func TestPullErrorHasNoControl(t *testing.T) {
 	if i := strings.IndexFunc(err.Error(), unicode.IsControl); i >= 0 {
 		t.Errorf("the error holds a control character at %d: %q", i, err)
 	}
+}
+
+// TestUnpacksBounded: pulls of more images at once than maxUnpacks unpack
+// maxUnpacks of them at a time (each may write up to the size cap before
+// eviction), the others waiting; all finish.
+func TestUnpacksBounded(t *testing.T) {
+	reg := registry.New(registry.Logger(nilLogger()))
+	var mu sync.Mutex
+	inBlob := map[string]bool{} // repositories whose blobs were asked for
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if repo, blob := repoOf(r.URL.Path); blob && r.Method == http.MethodGet && r.Header.Get("User-Agent") != "push" {
+			mu.Lock()
+			inBlob[repo] = true
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	n := maxUnpacks + 1
+	var refs []string
+	for i := range n {
+		img := goodImage(t, fmt.Sprint("bounded-", i))
+		repo := fmt.Sprint("team/app", i)
+		pushRef, err := name.ParseReference(host + "/" + repo + ":v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(pushRef, img, remote.WithUserAgent("push")); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, host+"/"+repo+"@"+digestOf(t, img))
+	}
+	f := newFixture(t, Options{})
+	errs := make(chan error, n)
+	for _, ref := range refs {
+		go func() { _, err := f.s.Pull(context.Background(), ref); errs <- err }()
+	}
+	started := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(inBlob)
+	}
+	// Until every pull unpacks or waits to.
+	for started() < n && !(started() == maxUnpacks && f.s.unpackWait.Load() == int64(n-maxUnpacks)) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := started(); got > maxUnpacks {
+		t.Errorf("%d images unpacking at once, want at most %d", got, maxUnpacks)
+	}
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	f.tmpEmpty()
 }

@@ -58,6 +58,11 @@ type Store struct {
 	unpacks atomic.Int64 // images unpacked, for tests
 	builds  atomic.Int64 // artefacts derived, for tests
 	waiting atomic.Int64 // callers waiting on another's flight, for tests
+
+	// unpackSem bounds the unpacks of this process at once (maxUnpacks);
+	// unpackWait counts those waiting, for tests.
+	unpackSem  chan struct{}
+	unpackWait atomic.Int64
 }
 
 type flight struct {
@@ -66,6 +71,12 @@ type flight struct {
 }
 
 var _ Resolver = (*Store)(nil)
+
+// maxUnpacks is how many images one process unpacks at once; more wait.
+// Each may take up to MaxBytes on disk before eviction runs, so the
+// store's directory holds at most MaxBytes (kept) plus maxUnpacks times
+// MaxBytes (in progress), whatever the number of images asked for at once.
+const maxUnpacks = 2
 
 // Open opens (creating it if needed) the store in dir and removes what an
 // interrupted run left in it.
@@ -92,7 +103,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
-	s := &Store{dir: dir, opts: opts, flights: map[string]*flight{}}
+	s := &Store{dir: dir, opts: opts, flights: map[string]*flight{}, unpackSem: make(chan struct{}, maxUnpacks)}
 	unlock, err := s.lockStore()
 	if err != nil {
 		return nil, err
@@ -580,6 +591,17 @@ func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want str
 		if s.has(digest) {
 			return nil
 		}
+		// Each unpack may write up to MaxBytes before the store evicts:
+		// so many at once would fill the disk.
+		s.unpackWait.Add(1)
+		select {
+		case s.unpackSem <- struct{}{}:
+			s.unpackWait.Add(-1)
+		case <-ctx.Done():
+			s.unpackWait.Add(-1)
+			return ctx.Err()
+		}
+		defer func() { <-s.unpackSem }()
 		err = s.unpack(ctx, label, digest, raw, img)
 		if err != nil && clean != nil {
 			err = clean(err)
