@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -188,7 +189,8 @@ func (r *reach) transport() *http.Transport {
 	return t
 }
 
-const dialTimeout = 30e9 // 30 s, as go-containerregistry's own transport
+// dialTimeout is go-containerregistry's own transport's.
+const dialTimeout = 30 * time.Second
 
 // hostOnly is host without its port or brackets.
 func hostOnly(hostport string) string {
