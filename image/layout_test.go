@@ -22,9 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 )
@@ -639,4 +641,59 @@ func (spaces) Read(b []byte) (int, error) {
 		b[i] = ' '
 	}
 	return len(b), nil
+}
+
+// TestImportDockerArchiveLinkChain: a docker-archive whose layer is named
+// through a long chain of links (which its reader would follow by reading
+// the archive through once per link) is refused before it is read.
+func TestImportDockerArchiveLinkChain(t *testing.T) {
+	f := newFixture(t, Options{})
+	img := goodImage(t, "chain")
+	var orig bytes.Buffer
+	ref, _ := name.ParseReference("example.test/img:1")
+	if err := tarball.Write(ref, img, &orig); err != nil {
+		t.Fatal(err)
+	}
+	// The archive's manifest, its layer named through the chain.
+	tr := tar.NewReader(bytes.NewReader(orig.Bytes()))
+	var manifest []map[string]any
+	var ents []ent
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		if h.Name == "manifest.json" {
+			if err := json.Unmarshal(body, &manifest); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		ents = append(ents, ent{name: h.Name, typ: tar.TypeReg, mode: 0o644, body: string(body)})
+	}
+	const links = 300
+	layers := manifest[0]["Layers"].([]any)
+	last := layers[0].(string)
+	layers[0] = "chain/0"
+	for i := range links - 1 {
+		ents = append(ents, symlink(fmt.Sprint("chain/", i), fmt.Sprint(i+1)))
+	}
+	ents = append(ents, symlink(fmt.Sprint("chain/", links-1), "../"+last))
+	mj, _ := json.Marshal(manifest)
+	ents = append([]ent{file("manifest.json", string(mj))}, ents...)
+	src := filepath.Join(f.base, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(src, "chain.tar")
+	if err := os.WriteFile(archive, tarBytes(t, ents...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.s.Import(context.Background(), "chain", archive)
+	imageError(t, err, true, "chain of more than")
+	f.tmpEmpty()
 }
