@@ -68,6 +68,9 @@ type Store struct {
 type flight struct {
 	done chan struct{}
 	err  error
+	// gaveUp is set when the caller doing the work had its context end:
+	// its error (a cancellation, or a build killed for it) is its own.
+	gaveUp bool
 }
 
 var _ Resolver = (*Store)(nil)
@@ -552,7 +555,7 @@ func (s *Store) once(ctx context.Context, key string, fn func() error) error {
 			s.waiting.Add(-1)
 			return ctx.Err()
 		}
-		if !errors.Is(f.err, context.Canceled) && !errors.Is(f.err, context.DeadlineExceeded) || ctx.Err() != nil {
+		if f.err == nil || !f.gaveUp || ctx.Err() != nil {
 			return f.err
 		}
 		s.mu.Lock()
@@ -561,6 +564,7 @@ func (s *Store) once(ctx context.Context, key string, fn func() error) error {
 	s.flights[key] = f
 	s.mu.Unlock()
 	f.err = fn()
+	f.gaveUp = ctx.Err() != nil
 	s.mu.Lock()
 	delete(s.flights, key)
 	s.mu.Unlock()

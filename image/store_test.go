@@ -1141,3 +1141,49 @@ func TestHostileEnvRefused(t *testing.T) {
 		t.Errorf("Environ kept an entry with a NUL byte: %q", got)
 	}
 }
+
+// TestDeriveCancelledLeavesOthers: a build whose caller gives up fails
+// for that caller only, whatever its error says (a tool killed with its
+// context reports "signal: killed", no cancellation): a caller waiting on
+// it builds in its turn.
+func TestDeriveCancelledLeavesOthers(t *testing.T) {
+	f := newFixture(t, Options{})
+	if _, err := f.importImage("python", goodImage(t, "d")); err != nil {
+		t.Fatal(err)
+	}
+	img, _ := f.acquire("python")
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	building := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.s.Derive(ctx1, img, "disk", func(string) error {
+			close(building)
+			<-ctx1.Done()
+			return errors.New("mkfs: signal: killed")
+		})
+		first <- err
+	}()
+	<-building
+	second := make(chan error, 1)
+	go func() {
+		_, err := f.s.Derive(context.Background(), img, "disk", func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "disk.img"), []byte("disk"), 0o644)
+		})
+		second <- err
+	}()
+	for f.s.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel1()
+	if err := <-first; err == nil {
+		t.Error("the abandoned build succeeded")
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the waiting build failed with the abandoned one's error: %v", err)
+	}
+	if n := f.s.builds.Load(); n != 1 {
+		t.Errorf("built %d times, want 1", n)
+	}
+	f.tmpEmpty()
+}
