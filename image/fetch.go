@@ -24,7 +24,7 @@ import (
 // on a CDN and redirect there. What a registry (or a host it redirects to)
 // cannot do is turn the pull against the network the store runs in:
 //
-//   - no connection reaches a loopback, private (RFC 1918, ULA, shared
+//   - no connection reaches a loopback, private (RFC 1918, ULA, fec0::/10, shared
 //     100.64/10), link-local (169.254/16 with the cloud metadata service,
 //     fe80::/10), unspecified or multicast address, unless the registry
 //     named in the reference is itself at an address of that kind (a
@@ -71,6 +71,7 @@ var (
 	sharedNet = netip.MustParsePrefix("100.64.0.0/10") // carrier-grade NAT, some clouds' metadata
 	thisNet   = netip.MustParsePrefix("0.0.0.0/8")
 	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	siteLocal = netip.MustParsePrefix("fec0::/10") // deprecated, still routed by some networks
 	broadcast = netip.MustParseAddr("255.255.255.255")
 )
 
@@ -91,7 +92,7 @@ func kindOf(a netip.Addr) addrKind {
 		return kindLinkLocal
 	case a.IsMulticast() || a == broadcast:
 		return kindMulticast
-	case a.IsPrivate() || sharedNet.Contains(a):
+	case a.IsPrivate() || sharedNet.Contains(a) || siteLocal.Contains(a):
 		return kindPrivate
 	}
 	return kindPublic
