@@ -44,7 +44,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 			return "", err
 		}
 		defer done()
-		u, err := newUnpacker(tmp, s.opts.MaxBytes)
+		u, err := newUnpacker(tmp, s.opts.MaxBytes, s.inflight)
 		if err != nil {
 			return "", err
 		}

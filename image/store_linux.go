@@ -59,10 +59,9 @@ type Store struct {
 	builds  atomic.Int64 // artefacts derived, for tests
 	waiting atomic.Int64 // callers waiting on another's flight, for tests
 
-	// unpackSem bounds the unpacks of this process at once (maxUnpacks);
-	// unpackWait counts those waiting, for tests.
-	unpackSem  chan struct{}
-	unpackWait atomic.Int64
+	// inflight is what the unpacks of this process in progress may write
+	// in all (see inflightShare).
+	inflight *sharedBudget
 }
 
 type flight struct {
@@ -75,11 +74,13 @@ type flight struct {
 
 var _ Resolver = (*Store)(nil)
 
-// maxUnpacks is how many images one process unpacks at once; more wait.
-// Each may take up to MaxBytes on disk before eviction runs, so the
-// store's directory holds at most MaxBytes (kept) plus maxUnpacks times
-// MaxBytes (in progress), whatever the number of images asked for at once.
-const maxUnpacks = 2
+// inflightShare bounds what the unpacks of one process in progress may
+// write in all, in MaxBytes: each may write up to MaxBytes before eviction
+// runs, and however many images jobs name at once, the store's directory
+// holds at most MaxBytes (kept) plus this many times MaxBytes (in
+// progress). An unpack that would go beyond fails (the store's condition,
+// not the image's); one that writes slowly keeps no other waiting.
+const inflightShare = 2
 
 // Open opens (creating it if needed) the store in dir and removes what an
 // interrupted run left in it.
@@ -106,7 +107,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
-	s := &Store{dir: dir, opts: opts, flights: map[string]*flight{}, unpackSem: make(chan struct{}, maxUnpacks)}
+	s := &Store{dir: dir, opts: opts, flights: map[string]*flight{}, inflight: &sharedBudget{max: inflightShare * opts.MaxBytes}}
 	unlock, err := s.lockStore()
 	if err != nil {
 		return nil, err
@@ -595,17 +596,6 @@ func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want str
 		if s.has(digest) {
 			return nil
 		}
-		// Each unpack may write up to MaxBytes before the store evicts:
-		// so many at once would fill the disk.
-		s.unpackWait.Add(1)
-		select {
-		case s.unpackSem <- struct{}{}:
-			s.unpackWait.Add(-1)
-		case <-ctx.Done():
-			s.unpackWait.Add(-1)
-			return ctx.Err()
-		}
-		defer func() { <-s.unpackSem }()
 		err = s.unpack(ctx, label, digest, raw, img)
 		if err != nil && clean != nil {
 			err = clean(err)
@@ -659,7 +649,7 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return err
 	}
-	u, err := newUnpacker(root, s.opts.MaxBytes)
+	u, err := newUnpacker(root, s.opts.MaxBytes, s.inflight)
 	if err != nil {
 		return err
 	}
@@ -779,7 +769,7 @@ func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1
 		_, err = io.Copy(io.Discard, ur)
 	}
 	if err != nil {
-		if errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, errBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return um.n, err
 		}
 		return um.n, s.blobError(err, craw, ch, desc)
