@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -130,14 +131,17 @@ const maxTokenBody = 1 << 20
 // pull's error: a registry or token service that quotes what it was sent
 // must not put the operator's credentials into a job's Result, the audit
 // log or a terminal.
+//
+// With a policy, it also enforces where the pull may go (see pullPolicy).
 type credWatch struct {
-	inner http.RoundTripper
-	mu    sync.Mutex
-	vals  map[string]bool
+	inner  http.RoundTripper
+	policy *pullPolicy
+	mu     sync.Mutex
+	vals   map[string]bool
 }
 
-func newCredWatch(inner http.RoundTripper) *credWatch {
-	return &credWatch{inner: inner, vals: map[string]bool{}}
+func newCredWatch(inner http.RoundTripper, policy *pullPolicy) *credWatch {
+	return &credWatch{inner: inner, policy: policy, vals: map[string]bool{}}
 }
 
 // add remembers credential values.
@@ -154,13 +158,23 @@ func (w *credWatch) add(vals ...string) {
 // addConfig remembers what of an entry of the credentials file is secret
 // (all but the user name), as it may be sent.
 func (w *credWatch) addConfig(ac authn.AuthConfig) {
-	w.add(ac.Password, ac.IdentityToken, ac.RegistryToken, ac.Auth)
+	vals := []string{ac.Password, ac.IdentityToken, ac.RegistryToken, ac.Auth}
 	if ac.Password != "" {
-		w.add(base64.StdEncoding.EncodeToString([]byte(ac.Username + ":" + ac.Password)))
+		vals = append(vals, base64.StdEncoding.EncodeToString([]byte(ac.Username+":"+ac.Password)))
+	}
+	w.add(vals...)
+	if w.policy != nil {
+		w.policy.secret(vals...)
 	}
 }
 
 func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	if w.policy != nil {
+		var err error
+		if r, err = w.policy.request(r); err != nil {
+			return nil, err
+		}
+	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, v, _ := strings.Cut(h, " ")
 		w.add(h, v)
@@ -172,6 +186,19 @@ func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := w.inner.RoundTrip(r)
+	if err == nil && w.policy != nil {
+		w.policy.response(r, resp, nil)
+	}
+	if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(r.URL.Path, "/manifests/") {
+		// A manifest or index is read whole into memory: bounded as the
+		// descriptors of the others are (go-containerregistry would take
+		// 100 MiB).
+		if resp.ContentLength > maxMeta {
+			resp.Body.Close()
+			return nil, fmt.Errorf("%w: manifest of %d bytes, over the %d bytes it may have", errTooLarge, resp.ContentLength, maxMeta)
+		}
+		resp.Body = readCloser{&capReader{r: resp.Body, n: maxMeta}, resp.Body}
+	}
 	if err != nil || resp.StatusCode != http.StatusOK || strings.HasPrefix(r.URL.Path, "/v2/") ||
 		!strings.Contains(resp.Header.Get("Content-Type"), "json") {
 		return resp, err
@@ -186,6 +213,9 @@ func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if json.Unmarshal(head, &tok) == nil {
 		w.add(tok.Token, tok.AccessToken, tok.RefreshToken)
+		if w.policy != nil {
+			w.policy.response(r, resp, []string{tok.Token, tok.AccessToken, tok.RefreshToken})
+		}
 	}
 	rest := io.Reader(resp.Body)
 	if rerr != nil {
@@ -193,6 +223,27 @@ func (w *credWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), rest), resp.Body}
 	return resp, nil
+}
+
+// capReader fails once more than n bytes were read.
+type capReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *capReader) Read(b []byte) (int, error) {
+	if c.n < 0 {
+		return 0, fmt.Errorf("%w: manifest over the %d bytes it may have", errTooLarge, maxMeta)
+	}
+	if int64(len(b)) > c.n+1 {
+		b = b[:c.n+1]
+	}
+	k, err := c.r.Read(b)
+	c.n -= int64(k)
+	if c.n < 0 {
+		return 0, fmt.Errorf("%w: manifest over the %d bytes it may have", errTooLarge, maxMeta)
+	}
+	return k, err
 }
 
 type errReader struct{ err error }
@@ -237,7 +288,14 @@ func (w *credWatch) scrub(msg string) string {
 		}
 		msg = strings.ReplaceAll(msg, v, "[credential]")
 	}
-	return strings.Join(strings.Fields(msg), " ")
+	// One line, and no control character: a registry's answer quoted in
+	// the error reaches a terminal, where an escape sequence would act.
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, strings.Join(strings.Fields(msg), " "))
 }
 
 // cleanError is an error whose message was cleaned of credentials.

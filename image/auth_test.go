@@ -8,13 +8,18 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+	"unicode"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -438,4 +443,199 @@ func TestPullRedirectKeepsCredentials(t *testing.T) {
 		}
 		mu.Unlock()
 	}
+}
+
+// TestPullCancelledLeavesOthers: two pulls of one image share its unpack;
+// the first giving up (its job cancelled) does not fail the second, which
+// then does the work itself.
+func TestPullCancelledLeavesOthers(t *testing.T) {
+	reg := registry.New(registry.Logger(nilLogger()))
+	hit := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, blob := repoOf(r.URL.Path); blob && r.Header.Get("X-Push") == "" && r.Method == http.MethodGet {
+			select {
+			case hit <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := goodImage(t, "shared")
+	pushRef, err := name.ParseReference(host + "/team/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(pushRef, img); err != nil {
+		t.Fatal(err)
+	}
+	ref := host + "/team/app@" + digestOf(t, img)
+	f := newFixture(t, Options{})
+
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	errs := make(chan error, 2)
+	go func() { _, err := f.s.Pull(ctx1, ref); errs <- err }()
+	<-hit // the first pull is unpacking
+	second := make(chan error, 1)
+	go func() { _, err := f.s.Pull(context.Background(), ref); second <- err }()
+	for f.s.waiting.Load() == 0 {
+		select {
+		case err := <-second:
+			t.Fatalf("the second pull ended before waiting on the first: %v", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel1()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled pull: %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-second; err != nil {
+		t.Fatalf("the second pull failed with the first's cancellation: %v", err)
+	}
+	if n := f.s.unpacks.Load(); n != 1 {
+		t.Errorf("%d unpacks, want 1", n)
+	}
+	f.tmpEmpty()
+}
+
+// TestPullErrorHasNoControl: a registry's answer quoted in a pull's error
+// (which a terminal shows) reaches it without its escape sequences.
+func TestPullErrorHasNoControl(t *testing.T) {
+	reg := registry.New(registry.Logger(nilLogger()))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, blob := repoOf(r.URL.Path); blob && r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, "gone \x1b]0;owned\x07\x1b[2J\x9b31m\x00 away")
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := goodImage(t, "control")
+	pushRef, err := name.ParseReference(host + "/team/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(pushRef, img); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pullWith(t, Options{}, host+"/team/app@"+digestOf(t, img))
+	if err == nil {
+		t.Fatal("pulled")
+	}
+	if !strings.Contains(err.Error(), "gone") {
+		t.Fatalf("%v: the registry's answer is not quoted, the test proves nothing", err)
+	}
+	if i := strings.IndexFunc(err.Error(), unicode.IsControl); i >= 0 {
+		t.Errorf("the error holds a control character at %d: %q", i, err)
+	}
+}
+
+// TestUnpacksBounded: what images being unpacked at once write is bounded
+// in all (twice the size cap), so jobs naming many new images cannot fill
+// the disk; one going beyond fails as the store's condition, without any
+// slow one keeping it waiting, and a retry works once the others are done.
+func TestUnpacksBounded(t *testing.T) {
+	const capBytes = 8 << 20
+	const fileSize = 6 << 20 // two fit in twice the cap, three do not
+	reg := registry.New(registry.Logger(nilLogger()))
+	var mu sync.Mutex
+	layers := map[string]int{} // layer digest → image
+	rel := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		i, isLayer := layers[path.Base(r.URL.Path)]
+		mu.Unlock()
+		if _, blob := repoOf(r.URL.Path); !blob || r.Method != http.MethodGet || !isLayer {
+			reg.ServeHTTP(w, r)
+			return
+		}
+		// The layer's first bytes (its file's header), then the rest once
+		// the test releases it.
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		w.WriteHeader(rec.Code)
+		w.Write(body[:256<<10])
+		w.(http.Flusher).Flush()
+		select {
+		case <-rel[i]:
+		case <-r.Context().Done():
+			return
+		}
+		w.Write(body[256<<10:])
+	}))
+	defer srv.Close()
+	var once [3]sync.Once
+	release := func(i int) { once[i].Do(func() { close(rel[i]) }) }
+	// Before the server closes, which waits for its requests: a failing
+	// test leaves none held.
+	defer func() {
+		for i := range rel {
+			release(i)
+		}
+	}()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	var refs []string
+	for i := range rel {
+		body := make([]byte, fileSize)
+		rand.Read(body)
+		layer := layerOf(t, file("data", string(body)))
+		d, err := layer.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		layers[d.String()] = i
+		mu.Unlock()
+		img := imageOf(t, nil, layer)
+		repo := fmt.Sprint("team/app", i)
+		pushRef, err := name.ParseReference(host + "/" + repo + ":v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(pushRef, img); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, host+"/"+repo+"@"+digestOf(t, img))
+	}
+	f := newFixture(t, Options{MaxBytes: capBytes})
+	errs := make(chan error, 2)
+	for _, ref := range refs[:2] {
+		go func() { _, err := f.s.Pull(context.Background(), ref); errs <- err }()
+	}
+	// Both write their file (each within the cap): the third would go
+	// beyond twice the cap in all.
+	for f.s.inflight.used.Load() < 2*fileSize {
+		time.Sleep(time.Millisecond)
+	}
+	release(2)
+	_, err := f.s.Pull(context.Background(), refs[2])
+	imageError(t, err, false, "unpacked at once")
+	release(0)
+	release(1)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := f.s.inflight.used.Load(); n != 0 {
+		t.Errorf("%d bytes still taken of the shared budget", n)
+	}
+	if _, err := f.s.Pull(context.Background(), refs[2]); err != nil {
+		t.Errorf("the third image, once the others are done: %v", err)
+	}
+	f.tmpEmpty()
 }

@@ -147,7 +147,7 @@ func (img *Image) Environ(over ...string) []string {
 	for _, list := range [][]string{img.Config.Env, baseline} {
 		for _, kv := range list {
 			k, _, ok := strings.Cut(kv, "=")
-			if !ok || k == "" || seen[k] {
+			if !ok || k == "" || seen[k] || strings.IndexByte(kv, 0) >= 0 {
 				continue
 			}
 			seen[k] = true

@@ -44,7 +44,7 @@ func (s *Store) importFrom(ctx context.Context, label, src string) (string, erro
 			return "", err
 		}
 		defer done()
-		u, err := newUnpacker(tmp, s.opts.MaxBytes)
+		u, err := newUnpacker(tmp, s.opts.MaxBytes, s.inflight)
 		if err != nil {
 			return "", err
 		}
@@ -238,18 +238,29 @@ func checkDockerArchive(src string, limit int64, entries int) error {
 	if total > limit {
 		return fmt.Errorf("%w: docker archive's entries exceed the size cap of %d bytes", errTooLarge, limit)
 	}
-	// resolve is name through the links the reader follows.
-	resolve := func(name string) (string, *tar.Header) {
-		for range 16 {
+	// resolve is name through the links the reader follows; ok is false
+	// for a chain longer than maxLinkChain (or a loop).
+	resolve := func(name string) (string, *tar.Header, bool) {
+		for range maxLinkChain + 1 {
 			hdr := hdrs[name]
 			if hdr == nil || (hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeLink) {
-				return name, hdr
+				return name, hdr, true
 			}
 			name = path.Join(path.Dir(name), path.Clean(hdr.Linkname))
 		}
-		return name, nil
+		return name, nil, false
 	}
-	_, hdr := resolve("manifest.json")
+	// The reader reads the archive through again for each link it
+	// follows: a chain of thousands of links (each a header) would have it
+	// read the archive thousands of times.
+	for name, hdr := range hdrs {
+		if hdr.Typeflag == tar.TypeSymlink || hdr.Typeflag == tar.TypeLink {
+			if _, _, ok := resolve(name); !ok {
+				return invalidf("docker archive's %s: a chain of more than %d links, or a loop", name, maxLinkChain)
+			}
+		}
+	}
+	_, hdr, _ := resolve("manifest.json")
 	if hdr == nil {
 		return nil // the reader says what is wrong
 	}
@@ -273,7 +284,7 @@ func checkDockerArchive(src string, limit int64, entries int) error {
 		return nil // the reader says what is wrong
 	}
 	for _, im := range images {
-		if _, hdr := resolve(path.Clean(im.Config)); hdr != nil && hdr.Size > maxMeta {
+		if _, hdr, _ := resolve(path.Clean(im.Config)); hdr != nil && hdr.Size > maxMeta {
 			return invalidf("docker archive's image configuration %s of %d bytes, over the %d bytes it may have", im.Config, hdr.Size, maxMeta)
 		}
 	}
@@ -323,6 +334,10 @@ func decompress(r io.Reader) (io.ReadCloser, error) {
 	}
 	return io.NopCloser(br), nil
 }
+
+// maxLinkChain bounds the links a docker-archive's reader follows from one
+// name (docker save writes a link to a layer, not to a link).
+const maxLinkChain = 16
 
 // maxMeta bounds an index, a manifest and an image configuration, each
 // read whole into memory (a layer is streamed).

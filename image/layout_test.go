@@ -22,9 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 )
@@ -577,4 +579,121 @@ func TestDockerArchiveEntriesBounded(t *testing.T) {
 	if err := checkDockerArchive(archive, 1<<20, 9); err == nil || !strings.Contains(err.Error(), "more than 9 entries") {
 		t.Errorf("10 entries, 9 allowed: %v", err)
 	}
+}
+
+// TestPullHugeManifestRefused: a registry that answers a manifest with
+// more than maxMeta bytes (declared, or streamed without a length) is
+// refused at maxMeta, not read on into memory.
+func TestPullHugeManifestRefused(t *testing.T) {
+	const size = 64 << 20
+	man, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     types.OCIManifestSchema1,
+		"config":        map[string]any{"mediaType": types.OCIConfigJSON, "digest": "sha256:" + strings.Repeat("ab", 32), "size": 2},
+		"layers":        []any{},
+	})
+	// Valid JSON whatever its length: spaces after the object.
+	h := sha256.New()
+	h.Write(man)
+	io.Copy(h, io.LimitReader(spaces{}, size-int64(len(man))))
+	mdigest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	for _, declared := range []bool{true, false} {
+		f := newFixture(t, Options{})
+		var sent atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.URL.Path == "/v2/":
+			case strings.HasSuffix(r.URL.Path, "/manifests/"+mdigest):
+				w.Header().Set("Content-Type", string(types.OCIManifestSchema1))
+				w.Header().Set("Docker-Content-Digest", mdigest)
+				if declared {
+					w.Header().Set("Content-Length", fmt.Sprint(size))
+				}
+				if r.Method == http.MethodHead {
+					return
+				}
+				n, _ := io.Copy(w, io.MultiReader(bytes.NewReader(man), io.LimitReader(spaces{}, size-int64(len(man)))))
+				sent.Add(n)
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		ref := strings.TrimPrefix(srv.URL, "http://") + "/test/big@" + mdigest
+		_, err := f.s.Pull(context.Background(), ref)
+		srv.Close()
+		imageError(t, err, true, "manifest")
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprint(maxMeta)) {
+			t.Errorf("declared %v: %v; want the bound named", declared, err)
+		}
+		// What the connection's buffers hold beyond the bound may have
+		// been sent; not the rest.
+		if n := sent.Load(); n > 4*maxMeta {
+			t.Errorf("declared %v: the registry sent %d bytes of the manifest", declared, n)
+		}
+		f.tmpEmpty()
+	}
+}
+
+type spaces struct{}
+
+func (spaces) Read(b []byte) (int, error) {
+	for i := range b {
+		b[i] = ' '
+	}
+	return len(b), nil
+}
+
+// TestImportDockerArchiveLinkChain: a docker-archive whose layer is named
+// through a long chain of links (which its reader would follow by reading
+// the archive through once per link) is refused before it is read.
+func TestImportDockerArchiveLinkChain(t *testing.T) {
+	f := newFixture(t, Options{})
+	img := goodImage(t, "chain")
+	var orig bytes.Buffer
+	ref, _ := name.ParseReference("example.test/img:1")
+	if err := tarball.Write(ref, img, &orig); err != nil {
+		t.Fatal(err)
+	}
+	// The archive's manifest, its layer named through the chain.
+	tr := tar.NewReader(bytes.NewReader(orig.Bytes()))
+	var manifest []map[string]any
+	var ents []ent
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		if h.Name == "manifest.json" {
+			if err := json.Unmarshal(body, &manifest); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		ents = append(ents, ent{name: h.Name, typ: tar.TypeReg, mode: 0o644, body: string(body)})
+	}
+	const links = 300
+	layers := manifest[0]["Layers"].([]any)
+	last := layers[0].(string)
+	layers[0] = "chain/0"
+	for i := range links - 1 {
+		ents = append(ents, symlink(fmt.Sprint("chain/", i), fmt.Sprint(i+1)))
+	}
+	ents = append(ents, symlink(fmt.Sprint("chain/", links-1), "../"+last))
+	mj, _ := json.Marshal(manifest)
+	ents = append([]ent{file("manifest.json", string(mj))}, ents...)
+	src := filepath.Join(f.base, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(src, "chain.tar")
+	if err := os.WriteFile(archive, tarBytes(t, ents...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.s.Import(context.Background(), "chain", archive)
+	imageError(t, err, true, "chain of more than")
+	f.tmpEmpty()
 }

@@ -57,14 +57,30 @@ type Store struct {
 
 	unpacks atomic.Int64 // images unpacked, for tests
 	builds  atomic.Int64 // artefacts derived, for tests
+	waiting atomic.Int64 // callers waiting on another's flight, for tests
+
+	// inflight is what the unpacks of this process in progress may write
+	// in all (see inflightShare).
+	inflight *sharedBudget
 }
 
 type flight struct {
 	done chan struct{}
 	err  error
+	// gaveUp is set when the caller doing the work had its context end:
+	// its error (a cancellation, or a build killed for it) is its own.
+	gaveUp bool
 }
 
 var _ Resolver = (*Store)(nil)
+
+// inflightShare bounds what the unpacks of one process in progress may
+// write in all, in MaxBytes: each may write up to MaxBytes before eviction
+// runs, and however many images jobs name at once, the store's directory
+// holds at most MaxBytes (kept) plus this many times MaxBytes (in
+// progress). An unpack that would go beyond fails (the store's condition,
+// not the image's); one that writes slowly keeps no other waiting.
+const inflightShare = 2
 
 // Open opens (creating it if needed) the store in dir and removes what an
 // interrupted run left in it.
@@ -91,7 +107,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
-	s := &Store{dir: dir, opts: opts, flights: map[string]*flight{}}
+	s := &Store{dir: dir, opts: opts, flights: map[string]*flight{}, inflight: &sharedBudget{max: inflightShare * opts.MaxBytes}}
 	unlock, err := s.lockStore()
 	if err != nil {
 		return nil, err
@@ -181,7 +197,7 @@ func wrap(ref string, err error) error {
 	if errors.As(err, &e) {
 		return e
 	}
-	invalid := errors.Is(err, errInvalid) || errors.Is(err, errHostile) || errors.Is(err, errTooLarge)
+	invalid := errors.Is(err, errInvalid) || errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, errReach)
 	msg := err.Error()
 	if errors.Is(err, errInvalid) {
 		msg = strings.TrimPrefix(msg, errInvalid.Error()+": ")
@@ -377,9 +393,14 @@ var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
 
 func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (digest string, err error) {
 	s.emit(Event{Image: ref, Phase: "pull"})
-	// No credential sent or received may reach the error (a job's Result).
-	watch := newCredWatch(remote.DefaultTransport)
-	defer func() { err = watch.clean(err) }()
+	// No credential sent or received may reach the error (a job's Result),
+	// and the registry's redirects reach no further than pullPolicy lets
+	// them.
+	policy := newPullPolicy(ctx, r)
+	tr := policy.reach.transport()
+	defer tr.CloseIdleConnections()
+	watch := newCredWatch(tr, policy)
+	defer func() { err = watch.clean(reachRefusal(err)) }()
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64), remote.WithTransport(watch)}
 	var keys []authn.Keychain
 	if s.opts.AuthFile != "" {
@@ -514,21 +535,37 @@ func selectImage(idx v1.ImageIndex, depth int, meta func(what string, d v1.Descr
 
 // once runs fn once per key among the concurrent callers of this process;
 // the file locks taken inside fn do the same across processes.
+//
+// A caller that gives up (its ctx ends) ends the work for itself only: a
+// caller waiting on it then does the work in its turn, rather than fail
+// with another's cancellation (one tenant cancelling its job must not
+// fail another's of the same image).
 func (s *Store) once(ctx context.Context, key string, fn func() error) error {
 	s.mu.Lock()
-	if f, ok := s.flights[key]; ok {
+	for {
+		f, ok := s.flights[key]
+		if !ok {
+			break
+		}
 		s.mu.Unlock()
+		s.waiting.Add(1)
 		select {
 		case <-f.done:
-			return f.err
+			s.waiting.Add(-1)
 		case <-ctx.Done():
+			s.waiting.Add(-1)
 			return ctx.Err()
 		}
+		if f.err == nil || !f.gaveUp || ctx.Err() != nil {
+			return f.err
+		}
+		s.mu.Lock()
 	}
 	f := &flight{done: make(chan struct{})}
 	s.flights[key] = f
 	s.mu.Unlock()
 	f.err = fn()
+	f.gaveUp = ctx.Err() != nil
 	s.mu.Lock()
 	delete(s.flights, key)
 	s.mu.Unlock()
@@ -592,6 +629,9 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	if (cfg.OS != "" && cfg.OS != amd64.OS) || (cfg.Architecture != "" && cfg.Architecture != amd64.Architecture) {
 		return invalidf("built for %s/%s, not linux/amd64", cfg.OS, cfg.Architecture)
 	}
+	if err := checkEnv(cfg.Config.Env); err != nil {
+		return err
+	}
 	layers, err := img.Layers()
 	if err != nil {
 		return fmt.Errorf("reading layers: %w", err)
@@ -609,7 +649,7 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return err
 	}
-	u, err := newUnpacker(root, s.opts.MaxBytes)
+	u, err := newUnpacker(root, s.opts.MaxBytes, s.inflight)
 	if err != nil {
 		return err
 	}
@@ -657,6 +697,35 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 	return nil
 }
 
+// maxEnvEntry and maxEnv bound an image's environment: an entry as the
+// kernel bounds one string of a program's (MAX_ARG_STRLEN), the whole
+// well within what every program of the image is started with.
+const (
+	maxEnvEntry = 128 << 10
+	maxEnv      = 1 << 20
+)
+
+// checkEnv refuses an image environment that no program could be started
+// with: an entry holding a NUL byte (which no exec can pass), or one too
+// long, each job of the image failing on every tier. Entries without "="
+// or with an empty name are skipped when the environment is made
+// (Image.Environ).
+func checkEnv(env []string) error {
+	total := 0
+	for i, kv := range env {
+		if strings.IndexByte(kv, 0) >= 0 {
+			return invalidf("image configuration: environment entry %d holds a NUL byte", i+1)
+		}
+		if len(kv) >= maxEnvEntry {
+			return invalidf("image configuration: environment entry %d of %d bytes, over the %d bytes one may have", i+1, len(kv), maxEnvEntry)
+		}
+		if total += len(kv) + 1; total > maxEnv {
+			return invalidf("image configuration: environment over %d bytes", maxEnv)
+		}
+	}
+	return nil
+}
+
 type progress struct {
 	s    *Store
 	ev   Event
@@ -700,7 +769,7 @@ func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1
 		_, err = io.Copy(io.Discard, ur)
 	}
 	if err != nil {
-		if errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, errBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return um.n, err
 		}
 		return um.n, s.blobError(err, craw, ch, desc)

@@ -1112,3 +1112,78 @@ func TestOpenRefusesForeignDir(t *testing.T) {
 		t.Errorf("a store in another user's directory: %v", err)
 	}
 }
+
+// TestHostileEnvRefused: an image whose configuration's environment no
+// program could be started with (a NUL byte, an entry or a whole over the
+// kernel's bounds) is refused at import, in one line, as the image's
+// fault; and one already in a store has such an entry left out.
+func TestHostileEnvRefused(t *testing.T) {
+	f := newFixture(t, Options{})
+	layer := layerOf(t, file("etc/os-release", "ID=x\n"))
+	for what, env := range map[string][]string{
+		"a NUL byte":         {"PATH=/usr/bin", "X=a\x00LD_PRELOAD=/tmp/x.so"},
+		"a long entry":       {"X=" + strings.Repeat("a", 128<<10)},
+		"a long environment": slices.Repeat([]string{"X=" + strings.Repeat("a", 100<<10)}, 12),
+	} {
+		_, err := f.importImage("env", imageOf(t, env, layer))
+		if err == nil {
+			t.Errorf("%s: imported", what)
+			continue
+		}
+		imageError(t, err, true, "environment")
+	}
+	if _, err := f.importImage("env", imageOf(t, []string{"X=1"}, layer)); err != nil {
+		t.Fatal(err)
+	}
+	f.tmpEmpty()
+	img := &Image{Config: Config{Env: []string{"X=a\x00b", "Y=1"}}}
+	if got := img.Environ(); slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "X=") }) {
+		t.Errorf("Environ kept an entry with a NUL byte: %q", got)
+	}
+}
+
+// TestDeriveCancelledLeavesOthers: a build whose caller gives up fails
+// for that caller only, whatever its error says (a tool killed with its
+// context reports "signal: killed", no cancellation): a caller waiting on
+// it builds in its turn.
+func TestDeriveCancelledLeavesOthers(t *testing.T) {
+	f := newFixture(t, Options{})
+	if _, err := f.importImage("python", goodImage(t, "d")); err != nil {
+		t.Fatal(err)
+	}
+	img, _ := f.acquire("python")
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	building := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.s.Derive(ctx1, img, "disk", func(string) error {
+			close(building)
+			<-ctx1.Done()
+			return errors.New("mkfs: signal: killed")
+		})
+		first <- err
+	}()
+	<-building
+	second := make(chan error, 1)
+	go func() {
+		_, err := f.s.Derive(context.Background(), img, "disk", func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "disk.img"), []byte("disk"), 0o644)
+		})
+		second <- err
+	}()
+	for f.s.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel1()
+	if err := <-first; err == nil {
+		t.Error("the abandoned build succeeded")
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the waiting build failed with the abandoned one's error: %v", err)
+	}
+	if n := f.s.builds.Load(); n != 1 {
+		t.Errorf("built %d times, want 1", n)
+	}
+	f.tmpEmpty()
+}

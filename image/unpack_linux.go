@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,15 +21,43 @@ import (
 // fifos are dropped; set-id and sticky bits, write for the group and
 // others, owners and xattrs are not applied.
 
-// errTooLarge and errHostile mark refusals that are the image's fault.
+// errTooLarge and errHostile mark refusals that are the image's fault;
+// errBusy one that is the store's (see sharedBudget).
 var (
 	errTooLarge = errors.New("too large")
 	errHostile  = errors.New("refused entry")
+	errBusy     = errors.New("the store is busy")
 )
+
+// sharedBudget is what the unpackers of one store write in all while they
+// run: each takes what it writes and gives it back when it is done.
+type sharedBudget struct {
+	used atomic.Int64
+	max  int64
+}
+
+func (b *sharedBudget) take(n int64) bool {
+	if b == nil {
+		return true
+	}
+	if b.used.Add(n) > b.max {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *sharedBudget) give(n int64) {
+	if b != nil {
+		b.used.Add(-n)
+	}
+}
 
 type unpacker struct {
 	root    int   // the root directory's descriptor
 	budget  int64 // bytes the image may still write
+	shared  *sharedBudget
+	taken   int64 // bytes taken from shared
 	entries int   // entries left before the image is refused
 	// layer holds the paths written by the layer being applied, which an
 	// opaque marker of the same layer must keep: by path element, so that
@@ -84,15 +113,30 @@ const dirCost = 4096
 // headers cannot run for ever within the byte budget.
 const maxEntries = 4 << 20
 
-func newUnpacker(root string, budget int64) (*unpacker, error) {
+func newUnpacker(root string, budget int64, shared *sharedBudget) (*unpacker, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening root: %w", err)
 	}
-	return &unpacker{root: fd, budget: budget, entries: maxEntries}, nil
+	return &unpacker{root: fd, budget: budget, shared: shared, entries: maxEntries}, nil
 }
 
-func (u *unpacker) close() { unix.Close(u.root) }
+// close gives back what the unpacker took of the shared budget: what it
+// wrote is the store's (and counted by it) or removed.
+func (u *unpacker) close() {
+	unix.Close(u.root)
+	u.shared.give(u.taken)
+	u.taken = 0
+}
+
+// take reserves n bytes of the store's shared budget for name.
+func (u *unpacker) take(n int64, name string) error {
+	if !u.shared.take(n) {
+		return fmt.Errorf("%w: entry %q: the images being unpacked at once would take more than %d bytes; try again", errBusy, name, u.shared.max)
+	}
+	u.taken += n
+	return nil
+}
 
 // apply unpacks one uncompressed layer.
 func (u *unpacker) apply(r io.Reader) error {
@@ -251,6 +295,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if hdr.Size < 0 || hdr.Size > u.budget {
 			return fmt.Errorf("%w: entry %q of %d bytes exceeds the size cap", errTooLarge, hdr.Name, hdr.Size)
 		}
+		if err := u.take(hdr.Size, hdr.Name); err != nil {
+			return err
+		}
 		if err := removeAt(dir, base); err != nil {
 			return err
 		}
@@ -339,7 +386,7 @@ func (u *unpacker) charge(n int64, name string) error {
 	if u.budget -= n; u.budget < 0 {
 		return fmt.Errorf("%w: entry %q: the image exceeds the size cap", errTooLarge, name)
 	}
-	return nil
+	return u.take(n, name)
 }
 
 // opaque empties the directory dir (at parts) of what lower layers made.

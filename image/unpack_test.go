@@ -35,7 +35,7 @@ func FuzzUnpack(f *testing.F) {
 		if err := os.Mkdir(root, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		u, err := newUnpacker(root, 1<<20)
+		u, err := newUnpacker(root, 1<<20, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -204,7 +204,7 @@ func decodeJob(w http.ResponseWriter, r *http.Request) (airlock.Job, error) {
 // not the tenant's to aim. Names, digests and the host view pull nothing;
 // the default image and the tenant's own list are the operator's choice.
 func (t *tenant) allowPull(ref string) error {
-	if !strings.ContainsAny(ref, "/:@") || strings.HasPrefix(ref, "sha256:") || ref == t.defImage || slices.Contains(t.Images, ref) {
+	if !strings.ContainsAny(ref, "/:@") || storeDigest(ref) || ref == t.defImage || slices.Contains(t.Images, ref) {
 		return nil
 	}
 	r, err := name.ParseReference(ref)
@@ -215,6 +215,15 @@ func (t *tenant) allowPull(ref string) error {
 		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not pull image %s: registry %s is not in images.registries", t.Name, ref, reg)}
 	}
 	return nil
+}
+
+// storeDigest reports whether ref is a digest alone ("sha256:" and 64
+// lower-case hex digits), which the store looks up and never pulls. Only
+// that form: "sha256:443/team/tool@sha256:…" is a reference to a registry
+// at the host "sha256".
+func storeDigest(ref string) bool {
+	h, ok := strings.CutPrefix(ref, "sha256:")
+	return ok && len(h) == 64 && strings.Trim(h, "0123456789abcdef") == ""
 }
 
 // admit applies the tenant's rules to a job: situations, tiers, and limits

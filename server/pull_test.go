@@ -76,7 +76,10 @@ func TestTenantPullRegistries(t *testing.T) {
 	// list) is refused and the registry sees nothing.
 	f := start(nil, []string{ref})
 	loopbackName := strings.Replace(ref, "127.0.0.1", "localhost", 1)
-	for _, r := range []string{ref, host + "/team/tool:v1", loopbackName, "team/tool@" + im.Manifests[0].Digest.String()} {
+	// A reference that starts as a digest does is one to the registry at
+	// the host "sha256" (resolved in the server's DNS search domains).
+	digestLike := "sha256:443/team/tool@" + im.Manifests[0].Digest.String()
+	for _, r := range []string{ref, host + "/team/tool:v1", loopbackName, "team/tool@" + im.Manifests[0].Digest.String(), digestLike} {
 		resp := f.do("POST", "/v1/run", keyB, job(r))
 		var e struct {
 			Error struct{ Kind, Message string }

@@ -1,0 +1,347 @@
+package image
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// A pull goes where its registry sends it: registries keep their blobs
+// on a CDN and redirect there. What a registry (or a host it redirects to)
+// cannot do is turn the pull against the network the store runs in:
+//
+//   - no connection reaches a loopback, private (RFC 1918, ULA, fec0::/10, shared
+//     100.64/10), link-local (169.254/16 with the cloud metadata service,
+//     fe80::/10), unspecified or multicast address, unless the registry
+//     named in the reference is itself at an address of that kind (a
+//     registry on loopback may send its blobs to another port of
+//     loopback). Each address is checked as it is dialled, after the name
+//     was resolved, so a name that resolves to one of them (or starts to,
+//     between two requests) is refused too;
+//   - a registry spoken to over https is never followed to http;
+//   - no credential goes to another host than the registry and the token
+//     services the registry itself named in its challenges: a Basic
+//     header, or a token the file holds or a token service issued, is
+//     taken off a request to any other host, and such a host is never
+//     posted to (the OAuth2 form carries the refresh token).
+
+// addrKind is the kind of an address, as far as a pull's reach goes.
+type addrKind uint8
+
+const (
+	kindPublic addrKind = iota
+	kindLoopback
+	kindPrivate
+	kindLinkLocal
+	kindUnspecified
+	kindMulticast
+)
+
+func (k addrKind) String() string {
+	switch k {
+	case kindLoopback:
+		return "a loopback address"
+	case kindPrivate:
+		return "a private address"
+	case kindLinkLocal:
+		return "a link-local address"
+	case kindUnspecified:
+		return "an unspecified address"
+	case kindMulticast:
+		return "a multicast or broadcast address"
+	}
+	return "a public address"
+}
+
+var (
+	sharedNet = netip.MustParsePrefix("100.64.0.0/10") // carrier-grade NAT, some clouds' metadata
+	thisNet   = netip.MustParsePrefix("0.0.0.0/8")
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	siteLocal = netip.MustParsePrefix("fec0::/10") // deprecated, still routed by some networks
+	broadcast = netip.MustParseAddr("255.255.255.255")
+)
+
+// kindOf tells what kind of address a is. An IPv4 address written as IPv6
+// (mapped, or behind the NAT64 prefix) is judged as the IPv4 address.
+func kindOf(a netip.Addr) addrKind {
+	a = a.WithZone("").Unmap()
+	if a.Is6() && nat64.Contains(a) {
+		b := a.As16()
+		a = netip.AddrFrom4([4]byte(b[12:]))
+	}
+	switch {
+	case a.IsLoopback():
+		return kindLoopback
+	case a.IsUnspecified() || thisNet.Contains(a):
+		return kindUnspecified
+	case a.IsLinkLocalUnicast():
+		return kindLinkLocal
+	case a.IsMulticast() || a == broadcast:
+		return kindMulticast
+	case a.IsPrivate() || sharedNet.Contains(a) || siteLocal.Contains(a):
+		return kindPrivate
+	}
+	return kindPublic
+}
+
+// errReach marks a request a pull refused to make: the registry's fault
+// (the image's, for the store's errors: Invalid).
+var errReach = errors.New("refused to follow the registry")
+
+// pullRoots, when set, replaces the system's certificate roots of pulls
+// (for tests, whose registries have their own).
+var pullRoots *x509.CertPool
+
+// reach is what one pull may connect to: public addresses, and those of
+// the kinds its registry is at.
+type reach struct {
+	allowed map[addrKind]bool
+	// proxies are the proxies (host:port) the environment names, dialled
+	// without a check: the operator's, and the target behind one is
+	// checked by the request, not by the dial.
+	mu      sync.Mutex
+	proxies map[string]bool
+}
+
+// newReach looks up where the registry is: an IP address it is named by,
+// or every address its name resolves to now.
+func newReach(ctx context.Context, reg name.Registry) *reach {
+	r := &reach{allowed: map[addrKind]bool{}, proxies: map[string]bool{}}
+	host := hostOnly(reg.RegistryStr())
+	if a, err := netip.ParseAddr(host); err == nil {
+		r.allowed[kindOf(a)] = true
+		return r
+	}
+	addrs, _ := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	for _, a := range addrs {
+		r.allowed[kindOf(a)] = true
+	}
+	return r
+}
+
+// check refuses an address the pull may not reach.
+func (r *reach) check(a netip.Addr) error {
+	if k := kindOf(a); k != kindPublic && !r.allowed[k] {
+		return fmt.Errorf("%w to %s, %s (the registry is not at one)", errReach, a.WithZone("").Unmap(), k)
+	}
+	return nil
+}
+
+// control is the dialer's check of the address it is about to connect
+// to, resolved.
+func (r *reach) control(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w to %q", errReach, address)
+	}
+	return r.check(ap.Addr())
+}
+
+// transport is an HTTP transport that dials only where r allows.
+func (r *reach) transport() *http.Transport {
+	base, _ := remote.DefaultTransport.(*http.Transport)
+	var t *http.Transport
+	if base != nil {
+		t = base.Clone()
+	} else {
+		t = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	checked := &net.Dialer{Timeout: dialTimeout, KeepAlive: dialTimeout, Control: r.control}
+	plain := &net.Dialer{Timeout: dialTimeout, KeepAlive: dialTimeout}
+	proxy := t.Proxy
+	t.Proxy = func(req *http.Request) (*url.URL, error) {
+		if proxy == nil {
+			return nil, nil
+		}
+		u, err := proxy(req)
+		if u != nil {
+			r.mu.Lock()
+			r.proxies[hostPort(u.Host, u.Scheme)] = true
+			r.mu.Unlock()
+		}
+		return u, err
+	}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		r.mu.Lock()
+		isProxy := r.proxies[addr]
+		r.mu.Unlock()
+		if isProxy {
+			return plain.DialContext(ctx, network, addr)
+		}
+		return checked.DialContext(ctx, network, addr)
+	}
+	if pullRoots != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: pullRoots, MinVersion: tls.VersionTLS12}
+	}
+	return t
+}
+
+// dialTimeout is go-containerregistry's own transport's.
+const dialTimeout = 30 * time.Second
+
+// hostOnly is host without its port or brackets.
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+}
+
+// hostPort is host with the scheme's port when it names none, lower-case.
+func hostPort(host, scheme string) string {
+	host = strings.ToLower(host)
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	port := "443"
+	if scheme == "http" {
+		port = "80"
+	}
+	return net.JoinHostPort(hostOnly(host), port)
+}
+
+// pullPolicy is the request side of the rules above, for credWatch.
+type pullPolicy struct {
+	reach    *reach
+	registry string // the registry's host, as the reference names it
+	secure   bool   // spoken to over https: never followed to http
+
+	mu      sync.Mutex
+	realms  map[string]bool // host:port of token services the registry named
+	secrets map[string]bool // tokens and passwords that stay with the registry
+}
+
+func newPullPolicy(ctx context.Context, r name.Reference) *pullPolicy {
+	reg := r.Context().Registry
+	return &pullPolicy{
+		reach:    newReach(ctx, reg),
+		registry: reg.RegistryStr(),
+		secure:   reg.Scheme() == "https",
+		realms:   map[string]bool{},
+		secrets:  map[string]bool{},
+	}
+}
+
+// secret remembers values that go to the registry and its token services
+// only.
+func (p *pullPolicy) secret(vals ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, v := range vals {
+		if v = strings.TrimSpace(v); v != "" {
+			p.secrets[v] = true
+		}
+	}
+}
+
+// isRegistry reports whether u is the registry's own host.
+func (p *pullPolicy) isRegistry(u *url.URL) bool {
+	return hostPort(u.Host, u.Scheme) == hostPort(p.registry, u.Scheme)
+}
+
+// trusted reports whether u is the registry or a token service it named.
+func (p *pullPolicy) trusted(u *url.URL) bool {
+	if p.isRegistry(u) {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.realms[hostPort(u.Host, u.Scheme)]
+}
+
+// request checks a request before it is sent, and returns it, or a copy
+// without the credentials it must not carry.
+func (p *pullPolicy) request(r *http.Request) (*http.Request, error) {
+	if p.secure && r.URL.Scheme != "https" {
+		return nil, fmt.Errorf("%w to %s: not https, and the registry is spoken to over https", errReach, redactURL(r.URL))
+	}
+	// Behind a proxy the dial is to the proxy: an address in the URL is
+	// checked here too.
+	if a, err := netip.ParseAddr(hostOnly(r.URL.Host)); err == nil {
+		if err := p.reach.check(a); err != nil {
+			return nil, err
+		}
+	}
+	h := r.Header.Get("Authorization")
+	scheme, v, _ := strings.Cut(h, " ")
+	v = strings.TrimSpace(v)
+	if p.trusted(r.URL) {
+		p.secret(v)
+		return r, nil
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return nil, fmt.Errorf("%w to %s with a %s: only the registry and its token services are sent anything", errReach, redactURL(r.URL), r.Method)
+	}
+	if h == "" {
+		return r, nil
+	}
+	p.mu.Lock()
+	keep := strings.EqualFold(scheme, "bearer") && !p.secrets[v]
+	p.mu.Unlock()
+	if keep {
+		return r, nil // a token this host's own token service gave
+	}
+	r = r.Clone(r.Context())
+	r.Header.Del("Authorization")
+	return r, nil
+}
+
+// response learns, from the registry's challenges, which token services
+// it uses, and from a token service's answer, the tokens it issued.
+func (p *pullPolicy) response(r *http.Request, resp *http.Response, tokens []string) {
+	if p.isRegistry(r.URL) {
+		for _, h := range resp.Header.Values("WWW-Authenticate") {
+			for _, m := range realmRE().FindAllStringSubmatch(h, -1) {
+				if u, err := url.Parse(m[1] + m[2]); err == nil && u.Host != "" {
+					p.mu.Lock()
+					p.realms[hostPort(u.Host, u.Scheme)] = true
+					p.mu.Unlock()
+				}
+			}
+		}
+	}
+	if p.trusted(r.URL) {
+		p.secret(tokens...)
+	}
+}
+
+// redactURL is u without its query (a CDN's signed URL carries one).
+func redactURL(u *url.URL) string {
+	c := *u
+	c.RawQuery, c.Fragment, c.User = "", "", nil
+	return c.String()
+}
+
+// realmRE finds the realm parameters of a WWW-Authenticate header, quoted
+// or not.
+var realmRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)(?:^|[\s,])realm\s*=\s*(?:"([^"]*)"|([^\s,"]+))`)
+})
+
+// reachRefusal makes go-containerregistry's own refusal of a redirect to
+// an internal address literal (its "SSRF protection") one of the pull's.
+func reachRefusal(err error) error {
+	if err == nil || errors.Is(err, errReach) || !strings.Contains(err.Error(), "SSRF protection") {
+		return err
+	}
+	return &reachError{err}
+}
+
+type reachError struct{ err error }
+
+func (e *reachError) Error() string   { return errReach.Error() + ": " + e.err.Error() }
+func (e *reachError) Unwrap() []error { return []error{errReach, e.err} }
