@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // moduleInfo is what the tier learns from a module's binary before
@@ -22,10 +23,12 @@ const (
 var errMalformed = errors.New("malformed module")
 
 // inspect reads the sections of a module and returns what it declares, and
-// the module with every defined table's maximum lowered to maxTable (added
-// where the module declared none): wazero lets a table without a maximum
-// grow to 2^32 elements, which is an out-of-memory. A module whose table
-// minimum is above maxTable is refused with a [tableError]. The result is
+// the module with its tables' maximums lowered (added where the module
+// declared none) so that together they are at most maxTable (capTables):
+// wazero lets a table without a maximum grow to 2^32 elements, which is an
+// out-of-memory, and a module may define many tables. A module whose
+// table minimums add up to more than maxTable is refused with a
+// [tableError]. The result is
 // mod itself when nothing needed rewriting, and a new slice otherwise.
 func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 	var info moduleInfo
@@ -67,21 +70,22 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 			if err != nil {
 				return nil, info, fmt.Errorf("%w: table section: %v", errMalformed, err)
 			}
-			rewrite := false
+			var total uint64
 			for _, l := range lims {
 				info.tableMin = max(info.tableMin, l.min)
-				if l.min > uint64(maxTable) {
-					return nil, info, &tableError{declared: l.min, cap: maxTable}
+				if l.hasMax && l.max < l.min {
+					return nil, info, fmt.Errorf("%w: table maximum %d below its minimum %d", errMalformed, l.max, l.min)
 				}
-				if !l.hasMax || l.max > uint64(maxTable) {
-					rewrite = true
+				if l.min > uint64(maxTable) || total+l.min > uint64(maxTable) {
+					return nil, info, &tableError{declared: total + l.min, cap: maxTable}
 				}
+				total += l.min
 			}
-			if rewrite {
+			if capped, rewrite := capTables(lims, maxTable); rewrite {
 				if out == nil {
 					out = append(make([]byte, 0, len(mod)+16), mod[:off]...)
 				}
-				sec := encodeTables(lims, maxTable)
+				sec := encodeTables(capped)
 				section = binary.AppendUvarint([]byte{sectionTable}, uint64(len(sec)))
 				section = append(section, sec...)
 			}
@@ -153,17 +157,47 @@ func readLimits(b []byte, tables bool) ([]limits, error) {
 	return out, nil
 }
 
-func encodeTables(lims []limits, maxTable uint32) []byte {
+// capTables gives every table a maximum so that together they hold at
+// most maxTable elements, however many tables a module defines (each one
+// costs a few bytes of binary, and their elements are allocated at their
+// minimum). The sum of the minimums is at most maxTable (inspect checked).
+// Declared maximums are kept first, in order, as far as they fit; the
+// room left goes to tables without one, in order. rewrite is false when
+// every table already had a maximum that fits.
+func capTables(lims []limits, maxTable uint32) (capped []limits, rewrite bool) {
+	room := uint64(maxTable)
+	for _, l := range lims {
+		room -= l.min
+	}
+	capped = slices.Clone(lims)
+	grant := func(l *limits, want uint64) {
+		grow := min(want, room)
+		room -= grow
+		if !l.hasMax || l.max != l.min+grow {
+			rewrite = true
+		}
+		l.hasMax, l.max = true, l.min+grow
+	}
+	for i := range capped {
+		if l := &capped[i]; l.hasMax {
+			grant(l, l.max-min(l.max, l.min))
+		}
+	}
+	for i := range capped {
+		if l := &capped[i]; !lims[i].hasMax {
+			grant(l, room)
+		}
+	}
+	return capped, rewrite
+}
+
+func encodeTables(lims []limits) []byte {
 	var sec []byte
 	sec = binary.AppendUvarint(sec, uint64(len(lims)))
 	for _, l := range lims {
-		mx := uint64(maxTable)
-		if l.hasMax && l.max < mx {
-			mx = l.max
-		}
 		sec = append(sec, l.ref, 0x01)
 		sec = binary.AppendUvarint(sec, l.min)
-		sec = binary.AppendUvarint(sec, mx)
+		sec = binary.AppendUvarint(sec, l.max)
 	}
 	return sec
 }
@@ -236,5 +270,5 @@ type tableError struct {
 }
 
 func (e *tableError) Error() string {
-	return fmt.Sprintf("module declares a table of %d elements, above the cap of %d", e.declared, e.cap)
+	return fmt.Sprintf("module declares tables of %d elements, above the cap of %d", e.declared, e.cap)
 }

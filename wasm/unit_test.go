@@ -185,8 +185,9 @@ func TestConfigIsImmutable(t *testing.T) {
 }
 
 func TestInspectTables(t *testing.T) {
-	// (table 0 funcref) gets a maximum; (table 2 10 funcref) keeps its own
-	// smaller one; a minimum above the cap is refused.
+	// (table 2 10 funcref) keeps its own maximum; (table 0 funcref) gets
+	// what is left of the cap, which all tables share; a minimum above the
+	// cap is refused.
 	mod := wat(t, `(module (table 0 funcref) (table 2 10 funcref) (memory 3))`)
 	out, info, err := inspect(mod, 100)
 	if err != nil {
@@ -200,12 +201,27 @@ func TestInspectTables(t *testing.T) {
 		t.Fatalf("rewritten module does not re-read: %v %+v", err, info2)
 	}
 	lims := tableLimits(t, out)
-	if len(lims) != 2 || !lims[0].hasMax || lims[0].max != 100 || lims[1].max != 10 {
+	if len(lims) != 2 || !lims[0].hasMax || lims[0].max != 90 || lims[1].max != 10 {
 		t.Fatalf("rewritten tables %+v", lims)
 	}
 	var te *tableError
 	if _, _, err := inspect(mod, 1); !errors.As(err, &te) {
 		t.Fatalf("minimum 2 above cap 1: %v", err)
+	}
+	// Tables within the cap one by one, but not together: their minimums
+	// are refused, and their maximums are cut to what is left, in order.
+	if _, _, err := inspect(wat(t, `(module (table 60 funcref) (table 60 funcref))`), 100); !errors.As(err, &te) {
+		t.Fatalf("minimums 60 + 60 above cap 100: %v", err)
+	}
+	out, _, err = inspect(wat(t, `(module (table 10 80 funcref) (table 10 80 funcref) (table 0 funcref))`), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lims := tableLimits(t, out); len(lims) != 3 || lims[0].max != 80 || lims[1].max != 20 || lims[2].max != 0 {
+		t.Fatalf("rewritten tables %+v", lims)
+	}
+	if _, _, err := inspect([]byte("\x00asm\x01\x00\x00\x00\x04\x05\x01\x70\x01\x02\x01"), 100); err == nil {
+		t.Fatal("a maximum below the minimum was accepted")
 	}
 	in := wat(t, `(module (table 1 5 funcref))`)
 	unchanged, _, err := inspect(in, 100)
