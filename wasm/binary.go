@@ -18,6 +18,18 @@ const (
 	sectionImport = 2
 	sectionTable  = 4
 	sectionMemory = 5
+	sectionCode   = 10
+)
+
+// Bounds on the locals a module declares. wazero's decoder expands each
+// function's locals into a slice of their types before anything else
+// checks them, so a function body of a few bytes declaring 2^32-1 locals
+// costs gigabytes and seconds of the host's: maxFunctionLocals is the
+// WebAssembly JavaScript API's limit per function, and a module may
+// declare at most max(minModuleLocals, its size in bytes) in all.
+const (
+	maxFunctionLocals = 50000
+	minModuleLocals   = 1 << 20
 )
 
 var errMalformed = errors.New("malformed module")
@@ -55,6 +67,10 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 		switch id {
 		case sectionImport:
 			if err := checkImportKinds(body); err != nil {
+				return nil, info, err
+			}
+		case sectionCode:
+			if err := checkLocals(body, max(minModuleLocals, uint64(len(mod)))); err != nil {
 				return nil, info, err
 			}
 		case sectionMemory:
@@ -247,6 +263,53 @@ func checkImportKinds(b []byte) error {
 			return fmt.Errorf("%w: import section", errMalformed)
 		}
 		b = b[n:]
+	}
+	return nil
+}
+
+// checkLocals refuses a code section whose functions declare more than
+// maxFunctionLocals locals each, or more than total together.
+func checkLocals(b []byte, total uint64) error {
+	count, n, err := uleb(b)
+	if err != nil || count > uint64(len(b)) {
+		return fmt.Errorf("%w: code section", errMalformed)
+	}
+	b = b[n:]
+	var sum uint64
+	for i := range count {
+		size, n, err := uleb(b)
+		if err != nil || size > uint64(len(b)-n) {
+			return fmt.Errorf("%w: code section, function body %d", errMalformed, i)
+		}
+		body := b[n : n+int(size)]
+		b = b[n+int(size):]
+		groups, n, err := uleb(body)
+		if err != nil || groups > uint64(len(body)) {
+			return fmt.Errorf("%w: code section, locals of function body %d", errMalformed, i)
+		}
+		body = body[n:]
+		var locals uint64
+		for range groups {
+			num, n, err := uleb(body)
+			if err != nil || n >= len(body) {
+				return fmt.Errorf("%w: code section, locals of function body %d", errMalformed, i)
+			}
+			typ := body[n]
+			body = body[n+1:]
+			if typ == 0x63 || typ == 0x64 { // (ref null? heaptype): skip the heap type
+				_, n := binary.Varint(body)
+				if n <= 0 {
+					return fmt.Errorf("%w: code section, locals of function body %d", errMalformed, i)
+				}
+				body = body[n:]
+			}
+			if locals += min(num, maxFunctionLocals+1); locals > maxFunctionLocals {
+				return fmt.Errorf("function body %d declares more than %d locals", i, maxFunctionLocals)
+			}
+		}
+		if sum += locals; sum > total {
+			return fmt.Errorf("the module declares more than %d locals in all", total)
+		}
 	}
 	return nil
 }

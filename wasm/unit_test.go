@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -534,5 +535,56 @@ func TestMemFSReaddirBatches(t *testing.T) {
 	}
 	if got := read(-1); got != "a,b,bb,d,e" {
 		t.Fatalf("a new pass %q", got)
+	}
+}
+
+// localsModule is a module of n functions, each declaring locals i32
+// locals in a body of a few bytes.
+func localsModule(n int, locals uint32) []byte {
+	m := []byte("\x00asm\x01\x00\x00\x00")
+	section := func(id byte, body []byte) {
+		m = append(m, id)
+		m = binary.AppendUvarint(m, uint64(len(body)))
+		m = append(m, body...)
+	}
+	section(1, []byte{1, 0x60, 0, 0}) // type 0: [] -> []
+	funcs := binary.AppendUvarint(nil, uint64(n))
+	for range n {
+		funcs = append(funcs, 0)
+	}
+	section(3, funcs)
+	body := append(binary.AppendUvarint([]byte{1}, uint64(locals)), 0x7f, 0x0b) // (local i32 × locals) end
+	code := binary.AppendUvarint(nil, uint64(n))
+	for range n {
+		code = binary.AppendUvarint(code, uint64(len(body)))
+		code = append(code, body...)
+	}
+	section(10, code)
+	return m
+}
+
+// TestLocalsAreBounded: wazero's decoder expands a function's declared
+// locals into one byte each before validating anything, so a body of a
+// few bytes declaring 2^32-1 locals costs the host gigabytes (100 million
+// took 3 GB and 17 s). Such modules are refused before wazero sees them:
+// one function above the per-function limit, and many functions each
+// within it but together above the module's. (Larger counts are refused
+// the same way; the test keeps to counts that a regression would survive.)
+func TestLocalsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	tier := newTier(t, NewConfig())
+	for name, mod := range map[string][]byte{
+		"one function":   localsModule(1, maxFunctionLocals+1),
+		"many functions": localsModule(minModuleLocals/40000+1, 40000),
+	} {
+		_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: mod, Entry: "none"})
+		if airlock.KindOf(err) != airlock.ErrCompile || !strings.Contains(err.Error(), "locals") {
+			t.Errorf("%s (%d bytes): want a compile error about locals, got %v", name, len(mod), err)
+		}
+	}
+	// Within both bounds: compiled (and then refused for its entry).
+	_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: localsModule(2, maxFunctionLocals), Entry: "none"})
+	if airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("a module within the bounds: %v", err)
 	}
 }
