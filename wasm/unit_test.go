@@ -588,3 +588,41 @@ func TestLocalsAreBounded(t *testing.T) {
 		t.Fatalf("a module within the bounds: %v", err)
 	}
 }
+
+// TestMemFSTruncateFrees: a file truncated after a write gives its bytes
+// back to the scratch, so the memory behind them must be freed too: many
+// files each written to the whole scratch and truncated to nothing hold
+// no more than the scratch's size.
+func TestMemFSTruncateFrees(t *testing.T) {
+	const limit = 1 << 20
+	m := newMemFS(limit, 0)
+	for i := range 64 {
+		f, errno := m.OpenFile(fmt.Sprint("f", i), sys.O_CREAT|sys.O_RDWR, 0o644)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		if _, errno := f.Write(make([]byte, limit/2)); errno != 0 {
+			t.Fatal(i, errno)
+		}
+		for _, size := range []int64{1, 0} {
+			if errno := f.Truncate(size); errno != 0 {
+				t.Fatal(errno)
+			}
+		}
+		must(t, errnoErr(f.Close()))
+	}
+	var held int
+	for _, n := range m.root.children {
+		held += cap(n.data)
+	}
+	if held > limit {
+		t.Fatalf("files truncated to nothing hold %d bytes of a %d-byte scratch", held, limit)
+	}
+}
+
+func errnoErr(e sys.Errno) error {
+	if e != 0 {
+		return e
+	}
+	return nil
+}
