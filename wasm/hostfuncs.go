@@ -80,6 +80,16 @@ func (s *hostState) fail(err error) {
 	panic(err)
 }
 
+// ended unwinds the guest, without a reason of its own, when the run's
+// context has ended (its wall clock, its output cap, or its caller): a
+// request cut short by that is the run's stop, not a refusal of the
+// request.
+func (s *hostState) ended(ctx context.Context) {
+	if ctx.Err() != nil {
+		panic(context.Cause(ctx))
+	}
+}
+
 func (s *hostState) need(grant, what string) {
 	if !s.grants[grant] {
 		s.fail(&airlock.Denied{Capability: "host-function", Detail: fmt.Sprintf("%s was not granted (attempted %s)", grant, what)})
@@ -273,6 +283,7 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	}
 	resp, err := checkRedirects(s.http, s.net).Do(req)
 	if err != nil {
+		s.ended(ctx)
 		var d *airlock.Denied
 		if errors.As(err, &d) {
 			s.fail(&airlock.Denied{Capability: d.Capability, Detail: value.Clip(d.Detail, maxQuoted)})
@@ -282,6 +293,7 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, s.respCap+1))
 	if err != nil {
+		s.ended(ctx)
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("http_request: reading the response: %v", err)})
 	}
 	if int64(len(body)) > s.respCap {

@@ -446,3 +446,49 @@ func TestPluginHostCallBounds(t *testing.T) {
 		t.Fatalf("http: %T %v", err, err)
 	}
 }
+
+// TestPluginHTTPDeadline: a request to a server that does not answer ends
+// with the call's wall clock, and is reported as that stop (timeout, or
+// killed when the caller cancels), not as a refusal of the request.
+func TestPluginHTTPDeadline(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	h := newHost(t, NewConfig().WithHTTP(srv.Client()))
+	tool := load(t, h, corpusWAT(t, "http-request"), ToolConfig{
+		Functions: []string{FuncHTTPRequest},
+		Net:       []airlock.NetRule{{Host: "localhost", Ports: []int{port}}},
+		Limits:    airlock.Limits{WallMS: 200},
+	})
+	req := fmt.Appendf(nil, `{"url":"http://localhost:%d/slow"}`, port)
+	_, err := tool.Call(context.Background(), "req", req)
+	var st *airlock.Stop
+	if !errors.As(err, &st) || st.Reason != airlock.StopTimeout {
+		t.Fatalf("a request past the wall clock: want stopped: timeout, got %T %v", err, err)
+	}
+	<-arrived
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived // the request is waiting for its answer
+		cancel()
+	}()
+	tool = load(t, h, corpusWAT(t, "http-request"), ToolConfig{
+		Functions: []string{FuncHTTPRequest},
+		Net:       []airlock.NetRule{{Host: "localhost", Ports: []int{port}}},
+		Limits:    airlock.Limits{WallMS: 60000},
+	})
+	_, err = tool.Call(ctx, "req", req)
+	if !errors.As(err, &st) || st.Reason != airlock.StopKilled {
+		t.Fatalf("a request whose caller cancelled: want stopped: killed, got %T %v", err, err)
+	}
+}
