@@ -144,6 +144,43 @@ func TestCompileTimeout(t *testing.T) {
 	}
 }
 
+// TestCompilesAreBounded: a compile cannot be interrupted, so callers
+// that give up (at the compile timeout, or cancelled) must not leave
+// compiles of distinct modules piling up behind them: at most one per
+// CPU runs at once, and one that every caller gave up on before it
+// started never runs.
+func TestCompilesAreBounded(t *testing.T) {
+	tier := newTier(t, NewConfig().WithCompileTimeout(time.Millisecond))
+	e := tier.e
+	// Every slot taken: no compile can start.
+	for range cap(e.slots) {
+		e.slots <- struct{}{}
+	}
+	for i := range 20 {
+		mod := wat(t, fmt.Sprintf(`(module (func (export "f") (result i32) (i32.const %d)))`, i))
+		_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: mod, Entry: "f"})
+		var st *airlock.Stop
+		if !errors.As(err, &st) || st.Reason != airlock.StopTimeout {
+			t.Fatalf("module %d with no compile slot free: %v", i, err)
+		}
+	}
+	for range cap(e.slots) {
+		<-e.slots
+	}
+	e.compiles.Wait()
+	e.mu.Lock()
+	n, pending := e.lru.Len(), len(e.inflight)
+	e.mu.Unlock()
+	if n != 0 || pending != 0 {
+		t.Fatalf("%d modules compiled and %d pending after every caller gave up before they started", n, pending)
+	}
+	// The engine still compiles for a caller that waits.
+	fresh := newTier(t, NewConfig())
+	if _, err := fresh.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: corpusWAT(t, "add"), Entry: "add", Argv: []string{"1", "2"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCompiledCacheIsBounded(t *testing.T) {
 	tier := newTier(t, NewConfig().WithMaxCompiled(2))
 	ctx := context.Background()
