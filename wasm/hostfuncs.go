@@ -279,7 +279,11 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "http_request: " + value.Clip(err.Error(), maxQuoted)})
 	}
 	for k, v := range r.Headers {
-		req.Header.Set(k, v)
+		// Proxy-* headers speak to a proxy the configured client may go
+		// through, with the operator's credentials: never the guest's.
+		if !strings.HasPrefix(http.CanonicalHeaderKey(k), "Proxy-") {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := checkRedirects(s.http, s.net).Do(req)
 	if err != nil {

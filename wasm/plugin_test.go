@@ -165,8 +165,14 @@ func TestPluginLimits(t *testing.T) {
 
 func TestPluginHTTP(t *testing.T) {
 	var hits int
+	var proxyHeaders []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits++
+		for k := range r.Header {
+			if strings.HasPrefix(k, "Proxy-") {
+				proxyHeaders = append(proxyHeaders, k)
+			}
+		}
 		if r.URL.Path == "/redirect" {
 			// A granted host sending the client elsewhere (here, to
 			// the same server by IP literal, which no grant matches).
@@ -198,9 +204,12 @@ func TestPluginHTTP(t *testing.T) {
 	_, err = notGranted.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "host-function", "http_request was not granted")
 	tool = load(t, h, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
-	rep, err := tool.Call(ctx, "req", req("GET", local))
+	rep, err := tool.Call(ctx, "req", fmt.Appendf(nil, `{"url":%q,"headers":{"proxy-authorization":"Basic eDp5","X-Ok":"1"}}`, local))
 	if err != nil || !strings.Contains(string(rep.Output), `"status":200`) {
 		t.Fatalf("granted GET: %v %s", err, rep.Output)
+	}
+	if len(proxyHeaders) > 0 {
+		t.Fatalf("the guest's %v reached the server (a proxy the client goes through would take them)", proxyHeaders)
 	}
 	for _, c := range []struct{ method, url, detail string }{
 		{"POST", local, "not granted: POST"},                // method not granted
