@@ -228,12 +228,18 @@ func copyGrant(m *memFS, host, guest string) error {
 // readAtMost reads the file name of r, or fails with errScratchFull if
 // it holds more than n bytes.
 func readAtMost(r *os.Root, name string, n int64) ([]byte, error) {
-	f, err := r.Open(name)
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0) // as othersFS.Open
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is no longer a regular file", name)
+	case st.Size() > n:
 		return nil, errScratchFull
 	}
 	data, err := io.ReadAll(io.LimitReader(f, n+1))
@@ -283,12 +289,16 @@ func (o othersFS) Open(name string) (fs.File, error) {
 			}
 		}
 	}
-	f, err := o.root.FS().Open(name)
+	// O_NONBLOCK: opening a named pipe would otherwise wait for a writer,
+	// in a system call the run's wall clock cannot interrupt. Only regular
+	// files and directories are shown; a pipe, socket or device in a grant
+	// is not (it could block a read the same way, or reach the host).
+	f, err := o.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	st, err := f.Stat()
-	if err != nil || !othersMay(st.Mode()) {
+	if err != nil || !othersMay(st.Mode()) || !(st.Mode().IsRegular() || st.IsDir()) {
 		f.Close()
 		return nil, denied
 	}
