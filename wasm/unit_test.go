@@ -663,3 +663,21 @@ func errnoErr(e sys.Errno) error {
 	}
 	return nil
 }
+
+// TestExitCodesAreTheGuests: wazero ends a run whose context is done with
+// two reserved exit codes; a guest passing those values to proc_exit
+// itself exits with them like with any other code, rather than ending in
+// a runtime error about a context that never ended.
+func TestExitCodesAreTheGuests(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	for _, code := range []uint32{1, 256, 0xefffffff, 0xffffffff} {
+		mod := wat(t, fmt.Sprintf(`(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory 1)
+  (func (export "_start") (call $exit (i32.const %d))))`, int32(code)))
+		res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: mod})
+		if err != nil || res.ExitCode != int(int32(code)) {
+			t.Errorf("proc_exit(%#x): exit code %d, %v", code, res.ExitCode, err)
+		}
+	}
+}
