@@ -290,6 +290,7 @@ func FuzzInspect(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\x04\x01\x70\x00\x00"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\xff\xff\xff\xff\x0f\x01"))
+	f.Add(localsModule(2, 3))
 	f.Fuzz(func(t *testing.T, mod []byte) {
 		out, _, err := inspect(mod, 1000)
 		if err != nil {
