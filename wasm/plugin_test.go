@@ -501,3 +501,18 @@ func TestPluginHTTPDeadline(t *testing.T) {
 		t.Fatalf("a request whose caller cancelled: want stopped: killed, got %T %v", err, err)
 	}
 }
+
+// TestPluginCallAfterClose: a closed tool says so, whether or not its
+// compiled module is still cached, rather than running on a module it
+// released or failing inside wazero.
+func TestPluginCallAfterClose(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool, err := h.Load(context.Background(), greetTool(t), ToolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, tool.Close())
+	if _, err := tool.Call(context.Background(), "upper", []byte("x")); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("a call after Close: %v", err)
+	}
+}
