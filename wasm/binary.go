@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // moduleInfo is what the tier learns from a module's binary before
@@ -17,15 +18,29 @@ const (
 	sectionImport = 2
 	sectionTable  = 4
 	sectionMemory = 5
+	sectionCode   = 10
+)
+
+// Bounds on the locals a module declares. wazero's decoder expands each
+// function's locals into a slice of their types before anything else
+// checks them, so a function body of a few bytes declaring 2^32-1 locals
+// costs gigabytes and seconds of the host's: maxFunctionLocals is the
+// WebAssembly JavaScript API's limit per function, and a module may
+// declare at most max(minModuleLocals, its size in bytes) in all.
+const (
+	maxFunctionLocals = 50000
+	minModuleLocals   = 1 << 20
 )
 
 var errMalformed = errors.New("malformed module")
 
 // inspect reads the sections of a module and returns what it declares, and
-// the module with every defined table's maximum lowered to maxTable (added
-// where the module declared none): wazero lets a table without a maximum
-// grow to 2^32 elements, which is an out-of-memory. A module whose table
-// minimum is above maxTable is refused with a [tableError]. The result is
+// the module with its tables' maximums lowered (added where the module
+// declared none) so that together they are at most maxTable (capTables):
+// wazero lets a table without a maximum grow to 2^32 elements, which is an
+// out-of-memory, and a module may define many tables. A module whose
+// table minimums add up to more than maxTable is refused with a
+// [tableError]. The result is
 // mod itself when nothing needed rewriting, and a new slice otherwise.
 func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 	var info moduleInfo
@@ -54,6 +69,10 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 			if err := checkImportKinds(body); err != nil {
 				return nil, info, err
 			}
+		case sectionCode:
+			if err := checkLocals(body, max(minModuleLocals, uint64(len(mod)))); err != nil {
+				return nil, info, err
+			}
 		case sectionMemory:
 			lims, err := readLimits(body, false)
 			if err != nil {
@@ -67,21 +86,22 @@ func inspect(mod []byte, maxTable uint32) ([]byte, moduleInfo, error) {
 			if err != nil {
 				return nil, info, fmt.Errorf("%w: table section: %v", errMalformed, err)
 			}
-			rewrite := false
+			var total uint64
 			for _, l := range lims {
 				info.tableMin = max(info.tableMin, l.min)
-				if l.min > uint64(maxTable) {
-					return nil, info, &tableError{declared: l.min, cap: maxTable}
+				if l.hasMax && l.max < l.min {
+					return nil, info, fmt.Errorf("%w: table maximum %d below its minimum %d", errMalformed, l.max, l.min)
 				}
-				if !l.hasMax || l.max > uint64(maxTable) {
-					rewrite = true
+				if l.min > uint64(maxTable) || total+l.min > uint64(maxTable) {
+					return nil, info, &tableError{declared: total + l.min, cap: maxTable}
 				}
+				total += l.min
 			}
-			if rewrite {
+			if capped, rewrite := capTables(lims, maxTable); rewrite {
 				if out == nil {
 					out = append(make([]byte, 0, len(mod)+16), mod[:off]...)
 				}
-				sec := encodeTables(lims, maxTable)
+				sec := encodeTables(capped)
 				section = binary.AppendUvarint([]byte{sectionTable}, uint64(len(sec)))
 				section = append(section, sec...)
 			}
@@ -153,17 +173,47 @@ func readLimits(b []byte, tables bool) ([]limits, error) {
 	return out, nil
 }
 
-func encodeTables(lims []limits, maxTable uint32) []byte {
+// capTables gives every table a maximum so that together they hold at
+// most maxTable elements, however many tables a module defines (each one
+// costs a few bytes of binary, and their elements are allocated at their
+// minimum). The sum of the minimums is at most maxTable (inspect checked).
+// Declared maximums are kept first, in order, as far as they fit; the
+// room left goes to tables without one, in order. rewrite is false when
+// every table already had a maximum that fits.
+func capTables(lims []limits, maxTable uint32) (capped []limits, rewrite bool) {
+	room := uint64(maxTable)
+	for _, l := range lims {
+		room -= l.min
+	}
+	capped = slices.Clone(lims)
+	grant := func(l *limits, want uint64) {
+		grow := min(want, room)
+		room -= grow
+		if !l.hasMax || l.max != l.min+grow {
+			rewrite = true
+		}
+		l.hasMax, l.max = true, l.min+grow
+	}
+	for i := range capped {
+		if l := &capped[i]; l.hasMax {
+			grant(l, l.max-min(l.max, l.min))
+		}
+	}
+	for i := range capped {
+		if l := &capped[i]; !lims[i].hasMax {
+			grant(l, room)
+		}
+	}
+	return capped, rewrite
+}
+
+func encodeTables(lims []limits) []byte {
 	var sec []byte
 	sec = binary.AppendUvarint(sec, uint64(len(lims)))
 	for _, l := range lims {
-		mx := uint64(maxTable)
-		if l.hasMax && l.max < mx {
-			mx = l.max
-		}
 		sec = append(sec, l.ref, 0x01)
 		sec = binary.AppendUvarint(sec, l.min)
-		sec = binary.AppendUvarint(sec, mx)
+		sec = binary.AppendUvarint(sec, l.max)
 	}
 	return sec
 }
@@ -217,6 +267,53 @@ func checkImportKinds(b []byte) error {
 	return nil
 }
 
+// checkLocals refuses a code section whose functions declare more than
+// maxFunctionLocals locals each, or more than total together.
+func checkLocals(b []byte, total uint64) error {
+	count, n, err := uleb(b)
+	if err != nil || count > uint64(len(b)) {
+		return fmt.Errorf("%w: code section", errMalformed)
+	}
+	b = b[n:]
+	var sum uint64
+	for i := range count {
+		size, n, err := uleb(b)
+		if err != nil || size > uint64(len(b)-n) {
+			return fmt.Errorf("%w: code section, function body %d", errMalformed, i)
+		}
+		body := b[n : n+int(size)]
+		b = b[n+int(size):]
+		groups, n, err := uleb(body)
+		if err != nil || groups > uint64(len(body)) {
+			return fmt.Errorf("%w: code section, locals of function body %d", errMalformed, i)
+		}
+		body = body[n:]
+		var locals uint64
+		for range groups {
+			num, n, err := uleb(body)
+			if err != nil || n >= len(body) {
+				return fmt.Errorf("%w: code section, locals of function body %d", errMalformed, i)
+			}
+			typ := body[n]
+			body = body[n+1:]
+			if typ == 0x63 || typ == 0x64 { // (ref null? heaptype): skip the heap type
+				_, n := binary.Varint(body)
+				if n <= 0 {
+					return fmt.Errorf("%w: code section, locals of function body %d", errMalformed, i)
+				}
+				body = body[n:]
+			}
+			if locals += min(num, maxFunctionLocals+1); locals > maxFunctionLocals {
+				return fmt.Errorf("function body %d declares more than %d locals", i, maxFunctionLocals)
+			}
+		}
+		if sum += locals; sum > total {
+			return fmt.Errorf("the module declares more than %d locals in all", total)
+		}
+	}
+	return nil
+}
+
 // uleb reads an unsigned LEB128 number of at most 64 bits.
 func uleb(b []byte) (uint64, int, error) {
 	v, n := binary.Uvarint(b)
@@ -236,5 +333,5 @@ type tableError struct {
 }
 
 func (e *tableError) Error() string {
-	return fmt.Sprintf("module declares a table of %d elements, above the cap of %d", e.declared, e.cap)
+	return fmt.Sprintf("module declares tables of %d elements, above the cap of %d", e.declared, e.cap)
 }

@@ -17,7 +17,7 @@ import (
 const (
 	DefaultMaxModuleBytes   = 64 << 20         // modules above this are refused
 	DefaultCompileTimeout   = 30 * time.Second // compiling longer than this is refused
-	DefaultMaxTableElements = 1 << 20          // 8 MiB of references per table
+	DefaultMaxTableElements = 1 << 20          // 8 MiB of references, all of a module's tables together
 	DefaultMaxCompiled      = 64               // compiled modules kept in memory
 	DefaultClockTick        = time.Microsecond // how far the pinned clocks advance per read
 	DefaultScratchMB        = 16               // the in-memory scratch when a job has files but no size
@@ -78,8 +78,9 @@ func (c Config) WithMaxModuleBytes(n int64) Config { c.maxModuleBytes = n; retur
 // clock caps it too).
 func (c Config) WithCompileTimeout(d time.Duration) Config { c.compileTimeout = d; return c }
 
-// WithMaxTableElements caps the size of every table a module defines: a
-// larger declared minimum is refused, and table.grow beyond it fails.
+// WithMaxTableElements caps the elements of all the tables a module
+// defines, together: larger declared minimums are refused, and table.grow
+// beyond it fails.
 func (c Config) WithMaxTableElements(n uint32) Config { c.maxTable = n; return c }
 
 // WithMaxCompiled bounds the compiled modules kept in memory (least

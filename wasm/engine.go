@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -39,6 +40,10 @@ type engine struct {
 	inflight map[[32]byte]*compileCall
 	closed   bool
 	compiles sync.WaitGroup // compiles still running, which close waits for
+	// slots bounds the compiles that run at once: a compile cannot be
+	// interrupted, and callers that gave up must not be able to pile up
+	// compiles of distinct modules behind them.
+	slots chan struct{}
 }
 
 // compiled is a module compiled once and instantiated per run. refs
@@ -53,10 +58,15 @@ type compiled struct {
 }
 
 type compileCall struct {
-	done chan struct{}
-	c    *compiled
-	err  error
+	done    chan struct{}
+	c       *compiled
+	err     error
+	waiters int // callers still waiting; none left before it starts: not compiled
 }
+
+// errAbandoned ends a compile that every caller gave up on before it
+// started.
+var errAbandoned = errors.New("compile abandoned: every caller gave up waiting")
 
 func newEngine(cfg Config) (*engine, error) {
 	if err := cfg.validate(); err != nil {
@@ -104,6 +114,7 @@ func newEngine(cfg Config) (*engine, error) {
 	return &engine{
 		cfg: cfg, rt: rt, cache: cache, memPages: pages,
 		lru: list.New(), byHash: map[[32]byte]*list.Element{}, inflight: map[[32]byte]*compileCall{},
+		slots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
 	}, nil
 }
 
@@ -147,7 +158,13 @@ func (e *engine) acquire(ctx context.Context, mod []byte) (*compiled, error) {
 		e.compiles.Add(1)
 		go e.compile(h, mod, call)
 	}
+	call.waiters++
 	e.mu.Unlock()
+	giveUp := func() {
+		e.mu.Lock()
+		call.waiters--
+		e.mu.Unlock()
+	}
 
 	limit := e.cfg.compileTimeout
 	timer := time.NewTimer(limit)
@@ -155,8 +172,10 @@ func (e *engine) acquire(ctx context.Context, mod []byte) (*compiled, error) {
 	select {
 	case <-call.done:
 	case <-timer.C:
+		giveUp()
 		return nil, &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("compiling the module took longer than %v", limit)}
 	case <-ctx.Done():
+		giveUp()
 		return nil, &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled while compiling the module"}
 	}
 	if call.err != nil {
@@ -180,6 +199,19 @@ func (e *engine) acquire(ctx context.Context, mod []byte) (*compiled, error) {
 func (e *engine) compile(h [32]byte, mod []byte, call *compileCall) {
 	defer e.compiles.Done()
 	defer close(call.done)
+	e.slots <- struct{}{}
+	defer func() { <-e.slots }()
+	e.mu.Lock()
+	if call.waiters == 0 || e.closed {
+		delete(e.inflight, h)
+		call.err = errAbandoned
+		if e.closed {
+			call.err = errors.New("wasm engine is closed")
+		}
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
 	c, err := e.compileNow(mod)
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -9,9 +9,11 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
@@ -46,6 +48,7 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 			_ = r.Close()
 		}
 	}
+	open := &openFiles{}
 	if f.scratch {
 		m := newMemFS(f.scratchMax, f.mtime)
 		for _, p := range f.copy {
@@ -58,7 +61,7 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 				return nil, closeAll, jobs.Invalid("files["+name+"]", "%s", err.Error())
 			}
 		}
-		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(m, "/")
+		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(limitFS{m, open}, "/")
 		f.mem = m
 	}
 	for _, p := range f.read {
@@ -74,9 +77,66 @@ func (f *fsSpec) config() (wazero.FSConfig, func(), error) {
 			return nil, func() {}, jobs.Invalid("grants.fs.read", "%s: %v", p, err)
 		}
 		roots = append(roots, r)
-		cfg = cfg.WithFSMount(othersFS{r}, guestPath(f.at, p))
+		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(limitFS{&sysfs.AdaptFS{FS: othersFS{r}}, open}, guestPath(f.at, p))
 	}
 	return cfg, closeAll, nil
+}
+
+// maxOpenFiles bounds the files and directories a run holds open at
+// once, in all its mounts: each open one is memory, and each one in a read
+// grant is a descriptor of the airlock process, whose table the guest
+// must not be able to fill.
+const maxOpenFiles = 1024
+
+// openFiles counts a run's open files.
+type openFiles struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (o *openFiles) release() {
+	o.mu.Lock()
+	o.n--
+	o.mu.Unlock()
+}
+
+// limitFS is a mount whose opens count against the run's maxOpenFiles;
+// one more answers EAGAIN (WASI preview 1 as wazero implements it has no
+// EMFILE).
+type limitFS struct {
+	sys.FS
+	open *openFiles
+}
+
+func (l limitFS) OpenFile(p string, flag sys.Oflag, perm fs.FileMode) (sys.File, sys.Errno) {
+	l.open.mu.Lock()
+	if l.open.n >= maxOpenFiles {
+		l.open.mu.Unlock()
+		return nil, sys.EAGAIN
+	}
+	l.open.n++
+	l.open.mu.Unlock()
+	f, errno := l.FS.OpenFile(p, flag, perm)
+	if errno != 0 {
+		l.open.release()
+		return nil, errno
+	}
+	return &limitFile{File: f, open: l.open}, 0
+}
+
+// limitFile gives its place back when closed.
+type limitFile struct {
+	sys.File
+	open   *openFiles
+	closed bool
+}
+
+func (f *limitFile) Close() sys.Errno {
+	if !f.closed {
+		f.closed = true
+		f.open.release()
+	}
+	return f.File.Close()
 }
 
 // checkReadGrant refuses read grants the tier will not expose whatever the
@@ -168,12 +228,18 @@ func copyGrant(m *memFS, host, guest string) error {
 // readAtMost reads the file name of r, or fails with errScratchFull if
 // it holds more than n bytes.
 func readAtMost(r *os.Root, name string, n int64) ([]byte, error) {
-	f, err := r.Open(name)
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0) // as othersFS.Open
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is no longer a regular file", name)
+	case st.Size() > n:
 		return nil, errScratchFull
 	}
 	data, err := io.ReadAll(io.LimitReader(f, n+1))
@@ -223,12 +289,16 @@ func (o othersFS) Open(name string) (fs.File, error) {
 			}
 		}
 	}
-	f, err := o.root.FS().Open(name)
+	// O_NONBLOCK: opening a named pipe would otherwise wait for a writer,
+	// in a system call the run's wall clock cannot interrupt. Only regular
+	// files and directories are shown; a pipe, socket or device in a grant
+	// is not (it could block a read the same way, or reach the host).
+	f, err := o.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	st, err := f.Stat()
-	if err != nil || !othersMay(st.Mode()) {
+	if err != nil || !othersMay(st.Mode()) || !(st.Mode().IsRegular() || st.IsDir()) {
 		f.Close()
 		return nil, denied
 	}

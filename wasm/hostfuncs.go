@@ -80,6 +80,16 @@ func (s *hostState) fail(err error) {
 	panic(err)
 }
 
+// ended unwinds the guest, without a reason of its own, when the run's
+// context has ended (its wall clock, its output cap, or its caller): a
+// request cut short by that is the run's stop, not a refusal of the
+// request.
+func (s *hostState) ended(ctx context.Context) {
+	if ctx.Err() != nil {
+		panic(context.Cause(ctx))
+	}
+}
+
 func (s *hostState) need(grant, what string) {
 	if !s.grants[grant] {
 		s.fail(&airlock.Denied{Capability: "host-function", Detail: fmt.Sprintf("%s was not granted (attempted %s)", grant, what)})
@@ -269,10 +279,15 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: "http_request: " + value.Clip(err.Error(), maxQuoted)})
 	}
 	for k, v := range r.Headers {
-		req.Header.Set(k, v)
+		// Proxy-* headers speak to a proxy the configured client may go
+		// through, with the operator's credentials: never the guest's.
+		if !strings.HasPrefix(http.CanonicalHeaderKey(k), "Proxy-") {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := checkRedirects(s.http, s.net).Do(req)
 	if err != nil {
+		s.ended(ctx)
 		var d *airlock.Denied
 		if errors.As(err, &d) {
 			s.fail(&airlock.Denied{Capability: d.Capability, Detail: value.Clip(d.Detail, maxQuoted)})
@@ -282,6 +297,7 @@ func (s *hostState) httpRequest(ctx context.Context, raw []byte) []byte {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, s.respCap+1))
 	if err != nil {
+		s.ended(ctx)
 		s.fail(&airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("http_request: reading the response: %v", err)})
 	}
 	if int64(len(body)) > s.respCap {

@@ -627,7 +627,9 @@ func (f *memFile) Truncate(size int64) sys.Errno {
 	if grow > 0 {
 		f.n.data = append(f.n.data, make([]byte, grow)...)
 	} else {
-		f.n.data = f.n.data[:size]
+		// A copy, not a reslice: what is given back must be freed, or
+		// files truncated after a write keep memory nothing counts.
+		f.n.data = slices.Clone(f.n.data[:size])
 	}
 	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -64,6 +65,7 @@ type Tool struct {
 	cfg    ToolConfig
 	limits airlock.Limits
 	once   sync.Once
+	closed atomic.Bool
 }
 
 // Load compiles a tool once (bounded by the config's compile timeout, not
@@ -93,7 +95,10 @@ func (h *Host) Load(ctx context.Context, module []byte, cfg ToolConfig) (*Tool, 
 
 // Close releases the tool's compiled module.
 func (t *Tool) Close() error {
-	t.once.Do(func() { t.h.e.release(t.c) })
+	t.once.Do(func() {
+		t.closed.Store(true)
+		t.h.e.release(t.c)
+	})
 	return nil
 }
 
@@ -117,6 +122,10 @@ func (t *Tool) Call(ctx context.Context, fn string, input []byte) (Reply, error)
 
 func (t *Tool) call(ctx context.Context, fn string, input []byte, kv *KV) (Reply, error) {
 	var rep Reply
+	if t.closed.Load() {
+		// Its compiled module is released (and closed once evicted).
+		return rep, errors.New("wasm tool is closed")
+	}
 	if fn == "" {
 		return rep, jobs.Invalid("entry", "name the function to call")
 	}

@@ -165,8 +165,14 @@ func TestPluginLimits(t *testing.T) {
 
 func TestPluginHTTP(t *testing.T) {
 	var hits int
+	var proxyHeaders []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits++
+		for k := range r.Header {
+			if strings.HasPrefix(k, "Proxy-") {
+				proxyHeaders = append(proxyHeaders, k)
+			}
+		}
 		if r.URL.Path == "/redirect" {
 			// A granted host sending the client elsewhere (here, to
 			// the same server by IP literal, which no grant matches).
@@ -198,9 +204,12 @@ func TestPluginHTTP(t *testing.T) {
 	_, err = notGranted.Call(ctx, "req", req("GET", local))
 	wantDenied(t, err, "host-function", "http_request was not granted")
 	tool = load(t, h, corpusWAT(t, "http-request"), ToolConfig{Functions: []string{FuncHTTPRequest}, Net: []airlock.NetRule{rule}})
-	rep, err := tool.Call(ctx, "req", req("GET", local))
+	rep, err := tool.Call(ctx, "req", fmt.Appendf(nil, `{"url":%q,"headers":{"proxy-authorization":"Basic eDp5","X-Ok":"1"}}`, local))
 	if err != nil || !strings.Contains(string(rep.Output), `"status":200`) {
 		t.Fatalf("granted GET: %v %s", err, rep.Output)
+	}
+	if len(proxyHeaders) > 0 {
+		t.Fatalf("the guest's %v reached the server (a proxy the client goes through would take them)", proxyHeaders)
 	}
 	for _, c := range []struct{ method, url, detail string }{
 		{"POST", local, "not granted: POST"},                // method not granted
@@ -444,5 +453,66 @@ func TestPluginHostCallBounds(t *testing.T) {
 	var st *airlock.Stop
 	if !errors.As(err, &st) || !strings.Contains(st.Detail, "http request of") {
 		t.Fatalf("http: %T %v", err, err)
+	}
+}
+
+// TestPluginHTTPDeadline: a request to a server that does not answer ends
+// with the call's wall clock, and is reported as that stop (timeout, or
+// killed when the caller cancels), not as a refusal of the request.
+func TestPluginHTTPDeadline(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	h := newHost(t, NewConfig().WithHTTP(srv.Client()))
+	tool := load(t, h, corpusWAT(t, "http-request"), ToolConfig{
+		Functions: []string{FuncHTTPRequest},
+		Net:       []airlock.NetRule{{Host: "localhost", Ports: []int{port}}},
+		Limits:    airlock.Limits{WallMS: 200},
+	})
+	req := fmt.Appendf(nil, `{"url":"http://localhost:%d/slow"}`, port)
+	_, err := tool.Call(context.Background(), "req", req)
+	var st *airlock.Stop
+	if !errors.As(err, &st) || st.Reason != airlock.StopTimeout {
+		t.Fatalf("a request past the wall clock: want stopped: timeout, got %T %v", err, err)
+	}
+	<-arrived
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived // the request is waiting for its answer
+		cancel()
+	}()
+	tool = load(t, h, corpusWAT(t, "http-request"), ToolConfig{
+		Functions: []string{FuncHTTPRequest},
+		Net:       []airlock.NetRule{{Host: "localhost", Ports: []int{port}}},
+		Limits:    airlock.Limits{WallMS: 60000},
+	})
+	_, err = tool.Call(ctx, "req", req)
+	if !errors.As(err, &st) || st.Reason != airlock.StopKilled {
+		t.Fatalf("a request whose caller cancelled: want stopped: killed, got %T %v", err, err)
+	}
+}
+
+// TestPluginCallAfterClose: a closed tool says so, whether or not its
+// compiled module is still cached, rather than running on a module it
+// released or failing inside wazero.
+func TestPluginCallAfterClose(t *testing.T) {
+	h := newHost(t, NewConfig())
+	tool, err := h.Load(context.Background(), greetTool(t), ToolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, tool.Close())
+	if _, err := tool.Call(context.Background(), "upper", []byte("x")); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("a call after Close: %v", err)
 	}
 }

@@ -150,8 +150,11 @@ func (e *engine) classify(err error, out *outcome, parent, ctx context.Context, 
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		switch exit.ExitCode() {
-		case sys.ExitCodeContextCanceled, sys.ExitCodeDeadlineExceeded:
+		// wazero closes a module whose context ended with one of two
+		// codes; with the context alive, any code is the guest's own
+		// proc_exit (which may pass those same values).
+		switch code := exit.ExitCode(); {
+		case ctx.Err() != nil && (code == sys.ExitCodeContextCanceled || code == sys.ExitCodeDeadlineExceeded):
 		default:
 			out.exitCode = int(int32(exit.ExitCode()))
 			if alloc.refused && out.exitCode != 0 {

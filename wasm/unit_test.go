@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -143,6 +144,43 @@ func TestCompileTimeout(t *testing.T) {
 	}
 }
 
+// TestCompilesAreBounded: a compile cannot be interrupted, so callers
+// that give up (at the compile timeout, or cancelled) must not leave
+// compiles of distinct modules piling up behind them: at most one per
+// CPU runs at once, and one that every caller gave up on before it
+// started never runs.
+func TestCompilesAreBounded(t *testing.T) {
+	tier := newTier(t, NewConfig().WithCompileTimeout(time.Millisecond))
+	e := tier.e
+	// Every slot taken: no compile can start.
+	for range cap(e.slots) {
+		e.slots <- struct{}{}
+	}
+	for i := range 20 {
+		mod := wat(t, fmt.Sprintf(`(module (func (export "f") (result i32) (i32.const %d)))`, i))
+		_, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: mod, Entry: "f"})
+		var st *airlock.Stop
+		if !errors.As(err, &st) || st.Reason != airlock.StopTimeout {
+			t.Fatalf("module %d with no compile slot free: %v", i, err)
+		}
+	}
+	for range cap(e.slots) {
+		<-e.slots
+	}
+	e.compiles.Wait()
+	e.mu.Lock()
+	n, pending := e.lru.Len(), len(e.inflight)
+	e.mu.Unlock()
+	if n != 0 || pending != 0 {
+		t.Fatalf("%d modules compiled and %d pending after every caller gave up before they started", n, pending)
+	}
+	// The engine still compiles for a caller that waits.
+	fresh := newTier(t, NewConfig())
+	if _, err := fresh.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: corpusWAT(t, "add"), Entry: "add", Argv: []string{"1", "2"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCompiledCacheIsBounded(t *testing.T) {
 	tier := newTier(t, NewConfig().WithMaxCompiled(2))
 	ctx := context.Background()
@@ -185,8 +223,9 @@ func TestConfigIsImmutable(t *testing.T) {
 }
 
 func TestInspectTables(t *testing.T) {
-	// (table 0 funcref) gets a maximum; (table 2 10 funcref) keeps its own
-	// smaller one; a minimum above the cap is refused.
+	// (table 2 10 funcref) keeps its own maximum; (table 0 funcref) gets
+	// what is left of the cap, which all tables share; a minimum above the
+	// cap is refused.
 	mod := wat(t, `(module (table 0 funcref) (table 2 10 funcref) (memory 3))`)
 	out, info, err := inspect(mod, 100)
 	if err != nil {
@@ -200,12 +239,27 @@ func TestInspectTables(t *testing.T) {
 		t.Fatalf("rewritten module does not re-read: %v %+v", err, info2)
 	}
 	lims := tableLimits(t, out)
-	if len(lims) != 2 || !lims[0].hasMax || lims[0].max != 100 || lims[1].max != 10 {
+	if len(lims) != 2 || !lims[0].hasMax || lims[0].max != 90 || lims[1].max != 10 {
 		t.Fatalf("rewritten tables %+v", lims)
 	}
 	var te *tableError
 	if _, _, err := inspect(mod, 1); !errors.As(err, &te) {
 		t.Fatalf("minimum 2 above cap 1: %v", err)
+	}
+	// Tables within the cap one by one, but not together: their minimums
+	// are refused, and their maximums are cut to what is left, in order.
+	if _, _, err := inspect(wat(t, `(module (table 60 funcref) (table 60 funcref))`), 100); !errors.As(err, &te) {
+		t.Fatalf("minimums 60 + 60 above cap 100: %v", err)
+	}
+	out, _, err = inspect(wat(t, `(module (table 10 80 funcref) (table 10 80 funcref) (table 0 funcref))`), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lims := tableLimits(t, out); len(lims) != 3 || lims[0].max != 80 || lims[1].max != 20 || lims[2].max != 0 {
+		t.Fatalf("rewritten tables %+v", lims)
+	}
+	if _, _, err := inspect([]byte("\x00asm\x01\x00\x00\x00\x04\x05\x01\x70\x01\x02\x01"), 100); err == nil {
+		t.Fatal("a maximum below the minimum was accepted")
 	}
 	in := wat(t, `(module (table 1 5 funcref))`)
 	unchanged, _, err := inspect(in, 100)
@@ -236,6 +290,7 @@ func FuzzInspect(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\x04\x01\x70\x00\x00"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\xff\xff\xff\xff\x0f\x01"))
+	f.Add(localsModule(2, 3))
 	f.Fuzz(func(t *testing.T, mod []byte) {
 		out, _, err := inspect(mod, 1000)
 		if err != nil {
@@ -518,5 +573,112 @@ func TestMemFSReaddirBatches(t *testing.T) {
 	}
 	if got := read(-1); got != "a,b,bb,d,e" {
 		t.Fatalf("a new pass %q", got)
+	}
+}
+
+// localsModule is a module of n functions, each declaring locals i32
+// locals in a body of a few bytes.
+func localsModule(n int, locals uint32) []byte {
+	m := []byte("\x00asm\x01\x00\x00\x00")
+	section := func(id byte, body []byte) {
+		m = append(m, id)
+		m = binary.AppendUvarint(m, uint64(len(body)))
+		m = append(m, body...)
+	}
+	section(1, []byte{1, 0x60, 0, 0}) // type 0: [] -> []
+	funcs := binary.AppendUvarint(nil, uint64(n))
+	for range n {
+		funcs = append(funcs, 0)
+	}
+	section(3, funcs)
+	body := append(binary.AppendUvarint([]byte{1}, uint64(locals)), 0x7f, 0x0b) // (local i32 × locals) end
+	code := binary.AppendUvarint(nil, uint64(n))
+	for range n {
+		code = binary.AppendUvarint(code, uint64(len(body)))
+		code = append(code, body...)
+	}
+	section(10, code)
+	return m
+}
+
+// TestLocalsAreBounded: wazero's decoder expands a function's declared
+// locals into one byte each before validating anything, so a body of a
+// few bytes declaring 2^32-1 locals costs the host gigabytes (100 million
+// took 3 GB and 17 s). Such modules are refused before wazero sees them:
+// one function above the per-function limit, and many functions each
+// within it but together above the module's. (Larger counts are refused
+// the same way; the test keeps to counts that a regression would survive.)
+func TestLocalsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	tier := newTier(t, NewConfig())
+	for name, mod := range map[string][]byte{
+		"one function":   localsModule(1, maxFunctionLocals+1),
+		"many functions": localsModule(minModuleLocals/40000+1, 40000),
+	} {
+		_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: mod, Entry: "none"})
+		if airlock.KindOf(err) != airlock.ErrCompile || !strings.Contains(err.Error(), "locals") {
+			t.Errorf("%s (%d bytes): want a compile error about locals, got %v", name, len(mod), err)
+		}
+	}
+	// Within both bounds: compiled (and then refused for its entry).
+	_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: localsModule(2, maxFunctionLocals), Entry: "none"})
+	if airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("a module within the bounds: %v", err)
+	}
+}
+
+// TestMemFSTruncateFrees: a file truncated after a write gives its bytes
+// back to the scratch, so the memory behind them must be freed too: many
+// files each written to the whole scratch and truncated to nothing hold
+// no more than the scratch's size.
+func TestMemFSTruncateFrees(t *testing.T) {
+	const limit = 1 << 20
+	m := newMemFS(limit, 0)
+	for i := range 64 {
+		f, errno := m.OpenFile(fmt.Sprint("f", i), sys.O_CREAT|sys.O_RDWR, 0o644)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		if _, errno := f.Write(make([]byte, limit/2)); errno != 0 {
+			t.Fatal(i, errno)
+		}
+		for _, size := range []int64{1, 0} {
+			if errno := f.Truncate(size); errno != 0 {
+				t.Fatal(errno)
+			}
+		}
+		must(t, errnoErr(f.Close()))
+	}
+	var held int
+	for _, n := range m.root.children {
+		held += cap(n.data)
+	}
+	if held > limit {
+		t.Fatalf("files truncated to nothing hold %d bytes of a %d-byte scratch", held, limit)
+	}
+}
+
+func errnoErr(e sys.Errno) error {
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// TestExitCodesAreTheGuests: wazero ends a run whose context is done with
+// two reserved exit codes; a guest passing those values to proc_exit
+// itself exits with them like with any other code, rather than ending in
+// a runtime error about a context that never ended.
+func TestExitCodesAreTheGuests(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	for _, code := range []uint32{1, 256, 0xefffffff, 0xffffffff} {
+		mod := wat(t, fmt.Sprintf(`(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory 1)
+  (func (export "_start") (call $exit (i32.const %d))))`, int32(code)))
+		res, err := tier.Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: mod})
+		if err != nil || res.ExitCode != int(int32(code)) {
+			t.Errorf("proc_exit(%#x): exit code %d, %v", code, res.ExitCode, err)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/internal/value"
+	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 	"github.com/airlock-sandbox/airlock/wasm"
 )
 
@@ -80,13 +81,13 @@ func runCall(ctx context.Context, e *env) int {
 	rep, err := tool.Session("").Call(ctx, pos[1], in)
 	if *asJSON {
 		out := struct {
-			Output   string             `json:"output"`
-			Stdout   string             `json:"stdout,omitempty"`
-			Stderr   string             `json:"stderr,omitempty"`
+			Output   wirebytes.Text     `json:"output"` // bytes that are not UTF-8 as {"base64": ...}
+			Stdout   wirebytes.Text     `json:"stdout,omitempty"`
+			Stderr   wirebytes.Text     `json:"stderr,omitempty"`
 			ExitCode int                `json:"exit_code,omitempty"`
 			Stopped  *airlock.Stop      `json:"stopped,omitempty"`
 			Error    *airlock.ErrorInfo `json:"error,omitempty"`
-		}{Output: string(rep.Output), Stdout: rep.Stdout, Stderr: rep.Stderr, ExitCode: rep.ExitCode}
+		}{Output: wirebytes.Text(rep.Output), Stdout: wirebytes.Text(rep.Stdout), Stderr: wirebytes.Text(rep.Stderr), ExitCode: rep.ExitCode}
 		var res airlock.Result
 		res.SetError(err)
 		out.Stopped, out.Error = res.Stopped, res.Error

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +51,11 @@ func TestCall(t *testing.T) {
 	code, out, _ = run("", "call", "--json", tool, "greet", "--input", "ada")
 	if code != exitDenied || !strings.Contains(out, `"reason": "denied"`) {
 		t.Fatalf("--json denial: code %d stdout %q", code, out)
+	}
+	// Output that is not UTF-8 keeps its bytes in --json, as in results.
+	code, out, _ = run("", "call", "--json", tool, "greet", "--input", "\xff\xfe", "--grant", "log,kv")
+	if want := base64.StdEncoding.EncodeToString([]byte("hello, \xff\xfe (call 1)")); code != exitOK || !strings.Contains(out, `"base64": "`+want+`"`) {
+		t.Fatalf("--json binary output: code %d stdout %q, want base64 %s", code, out, want)
 	}
 	for _, args := range [][]string{
 		{"call", tool},                               // no function
