@@ -3,8 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 func TestMicroVMCommand(t *testing.T) {
@@ -26,5 +33,72 @@ func TestMicroVMCommand(t *testing.T) {
 		}
 	default:
 		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
+
+// TestMicroVMStateDirPerUser: the microVM tier runs without root, and a
+// user who runs it (an `airlock microvm status` suffices) must not take
+// the state directory root's tier uses, nor be shut out of the tier by
+// root's: each runs in turn in one shared TMPDIR, as in /tmp.
+func TestMicroVMStateDirPerUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skipf(t, "running airlock as another user needs root")
+	}
+	// The test binary is the CLI (AIRLOCK_CLI_CHILD), copied where uid
+	// 65534 may run it.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binDir := t.TempDir()
+	openDir(t, binDir)
+	exe := filepath.Join(binDir, "airlock")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Each user has a home of its own, or none (the cache then falls back
+	// to TMPDIR too).
+	status := func(t *testing.T, tmp string, uid uint32, withHome bool) {
+		t.Helper()
+		c := exec.Command(exe, "microvm", "status")
+		c.Env = []string{"AIRLOCK_CLI_CHILD=1", "TMPDIR=" + tmp, "PATH=" + os.Getenv("PATH")}
+		if withHome {
+			home := filepath.Join(tmp, fmt.Sprintf("home-%d", uid))
+			if err := os.MkdirAll(home, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(home, int(uid), int(uid)); err != nil {
+				t.Fatal(err)
+			}
+			c.Env = append(c.Env, "HOME="+home)
+		}
+		if uid != 0 {
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		}
+		out, _ := c.CombinedOutput()
+		if strings.Contains(string(out), "state directory") || strings.Contains(string(out), "permission denied") {
+			t.Errorf("airlock microvm status as uid %d after the other user (home: %v): %s", uid, withHome, out)
+		}
+	}
+	for _, withHome := range []bool{true, false} {
+		for _, order := range [][]uint32{{65534, 0}, {0, 65534}} {
+			tmp, err := os.MkdirTemp("", "airlock-statedir-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Both users' state directories go with it.
+			t.Cleanup(func() { os.RemoveAll(tmp) })
+			if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+				t.Fatal(err)
+			}
+			openDir(t, tmp)
+			for _, uid := range order {
+				status(t, tmp, uid, withHome)
+			}
+		}
 	}
 }
