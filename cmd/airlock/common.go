@@ -527,8 +527,7 @@ func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand
 	}
 	jc.pos, jc.rest, code, ok = e.parse(fs)
 	if ok && len(jc.pos) == 0 && len(jc.rest) == 0 && name == "eval" {
-		fs.Usage()
-		return nil, exitUsage, false
+		return nil, e.missingArgs("takes an EXPR to evaluate"), false
 	}
 	return jc, code, ok
 }

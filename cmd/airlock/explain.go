@@ -89,8 +89,7 @@ func explainCmd(ctx context.Context, e *env) int {
 			return e.fail(err)
 		}
 	default:
-		fs.Usage()
-		return exitUsage
+		return e.missingArgs("takes at most one JOB.json (or - for stdin)")
 	}
 	if err := jf.apply(&job); err != nil {
 		return e.fail(err)
