@@ -145,10 +145,12 @@ func imagesCmd(ctx context.Context, e *env) int {
 		return e.imageFail(err)
 	}
 	if *jsonMode {
-		if infos == nil {
-			infos = []image.Info{}
+		list := make([]storeImage, 0, len(infos))
+		for _, i := range infos {
+			list = append(list, storeImage{Names: orEmpty(i.Names), Refs: orEmpty(i.Refs), Digest: i.Digest,
+				SizeBytes: i.Size, LastUse: i.LastUse, Held: i.Held, Labels: i.Labels})
 		}
-		if err := writeJSON(e.stdout, infos); err != nil {
+		if err := writeJSON(e.stdout, list); err != nil {
 			return e.fail(err)
 		}
 		return exitOK
@@ -166,6 +168,25 @@ func imagesCmd(ctx context.Context, e *env) int {
 		return e.fail(err)
 	}
 	return exitOK
+}
+
+// storeImage is one image of `airlock images --json`, in the words of the
+// API's JSON (GET /v1/images): lower-case names, lists [] when empty.
+type storeImage struct {
+	Names     []string          `json:"names"`
+	Refs      []string          `json:"refs"`
+	Digest    string            `json:"digest"`
+	SizeBytes int64             `json:"size_bytes"`
+	LastUse   time.Time         `json:"last_use"`
+	Held      bool              `json:"held"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 func imageCmd(ctx context.Context, e *env) int {
