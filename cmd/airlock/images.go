@@ -195,7 +195,7 @@ func imageCmd(ctx context.Context, e *env) int {
 	dir := fs.String("images", "", "image store `DIR` (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive `URL` build installs from")
 	force := fs.Bool("force", false, "build even the names the store holds from the current recipe")
-	_ = fs.Bool("missing", true, "build only the names the store lacks or holds from an older recipe (the default; --force builds all)")
+	_ = fs.Bool("missing", true, "build only the names the store lacks or holds from an older recipe (--force builds all)")
 	var auth string
 	registryAuthFlag(fs, &auth)
 	pos, _, code, ok := e.parse(fs)
