@@ -681,7 +681,8 @@ func missingBackend(r *escalate.Router, job airlock.Job, err error) error {
 			return err // a tier that may run it refused it: policy
 		}
 		if errors.Is(why, tools.ErrNotFound) {
-			missing = append(missing, t.Name()+": "+why.Error())
+			// The tier's name once, whether or not its reason starts with it.
+			missing = append(missing, t.Name()+": "+strings.TrimPrefix(why.Error(), t.Name()+": "))
 		}
 	}
 	if len(missing) == 0 {
