@@ -36,11 +36,12 @@ func TestMicroVMCommand(t *testing.T) {
 	}
 }
 
-// TestMicroVMStateDirPerUser: the microVM tier runs without root, and a
-// user who runs it (an `airlock microvm status` suffices) must not take
-// the state directory root's tier uses, nor be shut out of the tier by
-// root's: each runs in turn in one shared TMPDIR, as in /tmp.
-func TestMicroVMStateDirPerUser(t *testing.T) {
+// TestStateDirsPerUser: the microVM tier and the image store work
+// without root, and a user who uses them (an `airlock microvm status` or
+// `airlock images` suffices) must not take the directories root's or
+// another user's use, nor be shut out by theirs: each runs in turn in
+// one shared TMPDIR, as in /tmp.
+func TestStateDirsPerUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Skipf(t, "running airlock as another user needs root")
 	}
@@ -62,9 +63,9 @@ func TestMicroVMStateDirPerUser(t *testing.T) {
 	}
 	// Each user has a home of its own, or none (the cache then falls back
 	// to TMPDIR too).
-	status := func(t *testing.T, tmp string, uid uint32, withHome bool) {
+	status := func(t *testing.T, tmp string, uid uint32, withHome bool, args ...string) {
 		t.Helper()
-		c := exec.Command(exe, "microvm", "status")
+		c := exec.Command(exe, args...)
 		c.Env = []string{"AIRLOCK_CLI_CHILD=1", "TMPDIR=" + tmp, "PATH=" + os.Getenv("PATH")}
 		if withHome {
 			home := filepath.Join(tmp, fmt.Sprintf("home-%d", uid))
@@ -81,11 +82,11 @@ func TestMicroVMStateDirPerUser(t *testing.T) {
 		}
 		out, _ := c.CombinedOutput()
 		if strings.Contains(string(out), "state directory") || strings.Contains(string(out), "permission denied") {
-			t.Errorf("airlock microvm status as uid %d after the other user (home: %v): %s", uid, withHome, out)
+			t.Errorf("airlock %s as uid %d after the other user (home: %v): %s", strings.Join(args, " "), uid, withHome, out)
 		}
 	}
 	for _, withHome := range []bool{true, false} {
-		for _, order := range [][]uint32{{65534, 0}, {0, 65534}} {
+		for _, order := range [][]uint32{{65534, 0}, {0, 65534}, {65534, 65533}} {
 			tmp, err := os.MkdirTemp("", "airlock-statedir-")
 			if err != nil {
 				t.Fatal(err)
@@ -97,7 +98,8 @@ func TestMicroVMStateDirPerUser(t *testing.T) {
 			}
 			openDir(t, tmp)
 			for _, uid := range order {
-				status(t, tmp, uid, withHome)
+				status(t, tmp, uid, withHome, "microvm", "status")
+				status(t, tmp, uid, withHome, "images")
 			}
 		}
 	}
