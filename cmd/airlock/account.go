@@ -132,7 +132,11 @@ func accountRenew(e *env, dir, name string) error {
 func loadLocal(dir, name, what string) (account.Record, error) {
 	r, err := account.Load(dir, name)
 	if err == nil && r.IsRemote() {
-		err = fmt.Errorf("account %s is remote: %s it where its executor runs (%s)", name, what, r.Remote.URL)
+		err = jobs.Invalid("", "account %s is remote: %s it where its executor runs (%s)", name, what, r.Remote.URL)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, name+".json")); err != nil && errors.Is(statErr, os.ErrNotExist) {
+		// A name no account has is bad input (exit 2), not a failure.
+		err = jobs.Invalid("", "%s", err.Error())
 	}
 	return r, err
 }

@@ -605,7 +605,7 @@ func TestAccountCommandErrors(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		code := Run(context.Background(), c.args, strings.NewReader(""), &out, &errOut)
-		if code == 0 || !strings.Contains(errOut.String(), c.want) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
+		if code != exitUsage || !strings.Contains(errOut.String(), c.want) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
 			t.Errorf("%v: exit %d, stderr %q, want one line with %q", c.args, code, errOut.String(), c.want)
 		}
 	}
