@@ -193,6 +193,20 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 	}
 }
 
+// parseFlagsOnly parses flags for a subcommand that takes no positional
+// arguments; ok=false carries the exit code to use.
+func (e *env) parseFlagsOnly(fs *flag.FlagSet) (code int, ok bool) {
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code, false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", fs.Name(), pos[0])
+		return exitUsage, false
+	}
+	return 0, true
+}
+
 // flagErrorRE matches the flag package's messages, which name a flag as
 // -name and say only "parse error" for a number or duration it could not
 // read.
