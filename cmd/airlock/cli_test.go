@@ -432,6 +432,12 @@ func TestScriptFiles(t *testing.T) {
 	_, errOut, code := run(t, "", "run", "--tier", "process", "--file", data+":in/data.txt", sh)
 	require.Equal(t, 126, code, errOut)
 	assert.Contains(t, errOut, "without --allow-spawn the program may not run other programs")
+	// A script whose interpreter the image lacks: airlock says where to
+	// look, not only "not found".
+	odd := write("s.odd", "#!/usr/bin/env no-such-interpreter\nprint(1)\n")
+	_, errOut, code = run(t, "", "run", "--tier", "process", odd)
+	require.Equal(t, 127, code, errOut)
+	assert.Contains(t, errOut, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another")
 	// The scripts run other programs (cat, the interpreter #! names):
 	// they are granted spawn.
 	out, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", data+":in/data.txt", sh, "--", "a", "b")

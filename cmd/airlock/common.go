@@ -477,6 +477,11 @@ func (e *env) report(job *airlock.Job, res airlock.Result, err error) int {
 			// permitted") for the exec a withheld spawn grant refused.
 			fmt.Fprintln(e.stderr, "airlock: 126 is a refused exec: without --allow-spawn the program may not run other programs")
 		}
+		if res.ExitCode == 127 && job.Kind == airlock.KindCommand {
+			// A script's interpreter (node for a .js file) or a program
+			// the image lacks: the output says only "not found".
+			fmt.Fprintln(e.stderr, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another; airlock images lists them, airlock image build node adds one)")
+		}
 		return programExit(res.ExitCode)
 	}
 	return exitOK
