@@ -3,6 +3,7 @@ package image
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // DirEnv names the variable that overrides DefaultDir.
@@ -10,17 +11,21 @@ const DirEnv = "AIRLOCK_IMAGES"
 
 // DefaultDir is where the airlock command keeps its image store: $AIRLOCK_IMAGES,
 // else /var/lib/airlock/images for root (a place every sandbox uid may
-// traverse) and the user cache directory's airlock/images for others.
+// traverse) and the user cache directory's airlock/images for others;
+// without one, airlock-images-UID in the temporary directory, a name of
+// the user's own (a store must be its user's, so a shared name would
+// shut out every user but the first).
 func DefaultDir() string {
 	if d := os.Getenv(DirEnv); d != "" {
 		return d
 	}
-	if os.Geteuid() == 0 {
+	uid := os.Geteuid()
+	if uid == 0 {
 		return "/var/lib/airlock/images"
 	}
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return filepath.Join(os.TempDir(), "airlock-images")
+		return filepath.Join(os.TempDir(), "airlock-images-"+strconv.Itoa(uid))
 	}
 	return filepath.Join(base, "airlock", "images")
 }

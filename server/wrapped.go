@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
+	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
 // ToolPolicy and ToolRule are a wrapped server's per-tool policy
@@ -44,7 +45,7 @@ type wrappedKey struct{}
 // versions is what getServer answers for a request of an existing
 // session: the SDK asks it only for the protocol versions it speaks.
 var versions = sync.OnceValue(func() *mcp.Server {
-	return mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap"}, nil)
+	return mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap", Version: version.String()}, nil)
 })
 
 // initWrapped builds the tenants' wrapped servers' handlers.

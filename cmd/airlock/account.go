@@ -100,7 +100,10 @@ func accountCmd(ctx context.Context, e *env) int {
 	case sub == "serve" && need(1):
 		err = accountServe(ctx, e, dir, args[0])
 	default:
-		return e.fail(jobs.Invalid("", "unknown or incomplete subcommand %q (see `airlock help account`)", strings.Join(pos, " ")))
+		if want, known := accountArgs[sub]; known {
+			return e.fail(jobs.Invalid("", "account %s takes %s (see `airlock help account`)", sub, want))
+		}
+		return e.fail(jobs.Invalid("", "unknown subcommand %q: want add, set, start, stop, renew, list, rm or serve (see `airlock help account`)", sub))
 	}
 	if err != nil {
 		return e.fail(err)
@@ -129,7 +132,11 @@ func accountRenew(e *env, dir, name string) error {
 func loadLocal(dir, name, what string) (account.Record, error) {
 	r, err := account.Load(dir, name)
 	if err == nil && r.IsRemote() {
-		err = fmt.Errorf("account %s is remote: %s it where its executor runs (%s)", name, what, r.Remote.URL)
+		err = jobs.Invalid("", "account %s is remote: %s it where its executor runs (%s)", name, what, r.Remote.URL)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, name+".json")); err != nil && errors.Is(statErr, os.ErrNotExist) {
+		// A name no account has is bad input (exit 2), not a failure.
+		err = jobs.Invalid("", "%s", err.Error())
 	}
 	return r, err
 }
@@ -214,6 +221,13 @@ func tlsNames(listen string, given []string) []string {
 		return []string{"localhost"}
 	}
 	return []string{h}
+}
+
+// accountArgs says what each account subcommand takes, for the line that
+// answers a wrong count.
+var accountArgs = map[string]string{
+	"add": "one NAME", "set": "NAME and REF (the value on stdin)", "start": "one NAME", "stop": "one NAME",
+	"renew": "one NAME", "rm": "one NAME", "serve": "one NAME", "list": "no arguments",
 }
 
 func accountAdd(e *env, dir, name, issuer, listen string, names, allowUIDs, allowGIDs []string) error {

@@ -590,7 +590,10 @@ func TestAccountCommandErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"account"}, "usage: airlock account add NAME"},
-		{[]string{"account", "frob"}, `unknown or incomplete subcommand "frob"`},
+		{[]string{"account", "frob"}, `unknown subcommand "frob": want add, set, start, stop, renew, list, rm or serve`},
+		{[]string{"account", "add"}, "account add takes one NAME"},
+		{[]string{"account", "set", "x"}, "account set takes NAME and REF (the value on stdin)"},
+		{[]string{"account", "list", "x"}, "account list takes no arguments"},
 		{[]string{"account", "add", "Bad_Name"}, "want a lower-case letter"},
 		{[]string{"account", "start", "nosuch"}, "no account nosuch (add it: airlock account add nosuch)"},
 		{[]string{"account", "serve", "nosuch"}, "no account nosuch"},
@@ -602,7 +605,7 @@ func TestAccountCommandErrors(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		code := Run(context.Background(), c.args, strings.NewReader(""), &out, &errOut)
-		if code == 0 || !strings.Contains(errOut.String(), c.want) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
+		if code != exitUsage || !strings.Contains(errOut.String(), c.want) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
 			t.Errorf("%v: exit %d, stderr %q, want one line with %q", c.args, code, errOut.String(), c.want)
 		}
 	}

@@ -14,6 +14,23 @@ func TestBackendMissing(t *testing.T) {
 	if code != exitMissing || !strings.Contains(stderr, "backend missing: gvisor: AIRLOCK_RUNSC=/nonexistent/runsc") || !strings.Contains(stderr, "make install") {
 		t.Errorf("exit %d, want %d; stderr: %s", code, exitMissing, stderr)
 	}
+	// A missing data file (the guest kernel) is a missing backend as a
+	// missing program is, named once, with how to install it.
+	t.Setenv("AIRLOCK_MICROVM_KERNEL", "/nonexistent/vmlinux")
+	_, stderr, code = run(t, "", "run", "--tier", "microvm", "--", "true")
+	if code != exitMissing || !strings.Contains(stderr, "backend missing: microvm: AIRLOCK_MICROVM_KERNEL=/nonexistent/vmlinux: not found") ||
+		strings.Contains(stderr, "microvm: microvm:") || !strings.Contains(stderr, "make install") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("exit %d, want %d; stderr: %s", code, exitMissing, stderr)
+	}
+	t.Setenv("AIRLOCK_MICROVM_KERNEL", "")
+	empty := t.TempDir()
+	t.Setenv("AIRLOCK_TOOLS", empty)
+	_, stderr, code = run(t, "", "run", "--tier", "microvm", "--", "true")
+	if code != exitMissing || !strings.Contains(stderr, "backend missing: microvm: "+empty+"/microvm/vmlinux not found") ||
+		strings.Contains(stderr, "microvm: microvm:") || strings.Count(stderr, "make setup") != 1 {
+		t.Errorf("exit %d, want %d; stderr: %s", code, exitMissing, stderr)
+	}
+	t.Setenv("AIRLOCK_TOOLS", "")
 	// The JSON result keeps the wire's kind.
 	stdout, _, code := run(t, `{"kind":"command","argv":["true"],"tier":"gvisor"}`, "run", "--json", "-")
 	if code != exitMissing || !strings.Contains(stdout, `"not_admitted"`) {

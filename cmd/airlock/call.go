@@ -40,8 +40,7 @@ func runCall(ctx context.Context, e *env) int {
 	}
 	pos = append(pos, rest...)
 	if len(pos) != 2 {
-		fs.Usage()
-		return exitUsage
+		return e.missingArgs("takes a TOOL.wasm and the FUNC to call")
 	}
 	if *wall < 0 {
 		return e.fail(jobs.Invalid("limits.wall_ms", "must not be negative"))

@@ -72,10 +72,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
-				fmt.Fprintf(stdout, "usage: airlock %s\n\n%s\n", c.usage, c.summary)
-				return exitOK
+			// airlock help CMD is airlock CMD --help: the usage and every flag.
+			if _, ok := commands[args[1]]; !ok {
+				fmt.Fprintf(stderr, "airlock: unknown command %q (see `airlock help`)\n", args[1])
+				return exitUsage
 			}
+			return Run(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
 		}
 		usage(stdout)
 		return exitOK
@@ -110,15 +112,24 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 code failed, 2 invalid input, 3 stopped by a limit, 4 capability denied, 5 not admitted, 6 internal error,\n7 backend missing (install it: make setup, or make install);\na program that ran to its end with a non-zero status: that status")
 }
 
-// flags returns a FlagSet for a subcommand that reports errors on stderr.
+// flags returns a FlagSet for a subcommand that reports errors on stderr
+// and prints its help, when asked for (-h, --help), on stdout.
 func (e *env) flags(c *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("airlock "+c.name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: airlock %s\n\n%s\n\nflags:\n", c.usage, c.summary)
-		printFlags(e.stderr, fs)
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: airlock %s\n\n%s\n\nflags:\n", c.usage, c.summary)
+		printFlags(w, fs)
 	}
 	return fs
+}
+
+// missingArgs is the one line for a command given too few or too many
+// arguments: what it takes, and where its help is.
+func (e *env) missingArgs(what string) int {
+	fmt.Fprintf(e.stderr, "airlock %s: %s (see `airlock help %s`)\n", e.name, what, e.name)
+	return exitUsage
 }
 
 // printFlags lists fs's flags as the help shows them, GNU-style
@@ -158,7 +169,7 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(e.stderr)
+				fs.SetOutput(e.stdout)
 				usage()
 				return nil, nil, exitOK, false
 			}
@@ -180,6 +191,20 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 		pos = append(pos, left[0])
 		args = left[1:]
 	}
+}
+
+// parseFlagsOnly parses flags for a subcommand that takes no positional
+// arguments; ok=false carries the exit code to use.
+func (e *env) parseFlagsOnly(fs *flag.FlagSet) (code int, ok bool) {
+	pos, _, code, ok := e.parse(fs)
+	if !ok {
+		return code, false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", fs.Name(), pos[0])
+		return exitUsage, false
+	}
+	return 0, true
 }
 
 // flagErrorRE matches the flag package's messages, which name a flag as

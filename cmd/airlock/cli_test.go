@@ -134,13 +134,13 @@ func TestRunJSONMeansOutput(t *testing.T) {
 func TestHelpNamesEveryValue(t *testing.T) {
 	typeName := regexp.MustCompile(`(?m)^  --(\S+) (string|int|int64|uint|uint64|float64|duration|value)$`)
 	for name := range commands {
-		_, errOut, _ := run(t, "", name, "-h")
+		errOut, _, _ := run(t, "", name, "-h")
 		for _, m := range typeName.FindAllStringSubmatch(errOut, -1) {
 			t.Errorf("airlock %s --%s: value shown as %q; name it in the flag's help (`NAME`)", name, m[1], m[2])
 		}
 	}
 	for _, name := range []string{"run", "eval", "call"} {
-		_, errOut, _ := run(t, "", name, "-h")
+		errOut, _, _ := run(t, "", name, "-h")
 		for _, want := range []string{"\n  --wall DURATION\n", "\n  --memory MB\n", "\n  --output BYTES\n"} {
 			assert.Contains(t, errOut, want, name)
 		}
@@ -255,15 +255,48 @@ func TestUsageErrors(t *testing.T) {
 		assert.Contains(t, errOut, tc.want, tc.args)
 		assert.NotContains(t, errOut, "for flag -", tc.args)
 	}
-	// -h is the whole usage, and not an error.
-	_, errOut, code = run(t, "", "run", "-h")
+	// -h is the whole usage, and not an error: on stdout, as for
+	// `airlock --help`, so that it pipes into a pager or grep.
+	help, errOut, code := run(t, "", "run", "-h")
 	assert.Equal(t, exitOK, code)
+	assert.Empty(t, errOut)
+	errOut = help
 	assert.Contains(t, errOut, "flags:")
 	// Flags are listed as they are best spelled, GNU-style, with their
 	// value's form and any default.
 	assert.Contains(t, errOut, "\n  --allow-read PATH\n")
 	assert.Regexp(t, `\n  --wall DURATION\n`, errOut)
 	assert.NotRegexp(t, `\n  -[a-z]`, errOut)
+	// The errors point at `airlock help CMD`: it is the same help, flags
+	// included, for every command.
+	for name := range commands {
+		if commands[name].run == nil {
+			continue // a heavy command of the lean build
+		}
+		want, _, _ := run(t, "", name, "--help")
+		got, errOut, code := run(t, "", "help", name)
+		assert.Equal(t, exitOK, code, name)
+		assert.Equal(t, want, got, "airlock help %s is airlock %s --help", name, name)
+		assert.Contains(t, got, "usage: airlock "+name, name)
+		assert.Empty(t, errOut, name)
+	}
+	_, errOut, code = run(t, "", "help", "frobnicate")
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, "airlock: unknown command \"frobnicate\" (see `airlock help`)\n", errOut)
+	// Missing or extra arguments are one line too, naming what is wanted.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval"}, "airlock eval: takes an EXPR to evaluate (see `airlock help eval`)\n"},
+		{[]string{"call", "tool.wasm"}, "airlock call: takes a TOOL.wasm and the FUNC to call (see `airlock help call`)\n"},
+		{[]string{"explain", "a.json", "b.json"}, "airlock explain: takes at most one JOB.json (or - for stdin) (see `airlock help explain`)\n"},
+	} {
+		out, errOut, code := run(t, "", tc.args...)
+		assert.Equal(t, exitUsage, code, tc.args)
+		assert.Empty(t, out, tc.args)
+		assert.Equal(t, tc.want, errOut, tc.args)
+	}
 	out, _, code = run(t, "", "--version")
 	assert.Equal(t, exitOK, code)
 	assert.Regexp(t, `^airlock (v\S+|devel\S*) \(go1\.\d+`, out)
@@ -399,6 +432,12 @@ func TestScriptFiles(t *testing.T) {
 	_, errOut, code := run(t, "", "run", "--tier", "process", "--file", data+":in/data.txt", sh)
 	require.Equal(t, 126, code, errOut)
 	assert.Contains(t, errOut, "without --allow-spawn the program may not run other programs")
+	// A script whose interpreter the image lacks: airlock says where to
+	// look, not only "not found".
+	odd := write("s.odd", "#!/usr/bin/env no-such-interpreter\nprint(1)\n")
+	_, errOut, code = run(t, "", "run", "--tier", "process", odd)
+	require.Equal(t, 127, code, errOut)
+	assert.Contains(t, errOut, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another")
 	// The scripts run other programs (cat, the interpreter #! names):
 	// they are granted spawn.
 	out, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", data+":in/data.txt", sh, "--", "a", "b")

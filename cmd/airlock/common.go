@@ -477,6 +477,11 @@ func (e *env) report(job *airlock.Job, res airlock.Result, err error) int {
 			// permitted") for the exec a withheld spawn grant refused.
 			fmt.Fprintln(e.stderr, "airlock: 126 is a refused exec: without --allow-spawn the program may not run other programs")
 		}
+		if res.ExitCode == 127 && job.Kind == airlock.KindCommand {
+			// A script's interpreter (node for a .js file) or a program
+			// the image lacks: the output says only "not found".
+			fmt.Fprintln(e.stderr, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another; airlock images lists them, airlock image build node adds one)")
+		}
 		return programExit(res.ExitCode)
 	}
 	return exitOK
@@ -527,8 +532,7 @@ func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand
 	}
 	jc.pos, jc.rest, code, ok = e.parse(fs)
 	if ok && len(jc.pos) == 0 && len(jc.rest) == 0 && name == "eval" {
-		fs.Usage()
-		return nil, exitUsage, false
+		return nil, e.missingArgs("takes an EXPR to evaluate"), false
 	}
 	return jc, code, ok
 }
@@ -682,7 +686,8 @@ func missingBackend(r *escalate.Router, job airlock.Job, err error) error {
 			return err // a tier that may run it refused it: policy
 		}
 		if errors.Is(why, tools.ErrNotFound) {
-			missing = append(missing, t.Name()+": "+why.Error())
+			// The tier's name once, whether or not its reason starts with it.
+			missing = append(missing, t.Name()+": "+strings.TrimPrefix(why.Error(), t.Name()+": "))
 		}
 	}
 	if len(missing) == 0 {

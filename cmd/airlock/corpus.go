@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 
@@ -96,18 +95,4 @@ func corpusWith(ctx context.Context, e *env, sources []runner.TierSource, suites
 		return exitFailed
 	}
 	return exitOK
-}
-
-// parseFlagsOnly parses flags for a subcommand that takes no positional
-// arguments; ok=false carries the exit code to use.
-func (e *env) parseFlagsOnly(fs *flag.FlagSet) (code int, ok bool) {
-	pos, _, code, ok := e.parse(fs)
-	if !ok {
-		return code, false
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", fs.Name(), pos[0])
-		return exitUsage, false
-	}
-	return 0, true
 }

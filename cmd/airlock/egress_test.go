@@ -208,6 +208,24 @@ func TestProxyCommandBadPolicy(t *testing.T) {
 			t.Errorf("%s: exit %d, want %d (%s)", name, code, exitUsage, errb.String())
 		}
 	}
+	// A file that is not there, and an argument the command does not take,
+	// are bad input too: one line, exit 2, nothing started.
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte("- host: a.test\n"), 0o644)
+	for _, args := range [][]string{
+		{"--policy", filepath.Join(dir, "missing.yaml")},
+		{"--policy", good, "--hosts", filepath.Join(dir, "missing.txt")},
+		{"--policy", good, "extra"},
+	} {
+		var errb bytes.Buffer
+		// Bounded: a proxy that started anyway serves until its context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		code := Run(ctx, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...), strings.NewReader(""), io.Discard, &errb)
+		cancel()
+		if code != exitUsage || strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("%v: exit %d, want %d (%q)", args, code, exitUsage, errb.String())
+		}
+	}
 }
 
 // TestEgressForwardCommand runs `airlock egress-forward SOCKET` the way

@@ -19,7 +19,7 @@ func init() {
 		name:    "explain",
 		summary: "show which tier the router would choose for a job, and why each cheaper one was passed over",
 		usage: `explain [--json] [--policy FILE] [job flags] JOB.json|-
-       airlock explain [--kind K] [job flags: --situation, --tier, --image, --allow-net, --allow-read, --credential, ... as for run]`,
+       airlock explain [--kind KIND] [job flags: --situation, --tier, --image, --allow-net, --allow-read, --credential, ... as for run]`,
 		run: explainCmd,
 	})
 }
@@ -89,8 +89,7 @@ func explainCmd(ctx context.Context, e *env) int {
 			return e.fail(err)
 		}
 	default:
-		fs.Usage()
-		return exitUsage
+		return e.missingArgs("takes at most one JOB.json (or - for stdin)")
 	}
 	if err := jf.apply(&job); err != nil {
 		return e.fail(err)

@@ -16,12 +16,12 @@ var heavyCommands = registered(
 	&command{
 		name:    "bench",
 		summary: "measure each tier's start-up latency, cold and warm, beside the raw engines underneath",
-		usage:   "bench [--tiers a,b] [--iterations N] [--budget D] [--timeout D] [--json] [--out DIR] [--compare OLD.json] [--note TEXT]",
+		usage:   "bench [--tiers a,b] [--iterations N] [--budget DURATION] [--timeout DURATION] [--json] [--out DIR] [--compare OLD.json] [--note TEXT]",
 	},
 	&command{
 		name:    "corpus",
 		summary: "run every attack and benign case (tiers, egress, output, approvals) in bounded children; non-zero on an escape",
-		usage:   "corpus [--tiers a,b] [--areas a,b] [--cases id,id] [--timeout D] [--memory MiB] [--parallel N] [--json] [--verbose]",
+		usage:   "corpus [--tiers a,b] [--areas a,b] [--cases id,id] [--timeout DURATION] [--memory MB] [--parallel N] [--json] [--verbose]",
 	},
 	&command{
 		name:    "mcp",

@@ -145,10 +145,12 @@ func imagesCmd(ctx context.Context, e *env) int {
 		return e.imageFail(err)
 	}
 	if *jsonMode {
-		if infos == nil {
-			infos = []image.Info{}
+		list := make([]storeImage, 0, len(infos))
+		for _, i := range infos {
+			list = append(list, storeImage{Names: orEmpty(i.Names), Refs: orEmpty(i.Refs), Digest: i.Digest,
+				SizeBytes: i.Size, LastUse: i.LastUse, Held: i.Held, Labels: i.Labels})
 		}
-		if err := writeJSON(e.stdout, infos); err != nil {
+		if err := writeJSON(e.stdout, list); err != nil {
 			return e.fail(err)
 		}
 		return exitOK
@@ -168,13 +170,32 @@ func imagesCmd(ctx context.Context, e *env) int {
 	return exitOK
 }
 
+// storeImage is one image of `airlock images --json`, in the words of the
+// API's JSON (GET /v1/images): lower-case names, lists [] when empty.
+type storeImage struct {
+	Names     []string          `json:"names"`
+	Refs      []string          `json:"refs"`
+	Digest    string            `json:"digest"`
+	SizeBytes int64             `json:"size_bytes"`
+	LastUse   time.Time         `json:"last_use"`
+	Held      bool              `json:"held"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 func imageCmd(ctx context.Context, e *env) int {
 	c := commands["image"]
 	fs := e.flags(c)
 	dir := fs.String("images", "", "image store `DIR` (default: $"+image.DirEnv+", else "+image.DefaultDir()+")")
 	mirror := fs.String("mirror", catalogue.DefaultMirror, "the Debian archive `URL` build installs from")
 	force := fs.Bool("force", false, "build even the names the store holds from the current recipe")
-	_ = fs.Bool("missing", true, "build only the names the store lacks or holds from an older recipe (the default; --force builds all)")
+	_ = fs.Bool("missing", true, "build only the names the store lacks or holds from an older recipe (--force builds all)")
 	var auth string
 	registryAuthFlag(fs, &auth)
 	pos, _, code, ok := e.parse(fs)

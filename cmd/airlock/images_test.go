@@ -46,6 +46,20 @@ func TestImageCommands(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "bb")
 	assert.Contains(t, out, digest)
+	// --json speaks the API's JSON (lower-case names, as GET /v1/images
+	// and every Result), lists as [] when empty.
+	out, errOut, code = run(t, "", "images", "--images", store, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
+	require.Len(t, listed, 1, out)
+	assert.Equal(t, []any{"bb"}, listed[0]["names"], out)
+	assert.Equal(t, []any{}, listed[0]["refs"], out)
+	assert.Equal(t, digest, listed[0]["digest"], out)
+	assert.Positive(t, listed[0]["size_bytes"], out)
+	for _, k := range []string{"last_use", "held"} {
+		assert.Contains(t, listed[0], k, out)
+	}
 
 	_, errOut, code = run(t, "", "image", "--images", store, "import", "bb2", filepath.Join(src, "missing"))
 	assert.Equal(t, exitUsage, code, errOut)

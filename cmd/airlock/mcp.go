@@ -20,7 +20,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 	c := commands["mcp"]
 	fs := e.flags(c)
 	config := fs.String("config", "", "server configuration `FILE` (default: one local tenant with the default limits)")
-	tenant := fs.String("tenant", "", "`TENANT` the stdio tools run as (default: the first in the configuration)")
+	tenant := fs.String("tenant", "", "the tenant `NAME` the stdio tools run as (default: the first in the configuration)")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on `ADDR` instead of stdio")
 	spawn := fs.Bool("allow-spawn", false, "let the local tenant's command jobs start other programs (with --config, set mcp_spawn per tenant)")
 	var tf tierFlags

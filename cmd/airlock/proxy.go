@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
 func init() {
@@ -30,7 +31,7 @@ func runProxy(ctx context.Context, e *env) int {
 	caOut := fs.String("ca-out", "", "write the proxy's CA certificate (PEM) to `FILE`, for clients to trust")
 	logFile := fs.String("log", "", "append decisions as JSON lines to `FILE` (default: stderr)")
 	job := fs.String("job", "proxy", "job `NAME` recorded in each decision")
-	if _, _, code, ok := e.parse(fs); !ok {
+	if code, ok := e.parseFlagsOnly(fs); !ok {
 		return code
 	}
 	if *policy == "" {
@@ -39,7 +40,7 @@ func runProxy(ctx context.Context, e *env) int {
 	}
 	data, err := os.ReadFile(*policy)
 	if err != nil {
-		return e.fail(err)
+		return e.fail(jobs.Invalid("--policy", "%v", err)) // a file that cannot be read is bad input
 	}
 	rules, err := egress.ParseRules(data)
 	if err != nil {
@@ -50,7 +51,7 @@ func runProxy(ctx context.Context, e *env) int {
 	if *hostsFile != "" {
 		f, err := os.Open(*hostsFile)
 		if err != nil {
-			return e.fail(err)
+			return e.fail(jobs.Invalid("--hosts", "%v", err))
 		}
 		cfg.Hosts, err = egress.ParseHosts(f)
 		f.Close()

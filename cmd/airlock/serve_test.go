@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -409,6 +412,77 @@ func TestSampleConfig(t *testing.T) {
 	srv.Handler().ServeHTTP(w, req)
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"value":3`) {
 		t.Errorf("sample config: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestServerDocJobs: every job docs/server.md posts with curl to
+// /v1/run runs as written under the sample configuration and its demo
+// key: answered 200, no error, and a command's program exits 0. A
+// command needs a level-4 tier (the demo tenant's situation is public).
+func TestServerDocJobs(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "server.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A command goes on while its line ends in a backslash or leaves a
+	// single quote open.
+	var jobs []string
+	body := regexp.MustCompile(`(?s)-d '([^']*)'`)
+	cmd, inSh := "", false
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inSh, cmd = line == "```sh", ""
+			continue
+		}
+		if !inSh {
+			continue
+		}
+		if strings.Count(cmd, "'")%2 == 0 {
+			line, _, _ = strings.Cut(line, " # ") // a comment, outside quotes
+		}
+		cmd += line + "\n"
+		if strings.HasSuffix(line, "\\") || strings.Count(cmd, "'")%2 == 1 {
+			continue
+		}
+		if strings.HasPrefix(cmd, "curl ") && strings.Contains(cmd, "/v1/run") {
+			if m := body.FindStringSubmatch(cmd); m != nil {
+				jobs = append(jobs, m[1])
+			}
+		}
+		cmd = ""
+	}
+	if len(jobs) < 5 {
+		t.Fatalf("found %d curl jobs in docs/server.md: %q", len(jobs), jobs)
+	}
+	cfg, err := server.LoadConfig(filepath.Join("..", "..", "examples", "serve.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(cfg, &tierFlags{}, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	_, gvisorErr := tools.Find("runsc")
+	for _, job := range jobs {
+		t.Run("", func(t *testing.T) {
+			if strings.Contains(job, `"kind":"command"`) && gvisorErr != nil {
+				testenv.Skipf(t, "a command of the demo tenant runs on gVisor: %v", gvisorErr)
+			}
+			req := httptest.NewRequest("POST", "/v1/run", strings.NewReader(job))
+			req.Header.Set("Authorization", "Bearer ak_demo-tenant-key-replace-me-0000000000000")
+			w := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(w, req)
+			var res struct {
+				ExitCode int             `json:"exit_code"`
+				Error    json.RawMessage `json:"error"`
+				Stopped  json.RawMessage `json:"stopped"`
+				Stderr   any             `json:"stderr"`
+			}
+			if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &res) != nil || res.Error != nil || res.Stopped != nil || res.ExitCode != 0 {
+				t.Errorf("%s: %d %s", job, w.Code, w.Body)
+			}
+		})
 	}
 }
 

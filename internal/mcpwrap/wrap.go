@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/internal/state"
+	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
 // ApprovalMeta is the key in a tools/call's _meta that carries the
@@ -138,7 +139,7 @@ func newWrapper(cfg Config) (*Wrapper, error) {
 	w.touch()
 	// The server always offers tools, and says their list may change: the
 	// wrapped server's list is followed.
-	w.srv = mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap"}, &mcp.ServerOptions{
+	w.srv = mcp.NewServer(&mcp.Implementation{Name: "airlock-mcp-wrap", Version: version.String()}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	w.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -175,7 +176,7 @@ func (w *Wrapper) connect(ctx context.Context, t mcp.Transport) error {
 		default:
 		}
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp-wrap"}, &mcp.ClientOptions{
+	client := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp-wrap", Version: version.String()}, &mcp.ClientOptions{
 		// The handlers must not call back into the session they run on:
 		// the listing happens in refreshLoop.
 		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { changed() },

@@ -113,6 +113,11 @@ func TestPolicy(t *testing.T) {
 	}
 	defer agent.Close()
 	ctx := context.Background()
+	// The wrapper says which airlock it is, as airlock mcp does (clients
+	// log it; an empty version is no answer).
+	if info := agent.InitializeResult().ServerInfo; info.Name != "airlock-mcp-wrap" || info.Version == "" {
+		t.Errorf("serverInfo %+v", info)
+	}
 
 	list, err := agent.ListTools(ctx, nil)
 	if err != nil {

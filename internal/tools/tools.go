@@ -6,6 +6,7 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,8 +137,11 @@ func Find(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("%s %w (set %s, run `make setup` in a checkout, or `make install PREFIX=...` there to install airlock with it)%s", name, ErrNotFound, env, passedOver(ignored))
+	return "", fmt.Errorf("%s %w (set %s, %s)%s", name, ErrNotFound, env, installHint, passedOver(ignored))
 }
+
+// installHint says how to install a missing tool, after "set VARIABLE, ".
+const installHint = "run `make setup` in a checkout, or `make install PREFIX=...` there to install airlock with it"
 
 // passedOver says which tools directory or program was not used, and why.
 func passedOver(err error) string {
@@ -151,19 +155,21 @@ func passedOver(err error) string {
 // directory, or at the path in the named environment variable.
 func File(env, rel string) (string, error) {
 	if p := os.Getenv(env); p != "" {
-		if _, err := os.Stat(p); err != nil {
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%s=%s: %w", env, p, ErrNotFound)
+		} else if err != nil {
 			return "", fmt.Errorf("%s=%s: %w", env, p, err)
 		}
 		return p, nil
 	}
 	d, ignored := dir()
 	if d == "" {
-		return "", fmt.Errorf("%s %w: no .tools directory (set %s, or run `make setup`)%s", rel, ErrNotFound, env, passedOver(ignored))
+		return "", fmt.Errorf("%s %w: no .tools directory (set %s, %s)%s", rel, ErrNotFound, env, installHint, passedOver(ignored))
 	}
 	p := filepath.Join(d, rel)
 	st, err := os.Stat(p)
 	if err != nil {
-		return "", fmt.Errorf("%s %w (set %s, or run `make setup`)", p, ErrNotFound, env)
+		return "", fmt.Errorf("%s %w (set %s, %s)", p, ErrNotFound, env, installHint)
 	}
 	// What is found there boots guests or runs in them: it is held to the
 	// tools directory's rule.

@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -88,19 +89,34 @@ type Config struct {
 // -sandbox on, KVM when /dev/kvm opens and a probe guest boots under it.
 func DefaultConfig() Config {
 	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
+	if err == nil {
+		cache = filepath.Join(cache, "airlock", "microvm")
+	} else {
+		cache = defaultStateDir(os.TempDir(), os.Geteuid()) + "-cache"
 	}
 	return Config{
 		limits:      airlock.DefaultLimitPolicy(),
-		stateDir:    filepath.Join(os.TempDir(), "airlock-microvm"),
-		cacheDir:    filepath.Join(cache, "airlock", "microvm"),
+		stateDir:    defaultStateDir(os.TempDir(), os.Geteuid()),
+		cacheDir:    cache,
 		warm:        WarmCold,
 		vcpus:       1,
 		bootTimeout: 60 * time.Second,
 		sandbox:     true,
 		accel:       "auto",
 	}
+}
+
+// defaultStateDir is the state directory of a tier run by uid: root's is
+// TMP/airlock-microvm, every other user's TMP/airlock-microvm-UID (and the
+// cache directory, without a home, the same name with "-cache"). A state
+// directory must be its user's or root's (see statedir), so one shared
+// name would let whichever user ran the tier first (an `airlock tiers`
+// suffices) make it unusable for the others, root included.
+func defaultStateDir(tmp string, uid int) string {
+	if uid == 0 {
+		return filepath.Join(tmp, "airlock-microvm")
+	}
+	return filepath.Join(tmp, "airlock-microvm-"+strconv.Itoa(uid))
 }
 
 // WithLimits sets the operator's limit policy.
