@@ -99,7 +99,7 @@ func Export(v any) (any, error) {
 		return int64(x), nil
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, fmt.Errorf("value %v cannot be represented in JSON", x)
+			return nil, NonFinite(x)
 		}
 		return v, nil
 	}
@@ -145,7 +145,7 @@ func exportValue(v reflect.Value, depth int) (any, error) {
 	case reflect.Float32, reflect.Float64:
 		f := v.Float()
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, fmt.Errorf("value %v cannot be represented in JSON", f)
+			return nil, NonFinite(f)
 		}
 		return f, nil
 	case reflect.Interface, reflect.Pointer:
@@ -182,6 +182,16 @@ func exportValue(v reflect.Value, depth int) (any, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("value of type %s cannot be represented in JSON", v.Type())
+}
+
+// NonFinite is the error of a result that is NaN or an infinity, which
+// JSON has no number for, with what usually makes one.
+func NonFinite(f float64) error {
+	why := "a float overflow, or a division by zero"
+	if math.IsNaN(f) {
+		why = "an undefined operation such as 0.0/0.0"
+	}
+	return fmt.Errorf("value %v cannot be represented in JSON (%s)", f, why)
 }
 
 // Normalize turns json.Number values (as decoded with UseNumber) into

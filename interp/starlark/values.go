@@ -296,7 +296,7 @@ func (e *exporter) export(v sl.Value, depth int) (any, error) {
 	case sl.Float:
 		f := float64(x)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, fmt.Errorf("float %v cannot be represented in JSON", f)
+			return nil, value.NonFinite(f)
 		}
 		return f, nil
 	case *sl.List:
