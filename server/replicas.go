@@ -92,6 +92,9 @@ func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) err
 	defer cancel()
 	ok, err := s.store.Redeem(ctx, state.Redemption{Token: state.TokenHash(token), Digest: string(c.Digest),
 		Tenant: c.Tenant, Expires: c.Expires, Replica: s.replica})
+	if errors.Is(err, state.ErrExpired) {
+		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token expired at " + c.Expires.UTC().Format(time.RFC3339) + " by the shared state's clock"}
+	}
 	if err != nil {
 		return unavailable("the shared state cannot be reached to redeem the approval: " + err.Error())
 	}

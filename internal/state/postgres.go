@@ -152,16 +152,27 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 func (p *postgres) Redeem(ctx context.Context, r Redemption) (bool, error) {
 	// One statement: the row is created redeemed, or an existing
 	// unredeemed row is marked; a redeemed one is left alone and no row is
-	// reported, whichever replica asks.
-	tag, err := p.pool.Exec(ctx, `INSERT INTO airlock_redeemed (token, digest, tenant, expires, redeemed, replica)
-		VALUES ($1, $2, $3, $4, now(), $5)
-		ON CONFLICT (token) DO UPDATE SET redeemed = now(), replica = excluded.replica
-		WHERE airlock_redeemed.redeemed IS NULL`,
-		r.Token, r.Digest, r.Tenant, r.Expires, r.Replica)
+	// reported, whichever replica asks. A token already expired by the
+	// database's clock is not redeemed at all: Sweep forgets redemptions
+	// by that clock, so a replica whose clock lags cannot run a token
+	// again once its row is gone.
+	var live bool
+	var n int
+	err := p.pool.QueryRow(ctx, `WITH live AS (SELECT $4::timestamptz > now() AS ok),
+		ins AS (INSERT INTO airlock_redeemed (token, digest, tenant, expires, redeemed, replica)
+			SELECT $1, $2, $3, $4, now(), $5 FROM live WHERE live.ok
+			ON CONFLICT (token) DO UPDATE SET redeemed = now(), replica = excluded.replica
+			WHERE airlock_redeemed.redeemed IS NULL
+			RETURNING 1)
+		SELECT (SELECT ok FROM live), (SELECT count(*) FROM ins)::int`,
+		r.Token, r.Digest, r.Tenant, r.Expires, r.Replica).Scan(&live, &n)
 	if err != nil {
 		return false, fmt.Errorf("state: redeeming: %w", err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if !live {
+		return false, ErrExpired
+	}
+	return n == 1, nil
 }
 
 // refilled is the bucket's content at the statement's time: $2 is the
@@ -383,10 +394,12 @@ func (p *postgres) Records(ctx context.Context, tenant string, limit int) ([][]b
 }
 
 func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
-	// Expired tokens fail their signature check anyway, so forgetting
-	// their redemption cannot let one run again. Lost sessions are kept a
-	// while, so that their clients are told "lost", not "unknown".
-	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_redeemed WHERE expires < $1;`, now)
+	// A redemption is forgotten a minute after its token expired by the
+	// database's clock, the clock Redeem refuses expired tokens by: a
+	// replica's clock running ahead cannot drop a row whose token a
+	// replica lagging behind still takes. Lost sessions are kept a while,
+	// so that their clients are told "lost", not "unknown".
+	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_redeemed WHERE expires < now() - interval '1 minute'`)
 	if err == nil {
 		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_pending WHERE created < $1`, now.Add(-24*time.Hour))
 	}

@@ -18,7 +18,9 @@ import (
 // write is atomic on its own, so replicas need no other coordination.
 type Store interface {
 	// Redeem marks an approval token used and reports whether this call
-	// did it: a token is redeemed at most once, across every replica.
+	// did it: a token is redeemed at most once, across every replica. A
+	// shared store refuses a token past its expiry by its own clock with
+	// ErrExpired.
 	Redeem(ctx context.Context, r Redemption) (bool, error)
 	// Lease takes up to want runs from the tenant's budget, a token bucket
 	// shared by every replica, and returns how many it got: 0 when the
@@ -146,6 +148,10 @@ type Session struct {
 	Addr    string // the owner's base URL ("http://10.0.0.7:8420")
 	Until   time.Time
 }
+
+// ErrExpired is Redeem's refusal of a token whose expiry passed by the
+// shared store's clock (which may differ from the replica's).
+var ErrExpired = errors.New("state: the token expired by the shared state's clock")
 
 // ErrUnknownScheme is returned by Open for a state setting it cannot use.
 var ErrUnknownScheme = errors.New("state: want empty, \"embedded\", a postgres:// URL or a key=value DSN")

@@ -98,6 +98,41 @@ func TestRedeemOnce(t *testing.T) {
 	})
 }
 
+// A replica whose clock runs ahead sweeps with its own time; a token it
+// thinks expired is still taken by a replica whose clock is right (or
+// behind), and must not run a second time there. The database's clock
+// decides both the sweep and what is too late to redeem.
+func TestRedeemOnceAcrossSkewedClocks(t *testing.T) {
+	dsn := pgtest.Start(t)
+	ctx := context.Background()
+	open := func() state.Store {
+		s, err := state.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	right, ahead := open(), open()
+	r := state.Redemption{Token: "h1", Digest: "d", Tenant: "t", Expires: time.Now().Add(10 * time.Minute)}
+	if ok, err := right.Redeem(ctx, r); !ok || err != nil {
+		t.Fatalf("first redemption: %v %v", ok, err)
+	}
+	// The replica an hour ahead sweeps.
+	if err := ahead.Sweep(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := right.Redeem(ctx, r); ok || err != nil {
+		t.Fatalf("the token ran again after a replica ahead in time swept: %v %v", ok, err)
+	}
+	// A replica whose clock lags takes a token the database's clock says
+	// expired: refused, not redeemed.
+	r = state.Redemption{Token: "h2", Digest: "d", Tenant: "t", Expires: time.Now().Add(-time.Second)}
+	if ok, err := right.Redeem(ctx, r); ok || err != state.ErrExpired {
+		t.Fatalf("an expired token: %v %v, want ErrExpired", ok, err)
+	}
+}
+
 // Replicas leasing from one bucket at once never take more than it
 // holds: its burst, plus what refills while they lease.
 func TestLeaseNeverOverBudget(t *testing.T) {
