@@ -774,3 +774,32 @@ func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
 		t.Errorf("the log has %d reports of the outage, want one with the error:\n%s", n, log.String())
 	}
 }
+
+// A job's code or output may hold any character, NUL too, which
+// PostgreSQL's jsonb refuses: its record, and the other tenants' records
+// shipped in the same batch, must still be listed by every replica.
+func TestSharedRecordsTakeAnyText(t *testing.T) {
+	dsn := pgtest.Start(t)
+	rs := startReplicas(t, dsn, 2)
+	nul := rcall(t, "POST", rs[0].url+"/v1/run", keyA, `{"kind":"starlark","code":"result = 1 # \u0000"}`)
+	plain := rcall(t, "POST", rs[0].url+"/v1/run", keyB, `{"kind":"expr","code":"6*7"}`)
+	if nul.status != 200 || plain.status != 200 {
+		t.Fatalf("runs: %d %s; %d %s", nul.status, nul.body, plain.status, plain.body)
+	}
+	for _, c := range []struct{ key, want string }{{keyA, "# \x00"}, {keyB, "6*7"}} {
+		for i := 0; ; i++ {
+			var recs []server.Record
+			a := rcall(t, "GET", rs[1].url+"/v1/audit", c.key, "")
+			if err := json.Unmarshal(a.body, &recs); err != nil {
+				t.Fatalf("audit: %d %s", a.status, a.body)
+			}
+			if len(recs) == 1 && recs[0].Job != nil && strings.Contains(recs[0].Job.Code, c.want) {
+				break
+			}
+			if i == 100 {
+				t.Fatalf("the other replica lists %d records, want one of code %q: %s\nlog: %s", len(recs), c.want, a.body, rs[0].audit.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

@@ -1,9 +1,12 @@
 package state
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,6 +83,10 @@ var migrations = []string{
 		at timestamptz NOT NULL
 	);
 	CREATE INDEX airlock_decisions_at ON airlock_decisions (at);`,
+	// A record's exact text: jsonb refuses the escape \u0000, which a
+	// job's code or a reason may hold. record keeps a copy jsonb takes,
+	// for replicas of the releases before.
+	`ALTER TABLE airlock_records ADD COLUMN line text;`,
 }
 
 // migrationLock is the advisory lock key replicas take while migrating,
@@ -367,17 +374,55 @@ func (p *postgres) Decisions(ctx context.Context, since time.Time) ([]Decision, 
 func (p *postgres) AddRecords(ctx context.Context, recs []Record) error {
 	rows := make([][]any, len(recs))
 	for i, r := range recs {
-		rows[i] = []any{r.Tenant, r.Time, r.Replica, string(r.JSON)}
+		rows[i] = []any{r.Tenant, r.Time, r.Replica, jsonbSafe(r.JSON), string(r.JSON)}
 	}
-	_, err := p.pool.CopyFrom(ctx, pgx.Identifier{"airlock_records"}, []string{"tenant", "at", "replica", "record"}, pgx.CopyFromRows(rows))
+	_, err := p.pool.CopyFrom(ctx, pgx.Identifier{"airlock_records"}, []string{"tenant", "at", "replica", "record", "line"}, pgx.CopyFromRows(rows))
 	if err != nil {
 		return fmt.Errorf("state: keeping records: %w", err)
 	}
 	return nil
 }
 
+// jsonbSafe is rec as jsonb takes it: every NUL of its strings (the
+// escape \u0000, which jsonb refuses) written as U+FFFD instead. The exact
+// text is kept beside it.
+func jsonbSafe(rec []byte) string {
+	if !bytes.Contains(rec, []byte(`\u0000`)) {
+		return string(rec)
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(rec))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return `{}`
+	}
+	out, err := json.Marshal(replaceNUL(v))
+	if err != nil {
+		return `{}`
+	}
+	return string(out)
+}
+
+func replaceNUL(v any) any {
+	switch v := v.(type) {
+	case string:
+		return strings.ReplaceAll(v, "\x00", "\uFFFD")
+	case []any:
+		for i := range v {
+			v[i] = replaceNUL(v[i])
+		}
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[strings.ReplaceAll(k, "\x00", "\uFFFD")] = replaceNUL(e)
+		}
+		return m
+	}
+	return v
+}
+
 func (p *postgres) Records(ctx context.Context, tenant string, limit int) ([][]byte, error) {
-	rows, err := p.pool.Query(ctx, `SELECT record::text FROM (SELECT id, record FROM airlock_records
+	rows, err := p.pool.Query(ctx, `SELECT coalesce(line, record::text) FROM (SELECT id, record, line FROM airlock_records
 		WHERE tenant = $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id`, tenant, limit)
 	if err != nil {
 		return nil, fmt.Errorf("state: listing records: %w", err)

@@ -372,7 +372,7 @@ func TestRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || string(got[0]) != `{"n": 2}` || string(got[2]) != `{"n": 4}` {
+	if len(got) != 3 || string(got[0]) != `{"n":2}` || string(got[2]) != `{"n":4}` {
 		t.Fatalf("newest three, oldest first: %q", got)
 	}
 }
