@@ -136,7 +136,7 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 		s.pending[d] = p
 		s.mu.Unlock()
 		if err := s.sharePending(r.Context(), d, p); err != nil {
-			s.answer(w, airlock.Result{}, unavailable("the approval request cannot be shared with the other replicas: "+err.Error()))
+			s.answer(w, airlock.Result{}, s.stateUnavailable("the approval request cannot be shared with the other replicas", err))
 			return
 		}
 		s.console.changed()

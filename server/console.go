@@ -276,7 +276,7 @@ func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, appro
 			Denied: denied, Expires: dc.Expires, At: now}, !once)
 		cancel()
 		if err != nil {
-			return nil, unavailable("the decision cannot be shared with the other replicas: " + err.Error())
+			return nil, s.stateUnavailable("the decision cannot be shared with the other replicas", err)
 		}
 		if !ok {
 			s.syncDecided(ctx) // decided on another replica: show that one

@@ -96,7 +96,7 @@ func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) err
 		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token expired at " + c.Expires.UTC().Format(time.RFC3339) + " by the shared state's clock"}
 	}
 	if err != nil {
-		return unavailable("the shared state cannot be reached to redeem the approval: " + err.Error())
+		return s.stateUnavailable("the approval cannot be redeemed", err)
 	}
 	if !ok {
 		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token was already redeemed (a token runs its job once; ask for another approval)"}
@@ -293,7 +293,7 @@ func (s *Server) elsewhere(w http.ResponseWriter, r *http.Request, t *tenant, id
 	switch {
 	case err != nil:
 		w.Header().Set("Retry-After", "5")
-		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, "the session registry cannot be reached: "+err.Error())
+		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, s.stateUnavailable("session "+id+" cannot be looked up", err).Error())
 		return true
 	case !ok || row.Tenant != t.Name:
 		return false
@@ -383,6 +383,19 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(s.audit.log, "airlock: the shared state answers again")
 	}
 	writeJSON(w, status, out)
+}
+
+// stateUnavailable refuses a request the shared state did not serve: 503,
+// saying what could not be done. The store's error names hosts, paths,
+// users and databases: it goes to the server's log (at most once every
+// few seconds), never to the client nor into the audit record of the
+// refusal, which the tenant reads.
+func (s *Server) stateUnavailable(what string, err error) error {
+	now := time.Now().UnixNano()
+	if last := s.stateLogged.Load(); now-last >= int64(5*time.Second) && s.stateLogged.CompareAndSwap(last, now) {
+		fmt.Fprintf(s.audit.log, "airlock: %s: %v\n", what, err)
+	}
+	return unavailable(what + ": the shared state does not answer (the server's log says why); try again, or another replica")
 }
 
 // replicaUnavailable refuses a request for a cause of the replica's own

@@ -698,11 +698,14 @@ func TestRollingRestartLosesNoRun(t *testing.T) {
 // /readyz answers anyone: when the shared state does not answer, it says
 // so, and the store's error, which names the database, its user and where
 // it lives, goes to the server's log, once per outage.
-func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
+// cuttableState starts a PostgreSQL reached through a relay on a Unix
+// socket, and returns the state setting through it, the relay's
+// directory, and a function cutting it (every connection and the
+// listener).
+func cuttableState(t *testing.T) (setting, relay string, cut func()) {
 	dsn := pgtest.Start(t)
 	host := strings.TrimPrefix(strings.Fields(dsn)[0], "host=")
-	// The replica reaches PostgreSQL through a relay the test can cut.
-	relay := t.TempDir()
+	relay = t.TempDir()
 	ln, err := net.Listen("unix", filepath.Join(relay, ".s.PGSQL.5432"))
 	if err != nil {
 		t.Fatal(err)
@@ -727,7 +730,7 @@ func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
 			go func() { _, _ = io.Copy(c, up); c.Close() }()
 		}
 	}()
-	cut := func() {
+	cut = func() {
 		ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
@@ -736,9 +739,13 @@ func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
 		}
 	}
 	t.Cleanup(cut)
+	return strings.Replace(dsn, host, relay, 1), relay, cut
+}
 
+func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
+	setting, relay, cut := cuttableState(t)
 	cfg := testConfig()
-	cfg.State = strings.Replace(dsn, host, relay, 1)
+	cfg.State = setting
 	cfg.ReplicaID, cfg.Advertise = "r1", "http://127.0.0.1:1"
 	var log syncbuf.Buffer
 	srv, err := newServer(cfg, server.Options{Audit: &syncbuf.Buffer{}, Log: &log})
@@ -801,5 +808,60 @@ func TestSharedRecordsTakeAnyText(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// With the shared state out of reach, what a tenant asks of it is
+// refused with 503, saying what could not be done; the store's error
+// (the database's address, user and name) goes to the log, never to the
+// client nor into the audit record of the refusal the tenant lists.
+func TestStateErrorsStayInTheLog(t *testing.T) {
+	setting, relay, cut := cuttableState(t)
+	var log syncbuf.Buffer
+	audit := &syncbuf.Buffer{}
+	cfg := testConfig()
+	cfg.State = setting
+	cfg.ReplicaID, cfg.Advertise = "r1", "http://127.0.0.1:1"
+	cfg.Tenants[1].RunsPerMinute = 120
+	srv, err := newServer(cfg, server.Options{Audit: audit, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer srv.Close()
+	defer hs.Close()
+	// An approval asked and given while the state answers, redeemed after.
+	job := `{"kind":"starlark","code":"result = 5","situation":"internal"}`
+	var req struct{ Digest string }
+	a := rcall(t, "POST", hs.URL+"/v1/approvals", keyA, job)
+	if err := json.Unmarshal(a.body, &req); err != nil || req.Digest == "" {
+		t.Fatalf("requesting approval: %d %s", a.status, a.body)
+	}
+	var tok struct{ Token string }
+	a = rcall(t, "POST", hs.URL+"/v1/approvals/"+req.Digest+"/approve", keyApprover, "")
+	if err := json.Unmarshal(a.body, &tok); err != nil || tok.Token == "" {
+		t.Fatalf("approving: %d %s", a.status, a.body)
+	}
+	cut()
+	for _, c := range []struct{ what, method, path, key, body, token string }{
+		{"a run of a tenant with a rate quota", "POST", "/v1/run", keyB, `{"kind":"expr","code":"1"}`, ""},
+		{"a run of a tenant with runs in flight shared", "POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`, ""},
+		{"an approved run", "POST", "/v1/run", keyA, job, tok.Token},
+		{"a session opened", "POST", "/v1/sessions", keyA, `{"tier":"starlark"}`, ""},
+		{"a session of another replica", "POST", "/v1/sessions/s-00000000000000000000000000000000/run", keyA, `{"kind":"starlark","code":"result = 1"}`, ""},
+		{"an approval asked", "POST", "/v1/approvals", keyA, `{"kind":"starlark","code":"result = 6","situation":"internal"}`, ""},
+		{"the audit records", "GET", "/v1/audit", keyA, "", ""},
+	} {
+		a := rcall(t, c.method, hs.URL+c.path, c.key, c.body, server.ApprovalHeader, c.token)
+		if a.status != 503 || !bytes.Contains(a.body, []byte("the shared state does not answer")) ||
+			bytes.Contains(a.body, []byte(relay)) || bytes.Contains(a.body, []byte("user=")) || bytes.Contains(a.body, []byte("dbname")) {
+			t.Errorf("%s with the state cut off: %d %s", c.what, a.status, a.body)
+		}
+	}
+	if trail := audit.String(); strings.Contains(trail, relay) {
+		t.Errorf("the audit trail names the database's socket:\n%s", trail)
+	}
+	if !strings.Contains(log.String(), relay) {
+		t.Errorf("the log does not say why:\n%s", log.String())
 	}
 }

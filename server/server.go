@@ -83,12 +83,13 @@ type Server struct {
 	handler   http.Handler
 	bigBodies chan struct{} // the server's large-body slots (see gateBody)
 
-	store     state.Store // what the replicas share
-	replica   string      // this replica's name
-	advertise string      // where the other replicas reach this one
-	warmOnce  sync.Once
-	warmed    chan struct{} // closed once every pool has been full
-	stateDown atomic.Bool   // the last readiness probe could not reach the shared state
+	store       state.Store // what the replicas share
+	replica     string      // this replica's name
+	advertise   string      // where the other replicas reach this one
+	warmOnce    sync.Once
+	warmed      chan struct{} // closed once every pool has been full
+	stateDown   atomic.Bool   // the last readiness probe could not reach the shared state
+	stateLogged atomic.Int64  // when a request last logged a shared state error (Unix ns)
 
 	base     context.Context
 	cancel   context.CancelFunc

@@ -233,7 +233,7 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	ok, err := s.register(ctx, id, t, tier.Name(), limit)
 	if err != nil {
 		unopened()
-		return openResponse{}, unavailable("the session registry cannot be reached: " + err.Error())
+		return openResponse{}, s.stateUnavailable("the session cannot be registered", err)
 	}
 	if !ok {
 		unopened()
