@@ -38,3 +38,9 @@ const MaxMCPSessions = maxMCPSessions
 
 // MaxConsoleStreams bounds a console session's event streams.
 const MaxConsoleStreams = maxConsoleStreams
+
+// WithClockError returns o for a replica whose clock is off by d.
+func WithClockError(o Options, d time.Duration) Options {
+	o.clockError = d
+	return o
+}

@@ -72,7 +72,34 @@ func (s *Server) openState(cfg Config) error {
 		_ = s.store.Close()
 		return errors.New("advertise: a shared state needs the URL the other replicas reach this one at")
 	}
+	s.syncClock(ctx)
 	return nil
+}
+
+// ownClock is this replica's clock.
+func (s *Server) ownClock() time.Time { return time.Now().Add(s.clockError) }
+
+// leaseNow is the time by the shared state's clock, which every replica
+// times the leases of run slots and sessions by: a replica whose clock
+// runs ahead would take the other replicas' holds for lapsed (and run
+// more than the tenant's limit), one whose clock lags would renew leases
+// the others take for lapsed.
+func (s *Server) leaseNow() time.Time {
+	return s.ownClock().Add(time.Duration(s.clockOffset.Load()))
+}
+
+// syncClock measures the shared state's clock against this replica's; a
+// store that does not answer leaves the last measure.
+func (s *Server) syncClock(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	before := s.ownClock()
+	theirs, err := s.store.Now(ctx)
+	if err != nil {
+		return
+	}
+	after := s.ownClock()
+	s.clockOffset.Store(int64(theirs.Sub(before.Add(after.Sub(before) / 2))))
 }
 
 func (s *Server) sessionLease() time.Duration { return s.cfg.SessionLease.or(30 * time.Second) }
@@ -194,7 +221,7 @@ func newSlotShare(s *Server, tenant string, limit int) *slotShare {
 func (h *slotShare) hold(ctx context.Context, held, want int) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	now := time.Now()
+	now := h.s.leaseNow()
 	n, err := h.s.store.HoldSlots(ctx, state.Hold{Tenant: h.tenant, Replica: h.s.replica, Held: held, Want: want,
 		Limit: h.limit, Now: now, Until: now.Add(h.s.sessionLease())})
 	if err == nil {
@@ -247,7 +274,7 @@ func (h *slotShare) trim(now time.Time, idle time.Duration) {
 func (s *Server) register(ctx context.Context, id string, t *tenant, tier string, limit int) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	now := time.Now()
+	now := s.leaseNow()
 	return s.store.PutSession(ctx, state.Session{ID: id, Tenant: t.Name, Tier: tier,
 		Replica: s.replica, Addr: s.advertise, Until: now.Add(s.sessionLease())}, limit, now)
 }
@@ -259,11 +286,14 @@ func (s *Server) unregister(id string) {
 	_ = s.store.DropSession(ctx, id)
 }
 
-// renew extends this replica's claim on its sessions and sweeps what
-// expired; the janitor calls it.
-func (s *Server) renew(now time.Time) {
+// renew extends this replica's claim on its sessions and run slots, by
+// the shared state's clock, and sweeps what expired; the janitor calls
+// it.
+func (s *Server) renew() {
+	s.syncClock(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
 	defer cancel()
+	now := s.leaseNow()
 	if err := s.store.Renew(ctx, s.replica, now.Add(s.sessionLease())); err != nil {
 		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
 	}
@@ -297,7 +327,7 @@ func (s *Server) elsewhere(w http.ResponseWriter, r *http.Request, t *tenant, id
 		return true
 	case !ok || row.Tenant != t.Name:
 		return false
-	case row.Replica == s.replica || time.Now().After(row.Until):
+	case row.Replica == s.replica || s.leaseNow().After(row.Until):
 		// Its sandbox died with its replica (or this replica restarted):
 		// a new one would silently lose the session's state.
 		s.refuse(w, http.StatusGone, kindSessionLost, fmt.Sprintf("session %s lost: replica %s that held it stopped (its lease lapsed at %s); open a new session",

@@ -60,6 +60,13 @@ func startReplicas(t testing.TB, setting string, n int, mutate ...func(*server.C
 // startReplica starts the replica named name on a fresh loopback port.
 func startReplica(t testing.TB, setting, name, keyFile string, mutate ...func(*server.Config)) *replica {
 	t.Helper()
+	return startReplicaClock(t, setting, name, keyFile, 0, mutate...)
+}
+
+// startReplicaClock is startReplica for a replica whose clock is off by
+// clockError.
+func startReplicaClock(t testing.TB, setting, name, keyFile string, clockError time.Duration, mutate ...func(*server.Config)) *replica {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +81,7 @@ func startReplica(t testing.TB, setting, name, keyFile string, mutate ...func(*s
 		m(&cfg)
 	}
 	r := &replica{name: cfg.ReplicaID, url: cfg.Advertise, audit: &syncbuf.Buffer{}, done: make(chan struct{})}
-	if r.srv, err = newServer(cfg, server.Options{Audit: r.audit}); err != nil {
+	if r.srv, err = newServer(cfg, server.WithClockError(server.Options{Audit: r.audit}, clockError)); err != nil {
 		ln.Close()
 		t.Fatal(err)
 	}
@@ -864,4 +871,68 @@ func TestStateErrorsStayInTheLog(t *testing.T) {
 	if !strings.Contains(log.String(), relay) {
 		t.Errorf("the log does not say why:\n%s", log.String())
 	}
+}
+
+// Replicas whose clocks disagree by far more than a lease still share one
+// tenant's limits and sessions: leases are timed by the database's clock.
+// r2's clock runs an hour ahead (it would take every other replica's
+// lease for lapsed), r3's an hour behind (its renewals would look lapsed
+// to the others).
+func TestReplicasWithSkewedClocks(t *testing.T) {
+	dsn := pgtest.Start(t)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keyFile := filepath.Join(t.TempDir(), "approval.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gate, open := tiertest.ShellGate(t)
+	gate.Tier, gate.Situation = "process", airlock.SituationInternal
+	gate.Limits.WallMS = 30_000
+	mutate := func(c *server.Config) {
+		c.Tenants[0].MaxConcurrent = 2
+		c.Tenants[0].ReadRoots = gate.Grants.FS.Read
+		c.Tenants[0].Limits.Max.WallMS = 30_000
+		c.MaxSessions = 2
+	}
+	r1 := startReplicaClock(t, dsn, "r1", keyFile, 0, mutate)
+	r2 := startReplicaClock(t, dsn, "r2", keyFile, time.Hour, mutate)
+	r3 := startReplicaClock(t, dsn, "r3", keyFile, -time.Hour, mutate)
+
+	t.Run("sessions", func(t *testing.T) {
+		var ids []string
+		for _, r := range []*replica{r1, r3} {
+			var opened struct{ ID string }
+			a := rcall(t, "POST", r.url+"/v1/sessions", keyB, `{"tier":"starlark"}`)
+			if err := json.Unmarshal(a.body, &opened); err != nil || opened.ID == "" {
+				t.Fatalf("opening on %s: %d %s", r.name, a.status, a.body)
+			}
+			ids = append(ids, opened.ID)
+		}
+		if a := rcall(t, "POST", r2.url+"/v1/sessions", keyB, `{"tier":"starlark"}`); a.status != 429 {
+			t.Errorf("a third session of a tenant limited to 2, on the replica ahead: %d %s", a.status, a.body)
+		}
+		for _, r := range []*replica{r2, r1} {
+			for _, id := range ids {
+				if a := rcall(t, "POST", r.url+"/v1/sessions/"+id+"/run", keyB, `{"kind":"starlark","code":"result = 1"}`); a.status != 200 {
+					t.Errorf("session %s through %s: %d from %q: %s", id, r.name, a.status, a.replica, a.body)
+				}
+			}
+		}
+	})
+
+	t.Run("runs in flight", func(t *testing.T) {
+		if err := r1.srv.Router().Unavailable("process"); err != nil {
+			tiertest.Unavailable(t, "process", err)
+		}
+		g1, g3 := startGated(t, r1.url, gate), startGated(t, r3.url, gate)
+		a := rcall(t, "POST", r2.url+"/v1/run", keyA, `{"kind":"expr","code":"1"}`)
+		open()
+		for _, g := range []*gatedRun{g1, g3} {
+			tiertest.CheckGated(t, g.finish(t))
+		}
+		if a.status != 429 {
+			t.Errorf("a third run of a tenant limited to 2, on the replica ahead: %d %s", a.status, a.body)
+		}
+	})
 }

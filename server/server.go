@@ -41,6 +41,10 @@ type Options struct {
 	// Log receives the server's operational messages, such as an audit
 	// trail that cannot be written (default os.Stderr).
 	Log io.Writer
+
+	// clockError is added to this replica's clock, for the tests of
+	// replicas whose clocks disagree.
+	clockError time.Duration
 }
 
 type tenant struct {
@@ -90,6 +94,8 @@ type Server struct {
 	warmed      chan struct{} // closed once every pool has been full
 	stateDown   atomic.Bool   // the last readiness probe could not reach the shared state
 	stateLogged atomic.Int64  // when a request last logged a shared state error (Unix ns)
+	clockError  time.Duration // Options.clockError
+	clockOffset atomic.Int64  // the shared state's clock less this replica's (ns)
 
 	base     context.Context
 	cancel   context.CancelFunc
@@ -121,17 +127,18 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		bigBodies: make(chan struct{}, bigBodiesServer),
-		images:    opts.Images,
-		approvals: cfg.approvalPolicy(),
-		now:       opts.Now,
-		sessions:  map[string]*session{},
-		pending:   map[approve.Digest]*pending{},
-		console:   newConsole(),
-		pools:     map[string]airlock.Pooler{},
-		stopJan:   make(chan struct{}),
-		janDone:   make(chan struct{}),
+		cfg:        cfg,
+		bigBodies:  make(chan struct{}, bigBodiesServer),
+		images:     opts.Images,
+		approvals:  cfg.approvalPolicy(),
+		now:        opts.Now,
+		clockError: opts.clockError,
+		sessions:   map[string]*session{},
+		pending:    map[approve.Digest]*pending{},
+		console:    newConsole(),
+		pools:      map[string]airlock.Pooler{},
+		stopJan:    make(chan struct{}),
+		janDone:    make(chan struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now

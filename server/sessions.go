@@ -395,7 +395,7 @@ func (s *Server) janitor() {
 		}
 		now := time.Now()
 		s.sweep(now)
-		s.renew(now)
+		s.renew()
 	}
 }
 

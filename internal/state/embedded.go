@@ -197,6 +197,7 @@ func (e *embedded) Sweep(_ context.Context, now time.Time) error {
 	return nil
 }
 
-func (e *embedded) Ping(context.Context) error { return nil }
-func (e *embedded) Shared() bool               { return false }
-func (e *embedded) Close() error               { return nil }
+func (e *embedded) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+func (e *embedded) Ping(context.Context) error             { return nil }
+func (e *embedded) Shared() bool                           { return false }
+func (e *embedded) Close() error                           { return nil }

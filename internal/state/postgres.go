@@ -469,6 +469,14 @@ func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+func (p *postgres) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := p.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("state: reading the clock: %w", err)
+	}
+	return now, nil
+}
+
 func (p *postgres) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
 func (p *postgres) Shared() bool                   { return true }
 func (p *postgres) Close() error                   { p.pool.Close(); return nil }

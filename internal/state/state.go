@@ -62,6 +62,9 @@ type Store interface {
 	Records(ctx context.Context, tenant string, limit int) ([][]byte, error)
 	// Sweep forgets redemptions and windows that expired before now.
 	Sweep(ctx context.Context, now time.Time) error
+	// Now is the store's clock. Replicas time leases (of run slots and
+	// sessions) by it, not by their own clocks, which may disagree.
+	Now(ctx context.Context) (time.Time, error)
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 	// Shared reports whether other processes see this state.
