@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -441,33 +442,70 @@ func unavailable(msg string) error { return &replicaUnavailable{msg} }
 // runs' path, so that GET /v1/audit lists a tenant's runs from whichever
 // replica answers. The trail file stays each replica's own record; a
 // record the store cannot take is counted and logged, not retried.
+//
+// What waits to be shipped is bounded in bytes as well as in records: a
+// record keeps its job (up to MaxAuditJob), and while the database is
+// slow or down a tenant's large jobs must not pile up in memory.
 type shipper struct {
 	store state.Store
 	log   io.Writer
 
-	mu     sync.Mutex
-	ch     chan Record
-	closed bool
-	done   chan struct{}
+	mu      sync.Mutex
+	ch      chan shipped
+	closed  bool
+	queued  atomic.Int64 // bytes of the records queued and batched
+	dropped int          // records not queued since the last message
+	told    time.Time    // when the last message about them was written
+	done    chan struct{}
 }
 
+type shipped struct {
+	r      Record
+	weight int64
+}
+
+// shipBudget bounds the bytes of records waiting to be shipped.
+var shipBudget int64 = 64 << 20
+
+// maxShipBatch bounds the bytes of one batch sent to the store.
+const maxShipBatch = 8 << 20
+
 func newShipper(store state.Store, log io.Writer) *shipper {
-	sh := &shipper{store: store, log: log, ch: make(chan Record, 4096), done: make(chan struct{})}
+	sh := &shipper{store: store, log: log, ch: make(chan shipped, 4096), done: make(chan struct{})}
 	go sh.run()
 	return sh
 }
 
-// ship queues r, dropping it (with a message) when the queue is full.
+// weight is about what r takes while it waits, and once encoded.
+func weight(r *Record) int64 {
+	n := 1024 + len(r.Error) + len(r.Reason)
+	if r.Job != nil {
+		n += jobSize(r.Job)
+	}
+	return int64(n)
+}
+
+// ship queues r, dropping it (with a message, at most every 5 seconds)
+// when the queue is full.
 func (sh *shipper) ship(r Record) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
 		return
 	}
-	select {
-	case sh.ch <- r:
-	default:
-		fmt.Fprintf(sh.log, "airlock: the shared state's record queue is full; a record of tenant %s is kept in this replica's trail only\n", r.Tenant)
+	w := weight(&r)
+	if sh.queued.Load()+w <= shipBudget {
+		select {
+		case sh.ch <- shipped{r, w}:
+			sh.queued.Add(w)
+			return
+		default:
+		}
+	}
+	sh.dropped++
+	if now := time.Now(); now.Sub(sh.told) >= 5*time.Second {
+		fmt.Fprintf(sh.log, "airlock: the shared state's record queue is full; records kept in this replica's trail only: %d (the last of tenant %s)\n", sh.dropped, r.Tenant)
+		sh.dropped, sh.told = 0, now
 	}
 }
 
@@ -476,29 +514,34 @@ func (sh *shipper) run() {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var batch []state.Record
+	var size, weights int64
 	flush := func() {
-		if len(batch) == 0 {
-			return
+		if len(batch) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+			if err := sh.store.AddRecords(ctx, batch); err != nil {
+				fmt.Fprintf(sh.log, "airlock: %d audit records not shared: %v\n", len(batch), err)
+			}
+			cancel()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
-		if err := sh.store.AddRecords(ctx, batch); err != nil {
-			fmt.Fprintf(sh.log, "airlock: %d audit records not shared: %v\n", len(batch), err)
-		}
-		cancel()
+		clear(batch)
 		batch = batch[:0]
+		sh.queued.Add(-weights)
+		size, weights = 0, 0
 	}
 	for {
 		select {
-		case r, ok := <-sh.ch:
+		case q, ok := <-sh.ch:
 			if !ok {
 				flush()
 				return
 			}
-			line, err := appendRecord(nil, &r)
+			weights += q.weight
+			line, err := appendRecord(nil, &q.r)
 			if err == nil {
-				batch = append(batch, state.Record{Tenant: r.Tenant, Time: r.Time, Replica: r.Replica, JSON: line})
+				batch = append(batch, state.Record{Tenant: q.r.Tenant, Time: q.r.Time, Replica: q.r.Replica, JSON: line})
+				size += int64(len(line))
 			}
-			if len(batch) >= 256 {
+			if len(batch) >= 256 || size >= maxShipBatch {
 				flush()
 			}
 		case <-tick.C:

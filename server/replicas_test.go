@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/pgtest"
 	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
@@ -935,4 +937,42 @@ func TestReplicasWithSkewedClocks(t *testing.T) {
 			t.Errorf("a third run of a tenant limited to 2, on the replica ahead: %d %s", a.status, a.body)
 		}
 	})
+}
+
+// While the database is slow, the audit records waiting to be shipped to
+// it stay within their budget in bytes: a tenant running large jobs
+// cannot pile them up in the replica's memory. The records beyond it
+// stay in the replica's own trail.
+func TestShippingBoundedWhileTheStateIsSlow(t *testing.T) {
+	const budget = 4 << 20
+	defer server.SetShipBudget(budget)()
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1)[0]
+	// The records' table locked: every batch waits out its timeout.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx); _ = conn.Close(ctx) })
+	if _, err := tx.Exec(ctx, `LOCK TABLE airlock_records IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	code := "result = 1\n# " + strings.Repeat("x", 600<<10)
+	body, _ := json.Marshal(map[string]string{"kind": "starlark", "code": code})
+	for i := range 16 {
+		if a := rcall(t, "POST", r.url+"/v1/run", keyB, string(body)); a.status != 200 {
+			t.Fatalf("run %d: %d %.300s", i, a.status, a.body)
+		}
+	}
+	if q := r.srv.ShipQueued(); q > budget || q == 0 {
+		t.Errorf("%d bytes of records wait to be shipped, want some, at most %d", q, budget)
+	}
+	if n := strings.Count(r.audit.String(), `"request":"run"`); n != 16 {
+		t.Errorf("the trail has %d records of runs, want 16", n)
+	}
 }
