@@ -60,3 +60,7 @@ func (s *Server) ShipQueued() int64 {
 	}
 	return s.audit.shipper.queued.Load()
 }
+
+// MaxPendingPerTenant bounds a tenant's pending approval requests that
+// one replica keeps.
+const MaxPendingPerTenant = maxPendingPerTenant

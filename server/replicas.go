@@ -610,13 +610,27 @@ func (s *Server) sharePending(ctx context.Context, d approve.Digest, p *pending)
 // syncPending adds the approval requests other replicas took to this
 // one's, before they are looked up or listed. A store that does not
 // answer leaves this replica's own requests, and says so in the log.
+// Only requests this replica has not seen cross from the store, and what
+// it keeps of them stays within the bounds a request made here has: a
+// tenant cannot make every lookup read its large jobs again, nor fill a
+// replica with the requests it made on all the others.
 func (s *Server) syncPending(ctx context.Context) {
 	if !s.store.Shared() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	rows, err := s.store.Pending(ctx, s.now().Add(-s.approvalTTL()))
+	s.mu.Lock()
+	held := make(map[string]bool, len(s.pending)+len(s.pendingSeen))
+	for d := range s.pending {
+		held[string(d)] = true
+	}
+	for d := range s.pendingSeen {
+		held[string(d)] = true
+	}
+	s.mu.Unlock()
+	since := s.now().Add(-s.approvalTTL())
+	rows, err := s.store.Pending(ctx, since, func(d string) bool { return held[d] })
 	if err != nil {
 		fmt.Fprintf(s.audit.log, "airlock: listing shared approval requests: %v\n", err)
 		return
@@ -625,10 +639,27 @@ func (s *Server) syncPending(ctx context.Context) {
 	defer s.syncDecided(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	type use struct{ n, bytes int }
+	per := map[*tenant]*use{}
+	all := 0
+	for _, p := range s.pending {
+		u := per[p.tenant]
+		if u == nil {
+			u = &use{}
+			per[p.tenant] = u
+		}
+		u.n++
+		u.bytes += p.size
+		all += p.size
+	}
 	for _, row := range rows {
 		d := approve.Digest(row.Digest)
-		if s.pending[d] != nil || len(s.pending) >= maxPending {
+		if s.pending[d] != nil {
 			continue
+		}
+		// Not read again while it may be pending, whether kept or not.
+		if len(s.pendingSeen) < 4*maxPending {
+			s.pendingSeen[d] = row.Created
 		}
 		var t *tenant
 		for _, tn := range s.tenants {
@@ -640,7 +671,19 @@ func (s *Server) syncPending(ctx context.Context) {
 		if t == nil || json.Unmarshal(row.Job, &job) != nil {
 			continue // a tenant this replica does not serve, or a newer job format
 		}
-		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created, size: jobSize(&job)}
+		size := jobSize(&job)
+		u := per[t]
+		if u == nil {
+			u = &use{}
+			per[t] = u
+		}
+		if len(s.pending) >= maxPending || u.n >= maxPendingPerTenant || u.bytes+size > maxPendingBytesPerTenant || all+size > maxPendingBytes {
+			continue
+		}
+		u.n++
+		u.bytes += size
+		all += size
+		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created, size: size}
 	}
 }
 

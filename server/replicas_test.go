@@ -712,10 +712,22 @@ func TestRollingRestartLosesNoRun(t *testing.T) {
 // directory, and a function cutting it (every connection and the
 // listener).
 func cuttableState(t *testing.T) (setting, relay string, cut func()) {
-	dsn := pgtest.Start(t)
+	rl := relayState(t, pgtest.Start(t))
+	return rl.setting, rl.dir, rl.cut
+}
+
+// stateRelay relays a replica's connections to PostgreSQL, counting the
+// bytes each way.
+type stateRelay struct {
+	setting, dir string
+	cut          func()
+	sent, got    atomic.Int64 // to the database, from it
+}
+
+func relayState(t *testing.T, dsn string) *stateRelay {
 	host := strings.TrimPrefix(strings.Fields(dsn)[0], "host=")
-	relay = t.TempDir()
-	ln, err := net.Listen("unix", filepath.Join(relay, ".s.PGSQL.5432"))
+	rl := &stateRelay{dir: t.TempDir()}
+	ln, err := net.Listen("unix", filepath.Join(rl.dir, ".s.PGSQL.5432"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -735,11 +747,11 @@ func cuttableState(t *testing.T) (setting, relay string, cut func()) {
 			mu.Lock()
 			conns = append(conns, c, up)
 			mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
+			go func() { _, _ = io.Copy(countingWriter{up, &rl.sent}, c); up.Close() }()
+			go func() { _, _ = io.Copy(countingWriter{c, &rl.got}, up); c.Close() }()
 		}
 	}()
-	cut = func() {
+	rl.cut = func() {
 		ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
@@ -747,8 +759,21 @@ func cuttableState(t *testing.T) (setting, relay string, cut func()) {
 			c.Close()
 		}
 	}
-	t.Cleanup(cut)
-	return strings.Replace(dsn, host, relay, 1), relay, cut
+	t.Cleanup(rl.cut)
+	rl.setting = strings.Replace(dsn, host, rl.dir, 1)
+	return rl
+}
+
+// countingWriter counts what passes through it as it passes.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
@@ -974,5 +999,79 @@ func TestShippingBoundedWhileTheStateIsSlow(t *testing.T) {
 	}
 	if n := strings.Count(r.audit.String(), `"request":"run"`); n != 16 {
 		t.Errorf("the trail has %d records of runs, want 16", n)
+	}
+}
+
+// A request for approval crosses from the shared state to another
+// replica once: looking it up again, as a tenant waiting for the decision
+// does, does not read its job from the database again. A caller with no
+// tenant's or approver's key does not make the database be asked at all.
+func TestPendingReadOnce(t *testing.T) {
+	dsn := pgtest.Start(t)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keyFile := filepath.Join(t.TempDir(), "approval.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	quiet := func(c *server.Config) {
+		// Few janitor rounds while the bytes are counted.
+		c.SessionLease = server.Duration(time.Minute)
+	}
+	rl := relayState(t, dsn)
+	r1 := startReplica(t, dsn, "r1", keyFile, quiet)
+	r2 := startReplica(t, rl.setting, "r2", keyFile, quiet)
+	const size = 2 << 20
+	body, _ := json.Marshal(map[string]string{"kind": "starlark", "situation": "internal", "code": "result = 1\n# " + strings.Repeat("x", size)})
+	var req struct{ Digest string }
+	a := rcall(t, "POST", r1.url+"/v1/approvals", keyA, string(body))
+	if err := json.Unmarshal(a.body, &req); err != nil || req.Digest == "" {
+		t.Fatalf("requesting approval on r1: %d %.300s", a.status, a.body)
+	}
+	if a := rcall(t, "GET", r2.url+"/v1/approvals/"+req.Digest, keyA, ""); a.status != 200 {
+		t.Fatalf("r2 shows the request: %d %.300s", a.status, a.body)
+	}
+	got := rl.got.Load()
+	for range 10 {
+		if a := rcall(t, "GET", r2.url+"/v1/approvals/"+req.Digest+"/decision", keyA, ""); a.status != 200 || !bytes.Contains(a.body, []byte(`"pending"`)) {
+			t.Fatalf("the decision on r2: %d %.300s", a.status, a.body)
+		}
+	}
+	if n := rl.got.Load() - got; n > size/2 {
+		t.Errorf("10 lookups of a request of %d bytes read %d bytes from the database", size, n)
+	}
+	sent := rl.sent.Load()
+	for _, path := range []string{"", "/decision"} {
+		for range 100 {
+			if a := rcall(t, "GET", r2.url+"/v1/approvals/"+req.Digest+path, "not-a-key", ""); a.status != 404 {
+				t.Fatalf("without a key: %d %.300s", a.status, a.body)
+			}
+		}
+	}
+	if n := rl.sent.Load() - sent; n > 8<<10 {
+		t.Errorf("200 lookups without a key sent %d bytes to the database", n)
+	}
+}
+
+// The requests a tenant made on other replicas count toward the bounds
+// a replica keeps them within: asked up to the limit on each of two
+// replicas, one replica keeps no more than the limit of them.
+func TestPendingBoundedAcrossReplicas(t *testing.T) {
+	rs := startReplicas(t, pgtest.Start(t), 2)
+	for _, r := range rs {
+		for i := range server.MaxPendingPerTenant {
+			job := fmt.Sprintf(`{"kind":"starlark","situation":"internal","code":"result = %d # %s"}`, i, r.name)
+			if a := rcall(t, "POST", r.url+"/v1/approvals", keyA, job); a.status != 200 {
+				t.Fatalf("request %d on %s: %d %s", i, r.name, a.status, a.body)
+			}
+		}
+	}
+	var listed []struct{ Digest string }
+	a := rcall(t, "GET", rs[1].url+"/v1/approvals", keyA, "")
+	if err := json.Unmarshal(a.body, &listed); err != nil {
+		t.Fatalf("listing on r2: %d %.300s", a.status, a.body)
+	}
+	if len(listed) != server.MaxPendingPerTenant {
+		t.Errorf("r2 keeps %d requests of the tenant, want its limit %d", len(listed), server.MaxPendingPerTenant)
 	}
 }

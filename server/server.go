@@ -106,9 +106,12 @@ type Server struct {
 	instances map[*mcpwrap.Wrapper]*tenant // wrapped servers' running instances
 	sessions  map[string]*session
 	pending   map[approve.Digest]*pending
-	stopJan   chan struct{}
-	janDone   chan struct{}
-	closed    bool
+	// pendingSeen are the requests of other replicas read from the
+	// shared state (when they were made), kept or not: not read again.
+	pendingSeen map[approve.Digest]time.Time
+	stopJan     chan struct{}
+	janDone     chan struct{}
+	closed      bool
 }
 
 // New builds the router over tiers and the handlers. The tiers are the
@@ -127,18 +130,19 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:        cfg,
-		bigBodies:  make(chan struct{}, bigBodiesServer),
-		images:     opts.Images,
-		approvals:  cfg.approvalPolicy(),
-		now:        opts.Now,
-		clockError: opts.clockError,
-		sessions:   map[string]*session{},
-		pending:    map[approve.Digest]*pending{},
-		console:    newConsole(),
-		pools:      map[string]airlock.Pooler{},
-		stopJan:    make(chan struct{}),
-		janDone:    make(chan struct{}),
+		cfg:         cfg,
+		bigBodies:   make(chan struct{}, bigBodiesServer),
+		images:      opts.Images,
+		approvals:   cfg.approvalPolicy(),
+		now:         opts.Now,
+		clockError:  opts.clockError,
+		sessions:    map[string]*session{},
+		pending:     map[approve.Digest]*pending{},
+		pendingSeen: map[approve.Digest]time.Time{},
+		console:     newConsole(),
+		pools:       map[string]airlock.Pooler{},
+		stopJan:     make(chan struct{}),
+		janDone:     make(chan struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -412,6 +412,11 @@ func (s *Server) sweep(now time.Time) {
 			delete(s.pending, d)
 		}
 	}
+	for d, created := range s.pendingSeen {
+		if now.Sub(created) > s.approvalTTL() {
+			delete(s.pendingSeen, d)
+		}
+	}
 	s.mu.Unlock()
 	for _, ss := range idle {
 		_ = s.closeSession(ss)

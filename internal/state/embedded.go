@@ -140,7 +140,9 @@ func (e *embedded) DropSession(_ context.Context, id string) error {
 // requests in memory.
 func (e *embedded) PutPending(context.Context, Pending) error { return nil }
 
-func (e *embedded) Pending(context.Context, time.Time) ([]Pending, error) { return nil, nil }
+func (e *embedded) Pending(context.Context, time.Time, func(string) bool) ([]Pending, error) {
+	return nil, nil
+}
 
 func (e *embedded) Decide(_ context.Context, d Decision, overwrite bool) (bool, error) {
 	e.mu.Lock()

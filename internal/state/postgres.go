@@ -320,9 +320,28 @@ func (p *postgres) PutPending(ctx context.Context, pd Pending) error {
 	return nil
 }
 
-func (p *postgres) Pending(ctx context.Context, since time.Time) ([]Pending, error) {
-	rows, err := p.pool.Query(ctx, `SELECT digest, tenant, tier, rule, job, created FROM airlock_pending
+func (p *postgres) Pending(ctx context.Context, since time.Time, skip func(string) bool) ([]Pending, error) {
+	// First the digests (small), then the rows of those not skipped.
+	rows, err := p.pool.Query(ctx, `SELECT digest FROM airlock_pending
 		WHERE created >= $1 ORDER BY created LIMIT 4096`, since)
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	digests, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	want := digests[:0]
+	for _, d := range digests {
+		if skip == nil || !skip(d) {
+			want = append(want, d)
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	rows, err = p.pool.Query(ctx, `SELECT digest, tenant, tier, rule, job, created FROM airlock_pending
+		WHERE digest = ANY($1) AND created >= $2 ORDER BY created`, want, since)
 	if err != nil {
 		return nil, fmt.Errorf("state: listing approval requests: %w", err)
 	}

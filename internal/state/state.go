@@ -47,8 +47,11 @@ type Store interface {
 	DropSession(ctx context.Context, id string) error
 	// PutPending keeps an approval request for any replica's approvers.
 	PutPending(ctx context.Context, p Pending) error
-	// Pending lists the approval requests made since since.
-	Pending(ctx context.Context, since time.Time) ([]Pending, error)
+	// Pending lists the approval requests made since since, but for those
+	// skip reports true for: their jobs are not read. A replica skips
+	// what it holds already, so that a request (and its job) crosses
+	// from the store once, not on every lookup.
+	Pending(ctx context.Context, since time.Time, skip func(digest string) bool) ([]Pending, error)
 	// Decide records an approver's decision. Without overwrite a digest
 	// already decided is left as it is and ok is false: across every
 	// replica, the first decision stands.

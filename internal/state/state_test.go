@@ -394,8 +394,13 @@ func TestPendingShared(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := a.Pending(ctx, now.Add(-time.Minute))
+	got, err := a.Pending(ctx, now.Add(-time.Minute), nil)
 	if err != nil || len(got) != 1 || got[0].Digest != "d-new" || string(got[0].Job) != `{"kind":"expr"}` || !got[0].Created.Equal(now) {
 		t.Fatalf("requests of the last minute: %+v %v", got, err)
+	}
+	// What the replica holds already is not read again.
+	got, err = a.Pending(ctx, now.Add(-2*time.Hour), func(d string) bool { return d == "d-new" })
+	if err != nil || len(got) != 1 || got[0].Digest != "d-old" {
+		t.Fatalf("requests but the one held: %+v %v", got, err)
 	}
 }
