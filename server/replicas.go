@@ -288,8 +288,8 @@ func (s *Server) unregister(id string) {
 }
 
 // renew extends this replica's claim on its sessions and run slots, by
-// the shared state's clock, and sweeps what expired; the janitor calls
-// it.
+// the shared state's clock, and sweeps what expired and the records no
+// listing shows; the janitor calls it.
 func (s *Server) renew() {
 	s.syncClock(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
@@ -299,6 +299,12 @@ func (s *Server) renew() {
 		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
 	}
 	_ = s.store.Sweep(ctx, now)
+	// The shared records hold what GET /v1/audit lists, no more.
+	for _, t := range s.tenants {
+		if err := s.store.TrimRecords(ctx, t.Name, s.audit.keep); err != nil {
+			break
+		}
+	}
 }
 
 // shareIdle is how long a replica keeps run slots no run uses before it

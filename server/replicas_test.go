@@ -1075,3 +1075,43 @@ func TestPendingBoundedAcrossReplicas(t *testing.T) {
 		t.Errorf("r2 keeps %d requests of the tenant, want its limit %d", len(listed), server.MaxPendingPerTenant)
 	}
 }
+
+// The shared records keep what GET /v1/audit lists (a tenant's newest
+// 256), not every run a tenant ever made: the trails are the full record.
+func TestSharedRecordsTrimmed(t *testing.T) {
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1)[0]
+	const runs, keep = 300, 256
+	for i := range runs {
+		if a := rcall(t, "POST", r.url+"/v1/run", keyA, `{"kind":"expr","code":"1"}`); a.status != 200 {
+			t.Fatalf("run %d: %d %s", i, a.status, a.body)
+		}
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// Every run's record shipped (the newest's id is the count of records
+	// ever added: these runs are the database's only ones), and the
+	// older ones trimmed.
+	var n, newest int
+	for i := 0; ; i++ {
+		if err := conn.QueryRow(ctx, `SELECT count(*), coalesce(max(id), 0) FROM airlock_records WHERE tenant = 'a'`).Scan(&n, &newest); err != nil {
+			t.Fatal(err)
+		}
+		if newest == runs && n == keep {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("the database keeps %d records of the tenant's %d runs (%d shipped), want its newest %d", n, runs, newest, keep)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var recs []server.Record
+	a := rcall(t, "GET", r.url+"/v1/audit", keyA, "")
+	if err := json.Unmarshal(a.body, &recs); err != nil || len(recs) != keep {
+		t.Fatalf("the listing: %d records, %v", len(recs), err)
+	}
+}

@@ -173,6 +173,8 @@ func (e *embedded) AddRecords(context.Context, []Record) error { return nil }
 
 func (e *embedded) Records(context.Context, string, int) ([][]byte, error) { return nil, nil }
 
+func (e *embedded) TrimRecords(context.Context, string, int) error { return nil }
+
 func (e *embedded) Sweep(_ context.Context, now time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

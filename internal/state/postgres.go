@@ -457,6 +457,15 @@ func (p *postgres) Records(ctx context.Context, tenant string, limit int) ([][]b
 	return out, nil
 }
 
+func (p *postgres) TrimRecords(ctx context.Context, tenant string, keep int) error {
+	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_records WHERE tenant = $1 AND id <= (SELECT id FROM airlock_records
+		WHERE tenant = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`, tenant, max(0, keep))
+	if err != nil {
+		return fmt.Errorf("state: trimming records: %w", err)
+	}
+	return nil
+}
+
 func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
 	// A redemption is forgotten a minute after its token expired by the
 	// database's clock, the clock Redeem refuses expired tokens by: a

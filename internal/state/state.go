@@ -63,6 +63,10 @@ type Store interface {
 	// Records returns a tenant's newest records (at most limit), oldest
 	// first.
 	Records(ctx context.Context, tenant string, limit int) ([][]byte, error)
+	// TrimRecords forgets a tenant's records but the newest keep: what
+	// Records lists is all the store needs, and a tenant's runs must not
+	// grow it without end (each replica's trail is the full record).
+	TrimRecords(ctx context.Context, tenant string, keep int) error
 	// Sweep forgets redemptions and windows that expired before now.
 	Sweep(ctx context.Context, now time.Time) error
 	// Now is the store's clock. Replicas time leases (of run slots and

@@ -375,6 +375,15 @@ func TestRecords(t *testing.T) {
 	if len(got) != 3 || string(got[0]) != `{"n":2}` || string(got[2]) != `{"n":4}` {
 		t.Fatalf("newest three, oldest first: %q", got)
 	}
+	if err := a.TrimRecords(ctx, "t", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Records(ctx, "t", 10); err != nil || len(got) != 2 || string(got[0]) != `{"n":3}` {
+		t.Fatalf("trimmed to the newest two: %q %v", got, err)
+	}
+	if got, err := a.Records(ctx, "u", 10); err != nil || len(got) != 1 {
+		t.Fatalf("another tenant's records, trimmed too: %q %v", got, err)
+	}
 }
 
 func TestPendingShared(t *testing.T) {
