@@ -299,6 +299,9 @@ func (s *Server) renew() {
 		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
 	}
 	_ = s.store.Sweep(ctx, now)
+	// Approval requests are listed for their TTL; they are kept twice as
+	// long, for replicas whose clocks lag.
+	_ = s.store.ForgetPending(ctx, s.now().Add(-2*s.approvalTTL()))
 	// The shared records hold what GET /v1/audit lists, no more.
 	for _, t := range s.tenants {
 		if err := s.store.TrimRecords(ctx, t.Name, s.audit.keep); err != nil {

@@ -1115,3 +1115,36 @@ func TestSharedRecordsTrimmed(t *testing.T) {
 		t.Fatalf("the listing: %d records, %v", len(recs), err)
 	}
 }
+
+// Approval requests leave the database once expired (with a margin for
+// replicas whose clocks lag): a tenant asking for approvals over days
+// does not fill it.
+func TestPendingForgotten(t *testing.T) {
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1, func(c *server.Config) { c.Approvals.TTL = server.Duration(time.Second) })[0]
+	if a := rcall(t, "POST", r.url+"/v1/approvals", keyA, `{"kind":"starlark","situation":"internal","code":"result = 1"}`); a.status != 200 {
+		t.Fatalf("requesting approval: %d %s", a.status, a.body)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	for i := 0; ; i++ {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM airlock_pending`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && n != 1 {
+			t.Fatalf("%d requests in the database, want the one asked", n)
+		}
+		if n == 0 {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("the request is still in the database 10 s after it expired")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

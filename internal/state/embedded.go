@@ -144,6 +144,8 @@ func (e *embedded) Pending(context.Context, time.Time, func(string) bool) ([]Pen
 	return nil, nil
 }
 
+func (e *embedded) ForgetPending(context.Context, time.Time) error { return nil }
+
 func (e *embedded) Decide(_ context.Context, d Decision, overwrite bool) (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

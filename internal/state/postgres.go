@@ -358,6 +358,13 @@ func (p *postgres) Pending(ctx context.Context, since time.Time, skip func(strin
 	return out, nil
 }
 
+func (p *postgres) ForgetPending(ctx context.Context, before time.Time) error {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM airlock_pending WHERE created < $1`, before); err != nil {
+		return fmt.Errorf("state: forgetting approval requests: %w", err)
+	}
+	return nil
+}
+
 func (p *postgres) Decide(ctx context.Context, d Decision, overwrite bool) (bool, error) {
 	q := `INSERT INTO airlock_decisions (digest, tenant, approver, reason, denied, expires, at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO NOTHING`

@@ -52,6 +52,9 @@ type Store interface {
 	// what it holds already, so that a request (and its job) crosses
 	// from the store once, not on every lookup.
 	Pending(ctx context.Context, since time.Time, skip func(digest string) bool) ([]Pending, error)
+	// ForgetPending forgets the approval requests made before before:
+	// once expired, no replica lists them.
+	ForgetPending(ctx context.Context, before time.Time) error
 	// Decide records an approver's decision. Without overwrite a digest
 	// already decided is left as it is and ok is false: across every
 	// replica, the first decision stands.
