@@ -147,6 +147,38 @@ type leased struct {
 	mu    sync.Mutex
 	left  int
 	spent time.Time // when the store last had nothing left to lease
+	down  lastFailure
+}
+
+// stateRetry is how long after a call to the shared state failed the
+// calls that would wait behind it (one at a time, under a lock) fail at
+// once with its error: while the database is slow, a tenant's requests
+// are refused within about one call's timeout, not one timeout after
+// another.
+const stateRetry = time.Second
+
+// lastFailure remembers a failed call to the shared state.
+type lastFailure struct {
+	at  time.Time
+	err error
+}
+
+// recent returns the error of a call that failed less than stateRetry
+// ago.
+func (d *lastFailure) recent() error {
+	if d.err != nil && time.Since(d.at) < stateRetry {
+		return d.err
+	}
+	return nil
+}
+
+// set records the outcome of a call made for a caller whose context is
+// caller: a caller that went away says nothing of the state.
+func (d *lastFailure) set(caller context.Context, err error) {
+	if err != nil && caller.Err() != nil {
+		return
+	}
+	d.at, d.err = time.Now(), err
 }
 
 func newLeased(store state.Store, tenant string, perMinute int) *leased {
@@ -168,9 +200,14 @@ func (l *leased) take(ctx context.Context) (bool, error) {
 		if !l.spent.IsZero() && now.Sub(l.spent) < l.retry {
 			return false, nil
 		}
+		if err := l.down.recent(); err != nil {
+			return false, err
+		}
+		caller := ctx
 		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 		defer cancel()
 		n, err := l.store.Lease(ctx, l.tenant, l.batch, l.budget)
+		l.down.set(caller, err)
 		if err != nil {
 			return false, err
 		}
@@ -212,6 +249,7 @@ type slotShare struct {
 	held     int // slots this replica holds in the store
 	busy     int // of which runs use
 	lastBusy time.Time
+	down     lastFailure
 }
 
 func newSlotShare(s *Server, tenant string, limit int) *slotShare {
@@ -220,11 +258,16 @@ func newSlotShare(s *Server, tenant string, limit int) *slotShare {
 
 // hold sets the replica's hold to held plus up to want more; h.mu is held.
 func (h *slotShare) hold(ctx context.Context, held, want int) (int, error) {
+	if err := h.down.recent(); err != nil {
+		return 0, err
+	}
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
 	now := h.s.leaseNow()
 	n, err := h.s.store.HoldSlots(ctx, state.Hold{Tenant: h.tenant, Replica: h.s.replica, Held: held, Want: want,
 		Limit: h.limit, Now: now, Until: now.Add(h.s.sessionLease())})
+	h.down.set(caller, err)
 	if err == nil {
 		h.held = held + n
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -722,6 +723,64 @@ type stateRelay struct {
 	setting, dir string
 	cut          func()
 	sent, got    atomic.Int64 // to the database, from it
+
+	mu    sync.Mutex
+	binds map[string]int // statements executed (Bind messages), by a word of their SQL
+	words []string       // the words counted
+}
+
+// count sets the words of SQL whose executions the relay counts.
+func (rl *stateRelay) count(words ...string) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.words, rl.binds = words, map[string]int{}
+}
+
+// executed returns how many statements holding word were executed.
+func (rl *stateRelay) executed(word string) int {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.binds[word]
+}
+
+// watch reads a client's stream of PostgreSQL messages as it passes:
+// the startup message, then typed messages; it notes each statement's
+// text when prepared (Parse), and counts its executions (Bind).
+func (rl *stateRelay) watch(r io.Reader) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return
+	}
+	if _, err := io.CopyN(io.Discard, r, int64(binary.BigEndian.Uint32(n[:]))-4); err != nil {
+		return
+	}
+	stmts := map[string]string{}
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, int(binary.BigEndian.Uint32(head[1:]))-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		name, rest, _ := bytes.Cut(body, []byte{0})
+		switch head[0] {
+		case 'P':
+			query, _, _ := bytes.Cut(rest, []byte{0})
+			stmts[string(name)] = string(query)
+		case 'B':
+			_, stmt, _ := bytes.Cut(body, []byte{0}) // the portal's name, then the statement's
+			stmt, _, _ = bytes.Cut(stmt, []byte{0})
+			rl.mu.Lock()
+			for _, w := range rl.words {
+				if strings.Contains(stmts[string(stmt)], w) {
+					rl.binds[w]++
+				}
+			}
+			rl.mu.Unlock()
+		}
+	}
 }
 
 func relayState(t *testing.T, dsn string) *stateRelay {
@@ -747,7 +806,13 @@ func relayState(t *testing.T, dsn string) *stateRelay {
 			mu.Lock()
 			conns = append(conns, c, up)
 			mu.Unlock()
-			go func() { _, _ = io.Copy(countingWriter{up, &rl.sent}, c); up.Close() }()
+			pr, pw := io.Pipe()
+			go rl.watch(pr)
+			go func() {
+				_, _ = io.Copy(io.MultiWriter(countingWriter{up, &rl.sent}, pw), c)
+				up.Close()
+				pw.Close()
+			}()
 			go func() { _, _ = io.Copy(countingWriter{c, &rl.got}, up); c.Close() }()
 		}
 	}()
@@ -1146,5 +1211,82 @@ func TestPendingForgotten(t *testing.T) {
 			t.Fatalf("the request is still in the database 10 s after it expired")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// While the database is slow, a tenant's runs waiting for the same
+// lease of its quota (or hold of its run slots) are refused together
+// once one call timed out: not one timeout after another, each asking
+// the database again.
+func TestSlowStateRefusedOnce(t *testing.T) {
+	dsn := pgtest.Start(t)
+	rl := relayState(t, dsn)
+	for _, c := range []struct {
+		what, word, lock string
+		mutate           func(*server.Config)
+	}{
+		{"the run quota", "airlock_bucket", `SELECT 1 FROM airlock_bucket WHERE tenant = 'b' FOR UPDATE`,
+			func(c *server.Config) { c.Tenants[1].RunsPerMinute, c.Tenants[1].MaxConcurrent = 40, 0 }},
+		{"the run slots", "airlock_slots", `SELECT pg_advisory_xact_lock(hashtextextended('airlock_slots/b', 0))`,
+			func(c *server.Config) { c.Tenants[1].MaxConcurrent = 8 }},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			key := make([]byte, 32)
+			_, _ = rand.Read(key)
+			keyFile := filepath.Join(t.TempDir(), "approval.key")
+			if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := startReplica(t, rl.setting, "r1", keyFile, c.mutate, func(c *server.Config) {
+				// No janitor round while the statements are counted.
+				c.SessionLease, c.SessionTTL = server.Duration(time.Hour), server.Duration(time.Hour)
+			})
+			// The rows exist (one run took a lease and a slot), the run
+			// leased is spent and the slot given back as idle; then the
+			// rows are locked: every call waits out its timeout.
+			if a := rcall(t, "POST", r.url+"/v1/run", keyB, `{"kind":"expr","code":"1"}`); a.status != 200 {
+				t.Fatalf("a run: %d %s", a.status, a.body)
+			}
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			for i := 0; ; i++ {
+				var held int
+				if err := conn.QueryRow(ctx, `SELECT coalesce(sum(held), 0)::int FROM airlock_slots WHERE tenant = 'b'`).Scan(&held); err != nil {
+					t.Fatal(err)
+				}
+				if held == 0 {
+					break
+				}
+				if i == 200 {
+					t.Fatalf("the replica still holds %d idle slots", held)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, c.lock); err != nil {
+				t.Fatal(err)
+			}
+			rl.count(c.word)
+			var wg sync.WaitGroup
+			for range 6 {
+				wg.Go(func() {
+					if a := rcall(t, "POST", r.url+"/v1/run", keyB, `{"kind":"expr","code":"1"}`); a.status != 503 {
+						t.Errorf("a run while %s waits: %d %s", c.what, a.status, a.body)
+					}
+				})
+			}
+			wg.Wait()
+			if n := rl.executed(c.word); n > 2 {
+				t.Errorf("6 runs asked the database %d times for %s", n, c.what)
+			}
+		})
 	}
 }
