@@ -338,7 +338,16 @@ func (s *Server) renew() {
 	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
 	defer cancel()
 	now := s.leaseNow()
-	if err := s.store.Renew(ctx, s.replica, now.Add(s.sessionLease())); err != nil {
+	s.mu.Lock()
+	held := make([]string, 0, len(s.sessions)+len(s.opening))
+	for id := range s.sessions {
+		held = append(held, id)
+	}
+	for id := range s.opening {
+		held = append(held, id)
+	}
+	s.mu.Unlock()
+	if err := s.store.Renew(ctx, s.replica, held, now.Add(s.sessionLease())); err != nil {
 		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
 	}
 	_ = s.store.Sweep(ctx, now)

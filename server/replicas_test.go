@@ -1290,3 +1290,50 @@ func TestSlowStateRefusedOnce(t *testing.T) {
 		})
 	}
 }
+
+// A registry row naming a replica that does not hold its session (its
+// drop reached the database after the replica gave up waiting, or its
+// registration did) lapses: renewed with the replica's sessions, it would
+// count toward its tenant's sessions on every replica for good. The
+// replica's own sessions stay renewed.
+func TestUnheldSessionRowsLapse(t *testing.T) {
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1)[0] // its lease: 1 s, renewed every third of it
+	var opened struct{ ID string }
+	a := rcall(t, "POST", r.url+"/v1/sessions", keyB, `{"tier":"starlark"}`)
+	if err := json.Unmarshal(a.body, &opened); err != nil || opened.ID == "" {
+		t.Fatalf("opening: %d %s", a.status, a.body)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const stray = "s-00000000000000000000000000000001"
+	if _, err := conn.Exec(ctx, `INSERT INTO airlock_sessions (id, tenant, tier, replica, addr, lease_until)
+		VALUES ($1, 'b', 'starlark', 'r1', $2, now() + interval '1 second')`, stray, r.url); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		var lapsed, live bool
+		if err := conn.QueryRow(ctx, `SELECT
+			(SELECT lease_until < now() FROM airlock_sessions WHERE id = $1),
+			(SELECT lease_until > now() FROM airlock_sessions WHERE id = $2)`, stray, opened.ID).Scan(&lapsed, &live); err != nil {
+			t.Fatal(err)
+		}
+		if !live {
+			t.Fatalf("the replica's own session lapsed")
+		}
+		if lapsed {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the row of a session the replica does not hold is still renewed after 5 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if a := rcall(t, "POST", r.url+"/v1/sessions/"+opened.ID+"/run", keyB, `{"kind":"starlark","code":"result = 1"}`); a.status != 200 {
+		t.Fatalf("the session: %d %s", a.status, a.body)
+	}
+}

@@ -109,9 +109,11 @@ type Server struct {
 	// pendingSeen are the requests of other replicas read from the
 	// shared state (when they were made), kept or not: not read again.
 	pendingSeen map[approve.Digest]time.Time
-	stopJan     chan struct{}
-	janDone     chan struct{}
-	closed      bool
+	// opening are the sessions registered whose sandbox is starting.
+	opening map[string]bool
+	stopJan chan struct{}
+	janDone chan struct{}
+	closed  bool
 }
 
 // New builds the router over tiers and the handlers. The tiers are the
@@ -139,6 +141,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		sessions:    map[string]*session{},
 		pending:     map[approve.Digest]*pending{},
 		pendingSeen: map[approve.Digest]time.Time{},
+		opening:     map[string]bool{},
 		console:     newConsole(),
 		pools:       map[string]airlock.Pooler{},
 		stopJan:     make(chan struct{}),

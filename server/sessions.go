@@ -222,12 +222,20 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	}
 	t.nsess++
 	s.mu.Unlock()
+	id := newID()
+	s.mu.Lock()
+	s.opening[id] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.opening, id)
+		s.mu.Unlock()
+	}()
 	unopened := func() {
 		s.mu.Lock()
 		t.nsess--
 		s.mu.Unlock()
 	}
-	id := newID()
 	// Registered first: the limit holds across the replicas sharing the
 	// state, and no sandbox starts for a session that would be refused.
 	ok, err := s.register(ctx, id, t, tier.Name(), limit)

@@ -111,11 +111,11 @@ func (e *embedded) Session(_ context.Context, id string) (Session, bool, error) 
 	return s, ok, nil
 }
 
-func (e *embedded) Renew(_ context.Context, replica string, until time.Time) error {
+func (e *embedded) Renew(_ context.Context, replica string, sessions []string, until time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for id, s := range e.sessions {
-		if s.Replica == replica {
+	for _, id := range sessions {
+		if s, ok := e.sessions[id]; ok && s.Replica == replica {
 			s.Until = until
 			e.sessions[id] = s
 		}

@@ -291,8 +291,8 @@ func (p *postgres) Session(ctx context.Context, id string) (Session, bool, error
 	return s, true, nil
 }
 
-func (p *postgres) Renew(ctx context.Context, replica string, until time.Time) error {
-	_, err := p.pool.Exec(ctx, `UPDATE airlock_sessions SET lease_until = $2 WHERE replica = $1`, replica, until)
+func (p *postgres) Renew(ctx context.Context, replica string, sessions []string, until time.Time) error {
+	_, err := p.pool.Exec(ctx, `UPDATE airlock_sessions SET lease_until = $2 WHERE replica = $1 AND id = ANY($3)`, replica, until, sessions)
 	if err == nil {
 		_, err = p.pool.Exec(ctx, `UPDATE airlock_slots SET lease_until = $2 WHERE replica = $1`, replica, until)
 	}

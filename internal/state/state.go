@@ -41,8 +41,11 @@ type Store interface {
 	PutSession(ctx context.Context, s Session, limit int, now time.Time) (ok bool, err error)
 	// Session finds a registered session; ok is false when there is none.
 	Session(ctx context.Context, id string) (s Session, ok bool, err error)
-	// Renew extends the lease of every session and slot the replica holds.
-	Renew(ctx context.Context, replica string, until time.Time) error
+	// Renew extends the lease of the replica's run slots, and of its
+	// sessions named in sessions: a registry row of the replica that it
+	// does not hold (one whose drop or registration the replica took for
+	// failed) lapses, and no longer counts toward its tenant's sessions.
+	Renew(ctx context.Context, replica string, sessions []string, until time.Time) error
 	// DropSession forgets a closed session.
 	DropSession(ctx context.Context, id string) error
 	// PutPending keeps an approval request for any replica's approvers.

@@ -227,10 +227,10 @@ func TestSlotsNeverOverLimit(t *testing.T) {
 		}
 		// c's hold lapses: its slots are free again, for d.
 		later := live.Add(time.Second)
-		if err := s.Renew(ctx, "a", later.Add(time.Minute)); err != nil {
+		if err := s.Renew(ctx, "a", nil, later.Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Renew(ctx, "b", later.Add(time.Minute)); err != nil {
+		if err := s.Renew(ctx, "b", nil, later.Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := s.HoldSlots(ctx, state.Hold{Tenant: "t", Replica: "d", Want: 10, Limit: 10, Now: later, Until: later.Add(time.Minute)}); n != held["c"] {
@@ -334,7 +334,7 @@ func TestSessionRegistry(t *testing.T) {
 			t.Fatalf("found %+v %v %v", got, ok, err)
 		}
 		later := until.Add(time.Hour)
-		if err := a.Renew(ctx, "r1", later); err != nil {
+		if err := a.Renew(ctx, "r1", []string{"s-1"}, later); err != nil {
 			t.Fatal(err)
 		}
 		if got, _, _ := b.Session(ctx, "s-1"); !got.Until.Equal(later) {
