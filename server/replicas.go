@@ -74,6 +74,15 @@ func (s *Server) openState(cfg Config) error {
 		return errors.New("advertise: a shared state needs the URL the other replicas reach this one at")
 	}
 	s.syncClock(ctx)
+	// Two replicas under one id would take each other's run slots and
+	// sessions for their own.
+	if err := s.store.Claim(ctx, s.replica, s.advertise, s.sessionLease()); err != nil {
+		_ = s.store.Close()
+		if errors.Is(err, state.ErrReplicaInUse) {
+			return fmt.Errorf("replica_id: %w; give each replica its own (the default is the host name)", err)
+		}
+		return err
+	}
 	return nil
 }
 

@@ -1337,3 +1337,31 @@ func TestUnheldSessionRowsLapse(t *testing.T) {
 		t.Fatalf("the session: %d %s", a.status, a.body)
 	}
 }
+
+// Two replicas under one id would take each other's run slots and
+// sessions for their own: the second refuses to start while the first
+// holds the id, and starts once it gave the id back.
+func TestReplicaIDInUse(t *testing.T) {
+	dsn := pgtest.Start(t)
+	rs := startReplicas(t, dsn, 1)
+	cfg := testConfig()
+	cfg.State, cfg.ReplicaID, cfg.Advertise = dsn, rs[0].name, "http://127.0.0.1:1"
+	srv, err := newServer(cfg, server.Options{Audit: io.Discard})
+	if err == nil {
+		srv.Close()
+		t.Fatal("a second replica started under the id of a live one")
+	}
+	if !strings.Contains(err.Error(), "replica_id") || !strings.Contains(err.Error(), rs[0].url) {
+		t.Errorf("the refusal does not say which setting, nor who holds the id: %v", err)
+	}
+	_ = rs[0].hs.Close()
+	<-rs[0].done
+	if err := rs[0].srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = newServer(cfg, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatalf("starting once the id was given back: %v", err)
+	}
+	srv.Close()
+}

@@ -366,6 +366,11 @@ func (s *Server) Close() error {
 			t.share.trim(time.Now(), 0)
 		}
 	}
+	if s.store.Shared() {
+		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+		_ = s.store.Claim(ctx, s.replica, s.advertise, 0)
+		cancel()
+	}
 	if s.audit.shipper != nil {
 		s.audit.shipper.close()
 	}

@@ -129,6 +129,8 @@ func (e *embedded) Renew(_ context.Context, replica string, sessions []string, u
 	return nil
 }
 
+func (e *embedded) Claim(context.Context, string, string, time.Duration) error { return nil }
+
 func (e *embedded) DropSession(_ context.Context, id string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

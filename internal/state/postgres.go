@@ -87,6 +87,12 @@ var migrations = []string{
 	// job's code or a reason may hold. record keeps a copy jsonb takes,
 	// for replicas of the releases before.
 	`ALTER TABLE airlock_records ADD COLUMN line text;`,
+	// Which replica uses an id, at which address, while its lease holds.
+	`CREATE TABLE airlock_replicas (
+		id text PRIMARY KEY,
+		addr text NOT NULL,
+		lease_until timestamptz NOT NULL
+	);`,
 }
 
 // migrationLock is the advisory lock key replicas take while migrating,
@@ -294,10 +300,39 @@ func (p *postgres) Session(ctx context.Context, id string) (Session, bool, error
 func (p *postgres) Renew(ctx context.Context, replica string, sessions []string, until time.Time) error {
 	_, err := p.pool.Exec(ctx, `UPDATE airlock_sessions SET lease_until = $2 WHERE replica = $1 AND id = ANY($3)`, replica, until, sessions)
 	if err == nil {
+		_, err = p.pool.Exec(ctx, `UPDATE airlock_replicas SET lease_until = $2 WHERE id = $1`, replica, until)
+	}
+	if err == nil {
 		_, err = p.pool.Exec(ctx, `UPDATE airlock_slots SET lease_until = $2 WHERE replica = $1`, replica, until)
 	}
 	if err != nil {
 		return fmt.Errorf("state: renewing sessions: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Claim(ctx context.Context, replica, addr string, lease time.Duration) error {
+	if lease <= 0 {
+		if _, err := p.pool.Exec(ctx, `DELETE FROM airlock_replicas WHERE id = $1 AND addr = $2`, replica, addr); err != nil {
+			return fmt.Errorf("state: releasing the replica id: %w", err)
+		}
+		return nil
+	}
+	var holder string
+	var until time.Time
+	err := p.pool.QueryRow(ctx, `INSERT INTO airlock_replicas AS r (id, addr, lease_until)
+		VALUES ($1, $2, now() + $3 * interval '1 microsecond')
+		ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, lease_until = excluded.lease_until
+		WHERE r.addr = excluded.addr OR r.lease_until < now()
+		RETURNING addr, lease_until`, replica, addr, lease.Microseconds()).Scan(&holder, &until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := p.pool.QueryRow(ctx, `SELECT addr, lease_until FROM airlock_replicas WHERE id = $1`, replica).Scan(&holder, &until); err != nil {
+			return fmt.Errorf("state: claiming the replica id: %w", err)
+		}
+		return fmt.Errorf("%w: %s is used by the replica at %s (its lease holds until %s)", ErrReplicaInUse, replica, holder, until.UTC().Format(time.RFC3339))
+	}
+	if err != nil {
+		return fmt.Errorf("state: claiming the replica id: %w", err)
 	}
 	return nil
 }

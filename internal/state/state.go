@@ -46,6 +46,10 @@ type Store interface {
 	// does not hold (one whose drop or registration the replica took for
 	// failed) lapses, and no longer counts toward its tenant's sessions.
 	Renew(ctx context.Context, replica string, sessions []string, until time.Time) error
+	// Claim takes the replica id for the replica reached at addr, for
+	// lease (by the store's clock; Renew extends it): ErrReplicaInUse
+	// while another address holds it. A lease of 0 gives it back.
+	Claim(ctx context.Context, replica, addr string, lease time.Duration) error
 	// DropSession forgets a closed session.
 	DropSession(ctx context.Context, id string) error
 	// PutPending keeps an approval request for any replica's approvers.
@@ -168,6 +172,9 @@ type Session struct {
 // ErrExpired is Redeem's refusal of a token whose expiry passed by the
 // shared store's clock (which may differ from the replica's).
 var ErrExpired = errors.New("state: the token expired by the shared state's clock")
+
+// ErrReplicaInUse is Claim's refusal of an id another replica holds.
+var ErrReplicaInUse = errors.New("state: the replica id is in use")
 
 // ErrUnknownScheme is returned by Open for a state setting it cannot use.
 var ErrUnknownScheme = errors.New("state: want empty, \"embedded\", a postgres:// URL or a key=value DSN")
