@@ -136,7 +136,7 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 		s.pending[d] = p
 		s.mu.Unlock()
 		if err := s.sharePending(r.Context(), d, p); err != nil {
-			s.answer(w, airlock.Result{}, unavailable("the approval request cannot be shared with the other replicas: "+err.Error()))
+			s.answer(w, airlock.Result{}, s.stateUnavailable("the approval request cannot be shared with the other replicas", err))
 			return
 		}
 		s.console.changed()
@@ -166,6 +166,12 @@ func approver(r *http.Request, t *tenant) bool {
 // one of its approvers. Anyone else learns nothing, not even that it exists.
 func (s *Server) pendingFor(w http.ResponseWriter, r *http.Request) (*pending, approve.Digest, bool) {
 	d := approve.Digest(r.PathValue("digest"))
+	// Only a tenant's or an approver's key makes the shared state be
+	// asked: anyone else is answered as for a digest nobody asked for.
+	if !s.mayAskApprovals(r) {
+		s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
+		return nil, d, false
+	}
 	s.syncPending(r.Context())
 	s.mu.Lock()
 	p := s.pending[d]
@@ -236,6 +242,14 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		out = append(out, approvalRequest{Digest: e.d, Tier: e.p.tier, Rule: e.p.rule, Required: true, Job: &job, Display: &shown, Tenant: e.p.tenant.Name})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// mayAskApprovals reports whether r carries a tenant's or an approver's
+// key.
+func (s *Server) mayAskApprovals(r *http.Request) bool {
+	key, _ := bearer(r)
+	_, isTenant := s.keys.find(key)
+	return isTenant || s.isApprover(r)
 }
 
 // isApprover reports whether r's key approves for any tenant.

@@ -276,7 +276,7 @@ func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, appro
 			Denied: denied, Expires: dc.Expires, At: now}, !once)
 		cancel()
 		if err != nil {
-			return nil, unavailable("the decision cannot be shared with the other replicas: " + err.Error())
+			return nil, s.stateUnavailable("the decision cannot be shared with the other replicas", err)
 		}
 		if !ok {
 			s.syncDecided(ctx) // decided on another replica: show that one
@@ -378,6 +378,12 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 	d := approve.Digest(r.PathValue("digest"))
 	key, _ := bearer(r)
 	i, isTenant := s.keys.find(key)
+	if !isTenant && !s.isApprover(r) {
+		// Word for word what a digest nobody asked for gets, without
+		// asking the shared state.
+		s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
+		return
+	}
 	s.syncPending(r.Context())
 	s.console.mu.Lock()
 	dc := s.console.decided[d]

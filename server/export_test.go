@@ -38,3 +38,29 @@ const MaxMCPSessions = maxMCPSessions
 
 // MaxConsoleStreams bounds a console session's event streams.
 const MaxConsoleStreams = maxConsoleStreams
+
+// WithClockError returns o for a replica whose clock is off by d.
+func WithClockError(o Options, d time.Duration) Options {
+	o.clockError = d
+	return o
+}
+
+// SetShipBudget sets the bytes of audit records that may wait to be
+// shipped to the shared state; it returns the function that restores it.
+func SetShipBudget(n int64) func() {
+	old := shipBudget
+	shipBudget = n
+	return func() { shipBudget = old }
+}
+
+// ShipQueued returns the bytes of audit records waiting to be shipped.
+func (s *Server) ShipQueued() int64 {
+	if s.audit.shipper == nil {
+		return 0
+	}
+	return s.audit.shipper.queued.Load()
+}
+
+// MaxPendingPerTenant bounds a tenant's pending approval requests that
+// one replica keeps.
+const MaxPendingPerTenant = maxPendingPerTenant

@@ -341,7 +341,7 @@ func (s *Server) spend(ctx context.Context, t *tenant) error {
 	if t.lease != nil {
 		ok, err := t.lease.take(ctx)
 		if err != nil {
-			return unavailable("the shared state cannot be reached for the run quota: " + err.Error())
+			return s.stateUnavailable("the run quota cannot be checked", err)
 		}
 		if !ok {
 			return &overloaded{fmt.Sprintf("tenant %s is over its %d runs per minute", t.Name, t.RunsPerMinute), max(1, 60/t.RunsPerMinute)}
@@ -385,7 +385,7 @@ func (s *Server) acquire(ctx context.Context, t *tenant) (func(), error) {
 	}
 	if err != nil {
 		release()
-		return nil, unavailable("the shared state cannot be reached for the tenant's runs in flight: " + err.Error())
+		return nil, s.stateUnavailable("the tenant's runs in flight cannot be counted", err)
 	}
 	return func() { t.share.put(); release() }, nil
 }
@@ -979,7 +979,7 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if s.store.Shared() {
 		var err error
 		if recs, err = s.sharedRecords(r.Context(), t.Name); err != nil {
-			s.answer(w, airlock.Result{}, unavailable("the shared audit records cannot be read: "+err.Error()))
+			s.answer(w, airlock.Result{}, s.stateUnavailable("the shared audit records cannot be read", err))
 			return
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -72,7 +73,43 @@ func (s *Server) openState(cfg Config) error {
 		_ = s.store.Close()
 		return errors.New("advertise: a shared state needs the URL the other replicas reach this one at")
 	}
+	s.syncClock(ctx)
+	// Two replicas under one id would take each other's run slots and
+	// sessions for their own.
+	if err := s.store.Claim(ctx, s.replica, s.advertise, s.sessionLease()); err != nil {
+		_ = s.store.Close()
+		if errors.Is(err, state.ErrReplicaInUse) {
+			return fmt.Errorf("replica_id: %w; give each replica its own (the default is the host name)", err)
+		}
+		return err
+	}
 	return nil
+}
+
+// ownClock is this replica's clock.
+func (s *Server) ownClock() time.Time { return time.Now().Add(s.clockError) }
+
+// leaseNow is the time by the shared state's clock, which every replica
+// times the leases of run slots and sessions by: a replica whose clock
+// runs ahead would take the other replicas' holds for lapsed (and run
+// more than the tenant's limit), one whose clock lags would renew leases
+// the others take for lapsed.
+func (s *Server) leaseNow() time.Time {
+	return s.ownClock().Add(time.Duration(s.clockOffset.Load()))
+}
+
+// syncClock measures the shared state's clock against this replica's; a
+// store that does not answer leaves the last measure.
+func (s *Server) syncClock(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
+	defer cancel()
+	before := s.ownClock()
+	theirs, err := s.store.Now(ctx)
+	if err != nil {
+		return
+	}
+	after := s.ownClock()
+	s.clockOffset.Store(int64(theirs.Sub(before.Add(after.Sub(before) / 2))))
 }
 
 func (s *Server) sessionLease() time.Duration { return s.cfg.SessionLease.or(30 * time.Second) }
@@ -92,8 +129,11 @@ func (s *Server) redeem(ctx context.Context, token string, c approve.Claims) err
 	defer cancel()
 	ok, err := s.store.Redeem(ctx, state.Redemption{Token: state.TokenHash(token), Digest: string(c.Digest),
 		Tenant: c.Tenant, Expires: c.Expires, Replica: s.replica})
+	if errors.Is(err, state.ErrExpired) {
+		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token expired at " + c.Expires.UTC().Format(time.RFC3339) + " by the shared state's clock"}
+	}
 	if err != nil {
-		return unavailable("the shared state cannot be reached to redeem the approval: " + err.Error())
+		return s.stateUnavailable("the approval cannot be redeemed", err)
 	}
 	if !ok {
 		return &airlock.NotAdmitted{Reason: approve.Stale + ": the token was already redeemed (a token runs its job once; ask for another approval)"}
@@ -116,6 +156,38 @@ type leased struct {
 	mu    sync.Mutex
 	left  int
 	spent time.Time // when the store last had nothing left to lease
+	down  lastFailure
+}
+
+// stateRetry is how long after a call to the shared state failed the
+// calls that would wait behind it (one at a time, under a lock) fail at
+// once with its error: while the database is slow, a tenant's requests
+// are refused within about one call's timeout, not one timeout after
+// another.
+const stateRetry = time.Second
+
+// lastFailure remembers a failed call to the shared state.
+type lastFailure struct {
+	at  time.Time
+	err error
+}
+
+// recent returns the error of a call that failed less than stateRetry
+// ago.
+func (d *lastFailure) recent() error {
+	if d.err != nil && time.Since(d.at) < stateRetry {
+		return d.err
+	}
+	return nil
+}
+
+// set records the outcome of a call made for a caller whose context is
+// caller: a caller that went away says nothing of the state.
+func (d *lastFailure) set(caller context.Context, err error) {
+	if err != nil && caller.Err() != nil {
+		return
+	}
+	d.at, d.err = time.Now(), err
 }
 
 func newLeased(store state.Store, tenant string, perMinute int) *leased {
@@ -137,9 +209,14 @@ func (l *leased) take(ctx context.Context) (bool, error) {
 		if !l.spent.IsZero() && now.Sub(l.spent) < l.retry {
 			return false, nil
 		}
+		if err := l.down.recent(); err != nil {
+			return false, err
+		}
+		caller := ctx
 		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 		defer cancel()
 		n, err := l.store.Lease(ctx, l.tenant, l.batch, l.budget)
+		l.down.set(caller, err)
 		if err != nil {
 			return false, err
 		}
@@ -181,6 +258,7 @@ type slotShare struct {
 	held     int // slots this replica holds in the store
 	busy     int // of which runs use
 	lastBusy time.Time
+	down     lastFailure
 }
 
 func newSlotShare(s *Server, tenant string, limit int) *slotShare {
@@ -189,11 +267,16 @@ func newSlotShare(s *Server, tenant string, limit int) *slotShare {
 
 // hold sets the replica's hold to held plus up to want more; h.mu is held.
 func (h *slotShare) hold(ctx context.Context, held, want int) (int, error) {
+	if err := h.down.recent(); err != nil {
+		return 0, err
+	}
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	now := time.Now()
+	now := h.s.leaseNow()
 	n, err := h.s.store.HoldSlots(ctx, state.Hold{Tenant: h.tenant, Replica: h.s.replica, Held: held, Want: want,
 		Limit: h.limit, Now: now, Until: now.Add(h.s.sessionLease())})
+	h.down.set(caller, err)
 	if err == nil {
 		h.held = held + n
 	}
@@ -244,7 +327,7 @@ func (h *slotShare) trim(now time.Time, idle time.Duration) {
 func (s *Server) register(ctx context.Context, id string, t *tenant, tier string, limit int) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	now := time.Now()
+	now := s.leaseNow()
 	return s.store.PutSession(ctx, state.Session{ID: id, Tenant: t.Name, Tier: tier,
 		Replica: s.replica, Addr: s.advertise, Until: now.Add(s.sessionLease())}, limit, now)
 }
@@ -256,15 +339,36 @@ func (s *Server) unregister(id string) {
 	_ = s.store.DropSession(ctx, id)
 }
 
-// renew extends this replica's claim on its sessions and sweeps what
-// expired; the janitor calls it.
-func (s *Server) renew(now time.Time) {
+// renew extends this replica's claim on its sessions and run slots, by
+// the shared state's clock, and sweeps what expired and the records no
+// listing shows; the janitor calls it.
+func (s *Server) renew() {
+	s.syncClock(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
 	defer cancel()
-	if err := s.store.Renew(ctx, s.replica, now.Add(s.sessionLease())); err != nil {
+	now := s.leaseNow()
+	s.mu.Lock()
+	held := make([]string, 0, len(s.sessions)+len(s.opening))
+	for id := range s.sessions {
+		held = append(held, id)
+	}
+	for id := range s.opening {
+		held = append(held, id)
+	}
+	s.mu.Unlock()
+	if err := s.store.Renew(ctx, s.replica, held, now.Add(s.sessionLease())); err != nil {
 		fmt.Fprintf(s.audit.log, "airlock: renewing session leases: %v\n", err)
 	}
 	_ = s.store.Sweep(ctx, now)
+	// Approval requests are listed for their TTL; they are kept twice as
+	// long, for replicas whose clocks lag.
+	_ = s.store.ForgetPending(ctx, s.now().Add(-2*s.approvalTTL()))
+	// The shared records hold what GET /v1/audit lists, no more.
+	for _, t := range s.tenants {
+		if err := s.store.TrimRecords(ctx, t.Name, s.audit.keep); err != nil {
+			break
+		}
+	}
 }
 
 // shareIdle is how long a replica keeps run slots no run uses before it
@@ -290,11 +394,11 @@ func (s *Server) elsewhere(w http.ResponseWriter, r *http.Request, t *tenant, id
 	switch {
 	case err != nil:
 		w.Header().Set("Retry-After", "5")
-		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, "the session registry cannot be reached: "+err.Error())
+		s.refuse(w, http.StatusServiceUnavailable, kindOverloaded, s.stateUnavailable("session "+id+" cannot be looked up", err).Error())
 		return true
 	case !ok || row.Tenant != t.Name:
 		return false
-	case row.Replica == s.replica || time.Now().After(row.Until):
+	case row.Replica == s.replica || s.leaseNow().After(row.Until):
 		// Its sandbox died with its replica (or this replica restarted):
 		// a new one would silently lose the session's state.
 		s.refuse(w, http.StatusGone, kindSessionLost, fmt.Sprintf("session %s lost: replica %s that held it stopped (its lease lapsed at %s); open a new session",
@@ -382,6 +486,19 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, out)
 }
 
+// stateUnavailable refuses a request the shared state did not serve: 503,
+// saying what could not be done. The store's error names hosts, paths,
+// users and databases: it goes to the server's log (at most once every
+// few seconds), never to the client nor into the audit record of the
+// refusal, which the tenant reads.
+func (s *Server) stateUnavailable(what string, err error) error {
+	now := time.Now().UnixNano()
+	if last := s.stateLogged.Load(); now-last >= int64(5*time.Second) && s.stateLogged.CompareAndSwap(last, now) {
+		fmt.Fprintf(s.audit.log, "airlock: %s: %v\n", what, err)
+	}
+	return unavailable(what + ": the shared state does not answer (the server's log says why); try again, or another replica")
+}
+
 // replicaUnavailable refuses a request for a cause of the replica's own
 // (it drains, or cannot reach the shared state), not the tenant's quota:
 // 503, for a client or load balancer to try another replica.
@@ -395,33 +512,70 @@ func unavailable(msg string) error { return &replicaUnavailable{msg} }
 // runs' path, so that GET /v1/audit lists a tenant's runs from whichever
 // replica answers. The trail file stays each replica's own record; a
 // record the store cannot take is counted and logged, not retried.
+//
+// What waits to be shipped is bounded in bytes as well as in records: a
+// record keeps its job (up to MaxAuditJob), and while the database is
+// slow or down a tenant's large jobs must not pile up in memory.
 type shipper struct {
 	store state.Store
 	log   io.Writer
 
-	mu     sync.Mutex
-	ch     chan Record
-	closed bool
-	done   chan struct{}
+	mu      sync.Mutex
+	ch      chan shipped
+	closed  bool
+	queued  atomic.Int64 // bytes of the records queued and batched
+	dropped int          // records not queued since the last message
+	told    time.Time    // when the last message about them was written
+	done    chan struct{}
 }
 
+type shipped struct {
+	r      Record
+	weight int64
+}
+
+// shipBudget bounds the bytes of records waiting to be shipped.
+var shipBudget int64 = 64 << 20
+
+// maxShipBatch bounds the bytes of one batch sent to the store.
+const maxShipBatch = 8 << 20
+
 func newShipper(store state.Store, log io.Writer) *shipper {
-	sh := &shipper{store: store, log: log, ch: make(chan Record, 4096), done: make(chan struct{})}
+	sh := &shipper{store: store, log: log, ch: make(chan shipped, 4096), done: make(chan struct{})}
 	go sh.run()
 	return sh
 }
 
-// ship queues r, dropping it (with a message) when the queue is full.
+// weight is about what r takes while it waits, and once encoded.
+func weight(r *Record) int64 {
+	n := 1024 + len(r.Error) + len(r.Reason)
+	if r.Job != nil {
+		n += jobSize(r.Job)
+	}
+	return int64(n)
+}
+
+// ship queues r, dropping it (with a message, at most every 5 seconds)
+// when the queue is full.
 func (sh *shipper) ship(r Record) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
 		return
 	}
-	select {
-	case sh.ch <- r:
-	default:
-		fmt.Fprintf(sh.log, "airlock: the shared state's record queue is full; a record of tenant %s is kept in this replica's trail only\n", r.Tenant)
+	w := weight(&r)
+	if sh.queued.Load()+w <= shipBudget {
+		select {
+		case sh.ch <- shipped{r, w}:
+			sh.queued.Add(w)
+			return
+		default:
+		}
+	}
+	sh.dropped++
+	if now := time.Now(); now.Sub(sh.told) >= 5*time.Second {
+		fmt.Fprintf(sh.log, "airlock: the shared state's record queue is full; records kept in this replica's trail only: %d (the last of tenant %s)\n", sh.dropped, r.Tenant)
+		sh.dropped, sh.told = 0, now
 	}
 }
 
@@ -430,29 +584,34 @@ func (sh *shipper) run() {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var batch []state.Record
+	var size, weights int64
 	flush := func() {
-		if len(batch) == 0 {
-			return
+		if len(batch) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+			if err := sh.store.AddRecords(ctx, batch); err != nil {
+				fmt.Fprintf(sh.log, "airlock: %d audit records not shared: %v\n", len(batch), err)
+			}
+			cancel()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
-		if err := sh.store.AddRecords(ctx, batch); err != nil {
-			fmt.Fprintf(sh.log, "airlock: %d audit records not shared: %v\n", len(batch), err)
-		}
-		cancel()
+		clear(batch)
 		batch = batch[:0]
+		sh.queued.Add(-weights)
+		size, weights = 0, 0
 	}
 	for {
 		select {
-		case r, ok := <-sh.ch:
+		case q, ok := <-sh.ch:
 			if !ok {
 				flush()
 				return
 			}
-			line, err := appendRecord(nil, &r)
+			weights += q.weight
+			line, err := appendRecord(nil, &q.r)
 			if err == nil {
-				batch = append(batch, state.Record{Tenant: r.Tenant, Time: r.Time, Replica: r.Replica, JSON: line})
+				batch = append(batch, state.Record{Tenant: q.r.Tenant, Time: q.r.Time, Replica: q.r.Replica, JSON: line})
+				size += int64(len(line))
 			}
-			if len(batch) >= 256 {
+			if len(batch) >= 256 || size >= maxShipBatch {
 				flush()
 			}
 		case <-tick.C:
@@ -521,13 +680,27 @@ func (s *Server) sharePending(ctx context.Context, d approve.Digest, p *pending)
 // syncPending adds the approval requests other replicas took to this
 // one's, before they are looked up or listed. A store that does not
 // answer leaves this replica's own requests, and says so in the log.
+// Only requests this replica has not seen cross from the store, and what
+// it keeps of them stays within the bounds a request made here has: a
+// tenant cannot make every lookup read its large jobs again, nor fill a
+// replica with the requests it made on all the others.
 func (s *Server) syncPending(ctx context.Context) {
 	if !s.store.Shared() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
-	rows, err := s.store.Pending(ctx, s.now().Add(-s.approvalTTL()))
+	s.mu.Lock()
+	held := make(map[string]bool, len(s.pending)+len(s.pendingSeen))
+	for d := range s.pending {
+		held[string(d)] = true
+	}
+	for d := range s.pendingSeen {
+		held[string(d)] = true
+	}
+	s.mu.Unlock()
+	since := s.now().Add(-s.approvalTTL())
+	rows, err := s.store.Pending(ctx, since, func(d string) bool { return held[d] })
 	if err != nil {
 		fmt.Fprintf(s.audit.log, "airlock: listing shared approval requests: %v\n", err)
 		return
@@ -536,10 +709,27 @@ func (s *Server) syncPending(ctx context.Context) {
 	defer s.syncDecided(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	type use struct{ n, bytes int }
+	per := map[*tenant]*use{}
+	all := 0
+	for _, p := range s.pending {
+		u := per[p.tenant]
+		if u == nil {
+			u = &use{}
+			per[p.tenant] = u
+		}
+		u.n++
+		u.bytes += p.size
+		all += p.size
+	}
 	for _, row := range rows {
 		d := approve.Digest(row.Digest)
-		if s.pending[d] != nil || len(s.pending) >= maxPending {
+		if s.pending[d] != nil {
 			continue
+		}
+		// Not read again while it may be pending, whether kept or not.
+		if len(s.pendingSeen) < 4*maxPending {
+			s.pendingSeen[d] = row.Created
 		}
 		var t *tenant
 		for _, tn := range s.tenants {
@@ -551,7 +741,19 @@ func (s *Server) syncPending(ctx context.Context) {
 		if t == nil || json.Unmarshal(row.Job, &job) != nil {
 			continue // a tenant this replica does not serve, or a newer job format
 		}
-		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created, size: jobSize(&job)}
+		size := jobSize(&job)
+		u := per[t]
+		if u == nil {
+			u = &use{}
+			per[t] = u
+		}
+		if len(s.pending) >= maxPending || u.n >= maxPendingPerTenant || u.bytes+size > maxPendingBytesPerTenant || all+size > maxPendingBytes {
+			continue
+		}
+		u.n++
+		u.bytes += size
+		all += size
+		s.pending[d] = &pending{tenant: t, job: job, tier: row.Tier, rule: row.Rule, created: row.Created, size: size}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/pgtest"
@@ -60,6 +63,13 @@ func startReplicas(t testing.TB, setting string, n int, mutate ...func(*server.C
 // startReplica starts the replica named name on a fresh loopback port.
 func startReplica(t testing.TB, setting, name, keyFile string, mutate ...func(*server.Config)) *replica {
 	t.Helper()
+	return startReplicaClock(t, setting, name, keyFile, 0, mutate...)
+}
+
+// startReplicaClock is startReplica for a replica whose clock is off by
+// clockError.
+func startReplicaClock(t testing.TB, setting, name, keyFile string, clockError time.Duration, mutate ...func(*server.Config)) *replica {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +84,7 @@ func startReplica(t testing.TB, setting, name, keyFile string, mutate ...func(*s
 		m(&cfg)
 	}
 	r := &replica{name: cfg.ReplicaID, url: cfg.Advertise, audit: &syncbuf.Buffer{}, done: make(chan struct{})}
-	if r.srv, err = newServer(cfg, server.Options{Audit: r.audit}); err != nil {
+	if r.srv, err = newServer(cfg, server.WithClockError(server.Options{Audit: r.audit}, clockError)); err != nil {
 		ln.Close()
 		t.Fatal(err)
 	}
@@ -698,12 +708,85 @@ func TestRollingRestartLosesNoRun(t *testing.T) {
 // /readyz answers anyone: when the shared state does not answer, it says
 // so, and the store's error, which names the database, its user and where
 // it lives, goes to the server's log, once per outage.
-func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
-	dsn := pgtest.Start(t)
+// cuttableState starts a PostgreSQL reached through a relay on a Unix
+// socket, and returns the state setting through it, the relay's
+// directory, and a function cutting it (every connection and the
+// listener).
+func cuttableState(t *testing.T) (setting, relay string, cut func()) {
+	rl := relayState(t, pgtest.Start(t))
+	return rl.setting, rl.dir, rl.cut
+}
+
+// stateRelay relays a replica's connections to PostgreSQL, counting the
+// bytes each way.
+type stateRelay struct {
+	setting, dir string
+	cut          func()
+	sent, got    atomic.Int64 // to the database, from it
+
+	mu    sync.Mutex
+	binds map[string]int // statements executed (Bind messages), by a word of their SQL
+	words []string       // the words counted
+}
+
+// count sets the words of SQL whose executions the relay counts.
+func (rl *stateRelay) count(words ...string) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.words, rl.binds = words, map[string]int{}
+}
+
+// executed returns how many statements holding word were executed.
+func (rl *stateRelay) executed(word string) int {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.binds[word]
+}
+
+// watch reads a client's stream of PostgreSQL messages as it passes:
+// the startup message, then typed messages; it notes each statement's
+// text when prepared (Parse), and counts its executions (Bind).
+func (rl *stateRelay) watch(r io.Reader) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return
+	}
+	if _, err := io.CopyN(io.Discard, r, int64(binary.BigEndian.Uint32(n[:]))-4); err != nil {
+		return
+	}
+	stmts := map[string]string{}
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, int(binary.BigEndian.Uint32(head[1:]))-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		name, rest, _ := bytes.Cut(body, []byte{0})
+		switch head[0] {
+		case 'P':
+			query, _, _ := bytes.Cut(rest, []byte{0})
+			stmts[string(name)] = string(query)
+		case 'B':
+			_, stmt, _ := bytes.Cut(body, []byte{0}) // the portal's name, then the statement's
+			stmt, _, _ = bytes.Cut(stmt, []byte{0})
+			rl.mu.Lock()
+			for _, w := range rl.words {
+				if strings.Contains(stmts[string(stmt)], w) {
+					rl.binds[w]++
+				}
+			}
+			rl.mu.Unlock()
+		}
+	}
+}
+
+func relayState(t *testing.T, dsn string) *stateRelay {
 	host := strings.TrimPrefix(strings.Fields(dsn)[0], "host=")
-	// The replica reaches PostgreSQL through a relay the test can cut.
-	relay := t.TempDir()
-	ln, err := net.Listen("unix", filepath.Join(relay, ".s.PGSQL.5432"))
+	rl := &stateRelay{dir: t.TempDir()}
+	ln, err := net.Listen("unix", filepath.Join(rl.dir, ".s.PGSQL.5432"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -723,11 +806,17 @@ func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
 			mu.Lock()
 			conns = append(conns, c, up)
 			mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
+			pr, pw := io.Pipe()
+			go rl.watch(pr)
+			go func() {
+				_, _ = io.Copy(io.MultiWriter(countingWriter{up, &rl.sent}, pw), c)
+				up.Close()
+				pw.Close()
+			}()
+			go func() { _, _ = io.Copy(countingWriter{c, &rl.got}, up); c.Close() }()
 		}
 	}()
-	cut := func() {
+	rl.cut = func() {
 		ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
@@ -735,10 +824,27 @@ func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
 			c.Close()
 		}
 	}
-	t.Cleanup(cut)
+	t.Cleanup(rl.cut)
+	rl.setting = strings.Replace(dsn, host, rl.dir, 1)
+	return rl
+}
 
+// countingWriter counts what passes through it as it passes.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
+	setting, relay, cut := cuttableState(t)
 	cfg := testConfig()
-	cfg.State = strings.Replace(dsn, host, relay, 1)
+	cfg.State = setting
 	cfg.ReplicaID, cfg.Advertise = "r1", "http://127.0.0.1:1"
 	var log syncbuf.Buffer
 	srv, err := newServer(cfg, server.Options{Audit: &syncbuf.Buffer{}, Log: &log})
@@ -773,4 +879,489 @@ func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
 	if n := strings.Count(log.String(), "the shared state does not answer: "); n != 1 || !strings.Contains(log.String(), relay) {
 		t.Errorf("the log has %d reports of the outage, want one with the error:\n%s", n, log.String())
 	}
+}
+
+// A job's code or output may hold any character, NUL too, which
+// PostgreSQL's jsonb refuses: its record, and the other tenants' records
+// shipped in the same batch, must still be listed by every replica.
+func TestSharedRecordsTakeAnyText(t *testing.T) {
+	dsn := pgtest.Start(t)
+	rs := startReplicas(t, dsn, 2)
+	nul := rcall(t, "POST", rs[0].url+"/v1/run", keyA, `{"kind":"starlark","code":"result = 1 # \u0000"}`)
+	plain := rcall(t, "POST", rs[0].url+"/v1/run", keyB, `{"kind":"expr","code":"6*7"}`)
+	if nul.status != 200 || plain.status != 200 {
+		t.Fatalf("runs: %d %s; %d %s", nul.status, nul.body, plain.status, plain.body)
+	}
+	for _, c := range []struct{ key, want string }{{keyA, "# \x00"}, {keyB, "6*7"}} {
+		for i := 0; ; i++ {
+			var recs []server.Record
+			a := rcall(t, "GET", rs[1].url+"/v1/audit", c.key, "")
+			if err := json.Unmarshal(a.body, &recs); err != nil {
+				t.Fatalf("audit: %d %s", a.status, a.body)
+			}
+			if len(recs) == 1 && recs[0].Job != nil && strings.Contains(recs[0].Job.Code, c.want) {
+				break
+			}
+			if i == 100 {
+				t.Fatalf("the other replica lists %d records, want one of code %q: %s\nlog: %s", len(recs), c.want, a.body, rs[0].audit.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// With the shared state out of reach, what a tenant asks of it is
+// refused with 503, saying what could not be done; the store's error
+// (the database's address, user and name) goes to the log, never to the
+// client nor into the audit record of the refusal the tenant lists.
+func TestStateErrorsStayInTheLog(t *testing.T) {
+	setting, relay, cut := cuttableState(t)
+	var log syncbuf.Buffer
+	audit := &syncbuf.Buffer{}
+	cfg := testConfig()
+	cfg.State = setting
+	cfg.ReplicaID, cfg.Advertise = "r1", "http://127.0.0.1:1"
+	cfg.Tenants[1].RunsPerMinute = 120
+	srv, err := newServer(cfg, server.Options{Audit: audit, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer srv.Close()
+	defer hs.Close()
+	// An approval asked and given while the state answers, redeemed after.
+	job := `{"kind":"starlark","code":"result = 5","situation":"internal"}`
+	var req struct{ Digest string }
+	a := rcall(t, "POST", hs.URL+"/v1/approvals", keyA, job)
+	if err := json.Unmarshal(a.body, &req); err != nil || req.Digest == "" {
+		t.Fatalf("requesting approval: %d %s", a.status, a.body)
+	}
+	var tok struct{ Token string }
+	a = rcall(t, "POST", hs.URL+"/v1/approvals/"+req.Digest+"/approve", keyApprover, "")
+	if err := json.Unmarshal(a.body, &tok); err != nil || tok.Token == "" {
+		t.Fatalf("approving: %d %s", a.status, a.body)
+	}
+	cut()
+	for _, c := range []struct{ what, method, path, key, body, token string }{
+		{"a run of a tenant with a rate quota", "POST", "/v1/run", keyB, `{"kind":"expr","code":"1"}`, ""},
+		{"a run of a tenant with runs in flight shared", "POST", "/v1/run", keyA, `{"kind":"expr","code":"1"}`, ""},
+		{"an approved run", "POST", "/v1/run", keyA, job, tok.Token},
+		{"a session opened", "POST", "/v1/sessions", keyA, `{"tier":"starlark"}`, ""},
+		{"a session of another replica", "POST", "/v1/sessions/s-00000000000000000000000000000000/run", keyA, `{"kind":"starlark","code":"result = 1"}`, ""},
+		{"an approval asked", "POST", "/v1/approvals", keyA, `{"kind":"starlark","code":"result = 6","situation":"internal"}`, ""},
+		{"the audit records", "GET", "/v1/audit", keyA, "", ""},
+	} {
+		a := rcall(t, c.method, hs.URL+c.path, c.key, c.body, server.ApprovalHeader, c.token)
+		if a.status != 503 || !bytes.Contains(a.body, []byte("the shared state does not answer")) ||
+			bytes.Contains(a.body, []byte(relay)) || bytes.Contains(a.body, []byte("user=")) || bytes.Contains(a.body, []byte("dbname")) {
+			t.Errorf("%s with the state cut off: %d %s", c.what, a.status, a.body)
+		}
+	}
+	if trail := audit.String(); strings.Contains(trail, relay) {
+		t.Errorf("the audit trail names the database's socket:\n%s", trail)
+	}
+	if !strings.Contains(log.String(), relay) {
+		t.Errorf("the log does not say why:\n%s", log.String())
+	}
+}
+
+// Replicas whose clocks disagree by far more than a lease still share one
+// tenant's limits and sessions: leases are timed by the database's clock.
+// r2's clock runs an hour ahead (it would take every other replica's
+// lease for lapsed), r3's an hour behind (its renewals would look lapsed
+// to the others).
+func TestReplicasWithSkewedClocks(t *testing.T) {
+	dsn := pgtest.Start(t)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keyFile := filepath.Join(t.TempDir(), "approval.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gate, open := tiertest.ShellGate(t)
+	gate.Tier, gate.Situation = "process", airlock.SituationInternal
+	gate.Limits.WallMS = 30_000
+	mutate := func(c *server.Config) {
+		c.Tenants[0].MaxConcurrent = 2
+		c.Tenants[0].ReadRoots = gate.Grants.FS.Read
+		c.Tenants[0].Limits.Max.WallMS = 30_000
+		c.MaxSessions = 2
+	}
+	r1 := startReplicaClock(t, dsn, "r1", keyFile, 0, mutate)
+	r2 := startReplicaClock(t, dsn, "r2", keyFile, time.Hour, mutate)
+	r3 := startReplicaClock(t, dsn, "r3", keyFile, -time.Hour, mutate)
+
+	t.Run("sessions", func(t *testing.T) {
+		var ids []string
+		for _, r := range []*replica{r1, r3} {
+			var opened struct{ ID string }
+			a := rcall(t, "POST", r.url+"/v1/sessions", keyB, `{"tier":"starlark"}`)
+			if err := json.Unmarshal(a.body, &opened); err != nil || opened.ID == "" {
+				t.Fatalf("opening on %s: %d %s", r.name, a.status, a.body)
+			}
+			ids = append(ids, opened.ID)
+		}
+		if a := rcall(t, "POST", r2.url+"/v1/sessions", keyB, `{"tier":"starlark"}`); a.status != 429 {
+			t.Errorf("a third session of a tenant limited to 2, on the replica ahead: %d %s", a.status, a.body)
+		}
+		for _, r := range []*replica{r2, r1} {
+			for _, id := range ids {
+				if a := rcall(t, "POST", r.url+"/v1/sessions/"+id+"/run", keyB, `{"kind":"starlark","code":"result = 1"}`); a.status != 200 {
+					t.Errorf("session %s through %s: %d from %q: %s", id, r.name, a.status, a.replica, a.body)
+				}
+			}
+		}
+	})
+
+	t.Run("runs in flight", func(t *testing.T) {
+		if err := r1.srv.Router().Unavailable("process"); err != nil {
+			tiertest.Unavailable(t, "process", err)
+		}
+		g1, g3 := startGated(t, r1.url, gate), startGated(t, r3.url, gate)
+		a := rcall(t, "POST", r2.url+"/v1/run", keyA, `{"kind":"expr","code":"1"}`)
+		open()
+		for _, g := range []*gatedRun{g1, g3} {
+			tiertest.CheckGated(t, g.finish(t))
+		}
+		if a.status != 429 {
+			t.Errorf("a third run of a tenant limited to 2, on the replica ahead: %d %s", a.status, a.body)
+		}
+	})
+}
+
+// While the database is slow, the audit records waiting to be shipped to
+// it stay within their budget in bytes: a tenant running large jobs
+// cannot pile them up in the replica's memory. The records beyond it
+// stay in the replica's own trail.
+func TestShippingBoundedWhileTheStateIsSlow(t *testing.T) {
+	const budget = 4 << 20
+	defer server.SetShipBudget(budget)()
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1)[0]
+	// The records' table locked: every batch waits out its timeout.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx); _ = conn.Close(ctx) })
+	if _, err := tx.Exec(ctx, `LOCK TABLE airlock_records IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	code := "result = 1\n# " + strings.Repeat("x", 600<<10)
+	body, _ := json.Marshal(map[string]string{"kind": "starlark", "code": code})
+	for i := range 16 {
+		if a := rcall(t, "POST", r.url+"/v1/run", keyB, string(body)); a.status != 200 {
+			t.Fatalf("run %d: %d %.300s", i, a.status, a.body)
+		}
+	}
+	if q := r.srv.ShipQueued(); q > budget || q == 0 {
+		t.Errorf("%d bytes of records wait to be shipped, want some, at most %d", q, budget)
+	}
+	if n := strings.Count(r.audit.String(), `"request":"run"`); n != 16 {
+		t.Errorf("the trail has %d records of runs, want 16", n)
+	}
+}
+
+// A request for approval crosses from the shared state to another
+// replica once: looking it up again, as a tenant waiting for the decision
+// does, does not read its job from the database again. A caller with no
+// tenant's or approver's key does not make the database be asked at all.
+func TestPendingReadOnce(t *testing.T) {
+	dsn := pgtest.Start(t)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keyFile := filepath.Join(t.TempDir(), "approval.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	quiet := func(c *server.Config) {
+		// Few janitor rounds while the bytes are counted.
+		c.SessionLease = server.Duration(time.Minute)
+	}
+	rl := relayState(t, dsn)
+	r1 := startReplica(t, dsn, "r1", keyFile, quiet)
+	r2 := startReplica(t, rl.setting, "r2", keyFile, quiet)
+	const size = 2 << 20
+	body, _ := json.Marshal(map[string]string{"kind": "starlark", "situation": "internal", "code": "result = 1\n# " + strings.Repeat("x", size)})
+	var req struct{ Digest string }
+	a := rcall(t, "POST", r1.url+"/v1/approvals", keyA, string(body))
+	if err := json.Unmarshal(a.body, &req); err != nil || req.Digest == "" {
+		t.Fatalf("requesting approval on r1: %d %.300s", a.status, a.body)
+	}
+	if a := rcall(t, "GET", r2.url+"/v1/approvals/"+req.Digest, keyA, ""); a.status != 200 {
+		t.Fatalf("r2 shows the request: %d %.300s", a.status, a.body)
+	}
+	got := rl.got.Load()
+	for range 10 {
+		if a := rcall(t, "GET", r2.url+"/v1/approvals/"+req.Digest+"/decision", keyA, ""); a.status != 200 || !bytes.Contains(a.body, []byte(`"pending"`)) {
+			t.Fatalf("the decision on r2: %d %.300s", a.status, a.body)
+		}
+	}
+	if n := rl.got.Load() - got; n > size/2 {
+		t.Errorf("10 lookups of a request of %d bytes read %d bytes from the database", size, n)
+	}
+	sent := rl.sent.Load()
+	for _, path := range []string{"", "/decision"} {
+		for range 100 {
+			if a := rcall(t, "GET", r2.url+"/v1/approvals/"+req.Digest+path, "not-a-key", ""); a.status != 404 {
+				t.Fatalf("without a key: %d %.300s", a.status, a.body)
+			}
+		}
+	}
+	if n := rl.sent.Load() - sent; n > 8<<10 {
+		t.Errorf("200 lookups without a key sent %d bytes to the database", n)
+	}
+}
+
+// The requests a tenant made on other replicas count toward the bounds
+// a replica keeps them within: asked up to the limit on each of two
+// replicas, one replica keeps no more than the limit of them.
+func TestPendingBoundedAcrossReplicas(t *testing.T) {
+	rs := startReplicas(t, pgtest.Start(t), 2)
+	for _, r := range rs {
+		for i := range server.MaxPendingPerTenant {
+			job := fmt.Sprintf(`{"kind":"starlark","situation":"internal","code":"result = %d # %s"}`, i, r.name)
+			if a := rcall(t, "POST", r.url+"/v1/approvals", keyA, job); a.status != 200 {
+				t.Fatalf("request %d on %s: %d %s", i, r.name, a.status, a.body)
+			}
+		}
+	}
+	var listed []struct{ Digest string }
+	a := rcall(t, "GET", rs[1].url+"/v1/approvals", keyA, "")
+	if err := json.Unmarshal(a.body, &listed); err != nil {
+		t.Fatalf("listing on r2: %d %.300s", a.status, a.body)
+	}
+	if len(listed) != server.MaxPendingPerTenant {
+		t.Errorf("r2 keeps %d requests of the tenant, want its limit %d", len(listed), server.MaxPendingPerTenant)
+	}
+}
+
+// The shared records keep what GET /v1/audit lists (a tenant's newest
+// 256), not every run a tenant ever made: the trails are the full record.
+func TestSharedRecordsTrimmed(t *testing.T) {
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1)[0]
+	const runs, keep = 300, 256
+	for i := range runs {
+		if a := rcall(t, "POST", r.url+"/v1/run", keyA, `{"kind":"expr","code":"1"}`); a.status != 200 {
+			t.Fatalf("run %d: %d %s", i, a.status, a.body)
+		}
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// Every run's record shipped (the newest's id is the count of records
+	// ever added: these runs are the database's only ones), and the
+	// older ones trimmed.
+	var n, newest int
+	for i := 0; ; i++ {
+		if err := conn.QueryRow(ctx, `SELECT count(*), coalesce(max(id), 0) FROM airlock_records WHERE tenant = 'a'`).Scan(&n, &newest); err != nil {
+			t.Fatal(err)
+		}
+		if newest == runs && n == keep {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("the database keeps %d records of the tenant's %d runs (%d shipped), want its newest %d", n, runs, newest, keep)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var recs []server.Record
+	a := rcall(t, "GET", r.url+"/v1/audit", keyA, "")
+	if err := json.Unmarshal(a.body, &recs); err != nil || len(recs) != keep {
+		t.Fatalf("the listing: %d records, %v", len(recs), err)
+	}
+}
+
+// Approval requests leave the database once expired (with a margin for
+// replicas whose clocks lag): a tenant asking for approvals over days
+// does not fill it.
+func TestPendingForgotten(t *testing.T) {
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1, func(c *server.Config) { c.Approvals.TTL = server.Duration(time.Second) })[0]
+	if a := rcall(t, "POST", r.url+"/v1/approvals", keyA, `{"kind":"starlark","situation":"internal","code":"result = 1"}`); a.status != 200 {
+		t.Fatalf("requesting approval: %d %s", a.status, a.body)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	for i := 0; ; i++ {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM airlock_pending`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && n != 1 {
+			t.Fatalf("%d requests in the database, want the one asked", n)
+		}
+		if n == 0 {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("the request is still in the database 10 s after it expired")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// While the database is slow, a tenant's runs waiting for the same
+// lease of its quota (or hold of its run slots) are refused together
+// once one call timed out: not one timeout after another, each asking
+// the database again.
+func TestSlowStateRefusedOnce(t *testing.T) {
+	dsn := pgtest.Start(t)
+	rl := relayState(t, dsn)
+	for _, c := range []struct {
+		what, word, lock string
+		mutate           func(*server.Config)
+	}{
+		{"the run quota", "airlock_bucket", `SELECT 1 FROM airlock_bucket WHERE tenant = 'b' FOR UPDATE`,
+			func(c *server.Config) { c.Tenants[1].RunsPerMinute, c.Tenants[1].MaxConcurrent = 40, 0 }},
+		{"the run slots", "airlock_slots", `SELECT pg_advisory_xact_lock(hashtextextended('airlock_slots/b', 0))`,
+			func(c *server.Config) { c.Tenants[1].MaxConcurrent = 8 }},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			key := make([]byte, 32)
+			_, _ = rand.Read(key)
+			keyFile := filepath.Join(t.TempDir(), "approval.key")
+			if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := startReplica(t, rl.setting, "r1", keyFile, c.mutate, func(c *server.Config) {
+				// No janitor round while the statements are counted.
+				c.SessionLease, c.SessionTTL = server.Duration(time.Hour), server.Duration(time.Hour)
+			})
+			// The rows exist (one run took a lease and a slot), the run
+			// leased is spent and the slot given back as idle; then the
+			// rows are locked: every call waits out its timeout.
+			if a := rcall(t, "POST", r.url+"/v1/run", keyB, `{"kind":"expr","code":"1"}`); a.status != 200 {
+				t.Fatalf("a run: %d %s", a.status, a.body)
+			}
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			for i := 0; ; i++ {
+				var held int
+				if err := conn.QueryRow(ctx, `SELECT coalesce(sum(held), 0)::int FROM airlock_slots WHERE tenant = 'b'`).Scan(&held); err != nil {
+					t.Fatal(err)
+				}
+				if held == 0 {
+					break
+				}
+				if i == 200 {
+					t.Fatalf("the replica still holds %d idle slots", held)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, c.lock); err != nil {
+				t.Fatal(err)
+			}
+			rl.count(c.word)
+			var wg sync.WaitGroup
+			for range 6 {
+				wg.Go(func() {
+					if a := rcall(t, "POST", r.url+"/v1/run", keyB, `{"kind":"expr","code":"1"}`); a.status != 503 {
+						t.Errorf("a run while %s waits: %d %s", c.what, a.status, a.body)
+					}
+				})
+			}
+			wg.Wait()
+			if n := rl.executed(c.word); n > 2 {
+				t.Errorf("6 runs asked the database %d times for %s", n, c.what)
+			}
+		})
+	}
+}
+
+// A registry row naming a replica that does not hold its session (its
+// drop reached the database after the replica gave up waiting, or its
+// registration did) lapses: renewed with the replica's sessions, it would
+// count toward its tenant's sessions on every replica for good. The
+// replica's own sessions stay renewed.
+func TestUnheldSessionRowsLapse(t *testing.T) {
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1)[0] // its lease: 1 s, renewed every third of it
+	var opened struct{ ID string }
+	a := rcall(t, "POST", r.url+"/v1/sessions", keyB, `{"tier":"starlark"}`)
+	if err := json.Unmarshal(a.body, &opened); err != nil || opened.ID == "" {
+		t.Fatalf("opening: %d %s", a.status, a.body)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const stray = "s-00000000000000000000000000000001"
+	if _, err := conn.Exec(ctx, `INSERT INTO airlock_sessions (id, tenant, tier, replica, addr, lease_until)
+		VALUES ($1, 'b', 'starlark', 'r1', $2, now() + interval '1 second')`, stray, r.url); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		var lapsed, live bool
+		if err := conn.QueryRow(ctx, `SELECT
+			(SELECT lease_until < now() FROM airlock_sessions WHERE id = $1),
+			(SELECT lease_until > now() FROM airlock_sessions WHERE id = $2)`, stray, opened.ID).Scan(&lapsed, &live); err != nil {
+			t.Fatal(err)
+		}
+		if !live {
+			t.Fatalf("the replica's own session lapsed")
+		}
+		if lapsed {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the row of a session the replica does not hold is still renewed after 5 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if a := rcall(t, "POST", r.url+"/v1/sessions/"+opened.ID+"/run", keyB, `{"kind":"starlark","code":"result = 1"}`); a.status != 200 {
+		t.Fatalf("the session: %d %s", a.status, a.body)
+	}
+}
+
+// Two replicas under one id would take each other's run slots and
+// sessions for their own: the second refuses to start while the first
+// holds the id, and starts once it gave the id back.
+func TestReplicaIDInUse(t *testing.T) {
+	dsn := pgtest.Start(t)
+	rs := startReplicas(t, dsn, 1)
+	cfg := testConfig()
+	cfg.State, cfg.ReplicaID, cfg.Advertise = dsn, rs[0].name, "http://127.0.0.1:1"
+	srv, err := newServer(cfg, server.Options{Audit: io.Discard})
+	if err == nil {
+		srv.Close()
+		t.Fatal("a second replica started under the id of a live one")
+	}
+	if !strings.Contains(err.Error(), "replica_id") || !strings.Contains(err.Error(), rs[0].url) {
+		t.Errorf("the refusal does not say which setting, nor who holds the id: %v", err)
+	}
+	_ = rs[0].hs.Close()
+	<-rs[0].done
+	if err := rs[0].srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = newServer(cfg, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatalf("starting once the id was given back: %v", err)
+	}
+	srv.Close()
 }

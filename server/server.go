@@ -41,6 +41,10 @@ type Options struct {
 	// Log receives the server's operational messages, such as an audit
 	// trail that cannot be written (default os.Stderr).
 	Log io.Writer
+
+	// clockError is added to this replica's clock, for the tests of
+	// replicas whose clocks disagree.
+	clockError time.Duration
 }
 
 type tenant struct {
@@ -83,12 +87,15 @@ type Server struct {
 	handler   http.Handler
 	bigBodies chan struct{} // the server's large-body slots (see gateBody)
 
-	store     state.Store // what the replicas share
-	replica   string      // this replica's name
-	advertise string      // where the other replicas reach this one
-	warmOnce  sync.Once
-	warmed    chan struct{} // closed once every pool has been full
-	stateDown atomic.Bool   // the last readiness probe could not reach the shared state
+	store       state.Store // what the replicas share
+	replica     string      // this replica's name
+	advertise   string      // where the other replicas reach this one
+	warmOnce    sync.Once
+	warmed      chan struct{} // closed once every pool has been full
+	stateDown   atomic.Bool   // the last readiness probe could not reach the shared state
+	stateLogged atomic.Int64  // when a request last logged a shared state error (Unix ns)
+	clockError  time.Duration // Options.clockError
+	clockOffset atomic.Int64  // the shared state's clock less this replica's (ns)
 
 	base     context.Context
 	cancel   context.CancelFunc
@@ -99,9 +106,14 @@ type Server struct {
 	instances map[*mcpwrap.Wrapper]*tenant // wrapped servers' running instances
 	sessions  map[string]*session
 	pending   map[approve.Digest]*pending
-	stopJan   chan struct{}
-	janDone   chan struct{}
-	closed    bool
+	// pendingSeen are the requests of other replicas read from the
+	// shared state (when they were made), kept or not: not read again.
+	pendingSeen map[approve.Digest]time.Time
+	// opening are the sessions registered whose sandbox is starting.
+	opening map[string]bool
+	stopJan chan struct{}
+	janDone chan struct{}
+	closed  bool
 }
 
 // New builds the router over tiers and the handlers. The tiers are the
@@ -120,17 +132,20 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		bigBodies: make(chan struct{}, bigBodiesServer),
-		images:    opts.Images,
-		approvals: cfg.approvalPolicy(),
-		now:       opts.Now,
-		sessions:  map[string]*session{},
-		pending:   map[approve.Digest]*pending{},
-		console:   newConsole(),
-		pools:     map[string]airlock.Pooler{},
-		stopJan:   make(chan struct{}),
-		janDone:   make(chan struct{}),
+		cfg:         cfg,
+		bigBodies:   make(chan struct{}, bigBodiesServer),
+		images:      opts.Images,
+		approvals:   cfg.approvalPolicy(),
+		now:         opts.Now,
+		clockError:  opts.clockError,
+		sessions:    map[string]*session{},
+		pending:     map[approve.Digest]*pending{},
+		pendingSeen: map[approve.Digest]time.Time{},
+		opening:     map[string]bool{},
+		console:     newConsole(),
+		pools:       map[string]airlock.Pooler{},
+		stopJan:     make(chan struct{}),
+		janDone:     make(chan struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -350,6 +365,11 @@ func (s *Server) Close() error {
 		if t.share != nil {
 			t.share.trim(time.Now(), 0)
 		}
+	}
+	if s.store.Shared() {
+		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+		_ = s.store.Claim(ctx, s.replica, s.advertise, 0)
+		cancel()
 	}
 	if s.audit.shipper != nil {
 		s.audit.shipper.close()

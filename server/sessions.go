@@ -222,18 +222,26 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	}
 	t.nsess++
 	s.mu.Unlock()
+	id := newID()
+	s.mu.Lock()
+	s.opening[id] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.opening, id)
+		s.mu.Unlock()
+	}()
 	unopened := func() {
 		s.mu.Lock()
 		t.nsess--
 		s.mu.Unlock()
 	}
-	id := newID()
 	// Registered first: the limit holds across the replicas sharing the
 	// state, and no sandbox starts for a session that would be refused.
 	ok, err := s.register(ctx, id, t, tier.Name(), limit)
 	if err != nil {
 		unopened()
-		return openResponse{}, unavailable("the session registry cannot be reached: " + err.Error())
+		return openResponse{}, s.stateUnavailable("the session cannot be registered", err)
 	}
 	if !ok {
 		unopened()
@@ -395,7 +403,7 @@ func (s *Server) janitor() {
 		}
 		now := time.Now()
 		s.sweep(now)
-		s.renew(now)
+		s.renew()
 	}
 }
 
@@ -410,6 +418,11 @@ func (s *Server) sweep(now time.Time) {
 	for d, p := range s.pending {
 		if now.Sub(p.created) > s.approvalTTL() {
 			delete(s.pending, d)
+		}
+	}
+	for d, created := range s.pendingSeen {
+		if now.Sub(created) > s.approvalTTL() {
+			delete(s.pendingSeen, d)
 		}
 	}
 	s.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -227,6 +228,14 @@ func TestManifests(t *testing.T) {
 					}
 					files[mounts[v.Name]+"/"+it.Path] = true
 				}
+			}
+		}
+		// This file is public: a placeholder the server would take as an
+		// approval key lets anyone who read it sign approvals for every
+		// tenant of a base applied without its overlay.
+		for _, sec := range m.secrets {
+			if _, err := approve.NewSigner([]byte(sec.StringData["approval.key"])); err == nil {
+				t.Errorf("Secret %s: the placeholder approval key is one the server would start with", sec.Name)
 			}
 		}
 		for _, e := range c.Env {

@@ -111,11 +111,11 @@ func (e *embedded) Session(_ context.Context, id string) (Session, bool, error) 
 	return s, ok, nil
 }
 
-func (e *embedded) Renew(_ context.Context, replica string, until time.Time) error {
+func (e *embedded) Renew(_ context.Context, replica string, sessions []string, until time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for id, s := range e.sessions {
-		if s.Replica == replica {
+	for _, id := range sessions {
+		if s, ok := e.sessions[id]; ok && s.Replica == replica {
 			s.Until = until
 			e.sessions[id] = s
 		}
@@ -129,6 +129,8 @@ func (e *embedded) Renew(_ context.Context, replica string, until time.Time) err
 	return nil
 }
 
+func (e *embedded) Claim(context.Context, string, string, time.Duration) error { return nil }
+
 func (e *embedded) DropSession(_ context.Context, id string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -140,7 +142,11 @@ func (e *embedded) DropSession(_ context.Context, id string) error {
 // requests in memory.
 func (e *embedded) PutPending(context.Context, Pending) error { return nil }
 
-func (e *embedded) Pending(context.Context, time.Time) ([]Pending, error) { return nil, nil }
+func (e *embedded) Pending(context.Context, time.Time, func(string) bool) ([]Pending, error) {
+	return nil, nil
+}
+
+func (e *embedded) ForgetPending(context.Context, time.Time) error { return nil }
 
 func (e *embedded) Decide(_ context.Context, d Decision, overwrite bool) (bool, error) {
 	e.mu.Lock()
@@ -171,6 +177,8 @@ func (e *embedded) AddRecords(context.Context, []Record) error { return nil }
 
 func (e *embedded) Records(context.Context, string, int) ([][]byte, error) { return nil, nil }
 
+func (e *embedded) TrimRecords(context.Context, string, int) error { return nil }
+
 func (e *embedded) Sweep(_ context.Context, now time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -197,6 +205,7 @@ func (e *embedded) Sweep(_ context.Context, now time.Time) error {
 	return nil
 }
 
-func (e *embedded) Ping(context.Context) error { return nil }
-func (e *embedded) Shared() bool               { return false }
-func (e *embedded) Close() error               { return nil }
+func (e *embedded) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+func (e *embedded) Ping(context.Context) error             { return nil }
+func (e *embedded) Shared() bool                           { return false }
+func (e *embedded) Close() error                           { return nil }

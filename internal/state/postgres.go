@@ -1,9 +1,12 @@
 package state
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,6 +83,16 @@ var migrations = []string{
 		at timestamptz NOT NULL
 	);
 	CREATE INDEX airlock_decisions_at ON airlock_decisions (at);`,
+	// A record's exact text: jsonb refuses the escape \u0000, which a
+	// job's code or a reason may hold. record keeps a copy jsonb takes,
+	// for replicas of the releases before.
+	`ALTER TABLE airlock_records ADD COLUMN line text;`,
+	// Which replica uses an id, at which address, while its lease holds.
+	`CREATE TABLE airlock_replicas (
+		id text PRIMARY KEY,
+		addr text NOT NULL,
+		lease_until timestamptz NOT NULL
+	);`,
 }
 
 // migrationLock is the advisory lock key replicas take while migrating,
@@ -152,16 +165,27 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 func (p *postgres) Redeem(ctx context.Context, r Redemption) (bool, error) {
 	// One statement: the row is created redeemed, or an existing
 	// unredeemed row is marked; a redeemed one is left alone and no row is
-	// reported, whichever replica asks.
-	tag, err := p.pool.Exec(ctx, `INSERT INTO airlock_redeemed (token, digest, tenant, expires, redeemed, replica)
-		VALUES ($1, $2, $3, $4, now(), $5)
-		ON CONFLICT (token) DO UPDATE SET redeemed = now(), replica = excluded.replica
-		WHERE airlock_redeemed.redeemed IS NULL`,
-		r.Token, r.Digest, r.Tenant, r.Expires, r.Replica)
+	// reported, whichever replica asks. A token already expired by the
+	// database's clock is not redeemed at all: Sweep forgets redemptions
+	// by that clock, so a replica whose clock lags cannot run a token
+	// again once its row is gone.
+	var live bool
+	var n int
+	err := p.pool.QueryRow(ctx, `WITH live AS (SELECT $4::timestamptz > now() AS ok),
+		ins AS (INSERT INTO airlock_redeemed (token, digest, tenant, expires, redeemed, replica)
+			SELECT $1, $2, $3, $4, now(), $5 FROM live WHERE live.ok
+			ON CONFLICT (token) DO UPDATE SET redeemed = now(), replica = excluded.replica
+			WHERE airlock_redeemed.redeemed IS NULL
+			RETURNING 1)
+		SELECT (SELECT ok FROM live), (SELECT count(*) FROM ins)::int`,
+		r.Token, r.Digest, r.Tenant, r.Expires, r.Replica).Scan(&live, &n)
 	if err != nil {
 		return false, fmt.Errorf("state: redeeming: %w", err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if !live {
+		return false, ErrExpired
+	}
+	return n == 1, nil
 }
 
 // refilled is the bucket's content at the statement's time: $2 is the
@@ -273,13 +297,42 @@ func (p *postgres) Session(ctx context.Context, id string) (Session, bool, error
 	return s, true, nil
 }
 
-func (p *postgres) Renew(ctx context.Context, replica string, until time.Time) error {
-	_, err := p.pool.Exec(ctx, `UPDATE airlock_sessions SET lease_until = $2 WHERE replica = $1`, replica, until)
+func (p *postgres) Renew(ctx context.Context, replica string, sessions []string, until time.Time) error {
+	_, err := p.pool.Exec(ctx, `UPDATE airlock_sessions SET lease_until = $2 WHERE replica = $1 AND id = ANY($3)`, replica, until, sessions)
+	if err == nil {
+		_, err = p.pool.Exec(ctx, `UPDATE airlock_replicas SET lease_until = $2 WHERE id = $1`, replica, until)
+	}
 	if err == nil {
 		_, err = p.pool.Exec(ctx, `UPDATE airlock_slots SET lease_until = $2 WHERE replica = $1`, replica, until)
 	}
 	if err != nil {
 		return fmt.Errorf("state: renewing sessions: %w", err)
+	}
+	return nil
+}
+
+func (p *postgres) Claim(ctx context.Context, replica, addr string, lease time.Duration) error {
+	if lease <= 0 {
+		if _, err := p.pool.Exec(ctx, `DELETE FROM airlock_replicas WHERE id = $1 AND addr = $2`, replica, addr); err != nil {
+			return fmt.Errorf("state: releasing the replica id: %w", err)
+		}
+		return nil
+	}
+	var holder string
+	var until time.Time
+	err := p.pool.QueryRow(ctx, `INSERT INTO airlock_replicas AS r (id, addr, lease_until)
+		VALUES ($1, $2, now() + $3 * interval '1 microsecond')
+		ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, lease_until = excluded.lease_until
+		WHERE r.addr = excluded.addr OR r.lease_until < now()
+		RETURNING addr, lease_until`, replica, addr, lease.Microseconds()).Scan(&holder, &until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := p.pool.QueryRow(ctx, `SELECT addr, lease_until FROM airlock_replicas WHERE id = $1`, replica).Scan(&holder, &until); err != nil {
+			return fmt.Errorf("state: claiming the replica id: %w", err)
+		}
+		return fmt.Errorf("%w: %s is used by the replica at %s (its lease holds until %s)", ErrReplicaInUse, replica, holder, until.UTC().Format(time.RFC3339))
+	}
+	if err != nil {
+		return fmt.Errorf("state: claiming the replica id: %w", err)
 	}
 	return nil
 }
@@ -302,9 +355,28 @@ func (p *postgres) PutPending(ctx context.Context, pd Pending) error {
 	return nil
 }
 
-func (p *postgres) Pending(ctx context.Context, since time.Time) ([]Pending, error) {
-	rows, err := p.pool.Query(ctx, `SELECT digest, tenant, tier, rule, job, created FROM airlock_pending
+func (p *postgres) Pending(ctx context.Context, since time.Time, skip func(string) bool) ([]Pending, error) {
+	// First the digests (small), then the rows of those not skipped.
+	rows, err := p.pool.Query(ctx, `SELECT digest FROM airlock_pending
 		WHERE created >= $1 ORDER BY created LIMIT 4096`, since)
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	digests, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("state: listing approval requests: %w", err)
+	}
+	want := digests[:0]
+	for _, d := range digests {
+		if skip == nil || !skip(d) {
+			want = append(want, d)
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	rows, err = p.pool.Query(ctx, `SELECT digest, tenant, tier, rule, job, created FROM airlock_pending
+		WHERE digest = ANY($1) AND created >= $2 ORDER BY created`, want, since)
 	if err != nil {
 		return nil, fmt.Errorf("state: listing approval requests: %w", err)
 	}
@@ -319,6 +391,13 @@ func (p *postgres) Pending(ctx context.Context, since time.Time) ([]Pending, err
 		return nil, fmt.Errorf("state: listing approval requests: %w", err)
 	}
 	return out, nil
+}
+
+func (p *postgres) ForgetPending(ctx context.Context, before time.Time) error {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM airlock_pending WHERE created < $1`, before); err != nil {
+		return fmt.Errorf("state: forgetting approval requests: %w", err)
+	}
+	return nil
 }
 
 func (p *postgres) Decide(ctx context.Context, d Decision, overwrite bool) (bool, error) {
@@ -356,17 +435,55 @@ func (p *postgres) Decisions(ctx context.Context, since time.Time) ([]Decision, 
 func (p *postgres) AddRecords(ctx context.Context, recs []Record) error {
 	rows := make([][]any, len(recs))
 	for i, r := range recs {
-		rows[i] = []any{r.Tenant, r.Time, r.Replica, string(r.JSON)}
+		rows[i] = []any{r.Tenant, r.Time, r.Replica, jsonbSafe(r.JSON), string(r.JSON)}
 	}
-	_, err := p.pool.CopyFrom(ctx, pgx.Identifier{"airlock_records"}, []string{"tenant", "at", "replica", "record"}, pgx.CopyFromRows(rows))
+	_, err := p.pool.CopyFrom(ctx, pgx.Identifier{"airlock_records"}, []string{"tenant", "at", "replica", "record", "line"}, pgx.CopyFromRows(rows))
 	if err != nil {
 		return fmt.Errorf("state: keeping records: %w", err)
 	}
 	return nil
 }
 
+// jsonbSafe is rec as jsonb takes it: every NUL of its strings (the
+// escape \u0000, which jsonb refuses) written as U+FFFD instead. The exact
+// text is kept beside it.
+func jsonbSafe(rec []byte) string {
+	if !bytes.Contains(rec, []byte(`\u0000`)) {
+		return string(rec)
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(rec))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return `{}`
+	}
+	out, err := json.Marshal(replaceNUL(v))
+	if err != nil {
+		return `{}`
+	}
+	return string(out)
+}
+
+func replaceNUL(v any) any {
+	switch v := v.(type) {
+	case string:
+		return strings.ReplaceAll(v, "\x00", "\uFFFD")
+	case []any:
+		for i := range v {
+			v[i] = replaceNUL(v[i])
+		}
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[strings.ReplaceAll(k, "\x00", "\uFFFD")] = replaceNUL(e)
+		}
+		return m
+	}
+	return v
+}
+
 func (p *postgres) Records(ctx context.Context, tenant string, limit int) ([][]byte, error) {
-	rows, err := p.pool.Query(ctx, `SELECT record::text FROM (SELECT id, record FROM airlock_records
+	rows, err := p.pool.Query(ctx, `SELECT coalesce(line, record::text) FROM (SELECT id, record, line FROM airlock_records
 		WHERE tenant = $1 ORDER BY id DESC LIMIT $2) newest ORDER BY id`, tenant, limit)
 	if err != nil {
 		return nil, fmt.Errorf("state: listing records: %w", err)
@@ -382,11 +499,22 @@ func (p *postgres) Records(ctx context.Context, tenant string, limit int) ([][]b
 	return out, nil
 }
 
+func (p *postgres) TrimRecords(ctx context.Context, tenant string, keep int) error {
+	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_records WHERE tenant = $1 AND id <= (SELECT id FROM airlock_records
+		WHERE tenant = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`, tenant, max(0, keep))
+	if err != nil {
+		return fmt.Errorf("state: trimming records: %w", err)
+	}
+	return nil
+}
+
 func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
-	// Expired tokens fail their signature check anyway, so forgetting
-	// their redemption cannot let one run again. Lost sessions are kept a
-	// while, so that their clients are told "lost", not "unknown".
-	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_redeemed WHERE expires < $1;`, now)
+	// A redemption is forgotten a minute after its token expired by the
+	// database's clock, the clock Redeem refuses expired tokens by: a
+	// replica's clock running ahead cannot drop a row whose token a
+	// replica lagging behind still takes. Lost sessions are kept a while,
+	// so that their clients are told "lost", not "unknown".
+	_, err := p.pool.Exec(ctx, `DELETE FROM airlock_redeemed WHERE expires < now() - interval '1 minute'`)
 	if err == nil {
 		_, err = p.pool.Exec(ctx, `DELETE FROM airlock_pending WHERE created < $1`, now.Add(-24*time.Hour))
 	}
@@ -409,6 +537,14 @@ func (p *postgres) Sweep(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("state: sweeping: %w", err)
 	}
 	return nil
+}
+
+func (p *postgres) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := p.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("state: reading the clock: %w", err)
+	}
+	return now, nil
 }
 
 func (p *postgres) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }

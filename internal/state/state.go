@@ -18,7 +18,9 @@ import (
 // write is atomic on its own, so replicas need no other coordination.
 type Store interface {
 	// Redeem marks an approval token used and reports whether this call
-	// did it: a token is redeemed at most once, across every replica.
+	// did it: a token is redeemed at most once, across every replica. A
+	// shared store refuses a token past its expiry by its own clock with
+	// ErrExpired.
 	Redeem(ctx context.Context, r Redemption) (bool, error)
 	// Lease takes up to want runs from the tenant's budget, a token bucket
 	// shared by every replica, and returns how many it got: 0 when the
@@ -39,14 +41,27 @@ type Store interface {
 	PutSession(ctx context.Context, s Session, limit int, now time.Time) (ok bool, err error)
 	// Session finds a registered session; ok is false when there is none.
 	Session(ctx context.Context, id string) (s Session, ok bool, err error)
-	// Renew extends the lease of every session and slot the replica holds.
-	Renew(ctx context.Context, replica string, until time.Time) error
+	// Renew extends the lease of the replica's run slots, and of its
+	// sessions named in sessions: a registry row of the replica that it
+	// does not hold (one whose drop or registration the replica took for
+	// failed) lapses, and no longer counts toward its tenant's sessions.
+	Renew(ctx context.Context, replica string, sessions []string, until time.Time) error
+	// Claim takes the replica id for the replica reached at addr, for
+	// lease (by the store's clock; Renew extends it): ErrReplicaInUse
+	// while another address holds it. A lease of 0 gives it back.
+	Claim(ctx context.Context, replica, addr string, lease time.Duration) error
 	// DropSession forgets a closed session.
 	DropSession(ctx context.Context, id string) error
 	// PutPending keeps an approval request for any replica's approvers.
 	PutPending(ctx context.Context, p Pending) error
-	// Pending lists the approval requests made since since.
-	Pending(ctx context.Context, since time.Time) ([]Pending, error)
+	// Pending lists the approval requests made since since, but for those
+	// skip reports true for: their jobs are not read. A replica skips
+	// what it holds already, so that a request (and its job) crosses
+	// from the store once, not on every lookup.
+	Pending(ctx context.Context, since time.Time, skip func(digest string) bool) ([]Pending, error)
+	// ForgetPending forgets the approval requests made before before:
+	// once expired, no replica lists them.
+	ForgetPending(ctx context.Context, before time.Time) error
 	// Decide records an approver's decision. Without overwrite a digest
 	// already decided is left as it is and ok is false: across every
 	// replica, the first decision stands.
@@ -58,8 +73,15 @@ type Store interface {
 	// Records returns a tenant's newest records (at most limit), oldest
 	// first.
 	Records(ctx context.Context, tenant string, limit int) ([][]byte, error)
+	// TrimRecords forgets a tenant's records but the newest keep: what
+	// Records lists is all the store needs, and a tenant's runs must not
+	// grow it without end (each replica's trail is the full record).
+	TrimRecords(ctx context.Context, tenant string, keep int) error
 	// Sweep forgets redemptions and windows that expired before now.
 	Sweep(ctx context.Context, now time.Time) error
+	// Now is the store's clock. Replicas time leases (of run slots and
+	// sessions) by it, not by their own clocks, which may disagree.
+	Now(ctx context.Context) (time.Time, error)
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 	// Shared reports whether other processes see this state.
@@ -146,6 +168,13 @@ type Session struct {
 	Addr    string // the owner's base URL ("http://10.0.0.7:8420")
 	Until   time.Time
 }
+
+// ErrExpired is Redeem's refusal of a token whose expiry passed by the
+// shared store's clock (which may differ from the replica's).
+var ErrExpired = errors.New("state: the token expired by the shared state's clock")
+
+// ErrReplicaInUse is Claim's refusal of an id another replica holds.
+var ErrReplicaInUse = errors.New("state: the replica id is in use")
 
 // ErrUnknownScheme is returned by Open for a state setting it cannot use.
 var ErrUnknownScheme = errors.New("state: want empty, \"embedded\", a postgres:// URL or a key=value DSN")

@@ -98,6 +98,41 @@ func TestRedeemOnce(t *testing.T) {
 	})
 }
 
+// A replica whose clock runs ahead sweeps with its own time; a token it
+// thinks expired is still taken by a replica whose clock is right (or
+// behind), and must not run a second time there. The database's clock
+// decides both the sweep and what is too late to redeem.
+func TestRedeemOnceAcrossSkewedClocks(t *testing.T) {
+	dsn := pgtest.Start(t)
+	ctx := context.Background()
+	open := func() state.Store {
+		s, err := state.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	right, ahead := open(), open()
+	r := state.Redemption{Token: "h1", Digest: "d", Tenant: "t", Expires: time.Now().Add(10 * time.Minute)}
+	if ok, err := right.Redeem(ctx, r); !ok || err != nil {
+		t.Fatalf("first redemption: %v %v", ok, err)
+	}
+	// The replica an hour ahead sweeps.
+	if err := ahead.Sweep(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := right.Redeem(ctx, r); ok || err != nil {
+		t.Fatalf("the token ran again after a replica ahead in time swept: %v %v", ok, err)
+	}
+	// A replica whose clock lags takes a token the database's clock says
+	// expired: refused, not redeemed.
+	r = state.Redemption{Token: "h2", Digest: "d", Tenant: "t", Expires: time.Now().Add(-time.Second)}
+	if ok, err := right.Redeem(ctx, r); ok || err != state.ErrExpired {
+		t.Fatalf("an expired token: %v %v, want ErrExpired", ok, err)
+	}
+}
+
 // Replicas leasing from one bucket at once never take more than it
 // holds: its burst, plus what refills while they lease.
 func TestLeaseNeverOverBudget(t *testing.T) {
@@ -192,10 +227,10 @@ func TestSlotsNeverOverLimit(t *testing.T) {
 		}
 		// c's hold lapses: its slots are free again, for d.
 		later := live.Add(time.Second)
-		if err := s.Renew(ctx, "a", later.Add(time.Minute)); err != nil {
+		if err := s.Renew(ctx, "a", nil, later.Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Renew(ctx, "b", later.Add(time.Minute)); err != nil {
+		if err := s.Renew(ctx, "b", nil, later.Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := s.HoldSlots(ctx, state.Hold{Tenant: "t", Replica: "d", Want: 10, Limit: 10, Now: later, Until: later.Add(time.Minute)}); n != held["c"] {
@@ -299,7 +334,7 @@ func TestSessionRegistry(t *testing.T) {
 			t.Fatalf("found %+v %v %v", got, ok, err)
 		}
 		later := until.Add(time.Hour)
-		if err := a.Renew(ctx, "r1", later); err != nil {
+		if err := a.Renew(ctx, "r1", []string{"s-1"}, later); err != nil {
 			t.Fatal(err)
 		}
 		if got, _, _ := b.Session(ctx, "s-1"); !got.Until.Equal(later) {
@@ -337,8 +372,17 @@ func TestRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || string(got[0]) != `{"n": 2}` || string(got[2]) != `{"n": 4}` {
+	if len(got) != 3 || string(got[0]) != `{"n":2}` || string(got[2]) != `{"n":4}` {
 		t.Fatalf("newest three, oldest first: %q", got)
+	}
+	if err := a.TrimRecords(ctx, "t", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Records(ctx, "t", 10); err != nil || len(got) != 2 || string(got[0]) != `{"n":3}` {
+		t.Fatalf("trimmed to the newest two: %q %v", got, err)
+	}
+	if got, err := a.Records(ctx, "u", 10); err != nil || len(got) != 1 {
+		t.Fatalf("another tenant's records, trimmed too: %q %v", got, err)
 	}
 }
 
@@ -359,8 +403,13 @@ func TestPendingShared(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := a.Pending(ctx, now.Add(-time.Minute))
+	got, err := a.Pending(ctx, now.Add(-time.Minute), nil)
 	if err != nil || len(got) != 1 || got[0].Digest != "d-new" || string(got[0].Job) != `{"kind":"expr"}` || !got[0].Created.Equal(now) {
 		t.Fatalf("requests of the last minute: %+v %v", got, err)
+	}
+	// What the replica holds already is not read again.
+	got, err = a.Pending(ctx, now.Add(-2*time.Hour), func(d string) bool { return d == "d-new" })
+	if err != nil || len(got) != 1 || got[0].Digest != "d-old" {
+		t.Fatalf("requests but the one held: %+v %v", got, err)
 	}
 }
