@@ -705,9 +705,6 @@ func TestRollingRestartLosesNoRun(t *testing.T) {
 	t.Logf("%d runs over three rolling restarts, %d sent again elsewhere", sent, retried.Load())
 }
 
-// /readyz answers anyone: when the shared state does not answer, it says
-// so, and the store's error, which names the database, its user and where
-// it lives, goes to the server's log, once per outage.
 // cuttableState starts a PostgreSQL reached through a relay on a Unix
 // socket, and returns the state setting through it, the relay's
 // directory, and a function cutting it (every connection and the
@@ -841,6 +838,9 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// /readyz answers anyone: when the shared state does not answer, it says
+// so, and the store's error, which names the database, its user and where
+// it lives, goes to the server's log, once per outage.
 func TestReadyzKeepsStateErrorsToTheLog(t *testing.T) {
 	setting, relay, cut := cuttableState(t)
 	cfg := testConfig()
