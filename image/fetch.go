@@ -18,16 +18,19 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/airlock-sandbox/airlock/egress"
 )
 
 // A pull goes where its registry sends it: registries keep their blobs
 // on a CDN and redirect there. What a registry (or a host it redirects to)
 // cannot do is turn the pull against the network the store runs in:
 //
-//   - no connection reaches a loopback, private (RFC 1918, ULA, fec0::/10, shared
-//     100.64/10), link-local (169.254/16 with the cloud metadata service,
-//     fe80::/10), unspecified or multicast address, unless the registry
-//     named in the reference is itself at an address of that kind (a
+//   - no connection reaches an address egress.Forbidden refuses (loopback,
+//     private, CGNAT, link-local, the cloud metadata services, unspecified,
+//     multicast, and the IPv6 forms that embed an IPv4 address: NAT64,
+//     6to4, Teredo...), unless the registry named in the reference is
+//     itself at an address of that class (a
 //     registry on loopback may send its blobs to another port of
 //     loopback). Each address is checked as it is dialled, after the name
 //     was resolved, so a name that resolves to one of them (or starts to,
@@ -39,63 +42,17 @@ import (
 //     taken off a request to any other host, and such a host is never
 //     posted to (the OAuth2 form carries the refresh token).
 
-// addrKind is the kind of an address, as far as a pull's reach goes.
-type addrKind uint8
-
-const (
-	kindPublic addrKind = iota
-	kindLoopback
-	kindPrivate
-	kindLinkLocal
-	kindUnspecified
-	kindMulticast
-)
-
-func (k addrKind) String() string {
-	switch k {
-	case kindLoopback:
-		return "a loopback address"
-	case kindPrivate:
-		return "a private address"
-	case kindLinkLocal:
-		return "a link-local address"
-	case kindUnspecified:
-		return "an unspecified address"
-	case kindMulticast:
-		return "a multicast or broadcast address"
+// addrClass is the class of special-purpose address a belongs to, as
+// egress.Forbidden (the egress gateway's rule) names it: "" for a global
+// unicast address, else e.g. "loopback address", "private address",
+// "metadata service address", "6to4 address". An IPv4 address written as
+// IPv4-mapped IPv6 is of its IPv4 address's class.
+func addrClass(a netip.Addr) string {
+	reason, bad := egress.Forbidden(a)
+	if !bad {
+		return ""
 	}
-	return "a public address"
-}
-
-var (
-	sharedNet = netip.MustParsePrefix("100.64.0.0/10") // carrier-grade NAT, some clouds' metadata
-	thisNet   = netip.MustParsePrefix("0.0.0.0/8")
-	nat64     = netip.MustParsePrefix("64:ff9b::/96")
-	siteLocal = netip.MustParsePrefix("fec0::/10") // deprecated, still routed by some networks
-	broadcast = netip.MustParseAddr("255.255.255.255")
-)
-
-// kindOf tells what kind of address a is. An IPv4 address written as IPv6
-// (mapped, or behind the NAT64 prefix) is judged as the IPv4 address.
-func kindOf(a netip.Addr) addrKind {
-	a = a.WithZone("").Unmap()
-	if a.Is6() && nat64.Contains(a) {
-		b := a.As16()
-		a = netip.AddrFrom4([4]byte(b[12:]))
-	}
-	switch {
-	case a.IsLoopback():
-		return kindLoopback
-	case a.IsUnspecified() || thisNet.Contains(a):
-		return kindUnspecified
-	case a.IsLinkLocalUnicast():
-		return kindLinkLocal
-	case a.IsMulticast() || a == broadcast:
-		return kindMulticast
-	case a.IsPrivate() || sharedNet.Contains(a) || siteLocal.Contains(a):
-		return kindPrivate
-	}
-	return kindPublic
+	return strings.TrimSuffix(reason, " (IPv4-mapped)")
 }
 
 // errReach marks a request a pull refused to make: the registry's fault
@@ -106,10 +63,10 @@ var errReach = errors.New("refused to follow the registry")
 // (for tests, whose registries have their own).
 var pullRoots *x509.CertPool
 
-// reach is what one pull may connect to: public addresses, and those of
-// the kinds its registry is at.
+// reach is what one pull may connect to: global unicast addresses, and
+// those of the classes its registry is at.
 type reach struct {
-	allowed map[addrKind]bool
+	allowed map[string]bool
 	// proxies are the proxies (host:port) the environment names, dialled
 	// without a check: the operator's, and the target behind one is
 	// checked by the request, not by the dial.
@@ -120,23 +77,23 @@ type reach struct {
 // newReach looks up where the registry is: an IP address it is named by,
 // or every address its name resolves to now.
 func newReach(ctx context.Context, reg name.Registry) *reach {
-	r := &reach{allowed: map[addrKind]bool{}, proxies: map[string]bool{}}
+	r := &reach{allowed: map[string]bool{}, proxies: map[string]bool{}}
 	host := hostOnly(reg.RegistryStr())
 	if a, err := netip.ParseAddr(host); err == nil {
-		r.allowed[kindOf(a)] = true
+		r.allowed[addrClass(a)] = true
 		return r
 	}
 	addrs, _ := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	for _, a := range addrs {
-		r.allowed[kindOf(a)] = true
+		r.allowed[addrClass(a)] = true
 	}
 	return r
 }
 
 // check refuses an address the pull may not reach.
 func (r *reach) check(a netip.Addr) error {
-	if k := kindOf(a); k != kindPublic && !r.allowed[k] {
-		return fmt.Errorf("%w to %s, %s (the registry is not at one)", errReach, a.WithZone("").Unmap(), k)
+	if c := addrClass(a); c != "" && !r.allowed[c] {
+		return fmt.Errorf("%w to %s, a %s (the registry is not at one)", errReach, a.WithZone("").Unmap(), c)
 	}
 	return nil
 }
