@@ -397,17 +397,11 @@ func stringSlice(v any) ([]string, error) {
 }
 
 func toInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int:
+	if n, ok := intOf(v); ok {
+		return n, true
+	}
+	if x, ok := v.(float64); ok && x == math.Trunc(x) && math.Abs(x) < 1<<62 {
 		return int64(x), true
-	case int64:
-		return x, true
-	case int32:
-		return int64(x), true
-	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<62 {
-			return int64(x), true
-		}
 	}
 	return 0, false
 }
