@@ -23,8 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/testing/pgtest"
 	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
@@ -1040,15 +1038,12 @@ func TestShippingBoundedWhileTheStateIsSlow(t *testing.T) {
 	r := startReplicas(t, dsn, 1)[0]
 	// The records' table locked: every batch waits out its timeout.
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := pgtest.Conn(t, dsn)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx); _ = conn.Close(ctx) })
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	if _, err := tx.Exec(ctx, `LOCK TABLE airlock_records IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
@@ -1153,11 +1148,7 @@ func TestSharedRecordsTrimmed(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Conn(t, dsn)
 	// Every run's record shipped (the newest's id is the count of records
 	// ever added: these runs are the database's only ones), and the
 	// older ones trimmed.
@@ -1191,11 +1182,7 @@ func TestPendingForgotten(t *testing.T) {
 		t.Fatalf("requesting approval: %d %s", a.status, a.body)
 	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Conn(t, dsn)
 	var n int
 	for i := 0; ; i++ {
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM airlock_pending`).Scan(&n); err != nil {
@@ -1248,11 +1235,7 @@ func TestSlowStateRefusedOnce(t *testing.T) {
 				t.Fatalf("a run: %d %s", a.status, a.body)
 			}
 			ctx := context.Background()
-			conn, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
+			conn := pgtest.Conn(t, dsn)
 			for i := 0; ; i++ {
 				var held int
 				if err := conn.QueryRow(ctx, `SELECT coalesce(sum(held), 0)::int FROM airlock_slots WHERE tenant = 'b'`).Scan(&held); err != nil {
@@ -1305,11 +1288,7 @@ func TestUnheldSessionRowsLapse(t *testing.T) {
 		t.Fatalf("opening: %d %s", a.status, a.body)
 	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Conn(t, dsn)
 	const stray = "s-00000000000000000000000000000001"
 	if _, err := conn.Exec(ctx, `INSERT INTO airlock_sessions (id, tenant, tier, replica, addr, lease_until)
 		VALUES ($1, 'b', 'starlark', 'r1', $2, now() + interval '1 second')`, stray, r.url); err != nil {

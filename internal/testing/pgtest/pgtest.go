@@ -140,3 +140,15 @@ func Start(t testing.TB) string {
 	}
 	return fmt.Sprintf("host=%s user=airlock dbname=airlock sslmode=disable", dir)
 }
+
+// Conn connects to dsn for the test's own look at the database, closed
+// when the test ends.
+func Conn(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
