@@ -528,14 +528,23 @@ func TestFaultsEndOneConnection(t *testing.T) {
 		t.Fatalf("the next connection: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	mu.Lock()
+	// The connection's own deferred close may end it before the fault is
+	// recorded: wait for the record (bounded).
 	found := false
-	for _, r := range logged {
-		found = found || strings.Contains(r.Reason, "internal error, connection ended: the sink failed")
+	for i := 0; !found && i < 500; i++ {
+		if i > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		for _, r := range logged {
+			found = found || strings.Contains(r.Reason, "internal error, connection ended: the sink failed")
+		}
+		mu.Unlock()
 	}
-	mu.Unlock()
 	if !found {
+		mu.Lock()
 		t.Errorf("the fault was not recorded: %+v", logged)
+		mu.Unlock()
 	}
 
 	mu.Lock()
