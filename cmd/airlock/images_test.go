@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -185,6 +186,35 @@ func TestImagesServerWarm(t *testing.T) {
 
 	_, errOut, code = run(t, "", "images", "--server", srv.URL)
 	assert.Equal(t, exitUsage, code, errOut)
+}
+
+// A server's names, digests, tiers and refusals reach the terminal
+// without their control characters: an escape sequence would act on it.
+func TestImagesServerTerminal(t *testing.T) {
+	const esc = "\x1b]0;owned\x07\x1b[2J"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k" {
+			http.Error(w, "no\n"+esc+"\u202e", http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode([]map[string]any{{"names": []string{"py" + esc}, "digest": "sha256:" + esc, "warm": map[string]int{"gv" + esc: 1}}})
+	}))
+	defer srv.Close()
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("k"), 0o600))
+	printable := func(s string) bool {
+		return !strings.ContainsFunc(s, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) })
+	}
+	out, errOut, code := run(t, "", "images", "--server", srv.URL, "--key-file", keyFile)
+	require.Equal(t, exitOK, code, errOut)
+	assert.True(t, printable(out), "%q", out)
+	assert.Contains(t, out, "py?]0;owned??[2J")
+
+	require.NoError(t, os.WriteFile(keyFile, []byte("wrong"), 0o600))
+	_, errOut, code = run(t, "", "images", "--server", srv.URL, "--key-file", keyFile)
+	assert.NotEqual(t, exitOK, code)
+	assert.True(t, printable(errOut), "%q", errOut)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
 }
 
 // image pull --registry-auth: a registry that wants a bearer token (an
