@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
@@ -362,6 +363,10 @@ func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handl
 				exit, lost = nil, err
 			} else if err := exit.check(); err != nil {
 				exit, lost = nil, err
+			} else {
+				// Its messages end up in the host's error: one
+				// bounded line each, whatever the agent wrote.
+				exit.Error, exit.CopyFull = value.Line(exit.Error, maxAgentText), value.Line(exit.CopyFull, maxAgentText)
 			}
 		default:
 			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)
@@ -369,6 +374,10 @@ func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handl
 	}
 	return exit, lost
 }
+
+// maxAgentText bounds each message of an agent's exit report the host
+// quotes.
+const maxAgentText = 512
 
 // splitRun splits the host's run time (from handing the job over to the
 // exit report) by the agent's own clock: start covers claim, handover and

@@ -147,3 +147,28 @@ func TestReadAgentExitWithinReason(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAgentExitTextOneLine: the messages in an agent's exit report
+// (the reason it could not start the job, the copy grant that did not
+// fit) reach the host's error as one bounded line: an agent that the job
+// took over cannot forge log lines or drive a terminal through them.
+func TestReadAgentExitTextOneLine(t *testing.T) {
+	hostile := "x\nairlock: approved by admin\x1b[2J\x07" + strings.Repeat("y", 1500)
+	host, agent := net.Pipe()
+	go func() {
+		defer agent.Close()
+		frame.WriteJSON(agent, frame.Exit, agentExit{Code: -1, Error: hostile, CopyFull: hostile})
+	}()
+	job := cmdJob("true")
+	var res airlock.Result
+	exit, lost := readAgent(host, &job, newOutput(context.Background(), 1<<20), nil, &res)
+	host.Close()
+	if lost != nil || exit == nil {
+		t.Fatalf("exit %+v, lost %v", exit, lost)
+	}
+	for what, s := range map[string]string{"error": exit.Error, "copy_full": exit.CopyFull} {
+		if strings.ContainsAny(s, "\n\r\x1b\x07") || len(s) > 1024 {
+			t.Errorf("%s: the agent's text is kept as it was (%d bytes): %.100q", what, len(s), s)
+		}
+	}
+}

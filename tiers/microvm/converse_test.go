@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
@@ -87,5 +88,33 @@ func TestConverseExitWithinReason(t *testing.T) {
 	})
 	if s, ok := airlock.AsStop(err); !ok || s.Reason != airlock.StopPids {
 		t.Errorf("a pids stop: %v", err)
+	}
+}
+
+// TestConverseGuestTextOneLine: what a guest says in a Fail frame, and
+// what its console printed, reach the host's error as one line: a guest
+// that took over its agent cannot break an operator's log into forged
+// lines or drive a terminal with escape sequences through them, nor hand
+// the host an error of kilobytes.
+func TestConverseGuestTextOneLine(t *testing.T) {
+	hostile := "agent failed\nairlock: approved by admin\x1b[2J\x1b]0;title\x07" + strings.Repeat("x", 3000)
+	_, err := converseWith(t, command("true"), func(c net.Conn) {
+		frame.Write(c, frame.Fail, []byte(hostile))
+	})
+	if err == nil {
+		t.Fatal("a Fail frame was taken as success")
+	}
+	assertOneLine(t, "Fail frame", err.Error())
+
+	v := &vm{stderr: &tail{n: 4096}, console: &tail{n: 4096}}
+	v.console.Write([]byte("[ 1.0] booted\n" + hostile + "\n[ 2.0] \x1b[0mend\n\xe2\x82"))
+	v.stderr.Write([]byte("qemu: \x1b[31mred\x1b[0m\n"))
+	assertOneLine(t, "diag", v.diag())
+}
+
+func assertOneLine(t *testing.T, what, s string) {
+	t.Helper()
+	if strings.ContainsAny(s, "\n\r\x1b\x07\x00") || !utf8.ValidString(s) || len(s) > 2048 {
+		t.Errorf("%s: the guest's text reached the error as it was (%d bytes): %.200q", what, len(s), s)
 	}
 }
