@@ -1,13 +1,19 @@
 package microvm
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
@@ -116,5 +122,84 @@ func assertOneLine(t *testing.T, what, s string) {
 	t.Helper()
 	if strings.ContainsAny(s, "\n\r\x1b\x07\x00") || !utf8.ValidString(s) || len(s) > 2048 {
 		t.Errorf("%s: the guest's text reached the error as it was (%d bytes): %.200q", what, len(s), s)
+	}
+}
+
+// TestConverseBoundsBufferedFrames: the host reads the guest's frames
+// ahead of handling them (up to a channel's worth while, say, a slow
+// client's stream holds the output sink), so a frame a job never calls for
+// — a Job frame from the guest, a Files frame beyond the one a collecting
+// job gets — must be refused from its header, not read: each may announce
+// up to 48 MiB, and a guest sending a channel's worth of them had the host
+// hold hundreds of MiB per VM before it saw the first.
+func TestConverseBoundsBufferedFrames(t *testing.T) {
+	const size = 4 << 20 // 48 MiB in earnest; smaller keeps the test light
+	for _, c := range []struct {
+		name    string
+		collect bool
+		first   []frame.Type // sent before the flood, which repeats the last
+	}{
+		{"job frames", false, []frame.Type{frame.Job}},
+		{"files without collect", false, []frame.Type{frame.Files}},
+		{"files after files", true, []frame.Type{frame.Files, frame.Files}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			host, guest := net.Pipe()
+			v := &vm{ctl: host, done: make(chan struct{}), stderr: &tail{n: 100}, console: &tail{n: 100}}
+			flooded := make(chan struct{})
+			var taken atomic.Int64 // payload bytes of the flood the host read
+			go func() {
+				defer close(flooded)
+				defer guest.Close()
+				if _, _, err := frame.Read(guest); err != nil {
+					return
+				}
+				frame.Write(guest, frame.Stdout, []byte("hold the sink\n"))
+				files, _ := json.Marshal(collect.Wire{Files: map[string][]byte{"a": bytes.Repeat([]byte("x"), size)}})
+				for _, typ := range c.first[:len(c.first)-1] {
+					frame.Write(guest, typ, files)
+				}
+				last := c.first[len(c.first)-1]
+				for range 20 {
+					var h [5]byte
+					h[0] = byte(last)
+					binary.BigEndian.PutUint32(h[1:], uint32(len(files)))
+					if _, err := guest.Write(h[:]); err != nil {
+						return
+					}
+					for p := files; len(p) > 0; {
+						n, err := guest.Write(p[:min(len(p), 64<<10)])
+						taken.Add(int64(n))
+						if err != nil {
+							return
+						}
+						p = p[n:]
+					}
+				}
+			}()
+			job := command("true")
+			job.Limits.WallMS = 60_000
+			job.Limits.OutputBytes = 1 << 20
+			if c.collect {
+				job.Collect = []string{"*"}
+			}
+			// A slow client: the sink holds the conversation until the
+			// guest has sent all it could, or a second.
+			ctx := airlock.WithOutput(context.Background(), func(airlock.Stream, []byte) {
+				select {
+				case <-flooded:
+				case <-time.After(time.Second):
+				}
+			})
+			var res airlock.Result
+			err := (&Tier{}).converse(ctx, v, &job, []byte(`{}`), &res)
+			<-flooded
+			if err == nil {
+				t.Fatalf("the flood was taken: %+v", res)
+			}
+			if n := taken.Load(); n > size+(1<<20) {
+				t.Errorf("the host read %d MiB of frames it never called for before refusing them (%v)", n>>20, err)
+			}
+		})
 	}
 }

@@ -748,10 +748,27 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 	frames := make(chan guestFrame, 16)
 	readerDone := make(chan struct{})
 	quit := make(chan struct{})
+	// The reader runs ahead of the loop below (by the channel's 16
+	// frames, while a slow client's stream holds the output sink), so it
+	// takes only the frames the job calls for: a Job frame from the
+	// guest, or a Files frame beyond the one a collecting job gets, each
+	// up to 48 MiB, is refused from its header rather than read and held.
+	files := len(job.Collect) > 0
+	allow := func(t frame.Type) bool {
+		switch t {
+		case frame.Job:
+			return false
+		case frame.Files:
+			ok := files
+			files = false
+			return ok
+		}
+		return true
+	}
 	go func() {
 		defer close(readerDone)
 		for {
-			typ, p, err := frame.Read(v.ctl)
+			typ, p, err := frame.ReadAllowed(v.ctl, allow)
 			select {
 			case frames <- guestFrame{typ, p, err}:
 			case <-quit:
