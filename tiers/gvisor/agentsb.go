@@ -333,12 +333,29 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 // attached, stderr to att too), collected files into res. The agent is
 // no more trusted than the sandbox: a frame the job does not call for,
 // or a second Files frame (each up to 48 MiB of JSON to decode, which a
-// hostile agent could send until the wall clock), is a protocol error.
+// hostile agent could send until the wall clock), is a protocol error,
+// found from its header before any of its payload is read.
 func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handle, res *airlock.Result) (exit *agentExit, lost error) {
 	collected := false
+	// Only the frames the job calls for are read at all: any other (a Job
+	// frame, a Files frame the job gets none or no more of: each may
+	// announce up to 48 MiB) is refused from its header.
+	allow := func(t frame.Type) bool {
+		switch t {
+		case frame.Stdout:
+			return att == nil
+		case frame.Stderr, frame.Exit:
+			return true
+		case frame.Files:
+			return len(job.Collect) > 0 && !collected
+		}
+		return false
+	}
 	for exit == nil && lost == nil {
-		typ, payload, err := frame.Read(conn)
+		typ, payload, err := frame.ReadAllowed(conn, allow)
 		switch {
+		case errors.Is(err, frame.ErrUnexpected):
+			lost = fmt.Errorf("agent protocol: %w", err)
 		case err != nil:
 			lost = err
 		case typ == frame.Stdout && att == nil:
