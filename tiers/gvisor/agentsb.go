@@ -266,8 +266,26 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		aj.Env = append(aj.Env, env...)
 		aj.Egress = true
 	}
+	payload, err := json.Marshal(aj)
+	if err != nil {
+		return r.finish(fmt.Errorf("handing over the job: %w", err))
+	}
+	if len(payload) > frame.MaxJob {
+		if ephemeral && att == nil && !needsAgent(job) {
+			// A pooled claim: a cold start places the files on the host,
+			// as without a pool.
+			img, release, err := t.acquire(ctx, job.Image)
+			if err != nil {
+				return r.finish(err)
+			}
+			r.res.Image = digest(img)
+			return t.runCold(ctx, job, r, img, release)
+		}
+		keep = !ephemeral // nothing reached the sandbox: a session goes on
+		return r.finish(jobs.Invalid("files", "the job's files and stdin take %d bytes encoded, above the %d the sandbox's agent takes in one job frame", len(payload), frame.MaxJob))
+	}
 	r.ready()
-	if err := frame.WriteJSON(sb.conn, frame.Job, aj); err != nil {
+	if err := frame.Write(sb.conn, frame.Job, payload); err != nil {
 		return r.finish(fmt.Errorf("handing over the job: %w", err))
 	}
 	out := newOutput(ctx, job.Limits.OutputBytes)
