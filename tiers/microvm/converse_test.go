@@ -203,3 +203,27 @@ func TestConverseBoundsBufferedFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestConverseStoppedRunKeepsFiles: a limit the guest enforces (memory,
+// CPU, processes) stops the job, and the agent still reads the scratch
+// before its exit report: the files it sent are returned with the stop,
+// not dropped. A run the host stops (the wall clock) before any arrived
+// returns none.
+func TestConverseStoppedRunKeepsFiles(t *testing.T) {
+	job := command("true")
+	job.Collect = []string{"*"}
+	res, err := converseWith(t, job, func(c net.Conn) {
+		frame.Write(c, frame.Files, []byte(`{"files":{"a":"eA=="}}`))
+		frame.WriteJSON(c, frame.Exit, map[string]any{"code": 137, "reason": "memory"})
+	})
+	if s, ok := airlock.AsStop(err); !ok || s.Reason != airlock.StopMemory || res.Files["a"] != "x" {
+		t.Errorf("a memory stop reported by the guest: %v, files %q", err, res.Files)
+	}
+	job.Limits.WallMS = 200
+	res, err = converseWith(t, job, func(c net.Conn) {
+		time.Sleep(time.Second)
+	})
+	if s, ok := airlock.AsStop(err); !ok || s.Reason != airlock.StopTimeout || res.Files != nil {
+		t.Errorf("a wall-clock stop: %v, files %q", err, res.Files)
+	}
+}
