@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/internal/wirebytes"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
@@ -265,8 +266,26 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		aj.Env = append(aj.Env, env...)
 		aj.Egress = true
 	}
+	payload, err := json.Marshal(aj)
+	if err != nil {
+		return r.finish(fmt.Errorf("handing over the job: %w", err))
+	}
+	if len(payload) > frame.MaxJob {
+		if ephemeral && att == nil && !needsAgent(job) {
+			// A pooled claim: a cold start places the files on the host,
+			// as without a pool.
+			img, release, err := t.acquire(ctx, job.Image)
+			if err != nil {
+				return r.finish(err)
+			}
+			r.res.Image = digest(img)
+			return t.runCold(ctx, job, r, img, release)
+		}
+		keep = !ephemeral // nothing reached the sandbox: a session goes on
+		return r.finish(jobs.Invalid("files", "the job's files and stdin take %d bytes encoded, above the %d the sandbox's agent takes in one job frame", len(payload), frame.MaxJob))
+	}
 	r.ready()
-	if err := frame.WriteJSON(sb.conn, frame.Job, aj); err != nil {
+	if err := frame.Write(sb.conn, frame.Job, payload); err != nil {
 		return r.finish(fmt.Errorf("handing over the job: %w", err))
 	}
 	out := newOutput(ctx, job.Limits.OutputBytes)
@@ -332,12 +351,29 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 // attached, stderr to att too), collected files into res. The agent is
 // no more trusted than the sandbox: a frame the job does not call for,
 // or a second Files frame (each up to 48 MiB of JSON to decode, which a
-// hostile agent could send until the wall clock), is a protocol error.
+// hostile agent could send until the wall clock), is a protocol error,
+// found from its header before any of its payload is read.
 func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handle, res *airlock.Result) (exit *agentExit, lost error) {
 	collected := false
+	// Only the frames the job calls for are read at all: any other (a Job
+	// frame, a Files frame the job gets none or no more of: each may
+	// announce up to 48 MiB) is refused from its header.
+	allow := func(t frame.Type) bool {
+		switch t {
+		case frame.Stdout:
+			return att == nil
+		case frame.Stderr, frame.Exit:
+			return true
+		case frame.Files:
+			return len(job.Collect) > 0 && !collected
+		}
+		return false
+	}
 	for exit == nil && lost == nil {
-		typ, payload, err := frame.Read(conn)
+		typ, payload, err := frame.ReadAllowed(conn, allow)
 		switch {
+		case errors.Is(err, frame.ErrUnexpected):
+			lost = fmt.Errorf("agent protocol: %w", err)
 		case err != nil:
 			lost = err
 		case typ == frame.Stdout && att == nil:
@@ -362,6 +398,10 @@ func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handl
 				exit, lost = nil, err
 			} else if err := exit.check(); err != nil {
 				exit, lost = nil, err
+			} else {
+				// Its messages end up in the host's error: one
+				// bounded line each, whatever the agent wrote.
+				exit.Error, exit.CopyFull = value.Line(exit.Error, maxAgentText), value.Line(exit.CopyFull, maxAgentText)
 			}
 		default:
 			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)
@@ -369,6 +409,10 @@ func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handl
 	}
 	return exit, lost
 }
+
+// maxAgentText bounds each message of an agent's exit report the host
+// quotes.
+const maxAgentText = 512
 
 // splitRun splits the host's run time (from handing the job over to the
 // exit report) by the agent's own clock: start covers claim, handover and

@@ -2,16 +2,20 @@ package gvisor
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"net"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/collect"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
+	"github.com/airlock-sandbox/airlock/tiers/internal/attachio"
 	"github.com/airlock-sandbox/airlock/tiers/internal/frame"
 )
 
@@ -144,6 +148,97 @@ func TestReadAgentExitWithinReason(t *testing.T) {
 			t.Errorf("code %d: lost %v", c.exit.Code, lost)
 		case !c.lost && exit.Code != c.exit.Code:
 			t.Errorf("code %d: got code %d", c.exit.Code, exit.Code)
+		}
+	}
+}
+
+// TestReadAgentExitTextOneLine: the messages in an agent's exit report
+// (the reason it could not start the job, the copy grant that did not
+// fit) reach the host's error as one bounded line: an agent that the job
+// took over cannot forge log lines or drive a terminal through them.
+func TestReadAgentExitTextOneLine(t *testing.T) {
+	hostile := "x\nairlock: approved by admin\x1b[2J\x07" + strings.Repeat("y", 1500)
+	host, agent := net.Pipe()
+	go func() {
+		defer agent.Close()
+		frame.WriteJSON(agent, frame.Exit, agentExit{Code: -1, Error: hostile, CopyFull: hostile})
+	}()
+	job := cmdJob("true")
+	var res airlock.Result
+	exit, lost := readAgent(host, &job, newOutput(context.Background(), 1<<20), nil, &res)
+	host.Close()
+	if lost != nil || exit == nil {
+		t.Fatalf("exit %+v, lost %v", exit, lost)
+	}
+	for what, s := range map[string]string{"error": exit.Error, "copy_full": exit.CopyFull} {
+		if strings.ContainsAny(s, "\n\r\x1b\x07") || len(s) > 1024 {
+			t.Errorf("%s: the agent's text is kept as it was (%d bytes): %.100q", what, len(s), s)
+		}
+	}
+}
+
+// TestReadAgentRefusesFromHeader: a frame the job never calls for (a Job
+// frame from the agent, a Files frame for a job that collects nothing or
+// after its one) is refused from its header: the host reads none of its
+// payload, which may announce up to 48 MiB.
+func TestReadAgentRefusesFromHeader(t *testing.T) {
+	const size = 8 << 20
+	for _, c := range []struct {
+		name    string
+		collect bool
+		types   []frame.Type // the last is the one refused
+	}{
+		{"job", false, []frame.Type{frame.Job}},
+		{"files without collect", false, []frame.Type{frame.Files}},
+		{"second files", true, []frame.Type{frame.Files, frame.Files}},
+		{"attached stdout", false, []frame.Type{frame.Stdout}},
+	} {
+		host, agent := net.Pipe()
+		var taken atomic.Int64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer agent.Close()
+			w := collect.Wire{Files: map[string][]byte{"a": []byte("x")}}
+			for _, typ := range c.types[:len(c.types)-1] {
+				frame.WriteJSON(agent, typ, w)
+			}
+			var h [5]byte
+			h[0] = byte(c.types[len(c.types)-1])
+			n := size
+			if h[0] == byte(frame.Stdout) {
+				n = frame.MaxChunk
+			}
+			binary.BigEndian.PutUint32(h[1:], uint32(n))
+			if _, err := agent.Write(h[:]); err != nil {
+				return
+			}
+			chunk := make([]byte, 4<<10)
+			for left := n; left > 0; left -= len(chunk) {
+				k, err := agent.Write(chunk)
+				taken.Add(int64(k))
+				if err != nil {
+					return
+				}
+			}
+		}()
+		job := cmdJob("true")
+		if c.collect {
+			job.Collect = []string{"*"}
+		}
+		var att *attachio.Handle
+		if c.name == "attached stdout" {
+			att = &attachio.Handle{}
+		}
+		var res airlock.Result
+		exit, lost := readAgent(host, &job, newOutput(context.Background(), 1<<20), att, &res)
+		host.Close()
+		<-done
+		if lost == nil || exit != nil {
+			t.Errorf("%s: taken: exit %+v", c.name, exit)
+		}
+		if n := taken.Load(); n > 0 {
+			t.Errorf("%s: the host read %d bytes of a frame it refused (%v)", c.name, n, lost)
 		}
 	}
 }

@@ -346,3 +346,22 @@ func TestWaitWarm(t *testing.T) {
 		t.Fatalf("wait on a closed pool: %v", err)
 	}
 }
+
+// TestSessionRefusesScratchCap: a session's sandbox was made without a
+// scratch cap (a mount option, fixed at its start), so a run asking for
+// one cannot have it: it is refused, not run with a scratch that takes
+// far more than the job's grants.fs.scratch_mb says it may write.
+func TestSessionRefusesScratchCap(t *testing.T) {
+	s := openSession(t, airlock.SessionOptions{})
+	j := cmdJob("sh", "-c", "dd if=/dev/zero of=big bs=1M count=4 2>/dev/null && echo wrote 4 MiB")
+	j.Grants.FS.ScratchMB = 1
+	res, err := s.Run(context.Background(), j)
+	var na *airlock.NotAdmitted
+	if !errors.As(err, &na) {
+		t.Fatalf("a 1 MB scratch cap in a session: %v, stdout %q", err, res.Stdout)
+	}
+	// The session goes on.
+	if res, err := s.Run(context.Background(), cmdJob("echo", "on")); err != nil || res.Stdout != "on\n" {
+		t.Fatalf("the session after the refusal: %v %+v", err, res)
+	}
+}

@@ -114,6 +114,11 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if len(job.Grants.FS.Read) > 0 {
 		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "read grants cannot be added to a running session"})
 	}
+	if job.Grants.FS.ScratchMB > 0 {
+		// A mount option of the session's sandbox, made without one: the
+		// run would write beyond what it may.
+		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "grants.fs.scratch_mb cannot be applied to a running session (its scratch was mounted without a cap)"})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sb == nil {

@@ -650,7 +650,7 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("waiting for the guest agent: %w (%s)", err, v.diag())
 	case typ == frame.Fail:
-		return fmt.Errorf("guest agent failed: %s", payload)
+		return fmt.Errorf("guest agent failed: %s", value.Line(string(payload), maxGuestText))
 	case typ != frame.Ready:
 		return fmt.Errorf("guest agent sent %q before ready", typ)
 	}
@@ -672,6 +672,11 @@ func (v *vm) awaitReady(ctx context.Context, timeout time.Duration) error {
 	v.marks = r.Marks[:min(len(r.Marks), maxMarks)]
 	return nil
 }
+
+// maxGuestText bounds what of a guest's own words (a Fail frame, its
+// console) an error quotes, as one line (value.Line): the guest is on the
+// far side of the boundary, and may have replaced its agent.
+const maxGuestText = 512
 
 // maxMarks bounds the guest's step timestamps a VM keeps.
 const maxMarks = 64
@@ -743,10 +748,27 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 	frames := make(chan guestFrame, 16)
 	readerDone := make(chan struct{})
 	quit := make(chan struct{})
+	// The reader runs ahead of the loop below (by the channel's 16
+	// frames, while a slow client's stream holds the output sink), so it
+	// takes only the frames the job calls for: a Job frame from the
+	// guest, or a Files frame beyond the one a collecting job gets, each
+	// up to 48 MiB, is refused from its header rather than read and held.
+	files := len(job.Collect) > 0
+	allow := func(t frame.Type) bool {
+		switch t {
+		case frame.Job:
+			return false
+		case frame.Files:
+			ok := files
+			files = false
+			return ok
+		}
+		return true
+	}
 	go func() {
 		defer close(readerDone)
 		for {
-			typ, p, err := frame.Read(v.ctl)
+			typ, p, err := frame.ReadAllowed(v.ctl, allow)
 			select {
 			case frames <- guestFrame{typ, p, err}:
 			case <-quit:
@@ -875,7 +897,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				}
 				return nil
 			case frame.Fail:
-				return fmt.Errorf("guest agent: %s", f.p)
+				return fmt.Errorf("guest agent: %s", value.Line(string(f.p), maxGuestText))
 			default:
 				return fmt.Errorf("unexpected %q frame from the guest", f.t)
 			}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 )
@@ -85,15 +86,28 @@ func sweep(stateDir string) (int, error) {
 	return n, nil
 }
 
+// ownerGrace is how long a VM directory without an owner is taken for
+// one whose owner is being written.
+const ownerGrace = time.Minute
+
 // ownerOf reads dir's owner file: the owner's lease name (if it names
 // one) and whether the owner is alive. dead holds the locks of dead
 // owners; an owner whose lock file is gone is dead too.
+//
+// A directory is made before its owner file is written, and the file is
+// empty for a moment as it is written: one without an owner is taken for
+// one being made, alive, while it is younger than ownerGrace, so that a
+// sweep by another process does not remove it under the VM it is for.
 func ownerOf(dir, owners string, dead map[string]*lease.Lock) (owner string, alive bool) {
 	data, err := os.ReadFile(filepath.Join(dir, "owner"))
+	s := strings.TrimSpace(string(data))
+	if (err == nil || os.IsNotExist(err)) && s == "" {
+		st, err := os.Lstat(dir)
+		return "", err == nil && time.Since(st.ModTime()) < ownerGrace
+	}
 	if err != nil {
 		return "", false
 	}
-	s := strings.TrimSpace(string(data))
 	if lease.IsName(ownerPrefix, s) {
 		return s, dead[s] == nil && !lease.Gone(owners, s)
 	}

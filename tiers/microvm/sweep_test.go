@@ -84,3 +84,45 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("a live owner's VM directory was removed: %v", err)
 	}
 }
+
+// TestSweepSparesDirectoryBeingMade: a VM directory is made before its
+// owner file is written (and a file is empty for a moment as it is
+// written): another process's sweep in that window must not take the
+// directory for an orphan and remove it under the VM being launched. A
+// directory left that way by a crash, long enough ago, is still swept.
+func TestSweepSparesDirectoryBeingMade(t *testing.T) {
+	state := t.TempDir()
+	bare := filepath.Join(state, vmNamePrefix+"bare")
+	empty := filepath.Join(state, vmNamePrefix+"empty")
+	for _, d := range []string{bare, empty} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(empty, "owner"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sweep(state); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{bare, empty} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("a directory just made, its owner not yet written, was swept: %v", err)
+		}
+	}
+	// The same, left by a crash long ago: swept.
+	old := time.Now().Add(-time.Hour)
+	for _, d := range []string{bare, empty} {
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := sweep(state); err != nil || n != 2 {
+		t.Errorf("sweep of two old ownerless directories: %d removed, %v", n, err)
+	}
+	for _, d := range []string{bare, empty} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("an old ownerless directory %s was kept: %v", d, err)
+		}
+	}
+}

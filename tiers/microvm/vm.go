@@ -16,9 +16,11 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/deathsig"
 	"github.com/airlock-sandbox/airlock/internal/egressfwd"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/role"
 	"github.com/airlock-sandbox/airlock/tiers/internal/hostids"
 	"github.com/airlock-sandbox/airlock/tiers/microvm/internal/wire"
@@ -362,18 +364,30 @@ func (t *Tier) launch(ctx context.Context, s vmSpec) (_ *vm, err error) {
 }
 
 // diag summarises what QEMU and the guest console said, for errors.
+// The console is the guest's, QEMU's stderr may quote it: each is kept to
+// its last maxGuestText bytes and one line (value.Line).
 func (v *vm) diag() string {
-	s := v.stderr.String()
+	s := guestLine(v.stderr.String())
 	if c := v.console.String(); c != "" {
-		s += " [console: " + c + "]"
+		s += " [console: " + guestLine(c) + "]"
 	}
 	if s == "" {
 		return "no output"
 	}
-	if len(s) > 1000 {
-		s = s[len(s)-1000:]
-	}
 	return s
+}
+
+// guestLine is the end of s, at most maxGuestText bytes cut on a UTF-8
+// boundary, as one line.
+func guestLine(s string) string {
+	if len(s) > maxGuestText {
+		cut := len(s) - maxGuestText
+		for cut < len(s) && !utf8.RuneStart(s[cut]) {
+			cut++
+		}
+		s = "..." + s[cut:]
+	}
+	return value.Line(s, maxGuestText+len("..."))
 }
 
 // stop kills the VM's process group and closes its connections, without

@@ -107,7 +107,18 @@ func WriteJSON(w io.Writer, t Type, v any) error {
 // Read reads one frame. It refuses an unknown type or a length above the
 // type's bound from the header alone, and reports a stream that ends
 // inside a frame as io.ErrUnexpectedEOF; io.EOF only at a frame boundary.
-func Read(r io.Reader) (Type, []byte, error) {
+func Read(r io.Reader) (Type, []byte, error) { return ReadAllowed(r, nil) }
+
+// ErrUnexpected is wrapped by ReadAllowed for a frame of a type it was
+// told not to take.
+var ErrUnexpected = errors.New("unexpected frame")
+
+// ReadAllowed is Read for a reader that takes only the types allow
+// admits (nil: every type): another type is refused from its header
+// alone, before any of its payload is read, so that a peer cannot make
+// the reader hold a frame (of up to MaxJob bytes) it never calls for.
+// allow is called once per frame, with the header's type.
+func ReadAllowed(r io.Reader, allow func(Type) bool) (Type, []byte, error) {
 	var h [headerLen]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
@@ -116,6 +127,9 @@ func Read(r io.Reader) (Type, []byte, error) {
 	n := binary.BigEndian.Uint32(h[1:])
 	if err := check(t, uint64(n)); err != nil {
 		return 0, nil, err
+	}
+	if allow != nil && !allow(t) {
+		return 0, nil, fmt.Errorf("%w %c", ErrUnexpected, byte(t))
 	}
 	// The buffer starts at one chunk and doubles only once it is full: a
 	// header that announces more than follows costs at most twice what

@@ -192,3 +192,28 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// TestReadAllowedRefusesFromHeader: a type the reader does not take is
+// refused after its header, none of its payload read; the types it takes
+// are read as Read reads them.
+func TestReadAllowedRefusesFromHeader(t *testing.T) {
+	var buf bytes.Buffer
+	if err := Write(&buf, Stdout, []byte("out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(&buf, Job, bytes.Repeat([]byte("j"), 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	noJob := func(t Type) bool { return t != Job }
+	typ, p, err := ReadAllowed(&buf, noJob)
+	if err != nil || typ != Stdout || string(p) != "out" {
+		t.Fatalf("an allowed frame: %c %q %v", typ, p, err)
+	}
+	_, _, err = ReadAllowed(&buf, noJob)
+	if !errors.Is(err, ErrUnexpected) {
+		t.Fatalf("a refused type: %v", err)
+	}
+	if buf.Len() != 1<<20 {
+		t.Errorf("%d bytes of the refused frame's payload were read", 1<<20-buf.Len())
+	}
+}
