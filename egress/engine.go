@@ -723,12 +723,13 @@ type closerFunc func() error
 func (f closerFunc) Close() error { return f() }
 
 // RefusesBody reports whether a request with method may not carry a body:
-// GET and HEAD (whose content has no meaning, RFC 9110 section 9.3), TRACE
-// and CONNECT (which have none). A rule granting GET grants reading; a
-// body would make it a channel for writing.
+// GET, HEAD and OPTIONS (safe methods whose content has no defined
+// meaning, RFC 9110 section 9.3), TRACE and CONNECT (which have none). A
+// rule granting GET or OPTIONS grants reading; a body would make it a
+// channel for writing.
 func RefusesBody(method string) bool {
 	switch strings.ToUpper(method) {
-	case http.MethodGet, http.MethodHead, http.MethodTrace, http.MethodConnect:
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodConnect:
 		return true
 	}
 	return false
