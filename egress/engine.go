@@ -338,6 +338,17 @@ func (e *engine) dial(ctx context.Context, network, address string) (net.Conn, e
 	if !e.policy.AllowsName(name) {
 		return nil, &airlock.Denied{Capability: "net", Detail: "host " + name + " is not granted"}
 	}
+	if _, pinned := e.res.hosts[name]; !pinned && !e.policy.namesExactly(name) {
+		// The job chose the labels under the wildcard, and the upstream
+		// lookup carries them to the zone's name servers, as a query to
+		// the resolver would: it takes the resolver's rate limit too.
+		wctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
+		err := e.dnsLimit.Wait(wctx)
+		cancel()
+		if err != nil {
+			return nil, &airlock.Denied{Capability: "net", Detail: "lookup rate limit exceeded: " + name + " is granted by a wildcard rule, and its lookups share the resolver's limit"}
+		}
+	}
 	addrs, err := e.res.resolve(ctx, "ip", name)
 	if err != nil {
 		var pe policyError
