@@ -101,8 +101,15 @@ func pinRefused(a netip.Addr) (string, bool) {
 // proxy and resolver use for names that are granted but not pinned.
 type LookupFunc func(ctx context.Context, network, host string) ([]netip.Addr, error)
 
-// SystemLookup resolves through the host's resolver.
+// SystemLookup resolves through the host's resolver, the name as it is:
+// rooted, so that the resolver's search domains are not tried after it
+// fails (NAME.corp.example is another host than the one granted, and
+// asking for it carries the job's labels to the search domain's name
+// servers).
 func SystemLookup(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if !strings.HasSuffix(host, ".") {
+		host += "."
+	}
 	return net.DefaultResolver.LookupNetIP(ctx, network, host)
 }
 
@@ -127,7 +134,7 @@ func (r *resolver) resolve(ctx context.Context, network, name string) ([]netip.A
 		var de *net.DNSError
 		if errors.As(err, &de) {
 			quiet := *de
-			quiet.Server = ""
+			quiet.Server, quiet.Name = "", name
 			err = &quiet
 		}
 		return nil, fmt.Errorf("resolving %s: %w", name, err)
