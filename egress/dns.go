@@ -130,8 +130,14 @@ func (e *engine) dnsServer(pc net.PacketConn, ln net.Listener, h dns.Handler) *d
 				e.refuseDNS("a response, not a query")
 			case dns.MsgRejectNotImplemented:
 				e.refuseDNS("opcode " + dns.OpcodeToString[int(dh.Bits>>11)&0xF] + " is not answered")
+			case dns.MsgReject:
+				if dh.Qdcount != 1 {
+					e.refuseDNS(fmt.Sprintf("%d questions (a query has one)", dh.Qdcount))
+				} else {
+					e.refuseDNS("more records than a query has")
+				}
 			default:
-				e.refuseDNS("not a single-question query")
+				e.refuseDNS("refused")
 			}
 			return action
 		},
