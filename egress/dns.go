@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -108,6 +109,42 @@ func (e *engine) dnsHandler(ctx context.Context) dns.Handler {
 	})
 }
 
+// refuseDNS logs a DNS message refused before it could be read as a
+// query: like a request the proxy cannot parse, it leaves a record.
+func (e *engine) refuseDNS(reason string) {
+	e.record(Record{Via: "dns", Verdict: Deny, Reason: "malformed DNS message: " + reason})
+}
+
+// dnsServer is a resolver's server on pc or ln, logging every message it
+// drops or refuses without calling the handler (see refuseDNS).
+func (e *engine) dnsServer(pc net.PacketConn, ln net.Listener, h dns.Handler) *dns.Server {
+	return &dns.Server{
+		PacketConn: pc,
+		Listener:   ln,
+		Handler:    h,
+		MsgAcceptFunc: func(dh dns.Header) dns.MsgAcceptAction {
+			action := dns.DefaultMsgAcceptFunc(dh)
+			switch action {
+			case dns.MsgAccept:
+			case dns.MsgIgnore:
+				e.refuseDNS("a response, not a query")
+			case dns.MsgRejectNotImplemented:
+				e.refuseDNS("opcode " + dns.OpcodeToString[int(dh.Bits>>11)&0xF] + " is not answered")
+			case dns.MsgReject:
+				if dh.Qdcount != 1 {
+					e.refuseDNS(fmt.Sprintf("%d questions (a query has one)", dh.Qdcount))
+				} else {
+					e.refuseDNS("more records than a query has")
+				}
+			default:
+				e.refuseDNS("refused")
+			}
+			return action
+		},
+		MsgInvalidFunc: func(_ []byte, err error) { e.refuseDNS(err.Error()) },
+	}
+}
+
 // serveDNSStream answers DNS-over-TCP framed queries (two-byte length,
 // then the message) on one stream until it ends: the form DNS takes over
 // the gateway's Unix socket.
@@ -122,13 +159,16 @@ func (e *engine) serveDNSStream(ctx context.Context, c net.Conn) {
 		}
 		n := int(binary.BigEndian.Uint16(lenBuf[:]))
 		if n > maxDNSMessage || n < 12 {
+			e.refuseDNS(fmt.Sprintf("a frame of %d bytes (want 12 to %d)", n, maxDNSMessage))
 			return
 		}
 		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			e.refuseDNS("cut short: " + err.Error())
 			return
 		}
 		req := new(dns.Msg)
 		if err := req.Unpack(buf[:n]); err != nil {
+			e.refuseDNS(err.Error())
 			return
 		}
 		out, err := e.answerDNS(ctx, req).Pack()

@@ -65,7 +65,7 @@ func decided(logs []egress.Record, v egress.Verdict, reason string) bool {
 	return false
 }
 
-// TestBodyRefusedOnGetAndHead: a GET or HEAD carrying a body (by length
+// TestBodyRefusedOnGetAndHead: a GET, HEAD or OPTIONS carrying a body (by length
 // or chunked) is refused at every door, so a read-only grant is not a
 // write channel; the same request without a body, and a body on a method
 // the rule grants, pass.
@@ -73,6 +73,8 @@ func TestBodyRefusedOnGetAndHead(t *testing.T) {
 	env := newTestEnv(t, nil)
 	hp := "origin.test:" + env.HTTPPort
 	tp := "origin.test:" + env.HTTPSPort
+	op := "opts.test:" + env.HTTPPort
+	otp := "opts.test:" + env.HTTPSPort
 	req := func(method, target, host, path, extra string) string {
 		return method + " " + target + path + " HTTP/1.1\r\nHost: " + host + "\r\n" + extra
 	}
@@ -91,20 +93,29 @@ func TestBodyRefusedOnGetAndHead(t *testing.T) {
 		{"tunnel HEAD", tp, req("HEAD", "", tp, "/b10", "\r\n"), "/b10", true, ""},
 		{"proxy POST to a POST host", "", req("POST", "http://post.test:"+env.HTTPPort, "post.test:"+env.HTTPPort, "/b11", cl), "/b11", true, ""},
 		{"tunnel POST chunked to a POST host", "post.test:" + env.HTTPSPort, req("POST", "", "post.test:"+env.HTTPSPort, "/b12", te), "/b12", true, ""},
+		// OPTIONS is as read-only as GET: a rule granting it is no write
+		// channel either.
+		{"proxy OPTIONS with content", "", req("OPTIONS", "http://"+op, op, "/b15", cl), "/b15", false, "body"},
+		{"proxy OPTIONS chunked", "", req("OPTIONS", "http://"+op, op, "/b16", te), "/b16", false, "body"},
+		{"tunnel OPTIONS with content", otp, req("OPTIONS", "", otp, "/b17", cl), "/b17", false, "body"},
+		{"proxy lower-case options chunked", "", req("options", "http://"+op, op, "/b18", te), "/b18", false, "body"},
+		{"proxy OPTIONS", "", req("OPTIONS", "http://"+op, op, "/b19", "\r\n"), "/b19", true, ""},
 	})
 
 	// The in-process client (WASM and Starlark tiers): a body of known
 	// length, and one of unknown length (sent chunked).
 	for _, c := range []struct {
-		method string
-		body   io.Reader
+		method, hostPort string
+		body             io.Reader
 	}{
-		{"GET", strings.NewReader("secret")},
-		{"GET", io.MultiReader(strings.NewReader("secret"))},
-		{"HEAD", strings.NewReader("secret")},
+		{"GET", hp, strings.NewReader("secret")},
+		{"GET", hp, io.MultiReader(strings.NewReader("secret"))},
+		{"HEAD", hp, strings.NewReader("secret")},
+		{"OPTIONS", op, strings.NewReader("secret")},
+		{"OPTIONS", op, io.MultiReader(strings.NewReader("secret"))},
 	} {
 		env.TakeLogs()
-		r, _ := http.NewRequest(c.method, "http://"+hp+"/b13", c.body)
+		r, _ := http.NewRequest(c.method, "http://"+c.hostPort+"/b13", c.body)
 		resp, err := env.GW.RoundTrip(r)
 		var d *airlock.Denied
 		if err == nil {

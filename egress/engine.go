@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/encoding/htmlindex"
 	"golang.org/x/time/rate"
@@ -278,10 +280,47 @@ func orDefault(v, def int64) int64 {
 }
 
 func (e *engine) record(r Record) {
-	r.Path, r.Reason = value.Clip(r.Path, MaxRecordField), value.Clip(r.Reason, MaxRecordField)
+	r.Host, r.Method, r.Addr, r.Remote = printable(r.Host), printable(r.Method), printable(r.Addr), printable(r.Remote)
+	r.Path, r.Reason = value.Clip(printable(r.Path), MaxRecordField), value.Clip(printable(r.Reason), MaxRecordField)
 	r.Time = time.Now().UTC()
 	r.Job = e.job
 	e.log(r)
+}
+
+// printable writes what a request put into a record (a decoded path, a
+// host that is not a name, a quoted header line) so that it shows as what
+// it is: invalid UTF-8 as \xNN, and control characters, format characters
+// (bidi overrides, zero-width marks) and line separators as \xNN or
+// \uNNNN. A job cannot then begin a line of its own in a log or in
+// Result.Decision, send a terminal escape to whoever reads them, or make
+// a field read as something else; and nothing it sent is dropped.
+func printable(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] >= 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		c, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case c < 0x80 && !unicode.IsGraphic(c):
+			fmt.Fprintf(&b, `\x%02x`, c)
+		case !unicode.IsGraphic(c):
+			fmt.Fprintf(&b, `\u%04x`, c)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // dial connects to a granted name through the addresses the resolver
@@ -298,6 +337,17 @@ func (e *engine) dial(ctx context.Context, network, address string) (net.Conn, e
 	}
 	if !e.policy.AllowsName(name) {
 		return nil, &airlock.Denied{Capability: "net", Detail: "host " + name + " is not granted"}
+	}
+	if _, pinned := e.res.hosts[name]; !pinned && !e.policy.namesExactly(name) {
+		// The job chose the labels under the wildcard, and the upstream
+		// lookup carries them to the zone's name servers, as a query to
+		// the resolver would: it takes the resolver's rate limit too.
+		wctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
+		err := e.dnsLimit.Wait(wctx)
+		cancel()
+		if err != nil {
+			return nil, &airlock.Denied{Capability: "net", Detail: "lookup rate limit exceeded: " + name + " is granted by a wildcard rule, and its lookups share the resolver's limit"}
+		}
 	}
 	addrs, err := e.res.resolve(ctx, "ip", name)
 	if err != nil {
@@ -723,12 +773,13 @@ type closerFunc func() error
 func (f closerFunc) Close() error { return f() }
 
 // RefusesBody reports whether a request with method may not carry a body:
-// GET and HEAD (whose content has no meaning, RFC 9110 section 9.3), TRACE
-// and CONNECT (which have none). A rule granting GET grants reading; a
-// body would make it a channel for writing.
+// GET, HEAD and OPTIONS (safe methods whose content has no defined
+// meaning, RFC 9110 section 9.3), TRACE and CONNECT (which have none). A
+// rule granting GET or OPTIONS grants reading; a body would make it a
+// channel for writing.
 func RefusesBody(method string) bool {
 	switch strings.ToUpper(method) {
-	case http.MethodGet, http.MethodHead, http.MethodTrace, http.MethodConnect:
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodConnect:
 		return true
 	}
 	return false

@@ -169,7 +169,7 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 			return err
 		}
 		h := g.e.dnsHandler(ctx)
-		for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
+		for _, s := range []*dns.Server{g.e.dnsServer(pc, nil, h), g.e.dnsServer(nil, ln, h)} {
 			started := make(chan struct{})
 			s.NotifyStartedFunc = func() { close(started) }
 			g.dnsSrv = append(g.dnsSrv, s)

@@ -554,3 +554,61 @@ func TestFaultsEndOneConnection(t *testing.T) {
 		t.Errorf("in-process, the fault: %v", err)
 	}
 }
+
+// TestWildcardLookupsRateLimited: a name only a wildcard rule grants has
+// labels the job chooses, and every upstream lookup of one carries them
+// to whoever runs the zone's name servers. Lookups the proxy makes to
+// dial such names share the resolver's rate limit, so a job cannot send
+// data in labels faster through the proxy than through the resolver,
+// even when the lookups fail. Names an exact rule grants are not limited.
+func TestWildcardLookupsRateLimited(t *testing.T) {
+	var mu sync.Mutex
+	looked := map[string]int{}
+	var logs []egress.Record
+	gw, err := egress.Start(context.Background(), egress.Config{
+		Rules: []airlock.NetRule{{Host: "*.wild.test"}, {Host: "exact.test"}},
+		Log: func(r egress.Record) {
+			mu.Lock()
+			logs = append(logs, r)
+			mu.Unlock()
+		},
+		DNSRate:  0.001,
+		DNSBurst: 3,
+		Lookup: func(ctx context.Context, network, host string) ([]netip.Addr, error) {
+			mu.Lock()
+			looked[host]++
+			mu.Unlock()
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	for i := 0; i < 10; i++ {
+		for _, host := range []string{fmt.Sprintf("data%d.wild.test", i), "exact.test"} {
+			r, _ := http.NewRequest("GET", "http://"+host+"/", nil)
+			if resp, err := gw.RoundTrip(r); err == nil {
+				resp.Body.Close()
+				t.Fatalf("%s: %s", host, resp.Status)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	wild := 0
+	for h, n := range looked {
+		if strings.HasSuffix(h, ".wild.test") {
+			wild += n
+		}
+	}
+	if wild > 3 {
+		t.Errorf("%d upstream lookups of names under *.wild.test, want at most the burst of 3", wild)
+	}
+	if !hasReason(logs, "lookup rate limit exceeded") {
+		t.Error("refusals over the limit not logged")
+	}
+	if looked["exact.test"] != 10 {
+		t.Errorf("%d lookups of exact.test, want 10 (an exact name is not rate limited)", looked["exact.test"])
+	}
+}

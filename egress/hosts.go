@@ -83,17 +83,43 @@ func (h Hosts) clone() Hosts {
 
 func pinRefused(a netip.Addr) (string, bool) {
 	u := a.Unmap()
-	switch {
-	case !u.IsValid():
+	if !u.IsValid() {
 		return "invalid address", true
-	case isMetadata(u):
-		return "metadata service address", true
-	case u.IsUnspecified():
-		return "unspecified address", true
-	case u.IsMulticast():
-		return "multicast address", true
+	}
+	for _, v := range append([]netip.Addr{u}, embeddedIPv4(u)...) {
+		switch {
+		case isMetadata(v):
+			return "metadata service address", true
+		case v.IsUnspecified():
+			return "unspecified address", true
+		case v.IsMulticast():
+			return "multicast address", true
+		}
 	}
 	return "", false
+}
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address carries in a form
+// that reaches it by translation or tunnelling: IPv4-translated
+// (::ffff:0:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96,
+// and the local-use 64:ff9b:1::/48 in its /96 layout) and 6to4
+// (2002:aabb:ccdd::/48).
+func embeddedIPv4(a netip.Addr) []netip.Addr {
+	if !a.Is6() {
+		return nil
+	}
+	b := a.As16()
+	last := netip.AddrFrom4([4]byte(b[12:16]))
+	var out []netip.Addr
+	for _, p := range []string{"::ffff:0:0:0/96", "::/96", "64:ff9b::/96", "64:ff9b:1::/48"} {
+		if netip.MustParsePrefix(p).Contains(a) {
+			out = append(out, last)
+		}
+	}
+	if netip.MustParsePrefix("2002::/16").Contains(a) {
+		out = append(out, netip.AddrFrom4([4]byte(b[2:6])))
+	}
+	return out
 }
 
 // LookupFunc resolves a host name to addresses of the given network
@@ -101,8 +127,15 @@ func pinRefused(a netip.Addr) (string, bool) {
 // proxy and resolver use for names that are granted but not pinned.
 type LookupFunc func(ctx context.Context, network, host string) ([]netip.Addr, error)
 
-// SystemLookup resolves through the host's resolver.
+// SystemLookup resolves through the host's resolver, the name as it is:
+// rooted, so that the resolver's search domains are not tried after it
+// fails (NAME.corp.example is another host than the one granted, and
+// asking for it carries the job's labels to the search domain's name
+// servers).
 func SystemLookup(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if !strings.HasSuffix(host, ".") {
+		host += "."
+	}
 	return net.DefaultResolver.LookupNetIP(ctx, network, host)
 }
 
@@ -127,7 +160,7 @@ func (r *resolver) resolve(ctx context.Context, network, name string) ([]netip.A
 		var de *net.DNSError
 		if errors.As(err, &de) {
 			quiet := *de
-			quiet.Server = ""
+			quiet.Server, quiet.Name = "", name
 			err = &quiet
 		}
 		return nil, fmt.Errorf("resolving %s: %w", name, err)

@@ -113,6 +113,17 @@ func (p *Policy) AllowsName(host string) bool {
 	return false
 }
 
+// namesExactly reports whether a rule names the normalised name itself,
+// not only through a wildcard.
+func (p *Policy) namesExactly(name string) bool {
+	for i := range p.rules {
+		if !p.rules[i].wildcard && p.rules[i].host == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Check decides whether method may be used on host:port over scheme
 // ("http" or "https") at path: the request's path as sent, still
 // percent-encoded, without its query. host may be in any spelling a client

@@ -268,7 +268,13 @@ func TestParseHosts(t *testing.T) {
 	if got := h["registry.internal"]; len(got) != 1 {
 		t.Errorf("registry.internal pins = %v", got)
 	}
-	for _, bad := range []string{"127.0.0.1\n", "localhost 127.0.0.1\n", "169.254.169.254 meta.test\n", "0.0.0.0 x.test\n", "127.0.0.1 0x7f000001\n", "fd00:ec2::254 m.test\n"} {
+	for _, bad := range []string{"127.0.0.1\n", "localhost 127.0.0.1\n", "169.254.169.254 meta.test\n", "0.0.0.0 x.test\n", "127.0.0.1 0x7f000001\n", "fd00:ec2::254 m.test\n",
+		// The metadata address in the IPv6 forms that carry an IPv4
+		// address: mapped, translated, compatible, NAT64 (both prefixes),
+		// 6to4; and the unspecified and multicast ones so.
+		"::ffff:169.254.169.254 m.test\n", "::ffff:0:169.254.169.254 m.test\n", "::169.254.169.254 m.test\n",
+		"64:ff9b::169.254.169.254 m.test\n", "64:ff9b:1::a9fe:a9fe m.test\n", "2002:a9fe:a9fe::1 m.test\n",
+		"64:ff9b::100.100.100.200 m.test\n", "64:ff9b:: m.test\n", "64:ff9b::224.0.0.1 m.test\n"} {
 		if _, err := ParseHosts(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseHosts(%q) succeeded", bad)
 		}

@@ -69,7 +69,7 @@ var UpstreamRecords = map[string]string{
 // refusal of an ungranted one then proves that the policy refused, not
 // that the name failed to resolve.
 var Pinned = []string{"origin.test", "post.test", "a.wild.test", "wild.test", "evil.test", "x.origin.test", "evilorigin.test", "bücher.test",
-	"git.test", "plain.test", "tls.test"}
+	"git.test", "plain.test", "tls.test", "opts.test"}
 
 // Rules are the corpus's grants, for origins listening on ports.
 func Rules(ports ...int) []airlock.NetRule {
@@ -86,6 +86,8 @@ func Rules(ports ...int) []airlock.NetRule {
 		{Host: "git.test", Methods: []string{"POST"}, Ports: ports, Paths: []string{"*/git-upload-pack"}},
 		{Host: "plain.test", Scheme: "http", Ports: ports},
 		{Host: "tls.test", Scheme: "https", Ports: ports},
+		// A read-only grant that includes OPTIONS (CORS preflights).
+		{Host: "opts.test", Methods: []string{"GET", "HEAD", "OPTIONS"}, Ports: ports},
 	}
 }
 
