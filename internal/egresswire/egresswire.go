@@ -7,6 +7,7 @@ package egresswire
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -97,11 +98,29 @@ func Start(ctx context.Context, cfg egress.Config, hostDir, sandboxDir string) (
 		return nil, nil, err
 	}
 	gw := g.gw
-	if err := os.WriteFile(filepath.Join(hostDir, CA), gw.CACertPEM(), 0o644); err != nil {
+	if err := placeCA(hostDir, gw.CACertPEM()); err != nil {
 		gw.Close()
 		return nil, nil, fmt.Errorf("placing the egress CA: %w", err)
 	}
 	return g, egress.SandboxEnv(path.Join(sandboxDir, CA)), nil
+}
+
+// placeCA writes the CA as a fresh file renamed into place: whatever was
+// at its name before (a link, say) is replaced, never written through.
+func placeCA(dir string, pem []byte) error {
+	f, err := os.CreateTemp(dir, ".ca-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(pem)
+	err = errors.Join(err, f.Chmod(0o644), f.Close())
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, CA))
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 // New starts the gateway cfg describes, keeping its decisions; for

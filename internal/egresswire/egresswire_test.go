@@ -138,3 +138,30 @@ func getVia(t *testing.T, dir, url string) {
 	}
 	resp.Body.Close()
 }
+
+// The CA is placed as a file of its own: a link left at its name (by
+// whoever could write the directory) is replaced, not written through.
+func TestStartReplacesLinkAtCA(t *testing.T) {
+	dir, elsewhere := t.TempDir(), filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(elsewhere, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(dir, CA)); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := Start(context.Background(), egress.Config{Job: "j1"}, dir, "/inside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if b, _ := os.ReadFile(elsewhere); string(b) != "keep" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	st, err := os.Lstat(filepath.Join(dir, CA))
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o644 {
+		t.Errorf("CA: %v, %v", st, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ".ca-*")); len(m) != 0 {
+		t.Errorf("left behind: %v", m)
+	}
+}
