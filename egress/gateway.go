@@ -52,8 +52,9 @@ type Config struct {
 	// DNSRate (queries per second) and DNSBurst rate-limit the resolver.
 	DNSRate  float64
 	DNSBurst int
-	// MaxConns bounds the proxy and socket connections served at once
-	// (default DefaultMaxConns); one over it is answered 503 and closed.
+	// MaxConns bounds the proxy, socket and resolver TCP connections
+	// served at once (default DefaultMaxConns); one over it is answered
+	// 503 (the resolver's: just closed) and closed.
 	// Each may hold a request head of up to a MiB and a form body being
 	// checked, so without a bound a sandbox's descriptors, not its memory
 	// limit, would decide what the gateway holds for it.
@@ -169,6 +170,7 @@ func (g *Gateway) listen(ctx context.Context, cfg *Config) error {
 			return err
 		}
 		h := g.e.dnsHandler(ctx)
+		ln = &slotListener{Listener: ln, g: g}
 		for _, s := range []*dns.Server{g.e.dnsServer(pc, nil, h), g.e.dnsServer(nil, ln, h)} {
 			started := make(chan struct{})
 			s.NotifyStartedFunc = func() { close(started) }
@@ -253,6 +255,43 @@ func (g *Gateway) admit(c net.Conn, via string) bool {
 }
 
 func (g *Gateway) release() { <-g.slots }
+
+// slotListener is the resolver's TCP listener, whose connections take the
+// gateway's slots as the proxy's do: each holds a goroutine and buffers
+// until the client goes quiet, so MaxConns bounds them too. One over it
+// is recorded and closed.
+type slotListener struct {
+	net.Listener
+	g *Gateway
+}
+
+func (l *slotListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.g.slots <- struct{}{}:
+			return &slotConn{Conn: c, release: sync.OnceFunc(l.g.release)}, nil
+		default:
+		}
+		l.g.e.record(Record{Via: "dns", Remote: remoteOf(c), Verdict: Deny,
+			Reason: fmt.Sprintf("too many connections: the gateway serves at most %d at once", cap(l.g.slots))})
+		c.Close()
+	}
+}
+
+// slotConn gives its slot back when it is closed.
+type slotConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}
 
 // contain ends a connection whose handling panicked, and records it as a
 // refusal, instead of ending the process: the gateway parses whatever a

@@ -612,3 +612,45 @@ func TestWildcardLookupsRateLimited(t *testing.T) {
 		t.Errorf("%d lookups of exact.test, want 10 (an exact name is not rate limited)", looked["exact.test"])
 	}
 }
+
+// TestDNSConnectionsBounded: the resolver's TCP connections take the
+// gateway's slots too: one over MaxConns is closed and logged, and a slot
+// freed serves a query again.
+func TestDNSConnectionsBounded(t *testing.T) {
+	env := newTestEnv(t, func(c *egress.Config) { c.MaxConns = 2 })
+	addr := env.GW.DNSAddr().String()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	held := []net.Conn{dial(), dial()}
+	time.Sleep(200 * time.Millisecond) // the held connections are accepted
+	over := dial()
+	// Closed at once: within the second before the DNS server's own
+	// read timeout (two) would close an idle connection anyway.
+	_ = over.SetReadDeadline(time.Now().Add(time.Second))
+	if n, err := over.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("connection 3 of 2: read %d, %v; want it closed", n, err)
+	}
+	if !hasReason(env.TakeLogs(), "too many connections") {
+		t.Error("the refused connection was not logged")
+	}
+	held[0].Close()
+	q := new(dns.Msg)
+	q.SetQuestion("origin.test.", dns.TypeA)
+	for i := 0; ; i++ {
+		in, _, err := (&dns.Client{Net: "tcp", Timeout: 2 * time.Second}).Exchange(q, addr)
+		if err == nil && in.Rcode == dns.RcodeSuccess {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("a freed slot is not served again: %v %v", in, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
