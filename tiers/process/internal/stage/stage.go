@@ -414,13 +414,14 @@ func lookProgram(name string) (string, error) { return lookProgramIn("", name, p
 
 func lookProgramDirs(name string, dirs []string) (string, error) {
 	if strings.Contains(name, "/") {
-		if !path.IsAbs(name) {
-			name = path.Join("/scratch", name)
+		p := name
+		if !path.IsAbs(p) {
+			p = path.Join("/scratch", p)
 		}
-		if err := unix.Access(name, unix.X_OK); err != nil {
+		if err := unix.Access(p, unix.X_OK); err != nil {
 			return "", fmt.Errorf("program %s: %w", name, err)
 		}
-		return name, nil
+		return p, nil
 	}
 	for _, d := range dirs {
 		if !path.IsAbs(d) {
@@ -490,16 +491,18 @@ func filterStage() int {
 	if err := becomeUser(job.UID); err != nil {
 		return fail(err)
 	}
-	prog, err := lookProgramIn(job.Scratch, job.Argv[0], programDirs)
-	if err != nil {
-		_ = enc.send(Status{Error: err.Error(), NotFound: true})
-		return 127
-	}
 	if err := placeFiles(job.Scratch, job.Files); err != nil {
 		return fail(err)
 	}
 	if err := awaitGo(dec, enc, &job); err != nil {
 		return fail(err)
+	}
+	// Looked up once the files are placed: a placed script may be the
+	// program ("./run.sh").
+	prog, err := lookProgramIn(job.Scratch, job.Argv[0], programDirs)
+	if err != nil {
+		_ = enc.send(Status{Error: err.Error(), NotFound: true})
+		return 127
 	}
 	if err := SetRlimits(job.Rlimits); err != nil {
 		return fail(err)
@@ -655,7 +658,13 @@ func filterLandlock(scratch string, read []string) []llRule {
 // working directory), a bare name in dirs.
 func lookProgramIn(scratch, name string, dirs []string) (string, error) {
 	if scratch != "" && strings.Contains(name, "/") && !path.IsAbs(name) {
-		name = path.Join(scratch, name)
+		p := path.Join(scratch, name)
+		if err := unix.Access(p, unix.X_OK); err != nil {
+			// Named as the job named it: the scratch's host path is the
+			// machine's, not the job's.
+			return "", fmt.Errorf("program %s: %w", name, err)
+		}
+		return p, nil
 	}
 	return lookProgramDirs(name, dirs)
 }
