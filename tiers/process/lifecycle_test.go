@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
@@ -600,6 +601,56 @@ func TestStageJoinsCgroup(t *testing.T) {
 		cancel()
 		if err := <-done; err == nil {
 			t.Fatal("a cancelled job reported success")
+		}
+		assertClean(t, tier, cfg)
+	})
+}
+
+// TestSessionScratchInodesBounded: a session's scratch is a tmpfs that
+// outlives each run's cgroup, so the kernel memory its inodes hold is
+// charged to a run that is gone once the next begins. Empty files take no
+// page of the tmpfs's size: without a bound on its inodes, run after run
+// could fill the host's memory with them, each run within its own limit.
+// The scratch takes at most two inodes per 4 KiB page of its size.
+func TestSessionScratchInodesBounded(t *testing.T) {
+	egresstest.NeedTools(t, "python3")
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
+		s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const fill = `import os, sys
+n = 0
+try:
+    while n < 25000:
+        os.close(os.open("f%s-%d" % (sys.argv[1], n), os.O_CREAT | os.O_WRONLY)); n += 1
+except OSError as e:
+    print(n, e.errno); sys.exit(0)
+print(n, 0)
+`
+		total := 0
+		for i := range 6 {
+			job := cmdJob("python3", "-c", fill, strconv.Itoa(i))
+			job.Limits.MemoryMB = 64
+			res, err := s.Run(ctx, job)
+			if err != nil {
+				t.Fatalf("run %d: %v (%q)", i, err, res.Stderr)
+			}
+			var made, errno int
+			if _, err := fmt.Sscan(res.Stdout, &made, &errno); err != nil {
+				t.Fatalf("run %d said %q, %q", i, res.Stdout, res.Stderr)
+			}
+			total += made
+			if errno != 0 && errno != int(syscall.ENOSPC) {
+				t.Fatalf("run %d: errno %d after %d files", i, errno, made)
+			}
+		}
+		if most := DefaultScratchMB * 512; total > most {
+			t.Errorf("the %d MiB session scratch took %d empty files over 6 runs of 64 MiB each (at most %d)", DefaultScratchMB, total, most)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
 		assertClean(t, tier, cfg)
 	})

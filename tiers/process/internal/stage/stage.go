@@ -532,7 +532,7 @@ func filterStage() int {
 func resizeScratch(base *BaseSpec, job *JobSpec) error {
 	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
 		if err := unix.Mount("", "/scratch", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
-			fmt.Sprintf("size=%dm", job.ScratchMB)); err != nil {
+			ScratchSize(job.ScratchMB)); err != nil {
 			return fmt.Errorf("resizing scratch: %w", err)
 		}
 	}
