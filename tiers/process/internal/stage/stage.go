@@ -456,8 +456,15 @@ func awaitGo(dec specPipe, enc statusPipe, job *JobSpec) error {
 // anything is written, rather than being written through. The files are
 // made by this stage, already the sandbox's root or the job's user, so
 // they need no chown.
+//
+// Files that do not fit in the scratch (its size or its inodes) are the
+// job's mistake, refused as its files field, not the sandbox's failure.
 func placeFiles(dir string, files map[string]string) error {
-	return place.Files(dir, files, place.Options{FileMode: 0o755, DirMode: 0o755})
+	err := place.Files(dir, files, place.Options{FileMode: 0o755, DirMode: 0o755})
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG) {
+		return &FieldError{Field: "files", Msg: "the files do not fit in the scratch (grants.fs.scratch_mb): " + err.Error()}
+	}
+	return err
 }
 
 // filterStage is the level-2 stage: already in the job's cgroup, it
