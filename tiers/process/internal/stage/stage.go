@@ -251,6 +251,12 @@ func supervise(enc statusPipe, start startFunc, prog, dir string, job *JobSpec, 
 	})
 	_, _ = oomAdj.WriteAt([]byte("0"), 0)
 	defer release()
+	if errors.Is(err, syscall.E2BIG) {
+		// The job's arguments and environment together are more than
+		// the kernel takes: the job's mistake.
+		_ = enc.send(Status{Field: "argv", Error: fmt.Sprintf("starting %s: the arguments and environment are too long for Linux to start the program (%v)", job.Argv[0], err)})
+		return 0
+	}
 	if err != nil {
 		_ = enc.send(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
 		return 0
