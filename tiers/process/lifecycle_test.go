@@ -655,3 +655,54 @@ print(n, 0)
 		assertClean(t, tier, cfg)
 	})
 }
+
+// TestFilterHidesOtherProcesses: a level-2 program shares the host's PID
+// namespace, but sees only its own processes in /proc: not the command
+// line of another job's program (a level-3 container's, here), nor the
+// host's processes, while its own children stay visible.
+func TestFilterHidesOtherProcesses(t *testing.T) {
+	cfg := testConfig(t)
+	container := newTestTier(t, bothTiers[0], cfg)
+	filter := newTestTier(t, bothTiers[1], cfg)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		job := cmdJob("sh", "-c", "sleep 30; : other-jobs-marker")
+		job.Limits.WallMS = 60_000
+		_, _ = container.Run(context.Background(), job)
+	}()
+	sentinel := exec.Command("sleep", "60")
+	if err := sentinel.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sentinel.Process.Kill(); sentinel.Wait() }()
+	// Wait until the container's shell runs.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the container's program did not start")
+		}
+		out, _ := exec.Command("pgrep", "-f", "other-jobs-marker").Output()
+		if len(out) > 0 {
+			break
+		}
+	}
+	res, err := filter.Run(context.Background(), cmdJob("sh", "-c",
+		`sleep 5 & for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f 2>/dev/null; echo; done; echo sentinel=$(test -e /proc/`+strconv.Itoa(sentinel.Process.Pid)+` && echo seen); kill $!`))
+	if err != nil {
+		t.Fatalf("%v (%q)", err, res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "other-jobs-marker") {
+		t.Errorf("a level-2 job read another job's command line:\n%s", res.Stdout)
+	}
+	if strings.Contains(res.Stdout, "sentinel=seen") {
+		t.Errorf("a level-2 job sees a host process (pid %d)", sentinel.Process.Pid)
+	}
+	if !strings.Contains(res.Stdout, "sleep 5") {
+		t.Errorf("a level-2 job does not see its own child:\n%s", res.Stdout)
+	}
+	filter.Close()
+	container.Close() // ends the waiting job
+	<-done
+	assertClean(t, container, cfg)
+	assertClean(t, filter, cfg)
+}

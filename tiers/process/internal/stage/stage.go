@@ -489,6 +489,9 @@ func filterStage() int {
 	if err := joinCgroupOpen(job.CgroupFds); err != nil {
 		return fail(err)
 	}
+	if err := hideProcesses(); err != nil {
+		return fail(err)
+	}
 	procs, err := openCgroupProcs()
 	if err != nil {
 		return fail(fmt.Errorf("finding own cgroup: %w", err))
@@ -538,6 +541,27 @@ func filterStage() int {
 		}
 	}()
 	return supervise(enc, startConfined(rules, seccompProg, job.CgroupFds), prog, job.Scratch, &job, oomAdj, func() int { return killCgroupPeers(procs) })
+}
+
+// hideProcesses mounts, in the level-2 stage's own mount namespace, a
+// /proc of the host's PID namespace that shows each process only the
+// processes it may trace (hidepid): the program sees its own, not the
+// host's nor other jobs' (their command lines, which any user could
+// otherwise read). Mounts are made slaves first, so nothing propagates
+// back to the host.
+func hideProcesses() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the stage's mounts private: %w", err)
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	err := unix.Mount("proc", "/proc", "proc", flags, "hidepid=invisible")
+	if errors.Is(err, unix.EINVAL) { // before Linux 5.8
+		err = unix.Mount("proc", "/proc", "proc", flags, "hidepid=2")
+	}
+	if err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	return nil
 }
 
 // resizeScratch gives the container's own scratch tmpfs the job's size,
