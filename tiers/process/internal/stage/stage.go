@@ -551,7 +551,7 @@ func filterStage() int {
 // back to the host.
 func hideProcesses() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-		return fmt.Errorf("making the stage's mounts private: %w", err)
+		return fmt.Errorf("making the stage's mounts slaves: %w", err)
 	}
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
 	err := unix.Mount("proc", "/proc", "proc", flags, "hidepid=invisible")
