@@ -279,6 +279,11 @@ func checkRelPath(name string) error {
 	return nil
 }
 
+// maxScratchMB bounds grants.fs.scratch_mb: 1 TiB, far from where a
+// size in bytes wraps (2^44 MB is 2^64 bytes, which a tmpfs would take as
+// no limit at all).
+const maxScratchMB = 1 << 20
+
 // maxCollect bounds the number of patterns in Job.Collect.
 const maxCollect = 64
 
@@ -381,6 +386,9 @@ func validateGrants(g *Grants) error {
 	}
 	if g.FS.ScratchMB < 0 {
 		return invalid("grants.fs.scratch_mb", "must not be negative")
+	}
+	if g.FS.ScratchMB > maxScratchMB {
+		return invalid("grants.fs.scratch_mb", "%d is above the maximum %d (1 TiB)", g.FS.ScratchMB, maxScratchMB)
 	}
 	for i, r := range g.Net {
 		if strings.TrimSpace(r.Host) == "" {

@@ -35,6 +35,16 @@ func TestPrepareFastPaths(t *testing.T) {
 	if err := job.Validate(); err == nil {
 		t.Fatal("negative scratch_mb accepted")
 	}
+	for _, mb := range []int64{maxScratchMB + 1, 1 << 44, 1<<63 - 1} {
+		job.Grants.FS.ScratchMB = mb
+		if err := job.Validate(); err == nil || !strings.Contains(err.Error(), "scratch_mb") {
+			t.Errorf("scratch_mb %d: %v, want it refused", mb, err)
+		}
+	}
+	job.Grants.FS.ScratchMB = maxScratchMB
+	if err := job.Validate(); err != nil {
+		t.Errorf("scratch_mb %d refused: %v", int64(maxScratchMB), err)
+	}
 	deep := any(map[string]any{"v": 1})
 	for range value.MaxDepth {
 		deep = []any{deep}

@@ -27,6 +27,7 @@ const MaxBytes = 16 << 20
 const (
 	maxFiles   = 1024    // files returned
 	maxEntries = 100_000 // directory entries read while matching
+	maxPath    = 4096    // bytes of a returned path (PATH_MAX)
 )
 
 // Kind is what a name in a Tree is.
@@ -72,6 +73,7 @@ func Walk(root Tree, patterns []string, maxBytes int64) Result {
 		maxBytes = MaxBytes
 	}
 	c := &collector{left: maxBytes, res: Result{Files: map[string]string{}}, seen: map[string]bool{}}
+	c.notes = noteList{res: &c.res}
 	for _, p := range patterns {
 		before := c.matched
 		c.walk(root, "", strings.Split(p, "/"))
@@ -79,6 +81,7 @@ func Walk(root Tree, patterns []string, maxBytes int64) Result {
 			c.skip(p, "matched nothing")
 		}
 	}
+	c.notes.end()
 	if len(c.res.Files) == 0 {
 		c.res.Files = nil
 	}
@@ -91,10 +94,14 @@ type collector struct {
 	matched int
 	res     Result
 	seen    map[string]bool
+	notes   noteList
 }
 
+// skip notes name as left out, for why. The notes are as bounded as
+// Accept's, in number and length: a program can leave many thousands of
+// names the walk refuses, under paths of any length.
 func (c *collector) skip(name, why string) {
-	c.res.Skipped = append(c.res.Skipped, show(name)+": "+why)
+	c.notes.add(name, why)
 }
 
 // show is a name as it may be printed: quoted when it holds anything
@@ -139,6 +146,13 @@ func (c *collector) walk(dir Tree, rel string, comps []string) {
 // one handles a name that matched: a file to read (no components left)
 // or a directory to descend into.
 func (c *collector) one(dir Tree, rel, name string, rest []string, literal bool) {
+	if len(rel) > maxPath {
+		// openat walks any depth, but no caller could name, write or
+		// show such a path; what lies below is longer still.
+		c.matched++
+		c.skip(rel, fmt.Sprintf("the path is longer than %d bytes", maxPath))
+		return
+	}
 	kind, size, err := dir.Stat(name)
 	switch {
 	case err != nil:
@@ -314,6 +328,6 @@ func matches(comps, parts []string) bool {
 }
 
 func cleanRel(name string) bool {
-	return name != "" && name != "." && utf8.ValidString(name) && !strings.HasPrefix(name, "/") && path.Clean(name) == name &&
+	return name != "" && name != "." && len(name) <= maxPath && utf8.ValidString(name) && !strings.HasPrefix(name, "/") && path.Clean(name) == name &&
 		!slices.Contains(strings.Split(name, "/"), "..") && !strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) })
 }

@@ -166,3 +166,63 @@ func TestAcceptBoundsNotes(t *testing.T) {
 		t.Errorf("notes %q... do not begin with the refused names", res.Skipped[:3])
 	}
 }
+
+// TestWalkBoundsNotes: a program that leaves thousands of things the walk
+// refuses (FIFOs, links) and paths of hundreds of kilobytes (a chain of
+// directories with long names, which openat walks without PATH_MAX)
+// gets no more notes, nor longer ones, into the result than Accept lets
+// an agent send, and no file under a path longer than PATH_MAX.
+func TestWalkBoundsNotes(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 3000 {
+		must(t, unix.Mkfifo(filepath.Join(dir, fmt.Sprintf("f%05d", i)), 0o644))
+	}
+	// 40 levels of 250-byte names: 10 KB paths, each level also holding a
+	// link and a file the deep pattern names.
+	name := strings.Repeat("d", 250)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	must(t, err)
+	comps := []string{}
+	for i := range 40 {
+		must(t, unix.Mkdirat(fd, name, 0o755))
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		must(t, err)
+		unix.Close(fd)
+		fd = next
+		comps = append(comps, "*")
+		for j := range 3 {
+			must(t, unix.Symlinkat("/etc/passwd", fd, fmt.Sprintf("l%d%s", j, name[:200])))
+		}
+		ffd, err := unix.Openat(fd, "x"+name[:200], unix.O_CREAT|unix.O_WRONLY, 0o644)
+		must(t, err)
+		unix.Close(ffd)
+		_ = i
+	}
+	unix.Close(fd)
+	deep := strings.Join(append(comps[:len(comps):len(comps)], "*"), "/")
+	res, err := Path(dir, []string{deep, "*"}, 0)
+	must(t, err)
+	total := 0
+	for _, s := range res.Skipped {
+		total += len(s)
+		if len(s) > 8*1024 {
+			t.Fatalf("a note of %d bytes: %.80q...", len(s), s)
+		}
+	}
+	if len(res.Skipped) > maxNotes+1 {
+		t.Fatalf("%d notes (%d bytes in all), more than the %d Accept keeps", len(res.Skipped), total, maxNotes+1)
+	}
+	if last := res.Skipped[len(res.Skipped)-1]; !strings.HasPrefix(last, "... and ") {
+		t.Errorf("last note %q does not count what was left out", last)
+	}
+	for k := range res.Files {
+		if len(k) > maxPath {
+			t.Errorf("collected a file under a path of %d bytes", len(k))
+		}
+	}
+	if !slices.ContainsFunc(res.Skipped, func(s string) bool {
+		return strings.HasSuffix(s, fmt.Sprintf("the path is longer than %d bytes", maxPath))
+	}) {
+		t.Errorf("no note names a path over %d bytes", maxPath)
+	}
+}

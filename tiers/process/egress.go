@@ -28,17 +28,23 @@ func (t *Tier) egressDirFor(name string) string {
 }
 
 // makeEgressDir creates the (empty) host directory a sandbox's gateway
-// will listen in: owned by root, searchable by the sandbox's uid, bound
-// read-only, so the sandbox can connect to the socket and read the CA but
-// change nothing.
-func makeEgressDir(dir string) error {
+// will listen in: owned by the sandbox's uid and searchable by it alone
+// (0500), bound read-only, so the sandbox can connect to the socket and
+// read the CA but change nothing. Searchable by nobody else: the socket
+// answers whoever can connect, and a level-2 program (on the host's file
+// system, where Landlock does not govern connecting by path) would
+// otherwise use another job's gateway, with that job's net grant.
+func makeEgressDir(dir string, uid uint32) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o500); err != nil {
 		return fmt.Errorf("egress directory: %w", err)
 	}
-	return os.Chmod(dir, 0o755) // whatever the umask
+	if err := os.Chown(dir, int(uid), int(uid)); err != nil {
+		return fmt.Errorf("egress directory: %w", err)
+	}
+	return os.Chmod(dir, 0o500) // whatever the umask
 }
 
 // startGateway starts the job's gateway in the sandbox's egress directory.

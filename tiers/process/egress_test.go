@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +162,68 @@ func TestEgressHTTPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.Check(t, res)
+}
+
+// TestEgressSocketOtherJobs: a job's gateway socket, in the sandbox's
+// egress directory under the tier's base directory, is reachable only
+// from that sandbox. A level-2 program runs on the host's file system
+// and may connect to any Unix socket its uid may write (Landlock does
+// not govern connect by path): a net-granted container's gateway,
+// reached from there, would carry the level-2 job's requests under the
+// other job's grants — network access without a grant of its own. The
+// path is given here; a program would find it from its own scratch
+// directory's name, which shares the owner and counts the sandboxes.
+func TestEgressSocketOtherJobs(t *testing.T) {
+	egresstest.NeedTools(t, "python3")
+	o := egresstest.StartOrigin(t, "origin.test")
+	rec := &egresstest.Recorder{}
+	cfg := egressConfig(t, o, rec.Add)
+	container := newTestTier(t, bothTiers[0], cfg)
+	filter := newTestTier(t, bothTiers[1], cfg)
+
+	// The net-granted job runs until the tier closes, after the probe.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		job := egresstest.ShellJob("sleep 30", o.Rule("origin.test"))
+		job.Limits.WallMS = 60_000
+		_, _ = container.Run(context.Background(), job)
+	}()
+	var sock string
+	for deadline := time.Now().Add(30 * time.Second); sock == ""; {
+		if time.Now().After(deadline) {
+			t.Fatal("the net-granted job's gateway socket did not appear")
+		}
+		socks, _ := filepath.Glob(filepath.Join(cfg.baseDir, "*.egress", "egress.sock"))
+		if len(socks) > 0 {
+			sock = socks[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	probe := `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    print('refused', e.errno); sys.exit(0)
+s.sendall(b'HGET http://origin.test:` + o.Port + `/ok HTTP/1.0\r\nHost: origin.test\r\n\r\n')
+print('CONNECTED', s.recv(4096))
+`
+	res, err := filter.Run(context.Background(), cmdJob("python3", "-c", probe, sock))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "CONNECTED") || o.Hits("GET") > 0 {
+		t.Errorf("a level-2 job reached another job's egress gateway: %q (origin GETs %d)", res.Stdout, o.Hits("GET"))
+	}
+	if !strings.Contains(res.Stdout, "refused") {
+		t.Errorf("probe said %q, %q", res.Stdout, res.Stderr)
+	}
+	// Both tiers share the base directory: both closed before either is
+	// checked for leftovers.
+	filter.Close()
+	container.Close() // ends the waiting job
+	<-done
+	assertClean(t, container, cfg)
+	assertClean(t, filter, cfg)
 }

@@ -2,9 +2,11 @@ package process
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
@@ -91,5 +93,40 @@ func TestCollectInSession(t *testing.T) {
 		if !slices.Contains(res.FilesSkipped, "out: a symbolic link, not followed") {
 			t.Errorf("skipped %q lacks the linked directory", res.FilesSkipped)
 		}
+	})
+}
+
+// TestExecTooLong: arguments and an environment the kernel would not
+// start a program with are the job's, never the tier's failure. A single
+// string of 128 KiB or more is refused before a sandbox starts (not
+// admitted: gVisor, say, runs it); strings each short enough but too
+// many together for execve (E2BIG) make the job invalid, naming argv.
+func TestExecTooLong(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
+		long := strings.Repeat("x", maxArgStrlen)
+		for name, job := range map[string]airlock.Job{
+			"argument": cmdJob("sh", "-c", "echo started", "sh", long),
+			"variable": func() airlock.Job {
+				j := cmdJob("sh", "-c", "echo started")
+				j.Env = map[string]string{"LONG": long}
+				return j
+			}(),
+		} {
+			res, err := tier.Run(ctx, job)
+			if kind := airlock.KindOf(err); kind != airlock.ErrNotAdmitted || !strings.Contains(err.Error(), "bytes or more") {
+				t.Errorf("%s of %d bytes: %v (%s), stdout %q; want not admitted", name, len(long), err, kind, res.Stdout)
+			}
+		}
+		many := cmdJob("sh", "-c", "echo started", "sh")
+		for range 40 {
+			many.Argv = append(many.Argv, strings.Repeat("y", 100_000))
+		}
+		res, err := tier.Run(ctx, many)
+		var inv *airlock.InvalidJob
+		if !errors.As(err, &inv) || inv.Field != "argv" {
+			t.Errorf("4 MB of arguments: %v (%s), stdout %q; want invalid argv", err, airlock.KindOf(err), res.Stdout)
+		}
+		assertClean(t, tier, cfg)
 	})
 }

@@ -106,7 +106,7 @@ func (t *Tier) addRoot(sb *sandbox, o *startOptions, fds *fdTable, base *stage.B
 // listen, and passes the forwarder's binary when the stage is not it.
 func (t *Tier) addEgress(sb *sandbox, bin *stageBinary, fds *fdTable, base *stage.BaseSpec) error {
 	dir := t.egressDirFor(sb.name)
-	if err := makeEgressDir(dir); err != nil {
+	if err := makeEgressDir(dir, sb.uid); err != nil {
 		return fmt.Errorf("starting sandbox: %w", err)
 	}
 	sb.egressDir = dir

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -56,10 +57,15 @@ func (filterLevel) build(t *Tier, sb *sandbox, o *startOptions, _ *stageBinary, 
 // process group of its own. The stage drops to the job's uid itself (see
 // filterStage): switching here would make it non-dumpable before it could
 // execute itself through /proc/self/fd.
+//
+// It gets a mount namespace of its own (a copy of the host's), only so
+// that it can mount a /proc that shows the program its own processes
+// alone (see stage.hideProcesses): the PID namespace stays the host's.
 func (filterLevel) command(sb *sandbox, cmd *exec.Cmd) {
 	cmd.Env = []string{stage.Env + "=" + stage.Filter, "GOMAXPROCS=1", "GOGC=off"}
 	cmd.Dir = sb.scratch
 	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
 }
 
 // launch starts the stage from this process (no user namespace: Go starts

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/egresstest"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
@@ -603,4 +604,105 @@ func TestStageJoinsCgroup(t *testing.T) {
 		}
 		assertClean(t, tier, cfg)
 	})
+}
+
+// TestSessionScratchInodesBounded: a session's scratch is a tmpfs that
+// outlives each run's cgroup, so the kernel memory its inodes hold is
+// charged to a run that is gone once the next begins. Empty files take no
+// page of the tmpfs's size: without a bound on its inodes, run after run
+// could fill the host's memory with them, each run within its own limit.
+// The scratch takes at most two inodes per 4 KiB page of its size.
+func TestSessionScratchInodesBounded(t *testing.T) {
+	egresstest.NeedTools(t, "python3")
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		ctx := context.Background()
+		s, err := tier.OpenSession(ctx, airlock.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const fill = `import os, sys
+n = 0
+try:
+    while n < 25000:
+        os.close(os.open("f%s-%d" % (sys.argv[1], n), os.O_CREAT | os.O_WRONLY)); n += 1
+except OSError as e:
+    print(n, e.errno); sys.exit(0)
+print(n, 0)
+`
+		total := 0
+		for i := range 6 {
+			job := cmdJob("python3", "-c", fill, strconv.Itoa(i))
+			job.Limits.MemoryMB = 64
+			res, err := s.Run(ctx, job)
+			if err != nil {
+				t.Fatalf("run %d: %v (%q)", i, err, res.Stderr)
+			}
+			var made, errno int
+			if _, err := fmt.Sscan(res.Stdout, &made, &errno); err != nil {
+				t.Fatalf("run %d said %q, %q", i, res.Stdout, res.Stderr)
+			}
+			total += made
+			if errno != 0 && errno != int(syscall.ENOSPC) {
+				t.Fatalf("run %d: errno %d after %d files", i, errno, made)
+			}
+		}
+		if most := DefaultScratchMB * 512; total > most {
+			t.Errorf("the %d MiB session scratch took %d empty files over 6 runs of 64 MiB each (at most %d)", DefaultScratchMB, total, most)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		assertClean(t, tier, cfg)
+	})
+}
+
+// TestFilterHidesOtherProcesses: a level-2 program shares the host's PID
+// namespace, but sees only its own processes in /proc: not the command
+// line of another job's program (a level-3 container's, here), nor the
+// host's processes, while its own children stay visible.
+func TestFilterHidesOtherProcesses(t *testing.T) {
+	cfg := testConfig(t)
+	container := newTestTier(t, bothTiers[0], cfg)
+	filter := newTestTier(t, bothTiers[1], cfg)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		job := cmdJob("sh", "-c", "sleep 30; : other-jobs-marker")
+		job.Limits.WallMS = 60_000
+		_, _ = container.Run(context.Background(), job)
+	}()
+	sentinel := exec.Command("sleep", "60")
+	if err := sentinel.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sentinel.Process.Kill(); sentinel.Wait() }()
+	// Wait until the container's shell runs.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the container's program did not start")
+		}
+		out, _ := exec.Command("pgrep", "-f", "other-jobs-marker").Output()
+		if len(out) > 0 {
+			break
+		}
+	}
+	res, err := filter.Run(context.Background(), cmdJob("sh", "-c",
+		`sleep 5 & for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f 2>/dev/null; echo; done; echo sentinel=$(test -e /proc/`+strconv.Itoa(sentinel.Process.Pid)+` && echo seen); kill $!`))
+	if err != nil {
+		t.Fatalf("%v (%q)", err, res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "other-jobs-marker") {
+		t.Errorf("a level-2 job read another job's command line:\n%s", res.Stdout)
+	}
+	if strings.Contains(res.Stdout, "sentinel=seen") {
+		t.Errorf("a level-2 job sees a host process (pid %d)", sentinel.Process.Pid)
+	}
+	if !strings.Contains(res.Stdout, "sleep 5") {
+		t.Errorf("a level-2 job does not see its own child:\n%s", res.Stdout)
+	}
+	filter.Close()
+	container.Close() // ends the waiting job
+	<-done
+	assertClean(t, container, cfg)
+	assertClean(t, filter, cfg)
 }

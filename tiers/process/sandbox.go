@@ -503,7 +503,7 @@ func mountScratch(dir string, mb int64, uid uint32) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", max(mb, 1), uid, uid)
+	opts := fmt.Sprintf("%s,mode=0700,uid=%d,gid=%d", stage.ScratchSize(mb), uid, uid)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		os.Remove(dir)
 		return fmt.Errorf("mounting scratch: %w", err)

@@ -63,7 +63,7 @@ func makeCopies(r string, base *BaseSpec) (*copyArea, error) {
 		return nil, err
 	}
 	if err := unix.Mount("tmpfs", a.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("size=%dm,mode=0755", a.limitMB)); err != nil {
+		ScratchSize(a.limitMB)+",mode=0755"); err != nil {
 		return nil, fmt.Errorf("mounting the copies' tmpfs: %w", err)
 	}
 	if !base.HasScratch {

@@ -142,7 +142,7 @@ func buildRoot(base *BaseSpec) (rootLayout, error) {
 			return lay, fmt.Errorf("attaching scratch: %w", err)
 		}
 	} else {
-		opts := fmt.Sprintf("size=%dm,mode=0755", max(base.ScratchMB, 1))
+		opts := ScratchSize(base.ScratchMB) + ",mode=0755"
 		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return lay, fmt.Errorf("mounting scratch: %w", err)
 		}
@@ -660,4 +660,18 @@ func EmptyRoot() error {
 		return fmt.Errorf("making root read-only: %w", err)
 	}
 	return unix.Sethostname([]byte("airlock"))
+}
+
+// InodesPerMB bounds the inodes of a scratch tmpfs by its size: two per
+// 4 KiB page. Empty files, directories and links take no page, only
+// kernel memory; a session's scratch outlives each run's cgroup, so
+// without this bound run after run could fill the host's memory with
+// them, each within its own limit.
+const InodesPerMB = 512
+
+// ScratchSize is the tmpfs options that cap a scratch of mb MiB: its
+// size and its inodes.
+func ScratchSize(mb int64) string {
+	mb = max(mb, 1)
+	return fmt.Sprintf("size=%dm,nr_inodes=%d", mb, mb*InodesPerMB)
 }

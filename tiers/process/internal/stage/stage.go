@@ -251,6 +251,12 @@ func supervise(enc statusPipe, start startFunc, prog, dir string, job *JobSpec, 
 	})
 	_, _ = oomAdj.WriteAt([]byte("0"), 0)
 	defer release()
+	if errors.Is(err, syscall.E2BIG) {
+		// The job's arguments and environment together are more than
+		// the kernel takes: the job's mistake.
+		_ = enc.send(Status{Field: "argv", Error: fmt.Sprintf("starting %s: the arguments and environment are too long for Linux to start the program (%v)", job.Argv[0], err)})
+		return 0
+	}
 	if err != nil {
 		_ = enc.send(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
 		return 0
@@ -414,13 +420,14 @@ func lookProgram(name string) (string, error) { return lookProgramIn("", name, p
 
 func lookProgramDirs(name string, dirs []string) (string, error) {
 	if strings.Contains(name, "/") {
-		if !path.IsAbs(name) {
-			name = path.Join("/scratch", name)
+		p := name
+		if !path.IsAbs(p) {
+			p = path.Join("/scratch", p)
 		}
-		if err := unix.Access(name, unix.X_OK); err != nil {
+		if err := unix.Access(p, unix.X_OK); err != nil {
 			return "", fmt.Errorf("program %s: %w", name, err)
 		}
-		return name, nil
+		return p, nil
 	}
 	for _, d := range dirs {
 		if !path.IsAbs(d) {
@@ -455,8 +462,15 @@ func awaitGo(dec specPipe, enc statusPipe, job *JobSpec) error {
 // anything is written, rather than being written through. The files are
 // made by this stage, already the sandbox's root or the job's user, so
 // they need no chown.
+//
+// Files that do not fit in the scratch (its size or its inodes) are the
+// job's mistake, refused as its files field, not the sandbox's failure.
 func placeFiles(dir string, files map[string]string) error {
-	return place.Files(dir, files, place.Options{FileMode: 0o755, DirMode: 0o755})
+	err := place.Files(dir, files, place.Options{FileMode: 0o755, DirMode: 0o755})
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG) {
+		return &FieldError{Field: "files", Msg: "the files do not fit in the scratch (grants.fs.scratch_mb): " + err.Error()}
+	}
+	return err
 }
 
 // filterStage is the level-2 stage: already in the job's cgroup, it
@@ -475,6 +489,9 @@ func filterStage() int {
 	if err := joinCgroupOpen(job.CgroupFds); err != nil {
 		return fail(err)
 	}
+	if err := hideProcesses(); err != nil {
+		return fail(err)
+	}
 	procs, err := openCgroupProcs()
 	if err != nil {
 		return fail(fmt.Errorf("finding own cgroup: %w", err))
@@ -490,16 +507,18 @@ func filterStage() int {
 	if err := becomeUser(job.UID); err != nil {
 		return fail(err)
 	}
-	prog, err := lookProgramIn(job.Scratch, job.Argv[0], programDirs)
-	if err != nil {
-		_ = enc.send(Status{Error: err.Error(), NotFound: true})
-		return 127
-	}
 	if err := placeFiles(job.Scratch, job.Files); err != nil {
 		return fail(err)
 	}
 	if err := awaitGo(dec, enc, &job); err != nil {
 		return fail(err)
+	}
+	// Looked up once the files are placed: a placed script may be the
+	// program ("./run.sh").
+	prog, err := lookProgramIn(job.Scratch, job.Argv[0], programDirs)
+	if err != nil {
+		_ = enc.send(Status{Error: err.Error(), NotFound: true})
+		return 127
 	}
 	if err := SetRlimits(job.Rlimits); err != nil {
 		return fail(err)
@@ -524,12 +543,33 @@ func filterStage() int {
 	return supervise(enc, startConfined(rules, seccompProg, job.CgroupFds), prog, job.Scratch, &job, oomAdj, func() int { return killCgroupPeers(procs) })
 }
 
+// hideProcesses mounts, in the level-2 stage's own mount namespace, a
+// /proc of the host's PID namespace that shows each process only the
+// processes it may trace (hidepid): the program sees its own, not the
+// host's nor other jobs' (their command lines, which any user could
+// otherwise read). Mounts are made slaves first, so nothing propagates
+// back to the host.
+func hideProcesses() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the stage's mounts slaves: %w", err)
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	err := unix.Mount("proc", "/proc", "proc", flags, "hidepid=invisible")
+	if errors.Is(err, unix.EINVAL) { // before Linux 5.8
+		err = unix.Mount("proc", "/proc", "proc", flags, "hidepid=2")
+	}
+	if err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	return nil
+}
+
 // resizeScratch gives the container's own scratch tmpfs the job's size,
 // when it asks for another than the base spec's.
 func resizeScratch(base *BaseSpec, job *JobSpec) error {
 	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
 		if err := unix.Mount("", "/scratch", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
-			fmt.Sprintf("size=%dm", job.ScratchMB)); err != nil {
+			ScratchSize(job.ScratchMB)); err != nil {
 			return fmt.Errorf("resizing scratch: %w", err)
 		}
 	}
@@ -655,7 +695,13 @@ func filterLandlock(scratch string, read []string) []llRule {
 // working directory), a bare name in dirs.
 func lookProgramIn(scratch, name string, dirs []string) (string, error) {
 	if scratch != "" && strings.Contains(name, "/") && !path.IsAbs(name) {
-		name = path.Join(scratch, name)
+		p := path.Join(scratch, name)
+		if err := unix.Access(p, unix.X_OK); err != nil {
+			// Named as the job named it: the scratch's host path is the
+			// machine's, not the job's.
+			return "", fmt.Errorf("program %s: %w", name, err)
+		}
+		return p, nil
 	}
 	return lookProgramDirs(name, dirs)
 }
