@@ -69,6 +69,15 @@ func (t *Tier) Admit(job airlock.Job) error {
 	case job.Lifecycle == airlock.LifecycleSession || job.Lifecycle == airlock.LifecyclePersistent:
 		return &airlock.NotAdmitted{Tier: Name, Reason: "sessions are not supported: every run is a fresh instance"}
 	}
+	memory := job.Limits.MemoryMB
+	if memory == 0 {
+		memory = t.e.cfg.limits.Default.MemoryMB
+	}
+	if job.Grants.FS.ScratchMB > memory && memory > 0 {
+		// The scratch is held in this process's memory, beside the
+		// module's: it may not be larger than the job may use.
+		return &airlock.NotAdmitted{Tier: Name, Reason: fmt.Sprintf("grants.fs.scratch_mb (%d) is above limits.memory_mb (%d): the scratch is held in memory", job.Grants.FS.ScratchMB, memory)}
+	}
 	for _, p := range job.Grants.FS.Read {
 		if err := checkReadGrant(p); err != nil {
 			return &airlock.NotAdmitted{Tier: Name, Reason: err.Error()}

@@ -682,3 +682,27 @@ func TestExitCodesAreTheGuests(t *testing.T) {
 		}
 	}
 }
+
+// The scratch is held in the airlock process's memory: a job may not ask
+// for more of it than limits.memory_mb (1 TiB of scratch_mb would let a
+// guest fill the host's memory), whether the router asks or the tier is
+// run directly.
+func TestScratchWithinMemory(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	def := airlock.DefaultLimitPolicy().Default.MemoryMB
+	big := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Grants: airlock.Grants{FS: airlock.FSGrant{ScratchMB: def + 1}}}
+	var na *airlock.NotAdmitted
+	if err := tier.Admit(big); !errors.As(err, &na) || !strings.Contains(na.Reason, "limits.memory_mb") {
+		t.Errorf("scratch_mb above the default memory: %v", err)
+	}
+	if _, err := tier.Run(context.Background(), big); !errors.As(err, &na) {
+		t.Errorf("run with scratch_mb above memory_mb: %v", err)
+	}
+	big.Limits.MemoryMB = def + 1
+	if err := tier.Admit(big); err != nil {
+		t.Errorf("scratch_mb within memory_mb: %v", err)
+	}
+	if _, err := tier.Run(context.Background(), big); err != nil {
+		t.Errorf("run with scratch_mb within memory_mb: %v", err)
+	}
+}
