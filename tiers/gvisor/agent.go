@@ -121,7 +121,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 	}
 	prog, err := lookPath(job.Argv[0], job.Env)
 	if err != nil {
-		return notFound(conn, job.Argv[0])
+		return startFailed(conn, job.Argv[0], err)
 	}
 	// The job's ends of its pipes are plain blocking descriptors (never
 	// registered with the agent's poller); a job without stdin gets a pipe
@@ -205,12 +205,7 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 				f.Close()
 			}
 		}
-		if errors.Is(err, syscall.ENOENT) {
-			return notFound(conn, job.Argv[0])
-		}
-		msg := fmt.Sprintf("%s: %v\n", job.Argv[0], err)
-		_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
-		return agentExit{Code: 126}
+		return startFailed(conn, job.Argv[0], err)
 	}
 	spawned := time.Since(received).Microseconds()
 	if inW != nil {
@@ -274,12 +269,16 @@ func dialStream(tag byte) (int, error) {
 	}
 }
 
-// notFound reports a program that is not there as every tier does: one
-// line naming it, status 127.
-func notFound(conn net.Conn, name string) agentExit {
-	msg := fmt.Sprintf("airlock: program %q not found\n", name)
+// startFailed reports a program that could not be started as every tier
+// does (execguard.StartFailure): one line naming it, status 127 or 126.
+func startFailed(conn net.Conn, name string, err error) agentExit {
+	code, line, ok := execguard.StartFailure(name, err)
+	if !ok {
+		code, line = 126, fmt.Sprintf("airlock: starting %q: %v", name, err)
+	}
+	msg := line + "\n"
 	_ = frame.Write(conn, frame.Stderr, []byte(msg[:min(len(msg), frame.MaxChunk)]))
-	return agentExit{Code: 127}
+	return agentExit{Code: code}
 }
 
 // writeGuard hands the guard the job to execute, then closes the pipe

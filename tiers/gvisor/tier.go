@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
+	"github.com/airlock-sandbox/airlock/tiers/internal/execguard"
 	"github.com/airlock-sandbox/airlock/tiers/internal/lease"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
 	"github.com/airlock-sandbox/airlock/tiers/process"
@@ -520,10 +521,12 @@ func (t *Tier) runCold(ctx context.Context, job *airlock.Job, r *run, img *image
 		// agent of a pooled sandbox) says 127.
 		// runsc's own message names its internals: the job gets the
 		// line the other tiers give.
-		if r.res.ExitCode == 128 && strings.Contains(r.res.Stderr, runscNotFound) {
-			r.res.ExitCode = 127
-			r.res.Stderr = fmt.Sprintf("airlock: program %q not found\n", job.Argv[0])
-			replaced = r.res.Stderr
+		if r.res.ExitCode == 128 {
+			if err, ok := runscStartFailure(r.res.Stderr); ok {
+				code, line, _ := execguard.StartFailure(job.Argv[0], err)
+				r.res.ExitCode, r.res.Stderr = code, line+"\n"
+				replaced = r.res.Stderr
+			}
 		}
 		live = false
 	case werr != nil:
@@ -580,6 +583,27 @@ func needsAgent(job *airlock.Job) bool {
 
 // runscNotFound is in what runsc writes for a program it cannot find.
 const runscNotFound = "error finding executable"
+
+// runscStartFailure reads what runsc wrote for a program it could not
+// start (with exit status 128) as the error it names: a bare name it
+// did not find, or a path it could not load.
+func runscStartFailure(stderr string) (error, bool) {
+	if strings.Contains(stderr, runscNotFound) {
+		return syscall.ENOENT, true
+	}
+	_, rest, ok := strings.Cut(stderr, "creating process: failed to load ")
+	if !ok {
+		return nil, false
+	}
+	rest = strings.TrimSpace(rest)
+	for _, en := range []syscall.Errno{syscall.ENOENT, syscall.ENOTDIR, syscall.EACCES, syscall.EPERM, syscall.ENOEXEC,
+		syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.ETXTBSY, syscall.E2BIG, syscall.ELIBBAD} {
+		if strings.HasSuffix(rest, ": "+en.Error()) {
+			return en, true
+		}
+	}
+	return nil, false
+}
 
 // stopPids is the stop for a fork the process limit refused: it stops the
 // job on every tier, whatever the program made of the failed fork.

@@ -295,6 +295,23 @@ func TestScenarios(t *testing.T) {
 				t.Fatalf("want exit 127 with a message, got %v %+v", err, res)
 			}
 		})
+		t.Run("ProgramByPath", func(t *testing.T) {
+			// As on every tier (tiers/contract): a path that is not
+			// there exits 127, one that cannot be executed 126, each
+			// with its one line.
+			for argv0, want := range map[string]struct {
+				code int
+				line string
+			}{
+				"./no-such-program": {127, "airlock: program \"./no-such-program\" not found\n"},
+				"/etc":              {126, "airlock: program \"/etc\" cannot be executed: permission denied\n"},
+			} {
+				res, err := tier.Run(ctx, cmdJob(argv0))
+				if err != nil || res.ExitCode != want.code || res.Stderr != want.line {
+					t.Errorf("%s: want exit %d with %q, got %v %d %q", argv0, want.code, want.line, err, res.ExitCode, res.Stderr)
+				}
+			}
+		})
 		t.Run("NetGrant", func(t *testing.T) {
 			job := cmdJob("true")
 			job.Grants.Net = []airlock.NetRule{{Host: "example.com"}}

@@ -637,8 +637,11 @@ func (r *jobRun) judge(out outcome) (outcome, error) {
 		return out, stopCPU(job)
 	case pidsMax > 0:
 		return out, stopPids(job)
-	case st.NotFound:
+	case st.NotFound, st.NoExec:
 		out.exit = 127
+		if st.NoExec {
+			out.exit = 126
+		}
 		msg := []byte("airlock: " + st.Error + "\n")
 		out.stderr = append(out.stderr, msg...)
 		if capt.sink != nil {

@@ -5,7 +5,6 @@ package execguard
 import (
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -57,8 +56,9 @@ func Main() int {
 			}
 		}
 		if cfg.Path, err = LookPath(cfg.Argv[0], os.Getenv("PATH")); err != nil {
-			fmt.Fprintf(os.Stderr, "airlock: program %q not found\n", cfg.Argv[0])
-			return 127
+			code, line, _ := StartFailure(cfg.Argv[0], err)
+			fmt.Fprintln(os.Stderr, line)
+			return code
 		}
 	} else {
 		f := os.NewFile(3, "guard")
@@ -83,11 +83,11 @@ func Main() int {
 		return 126
 	}
 	err = Exec(cfg.Path, cfg.Argv, cfg.Env, k)
-	if errors.Is(err, syscall.ENOENT) {
-		fmt.Fprintf(os.Stderr, "airlock: program %q not found\n", cfg.Argv[0])
-		return 127
+	if code, line, ok := StartFailure(cfg.Argv[0], err); ok {
+		fmt.Fprintln(os.Stderr, line)
+		return code
 	}
-	fmt.Fprintf(os.Stderr, "%s: %v\n", cfg.Argv[0], err)
+	fmt.Fprintf(os.Stderr, "airlock: starting %q: %v\n", cfg.Argv[0], err)
 	return 126
 }
 

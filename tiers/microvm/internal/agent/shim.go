@@ -78,9 +78,19 @@ func shim() {
 	}
 	// The job's PATH (the baseline's where neither job nor image sets
 	// one), in the host view as in an image.
+	// A program that cannot be started is reported as on every tier:
+	// 127 not there, 126 not executable, in one line.
+	startFailed := func(err error) {
+		code, line, ok := execguard.StartFailure(argv[0], err)
+		if !ok {
+			die("exec %s: %v", argv[0], err)
+		}
+		fmt.Fprintln(os.Stderr, line)
+		os.Exit(code)
+	}
 	prog, err := lookPath(argv[0], cfg.Env["PATH"])
 	if err != nil {
-		die("%v", err)
+		startFailed(err)
 	}
 	if err := syscall.Setgroups(nil); err != nil {
 		die("setgroups: %v", err)
@@ -104,11 +114,9 @@ func shim() {
 		if err != nil {
 			die("spawn filter: %v", err)
 		}
-		die("exec %s: %v", argv[0], execguard.Exec(prog, argv, env, k))
+		startFailed(execguard.Exec(prog, argv, env, k))
 	}
-	if err := syscall.Exec(prog, argv, env); err != nil {
-		die("exec %s: %v", argv[0], err)
-	}
+	startFailed(syscall.Exec(prog, argv, env))
 }
 
 // lookPath finds a bare name in path (the job's PATH, an image's) or,
@@ -130,5 +138,5 @@ func lookPath(name, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("program %q not found", name)
+	return "", fmt.Errorf("program %q not found: %w", name, syscall.ENOENT)
 }

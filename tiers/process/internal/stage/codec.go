@@ -153,7 +153,7 @@ func AppendGo(dst []byte) []byte {
 func AppendStatus(dst []byte, st *Status) []byte {
 	dst, start := wire.Begin(dst)
 	var flags byte
-	for i, f := range [...]bool{st.Ready, st.Placed, st.Exited, st.NotFound} {
+	for i, f := range [...]bool{st.Ready, st.Placed, st.Exited, st.NotFound, st.NoExec} {
 		if f {
 			flags |= 1 << i
 		}
@@ -184,10 +184,10 @@ func ReadStatus(r io.Reader) (Status, error) {
 	}
 	d := wire.Decoder{B: data}
 	flags := d.Byte()
-	if flags >= 1<<4 {
+	if flags >= 1<<5 {
 		d.Fail("unknown status flags")
 	}
-	st := Status{Ready: flags&1 != 0, Placed: flags&2 != 0, Exited: flags&4 != 0, NotFound: flags&8 != 0}
+	st := Status{Ready: flags&1 != 0, Placed: flags&2 != 0, Exited: flags&4 != 0, NotFound: flags&8 != 0, NoExec: flags&16 != 0}
 	st.Code, st.Signal = int(int32(d.Int())), int(int32(d.Int()))
 	st.Error = d.String()
 	st.Field = d.String()

@@ -125,8 +125,12 @@ type Status struct {
 	Code   int
 	Signal int
 	Error  string
-	// NotFound marks an Error that means the program does not exist.
+	// NotFound marks an Error that means the program does not exist
+	// (exit status 127); NoExec one that means it cannot be executed
+	// (126). Error is then the line execguard.StartFailure gives, without
+	// its "airlock: " prefix.
 	NotFound bool
+	NoExec   bool
 	// Field, when set, names the job field that made the start fail: the
 	// job is invalid as given (a copy that does not fit its scratch).
 	Field string

@@ -144,7 +144,7 @@ func containerStage() int {
 	}
 	prog, err := lookup(job.Argv[0])
 	if err != nil {
-		_ = enc.send(Status{Error: err.Error(), NotFound: true})
+		_ = enc.send(startFailure(job.Argv[0], err))
 		return 0
 	}
 	if err := SetRlimits(job.Rlimits); err != nil {
@@ -257,8 +257,12 @@ func supervise(enc statusPipe, start startFunc, prog, dir string, job *JobSpec, 
 		_ = enc.send(Status{Field: "argv", Error: fmt.Sprintf("starting %s: the arguments and environment are too long for Linux to start the program (%v)", job.Argv[0], err)})
 		return 0
 	}
+	if _, _, ok := execguard.StartFailure(job.Argv[0], err); ok {
+		_ = enc.send(startFailure(job.Argv[0], err))
+		return 0
+	}
 	if err != nil {
-		_ = enc.send(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err), NotFound: errors.Is(err, syscall.ENOENT)})
+		_ = enc.send(Status{Error: fmt.Sprintf("starting %s: %v", job.Argv[0], err)})
 		return 0
 	}
 	// Nothing but the program writes to the job's output from here on.
@@ -438,7 +442,18 @@ func lookProgramDirs(name string, dirs []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("program %q not found", name)
+	return "", fmt.Errorf("program %q not found: %w", name, unix.ENOENT)
+}
+
+// startFailure is the status of a program that could not be started:
+// not there (127) or not executable (126), in the words every tier uses
+// (execguard.StartFailure).
+func startFailure(name string, err error) Status {
+	code, line, ok := execguard.StartFailure(name, err)
+	if !ok {
+		return Status{Error: fmt.Sprintf("starting %s: %v", name, err)}
+	}
+	return Status{Error: strings.TrimPrefix(line, "airlock: "), NotFound: code == 127, NoExec: code == 126}
 }
 
 // awaitGo reports the files placed and waits for the parent's go-ahead
@@ -517,7 +532,7 @@ func filterStage() int {
 	// program ("./run.sh").
 	prog, err := lookProgramIn(job.Scratch, job.Argv[0], programDirs)
 	if err != nil {
-		_ = enc.send(Status{Error: err.Error(), NotFound: true})
+		_ = enc.send(startFailure(job.Argv[0], err))
 		return 127
 	}
 	if err := SetRlimits(job.Rlimits); err != nil {
