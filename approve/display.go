@@ -3,6 +3,7 @@ package approve
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -460,6 +461,13 @@ func (d *displayer) value(field string, v any) any {
 			out[i] = d.value(field+"["+strconv.Itoa(i)+"]", e)
 		}
 		return out
+	case float64, float32:
+		// A whole float is shown with its ".0", as the digest binds it:
+		// the program sees a float, not the integer json.Marshal would
+		// show.
+		if b, err := appendInput(nil, x); err == nil {
+			return json.Number(b)
+		}
 	}
 	return v
 }
