@@ -485,3 +485,57 @@ func TestConsoleEventStreamsBounded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestConsoleShowsTheInput: the detail page shows everything the digest
+// binds that the program reads: the input, each value with its type (the
+// string "1", the integer 1 and the float 1.0 differ), each key in its own
+// element, escaped; a pinned clock and seed. The diff lists them too.
+func TestConsoleShowsTheInput(t *testing.T) {
+	f := newFixture(t, consoleConfig)
+	base := starlarkJob("result = url")
+	base.Input = map[string]any{"url": "https://example.com/"}
+	f.requestApproval(keyA, base)
+	u := f.signIn(keyApprover)
+	var first approve.Digest
+	for _, p := range []string{"/console/"} {
+		_, page, _ := u.get(p)
+		m := regexp.MustCompile(`/console/approvals/([0-9a-f]{64})`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no pending job on %s", page)
+		}
+		first = approve.Digest(m[1])
+	}
+	if st, body, _ := u.post("/console/approvals/"+string(first), url.Values{"csrf": {u.csrf()}, "decision": {"approve"}, "reason": {"ok"}}, "Origin", f.http.URL); st != http.StatusSeeOther {
+		t.Fatalf("approve: %d %s", st, body)
+	}
+	body := `{"kind":"starlark","situation":"internal","code":"result = url","seed":7,"clock":"2026-01-02T03:04:05Z",` +
+		`"input":{"url":"https://evil.example/?q=<b>\u202e","n":1.0,"i":1,"s":"1","list":[true,null,{"a.b":2}],"empty":[]}}`
+	r := f.do("POST", "/v1/approvals", keyA, body)
+	var ar struct{ Digest string }
+	r.decode(t, &ar)
+	status, page, _ := u.get("/console/approvals/" + ar.Digest)
+	if status != 200 {
+		t.Fatalf("detail page: %d %s", status, page)
+	}
+	for _, want := range []string{
+		`<code class="key">url</code></td><td>text</td><td><span class="val flagged">https://evil.example/?q=&lt;b&gt;\u202e</span>`,
+		`<code class="key">n</code></td><td>float</td><td><span class="val">1.0</span>`,
+		`<code class="key">i</code></td><td>integer</td><td><span class="val">1</span>`,
+		`<code class="key">s</code></td><td>text</td><td><span class="val">1</span>`,
+		`<code class="key">list</code><span class="idx">[0]</span></td><td>boolean</td>`,
+		`<code class="key">list</code><span class="idx">[1]</span></td><td>null</td>`,
+		`<code class="key">list</code><span class="idx">[2]</span><code class="key">a.b</code></td><td>integer</td><td><span class="val">2</span>`,
+		`<code class="key">empty</code></td><td>list</td>`,
+		`pinned to 2026-01-02T03:04:05Z`, `pinned to 7`,
+		`<span class="ddel">- input[&#34;url&#34;] (text): https://example.com/</span>`,
+		`<span class="dadd">&#43; input[&#34;n&#34;] (float): 1.0</span>`,
+		`<span class="dadd">&#43; seed: 7</span>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the detail page lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("page: %s", page)
+	}
+}
