@@ -970,23 +970,110 @@ func (s *Server) handleImages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// Listings of GET /v1/audit in progress: each may write a tenant's 256
+// latest records, a MiB or more each, to a client that reads slowly.
+const (
+	auditListingsServer = 8
+	auditListingsTenant = 2
+	// auditListingTime bounds how long a listing may take to be written.
+	auditListingTime = time.Minute
+)
+
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	t := s.tenant(w, r)
 	if t == nil {
 		return
 	}
-	recs := s.audit.list(t.Name)
+	release, ok := takeSlots(s.listings, t.listings)
+	if !ok {
+		s.answer(w, airlock.Result{}, &overloaded{fmt.Sprintf("too many audit listings in progress (at most %d per tenant, %d in all); retry", auditListingsTenant, auditListingsServer), 1})
+		return
+	}
+	defer release()
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(auditListingTime))
+	// Written a record at a time: the answer is never whole in memory.
+	var next func() (Record, bool)
 	if s.store.Shared() {
-		var err error
-		if recs, err = s.sharedRecords(r.Context(), t.Name); err != nil {
+		recs, err := s.sharedRecords(r.Context(), t.Name)
+		if err != nil {
 			s.answer(w, airlock.Result{}, s.stateUnavailable("the shared audit records cannot be read", err))
 			return
 		}
+		next = func() (Record, bool) {
+			if len(recs) == 0 {
+				return Record{}, false
+			}
+			rec := recs[0]
+			recs[0] = Record{}
+			recs = recs[1:]
+			return rec, true
+		}
+	} else {
+		var n uint64
+		end := s.audit.recentEnd(t.Name)
+		next = func() (Record, bool) {
+			if n >= end {
+				return Record{}, false
+			}
+			rec, num, ok := s.audit.recentAt(t.Name, n)
+			if !ok || num >= end {
+				return Record{}, false
+			}
+			n = num + 1
+			return rec, true
+		}
 	}
-	if recs == nil {
-		recs = []Record{}
+	w.Header()["Content-Type"] = jsonType
+	w.WriteHeader(http.StatusOK)
+	buf := getBuf()
+	defer putBuf(buf)
+	b := append((*buf)[:0], '[')
+	first := true
+	for {
+		rec, ok := next()
+		if !ok {
+			break
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		line, err := appendRecord(b, &rec)
+		if err != nil {
+			line, _ = json.Marshal(&rec)
+			line = append(b, line...)
+		}
+		b = line
+		if len(b) >= 64<<10 {
+			if _, err := w.Write(b); err != nil {
+				return // the client went away, or was too slow
+			}
+			b = b[:0]
+		}
 	}
-	writeJSON(w, http.StatusOK, recs)
+	b = append(b, "]\n"...)
+	_, _ = w.Write(b)
+	*buf = b[:0]
+}
+
+// takeSlots takes one slot of each channel without waiting, or none.
+func takeSlots(chans ...chan struct{}) (release func(), ok bool) {
+	var held []chan struct{}
+	release = func() {
+		for _, ch := range held {
+			<-ch
+		}
+	}
+	for _, ch := range chans {
+		select {
+		case ch <- struct{}{}:
+			held = append(held, ch)
+		default:
+			release()
+			return nil, false
+		}
+	}
+	return release, true
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
