@@ -225,6 +225,30 @@ func TestSessionQuota(t *testing.T) {
 	}
 }
 
+// Opening a session starts a sandbox as a run does, and spends the
+// tenant's runs per minute: opening and closing sessions in a loop, each
+// well within max_sessions, is held to the rate.
+func TestSessionsSpendTheRate(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Tenants[1].RunsPerMinute = 10 })
+	statuses := map[int]int{}
+	for range 10 {
+		r := f.do("POST", "/v1/sessions", keyB, `{"tier":"starlark"}`)
+		statuses[r.status]++
+		if r.status == 201 {
+			var open struct{ ID string }
+			r.decode(t, &open)
+			if d := f.do("DELETE", "/v1/sessions/"+open.ID, keyB, nil); d.status != 204 {
+				t.Fatalf("close: %d %s", d.status, d.body)
+			}
+		} else if r.header.Get("Retry-After") == "" {
+			t.Errorf("%d without Retry-After: %s", r.status, r.body)
+		}
+	}
+	if statuses[http.StatusCreated] > 2 || statuses[http.StatusTooManyRequests] == 0 {
+		t.Errorf("10 sessions opened and closed at 10 runs per minute (burst 1): %v", statuses)
+	}
+}
+
 func TestOverload(t *testing.T) {
 	f := newFixture(t, func(c *server.Config) {
 		c.Tenants[1].MaxConcurrent = 1

@@ -207,6 +207,12 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	if ttl > maxTTL {
 		return openResponse{}, jobs.Invalid("ttl", "%s is above the server's maximum %s", ttl, maxTTL)
 	}
+	// Opening starts a sandbox, as a run does: it spends one of the
+	// tenant's runs per minute, so that opening and closing sessions in a
+	// loop is held to the tenant's rate.
+	if err := s.spend(ctx, t); err != nil {
+		return openResponse{}, err
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
