@@ -254,7 +254,9 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	// The pinned clock and seed decide what time.now() and random give the
 	// program, so what it does; present only when set, as above.
 	if !job.Clock.IsZero() {
-		c.str("clock", job.Clock.UTC().Format(time.RFC3339Nano))
+		// With its offset: the program reads the clock in it (its hour,
+		// its text). A UTC clock is written as before ("Z").
+		c.str("clock", job.Clock.Format(time.RFC3339Nano))
 	}
 	if job.Seed != 0 {
 		c.str("seed", strconv.FormatUint(job.Seed, 10))

@@ -323,7 +323,7 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		Limits:    job.Limits,
 	}
 	if !job.Clock.IsZero() {
-		out.Clock = job.Clock.UTC().Format(time.RFC3339Nano)
+		out.Clock = job.Clock.Format(time.RFC3339Nano) // with its offset, as the program reads it
 	}
 	if len(job.Module) > 0 {
 		out.Module = summary(string(job.Module))
