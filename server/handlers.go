@@ -236,6 +236,11 @@ func (t *tenant) admit(job *airlock.Job) error {
 	if err := job.Validate(); err != nil {
 		return err
 	}
+	if n := len(job.Grants.FS.Read); n > maxReadGrants {
+		// Each is resolved, and a file's content hashed for the digest
+		// (up to a MiB), on every run and approval request.
+		return jobs.Invalid("grants.fs.read", "%d host paths; at most %d", n, maxReadGrants)
+	}
 	if job.Situation == "" {
 		job.Situation = t.defSit
 	}
@@ -725,6 +730,12 @@ const (
 	maxGrants        = 256 << 10
 	maxRefusedGrants = 64 << 10
 )
+
+// maxReadGrants bounds a job's host paths (grants.fs.read): the digest
+// of every run and approval request hashes what each names, a file's
+// content up to a MiB, so thousands of names of one large file would
+// cost gigabytes of hashing a request.
+const maxReadGrants = 64
 
 // maxMessage bounds an error message the server writes, in an answer
 // and in the audit trail: one quoting a value of the job (a name, a
