@@ -76,7 +76,7 @@ func (s *Server) routes() {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
 	})
 	s.mux = m
-	s.handler = withBodyDeadline(s.withReplica(m))
+	s.handler = withWriteDeadline(withBodyDeadline(s.withReplica(m)))
 }
 
 // catchAll are the patterns that answer paths no route takes.
@@ -101,6 +101,7 @@ type apiError struct {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	extendWrite(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
@@ -783,6 +784,7 @@ func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
 		return
 	}
 	*buf = append(b, '\n')
+	extendWrite(w)
 	w.Header()["Content-Type"] = jsonType
 	w.WriteHeader(status)
 	_, _ = w.Write(*buf)
@@ -1001,7 +1003,10 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(auditListingTime))
+	// Each write has its own bound (answerWriteTimeout); the listing as a
+	// whole has this one, so a client that reads a trickle gives its
+	// slot back too.
+	deadline := time.Now().Add(auditListingTime)
 	// Written a record at a time: the answer is never whole in memory.
 	var next func() (Record, bool)
 	if s.store.Shared() {
@@ -1056,6 +1061,10 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		b = line
 		if len(b) >= 64<<10 {
+			if time.Now().After(deadline) {
+				return // cut short: the client sees an incomplete answer
+			}
+			extendWrite(w)
 			if _, err := w.Write(b); err != nil {
 				return // the client went away, or was too slow
 			}
@@ -1063,6 +1072,7 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	b = append(b, "]\n"...)
+	extendWrite(w)
 	_, _ = w.Write(b)
 	*buf = b[:0]
 }
