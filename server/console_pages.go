@@ -843,7 +843,10 @@ func (s *Server) trailRecord(w http.ResponseWriter, r *http.Request, v *viewer) 
 func (s *Server) renderRecord(w http.ResponseWriter, v *viewer, k keptRun, title, ref, download, file string) {
 	data := map[string]any{"Title": title, "V": v, "Row": rowOf(k, ""), "Rec": k.Rec,
 		"NotReplayable": replayable(&k.Rec), "Limits": limitWords(k.Rec.Limits), "Grants": grantWords(approve.DisplayOf(&airlock.Job{Grants: k.Rec.Grants}, "", "").Grants),
-		"Download": download, "File": file}
+		"Download": download, "File": file,
+		// The job's own image reference on a decision's record: escaped
+		// as every string of a job is.
+		"Image": visible(k.Rec.Image, shownArg)}
 	if ref != "" {
 		data["Ref"] = shellQuote(ref)
 	}
