@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -44,6 +45,21 @@ type pending struct {
 	created time.Time
 	image   string // the image digest the approval binds ("": none, or not known here)
 	size    int    // about the job's size (jobSize)
+
+	// hidden counts the job's hidden characters, for the console's list:
+	// counted once, not on every reload of every approver's page.
+	hiddenOnce sync.Once
+	hidden     int
+}
+
+// hiddenChars returns how many characters the job's display escapes and
+// flags (approve.Display.Hidden).
+func (p *pending) hiddenChars() int {
+	p.hiddenOnce.Do(func() {
+		job := p.job
+		p.hidden = approve.DisplayOf(&job, p.tier, p.tenant.Name).Hidden
+	})
+	return p.hidden
 }
 
 // shown is a pending job as a person should see it, with the image

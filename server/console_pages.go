@@ -98,9 +98,8 @@ func (s *Server) pendingRows(v *viewer) []pendingRow {
 		if len(job.Argv) > 0 {
 			summary = strings.Join(job.Argv, " ")
 		}
-		disp := approve.DisplayOf(&job, e.p.tier, e.p.tenant.Name)
 		rows = append(rows, pendingRow{Digest: e.d, Tenant: e.p.tenant.Name, Tier: e.p.tier, Kind: string(job.Kind), Rule: e.p.rule,
-			Summary: visible(truncate(summary, 4*shownArg), 200), Age: now.Sub(e.p.created).Round(time.Second).String(), Hidden: disp.Hidden})
+			Summary: visible(truncate(summary, 4*shownArg), 200), Age: now.Sub(e.p.created).Round(time.Second).String(), Hidden: e.p.hiddenChars()})
 	}
 	return rows
 }

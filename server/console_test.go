@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -572,5 +573,29 @@ func TestConsoleRecordEscapesTheImage(t *testing.T) {
 	_, page, _ = u.get(m[1])
 	if strings.Contains(page, "\u202e") || !strings.Contains(page, `py\u202enohty`) {
 		t.Errorf("the record page shows the image as %q", regexp.MustCompile(`<dt>Image</dt><dd>.*</dd>`).FindString(page))
+	}
+}
+
+// TestConsoleListIsCheap: the pending list is fetched again by every
+// approver's page on every change, and a change is one approval request
+// away for a tenant: the list must not digest every pending job's content
+// each time (96 MiB of a tenant's jobs here), only once per job.
+func TestConsoleListIsCheap(t *testing.T) {
+	f := newFixture(t, consoleConfig)
+	for i := range 11 {
+		job := starlarkJob(fmt.Sprintf("result = %d", i))
+		job.Files = map[string]string{"data.txt": strings.Repeat(fmt.Sprint(i%10), 8<<20)}
+		f.requestApproval(keyA, job)
+	}
+	u := f.signIn(keyApprover)
+	if st, page, _ := u.get("/console/"); st != 200 || strings.Count(page, "/console/approvals/") != 11 {
+		t.Fatalf("pending list: %d, %d jobs", st, strings.Count(page, "/console/approvals/"))
+	}
+	start := time.Now()
+	for range 20 {
+		u.get("/console/")
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("20 reloads of the pending list took %v", d)
 	}
 }
