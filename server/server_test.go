@@ -249,6 +249,31 @@ func TestSessionsSpendTheRate(t *testing.T) {
 	}
 }
 
+// A session is idle when nothing runs in it: a run longer than the
+// session's TTL does not get its session closed under it by the janitor,
+// and the next run finds it.
+func TestSessionNotIdleWhileRunning(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) {
+		c.SessionTTL = server.Duration(4 * time.Second) // the janitor looks every second
+		c.Tenants[0].Limits.Max.Steps = 1 << 40
+	})
+	var open struct{ ID string }
+	if r := f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark","ttl":"1s"}`); r.status != 201 {
+		t.Fatalf("open: %d %s", r.status, r.body)
+	} else {
+		r.decode(t, &open)
+	}
+	path := "/v1/sessions/" + open.ID + "/run"
+	long := `{"kind":"starlark","code":"x = 0\nfor i in range(1 << 40):\n    x += 1","limits":{"wall_ms":3000,"steps":10000000000}}`
+	r := f.do("POST", path, keyA, long)
+	if res := r.result(t); r.status != 200 || res.Stopped == nil {
+		t.Fatalf("long run: %d %s", r.status, r.body)
+	}
+	if r := f.do("POST", path, keyA, `{"kind":"starlark","code":"result = 1"}`); r.status != 200 {
+		t.Errorf("the run after a run longer than the TTL: %d %s", r.status, r.body)
+	}
+}
+
 func TestOverload(t *testing.T) {
 	f := newFixture(t, func(c *server.Config) {
 		c.Tenants[1].MaxConcurrent = 1

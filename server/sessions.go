@@ -33,18 +33,21 @@ type session struct {
 	// tier refuses.
 	account string
 
-	mu   sync.Mutex
-	last time.Time
+	mu      sync.Mutex
+	last    time.Time
+	running int // runs in progress: a session is idle only without any
 }
 
 func (ss *session) run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	ss.mu.Lock()
 	ss.last = time.Now()
+	ss.running++
 	ss.mu.Unlock()
 	job.Tier, job.Session, job.Lifecycle = "", "", ""
 	res, err := ss.s.Run(ctx, job)
 	ss.mu.Lock()
 	ss.last = time.Now()
+	ss.running--
 	ss.mu.Unlock()
 	return res, err
 }
@@ -52,7 +55,7 @@ func (ss *session) run(ctx context.Context, job airlock.Job) (airlock.Result, er
 func (ss *session) idle(now time.Time) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return now.Sub(ss.last) > ss.ttl
+	return ss.running == 0 && now.Sub(ss.last) > ss.ttl
 }
 
 // openRequest is the body of POST /v1/sessions.
