@@ -132,6 +132,13 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 	d := approve.Pinned(approve.Of(&job, tier.Name(), t.Name), pin)
 	rule := s.approvals.Requires(&job, tier.Name())
 	if rule != "" {
+		// A pending job is kept, shared with the other replicas and
+		// shown on every approver's console: asking spends one of the
+		// tenant's runs per minute, as a run does.
+		if err := s.spend(r.Context(), t); err != nil {
+			s.answer(w, airlock.Result{}, err)
+			return
+		}
 		kept := job
 		kept.Grants = redactGrants(job.Grants)
 		size := jobSize(&kept)

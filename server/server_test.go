@@ -274,6 +274,27 @@ func TestSessionNotIdleWhileRunning(t *testing.T) {
 	}
 }
 
+// Asking for an approval keeps a pending job and wakes every approver's
+// console: it spends the tenant's runs per minute as a run does.
+func TestApprovalRequestsSpendTheRate(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Tenants[1].RunsPerMinute = 10 })
+	statuses := map[int]int{}
+	for i := range 10 {
+		r := f.do("POST", "/v1/approvals", keyB, fmt.Sprintf(`{"kind":"starlark","situation":"internal","code":"result = %d"}`, i))
+		statuses[r.status]++
+		if r.status != 200 && r.header.Get("Retry-After") == "" {
+			t.Errorf("%d without Retry-After: %s", r.status, r.body)
+		}
+	}
+	if statuses[http.StatusOK] > 2 || statuses[http.StatusTooManyRequests] == 0 {
+		t.Errorf("10 approval requests at 10 runs per minute (burst 1): %v", statuses)
+	}
+	// A job that needs no approval keeps nothing and spends nothing.
+	if r := f.do("POST", "/v1/approvals", keyB, `{"kind":"expr","code":"1"}`); r.status != 200 {
+		t.Errorf("a job needing no approval, with the rate spent: %d %s", r.status, r.body)
+	}
+}
+
 func TestOverload(t *testing.T) {
 	f := newFixture(t, func(c *server.Config) {
 		c.Tenants[1].MaxConcurrent = 1
