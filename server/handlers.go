@@ -129,7 +129,23 @@ func (s *Server) refuseErr(w http.ResponseWriter, err error) {
 		return
 	}
 	kind := airlock.KindOf(err)
-	s.refuse(w, statusOf(kind), string(kind), err.Error())
+	s.refuse(w, statusOf(kind), string(kind), s.publicMessage(err))
+}
+
+// publicMessage is what a client is told of err: the error itself, unless
+// airlock failed (kind internal), whose cause (a host path, a database
+// error, a tier's internals) goes to the server's log, the client being
+// told what failed and where to look.
+func (s *Server) publicMessage(err error) string {
+	if airlock.KindOf(err) != airlock.ErrInternal {
+		return err.Error()
+	}
+	fmt.Fprintf(s.audit.log, "airlock: %s\n", clipMessage(err.Error()))
+	what, _, _ := strings.Cut(err.Error(), ": ")
+	if strings.ContainsAny(what, "/\\") || len(what) > 80 {
+		what = "the request"
+	}
+	return what + ": airlock failed (the server's log says why)"
 }
 
 func statusOf(k airlock.ErrorKind) int {
@@ -961,7 +977,7 @@ func (s *Server) handleImages(w http.ResponseWriter, r *http.Request) {
 	}
 	infos, err := s.images.List()
 	if err != nil {
-		s.refuse(w, http.StatusInternalServerError, string(airlock.ErrInternal), err.Error())
+		s.refuseErr(w, fmt.Errorf("listing images: %w", err))
 		return
 	}
 	for _, in := range infos {

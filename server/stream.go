@@ -211,7 +211,7 @@ func (st *stream) finish(res airlock.Result, err error) {
 	case errors.As(err, &ov):
 		b = st.appendError(b, kindOverloaded, ov.msg)
 	case res.Tier == "" && err != nil && !isDenied(err):
-		b = st.appendError(b, string(airlock.KindOf(err)), err.Error())
+		b = st.appendError(b, string(airlock.KindOf(err)), st.s.publicMessage(err))
 	default:
 		rb, aerr := appendResult(st.open(b, "result"), &res)
 		if aerr != nil {
