@@ -326,6 +326,16 @@ func TestTenantKeyIsNoApprover(t *testing.T) {
 	}
 }
 
+// TestTenantKeysAreDistinct: two tenants may not share a key, however its
+// hash's hex is written: the key would authenticate as only one of them.
+func TestTenantKeysAreDistinct(t *testing.T) {
+	c := testConfig()
+	c.Tenants[1].KeySHA256 = strings.ToUpper(c.Tenants[0].KeySHA256)
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "the same key as tenant a") {
+		t.Errorf("tenant b with tenant a's key in upper case: %v", err)
+	}
+}
+
 // TestApprovalBindsImageContent: an approved command job runs only in the
 // image its name pointed at when the approval was requested; the name moved
 // to another image afterwards makes the token stale, and a new request
