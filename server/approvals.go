@@ -122,6 +122,9 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		job.Tier, job.Lifecycle = ss.tier, ""
+		if job.Account == "" {
+			job.Account = ss.account // as its runs in the session are
+		}
 	}
 	tier, err := t.route(s, &job)
 	if err != nil {
