@@ -3,6 +3,7 @@ package approve
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -322,7 +323,7 @@ func DisplayOf(job *airlock.Job, tier, tenant string) Display {
 		Limits:    job.Limits,
 	}
 	if !job.Clock.IsZero() {
-		out.Clock = job.Clock.UTC().Format(time.RFC3339Nano)
+		out.Clock = job.Clock.Format(time.RFC3339Nano) // with its offset, as the program reads it
 	}
 	if len(job.Module) > 0 {
 		out.Module = summary(string(job.Module))
@@ -460,6 +461,13 @@ func (d *displayer) value(field string, v any) any {
 			out[i] = d.value(field+"["+strconv.Itoa(i)+"]", e)
 		}
 		return out
+	case float64, float32:
+		// A whole float is shown with its ".0", as the digest binds it:
+		// the program sees a float, not the integer json.Marshal would
+		// show.
+		if b, err := appendInput(nil, x); err == nil {
+			return json.Number(b)
+		}
 	}
 	return v
 }

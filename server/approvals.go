@@ -1,13 +1,18 @@
 package server
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -40,6 +45,21 @@ type pending struct {
 	created time.Time
 	image   string // the image digest the approval binds ("": none, or not known here)
 	size    int    // about the job's size (jobSize)
+
+	// hidden counts the job's hidden characters, for the console's list:
+	// counted once, not on every reload of every approver's page.
+	hiddenOnce sync.Once
+	hidden     int
+}
+
+// hiddenChars returns how many characters the job's display escapes and
+// flags (approve.Display.Hidden).
+func (p *pending) hiddenChars() int {
+	p.hiddenOnce.Do(func() {
+		job := p.job
+		p.hidden = approve.DisplayOf(&job, p.tier, p.tenant.Name).Hidden
+	})
+	return p.hidden
 }
 
 // shown is a pending job as a person should see it, with the image
@@ -102,6 +122,9 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		job.Tier, job.Lifecycle = ss.tier, ""
+		if job.Account == "" {
+			job.Account = ss.account // as its runs in the session are
+		}
 	}
 	tier, err := t.route(s, &job)
 	if err != nil {
@@ -112,6 +135,13 @@ func (s *Server) handleRequestApproval(w http.ResponseWriter, r *http.Request) {
 	d := approve.Pinned(approve.Of(&job, tier.Name(), t.Name), pin)
 	rule := s.approvals.Requires(&job, tier.Name())
 	if rule != "" {
+		// A pending job is kept, shared with the other replicas and
+		// shown on every approver's console: asking spends one of the
+		// tenant's runs per minute, as a run does.
+		if err := s.spend(r.Context(), t); err != nil {
+			s.answer(w, airlock.Result{}, err)
+			return
+		}
 		kept := job
 		kept.Grants = redactGrants(job.Grants)
 		size := jobSize(&kept)
@@ -197,6 +227,11 @@ func (s *Server) handleShowApproval(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no pending approval "+string(d))
 		return
 	}
+	release, ok := s.approvalSlots(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	job := p.job
 	shown := s.shown(p, p.tenant.Name)
 	writeJSON(w, http.StatusOK, approvalRequest{Digest: d, Tier: p.tier, Rule: p.rule, Required: true, Job: &job, Display: &shown, Tenant: p.tenant.Name})
@@ -216,6 +251,11 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		d approve.Digest
 		p *pending
 	}
+	release, ok := s.approvalSlots(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	var mine []entry
 	s.syncPending(r.Context())
 	now := s.now()
@@ -235,13 +275,49 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		}
 		return strings.Compare(string(a.d), string(b.d))
 	})
-	out := make([]approvalRequest, 0, len(mine))
+	// Written one approval at a time: each holds its job twice (raw and
+	// displayed), and a tenant's pending jobs may take 96 MiB.
+	w.Header()["Content-Type"] = jsonType
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // as writeJSON
+	sep := "["
 	for _, e := range mine {
 		job := e.p.job
 		shown := s.shown(e.p, e.p.tenant.Name)
-		out = append(out, approvalRequest{Digest: e.d, Tier: e.p.tier, Rule: e.p.rule, Required: true, Job: &job, Display: &shown, Tenant: e.p.tenant.Name})
+		buf.Reset()
+		buf.WriteString(sep)
+		if enc.Encode(approvalRequest{Digest: e.d, Tier: e.p.tier, Rule: e.p.rule, Required: true, Job: &job, Display: &shown, Tenant: e.p.tenant.Name}) != nil {
+			continue
+		}
+		extendWrite(w)
+		if _, err := w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))); err != nil {
+			return // the client went away, or did not read
+		}
+		sep = ","
 	}
-	writeJSON(w, http.StatusOK, out)
+	if sep == "[" {
+		_, _ = io.WriteString(w, "[")
+	}
+	extendWrite(w)
+	_, _ = io.WriteString(w, "]\n")
+}
+
+// approvalSlots takes a slot for showing or listing pending jobs, which
+// may be tens of MiB each: one of the server's listings, and for a tenant's
+// key one of its own (see handleAudit). It answers the request itself
+// when none is free.
+func (s *Server) approvalSlots(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	key, _ := bearer(r)
+	chans := []chan struct{}{s.listings}
+	if i, isTenant := s.keys.find(key); isTenant {
+		chans = append(chans, s.tenants[i].listings)
+	}
+	if release, ok = takeSlots(chans...); !ok {
+		s.answer(w, airlock.Result{}, &overloaded{fmt.Sprintf("too many listings in progress (at most %d per tenant, %d in all); retry", auditListingsTenant, auditListingsServer), 1})
+	}
+	return release, ok
 }
 
 // mayAskApprovals reports whether r carries a tenant's or an approver's

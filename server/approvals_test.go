@@ -275,3 +275,58 @@ func TestPendingApprovalsBoundedInBytes(t *testing.T) {
 		t.Errorf("tenant b's pending job was refused for a's: %d %.300s", r.status, r.body)
 	}
 }
+
+// A whole float in the input is another value than the integer json.Marshal
+// writes the same way: the program sees a float, so a token for n = 1 does
+// not hold for n = 1.0, and the approver is shown which one it is.
+func TestApprovalBindsNumberTypes(t *testing.T) {
+	f := newFixture(t)
+	job := func(n string) string {
+		return `{"kind":"starlark","situation":"internal","code":"result = type(n) + ' ' + str(m)","input":{"n":` + n + `,"m":[` + n + `]}}`
+	}
+	var req, tok approvalReply
+	f.do("POST", "/v1/approvals", keyA, job("1")).decode(t, &req)
+	f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyApprover, nil).decode(t, &tok)
+	if tok.Token == "" {
+		t.Fatalf("no token for %+v", req)
+	}
+	expectStale(t, f.do("POST", "/v1/run", keyA, job("1.0"), server.ApprovalHeader, tok.Token), "differs")
+	if r := f.do("POST", "/v1/run", keyA, job("1"), server.ApprovalHeader, tok.Token); r.status != 200 || r.result(t).Value != "int [1]" {
+		t.Fatalf("approved run: %d %s", r.status, r.body)
+	}
+
+	var float approvalReply
+	f.do("POST", "/v1/approvals", keyA, job("1.0")).decode(t, &float)
+	if float.Digest == req.Digest {
+		t.Errorf("n = 1.0 has the digest of n = 1")
+	}
+	r := f.do("GET", "/v1/approvals/"+float.Digest, keyApprover, nil)
+	if !strings.Contains(string(r.body), `"display":`) || !strings.Contains(string(r.body[strings.Index(string(r.body), `"display":`):]), `"input":{"m":[1.0],"n":1.0}`) {
+		t.Errorf("the approver is not shown n = 1.0: %s", r.body)
+	}
+}
+
+// A pinned clock's offset is part of what the program reads (time.now()
+// keeps it: its hour, its text), so a token for one offset does not hold
+// for the same instant written with another.
+func TestApprovalBindsTheClockOffset(t *testing.T) {
+	f := newFixture(t)
+	job := func(clock string) string {
+		return `{"kind":"starlark","situation":"internal","code":"result = str(time.now().hour)","clock":"` + clock + `"}`
+	}
+	var req, tok approvalReply
+	f.do("POST", "/v1/approvals", keyA, job("2026-01-01T00:00:00Z")).decode(t, &req)
+	f.do("POST", "/v1/approvals/"+req.Digest+"/approve", keyApprover, nil).decode(t, &tok)
+	if tok.Token == "" {
+		t.Fatalf("no token for %+v", req)
+	}
+	expectStale(t, f.do("POST", "/v1/run", keyA, job("2026-01-01T05:00:00+05:00"), server.ApprovalHeader, tok.Token), "differs")
+	if r := f.do("POST", "/v1/run", keyA, job("2026-01-01T00:00:00Z"), server.ApprovalHeader, tok.Token); r.status != 200 || r.result(t).Value != "0" {
+		t.Fatalf("approved run: %d %s", r.status, r.body)
+	}
+	var other approvalReply
+	f.do("POST", "/v1/approvals", keyA, job("2026-01-01T05:00:00+05:00")).decode(t, &other)
+	if r := f.do("GET", "/v1/approvals/"+other.Digest, keyApprover, nil); !strings.Contains(string(r.body), `"clock":"2026-01-01T05:00:00+05:00"`) {
+		t.Errorf("the approver is not shown the clock's offset: %s", r.body)
+	}
+}

@@ -186,17 +186,31 @@ type commit struct {
 
 // ring keeps a tenant's latest records without copying on each add.
 type ring struct {
-	recs []Record
-	next int
+	recs  []Record
+	next  int
+	total uint64 // records ever added; the latest len(recs) are kept
 }
 
 func (r *ring) add(rec Record, keep int) {
+	r.total++
 	if len(r.recs) < keep {
 		r.recs = append(r.recs, rec)
 		return
 	}
 	r.recs[r.next] = rec
 	r.next = (r.next + 1) % keep
+}
+
+// at returns the oldest record kept whose number (counting every record
+// ever added from 0) is n or more, and its number; ok is false when there
+// is none.
+func (r *ring) at(n uint64) (rec Record, num uint64, ok bool) {
+	if r == nil || n >= r.total {
+		return Record{}, 0, false
+	}
+	first := r.total - uint64(len(r.recs))
+	n = max(n, first)
+	return r.recs[(r.next+int(n-first))%len(r.recs)], n, true
 }
 
 func (r *ring) list() []Record {
@@ -377,6 +391,26 @@ func (a *auditor) list(tenant string) []Record {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.recent[tenant].list()
+}
+
+// recentAt returns the tenant's oldest kept record numbered n or more (see
+// ring.at), one at a time, so that a listing holds one record, not a copy
+// of the tenant's list.
+func (a *auditor) recentAt(tenant string, n uint64) (Record, uint64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.recent[tenant].at(n)
+}
+
+// recentEnd is the number the tenant's next record will have: a listing
+// stops there, so that runs added while it is written do not prolong it.
+func (a *auditor) recentEnd(tenant string) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if rg := a.recent[tenant]; rg != nil {
+		return rg.total
+	}
+	return 0
 }
 
 // ParseRecord reads one audit line. The chain's seq and prev, which the

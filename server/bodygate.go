@@ -146,3 +146,31 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// answerWriteTimeout bounds how long one write of an answer may wait for
+// the client to take it: an answer (a Result with its outputs and files,
+// tens of MiB) is held in memory until it is written, after the run's slot
+// is free again, so a client that never reads would otherwise hold it for
+// ever, and a tenant could pile such answers up without bound.
+var answerWriteTimeout = time.Minute
+
+// withWriteDeadline clears a write deadline an earlier request on the
+// connection left (the answers' writes set their own, see extendWrite), and
+// gives what net/http writes after the handler returns (the end of the
+// answer still buffered) answerWriteTimeout. The writer is not wrapped:
+// http.MaxBytesReader must reach net/http's own to end a request whose
+// body is too large.
+func withWriteDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if rc.SetWriteDeadline(time.Time{}) == nil {
+			defer func() { _ = rc.SetWriteDeadline(time.Now().Add(answerWriteTimeout)) }()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// extendWrite gives the write that follows answerWriteTimeout to complete.
+func extendWrite(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerWriteTimeout))
+}

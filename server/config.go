@@ -508,10 +508,12 @@ func (c *Config) Validate() error {
 		if err := checkHash(t.KeySHA256); err != nil {
 			return fmt.Errorf("%s.key_sha256: %w", where, err)
 		}
-		if other, ok := keys[t.KeySHA256]; ok {
+		// Compared as bytes: the hex's letter case does not make another key.
+		kb, _ := hex.DecodeString(t.KeySHA256)
+		if other, ok := keys[string(kb)]; ok {
 			return fmt.Errorf("%s.key_sha256: the same key as tenant %s", where, other)
 		}
-		keys[t.KeySHA256] = t.Name
+		keys[string(kb)] = t.Name
 		for j, h := range t.ApproverSHA256 {
 			if err := checkHash(h); err != nil {
 				return fmt.Errorf("%s.approver_sha256[%d]: %w", where, j, err)

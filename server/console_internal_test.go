@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/approve"
 )
 
 // TestConsoleKeepsTheLatestRuns: the runs page keeps the latest
@@ -90,5 +91,16 @@ func TestConsoleKeepsLittleOfEachRun(t *testing.T) {
 	}
 	if res.Stdout != big[:1<<20-1] || len(res.Files) != 100 || res.Error.Message != big {
 		t.Error("keptResult changed the run's result")
+	}
+}
+
+// TestGrantWordsNameCredentials: a level-5 job's credential references
+// are granted to it like secrets, and the approver reads them: a job
+// granted only credentials is not "None".
+func TestGrantWordsNameCredentials(t *testing.T) {
+	job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"gh"}, Grants: airlock.Grants{Credentials: []airlock.Credential{{Env: "GH_TOKEN", Ref: "github-admin"}}}}
+	words := strings.Join(grantWords(approve.DisplayOf(&job, "account", "a").Grants), "\n")
+	if !strings.Contains(words, "github-admin") || !strings.Contains(words, "GH_TOKEN") || strings.Contains(words, "None") {
+		t.Errorf("a job granted a credential is shown as: %s", words)
 	}
 }

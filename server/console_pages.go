@@ -98,9 +98,8 @@ func (s *Server) pendingRows(v *viewer) []pendingRow {
 		if len(job.Argv) > 0 {
 			summary = strings.Join(job.Argv, " ")
 		}
-		disp := approve.DisplayOf(&job, e.p.tier, e.p.tenant.Name)
 		rows = append(rows, pendingRow{Digest: e.d, Tenant: e.p.tenant.Name, Tier: e.p.tier, Kind: string(job.Kind), Rule: e.p.rule,
-			Summary: visible(truncate(summary, 4*shownArg), 200), Age: now.Sub(e.p.created).Round(time.Second).String(), Hidden: disp.Hidden})
+			Summary: visible(truncate(summary, 4*shownArg), 200), Age: now.Sub(e.p.created).Round(time.Second).String(), Hidden: e.p.hiddenChars()})
 	}
 	return rows
 }
@@ -143,6 +142,75 @@ type detailView struct {
 	Pending   bool
 	Problem   string
 	LimitRows []string
+	Input     []inputRow
+	InputCut  int // values not shown past maxInputRows
+	Module    *approve.Content
+}
+
+// inputRow is one value of a job's input: where it is (each key in its
+// own element, as the display adds no quotes) and its type, so that the
+// string "1", the integer 1 and the float 1.0 read differently.
+type inputRow struct {
+	Path  []pathStep
+	Type  string
+	Value shown
+}
+
+type pathStep struct {
+	Key   string // escaped by approve.Display
+	Index int    // for a list element (Key empty)
+	List  bool
+}
+
+// maxInputRows bounds the input values a page lists.
+const maxInputRows = 500
+
+// inputRows lists a displayed input's values (leaves, and empty lists and
+// objects), keys in order, up to maxInputRows; it returns how many more
+// there are.
+func inputRows(in map[string]any) ([]inputRow, int) {
+	var rows []inputRow
+	more := 0
+	var walk func(path []pathStep, v any)
+	add := func(path []pathStep, typ, text string) {
+		if len(rows) >= maxInputRows {
+			more++
+			return
+		}
+		rows = append(rows, inputRow{Path: slices.Clone(path), Type: typ, Value: cut(text, shownArg, strings.Contains(text, `\`))})
+	}
+	walk = func(path []pathStep, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if len(x) == 0 && len(path) > 0 {
+				add(path, "object", "{} (empty)")
+			}
+			for _, k := range slices.Sorted(maps.Keys(x)) {
+				walk(append(path, pathStep{Key: k}), x[k])
+			}
+		case []any:
+			if len(x) == 0 {
+				add(path, "list", "[] (empty)")
+			}
+			for i, e := range x {
+				walk(append(path, pathStep{Index: i, List: true}), e)
+			}
+		case string:
+			add(path, "text", x)
+		case json.Number: // a whole float, shown with its .0
+			add(path, "float", string(x))
+		case float64:
+			add(path, "float", strconv.FormatFloat(x, 'g', -1, 64))
+		case bool:
+			add(path, "boolean", strconv.FormatBool(x))
+		case nil:
+			add(path, "null", "null")
+		default:
+			add(path, "integer", fmt.Sprint(x))
+		}
+	}
+	walk(nil, in)
+	return rows, more
 }
 
 // contentView shows a file; name is already escaped.
@@ -215,8 +283,12 @@ func grantWords(g approve.DisplayGrants) []string {
 	for _, n := range g.Secrets {
 		out = append(out, "Secret: receives the credential named "+n+" (value not shown)")
 	}
+	for _, c := range g.Credentials {
+		env, ref, _ := strings.Cut(c, "=")
+		out = append(out, "Credential: the account's executor puts the credential "+ref+" in the variable "+env+" (value not shown)")
+	}
 	if len(out) == 0 {
-		out = append(out, "None: no network, no host paths, no programs, no secrets.")
+		out = append(out, "None: no network, no host paths, no programs, no secrets, no credentials.")
 	}
 	return out
 }
@@ -302,6 +374,8 @@ func (s *Server) renderDetail(w http.ResponseWriter, v *viewer, d approve.Digest
 		dv.Env = append(dv.Env, cut(e, shownArg, strings.Contains(e, `\`)))
 	}
 	dv.Code = cut(disp.Code, shownText, dv.Flagged["code"])
+	dv.Input, dv.InputCut = inputRows(disp.Input)
+	dv.Module = disp.Module
 	if disp.Stdin != nil {
 		fv := contentView("stdin", *disp.Stdin, job.Stdin)
 		dv.Stdin = &fv
@@ -393,6 +467,18 @@ func (s *Server) approvedInTrail(d approve.Digest, tenant string, kind airlock.K
 // describe lays a displayed job out as lines, for the diff.
 func describe(d approve.Display) []string {
 	out := []string{"tier: " + d.Tier, "kind: " + d.Kind, "situation: " + d.Situation, "image: " + cmp.Or(d.Image, "(the default)")}
+	if d.Account != "" {
+		out = append(out, "account: "+d.Account)
+	}
+	if d.Clock != "" {
+		out = append(out, "clock: "+d.Clock)
+	}
+	if d.Seed != 0 {
+		out = append(out, "seed: "+strconv.FormatUint(d.Seed, 10))
+	}
+	if d.Module != nil {
+		out = append(out, fmt.Sprintf("module: %d bytes, sha256 %s", d.Module.Size, d.Module.SHA256))
+	}
 	for i, a := range d.Argv {
 		out = append(out, fmt.Sprintf("argv[%d]: %s", i, truncate(a, shownArg)))
 	}
@@ -401,6 +487,21 @@ func describe(d approve.Display) []string {
 	}
 	for _, e := range d.Env {
 		out = append(out, "env "+truncate(e, shownArg))
+	}
+	rows, more := inputRows(d.Input)
+	for _, r := range rows {
+		var p strings.Builder
+		for _, st := range r.Path {
+			if st.List {
+				fmt.Fprintf(&p, "[%d]", st.Index)
+			} else {
+				p.WriteString("[" + strconv.Quote(st.Key) + "]")
+			}
+		}
+		out = append(out, fmt.Sprintf("input%s (%s): %s", p.String(), r.Type, r.Value.Text))
+	}
+	if more > 0 {
+		out = append(out, fmt.Sprintf("input: %d more values", more))
 	}
 	for _, l := range strings.Split(d.Code, "\n") {
 		if d.Code != "" {
@@ -741,7 +842,10 @@ func (s *Server) trailRecord(w http.ResponseWriter, r *http.Request, v *viewer) 
 func (s *Server) renderRecord(w http.ResponseWriter, v *viewer, k keptRun, title, ref, download, file string) {
 	data := map[string]any{"Title": title, "V": v, "Row": rowOf(k, ""), "Rec": k.Rec,
 		"NotReplayable": replayable(&k.Rec), "Limits": limitWords(k.Rec.Limits), "Grants": grantWords(approve.DisplayOf(&airlock.Job{Grants: k.Rec.Grants}, "", "").Grants),
-		"Download": download, "File": file}
+		"Download": download, "File": file,
+		// The job's own image reference on a decision's record: escaped
+		// as every string of a job is.
+		"Image": visible(k.Rec.Image, shownArg)}
 	if ref != "" {
 		data["Ref"] = shellQuote(ref)
 	}

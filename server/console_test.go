@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -15,6 +16,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
+	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -483,5 +487,115 @@ func TestConsoleEventStreamsBounded(t *testing.T) {
 			t.Fatalf("after one stream ended a new one is still refused: %d", r.StatusCode)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestConsoleShowsTheInput: the detail page shows everything the digest
+// binds that the program reads: the input, each value with its type (the
+// string "1", the integer 1 and the float 1.0 differ), each key in its own
+// element, escaped; a pinned clock and seed. The diff lists them too.
+func TestConsoleShowsTheInput(t *testing.T) {
+	f := newFixture(t, consoleConfig)
+	base := starlarkJob("result = url")
+	base.Input = map[string]any{"url": "https://example.com/"}
+	f.requestApproval(keyA, base)
+	u := f.signIn(keyApprover)
+	var first approve.Digest
+	for _, p := range []string{"/console/"} {
+		_, page, _ := u.get(p)
+		m := regexp.MustCompile(`/console/approvals/([0-9a-f]{64})`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no pending job on %s", page)
+		}
+		first = approve.Digest(m[1])
+	}
+	if st, body, _ := u.post("/console/approvals/"+string(first), url.Values{"csrf": {u.csrf()}, "decision": {"approve"}, "reason": {"ok"}}, "Origin", f.http.URL); st != http.StatusSeeOther {
+		t.Fatalf("approve: %d %s", st, body)
+	}
+	body := `{"kind":"starlark","situation":"internal","code":"result = url","seed":7,"clock":"2026-01-02T03:04:05Z",` +
+		`"input":{"url":"https://evil.example/?q=<b>\u202e","n":1.0,"i":1,"s":"1","list":[true,null,{"a.b":2}],"empty":[]}}`
+	r := f.do("POST", "/v1/approvals", keyA, body)
+	var ar struct{ Digest string }
+	r.decode(t, &ar)
+	status, page, _ := u.get("/console/approvals/" + ar.Digest)
+	if status != 200 {
+		t.Fatalf("detail page: %d %s", status, page)
+	}
+	for _, want := range []string{
+		`<code class="key">url</code></td><td>text</td><td><span class="val flagged">https://evil.example/?q=&lt;b&gt;\u202e</span>`,
+		`<code class="key">n</code></td><td>float</td><td><span class="val">1.0</span>`,
+		`<code class="key">i</code></td><td>integer</td><td><span class="val">1</span>`,
+		`<code class="key">s</code></td><td>text</td><td><span class="val">1</span>`,
+		`<code class="key">list</code><span class="idx">[0]</span></td><td>boolean</td>`,
+		`<code class="key">list</code><span class="idx">[1]</span></td><td>null</td>`,
+		`<code class="key">list</code><span class="idx">[2]</span><code class="key">a.b</code></td><td>integer</td><td><span class="val">2</span>`,
+		`<code class="key">empty</code></td><td>list</td>`,
+		`pinned to 2026-01-02T03:04:05Z`, `pinned to 7`,
+		`<span class="ddel">- input[&#34;url&#34;] (text): https://example.com/</span>`,
+		`<span class="dadd">&#43; input[&#34;n&#34;] (float): 1.0</span>`,
+		`<span class="dadd">&#43; seed: 7</span>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the detail page lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("page: %s", page)
+	}
+}
+
+// TestConsoleRecordEscapesTheImage: a decision's record names the job's
+// own image reference, which the tenant wrote: its page escapes hidden
+// and bidirectional characters in it as the detail page does.
+func TestConsoleRecordEscapesTheImage(t *testing.T) {
+	st, err := image.Open(t.TempDir(), image.Options{Default: "tool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	consoleConfig(&cfg)
+	f := storeFixture(t, cfg, st, tierset.Options{})
+	if err := f.srv.Router().Unavailable("process"); err != nil {
+		tiertest.Unavailable(t, "process", err)
+	}
+	job := commandJob([]string{"true"}, nil)
+	job.Image = "py\u202enohty"
+	d := f.requestApproval(keyA, job)
+	if r := f.do("POST", "/v1/approvals/"+string(d)+"/approve", keyApprover, nil); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	u := f.signIn(keyApprover)
+	_, page, _ := u.get("/console/audit")
+	m := regexp.MustCompile(`href="(/console/runs/[0-9]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no record of the decision on %s", page)
+	}
+	_, page, _ = u.get(m[1])
+	if strings.Contains(page, "\u202e") || !strings.Contains(page, `py\u202enohty`) {
+		t.Errorf("the record page shows the image as %q", regexp.MustCompile(`<dt>Image</dt><dd>.*</dd>`).FindString(page))
+	}
+}
+
+// TestConsoleListIsCheap: the pending list is fetched again by every
+// approver's page on every change, and a change is one approval request
+// away for a tenant: the list must not digest every pending job's content
+// each time (96 MiB of a tenant's jobs here), only once per job.
+func TestConsoleListIsCheap(t *testing.T) {
+	f := newFixture(t, consoleConfig)
+	for i := range 11 {
+		job := starlarkJob(fmt.Sprintf("result = %d", i))
+		job.Files = map[string]string{"data.txt": strings.Repeat(fmt.Sprint(i%10), 8<<20)}
+		f.requestApproval(keyA, job)
+	}
+	u := f.signIn(keyApprover)
+	if st, page, _ := u.get("/console/"); st != 200 || strings.Count(page, "/console/approvals/") != 11 {
+		t.Fatalf("pending list: %d, %d jobs", st, strings.Count(page, "/console/approvals/"))
+	}
+	start := time.Now()
+	for range 20 {
+		u.get("/console/")
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("20 reloads of the pending list took %v", d)
 	}
 }

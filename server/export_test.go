@@ -33,6 +33,14 @@ func SetBodyReadTimeout(d time.Duration) func() {
 	return func() { bodyReadTimeout = old }
 }
 
+// SetAnswerWriteTimeout sets how long one write of an answer may wait
+// for the client; it returns the function that restores it.
+func SetAnswerWriteTimeout(d time.Duration) func() {
+	old := answerWriteTimeout
+	answerWriteTimeout = d
+	return func() { answerWriteTimeout = old }
+}
+
 // MaxMCPSessions bounds a tenant's open MCP sessions.
 const MaxMCPSessions = maxMCPSessions
 

@@ -76,7 +76,7 @@ func (s *Server) routes() {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/server.md)")
 	})
 	s.mux = m
-	s.handler = withBodyDeadline(s.withReplica(m))
+	s.handler = withWriteDeadline(withBodyDeadline(s.withReplica(m)))
 }
 
 // catchAll are the patterns that answer paths no route takes.
@@ -101,6 +101,7 @@ type apiError struct {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	extendWrite(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
@@ -128,7 +129,23 @@ func (s *Server) refuseErr(w http.ResponseWriter, err error) {
 		return
 	}
 	kind := airlock.KindOf(err)
-	s.refuse(w, statusOf(kind), string(kind), err.Error())
+	s.refuse(w, statusOf(kind), string(kind), s.publicMessage(err))
+}
+
+// publicMessage is what a client is told of err: the error itself, unless
+// airlock failed (kind internal), whose cause (a host path, a database
+// error, a tier's internals) goes to the server's log, the client being
+// told what failed and where to look.
+func (s *Server) publicMessage(err error) string {
+	if airlock.KindOf(err) != airlock.ErrInternal {
+		return err.Error()
+	}
+	fmt.Fprintf(s.audit.log, "airlock: %s\n", clipMessage(err.Error()))
+	what, _, _ := strings.Cut(err.Error(), ": ")
+	if strings.ContainsAny(what, "/\\") || len(what) > 80 {
+		what = "the request"
+	}
+	return what + ": airlock failed (the server's log says why)"
 }
 
 func statusOf(k airlock.ErrorKind) int {
@@ -235,6 +252,11 @@ func (t *tenant) admit(job *airlock.Job) error {
 	}
 	if err := job.Validate(); err != nil {
 		return err
+	}
+	if n := len(job.Grants.FS.Read); n > maxReadGrants {
+		// Each is resolved, and a file's content hashed for the digest
+		// (up to a MiB), on every run and approval request.
+		return jobs.Invalid("grants.fs.read", "%d host paths; at most %d", n, maxReadGrants)
 	}
 	if job.Situation == "" {
 		job.Situation = t.defSit
@@ -726,6 +748,12 @@ const (
 	maxRefusedGrants = 64 << 10
 )
 
+// maxReadGrants bounds a job's host paths (grants.fs.read): the digest
+// of every run and approval request hashes what each names, a file's
+// content up to a MiB, so thousands of names of one large file would
+// cost gigabytes of hashing a request.
+const maxReadGrants = 64
+
 // maxMessage bounds an error message the server writes, in an answer
 // and in the audit trail: one quoting a value of the job (a name, a
 // host, a path) is cut there.
@@ -772,6 +800,7 @@ func writeResult(w http.ResponseWriter, status int, res *airlock.Result) {
 		return
 	}
 	*buf = append(b, '\n')
+	extendWrite(w)
 	w.Header()["Content-Type"] = jsonType
 	w.WriteHeader(status)
 	_, _ = w.Write(*buf)
@@ -948,7 +977,7 @@ func (s *Server) handleImages(w http.ResponseWriter, r *http.Request) {
 	}
 	infos, err := s.images.List()
 	if err != nil {
-		s.refuse(w, http.StatusInternalServerError, string(airlock.ErrInternal), err.Error())
+		s.refuseErr(w, fmt.Errorf("listing images: %w", err))
 		return
 	}
 	for _, in := range infos {
@@ -970,23 +999,118 @@ func (s *Server) handleImages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// Listings of GET /v1/audit in progress: each may write a tenant's 256
+// latest records, a MiB or more each, to a client that reads slowly.
+const (
+	auditListingsServer = 8
+	auditListingsTenant = 2
+	// auditListingTime bounds how long a listing may take to be written.
+	auditListingTime = time.Minute
+)
+
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	t := s.tenant(w, r)
 	if t == nil {
 		return
 	}
-	recs := s.audit.list(t.Name)
+	release, ok := takeSlots(s.listings, t.listings)
+	if !ok {
+		s.answer(w, airlock.Result{}, &overloaded{fmt.Sprintf("too many audit listings in progress (at most %d per tenant, %d in all); retry", auditListingsTenant, auditListingsServer), 1})
+		return
+	}
+	defer release()
+	// Each write has its own bound (answerWriteTimeout); the listing as a
+	// whole has this one, so a client that reads a trickle gives its
+	// slot back too.
+	deadline := time.Now().Add(auditListingTime)
+	// Written a record at a time: the answer is never whole in memory.
+	var next func() (Record, bool)
 	if s.store.Shared() {
-		var err error
-		if recs, err = s.sharedRecords(r.Context(), t.Name); err != nil {
+		recs, err := s.sharedRecords(r.Context(), t.Name)
+		if err != nil {
 			s.answer(w, airlock.Result{}, s.stateUnavailable("the shared audit records cannot be read", err))
 			return
 		}
+		next = func() (Record, bool) {
+			if len(recs) == 0 {
+				return Record{}, false
+			}
+			rec := recs[0]
+			recs[0] = Record{}
+			recs = recs[1:]
+			return rec, true
+		}
+	} else {
+		var n uint64
+		end := s.audit.recentEnd(t.Name)
+		next = func() (Record, bool) {
+			if n >= end {
+				return Record{}, false
+			}
+			rec, num, ok := s.audit.recentAt(t.Name, n)
+			if !ok || num >= end {
+				return Record{}, false
+			}
+			n = num + 1
+			return rec, true
+		}
 	}
-	if recs == nil {
-		recs = []Record{}
+	w.Header()["Content-Type"] = jsonType
+	w.WriteHeader(http.StatusOK)
+	buf := getBuf()
+	defer putBuf(buf)
+	b := append((*buf)[:0], '[')
+	first := true
+	for {
+		rec, ok := next()
+		if !ok {
+			break
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		line, err := appendRecord(b, &rec)
+		if err != nil {
+			line, _ = json.Marshal(&rec)
+			line = append(b, line...)
+		}
+		b = line
+		if len(b) >= 64<<10 {
+			if time.Now().After(deadline) {
+				return // cut short: the client sees an incomplete answer
+			}
+			extendWrite(w)
+			if _, err := w.Write(b); err != nil {
+				return // the client went away, or was too slow
+			}
+			b = b[:0]
+		}
 	}
-	writeJSON(w, http.StatusOK, recs)
+	b = append(b, "]\n"...)
+	extendWrite(w)
+	_, _ = w.Write(b)
+	*buf = b[:0]
+}
+
+// takeSlots takes one slot of each channel without waiting, or none.
+func takeSlots(chans ...chan struct{}) (release func(), ok bool) {
+	var held []chan struct{}
+	release = func() {
+		for _, ch := range held {
+			<-ch
+		}
+	}
+	for _, ch := range chans {
+		select {
+		case ch <- struct{}{}:
+			held = append(held, ch)
+		default:
+			release()
+			return nil, false
+		}
+	}
+	return release, true
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
@@ -177,4 +178,42 @@ func (f *fixture) approveAny(t *testing.T, key, job string) approvalReply {
 		t.Fatalf("approve: %d %s", r.status, r.body)
 	}
 	return tok
+}
+
+// A job's host paths are bounded in number: each file's content (up to a
+// MiB) is hashed for the digest of every run and approval request, so
+// thousands of names of one large file, within the grants' byte limit,
+// cost gigabytes of hashing a request. 64 are taken, 65 refused.
+func TestReadGrantsAreBounded(t *testing.T) {
+	root := t.TempDir()
+	big := filepath.Join(root, "big")
+	if err := os.WriteFile(big, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(c *server.Config) {
+		c.Tenants[0].ReadRoots = []string{root}
+		rules := append(*c.Approvals.Rules, approve.Rule{Name: "reads", FSRead: new(true)})
+		c.Approvals.Rules = &rules
+	})
+	if err := f.srv.Router().Unavailable("process"); err != nil {
+		tiertest.Unavailable(t, "process", err)
+	}
+	job := func(n int) airlock.Job {
+		j := airlock.Job{Kind: airlock.KindCommand, Situation: airlock.SituationInternal, Argv: []string{"true"}}
+		for range n {
+			j.Grants.FS.Read = append(j.Grants.FS.Read, big)
+		}
+		return j
+	}
+	if r := f.do("POST", "/v1/approvals", keyA, job(64)); r.status != 200 {
+		t.Errorf("64 read grants: %d %.300s", r.status, r.body)
+	}
+	for _, ep := range []string{"/v1/approvals", "/v1/run"} {
+		start := time.Now()
+		r := f.do("POST", ep, keyA, job(5000))
+		t.Logf("%s: %d in %v %.200s", ep, r.status, time.Since(start), r.body)
+		if r.status != 400 || !strings.Contains(string(r.body), "grants.fs.read") || !strings.Contains(string(r.body), "at most 64") {
+			t.Errorf("%s with 5000 read grants of a 1 MiB file: %d %.300s", ep, r.status, r.body)
+		}
+	}
 }

@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testing/imagetest"
+	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/airlock-sandbox/airlock/internal/tierset"
 	"github.com/airlock-sandbox/airlock/server"
@@ -323,6 +326,16 @@ func TestTenantKeyIsNoApprover(t *testing.T) {
 	}
 }
 
+// TestTenantKeysAreDistinct: two tenants may not share a key, however its
+// hash's hex is written: the key would authenticate as only one of them.
+func TestTenantKeysAreDistinct(t *testing.T) {
+	c := testConfig()
+	c.Tenants[1].KeySHA256 = strings.ToUpper(c.Tenants[0].KeySHA256)
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "the same key as tenant a") {
+		t.Errorf("tenant b with tenant a's key in upper case: %v", err)
+	}
+}
+
 // TestApprovalBindsImageContent: an approved command job runs only in the
 // image its name pointed at when the approval was requested; the name moved
 // to another image afterwards makes the token stale, and a new request
@@ -381,5 +394,41 @@ func TestApprovalBindsImageContent(t *testing.T) {
 	r = f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, tok.Token)
 	if res := r.result(t); r.status != http.StatusOK || strings.TrimSpace(res.Stdout) != "ID=airlock-moved" {
 		t.Fatalf("run approved after the move: %d %s", r.status, r.body)
+	}
+}
+
+// TestInternalErrorsKeepTheirCause: when airlock itself fails (here the
+// image store cannot be listed), the client gets 500 and one line saying
+// what failed; the cause, which names the server's own paths, goes to the
+// server's log only.
+func TestInternalErrorsKeepTheirCause(t *testing.T) {
+	dir := t.TempDir()
+	st, err := image.Open(dir, image.Options{Default: "tool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncbuf.Buffer{}
+	srv, err := newServerTiers(testConfig(), tierset.Options{Images: st}, server.Options{Images: st, Audit: io.Discard, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); _ = srv.Close() }()
+	f := &fixture{t: t, srv: srv, http: hs}
+	// The store's directory of images is not a directory any more.
+	images := filepath.Join(dir, "images")
+	if err := os.RemoveAll(images); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(images, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := f.do("GET", "/v1/images", keyA, nil)
+	if r.status != 500 || strings.Contains(string(r.body), dir) || !strings.Contains(string(r.body), `"kind":"internal"`) ||
+		!strings.Contains(string(r.body), "listing images") || strings.Count(string(r.body), "\n") != 1 {
+		t.Errorf("status %d %s; want 500, one line naming what failed, no path", r.status, r.body)
+	}
+	if !strings.Contains(log.String(), dir) {
+		t.Errorf("the server's log lacks the cause: %q", log.String())
 	}
 }

@@ -40,4 +40,17 @@ func TestAuditRingKeepsTheLatestInOrder(t *testing.T) {
 	if len(a.list("b")) != 1 || len(a.list("c")) != 0 {
 		t.Error("records leak between tenants")
 	}
+	// A listing walks the ring a record at a time: from any number, the
+	// oldest record still kept at or after it.
+	for n, want := range map[uint64]uint64{0: 2, 2: 2, 3: 3, 4: 4} {
+		if rec, num, ok := a.recentAt("a", n); !ok || num != want || rec.Seed != want {
+			t.Errorf("recentAt(%d): seed %d, number %d, %v; want %d", n, rec.Seed, num, ok, want)
+		}
+	}
+	if _, _, ok := a.recentAt("a", 5); ok || a.recentEnd("a") != 5 || a.recentEnd("c") != 0 {
+		t.Errorf("past the end: %v, end %d", ok, a.recentEnd("a"))
+	}
+	if _, _, ok := a.recentAt("c", 0); ok {
+		t.Error("a tenant without records has one")
+	}
 }

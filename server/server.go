@@ -58,6 +58,7 @@ type tenant struct {
 	slots    chan struct{}
 	// bigBodies are its large-body slots (see gateBody).
 	bigBodies chan struct{}
+	listings  chan struct{} // its GET /v1/audit listings in progress
 	waiting   atomic.Int64
 	rate      *rate.Limiter // runs per minute on the embedded state
 	lease     *leased       // runs per minute on a shared state
@@ -86,6 +87,7 @@ type Server struct {
 	mux       *http.ServeMux
 	handler   http.Handler
 	bigBodies chan struct{} // the server's large-body slots (see gateBody)
+	listings  chan struct{} // GET /v1/audit listings in progress
 
 	store       state.Store // what the replicas share
 	replica     string      // this replica's name
@@ -134,6 +136,7 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	s := &Server{
 		cfg:         cfg,
 		bigBodies:   make(chan struct{}, bigBodiesServer),
+		listings:    make(chan struct{}, auditListingsServer),
 		images:      opts.Images,
 		approvals:   cfg.approvalPolicy(),
 		now:         opts.Now,
@@ -198,7 +201,8 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		if mc == 0 {
 			mc = 4
 		}
-		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc), bigBodies: make(chan struct{}, bigBodiesTenant)}
+		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc), bigBodies: make(chan struct{}, bigBodiesTenant),
+			listings: make(chan struct{}, auditListingsTenant)}
 		tn.allowed, tn.defSit = t.situations()
 		tn.defImage = defImage
 		if cfg.Images != nil {

@@ -225,6 +225,76 @@ func TestSessionQuota(t *testing.T) {
 	}
 }
 
+// Opening a session starts a sandbox as a run does, and spends the
+// tenant's runs per minute: opening and closing sessions in a loop, each
+// well within max_sessions, is held to the rate.
+func TestSessionsSpendTheRate(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Tenants[1].RunsPerMinute = 10 })
+	statuses := map[int]int{}
+	for range 10 {
+		r := f.do("POST", "/v1/sessions", keyB, `{"tier":"starlark"}`)
+		statuses[r.status]++
+		if r.status == 201 {
+			var open struct{ ID string }
+			r.decode(t, &open)
+			if d := f.do("DELETE", "/v1/sessions/"+open.ID, keyB, nil); d.status != 204 {
+				t.Fatalf("close: %d %s", d.status, d.body)
+			}
+		} else if r.header.Get("Retry-After") == "" {
+			t.Errorf("%d without Retry-After: %s", r.status, r.body)
+		}
+	}
+	if statuses[http.StatusCreated] > 2 || statuses[http.StatusTooManyRequests] == 0 {
+		t.Errorf("10 sessions opened and closed at 10 runs per minute (burst 1): %v", statuses)
+	}
+}
+
+// A session is idle when nothing runs in it: a run longer than the
+// session's TTL does not get its session closed under it by the janitor,
+// and the next run finds it.
+func TestSessionNotIdleWhileRunning(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) {
+		c.SessionTTL = server.Duration(4 * time.Second) // the janitor looks every second
+		c.Tenants[0].Limits.Max.Steps = 1 << 40
+	})
+	var open struct{ ID string }
+	if r := f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark","ttl":"1s"}`); r.status != 201 {
+		t.Fatalf("open: %d %s", r.status, r.body)
+	} else {
+		r.decode(t, &open)
+	}
+	path := "/v1/sessions/" + open.ID + "/run"
+	long := `{"kind":"starlark","code":"x = 0\nfor i in range(1 << 40):\n    x += 1","limits":{"wall_ms":3000,"steps":10000000000}}`
+	r := f.do("POST", path, keyA, long)
+	if res := r.result(t); r.status != 200 || res.Stopped == nil {
+		t.Fatalf("long run: %d %s", r.status, r.body)
+	}
+	if r := f.do("POST", path, keyA, `{"kind":"starlark","code":"result = 1"}`); r.status != 200 {
+		t.Errorf("the run after a run longer than the TTL: %d %s", r.status, r.body)
+	}
+}
+
+// Asking for an approval keeps a pending job and wakes every approver's
+// console: it spends the tenant's runs per minute as a run does.
+func TestApprovalRequestsSpendTheRate(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Tenants[1].RunsPerMinute = 10 })
+	statuses := map[int]int{}
+	for i := range 10 {
+		r := f.do("POST", "/v1/approvals", keyB, fmt.Sprintf(`{"kind":"starlark","situation":"internal","code":"result = %d"}`, i))
+		statuses[r.status]++
+		if r.status != 200 && r.header.Get("Retry-After") == "" {
+			t.Errorf("%d without Retry-After: %s", r.status, r.body)
+		}
+	}
+	if statuses[http.StatusOK] > 2 || statuses[http.StatusTooManyRequests] == 0 {
+		t.Errorf("10 approval requests at 10 runs per minute (burst 1): %v", statuses)
+	}
+	// A job that needs no approval keeps nothing and spends nothing.
+	if r := f.do("POST", "/v1/approvals", keyB, `{"kind":"expr","code":"1"}`); r.status != 200 {
+		t.Errorf("a job needing no approval, with the rate spent: %d %s", r.status, r.body)
+	}
+}
+
 func TestOverload(t *testing.T) {
 	f := newFixture(t, func(c *server.Config) {
 		c.Tenants[1].MaxConcurrent = 1

@@ -33,18 +33,21 @@ type session struct {
 	// tier refuses.
 	account string
 
-	mu   sync.Mutex
-	last time.Time
+	mu      sync.Mutex
+	last    time.Time
+	running int // runs in progress: a session is idle only without any
 }
 
 func (ss *session) run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	ss.mu.Lock()
 	ss.last = time.Now()
+	ss.running++
 	ss.mu.Unlock()
 	job.Tier, job.Session, job.Lifecycle = "", "", ""
 	res, err := ss.s.Run(ctx, job)
 	ss.mu.Lock()
 	ss.last = time.Now()
+	ss.running--
 	ss.mu.Unlock()
 	return res, err
 }
@@ -52,7 +55,7 @@ func (ss *session) run(ctx context.Context, job airlock.Job) (airlock.Result, er
 func (ss *session) idle(now time.Time) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return now.Sub(ss.last) > ss.ttl
+	return ss.running == 0 && now.Sub(ss.last) > ss.ttl
 }
 
 // openRequest is the body of POST /v1/sessions.
@@ -206,6 +209,12 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	}
 	if ttl > maxTTL {
 		return openResponse{}, jobs.Invalid("ttl", "%s is above the server's maximum %s", ttl, maxTTL)
+	}
+	// Opening starts a sandbox, as a run does: it spends one of the
+	// tenant's runs per minute, so that opening and closing sessions in a
+	// loop is held to the tenant's rate.
+	if err := s.spend(ctx, t); err != nil {
+		return openResponse{}, err
 	}
 	s.mu.Lock()
 	if s.closed {

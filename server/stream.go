@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
@@ -79,6 +80,7 @@ func (st *stream) start() {
 	}
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // a buffering proxy would hold the lines back
+	st.extend()
 	st.w.WriteHeader(http.StatusOK)
 	_ = st.rc.Flush()
 	go st.write()
@@ -123,6 +125,7 @@ func (st *stream) write() {
 		if len(b) > 0 {
 			// A client that went away fails the write; its run is
 			// cancelled with the request, and the queue still drains.
+			st.extend()
 			if _, err := st.w.Write(b); err == nil {
 				_ = st.rc.Flush()
 			}
@@ -208,7 +211,7 @@ func (st *stream) finish(res airlock.Result, err error) {
 	case errors.As(err, &ov):
 		b = st.appendError(b, kindOverloaded, ov.msg)
 	case res.Tier == "" && err != nil && !isDenied(err):
-		b = st.appendError(b, string(airlock.KindOf(err)), err.Error())
+		b = st.appendError(b, string(airlock.KindOf(err)), st.s.publicMessage(err))
 	default:
 		rb, aerr := appendResult(st.open(b, "result"), &res)
 		if aerr != nil {
@@ -217,10 +220,16 @@ func (st *stream) finish(res airlock.Result, err error) {
 		}
 		b = st.close(rb)
 	}
+	st.extend()
 	if _, err := st.w.Write(b); err == nil {
 		_ = st.rc.Flush()
 	}
 }
+
+// extend gives the write that follows answerWriteTimeout (see
+// extendWrite): a client that stops reading is given up, and the run's
+// output with it.
+func (st *stream) extend() { _ = st.rc.SetWriteDeadline(time.Now().Add(answerWriteTimeout)) }
 
 func (st *stream) appendError(b []byte, kind, msg string) []byte {
 	b = st.open(b, "error")

@@ -97,13 +97,9 @@ func (s *Server) handleWrapped(w http.ResponseWriter, r *http.Request) {
 	}
 	inst, err := s.startWrapped(r.Context(), wr)
 	if err != nil {
-		var ov *overloaded
-		if errors.As(err, &ov) {
-			w.Header().Set("Retry-After", fmt.Sprint(ov.retryAfter))
-			s.refuse(w, http.StatusTooManyRequests, kindOverloaded, ov.msg)
-			return
-		}
-		s.refuseErr(w, err)
+		// Overloaded (429), the shared state not answering (503), or the
+		// refusal the error's kind implies.
+		s.answer(w, airlock.Result{}, err)
 		return
 	}
 	wr.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), wrappedKey{}, inst)))
@@ -136,6 +132,10 @@ func waitSession(ss *mcp.ServerSession) <-chan struct{} {
 // the tenant's open sessions.
 func (s *Server) startWrapped(ctx context.Context, wr *wrapped) (*mcpwrap.Wrapper, error) {
 	t, spec := wr.tenant, wr.spec
+	// A new instance starts a sandbox, as a run does (see openSession).
+	if err := s.spend(ctx, t); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
