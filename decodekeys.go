@@ -27,12 +27,13 @@ var (
 	bytesType   = reflect.TypeFor[[]byte]()
 	filesType   = reflect.TypeFor[filesWire]()
 	anyMapType  = reflect.TypeFor[map[string]any]()
+	inputType   = reflect.TypeFor[inputWire]()
 	jsonRawType = reflect.TypeFor[json.RawMessage]()
 )
 
 func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 	switch {
-	case t == anyMapType:
+	case t == anyMapType || t == inputType:
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			return err

@@ -23,7 +23,7 @@ type jobWire struct {
 	Entry     string            `json:"entry,omitempty"`
 	Argv      []string          `json:"argv,omitempty"`
 	Stdin     string            `json:"stdin,omitempty"`
-	Input     map[string]any    `json:"input,omitempty"`
+	Input     inputWire         `json:"input,omitempty"`
 	Files     filesWire         `json:"files,omitempty"`
 	Collect   []string          `json:"collect,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
@@ -40,12 +40,12 @@ type jobWire struct {
 }
 
 func (j *Job) wire() jobWire {
-	return jobWire{j.Kind, j.Code, j.Module, j.Entry, j.Argv, j.Stdin, j.Input, filesWire(j.Files), j.Collect, j.Env, j.Image,
+	return jobWire{j.Kind, j.Code, j.Module, j.Entry, j.Argv, j.Stdin, inputWire(j.Input), filesWire(j.Files), j.Collect, j.Env, j.Image,
 		j.Grants, j.Limits, j.Clock, j.Seed, j.Situation, j.Lifecycle, j.Session, j.Tier, j.Account}
 }
 
 func (w *jobWire) job() Job {
-	return Job{w.Kind, w.Code, w.Module, w.Entry, w.Argv, w.Stdin, w.Input, map[string]string(w.Files), w.Collect, w.Env, w.Image,
+	return Job{w.Kind, w.Code, w.Module, w.Entry, w.Argv, w.Stdin, map[string]any(w.Input), map[string]string(w.Files), w.Collect, w.Env, w.Image,
 		w.Grants, w.Limits, w.Clock, w.Seed, w.Situation, w.Lifecycle, w.Session, w.Tier, w.Account}
 }
 
@@ -61,6 +61,18 @@ func (j *Job) UnmarshalJSON(data []byte) error {
 	}
 	*j = w.job()
 	return nil
+}
+
+// inputWire is Job.Input on the wire: a whole float keeps its ".0", so
+// that the job read back (by DecodeJob: a replay, an audit record) gives
+// the program the float it was given, not an integer.
+type inputWire map[string]any
+
+func (in inputWire) MarshalJSON() ([]byte, error) {
+	if in == nil {
+		return []byte("null"), nil
+	}
+	return jsonappend.Typed(nil, map[string]any(in), false)
 }
 
 // filesWire is Job.Files on the wire; a malformed value is an

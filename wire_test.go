@@ -3,6 +3,7 @@ package airlock_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -148,5 +149,24 @@ func TestJobFilesFileAndDirectory(t *testing.T) {
 	ok := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Files: map[string]string{"a/b": "x", "a/c": "y", "ab": "z"}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("siblings: %v", err)
+	}
+}
+
+// A whole float in the input stays a float on the wire: the job written
+// (an audit record, a replay file) and read back gives the program the
+// same value, type and all.
+func TestWireKeepsFloats(t *testing.T) {
+	job := airlock.Job{Kind: airlock.KindExpr, Code: "x", Input: map[string]any{
+		"f": 1.0, "i": int64(1), "l": []any{2.0, 2.5, int64(3)}, "m": map[string]any{"g": -0.0, "big": 1e21}}}
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := airlock.DecodeJob(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.Input, job.Input) {
+		t.Errorf("input %s read back as %#v, want %#v", b, back.Input, job.Input)
 	}
 }

@@ -136,7 +136,7 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 	// encoding/json sorts map keys, and DecodeJob normalises numbers, so
 	// equal inputs encode equally; a whole float keeps its ".0", as the
 	// program sees a float, not an integer.
-	in, err := appendInput(make([]byte, 0, 256), job.Input)
+	in, err := jsonappend.Typed(make([]byte, 0, 256), job.Input, true)
 	if err != nil {
 		in = nil
 	}
@@ -262,53 +262,6 @@ func digest(job *airlock.Job, tier, tenant string, files map[string]string) Dige
 		c.str("seed", strconv.FormatUint(job.Seed, 10))
 	}
 	return c.sum()
-}
-
-// appendInput appends an input value as json.Marshal writes it, except a
-// float whose JSON has no fraction or exponent, which gets ".0": 1.0 and 1
-// are different values to the program (a float and an integer), and
-// json.Marshal writes both as 1. Inputs without such floats encode as
-// before, so their digests are unchanged.
-func appendInput(b []byte, v any) ([]byte, error) {
-	var err error
-	switch x := v.(type) {
-	case float64, float32:
-		start := len(b)
-		if b, err = jsonappend.Value(b, x, true); err == nil && !strings.ContainsAny(string(b[start:]), ".eE") {
-			b = append(b, ".0"...)
-		}
-		return b, err
-	case []any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendInput(b, e); err != nil {
-				return b, err
-			}
-		}
-		return append(b, ']'), nil
-	case map[string]any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '{')
-		for i, k := range slices.Sorted(maps.Keys(x)) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(jsonappend.String(b, k, true), ':')
-			if b, err = appendInput(b, x[k]); err != nil {
-				return b, err
-			}
-		}
-		return append(b, '}'), nil
-	}
-	return jsonappend.Value(b, v, true)
 }
 
 func b2i(b bool) int64 {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jsonappend"
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
@@ -465,7 +466,7 @@ func (d *displayer) value(field string, v any) any {
 		// A whole float is shown with its ".0", as the digest binds it:
 		// the program sees a float, not the integer json.Marshal would
 		// show.
-		if b, err := appendInput(nil, x); err == nil {
+		if b, err := jsonappend.Typed(nil, x, true); err == nil {
 			return json.Number(b)
 		}
 	}
