@@ -41,6 +41,11 @@ func (w *Wrapper) refreshPrompts(ctx context.Context) error {
 			}
 		}
 		key, _ := json.Marshal(offer)
+		if len(key) > maxOffered {
+			w.audit(Record{Event: "list", Prompt: w.text(p.Name, maxDescription), Decision: "hidden",
+				Reason: fmt.Sprintf("%d bytes as JSON, over the limit of %d", len(key), maxOffered)})
+			continue
+		}
 		now[p.Name] = true
 		if w.prompts[p.Name] == string(key) {
 			continue
@@ -78,6 +83,11 @@ func (w *Wrapper) refreshResources(ctx context.Context) error {
 		offer := &mcp.Resource{URI: r.URI, Name: w.text(r.Name, maxDescription), Title: w.text(r.Title, maxDescription),
 			Description: w.text(r.Description, maxDescription), MIMEType: r.MIMEType, Size: r.Size}
 		key, _ := json.Marshal(offer)
+		if len(key) > maxOffered {
+			w.audit(Record{Event: "list", Resource: w.text(r.URI, maxDescription), Decision: "hidden",
+				Reason: fmt.Sprintf("%d bytes as JSON, over the limit of %d", len(key), maxOffered)})
+			continue
+		}
 		now[r.URI] = true
 		if w.resources[r.URI] == string(key) {
 			continue
@@ -136,7 +146,7 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 		res, err := w.up.GetPrompt(cctx, &mcp.GetPromptParams{Name: name, Arguments: req.Params.Arguments})
 		rec.DurationMS = w.cfg.Now().Sub(start).Milliseconds()
 		if err != nil {
-			return refuse("failed", fmt.Sprintf("the wrapped server failed prompt %s: %v", name, err))
+			return refuse("failed", fmt.Sprintf("the wrapped server failed prompt %s: %s", name, w.failure(err)))
 		}
 		out := &mcp.GetPromptResult{Description: w.text(res.Description, maxDescription)}
 		// Consecutive messages of one role are one turn to the client:
@@ -184,9 +194,9 @@ func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 		res, err := w.up.ReadResource(cctx, &mcp.ReadResourceParams{URI: uri})
 		rec.DurationMS = w.cfg.Now().Sub(start).Milliseconds()
 		if err != nil {
-			rec.Decision, rec.Reason = "failed", err.Error()
+			rec.Decision, rec.Reason = "failed", w.failure(err)
 			w.audit(rec)
-			return nil, fmt.Errorf("airlock: the wrapped server failed reading %s: %v", uri, err)
+			return nil, fmt.Errorf("airlock: the wrapped server failed reading %s: %s", uri, rec.Reason)
 		}
 		// A resource's contents are sanitised together (see block), and
 		// relayed as one text.

@@ -1,6 +1,7 @@
 package mcpwrap
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,10 @@ const (
 	DefaultCallTimeout    = 60 * time.Second
 	DefaultMaxResultBytes = 256 << 10
 	maxDescription        = 4 << 10
+	// maxOffered bounds one tool, prompt or resource the wrapped server
+	// lists, as offered to the agent (its JSON, once sanitised): a larger
+	// one is hidden.
+	maxOffered = 64 << 10
 )
 
 // Config configures a Wrapper. It is copied.
@@ -351,7 +356,7 @@ func (w *Wrapper) refreshLoop() {
 			return
 		}
 		if err := w.refresh(ctx); err != nil {
-			w.audit(Record{Event: "list", Decision: "failed", Reason: err.Error()})
+			w.audit(Record{Event: "list", Decision: "failed", Reason: w.failure(err)})
 		}
 	}
 }
@@ -366,7 +371,7 @@ func (w *Wrapper) refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	defer cancel()
 	if err := errors.Join(w.refreshPrompts(ctx), w.refreshResources(ctx)); err != nil {
-		w.audit(Record{Event: "list", Decision: "failed", Reason: err.Error()})
+		w.audit(Record{Event: "list", Decision: "failed", Reason: w.failure(err)})
 	}
 	return w.refreshTools(ctx)
 }
@@ -395,10 +400,10 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 		}
 		seen[tool.Name] = true
 		if !w.cfg.Policy.allowed(tool.Name) {
-			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "denied by policy"})
+			w.audit(Record{Event: "list", Tool: w.text(tool.Name, maxDescription), Decision: "hidden", Reason: "denied by policy"})
 			continue
 		}
-		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: tool.InputSchema}
+		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: w.schema(tool.InputSchema)}
 		t.Description = w.text(tool.Description, maxDescription)
 		if tool.Annotations != nil {
 			a := *tool.Annotations
@@ -409,8 +414,11 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 			t.Description += fmt.Sprintf("\n\n(airlock: each call needs an approval token in _meta %q, bound to its exact arguments)", ApprovalMeta)
 		}
 		key, err := json.Marshal(t)
+		if err == nil && len(key) > maxOffered {
+			err = fmt.Errorf("%d bytes as JSON, over the limit of %d", len(key), maxOffered)
+		}
 		if err != nil {
-			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "malformed tool: " + err.Error()})
+			w.audit(Record{Event: "list", Tool: w.text(tool.Name, maxDescription), Decision: "hidden", Reason: "malformed tool: " + err.Error()})
 			continue
 		}
 		offers = append(offers, offer{t, string(key)})
@@ -537,7 +545,7 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	case err != nil && cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil:
 		return refuse("timeout", fmt.Sprintf("the wrapped server did not answer %s within %v; the call was cancelled", tool, w.cfg.CallTimeout))
 	case err != nil:
-		return refuse("failed", fmt.Sprintf("the wrapped server failed %s: %v", tool, err))
+		return refuse("failed", fmt.Sprintf("the wrapped server failed %s: %s", tool, w.failure(err)))
 	}
 	out := w.clean(res, &rec)
 	rec.Decision = "relayed"
@@ -616,6 +624,45 @@ func (w *Wrapper) text(s string, max int) string {
 		s = strings.ToValidUTF8(s, "")
 	}
 	return s
+}
+
+// failure is the text of an error the wrapped server answered: its
+// words, sanitised and capped like its descriptions.
+func (w *Wrapper) failure(err error) string { return w.text(err.Error(), maxDescription) }
+
+// schema is a tool's input schema as offered to the agent: the wrapped
+// server wrote it, so every string in it (descriptions, titles, examples,
+// defaults) passes the sanitiser. Property names are kept: they are the
+// arguments' names. A schema that is not JSON is offered as it was and
+// refused by the SDK (see addTool).
+func (w *Wrapper) schema(s any) any {
+	data, err := json.Marshal(s)
+	if err != nil || len(data) > maxOffered {
+		return s // refused by its size, or as malformed
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return s
+	}
+	var clean func(v any) any
+	clean = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			return w.san.MarkdownString(x)
+		case []any:
+			for i := range x {
+				x[i] = clean(x[i])
+			}
+		case map[string]any:
+			for k := range x {
+				x[k] = clean(x[k])
+			}
+		}
+		return v
+	}
+	return clean(v)
 }
 
 func errResult(msg string) *mcp.CallToolResult {
