@@ -5,14 +5,80 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // maxListed bounds each of the wrapped server's lists (tools, prompts,
-// resources) the wrapper follows.
+// resources) the wrapper follows: its items, repeated ones included, and
+// its pages.
 const maxListed = 1000
+
+// listed pages through one of the wrapped server's lists (what names it),
+// page fetching one page after cursor: it stops with an error past
+// maxListed items or pages, however the server answers (empty pages, the
+// same items again, a cursor that never ends).
+func listed[T any](ctx context.Context, what string, page func(ctx context.Context, cursor string) ([]*T, string, error)) iter.Seq2[*T, error] {
+	return func(yield func(*T, error) bool) {
+		cursor, n := "", 0
+		for pages := 1; ; pages++ {
+			if pages > maxListed {
+				yield(nil, fmt.Errorf("listing the wrapped server's %s: more than %d pages", what, maxListed))
+				return
+			}
+			items, next, err := page(ctx, cursor)
+			if err != nil {
+				yield(nil, fmt.Errorf("listing the wrapped server's %s: %w", what, err))
+				return
+			}
+			for _, it := range items {
+				if n++; n > maxListed {
+					yield(nil, fmt.Errorf("listing the wrapped server's %s: more than %d", what, maxListed))
+					return
+				}
+				if it != nil && !yield(it, nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			cursor = next
+		}
+	}
+}
+
+func (w *Wrapper) tools(ctx context.Context) iter.Seq2[*mcp.Tool, error] {
+	return listed(ctx, "tools", func(ctx context.Context, cursor string) ([]*mcp.Tool, string, error) {
+		r, err := w.up.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Tools, r.NextCursor, nil
+	})
+}
+
+func (w *Wrapper) promptList(ctx context.Context) iter.Seq2[*mcp.Prompt, error] {
+	return listed(ctx, "prompts", func(ctx context.Context, cursor string) ([]*mcp.Prompt, string, error) {
+		r, err := w.up.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Prompts, r.NextCursor, nil
+	})
+}
+
+func (w *Wrapper) resourceList(ctx context.Context) iter.Seq2[*mcp.Resource, error] {
+	return listed(ctx, "resources", func(ctx context.Context, cursor string) ([]*mcp.Resource, string, error) {
+		r, err := w.up.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Resources, r.NextCursor, nil
+	})
+}
 
 // refreshPrompts offers the agent the wrapped server's prompts when the
 // policy relays them, as refresh does tools: descriptions sanitised and
@@ -22,13 +88,9 @@ func (w *Wrapper) refreshPrompts(ctx context.Context) error {
 		return nil
 	}
 	now := map[string]bool{}
-	n := 0
-	for p, err := range w.up.Prompts(ctx, nil) {
+	for p, err := range w.promptList(ctx) {
 		if err != nil {
-			return fmt.Errorf("listing the wrapped server's prompts: %w", err)
-		}
-		if n++; n > maxListed {
-			return fmt.Errorf("listing the wrapped server's prompts: more than %d", maxListed)
+			return err
 		}
 		if p.Name == "" || now[p.Name] {
 			continue
@@ -69,13 +131,9 @@ func (w *Wrapper) refreshResources(ctx context.Context) error {
 		return nil
 	}
 	now := map[string]bool{}
-	n := 0
-	for r, err := range w.up.Resources(ctx, nil) {
+	for r, err := range w.resourceList(ctx) {
 		if err != nil {
-			return fmt.Errorf("listing the wrapped server's resources: %w", err)
-		}
-		if n++; n > maxListed {
-			return fmt.Errorf("listing the wrapped server's resources: more than %d", maxListed)
+			return err
 		}
 		if now[r.URI] {
 			continue

@@ -3,8 +3,11 @@ package mcpwrap_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -99,5 +102,109 @@ func TestUntrustedErrorsAndSchemas(t *testing.T) {
 	}
 	if !strings.Contains(audit.String(), `"tool":"huge","decision":"hidden"`) {
 		t.Errorf("the huge tool's hiding is not audited:\n%.2000s", audit.String())
+	}
+}
+
+// rawServer answers the wrapper over in-memory transports as a hand-written
+// MCP server would, hostile or not: answer gives the result for each
+// request's method and params (nil: method not found).
+func rawServer(t *testing.T, answer func(method string, params json.RawMessage) any) mcp.Transport {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := st.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); conn.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			m, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			req, ok := m.(*jsonrpc.Request)
+			if !ok || !req.ID.IsValid() {
+				continue
+			}
+			resp := &jsonrpc.Response{ID: req.ID}
+			if res := answer(req.Method, req.Params); res != nil {
+				resp.Result, _ = json.Marshal(res)
+			} else {
+				resp.Error = &jsonrpc.Error{Code: -32601, Message: "method not found"}
+			}
+			if conn.Write(ctx, resp) != nil {
+				return
+			}
+		}
+	}()
+	return ct
+}
+
+// TestEndlessLists: a wrapped server that answers each page of its tools,
+// prompts or resources with another cursor, empty pages or the same item
+// again, is cut off after a bounded listing rather than relisted for the
+// whole call timeout.
+func TestEndlessLists(t *testing.T) {
+	tool := map[string]any{"name": "t", "inputSchema": map[string]any{"type": "object"}}
+	for _, c := range []struct {
+		name  string
+		items []any
+	}{{"empty pages", []any{}}, {"the same tool again", []any{tool}}} {
+		t.Run(c.name, func(t *testing.T) {
+			var pages atomic.Int64
+			up := rawServer(t, func(method string, _ json.RawMessage) any {
+				switch method {
+				case "initialize":
+					return map[string]any{"protocolVersion": "2025-06-18", "serverInfo": map[string]any{"name": "endless", "version": "1"},
+						"capabilities": map[string]any{"tools": map[string]any{}}}
+				case "tools/list":
+					return map[string]any{"tools": c.items, "nextCursor": fmt.Sprint(pages.Add(1))}
+				}
+				return nil
+			})
+			start := time.Now()
+			w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"}, CallTimeout: 20 * time.Second}, up)
+			if err == nil {
+				w.Close()
+				t.Fatal("an endless listing was taken")
+			}
+			if took := time.Since(start); took > 10*time.Second || !strings.Contains(err.Error(), "more than") {
+				t.Errorf("after %v and %d pages: %v", took, pages.Load(), err)
+			}
+		})
+	}
+	// Prompts and resources the same: their listing fails (audited),
+	// quickly, and the tools are still offered.
+	up := rawServer(t, func(method string, _ json.RawMessage) any {
+		switch method {
+		case "initialize":
+			return map[string]any{"protocolVersion": "2025-06-18", "serverInfo": map[string]any{"name": "endless", "version": "1"},
+				"capabilities": map[string]any{"tools": map[string]any{}, "prompts": map[string]any{}, "resources": map[string]any{}}}
+		case "tools/list":
+			return map[string]any{"tools": []any{tool}}
+		case "prompts/list":
+			return map[string]any{"prompts": []any{}, "nextCursor": "again"}
+		case "resources/list":
+			return map[string]any{"resources": []any{map[string]any{"uri": "test://r", "name": "r"}}, "nextCursor": "again"}
+		}
+		return nil
+	})
+	audit := &syncbuf.Buffer{}
+	start := time.Now()
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"}, CallTimeout: 20 * time.Second, Audit: mcpwrap.JSONLines(audit)}, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("listing took %v", took)
+	}
+	for _, want := range []string{"prompts: more than 1000 pages", "resources: more than 1000"} {
+		if !strings.Contains(audit.String(), want) {
+			t.Errorf("the audit lacks %q:\n%s", want, audit.String())
+		}
 	}
 }

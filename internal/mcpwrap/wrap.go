@@ -388,12 +388,9 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 	}
 	var offers []offer
 	seen := map[string]bool{}
-	for tool, err := range w.up.Tools(ctx, nil) {
+	for tool, err := range w.tools(ctx) {
 		if err != nil {
-			return fmt.Errorf("listing the wrapped server's tools: %w", err)
-		}
-		if len(seen) >= maxListed {
-			return fmt.Errorf("listing the wrapped server's tools: more than %d", maxListed)
+			return err
 		}
 		if seen[tool.Name] {
 			continue
