@@ -16,6 +16,10 @@ import (
 // its pages.
 const maxListed = 1000
 
+// promptMessageCost is the share of the result cap that allows one more
+// message of a prompt to be relayed.
+const promptMessageCost = 64
+
 // listed pages through one of the wrapped server's lists (what names it),
 // page fetching one page after cursor: it stops with an error past
 // maxListed items or pages, however the server answers (empty pages, the
@@ -209,7 +213,11 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 		out := &mcp.GetPromptResult{Description: w.text(res.Description, maxDescription)}
 		// Consecutive messages of one role are one turn to the client:
 		// they are sanitised together, and relayed as one message.
+		// The messages are bounded as well as their text: one per
+		// promptMessageCost bytes of the cap, so that many short messages
+		// cannot outgrow it; the rest are dropped with a note.
 		budget := w.cfg.MaxResultBytes
+		messages := max(2, w.cfg.MaxResultBytes/promptMessageCost)
 		var turn block
 		var role mcp.Role
 		flush := func() {
@@ -228,6 +236,14 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 			}
 			if r != role {
 				flush()
+				if len(out.Messages) == messages {
+					role = ""
+					if last := out.Messages[len(out.Messages)-1].Content.(*mcp.TextContent); !rec.Truncated {
+						last.Text += fmt.Sprintf("\n[airlock: result truncated at %d bytes: further messages withheld]", w.cfg.MaxResultBytes)
+					}
+					rec.Truncated = true
+					break
+				}
 				role = r
 			}
 			turn.add(m.Content, &rec)
@@ -273,8 +289,7 @@ func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 			if c.Blob == nil {
 				all.texts = append(all.texts, c.Text)
 			} else {
-				all.notes = append(all.notes, "[airlock: binary content withheld]")
-				rec.Withheld++
+				all.withhold("binary", &rec)
 			}
 		}
 		budget := w.cfg.MaxResultBytes

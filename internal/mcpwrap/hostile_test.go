@@ -208,3 +208,72 @@ func TestEndlessLists(t *testing.T) {
 		}
 	}
 }
+
+// TestManyItemsCapped: the result cap holds however the wrapped server
+// splits what it sends: a call's result of 50,000 images, a resource of
+// 50,000 binary contents, a prompt of 50,000 messages, alternating roles,
+// each come to the agent within the cap (and a little of airlock's words).
+func TestManyItemsCapped(t *testing.T) {
+	const n, maxResult = 50_000, 1000
+	up := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
+	up.AddTool(&mcp.Tool{Name: "images", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var res mcp.CallToolResult
+		for range n {
+			res.Content = append(res.Content, &mcp.ImageContent{MIMEType: "image/png", Data: []byte{}})
+		}
+		return &res, nil
+	})
+	up.AddResource(&mcp.Resource{URI: "test://blobs", Name: "blobs"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		var res mcp.ReadResourceResult
+		for range n {
+			res.Contents = append(res.Contents, &mcp.ResourceContents{URI: "test://blobs", Blob: []byte{1}})
+		}
+		return &res, nil
+	})
+	up.AddPrompt(&mcp.Prompt{Name: "chatty"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		var res mcp.GetPromptResult
+		for i := range n {
+			role := mcp.Role("user")
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			res.Messages = append(res.Messages, &mcp.PromptMessage{Role: role, Content: &mcp.TextContent{Text: "x"}})
+		}
+		return &res, nil
+	})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := up.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"}, MaxResultBytes: maxResult}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	agent := connectAgent(t, w, nil)
+	ctx := context.Background()
+	const most = maxResult + 2<<10
+	res, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "images", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(res); len(b) > most || !strings.Contains(string(b), "withheld") {
+		t.Errorf("a result of %d images came as %d bytes: %.300s", n, len(b), b)
+	}
+	read, err := agent.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://blobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(read); len(b) > most || !strings.Contains(string(b), "withheld") {
+		t.Errorf("a resource of %d blobs came as %d bytes: %.300s", n, len(b), b)
+	}
+	prompt, err := agent.GetPrompt(ctx, &mcp.GetPromptParams{Name: "chatty"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(prompt); len(b) > most || !strings.Contains(string(b), "truncated") {
+		t.Errorf("a prompt of %d messages came as %d bytes in %d messages: %.300s", n, len(b), len(prompt.Messages), b)
+	}
+}

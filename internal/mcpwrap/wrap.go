@@ -586,27 +586,61 @@ func (w *Wrapper) clean(res *mcp.CallToolResult, rec *Record) *mcp.CallToolResul
 // block gathers content items that a client shows run together (a tool
 // result's blocks, a resource's contents, consecutive prompt messages of
 // one role), to be sanitised as one text: a link split across items,
-// each harmless alone, would otherwise form again.
+// each harmless alone, would otherwise form again. Withheld items are
+// counted by kind, so that their notes stay short however many there are.
 type block struct {
-	texts, notes []string
+	texts    []string
+	withheld []string       // the kinds withheld, in order
+	count    map[string]int // by kind
 }
 
-// add takes c's text, or a note that its other content is withheld.
+// add takes c's text, or notes that its other content is withheld.
 func (b *block) add(c mcp.Content, rec *Record) {
 	if tc, ok := c.(*mcp.TextContent); ok {
 		b.texts = append(b.texts, tc.Text)
 		return
 	}
+	var kind string
+	switch c.(type) {
+	case *mcp.ImageContent:
+		kind = "image"
+	case *mcp.AudioContent:
+		kind = "audio"
+	case *mcp.EmbeddedResource:
+		kind = "embedded resource"
+	case *mcp.ResourceLink:
+		kind = "resource link"
+	default:
+		kind = "non-text"
+	}
+	b.withhold(kind, rec)
+}
+
+// withhold notes an item of kind that is not relayed.
+func (b *block) withhold(kind string, rec *Record) {
 	rec.Withheld++
-	b.notes = append(b.notes, fmt.Sprintf("[airlock: %T content withheld]", c))
+	if b.count == nil {
+		b.count = map[string]int{}
+	}
+	if b.count[kind] == 0 {
+		b.withheld = append(b.withheld, kind)
+	}
+	b.count[kind]++
 }
 
 // joined is b's texts sanitised together and capped to what is left of
-// budget, followed by its notes.
+// budget, followed by a note of what was withheld.
 func (w *Wrapper) joined(b *block, budget *int, rec *Record) string {
-	parts := b.notes
+	var parts []string
 	if len(b.texts) > 0 {
-		parts = append([]string{w.capped(strings.Join(b.texts, "\n"), budget, rec)}, b.notes...)
+		parts = append(parts, w.capped(strings.Join(b.texts, "\n"), budget, rec))
+	}
+	for _, kind := range b.withheld {
+		if n := b.count[kind]; n == 1 {
+			parts = append(parts, fmt.Sprintf("[airlock: %s content withheld]", kind))
+		} else {
+			parts = append(parts, fmt.Sprintf("[airlock: %d items of %s content withheld]", n, kind))
+		}
 	}
 	return strings.Join(parts, "\n")
 }
