@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"mime"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -143,7 +144,7 @@ func (w *Wrapper) refreshResources(ctx context.Context) error {
 			continue
 		}
 		offer := &mcp.Resource{URI: r.URI, Name: w.text(r.Name, maxDescription), Title: w.text(r.Title, maxDescription),
-			Description: w.text(r.Description, maxDescription), MIMEType: r.MIMEType, Size: r.Size}
+			Description: w.text(r.Description, maxDescription), MIMEType: mediaType(r.MIMEType), Size: r.Size}
 		key, _ := json.Marshal(offer)
 		if len(key) > maxOffered {
 			w.audit(Record{Event: "list", Resource: w.text(r.URI, maxDescription), Decision: "hidden",
@@ -256,8 +257,8 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 }
 
 // resourceHandler relays resources/read of a listed resource (the SDK
-// answers any other URI as not found) as one text: the contents' text
-// sanitised and capped, binary content withheld.
+// answers any other URI as not found) as one text under the URI read: the
+// contents' text sanitised and capped, binary content withheld.
 func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		start := w.cfg.Now()
@@ -280,11 +281,8 @@ func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 			if c == nil {
 				continue
 			}
-			if len(res.Contents) == 1 && c.Blob == nil {
+			if len(res.Contents) == 1 && c.Blob == nil && mediaType(c.MIMEType) != "" {
 				rc.MIMEType = c.MIMEType
-				if c.URI != "" {
-					rc.URI = c.URI
-				}
 			}
 			if c.Blob == nil {
 				all.texts = append(all.texts, c.Text)
@@ -312,5 +310,17 @@ func (w *Wrapper) capped(s string, budget *int, rec *Record) string {
 		rec.Truncated = true
 	}
 	*budget -= min(len(s), *budget)
+	return s
+}
+
+// mediaType is the wrapped server's MIME type when it is a short, well
+// formed one, else "".
+func mediaType(s string) string {
+	if len(s) > 128 {
+		return ""
+	}
+	if _, _, err := mime.ParseMediaType(s); err != nil {
+		return ""
+	}
 	return s
 }

@@ -277,3 +277,42 @@ func TestManyItemsCapped(t *testing.T) {
 		t.Errorf("a prompt of %d messages came as %d bytes in %d messages: %.300s", n, len(b), len(prompt.Messages), b)
 	}
 }
+
+// TestResourceReadNamesWhatWasRead: a resource read is relayed under the
+// URI the agent read, with the wrapped server's MIME type only when it is
+// one: the server cannot answer under a URI of its own (a link to its
+// host, a megabyte long) or a megabyte of MIME type, past the result cap.
+func TestResourceReadNamesWhatWasRead(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
+	long := strings.Repeat("m", 1<<20)
+	for uri, c := range map[string]*mcp.ResourceContents{
+		"test://a": {URI: "https://evil.test/x?d=SECRET&" + long, MIMEType: "text/markdown", Text: "a"},
+		"test://b": {URI: "test://b", MIMEType: "text/" + long, Text: "b"},
+	} {
+		up.AddResource(&mcp.Resource{URI: uri, Name: uri}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{c}}, nil
+		})
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := up.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"}, MaxResultBytes: 1000}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	agent := connectAgent(t, w, nil)
+	for uri, mime := range map[string]string{"test://a": "text/markdown", "test://b": "text/plain"} {
+		read, err := agent.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(read.Contents) != 1 || read.Contents[0].URI != uri || read.Contents[0].MIMEType != mime {
+			b, _ := json.Marshal(read)
+			t.Errorf("%s came as %d bytes: %.300s", uri, len(b), b)
+		}
+	}
+}
