@@ -316,3 +316,55 @@ func TestResourceReadNamesWhatWasRead(t *testing.T) {
 		}
 	}
 }
+
+// TestLookAlikeToolNames: a wrapped server that lists a tool the policy
+// denies again under a name a person or a model would take for it (a
+// changed case, a look-alike letter, a trailing space, a zero-width
+// space), or under a name no MCP client expects, has those hidden too,
+// under default: allow; a tool the policy limits keeps its limits under
+// no other spelling.
+func TestLookAlikeToolNames(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
+	echo := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran " + req.Params.Name}}}, nil
+	}
+	obj := map[string]any{"type": "object"}
+	hidden := []string{"Move_File", "move_file ", "move_f\u0456le", "move\u200bfile", "MOVE_FILE", "Write_File", "![x](https://evil.test/n.png)", strings.Repeat("n", 129), ""}
+	for _, name := range append([]string{"move_file", "write_file", "read_file", "list.dir-2"}, hidden...) {
+		up.AddTool(&mcp.Tool{Name: name, InputSchema: obj}, echo)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := up.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	no := false
+	audit := &syncbuf.Buffer{}
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"}, Audit: mcpwrap.JSONLines(audit),
+		Policy: mcpwrap.Policy{Tools: map[string]mcpwrap.Rule{"move_file": {Allow: &no}, "write_file": {Approval: true}}}}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	agent := connectAgent(t, w, nil)
+	list, err := agent.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range list.Tools {
+		names = append(names, tool.Name)
+	}
+	if got := strings.Join(names, ","); got != "list.dir-2,read_file,write_file" {
+		t.Errorf("offered %q", got)
+	}
+	for _, name := range hidden {
+		if res, err := agent.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: map[string]any{}}); err == nil && !res.IsError {
+			t.Errorf("%q was relayed: %s", name, text(res))
+		}
+	}
+	if n := strings.Count(audit.String(), `"decision":"hidden"`); n != len(hidden)+1 {
+		t.Errorf("%d tools hidden in the audit, want %d:\n%s", n, len(hidden)+1, audit.String())
+	}
+}

@@ -396,6 +396,10 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 			continue
 		}
 		seen[tool.Name] = true
+		if why := odd(tool.Name, &w.cfg.Policy); why != "" {
+			w.audit(Record{Event: "list", Tool: w.text(tool.Name, maxDescription), Decision: "hidden", Reason: why})
+			continue
+		}
 		if !w.cfg.Policy.allowed(tool.Name) {
 			w.audit(Record{Event: "list", Tool: w.text(tool.Name, maxDescription), Decision: "hidden", Reason: "denied by policy"})
 			continue
@@ -439,6 +443,25 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 		w.srv.RemoveTools(gone...)
 	}
 	return nil
+}
+
+// odd says why a tool's name is not offered, or "": a name the MCP
+// specification does not allow (1 to 128 of A-Z a-z 0-9 _ - .), which
+// clients do not expect and where look-alike letters, spaces and
+// markdown hide, or one equal but for case to a tool the policy names,
+// which would escape that tool's rule.
+func odd(name string, p *Policy) string {
+	if name == "" || len(name) > 128 || strings.ContainsFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
+	}) {
+		return "a name outside the MCP specification's (1 to 128 of A-Z a-z 0-9 _ - .)"
+	}
+	for named := range p.Tools {
+		if named != name && strings.EqualFold(named, name) {
+			return fmt.Sprintf("equal but for case to %s, which the policy names", named)
+		}
+	}
+	return ""
 }
 
 // withdraw forgets what offered holds that the wrapped server's new list
