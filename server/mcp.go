@@ -168,10 +168,12 @@ func (s *Server) MCPHandler() http.Handler {
 		if t != nil && r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
 			// A POST without a session starts one: the tenant's are
 			// bounded, as its API sessions are.
-			if err := s.mcpRoom(t); err != nil {
+			done, err := s.mcpRoom(t)
+			if err != nil {
 				s.answer(w, airlock.Result{}, err)
 				return
 			}
+			defer done()
 		}
 		defer s.gateBody(r, t)()
 		check.ServeHTTP(w, r)
@@ -182,20 +184,24 @@ func (s *Server) MCPHandler() http.Handler {
 const maxMCPSessions = 256
 
 // mcpRoom refuses a new MCP session for t while it has maxMCPSessions
-// open (each is closed when idle for the session TTL, or by DELETE).
-func (s *Server) mcpRoom(t *tenant) error {
+// open (each is closed when idle for the session TTL, or by DELETE). The
+// requests opening one count until done is called, once the request is
+// served: requests that come at once cannot all see room for one more.
+func (s *Server) mcpRoom(t *tenant) (done func(), err error) {
 	srv, err := s.mcpFor(t)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	n := 0
+	n := int(t.mcpOpening.Add(1))
 	for range srv.Sessions() {
 		n++
 	}
-	if n >= maxMCPSessions {
-		return &overloaded{fmt.Sprintf("tenant %s has %d MCP sessions open (the maximum); end one with DELETE, or wait until one is idle for the session TTL", t.Name, n), 5}
+	done = func() { t.mcpOpening.Add(-1) }
+	if n > maxMCPSessions {
+		done()
+		return nil, &overloaded{fmt.Sprintf("tenant %s has %d MCP sessions open or opening (the maximum is %d); end one with DELETE, or wait until one is idle for the session TTL", t.Name, n-1, maxMCPSessions), 5}
 	}
-	return nil
+	return done, nil
 }
 
 func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -687,6 +689,31 @@ func TestMCPSessionsAreBounded(t *testing.T) {
 	resp.Body.Close()
 	if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusOK {
 		t.Errorf("after a DELETE a new session was refused: %d", status)
+	}
+}
+
+// Requests that open MCP sessions all at once do not each see room for
+// one more: however many come together, the tenant's sessions stay within
+// the maximum.
+func TestMCPSessionsBoundedAtOnce(t *testing.T) {
+	f := newFixture(t)
+	for round := range 2 {
+		var opened atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 4 * server.MaxMCPSessions {
+			wg.Go(func() {
+				<-start
+				if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status == http.StatusOK {
+					opened.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := opened.Load(); n > server.MaxMCPSessions || round == 0 && n == 0 {
+			t.Fatalf("round %d: %d sessions opened at once, the maximum is %d", round, n, server.MaxMCPSessions)
+		}
 	}
 }
 
