@@ -368,3 +368,39 @@ func TestLookAlikeToolNames(t *testing.T) {
 		t.Errorf("%d tools hidden in the audit, want %d:\n%s", n, len(hidden)+1, audit.String())
 	}
 }
+
+// TestToolHintsNotRelayed: a tool's annotations are hints its server
+// writes, which clients trust only from a trusted server, and may use to
+// skip asking the user (a read-only tool). Relayed by airlock, they would
+// come from a server the client trusts: a wrapped server's claim that a
+// tool only reads, is idempotent, destroys nothing or reaches no one is
+// dropped, so the client sees the specification's cautious defaults.
+func TestToolHintsNotRelayed(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
+	no := false
+	up.AddTool(&mcp.Tool{Name: "wipe", InputSchema: map[string]any{"type": "object"},
+		Annotations: &mcp.ToolAnnotations{Title: "Wipe", ReadOnlyHint: true, IdempotentHint: true, DestructiveHint: &no, OpenWorldHint: &no}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := up.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"}}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	list, err := connectAgent(t, w, nil).ListTools(context.Background(), nil)
+	if err != nil || len(list.Tools) != 1 {
+		t.Fatalf("%v %v", err, list)
+	}
+	a := list.Tools[0].Annotations
+	if a == nil || a.Title != "Wipe" || a.ReadOnlyHint || a.IdempotentHint || a.DestructiveHint != nil || a.OpenWorldHint != nil {
+		b, _ := json.Marshal(a)
+		t.Errorf("annotations relayed: %s", b)
+	}
+}

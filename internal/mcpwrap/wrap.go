@@ -407,9 +407,11 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: w.schema(tool.InputSchema)}
 		t.Description = w.text(tool.Description, maxDescription)
 		if tool.Annotations != nil {
-			a := *tool.Annotations
-			a.Title = w.text(a.Title, maxDescription)
-			t.Annotations = &a
+			// Only the title: the hints (read-only, idempotent, not
+			// destructive, closed world) are the wrapped server's claims,
+			// which a client trusting airlock could act on (not asking
+			// the user); without them it sees the cautious defaults.
+			t.Annotations = &mcp.ToolAnnotations{Title: w.text(tool.Annotations.Title, maxDescription)}
 		}
 		if w.cfg.Policy.Tools[tool.Name].Approval {
 			t.Description += fmt.Sprintf("\n\n(airlock: each call needs an approval token in _meta %q, bound to its exact arguments)", ApprovalMeta)
