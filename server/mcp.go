@@ -613,6 +613,9 @@ func plainGoDecodeError(msg string) string {
 		return msg
 	}
 	where := rest[into:of]
+	if where == " into Go value" { // the arguments as a whole
+		return fmt.Sprintf("invalid arguments: want a JSON object, not %s", rest[:into])
+	}
 	if i := strings.LastIndexAny(where, "}]"); i >= 0 {
 		where = where[i+1:]
 	} else {

@@ -614,6 +614,8 @@ func TestMCPArgumentErrorsNameNoGoTypes(t *testing.T) {
 	for _, c := range []struct{ tool, args, where string }{
 		{"evaluate_expression", `{"expression":"x","input":{"x":1e400}}`, "input.x"},
 		{"run_command", `{"argv":["true"],"wall_ms":1e400}`, "wall_ms"},
+		{"evaluate_expression", `"x"`, "want a JSON object"},
+		{"run_command", `[]`, "want a JSON object"},
 	} {
 		res := string(rawCall(t, f, c.tool, c.args))
 		if !strings.Contains(res, `"isError":true`) || !strings.Contains(res, c.where) ||
