@@ -97,7 +97,7 @@ func (w *Wrapper) refreshPrompts(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if p.Name == "" || now[p.Name] {
+		if p.Name == "" || len(p.Name) > maxOffered || now[p.Name] {
 			continue
 		}
 		offer := &mcp.Prompt{Name: p.Name, Title: w.text(p.Title, maxDescription), Description: w.text(p.Description, maxDescription)}
@@ -140,7 +140,7 @@ func (w *Wrapper) refreshResources(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if now[r.URI] {
+		if len(r.URI) > maxOffered || now[r.URI] {
 			continue
 		}
 		offer := &mcp.Resource{URI: r.URI, Name: w.text(r.Name, maxDescription), Title: w.text(r.Title, maxDescription),

@@ -524,3 +524,96 @@ func TestServerRequestsNotRelayed(t *testing.T) {
 		})
 	}
 }
+
+// TestListingAuditBounded: a wrapped server that announces list changes
+// without end, listing hundreds of tools the policy hides and changing
+// the one it offers each time, does not flood the audit: a hidden tool is
+// recorded when it appears, not at every listing, and listing records
+// past a rate are counted in one record instead of written.
+func TestListingAuditBounded(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "up"}, nil)
+	obj := map[string]any{"type": "object"}
+	nop := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}
+	const denied = 500
+	for i := range denied {
+		up.AddTool(&mcp.Tool{Name: fmt.Sprint("d", i), InputSchema: obj}, nop)
+	}
+	up.AddTool(&mcp.Tool{Name: "a", InputSchema: obj}, nop)
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := up.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	yes := true
+	var records atomic.Int64
+	var last atomic.Value
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"},
+		Policy: mcpwrap.Policy{Default: "deny", Tools: map[string]mcpwrap.Rule{"a": {Allow: &yes}}},
+		Audit: func(r mcpwrap.Record) {
+			records.Add(1)
+			last.Store(r)
+		}}, ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	first := records.Load()
+	if first < denied {
+		t.Fatalf("the first listing wrote %d records, want one for each of the %d hidden tools at least", first, denied)
+	}
+	// Each change to "a" is announced (the SDK sends list_changed); the
+	// wrapper re-lists a few times a second.
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		up.AddTool(&mcp.Tool{Name: "a", Description: fmt.Sprint("version ", i), InputSchema: obj}, nop)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := records.Load() - first; n > 100 {
+		t.Errorf("3 s of list changes wrote %d audit records (the last %+v)", n, last.Load())
+	}
+	// A server that lists new names to hide each time is cut off by rate.
+	w.Close()
+	before := records.Load()
+	var suppressed atomic.Int64
+	w2, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: []string{"up"},
+		Policy: mcpwrap.Policy{Default: "deny", Tools: map[string]mcpwrap.Rule{"a": {Allow: &yes}}},
+		Audit: func(r mcpwrap.Record) {
+			records.Add(1)
+			if r.Decision == "suppressed" {
+				suppressed.Add(1)
+			}
+		}}, mustConnect(t, up))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first = records.Load() - before
+	deadline = time.Now().Add(3 * time.Second)
+	for round := 0; time.Now().Before(deadline); round++ {
+		var old []string
+		for i := range denied {
+			old = append(old, fmt.Sprint("d", i, "_", round))
+			up.AddTool(&mcp.Tool{Name: fmt.Sprint("d", i, "_", round+1), InputSchema: obj}, nop)
+		}
+		up.RemoveTools(old...)
+		time.Sleep(50 * time.Millisecond)
+	}
+	w2.Close()
+	if n := records.Load() - before - first; n > 1100 || suppressed.Load() == 0 {
+		t.Errorf("3 s of new names to hide wrote %d audit records, %d of them counting those suppressed", n, suppressed.Load())
+	}
+}
+
+// mustConnect connects a new session of up, closed when the test ends.
+func mustConnect(t *testing.T, up *mcp.Server) mcp.Transport {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := up.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	return ct
+}

@@ -88,8 +88,16 @@ type Wrapper struct {
 
 	listMu    sync.Mutex        // serialises listings
 	listed    map[string]string // tool name -> what was offered, as JSON
+	hidden    map[string]string // tool name -> why the last listing hid it
 	prompts   map[string]string // prompt name -> what was offered, as JSON
 	resources map[string]string // resource URI -> what was offered, as JSON
+
+	// listAudit bounds the listing records written; those past it are
+	// counted in suppressed and reported in one record.
+	auditMu    sync.Mutex
+	listAudit  *rate.Limiter
+	suppressed int
+	watching   atomic.Bool // the first listing is done: listAudit applies
 
 	refreshc chan struct{} // the wrapped server's tools changed
 	last     atomic.Int64  // unix nanoseconds of the last request
@@ -135,7 +143,8 @@ func newWrapper(cfg Config) (*Wrapper, error) {
 	}
 	w := &Wrapper{cfg: cfg, san: san, used: state.NewEmbedded(), limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
 		prompts: map[string]string{}, resources: map[string]string{},
-		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{})}
+		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{}),
+		listAudit: rate.NewLimiter(listAuditRate, listAuditBurst)}
 	for name, r := range cfg.Policy.Tools {
 		if r.RatePerMinute > 0 {
 			w.limiters[name] = rate.NewLimiter(rate.Every(time.Minute/time.Duration(r.RatePerMinute)), r.RatePerMinute)
@@ -203,6 +212,7 @@ func (w *Wrapper) connect(ctx context.Context, t mcp.Transport) error {
 // watch starts what ends or follows the wrapper: the wrapped server's
 // session ending, its tool list changing, idleness.
 func (w *Wrapper) watch() {
+	w.watching.Store(true)
 	go func() {
 		err := w.up.Wait()
 		if err == nil {
@@ -388,20 +398,32 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 	}
 	var offers []offer
 	seen := map[string]bool{}
+	// A tool hidden is audited when it is first hidden (or for another
+	// reason), not at every listing that hides it again.
+	hidden := map[string]string{}
+	hide := func(name, why string) {
+		name = w.text(name, maxDescription)
+		hidden[name] = why
+		if prev, ok := w.hidden[name]; !ok || prev != why {
+			w.audit(Record{Event: "list", Tool: name, Decision: "hidden", Reason: why})
+		}
+	}
 	for tool, err := range w.tools(ctx) {
 		if err != nil {
 			return err
+		}
+		// An odd name (a long one among them) is hidden before it is
+		// remembered.
+		if why := odd(tool.Name, &w.cfg.Policy); why != "" {
+			hide(tool.Name, why)
+			continue
 		}
 		if seen[tool.Name] {
 			continue
 		}
 		seen[tool.Name] = true
-		if why := odd(tool.Name, &w.cfg.Policy); why != "" {
-			w.audit(Record{Event: "list", Tool: w.text(tool.Name, maxDescription), Decision: "hidden", Reason: why})
-			continue
-		}
 		if !w.cfg.Policy.allowed(tool.Name) {
-			w.audit(Record{Event: "list", Tool: w.text(tool.Name, maxDescription), Decision: "hidden", Reason: "denied by policy"})
+			hide(tool.Name, "denied by policy")
 			continue
 		}
 		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: w.schema(tool.InputSchema)}
@@ -421,7 +443,7 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 			err = fmt.Errorf("%d bytes as JSON, over the limit of %d", len(key), maxOffered)
 		}
 		if err != nil {
-			w.audit(Record{Event: "list", Tool: w.text(tool.Name, maxDescription), Decision: "hidden", Reason: "malformed tool: " + err.Error()})
+			hide(tool.Name, "malformed tool: "+err.Error())
 			continue
 		}
 		offers = append(offers, offer{t, string(key)})
@@ -434,13 +456,14 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 			continue
 		}
 		if err := addTool(w.srv, o.tool, w.handler(name)); err != nil {
-			w.audit(Record{Event: "list", Tool: name, Decision: "hidden", Reason: err.Error()})
+			hide(name, err.Error())
 			continue
 		}
 		w.listed[name] = o.key
 		now[name] = true
 		w.audit(Record{Event: "list", Tool: name, Decision: "listed"})
 	}
+	w.hidden = hidden
 	if gone := w.withdraw(w.listed, now, func(name string) Record { return Record{Tool: name} }); len(gone) > 0 {
 		w.srv.RemoveTools(gone...)
 	}
@@ -750,9 +773,32 @@ func (w *Wrapper) Event(event, reason string) {
 	w.audit(Record{Event: event, Reason: reason})
 }
 
+// A wrapped server decides how often its lists change: after its first
+// listing (audited whole), past listAuditBurst listing records at most
+// listAuditRate a second are written, and the rest counted.
+const (
+	listAuditRate  = 2
+	listAuditBurst = maxListed
+)
+
 func (w *Wrapper) audit(r Record) {
 	if w.cfg.Audit == nil {
 		return
+	}
+	if r.Event == "list" || r.Event == "exit" {
+		w.auditMu.Lock()
+		if r.Event == "list" && w.watching.Load() && !w.listAudit.Allow() {
+			w.suppressed++
+			w.auditMu.Unlock()
+			return
+		}
+		n := w.suppressed
+		w.suppressed = 0
+		w.auditMu.Unlock()
+		if n > 0 {
+			w.cfg.Audit(Record{Time: w.cfg.Now().UTC(), Event: "list", Decision: "suppressed",
+				Reason: fmt.Sprintf("%d listing records were not written: the wrapped server changed its lists faster than they are audited", n)})
+		}
 	}
 	r.Time = w.cfg.Now().UTC()
 	w.cfg.Audit(r)
