@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/approve"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 	"github.com/airlock-sandbox/airlock/internal/testing/syncbuf"
 )
@@ -616,4 +617,58 @@ func mustConnect(t *testing.T, up *mcp.Server) mcp.Transport {
 	}
 	t.Cleanup(func() { ss.Close() })
 	return ct
+}
+
+// TestArgumentsPlainUnicode: the wrapper's checks and an approval's digest
+// read a call's arguments as Go does, which turns every byte that is not
+// UTF-8 and every lone surrogate escape into U+FFFD; a server may not
+// (Python keeps "\udcfe" and "\udcff" apart, and names a different file
+// with each). Such arguments are refused, so no two calls that a server
+// tells apart share a digest.
+func TestArgumentsPlainUnicode(t *testing.T) {
+	_, up := upstream(t, make(chan struct{}), nil)
+	signer, err := approve.NewSigner(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{"node", "server.js"}
+	w, err := mcpwrap.Connect(context.Background(), mcpwrap.Config{Argv: argv, Signer: signer,
+		Policy: mcpwrap.Policy{Tools: map[string]mcpwrap.Rule{"approved": {Approval: true}}}}, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	agent := connectAgent(t, w, nil)
+	call := func(name, args, token string) string {
+		t.Helper()
+		p := &mcp.CallToolParams{Name: name, Arguments: json.RawMessage(args)}
+		if token != "" {
+			p.Meta = mcp.Meta{mcpwrap.ApprovalMeta: token}
+		}
+		res, err := agent.CallTool(context.Background(), p)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		if !res.IsError {
+			return "relayed: " + text(res)
+		}
+		return text(res)
+	}
+	token, err := mcpwrap.Issue(signer, "", argv, "approved", json.RawMessage(`{"path":"/notes/\udcfe"}`), time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := call("approved", `{"path":"/notes/\udcff"}`, token); strings.HasPrefix(got, "relayed") {
+		t.Errorf("an approval for \\udcfe relayed \\udcff: %s", got)
+	}
+	for _, args := range []string{`{"p":"\ud800"}`, `{"p":"\udc00x"}`, `{"p":"\ud800\ud800"}`, `{"\udfff":1}`} {
+		if got := call("echo", args, ""); strings.HasPrefix(got, "relayed") {
+			t.Errorf("%q: %s", args, got)
+		}
+	}
+	for _, args := range []string{`{"p":"\ud83d\ude00 \\udcff \u00e9"}`, `{"p":"😀"}`} {
+		if got := call("echo", args, ""); !strings.HasPrefix(got, "relayed") {
+			t.Errorf("%q: %s", args, got)
+		}
+	}
 }

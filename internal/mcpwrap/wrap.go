@@ -548,6 +548,9 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	if max := p.maxArgs(tool); len(args) > max {
 		return refuse("denied", fmt.Sprintf("the arguments of %s are %d bytes, over the limit of %d", tool, len(args), max))
 	}
+	if err := plainUnicode(args); err != nil {
+		return refuse("denied", fmt.Sprintf("tool %s: %v", tool, err))
+	}
 	d, err := approve.OfToolCall(w.cfg.Argv, tool, args)
 	if err != nil {
 		return refuse("invalid", err.Error())
