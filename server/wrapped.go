@@ -36,6 +36,7 @@ type wrapped struct {
 	life    time.Duration
 	idle    time.Duration
 	handler *mcp.StreamableHTTPHandler
+	rates   *mcpwrap.Rates // the policy's rate limits, across its instances
 }
 
 // wrappedKey carries a new session's instance from the request to the SDK
@@ -54,7 +55,7 @@ func (s *Server) initWrapped() error {
 	s.instances = map[*mcpwrap.Wrapper]*tenant{}
 	for i, t := range s.tenants {
 		for j, spec := range t.MCPWrapped {
-			wr := &wrapped{spec: spec, tenant: t}
+			wr := &wrapped{spec: spec, tenant: t, rates: mcpwrap.NewRates(spec.Policy)}
 			most := time.Duration(t.limits.Max.WallMS) * time.Millisecond
 			wr.life = spec.MaxLifetime.or(most)
 			if wr.life > most {
@@ -186,7 +187,7 @@ func (s *Server) startWrapped(ctx context.Context, wr *wrapped) (*mcpwrap.Wrappe
 		Argv: spec.Argv, Policy: spec.Policy, OutputHosts: hosts, CallTimeout: time.Duration(spec.CallTimeout),
 		MaxResultBytes: spec.MaxResultBytes, IdleTimeout: wr.idle, Signer: s.signer, Tenant: t.Name, Redeem: s.redeem,
 		Audit: func(rec mcpwrap.Record) { s.auditWrapped(t, spec.Name, tierName, rec) },
-		Now:   s.now,
+		Now:   s.now, Rates: wr.rates,
 	}, wrappedStart)
 	if err != nil {
 		release()

@@ -71,6 +71,24 @@ type Config struct {
 	Stderr io.Writer
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Rates are the policy's rate limits (NewRates), shared by the
+	// wrappers whose calls count together, such as the instances of one
+	// hosted server; nil: the wrapper's own.
+	Rates *Rates
+}
+
+// Rates are a policy's per-tool rate limits.
+type Rates struct{ limiters map[string]*rate.Limiter }
+
+// NewRates returns p's rate limits, with no call counted yet.
+func NewRates(p Policy) *Rates {
+	r := &Rates{limiters: map[string]*rate.Limiter{}}
+	for name, rule := range p.Tools {
+		if rule.RatePerMinute > 0 {
+			r.limiters[name] = rate.NewLimiter(rate.Every(time.Minute/time.Duration(rule.RatePerMinute)), rule.RatePerMinute)
+		}
+	}
+	return r
 }
 
 // Wrapper relays tools from a wrapped server to the agent's client. It is
@@ -141,15 +159,13 @@ func newWrapper(cfg Config) (*Wrapper, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Wrapper{cfg: cfg, san: san, used: state.NewEmbedded(), limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
+	if cfg.Rates == nil {
+		cfg.Rates = NewRates(cfg.Policy)
+	}
+	w := &Wrapper{cfg: cfg, san: san, used: state.NewEmbedded(), limiters: cfg.Rates.limiters, listed: map[string]string{},
 		prompts: map[string]string{}, resources: map[string]string{},
 		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{}),
 		listAudit: rate.NewLimiter(listAuditRate, listAuditBurst)}
-	for name, r := range cfg.Policy.Tools {
-		if r.RatePerMinute > 0 {
-			w.limiters[name] = rate.NewLimiter(rate.Every(time.Minute/time.Duration(r.RatePerMinute)), r.RatePerMinute)
-		}
-	}
 	w.touch()
 	// The server always offers tools, and says their list may change: the
 	// wrapped server's list is followed.
