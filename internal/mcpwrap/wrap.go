@@ -419,6 +419,9 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 	hidden := map[string]string{}
 	hide := func(name, why string) {
 		name = w.text(name, maxDescription)
+		if prev, ok := hidden[name]; ok && prev == why {
+			return // listed twice
+		}
 		hidden[name] = why
 		if prev, ok := w.hidden[name]; !ok || prev != why {
 			w.audit(Record{Event: "list", Tool: name, Decision: "hidden", Reason: why})
