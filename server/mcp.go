@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -659,15 +660,30 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	out.Stdout, out.Stderr = wirebytes.Text(stdout), wirebytes.Text(stderr)
 	out.Value, f3 = s.cleanValue(res.Value, 0)
 	out.Sanitized = append(append(f1, f2...), f3...)
-	if len(res.Files) > 0 {
-		out.Files = make(wirebytes.Map, len(res.Files))
-		for name, data := range res.Files {
-			var f []sanitize.Finding
-			out.Files[name], f = s.clean(data)
-			out.Sanitized = append(out.Sanitized, f...)
+	// A file's name is the program's to choose, like its output: a file
+	// whose name the sanitiser would change is withheld, named (as
+	// sanitised) among the skipped ones.
+	files := map[string]string{}
+	for name, data := range res.Files {
+		clean, f := s.clean(name)
+		out.Sanitized = append(out.Sanitized, f...)
+		if clean != name {
+			out.FilesSkipped = append(out.FilesSkipped, clean+": withheld: its name holds a link to a host that is not allowed")
+			continue
 		}
+		files[name] = data
+		if out.Files == nil {
+			out.Files = make(wirebytes.Map, len(res.Files))
+		}
+		out.Files[name], f = s.clean(data)
+		out.Sanitized = append(out.Sanitized, f...)
 	}
-	out.FilesSkipped = res.FilesSkipped
+	for _, skipped := range res.FilesSkipped {
+		clean, f := s.clean(skipped)
+		out.Sanitized = append(out.Sanitized, f...)
+		out.FilesSkipped = append(out.FilesSkipped, clean)
+	}
+	slices.Sort(out.FilesSkipped)
 	var text strings.Builder
 	fmt.Fprintf(&text, "tier: %s (level %d)\n", out.Tier, out.Level)
 	if out.Value != nil {
@@ -683,10 +699,10 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 			fmt.Fprintf(&text, "%s:\n%s\n", o.name, o.s)
 		}
 	}
-	for _, name := range value.SortedKeys(res.Files) {
-		fmt.Fprintf(&text, "file %s: %d bytes\n", name, len(res.Files[name]))
+	for _, name := range value.SortedKeys(files) {
+		fmt.Fprintf(&text, "file %s: %d bytes\n", name, len(files[name]))
 	}
-	for _, skipped := range res.FilesSkipped {
+	for _, skipped := range out.FilesSkipped {
 		fmt.Fprintf(&text, "not collected: %s\n", skipped)
 	}
 	if out.ExitCode != nil && *out.ExitCode != 0 {
@@ -698,6 +714,14 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	case out.Error != nil:
 		fmt.Fprintf(&text, "error: %s: %s\n", out.Error.Kind, out.Error.Message)
 	}
+	// The parts were sanitised each alone; a client shows them as one
+	// document, where a reference in one part (the value's "![p][r]")
+	// takes its link from another (a "[r]: URL" line of stdout). The
+	// whole text is sanitised again, as it is shown.
+	shown, f := s.clean(text.String())
+	out.Sanitized = append(out.Sanitized, f...)
+	text.Reset()
+	text.WriteString(shown)
 	if len(out.Sanitized) > 0 {
 		fmt.Fprintf(&text, "note: %d link(s) to hosts that are not allowed were neutralised\n", len(out.Sanitized))
 	}

