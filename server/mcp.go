@@ -176,7 +176,8 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 			defer done()
 		}
-		defer s.gateBody(r, t)()
+		w, release := s.gateMCP(w, r, t)
+		defer release()
 		check.ServeHTTP(w, r)
 	})
 }

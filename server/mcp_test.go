@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -753,6 +754,50 @@ func TestMCPResultSanitisedWhole(t *testing.T) {
 	shownUnchanged(t, text(res))
 	if !strings.Contains(text(res), "neutralised") {
 		t.Errorf("the result does not say a link was neutralised:\n%s", text(res))
+	}
+}
+
+// A large MCP message waits for the large-body slots as a large job
+// does; one that finds none is refused as the API refuses it (429 with
+// Retry-After and the reason), not with the SDK's 400 for a body it could
+// not read.
+func TestMCPLargeBodiesWaitForSlots(t *testing.T) {
+	f := newFixture(t)
+	answers := make(chan *http.Response, 3)
+	var held []*io.PipeWriter
+	for range 3 {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
+		req, _ := http.NewRequest("POST", f.http.URL+"/mcp", pr)
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		go func() {
+			resp, err := f.http.Client().Do(req)
+			if err != nil {
+				resp = nil
+			}
+			answers <- resp
+		}()
+		go pw.Write(append([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pad":"`), bytes.Repeat([]byte(" "), 3<<20/2)...))
+		time.Sleep(200 * time.Millisecond) // past a MiB, holding a slot
+	}
+	select {
+	case resp := <-answers:
+		if resp == nil {
+			t.Fatal("no answer")
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "too many large requests") {
+			t.Errorf("a tenant's third large MCP message: %d (Retry-After %q) %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a third large MCP message was neither read nor refused")
+	}
+	for _, pw := range held {
+		pw.CloseWithError(io.ErrUnexpectedEOF)
 	}
 }
 

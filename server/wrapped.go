@@ -92,6 +92,9 @@ func (s *Server) handleWrapped(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "tenant "+t.Name+" has no wrapped MCP server named "+r.PathValue("name"))
 		return
 	}
+	// A body is read under the large-body slots, as on /mcp.
+	w, release := s.gateMCP(w, r, t)
+	defer release()
 	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 		wr.handler.ServeHTTP(w, r)
 		return

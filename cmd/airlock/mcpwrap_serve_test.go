@@ -103,6 +103,41 @@ tenants:
 	r = callTool(t, b1, "whoami", nil, nil)
 	assert.False(t, r.IsError, "tenant b's second whoami: %s", toolText(r))
 
+	// Large bodies take the tenant's large-body slots, as on /mcp: a
+	// third held past a MiB at once is refused rather than read.
+	var held []*io.PipeWriter
+	bodies := make(chan *http.Response, 3)
+	for range 3 {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		req, _ := http.NewRequest("POST", "http://"+c.addr+"/mcp/wrapped/dyn", pr)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", a2.ID())
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				resp = nil
+			}
+			bodies <- resp
+		}()
+		go pw.Write(append([]byte(`{"jsonrpc":"2.0","id":7,"method":"ping","params":{"_meta":{"pad":"`), make([]byte, 3<<20/2)...))
+		time.Sleep(300 * time.Millisecond)
+	}
+	select {
+	case resp := <-bodies:
+		require.NotNil(t, resp)
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "a third large body at once: %s", got)
+	case <-time.After(10 * time.Second):
+		t.Error("three large bodies at once were all taken in")
+	}
+	for _, pw := range held {
+		pw.CloseWithError(io.ErrUnexpectedEOF)
+	}
+
 	// b presenting a's session, or naming a server declared for a only.
 	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"whoami"}}`
 	for _, target := range []struct{ path, session string }{{"dyn", a1.ID()}, {"brief", ""}} {
