@@ -123,7 +123,13 @@ const MCPMaxRequest = value.MaxJobBytes + mcpEnvelope
 // authenticated with the tenant's API key, as the JSON API is, and an MCP
 // session is bound to the tenant that opened it (the SDK refuses a session
 // ID presented with another tenant's key).
-func (s *Server) MCPHandler() http.Handler {
+// A body must arrive within the server's body read timeout, as on the
+// JSON API.
+func (s *Server) MCPHandler() http.Handler { return withBodyDeadline(s.mcpHandler()) }
+
+// mcpHandler is MCPHandler without the body deadline, which the server's
+// own handler sets for every request.
+func (s *Server) mcpHandler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		info := auth.TokenInfoFromContext(r.Context())
 		if info == nil {
