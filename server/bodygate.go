@@ -102,6 +102,54 @@ func (b *gatedBody) finish() {
 	b.asked, b.err = true, io.ErrClosedPipe
 }
 
+// gateMCP is gateBody for the MCP endpoints, whose bodies the SDK reads:
+// it answers a read that failed for a body without a slot "400 failed to
+// read body". The writer returned answers that as the API does (429,
+// Retry-After, the reason) instead.
+func (s *Server) gateMCP(w http.ResponseWriter, r *http.Request, t *tenant) (http.ResponseWriter, func()) {
+	release := s.gateBody(r, t)
+	return &gateWriter{ResponseWriter: w, body: r.Body.(*gatedBody), s: s}, release
+}
+
+type gateWriter struct {
+	http.ResponseWriter
+	body    *gatedBody
+	s       *Server
+	refused bool // the SDK's own answer is dropped
+}
+
+func (g *gateWriter) WriteHeader(code int) {
+	var ov *overloaded
+	if code == http.StatusBadRequest && !g.refused && errors.As(g.body.err, &ov) {
+		g.refused = true
+		h := g.ResponseWriter.Header()
+		h.Del("X-Content-Type-Options")
+		h.Set("Retry-After", fmt.Sprint(ov.retryAfter))
+		g.s.refuse(g.ResponseWriter, http.StatusTooManyRequests, kindOverloaded, ov.msg)
+		return
+	}
+	if !g.refused {
+		g.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	if g.refused {
+		return len(p), nil
+	}
+	return g.ResponseWriter.Write(p)
+}
+
+func (g *gateWriter) Flush() {
+	if f, ok := g.ResponseWriter.(http.Flusher); ok && !g.refused {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection (the SDK
+// flushes its event streams through one).
+func (g *gateWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
 // readError is a failure to read a request's body as the answer it
 // deserves: a body that found no large-body slot is an overload (429),
 // anything else the request's fault.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +159,32 @@ func TestSlowBodiesTimeOut(t *testing.T) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(conn, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 1000\r\n\r\n{\"kind\"", keyA)
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer once the deadline passed: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || time.Since(start) > 5*time.Second {
+		t.Errorf("status %d after %v; want 400 after about a second", resp.StatusCode, time.Since(start))
+	}
+}
+
+// MCPHandler alone (what airlock mcp --http serves) bounds how long a
+// body may take to arrive too: a tenant trickling an MCP message holds
+// neither its connection nor a large-body slot for ever.
+func TestSlowMCPBodiesTimeOut(t *testing.T) {
+	defer server.SetBodyReadTimeout(time.Second)()
+	f := newFixture(t)
+	hs := httptest.NewServer(f.srv.MCPHandler())
+	defer hs.Close()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{\"jsonrpc\"", conn.RemoteAddr(), keyA)
 	start := time.Now()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {

@@ -59,7 +59,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	// The MCP endpoints take what streamable HTTP uses; another method
 	// gets the API's 405 below.
-	mcpHandler := s.MCPHandler()
+	mcpHandler := s.mcpHandler() // the body deadline is s.handler's
 	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 		m.Handle(method+" /mcp", mcpHandler)
 		m.HandleFunc(method+" /mcp/wrapped/{name}", s.handleWrapped)

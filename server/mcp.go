@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -122,7 +123,13 @@ const MCPMaxRequest = value.MaxJobBytes + mcpEnvelope
 // authenticated with the tenant's API key, as the JSON API is, and an MCP
 // session is bound to the tenant that opened it (the SDK refuses a session
 // ID presented with another tenant's key).
-func (s *Server) MCPHandler() http.Handler {
+// A body must arrive within the server's body read timeout, as on the
+// JSON API.
+func (s *Server) MCPHandler() http.Handler { return withBodyDeadline(s.mcpHandler()) }
+
+// mcpHandler is MCPHandler without the body deadline, which the server's
+// own handler sets for every request.
+func (s *Server) mcpHandler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		info := auth.TokenInfoFromContext(r.Context())
 		if info == nil {
@@ -168,12 +175,15 @@ func (s *Server) MCPHandler() http.Handler {
 		if t != nil && r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
 			// A POST without a session starts one: the tenant's are
 			// bounded, as its API sessions are.
-			if err := s.mcpRoom(t); err != nil {
+			done, err := s.mcpRoom(t)
+			if err != nil {
 				s.answer(w, airlock.Result{}, err)
 				return
 			}
+			defer done()
 		}
-		defer s.gateBody(r, t)()
+		w, release := s.gateMCP(w, r, t)
+		defer release()
 		check.ServeHTTP(w, r)
 	})
 }
@@ -182,20 +192,24 @@ func (s *Server) MCPHandler() http.Handler {
 const maxMCPSessions = 256
 
 // mcpRoom refuses a new MCP session for t while it has maxMCPSessions
-// open (each is closed when idle for the session TTL, or by DELETE).
-func (s *Server) mcpRoom(t *tenant) error {
+// open (each is closed when idle for the session TTL, or by DELETE). The
+// requests opening one count until done is called, once the request is
+// served: requests that come at once cannot all see room for one more.
+func (s *Server) mcpRoom(t *tenant) (done func(), err error) {
 	srv, err := s.mcpFor(t)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	n := 0
+	n := int(t.mcpOpening.Add(1))
 	for range srv.Sessions() {
 		n++
 	}
-	if n >= maxMCPSessions {
-		return &overloaded{fmt.Sprintf("tenant %s has %d MCP sessions open (the maximum); end one with DELETE, or wait until one is idle for the session TTL", t.Name, n), 5}
+	done = func() { t.mcpOpening.Add(-1) }
+	if n > maxMCPSessions {
+		done()
+		return nil, &overloaded{fmt.Sprintf("tenant %s has %d MCP sessions open or opening (the maximum is %d); end one with DELETE, or wait until one is idle for the session TTL", t.Name, n-1, maxMCPSessions), 5}
 	}
-	return nil
+	return done, nil
 }
 
 func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
@@ -607,6 +621,9 @@ func plainGoDecodeError(msg string) string {
 		return msg
 	}
 	where := rest[into:of]
+	if where == " into Go value" { // the arguments as a whole
+		return fmt.Sprintf("invalid arguments: want a JSON object, not %s", rest[:into])
+	}
 	if i := strings.LastIndexAny(where, "}]"); i >= 0 {
 		where = where[i+1:]
 	} else {
@@ -650,15 +667,30 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	out.Stdout, out.Stderr = wirebytes.Text(stdout), wirebytes.Text(stderr)
 	out.Value, f3 = s.cleanValue(res.Value, 0)
 	out.Sanitized = append(append(f1, f2...), f3...)
-	if len(res.Files) > 0 {
-		out.Files = make(wirebytes.Map, len(res.Files))
-		for name, data := range res.Files {
-			var f []sanitize.Finding
-			out.Files[name], f = s.clean(data)
-			out.Sanitized = append(out.Sanitized, f...)
+	// A file's name is the program's to choose, like its output: a file
+	// whose name the sanitiser would change is withheld, named (as
+	// sanitised) among the skipped ones.
+	files := map[string]string{}
+	for name, data := range res.Files {
+		clean, f := s.clean(name)
+		out.Sanitized = append(out.Sanitized, f...)
+		if clean != name {
+			out.FilesSkipped = append(out.FilesSkipped, clean+": withheld: its name holds a link to a host that is not allowed")
+			continue
 		}
+		files[name] = data
+		if out.Files == nil {
+			out.Files = make(wirebytes.Map, len(res.Files))
+		}
+		out.Files[name], f = s.clean(data)
+		out.Sanitized = append(out.Sanitized, f...)
 	}
-	out.FilesSkipped = res.FilesSkipped
+	for _, skipped := range res.FilesSkipped {
+		clean, f := s.clean(skipped)
+		out.Sanitized = append(out.Sanitized, f...)
+		out.FilesSkipped = append(out.FilesSkipped, clean)
+	}
+	slices.Sort(out.FilesSkipped)
 	var text strings.Builder
 	fmt.Fprintf(&text, "tier: %s (level %d)\n", out.Tier, out.Level)
 	if out.Value != nil {
@@ -674,10 +706,10 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 			fmt.Fprintf(&text, "%s:\n%s\n", o.name, o.s)
 		}
 	}
-	for _, name := range value.SortedKeys(res.Files) {
-		fmt.Fprintf(&text, "file %s: %d bytes\n", name, len(res.Files[name]))
+	for _, name := range value.SortedKeys(files) {
+		fmt.Fprintf(&text, "file %s: %d bytes\n", name, len(files[name]))
 	}
-	for _, skipped := range res.FilesSkipped {
+	for _, skipped := range out.FilesSkipped {
 		fmt.Fprintf(&text, "not collected: %s\n", skipped)
 	}
 	if out.ExitCode != nil && *out.ExitCode != 0 {
@@ -689,6 +721,14 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	case out.Error != nil:
 		fmt.Fprintf(&text, "error: %s: %s\n", out.Error.Kind, out.Error.Message)
 	}
+	// The parts were sanitised each alone; a client shows them as one
+	// document, where a reference in one part (the value's "![p][r]")
+	// takes its link from another (a "[r]: URL" line of stdout). The
+	// whole text is sanitised again, as it is shown.
+	shown, f := s.clean(text.String())
+	out.Sanitized = append(out.Sanitized, f...)
+	text.Reset()
+	text.WriteString(shown)
 	if len(out.Sanitized) > 0 {
 		fmt.Fprintf(&text, "note: %d link(s) to hosts that are not allowed were neutralised\n", len(out.Sanitized))
 	}

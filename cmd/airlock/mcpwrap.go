@@ -172,7 +172,9 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	if *httpAddr != "" {
 		rerr = serveWrapHTTP(sctx, e, w.Server(), *httpAddr, bearer)
 	} else {
-		rerr = w.Server().Run(sctx, &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}})
+		// A line the SDK would end the session over (the model wrote
+		// arguments nested too deep, say) is refused alone, as by airlock mcp.
+		rerr = w.Server().Run(sctx, stdioTransport(e.stdin, e.stdout, mcp.DefaultMaxLineLength))
 	}
 	if end := w.Err(); end != nil {
 		return e.fail(end)

@@ -67,7 +67,7 @@ func TestServeWrapped(t *testing.T) {
         argv: [python3, %s]
         image: python
         grants: {fs: {read: [%s]}}
-        policy: {tools: {forbidden: {allow: false}}}
+        policy: {tools: {forbidden: {allow: false}, whoami: {rate_per_minute: 2}}}
 %s`, name, filepath.Join(testdata, "dynamic_mcp.py"), testdata, extra)
 	}
 	cfg := fmt.Sprintf(`audit: audit.jsonl
@@ -96,6 +96,47 @@ tenants:
 		who[toolText(r)] = name
 	}
 	assert.Len(t, who, 3, "sessions shared an instance: %v", who)
+	// A tool's rate is the declaration's, across the tenant's sessions:
+	// a1 and a2 have used it up, b1's tenant has not.
+	r := callTool(t, a2, "whoami", nil, nil)
+	assert.True(t, r.IsError && strings.Contains(toolText(r), "rate"), "a third whoami of tenant a within a minute: %s", toolText(r))
+	r = callTool(t, b1, "whoami", nil, nil)
+	assert.False(t, r.IsError, "tenant b's second whoami: %s", toolText(r))
+
+	// Large bodies take the tenant's large-body slots, as on /mcp: a
+	// third held past a MiB at once is refused rather than read.
+	var held []*io.PipeWriter
+	bodies := make(chan *http.Response, 3)
+	for range 3 {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		req, _ := http.NewRequest("POST", "http://"+c.addr+"/mcp/wrapped/dyn", pr)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", a2.ID())
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				resp = nil
+			}
+			bodies <- resp
+		}()
+		go pw.Write(append([]byte(`{"jsonrpc":"2.0","id":7,"method":"ping","params":{"_meta":{"pad":"`), make([]byte, 3<<20/2)...))
+		time.Sleep(300 * time.Millisecond)
+	}
+	select {
+	case resp := <-bodies:
+		require.NotNil(t, resp)
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "a third large body at once: %s", got)
+	case <-time.After(10 * time.Second):
+		t.Error("three large bodies at once were all taken in")
+	}
+	for _, pw := range held {
+		pw.CloseWithError(io.ErrUnexpectedEOF)
+	}
 
 	// b presenting a's session, or naming a server declared for a only.
 	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"whoami"}}`
@@ -118,7 +159,7 @@ tenants:
 
 	// The wrapped server's tool list grows: the agent hears of it, and
 	// the new list passes the policy.
-	r := callTool(t, a1, "grow", nil, nil)
+	r = callTool(t, a1, "grow", nil, nil)
 	require.False(t, r.IsError, toolText(r))
 	for {
 		select {

@@ -523,3 +523,59 @@ func (a *argRules) named() []string {
 	}
 	return names
 }
+
+// plainUnicode refuses arguments whose strings a server may read other
+// than the checks and an approval's digest do: bytes that are not UTF-8,
+// or an escaped surrogate that is not half of a pair. Go reads each as
+// U+FFFD, so "\udcfe" and "\udcff" would look alike here, where a server
+// in Python keeps them apart (and names a different file with each).
+// raw is one valid JSON value.
+func plainUnicode(raw []byte) error {
+	if !utf8.Valid(raw) {
+		return &ArgRefused{Arg: AnyArg, Reason: "the arguments are not UTF-8"}
+	}
+	hex4 := func(b []byte) rune {
+		if len(b) < 4 {
+			return -1
+		}
+		var r rune
+		for _, c := range b[:4] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return -1
+			}
+		}
+		return r
+	}
+	// In valid JSON a backslash only starts an escape inside a string.
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character (a backslash among them) is passed
+		if i >= len(raw) || raw[i] != 'u' {
+			continue
+		}
+		r := hex4(raw[i+1:])
+		i += 4
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if rest := raw[i+1:]; len(rest) >= 6 && rest[0] == '\\' && rest[1] == 'u' {
+				if lo := hex4(rest[2:]); lo >= 0xdc00 && lo < 0xe000 {
+					i += 6
+					continue
+				}
+			}
+			return &ArgRefused{Arg: AnyArg, Reason: fmt.Sprintf("a lone surrogate escape \\u%04x", r)}
+		case r >= 0xdc00 && r < 0xe000:
+			return &ArgRefused{Arg: AnyArg, Reason: fmt.Sprintf("a lone surrogate escape \\u%04x", r)}
+		}
+	}
+	return nil
+}

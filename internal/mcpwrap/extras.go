@@ -5,14 +5,85 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
+	"mime"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // maxListed bounds each of the wrapped server's lists (tools, prompts,
-// resources) the wrapper follows.
+// resources) the wrapper follows: its items, repeated ones included, and
+// its pages.
 const maxListed = 1000
+
+// promptMessageCost is the share of the result cap that allows one more
+// message of a prompt to be relayed.
+const promptMessageCost = 64
+
+// listed pages through one of the wrapped server's lists (what names it),
+// page fetching one page after cursor: it stops with an error past
+// maxListed items or pages, however the server answers (empty pages, the
+// same items again, a cursor that never ends).
+func listed[T any](ctx context.Context, what string, page func(ctx context.Context, cursor string) ([]*T, string, error)) iter.Seq2[*T, error] {
+	return func(yield func(*T, error) bool) {
+		cursor, n := "", 0
+		for pages := 1; ; pages++ {
+			if pages > maxListed {
+				yield(nil, fmt.Errorf("listing the wrapped server's %s: more than %d pages", what, maxListed))
+				return
+			}
+			items, next, err := page(ctx, cursor)
+			if err != nil {
+				yield(nil, fmt.Errorf("listing the wrapped server's %s: %w", what, err))
+				return
+			}
+			for _, it := range items {
+				if n++; n > maxListed {
+					yield(nil, fmt.Errorf("listing the wrapped server's %s: more than %d", what, maxListed))
+					return
+				}
+				if it != nil && !yield(it, nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			cursor = next
+		}
+	}
+}
+
+func (w *Wrapper) tools(ctx context.Context) iter.Seq2[*mcp.Tool, error] {
+	return listed(ctx, "tools", func(ctx context.Context, cursor string) ([]*mcp.Tool, string, error) {
+		r, err := w.up.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Tools, r.NextCursor, nil
+	})
+}
+
+func (w *Wrapper) promptList(ctx context.Context) iter.Seq2[*mcp.Prompt, error] {
+	return listed(ctx, "prompts", func(ctx context.Context, cursor string) ([]*mcp.Prompt, string, error) {
+		r, err := w.up.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Prompts, r.NextCursor, nil
+	})
+}
+
+func (w *Wrapper) resourceList(ctx context.Context) iter.Seq2[*mcp.Resource, error] {
+	return listed(ctx, "resources", func(ctx context.Context, cursor string) ([]*mcp.Resource, string, error) {
+		r, err := w.up.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Resources, r.NextCursor, nil
+	})
+}
 
 // refreshPrompts offers the agent the wrapped server's prompts when the
 // policy relays them, as refresh does tools: descriptions sanitised and
@@ -22,15 +93,11 @@ func (w *Wrapper) refreshPrompts(ctx context.Context) error {
 		return nil
 	}
 	now := map[string]bool{}
-	n := 0
-	for p, err := range w.up.Prompts(ctx, nil) {
+	for p, err := range w.promptList(ctx) {
 		if err != nil {
-			return fmt.Errorf("listing the wrapped server's prompts: %w", err)
+			return err
 		}
-		if n++; n > maxListed {
-			return fmt.Errorf("listing the wrapped server's prompts: more than %d", maxListed)
-		}
-		if p.Name == "" || now[p.Name] {
+		if p.Name == "" || len(p.Name) > maxOffered || now[p.Name] {
 			continue
 		}
 		offer := &mcp.Prompt{Name: p.Name, Title: w.text(p.Title, maxDescription), Description: w.text(p.Description, maxDescription)}
@@ -41,6 +108,11 @@ func (w *Wrapper) refreshPrompts(ctx context.Context) error {
 			}
 		}
 		key, _ := json.Marshal(offer)
+		if len(key) > maxOffered {
+			w.audit(Record{Event: "list", Prompt: w.text(p.Name, maxDescription), Decision: "hidden",
+				Reason: fmt.Sprintf("%d bytes as JSON, over the limit of %d", len(key), maxOffered)})
+			continue
+		}
 		now[p.Name] = true
 		if w.prompts[p.Name] == string(key) {
 			continue
@@ -64,20 +136,21 @@ func (w *Wrapper) refreshResources(ctx context.Context) error {
 		return nil
 	}
 	now := map[string]bool{}
-	n := 0
-	for r, err := range w.up.Resources(ctx, nil) {
+	for r, err := range w.resourceList(ctx) {
 		if err != nil {
-			return fmt.Errorf("listing the wrapped server's resources: %w", err)
+			return err
 		}
-		if n++; n > maxListed {
-			return fmt.Errorf("listing the wrapped server's resources: more than %d", maxListed)
-		}
-		if now[r.URI] {
+		if len(r.URI) > maxOffered || now[r.URI] {
 			continue
 		}
 		offer := &mcp.Resource{URI: r.URI, Name: w.text(r.Name, maxDescription), Title: w.text(r.Title, maxDescription),
-			Description: w.text(r.Description, maxDescription), MIMEType: r.MIMEType, Size: r.Size}
+			Description: w.text(r.Description, maxDescription), MIMEType: mediaType(r.MIMEType), Size: r.Size}
 		key, _ := json.Marshal(offer)
+		if len(key) > maxOffered {
+			w.audit(Record{Event: "list", Resource: w.text(r.URI, maxDescription), Decision: "hidden",
+				Reason: fmt.Sprintf("%d bytes as JSON, over the limit of %d", len(key), maxOffered)})
+			continue
+		}
 		now[r.URI] = true
 		if w.resources[r.URI] == string(key) {
 			continue
@@ -136,12 +209,16 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 		res, err := w.up.GetPrompt(cctx, &mcp.GetPromptParams{Name: name, Arguments: req.Params.Arguments})
 		rec.DurationMS = w.cfg.Now().Sub(start).Milliseconds()
 		if err != nil {
-			return refuse("failed", fmt.Sprintf("the wrapped server failed prompt %s: %v", name, err))
+			return refuse("failed", fmt.Sprintf("the wrapped server failed prompt %s: %s", name, w.failure(err)))
 		}
 		out := &mcp.GetPromptResult{Description: w.text(res.Description, maxDescription)}
 		// Consecutive messages of one role are one turn to the client:
 		// they are sanitised together, and relayed as one message.
+		// The messages are bounded as well as their text: one per
+		// promptMessageCost bytes of the cap, so that many short messages
+		// cannot outgrow it; the rest are dropped with a note.
 		budget := w.cfg.MaxResultBytes
+		messages := max(2, w.cfg.MaxResultBytes/promptMessageCost)
 		var turn block
 		var role mcp.Role
 		flush := func() {
@@ -160,6 +237,14 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 			}
 			if r != role {
 				flush()
+				if len(out.Messages) == messages {
+					role = ""
+					if last := out.Messages[len(out.Messages)-1].Content.(*mcp.TextContent); !rec.Truncated {
+						last.Text += fmt.Sprintf("\n[airlock: result truncated at %d bytes: further messages withheld]", w.cfg.MaxResultBytes)
+					}
+					rec.Truncated = true
+					break
+				}
 				role = r
 			}
 			turn.add(m.Content, &rec)
@@ -172,8 +257,8 @@ func (w *Wrapper) promptHandler(name string) mcp.PromptHandler {
 }
 
 // resourceHandler relays resources/read of a listed resource (the SDK
-// answers any other URI as not found) as one text: the contents' text
-// sanitised and capped, binary content withheld.
+// answers any other URI as not found) as one text under the URI read: the
+// contents' text sanitised and capped, binary content withheld.
 func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		start := w.cfg.Now()
@@ -184,9 +269,9 @@ func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 		res, err := w.up.ReadResource(cctx, &mcp.ReadResourceParams{URI: uri})
 		rec.DurationMS = w.cfg.Now().Sub(start).Milliseconds()
 		if err != nil {
-			rec.Decision, rec.Reason = "failed", err.Error()
+			rec.Decision, rec.Reason = "failed", w.failure(err)
 			w.audit(rec)
-			return nil, fmt.Errorf("airlock: the wrapped server failed reading %s: %v", uri, err)
+			return nil, fmt.Errorf("airlock: the wrapped server failed reading %s: %s", uri, rec.Reason)
 		}
 		// A resource's contents are sanitised together (see block), and
 		// relayed as one text.
@@ -196,17 +281,13 @@ func (w *Wrapper) resourceHandler() mcp.ResourceHandler {
 			if c == nil {
 				continue
 			}
-			if len(res.Contents) == 1 && c.Blob == nil {
+			if len(res.Contents) == 1 && c.Blob == nil && mediaType(c.MIMEType) != "" {
 				rc.MIMEType = c.MIMEType
-				if c.URI != "" {
-					rc.URI = c.URI
-				}
 			}
 			if c.Blob == nil {
 				all.texts = append(all.texts, c.Text)
 			} else {
-				all.notes = append(all.notes, "[airlock: binary content withheld]")
-				rec.Withheld++
+				all.withhold("binary", &rec)
 			}
 		}
 		budget := w.cfg.MaxResultBytes
@@ -229,5 +310,17 @@ func (w *Wrapper) capped(s string, budget *int, rec *Record) string {
 		rec.Truncated = true
 	}
 	*budget -= min(len(s), *budget)
+	return s
+}
+
+// mediaType is the wrapped server's MIME type when it is a short, well
+// formed one, else "".
+func mediaType(s string) string {
+	if len(s) > 128 {
+		return ""
+	}
+	if _, _, err := mime.ParseMediaType(s); err != nil {
+		return ""
+	}
 	return s
 }

@@ -1,6 +1,7 @@
 package mcpwrap
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,10 @@ const (
 	DefaultCallTimeout    = 60 * time.Second
 	DefaultMaxResultBytes = 256 << 10
 	maxDescription        = 4 << 10
+	// maxOffered bounds one tool, prompt or resource the wrapped server
+	// lists, as offered to the agent (its JSON, once sanitised): a larger
+	// one is hidden.
+	maxOffered = 64 << 10
 )
 
 // Config configures a Wrapper. It is copied.
@@ -66,6 +71,24 @@ type Config struct {
 	Stderr io.Writer
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Rates are the policy's rate limits (NewRates), shared by the
+	// wrappers whose calls count together, such as the instances of one
+	// hosted server; nil: the wrapper's own.
+	Rates *Rates
+}
+
+// Rates are a policy's per-tool rate limits.
+type Rates struct{ limiters map[string]*rate.Limiter }
+
+// NewRates returns p's rate limits, with no call counted yet.
+func NewRates(p Policy) *Rates {
+	r := &Rates{limiters: map[string]*rate.Limiter{}}
+	for name, rule := range p.Tools {
+		if rule.RatePerMinute > 0 {
+			r.limiters[name] = rate.NewLimiter(rate.Every(time.Minute/time.Duration(rule.RatePerMinute)), rule.RatePerMinute)
+		}
+	}
+	return r
 }
 
 // Wrapper relays tools from a wrapped server to the agent's client. It is
@@ -83,8 +106,16 @@ type Wrapper struct {
 
 	listMu    sync.Mutex        // serialises listings
 	listed    map[string]string // tool name -> what was offered, as JSON
+	hidden    map[string]string // tool name -> why the last listing hid it
 	prompts   map[string]string // prompt name -> what was offered, as JSON
 	resources map[string]string // resource URI -> what was offered, as JSON
+
+	// listAudit bounds the listing records written; those past it are
+	// counted in suppressed and reported in one record.
+	auditMu    sync.Mutex
+	listAudit  *rate.Limiter
+	suppressed int
+	watching   atomic.Bool // the first listing is done: listAudit applies
 
 	refreshc chan struct{} // the wrapped server's tools changed
 	last     atomic.Int64  // unix nanoseconds of the last request
@@ -128,14 +159,13 @@ func newWrapper(cfg Config) (*Wrapper, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Wrapper{cfg: cfg, san: san, used: state.NewEmbedded(), limiters: map[string]*rate.Limiter{}, listed: map[string]string{},
-		prompts: map[string]string{}, resources: map[string]string{},
-		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{})}
-	for name, r := range cfg.Policy.Tools {
-		if r.RatePerMinute > 0 {
-			w.limiters[name] = rate.NewLimiter(rate.Every(time.Minute/time.Duration(r.RatePerMinute)), r.RatePerMinute)
-		}
+	if cfg.Rates == nil {
+		cfg.Rates = NewRates(cfg.Policy)
 	}
+	w := &Wrapper{cfg: cfg, san: san, used: state.NewEmbedded(), limiters: cfg.Rates.limiters, listed: map[string]string{},
+		prompts: map[string]string{}, resources: map[string]string{},
+		args: args, defArgs: defArgs, refreshc: make(chan struct{}, 1), done: make(chan struct{}),
+		listAudit: rate.NewLimiter(listAuditRate, listAuditBurst)}
 	w.touch()
 	// The server always offers tools, and says their list may change: the
 	// wrapped server's list is followed.
@@ -198,6 +228,7 @@ func (w *Wrapper) connect(ctx context.Context, t mcp.Transport) error {
 // watch starts what ends or follows the wrapper: the wrapped server's
 // session ending, its tool list changing, idleness.
 func (w *Wrapper) watch() {
+	w.watching.Store(true)
 	go func() {
 		err := w.up.Wait()
 		if err == nil {
@@ -351,7 +382,7 @@ func (w *Wrapper) refreshLoop() {
 			return
 		}
 		if err := w.refresh(ctx); err != nil {
-			w.audit(Record{Event: "list", Decision: "failed", Reason: err.Error()})
+			w.audit(Record{Event: "list", Decision: "failed", Reason: w.failure(err)})
 		}
 	}
 }
@@ -366,7 +397,7 @@ func (w *Wrapper) refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	defer cancel()
 	if err := errors.Join(w.refreshPrompts(ctx), w.refreshResources(ctx)); err != nil {
-		w.audit(Record{Event: "list", Decision: "failed", Reason: err.Error()})
+		w.audit(Record{Event: "list", Decision: "failed", Reason: w.failure(err)})
 	}
 	return w.refreshTools(ctx)
 }
@@ -383,34 +414,55 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 	}
 	var offers []offer
 	seen := map[string]bool{}
-	for tool, err := range w.up.Tools(ctx, nil) {
-		if err != nil {
-			return fmt.Errorf("listing the wrapped server's tools: %w", err)
+	// A tool hidden is audited when it is first hidden (or for another
+	// reason), not at every listing that hides it again.
+	hidden := map[string]string{}
+	hide := func(name, why string) {
+		name = w.text(name, maxDescription)
+		if prev, ok := hidden[name]; ok && prev == why {
+			return // listed twice
 		}
-		if len(seen) >= maxListed {
-			return fmt.Errorf("listing the wrapped server's tools: more than %d", maxListed)
+		hidden[name] = why
+		if prev, ok := w.hidden[name]; !ok || prev != why {
+			w.audit(Record{Event: "list", Tool: name, Decision: "hidden", Reason: why})
+		}
+	}
+	for tool, err := range w.tools(ctx) {
+		if err != nil {
+			return err
+		}
+		// An odd name (a long one among them) is hidden before it is
+		// remembered.
+		if why := odd(tool.Name, &w.cfg.Policy); why != "" {
+			hide(tool.Name, why)
+			continue
 		}
 		if seen[tool.Name] {
 			continue
 		}
 		seen[tool.Name] = true
 		if !w.cfg.Policy.allowed(tool.Name) {
-			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "denied by policy"})
+			hide(tool.Name, "denied by policy")
 			continue
 		}
-		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: tool.InputSchema}
+		t := &mcp.Tool{Name: tool.Name, Title: w.text(tool.Title, maxDescription), InputSchema: w.schema(tool.InputSchema)}
 		t.Description = w.text(tool.Description, maxDescription)
 		if tool.Annotations != nil {
-			a := *tool.Annotations
-			a.Title = w.text(a.Title, maxDescription)
-			t.Annotations = &a
+			// Only the title: the hints (read-only, idempotent, not
+			// destructive, closed world) are the wrapped server's claims,
+			// which a client trusting airlock could act on (not asking
+			// the user); without them it sees the cautious defaults.
+			t.Annotations = &mcp.ToolAnnotations{Title: w.text(tool.Annotations.Title, maxDescription)}
 		}
 		if w.cfg.Policy.Tools[tool.Name].Approval {
 			t.Description += fmt.Sprintf("\n\n(airlock: each call needs an approval token in _meta %q, bound to its exact arguments)", ApprovalMeta)
 		}
 		key, err := json.Marshal(t)
+		if err == nil && len(key) > maxOffered {
+			err = fmt.Errorf("%d bytes as JSON, over the limit of %d", len(key), maxOffered)
+		}
 		if err != nil {
-			w.audit(Record{Event: "list", Tool: tool.Name, Decision: "hidden", Reason: "malformed tool: " + err.Error()})
+			hide(tool.Name, "malformed tool: "+err.Error())
 			continue
 		}
 		offers = append(offers, offer{t, string(key)})
@@ -423,17 +475,37 @@ func (w *Wrapper) refreshTools(ctx context.Context) error {
 			continue
 		}
 		if err := addTool(w.srv, o.tool, w.handler(name)); err != nil {
-			w.audit(Record{Event: "list", Tool: name, Decision: "hidden", Reason: err.Error()})
+			hide(name, err.Error())
 			continue
 		}
 		w.listed[name] = o.key
 		now[name] = true
 		w.audit(Record{Event: "list", Tool: name, Decision: "listed"})
 	}
+	w.hidden = hidden
 	if gone := w.withdraw(w.listed, now, func(name string) Record { return Record{Tool: name} }); len(gone) > 0 {
 		w.srv.RemoveTools(gone...)
 	}
 	return nil
+}
+
+// odd says why a tool's name is not offered, or "": a name the MCP
+// specification does not allow (1 to 128 of A-Z a-z 0-9 _ - .), which
+// clients do not expect and where look-alike letters, spaces and
+// markdown hide, or one equal but for case to a tool the policy names,
+// which would escape that tool's rule.
+func odd(name string, p *Policy) string {
+	if name == "" || len(name) > 128 || strings.ContainsFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
+	}) {
+		return "a name outside the MCP specification's (1 to 128 of A-Z a-z 0-9 _ - .)"
+	}
+	for named := range p.Tools {
+		if named != name && strings.EqualFold(named, name) {
+			return fmt.Sprintf("equal but for case to %s, which the policy names", named)
+		}
+	}
+	return ""
 }
 
 // withdraw forgets what offered holds that the wrapped server's new list
@@ -495,6 +567,9 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	if max := p.maxArgs(tool); len(args) > max {
 		return refuse("denied", fmt.Sprintf("the arguments of %s are %d bytes, over the limit of %d", tool, len(args), max))
 	}
+	if err := plainUnicode(args); err != nil {
+		return refuse("denied", fmt.Sprintf("tool %s: %v", tool, err))
+	}
 	d, err := approve.OfToolCall(w.cfg.Argv, tool, args)
 	if err != nil {
 		return refuse("invalid", err.Error())
@@ -537,7 +612,7 @@ func (w *Wrapper) Call(ctx context.Context, tool string, args json.RawMessage, t
 	case err != nil && cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil:
 		return refuse("timeout", fmt.Sprintf("the wrapped server did not answer %s within %v; the call was cancelled", tool, w.cfg.CallTimeout))
 	case err != nil:
-		return refuse("failed", fmt.Sprintf("the wrapped server failed %s: %v", tool, err))
+		return refuse("failed", fmt.Sprintf("the wrapped server failed %s: %s", tool, w.failure(err)))
 	}
 	out := w.clean(res, &rec)
 	rec.Decision = "relayed"
@@ -581,27 +656,61 @@ func (w *Wrapper) clean(res *mcp.CallToolResult, rec *Record) *mcp.CallToolResul
 // block gathers content items that a client shows run together (a tool
 // result's blocks, a resource's contents, consecutive prompt messages of
 // one role), to be sanitised as one text: a link split across items,
-// each harmless alone, would otherwise form again.
+// each harmless alone, would otherwise form again. Withheld items are
+// counted by kind, so that their notes stay short however many there are.
 type block struct {
-	texts, notes []string
+	texts    []string
+	withheld []string       // the kinds withheld, in order
+	count    map[string]int // by kind
 }
 
-// add takes c's text, or a note that its other content is withheld.
+// add takes c's text, or notes that its other content is withheld.
 func (b *block) add(c mcp.Content, rec *Record) {
 	if tc, ok := c.(*mcp.TextContent); ok {
 		b.texts = append(b.texts, tc.Text)
 		return
 	}
+	var kind string
+	switch c.(type) {
+	case *mcp.ImageContent:
+		kind = "image"
+	case *mcp.AudioContent:
+		kind = "audio"
+	case *mcp.EmbeddedResource:
+		kind = "embedded resource"
+	case *mcp.ResourceLink:
+		kind = "resource link"
+	default:
+		kind = "non-text"
+	}
+	b.withhold(kind, rec)
+}
+
+// withhold notes an item of kind that is not relayed.
+func (b *block) withhold(kind string, rec *Record) {
 	rec.Withheld++
-	b.notes = append(b.notes, fmt.Sprintf("[airlock: %T content withheld]", c))
+	if b.count == nil {
+		b.count = map[string]int{}
+	}
+	if b.count[kind] == 0 {
+		b.withheld = append(b.withheld, kind)
+	}
+	b.count[kind]++
 }
 
 // joined is b's texts sanitised together and capped to what is left of
-// budget, followed by its notes.
+// budget, followed by a note of what was withheld.
 func (w *Wrapper) joined(b *block, budget *int, rec *Record) string {
-	parts := b.notes
+	var parts []string
 	if len(b.texts) > 0 {
-		parts = append([]string{w.capped(strings.Join(b.texts, "\n"), budget, rec)}, b.notes...)
+		parts = append(parts, w.capped(strings.Join(b.texts, "\n"), budget, rec))
+	}
+	for _, kind := range b.withheld {
+		if n := b.count[kind]; n == 1 {
+			parts = append(parts, fmt.Sprintf("[airlock: %s content withheld]", kind))
+		} else {
+			parts = append(parts, fmt.Sprintf("[airlock: %d items of %s content withheld]", n, kind))
+		}
 	}
 	return strings.Join(parts, "\n")
 }
@@ -616,6 +725,45 @@ func (w *Wrapper) text(s string, max int) string {
 		s = strings.ToValidUTF8(s, "")
 	}
 	return s
+}
+
+// failure is the text of an error the wrapped server answered: its
+// words, sanitised and capped like its descriptions.
+func (w *Wrapper) failure(err error) string { return w.text(err.Error(), maxDescription) }
+
+// schema is a tool's input schema as offered to the agent: the wrapped
+// server wrote it, so every string in it (descriptions, titles, examples,
+// defaults) passes the sanitiser. Property names are kept: they are the
+// arguments' names. A schema that is not JSON is offered as it was and
+// refused by the SDK (see addTool).
+func (w *Wrapper) schema(s any) any {
+	data, err := json.Marshal(s)
+	if err != nil || len(data) > maxOffered {
+		return s // refused by its size, or as malformed
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return s
+	}
+	var clean func(v any) any
+	clean = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			return w.san.MarkdownString(x)
+		case []any:
+			for i := range x {
+				x[i] = clean(x[i])
+			}
+		case map[string]any:
+			for k := range x {
+				x[k] = clean(x[k])
+			}
+		}
+		return v
+	}
+	return clean(v)
 }
 
 func errResult(msg string) *mcp.CallToolResult {
@@ -647,9 +795,32 @@ func (w *Wrapper) Event(event, reason string) {
 	w.audit(Record{Event: event, Reason: reason})
 }
 
+// A wrapped server decides how often its lists change: after its first
+// listing (audited whole), past listAuditBurst listing records at most
+// listAuditRate a second are written, and the rest counted.
+const (
+	listAuditRate  = 2
+	listAuditBurst = maxListed
+)
+
 func (w *Wrapper) audit(r Record) {
 	if w.cfg.Audit == nil {
 		return
+	}
+	if r.Event == "list" || r.Event == "exit" {
+		w.auditMu.Lock()
+		if r.Event == "list" && w.watching.Load() && !w.listAudit.Allow() {
+			w.suppressed++
+			w.auditMu.Unlock()
+			return
+		}
+		n := w.suppressed
+		w.suppressed = 0
+		w.auditMu.Unlock()
+		if n > 0 {
+			w.cfg.Audit(Record{Time: w.cfg.Now().UTC(), Event: "list", Decision: "suppressed",
+				Reason: fmt.Sprintf("%d listing records were not written: the wrapped server changed its lists faster than they are audited", n)})
+		}
 	}
 	r.Time = w.cfg.Now().UTC()
 	w.cfg.Audit(r)
