@@ -305,8 +305,9 @@ func TestConsoleBrowserFlow(t *testing.T) {
 }
 
 // TestConsoleBrowserHostile fills every field a job writes with markup,
-// script, URLs, CSS and bidirectional overrides, and a megabyte
-// argument; the console must show it all as text and run none of it.
+// script, URLs, CSS and bidirectional overrides, and an argument near
+// the largest Linux takes; the console must show it all as text and run
+// none of it.
 func TestConsoleBrowserHostile(t *testing.T) {
 	f := newFixture(t, consoleConfig)
 	commandsRun(t, f)
@@ -326,7 +327,7 @@ func TestConsoleBrowserHostile(t *testing.T) {
 		"zero\u200bwidth\u2066isolate\u2069",
 		"bell\x07and\x1b[31mescape",
 	}
-	big := strings.Repeat("A", 1<<20)
+	big := strings.Repeat("A", 128<<10-1) // MAX_ARG_STRLEN, with its NUL
 	files := map[string]string{}
 	var script strings.Builder
 	for i, h := range hostile {
