@@ -109,7 +109,9 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 		}
 		defer f.Close()
 	}
-	if err := writeFiles(scratchDir, job.Files, job.UID); err != nil {
+	if err := writeFiles(scratchDir, job.Files, job.UID); errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
+		return agentExit{Code: -1, FilesFull: err.Error()}
+	} else if err != nil {
 		return agentExit{Code: -1, Error: err.Error()}
 	}
 	for _, g := range job.Copies {

@@ -336,6 +336,8 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 		return r.finish(fmt.Errorf("running sandbox: %w: %v", errSandboxLost, lost))
 	case exit.CopyFull != "":
 		return r.finish(jobs.Invalid("grants.fs.copy", "%s (grants.fs.scratch_mb, %d MB)", exit.CopyFull, job.Grants.FS.ScratchMB))
+	case exit.FilesFull != "":
+		return r.finish(jobs.Invalid("files", "the files do not fit in the scratch (grants.fs.scratch_mb, %d MB): %s", job.Grants.FS.ScratchMB, exit.FilesFull))
 	case exit.Error != "":
 		return r.finish(fmt.Errorf("running sandbox: agent: %s", exit.Error))
 	}
@@ -402,6 +404,7 @@ func readAgent(conn net.Conn, job *airlock.Job, out *output, att *attachio.Handl
 				// Its messages end up in the host's error: one
 				// bounded line each, whatever the agent wrote.
 				exit.Error, exit.CopyFull = value.Line(exit.Error, maxAgentText), value.Line(exit.CopyFull, maxAgentText)
+				exit.FilesFull = value.Line(exit.FilesFull, maxAgentText)
 			}
 		default:
 			lost = fmt.Errorf("agent protocol: unexpected frame %c", typ)

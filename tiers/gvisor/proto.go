@@ -52,6 +52,8 @@ type agentExit struct {
 	Error string `json:"error,omitempty"` // the agent could not start the job
 	// CopyFull: a copy grant did not fit in the scratch cap (which one).
 	CopyFull string `json:"copy_full,omitempty"`
+	// FilesFull: the job's files did not fit in the scratch (why).
+	FilesFull string `json:"files_full,omitempty"`
 	// Times measured inside the sandbox, in microseconds: from the job
 	// frame to the program started, and to its exit.
 	SpawnUS int64 `json:"spawn_us"`
@@ -62,7 +64,7 @@ type agentExit struct {
 // sandbox, and its report is believed only within those bounds (its
 // times, by splitRun; its messages by the frame's size).
 func (e *agentExit) check() error {
-	failed := e.Error != "" || e.CopyFull != "" // the program never ran: code -1
+	failed := e.Error != "" || e.CopyFull != "" || e.FilesFull != "" // the program never ran: code -1
 	if (e.Code < 0 || e.Code > 255) && !(failed && e.Code == -1) {
 		return fmt.Errorf("agent protocol: exit code %d is outside 0-255", e.Code)
 	}

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -897,6 +898,9 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 				}
 				return nil
 			case frame.Fail:
+				if why, ok := strings.CutPrefix(string(f.p), wire.FailFilesFull); ok {
+					return jobs.Invalid("files", "the files do not fit in the scratch (grants.fs.scratch_mb, %d MB): %s", job.Grants.FS.ScratchMB, value.Line(why, maxGuestText))
+				}
 				return fmt.Errorf("guest agent: %s", value.Line(string(f.p), maxGuestText))
 			default:
 				return fmt.Errorf("unexpected %q frame from the guest", f.t)

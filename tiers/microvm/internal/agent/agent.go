@@ -521,7 +521,11 @@ func (st *staged) prepare(job *wire.Job) error {
 	}
 	// The placement every tier shares (internal/place): nothing in the
 	// scratch is followed, and a name outside it is refused.
-	if err := place.Files(scratchDir, job.Files, place.Options{FileMode: 0o755, DirMode: 0o755, Owner: &place.Owner{UID: JobUID, GID: JobUID}}); err != nil {
+	err := place.Files(scratchDir, job.Files, place.Options{FileMode: 0o755, DirMode: 0o755, Owner: &place.Owner{UID: JobUID, GID: JobUID}})
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG) {
+		return fmt.Errorf("%s%w", wire.FailFilesFull, err)
+	}
+	if err != nil {
 		return err
 	}
 	root := st.root

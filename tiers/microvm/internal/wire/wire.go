@@ -102,6 +102,11 @@ const RootImage = "image"
 // one (QEMU does; beside read-grant disks the agent finds it by it).
 const RootSerial = "airlock-root"
 
+// FailFilesFull begins a Fail frame's text when the job's files did not
+// fit in its scratch: the job's mistake (invalid "files"), not the
+// guest's failure.
+const FailFilesFull = "the files do not fit in the scratch: "
+
 // Version is this protocol's version: 2 carries files and stdin as bytes.
 const Version = 2
 
