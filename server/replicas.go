@@ -33,6 +33,10 @@ const kindSessionLost = "session_lost"
 // stateStoreTimeout bounds every call to the shared store a request waits on.
 const stateStoreTimeout = 5 * time.Second
 
+// closeStateTimeout bounds all a closing server still tells the shared
+// state, together.
+const closeStateTimeout = 2 * stateStoreTimeout
+
 // fromEnv resolves a setting of the form "env:NAME".
 func fromEnv(setting, what string) (string, error) {
 	name, ok := strings.CutPrefix(setting, "env:")
@@ -231,11 +235,11 @@ func (l *leased) take(ctx context.Context) (bool, error) {
 }
 
 // giveBack returns the unused part of the current lease.
-func (l *leased) giveBack() {
+func (l *leased) giveBack(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.left > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 		defer cancel()
 		_ = l.store.Return(ctx, l.tenant, l.left, l.budget)
 	}
@@ -313,11 +317,11 @@ func (h *slotShare) put() {
 }
 
 // trim gives back every idle slot once none was used for idle.
-func (h *slotShare) trim(now time.Time, idle time.Duration) {
+func (h *slotShare) trim(ctx context.Context, now time.Time, idle time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.held > h.busy && now.Sub(h.lastBusy) >= idle {
-		_, _ = h.hold(context.Background(), h.busy, 0)
+		_, _ = h.hold(ctx, h.busy, 0)
 	}
 }
 
@@ -333,8 +337,8 @@ func (s *Server) register(ctx context.Context, id string, t *tenant, tier string
 }
 
 // unregister forgets a session this replica closed.
-func (s *Server) unregister(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+func (s *Server) unregister(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
 	_ = s.store.DropSession(ctx, id)
 }
@@ -379,7 +383,7 @@ const shareIdle = 250 * time.Millisecond
 func (s *Server) trimShares(now time.Time) {
 	for _, t := range s.tenants {
 		if t.share != nil {
-			t.share.trim(now, shareIdle)
+			t.share.trim(context.Background(), now, shareIdle)
 		}
 	}
 }
@@ -523,9 +527,10 @@ type shipper struct {
 	mu      sync.Mutex
 	ch      chan shipped
 	closed  bool
-	queued  atomic.Int64 // bytes of the records queued and batched
-	dropped int          // records not queued since the last message
-	told    time.Time    // when the last message about them was written
+	ctx     context.Context // what bounds its batches: the shutdown's, once closed
+	queued  atomic.Int64    // bytes of the records queued and batched
+	dropped int             // records not queued since the last message
+	told    time.Time       // when the last message about them was written
 	done    chan struct{}
 }
 
@@ -541,7 +546,7 @@ var shipBudget int64 = 64 << 20
 const maxShipBatch = 8 << 20
 
 func newShipper(store state.Store, log io.Writer) *shipper {
-	sh := &shipper{store: store, log: log, ch: make(chan shipped, 4096), done: make(chan struct{})}
+	sh := &shipper{store: store, log: log, ch: make(chan shipped, 4096), done: make(chan struct{}), ctx: context.Background()}
 	go sh.run()
 	return sh
 }
@@ -587,7 +592,10 @@ func (sh *shipper) run() {
 	var size, weights int64
 	flush := func() {
 		if len(batch) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
+			sh.mu.Lock()
+			base := sh.ctx
+			sh.mu.Unlock()
+			ctx, cancel := context.WithTimeout(base, stateStoreTimeout)
 			if err := sh.store.AddRecords(ctx, batch); err != nil {
 				fmt.Fprintf(sh.log, "airlock: %d audit records not shared: %v\n", len(batch), err)
 			}
@@ -620,11 +628,14 @@ func (sh *shipper) run() {
 	}
 }
 
-// close sends what is queued and stops.
-func (sh *shipper) close() {
+// close sends what is queued and stops. Once ctx is done, what is left
+// is not sent (each replica's own trail keeps every record): a slow
+// database cannot hold the shutdown a batch timeout at a time.
+func (sh *shipper) close(ctx context.Context) {
 	sh.mu.Lock()
 	if !sh.closed {
 		sh.closed = true
+		sh.ctx = ctx
 		close(sh.ch)
 	}
 	sh.mu.Unlock()

@@ -1344,3 +1344,41 @@ func TestReplicaIDInUse(t *testing.T) {
 	}
 	srv.Close()
 }
+
+// A replica that closes while the database does not answer gives up on
+// telling it the rest (sessions closed, slots given back, records
+// queued) within one budget, rather than one timeout per session: what
+// it could not tell lapses with its lease, and its own trail keeps every
+// record.
+func TestCloseBoundedWhileTheStateIsSlow(t *testing.T) {
+	dsn := pgtest.Start(t)
+	r := startReplicas(t, dsn, 1)[0]
+	const sessions = 12
+	for i := range sessions {
+		if a := rcall(t, "POST", r.url+"/v1/sessions", keyB, `{"tier":"starlark"}`); a.status != 201 && a.status != 200 {
+			t.Fatalf("session %d: %d %.300s", i, a.status, a.body)
+		}
+	}
+	if a := rcall(t, "POST", r.url+"/v1/run", keyB, `{"kind":"expr","code":"1"}`); a.status != 200 {
+		t.Fatalf("run: %d %.300s", a.status, a.body)
+	}
+	// Every table the closing replica writes is locked: each statement
+	// waits out its timeout.
+	ctx := context.Background()
+	conn := pgtest.Conn(t, dsn)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `LOCK TABLE airlock_sessions, airlock_records, airlock_replicas, airlock_slots, airlock_quota IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = r.srv.Close()
+	// One budget (10 s) and what the tiers take to close, against the
+	// 60 s and more of one 5 s timeout per session.
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("closing took %v with %d sessions to unregister", took, sessions)
+	}
+}

@@ -172,7 +172,9 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 	}
 	fail := func(err error) (*Server, error) {
 		if s.audit != nil && s.audit.shipper != nil {
-			s.audit.shipper.close()
+			ctx, cancel := context.WithTimeout(context.Background(), closeStateTimeout)
+			s.audit.shipper.close(ctx)
+			cancel()
 		}
 		s.closeAudit()
 		_ = s.store.Close()
@@ -362,24 +364,29 @@ func (s *Server) Close() error {
 		closed = append(closed, id)
 	}
 	s.mu.Unlock()
+	// What is left to tell the shared state (sessions closed, leases and
+	// slots given back, the replica gone, the records queued) has one
+	// budget between them: with a slow database, one timeout each would
+	// hold the shutdown for minutes. What is not told lapses with this
+	// replica's lease.
+	ctx, cancel := context.WithTimeout(context.Background(), closeStateTimeout)
+	defer cancel()
 	for _, id := range closed {
-		s.unregister(id)
+		s.unregister(ctx, id)
 	}
 	for _, t := range s.tenants {
 		if t.lease != nil {
-			t.lease.giveBack()
+			t.lease.giveBack(ctx)
 		}
 		if t.share != nil {
-			t.share.trim(time.Now(), 0)
+			t.share.trim(ctx, time.Now(), 0)
 		}
 	}
 	if s.store.Shared() {
-		ctx, cancel := context.WithTimeout(context.Background(), stateStoreTimeout)
 		_ = s.store.Claim(ctx, s.replica, s.advertise, 0)
-		cancel()
 	}
 	if s.audit.shipper != nil {
-		s.audit.shipper.close()
+		s.audit.shipper.close(ctx)
 	}
 	errs = append(errs, s.store.Close())
 	for _, t := range s.tiers {

@@ -259,7 +259,7 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 	sess, err := st.OpenSession(ctx, airlock.SessionOptions{ID: id, TTL: ttl, Account: acct})
 	if err != nil {
 		unopened()
-		s.unregister(id)
+		s.unregister(context.Background(), id)
 		return openResponse{}, fmt.Errorf("opening session: %w", err)
 	}
 	ss := &session{id: id, tenant: t, tier: tier.Name(), ttl: ttl, s: sess, last: time.Now(), account: acct}
@@ -383,7 +383,7 @@ func (s *Server) closeSession(ss *session) error {
 	ss.tenant.nsess--
 	s.mu.Unlock()
 	s.metrics.sessions.Add(-1)
-	s.unregister(ss.id)
+	s.unregister(context.Background(), ss.id)
 	return ss.s.Close()
 }
 
