@@ -52,9 +52,12 @@ func NewSigner(key []byte) (*Signer, error) {
 var b64 = base64.RawURLEncoding
 
 // Issue returns a token approving the job with digest d for tenant until
-// expires.
+// expires. A token is its claims signed: every replica that shares the key
+// issues the same token for a decision, and decisions made apart (a job
+// approved again, its first token spent) differ in their expiry, kept to
+// the microsecond (what the shared state keeps), so their tokens differ.
 func (s *Signer) Issue(c Claims) string {
-	c.Expires = c.Expires.UTC().Truncate(time.Second)
+	c.Expires = c.Expires.UTC().Truncate(time.Microsecond)
 	body, _ := json.Marshal(c)
 	return b64.EncodeToString(body) + "." + b64.EncodeToString(s.mac(body))
 }

@@ -177,6 +177,26 @@ func (c *console) keptRuns() []keptRun {
 	return append(slices.Clone(c.runs[c.runStart:]), c.runs[:c.runStart]...)
 }
 
+// decisionFor returns the decision that answers the request for d, or
+// nil: a decision made before the job was last asked for answered an
+// earlier request (its token may be spent), and the new one waits for a
+// decision of its own.
+func (s *Server) decisionFor(d approve.Digest) *decision {
+	s.console.mu.Lock()
+	dc := s.console.decided[d]
+	s.console.mu.Unlock()
+	if dc == nil {
+		return nil
+	}
+	s.mu.Lock()
+	p := s.pending[d]
+	s.mu.Unlock()
+	if p != nil && p.created.After(dc.At) {
+		return nil
+	}
+	return dc
+}
+
 // decisionOf returns who approved digest d and why, for its runs' records.
 func (c *console) decisionOf(d approve.Digest) (approver, reason string) {
 	if c == nil {
@@ -260,12 +280,15 @@ func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, appro
 	dc := &decision{Digest: d, Tenant: p.tenant.Name, Approver: approver, Reason: reason, Denied: denied, At: now,
 		job: p.job, tier: p.tier, rule: p.rule}
 	if !denied {
-		dc.Expires = now.Add(s.approvalTTL()).UTC().Truncate(time.Second)
+		dc.Expires = now.Add(s.approvalTTL()).UTC().Truncate(time.Microsecond)
 		dc.Token = s.signer.Issue(approve.Claims{Digest: d, Tenant: p.tenant.Name, Expires: dc.Expires})
 	}
 	c := s.console
+	// A decision of an earlier request for the same job does not count:
+	// this request is decided once, anew.
+	decided := func() bool { old := c.decided[d]; return old != nil && !p.created.After(old.At) }
 	c.mu.Lock()
-	known := c.decided[d] != nil
+	known := decided()
 	c.mu.Unlock()
 	if once && known {
 		return nil, nil
@@ -273,7 +296,7 @@ func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, appro
 	if s.shared() {
 		ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 		ok, err := s.store.Decide(ctx, state.Decision{Digest: string(d), Tenant: dc.Tenant, Approver: approver, Reason: reason,
-			Denied: denied, Expires: dc.Expires, At: now}, !once)
+			Denied: denied, Expires: dc.Expires, At: now, Asked: p.created}, !once)
 		cancel()
 		if err != nil {
 			return nil, s.stateUnavailable("the decision cannot be shared with the other replicas", err)
@@ -284,7 +307,7 @@ func (s *Server) decide(ctx context.Context, p *pending, d approve.Digest, appro
 		}
 	}
 	c.mu.Lock()
-	if once && c.decided[d] != nil {
+	if once && decided() {
 		c.mu.Unlock()
 		return nil, nil
 	}
@@ -385,9 +408,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.syncPending(r.Context())
-	s.console.mu.Lock()
-	dc := s.console.decided[d]
-	s.console.mu.Unlock()
+	dc := s.decisionFor(d)
 	type answer struct {
 		Digest   approve.Digest `json:"digest"`
 		Status   string         `json:"status"` // pending, approved, denied

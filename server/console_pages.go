@@ -80,7 +80,10 @@ func (s *Server) pendingOf(v *viewer) []pendingEntry {
 	}
 	s.mu.Unlock()
 	s.console.mu.Lock()
-	mine = slices.DeleteFunc(mine, func(e pendingEntry) bool { return s.console.decided[e.d] != nil })
+	mine = slices.DeleteFunc(mine, func(e pendingEntry) bool {
+		dc := s.console.decided[e.d] // decided, unless asked for again since
+		return dc != nil && !e.p.created.After(dc.At)
+	})
 	s.console.mu.Unlock()
 	slices.SortFunc(mine, func(a, b pendingEntry) int {
 		return cmp.Or(a.p.created.Compare(b.p.created), strings.Compare(string(a.d), string(b.d)))
@@ -316,16 +319,13 @@ func limitWords(l airlock.Limits) []string {
 // consoleLookup finds digest d among the pending jobs and decisions the viewer
 // may see.
 func (s *Server) consoleLookup(v *viewer, d approve.Digest) (*pending, *decision) {
-	s.console.mu.Lock()
-	dc := s.console.decided[d]
-	s.console.mu.Unlock()
-	if dc != nil {
+	s.syncPending(s.base)
+	if dc := s.decisionFor(d); dc != nil {
 		if !v.mayName(dc.Tenant) {
 			return nil, nil
 		}
 		return &pending{job: dc.job, tier: dc.tier, rule: dc.rule}, dc
 	}
-	s.syncPending(s.base)
 	s.mu.Lock()
 	p := s.pending[d]
 	s.mu.Unlock()

@@ -599,3 +599,53 @@ func TestConsoleListIsCheap(t *testing.T) {
 		t.Errorf("20 reloads of the pending list took %v", d)
 	}
 }
+
+// A job asked for again after its decision (its one-use token spent, or
+// denied) waits for a decision of its own: its agent is not handed the
+// spent token again, approvers see it pending, and deciding it in the
+// console gives a new token.
+func TestApprovalAskedAgain(t *testing.T) {
+	f := newFixture(t, consoleConfig)
+	u := f.signIn(keyApprover)
+	job := starlarkJob("result = 41 + 1")
+	run := func(token string) reply {
+		return f.do("POST", "/v1/run", keyA, job, server.ApprovalHeader, token)
+	}
+	d := f.requestApproval(keyA, job)
+	u.decide(d, "approve", "once")
+	status, first := f.decision(keyA, d)
+	if status != "approved" || first == "" {
+		t.Fatalf("the first decision: %s %q", status, first)
+	}
+	if r := run(first); r.status != 200 {
+		t.Fatalf("the approved run: %d %s", r.status, r.body)
+	}
+
+	f.clock.add(time.Second)
+	if again := f.requestApproval(keyA, job); again != d {
+		t.Fatalf("the same job has another digest: %s, %s", again, d)
+	}
+	if status, token := f.decision(keyA, d); status != "pending" || token != "" {
+		t.Errorf("asked again, the decision is %s with token %q, want pending", status, token)
+	}
+	if _, body, _ := u.get("/console/"); !strings.Contains(body, string(d)) {
+		t.Errorf("asked again, the job is not on the approvers' list")
+	}
+	u.decide(d, "approve", "twice")
+	status, second := f.decision(keyA, d)
+	if status != "approved" || second == "" || second == first {
+		t.Fatalf("the second decision: %s, a new token: %v", status, second != first)
+	}
+	if r := run(second); r.status != 200 {
+		t.Errorf("the run approved again: %d %s", r.status, r.body)
+	}
+
+	// Denied, then asked again: pending, not denied.
+	d = f.requestApproval(keyA, starlarkJob("result = 666"))
+	u.decide(d, "deny", "no")
+	f.clock.add(time.Second)
+	f.requestApproval(keyA, starlarkJob("result = 666"))
+	if status, _ := f.decision(keyA, d); status != "pending" {
+		t.Errorf("denied, then asked again: %s, want pending", status)
+	}
+}

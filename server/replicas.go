@@ -702,16 +702,21 @@ func (s *Server) syncPending(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, stateStoreTimeout)
 	defer cancel()
 	s.mu.Lock()
-	held := make(map[string]bool, len(s.pending)+len(s.pendingSeen))
-	for d := range s.pending {
-		held[string(d)] = true
+	// What it holds, as last asked: a job asked for again (after its
+	// decision, say) is read again.
+	held := make(map[string]time.Time, len(s.pending)+len(s.pendingSeen))
+	for d, at := range s.pendingSeen {
+		held[string(d)] = at
 	}
-	for d := range s.pendingSeen {
-		held[string(d)] = true
+	for d, p := range s.pending {
+		held[string(d)] = p.created
 	}
 	s.mu.Unlock()
 	since := s.now().Add(-s.approvalTTL())
-	rows, err := s.store.Pending(ctx, since, func(d string) bool { return held[d] })
+	rows, err := s.store.Pending(ctx, since, func(d string, created time.Time) bool {
+		at, ok := held[d]
+		return ok && !created.After(at)
+	})
 	if err != nil {
 		fmt.Fprintf(s.audit.log, "airlock: listing shared approval requests: %v\n", err)
 		return
@@ -735,7 +740,13 @@ func (s *Server) syncPending(ctx context.Context) {
 	}
 	for _, row := range rows {
 		d := approve.Digest(row.Digest)
-		if s.pending[d] != nil {
+		if p := s.pending[d]; p != nil {
+			if row.Created.After(p.created) { // asked again, on another replica
+				s.pending[d] = &pending{tenant: p.tenant, job: p.job, tier: p.tier, rule: p.rule, created: row.Created, image: p.image, size: p.size}
+			}
+			if _, seen := s.pendingSeen[d]; seen {
+				s.pendingSeen[d] = row.Created
+			}
 			continue
 		}
 		// Not read again while it may be pending, whether kept or not.

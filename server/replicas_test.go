@@ -233,6 +233,29 @@ func TestReplicasShareOneService(t *testing.T) {
 		if !strings.Contains(strings.Join(rs[1].audit.Lines(), "\n"), `"approver":"`+dc.Approver+`"`) {
 			t.Errorf("r2's record of the approved run does not name its approver %s", dc.Approver)
 		}
+		// Asked for again on r1, its token spent: every replica shows it
+		// pending, and r3's approvers list it and approve it anew.
+		if a := rcall(t, "POST", rs[0].url+"/v1/approvals", keyA, job); a.status != 200 {
+			t.Fatalf("asking again: %d %s", a.status, a.body)
+		}
+		for _, r := range rs {
+			a := rcall(t, "GET", r.url+"/v1/approvals/"+req.Digest+"/decision", keyA, "")
+			if !bytes.Contains(a.body, []byte(`"status":"pending"`)) || bytes.Contains(a.body, []byte(tok.Token)) {
+				t.Errorf("asked again, %s shows the decision %d %s", r.name, a.status, a.body)
+			}
+		}
+		a = rcall(t, "GET", rs[2].url+"/v1/approvals", keyApprover, "")
+		if err := json.Unmarshal(a.body, &listed); err != nil || len(listed) != 1 || listed[0].Digest != req.Digest {
+			t.Errorf("asked again, r3 lists the pending approvals %d %s", a.status, a.body)
+		}
+		var again struct{ Token string }
+		a = rcall(t, "POST", rs[2].url+"/v1/approvals/"+req.Digest+"/approve", keyApprover, "")
+		if err := json.Unmarshal(a.body, &again); err != nil || again.Token == "" || again.Token == tok.Token {
+			t.Fatalf("approving again: %d %s", a.status, a.body)
+		}
+		if a := rcall(t, "POST", rs[1].url+"/v1/run", keyA, job, server.ApprovalHeader, again.Token); a.status != 200 {
+			t.Errorf("the run approved again, on r2: %d %s", a.status, a.body)
+		}
 	})
 
 	t.Run("runs in flight hold across replicas", func(t *testing.T) {

@@ -142,7 +142,7 @@ func (e *embedded) DropSession(_ context.Context, id string) error {
 // requests in memory.
 func (e *embedded) PutPending(context.Context, Pending) error { return nil }
 
-func (e *embedded) Pending(context.Context, time.Time, func(string) bool) ([]Pending, error) {
+func (e *embedded) Pending(context.Context, time.Time, func(string, time.Time) bool) ([]Pending, error) {
 	return nil, nil
 }
 
@@ -151,9 +151,10 @@ func (e *embedded) ForgetPending(context.Context, time.Time) error { return nil 
 func (e *embedded) Decide(_ context.Context, d Decision, overwrite bool) (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.decisions[d.Digest]; ok && !overwrite {
+	if old, ok := e.decisions[d.Digest]; ok && !overwrite && !old.At.Before(d.Asked) {
 		return false, nil
 	}
+	d.Asked = time.Time{}
 	e.decisions[d.Digest] = d
 	return true, nil
 }

@@ -355,21 +355,26 @@ func (p *postgres) PutPending(ctx context.Context, pd Pending) error {
 	return nil
 }
 
-func (p *postgres) Pending(ctx context.Context, since time.Time, skip func(string) bool) ([]Pending, error) {
-	// First the digests (small), then the rows of those not skipped.
-	rows, err := p.pool.Query(ctx, `SELECT digest FROM airlock_pending
+func (p *postgres) Pending(ctx context.Context, since time.Time, skip func(string, time.Time) bool) ([]Pending, error) {
+	// First the digests and times (small), then the rows of those not
+	// skipped.
+	rows, err := p.pool.Query(ctx, `SELECT digest, created FROM airlock_pending
 		WHERE created >= $1 ORDER BY created LIMIT 4096`, since)
 	if err != nil {
 		return nil, fmt.Errorf("state: listing approval requests: %w", err)
 	}
-	digests, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type asked struct {
+		Digest  string
+		Created time.Time
+	}
+	heads, err := pgx.CollectRows(rows, pgx.RowToStructByPos[asked])
 	if err != nil {
 		return nil, fmt.Errorf("state: listing approval requests: %w", err)
 	}
-	want := digests[:0]
-	for _, d := range digests {
-		if skip == nil || !skip(d) {
-			want = append(want, d)
+	var want []string
+	for _, h := range heads {
+		if skip == nil || !skip(h.Digest, h.Created) {
+			want = append(want, h.Digest)
 		}
 	}
 	if len(want) == 0 {
@@ -401,14 +406,13 @@ func (p *postgres) ForgetPending(ctx context.Context, before time.Time) error {
 }
 
 func (p *postgres) Decide(ctx context.Context, d Decision, overwrite bool) (bool, error) {
+	// Without overwrite, only a decision of an earlier request for the
+	// same job (made before this one was asked) is replaced.
 	q := `INSERT INTO airlock_decisions (digest, tenant, approver, reason, denied, expires, at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO NOTHING`
-	if overwrite {
-		q = `INSERT INTO airlock_decisions (digest, tenant, approver, reason, denied, expires, at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO UPDATE SET tenant = excluded.tenant,
-		approver = excluded.approver, reason = excluded.reason, denied = excluded.denied, expires = excluded.expires, at = excluded.at`
-	}
-	tag, err := p.pool.Exec(ctx, q, d.Digest, d.Tenant, d.Approver, d.Reason, d.Denied, d.Expires, d.At)
+		approver = excluded.approver, reason = excluded.reason, denied = excluded.denied, expires = excluded.expires, at = excluded.at
+		WHERE $8 OR airlock_decisions.at < $9`
+	tag, err := p.pool.Exec(ctx, q, d.Digest, d.Tenant, d.Approver, d.Reason, d.Denied, d.Expires, d.At, overwrite, d.Asked)
 	if err != nil {
 		return false, fmt.Errorf("state: recording a decision: %w", err)
 	}

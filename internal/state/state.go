@@ -58,13 +58,15 @@ type Store interface {
 	// skip reports true for: their jobs are not read. A replica skips
 	// what it holds already, so that a request (and its job) crosses
 	// from the store once, not on every lookup.
-	Pending(ctx context.Context, since time.Time, skip func(digest string) bool) ([]Pending, error)
+	// skip is given each request's digest and when it was (last) asked.
+	Pending(ctx context.Context, since time.Time, skip func(digest string, created time.Time) bool) ([]Pending, error)
 	// ForgetPending forgets the approval requests made before before:
 	// once expired, no replica lists them.
 	ForgetPending(ctx context.Context, before time.Time) error
 	// Decide records an approver's decision. Without overwrite a digest
-	// already decided is left as it is and ok is false: across every
-	// replica, the first decision stands.
+	// already decided at or after d.Asked (the decision of this request,
+	// not of an earlier one for the same job) is left as it is and ok is
+	// false: across every replica, the first decision stands.
 	Decide(ctx context.Context, d Decision, overwrite bool) (ok bool, err error)
 	// Decisions lists the decisions made since since.
 	Decisions(ctx context.Context, since time.Time) ([]Decision, error)
@@ -127,6 +129,9 @@ type Decision struct {
 	Denied   bool
 	Expires  time.Time
 	At       time.Time
+	// Asked is when the request decided was made; it is not kept, only
+	// compared by Decide.
+	Asked time.Time
 }
 
 // Hold is a replica's share of a tenant's runs in flight.

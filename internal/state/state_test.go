@@ -317,6 +317,21 @@ func TestDecisions(t *testing.T) {
 		if got, _ := b.Decisions(ctx, at.Add(time.Second)); len(got) != 0 {
 			t.Fatalf("decisions before since listed: %+v", got)
 		}
+		// The job asked for again after its decision: the first decision
+		// of the new request replaces the old one, and stands.
+		again := d
+		again.Asked, again.At, again.Denied, again.Approver = at.Add(time.Minute), at.Add(2*time.Minute), false, "z"
+		if ok, err := b.Decide(ctx, again, false); !ok || err != nil {
+			t.Fatalf("the decision of a request asked again: %v %v", ok, err)
+		}
+		late := again
+		late.At, late.Approver = at.Add(3*time.Minute), "w"
+		if ok, _ := a.Decide(ctx, late, false); ok {
+			t.Fatal("a second decision of the request asked again was taken")
+		}
+		if got, _ := a.Decisions(ctx, at); len(got) != 1 || got[0].Denied || got[0].Approver != "z" {
+			t.Fatalf("after the request asked again: %+v", got)
+		}
 	})
 }
 
@@ -408,7 +423,7 @@ func TestPendingShared(t *testing.T) {
 		t.Fatalf("requests of the last minute: %+v %v", got, err)
 	}
 	// What the replica holds already is not read again.
-	got, err = a.Pending(ctx, now.Add(-2*time.Hour), func(d string) bool { return d == "d-new" })
+	got, err = a.Pending(ctx, now.Add(-2*time.Hour), func(d string, created time.Time) bool { return d == "d-new" && created.Equal(now) })
 	if err != nil || len(got) != 1 || got[0].Digest != "d-old" {
 		t.Fatalf("requests but the one held: %+v %v", got, err)
 	}
