@@ -10,7 +10,6 @@ package jsonappend
 import (
 	"bytes"
 	"encoding/json"
-	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -83,9 +82,23 @@ func Time(b []byte, t time.Time) ([]byte, error) {
 // job's input (nil, bool, string, int64, float64, *big.Int, []any,
 // map[string]any) and what the interpreters return. With html, strings are
 // escaped as json.Marshal escapes them.
-func Value(b []byte, v any, html bool) ([]byte, error) {
+func Value(b []byte, v any, html bool) ([]byte, error) { return value(b, v, html, false) }
+
+// Typed is Value, except that a float whose JSON would have no fraction or
+// exponent gets ".0": 1.0 and 1 are a float and an integer to a program,
+// and encoding/json writes both as 1. What DecodeJob reads back is then
+// the value that was written, type and all.
+func Typed(b []byte, v any, html bool) ([]byte, error) { return value(b, v, html, true) }
+
+func value(b []byte, v any, html, typed bool) ([]byte, error) {
 	var err error
 	switch x := v.(type) {
+	case float64, float32:
+		start := len(b)
+		if b, err = Any(b, x, html); err == nil && typed && !bytes.ContainsAny(b[start:], ".eE") {
+			b = append(b, ".0"...)
+		}
+		return b, err
 	case nil:
 		return append(b, "null"...), nil
 	case bool:
@@ -105,7 +118,7 @@ func Value(b []byte, v any, html bool) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, err = Value(b, e, html); err != nil {
+			if b, err = value(b, e, html, typed); err != nil {
 				return b, err
 			}
 		}
@@ -126,57 +139,11 @@ func Value(b []byte, v any, html bool) ([]byte, error) {
 			}
 			b = String(b, k, html)
 			b = append(b, ':')
-			if b, err = Value(b, x[k], html); err != nil {
+			if b, err = value(b, x[k], html, typed); err != nil {
 				return b, err
 			}
 		}
 		return append(b, '}'), nil
 	}
 	return Any(b, v, html)
-}
-
-// Typed is Value, except that a float whose JSON would have no fraction or
-// exponent gets ".0": 1.0 and 1 are a float and an integer to a program,
-// and encoding/json writes both as 1. What DecodeJob reads back is then
-// the value that was written, type and all.
-func Typed(b []byte, v any, html bool) ([]byte, error) {
-	var err error
-	switch x := v.(type) {
-	case float64, float32:
-		start := len(b)
-		if b, err = Value(b, x, html); err == nil && !bytes.ContainsAny(b[start:], ".eE") {
-			b = append(b, ".0"...)
-		}
-		return b, err
-	case []any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = Typed(b, e, html); err != nil {
-				return b, err
-			}
-		}
-		return append(b, ']'), nil
-	case map[string]any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '{')
-		for i, k := range slices.Sorted(maps.Keys(x)) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(String(b, k, html), ':')
-			if b, err = Typed(b, x[k], html); err != nil {
-				return b, err
-			}
-		}
-		return append(b, '}'), nil
-	}
-	return Value(b, v, html)
 }

@@ -59,3 +59,16 @@ func FuzzValue(f *testing.F) {
 		same(t, map[string]any{s: []any{s, int64(len(s))}})
 	})
 }
+
+// Typed keeps a whole float a float; everything else is Value's.
+func TestTyped(t *testing.T) {
+	in := map[string]any{"f": 1.0, "i": int64(1), "l": []any{2.0, 2.5, 1e21, float32(3)}, "s": "<x>"}
+	got, err := Typed(nil, in, true)
+	if want := `{"f":1.0,"i":1,"l":[2.0,2.5,1e+21,3.0],"s":"\u003cx\u003e"}`; err != nil || string(got) != want {
+		t.Errorf("Typed: %s %v, want %s", got, err, want)
+	}
+	plain, _ := Value(nil, in, true)
+	if want := `{"f":1,"i":1,"l":[2,2.5,1e+21,3],"s":"\u003cx\u003e"}`; string(plain) != want {
+		t.Errorf("Value: %s, want %s", plain, want)
+	}
+}
