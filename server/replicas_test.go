@@ -1060,16 +1060,7 @@ func TestShippingBoundedWhileTheStateIsSlow(t *testing.T) {
 	dsn := pgtest.Start(t)
 	r := startReplicas(t, dsn, 1)[0]
 	// The records' table locked: every batch waits out its timeout.
-	ctx := context.Background()
-	conn := pgtest.Conn(t, dsn)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	if _, err := tx.Exec(ctx, `LOCK TABLE airlock_records IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	lockTables(t, dsn, "airlock_records")
 	code := "result = 1\n# " + strings.Repeat("x", 600<<10)
 	body, _ := json.Marshal(map[string]string{"kind": "starlark", "code": code})
 	for i := range 16 {
@@ -1387,21 +1378,28 @@ func TestCloseBoundedWhileTheStateIsSlow(t *testing.T) {
 	}
 	// Every table the closing replica writes is locked: each statement
 	// waits out its timeout.
-	ctx := context.Background()
-	conn := pgtest.Conn(t, dsn)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	if _, err := tx.Exec(ctx, `LOCK TABLE airlock_sessions, airlock_records, airlock_replicas, airlock_slots, airlock_quota IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	lockTables(t, dsn, "airlock_sessions", "airlock_records", "airlock_replicas", "airlock_slots", "airlock_quota")
 	start := time.Now()
 	_ = r.srv.Close()
 	// One budget (10 s) and what the tiers take to close, against the
 	// 60 s and more of one 5 s timeout per session.
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("closing took %v with %d sessions to unregister", took, sessions)
+	}
+}
+
+// lockTables holds tables of the shared state locked until the test ends,
+// as a database that does not answer: every statement on them waits out
+// its timeout.
+func lockTables(t *testing.T, dsn string, tables ...string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pgtest.Conn(t, dsn).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
 	}
 }
