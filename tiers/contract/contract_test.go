@@ -34,6 +34,10 @@ type contractCase struct {
 	// differs (a pinned clock: shown where the tier can set it, refused
 	// where it cannot), as SECURITY.md's table states.
 	On map[string]outcome `json:"on,omitempty"`
+	// Session runs the job in a session of its own, on the tiers that
+	// keep sessions (the others skip the case): a job means the same in
+	// a session as alone, or the session refuses it.
+	Session bool `json:"session,omitempty"`
 }
 
 // outcome is what a run must give. Fields left zero are not checked,
@@ -228,7 +232,15 @@ func TestContract(t *testing.T) {
 					if job.Image != image.Host {
 						needImage(t, s, job.Image)
 					}
-					res, err := run(tr, job)
+					var (
+						res airlock.Result
+						err error
+					)
+					if c.Session {
+						res, err = runInSession(t, tr, job)
+					} else {
+						res, err = run(tr, job)
+					}
 					want := c.Want
 					if w, ok := c.On[ot.tier()]; ok {
 						want = w

@@ -160,3 +160,25 @@ func run(tr airlock.Tier, job airlock.Job) (airlock.Result, error) {
 	defer cancel()
 	return tr.Run(ctx, job)
 }
+
+// runInSession runs job in a session of tr opened for it and closed
+// after; a tier that keeps no sessions skips the test.
+func runInSession(t *testing.T, tr airlock.Tier, job airlock.Job) (airlock.Result, error) {
+	t.Helper()
+	st, ok := tr.(airlock.SessionTier)
+	if !ok {
+		t.Skipf("%s keeps no sessions", tr.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sess, err := st.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatalf("opening a session: %v", err)
+	}
+	defer func() {
+		if err := sess.Close(); err != nil {
+			t.Errorf("closing the session: %v", err)
+		}
+	}()
+	return sess.Run(ctx, job)
+}
