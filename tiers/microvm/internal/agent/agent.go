@@ -410,6 +410,10 @@ func stageWorld() error {
 			return err
 		}
 		opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", stagedScratchMB, JobUID, JobUID)
+		if d == "/tmp" {
+			// Anyone's, sticky, as on every tier.
+			opts = fmt.Sprintf("size=%dm,mode=1777", stagedScratchMB)
+		}
 		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("mounting %s: %w", d, err)
 		}
