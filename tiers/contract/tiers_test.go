@@ -161,9 +161,15 @@ func run(tr airlock.Tier, job airlock.Job) (airlock.Result, error) {
 	return tr.Run(ctx, job)
 }
 
-// runInSession runs job in a session of tr opened for it and closed
-// after; a tier that keeps no sessions skips the test.
-func runInSession(t *testing.T, tr airlock.Tier, job airlock.Job) (airlock.Result, error) {
+// runResult is what one run gave.
+type runResult struct {
+	res airlock.Result
+	err error
+}
+
+// runInSession runs jobs in turn in one session of tr, opened for them
+// and closed after; a tier that keeps no sessions skips the test.
+func runInSession(t *testing.T, tr airlock.Tier, jobs ...airlock.Job) []runResult {
 	t.Helper()
 	st, ok := tr.(airlock.SessionTier)
 	if !ok {
@@ -180,5 +186,10 @@ func runInSession(t *testing.T, tr airlock.Tier, job airlock.Job) (airlock.Resul
 			t.Errorf("closing the session: %v", err)
 		}
 	}()
-	return sess.Run(ctx, job)
+	var out []runResult
+	for _, job := range jobs {
+		res, err := sess.Run(ctx, job)
+		out = append(out, runResult{res, err})
+	}
+	return out
 }
