@@ -34,6 +34,20 @@ type contractCase struct {
 	// differs (a pinned clock: shown where the tier can set it, refused
 	// where it cannot), as SECURITY.md's table states.
 	On map[string]outcome `json:"on,omitempty"`
+	// Session runs the job in a session of its own, on the tiers that
+	// keep sessions (the others skip the case): a job means the same in
+	// a session as alone, or the session refuses it.
+	Session bool `json:"session,omitempty"`
+	// Then is a second job run in the same session once the first has
+	// given its outcome, and the outcome it must give (a session case
+	// only): what one run leaves for the next.
+	Then *nextRun `json:"then,omitempty"`
+}
+
+// nextRun is a case's second job in its session.
+type nextRun struct {
+	Job  json.RawMessage `json:"job"`
+	Want outcome         `json:"want"`
 }
 
 // outcome is what a run must give. Fields left zero are not checked,
@@ -126,6 +140,14 @@ func loadCases(t *testing.T) []contractCase {
 			}
 		}
 		seen[c.Name] = true
+		if c.Then != nil {
+			if !c.Session {
+				t.Fatalf("cases.jsonl:%d (%s): then needs a session", n, c.Name)
+			}
+			if _, err := airlock.DecodeJob(c.Then.Job); err != nil {
+				t.Fatalf("cases.jsonl:%d (%s): then: %v", n, c.Name, err)
+			}
+		}
 		job, err := airlock.DecodeJob(c.Job)
 		if err != nil {
 			t.Fatalf("cases.jsonl:%d (%s): %v", n, c.Name, err)
@@ -228,13 +250,34 @@ func TestContract(t *testing.T) {
 					if job.Image != image.Host {
 						needImage(t, s, job.Image)
 					}
-					res, err := run(tr, job)
+					var (
+						res airlock.Result
+						err error
+					)
+					var next []runResult
+					if c.Session {
+						jobs := []airlock.Job{job}
+						if c.Then != nil {
+							then, _ := airlock.DecodeJob(c.Then.Job)
+							jobs = append(jobs, then)
+						}
+						rs := runInSession(t, tr, jobs...)
+						res, err, next = rs[0].res, rs[0].err, rs[1:]
+					} else {
+						res, err = run(tr, job)
+					}
 					want := c.Want
 					if w, ok := c.On[ot.tier()]; ok {
 						want = w
 					}
 					bad := want.check(job, res, err)
 					bad = append(bad, fields(tr, res, err)...)
+					for _, r := range next {
+						then, _ := airlock.DecodeJob(c.Then.Job)
+						for _, b := range c.Then.Want.check(then, r.res, r.err) {
+							bad = append(bad, "then: "+b)
+						}
+					}
 					if gap, ok := c.Gaps[ot.tier()]; ok {
 						if len(bad) == 0 {
 							t.Errorf("%s: the stated gap (%s) is closed on %s: remove it from the case and SECURITY.md", c.Contract, gap, ot.name)

@@ -160,3 +160,36 @@ func run(tr airlock.Tier, job airlock.Job) (airlock.Result, error) {
 	defer cancel()
 	return tr.Run(ctx, job)
 }
+
+// runResult is what one run gave.
+type runResult struct {
+	res airlock.Result
+	err error
+}
+
+// runInSession runs jobs in turn in one session of tr, opened for them
+// and closed after; a tier that keeps no sessions skips the test.
+func runInSession(t *testing.T, tr airlock.Tier, jobs ...airlock.Job) []runResult {
+	t.Helper()
+	st, ok := tr.(airlock.SessionTier)
+	if !ok {
+		t.Skipf("%s keeps no sessions", tr.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sess, err := st.OpenSession(ctx, airlock.SessionOptions{})
+	if err != nil {
+		t.Fatalf("opening a session: %v", err)
+	}
+	defer func() {
+		if err := sess.Close(); err != nil {
+			t.Errorf("closing the session: %v", err)
+		}
+	}()
+	var out []runResult
+	for _, job := range jobs {
+		res, err := sess.Run(ctx, job)
+		out = append(out, runResult{res, err})
+	}
+	return out
+}

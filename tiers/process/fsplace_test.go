@@ -191,7 +191,8 @@ func TestPlacementRefusals(t *testing.T) {
 
 // TestCopyGrantBesideOtherScratch: with a session's scratch, or a collect
 // job's host scratch, the copies get a tmpfs of their own, capped at
-// scratch_mb; nothing of the copy lands in the scratch that outlives the
+// scratch_mb (in a session, which refuses a scratch_mb, the session's
+// scratch size); nothing of the copy lands in the scratch that outlives the
 // program (the session's, the collected files).
 func TestCopyGrantBesideOtherScratch(t *testing.T) {
 	tier := newTestTier(t, bothTiers[0], testConfig(t))
@@ -217,14 +218,23 @@ func TestCopyGrantBesideOtherScratch(t *testing.T) {
 	if err := os.Mkdir(big, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(big, "f"), make([]byte, 2<<20), 0o644); err != nil {
+	// Sparse: the copy, not the host, holds its bytes.
+	if f, err := os.Create(filepath.Join(big, "f")); err != nil {
+		t.Fatal(err)
+	} else if err := errors.Join(f.Truncate((DefaultScratchMB+1)<<20), f.Close()); err != nil {
 		t.Fatal(err)
 	}
 	job = cmdJob("true")
-	job.Grants.FS = airlock.FSGrant{Read: []string{big}, Copy: []string{big}, ScratchMB: 1}
+	job.Grants.FS = airlock.FSGrant{Read: []string{big}, Copy: []string{big}}
 	var inv *airlock.InvalidJob
 	if _, err := s.Run(ctx, job); !errors.As(err, &inv) || inv.Field != "grants.fs.copy" {
-		t.Errorf("a copy over scratch_mb in a session: %v", err)
+		t.Errorf("a copy over the session's scratch: %v", err)
+	}
+	// The session's scratch is the session's: a run cannot resize it.
+	job.Grants.FS.ScratchMB = 128
+	var na *airlock.NotAdmitted
+	if _, err := s.Run(ctx, job); !errors.As(err, &na) {
+		t.Errorf("scratch_mb in a session: %v, want not admitted", err)
 	}
 
 	job = cmdJob("sh", "-c", "echo changed > /work/x && cat /work/x > out.txt")

@@ -43,6 +43,12 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *Session) (airlock
 	if err := t.admit(job, pinned); err != nil {
 		return finish(err)
 	}
+	if sess != nil && job.Grants.FS.ScratchMB > 0 {
+		// The session's scratch was made when it opened (a tmpfs of
+		// DefaultScratchMB, or a workspace's directory): a run cannot
+		// give it another cap, as on gVisor.
+		return finish(&airlock.NotAdmitted{Tier: t.name, Reason: "grants.fs.scratch_mb cannot be applied to a running session (its scratch was made when the session opened)"})
+	}
 	if err := t.Available(); err != nil {
 		return finish(fmt.Errorf("starting sandbox: tier unavailable: %w", err))
 	}

@@ -234,7 +234,7 @@ var (
 )
 
 // errGuestPath refuses a guest path that would cover what the container
-// itself mounts: its root, or its scratch (/scratch, and /tmp, the same).
+// itself mounts: its root, its scratch (/scratch) or its /tmp.
 const errGuestPath = "grants.fs.at: guest path %s would cover the container's root or scratch (/, /scratch, /tmp): not supported here"
 
 // coveredGuestPath returns a guest path of at that is the root or is, or

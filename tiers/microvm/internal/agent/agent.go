@@ -409,7 +409,11 @@ func stageWorld() error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
-		opts := fmt.Sprintf("size=%dm,mode=0700,uid=%d,gid=%d", stagedScratchMB, JobUID, JobUID)
+		opts := fmt.Sprintf("size=%dm,mode=0755,uid=%d,gid=%d", stagedScratchMB, JobUID, JobUID)
+		if d == "/tmp" {
+			// Anyone's, sticky, as on every tier.
+			opts = fmt.Sprintf("size=%dm,mode=1777", stagedScratchMB)
+		}
 		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("mounting %s: %w", d, err)
 		}

@@ -20,7 +20,7 @@ import (
 //	/proc                     a fresh procfs of the sandbox's PID namespace
 //	/scratch                  the writable scratch (tmpfs capped at scratch_mb, or a
 //	                          session's / workspace's directory), the working directory
-//	/tmp                      the same scratch
+//	/tmp                      a tmpfs of its own, of the scratch's size
 //	granted fs.read paths     bound read-only at their guest paths (their own
 //	                          unless grants.fs.at places them), or, for
 //	                          grants.fs.copy, a writable copy bound there
@@ -150,8 +150,11 @@ func buildRoot(base *BaseSpec) (rootLayout, error) {
 	if err := mkdirExisting(path.Join(root, "tmp"), 0o755); err != nil {
 		return lay, err
 	}
-	if err := unix.Mount(scratch, path.Join(root, "tmp"), "", unix.MS_BIND, ""); err != nil {
-		return lay, fmt.Errorf("binding /tmp: %w", err)
+	// /tmp is a directory of its own, as on every tier: what a program
+	// puts there is not in its working directory nor collected from it.
+	// It has the scratch's size (resizeScratch follows a job's).
+	if err := unix.Mount("tmpfs", path.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, ScratchSize(base.ScratchMB)+",mode=1777"); err != nil {
+		return lay, fmt.Errorf("mounting /tmp: %w", err)
 	}
 	for i, b := range base.Binds {
 		if b.Copy {

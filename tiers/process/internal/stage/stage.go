@@ -579,13 +579,19 @@ func hideProcesses() error {
 	return nil
 }
 
-// resizeScratch gives the container's own scratch tmpfs the job's size,
-// when it asks for another than the base spec's.
+// resizeScratch gives the container's own scratch tmpfs and its /tmp the
+// job's size, when it asks for another than the base spec's.
 func resizeScratch(base *BaseSpec, job *JobSpec) error {
-	if job.ScratchMB > 0 && !base.HasScratch && job.ScratchMB != base.ScratchMB {
-		if err := unix.Mount("", "/scratch", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
-			ScratchSize(job.ScratchMB)); err != nil {
-			return fmt.Errorf("resizing scratch: %w", err)
+	if job.ScratchMB > 0 && job.ScratchMB != base.ScratchMB {
+		dirs := []string{"/tmp"}
+		if !base.HasScratch {
+			dirs = append(dirs, "/scratch")
+		}
+		for _, d := range dirs {
+			if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV,
+				ScratchSize(job.ScratchMB)); err != nil {
+				return fmt.Errorf("resizing %s: %w", d, err)
+			}
 		}
 	}
 	return nil

@@ -134,6 +134,12 @@ func rules(o FilterOptions) []rule {
 	if !o.NoUnix {
 		rs = append(rs, rule{name: "socket", conds: []argCond{{arg: 0, op: opEq, val: unix.AF_UNIX}}, action: retAllow})
 	}
+	// mknod makes named pipes (mkfifo) only, as every tier lets a program
+	// do where it may write; device nodes stay refused (Landlock refuses
+	// them too).
+	rs = append(rs,
+		rule{name: "mknod", conds: []argCond{{arg: 1, op: opMaskedEq, mask: unix.S_IFMT, val: unix.S_IFIFO}}, action: retAllow},
+		rule{name: "mknodat", conds: []argCond{{arg: 2, op: opMaskedEq, mask: unix.S_IFMT, val: unix.S_IFIFO}}, action: retAllow})
 	if o.NoMemfd {
 		rs = append(rs, rule{name: "memfd_create", action: retEPERM})
 	}
