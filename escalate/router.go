@@ -386,12 +386,42 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 			if _, no := err.(*airlock.NotAdmitted); !no {
 				break
 			}
+			if e.tier.Admit(job) == nil {
+				// Run refused what Admit accepts: the tier cannot honour
+				// the job as routed, and it is refused, not run elsewhere
+				// than Route and Explain say.
+				refused = true
+				break
+			}
 			refused = true
 		}
 		if ti < 0 {
 			return r.refuse(job, r.noneAdmits(rule, &job))
 		}
 	}
+	return r.decide(res, job, ri, ti, refused), err
+}
+
+// RunOn runs the job on the named tier, which must be the one Route
+// chooses for it now, and nowhere else: a caller that checked the routed
+// tier (an allow-list, an approval bound to the tier) runs the job there
+// or not at all. A refusal by that tier, in Admit or in Run, is the
+// result; no other tier is tried.
+func (r *Router) RunOn(ctx context.Context, job airlock.Job, tier string) (airlock.Result, error) {
+	ri, ti, refused, err := r.route(&job)
+	if err == nil && r.tiers[ti].name != tier {
+		err = &airlock.NotAdmitted{Tier: tier, Reason: fmt.Sprintf("the router now chooses tier %s for the job, not %s", r.tiers[ti].name, tier)}
+	}
+	if err != nil {
+		return r.refuse(job, err)
+	}
+	res, err := r.tiers[ti].tier.Run(ctx, job)
+	return r.decide(res, job, ri, ti, refused), err
+}
+
+// decide puts the router's reasons for running job on tier ti under rule
+// ri in front of the tier's own in res.Decision.
+func (r *Router) decide(res airlock.Result, job airlock.Job, ri, ti int, refused bool) airlock.Result {
 	var reasons []string
 	if refused || (job.Tier != "" && job.Tier != TierAuto) {
 		reasons = r.lines(job)
@@ -404,7 +434,7 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 	} else {
 		res.Decision = reasons
 	}
-	return res, err
+	return res
 }
 
 // refuse is the Result of a job no tier runs.

@@ -368,3 +368,57 @@ func TestCredentialsNeverRouteBelowAccount(t *testing.T) {
 		assert.NotContains(t, err.Error(), "does not run jobs", "%+v", job)
 	}
 }
+
+// runRefuser is a self-admitting tier (AdmitsInRun) that admits every
+// command job but refuses it in Run: a tier that cannot honour a job it
+// admitted.
+type runRefuser struct{ levelTier }
+
+func (*runRefuser) AdmitsInRun() {}
+func (t *runRefuser) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	err := &airlock.NotAdmitted{Tier: t.name, Reason: "cannot honour it"}
+	res := airlock.Result{Tier: t.name, Level: t.level}
+	res.SetError(err)
+	return res, err
+}
+
+// runCounter runs every command job and counts the runs.
+type runCounter struct {
+	levelTier
+	runs int
+}
+
+func (t *runCounter) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	t.runs++
+	return airlock.Result{Tier: t.name, Level: t.level}, nil
+}
+
+// A job the tier Route and Explain chose refuses in its own Run is
+// refused by that tier; it is not run on another tier than the
+// explanation names. RunOn runs on the named tier or nowhere.
+func TestRunDoesNotMoveOnAfterRunRefuses(t *testing.T) {
+	cmd := []airlock.Kind{airlock.KindCommand}
+	other := &runCounter{levelTier: levelTier{name: "gvisor", level: 4, cost: 400 * time.Millisecond, kinds: cmd}}
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{
+		&runRefuser{levelTier{name: "cheap", level: 4, cost: 10 * time.Millisecond, kinds: cmd}},
+		other,
+	})
+	require.NoError(t, err)
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public"}
+	require.Equal(t, "cheap", r.Explain(&job).Chosen)
+	res, err := r.Run(context.Background(), job)
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+	assert.Equal(t, "cheap", res.Tier)
+	assert.Zero(t, other.runs, "run on a tier the explanation did not choose")
+
+	_, err = r.RunOn(context.Background(), job, "gvisor")
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, err.Error(), "chooses tier cheap")
+	assert.Zero(t, other.runs)
+	job.Tier = "gvisor"
+	res, err = r.RunOn(context.Background(), job, "gvisor")
+	require.NoError(t, err)
+	assert.Equal(t, 1, other.runs)
+	assert.Contains(t, strings.Join(res.Decision, "\n"), "gvisor: chosen: requested by the job")
+}

@@ -596,16 +596,18 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 		begin()
 		if rq.session != nil {
 			res, err = rq.session.run(ctx, final)
+			res.Decision = append(s.router.Explain(&final).Lines(), res.Decision...)
 		} else {
-			res, err = tier.Run(ctx, final)
+			res, err = s.router.RunOn(ctx, final, tier.Name())
 		}
-		res.Decision = s.router.Explain(&final).Lines()
 	case rq.session != nil:
 		begin()
 		res, err = rq.session.run(ctx, *job)
 	default:
+		// On the tier route chose and the tenant's rules and the
+		// approval policy were checked against, or not at all.
 		begin()
-		res, err = s.router.Run(ctx, *job)
+		res, err = s.router.RunOn(ctx, *job, tier.Name())
 	}
 	elapsed := time.Since(start)
 	s.metrics.inFlight.Add(-1)
