@@ -298,6 +298,12 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 				return toolError(err)
 			}
 			x := s.router.Explain(&job)
+			if x.Chosen != "" {
+				// The tenant's rules for the chosen tier, as a run applies them.
+				if err := t.onTier(s.chosen(x.Chosen), &job); err != nil {
+					return toolError(err)
+				}
+			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(x.Lines(), "\n")}}}, x, nil
 		})
 	addTool[openInput](srv, t, iso, "open_session", descOpen,

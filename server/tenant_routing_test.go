@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,5 +101,47 @@ func TestRunRefusedInRunDoesNotFallBack(t *testing.T) {
 				t.Fatalf("want not admitted: status %d: %s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// Explanations, over HTTP and as the MCP explain tool, refuse what a run
+// refuses for the tier the router chose: a tier the tenant may not use,
+// and the account tier for a tenant with no account.
+func TestExplainAppliesTheTenantsTierRules(t *testing.T) {
+	var runs atomic.Int32
+	cfg := server.Config{Tenants: []server.Tenant{
+		{Name: "a", KeySHA256: server.HashKey(keyA), Tiers: []string{"acct"}},
+		{Name: "b", KeySHA256: server.HashKey(keyB), Situation: airlock.SituationCredentials},
+	}}
+	srv, err := server.New(cfg, []airlock.Tier{countingTier{&runs}, acctTier{}}, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
+	defer func() { f.http.Close(); _ = srv.Close() }()
+	for _, c := range []struct{ tenant, key, want string }{
+		{"a", keyA, "may not use tier runner"},
+		{"b", keyB, "may use no account"},
+	} {
+		job := `{"kind":"command","argv":["true"]}`
+		r := f.do("POST", "/v1/run", c.key, job)
+		if res := r.result(t); res.Error == nil || !strings.Contains(res.Error.Message, c.want) {
+			t.Fatalf("tenant %s: run: status %d: %s", c.tenant, r.status, r.body)
+		}
+		var x struct {
+			Tenant string `json:"tenant_refusal"`
+		}
+		f.do("POST", "/v1/explain", c.key, job).decode(t, &x)
+		if !strings.Contains(x.Tenant, c.want) {
+			t.Errorf("tenant %s: POST /v1/explain: tenant_refusal %q, want %q", c.tenant, x.Tenant, c.want)
+		}
+		cs := connectMemory(t, f, c.tenant)
+		res, _ := call(t, cs, "explain", map[string]any{"kind": "command", "argv": []string{"true"}})
+		if !res.IsError || !strings.Contains(text(res), c.want) {
+			t.Errorf("tenant %s: MCP explain: %s", c.tenant, text(res))
+		}
+	}
+	if runs.Load() != 0 {
+		t.Errorf("%d runs on tier runner", runs.Load())
 	}
 }
