@@ -2,6 +2,7 @@ package escalate_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -421,4 +422,38 @@ func TestRunDoesNotMoveOnAfterRunRefuses(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, other.runs)
 	assert.Contains(t, strings.Join(res.Decision, "\n"), "gvisor: chosen: requested by the job")
+}
+
+// A policy reads one way only: a field given twice (the last would win
+// in JSON) or in another case than its name, data after the policy, two
+// rules of one name, and a rule that never applies (every job it matches
+// meets an earlier rule first, so its minimum does not hold) are errors.
+func TestPolicyReadsOneWay(t *testing.T) {
+	for _, c := range []struct{ policy, want string }{
+		{`{"rules": [{"name": "x", "min_level": 5, "min_level": 1}]}`, "rules.min_level: given twice"},
+		{`{"rules": [{"name": "x", "min_level": 5}], "rules": [{"name": "y", "min_level": 1}]}`, "rules: given twice"},
+		{`{"rules": [{"name": "x", "Min_Level": 1}]}`, `write the field as "min_level"`},
+		{"rules:\n  - name: x\n    min_level: 5\n    MIN_LEVEL: 1\n", `write the field as "min_level"`},
+		{`{"rules": [{"name": "x", "min_level": 1, "match": {"Situations": ["public"]}}]}`, `write the field as "situations"`},
+		{`{"rules": [{"name": "x", "min_level": 5}]} {"rules": [{"name": "y", "min_level": 1}]}`, "more data after the policy"},
+		{`{"rules": [{"name": "x", "min_level": 4, "match": {"situations": ["public"]}}, {"name": "x", "min_level": 1}]}`, "another rule has that name"},
+		{"rules:\n  - {name: everything, min_level: 1}\n  - {name: public, min_level: 4, match: {situations: [public]}}\n", "rule 1 (public) never applies"},
+		{`{"rules": [{"name": "commands", "min_level": 3, "match": {"kinds": ["command"]}}, {"name": "public-commands", "min_level": 4, "match": {"kinds": ["command"], "situations": ["public"]}}, {"name": "rest", "min_level": 4}]}`, "rule 1 (public-commands) never applies"},
+	} {
+		_, err := escalate.ParsePolicy([]byte(c.policy))
+		if assert.Error(t, err, c.policy) {
+			assert.Contains(t, err.Error(), c.want, c.policy)
+		}
+	}
+	// The default policy, written out, reads back as itself.
+	p, err := escalate.ParsePolicy(mustJSON(t, escalate.DefaultPolicy()))
+	require.NoError(t, err)
+	assert.Equal(t, escalate.DefaultPolicy(), p)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	return data
 }
