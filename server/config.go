@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/jsonkeys"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 	"github.com/google/go-containerregistry/pkg/name"
 )
@@ -421,7 +423,8 @@ func (d Duration) or(def time.Duration) time.Duration {
 }
 
 // ParseConfig reads a configuration in YAML or JSON, strictly: unknown
-// fields are errors that name the field.
+// fields, and fields given twice or in another case, are errors that name
+// the field.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
 	trimmed := bytes.TrimSpace(data)
@@ -438,10 +441,16 @@ func ParseConfig(data []byte) (Config, error) {
 			return c, fmt.Errorf("configuration YAML: %w", err)
 		}
 	}
+	if err := jsonkeys.Check(data, reflect.TypeFor[Config]()); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return c, fmt.Errorf("configuration: more data after the configuration")
 	}
 	return c, c.Validate()
 }
