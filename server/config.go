@@ -547,6 +547,14 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.mcp_wrapped[%d].name: two wrapped servers named %q", where, j, ws.Name)
 			}
 			wnames[ws.Name] = true
+			// It runs as the tenant: on a tier and in a situation the
+			// tenant may use.
+			if allowed, _ := t.situations(); ws.Situation != "" && !slices.Contains(allowed, ws.Situation) {
+				return fmt.Errorf("%s.mcp_wrapped[%d].situation: %s is not among the tenant's situations %v", where, j, ws.Situation, allowed)
+			}
+			if ws.Tier != "" && len(t.Tiers) > 0 && !slices.Contains(t.Tiers, ws.Tier) {
+				return fmt.Errorf("%s.mcp_wrapped[%d].tier: %s is not among the tenant's tiers %v", where, j, ws.Tier, t.Tiers)
+			}
 		}
 		if t.Situation != "" {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: t.Situation}

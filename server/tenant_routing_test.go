@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -143,5 +144,57 @@ func TestExplainAppliesTheTenantsTierRules(t *testing.T) {
 	}
 	if runs.Load() != 0 {
 		t.Errorf("%d runs on tier runner", runs.Load())
+	}
+}
+
+// attachTier is a level-4 tier that would attach a wrapped MCP server;
+// it counts the attempts and attaches nothing.
+type attachTier struct {
+	name     string
+	cost     time.Duration
+	attached *atomic.Int32
+}
+
+func (a attachTier) Name() string          { return a.name }
+func (attachTier) Level() airlock.Level    { return airlock.LevelVirtualisation }
+func (a attachTier) Cost() time.Duration   { return a.cost }
+func (attachTier) Admit(airlock.Job) error { return nil }
+func (a attachTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	return airlock.Result{Tier: a.name}, nil
+}
+func (a attachTier) Attach(context.Context, airlock.Job) (airlock.Attached, error) {
+	a.attached.Add(1)
+	return nil, &airlock.NotAdmitted{Tier: a.name, Reason: "attaches nothing in this test"}
+}
+
+// A wrapped MCP server runs on a tier its tenant may use: the router's
+// cheapest choice is refused when it is not among the tenant's tiers.
+func TestWrappedServerOnTheTenantsTiers(t *testing.T) {
+	var cheap, other atomic.Int32
+	cfg := server.Config{Tenants: []server.Tenant{{Name: "a", KeySHA256: server.HashKey(keyA), Tiers: []string{"other"},
+		MCPWrapped: []server.WrappedServer{{Name: "w", Argv: []string{"server"}}}}}}
+	srv, err := server.New(cfg, []airlock.Tier{attachTier{"cheap", time.Millisecond, &cheap}, attachTier{"other", 2 * time.Millisecond, &other}}, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); _ = srv.Close() }()
+	req, _ := http.NewRequest("POST", hs.URL+"/mcp/wrapped/w", strings.NewReader(mcpInit))
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	status := resp.StatusCode
+	t.Logf("%d %s", status, body)
+	if cheap.Load() != 0 {
+		t.Errorf("the wrapped server was attached on tier cheap, which the tenant may not use (status %d)", status)
+	}
+	if status != http.StatusForbidden {
+		t.Errorf("status %d, want 403", status)
 	}
 }
