@@ -351,8 +351,9 @@ func defaulted(job *airlock.Job) string {
 // result's Decision.
 //
 // A tier that admits jobs in its own Run (an AdmitsInRun method, see airlock.Tier) is run
-// without a separate Admit call; when its Run refuses the job, the next
-// candidate is tried, as after a refusing Admit.
+// without a separate Admit call; when its Run refuses a job its Admit
+// refuses too, the next candidate is tried, as after a refusing Admit. A
+// job a tier's Run refuses after its Admit accepted it is refused.
 func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, err error) {
 	var ri, ti int
 	refused := false
