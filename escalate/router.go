@@ -215,14 +215,21 @@ func (r *Router) rule(job *airlock.Job) (int, error) {
 	return -1, noRule(job)
 }
 
-// lifecycle checks the job's lifecycle against rule i's.
+// lifecycle checks the job's lifecycle against rule i's: a job that
+// names none is ephemeral, or of lifecycle session when it names a
+// session to run in.
 func (r *Router) lifecycle(i int, job *airlock.Job) error {
 	rule := &r.policy.Rules[i]
 	if len(rule.Lifecycles) == 0 {
 		return nil
 	}
 	lc := job.Lifecycle
-	if lc == "" {
+	switch {
+	case lc != "":
+	case job.Session != "":
+		// Run in a session, which keeps its state from run to run.
+		lc = airlock.LifecycleSession
+	default:
 		lc = airlock.LifecycleEphemeral
 	}
 	if !contains(rule.Lifecycles, lc) {

@@ -457,3 +457,17 @@ func mustJSON(t *testing.T, v any) []byte {
 	require.NoError(t, err)
 	return data
 }
+
+// A job that names a session runs in it: it is of lifecycle session for
+// the rules that allow only some lifecycles.
+func TestSessionJobsKeepTheRulesLifecycles(t *testing.T) {
+	r := newRouter(t, nil)
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "multi-tenant", Session: "s-1"}
+	_, err := r.Route(&job)
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, err.Error(), "allows only lifecycles [ephemeral], not session")
+	job.Situation = "public"
+	_, err = r.Route(&job)
+	require.NoError(t, err)
+}

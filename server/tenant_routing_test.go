@@ -198,3 +198,66 @@ func TestWrappedServerOnTheTenantsTiers(t *testing.T) {
 		t.Errorf("status %d, want 403", status)
 	}
 }
+
+// vmTier is a level-4 tier that keeps sessions (a stand-in for gVisor):
+// its runs and its sessions' runs count.
+type vmTier struct{ runs *atomic.Int32 }
+
+func (vmTier) Name() string            { return "vm" }
+func (vmTier) Level() airlock.Level    { return airlock.LevelVirtualisation }
+func (vmTier) Admit(airlock.Job) error { return nil }
+func (v vmTier) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	v.runs.Add(1)
+	return airlock.Result{Tier: "vm", Value: "ran"}, nil
+}
+func (v vmTier) OpenSession(_ context.Context, o airlock.SessionOptions) (airlock.Session, error) {
+	return vmSession{id: o.ID, runs: v.runs}, nil
+}
+
+type vmSession struct {
+	id   string
+	runs *atomic.Int32
+}
+
+func (s vmSession) ID() string   { return s.id }
+func (s vmSession) Close() error { return nil }
+func (s vmSession) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	s.runs.Add(1)
+	return airlock.Result{Tier: "vm", Value: "ran in the session"}, nil
+}
+
+// A rule that allows only ephemeral jobs (multi-tenant, by default) holds
+// for sessions: its jobs neither open one nor run in one, whichever way
+// the session was opened.
+func TestSessionsKeepTheRulesLifecycles(t *testing.T) {
+	var runs atomic.Int32
+	cfg := server.Config{Tenants: []server.Tenant{{Name: "a", KeySHA256: server.HashKey(keyA),
+		Situation: airlock.SituationMultiTenant, Situations: []airlock.Situation{airlock.SituationMultiTenant, airlock.SituationPublic}}}}
+	srv, err := server.New(cfg, []airlock.Tier{vmTier{&runs}}, server.Options{Audit: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, srv: srv, http: httptest.NewServer(srv.Handler())}
+	defer func() { f.http.Close(); _ = srv.Close() }()
+	if r := f.do("POST", "/v1/sessions", keyA, `{"job":{"kind":"command","argv":["true"]}}`); r.status != 403 || !strings.Contains(string(r.body), "not session") {
+		t.Errorf("a session for a multi-tenant job: %d %s", r.status, r.body)
+	}
+	// Opened by tier name for public jobs, which may keep state.
+	r := f.do("POST", "/v1/sessions", keyA, `{"tier":"vm"}`)
+	if r.status != 201 {
+		t.Fatalf("open by tier name: %d %s", r.status, r.body)
+	}
+	var open struct{ ID string }
+	r.decode(t, &open)
+	r = f.do("POST", "/v1/sessions/"+open.ID+"/run", keyA, `{"kind":"command","argv":["true"]}`)
+	if res := r.result(t); res.Error == nil || res.Error.Kind != airlock.ErrNotAdmitted {
+		t.Errorf("a multi-tenant job in a session: %d %s", r.status, r.body)
+	}
+	r = f.do("POST", "/v1/sessions/"+open.ID+"/run", keyA, `{"kind":"command","argv":["true"],"situation":"public"}`)
+	if res := r.result(t); r.status != 200 || res.Value != "ran in the session" {
+		t.Errorf("a public job in the session: %d %s", r.status, r.body)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("%d runs, want the public job's alone", runs.Load())
+	}
+}
