@@ -531,6 +531,16 @@ func (c *Config) Validate() error {
 		if t.MaxConcurrent < 0 || t.RunsPerMinute < 0 {
 			return fmt.Errorf("%s: quotas must not be negative", where)
 		}
+		// An empty list, written out, reads as "none" but would mean
+		// "any" (tiers, images) or "the default" (situations).
+		switch {
+		case t.Tiers != nil && len(t.Tiers) == 0:
+			return fmt.Errorf("%s.tiers: an empty list; leave it out to let the tenant use every tier", where)
+		case t.Images != nil && len(t.Images) == 0:
+			return fmt.Errorf("%s.images: an empty list; leave it out to let the tenant use every image the server offers", where)
+		case t.Situations != nil && len(t.Situations) == 0:
+			return fmt.Errorf("%s.situations: an empty list; leave it out for the tenant's situation alone", where)
+		}
 		for _, s := range t.Situations {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: s}
 			if err := j.Validate(); err != nil {

@@ -25,6 +25,13 @@ func TestConfigReadsOneWay(t *testing.T) {
 			t.Errorf("%s: got %v, want %q", c.config, err, c.want)
 		}
 	}
+	// An empty allow-list reads as "none" and would mean "any": an error.
+	for _, field := range []string{"tiers", "images", "situations"} {
+		_, err := server.ParseConfig([]byte("tenants:\n  - name: a\n    key_sha256: " + key + "\n    " + field + ": []\n"))
+		if err == nil || !strings.Contains(err.Error(), "tenants[0]."+field+": an empty list") {
+			t.Errorf("%s: []: %v", field, err)
+		}
+	}
 	// The sample configuration still reads.
 	data, err := os.ReadFile("../examples/serve.yaml")
 	if err != nil {
