@@ -7,6 +7,8 @@ package escalate
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -92,6 +94,15 @@ func New(policy Policy, tiers []airlock.Tier) (*Router, error) {
 			e.unavailable = p.Available()
 		}
 		r.tiers = append(r.tiers, e)
+	}
+	// A rule's tiers name the router's: a name written otherwise (another
+	// case, a space) would let the rule's jobs run nowhere, silently.
+	for _, rule := range policy.Rules {
+		for _, name := range rule.Tiers {
+			if !seen[name] {
+				return nil, fmt.Errorf("rule %s: no tier named %q (the tiers: %s)", rule.Name, name, strings.Join(slices.Sorted(maps.Keys(seen)), ", "))
+			}
+		}
 	}
 	sort.SliceStable(r.tiers, func(i, j int) bool { return r.tiers[i].cost < r.tiers[j].cost })
 	r.decisions = make([][][]string, len(policy.Rules))

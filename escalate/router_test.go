@@ -471,3 +471,18 @@ func TestSessionJobsKeepTheRulesLifecycles(t *testing.T) {
 	_, err = r.Route(&job)
 	require.NoError(t, err)
 }
+
+// A rule's tiers name tiers the router has: "GVisor" or " microvm" would
+// leave the rule's jobs no tier at all.
+func TestPolicyTiersNameTheRoutersTiers(t *testing.T) {
+	for _, name := range []string{"GVisor", " microvm", "micro-vm"} {
+		p := escalate.Policy{Rules: []escalate.Rule{{Name: "hardware", MinLevel: 4, Tiers: []string{name}}}}
+		_, err := escalate.New(p, tiers(nil))
+		if assert.Error(t, err, name) {
+			assert.Contains(t, err.Error(), "no tier named")
+		}
+	}
+	p := escalate.Policy{Rules: []escalate.Rule{{Name: "hardware", MinLevel: 4, Tiers: []string{"microvm"}}}}
+	_, err := escalate.New(p, tiers(nil))
+	require.NoError(t, err)
+}
