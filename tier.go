@@ -26,8 +26,10 @@ import (
 // same [*NotAdmitted] from Run before any of it runs, and Run returns
 // *NotAdmitted for nothing else. The router then runs it without calling
 // Admit first (a call through the interface that copies the Job), and when
-// Run refuses it moves on to the next tier as it would after Admit; its
-// Route and Explain still call Admit.
+// Run refuses a job Admit refuses too it moves on to the next tier as it
+// would after Admit; a job Run refuses and Admit accepts is refused, not
+// run on another tier than Route and Explain name. Route and Explain still
+// call Admit.
 type Tier interface {
 	Name() string
 	Level() Level

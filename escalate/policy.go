@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/jsonkeys"
 )
 
 // Policy maps a job's situation and needs to a minimum isolation level.
@@ -66,8 +69,9 @@ func DefaultPolicy() Policy {
 	}}
 }
 
-// ParsePolicy reads a policy in JSON or YAML, strictly: unknown fields and
-// unknown situations, kinds, levels or lifecycles are errors.
+// ParsePolicy reads a policy in JSON or YAML, strictly: unknown fields, a
+// field given twice or in another case, and unknown situations, kinds,
+// levels or lifecycles are errors.
 func ParsePolicy(data []byte) (Policy, error) {
 	var p Policy
 	trimmed := bytes.TrimSpace(data)
@@ -84,10 +88,16 @@ func ParsePolicy(data []byte) (Policy, error) {
 			return p, fmt.Errorf("policy YAML: %w", err)
 		}
 	}
+	if err := jsonkeys.Check(data, reflect.TypeFor[Policy]()); err != nil {
+		return p, fmt.Errorf("policy: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
 		return p, fmt.Errorf("policy: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return p, fmt.Errorf("policy: more data after the policy")
 	}
 	return p, p.Validate()
 }
@@ -110,11 +120,16 @@ func (p Policy) Validate() error {
 	if len(p.Rules) == 0 {
 		return fmt.Errorf("policy has no rules")
 	}
+	names := map[string]bool{}
 	for i, r := range p.Rules {
 		where := fmt.Sprintf("rule %d (%s)", i, r.Name)
 		if r.Name == "" {
 			return fmt.Errorf("rule %d has no name", i)
 		}
+		if names[r.Name] {
+			return fmt.Errorf("%s: another rule has that name", where)
+		}
+		names[r.Name] = true
 		if r.MinLevel < airlock.LevelInterpreter || r.MinLevel > airlock.LevelAccount {
 			return fmt.Errorf("%s: min_level must be 1-5", where)
 		}
@@ -142,6 +157,25 @@ func (p Policy) Validate() error {
 			if strings.TrimSpace(t) == "" {
 				return fmt.Errorf("%s: empty tier name", where)
 			}
+		}
+	}
+	// The first matching rule decides: a rule that every job it matches
+	// meets an earlier rule first never applies, and its minimum, which a
+	// reader takes to hold, does not.
+	table := newRuleTable(&p)
+	used := make([]bool, len(p.Rules))
+	for k := range table {
+		for s := range table[k] {
+			for _, i := range table[k][s] {
+				if i >= 0 {
+					used[i] = true
+				}
+			}
+		}
+	}
+	for i, r := range p.Rules {
+		if !used[i] {
+			return fmt.Errorf("rule %d (%s) never applies: the rules before it match every job it matches", i, r.Name)
 		}
 	}
 	return nil

@@ -7,6 +7,8 @@ package escalate
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -92,6 +94,15 @@ func New(policy Policy, tiers []airlock.Tier) (*Router, error) {
 			e.unavailable = p.Available()
 		}
 		r.tiers = append(r.tiers, e)
+	}
+	// A rule's tiers name the router's: a name written otherwise (another
+	// case, a space) would let the rule's jobs run nowhere, silently.
+	for _, rule := range policy.Rules {
+		for _, name := range rule.Tiers {
+			if !seen[name] {
+				return nil, fmt.Errorf("rule %s: no tier named %q (the tiers: %s)", rule.Name, name, strings.Join(slices.Sorted(maps.Keys(seen)), ", "))
+			}
+		}
 	}
 	sort.SliceStable(r.tiers, func(i, j int) bool { return r.tiers[i].cost < r.tiers[j].cost })
 	r.decisions = make([][][]string, len(policy.Rules))
@@ -215,14 +226,21 @@ func (r *Router) rule(job *airlock.Job) (int, error) {
 	return -1, noRule(job)
 }
 
-// lifecycle checks the job's lifecycle against rule i's.
+// lifecycle checks the job's lifecycle against rule i's: a job that
+// names none is ephemeral, or of lifecycle session when it names a
+// session to run in.
 func (r *Router) lifecycle(i int, job *airlock.Job) error {
 	rule := &r.policy.Rules[i]
 	if len(rule.Lifecycles) == 0 {
 		return nil
 	}
 	lc := job.Lifecycle
-	if lc == "" {
+	switch {
+	case lc != "":
+	case job.Session != "":
+		// Run in a session, which keeps its state from run to run.
+		lc = airlock.LifecycleSession
+	default:
 		lc = airlock.LifecycleEphemeral
 	}
 	if !contains(rule.Lifecycles, lc) {
@@ -351,8 +369,9 @@ func defaulted(job *airlock.Job) string {
 // result's Decision.
 //
 // A tier that admits jobs in its own Run (an AdmitsInRun method, see airlock.Tier) is run
-// without a separate Admit call; when its Run refuses the job, the next
-// candidate is tried, as after a refusing Admit.
+// without a separate Admit call; when its Run refuses a job its Admit
+// refuses too, the next candidate is tried, as after a refusing Admit. A
+// job a tier's Run refuses after its Admit accepted it is refused.
 func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, err error) {
 	var ri, ti int
 	refused := false
@@ -386,12 +405,42 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 			if _, no := err.(*airlock.NotAdmitted); !no {
 				break
 			}
+			if e.tier.Admit(job) == nil {
+				// Run refused what Admit accepts: the tier cannot honour
+				// the job as routed, and it is refused, not run elsewhere
+				// than Route and Explain say.
+				refused = true
+				break
+			}
 			refused = true
 		}
 		if ti < 0 {
 			return r.refuse(job, r.noneAdmits(rule, &job))
 		}
 	}
+	return r.decide(res, job, ri, ti, refused), err
+}
+
+// RunOn runs the job on the named tier, which must be the one Route
+// chooses for it now, and nowhere else: a caller that checked the routed
+// tier (an allow-list, an approval bound to the tier) runs the job there
+// or not at all. A refusal by that tier, in Admit or in Run, is the
+// result; no other tier is tried.
+func (r *Router) RunOn(ctx context.Context, job airlock.Job, tier string) (airlock.Result, error) {
+	ri, ti, refused, err := r.route(&job)
+	if err == nil && r.tiers[ti].name != tier {
+		err = &airlock.NotAdmitted{Tier: tier, Reason: fmt.Sprintf("the router now chooses tier %s for the job, not %s", r.tiers[ti].name, tier)}
+	}
+	if err != nil {
+		return r.refuse(job, err)
+	}
+	res, err := r.tiers[ti].tier.Run(ctx, job)
+	return r.decide(res, job, ri, ti, refused), err
+}
+
+// decide puts the router's reasons for running job on tier ti under rule
+// ri in front of the tier's own in res.Decision.
+func (r *Router) decide(res airlock.Result, job airlock.Job, ri, ti int, refused bool) airlock.Result {
 	var reasons []string
 	if refused || (job.Tier != "" && job.Tier != TierAuto) {
 		reasons = r.lines(job)
@@ -404,7 +453,7 @@ func (r *Router) Run(ctx context.Context, job airlock.Job) (res airlock.Result, 
 	} else {
 		res.Decision = reasons
 	}
-	return res, err
+	return res
 }
 
 // refuse is the Result of a job no tier runs.

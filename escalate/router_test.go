@@ -2,6 +2,7 @@ package escalate_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -367,4 +368,121 @@ func TestCredentialsNeverRouteBelowAccount(t *testing.T) {
 		require.ErrorAs(t, err, &na, "%+v", job)
 		assert.NotContains(t, err.Error(), "does not run jobs", "%+v", job)
 	}
+}
+
+// runRefuser is a self-admitting tier (AdmitsInRun) that admits every
+// command job but refuses it in Run: a tier that cannot honour a job it
+// admitted.
+type runRefuser struct{ levelTier }
+
+func (*runRefuser) AdmitsInRun() {}
+func (t *runRefuser) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	err := &airlock.NotAdmitted{Tier: t.name, Reason: "cannot honour it"}
+	res := airlock.Result{Tier: t.name, Level: t.level}
+	res.SetError(err)
+	return res, err
+}
+
+// runCounter runs every command job and counts the runs.
+type runCounter struct {
+	levelTier
+	runs int
+}
+
+func (t *runCounter) Run(context.Context, airlock.Job) (airlock.Result, error) {
+	t.runs++
+	return airlock.Result{Tier: t.name, Level: t.level}, nil
+}
+
+// A job the tier Route and Explain chose refuses in its own Run is
+// refused by that tier; it is not run on another tier than the
+// explanation names. RunOn runs on the named tier or nowhere.
+func TestRunDoesNotMoveOnAfterRunRefuses(t *testing.T) {
+	cmd := []airlock.Kind{airlock.KindCommand}
+	other := &runCounter{levelTier: levelTier{name: "gvisor", level: 4, cost: 400 * time.Millisecond, kinds: cmd}}
+	r, err := escalate.New(escalate.DefaultPolicy(), []airlock.Tier{
+		&runRefuser{levelTier{name: "cheap", level: 4, cost: 10 * time.Millisecond, kinds: cmd}},
+		other,
+	})
+	require.NoError(t, err)
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "public"}
+	require.Equal(t, "cheap", r.Explain(&job).Chosen)
+	res, err := r.Run(context.Background(), job)
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+	assert.Equal(t, "cheap", res.Tier)
+	assert.Zero(t, other.runs, "run on a tier the explanation did not choose")
+
+	_, err = r.RunOn(context.Background(), job, "gvisor")
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, err.Error(), "chooses tier cheap")
+	assert.Zero(t, other.runs)
+	job.Tier = "gvisor"
+	res, err = r.RunOn(context.Background(), job, "gvisor")
+	require.NoError(t, err)
+	assert.Equal(t, 1, other.runs)
+	assert.Contains(t, strings.Join(res.Decision, "\n"), "gvisor: chosen: requested by the job")
+}
+
+// A policy reads one way only: a field given twice (the last would win
+// in JSON) or in another case than its name, data after the policy, two
+// rules of one name, and a rule that never applies (every job it matches
+// meets an earlier rule first, so its minimum does not hold) are errors.
+func TestPolicyReadsOneWay(t *testing.T) {
+	for _, c := range []struct{ policy, want string }{
+		{`{"rules": [{"name": "x", "min_level": 5, "min_level": 1}]}`, "rules.min_level: given twice"},
+		{`{"rules": [{"name": "x", "min_level": 5}], "rules": [{"name": "y", "min_level": 1}]}`, "rules: given twice"},
+		{`{"rules": [{"name": "x", "Min_Level": 1}]}`, `write the field as "min_level"`},
+		{"rules:\n  - name: x\n    min_level: 5\n    MIN_LEVEL: 1\n", `write the field as "min_level"`},
+		{`{"rules": [{"name": "x", "min_level": 1, "match": {"Situations": ["public"]}}]}`, `write the field as "situations"`},
+		{`{"rules": [{"name": "x", "min_level": 5}]} {"rules": [{"name": "y", "min_level": 1}]}`, "more data after the policy"},
+		{`{"rules": [{"name": "x", "min_level": 4, "match": {"situations": ["public"]}}, {"name": "x", "min_level": 1}]}`, "another rule has that name"},
+		{"rules:\n  - {name: everything, min_level: 1}\n  - {name: public, min_level: 4, match: {situations: [public]}}\n", "rule 1 (public) never applies"},
+		{`{"rules": [{"name": "commands", "min_level": 3, "match": {"kinds": ["command"]}}, {"name": "public-commands", "min_level": 4, "match": {"kinds": ["command"], "situations": ["public"]}}, {"name": "rest", "min_level": 4}]}`, "rule 1 (public-commands) never applies"},
+	} {
+		_, err := escalate.ParsePolicy([]byte(c.policy))
+		if assert.Error(t, err, c.policy) {
+			assert.Contains(t, err.Error(), c.want, c.policy)
+		}
+	}
+	// The default policy, written out, reads back as itself.
+	p, err := escalate.ParsePolicy(mustJSON(t, escalate.DefaultPolicy()))
+	require.NoError(t, err)
+	assert.Equal(t, escalate.DefaultPolicy(), p)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	return data
+}
+
+// A job that names a session runs in it: it is of lifecycle session for
+// the rules that allow only some lifecycles.
+func TestSessionJobsKeepTheRulesLifecycles(t *testing.T) {
+	r := newRouter(t, nil)
+	job := airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "multi-tenant", Session: "s-1"}
+	_, err := r.Route(&job)
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, err.Error(), "allows only lifecycles [ephemeral], not session")
+	job.Situation = "public"
+	_, err = r.Route(&job)
+	require.NoError(t, err)
+}
+
+// A rule's tiers name tiers the router has: "GVisor" or " microvm" would
+// leave the rule's jobs no tier at all.
+func TestPolicyTiersNameTheRoutersTiers(t *testing.T) {
+	for _, name := range []string{"GVisor", " microvm", "micro-vm"} {
+		p := escalate.Policy{Rules: []escalate.Rule{{Name: "hardware", MinLevel: 4, Tiers: []string{name}}}}
+		_, err := escalate.New(p, tiers(nil))
+		if assert.Error(t, err, name) {
+			assert.Contains(t, err.Error(), "no tier named")
+		}
+	}
+	p := escalate.Policy{Rules: []escalate.Rule{{Name: "hardware", MinLevel: 4, Tiers: []string{"microvm"}}}}
+	_, err := escalate.New(p, tiers(nil))
+	require.NoError(t, err)
 }

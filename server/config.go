@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/jsonkeys"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 	"github.com/google/go-containerregistry/pkg/name"
 )
@@ -421,7 +423,8 @@ func (d Duration) or(def time.Duration) time.Duration {
 }
 
 // ParseConfig reads a configuration in YAML or JSON, strictly: unknown
-// fields are errors that name the field.
+// fields, and fields given twice or in another case, are errors that name
+// the field.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
 	trimmed := bytes.TrimSpace(data)
@@ -438,10 +441,16 @@ func ParseConfig(data []byte) (Config, error) {
 			return c, fmt.Errorf("configuration YAML: %w", err)
 		}
 	}
+	if err := jsonkeys.Check(data, reflect.TypeFor[Config]()); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return c, fmt.Errorf("configuration: more data after the configuration")
 	}
 	return c, c.Validate()
 }
@@ -522,6 +531,16 @@ func (c *Config) Validate() error {
 		if t.MaxConcurrent < 0 || t.RunsPerMinute < 0 {
 			return fmt.Errorf("%s: quotas must not be negative", where)
 		}
+		// An empty list, written out, reads as "none" but would mean
+		// "any" (tiers, images) or "the default" (situations).
+		switch {
+		case t.Tiers != nil && len(t.Tiers) == 0:
+			return fmt.Errorf("%s.tiers: an empty list; leave it out to let the tenant use every tier", where)
+		case t.Images != nil && len(t.Images) == 0:
+			return fmt.Errorf("%s.images: an empty list; leave it out to let the tenant use every image the server offers", where)
+		case t.Situations != nil && len(t.Situations) == 0:
+			return fmt.Errorf("%s.situations: an empty list; leave it out for the tenant's situation alone", where)
+		}
 		for _, s := range t.Situations {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: s}
 			if err := j.Validate(); err != nil {
@@ -538,6 +557,14 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.mcp_wrapped[%d].name: two wrapped servers named %q", where, j, ws.Name)
 			}
 			wnames[ws.Name] = true
+			// It runs as the tenant: on a tier and in a situation the
+			// tenant may use.
+			if allowed, _ := t.situations(); ws.Situation != "" && !slices.Contains(allowed, ws.Situation) {
+				return fmt.Errorf("%s.mcp_wrapped[%d].situation: %s is not among the tenant's situations %v", where, j, ws.Situation, allowed)
+			}
+			if ws.Tier != "" && len(t.Tiers) > 0 && !slices.Contains(t.Tiers, ws.Tier) {
+				return fmt.Errorf("%s.mcp_wrapped[%d].tier: %s is not among the tenant's tiers %v", where, j, ws.Tier, t.Tiers)
+			}
 		}
 		if t.Situation != "" {
 			j := airlock.Job{Kind: airlock.KindExpr, Code: "1", Situation: t.Situation}

@@ -306,18 +306,38 @@ func (t *tenant) route(s *Server, job *airlock.Job) (airlock.Tier, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := t.allowTier(tier.Name()); err != nil {
+	if err := t.onTier(tier, job); err != nil {
 		return nil, err
+	}
+	return tier, nil
+}
+
+// onTier applies the tenant's rules for the tier the router chose: the
+// tenant's allowed tiers, and on the account tier its default account.
+// Explanations call it too, so that they refuse what a run refuses.
+func (t *tenant) onTier(tier airlock.Tier, job *airlock.Job) error {
+	if err := t.allowTier(tier.Name()); err != nil {
+		return err
 	}
 	if _, ok := tier.(accountTier); ok && job.Account == "" {
 		// The job runs under the tenant's default account, named in the
 		// job so that its approval binds it too.
 		if len(t.Accounts) == 0 {
-			return nil, t.noAccount()
+			return t.noAccount()
 		}
 		job.Account = t.Accounts[0]
 	}
-	return tier, nil
+	return nil
+}
+
+// chosen is the router's tier named name (an explanation's choice).
+func (s *Server) chosen(name string) airlock.Tier {
+	for _, tr := range s.router.Tiers() {
+		if tr.Name() == name {
+			return tr
+		}
+	}
+	return nil
 }
 
 // accountTier is the account tier (tiers/account), which runs a job under
@@ -596,16 +616,18 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 		begin()
 		if rq.session != nil {
 			res, err = rq.session.run(ctx, final)
+			res.Decision = append(s.router.Explain(&final).Lines(), res.Decision...)
 		} else {
-			res, err = tier.Run(ctx, final)
+			res, err = s.router.RunOn(ctx, final, tier.Name())
 		}
-		res.Decision = s.router.Explain(&final).Lines()
 	case rq.session != nil:
 		begin()
 		res, err = rq.session.run(ctx, *job)
 	default:
+		// On the tier route chose and the tenant's rules and the
+		// approval policy were checked against, or not at all.
 		begin()
-		res, err = s.router.Run(ctx, *job)
+		res, err = s.router.RunOn(ctx, *job, tier.Name())
 	}
 	elapsed := time.Since(start)
 	s.metrics.inFlight.Add(-1)
@@ -887,7 +909,7 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	if admitErr != nil {
 		out.Tenant = admitErr.Error()
 	} else if x.Chosen != "" {
-		if err := t.allowTier(x.Chosen); err != nil {
+		if err := t.onTier(s.chosen(x.Chosen), &job); err != nil {
 			out.Tenant = err.Error()
 		}
 		out.Approval = s.approvals.Requires(&job, x.Chosen)

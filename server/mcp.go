@@ -230,7 +230,7 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 		Instructions: "airlock runs untrusted code in the cheapest isolation boundary that still holds. Each tool result says which tier ran the job and why.",
 	})
 	srv.AddReceivingMiddleware(plainArgumentErrors, uniqueArgumentKeys)
-	iso := isolationEnums{tiers: s.tierNames(), situations: t.allowed}
+	iso := isolationEnums{tiers: s.tierNames(t), situations: t.allowed}
 	run := func(ctx context.Context, req *mcp.CallToolRequest, job airlock.Job, c common, ss *session) (*mcp.CallToolResult, any, error) {
 		if err := isolationChosen(t, c); err != nil {
 			return toolError(err)
@@ -298,6 +298,12 @@ func (s *Server) mcpFor(t *tenant) (*mcp.Server, error) {
 				return toolError(err)
 			}
 			x := s.router.Explain(&job)
+			if x.Chosen != "" {
+				// The tenant's rules for the chosen tier, as a run applies them.
+				if err := t.onTier(s.chosen(x.Chosen), &job); err != nil {
+					return toolError(err)
+				}
+			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(x.Lines(), "\n")}}}, x, nil
 		})
 	addTool[openInput](srv, t, iso, "open_session", descOpen,
@@ -511,10 +517,13 @@ func schemaFor[T any]() *jsonschema.Schema {
 	return sc
 }
 
-func (s *Server) tierNames() []string {
+// tierNames are the tiers t may use, for its MCP tools' "tier" enum.
+func (s *Server) tierNames(t *tenant) []string {
 	var names []string
 	for _, tr := range s.router.Tiers() {
-		names = append(names, tr.Name())
+		if t.allowTier(tr.Name()) == nil {
+			names = append(names, tr.Name())
+		}
 	}
 	return names
 }

@@ -304,6 +304,17 @@ func TestMCPModelCannotLowerIsolation(t *testing.T) {
 			t.Errorf("run_command's schema lacks the enums: %s", schema)
 		}
 	}
+	// A tenant limited to some tiers is offered those alone.
+	h := newFixture(t, func(c *server.Config) { c.Tenants[1].MCPIsolation = true })
+	tools, err = connectMemory(t, h, "b").ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if schema, _ := json.Marshal(tool.InputSchema); tool.Name == "run_starlark" && !strings.Contains(string(schema), `"enum":["auto","expr","starlark"]`) {
+			t.Errorf("run_starlark's tier enum for a tenant limited to expr and starlark: %s", schema)
+		}
+	}
 	res, _ := call(t, cs, "run_command", map[string]any{"argv": []string{"true"}, "tier": "seccomp", "situation": "expression"})
 	if !res.IsError || !strings.Contains(text(res), "expression does not equal any of") {
 		t.Errorf("a situation the tenant may not use: %s", text(res))

@@ -148,6 +148,10 @@ func (s *Server) handleOpenSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, resp)
 }
 
+// sessionToOpen stands for the id of a session being opened in the job
+// routed to open it.
+const sessionToOpen = "s-new"
+
 // openSession opens a session for t on the named tier, or on the tier the
 // router picks for job; a ttl of zero is the server's maximum.
 func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, job *airlock.Job, ttl time.Duration) (openResponse, error) {
@@ -158,7 +162,9 @@ func (s *Server) openSession(ctx context.Context, t *tenant, tierName string, jo
 		if tierName != "" {
 			job.Tier = tierName
 		}
-		job.Session, job.Lifecycle = "", ""
+		// Routed as a job in a session, so that a rule's lifecycles
+		// apply: the id is a stand-in until the session has its own.
+		job.Session, job.Lifecycle = sessionToOpen, ""
 		var err error
 		if tier, err = t.route(s, job); err != nil {
 			return openResponse{}, err
@@ -287,7 +293,7 @@ func (s *Server) defaultRefusal(t *tenant, tier airlock.Tier) string {
 		if tier.Admit(probe) != nil {
 			continue // not the tier's kind
 		}
-		probe.Tier = tier.Name()
+		probe.Tier, probe.Session = tier.Name(), sessionToOpen
 		if _, err := t.route(s, &probe); err != nil {
 			return fmt.Sprintf("a %s job of situation %s (the tenant's default) would be refused in this session: %v", probe.Kind, t.defSit, err)
 		}

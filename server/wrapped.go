@@ -172,6 +172,9 @@ func (s *Server) startWrapped(ctx context.Context, wr *wrapped) (*mcpwrap.Wrappe
 	// its CPU and output are the tenant's maxima.
 	job.Limits = airlock.Limits{WallMS: wr.life.Milliseconds(), CPUMS: t.limits.Max.CPUMS, OutputBytes: t.limits.Max.OutputBytes}
 	tier, err := s.router.Route(&job)
+	if err == nil {
+		err = t.allowTier(tier.Name())
+	}
 	if err != nil {
 		release()
 		return nil, err

@@ -27,6 +27,18 @@ func TestWrappedConfig(t *testing.T) {
 			t.Errorf("%q: %v, want an error naming %s", c.body, err, c.want)
 		}
 	}
+	// It runs as the tenant: in its situations, on its tiers.
+	for _, c := range []struct{ tenant, body, want string }{
+		{"    situations: [public]\n", "      - {name: x, argv: [node], situation: internal}\n", "mcp_wrapped[0].situation: internal is not among the tenant's situations"},
+		{"    situation: internal\n", "      - {name: x, argv: [node], situation: public}\n", "mcp_wrapped[0].situation: public is not among"},
+		{"    tiers: [microvm]\n", "      - {name: x, argv: [node], tier: process}\n", "mcp_wrapped[0].tier: process is not among the tenant's tiers"},
+	} {
+		body := "tenants:\n  - name: a\n    key_sha256: " + server.HashKey(keyA) + "\n" + c.tenant + "    mcp_wrapped:\n" + c.body
+		_, err := server.ParseConfig([]byte(body))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error naming %s", body, err, c.want)
+		}
+	}
 	cfg, err := server.ParseConfig([]byte(base + "      - {name: x, argv: [node], max_lifetime: 1h, policy: {default: deny, roots: [/srv], path_args: [path], refuse: {'*': ['*.pem']}, tools: {t: {allow: true, approval: true}}}}\n"))
 	if err != nil {
 		t.Fatal(err)
