@@ -37,6 +37,12 @@ func opCmp(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value,
 	var err error
 	switch op {
 	case syntax.IN, syntax.NOT_IN:
+		if found, done, err := w.scan(x, y); done {
+			if err != nil {
+				return nil, err
+			}
+			return sl.Bool(found == (op == syntax.IN)), nil
+		}
 		err = w.membership(x, y)
 	default:
 		err = w.pair(x, y, 0)
@@ -149,6 +155,40 @@ func (w *costWalk) hash(x sl.Value, depth int) error {
 		}
 	}
 	return nil
+}
+
+// scan answers x in y for a list or tuple y as upstream does (equality
+// with each element in turn), polling as it goes: scanning millions of
+// elements is one step, and hundreds of such steps fit between two
+// step-based polls. Pairs of containers are walked first. done is false
+// for other kinds of y.
+func (w *costWalk) scan(x, y sl.Value) (found, done bool, err error) {
+	var seq sl.Indexable
+	switch y := y.(type) {
+	case *sl.List:
+		seq = y
+	case sl.Tuple:
+		seq = y
+	default:
+		return false, false, nil
+	}
+	deep := isContainer(x)
+	for i := 0; i < seq.Len(); i++ {
+		e := seq.Index(i)
+		if deep && isContainer(e) {
+			if err := w.pair(x, e, 0); err != nil {
+				return false, true, err
+			}
+		} else if i%pollIters == pollIters-1 {
+			if err := w.st.poll(); err != nil {
+				return false, true, err
+			}
+		}
+		if eq, err := sl.Equal(e, x); err != nil || eq {
+			return eq, true, err
+		}
+	}
+	return false, true, nil
 }
 
 // membership walks x in y: equality with each element of a sequence, or

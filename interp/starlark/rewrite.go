@@ -193,7 +193,10 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		case syntax.LTLT:
 			return call(nameLsh, e.OpPos, e.X, e.Y)
 		}
-		if code := cmpCode(e.Op); code >= 0 && !r.scalar(e.X) && !r.scalar(e.Y) {
+		// A membership test scans its right operand, whatever its left
+		// one is; other comparisons with a scalar cost at most a string's
+		// length.
+		if code := cmpCode(e.Op); code >= 0 && !r.scalar(e.Y) && (!r.scalar(e.X) || e.Op == syntax.IN || e.Op == syntax.NOT_IN) {
 			return call(nameCmp, e.OpPos, intLit(code, e.OpPos), e.X, e.Y)
 		}
 	case *syntax.UnaryExpr:

@@ -458,3 +458,23 @@ func TestValueWithinOutputCap(t *testing.T) {
 		}
 	}
 }
+
+func TestWallClockBetweenSteps(t *testing.T) {
+	// Each step scans millions of elements; a few hundred of them fit
+	// between two step-based polls. The scan itself must poll.
+	for _, code := range []string{
+		"big = [0] * 4000000\nfor i in range(400):\n    if 1 in big:\n        pass",
+		"big = tuple([0] * 4000000)\nfor i in range(400):\n    if 1 not in big:\n        pass",
+		"big = [0] * 4000000\nn = 1\nfor i in range(400):\n    if n in big:\n        pass",
+	} {
+		j := job(code)
+		j.Limits.WallMS = 300
+		start := time.Now()
+		_, err := run(t, j)
+		took := time.Since(start)
+		var st *airlock.Stop
+		require.ErrorAs(t, err, &st, code)
+		assert.Equal(t, airlock.StopTimeout, st.Reason, code)
+		assert.Less(t, took, 2*time.Second, "%q stopped %v after a 300ms wall clock", code, took)
+	}
+}
