@@ -478,3 +478,21 @@ func TestWallClockBetweenSteps(t *testing.T) {
 		assert.Less(t, took, 2*time.Second, "%q stopped %v after a 300ms wall clock", code, took)
 	}
 }
+
+func TestRangeExtremes(t *testing.T) {
+	// Ranges whose elements span more than 2^63: slicing, length and
+	// membership must not overflow (a zero step divided by zero).
+	res, err := run(t, job(`
+r = range(0, (1 << 63) - 1, 1 << 62)
+s = r[::4]
+w = range(-(1 << 63), (1 << 63) - 1, 1 << 62)
+result = [len(r), len(s), list(s), 1 in s, 0 in s, len(w), (1 << 62) in w, -(1 << 62) in w, 5 in w, list(w[::3])]`))
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(2), int64(1), []any{int64(0)}, false, true, int64(4), true, true, false,
+		[]any{int64(-1 << 63), int64(1 << 62)}}, res.Value)
+
+	_, err = run(t, job("r = range(-(1 << 63), (1 << 63) - 1)"))
+	var ei *airlock.ErrorInfo
+	require.ErrorAs(t, err, &ei)
+	assert.Contains(t, ei.Message, "range: more than")
+}
