@@ -107,10 +107,30 @@ func (r *rewriter) assign(s *syntax.AssignStmt, depth int) syntax.Stmt {
 		code = 1
 	case syntax.LTLT_EQ:
 		code = 2
+	case syntax.AMP_EQ, syntax.CIRCUMFLEX_EQ:
+		if id, ok := s.LHS.(*syntax.Ident); ok && r.ints[id.Name] && r.isInt(s.RHS) {
+			return s
+		}
+		code = 3
+		if s.Op == syntax.CIRCUMFLEX_EQ {
+			code = 4
+		}
+	case syntax.PIPE_EQ:
+		// Upstream updates a dict in place; the operand is charged, and
+		// for a name, the set it copies too.
+		if id, ok := s.LHS.(*syntax.Ident); ok {
+			if r.ints[id.Name] && r.isInt(s.RHS) {
+				return s
+			}
+			s.RHS = call(nameGrowOr, s.OpPos, &syntax.Ident{NamePos: id.NamePos, Name: id.Name}, s.RHS)
+		} else {
+			s.RHS = call(nameGrowOr, s.OpPos, &syntax.Ident{NamePos: s.OpPos, Name: "None"}, s.RHS)
+		}
+		return s
 	default:
 		return s
 	}
-	op := []string{nameMul, nameMod, nameLsh}[code]
+	op := []string{nameMul, nameMod, nameLsh, nameAnd, nameXor}[code]
 	switch lhs := s.LHS.(type) {
 	case *syntax.Ident:
 		// x op= y is x = x op y for these operators (none is in place).
@@ -192,6 +212,11 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 			return call(nameMod, e.OpPos, e.X, e.Y)
 		case syntax.LTLT:
 			return call(nameLsh, e.OpPos, e.X, e.Y)
+		case syntax.PIPE, syntax.AMP, syntax.CIRCUMFLEX:
+			if r.isInt(e.X) && r.isInt(e.Y) {
+				return e
+			}
+			return call(map[syntax.Token]string{syntax.PIPE: nameOr, syntax.AMP: nameAnd, syntax.CIRCUMFLEX: nameXor}[e.Op], e.OpPos, e.X, e.Y)
 		}
 		// A membership test scans its right operand, whatever its left
 		// one is; other comparisons with a scalar cost at most a string's
@@ -221,10 +246,16 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		e.X = r.expr(e.X, depth)
 		e.Y = r.expr(e.Y, depth)
 	case *syntax.SliceExpr:
-		e.X = r.expr(e.X, depth)
-		e.Lo = r.expr(e.Lo, depth)
-		e.Hi = r.expr(e.Hi, depth)
-		e.Step = r.expr(e.Step, depth)
+		args := []syntax.Expr{nil, r.expr(e.X, depth)}
+		mask := 0
+		for i, p := range []syntax.Expr{e.Lo, e.Hi, e.Step} {
+			if p != nil {
+				mask |= 1 << i
+				args = append(args, r.expr(p, depth))
+			}
+		}
+		args[0] = intLit(mask, e.Lbrack)
+		return call(nameSlice, e.Lbrack, args...)
 	case *syntax.Comprehension:
 		e.Body = r.expr(e.Body, depth)
 		for _, c := range e.Clauses {

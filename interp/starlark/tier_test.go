@@ -496,3 +496,30 @@ result = [len(r), len(s), list(s), 1 in s, 0 in s, len(w), (1 << 62) in w, -(1 <
 	require.ErrorAs(t, err, &ei)
 	assert.Contains(t, ei.Message, "range: more than")
 }
+
+func TestCopiesCharged(t *testing.T) {
+	// Each step copies a large value the script already holds; kept, the
+	// copies grow the heap far past the budget unless each is charged.
+	for _, code := range []string{
+		"big = list(range(100000))\nkeep = [big[::1] for i in range(1000)]",
+		"big = list(range(100000))\nkeep = [big[:] for i in range(1000)]",
+		"big = tuple(range(100000))\nkeep = [big[::-1] for i in range(1000)]",
+		"s = 'ab' * 500000\nkeep = [s[::-1] for i in range(1000)]",
+		"s = 'ab' * 500000\nkeep = [s.upper() for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = [d.items() for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = [d.values() for i in range(1000)]",
+		"s = set(range(20000))\nkeep = [s | s for i in range(1000)]",
+		"s = set(range(20000))\nkeep = [s.union(s) for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = [d | d for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e |= d\n    keep.append(e)",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e.update(d)\n    keep.append(e)",
+	} {
+		j := job(code)
+		j.Limits.MemoryMB = 64
+		_, err := run(t, j)
+		var st *airlock.Stop
+		if assert.ErrorAs(t, err, &st, code) {
+			assert.Equal(t, airlock.StopMemory, st.Reason, code)
+		}
+	}
+}
