@@ -60,6 +60,7 @@ func hiddenBuiltins() sl.StringDict {
 		nameXor:      sl.NewBuiltin("^", opBuiltin(syntax.CIRCUMFLEX)),
 		nameGrowOr:   sl.NewBuiltin("|=", opGrowOr),
 		nameSlice:    sl.NewBuiltin("slice", opSlice),
+		nameKey:      sl.NewBuiltin("key", opKey),
 	}
 }
 
@@ -387,6 +388,10 @@ var wrappedMethods = map[string]bool{
 	"upper": true, "lower": true, "title": true, "capitalize": true,
 	"items": true, "keys": true, "values": true, "update": true,
 	"union": true, "intersection": true, "difference": true, "symmetric_difference": true,
+	// Methods that hash a key: the key's hashing is bounded.
+	"get": true, "pop": true, "setdefault": true, "add": true, "remove": true, "discard": true,
+	// List methods that compare: bounded as == is.
+	"index": true,
 }
 
 var (
@@ -400,7 +405,11 @@ var (
 	}
 	listExtend    = sl.NewBuiltin("extend", listExtendBounded)
 	copyingMethod = map[string]*sl.Builtin{}
-	timeIn        = sl.NewBuiltin("in_location", timeInLocation)
+	listSearch    = map[string]*sl.Builtin{
+		"index":  sl.NewBuiltin("index", listSearchBounded),
+		"remove": sl.NewBuiltin("remove", listSearchBounded),
+	}
+	timeIn = sl.NewBuiltin("in_location", timeInLocation)
 )
 
 func init() {
@@ -408,6 +417,44 @@ func init() {
 		"union", "intersection", "difference", "symmetric_difference"} {
 		copyingMethod[name] = sl.NewBuiltin(name, copyCharged)
 	}
+	for _, name := range []string{"get", "pop", "setdefault", "add", "remove", "discard"} {
+		copyingMethod[name] = sl.NewBuiltin(name, keyBounded)
+	}
+}
+
+// listSearchBounded walks the comparisons list.index and list.remove
+// could make (containers compared recursively, see $cmp), polling, then
+// calls upstream's method.
+func listSearchBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	if len(args) > 0 {
+		l := b.Receiver().(*sl.List)
+		w := newCostWalk(stateOf(th))
+		deep := isContainer(args[0])
+		for i := 0; i < l.Len(); i++ {
+			if deep && isContainer(l.Index(i)) {
+				if err := w.pair(l.Index(i), args[0], 0); err != nil {
+					return nil, err
+				}
+			} else if err := w.visit(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+// keyBounded bounds the hashing of a dict or set method's key, then calls
+// upstream's method.
+func keyBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	if len(args) > 0 {
+		if _, ok := args[0].(sl.Tuple); ok {
+			w := newCostWalk(stateOf(th))
+			if err := w.hash(args[0], 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return upstream(th, b, args, kwargs)
 }
 
 func boundedMethod(x sl.Value, name string) *sl.Builtin {
@@ -422,17 +469,20 @@ func boundedMethod(x sl.Value, name string) *sl.Builtin {
 		}
 	case *sl.Dict:
 		switch name {
-		case "items", "keys", "values", "update":
+		case "items", "keys", "values", "update", "get", "pop", "setdefault":
 			return copyingMethod[name]
 		}
 	case *sl.Set:
 		switch name {
-		case "union", "intersection", "difference", "symmetric_difference", "update":
+		case "union", "intersection", "difference", "symmetric_difference", "update", "add", "remove", "discard":
 			return copyingMethod[name]
 		}
 	case *sl.List:
-		if name == "extend" {
+		switch name {
+		case "extend":
 			return listExtend
+		case "index", "remove":
+			return listSearch[name]
 		}
 	case libtime.Time:
 		if name == "in_location" {
@@ -591,8 +641,15 @@ func copyCharged(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 			n++
 		}
 	}
-	if err := stateOf(th).chargeMul(n, unit, b.Name()); err != nil {
+	st := stateOf(th)
+	if err := st.chargeMul(n, unit, b.Name()); err != nil {
 		return nil, err
+	}
+	w := newCostWalk(st)
+	for _, a := range args {
+		if err := w.hashable(a); err != nil {
+			return nil, err
+		}
 	}
 	return upstream(th, b, args, kwargs)
 }

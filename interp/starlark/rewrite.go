@@ -153,7 +153,7 @@ func (r *rewriter) target(e syntax.Expr, depth int) syntax.Expr {
 	switch e := e.(type) {
 	case *syntax.IndexExpr:
 		e.X = r.expr(e.X, depth+1)
-		e.Y = r.expr(e.Y, depth+1)
+		e.Y = r.key(r.expr(e.Y, depth+1))
 	case *syntax.DotExpr:
 		e.X = r.expr(e.X, depth+1)
 	case *syntax.TupleExpr:
@@ -244,7 +244,7 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		}
 	case *syntax.IndexExpr:
 		e.X = r.expr(e.X, depth)
-		e.Y = r.expr(e.Y, depth)
+		e.Y = r.key(r.expr(e.Y, depth))
 	case *syntax.SliceExpr:
 		args := []syntax.Expr{nil, r.expr(e.X, depth)}
 		mask := 0
@@ -270,11 +270,11 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 	case *syntax.DictExpr:
 		for _, x := range e.List {
 			entry := x.(*syntax.DictEntry)
-			entry.Key = r.expr(entry.Key, depth)
+			entry.Key = r.key(r.expr(entry.Key, depth))
 			entry.Value = r.expr(entry.Value, depth)
 		}
 	case *syntax.DictEntry:
-		e.Key = r.expr(e.Key, depth)
+		e.Key = r.key(r.expr(e.Key, depth))
 		e.Value = r.expr(e.Value, depth)
 	case *syntax.LambdaExpr:
 		r.params(e.Params, depth)
@@ -289,6 +289,16 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		e.False = r.expr(e.False, depth)
 	}
 	return e
+}
+
+// key wraps an index or dict key that may be a tuple in $key, which
+// bounds the cost of hashing it. Literals and known integers are left
+// alone.
+func (r *rewriter) key(e syntax.Expr) syntax.Expr {
+	if r.scalar(e) {
+		return e
+	}
+	return call(nameKey, syntax.Start(e), e)
 }
 
 func call(name string, pos syntax.Position, args ...syntax.Expr) *syntax.CallExpr {

@@ -523,3 +523,47 @@ func TestCopiesCharged(t *testing.T) {
 		}
 	}
 }
+
+func TestHashingBounded(t *testing.T) {
+	// Upstream hashes tuples recursively, with no depth limit and no
+	// cancellation: a chain millions deep overflows the Go stack (a fatal
+	// error, not a panic), and a tuple sharing itself 64 levels deep
+	// hashes 2^64 nodes. Every place that hashes a key must refuse both.
+	sites := []string{
+		"x = {t: 1}", "x = {t: 1 for i in range(1)}", "d = {}\nx = d[t]", "d = {}\nd[t] = 1",
+		"d = {}\nx = d.get(t)", "d = {}\nx = d.pop(t, 0)", "d = {}\nd.setdefault(t)",
+		"s = set()\ns.add(t)", "s = set()\ns.discard(t)", "s = set()\ns.remove(t)", "x = set([t])",
+		"x = dict([(t, 1)])", "d = {}\nd.update([(t, 1)])", "s = set()\nx = s.union([t])",
+		"d = {}\nd[t] *= 2", "k = [t]\nd = {}\nd[k[0]] = 1",
+	}
+	for _, build := range []string{
+		"t = ()\nfor i in range(2000):\n    t = (t,)\n",
+		"t = ()\nfor i in range(64):\n    t = (t, t)\n",
+	} {
+		for _, site := range sites {
+			code := build + site
+			j := job(code)
+			j.Limits.WallMS = 2000
+			_, err := run(t, j)
+			var ei *airlock.ErrorInfo
+			if assert.ErrorAs(t, err, &ei, code) {
+				assert.Equal(t, airlock.ErrRuntime, ei.Kind, code)
+			}
+		}
+	}
+}
+
+func TestListSearchBounded(t *testing.T) {
+	// list.index and list.remove compare containers as == does: lists
+	// sharing their parts ten levels deep compare 1000^10 pairs.
+	for _, site := range []string{"x = [b].index(a)", "l = [b]\nl.remove(a)"} {
+		code := "a = [0] * 1000\nb = [0] * 1000\nfor i in range(8):\n    a = [a] * 1000\n    b = [b] * 1000\n" + site
+		j := job(code)
+		j.Limits.WallMS = 2000
+		_, err := run(t, j)
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, code) {
+			assert.Equal(t, airlock.ErrRuntime, ei.Kind, code)
+		}
+	}
+}
