@@ -41,6 +41,7 @@ const (
 	nameXor        = "$xor"
 	nameGrowOr     = "$growor"
 	nameSlice      = "$slice"
+	nameSpread     = "$spread"
 	augBuiltinName = "augmented assignment" // how $augindex and $augattr appear in backtraces
 )
 
@@ -61,6 +62,7 @@ func hiddenBuiltins() sl.StringDict {
 		nameGrowOr:   sl.NewBuiltin("|=", opGrowOr),
 		nameSlice:    sl.NewBuiltin("slice", opSlice),
 		nameKey:      sl.NewBuiltin("key", opKey),
+		nameSpread:   sl.NewBuiltin("spread", opSpread),
 	}
 }
 
@@ -266,6 +268,25 @@ func opGrowOr(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Val
 		m += s.Len()
 	}
 	return y, stateOf(th).chargeMul(int64(m), entryBytes, "|=")
+}
+
+// opSpread wraps the operand of f(*x) and f(**x): the interpreter copies
+// x into the call's arguments (and a function's *args tuple or **kwargs
+// dict) in one step, so its elements are charged first. A range charges
+// itself as it is drained.
+func opSpread(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	x := args[0]
+	if _, ok := x.(rangeValue); ok {
+		return x, nil
+	}
+	unit := int64(3 * slotBytes)
+	if _, ok := x.(sl.Mapping); ok {
+		unit = entryBytes + 2*slotBytes
+	}
+	if n := sl.Len(x); n > 0 {
+		return x, stateOf(th).chargeMul(int64(n), unit, "argument spread")
+	}
+	return x, nil
 }
 
 // opSlice is x[lo:hi:step]: args[0] says which of lo, hi and step were

@@ -235,6 +235,11 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 				b.Y = r.expr(b.Y, depth) // name=value
 				continue
 			}
+			if u, ok := a.(*syntax.UnaryExpr); ok && (u.Op == syntax.STAR || u.Op == syntax.STARSTAR) {
+				// f(*x), f(**x): the spread copies x into the arguments.
+				u.X = call(nameSpread, u.OpPos, r.expr(u.X, depth))
+				continue
+			}
 			e.Args[i] = r.expr(a, depth)
 		}
 	case *syntax.DotExpr:

@@ -567,3 +567,19 @@ func TestListSearchBounded(t *testing.T) {
 		}
 	}
 }
+
+func TestSpreadCharged(t *testing.T) {
+	// f(*x) and f(**x) copy x into the call's arguments in one step.
+	for _, code := range []string{
+		"big = list(range(100000))\ndef f(*a):\n    return a\nkeep = [f(*big) for i in range(1000)]",
+		"d = dict([(str(i), i) for i in range(20000)])\ndef f(**kw):\n    return kw\nkeep = [f(**d) for i in range(1000)]",
+	} {
+		j := job(code)
+		j.Limits.MemoryMB = 64
+		_, err := run(t, j)
+		var st *airlock.Stop
+		if assert.ErrorAs(t, err, &st, code) {
+			assert.Equal(t, airlock.StopMemory, st.Reason, code)
+		}
+	}
+}
