@@ -583,3 +583,22 @@ func TestSpreadCharged(t *testing.T) {
 		}
 	}
 }
+
+func TestJSONDecodeBigInt(t *testing.T) {
+	// Decoding an integer is quadratic in its digits (a million took
+	// seconds in one step); refused past 4300 digits, as int() is.
+	for _, code := range []string{
+		`x = json.decode("9" * 100000)`,
+		`x = json.decode("[1, -" + "9" * 5000 + "]")`,
+		`x = json.decode('{"a": "x", "b": ' + "9" * 5000 + '}')`,
+	} {
+		_, err := run(t, job(code))
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, code) {
+			assert.Contains(t, ei.Message, "exceeds the limit of 4300 digits", code)
+		}
+	}
+	res, err := run(t, job(`result = json.decode('[1.5e3, -12, "`+strings.Repeat("9", 5000)+`", 1`+strings.Repeat("0", 300)+`.5]')[:2]`))
+	require.NoError(t, err)
+	assert.Equal(t, []any{1500.0, int64(-12)}, res.Value)
+}
