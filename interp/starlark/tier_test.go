@@ -602,3 +602,48 @@ func TestJSONDecodeBigInt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []any{1500.0, int64(-12)}, res.Value)
 }
+
+func TestLoadFreezeBounded(t *testing.T) {
+	// Upstream freezes a loaded module recursively with no depth limit: a
+	// value nested millions deep overflowed the Go stack (fatal). Values
+	// nested past 10000 levels are refused; cycles, sharing, tuples and
+	// closures still freeze.
+	for _, mod := range []string{
+		"x = []\nfor i in range(20000):\n    x = [x]\n",
+		"x = ()\nfor i in range(20000):\n    x = ([], x)\n",
+		"x = {}\nfor i in range(20000):\n    x = {'k': x}\n",
+		"t = ()\nfor i in range(64):\n    t = (t, t)\nx = [t]\n",
+	} {
+		j := job("load('m.star', 'x')\nresult = 1")
+		j.Files = map[string]string{"m.star": mod}
+		_, err := run(t, j)
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, mod) {
+			assert.Contains(t, ei.Message, "cannot be frozen", mod)
+		}
+	}
+	j := job(`load('m.star', 'x', 'f', 'g')
+result = [len(x), type(f), g()[0], str(x[2])]`)
+	j.Files = map[string]string{"m.star": `
+a = [1]
+a.append(a)
+t = ((a, [2]), [3])
+x = [a, t, [t, t]]
+def mk(v):
+    return lambda: v
+f = mk([4])
+def g(d = [5]):
+    return d
+`}
+	res, err := run(t, j)
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(3), "function", int64(5), "[(([1, [...]], [2]), [3]), (([1, [...]], [2]), [3])]"}, res.Value)
+	for _, code := range []string{"load('m.star', 'f')\nf().append(1)", "load('m.star', 'g')\ng().append(1)", "load('m.star', 'x')\nx[2][0][0][1].append(1)", "load('m.star', 'x')\nx[0][1].append(1)"} {
+		j.Code = code
+		_, err = run(t, j)
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, code) {
+			assert.Contains(t, ei.Message, "frozen", code)
+		}
+	}
+}
