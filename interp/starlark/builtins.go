@@ -302,7 +302,13 @@ func builtinSet(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 	}
 	st := stateOf(th)
 	n := 0
+	w := newCostWalk(st)
 	return s, forEach(st, x, func(v sl.Value) error {
+		if _, ok := v.(sl.Tuple); ok {
+			if err := w.hash(v, 0); err != nil {
+				return err
+			}
+		}
 		if n++; n%pollIters == 1 {
 			if err := st.chargeMul(pollIters, entryBytes, "set"); err != nil {
 				return err
@@ -330,7 +336,13 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 // errors), charged and polled.
 func updateDict(st *runState, d *sl.Dict, args sl.Tuple, kwargs []sl.Tuple) error {
 	n := 0
+	w := newCostWalk(st)
 	put := func(k, v sl.Value) error {
+		if _, ok := k.(sl.Tuple); ok {
+			if err := w.hash(k, 0); err != nil {
+				return err
+			}
+		}
 		if n++; n%pollIters == 1 {
 			if err := st.chargeMul(pollIters, entryBytes+slotBytes, "dict"); err != nil {
 				return err

@@ -11,6 +11,56 @@ import (
 // tests whose operands are not known to be scalars.
 const nameCmp = "$cmp"
 
+// nameKey is the hidden built-in that bounds the hashing of subscripts
+// and dict keys.
+const nameKey = "$key"
+
+// opKey returns its argument, after walking what hashing it would visit
+// if it is a tuple: upstream hashes tuples recursively, with no depth
+// limit (a chain millions deep overflows the Go stack, which is fatal) and
+// no cancellation (a tuple sharing itself 64 levels deep hashes 2^64
+// nodes).
+func opKey(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	k := args[0]
+	if _, ok := k.(sl.Tuple); ok {
+		w := newCostWalk(stateOf(th))
+		if err := w.hash(k, 0); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// hashable bounds the hashing of each element of an iterable about to be
+// inserted into a set or dict (pairs for a dict: their keys are hashed),
+// cumulatively.
+func (w *costWalk) hashable(x sl.Value) error {
+	switch x := x.(type) {
+	case sl.Tuple:
+		return w.hash(x, 0)
+	case *sl.List, *sl.Set:
+		it := x.(sl.Iterable).Iterate()
+		defer it.Done()
+		var e sl.Value
+		for it.Next(&e) {
+			if _, ok := e.(sl.Tuple); ok {
+				if err := w.hash(e, 0); err != nil {
+					return err
+				}
+			}
+		}
+	case *sl.Dict:
+		for _, kv := range x.Items() {
+			if _, ok := kv[0].(sl.Tuple); ok {
+				if err := w.hash(kv[0], 0); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // cmpOps are the operators $cmp takes, by the code the rewriter passes.
 var cmpOps = []syntax.Token{syntax.EQL, syntax.NEQ, syntax.LT, syntax.GT, syntax.LE, syntax.GE, syntax.IN, syntax.NOT_IN}
 
@@ -37,6 +87,12 @@ func opCmp(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value,
 	var err error
 	switch op {
 	case syntax.IN, syntax.NOT_IN:
+		if found, done, err := w.scan(x, y); done {
+			if err != nil {
+				return nil, err
+			}
+			return sl.Bool(found == (op == syntax.IN)), nil
+		}
 		err = w.membership(x, y)
 	default:
 		err = w.pair(x, y, 0)
@@ -82,7 +138,7 @@ type costWalk struct {
 func (w *costWalk) visit() error {
 	w.visits++
 	if w.visits > w.limit {
-		return fmt.Errorf("comparison refused: it would visit more than %d elements (values that share their parts)", w.limit)
+		return fmt.Errorf("comparison or hashing refused: it would visit more than %d elements (values that share their parts)", w.limit)
 	}
 	if w.visits%pollIters == 0 {
 		return w.st.poll()
@@ -149,6 +205,40 @@ func (w *costWalk) hash(x sl.Value, depth int) error {
 		}
 	}
 	return nil
+}
+
+// scan answers x in y for a list or tuple y as upstream does (equality
+// with each element in turn), polling as it goes: scanning millions of
+// elements is one step, and hundreds of such steps fit between two
+// step-based polls. Pairs of containers are walked first. done is false
+// for other kinds of y.
+func (w *costWalk) scan(x, y sl.Value) (found, done bool, err error) {
+	var seq sl.Indexable
+	switch y := y.(type) {
+	case *sl.List:
+		seq = y
+	case sl.Tuple:
+		seq = y
+	default:
+		return false, false, nil
+	}
+	deep := isContainer(x)
+	for i := 0; i < seq.Len(); i++ {
+		e := seq.Index(i)
+		if deep && isContainer(e) {
+			if err := w.pair(x, e, 0); err != nil {
+				return false, true, err
+			}
+		} else if i%pollIters == pollIters-1 {
+			if err := w.st.poll(); err != nil {
+				return false, true, err
+			}
+		}
+		if eq, err := sl.Equal(e, x); err != nil || eq {
+			return eq, true, err
+		}
+	}
+	return false, true, nil
 }
 
 // membership walks x in y: equality with each element of a sequence, or

@@ -75,6 +75,10 @@ func jsonDecode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 		if depth > maxFormatDepth {
 			return nil, fmt.Errorf("json.decode: input nested more than %d deep", maxFormatDepth)
 		}
+		// Decoding an integer is quadratic in its digits, as int() is.
+		if n := jsonIntDigits(string(s)); n > MaxIntDigits {
+			return nil, fmt.Errorf("json.decode: integer of %d digits exceeds the limit of %d digits", n, MaxIntDigits)
+		}
 		if err := stateOf(th).chargeMul(int64(len(s)), slotBytes/2, "json.decode"); err != nil {
 			return nil, err
 		}
@@ -152,6 +156,45 @@ func jsonShape(s string) (maxDepth, lines int) {
 		}
 	}
 	return maxDepth, lines
+}
+
+// jsonIntDigits returns the number of digits of the longest integer (a
+// number with no fraction or exponent) in JSON text, outside strings.
+func jsonIntDigits(s string) int {
+	longest, digits, inString, escaped, inNumber, isInt := 0, 0, false, false, false, true
+	for i := 0; i <= len(s); i++ {
+		c := byte(0)
+		if i < len(s) {
+			c = s[i]
+		}
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch {
+		case c >= '0' && c <= '9':
+			inNumber = true
+			digits++
+		case inNumber && (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'):
+			isInt = false
+		case c == '-':
+			inNumber = true
+		default:
+			if inNumber && isInt {
+				longest = max(longest, digits)
+			}
+			inNumber, isInt, digits = false, true, 0
+			inString = c == '"'
+		}
+	}
+	return longest
 }
 
 // UTC is the only time zone the tier offers: loading any other reads the

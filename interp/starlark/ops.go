@@ -36,6 +36,12 @@ const (
 	nameAttr       = "$attr"
 	nameAugIndex   = "$augindex"
 	nameAugAttr    = "$augattr"
+	nameOr         = "$or"
+	nameAnd        = "$and"
+	nameXor        = "$xor"
+	nameGrowOr     = "$growor"
+	nameSlice      = "$slice"
+	nameSpread     = "$spread"
 	augBuiltinName = "augmented assignment" // how $augindex and $augattr appear in backtraces
 )
 
@@ -50,6 +56,13 @@ func hiddenBuiltins() sl.StringDict {
 		nameAugIndex: sl.NewBuiltin(augBuiltinName, opAugIndex),
 		nameAugAttr:  sl.NewBuiltin(augBuiltinName, opAugAttr),
 		nameCmp:      sl.NewBuiltin("comparison", opCmp),
+		nameOr:       sl.NewBuiltin("|", opBuiltin(syntax.PIPE)),
+		nameAnd:      sl.NewBuiltin("&", opBuiltin(syntax.AMP)),
+		nameXor:      sl.NewBuiltin("^", opBuiltin(syntax.CIRCUMFLEX)),
+		nameGrowOr:   sl.NewBuiltin("|=", opGrowOr),
+		nameSlice:    sl.NewBuiltin("slice", opSlice),
+		nameKey:      sl.NewBuiltin("key", opKey),
+		nameSpread:   sl.NewBuiltin("spread", opSpread),
 	}
 }
 
@@ -137,6 +150,19 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 				return nil, err
 			}
 		}
+	case syntax.PIPE, syntax.AMP, syntax.CIRCUMFLEX:
+		// Unions, intersections and symmetric differences of sets, and
+		// unions of dicts, copy their operands.
+		if n, ok := entries(x); ok {
+			if m, ok := entries(y); ok && x.Type() == y.Type() {
+				if op == syntax.AMP {
+					n, m = min(n, m), 0
+				}
+				if err := st.chargeMul(int64(n)+int64(m), entryBytes, op.String()); err != nil {
+					return nil, err
+				}
+			}
+		}
 	case syntax.LTLT:
 		if xi, ok := x.(sl.Int); ok {
 			if yi, ok := y.(sl.Int); ok {
@@ -218,6 +244,140 @@ func opGrow(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value
 	return y, nil
 }
 
+// entries reports the number of entries of a set or dict.
+func entries(v sl.Value) (int, bool) {
+	switch x := v.(type) {
+	case *sl.Set:
+		return x.Len(), true
+	case *sl.Dict:
+		return x.Len(), true
+	}
+	return 0, false
+}
+
+// opGrowOr wraps the right operand of x |= y: a dict grows by y's entries
+// in place, a set is copied with them. It returns y unchanged. Targets
+// other than names pass None for x (then only y's entries are charged).
+func opGrowOr(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	x, y := args[0], args[1]
+	m, ok := entries(y)
+	if !ok {
+		return y, nil
+	}
+	if s, ok := x.(*sl.Set); ok {
+		m += s.Len()
+	}
+	return y, stateOf(th).chargeMul(int64(m), entryBytes, "|=")
+}
+
+// opSpread wraps the operand of f(*x) and f(**x): the interpreter copies
+// x into the call's arguments (and a function's *args tuple or **kwargs
+// dict) in one step, so its elements are charged first. A range charges
+// itself as it is drained.
+func opSpread(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	x := args[0]
+	if _, ok := x.(rangeValue); ok {
+		return x, nil
+	}
+	unit := int64(3 * slotBytes)
+	if _, ok := x.(sl.Mapping); ok {
+		unit = entryBytes + 2*slotBytes
+	}
+	if n := sl.Len(x); n > 0 {
+		return x, stateOf(th).chargeMul(int64(n), unit, "argument spread")
+	}
+	return x, nil
+}
+
+// opSlice is x[lo:hi:step]: args[0] says which of lo, hi and step were
+// written (bits 1, 2, 4), and they follow x. The indices are upstream's;
+// a copy (every list slice, and strided slices of strings, bytes and
+// tuples) is charged before it is made.
+func opSlice(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
+	mask, _ := args[0].(sl.Int).Int64()
+	x := args[1]
+	parts := [3]sl.Value{sl.None, sl.None, sl.None}
+	next := 2
+	for i := range parts {
+		if mask&(1<<i) != 0 {
+			parts[i] = args[next]
+			next++
+		}
+	}
+	sliceable, ok := x.(sl.Sliceable)
+	if !ok {
+		return nil, fmt.Errorf("invalid slice operand %s", x.Type())
+	}
+	n := sliceable.Len()
+	step := 1
+	if parts[2] != sl.None {
+		var err error
+		if step, err = sl.AsInt32(parts[2]); err != nil {
+			return nil, fmt.Errorf("invalid slice step: %s", err)
+		}
+		if step == 0 {
+			return nil, fmt.Errorf("zero is not a valid slice step")
+		}
+	}
+	var start, end int
+	if step > 0 {
+		start, end = 0, n
+		if err := sliceIndex(parts[0], n, &start); err != nil {
+			return nil, fmt.Errorf("invalid start index: %s", err)
+		}
+		if err := sliceIndex(parts[1], n, &end); err != nil {
+			return nil, fmt.Errorf("invalid end index: %s", err)
+		}
+		start, end = min(max(start, 0), n), min(max(end, 0), n)
+		end = max(end, start)
+	} else {
+		start, end = n-1, -1
+		if err := sliceIndex(parts[0], n, &start); err != nil {
+			return nil, fmt.Errorf("invalid start index: %s", err)
+		}
+		if err := sliceIndex(parts[1], n, &end); err != nil {
+			return nil, fmt.Errorf("invalid end index: %s", err)
+		}
+		start, end = min(start, n-1), max(end, -1)
+		start = max(start, end)
+	}
+	var unit int64
+	switch x.(type) {
+	case *sl.List:
+		unit = elemBytes
+	case sl.Tuple:
+		if step != 1 {
+			unit = elemBytes
+		}
+	case sl.String, sl.Bytes:
+		if step != 1 {
+			unit = 1
+		}
+	}
+	if unit > 0 {
+		if err := stateOf(th).chargeMul(int64(rangeLen(start, end, step)), unit, "slice"); err != nil {
+			return nil, err
+		}
+	}
+	return sliceable.Slice(start, end, step), nil
+}
+
+// sliceIndex is upstream's: a written index, plus n if negative.
+func sliceIndex(v sl.Value, n int, result *int) error {
+	if v == sl.None {
+		return nil
+	}
+	i, err := sl.AsInt32(v)
+	if err != nil {
+		return err
+	}
+	if i < 0 {
+		i += n
+	}
+	*result = i
+	return nil
+}
+
 // opAttr is x.name for the method names that have bounded replacements.
 func opAttr(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
 	return getAttr(args[0], string(args[1].(sl.String)))
@@ -245,6 +405,14 @@ func getAttr(x sl.Value, name string) (sl.Value, error) {
 var wrappedMethods = map[string]bool{
 	"join": true, "replace": true, "format": true, "split": true, "rsplit": true,
 	"splitlines": true, "extend": true, "in_location": true,
+	// Methods that copy their receiver or argument: charged.
+	"upper": true, "lower": true, "title": true, "capitalize": true,
+	"items": true, "keys": true, "values": true, "update": true,
+	"union": true, "intersection": true, "difference": true, "symmetric_difference": true,
+	// Methods that hash a key: the key's hashing is bounded.
+	"get": true, "pop": true, "setdefault": true, "add": true, "remove": true, "discard": true,
+	// List methods that compare: bounded as == is.
+	"index": true,
 }
 
 var (
@@ -256,17 +424,86 @@ var (
 		"rsplit":     sl.NewBuiltin("rsplit", strSplit),
 		"splitlines": sl.NewBuiltin("splitlines", strSplit),
 	}
-	listExtend = sl.NewBuiltin("extend", listExtendBounded)
-	timeIn     = sl.NewBuiltin("in_location", timeInLocation)
+	listExtend    = sl.NewBuiltin("extend", listExtendBounded)
+	copyingMethod = map[string]*sl.Builtin{}
+	listSearch    = map[string]*sl.Builtin{
+		"index":  sl.NewBuiltin("index", listSearchBounded),
+		"remove": sl.NewBuiltin("remove", listSearchBounded),
+	}
+	timeIn = sl.NewBuiltin("in_location", timeInLocation)
 )
+
+func init() {
+	for _, name := range []string{"upper", "lower", "title", "capitalize", "items", "keys", "values", "update",
+		"union", "intersection", "difference", "symmetric_difference"} {
+		copyingMethod[name] = sl.NewBuiltin(name, copyCharged)
+	}
+	for _, name := range []string{"get", "pop", "setdefault", "add", "remove", "discard"} {
+		copyingMethod[name] = sl.NewBuiltin(name, keyBounded)
+	}
+}
+
+// listSearchBounded walks the comparisons list.index and list.remove
+// could make (containers compared recursively, see $cmp), polling, then
+// calls upstream's method.
+func listSearchBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	if len(args) > 0 {
+		l := b.Receiver().(*sl.List)
+		w := newCostWalk(stateOf(th))
+		deep := isContainer(args[0])
+		for i := 0; i < l.Len(); i++ {
+			if deep && isContainer(l.Index(i)) {
+				if err := w.pair(l.Index(i), args[0], 0); err != nil {
+					return nil, err
+				}
+			} else if err := w.visit(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+// keyBounded bounds the hashing of a dict or set method's key, then calls
+// upstream's method.
+func keyBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	if len(args) > 0 {
+		if _, ok := args[0].(sl.Tuple); ok {
+			w := newCostWalk(stateOf(th))
+			if err := w.hash(args[0], 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return upstream(th, b, args, kwargs)
+}
 
 func boundedMethod(x sl.Value, name string) *sl.Builtin {
 	switch x.(type) {
 	case sl.String:
-		return stringMethods[name]
+		if m := stringMethods[name]; m != nil {
+			return m
+		}
+		switch name {
+		case "upper", "lower", "title", "capitalize":
+			return copyingMethod[name]
+		}
+	case *sl.Dict:
+		switch name {
+		case "items", "keys", "values", "update", "get", "pop", "setdefault":
+			return copyingMethod[name]
+		}
+	case *sl.Set:
+		switch name {
+		case "union", "intersection", "difference", "symmetric_difference", "update", "add", "remove", "discard":
+			return copyingMethod[name]
+		}
 	case *sl.List:
-		if name == "extend" {
+		switch name {
+		case "extend":
 			return listExtend
+		case "index", "remove":
+			return listSearch[name]
 		}
 	case libtime.Time:
 		if name == "in_location" {
@@ -392,6 +629,52 @@ func listExtendBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.
 	return upstream(th, b, args, kwargs)
 }
 
+// copyCharged charges what a copying method makes, then calls upstream's:
+// a string's case change copies it; a dict's items, keys and values copy
+// its entries; a set's union and differences copy the receiver and the
+// argument; update copies the argument's entries into the receiver.
+func copyCharged(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	var n, unit int64
+	switch x := b.Receiver().(type) {
+	case sl.String:
+		n, unit = int64(len(x)), 4 // case changes may lengthen UTF-8
+	case *sl.Dict:
+		n, unit = int64(x.Len()), 3*slotBytes
+		if b.Name() == "update" {
+			n, unit = 0, entryBytes+slotBytes
+		}
+	case *sl.Set:
+		n, unit = int64(x.Len()), entryBytes
+		if b.Name() == "update" {
+			n = 0
+		}
+	}
+	if b.Name() == "update" || b.Name() == "union" || b.Name() == "symmetric_difference" {
+		for _, a := range args {
+			if _, ok := a.(rangeValue); ok {
+				continue // a range drained here charges itself
+			}
+			if m := sl.Len(a); m > 0 {
+				n += int64(m)
+			}
+		}
+		for range kwargs {
+			n++
+		}
+	}
+	st := stateOf(th)
+	if err := st.chargeMul(n, unit, b.Name()); err != nil {
+		return nil, err
+	}
+	w := newCostWalk(st)
+	for _, a := range args {
+		if err := w.hashable(a); err != nil {
+			return nil, err
+		}
+	}
+	return upstream(th, b, args, kwargs)
+}
+
 func timeInLocation(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
 	var loc string
 	if err := sl.UnpackPositionalArgs("in_location", args, kwargs, 1, &loc); err != nil {
@@ -404,7 +687,7 @@ func timeInLocation(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tup
 }
 
 // Augmented-assignment operator codes passed to $augindex and $augattr.
-var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT}
+var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT, syntax.AMP, syntax.CIRCUMFLEX}
 
 // opAugIndex is x[i] op= y for the growth-checked operators.
 func opAugIndex(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {

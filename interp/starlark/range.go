@@ -2,6 +2,7 @@ package starlark
 
 import (
 	"fmt"
+	"math"
 
 	sl "go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -55,17 +56,28 @@ func builtinRange(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple
 	if step == 0 {
 		return nil, fmt.Errorf("range: step argument must not be zero")
 	}
-	return rangeValue{start: start, stop: stop, step: step, len: rangeLen(start, stop, step), st: stateOf(th)}, nil
+	n := rangeLen(start, stop, step)
+	if n < 0 {
+		return nil, fmt.Errorf("range: more than %d elements", math.MaxInt)
+	}
+	return rangeValue{start: start, stop: stop, step: step, len: n, st: stateOf(th)}, nil
 }
 
+// rangeLen is the number of elements of range(start, stop, step), or -1
+// if it does not fit in an int. It is computed without overflow: the
+// elements may span more than the int range.
 func rangeLen(start, stop, step int) int {
+	var n uint64
 	switch {
 	case step > 0 && stop > start:
-		return (stop-1-start)/step + 1
+		n = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
 	case step < 0 && start > stop:
-		return (start-1-stop)/-step + 1
+		n = (uint64(start)-uint64(stop)-1)/uint64(-step) + 1
 	}
-	return 0
+	if n > math.MaxInt {
+		return -1
+	}
+	return int(n)
 }
 
 func (r rangeValue) Len() int             { return r.len }
@@ -78,9 +90,23 @@ func (r rangeValue) Hash() (uint32, error) {
 	return 0, fmt.Errorf("unhashable: range")
 }
 
+// Slice takes start, end and step as indices (end may be -1 or len). The
+// elements' step may not fit in an int when they span more than the int
+// range; then there are at most two of them.
 func (r rangeValue) Slice(start, end, step int) sl.Value {
+	n := rangeLen(start, end, step) // in index space: no overflow
 	s, e, st := r.start+r.step*start, r.start+r.step*end, r.step*step
-	return rangeValue{start: s, stop: e, step: st, len: rangeLen(s, e, st), st: r.st}
+	if st/step == r.step && !(step == -1 && r.step == math.MinInt) {
+		return rangeValue{start: s, stop: e, step: st, len: n, st: r.st}
+	}
+	if n == 2 {
+		return sl.Tuple{r.Index(start), r.Index(start + step)}
+	}
+	unit := 1
+	if (r.step < 0) != (step < 0) {
+		unit = -1
+	}
+	return rangeValue{start: s, stop: s + n*unit, step: unit, len: n, st: r.st}
 }
 
 func (r rangeValue) String() string {
@@ -111,11 +137,21 @@ func (r rangeValue) Has(y sl.Value) (bool, error) {
 		return false, fmt.Errorf("'in <range>' requires integer as left operand, not %s", y.Type())
 	}
 	x, ok := i.Int64()
-	if !ok {
+	if !ok || int64(int(x)) != x {
 		return false, nil
 	}
-	d := int(x) - r.start
-	return d%r.step == 0 && d/r.step >= 0 && d/r.step < r.len, nil
+	// Distances in uint64: the elements may span more than the int range.
+	v := int(x)
+	var d, step uint64
+	switch {
+	case r.step > 0 && v >= r.start:
+		d, step = uint64(v)-uint64(r.start), uint64(r.step)
+	case r.step < 0 && v <= r.start:
+		d, step = uint64(r.start)-uint64(v), uint64(-r.step)
+	default:
+		return false, nil
+	}
+	return d%step == 0 && d/step < uint64(r.len), nil
 }
 
 // rangeIterator counts the elements it yields within one interpreter step;

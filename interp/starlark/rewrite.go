@@ -107,10 +107,30 @@ func (r *rewriter) assign(s *syntax.AssignStmt, depth int) syntax.Stmt {
 		code = 1
 	case syntax.LTLT_EQ:
 		code = 2
+	case syntax.AMP_EQ, syntax.CIRCUMFLEX_EQ:
+		if id, ok := s.LHS.(*syntax.Ident); ok && r.ints[id.Name] && r.isInt(s.RHS) {
+			return s
+		}
+		code = 3
+		if s.Op == syntax.CIRCUMFLEX_EQ {
+			code = 4
+		}
+	case syntax.PIPE_EQ:
+		// Upstream updates a dict in place; the operand is charged, and
+		// for a name, the set it copies too.
+		if id, ok := s.LHS.(*syntax.Ident); ok {
+			if r.ints[id.Name] && r.isInt(s.RHS) {
+				return s
+			}
+			s.RHS = call(nameGrowOr, s.OpPos, &syntax.Ident{NamePos: id.NamePos, Name: id.Name}, s.RHS)
+		} else {
+			s.RHS = call(nameGrowOr, s.OpPos, &syntax.Ident{NamePos: s.OpPos, Name: "None"}, s.RHS)
+		}
+		return s
 	default:
 		return s
 	}
-	op := []string{nameMul, nameMod, nameLsh}[code]
+	op := []string{nameMul, nameMod, nameLsh, nameAnd, nameXor}[code]
 	switch lhs := s.LHS.(type) {
 	case *syntax.Ident:
 		// x op= y is x = x op y for these operators (none is in place).
@@ -133,7 +153,7 @@ func (r *rewriter) target(e syntax.Expr, depth int) syntax.Expr {
 	switch e := e.(type) {
 	case *syntax.IndexExpr:
 		e.X = r.expr(e.X, depth+1)
-		e.Y = r.expr(e.Y, depth+1)
+		e.Y = r.key(r.expr(e.Y, depth+1))
 	case *syntax.DotExpr:
 		e.X = r.expr(e.X, depth+1)
 	case *syntax.TupleExpr:
@@ -192,8 +212,16 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 			return call(nameMod, e.OpPos, e.X, e.Y)
 		case syntax.LTLT:
 			return call(nameLsh, e.OpPos, e.X, e.Y)
+		case syntax.PIPE, syntax.AMP, syntax.CIRCUMFLEX:
+			if r.isInt(e.X) && r.isInt(e.Y) {
+				return e
+			}
+			return call(map[syntax.Token]string{syntax.PIPE: nameOr, syntax.AMP: nameAnd, syntax.CIRCUMFLEX: nameXor}[e.Op], e.OpPos, e.X, e.Y)
 		}
-		if code := cmpCode(e.Op); code >= 0 && !r.scalar(e.X) && !r.scalar(e.Y) {
+		// A membership test scans its right operand, whatever its left
+		// one is; other comparisons with a scalar cost at most a string's
+		// length.
+		if code := cmpCode(e.Op); code >= 0 && !r.scalar(e.Y) && (!r.scalar(e.X) || e.Op == syntax.IN || e.Op == syntax.NOT_IN) {
 			return call(nameCmp, e.OpPos, intLit(code, e.OpPos), e.X, e.Y)
 		}
 	case *syntax.UnaryExpr:
@@ -207,6 +235,11 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 				b.Y = r.expr(b.Y, depth) // name=value
 				continue
 			}
+			if u, ok := a.(*syntax.UnaryExpr); ok && (u.Op == syntax.STAR || u.Op == syntax.STARSTAR) {
+				// f(*x), f(**x): the spread copies x into the arguments.
+				u.X = call(nameSpread, u.OpPos, r.expr(u.X, depth))
+				continue
+			}
 			e.Args[i] = r.expr(a, depth)
 		}
 	case *syntax.DotExpr:
@@ -216,12 +249,18 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		}
 	case *syntax.IndexExpr:
 		e.X = r.expr(e.X, depth)
-		e.Y = r.expr(e.Y, depth)
+		e.Y = r.key(r.expr(e.Y, depth))
 	case *syntax.SliceExpr:
-		e.X = r.expr(e.X, depth)
-		e.Lo = r.expr(e.Lo, depth)
-		e.Hi = r.expr(e.Hi, depth)
-		e.Step = r.expr(e.Step, depth)
+		args := []syntax.Expr{nil, r.expr(e.X, depth)}
+		mask := 0
+		for i, p := range []syntax.Expr{e.Lo, e.Hi, e.Step} {
+			if p != nil {
+				mask |= 1 << i
+				args = append(args, r.expr(p, depth))
+			}
+		}
+		args[0] = intLit(mask, e.Lbrack)
+		return call(nameSlice, e.Lbrack, args...)
 	case *syntax.Comprehension:
 		e.Body = r.expr(e.Body, depth)
 		for _, c := range e.Clauses {
@@ -236,11 +275,11 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 	case *syntax.DictExpr:
 		for _, x := range e.List {
 			entry := x.(*syntax.DictEntry)
-			entry.Key = r.expr(entry.Key, depth)
+			entry.Key = r.key(r.expr(entry.Key, depth))
 			entry.Value = r.expr(entry.Value, depth)
 		}
 	case *syntax.DictEntry:
-		e.Key = r.expr(e.Key, depth)
+		e.Key = r.key(r.expr(e.Key, depth))
 		e.Value = r.expr(e.Value, depth)
 	case *syntax.LambdaExpr:
 		r.params(e.Params, depth)
@@ -255,6 +294,16 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 		e.False = r.expr(e.False, depth)
 	}
 	return e
+}
+
+// key wraps an index or dict key that may be a tuple in $key, which
+// bounds the cost of hashing it. Literals and known integers are left
+// alone.
+func (r *rewriter) key(e syntax.Expr) syntax.Expr {
+	if r.scalar(e) {
+		return e
+	}
+	return call(nameKey, syntax.Start(e), e)
 }
 
 func call(name string, pos syntax.Position, args ...syntax.Expr) *syntax.CallExpr {

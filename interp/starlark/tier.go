@@ -422,7 +422,11 @@ func (s *runState) load(th *sl.Thread, module string) (sl.StringDict, error) {
 		e.globals, e.err = prog.Init(th, s.tier.base)
 		// Frozen as upstream's ExecFile leaves a module: what load()
 		// hands out is immutable.
-		e.globals.Freeze()
+		if e.err == nil {
+			if err := s.freezeModule(module, e.globals); err != nil {
+				e.globals, e.err = nil, err
+			}
+		}
 	}
 	s.loaded[module] = e
 	return e.globals, e.err

@@ -458,3 +458,192 @@ func TestValueWithinOutputCap(t *testing.T) {
 		}
 	}
 }
+
+func TestWallClockBetweenSteps(t *testing.T) {
+	// Each step scans millions of elements; a few hundred of them fit
+	// between two step-based polls. The scan itself must poll.
+	for _, code := range []string{
+		"big = [0] * 4000000\nfor i in range(400):\n    if 1 in big:\n        pass",
+		"big = tuple([0] * 4000000)\nfor i in range(400):\n    if 1 not in big:\n        pass",
+		"big = [0] * 4000000\nn = 1\nfor i in range(400):\n    if n in big:\n        pass",
+	} {
+		j := job(code)
+		j.Limits.WallMS = 300
+		start := time.Now()
+		_, err := run(t, j)
+		took := time.Since(start)
+		var st *airlock.Stop
+		require.ErrorAs(t, err, &st, code)
+		assert.Equal(t, airlock.StopTimeout, st.Reason, code)
+		assert.Less(t, took, 2*time.Second, "%q stopped %v after a 300ms wall clock", code, took)
+	}
+}
+
+func TestRangeExtremes(t *testing.T) {
+	// Ranges whose elements span more than 2^63: slicing, length and
+	// membership must not overflow (a zero step divided by zero).
+	res, err := run(t, job(`
+r = range(0, (1 << 63) - 1, 1 << 62)
+s = r[::4]
+w = range(-(1 << 63), (1 << 63) - 1, 1 << 62)
+result = [len(r), len(s), list(s), 1 in s, 0 in s, len(w), (1 << 62) in w, -(1 << 62) in w, 5 in w, list(w[::3])]`))
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(2), int64(1), []any{int64(0)}, false, true, int64(4), true, true, false,
+		[]any{int64(-1 << 63), int64(1 << 62)}}, res.Value)
+
+	_, err = run(t, job("r = range(-(1 << 63), (1 << 63) - 1)"))
+	var ei *airlock.ErrorInfo
+	require.ErrorAs(t, err, &ei)
+	assert.Contains(t, ei.Message, "range: more than")
+}
+
+func TestCopiesCharged(t *testing.T) {
+	// Each step copies a large value the script already holds; kept, the
+	// copies grow the heap far past the budget unless each is charged.
+	for _, code := range []string{
+		"big = list(range(100000))\nkeep = [big[::1] for i in range(1000)]",
+		"big = list(range(100000))\nkeep = [big[:] for i in range(1000)]",
+		"big = tuple(range(100000))\nkeep = [big[::-1] for i in range(1000)]",
+		"s = 'ab' * 500000\nkeep = [s[::-1] for i in range(1000)]",
+		"s = 'ab' * 500000\nkeep = [s.upper() for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = [d.items() for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = [d.values() for i in range(1000)]",
+		"s = set(range(20000))\nkeep = [s | s for i in range(1000)]",
+		"s = set(range(20000))\nkeep = [s.union(s) for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = [d | d for i in range(1000)]",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e |= d\n    keep.append(e)",
+		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e.update(d)\n    keep.append(e)",
+	} {
+		j := job(code)
+		j.Limits.MemoryMB = 64
+		_, err := run(t, j)
+		var st *airlock.Stop
+		if assert.ErrorAs(t, err, &st, code) {
+			assert.Equal(t, airlock.StopMemory, st.Reason, code)
+		}
+	}
+}
+
+func TestHashingBounded(t *testing.T) {
+	// Upstream hashes tuples recursively, with no depth limit and no
+	// cancellation: a chain millions deep overflows the Go stack (a fatal
+	// error, not a panic), and a tuple sharing itself 64 levels deep
+	// hashes 2^64 nodes. Every place that hashes a key must refuse both.
+	sites := []string{
+		"x = {t: 1}", "x = {t: 1 for i in range(1)}", "d = {}\nx = d[t]", "d = {}\nd[t] = 1",
+		"d = {}\nx = d.get(t)", "d = {}\nx = d.pop(t, 0)", "d = {}\nd.setdefault(t)",
+		"s = set()\ns.add(t)", "s = set()\ns.discard(t)", "s = set()\ns.remove(t)", "x = set([t])",
+		"x = dict([(t, 1)])", "d = {}\nd.update([(t, 1)])", "s = set()\nx = s.union([t])",
+		"d = {}\nd[t] *= 2", "k = [t]\nd = {}\nd[k[0]] = 1",
+	}
+	for _, build := range []string{
+		"t = ()\nfor i in range(2000):\n    t = (t,)\n",
+		"t = ()\nfor i in range(64):\n    t = (t, t)\n",
+	} {
+		for _, site := range sites {
+			code := build + site
+			j := job(code)
+			j.Limits.WallMS = 2000
+			_, err := run(t, j)
+			var ei *airlock.ErrorInfo
+			if assert.ErrorAs(t, err, &ei, code) {
+				assert.Equal(t, airlock.ErrRuntime, ei.Kind, code)
+			}
+		}
+	}
+}
+
+func TestListSearchBounded(t *testing.T) {
+	// list.index and list.remove compare containers as == does: lists
+	// sharing their parts ten levels deep compare 1000^10 pairs.
+	for _, site := range []string{"x = [b].index(a)", "l = [b]\nl.remove(a)"} {
+		code := "a = [0] * 1000\nb = [0] * 1000\nfor i in range(8):\n    a = [a] * 1000\n    b = [b] * 1000\n" + site
+		j := job(code)
+		j.Limits.WallMS = 2000
+		_, err := run(t, j)
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, code) {
+			assert.Equal(t, airlock.ErrRuntime, ei.Kind, code)
+		}
+	}
+}
+
+func TestSpreadCharged(t *testing.T) {
+	// f(*x) and f(**x) copy x into the call's arguments in one step.
+	for _, code := range []string{
+		"big = list(range(100000))\ndef f(*a):\n    return a\nkeep = [f(*big) for i in range(1000)]",
+		"d = dict([(str(i), i) for i in range(20000)])\ndef f(**kw):\n    return kw\nkeep = [f(**d) for i in range(1000)]",
+	} {
+		j := job(code)
+		j.Limits.MemoryMB = 64
+		_, err := run(t, j)
+		var st *airlock.Stop
+		if assert.ErrorAs(t, err, &st, code) {
+			assert.Equal(t, airlock.StopMemory, st.Reason, code)
+		}
+	}
+}
+
+func TestJSONDecodeBigInt(t *testing.T) {
+	// Decoding an integer is quadratic in its digits (a million took
+	// seconds in one step); refused past 4300 digits, as int() is.
+	for _, code := range []string{
+		`x = json.decode("9" * 100000)`,
+		`x = json.decode("[1, -" + "9" * 5000 + "]")`,
+		`x = json.decode('{"a": "x", "b": ' + "9" * 5000 + '}')`,
+	} {
+		_, err := run(t, job(code))
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, code) {
+			assert.Contains(t, ei.Message, "exceeds the limit of 4300 digits", code)
+		}
+	}
+	res, err := run(t, job(`result = json.decode('[1.5e3, -12, "`+strings.Repeat("9", 5000)+`", 1`+strings.Repeat("0", 300)+`.5]')[:2]`))
+	require.NoError(t, err)
+	assert.Equal(t, []any{1500.0, int64(-12)}, res.Value)
+}
+
+func TestLoadFreezeBounded(t *testing.T) {
+	// Upstream freezes a loaded module recursively with no depth limit: a
+	// value nested millions deep overflowed the Go stack (fatal). Values
+	// nested past 10000 levels are refused; cycles, sharing, tuples and
+	// closures still freeze.
+	for _, mod := range []string{
+		"x = []\nfor i in range(20000):\n    x = [x]\n",
+		"x = ()\nfor i in range(20000):\n    x = ([], x)\n",
+		"x = {}\nfor i in range(20000):\n    x = {'k': x}\n",
+		"t = ()\nfor i in range(64):\n    t = (t, t)\nx = [t]\n",
+	} {
+		j := job("load('m.star', 'x')\nresult = 1")
+		j.Files = map[string]string{"m.star": mod}
+		_, err := run(t, j)
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, mod) {
+			assert.Contains(t, ei.Message, "cannot be frozen", mod)
+		}
+	}
+	j := job(`load('m.star', 'x', 'f', 'g')
+result = [len(x), type(f), g()[0], str(x[2])]`)
+	j.Files = map[string]string{"m.star": `
+a = [1]
+a.append(a)
+t = ((a, [2]), [3])
+x = [a, t, [t, t]]
+def mk(v):
+    return lambda: v
+f = mk([4])
+def g(d = [5]):
+    return d
+`}
+	res, err := run(t, j)
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(3), "function", int64(5), "[(([1, [...]], [2]), [3]), (([1, [...]], [2]), [3])]"}, res.Value)
+	for _, code := range []string{"load('m.star', 'f')\nf().append(1)", "load('m.star', 'g')\ng().append(1)", "load('m.star', 'x')\nx[2][0][0][1].append(1)", "load('m.star', 'x')\nx[0][1].append(1)"} {
+		j.Code = code
+		_, err = run(t, j)
+		var ei *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ei, code) {
+			assert.Contains(t, ei.Message, "frozen", code)
+		}
+	}
+}
