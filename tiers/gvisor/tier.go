@@ -223,6 +223,9 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if err := admitGuestPaths(job.Grants.FS); err != nil {
 		return err
 	}
+	if why := admit.ExecTooLong(&job); why != "" {
+		return &airlock.NotAdmitted{Tier: Name, Reason: why}
+	}
 	return t.admitImage(job.Image)
 }
 

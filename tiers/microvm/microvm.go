@@ -437,6 +437,8 @@ func (t *Tier) Admit(job airlock.Job) error {
 		reason = errNet
 	case job.Lifecycle != "" && job.Lifecycle != airlock.LifecycleEphemeral:
 		reason = errLifecycle
+	case admit.ExecTooLong(&job) != "":
+		reason = admit.ExecTooLong(&job)
 	default:
 		if err := t.admitImage(job.Image); err != nil {
 			return err

@@ -280,32 +280,10 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	if len(job.Grants.Net) > 0 && !t.lv.ownNet() {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: errNet}
 	}
-	if why := tooLongForExec(&job); why != "" {
+	if why := admit.ExecTooLong(&job); why != "" {
 		return &airlock.NotAdmitted{Tier: t.name, Reason: why}
 	}
 	return t.admitImage(&job)
-}
-
-// maxArgStrlen is Linux's MAX_ARG_STRLEN: execve refuses (E2BIG) an
-// argument or environment string of this many bytes or more, with its
-// terminating NUL.
-const maxArgStrlen = 32 * 4096
-
-// tooLongForExec says why the kernel would refuse to start job's program
-// with its arguments and environment, or "": a tier that cannot run the
-// job refuses it, so that a router can pick one that can.
-func tooLongForExec(job *airlock.Job) string {
-	for i, a := range job.Argv {
-		if len(a) >= maxArgStrlen {
-			return fmt.Sprintf("argv[%d] is %d bytes; Linux starts no program with an argument of %d bytes or more", i, len(a), maxArgStrlen)
-		}
-	}
-	for name, v := range admit.Vars(job) {
-		if len(name)+1+len(v) >= maxArgStrlen {
-			return fmt.Sprintf("the variable %s is %d bytes; Linux starts no program with an environment string of %d bytes or more", name, len(name)+1+len(v), maxArgStrlen)
-		}
-	}
-	return ""
 }
 
 var (

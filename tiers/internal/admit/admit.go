@@ -3,7 +3,13 @@
 // variables a command's program gets.
 package admit
 
-import "github.com/airlock-sandbox/airlock"
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/airlock-sandbox/airlock"
+)
 
 // Vars is a command job's own variables: its plain env and its secrets
 // (disjoint, as preparing the job checks). The tier adds the image's and
@@ -34,3 +40,27 @@ const FSPlacement = "grants.fs.at and grants.fs.copy (a read grant at a guest pa
 
 // UsesFSPlacement reports whether a job asks for grants.fs.at or grants.fs.copy.
 func UsesFSPlacement(fs airlock.FSGrant) bool { return len(fs.At) > 0 || len(fs.Copy) > 0 }
+
+// maxArgStrlen is Linux's MAX_ARG_STRLEN: execve refuses (E2BIG) an
+// argument or environment string of this many bytes or more, with its
+// terminating NUL.
+const maxArgStrlen = 32 * 4096
+
+// ExecTooLong says why Linux would refuse to start the job's program with
+// its arguments and environment, or "": a tier whose programs Linux (or
+// gVisor's execve, which keeps the same bound) starts refuses such a job
+// rather than report it as the program's failure.
+func ExecTooLong(job *airlock.Job) string {
+	for i, a := range job.Argv {
+		if len(a) >= maxArgStrlen {
+			return fmt.Sprintf("argv[%d] is %d bytes; Linux starts no program with an argument of %d bytes or more", i, len(a), maxArgStrlen)
+		}
+	}
+	vars := Vars(job)
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		if v := vars[name]; len(name)+1+len(v) >= maxArgStrlen {
+			return fmt.Sprintf("the variable %s is %d bytes; Linux starts no program with an environment string of %d bytes or more", name, len(name)+1+len(v), maxArgStrlen)
+		}
+	}
+	return ""
+}
