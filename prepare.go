@@ -198,7 +198,7 @@ func (job *Job) Validate() error {
 	switch job.Situation {
 	case "", SituationExpression, SituationInternal, SituationPublic, SituationMultiTenant, SituationCredentials:
 	default:
-		return invalid("situation", "unknown situation %q", job.Situation)
+		return invalid("situation", "unknown situation %q (want expression, internal, public, multi-tenant or credentials)", job.Situation)
 	}
 	if job.Account != "" && !validAccount(job.Account) {
 		return invalid("account", "%q: want a lower-case letter, then up to 23 lower-case letters, digits or '-'", job.Account)

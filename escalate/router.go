@@ -193,24 +193,25 @@ func situationIndex(s airlock.Situation) int {
 }
 
 func (r *Router) rule(job *airlock.Job) (int, error) {
-	hermetic := job.Grants.Hermetic()
-	if k, s := kindIndex(job.Kind), situationIndex(job.Situation); k >= 0 && s >= 0 {
-		h := 0
-		if hermetic {
-			h = 1
-		}
-		// The table holds the first rule whose Match selects this kind,
-		// situation and grant, so no Match needs checking again.
-		if i := int(r.table[k][s][h]); i >= 0 {
-			return i, r.lifecycle(i, job)
-		}
-		return -1, noRule(job)
+	// A kind or situation outside the closed sets is the caller's typo,
+	// not a job the policy refuses: say so, as the tiers do.
+	k, s := kindIndex(job.Kind), situationIndex(job.Situation)
+	switch {
+	case k < 0 && job.Kind == "":
+		return -1, jobs.Invalid("kind", "is missing (want expr, starlark, wasm or command)")
+	case k < 0:
+		return -1, jobs.Invalid("kind", "unknown kind %q (want expr, starlark, wasm or command)", job.Kind)
+	case s < 0:
+		return -1, jobs.Invalid("situation", "unknown situation %q (want expression, internal, public, multi-tenant or credentials)", job.Situation)
 	}
-	situation := situationOf(job)
-	for i := range r.policy.Rules {
-		if r.policy.Rules[i].Match.matches(job.Kind, situation, hermetic) {
-			return i, r.lifecycle(i, job)
-		}
+	h := 0
+	if job.Grants.Hermetic() {
+		h = 1
+	}
+	// The table holds the first rule whose Match selects this kind,
+	// situation and grant, so no Match needs checking again.
+	if i := int(r.table[k][s][h]); i >= 0 {
+		return i, r.lifecycle(i, job)
 	}
 	return -1, noRule(job)
 }

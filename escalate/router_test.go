@@ -368,3 +368,25 @@ func TestCredentialsNeverRouteBelowAccount(t *testing.T) {
 		assert.NotContains(t, err.Error(), "does not run jobs", "%+v", job)
 	}
 }
+
+// TestUnknownKindOrSituationInvalid: a typo in a job's kind or situation
+// is invalid input naming the field and the values it takes, not a
+// refusal by the policy.
+func TestUnknownKindOrSituationInvalid(t *testing.T) {
+	r := newRouter(t, nil)
+	for _, tc := range []struct {
+		job   airlock.Job
+		field string
+	}{
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "publik"}, "situation"},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "publik", Tier: "process"}, "situation"},
+		{airlock.Job{Kind: "pythn", Code: "1"}, "kind"},
+		{airlock.Job{Code: "1"}, "kind"},
+	} {
+		_, err := r.Route(&tc.job)
+		var inv *airlock.InvalidJob
+		require.ErrorAs(t, err, &inv, "%+v", tc.job)
+		assert.Equal(t, tc.field, inv.Field)
+		assert.Contains(t, err.Error(), "want ")
+	}
+}

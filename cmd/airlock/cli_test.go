@@ -546,3 +546,37 @@ func TestUsageErrorsOutsideJobs(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "invalid job: code:")
 }
+
+// TestTypoInKindOrSituation: a misspelt --kind or --situation (or the
+// same field in a job file) is invalid input, exit 2, in one line that
+// names the values it takes, not a refusal by the policy (exit 5).
+func TestTypoInKindOrSituation(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "x.py")
+	require.NoError(t, os.WriteFile(script, []byte("print(1)\n"), 0o644))
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"", []string{"run", "--situation", "publik", "--", "true"}, `situation: unknown situation "publik" (want expression, internal, public, multi-tenant or credentials)`},
+		{"", []string{"run", "--tier", "process", "--situation", "internl", "--", "true"}, `unknown situation "internl"`},
+		{"", []string{"run", "--kind", "pythn", script}, `kind: unknown kind "pythn" (want expr, starlark, wasm or command)`},
+		{`{"kind":"bogus","code":"1"}`, []string{"run", "-"}, `unknown kind "bogus"`},
+		{`{"kind":"command","argv":["true"],"situation":"publik"}`, []string{"run", "-"}, `unknown situation "publik"`},
+		{`{"kind":"command","argv":["true"],"situation":"publik"}`, []string{"explain", "-"}, `unknown situation "publik"`},
+	} {
+		out, errOut, code := run(t, tc.stdin, tc.args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		assert.Empty(t, out, tc.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, tc.want, tc.args)
+	}
+	// With --json: one Result whose error is of kind invalid.
+	out, _, code := run(t, "", "run", "--json", "--situation", "publik", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	var res struct {
+		Error struct{ Kind, Message string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Equal(t, "invalid", res.Error.Kind)
+}
