@@ -49,13 +49,14 @@ type Options struct {
 
 type tenant struct {
 	Tenant
-	limits   airlock.LimitPolicy
-	roots    hostpath.Roots
-	allowed  []airlock.Situation // the situations its jobs may name
-	defSit   airlock.Situation   // what a job that names none runs as
-	defImage string              // what a command job that names none runs in ("": the host view)
-	pullFrom []string            // the registries a job's image reference may be pulled from
-	slots    chan struct{}
+	limits    airlock.LimitPolicy
+	roots     hostpath.Roots
+	allowed   []airlock.Situation // the situations its jobs may name
+	defSit    airlock.Situation   // what a job that names none runs as
+	defImage  string              // what a command job that names none runs in ("": the host view)
+	tierNames []string            // the server's tiers, for naming a job's unknown tier
+	pullFrom  []string            // the registries a job's image reference may be pulled from
+	slots     chan struct{}
 	// bigBodies are its large-body slots (see gateBody).
 	bigBodies chan struct{}
 	listings  chan struct{} // its GET /v1/audit listings in progress
@@ -207,6 +208,9 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc), bigBodies: make(chan struct{}, bigBodiesTenant),
 			listings: make(chan struct{}, auditListingsTenant)}
 		tn.allowed, tn.defSit = t.situations()
+		for _, tr := range s.tiers {
+			tn.tierNames = append(tn.tierNames, tr.Name())
+		}
 		tn.defImage = defImage
 		if cfg.Images != nil {
 			for _, r := range cfg.Images.Registries {

@@ -105,6 +105,16 @@ func TestTenantRules(t *testing.T) {
 	if r.status != 403 || !strings.Contains(string(r.body), "may not use tier wasm") {
 		t.Errorf("tier: %d %s", r.status, r.body)
 	}
+	// A tier name no tier has is a typo (400, invalid), also for a
+	// tenant with a tier list; explain names it so as its tenant refusal.
+	r = f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","tier":"starlrak"}`)
+	if r.status != 400 || !strings.Contains(string(r.body), `unknown tier \"starlrak\"`) || !strings.Contains(string(r.body), `"invalid"`) {
+		t.Errorf("unknown tier: %d %s", r.status, r.body)
+	}
+	r = f.do("POST", "/v1/explain", keyB, `{"kind":"expr","code":"1","tier":"starlrak"}`)
+	if !strings.Contains(string(r.body), `"tenant_refusal":"invalid job: tier: unknown tier \"starlrak\"`) {
+		t.Errorf("explain, unknown tier: %d %s", r.status, r.body)
+	}
 	// a's maximum is b's default policy's maximum: b may ask for more.
 	r = f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","limits":{"wall_ms":6000}}`)
 	if r.status != 200 {
