@@ -262,7 +262,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 			}
 			switch {
 			case e.level < rule.MinLevel:
-				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("level %d (%s) is below the minimum %d (%s) that rule %s requires%s", e.level, e.level, rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job))}
+				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("level %d (%s) is below the minimum %d (%s) that rule %s requires%s%s", e.level, e.level, rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allowingSituations(job, e))}
 			case len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name):
 				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("rule %s allows only tiers %v", rule.Name, rule.Tiers)}
 			case e.unavailable != nil:
@@ -282,6 +282,35 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 		refused = true
 	}
 	return ri, -1, refused, r.noneAdmits(rule, job)
+}
+
+// allowingSituations names the situations in which the policy would let
+// this job run on tier e, for a refusal of e as too weak: the default
+// hint (internal) does not help a level-2 tier, which internal refuses too.
+func (r *Router) allowingSituations(job *airlock.Job, e *entry) string {
+	if e.admit(job) != nil {
+		return "" // the tier would refuse it in any situation
+	}
+	k := kindIndex(job.Kind)
+	h := 0
+	if job.Grants.Hermetic() {
+		h = 1
+	}
+	var names []string
+	for s, sit := range tableSituations {
+		i := r.table[k][s][h]
+		if i < 0 {
+			continue
+		}
+		rule := &r.policy.Rules[i]
+		if e.level >= rule.MinLevel && (len(rule.Tiers) == 0 || contains(rule.Tiers, e.name)) {
+			names = append(names, string(sit))
+		}
+	}
+	if len(names) == 0 {
+		return "; no situation lets the policy run this job on " + e.name
+	}
+	return "; the policy runs it on " + e.name + " only in situation " + strings.Join(names, " or ")
 }
 
 // candidate returns the first tier from index i on that rule lets a job

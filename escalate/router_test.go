@@ -390,3 +390,39 @@ func TestUnknownKindOrSituationInvalid(t *testing.T) {
 		assert.Contains(t, err.Error(), "want ")
 	}
 }
+
+// TestTooWeakTierNamesItsSituations: a job sent to a tier below its
+// rule's minimum is told in which situations the policy would run it
+// there (a level-2 tier: not internal, which the default hint names);
+// none when no situation would, nothing when the tier refuses the job
+// whatever the situation.
+func TestTooWeakTierNamesItsSituations(t *testing.T) {
+	r := newRouter(t, nil)
+	for _, tc := range []struct {
+		job       airlock.Job
+		want, not string
+	}{
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "seccomp"}, "the policy runs it on seccomp only in situation expression", ""},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "seccomp", Situation: "internal"}, "only in situation expression", ""},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "process"}, "only in situation expression or internal", ""},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "expr"}, "", "only in situation"},
+	} {
+		_, err := r.Route(&tc.job)
+		var na *airlock.NotAdmitted
+		require.ErrorAs(t, err, &na, "%+v", tc.job)
+		if tc.want != "" {
+			assert.Contains(t, err.Error(), tc.want)
+		}
+		if tc.not != "" {
+			assert.NotContains(t, err.Error(), tc.not)
+		}
+	}
+	// A policy where no situation allows level 2.
+	p := escalate.DefaultPolicy()
+	p.Rules = p.Rules[:1:1]
+	p.Rules = append(p.Rules, escalate.Rule{Name: "all", MinLevel: airlock.LevelContainer})
+	r2, err := escalate.New(p, tiers(nil))
+	require.NoError(t, err)
+	_, err = r2.Route(&airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "seccomp"})
+	assert.ErrorContains(t, err, "no situation lets the policy run this job on seccomp")
+}
