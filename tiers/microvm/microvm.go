@@ -804,7 +804,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 	for {
 		select {
 		case <-ctx.Done():
-			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled"}
+			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + context.Cause(ctx).Error()}
 		case <-wall.C:
 			return &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
 		case err := <-sent:
