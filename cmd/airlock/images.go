@@ -66,7 +66,7 @@ func openStore(dir, auth string, w io.Writer) (*image.Store, error) {
 		dir = image.DefaultDir()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("image store %s: %w", dir, err)
+		return nil, fmt.Errorf("image store %s: %w (choose another with --images DIR or $%s)", dir, err, image.DirEnv)
 	}
 	return image.Open(dir, image.Options{AllowHost: true, Progress: imageProgress(w), AuthFile: auth})
 }

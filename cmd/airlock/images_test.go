@@ -425,3 +425,18 @@ func TestMCPLocalHostView(t *testing.T) {
 	assert.Contains(t, text, "the host view is not enabled", text)
 	assert.NotContains(t, text, "stdout", "the job ran: %s", text)
 }
+
+// TestImageStoreCannotBeMade: an image store that cannot be made (the
+// default under a home that does not exist, say) is one line that says how
+// to choose another.
+func TestImageStoreCannotBeMade(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o600))
+	t.Setenv(image.DirEnv, filepath.Join(blocker, "images"))
+	for _, args := range [][]string{{"images"}, {"image", "rm", "x"}} {
+		_, errOut, code := run(t, "", args...)
+		assert.NotEqual(t, exitOK, code, args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, "choose another with --images DIR or $AIRLOCK_IMAGES", args)
+	}
+}
