@@ -66,9 +66,8 @@ func accountCmd(ctx context.Context, e *env) int {
 	if !ok {
 		return code
 	}
-	usage := jobs.Invalid("", "usage: airlock %s", strings.SplitN(c.usage, "\n", 2)[0])
 	if len(pos) == 0 {
-		return e.fail(usage)
+		return e.fail(jobs.Invalid("", "account takes a subcommand: add, set, start, stop, renew, list, rm or serve (see `airlock help account`)"))
 	}
 	sub, args := pos[0], pos[1:]
 	need := func(n int) bool { return len(args) == n }

@@ -589,7 +589,7 @@ func TestAccountCommandErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"account"}, "usage: airlock account add NAME"},
+		{[]string{"account"}, "account takes a subcommand: add, set, start, stop, renew, list, rm or serve"},
 		{[]string{"account", "frob"}, `unknown subcommand "frob": want add, set, start, stop, renew, list, rm or serve`},
 		{[]string{"account", "add"}, "account add takes one NAME"},
 		{[]string{"account", "set", "x"}, "account set takes NAME and REF (the value on stdin)"},

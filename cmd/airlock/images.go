@@ -207,9 +207,14 @@ func imageCmd(ctx context.Context, e *env) int {
 	if len(pos) >= 2 && pos[0] == "build" {
 		want["build"] = len(pos)
 	}
-	if len(pos) == 0 || want[pos[0]] == 0 || len(pos) != want[pos[0]] {
-		fmt.Fprintf(e.stderr, "airlock: usage: airlock %s\n", c.usage)
-		return exitUsage
+	takes := map[string]string{"build": "one or more NAMEs", "import": "NAME SRC", "pull": "REF", "rm": "NAME|DIGEST"}
+	switch {
+	case len(pos) == 0:
+		return e.fail(jobs.Invalid("", "image takes a subcommand: build, import, pull or rm (see `airlock help image`)"))
+	case takes[pos[0]] == "":
+		return e.fail(jobs.Invalid("", "unknown subcommand %q: want build, import, pull or rm (see `airlock help image`)", pos[0]))
+	case want[pos[0]] == 0 || len(pos) != want[pos[0]]:
+		return e.fail(jobs.Invalid("", "image %s takes %s (see `airlock help image`)", pos[0], takes[pos[0]]))
 	}
 	st, err := openStore(*dir, auth, e.stderr)
 	if err != nil {

@@ -440,3 +440,39 @@ func TestImageStoreCannotBeMade(t *testing.T) {
 		assert.Contains(t, errOut, "choose another with --images DIR or $AIRLOCK_IMAGES", args)
 	}
 }
+
+// TestSubcommandErrors: a missing, unknown or short subcommand of image
+// or microvm is one line that names what is wanted, exit 2.
+func TestSubcommandErrors(t *testing.T) {
+	t.Setenv(image.DirEnv, t.TempDir())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"image"}, "airlock: image takes a subcommand: build, import, pull or rm (see `airlock help image`)\n"},
+		{[]string{"image", "bogus"}, "airlock: unknown subcommand \"bogus\": want build, import, pull or rm (see `airlock help image`)\n"},
+		{[]string{"image", "import", "x"}, "airlock: image import takes NAME SRC (see `airlock help image`)\n"},
+		{[]string{"image", "build"}, "airlock: image build takes one or more NAMEs (see `airlock help image`)\n"},
+		{[]string{"image", "pull"}, "airlock: image pull takes REF (see `airlock help image`)\n"},
+		{[]string{"image", "rm", "a", "b"}, "airlock: image rm takes NAME|DIGEST (see `airlock help image`)\n"},
+	} {
+		out, errOut, code := run(t, "", c.args...)
+		assert.Equal(t, exitUsage, code, c.args)
+		assert.Empty(t, out, c.args)
+		assert.Equal(t, c.want, errOut, c.args)
+	}
+	if c := commands["microvm"]; c == nil || c.run == nil {
+		return // the lean build's
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"microvm", "bogus"}, "airlock: unknown subcommand \"bogus\": want status or sweep (see `airlock help microvm`)\n"},
+		{[]string{"microvm", "status", "x"}, "airlock: microvm takes at most one subcommand, status or sweep (see `airlock help microvm`)\n"},
+	} {
+		_, errOut, code := run(t, "", c.args...)
+		assert.Equal(t, exitUsage, code, c.args)
+		assert.Equal(t, c.want, errOut, c.args)
+	}
+}
