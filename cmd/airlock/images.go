@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -296,9 +297,13 @@ func serverImagesCmd(ctx context.Context, e *env, base, keyFile string, jsonMode
 		fmt.Fprintln(e.stderr, "airlock: images --server needs --key-file")
 		return exitUsage
 	}
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fmt.Fprintf(e.stderr, "airlock: --server %q: want the server's base URL, such as http://127.0.0.1:8420\n", base)
+		return exitUsage
+	}
 	key, err := os.ReadFile(keyFile)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "airlock: %v\n", err)
+		fmt.Fprintf(e.stderr, "airlock: --key-file: %v\n", err)
 		return exitUsage
 	}
 	list, err := fetchImages(ctx, strings.TrimRight(base, "/")+"/v1/images", strings.TrimSpace(string(key)))

@@ -476,3 +476,24 @@ func TestSubcommandErrors(t *testing.T) {
 		assert.Equal(t, c.want, errOut, c.args)
 	}
 }
+
+// TestImagesServerBadURL: a --server without a scheme (the common slip)
+// or an unreadable --key-file is a usage error naming the flag, before
+// any request.
+func TestImagesServerBadURL(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("ak_x\n"), 0o600))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"images", "--server", "127.0.0.1:8420", "--key-file", keyFile}, "airlock: --server \"127.0.0.1:8420\": want the server's base URL, such as http://127.0.0.1:8420\n"},
+		{[]string{"images", "--server", "localhost", "--key-file", keyFile}, "want the server's base URL"},
+		{[]string{"images", "--server", "http://127.0.0.1:1", "--key-file", keyFile + ".none"}, "airlock: --key-file: open "},
+	} {
+		_, errOut, code := run(t, "", c.args...)
+		assert.Equal(t, exitUsage, code, c.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, c.want, c.args)
+	}
+}
