@@ -190,9 +190,10 @@ func accountAddRemote(e *env, dir, name string, rm account.Remote) error {
 	if old, err := account.Load(dir, name); err == nil && !old.IsRemote() {
 		return fmt.Errorf("account %s is a local account here (remove it first: airlock account rm %s)", name, name)
 	}
-	// What the tier would refuse, refused now.
+	// What the tier would refuse, refused now: the URL or a file given
+	// (static checks, no connection), so the command line is at fault.
 	if err := account.New(account.NewRemoteConfig(name, rm)).Available(); err != nil {
-		return err
+		return jobs.Invalid("", "%v", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("accounts directory: %w", err)
