@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,6 +211,11 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		tn.allowed, tn.defSit = t.situations()
 		for _, tr := range s.tiers {
 			tn.tierNames = append(tn.tierNames, tr.Name())
+		}
+		for _, name := range t.Tiers {
+			if !slices.Contains(tn.tierNames, name) {
+				return fail(fmt.Errorf("tenants[%d].tiers: unknown tier %q (want one of %s)", i, name, strings.Join(tn.tierNames, ", ")))
+			}
 		}
 		tn.defImage = defImage
 		if cfg.Images != nil {

@@ -553,3 +553,19 @@ func TestServesTheCallersTiers(t *testing.T) {
 		t.Errorf("the caller's tier was closed %d times, want 1", own.closes)
 	}
 }
+
+// TestTenantTierTypo: a tenant's tier list naming a tier the server does
+// not have is a configuration error at start, naming the tenant and the
+// tiers there are, not a tier the tenant silently never gets.
+func TestTenantTierTypo(t *testing.T) {
+	cfg := testConfig()
+	cfg.Tenants[1].Tiers = []string{"exr", "starlark"}
+	srv, err := newServer(cfg, server.Options{Audit: io.Discard})
+	if err == nil {
+		srv.Close()
+		t.Fatal("a tenant's unknown tier was accepted")
+	}
+	if !strings.Contains(err.Error(), `tenants[1].tiers: unknown tier "exr" (want one of expr, starlark`) {
+		t.Errorf("error: %v", err)
+	}
+}
