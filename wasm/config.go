@@ -2,7 +2,6 @@ package wasm
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -169,8 +168,7 @@ func DefaultCacheDir() string {
 			return ""
 		}
 		dir := filepath.Join(base, "airlock", "wasm")
-		var refused *statedir.Error
-		if _, err := statedir.Ensure(dir, 0o700); err != nil && !errors.As(err, &refused) {
+		if !statedir.Makeable(dir) {
 			return ""
 		}
 		return dir

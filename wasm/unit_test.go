@@ -740,6 +740,10 @@ func TestDefaultCacheDirWithoutHome(t *testing.T) {
 	if d == "" {
 		t.Fatal("DefaultCacheDir() is empty with a usable home")
 	}
+	if _, err := os.Stat(d); err == nil {
+		t.Error("DefaultCacheDir made the directory: choosing it has no side effect")
+	}
+	must(t, os.MkdirAll(d, 0o700))
 	must(t, os.Chmod(d, 0o777))
 	if _, err := New(NewConfig().WithCacheDir(DefaultCacheDir())); airlock.KindOf(err) != airlock.ErrInvalid {
 		t.Fatalf("a world-writable default cache was accepted or dropped: %v", err)

@@ -89,10 +89,10 @@ type Config struct {
 // from the project's .tools directory, cold starts, one vCPU, QEMU's
 // -sandbox on, KVM when /dev/kvm opens and a probe guest boots under it.
 func DefaultConfig() Config {
+	// Without a user's cache directory that can be made (a home that
+	// does not exist), the temporary directory's.
 	cache, err := os.UserCacheDir()
-	if err == nil {
-		cache = filepath.Join(cache, "airlock", "microvm")
-	} else {
+	if cache = filepath.Join(cache, "airlock", "microvm"); err != nil || !statedir.Makeable(cache) {
 		cache = defaultStateDir(os.TempDir(), os.Geteuid()) + "-cache"
 	}
 	return Config{
