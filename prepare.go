@@ -247,7 +247,7 @@ func (job *Job) Validate() error {
 		// store would take.
 		switch {
 		case job.Kind != KindCommand:
-			return invalid("image", "a %s job runs in no image (images are for command jobs)", job.Kind)
+			return invalid("image", "%s job runs in no image (images are for command jobs)", article(job.Kind))
 		case len(job.Image) > 512 || strings.ContainsFunc(job.Image, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 			return invalid("image", "not an image name or reference")
 		}
@@ -477,7 +477,7 @@ func validRef(s string) bool {
 // kind that has an environment.
 func validateEnv(job *Job) error {
 	if job.Kind == KindExpr || job.Kind == KindStarlark {
-		return invalid("env", "a %s job has no environment", job.Kind)
+		return invalid("env", "%s job has no environment", article(job.Kind))
 	}
 	for name, v := range job.Env {
 		switch {
@@ -529,4 +529,13 @@ func validAccount(name string) bool {
 		}
 	}
 	return true
+}
+
+// article is kind with its indefinite article, for messages: "an expr",
+// "a starlark".
+func article(kind Kind) string {
+	if kind == KindExpr {
+		return "an " + string(kind)
+	}
+	return "a " + string(kind)
 }
