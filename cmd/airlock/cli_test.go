@@ -580,3 +580,29 @@ func TestTypoInKindOrSituation(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	assert.Equal(t, "invalid", res.Error.Kind)
 }
+
+// TestMissingGrantPath: a path that --allow-read, --read-at or --copy
+// names and that is not there is one line naming that flag and the
+// absolute path it made of what was typed, exit 2 (--json: a Result).
+func TestMissingGrantPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	missing := filepath.Join(dir, "nosuch")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--allow-read", "nosuch", "--", "true"}, "airlock: invalid job: --allow-read: " + missing + ": no such file or directory"},
+		{[]string{"run", "--read-at", "nosuch=/data", "--", "true"}, "airlock: invalid job: --read-at: " + missing + ": no such file or directory"},
+		{[]string{"run", "--copy", "nosuch", "--", "true"}, "airlock: invalid job: --copy: " + missing + ": no such file or directory"},
+		{[]string{"explain", "--kind", "command", "--allow-read", "nosuch"}, "--allow-read: " + missing},
+	} {
+		_, errOut, code := run(t, "", tc.args...)
+		assert.Equal(t, exitUsage, code, tc.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, tc.want, tc.args)
+	}
+	out, _, code := run(t, "", "run", "--json", "--allow-read", "nosuch", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, out, `--allow-read: `+missing)
+}

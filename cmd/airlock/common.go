@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -311,6 +312,28 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 // caller's --read paths are the only roots, so a job file cannot grant
 // itself a host path its caller did not name.
 func (f *jobFlags) resolveReads(job *airlock.Job) error {
+	// A path a flag names that is not there is that flag's mistake: say
+	// which flag, and the path it made of what was typed.
+	for _, fl := range []struct {
+		name  string
+		paths []string
+	}{{"allow-read", f.read}, {"copy", f.copies}} {
+		for _, p := range fl.paths {
+			if _, err := os.Stat(p); err != nil {
+				return jobs.Invalid("--"+fl.name, "%s: %v (a relative path is taken from the working directory)", p, unwrapPathErr(err))
+			}
+		}
+	}
+	for _, spec := range f.readAt {
+		if host, _, ok := strings.Cut(spec, "="); ok && host != "" {
+			if abs, err := filepath.Abs(host); err == nil {
+				host = abs
+			}
+			if _, err := os.Stat(host); err != nil {
+				return jobs.Invalid("--read-at", "%s: %v (a relative path is taken from the working directory)", host, unwrapPathErr(err))
+			}
+		}
+	}
 	g := &job.Grants.FS
 	placed, err := f.placeGrants(g)
 	if err != nil {
@@ -694,4 +717,14 @@ func missingBackend(r *escalate.Router, job airlock.Job, err error) error {
 		return err
 	}
 	return &backendMissing{refusal: err, missing: missing}
+}
+
+// unwrapPathErr is a *fs.PathError's own error ("no such file or
+// directory"), for a message that names the path once.
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
