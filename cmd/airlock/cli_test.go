@@ -431,13 +431,15 @@ func TestScriptFiles(t *testing.T) {
 	// Without spawn the script may not run cat, and airlock says why.
 	_, errOut, code := run(t, "", "run", "--tier", "process", "--file", data+":in/data.txt", sh)
 	require.Equal(t, 126, code, errOut)
-	assert.Contains(t, errOut, "without --allow-spawn the program may not run other programs")
+	assert.Contains(t, errOut, "airlock: program exited with status 126: a refused exec (without --allow-spawn the program may not run other programs)\n")
+	assert.NotRegexp(t, `airlock: 12[67] is`, errOut, "the meaning is on the status line, not a line of its own")
 	// A script whose interpreter the image lacks: airlock says where to
 	// look, not only "not found".
 	odd := write("s.odd", "#!/usr/bin/env no-such-interpreter\nprint(1)\n")
 	_, errOut, code = run(t, "", "run", "--tier", "process", odd)
 	require.Equal(t, 127, code, errOut)
-	assert.Contains(t, errOut, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another")
+	assert.Contains(t, errOut, "airlock: program exited with status 127: a program not found (the image the job ran in may lack it; --image names another")
+	assert.NotRegexp(t, `airlock: 12[67] is`, errOut, "the meaning is on the status line, not a line of its own")
 	// The scripts run other programs (cat, the interpreter #! names):
 	// they are granted spawn.
 	out, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", data+":in/data.txt", sh, "--", "a", "b")

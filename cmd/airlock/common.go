@@ -494,17 +494,18 @@ func (e *env) report(job *airlock.Job, res airlock.Result, err error) int {
 		}
 	}
 	if res.ExitCode != 0 {
-		fmt.Fprintf(e.stderr, "airlock: program exited with status %d\n", res.ExitCode)
-		if res.ExitCode == 126 && job.Kind == airlock.KindCommand && !job.Grants.Spawn {
-			// A shell says only "Permission denied" (or "Operation not
-			// permitted") for the exec a withheld spawn grant refused.
-			fmt.Fprintln(e.stderr, "airlock: 126 is a refused exec: without --allow-spawn the program may not run other programs")
+		// One line, with what the status likely means where a shell says
+		// only "Permission denied" (the exec a withheld spawn grant
+		// refused) or "not found" (a script's interpreter, such as node
+		// for a .js file, or a program the image lacks).
+		why := ""
+		switch {
+		case res.ExitCode == 126 && job.Kind == airlock.KindCommand && !job.Grants.Spawn:
+			why = ": a refused exec (without --allow-spawn the program may not run other programs)"
+		case res.ExitCode == 127 && job.Kind == airlock.KindCommand:
+			why = ": a program not found (the image the job ran in may lack it; --image names another, airlock images lists them, airlock image build node adds one)"
 		}
-		if res.ExitCode == 127 && job.Kind == airlock.KindCommand {
-			// A script's interpreter (node for a .js file) or a program
-			// the image lacks: the output says only "not found".
-			fmt.Fprintln(e.stderr, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another; airlock images lists them, airlock image build node adds one)")
-		}
+		fmt.Fprintf(e.stderr, "airlock: program exited with status %d%s\n", res.ExitCode, why)
 		return programExit(res.ExitCode)
 	}
 	return exitOK
