@@ -6,6 +6,7 @@ package escalate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -326,7 +327,28 @@ func (r *Router) candidate(rule *Rule, i int) int {
 }
 
 func (r *Router) noneAdmits(rule *Rule, job *airlock.Job) error {
-	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)%s", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allUnavailable(rule, job))}
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)%s%s", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allUnavailable(rule, job), r.ownTierRefusal(rule, job))}
+}
+
+// ownTierRefusal is the refusal of the tier named after the job's kind
+// (expr, starlark, wasm), when the rule let it run the job and it said
+// no: what is wrong with the job itself (an expression with argv, say),
+// which a refusal that only counted tiers would hide.
+func (r *Router) ownTierRefusal(rule *Rule, job *airlock.Job) string {
+	for i := r.candidate(rule, 0); i >= 0; i = r.candidate(rule, i+1) {
+		e := &r.tiers[i]
+		if e.name != string(job.Kind) {
+			continue
+		}
+		if err := e.admit(job); err != nil {
+			var na *airlock.NotAdmitted
+			if errors.As(err, &na) {
+				return "; " + e.name + ": " + na.Reason
+			}
+			return "; " + err.Error()
+		}
+	}
+	return ""
 }
 
 // allUnavailable says why, when no tier the rule lets a job use is

@@ -426,3 +426,19 @@ func TestTooWeakTierNamesItsSituations(t *testing.T) {
 	_, err = r2.Route(&airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "seccomp"})
 	assert.ErrorContains(t, err, "no situation lets the policy run this job on seccomp")
 }
+
+// TestNoneAdmitsSaysWhyItsOwnTierRefused: when no tier admits a language
+// job, the refusal carries what the tier named after its kind said about
+// the job (an expression given argv), not only that no tier admitted it.
+func TestNoneAdmitsSaysWhyItsOwnTierRefused(t *testing.T) {
+	r := newRouter(t, nil)
+	_, err := r.Route(&airlock.Job{Kind: "expr", Code: "1", Argv: []string{"a"}})
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, err.Error(), "; expr: expressions take input variables only")
+	assert.Equal(t, 1, strings.Count(err.Error(), "expressions take input variables only"), err.Error())
+	// A command job has no tier of its kind's name: nothing is added.
+	_, err = r.Route(&airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "credentials"})
+	require.ErrorAs(t, err, &na)
+	assert.NotContains(t, err.Error(), "; command:")
+}
