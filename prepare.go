@@ -242,6 +242,9 @@ func (job *Job) Validate() error {
 			return err
 		}
 	}
+	if job.Entry != "" && job.Kind != KindStarlark && job.Kind != KindWasm {
+		return invalid("entry", "%s job calls no entry function (entry is for starlark and wasm jobs)", article(job.Kind))
+	}
 	if job.Image != "" {
 		// The image store judges the reference itself; here only what no
 		// store would take.
