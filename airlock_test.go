@@ -353,3 +353,24 @@ func TestDecodeJobRefusesNonUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestKindInMessages: a refusal that names a job's kind reads as English
+// ("an expr job", "a starlark job"); a field the kind does not use (env,
+// image, entry) is refused, not ignored.
+func TestKindInMessages(t *testing.T) {
+	for _, tc := range []struct {
+		job  airlock.Job
+		want string
+	}{
+		{airlock.Job{Kind: airlock.KindExpr, Code: "1", Env: map[string]string{"A": "B"}}, "env: an expr job has no environment"},
+		{airlock.Job{Kind: airlock.KindStarlark, Code: "1", Env: map[string]string{"A": "B"}}, "env: a starlark job has no environment"},
+		{airlock.Job{Kind: airlock.KindExpr, Code: "1", Image: "python"}, "image: an expr job runs in no image"},
+		{airlock.Job{Kind: airlock.KindExpr, Code: "1", Entry: "f"}, "entry: an expr job calls no entry function (entry is for starlark and wasm jobs)"},
+		{airlock.Job{Kind: airlock.KindCommand, Argv: []string{"true"}, Entry: "f"}, "entry: a command job calls no entry function"},
+	} {
+		err := tc.job.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.job, err, tc.want)
+		}
+	}
+}

@@ -198,7 +198,7 @@ func (job *Job) Validate() error {
 	switch job.Situation {
 	case "", SituationExpression, SituationInternal, SituationPublic, SituationMultiTenant, SituationCredentials:
 	default:
-		return invalid("situation", "unknown situation %q", job.Situation)
+		return invalid("situation", "unknown situation %q (want expression, internal, public, multi-tenant or credentials)", job.Situation)
 	}
 	if job.Account != "" && !validAccount(job.Account) {
 		return invalid("account", "%q: want a lower-case letter, then up to 23 lower-case letters, digits or '-'", job.Account)
@@ -242,12 +242,15 @@ func (job *Job) Validate() error {
 			return err
 		}
 	}
+	if job.Entry != "" && job.Kind != KindStarlark && job.Kind != KindWasm {
+		return invalid("entry", "%s job calls no entry function (entry is for starlark and wasm jobs)", article(job.Kind))
+	}
 	if job.Image != "" {
 		// The image store judges the reference itself; here only what no
 		// store would take.
 		switch {
 		case job.Kind != KindCommand:
-			return invalid("image", "a %s job runs in no image (images are for command jobs)", job.Kind)
+			return invalid("image", "%s job runs in no image (images are for command jobs)", article(job.Kind))
 		case len(job.Image) > 512 || strings.ContainsFunc(job.Image, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 			return invalid("image", "not an image name or reference")
 		}
@@ -477,7 +480,7 @@ func validRef(s string) bool {
 // kind that has an environment.
 func validateEnv(job *Job) error {
 	if job.Kind == KindExpr || job.Kind == KindStarlark {
-		return invalid("env", "a %s job has no environment", job.Kind)
+		return invalid("env", "%s job has no environment", article(job.Kind))
 	}
 	for name, v := range job.Env {
 		switch {
@@ -529,4 +532,13 @@ func validAccount(name string) bool {
 		}
 	}
 	return true
+}
+
+// article is kind with its indefinite article, for messages: "an expr",
+// "a starlark".
+func article(kind Kind) string {
+	if kind == KindExpr {
+		return "an " + string(kind)
+	}
+	return "a " + string(kind)
 }

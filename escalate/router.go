@@ -6,6 +6,7 @@ package escalate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -204,24 +205,25 @@ func situationIndex(s airlock.Situation) int {
 }
 
 func (r *Router) rule(job *airlock.Job) (int, error) {
-	hermetic := job.Grants.Hermetic()
-	if k, s := kindIndex(job.Kind), situationIndex(job.Situation); k >= 0 && s >= 0 {
-		h := 0
-		if hermetic {
-			h = 1
-		}
-		// The table holds the first rule whose Match selects this kind,
-		// situation and grant, so no Match needs checking again.
-		if i := int(r.table[k][s][h]); i >= 0 {
-			return i, r.lifecycle(i, job)
-		}
-		return -1, noRule(job)
+	// A kind or situation outside the closed sets is the caller's typo,
+	// not a job the policy refuses: say so, as the tiers do.
+	k, s := kindIndex(job.Kind), situationIndex(job.Situation)
+	switch {
+	case k < 0 && job.Kind == "":
+		return -1, jobs.Invalid("kind", "is missing (want expr, starlark, wasm or command)")
+	case k < 0:
+		return -1, jobs.Invalid("kind", "unknown kind %q (want expr, starlark, wasm or command)", job.Kind)
+	case s < 0:
+		return -1, jobs.Invalid("situation", "unknown situation %q (want expression, internal, public, multi-tenant or credentials)", job.Situation)
 	}
-	situation := situationOf(job)
-	for i := range r.policy.Rules {
-		if r.policy.Rules[i].Match.matches(job.Kind, situation, hermetic) {
-			return i, r.lifecycle(i, job)
-		}
+	h := 0
+	if job.Grants.Hermetic() {
+		h = 1
+	}
+	// The table holds the first rule whose Match selects this kind,
+	// situation and grant, so no Match needs checking again.
+	if i := int(r.table[k][s][h]); i >= 0 {
+		return i, r.lifecycle(i, job)
 	}
 	return -1, noRule(job)
 }
@@ -279,7 +281,7 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 			}
 			switch {
 			case e.level < rule.MinLevel:
-				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("level %d (%s) is below the minimum %d (%s) that rule %s requires%s", e.level, e.level, rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job))}
+				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("level %d (%s) is below the minimum %d (%s) that rule %s requires%s%s", e.level, e.level, rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allowingSituations(job, e))}
 			case len(rule.Tiers) > 0 && !contains(rule.Tiers, e.name):
 				return ri, -1, false, &airlock.NotAdmitted{Tier: e.name, Reason: fmt.Sprintf("rule %s allows only tiers %v", rule.Name, rule.Tiers)}
 			case e.unavailable != nil:
@@ -301,6 +303,35 @@ func (r *Router) route(job *airlock.Job) (ri, ti int, refused bool, err error) {
 	return ri, -1, refused, r.noneAdmits(rule, job)
 }
 
+// allowingSituations names the situations in which the policy would let
+// this job run on tier e, for a refusal of e as too weak: the default
+// hint (internal) does not help a level-2 tier, which internal refuses too.
+func (r *Router) allowingSituations(job *airlock.Job, e *entry) string {
+	if e.admit(job) != nil {
+		return "" // the tier would refuse it in any situation
+	}
+	k := kindIndex(job.Kind)
+	h := 0
+	if job.Grants.Hermetic() {
+		h = 1
+	}
+	var names []string
+	for s, sit := range tableSituations {
+		i := r.table[k][s][h]
+		if i < 0 {
+			continue
+		}
+		rule := &r.policy.Rules[i]
+		if e.level >= rule.MinLevel && (len(rule.Tiers) == 0 || contains(rule.Tiers, e.name)) {
+			names = append(names, string(sit))
+		}
+	}
+	if len(names) == 0 {
+		return "; no situation lets the policy run this job on " + e.name
+	}
+	return "; the policy runs it on " + e.name + " only in situation " + strings.Join(names, " or ")
+}
+
 // candidate returns the first tier from index i on that rule lets a job
 // use (at or above its minimum level, available, allowed), or -1.
 func (r *Router) candidate(rule *Rule, i int) int {
@@ -314,7 +345,28 @@ func (r *Router) candidate(rule *Rule, i int) int {
 }
 
 func (r *Router) noneAdmits(rule *Rule, job *airlock.Job) error {
-	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)%s", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allUnavailable(rule, job))}
+	return &airlock.NotAdmitted{Reason: fmt.Sprintf("no available tier at level %d (%s) or above admits the job (rule %s%s; see `airlock explain`)%s%s", rule.MinLevel, rule.MinLevel, rule.Name, defaulted(job), r.allUnavailable(rule, job), r.ownTierRefusal(rule, job))}
+}
+
+// ownTierRefusal is the refusal of the tier named after the job's kind
+// (expr, starlark, wasm), when the rule let it run the job and it said
+// no: what is wrong with the job itself (an expression with argv, say),
+// which a refusal that only counted tiers would hide.
+func (r *Router) ownTierRefusal(rule *Rule, job *airlock.Job) string {
+	for i := r.candidate(rule, 0); i >= 0; i = r.candidate(rule, i+1) {
+		e := &r.tiers[i]
+		if e.name != string(job.Kind) {
+			continue
+		}
+		if err := e.admit(job); err != nil {
+			var na *airlock.NotAdmitted
+			if errors.As(err, &na) {
+				return "; " + e.name + ": " + na.Reason
+			}
+			return "; " + err.Error()
+		}
+	}
+	return ""
 }
 
 // allUnavailable says why, when no tier the rule lets a job use is

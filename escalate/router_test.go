@@ -486,3 +486,77 @@ func TestPolicyTiersNameTheRoutersTiers(t *testing.T) {
 	_, err := escalate.New(p, tiers(nil))
 	require.NoError(t, err)
 }
+
+// TestUnknownKindOrSituationInvalid: a typo in a job's kind or situation
+// is invalid input naming the field and the values it takes, not a
+// refusal by the policy.
+func TestUnknownKindOrSituationInvalid(t *testing.T) {
+	r := newRouter(t, nil)
+	for _, tc := range []struct {
+		job   airlock.Job
+		field string
+	}{
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "publik"}, "situation"},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "publik", Tier: "process"}, "situation"},
+		{airlock.Job{Kind: "pythn", Code: "1"}, "kind"},
+		{airlock.Job{Code: "1"}, "kind"},
+	} {
+		_, err := r.Route(&tc.job)
+		var inv *airlock.InvalidJob
+		require.ErrorAs(t, err, &inv, "%+v", tc.job)
+		assert.Equal(t, tc.field, inv.Field)
+		assert.Contains(t, err.Error(), "want ")
+	}
+}
+
+// TestTooWeakTierNamesItsSituations: a job sent to a tier below its
+// rule's minimum is told in which situations the policy would run it
+// there (a level-2 tier: not internal, which the default hint names);
+// none when no situation would, nothing when the tier refuses the job
+// whatever the situation.
+func TestTooWeakTierNamesItsSituations(t *testing.T) {
+	r := newRouter(t, nil)
+	for _, tc := range []struct {
+		job       airlock.Job
+		want, not string
+	}{
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "seccomp"}, "the policy runs it on seccomp only in situation expression", ""},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "seccomp", Situation: "internal"}, "only in situation expression", ""},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "process"}, "only in situation expression or internal", ""},
+		{airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "expr"}, "", "only in situation"},
+	} {
+		_, err := r.Route(&tc.job)
+		var na *airlock.NotAdmitted
+		require.ErrorAs(t, err, &na, "%+v", tc.job)
+		if tc.want != "" {
+			assert.Contains(t, err.Error(), tc.want)
+		}
+		if tc.not != "" {
+			assert.NotContains(t, err.Error(), tc.not)
+		}
+	}
+	// A policy where no situation allows level 2.
+	p := escalate.DefaultPolicy()
+	p.Rules = p.Rules[:1:1]
+	p.Rules = append(p.Rules, escalate.Rule{Name: "all", MinLevel: airlock.LevelContainer})
+	r2, err := escalate.New(p, tiers(nil))
+	require.NoError(t, err)
+	_, err = r2.Route(&airlock.Job{Kind: "command", Argv: []string{"true"}, Tier: "seccomp"})
+	assert.ErrorContains(t, err, "no situation lets the policy run this job on seccomp")
+}
+
+// TestNoneAdmitsSaysWhyItsOwnTierRefused: when no tier admits a language
+// job, the refusal carries what the tier named after its kind said about
+// the job (an expression given argv), not only that no tier admitted it.
+func TestNoneAdmitsSaysWhyItsOwnTierRefused(t *testing.T) {
+	r := newRouter(t, nil)
+	_, err := r.Route(&airlock.Job{Kind: "expr", Code: "1", Argv: []string{"a"}})
+	var na *airlock.NotAdmitted
+	require.ErrorAs(t, err, &na)
+	assert.Contains(t, err.Error(), "; expr: expressions take input variables only")
+	assert.Equal(t, 1, strings.Count(err.Error(), "expressions take input variables only"), err.Error())
+	// A command job has no tier of its kind's name: nothing is added.
+	_, err = r.Route(&airlock.Job{Kind: "command", Argv: []string{"true"}, Situation: "credentials"})
+	require.ErrorAs(t, err, &na)
+	assert.NotContains(t, err.Error(), "; command:")
+}

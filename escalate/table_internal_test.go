@@ -1,6 +1,7 @@
 package escalate
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock"
@@ -18,7 +19,7 @@ func ruleByScan(p *Policy, job *airlock.Job) int {
 }
 
 // TestRuleTableAgreesWithScan: for every kind, situation (known, empty and
-// unknown), grant and lifecycle, the table lookup picks the rule that a
+// unknown: invalid), grant and lifecycle, the table lookup picks the rule that a
 // scan of the policy picks, for the default policy and for policies whose
 // rules overlap, restrict lifecycles or match nothing.
 func TestRuleTableAgreesWithScan(t *testing.T) {
@@ -52,6 +53,14 @@ func TestRuleTableAgreesWithScan(t *testing.T) {
 					for _, lc := range lifecycles {
 						job := airlock.Job{Kind: kind, Situation: situation, Lifecycle: lc, Grants: airlock.Grants{Spawn: spawn}}
 						got, gotErr := r.rule(&job)
+						if kindIndex(kind) < 0 || situationIndex(situation) < 0 {
+							// Outside the closed sets: invalid input, no rule.
+							var inv *airlock.InvalidJob
+							if got != -1 || !errors.As(gotErr, &inv) {
+								t.Errorf("%s: %s/%s: rule %d, error %v; want -1 and an invalid job", name, kind, situation, got, gotErr)
+							}
+							continue
+						}
 						want := ruleByScan(&r.policy, &job)
 						if got != want {
 							t.Errorf("%s: %s/%s spawn=%v lifecycle=%q: rule %d, a scan finds %d", name, kind, situation, spawn, lc, got, want)

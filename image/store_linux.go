@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/image/catalogue"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
@@ -236,7 +238,10 @@ func (s *Store) lookup(tbl table, ref string) (string, name.Reference, error) {
 		return "", nil, invalidf("unknown digest (name it with its repository to pull it)")
 	}
 	if isName(ref) {
-		return "", nil, invalidf("unknown image name")
+		if slices.Contains(catalogue.Names(), ref) {
+			return "", nil, invalidf("unknown image name: not built here (build it: airlock image build %s)", ref)
+		}
+		return "", nil, invalidf("unknown image name (airlock images lists the names; the catalogue builds %s)", strings.Join(catalogue.Names(), ", "))
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {

@@ -1187,3 +1187,14 @@ func TestDeriveCancelledLeavesOthers(t *testing.T) {
 	}
 	f.tmpEmpty()
 }
+
+// TestUnknownNameSaysWhatToDo: a name the store lacks says how to get it:
+// a catalogue name is built with `airlock image build`, any other is
+// named among the catalogue's and `airlock images`.
+func TestUnknownNameSaysWhatToDo(t *testing.T) {
+	f := newFixture(t, Options{})
+	_, _, err := f.s.Acquire(context.Background(), "node")
+	imageError(t, err, true, "image node: unknown image name: not built here (build it: airlock image build node)")
+	_, _, err = f.s.Acquire(context.Background(), "pyhton")
+	imageError(t, err, true, "unknown image name (airlock images lists the names; the catalogue builds minimal, node, python)")
+}

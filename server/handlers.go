@@ -265,6 +265,10 @@ func (t *tenant) admit(job *airlock.Job) error {
 		return &airlock.NotAdmitted{Reason: fmt.Sprintf("tenant %s may not run jobs in situation %s (allowed: %v)", t.Name, job.Situation, t.allowed)}
 	}
 	if job.Tier != "" && job.Tier != escalate.TierAuto {
+		if !slices.Contains(t.tierNames, job.Tier) {
+			// A typo is the client's mistake, not the tenant's limit.
+			return jobs.Invalid("tier", "unknown tier %q (GET /v1/tiers lists them)", job.Tier)
+		}
 		if err := t.allowTier(job.Tier); err != nil {
 			return err
 		}

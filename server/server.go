@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,13 +50,14 @@ type Options struct {
 
 type tenant struct {
 	Tenant
-	limits   airlock.LimitPolicy
-	roots    hostpath.Roots
-	allowed  []airlock.Situation // the situations its jobs may name
-	defSit   airlock.Situation   // what a job that names none runs as
-	defImage string              // what a command job that names none runs in ("": the host view)
-	pullFrom []string            // the registries a job's image reference may be pulled from
-	slots    chan struct{}
+	limits    airlock.LimitPolicy
+	roots     hostpath.Roots
+	allowed   []airlock.Situation // the situations its jobs may name
+	defSit    airlock.Situation   // what a job that names none runs as
+	defImage  string              // what a command job that names none runs in ("": the host view)
+	tierNames []string            // the server's tiers, for naming a job's unknown tier
+	pullFrom  []string            // the registries a job's image reference may be pulled from
+	slots     chan struct{}
 	// bigBodies are its large-body slots (see gateBody).
 	bigBodies chan struct{}
 	listings  chan struct{} // its GET /v1/audit listings in progress
@@ -209,6 +211,14 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc), bigBodies: make(chan struct{}, bigBodiesTenant),
 			listings: make(chan struct{}, auditListingsTenant)}
 		tn.allowed, tn.defSit = t.situations()
+		for _, tr := range s.tiers {
+			tn.tierNames = append(tn.tierNames, tr.Name())
+		}
+		for _, name := range t.Tiers {
+			if !slices.Contains(tn.tierNames, name) {
+				return fail(fmt.Errorf("tenants[%d].tiers: unknown tier %q (want one of %s)", i, name, strings.Join(tn.tierNames, ", ")))
+			}
+		}
 		tn.defImage = defImage
 		if cfg.Images != nil {
 			for _, r := range cfg.Images.Registries {

@@ -105,6 +105,16 @@ func TestTenantRules(t *testing.T) {
 	if r.status != 403 || !strings.Contains(string(r.body), "may not use tier wasm") {
 		t.Errorf("tier: %d %s", r.status, r.body)
 	}
+	// A tier name no tier has is a typo (400, invalid), also for a
+	// tenant with a tier list; explain names it so as its tenant refusal.
+	r = f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","tier":"starlrak"}`)
+	if r.status != 400 || !strings.Contains(string(r.body), `unknown tier \"starlrak\"`) || !strings.Contains(string(r.body), `"invalid"`) {
+		t.Errorf("unknown tier: %d %s", r.status, r.body)
+	}
+	r = f.do("POST", "/v1/explain", keyB, `{"kind":"expr","code":"1","tier":"starlrak"}`)
+	if !strings.Contains(string(r.body), `"tenant_refusal":"invalid job: tier: unknown tier \"starlrak\"`) {
+		t.Errorf("explain, unknown tier: %d %s", r.status, r.body)
+	}
 	// a's maximum is b's default policy's maximum: b may ask for more.
 	r = f.do("POST", "/v1/run", keyB, `{"kind":"expr","code":"1","limits":{"wall_ms":6000}}`)
 	if r.status != 200 {
@@ -541,5 +551,21 @@ func TestServesTheCallersTiers(t *testing.T) {
 	}
 	if own.closes != 1 {
 		t.Errorf("the caller's tier was closed %d times, want 1", own.closes)
+	}
+}
+
+// TestTenantTierTypo: a tenant's tier list naming a tier the server does
+// not have is a configuration error at start, naming the tenant and the
+// tiers there are, not a tier the tenant silently never gets.
+func TestTenantTierTypo(t *testing.T) {
+	cfg := testConfig()
+	cfg.Tenants[1].Tiers = []string{"exr", "starlark"}
+	srv, err := newServer(cfg, server.Options{Audit: io.Discard})
+	if err == nil {
+		srv.Close()
+		t.Fatal("a tenant's unknown tier was accepted")
+	}
+	if !strings.Contains(err.Error(), `tenants[1].tiers: unknown tier "exr" (want one of expr, starlark`) {
+		t.Errorf("error: %v", err)
 	}
 }

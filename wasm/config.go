@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
 // Defaults for a [Config].
@@ -152,7 +153,11 @@ const CacheDirEnv = "AIRLOCK_WASM_CACHE"
 
 // DefaultCacheDir returns the on-disk compilation cache the command-line
 // tool and the server use: $AIRLOCK_WASM_CACHE, or airlock/wasm under the
-// user's cache directory; "" when turned off or when there is none.
+// user's cache directory; "" when turned off, or when there is no user's
+// cache directory or it cannot be made (a user whose home does not
+// exist): the cache only saves time, so the tier then compiles in memory.
+// A directory it would use that is unsafe (another user's, or writable by
+// others) is still returned, for the tier to refuse.
 func DefaultCacheDir() string {
 	switch d := os.Getenv(CacheDirEnv); d {
 	case "off":
@@ -162,7 +167,11 @@ func DefaultCacheDir() string {
 		if err != nil {
 			return ""
 		}
-		return filepath.Join(base, "airlock", "wasm")
+		dir := filepath.Join(base, "airlock", "wasm")
+		if !statedir.Makeable(dir) {
+			return ""
+		}
+		return dir
 	default:
 		return d
 	}

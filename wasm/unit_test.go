@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -704,5 +705,47 @@ func TestScratchWithinMemory(t *testing.T) {
 	}
 	if _, err := tier.Run(context.Background(), big); err != nil {
 		t.Errorf("run with scratch_mb within memory_mb: %v", err)
+	}
+}
+
+// TestDefaultCacheDirWithoutHome: a user whose cache directory cannot be
+// made (a home that does not exist, as for nobody) gets no on-disk cache,
+// and the tier still runs; a cache directory that exists but is unsafe is
+// still named, for the tier to refuse.
+func TestDefaultCacheDirWithoutHome(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	must(t, os.WriteFile(blocker, nil, 0o600))
+	gone := filepath.Join(blocker, "home") // below a file: no one can make it
+	t.Setenv(CacheDirEnv, "")
+	for _, v := range []string{"XDG_CACHE_HOME", "HOME", "LocalAppData"} {
+		t.Setenv(v, gone)
+	}
+	if d := DefaultCacheDir(); d != "" {
+		t.Fatalf("DefaultCacheDir() = %q under a home that cannot exist; want none", d)
+	}
+	tier, err := New(NewConfig().WithCacheDir(DefaultCacheDir()))
+	if err != nil {
+		t.Fatalf("no user's cache directory: the tier is not built: %v", err)
+	}
+	_ = tier.Close()
+
+	if runtime.GOOS == "windows" {
+		return
+	}
+	base := t.TempDir()
+	for _, v := range []string{"XDG_CACHE_HOME", "HOME", "LocalAppData"} {
+		t.Setenv(v, base)
+	}
+	d := DefaultCacheDir()
+	if d == "" {
+		t.Fatal("DefaultCacheDir() is empty with a usable home")
+	}
+	if _, err := os.Stat(d); err == nil {
+		t.Error("DefaultCacheDir made the directory: choosing it has no side effect")
+	}
+	must(t, os.MkdirAll(d, 0o700))
+	must(t, os.Chmod(d, 0o777))
+	if _, err := New(NewConfig().WithCacheDir(DefaultCacheDir())); airlock.KindOf(err) != airlock.ErrInvalid {
+		t.Fatalf("a world-writable default cache was accepted or dropped: %v", err)
 	}
 }

@@ -66,9 +66,8 @@ func accountCmd(ctx context.Context, e *env) int {
 	if !ok {
 		return code
 	}
-	usage := jobs.Invalid("", "usage: airlock %s", strings.SplitN(c.usage, "\n", 2)[0])
 	if len(pos) == 0 {
-		return e.fail(usage)
+		return e.fail(jobs.Invalid("", "account takes a subcommand: add, set, start, stop, renew, list, rm or serve (see `airlock help account`)"))
 	}
 	sub, args := pos[0], pos[1:]
 	need := func(n int) bool { return len(args) == n }
@@ -191,9 +190,10 @@ func accountAddRemote(e *env, dir, name string, rm account.Remote) error {
 	if old, err := account.Load(dir, name); err == nil && !old.IsRemote() {
 		return fmt.Errorf("account %s is a local account here (remove it first: airlock account rm %s)", name, name)
 	}
-	// What the tier would refuse, refused now.
+	// What the tier would refuse, refused now: the URL or a file given
+	// (static checks, no connection), so the command line is at fault.
 	if err := account.New(account.NewRemoteConfig(name, rm)).Available(); err != nil {
-		return err
+		return jobs.Invalid("", "%v", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("accounts directory: %w", err)

@@ -589,7 +589,7 @@ func TestAccountCommandErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"account"}, "usage: airlock account add NAME"},
+		{[]string{"account"}, "account takes a subcommand: add, set, start, stop, renew, list, rm or serve"},
 		{[]string{"account", "frob"}, `unknown subcommand "frob": want add, set, start, stop, renew, list, rm or serve`},
 		{[]string{"account", "add"}, "account add takes one NAME"},
 		{[]string{"account", "set", "x"}, "account set takes NAME and REF (the value on stdin)"},
@@ -601,6 +601,8 @@ func TestAccountCommandErrors(t *testing.T) {
 		{[]string{"account", "set", "x", "ref", "--caller", "bob"}, `"bob": want uid-N or cert-CN`},
 		{[]string{"account", "add", "x", "--url", "https://h:1", "--ca", "c"}, "--cert: is required with --url"},
 		{[]string{"account", "add", "x", "--ca", "c"}, "give its --url too"},
+		{[]string{"account", "add", "x", "--url", "h:1", "--ca", "c", "--cert", "c", "--key", "k"}, `remote URL "h:1": want https://HOST:PORT`},
+		{[]string{"account", "add", "x", "--url", "https://h:1", "--ca", "/nonexistent/ca.pem", "--cert", "c", "--key", "k"}, "/nonexistent/ca.pem"},
 		{[]string{"account", "add", "x", "--listen", "127.0.0.1:0"}, "want HOST:PORT with a fixed port"},
 	} {
 		var out, errOut bytes.Buffer

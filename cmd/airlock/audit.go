@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/server"
@@ -31,10 +32,18 @@ func auditCmd(ctx context.Context, e *env) int {
 		return e.fail(jobs.Invalid("", "%v", err))
 	}
 	if sum.Records == 0 {
-		fmt.Fprintf(e.stdout, "intact: no records in %d files\n", sum.Files)
+		fmt.Fprintf(e.stdout, "intact: no records in %s\n", plural(sum.Files, "file"))
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "intact: %d records (seq %d to %d) in %d files; the last record's SHA-256 is %s\n",
-		sum.Records, sum.First, sum.Last, sum.Files, sum.LastHash)
+	fmt.Fprintf(e.stdout, "intact: %s (seq %d to %d) in %s; the last record's SHA-256 is %s\n",
+		plural(sum.Records, "record"), sum.First, sum.Last, plural(sum.Files, "file"), sum.LastHash)
 	return exitOK
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

@@ -47,6 +47,14 @@ func TestAuditVerify(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(out, fmt.Sprintf("intact: 12 records (seq 1 to 12) in %d files", len(files))) || strings.Count(out, "\n") != 1 {
 		t.Fatalf("verify of an intact trail: %d %q %q", code, out, errOut)
 	}
+	// One file, one record: no plural s.
+	one := filepath.Join(t.TempDir(), "one.jsonl")
+	if err := os.WriteFile(one, []byte(readLines(t, files[0])[0]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, code := run(t, "", "audit", "verify", one); code != exitOK || !strings.HasPrefix(out, "intact: 1 record (seq 1 to 1) in 1 file;") {
+		t.Errorf("verify of one record in one file: %d %q", code, out)
+	}
 	broken := func(files []string, want string) {
 		t.Helper()
 		out, errOut, code := run(t, "", append([]string{"audit", "verify"}, files...)...)

@@ -431,13 +431,15 @@ func TestScriptFiles(t *testing.T) {
 	// Without spawn the script may not run cat, and airlock says why.
 	_, errOut, code := run(t, "", "run", "--tier", "process", "--file", data+":in/data.txt", sh)
 	require.Equal(t, 126, code, errOut)
-	assert.Contains(t, errOut, "without --allow-spawn the program may not run other programs")
+	assert.Contains(t, errOut, "airlock: program exited with status 126: a refused exec (without --allow-spawn the program may not run other programs)\n")
+	assert.NotRegexp(t, `airlock: 12[67] is`, errOut, "the meaning is on the status line, not a line of its own")
 	// A script whose interpreter the image lacks: airlock says where to
 	// look, not only "not found".
 	odd := write("s.odd", "#!/usr/bin/env no-such-interpreter\nprint(1)\n")
 	_, errOut, code = run(t, "", "run", "--tier", "process", odd)
 	require.Equal(t, 127, code, errOut)
-	assert.Contains(t, errOut, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another")
+	assert.Contains(t, errOut, "airlock: program exited with status 127: a program not found (the image the job ran in may lack it; --image names another")
+	assert.NotRegexp(t, `airlock: 12[67] is`, errOut, "the meaning is on the status line, not a line of its own")
 	// The scripts run other programs (cat, the interpreter #! names):
 	// they are granted spawn.
 	out, errOut, code := run(t, "", "run", "--tier", "process", "--allow-spawn", "--file", data+":in/data.txt", sh, "--", "a", "b")
@@ -545,4 +547,64 @@ func TestUsageErrorsOutsideJobs(t *testing.T) {
 	_, errOut, code := run(t, `{"kind":"expr","code":1}`, "run", "-")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "invalid job: code:")
+}
+
+// TestTypoInKindOrSituation: a misspelt --kind or --situation (or the
+// same field in a job file) is invalid input, exit 2, in one line that
+// names the values it takes, not a refusal by the policy (exit 5).
+func TestTypoInKindOrSituation(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "x.py")
+	require.NoError(t, os.WriteFile(script, []byte("print(1)\n"), 0o644))
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"", []string{"run", "--situation", "publik", "--", "true"}, `situation: unknown situation "publik" (want expression, internal, public, multi-tenant or credentials)`},
+		{"", []string{"run", "--tier", "process", "--situation", "internl", "--", "true"}, `unknown situation "internl"`},
+		{"", []string{"run", "--kind", "pythn", script}, `kind: unknown kind "pythn" (want expr, starlark, wasm or command)`},
+		{`{"kind":"bogus","code":"1"}`, []string{"run", "-"}, `unknown kind "bogus"`},
+		{`{"kind":"command","argv":["true"],"situation":"publik"}`, []string{"run", "-"}, `unknown situation "publik"`},
+		{`{"kind":"command","argv":["true"],"situation":"publik"}`, []string{"explain", "-"}, `unknown situation "publik"`},
+	} {
+		out, errOut, code := run(t, tc.stdin, tc.args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		assert.Empty(t, out, tc.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, tc.want, tc.args)
+	}
+	// With --json: one Result whose error is of kind invalid.
+	out, _, code := run(t, "", "run", "--json", "--situation", "publik", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	var res struct {
+		Error struct{ Kind, Message string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Equal(t, "invalid", res.Error.Kind)
+}
+
+// TestMissingGrantPath: a path that --allow-read, --read-at or --copy
+// names and that is not there is one line naming that flag and the
+// absolute path it made of what was typed, exit 2 (--json: a Result).
+func TestMissingGrantPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	missing := filepath.Join(dir, "nosuch")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--allow-read", "nosuch", "--", "true"}, "airlock: invalid job: --allow-read: " + missing + ": no such file or directory"},
+		{[]string{"run", "--read-at", "nosuch=/data", "--", "true"}, "airlock: invalid job: --read-at: " + missing + ": no such file or directory"},
+		{[]string{"run", "--copy", "nosuch", "--", "true"}, "airlock: invalid job: --copy: " + missing + ": no such file or directory"},
+		{[]string{"explain", "--kind", "command", "--allow-read", "nosuch"}, "--allow-read: " + missing},
+	} {
+		_, errOut, code := run(t, "", tc.args...)
+		assert.Equal(t, exitUsage, code, tc.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, tc.want, tc.args)
+	}
+	out, _, code := run(t, "", "run", "--json", "--allow-read", "nosuch", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, out, `--allow-read: `+missing)
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -311,6 +312,28 @@ func (f *jobFlags) apply(job *airlock.Job) error {
 // caller's --read paths are the only roots, so a job file cannot grant
 // itself a host path its caller did not name.
 func (f *jobFlags) resolveReads(job *airlock.Job) error {
+	// A path a flag names that is not there is that flag's mistake: say
+	// which flag, and the path it made of what was typed.
+	for _, fl := range []struct {
+		name  string
+		paths []string
+	}{{"allow-read", f.read}, {"copy", f.copies}} {
+		for _, p := range fl.paths {
+			if _, err := os.Stat(p); err != nil {
+				return jobs.Invalid("--"+fl.name, "%s: %v (a relative path is taken from the working directory)", p, unwrapPathErr(err))
+			}
+		}
+	}
+	for _, spec := range f.readAt {
+		if host, _, ok := strings.Cut(spec, "="); ok && host != "" {
+			if abs, err := filepath.Abs(host); err == nil {
+				host = abs
+			}
+			if _, err := os.Stat(host); err != nil {
+				return jobs.Invalid("--read-at", "%s: %v (a relative path is taken from the working directory)", host, unwrapPathErr(err))
+			}
+		}
+	}
 	g := &job.Grants.FS
 	placed, err := f.placeGrants(g)
 	if err != nil {
@@ -471,17 +494,18 @@ func (e *env) report(job *airlock.Job, res airlock.Result, err error) int {
 		}
 	}
 	if res.ExitCode != 0 {
-		fmt.Fprintf(e.stderr, "airlock: program exited with status %d\n", res.ExitCode)
-		if res.ExitCode == 126 && job.Kind == airlock.KindCommand && !job.Grants.Spawn {
-			// A shell says only "Permission denied" (or "Operation not
-			// permitted") for the exec a withheld spawn grant refused.
-			fmt.Fprintln(e.stderr, "airlock: 126 is a refused exec: without --allow-spawn the program may not run other programs")
+		// One line, with what the status likely means where a shell says
+		// only "Permission denied" (the exec a withheld spawn grant
+		// refused) or "not found" (a script's interpreter, such as node
+		// for a .js file, or a program the image lacks).
+		why := ""
+		switch {
+		case res.ExitCode == 126 && job.Kind == airlock.KindCommand && !job.Grants.Spawn:
+			why = ": a refused exec (without --allow-spawn the program may not run other programs)"
+		case res.ExitCode == 127 && job.Kind == airlock.KindCommand:
+			why = ": a program not found (the image the job ran in may lack it; --image names another, airlock images lists them, airlock image build node adds one)"
 		}
-		if res.ExitCode == 127 && job.Kind == airlock.KindCommand {
-			// A script's interpreter (node for a .js file) or a program
-			// the image lacks: the output says only "not found".
-			fmt.Fprintln(e.stderr, "airlock: 127 is a program not found: the image the job ran in may lack it (--image names another; airlock images lists them, airlock image build node adds one)")
-		}
+		fmt.Fprintf(e.stderr, "airlock: program exited with status %d%s\n", res.ExitCode, why)
 		return programExit(res.ExitCode)
 	}
 	return exitOK
@@ -694,4 +718,14 @@ func missingBackend(r *escalate.Router, job airlock.Job, err error) error {
 		return err
 	}
 	return &backendMissing{refusal: err, missing: missing}
+}
+
+// unwrapPathErr is a *fs.PathError's own error ("no such file or
+// directory"), for a message that names the path once.
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

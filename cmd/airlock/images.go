@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -66,7 +67,7 @@ func openStore(dir, auth string, w io.Writer) (*image.Store, error) {
 		dir = image.DefaultDir()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("image store %s: %w", dir, err)
+		return nil, fmt.Errorf("image store %s: %w (choose another with --images DIR or $%s)", dir, err, image.DirEnv)
 	}
 	return image.Open(dir, image.Options{AllowHost: true, Progress: imageProgress(w), AuthFile: auth})
 }
@@ -207,9 +208,14 @@ func imageCmd(ctx context.Context, e *env) int {
 	if len(pos) >= 2 && pos[0] == "build" {
 		want["build"] = len(pos)
 	}
-	if len(pos) == 0 || want[pos[0]] == 0 || len(pos) != want[pos[0]] {
-		fmt.Fprintf(e.stderr, "airlock: usage: airlock %s\n", c.usage)
-		return exitUsage
+	takes := map[string]string{"build": "one or more NAMEs", "import": "NAME SRC", "pull": "REF", "rm": "NAME|DIGEST"}
+	switch {
+	case len(pos) == 0:
+		return e.fail(jobs.Invalid("", "image takes a subcommand: build, import, pull or rm (see `airlock help image`)"))
+	case takes[pos[0]] == "":
+		return e.fail(jobs.Invalid("", "unknown subcommand %q: want build, import, pull or rm (see `airlock help image`)", pos[0]))
+	case want[pos[0]] == 0 || len(pos) != want[pos[0]]:
+		return e.fail(jobs.Invalid("", "image %s takes %s (see `airlock help image`)", pos[0], takes[pos[0]]))
 	}
 	st, err := openStore(*dir, auth, e.stderr)
 	if err != nil {
@@ -291,9 +297,13 @@ func serverImagesCmd(ctx context.Context, e *env, base, keyFile string, jsonMode
 		fmt.Fprintln(e.stderr, "airlock: images --server needs --key-file")
 		return exitUsage
 	}
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fmt.Fprintf(e.stderr, "airlock: --server %q: want the server's base URL, such as http://127.0.0.1:8420\n", base)
+		return exitUsage
+	}
 	key, err := os.ReadFile(keyFile)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "airlock: %v\n", err)
+		fmt.Fprintf(e.stderr, "airlock: --key-file: %v\n", err)
 		return exitUsage
 	}
 	list, err := fetchImages(ctx, strings.TrimRight(base, "/")+"/v1/images", strings.TrimSpace(string(key)))

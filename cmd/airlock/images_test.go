@@ -425,3 +425,75 @@ func TestMCPLocalHostView(t *testing.T) {
 	assert.Contains(t, text, "the host view is not enabled", text)
 	assert.NotContains(t, text, "stdout", "the job ran: %s", text)
 }
+
+// TestImageStoreCannotBeMade: an image store that cannot be made (the
+// default under a home that does not exist, say) is one line that says how
+// to choose another.
+func TestImageStoreCannotBeMade(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o600))
+	t.Setenv(image.DirEnv, filepath.Join(blocker, "images"))
+	for _, args := range [][]string{{"images"}, {"image", "rm", "x"}} {
+		_, errOut, code := run(t, "", args...)
+		assert.NotEqual(t, exitOK, code, args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, "choose another with --images DIR or $AIRLOCK_IMAGES", args)
+	}
+}
+
+// TestSubcommandErrors: a missing, unknown or short subcommand of image
+// or microvm is one line that names what is wanted, exit 2.
+func TestSubcommandErrors(t *testing.T) {
+	t.Setenv(image.DirEnv, t.TempDir())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"image"}, "airlock: image takes a subcommand: build, import, pull or rm (see `airlock help image`)\n"},
+		{[]string{"image", "bogus"}, "airlock: unknown subcommand \"bogus\": want build, import, pull or rm (see `airlock help image`)\n"},
+		{[]string{"image", "import", "x"}, "airlock: image import takes NAME SRC (see `airlock help image`)\n"},
+		{[]string{"image", "build"}, "airlock: image build takes one or more NAMEs (see `airlock help image`)\n"},
+		{[]string{"image", "pull"}, "airlock: image pull takes REF (see `airlock help image`)\n"},
+		{[]string{"image", "rm", "a", "b"}, "airlock: image rm takes NAME|DIGEST (see `airlock help image`)\n"},
+	} {
+		out, errOut, code := run(t, "", c.args...)
+		assert.Equal(t, exitUsage, code, c.args)
+		assert.Empty(t, out, c.args)
+		assert.Equal(t, c.want, errOut, c.args)
+	}
+	if c := commands["microvm"]; c == nil || c.run == nil {
+		return // the lean build's
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"microvm", "bogus"}, "airlock: unknown subcommand \"bogus\": want status or sweep (see `airlock help microvm`)\n"},
+		{[]string{"microvm", "status", "x"}, "airlock: microvm takes at most one subcommand, status or sweep (see `airlock help microvm`)\n"},
+	} {
+		_, errOut, code := run(t, "", c.args...)
+		assert.Equal(t, exitUsage, code, c.args)
+		assert.Equal(t, c.want, errOut, c.args)
+	}
+}
+
+// TestImagesServerBadURL: a --server without a scheme (the common slip)
+// or an unreadable --key-file is a usage error naming the flag, before
+// any request.
+func TestImagesServerBadURL(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("ak_x\n"), 0o600))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"images", "--server", "127.0.0.1:8420", "--key-file", keyFile}, "airlock: --server \"127.0.0.1:8420\": want the server's base URL, such as http://127.0.0.1:8420\n"},
+		{[]string{"images", "--server", "localhost", "--key-file", keyFile}, "want the server's base URL"},
+		{[]string{"images", "--server", "http://127.0.0.1:1", "--key-file", keyFile + ".none"}, "airlock: --key-file: open "},
+	} {
+		_, errOut, code := run(t, "", c.args...)
+		assert.Equal(t, exitUsage, code, c.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		assert.Contains(t, errOut, c.want, c.args)
+	}
+}

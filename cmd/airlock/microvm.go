@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/tiers/microvm"
 )
 
@@ -26,9 +27,11 @@ func runMicroVM(ctx context.Context, e *env) int {
 		return code
 	}
 	pos = append(pos, rest...)
-	if len(pos) > 1 || (len(pos) == 1 && pos[0] != "status" && pos[0] != "sweep") {
-		fmt.Fprintf(e.stderr, "usage: airlock %s\n", c.usage)
-		return exitUsage
+	switch {
+	case len(pos) == 1 && pos[0] != "status" && pos[0] != "sweep":
+		return e.fail(jobs.Invalid("", "unknown subcommand %q: want status or sweep (see `airlock help microvm`)", pos[0]))
+	case len(pos) > 1:
+		return e.fail(jobs.Invalid("", "microvm takes at most one subcommand, status or sweep (see `airlock help microvm`)"))
 	}
 	tier, err := microvm.New(microvm.DefaultConfig())
 	if err != nil {

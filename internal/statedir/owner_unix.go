@@ -18,3 +18,8 @@ func owner(st os.FileInfo) (uint32, bool) {
 	}
 	return sys.Uid, true
 }
+
+// writable reports whether this process may make entries in dir.
+func writable(dir string) bool {
+	return syscall.Access(dir, 0o3) == nil // W_OK | X_OK
+}

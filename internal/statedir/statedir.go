@@ -17,6 +17,7 @@ package statedir
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -193,4 +194,20 @@ func As(err error, what string) error {
 func IsRefused(err error) bool {
 	var e *Error
 	return errors.As(err, &e)
+}
+
+// Makeable reports whether dir exists or could be made by this process:
+// its nearest existing ancestor is a directory this process may write
+// in. It makes nothing, so a default can be chosen without a side effect
+// (a user whose home does not exist gets another one).
+func Makeable(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err == nil {
+			return st.IsDir() && writable(d)
+		}
+		if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(d) == d {
+			return false
+		}
+	}
 }

@@ -118,3 +118,23 @@ func TestEnsureModes(t *testing.T) {
 		t.Errorf("the existing directory's mode changed to %v", m)
 	}
 }
+
+// TestMakeable: a directory that exists, or whose nearest existing
+// ancestor is a directory this process may write in, can be made; one
+// below a file cannot; Makeable makes nothing.
+func TestMakeable(t *testing.T) {
+	base := t.TempDir()
+	if !Makeable(base) || !Makeable(filepath.Join(base, "a", "b")) {
+		t.Error("a directory below a writable one is not makeable")
+	}
+	if _, err := os.Stat(filepath.Join(base, "a")); err == nil {
+		t.Error("Makeable made a directory")
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if Makeable(filepath.Join(file, "home", ".cache")) {
+		t.Error("a directory below a file is makeable")
+	}
+}

@@ -89,10 +89,10 @@ type Config struct {
 // from the project's .tools directory, cold starts, one vCPU, QEMU's
 // -sandbox on, KVM when /dev/kvm opens and a probe guest boots under it.
 func DefaultConfig() Config {
+	// Without a user's cache directory that can be made (a home that
+	// does not exist), the temporary directory's.
 	cache, err := os.UserCacheDir()
-	if err == nil {
-		cache = filepath.Join(cache, "airlock", "microvm")
-	} else {
+	if cache = filepath.Join(cache, "airlock", "microvm"); err != nil || !statedir.Makeable(cache) {
 		cache = defaultStateDir(os.TempDir(), os.Geteuid()) + "-cache"
 	}
 	return Config{
@@ -806,7 +806,7 @@ func (t *Tier) converse(ctx context.Context, v *vm, job *airlock.Job, payload []
 	for {
 		select {
 		case <-ctx.Done():
-			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled"}
+			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + context.Cause(ctx).Error()}
 		case <-wall.C:
 			return &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
 		case err := <-sent:

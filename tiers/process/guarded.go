@@ -393,7 +393,7 @@ func (g *Guarded) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 			if context.Cause(ctx) == errWall { // the deadline of a start after a miss
 				return stopWall(wall)
 			}
-			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + ctx.Err().Error()}
+			return &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + context.Cause(ctx).Error()}
 		})
 	})()
 	gd.watch(deadline, func() *airlock.Stop { return stopWall(wall) },

@@ -542,7 +542,7 @@ func (r *jobRun) await() {
 			if context.Cause(r.ctx) == errWall {
 				r.stop = &airlock.Stop{Reason: airlock.StopTimeout, Detail: fmt.Sprintf("wall clock of %v ran out", job.Limits.Wall())}
 			} else {
-				r.stop = &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + r.ctx.Err().Error()}
+				r.stop = &airlock.Stop{Reason: airlock.StopKilled, Detail: "cancelled: " + context.Cause(r.ctx).Error()}
 			}
 			sb.kill()
 		case <-tick.C:
