@@ -5,8 +5,6 @@ package admit
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/airlock-sandbox/airlock"
 )
@@ -56,11 +54,16 @@ func ExecTooLong(job *airlock.Job) string {
 			return fmt.Sprintf("argv[%d] is %d bytes; Linux starts no program with an argument of %d bytes or more", i, len(a), maxArgStrlen)
 		}
 	}
-	vars := Vars(job)
-	for _, name := range slices.Sorted(maps.Keys(vars)) {
-		if v := vars[name]; len(name)+1+len(v) >= maxArgStrlen {
-			return fmt.Sprintf("the variable %s is %d bytes; Linux starts no program with an environment string of %d bytes or more", name, len(name)+1+len(v), maxArgStrlen)
+	// Admit must not allocate: the map is scanned as it is, and the
+	// first name in order among those too long is named.
+	vars, worst := Vars(job), ""
+	for name, v := range vars {
+		if len(name)+1+len(v) >= maxArgStrlen && (worst == "" || name < worst) {
+			worst = name
 		}
+	}
+	if worst != "" {
+		return fmt.Sprintf("the variable %s is %d bytes; Linux starts no program with an environment string of %d bytes or more", worst, len(worst)+1+len(vars[worst]), maxArgStrlen)
 	}
 	return ""
 }
