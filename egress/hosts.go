@@ -128,16 +128,26 @@ func embeddedIPv4(a netip.Addr) []netip.Addr {
 type LookupFunc func(ctx context.Context, network, host string) ([]netip.Addr, error)
 
 // SystemLookup resolves through the host's resolver, the name as it is:
-// rooted, so that the resolver's search domains are not tried after it
-// fails (NAME.corp.example is another host than the one granted, and
-// asking for it carries the job's labels to the search domain's name
-// servers).
+// first in the hosts file, then in DNS rooted, so that the resolver's
+// search domains are not tried after it fails (NAME.corp.example is
+// another host than the one granted, and asking for it carries the job's
+// labels to the search domain's name servers). The hosts file is read
+// for the name unrooted, which is how it is written there.
 func SystemLookup(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	if !strings.HasSuffix(host, ".") {
-		host += "."
+	name := strings.TrimSuffix(host, ".")
+	if addrs, err := filesOnly.LookupNetIP(ctx, network, name); err == nil && len(addrs) > 0 {
+		return addrs, nil
 	}
-	return net.DefaultResolver.LookupNetIP(ctx, network, host)
+	return net.DefaultResolver.LookupNetIP(ctx, network, name+".")
 }
+
+// filesOnly is a resolver that answers from the hosts file alone: its
+// DNS connections fail before any query leaves.
+var filesOnly = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+	return nil, errNoDNS
+}}
+
+var errNoDNS = errors.New("hosts file only")
 
 // resolver turns a granted name into the addresses that may be dialled.
 type resolver struct {

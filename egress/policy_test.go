@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"reflect"
@@ -278,5 +279,14 @@ func TestParseHosts(t *testing.T) {
 		if _, err := ParseHosts(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseHosts(%q) succeeded", bad)
 		}
+	}
+}
+
+// The hosts file still answers SystemLookup (it holds names unrooted):
+// localhost resolves to a loopback address.
+func TestSystemLookupReadsTheHostsFile(t *testing.T) {
+	addrs, err := SystemLookup(context.Background(), "ip", "localhost")
+	if err != nil || len(addrs) == 0 || !addrs[0].Unmap().IsLoopback() {
+		t.Fatalf("localhost: %v %v", addrs, err)
 	}
 }
