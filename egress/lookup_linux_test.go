@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egressfwd"
+	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
 const lookupChildEnv = "AIRLOCK_EGRESS_LOOKUP_CHILD"
@@ -36,7 +37,7 @@ func TestSystemLookupIgnoresSearchDomains(t *testing.T) {
 		return
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to make a mount and a network namespace")
+		testenv.Skipf(t, "needs root to make a mount and a network namespace")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -50,7 +51,7 @@ func TestSystemLookupIgnoresSearchDomains(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if strings.Contains(err.Error(), "operation not permitted") {
-			t.Skipf("no namespaces here: %v", err)
+			testenv.Skipf(t, "no namespaces here: %v", err)
 		}
 		t.Fatalf("child: %v\n%s", err, out)
 	}
