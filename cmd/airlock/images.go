@@ -16,11 +16,11 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/image/catalogue"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
 func init() {
@@ -319,7 +319,7 @@ func serverImagesCmd(ctx context.Context, e *env, base, keyFile string, jsonMode
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMES\tDIGEST\tSIZE\tWARM")
 	for _, in := range list {
-		names := termText(strings.Join(in.Names, ","))
+		names := value.Line(strings.Join(in.Names, ","), 512)
 		if in.Default {
 			names += " (default)"
 		}
@@ -327,11 +327,11 @@ func serverImagesCmd(ctx context.Context, e *env, base, keyFile string, jsonMode
 		if len(in.Warm) > 0 {
 			var parts []string
 			for _, tier := range slices.Sorted(maps.Keys(in.Warm)) {
-				parts = append(parts, fmt.Sprintf("%s:%d", termText(tier), in.Warm[tier]))
+				parts = append(parts, fmt.Sprintf("%s:%d", value.Line(tier, 512), in.Warm[tier]))
 			}
 			warm = strings.Join(parts, ",")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f MB\t%s\n", names, termText(in.Digest), float64(in.SizeBytes)/1e6, warm)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f MB\t%s\n", names, value.Line(in.Digest, 512), float64(in.SizeBytes)/1e6, warm)
 	}
 	if err := tw.Flush(); err != nil {
 		return e.fail(err)
@@ -358,23 +358,11 @@ func fetchImages(ctx context.Context, url, key string) ([]serverImage, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, termText(resp.Status), termText(string(body[:min(len(body), 512)])))
+		return nil, fmt.Errorf("GET %s: %s: %s", url, value.Line(resp.Status, 512), value.Line(strings.TrimSpace(string(body)), 512))
 	}
 	list := []serverImage{}
 	if err := json.Unmarshal(body, &list); err != nil {
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	return list, nil
-}
-
-// termText is a server's text made fit for a terminal: one line, with
-// every control or unprintable character (an escape sequence would act on
-// the terminal) shown as '?'.
-func termText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if !unicode.IsPrint(r) {
-			return '?'
-		}
-		return r
-	}, strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " "))
 }

@@ -208,7 +208,7 @@ func TestImagesServerTerminal(t *testing.T) {
 	out, errOut, code := run(t, "", "images", "--server", srv.URL, "--key-file", keyFile)
 	require.Equal(t, exitOK, code, errOut)
 	assert.True(t, printable(out), "%q", out)
-	assert.Contains(t, out, "py?]0;owned??[2J")
+	assert.Contains(t, out, `"py\x1b]0;owned\a\x1b[2J"`)
 
 	require.NoError(t, os.WriteFile(keyFile, []byte("wrong"), 0o600))
 	_, errOut, code = run(t, "", "images", "--server", srv.URL, "--key-file", keyFile)
