@@ -71,12 +71,12 @@ func jsonEncode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 }
 
 func jsonDecode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
-	if s, depth, _, ok := jsonText(args); ok {
-		if depth > maxFormatDepth {
+	if s, sh, ok := jsonText(args); ok {
+		if sh.depth > maxFormatDepth {
 			return nil, fmt.Errorf("json.decode: input nested more than %d deep", maxFormatDepth)
 		}
 		// Decoding an integer is quadratic in its digits, as int() is.
-		if n := jsonIntDigits(string(s)); n > MaxIntDigits {
+		if n := sh.intDigits; n > MaxIntDigits {
 			return nil, fmt.Errorf("json.decode: integer of %d digits exceeds the limit of %d digits", n, MaxIntDigits)
 		}
 		if err := stateOf(th).chargeMul(int64(len(s)), slotBytes/2, "json.decode"); err != nil {
@@ -87,12 +87,12 @@ func jsonDecode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 }
 
 func jsonIndent(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
-	if s, depth, lines, ok := jsonText(args); ok {
-		if depth > maxFormatDepth {
+	if s, sh, ok := jsonText(args); ok {
+		if sh.depth > maxFormatDepth {
 			return nil, fmt.Errorf("json.indent: input nested more than %d deep", maxFormatDepth)
 		}
 		st := stateOf(th)
-		if err := st.chargeMul(int64(lines)+1, 1+stringArgBytes(kwargs)*int64(depth+1), "json.indent"); err != nil {
+		if err := st.chargeMul(int64(sh.lines)+1, 1+stringArgBytes(kwargs)*int64(sh.depth+1), "json.indent"); err != nil {
 			return nil, err
 		}
 		if err := st.charge(int64(len(s)), "json.indent"); err != nil {
@@ -103,15 +103,15 @@ func jsonIndent(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 }
 
 // jsonText returns the JSON text passed as the first argument, with its
-// shape (see jsonShape).
-func jsonText(args sl.Tuple) (s sl.String, depth, lines int, ok bool) {
+// shape.
+func jsonText(args sl.Tuple) (s sl.String, sh jsonShape, ok bool) {
 	if len(args) == 0 {
-		return "", 0, 0, false
+		return "", sh, false
 	}
 	if s, ok = args[0].(sl.String); ok {
-		depth, lines = jsonShape(string(s))
+		sh = scanJSON(string(s))
 	}
-	return s, depth, lines, ok
+	return s, sh, ok
 }
 
 // stringArgBytes sums the lengths of string keyword arguments (prefix,
@@ -126,42 +126,14 @@ func stringArgBytes(kwargs []sl.Tuple) int64 {
 	return n
 }
 
-// jsonShape scans JSON text (outside strings) for its deepest nesting and
-// the number of places an indenter would break a line.
-func jsonShape(s string) (maxDepth, lines int) {
-	depth, inString, escaped := 0, false, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			depth++
-			lines++
-			maxDepth = max(maxDepth, depth)
-		case c == ']' || c == '}':
-			depth--
-			lines++
-		case c == ',':
-			lines++
-		}
-	}
-	return maxDepth, lines
-}
+// jsonShape is what one scan of JSON text (outside its strings) finds:
+// its deepest nesting, the number of places an indenter would break a
+// line, and the digits of its longest integer (a number with no fraction
+// or exponent).
+type jsonShape struct{ depth, lines, intDigits int }
 
-// jsonIntDigits returns the number of digits of the longest integer (a
-// number with no fraction or exponent) in JSON text, outside strings.
-func jsonIntDigits(s string) int {
-	longest, digits, inString, escaped, inNumber, isInt := 0, 0, false, false, false, true
+func scanJSON(s string) (sh jsonShape) {
+	depth, digits, inString, escaped, inNumber, isInt := 0, 0, false, false, false, true
 	for i := 0; i <= len(s); i++ {
 		c := byte(0)
 		if i < len(s) {
@@ -182,19 +154,33 @@ func jsonIntDigits(s string) int {
 		case c >= '0' && c <= '9':
 			inNumber = true
 			digits++
+			continue
 		case inNumber && (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'):
 			isInt = false
+			continue
 		case c == '-':
 			inNumber = true
-		default:
-			if inNumber && isInt {
-				longest = max(longest, digits)
-			}
-			inNumber, isInt, digits = false, true, 0
-			inString = c == '"'
+			continue
+		}
+		if inNumber && isInt {
+			sh.intDigits = max(sh.intDigits, digits)
+		}
+		inNumber, isInt, digits = false, true, 0
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+			sh.lines++
+			sh.depth = max(sh.depth, depth)
+		case ']', '}':
+			depth--
+			sh.lines++
+		case ',':
+			sh.lines++
 		}
 	}
-	return longest
+	return sh
 }
 
 // UTC is the only time zone the tier offers: loading any other reads the
