@@ -7,11 +7,9 @@ package egresswire
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -22,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/egressfwd"
+	"github.com/airlock-sandbox/airlock/internal/replacefile"
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
@@ -105,22 +104,10 @@ func Start(ctx context.Context, cfg egress.Config, hostDir, sandboxDir string) (
 	return g, egress.SandboxEnv(path.Join(sandboxDir, CA)), nil
 }
 
-// placeCA writes the CA as a fresh file renamed into place: whatever was
-// at its name before (a link, say) is replaced, never written through.
+// placeCA replaces the CA file whole: whatever was at its name before (a
+// link, say) is replaced, never written through.
 func placeCA(dir string, pem []byte) error {
-	f, err := os.CreateTemp(dir, ".ca-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(pem)
-	err = errors.Join(err, f.Chmod(0o644), f.Close())
-	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(dir, CA))
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+	return replacefile.Write(filepath.Join(dir, CA), 0o644, pem)
 }
 
 // New starts the gateway cfg describes, keeping its decisions; for

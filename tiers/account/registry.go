@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/replacefile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
@@ -152,11 +153,7 @@ func (r *Record) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+r.Name+".json.tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, r.Name+".json"))
+	return replacefile.Write(filepath.Join(dir, r.Name+".json"), 0o644, append(data, '\n'))
 }
 
 // Prepare creates the account's directories and an empty credential

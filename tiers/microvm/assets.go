@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/cpio"
+	"github.com/airlock-sandbox/airlock/internal/replacefile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 )
@@ -126,40 +128,34 @@ func buildInitramfs(cacheDir, root, agentPath string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(cacheDir, ".base-*.cpio")
+	err = replacefile.Fill(out, 0o600, func(w io.Writer) error {
+		c := cpio.NewWriter(w)
+		for _, d := range []string{"bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "scratch", "etc", "lib", "lib/modules", "root", "run", "var"} {
+			c.Add(cpio.Entry{Name: d, Mode: cpio.Dir | 0o755})
+		}
+		c.Add(cpio.Entry{Name: "dev/console", Mode: cpio.Char | 0o600, RMajor: 5, RMinor: 1})
+		c.Add(cpio.Entry{Name: "dev/null", Mode: cpio.Char | 0o666, RMajor: 1, RMinor: 3})
+		c.Add(cpio.Entry{Name: "init", Mode: cpio.File | 0o700, Data: agent})
+		c.Add(cpio.Entry{Name: "bin/busybox", Mode: cpio.File | 0o755, Data: busybox})
+		for _, app := range applets {
+			if app == "busybox" || app == "init" || app == "linuxrc" {
+				continue
+			}
+			c.Add(cpio.Entry{Name: "bin/" + app, Mode: cpio.Symlink | 0o777, Data: []byte("busybox")})
+		}
+		c.Add(cpio.Entry{Name: "etc/modules.order", Mode: cpio.File | 0o644, Data: order})
+		c.Add(cpio.Entry{Name: "etc/kernel-release", Mode: cpio.File | 0o644, Data: release})
+		c.Add(cpio.Entry{Name: "etc/passwd", Mode: cpio.File | 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/scratch:/bin/sh\n")})
+		c.Add(cpio.Entry{Name: "etc/group", Mode: cpio.File | 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n")})
+		for _, m := range slices.Sorted(maps.Keys(mods)) {
+			c.Add(cpio.Entry{Name: "lib/modules/" + m, Mode: cpio.File | 0o644, Data: mods[m]})
+		}
+		return c.Close()
+	})
 	if err != nil {
 		return "", err
 	}
-	defer os.Remove(tmp.Name())
-	c := cpio.NewWriter(tmp)
-	for _, d := range []string{"bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "scratch", "etc", "lib", "lib/modules", "root", "run", "var"} {
-		c.Add(cpio.Entry{Name: d, Mode: cpio.Dir | 0o755})
-	}
-	c.Add(cpio.Entry{Name: "dev/console", Mode: cpio.Char | 0o600, RMajor: 5, RMinor: 1})
-	c.Add(cpio.Entry{Name: "dev/null", Mode: cpio.Char | 0o666, RMajor: 1, RMinor: 3})
-	c.Add(cpio.Entry{Name: "init", Mode: cpio.File | 0o700, Data: agent})
-	c.Add(cpio.Entry{Name: "bin/busybox", Mode: cpio.File | 0o755, Data: busybox})
-	for _, app := range applets {
-		if app == "busybox" || app == "init" || app == "linuxrc" {
-			continue
-		}
-		c.Add(cpio.Entry{Name: "bin/" + app, Mode: cpio.Symlink | 0o777, Data: []byte("busybox")})
-	}
-	c.Add(cpio.Entry{Name: "etc/modules.order", Mode: cpio.File | 0o644, Data: order})
-	c.Add(cpio.Entry{Name: "etc/kernel-release", Mode: cpio.File | 0o644, Data: release})
-	c.Add(cpio.Entry{Name: "etc/passwd", Mode: cpio.File | 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/scratch:/bin/sh\n")})
-	c.Add(cpio.Entry{Name: "etc/group", Mode: cpio.File | 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n")})
-	for _, m := range slices.Sorted(maps.Keys(mods)) {
-		c.Add(cpio.Entry{Name: "lib/modules/" + m, Mode: cpio.File | 0o644, Data: mods[m]})
-	}
-	if err := c.Close(); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return out, os.Rename(tmp.Name(), out)
+	return out, nil
 }
 
 // busyboxApplets asks the (static) busybox for its applet names.

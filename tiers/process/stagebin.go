@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/replacefile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/internal/value"
@@ -228,15 +229,7 @@ func cacheDigest(p string, st os.FileInfo, digest string) {
 	if key == "" || filepath.Base(p) != StageBinaryName {
 		return
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+StageBinaryName+".digest-*")
-	if err != nil {
-		return
-	}
-	_, werr := fmt.Fprintf(tmp, "%s %s %s\n", digestFileVersion, digest, key)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Chmod(tmp.Name(), 0o644) != nil || os.Rename(tmp.Name(), p+".digest") != nil {
-		os.Remove(tmp.Name())
-	}
+	_ = replacefile.Write(p+".digest", 0o644, fmt.Appendf(nil, "%s %s %s\n", digestFileVersion, digest, key))
 }
 
 // errNoStage is wrapped when an explicitly configured stage binary is
