@@ -55,7 +55,7 @@ type tenant struct {
 	allowed   []airlock.Situation // the situations its jobs may name
 	defSit    airlock.Situation   // what a job that names none runs as
 	defImage  string              // what a command job that names none runs in ("": the host view)
-	tierNames []string            // the server's tiers, for naming a job's unknown tier
+	tierNames []string            // the server's tiers (one slice for all tenants), for naming a job's unknown tier
 	pullFrom  []string            // the registries a job's image reference may be pulled from
 	slots     chan struct{}
 	// bigBodies are its large-body slots (see gateBody).
@@ -203,6 +203,10 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 			keep = append(keep, sd.StateDirs()...)
 		}
 	}
+	tierNames := make([]string, len(s.tiers)) // shared by every tenant, never changed
+	for i, tr := range s.tiers {
+		tierNames[i] = tr.Name()
+	}
 	for i, t := range cfg.Tenants {
 		mc := t.MaxConcurrent
 		if mc == 0 {
@@ -211,12 +215,10 @@ func New(cfg Config, tiers []airlock.Tier, opts Options) (*Server, error) {
 		tn := &tenant{Tenant: t, limits: t.Limits.policy(serverLimits), slots: make(chan struct{}, mc), bigBodies: make(chan struct{}, bigBodiesTenant),
 			listings: make(chan struct{}, auditListingsTenant)}
 		tn.allowed, tn.defSit = t.situations()
-		for _, tr := range s.tiers {
-			tn.tierNames = append(tn.tierNames, tr.Name())
-		}
+		tn.tierNames = tierNames
 		for _, name := range t.Tiers {
-			if !slices.Contains(tn.tierNames, name) {
-				return fail(fmt.Errorf("tenants[%d].tiers: unknown tier %q (want one of %s)", i, name, strings.Join(tn.tierNames, ", ")))
+			if !slices.Contains(tierNames, name) {
+				return fail(fmt.Errorf("tenants[%d].tiers: unknown tier %q (want one of %s)", i, name, strings.Join(tierNames, ", ")))
 			}
 		}
 		tn.defImage = defImage
