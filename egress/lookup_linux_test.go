@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,8 +21,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
-const lookupChildEnv = "AIRLOCK_EGRESS_LOOKUP_CHILD"
-
 // TestSystemLookupIgnoresSearchDomains: the host's resolver may have
 // search domains (resolv.conf "search corp.test"); a granted name that
 // does not resolve must not be resolved as NAME.corp.test instead, which
@@ -32,32 +29,11 @@ const lookupChildEnv = "AIRLOCK_EGRESS_LOOKUP_CHILD"
 // child with its own mount and network namespaces, whose resolv.conf
 // names a resolver on its loopback.
 func TestSystemLookupIgnoresSearchDomains(t *testing.T) {
-	if os.Getenv(lookupChildEnv) != "" {
+	if testenv.Inside(t) {
 		lookupChild(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		testenv.Skipf(t, "needs root to make a mount and a network namespace")
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestSystemLookupIgnoresSearchDomains$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), lookupChildEnv+"=1", "GODEBUG=netdns=go")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if strings.Contains(err.Error(), "operation not permitted") {
-			testenv.Skipf(t, "no namespaces here: %v", err)
-		}
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "--- PASS: TestSystemLookupIgnoresSearchDomains") {
-		t.Fatalf("child did not run:\n%s", out)
-	}
+	testenv.InNamespaces(t, syscall.CLONE_NEWNET|syscall.CLONE_NEWNS, time.Minute, "GODEBUG=netdns=go")
 }
 
 func lookupChild(t *testing.T) {

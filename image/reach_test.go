@@ -3,7 +3,6 @@
 package image
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -31,8 +30,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testing/testenv"
 )
 
-const reachChildEnv = "AIRLOCK_IMAGE_REACH_CHILD"
-
 // TestPullReach pulls from registries that redirect where a pull must not
 // go, in a network namespace the test makes (a child process), whose
 // loopback also carries a link-local address (the cloud metadata
@@ -40,30 +37,14 @@ const reachChildEnv = "AIRLOCK_IMAGE_REACH_CHILD"
 // names a host that resolves to loopback: each redirect is refused before
 // anything is sent there, and credentials never reach another host.
 func TestPullReach(t *testing.T) {
-	if os.Getenv(reachChildEnv) != "" {
+	if testenv.Inside(t) {
 		reachChild(t)
 		return
-	}
-	if os.Geteuid() != 0 {
-		testenv.Skipf(t, "a network namespace needs root")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		testenv.Skipf(t, "ip (iproute2) not installed: %v", err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestPullReach$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), reachChildEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	t.Logf("in the namespace:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestPullReach") {
-		t.Fatalf("the half in the namespace failed: %v", err)
-	}
+	testenv.InNamespaces(t, syscall.CLONE_NEWNET|syscall.CLONE_NEWNS, 2*time.Minute)
 }
 
 const (

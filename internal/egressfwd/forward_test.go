@@ -168,8 +168,6 @@ func TestForwardStdio(t *testing.T) {
 	}
 }
 
-const netnsChildEnv = "AIRLOCK_EGRESS_NETNS_CHILD"
-
 // TestForwardStdioEndsWithTheGateway: once the gateway has ended a
 // stream, the stdio forwarder ends too, even while the client keeps its
 // side open and silent: a guest must not keep a host process (QEMU starts
@@ -203,12 +201,9 @@ func TestForwardStdioEndsWithTheGateway(t *testing.T) {
 // origin and PUT is refused; with --noproxy nothing is reachable; DNS
 // answers granted names only. The gateway (and its log) stays outside.
 func TestForwarderNetns(t *testing.T) {
-	if os.Getenv(netnsChildEnv) != "" {
+	if testenv.Inside(t) {
 		netnsChild(t) // this process is the half inside the namespace
 		return
-	}
-	if os.Geteuid() != 0 {
-		tiertest.Unavailable(t, "egress-netns", fmt.Errorf("needs root to create a network namespace"))
 	}
 	curl, err := exec.LookPath("curl")
 	if err != nil {
@@ -219,27 +214,9 @@ func TestForwarderNetns(t *testing.T) {
 	if err := os.WriteFile(caFile, env.GW.CACertPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestForwarderNetns$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(),
-		netnsChildEnv+"=1", "CHILD_SOCKET="+sock, "CHILD_CA="+caFile, "CHILD_CURL="+curl,
+	testenv.InNamespaces(t, syscall.CLONE_NEWNET, time.Minute,
+		"CHILD_SOCKET="+sock, "CHILD_CA="+caFile, "CHILD_CURL="+curl,
 		"CHILD_HTTP="+env.HTTPPort, "CHILD_HTTPS="+env.HTTPSPort)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if strings.Contains(err.Error(), "operation not permitted") {
-			tiertest.Unavailable(t, "egress-netns", err)
-		}
-		t.Fatalf("child in a network namespace: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "--- PASS: TestForwarderNetns") {
-		t.Fatalf("child did not run:\n%s", out)
-	}
 	logs := env.TakeLogs()
 	if !logged(logs, "http", "origin.test", egress.Allow) || !logged(logs, "http", "origin.test", egress.Deny) || !logged(logs, "dns", "evil.test", egress.Deny) {
 		t.Errorf("decisions from inside the namespace not logged: %+v", logs)
@@ -247,7 +224,7 @@ func TestForwarderNetns(t *testing.T) {
 }
 
 // netnsChild is the half of TestForwarderNetns that runs inside the
-// namespace: the test binary re-executed with netnsChildEnv set.
+// namespace: the test binary re-executed by testenv.InNamespaces.
 func netnsChild(t *testing.T) {
 	ifs, err := net.Interfaces()
 	if err != nil {
