@@ -96,11 +96,12 @@ func withAdmin(f func() error) error {
 	if permitted&admin == 0 {
 		return fmt.Errorf("the stage holds no CAP_SYS_ADMIN to seal the program with")
 	}
-	if err := setThreadCaps(permitted, admin); err != nil {
+	// The thread keeps nothing else from here on.
+	if err := setThreadCaps(admin, admin); err != nil {
 		return err
 	}
 	ferr := f()
-	if err := setThreadCaps(permitted, 0); err != nil {
+	if err := setThreadCaps(admin, 0); err != nil {
 		return err
 	}
 	return ferr
