@@ -3,8 +3,10 @@ package stage
 import (
 	"bufio"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -124,6 +126,11 @@ func copyOver(p string) error {
 		return err
 	}
 	tree, err := unix.OpenTree(mnt, "f", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if errors.Is(err, unix.EINVAL) {
+		// Before Linux 6.15 a detached mount cannot be cloned: it is
+		// attached for a moment beside p first.
+		tree, err = cloneAttached(mnt, path.Dir(p))
+	}
 	if err != nil {
 		return err
 	}
@@ -132,6 +139,22 @@ func copyOver(p string) error {
 		return err
 	}
 	return unix.MoveMount(tree, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// cloneAttached attaches the detached mount mnt at a new directory in dir
+// (nothing of the job runs yet to see it), clones its file "f" from there,
+// and detaches and removes it again.
+func cloneAttached(mnt int, dir string) (int, error) {
+	tmp, err := os.MkdirTemp(dir, ".airlock-seal-")
+	if err != nil {
+		return -1, err
+	}
+	defer os.Remove(tmp)
+	if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, tmp, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return -1, err
+	}
+	defer unix.Unmount(tmp, unix.MNT_DETACH)
+	return unix.OpenTree(unix.AT_FDCWD, tmp+"/f", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 }
 
 // scriptInterpreter returns the absolute interpreter a "#!" first line
