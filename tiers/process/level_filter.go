@@ -95,7 +95,11 @@ func (filterLevel) completeJob(sb *sandbox, job *airlock.Job, spec *stage.JobSpe
 	spec.UID = sb.uid
 	spec.CgroupFds = sb.joinFds
 	spec.ReadPaths = job.Grants.FS.Read
-	spec.Seccomp, err = sysfilter.Program(filterPolicy())
+	// Without spawn the program may not make an anonymous file either,
+	// since Landlock does not govern executing one (as in a container).
+	policy := filterPolicy()
+	policy.NoMemfd = spec.NoExec
+	spec.Seccomp, err = sysfilter.Program(policy)
 	return err
 }
 

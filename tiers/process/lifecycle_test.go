@@ -706,3 +706,60 @@ func TestFilterHidesOtherProcesses(t *testing.T) {
 	assertClean(t, container, cfg)
 	assertClean(t, filter, cfg)
 }
+
+// TestFilterStageKeepsNoCapability: to seal a program without spawn, one
+// thread of the level-2 stage keeps CAP_SYS_ADMIN across its change to
+// the job's uid; by the time the program runs, no thread of the stage
+// holds any capability, nor does the program.
+func TestFilterStageKeepsNoCapability(t *testing.T) {
+	filter := newTestTier(t, bothTiers[1], testConfig(t))
+	done := make(chan error, 1)
+	go func() {
+		job := airlock.Job{Kind: airlock.KindCommand, Argv: []string{"./wait.py"},
+			Files:  map[string]string{"wait.py": "#!/usr/bin/python3\nimport time\ntime.sleep(3) # nocap-marker\n"},
+			Limits: airlock.Limits{WallMS: 30_000}}
+		res, err := filter.Run(context.Background(), job)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		done <- err
+	}()
+	var prog int
+	for deadline := time.Now().Add(20 * time.Second); prog == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the program did not start")
+		}
+		out, _ := exec.Command("pgrep", "-f", "wait.py").Output()
+		for _, f := range strings.Fields(string(out)) {
+			if pid, _ := strconv.Atoi(f); pid != os.Getpid() {
+				prog = pid
+			}
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", prog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	stagePid := fields[1]
+	tasks, _ := filepath.Glob("/proc/" + stagePid + "/task/*/status")
+	tasks = append(tasks, fmt.Sprintf("/proc/%d/status", prog))
+	if len(tasks) < 2 {
+		t.Fatalf("no threads found for the stage %s", stagePid)
+	}
+	for _, f := range tasks {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that ended
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			if (k == "CapPrm" || k == "CapEff") && strings.TrimSpace(v) != "0000000000000000" {
+				t.Errorf("%s: %s %s", f, k, strings.TrimSpace(v))
+			}
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,8 +3,10 @@ package stage
 import (
 	"bufio"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -17,11 +19,12 @@ import (
 // still fork itself (subshells, pipes of builtins) within the pids limit.
 // Shared libraries are mapped, not executed, and need no rule.
 //
-// A rule holds an inode, so a file that may execute and lies on a
-// writable mount (a program in the scratch) is first replaced, at its
-// path, by a read-only copy (sealCopy): otherwise the program could write
-// any binary into its own file and execute that.
-func execOnly(rules []llRule, prog string) ([]llRule, error) {
+// A rule holds an inode, so a file that may execute and that the program
+// could write (a program in the scratch) is first replaced, at its path,
+// by a read-only copy (seal: sealCopy in a container, filterSealer.seal
+// at level 2): otherwise the program could write any binary into its own
+// file and execute that.
+func execOnly(rules []llRule, prog string, seal func(path string) error) ([]llRule, error) {
 	out := make([]llRule, 0, len(rules)+3)
 	for _, r := range rules {
 		r.Access &^= llExec
@@ -43,8 +46,8 @@ func execOnly(rules []llRule, prog string) ([]llRule, error) {
 		if err != nil {
 			continue // nothing to execute there: the exec fails anyway
 		}
-		if err := sealCopy(real); err != nil {
-			return nil, err
+		if err := seal(real); err != nil {
+			return nil, fmt.Errorf("sealing %s: %w", real, err)
 		}
 		out = append(out, llRule{Path: real, Access: unix.LANDLOCK_ACCESS_FS_READ_FILE | llExec})
 	}
@@ -64,23 +67,27 @@ func realPath(p string) (string, error) {
 }
 
 // sealCopy replaces the regular file at path p, if it lies on a writable
-// mount, by a copy on a tmpfs of its own that is mounted read-only over
-// it. The copy's inode is reachable by that path alone: unlike a
-// read-only bind of the file itself, no hard link made earlier in the
-// workspace can write to it.
-func sealCopy(p string) (err error) {
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("sealing %s: %w", p, err)
-		}
-	}()
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return err
-	}
-	if st.Flags&unix.ST_RDONLY != 0 {
+// mount, by a read-only copy (copyOver). In a container the program is
+// root of its namespace, so any file on a writable mount is its to write.
+func sealCopy(p string) error {
+	if onReadOnlyMount(p) {
 		return nil
 	}
+	return copyOver(p)
+}
+
+// onReadOnlyMount reports whether p lies on a read-only mount.
+func onReadOnlyMount(p string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(p, &st) == nil && st.Flags&unix.ST_RDONLY != 0
+}
+
+// copyOver replaces the regular file at path p by a copy on a tmpfs of
+// its own that is mounted read-only over it. The copy's inode is
+// reachable by that path alone: unlike a read-only bind of the file
+// itself, no hard link made earlier in the workspace can write to it.
+// It needs CAP_SYS_ADMIN over the caller's mount namespace.
+func copyOver(p string) error {
 	src, err := os.Open(p)
 	if err != nil {
 		return err
@@ -119,6 +126,11 @@ func sealCopy(p string) (err error) {
 		return err
 	}
 	tree, err := unix.OpenTree(mnt, "f", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if errors.Is(err, unix.EINVAL) {
+		// Before Linux 6.15 a detached mount cannot be cloned: it is
+		// attached for a moment beside p first.
+		tree, err = cloneAttached(mnt, path.Dir(p))
+	}
 	if err != nil {
 		return err
 	}
@@ -127,6 +139,22 @@ func sealCopy(p string) (err error) {
 		return err
 	}
 	return unix.MoveMount(tree, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// cloneAttached attaches the detached mount mnt at a new directory in dir
+// (nothing of the job runs yet to see it), clones its file "f" from there,
+// and detaches and removes it again.
+func cloneAttached(mnt int, dir string) (int, error) {
+	tmp, err := os.MkdirTemp(dir, ".airlock-seal-")
+	if err != nil {
+		return -1, err
+	}
+	defer os.Remove(tmp)
+	if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, tmp, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return -1, err
+	}
+	defer unix.Unmount(tmp, unix.MNT_DETACH)
+	return unix.OpenTree(unix.AT_FDCWD, tmp+"/f", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 }
 
 // scriptInterpreter returns the absolute interpreter a "#!" first line

@@ -105,8 +105,9 @@ type JobSpec struct {
 	UID       uint32   // filter stage: the uid and gid to become
 	Seccomp   []byte   // filter stage: the program to confine with
 	Egress    bool     // container stage: run the egress forwarder
-	// NoExec (container stage): spawn is withheld, so the program may
-	// execute nothing but itself (see execOnly).
+	// NoExec: spawn is withheld, so the program may execute nothing but
+	// itself (see execOnly); the filter stage's Seccomp then refuses
+	// memfd_create, as a container's SeccompNoExec does.
 	NoExec bool
 	// CgroupFds: as BaseSpec.CgroupFds, for the filter stage (which reads
 	// no base spec); it joins before anything else.

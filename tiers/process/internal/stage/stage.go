@@ -164,7 +164,7 @@ func containerStage() int {
 		return fail(err)
 	}
 	if job.NoExec {
-		if rules, err = execOnly(rules, prog); err != nil {
+		if rules, err = execOnly(rules, prog, sealCopy); err != nil {
 			return fail(err)
 		}
 		if seccompProg, err = parseFilter(base.SeccompNoExec); err != nil {
@@ -490,7 +490,8 @@ func placeFiles(dir string, files map[string]string) error {
 
 // filterStage is the level-2 stage: already in the job's cgroup, it
 // becomes the job's unprivileged uid, sets rlimits, Landlock (system
-// paths and grants read-only, the scratch writable) and seccomp, and then
+// paths and grants read-only, the scratch writable; without spawn,
+// execution of nothing but the program: see execOnly) and seccomp, and then
 // supervises the program as a subreaper: when the program exits, what it
 // left running is killed and reaped.
 func filterStage() int {
@@ -519,6 +520,15 @@ func filterStage() int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("becoming a subreaper: %w", err))
 	}
+	// Without spawn the program may execute only itself (see execOnly),
+	// and sealing a program in the scratch needs a capability the stage
+	// gives up as the job's user: one thread keeps it until then.
+	var admin *adminThread
+	if job.NoExec {
+		if admin, err = startAdminThread(); err != nil {
+			return fail(err)
+		}
+	}
 	if err := becomeUser(job.UID); err != nil {
 		return fail(err)
 	}
@@ -543,6 +553,20 @@ func filterStage() int {
 		return fail(err)
 	}
 	rules := filterLandlock(job.Scratch, job.ReadPaths)
+	if admin != nil {
+		scratch, err := realPath(job.Scratch)
+		if err != nil {
+			return fail(fmt.Errorf("finding the scratch: %w", err))
+		}
+		s := &filterSealer{admin: admin, scratch: scratch, uid: job.UID}
+		rules, err = execOnly(rules, prog, s.seal)
+		if err != nil {
+			return fail(err)
+		}
+		if err := admin.end(); err != nil {
+			return fail(err)
+		}
+	}
 	// The parent stops a job (timeout, cancel, output cap) by closing the
 	// spec pipe: the stage then kills the program's processes itself, so
 	// that it reaps them; killed by the parent, they would become the host

@@ -80,7 +80,7 @@ type FilterOptions struct {
 	// kernels the filter tier sets this.
 	NoUnix bool
 	// NoMemfd refuses memfd_create: Landlock does not govern executing
-	// an anonymous file, so level 3 sets this when spawn is withheld.
+	// an anonymous file, so levels 2 and 3 set this when spawn is withheld.
 	NoMemfd bool
 	// NoInotify refuses the inotify calls: at level 2 a watch would show
 	// activity in host directories the job may search but Landlock keeps
@@ -354,6 +354,7 @@ func init() {
 		{},                                        // guarded workers'
 		{Inet: true}, {Inet: true, NoMemfd: true}, // level 3's, with and without spawn
 		{NoInotify: true}, {NoUnix: true, NoInotify: true}, // level 2's
+		{NoInotify: true, NoMemfd: true}, {NoUnix: true, NoInotify: true, NoMemfd: true}, // and without spawn
 	} {
 		programs[o] = sync.OnceValues(func() ([]byte, error) { return program(o) })
 	}
