@@ -51,3 +51,23 @@ func TestAccountsDirPreparedByAnotherUser(t *testing.T) {
 		t.Errorf("root wrote %s where the link led", ents[0].Name())
 	}
 }
+
+// An image store named below another user's link (nobody's, in a shared
+// temporary directory) is refused, and nothing is made where it leads.
+func TestImageStoreBelowAnotherUsersLink(t *testing.T) {
+	tmp := testenv.SharedTmp(t)
+	victim := filepath.Join(filepath.Dir(tmp), "victim")
+	if err := os.Mkdir(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testenv.AsNobody(t, `ln -s "$2" "$1/airlock"`, tmp, victim)
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"images", "--images", filepath.Join(tmp, "airlock", "images")}, strings.NewReader(""), &out, &errOut)
+	msg := strings.TrimSpace(errOut.String())
+	if code == 0 || !strings.Contains(msg, "is a symbolic link of uid 65534") || strings.Contains(msg, "\n") {
+		t.Errorf("an image store below another user's link: exit %d, %q", code, msg)
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) > 0 {
+		t.Errorf("root made %s where the link led", ents[0].Name())
+	}
+}
