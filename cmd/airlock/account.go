@@ -468,9 +468,13 @@ func accountSet(e *env, dir, name, ref, audience string, scopes, callers []strin
 		fmt.Fprintf(e.stdout, "account %s: OIDC credential %s for %s stored (issuer %s)%s\n", name, ref, audience, r.IssuerURL(), forCallers(callers))
 		return nil
 	}
-	value, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
+	value, err := io.ReadAll(io.LimitReader(e.stdin, maxCredentialValue+1))
 	if err != nil {
 		return err
+	}
+	if len(value) > maxCredentialValue {
+		// Cut, it would be another credential, and wrong wherever used.
+		return jobs.Invalid("stdin", "the value is longer than %d bytes: not stored", maxCredentialValue)
 	}
 	v := strings.TrimRight(string(value), "\r\n")
 	if err := account.AddStatic(r.StorePath(), ref, v, r.UID, r.GID); err != nil {
@@ -482,6 +486,9 @@ func accountSet(e *env, dir, name, ref, audience string, scopes, callers []strin
 	fmt.Fprintf(e.stdout, "account %s: credential %s stored%s\n", name, ref, forCallers(callers))
 	return nil
 }
+
+// maxCredentialValue is the longest value `account set` stores.
+const maxCredentialValue = 1 << 20
 
 func setCallers(r account.Record, ref string, callers []string) error {
 	if len(callers) == 0 {
