@@ -68,7 +68,7 @@ func Ensure(dir string, perm os.FileMode) (string, error) {
 		}
 	}
 	for i := len(path) - 1; i >= 0; i-- {
-		if err := step(dir, path[i], i == 0, perm); err != nil {
+		if err := step(dir, path[i], i == 0, perm, true); err != nil {
 			return "", err
 		}
 	}
@@ -79,13 +79,43 @@ func Ensure(dir string, perm os.FileMode) (string, error) {
 	return real, Check(dir, real)
 }
 
+// Resolve checks an existing directory dir that airlock trusts (a tools
+// directory it found, say) as Ensure checks a state directory, but makes
+// nothing and lets dir itself be a link of root's or this user's; it
+// returns dir's real path, which is what the caller must use from then
+// on: a name that passes through a link can be pointed elsewhere later
+// by the link's owner.
+func Resolve(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	var path []string
+	for p := dir; ; p = filepath.Dir(p) {
+		path = append(path, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		if err := step(dir, path[i], false, 0, false); err != nil {
+			return "", err
+		}
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	return real, Check(dir, real)
+}
+
 // step checks p, one directory on the way to the state directory dir (or
-// dir itself: last), whose parent step has checked, and makes it with
-// mode perm when it is missing. The directories made get perm whatever
+// dir itself: last), whose parent step has checked, and, with mk, makes
+// it with mode perm when it is missing. The directories made get perm whatever
 // the umask: a sandbox's user may need to pass through them.
-func step(dir, p string, last bool, perm os.FileMode) error {
+func step(dir, p string, last bool, perm os.FileMode, mk bool) error {
 	st, err := os.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) && mk {
 		// Mkdir follows no link at p: one made meanwhile fails it.
 		if err = os.Mkdir(p, perm); err == nil {
 			err = os.Chmod(p, perm)
