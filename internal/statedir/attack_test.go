@@ -67,3 +67,34 @@ func TestPreparedByAnotherUser(t *testing.T) {
 		t.Errorf("a state directory in a clean shared directory: %v", err)
 	}
 }
+
+// A file airlock trusts (a program it runs, an account's record) reached
+// through a link of another user's is refused, though the file it leads
+// to is root's: the name could lead elsewhere once checked. So is one
+// that is itself such a link.
+func TestFileThroughAnotherUsersLink(t *testing.T) {
+	tmp := testenv.SharedTmp(t)
+	roots := filepath.Join(filepath.Dir(tmp), "roots")
+	if err := os.Mkdir(roots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(roots, "airlock-full")
+	if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := File(f); err != nil {
+		t.Fatalf("root's own file: %v", err)
+	}
+	testenv.AsNobody(t, `ln -s "$2" "$1/bin"; ln -s "$2/airlock-full" "$1/airlock-full"`, tmp, roots)
+	if p := filepath.Join(tmp, "bin", "airlock-full"); true {
+		if err := File(p); !IsRefused(err) || !strings.Contains(err.Error(), "bin is a symbolic link of uid 65534") {
+			t.Errorf("File(%s): %v", p, err)
+		}
+	}
+	// Directly in the shared directory, its directory is at fault first.
+	if p := filepath.Join(tmp, "airlock-full"); true {
+		if err := File(p); !IsRefused(err) {
+			t.Errorf("File(%s): %v", p, err)
+		}
+	}
+}

@@ -201,10 +201,30 @@ func check(dir, real string, own bool) error {
 // File checks a file whose content decides what airlock trusts (an
 // account's record, say) as Check checks a state directory: the file must
 // be a regular file that belongs to root or this user and that nobody
-// else may write, in a directory that passes Check.
+// else may write, in a directory that passes Check, and the name it is
+// reached by may pass through no link of another user's (see Resolve).
 func File(path string) error {
 	if !checked {
 		return nil
+	}
+	// The name as it is used later must lead to the same file: every
+	// link on the way, and the file's own, must be root's or this
+	// user's, in directories that pass.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	if _, err := Resolve(filepath.Dir(abs)); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Dir, e.What = path, "file"
+		}
+		return err
+	}
+	if st, err := os.Lstat(abs); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		if uid, ok := Owner(st); !ok {
+			return &Error{Dir: path, Path: abs, Reason: fmt.Sprintf("is a symbolic link of uid %d, neither root nor this user (uid %d)", uid, os.Geteuid()), What: "file"}
+		}
 	}
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
