@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/tools"
 	"github.com/airlock-sandbox/airlock/tiers/account"
 )
@@ -195,8 +196,8 @@ func accountAddRemote(e *env, dir, name string, rm account.Remote) error {
 	if err := account.New(account.NewRemoteConfig(name, rm)).Available(); err != nil {
 		return jobs.Invalid("", "%v", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("accounts directory: %w", err)
+	if err := ensureAccountsDir(dir); err != nil {
+		return err
 	}
 	r := account.Record{Name: name, UID: -1, GID: -1, Remote: &rm}
 	if err := r.Save(dir); err != nil {
@@ -204,6 +205,22 @@ func accountAddRemote(e *env, dir, name string, rm account.Remote) error {
 	}
 	fmt.Fprintf(e.stdout, "account %s: remote, executor at %s (mutual TLS, CA %s pinned, client certificate %s)\n", name, rm.URL, rm.CA, rm.Cert)
 	return nil
+}
+
+// ensureAccountsDir makes the accounts directory, or takes the one there,
+// only if it and every directory above it are root's (or this user's) and
+// closed to others: root makes the account's directories in it and
+// writes into them, so whoever could make entries there first would
+// decide where those writes land.
+func ensureAccountsDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		_, err = statedir.Ensure(abs, 0o755)
+	}
+	if err != nil && !statedir.IsRefused(err) {
+		err = fmt.Errorf("accounts directory: %w", err)
+	}
+	return statedir.As(err, "accounts directory")
 }
 
 // tlsNames are the names the executor's certificate holds: those given,
@@ -264,8 +281,8 @@ func accountAdd(e *env, dir, name, issuer, listen string, names, allowUIDs, allo
 		}
 		uids = []uint32{uint32(caller)}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("accounts directory: %w", err)
+	if err := ensureAccountsDir(dir); err != nil {
+		return err
 	}
 	uname := account.UserName(name)
 	u, err := user.Lookup(uname)
@@ -451,9 +468,13 @@ func accountSet(e *env, dir, name, ref, audience string, scopes, callers []strin
 		fmt.Fprintf(e.stdout, "account %s: OIDC credential %s for %s stored (issuer %s)%s\n", name, ref, audience, r.IssuerURL(), forCallers(callers))
 		return nil
 	}
-	value, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
+	value, err := io.ReadAll(io.LimitReader(e.stdin, maxCredentialValue+1))
 	if err != nil {
 		return err
+	}
+	if len(value) > maxCredentialValue {
+		// Cut, it would be another credential, and wrong wherever used.
+		return jobs.Invalid("stdin", "the value is longer than %d bytes: not stored", maxCredentialValue)
 	}
 	v := strings.TrimRight(string(value), "\r\n")
 	if err := account.AddStatic(r.StorePath(), ref, v, r.UID, r.GID); err != nil {
@@ -465,6 +486,9 @@ func accountSet(e *env, dir, name, ref, audience string, scopes, callers []strin
 	fmt.Fprintf(e.stdout, "account %s: credential %s stored%s\n", name, ref, forCallers(callers))
 	return nil
 }
+
+// maxCredentialValue is the longest value `account set` stores.
+const maxCredentialValue = 1 << 20
 
 func setCallers(r account.Record, ref string, callers []string) error {
 	if len(callers) == 0 {

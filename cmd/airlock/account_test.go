@@ -314,6 +314,66 @@ func TestAccountLevel5(t *testing.T) {
 		})
 	})
 
+	t.Run("set-refuses-a-value-it-would-cut", func(t *testing.T) {
+		big := strings.Repeat("v", 1<<20+1)
+		out, errOut, code := a.run(t, big, "account", "set", a.name, "too-long")
+		if code == 0 || !strings.Contains(errOut, "longer than 1048576 bytes") || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("a value of %d bytes: code %d stdout %q stderr %q", len(big), code, out, errOut)
+		}
+		if data, err := os.ReadFile(a.rec.StorePath()); err != nil || strings.Contains(string(data), "too-long") {
+			t.Errorf("the store holds the cut value (%v)", err)
+		}
+	})
+
+	t.Run("nothing-left-for-the-next-job", func(t *testing.T) {
+		// A job holding the credential leaves it everywhere a later job
+		// (another tenant's, of another caller) could look: files in /tmp
+		// and /dev/shm, a SysV shared memory segment, an abstract Unix
+		// socket, and a process kept alive by setsid and a double fork.
+		// The next job of the account finds none of it, and the account's
+		// user runs only the executor once the first job is done.
+		// The guest's host view may lack ipcmk and python3: the shared
+		// memory segment and the abstract socket are made where it has
+		// them (each VM has a kernel of its own, so none outlives it).
+		plant := `printf %s "$T" > /tmp/leftmark; printf %s "$T" > /dev/shm/leftmark
+(command -v ipcmk >/dev/null && ipcmk -M 4096) >/dev/null 2>&1
+(command -v python3 >/dev/null && python3 -c 'import socket,os,time
+s=socket.socket(socket.AF_UNIX); s.bind("\\0leftmark-"+os.environ["T"]); s.listen(1)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0: time.sleep(600)
+') >/dev/null 2>&1 &
+(setsid sh -c 'exec sleep 6000' </dev/null >/dev/null 2>&1 &)
+sleep 1; ls /tmp /dev/shm; ps -o args 2>/dev/null || ps`
+		out, errOut, code := a.run(t, "", "run", "--situation", "credentials", "--credential", "T=github-readonly", "--allow-spawn", "--", "sh", "-c", plant)
+		if code != 0 || strings.Count(out, "\nleftmark\n") != 2 || !strings.Contains(out, "\nsleep 6000\n") {
+			t.Fatalf("planting: code %d stdout %q stderr %q", code, out, errOut)
+		}
+		look := `ls -a /tmp /dev/shm; cat /proc/net/unix; ipcs -m 2>/dev/null; ps -o args 2>/dev/null || ps`
+		out, errOut, code = a.run(t, "", "run", "--situation", "credentials", "--allow-spawn", "--", "sh", "-c", look)
+		if code != 0 {
+			t.Fatalf("looking: code %d stdout %q stderr %q", code, out, errOut)
+		}
+		for _, left := range []string{"leftmark", a.value, "sleep 6000", "0x0"} {
+			if strings.Contains(out+errOut, left) {
+				t.Errorf("the next job finds %q:\n%s%s", left, out, errOut)
+			}
+		}
+		// The executor alone (no VM, no process the job started).
+		data, err := a.rec.ReadPid()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, _ := strconv.Atoi(strings.TrimSpace(data))
+		for i := 0; i < 100; i++ {
+			if pids := processesOf(a.rec.UID); len(pids) == 1 && pids[0] == exe {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("the account's user runs %v, more than its executor (%d)", processesOf(a.rec.UID), exe)
+	})
+
 	t.Run("canaries", func(t *testing.T) {
 		// The caller's file (0600), its environment and its socket.
 		cdir, err := os.MkdirTemp("", "airlock-canary-")

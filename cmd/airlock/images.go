@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/image/catalogue"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
@@ -66,7 +68,13 @@ func openStore(dir, auth string, w io.Writer) (*image.Store, error) {
 	if dir == "" {
 		dir = image.DefaultDir()
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Made as the store makes its directory: checked on the way down, so
+	// that nothing is made where another user's link leads.
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		_, err = statedir.Ensure(abs, 0o755)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("image store %s: %w (choose another with --images DIR or $%s)", dir, err, image.DirEnv)
 	}
 	return image.Open(dir, image.Options{AllowHost: true, Progress: imageProgress(w), AuthFile: auth})

@@ -20,13 +20,20 @@ import (
 // tree someone other than root, this user or sudo's caller could change is
 // passed over: its programs are built here, with its tools.
 func FindSource() string {
-	return tools.FindUp(func(dir string) bool {
+	// The tree's real path: a name through a link could lead elsewhere
+	// later.
+	var real string
+	if tools.FindUp(func(dir string) bool {
 		if !fileExists(filepath.Join(dir, "corpus", "wasm")) || !fileExists(filepath.Join(dir, "wasm", "testdata", "guest")) {
 			return false
 		}
-		real, err := filepath.EvalSymlinks(dir)
-		return err == nil && statedir.Check(dir, real) == nil
-	}, "")
+		var err error
+		real, err = statedir.Resolve(dir)
+		return err == nil
+	}, "") == "" {
+		return ""
+	}
+	return real
 }
 
 // SourceModules builds the WASM cases' modules from a source tree, the way

@@ -45,9 +45,13 @@ func (e *Error) Error() string {
 }
 
 // Ensure makes dir, and the directories above it that are missing, with
-// mode perm (as MkdirAll does), then checks dir and every directory above
-// it, and returns dir's real path (without links). perm must not let group
-// or others write.
+// mode perm, and returns dir's real path (without links). Walking down
+// from /, it checks each directory before it makes or uses anything below
+// it: each must belong to root or this user (dir itself: to this user)
+// and be writable by no one else (above dir, a directory everyone may
+// write is accepted with the sticky bit); a link on the way must belong to
+// root or this user and lead to a directory that passes the same checks;
+// dir itself must not be a link. perm must not let group or others write.
 func Ensure(dir string, perm os.FileMode) (string, error) {
 	if perm&0o022 != 0 {
 		return "", fmt.Errorf("state directory %s: mode %v lets others write", dir, perm)
@@ -55,21 +59,17 @@ func Ensure(dir string, perm os.FileMode) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", fmt.Errorf("state directory %q: not an absolute path", dir)
 	}
-	// The directories made here get perm whatever the umask: a sandbox's
-	// user may need to pass through them.
-	var made []string
-	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); err == nil || p == filepath.Dir(p) {
+	dir = filepath.Clean(dir)
+	var path []string
+	for p := dir; ; p = filepath.Dir(p) {
+		path = append(path, p)
+		if p == filepath.Dir(p) {
 			break
 		}
-		made = append(made, p)
 	}
-	if err := os.MkdirAll(dir, perm); err != nil {
-		return "", fmt.Errorf("state directory: %w", err)
-	}
-	for _, p := range made {
-		if err := os.Chmod(p, perm); err != nil {
-			return "", fmt.Errorf("state directory: %w", err)
+	for i := len(path) - 1; i >= 0; i-- {
+		if err := step(dir, path[i], i == 0, perm, true); err != nil {
+			return "", err
 		}
 	}
 	real, err := filepath.EvalSymlinks(dir)
@@ -79,14 +79,104 @@ func Ensure(dir string, perm os.FileMode) (string, error) {
 	return real, Check(dir, real)
 }
 
-// Check checks real, the real path of the state directory dir, and every
-// directory above it (see the package's comment).
-func Check(dir, real string) error {
+// Resolve checks an existing directory dir that airlock trusts (a tools
+// directory it found, say) as Ensure checks a state directory, but makes
+// nothing and lets dir itself be a link of root's or this user's; it
+// returns dir's real path, which is what the caller must use from then
+// on: a name that passes through a link can be pointed elsewhere later
+// by the link's owner.
+func Resolve(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	var path []string
+	for p := dir; ; p = filepath.Dir(p) {
+		path = append(path, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		if err := step(dir, path[i], false, 0, false); err != nil {
+			return "", err
+		}
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	return real, Check(dir, real)
+}
+
+// step checks p, one directory on the way to the state directory dir (or
+// dir itself: last), whose parent step has checked, and, with mk, makes
+// it with mode perm when it is missing. The directories made get perm whatever
+// the umask: a sandbox's user may need to pass through them.
+func step(dir, p string, last bool, perm os.FileMode, mk bool) error {
+	st, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) && mk {
+		// Mkdir follows no link at p: one made meanwhile fails it.
+		if err = os.Mkdir(p, perm); err == nil {
+			err = os.Chmod(p, perm)
+		}
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		st, err = os.Lstat(p)
+	}
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
 	if !checked {
 		return nil
 	}
 	euid := uint32(os.Geteuid())
-	for p, own := real, true; ; p, own = filepath.Dir(p), false {
+	uid, ok := owner(st)
+	switch {
+	case !ok:
+		return &Error{Dir: dir, Path: p, Reason: "has no owner this system reports"}
+	case st.Mode()&os.ModeSymlink != 0 && last:
+		return &Error{Dir: dir, Path: p, Reason: fmt.Sprintf("is a symbolic link (of uid %d)", uid)}
+	case st.Mode()&os.ModeSymlink != 0 && !trustedUID(uid, euid):
+		return &Error{Dir: dir, Path: p, Reason: fmt.Sprintf("is a symbolic link of uid %d, neither root nor this user (uid %d)", uid, euid)}
+	case st.Mode()&os.ModeSymlink != 0:
+		// A link of root's (/var/run to /run, say): where it leads is
+		// checked as any directory on the way.
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return fmt.Errorf("state directory %s: %w", dir, err)
+		}
+		if err := check(dir, real, false); err != nil {
+			return err
+		}
+		return nil
+	case !st.IsDir():
+		return &Error{Dir: dir, Path: p, Reason: "is not a directory"}
+	case last && uid != euid && !sudoUID(uid, euid):
+		return &Error{Dir: dir, Path: p, Reason: fmt.Sprintf("belongs to uid %d, not this user (uid %d)", uid, euid)}
+	case !trustedUID(uid, euid):
+		return &Error{Dir: dir, Path: p, Reason: foreign(uid, euid)}
+	case st.Mode().Perm()&0o022 != 0 && (last || st.Mode()&os.ModeSticky == 0):
+		return &Error{Dir: dir, Path: p, Reason: fmt.Sprintf("is writable by others (mode %v)", st.Mode().Perm())}
+	}
+	return nil
+}
+
+// Check checks real, the real path of the state directory dir, and every
+// directory above it (see the package's comment).
+func Check(dir, real string) error {
+	return check(dir, real, true)
+}
+
+// check is Check; own says whether real is the state directory itself,
+// which may not be writable by others even with the sticky bit.
+func check(dir, real string, own bool) error {
+	if !checked {
+		return nil
+	}
+	euid := uint32(os.Geteuid())
+	for p := real; ; p, own = filepath.Dir(p), false {
 		st, err := os.Lstat(p)
 		if err != nil {
 			return fmt.Errorf("state directory %s: %w", dir, err)
@@ -111,10 +201,30 @@ func Check(dir, real string) error {
 // File checks a file whose content decides what airlock trusts (an
 // account's record, say) as Check checks a state directory: the file must
 // be a regular file that belongs to root or this user and that nobody
-// else may write, in a directory that passes Check.
+// else may write, in a directory that passes Check, and the name it is
+// reached by may pass through no link of another user's (see Resolve).
 func File(path string) error {
 	if !checked {
 		return nil
+	}
+	// The name as it is used later must lead to the same file: every
+	// link on the way, and the file's own, must be root's or this
+	// user's, in directories that pass.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	if _, err := Resolve(filepath.Dir(abs)); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Dir, e.What = path, "file"
+		}
+		return err
+	}
+	if st, err := os.Lstat(abs); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		if uid, ok := Owner(st); !ok {
+			return &Error{Dir: path, Path: abs, Reason: fmt.Sprintf("is a symbolic link of uid %d, neither root nor this user (uid %d)", uid, os.Geteuid()), What: "file"}
+		}
 	}
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
@@ -159,9 +269,11 @@ func Owner(st os.FileInfo) (uid uint32, trusted bool) {
 // who could run anything as root anyway; so `sudo airlock` works in that
 // user's checkout, as `sudo git` does.
 func trustedUID(uid, euid uint32) bool {
-	if uid == 0 || uid == euid {
-		return true
-	}
+	return uid == 0 || uid == euid || sudoUID(uid, euid)
+}
+
+// sudoUID reports whether this process is root run through sudo by uid.
+func sudoUID(uid, euid uint32) bool {
 	if euid != 0 {
 		return false
 	}

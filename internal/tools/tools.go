@@ -23,9 +23,10 @@ import (
 // /usr/local/lib/airlock. It returns "" if none exists.
 //
 // airlock runs the programs there, as root for the heavier tiers, so a
-// directory found rather than named must pass statedir.Check (it and
+// directory found rather than named must pass statedir.Resolve (it and
 // every directory above it belong to root, this user or sudo's caller,
-// and nobody else may write them); one that does not is passed over.
+// and nobody else may write them; so does every link on the way); one
+// that does not is passed over. Dir returns its real path.
 func Dir() string {
 	d, _ := dir()
 	return d
@@ -37,26 +38,28 @@ func dir() (string, error) {
 		return d, nil
 	}
 	var ignored error
+	// found is the real path of the directory usable accepted last: the
+	// one used from then on, since a name that passes through a link
+	// could lead elsewhere later.
+	var found string
 	usable := func(d string) bool {
 		st, err := os.Stat(d)
 		if err != nil || !st.IsDir() {
 			return false
 		}
-		real, err := filepath.EvalSymlinks(d)
-		if err == nil {
-			err = statedir.As(statedir.Check(d, real), "tools directory")
-		}
+		found, err = statedir.Resolve(d)
+		err = statedir.As(err, "tools directory")
 		if err != nil && ignored == nil {
 			ignored = err
 		}
 		return err == nil
 	}
 	if d := FindUp(func(dir string) bool { return usable(filepath.Join(dir, ".tools")) }, ".tools"); d != "" {
-		return d, nil
+		return found, nil
 	}
 	for _, d := range installed() {
 		if usable(d) {
-			return d, nil
+			return found, nil
 		}
 	}
 	return "", ignored

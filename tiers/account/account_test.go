@@ -57,6 +57,13 @@ func TestScrub(t *testing.T) {
 	if s := strings.Join([]string{res.Stdout, res.Stderr, res.Files["f"], res.Error.Message, res.Value.(map[string]any)["k"].([]any)[0].(string)}, "|"); strings.Contains(s, v) || strings.Contains(s, hex.EncodeToString([]byte(v))) {
 		t.Errorf("result kept the value: %s", s)
 	}
+	// Two collected files whose names are one once scrubbed: one is kept,
+	// the other said to be left out, not lost silently.
+	res = airlock.Result{Files: map[string]string{"a" + v: "1", "a" + hex.EncodeToString([]byte(v)): "2"}}
+	sc.result(&res)
+	if len(res.Files) != 1 || len(res.FilesSkipped) != 1 || !strings.Contains(res.FilesSkipped[0], "a"+Redacted+": another collected file has this name") {
+		t.Errorf("files %q, skipped %q: want one file and the other named as left out", res.Files, res.FilesSkipped)
+	}
 }
 
 func TestStoreRefusesLooseMode(t *testing.T) {

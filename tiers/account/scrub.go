@@ -3,6 +3,7 @@ package account
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strings"
 
@@ -117,19 +118,25 @@ func (s *scrubber) result(r *airlock.Result) {
 	for i, d := range r.Decision {
 		r.Decision[i] = s.text(d)
 	}
+	// Names left out of the collected files are the program's too.
+	var skipped []string
+	for _, l := range r.FilesSkipped {
+		skipped = append(skipped, s.text(l))
+	}
 	if len(r.Files) > 0 {
+		// Two names may be one once scrubbed (the value in one, its hex
+		// in the other): the second is left out and said to be, not lost
+		// silently. In name order, so that which one is kept is stable.
 		files := make(map[string]string, len(r.Files))
-		for name, c := range r.Files {
-			files[s.text(name)] = s.text(c)
+		for _, name := range slices.Sorted(maps.Keys(r.Files)) {
+			n := s.text(name)
+			if _, ok := files[n]; ok {
+				skipped = append(skipped, n+": another collected file has this name once credentials are redacted")
+				continue
+			}
+			files[n] = s.text(r.Files[name])
 		}
 		r.Files = files
 	}
-	// Names left out of the collected files are the program's too.
-	if len(r.FilesSkipped) > 0 {
-		skipped := make([]string, len(r.FilesSkipped))
-		for i, l := range r.FilesSkipped {
-			skipped[i] = s.text(l)
-		}
-		r.FilesSkipped = skipped
-	}
+	r.FilesSkipped = skipped
 }

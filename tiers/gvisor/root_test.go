@@ -104,6 +104,32 @@ func TestForeignDirRefused(t *testing.T) {
 	}
 }
 
+// A local user (nobody) who leaves a link under the default directory's
+// name ($TMPDIR/airlock-gvisor) before root's airlock first runs, leading
+// to a directory of root's, is refused: the tier would have made its
+// sandboxes where that user chose.
+func TestLinkedDirRefused(t *testing.T) {
+	newTier(t, NewConfig()) // skips where the tier cannot run at all
+	tmp := testenv.SharedTmp(t)
+	roots := filepath.Join(filepath.Dir(tmp), "roots")
+	if err := os.Mkdir(roots, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	testenv.AsNobody(t, `ln -s "$2" "$1/airlock-gvisor"`, tmp, roots)
+	tier, err := New(NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	if err := tier.Available(); !statedir.IsRefused(err) || !strings.Contains(err.Error(), "airlock-gvisor is a symbolic link") {
+		t.Errorf("a directory another user linked: available is %v", err)
+	}
+	if ents, _ := os.ReadDir(roots); len(ents) > 0 {
+		t.Errorf("the tier made %s where the link led", ents[0].Name())
+	}
+}
+
 // A root built under a strict umask still lets the sandbox's user read it.
 func TestRootModesIgnoreUmask(t *testing.T) {
 	entries, _, err := rootPlan(NewConfig().hostDirs)

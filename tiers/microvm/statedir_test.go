@@ -1,7 +1,9 @@
 package microvm
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/statedir"
@@ -31,5 +33,27 @@ func TestForeignCacheDirRefused(t *testing.T) {
 	defer tier.Close()
 	if err := tier.Available(); !statedir.IsRefused(err) {
 		t.Errorf("a tier with another user's cache directory: available is %v", err)
+	}
+}
+
+// A local user (nobody) who leaves a link under the default state
+// directory's name in a shared temporary directory, leading to a
+// directory of root's, is refused: the tier kept using the name, which
+// that user can point at their own directory once it was checked.
+func TestLinkedStateDirRefused(t *testing.T) {
+	tmp := testenv.SharedTmp(t)
+	roots := filepath.Join(filepath.Dir(tmp), "roots")
+	if err := os.Mkdir(roots, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	dir := DefaultConfig().stateDir
+	testenv.AsNobody(t, `ln -s "$2" "$1"`, dir, roots)
+	tier, err := New(testConfig().WithStateDir(dir))
+	if err == nil {
+		tier.Close()
+	}
+	if !statedir.IsRefused(err) || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Errorf("a state directory another user linked: %v", err)
 	}
 }
