@@ -404,7 +404,7 @@ func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (digest 
 	policy := newPullPolicy(ctx, r)
 	tr := policy.reach.transport()
 	defer tr.CloseIdleConnections()
-	watch := newCredWatch(tr, policy)
+	watch := newCredWatch(stallGuard{tr}, policy)
 	defer func() { err = watch.clean(reachRefusal(err)) }()
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64), remote.WithTransport(watch)}
 	var keys []authn.Keychain
@@ -792,7 +792,7 @@ func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1
 // length and digest: a truncated or corrupt blob, or else err.
 func (s *Store) blobError(err error, m *meter, h interface{ Sum([]byte) []byte }, desc v1.Descriptor) error {
 	_, derr := io.Copy(io.Discard, io.TeeReader(m, h.(io.Writer)))
-	if errors.Is(derr, context.Canceled) || errors.Is(derr, context.DeadlineExceeded) {
+	if errors.Is(derr, context.Canceled) || errors.Is(derr, context.DeadlineExceeded) || errors.Is(derr, errStalled) {
 		return derr
 	}
 	if desc.Size > 0 && m.n < desc.Size {
