@@ -841,19 +841,23 @@ func (m *meter) Read(b []byte) (int, error) {
 	return k, err
 }
 
-// du is the size of the regular files and links under dir. It walks by
-// descriptor, never building a full path: an image's names may be
-// thousands of elements deep.
+// du is what dir takes as the store counts it, as the unpacker charged
+// it: entryCost for every name below it (an inode, a directory's entry),
+// and the content of every file and symlink once, however many hard links
+// name it. It walks by descriptor, never building a full path: an image's
+// names may be thousands of elements deep.
 func du(dir string) (int64, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(fd)
-	return duAt(fd)
+	return duAt(fd, map[uint64]bool{})
 }
 
-func duAt(dir int) (int64, error) {
+// duAt counts dir's names; linked holds the inodes of more than one name
+// already counted.
+func duAt(dir int, linked map[uint64]bool) (int64, error) {
 	names, err := readDirNames(dir)
 	if err != nil {
 		return 0, err
@@ -864,15 +868,22 @@ func duAt(dir int) (int64, error) {
 		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue
 		}
+		n += entryCost
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG, unix.S_IFLNK:
+			if st.Nlink > 1 {
+				if linked[st.Ino] {
+					continue
+				}
+				linked[st.Ino] = true
+			}
 			n += st.Size
 		case unix.S_IFDIR:
 			sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return 0, err
 			}
-			m, err := duAt(sub)
+			m, err := duAt(sub, linked)
 			unix.Close(sub)
 			if err != nil {
 				return 0, err

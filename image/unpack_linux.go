@@ -105,9 +105,13 @@ func (w written) has(parts []string, name string) bool {
 	return ok
 }
 
-// dirCost is what a directory the unpacker makes counts against the size
-// cap: a block on disk, however short the entry that made it.
-const dirCost = 4096
+// entryCost is what every name the unpacker makes (a file, a directory,
+// a symlink, a hard link) counts against the size cap, beside a file's
+// content: a block on disk, however short the entry that made it, and an
+// inode, which an empty file costs the disk without a byte. The store
+// counts its images the same way (du), so images of empty files cannot
+// pile up within its cap.
+const entryCost = 4096
 
 // maxEntries bounds the entries of one image, so a stream of empty
 // headers cannot run for ever within the byte budget, nor take the host
@@ -195,7 +199,7 @@ func (u *unpacker) parent(name string, parts []string, create bool) (int, error)
 		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == unix.ENOENT && create {
 			if err = unix.Mkdirat(fd, p, 0o755); err == nil {
-				err = u.charge(dirCost, name)
+				err = u.charge(entryCost, name)
 			}
 			if err == nil || err == unix.EEXIST {
 				next, err = unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -277,7 +281,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		err := unix.Mkdirat(dir, base, 0o700)
 		if err == nil {
-			err = u.charge(dirCost, hdr.Name)
+			err = u.charge(entryCost, hdr.Name)
 		}
 		if err != nil && err != unix.EEXIST {
 			if errors.Is(err, errTooLarge) {
@@ -299,6 +303,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return fmt.Errorf("%w: entry %q of %d bytes exceeds the size cap", errTooLarge, hdr.Name, hdr.Size)
 		}
 		if err := u.take(hdr.Size, hdr.Name); err != nil {
+			return err
+		}
+		if err := u.charge(entryCost, hdr.Name); err != nil {
 			return err
 		}
 		if err := removeAt(dir, base); err != nil {
@@ -335,6 +342,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if len(hdr.Linkname) >= unix.PathMax {
 			return fmt.Errorf("%w %q: a link target of %d bytes", errHostile, hdr.Name, len(hdr.Linkname))
 		}
+		if err := u.charge(entryCost+int64(len(hdr.Linkname)), hdr.Name); err != nil {
+			return err
+		}
 		if err := unix.Symlinkat(hdr.Linkname, dir, base); err != nil {
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
@@ -361,6 +371,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		if strings.Join(tparts, "/") == key {
 			return nil
+		}
+		if err := u.charge(entryCost, hdr.Name); err != nil {
+			return err
 		}
 		if err := removeAt(dir, base); err != nil {
 			return err
