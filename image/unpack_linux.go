@@ -59,6 +59,7 @@ type unpacker struct {
 	shared  *sharedBudget
 	taken   int64 // bytes taken from shared
 	entries int   // entries left before the image is refused
+	walks   int   // directories left to walk through before it is
 	// layer holds the paths written by the layer being applied, which an
 	// opaque marker of the same layer must keep: by path element, so that
 	// it grows with the elements a layer names, not with each name's depth
@@ -120,12 +121,21 @@ const entryCost = 4096
 // Large real images hold a few hundred thousand.
 const maxEntries = 1 << 20
 
+// maxWalk bounds the directories the unpacker walks through, in all, on
+// the way to an image's names (a few microseconds each): a million names
+// each 2000 directories deep, within every other bound, would take hours.
+// A real image's names are a few directories deep on average (one of
+// 38,000 names walks 226,000); at this bound, one of the most entries an
+// image may have averages 16. Refusing takes at most the bound's time,
+// about two minutes.
+var maxWalk = 16 << 20
+
 func newUnpacker(root string, budget int64, shared *sharedBudget) (*unpacker, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening root: %w", err)
 	}
-	return &unpacker{root: fd, budget: budget, shared: shared, entries: maxEntries}, nil
+	return &unpacker{root: fd, budget: budget, shared: shared, entries: maxEntries, walks: maxWalk}, nil
 }
 
 // close gives back what the unpacker took of the shared budget: what it
@@ -191,6 +201,9 @@ func clean(name string) ([]string, error) {
 // parent opens the directory holding parts' last component, creating
 // missing directories, and never following a symlink.
 func (u *unpacker) parent(name string, parts []string, create bool) (int, error) {
+	if u.walks -= len(parts) - 1; u.walks < 0 {
+		return -1, fmt.Errorf("%w: entry %q: the image's names are too deep in all (more than %d directories walked)", errTooLarge, name, maxWalk)
+	}
 	fd, err := unix.Dup(u.root)
 	if err != nil {
 		return -1, err
