@@ -593,7 +593,7 @@ func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want str
 		return "", fmt.Errorf("manifest digest mismatch: got %s, want %s", digest, want)
 	}
 	err = s.once(ctx, digest, func() error {
-		lock, err := lockFile(filepath.Join(s.dir, "locks", digest[7:]), unix.LOCK_EX)
+		lock, err := lockFileCtx(ctx, filepath.Join(s.dir, "locks", digest[7:]))
 		if err != nil {
 			return err
 		}
@@ -911,7 +911,7 @@ func (s *Store) Derive(ctx context.Context, img *Image, kind string, build func(
 		return out, nil
 	}
 	err := s.once(ctx, img.Digest+"/"+kind, func() error {
-		lock, err := lockFile(filepath.Join(s.dir, "locks", img.Digest[7:]+"."+kind), unix.LOCK_EX)
+		lock, err := lockFileCtx(ctx, filepath.Join(s.dir, "locks", img.Digest[7:]+"."+kind))
 		if err != nil {
 			return err
 		}
@@ -1021,6 +1021,34 @@ func lockFile(path string, how int) (*os.File, error) {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 	return f, nil
+}
+
+// lockFileCtx is lockFile(path, unix.LOCK_EX) that stops waiting when
+// ctx ends: another process may hold an image's lock for as long as its
+// unpack or build takes, and a job waiting on it must end with its own
+// context, not with the other's work.
+func lockFileCtx(ctx context.Context, path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	for delay := time.Millisecond; ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if err != unix.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
 }
 
 // lockStore takes the store-wide lock.
