@@ -171,6 +171,11 @@ func (u *unpacker) apply(r io.Reader) error {
 			return fmt.Errorf("%w: more than %d entries", errTooLarge, maxEntries)
 		}
 		if err := u.entry(hdr, tr); err != nil {
+			if errors.Is(err, unix.ENAMETOOLONG) || errors.Is(err, unix.EMLINK) {
+				// A name element, or links to one file, beyond what the
+				// file system holds: the image's fault, not the store's.
+				err = fmt.Errorf("%w: %w", errHostile, err)
+			}
 			return err
 		}
 	}
