@@ -773,6 +773,7 @@ func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1
 		// What follows the tar's end is part of the digest.
 		_, err = io.Copy(io.Discard, ur)
 	}
+	err = zstdTooLarge(err)
 	if err != nil {
 		if errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, errBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return um.n, err
