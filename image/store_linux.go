@@ -180,8 +180,10 @@ func (s *Store) Acquire(ctx context.Context, ref string) (*Image, func(), error)
 var (
 	errGone    = errors.New("not in the store")
 	errInvalid = errors.New("invalid")
-	nameRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`) })
-	kindRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
+	// errNotASCII refuses a reference printableASCII refuses.
+	errNotASCII = fmt.Errorf("%w: not ASCII (a registry's international name is written in its xn-- form)", errInvalid)
+	nameRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`) })
+	kindRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 )
 
 // isName reports whether ref is a catalogue name rather than a registry
@@ -242,6 +244,9 @@ func (s *Store) lookup(tbl table, ref string) (string, name.Reference, error) {
 			return "", nil, invalidf("unknown image name: not built here (build it: airlock image build %s)", ref)
 		}
 		return "", nil, invalidf("unknown image name (airlock images lists the names; the catalogue builds %s)", strings.Join(catalogue.Names(), ", "))
+	}
+	if !printableASCII(ref) {
+		return "", nil, errNotASCII
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -379,6 +384,9 @@ func (s *Store) hold(ref, digest string) (*Image, func(), error) {
 // unpacks it, returning the manifest's digest. A tag without a digest is
 // refused unless Options.AllowTags.
 func (s *Store) Pull(ctx context.Context, ref string) (string, error) {
+	if !printableASCII(ref) {
+		return "", wrap(ref, errNotASCII)
+	}
 	r, err := name.ParseReference(ref)
 	if err != nil || isName(ref) {
 		return "", &Error{Ref: ref, Invalid: true, Err: errors.New("malformed reference")}
