@@ -117,3 +117,22 @@ func TestStoreCountsInodesAndLinksOnce(t *testing.T) {
 	}
 	f.tmpEmpty()
 }
+
+// TestPulledImageWithinItsCap: an image the unpacker took within the cap
+// is within it as the store counts it, mount points included, so a Pull
+// never returns an image its own eviction took at once; one that is not
+// is refused as too large.
+func TestPulledImageWithinItsCap(t *testing.T) {
+	const max = 1 << 20
+	f := newFixture(t, Options{MaxBytes: max})
+	img := imageOf(t, nil, layerOf(t, file("big", strings.Repeat("x", max-entryCost-100))))
+	refs := pushed(t, img)
+	d, err := f.s.Pull(context.Background(), refs[0])
+	if err == nil && !f.s.has(d) {
+		t.Fatal("Pull returned an image the store no longer has: it counts more than its unpack did")
+	}
+	if err != nil {
+		imageError(t, err, true, "too large")
+	}
+	f.tmpEmpty()
+}

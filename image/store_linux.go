@@ -681,6 +681,11 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 		}
 		stream -= n
 	}
+	// The mount points the store adds count as the image's names do, so
+	// that the image is within its cap as the store counts it.
+	if err := u.charge(int64(len(MountPoints))*entryCost, "the mount points"); err != nil {
+		return err
+	}
 	if err := addMountPoints(root); err != nil {
 		return err
 	}
