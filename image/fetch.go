@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -302,3 +303,75 @@ type reachError struct{ err error }
 
 func (e *reachError) Error() string   { return errReach.Error() + ": " + e.err.Error() }
 func (e *reachError) Unwrap() []error { return []error{errReach, e.err} }
+
+// stallWindow and stallMin bound a registry (or a host it redirects to)
+// that stops sending: a request whose answer's headers do not come within
+// stallWindow, or whose body sends less than stallMin bytes in any
+// stallWindow spent waiting for it, fails. Only time spent waiting on the
+// network counts, not the unpacker's. A pull's other bound is its
+// caller's context.
+var stallWindow = 30 * time.Second
+
+const stallMin = 32 << 10
+
+// errStalled marks a request that stallGuard ended.
+var errStalled = errors.New("stalled")
+
+// stallGuard ends a request whose answer stalls (see stallWindow).
+type stallGuard struct{ inner http.RoundTripper }
+
+func (g stallGuard) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stalled := fmt.Errorf("%w: %s sent less than %d bytes in %s", errStalled, hostOnly(r.URL.Host), stallMin, stallWindow)
+	t := time.AfterFunc(stallWindow, func() { cancel(stalled) })
+	resp, err := g.inner.RoundTrip(r.WithContext(ctx))
+	t.Stop()
+	if err != nil {
+		if context.Cause(ctx) == stalled {
+			err = stalled
+		}
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = &stallBody{rc: resp.Body, ctx: ctx, cancel: cancel, stalled: stalled}
+	return resp, nil
+}
+
+// stallBody fails once its reader waited stallWindow in all for less
+// than stallMin bytes.
+type stallBody struct {
+	rc      io.ReadCloser
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stalled error
+	waited  time.Duration
+	got     int64
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	if context.Cause(b.ctx) == b.stalled {
+		return 0, b.stalled
+	}
+	start := time.Now()
+	t := time.AfterFunc(stallWindow-b.waited, func() { b.cancel(b.stalled) })
+	n, err := b.rc.Read(p)
+	t.Stop()
+	b.waited += time.Since(start)
+	b.got += int64(n)
+	switch {
+	case err != nil && context.Cause(b.ctx) == b.stalled:
+		err = b.stalled
+	case b.got >= stallMin:
+		b.waited, b.got = 0, 0
+	case b.waited >= stallWindow && err == nil:
+		b.cancel(b.stalled)
+		err = b.stalled
+	}
+	return n, err
+}
+
+func (b *stallBody) Close() error {
+	err := b.rc.Close()
+	b.cancel(nil)
+	return err
+}

@@ -12,6 +12,7 @@ package image
 
 import (
 	"context"
+	"strconv"
 	"strings"
 )
 
@@ -111,6 +112,8 @@ func (e *Error) Error() string {
 	ref := e.Ref
 	if ref == "" {
 		ref = "(default)"
+	} else if !printableASCII(ref) {
+		ref = strconv.QuoteToASCII(ref) // a look-alike or a control shown as what it is
 	}
 	return "image " + ref + ": " + e.Err.Error()
 }
@@ -155,4 +158,18 @@ func (img *Image) Environ(over ...string) []string {
 		}
 	}
 	return append(env, over...)
+}
+
+// printableASCII reports whether ref is written in printable ASCII, as
+// every image name and registry reference is: a registry's international
+// name is written in its xn-- form, so a letter from another script is a
+// look-alike, and a control or a bidi override would show the reference
+// as what it is not.
+func printableASCII(ref string) bool {
+	for i := 0; i < len(ref); i++ {
+		if ref[i] <= ' ' || ref[i] > '~' {
+			return false
+		}
+	}
+	return true
 }

@@ -161,6 +161,11 @@ type closeBoth struct {
 	f *os.File
 }
 
+func (c closeBoth) Read(b []byte) (int, error) {
+	n, err := c.ReadCloser.Read(b)
+	return n, zstdTooLarge(err)
+}
+
 func (c closeBoth) Close() error {
 	err := c.ReadCloser.Close()
 	if ferr := c.f.Close(); err == nil {
@@ -326,7 +331,7 @@ func decompress(r io.Reader) (io.ReadCloser, error) {
 	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
 		return gzip.NewReader(br)
 	case bytes.HasPrefix(head, zstdMagic):
-		d, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(256<<20))
+		d, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxZstdWindow))
 		if err != nil {
 			return nil, err
 		}
@@ -342,3 +347,18 @@ const maxLinkChain = 16
 // maxMeta bounds an index, a manifest and an image configuration, each
 // read whole into memory (a layer is streamed).
 const maxMeta = 8 << 20
+
+// maxZstdWindow bounds the window a zstd frame may declare, which its
+// decoder allocates whatever the layer's length (a frame of a few hundred
+// bytes may declare gigabytes), once for each layer being unpacked. zstd's
+// levels use up to 8 MiB, and up to 64 MiB with --long=26.
+const maxZstdWindow = 64 << 20
+
+// zstdTooLarge makes a zstd decoder's refusal of a window over
+// maxZstdWindow the image's fault.
+func zstdTooLarge(err error) error {
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		return fmt.Errorf("%w: a zstd window over %d MiB", errTooLarge, maxZstdWindow>>20)
+	}
+	return err
+}

@@ -19,7 +19,8 @@ const DefaultName = "python"
 type Options struct {
 	// MaxBytes caps the store: the unpacked size of one image, and the
 	// total above which images pulled by digest are evicted, least recently
-	// used first. 0 means DefaultMaxBytes.
+	// used first. An image counts its files' content (a hard-linked file's
+	// once) and 4 KiB for every name. 0 means DefaultMaxBytes.
 	MaxBytes int64
 	// AllowTags accepts a registry reference with a tag and no digest
 	// (resolved at each Acquire). Without it such a reference is refused:

@@ -180,8 +180,10 @@ func (s *Store) Acquire(ctx context.Context, ref string) (*Image, func(), error)
 var (
 	errGone    = errors.New("not in the store")
 	errInvalid = errors.New("invalid")
-	nameRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`) })
-	kindRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
+	// errNotASCII refuses a reference printableASCII refuses.
+	errNotASCII = fmt.Errorf("%w: not ASCII (a registry's international name is written in its xn-- form)", errInvalid)
+	nameRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`) })
+	kindRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 )
 
 // isName reports whether ref is a catalogue name rather than a registry
@@ -242,6 +244,9 @@ func (s *Store) lookup(tbl table, ref string) (string, name.Reference, error) {
 			return "", nil, invalidf("unknown image name: not built here (build it: airlock image build %s)", ref)
 		}
 		return "", nil, invalidf("unknown image name (airlock images lists the names; the catalogue builds %s)", strings.Join(catalogue.Names(), ", "))
+	}
+	if !printableASCII(ref) {
+		return "", nil, errNotASCII
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -379,6 +384,9 @@ func (s *Store) hold(ref, digest string) (*Image, func(), error) {
 // unpacks it, returning the manifest's digest. A tag without a digest is
 // refused unless Options.AllowTags.
 func (s *Store) Pull(ctx context.Context, ref string) (string, error) {
+	if !printableASCII(ref) {
+		return "", wrap(ref, errNotASCII)
+	}
 	r, err := name.ParseReference(ref)
 	if err != nil || isName(ref) {
 		return "", &Error{Ref: ref, Invalid: true, Err: errors.New("malformed reference")}
@@ -404,7 +412,7 @@ func (s *Store) pull(ctx context.Context, ref string, r name.Reference) (digest 
 	policy := newPullPolicy(ctx, r)
 	tr := policy.reach.transport()
 	defer tr.CloseIdleConnections()
-	watch := newCredWatch(tr, policy)
+	watch := newCredWatch(stallGuard{tr}, policy)
 	defer func() { err = watch.clean(reachRefusal(err)) }()
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(amd64), remote.WithTransport(watch)}
 	var keys []authn.Keychain
@@ -593,7 +601,7 @@ func (s *Store) ensure(ctx context.Context, label string, img v1.Image, want str
 		return "", fmt.Errorf("manifest digest mismatch: got %s, want %s", digest, want)
 	}
 	err = s.once(ctx, digest, func() error {
-		lock, err := lockFile(filepath.Join(s.dir, "locks", digest[7:]), unix.LOCK_EX)
+		lock, err := lockFileCtx(ctx, filepath.Join(s.dir, "locks", digest[7:]))
 		if err != nil {
 			return err
 		}
@@ -672,6 +680,11 @@ func (s *Store) unpack(ctx context.Context, label, digest string, raw []byte, im
 			return fmt.Errorf("layer %d (%s): %w", i+1, m.Layers[i].Digest, err)
 		}
 		stream -= n
+	}
+	// The mount points the store adds count as the image's names do, so
+	// that the image is within its cap as the store counts it.
+	if err := u.charge(int64(len(MountPoints))*entryCost, "the mount points"); err != nil {
+		return err
 	}
 	if err := addMountPoints(root); err != nil {
 		return err
@@ -773,6 +786,7 @@ func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1
 		// What follows the tar's end is part of the digest.
 		_, err = io.Copy(io.Discard, ur)
 	}
+	err = zstdTooLarge(err)
 	if err != nil {
 		if errors.Is(err, errHostile) || errors.Is(err, errTooLarge) || errors.Is(err, errBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return um.n, err
@@ -792,7 +806,7 @@ func (s *Store) applyLayer(ctx context.Context, u *unpacker, l v1.Layer, desc v1
 // length and digest: a truncated or corrupt blob, or else err.
 func (s *Store) blobError(err error, m *meter, h interface{ Sum([]byte) []byte }, desc v1.Descriptor) error {
 	_, derr := io.Copy(io.Discard, io.TeeReader(m, h.(io.Writer)))
-	if errors.Is(derr, context.Canceled) || errors.Is(derr, context.DeadlineExceeded) {
+	if errors.Is(derr, context.Canceled) || errors.Is(derr, context.DeadlineExceeded) || errors.Is(derr, errStalled) {
 		return derr
 	}
 	if desc.Size > 0 && m.n < desc.Size {
@@ -841,19 +855,23 @@ func (m *meter) Read(b []byte) (int, error) {
 	return k, err
 }
 
-// du is the size of the regular files and links under dir. It walks by
-// descriptor, never building a full path: an image's names may be
-// thousands of elements deep.
+// du is what dir takes as the store counts it, as the unpacker charged
+// it: entryCost for every name below it (an inode, a directory's entry),
+// and the content of every file and symlink once, however many hard links
+// name it. It walks by descriptor, never building a full path: an image's
+// names may be thousands of elements deep.
 func du(dir string) (int64, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(fd)
-	return duAt(fd)
+	return duAt(fd, map[uint64]bool{})
 }
 
-func duAt(dir int) (int64, error) {
+// duAt counts dir's names; linked holds the inodes of more than one name
+// already counted.
+func duAt(dir int, linked map[uint64]bool) (int64, error) {
 	names, err := readDirNames(dir)
 	if err != nil {
 		return 0, err
@@ -864,15 +882,22 @@ func duAt(dir int) (int64, error) {
 		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue
 		}
+		n += entryCost
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG, unix.S_IFLNK:
+			if st.Nlink > 1 {
+				if linked[st.Ino] {
+					continue
+				}
+				linked[st.Ino] = true
+			}
 			n += st.Size
 		case unix.S_IFDIR:
 			sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return 0, err
 			}
-			m, err := duAt(sub)
+			m, err := duAt(sub, linked)
 			unix.Close(sub)
 			if err != nil {
 				return 0, err
@@ -900,7 +925,7 @@ func (s *Store) Derive(ctx context.Context, img *Image, kind string, build func(
 		return out, nil
 	}
 	err := s.once(ctx, img.Digest+"/"+kind, func() error {
-		lock, err := lockFile(filepath.Join(s.dir, "locks", img.Digest[7:]+"."+kind), unix.LOCK_EX)
+		lock, err := lockFileCtx(ctx, filepath.Join(s.dir, "locks", img.Digest[7:]+"."+kind))
 		if err != nil {
 			return err
 		}
@@ -1010,6 +1035,34 @@ func lockFile(path string, how int) (*os.File, error) {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 	return f, nil
+}
+
+// lockFileCtx is lockFile(path, unix.LOCK_EX) that stops waiting when
+// ctx ends: another process may hold an image's lock for as long as its
+// unpack or build takes, and a job waiting on it must end with its own
+// context, not with the other's work.
+func lockFileCtx(ctx context.Context, path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	for delay := time.Millisecond; ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if err != unix.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
 }
 
 // lockStore takes the store-wide lock.

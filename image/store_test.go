@@ -460,6 +460,14 @@ func TestHostile(t *testing.T) {
 			readFile(t, root, "ok")
 		}},
 		{name: "long-name", ents: []ent{file(strings.Repeat("a/", 3000)+"x", "x")}, refuse: "bytes", invalid: true},
+		// Names the file system cannot hold are the image's fault, not the
+		// store's condition.
+		{name: "long-element-file", ents: []ent{file(strings.Repeat("f", 300), "x")}, refuse: "file name too long", invalid: true},
+		{name: "long-element-dir", ents: []ent{dir(strings.Repeat("d", 300))}, refuse: "file name too long", invalid: true},
+		{name: "long-element-on-the-way", ents: []ent{file(strings.Repeat("d", 300)+"/x", "x")}, refuse: "file name too long", invalid: true},
+		{name: "long-element-symlink", ents: []ent{symlink(strings.Repeat("l", 300), "x")}, refuse: "file name too long", invalid: true},
+		{name: "long-element-hardlink", ents: []ent{file("a", "a"), hardlink(strings.Repeat("h", 300), "a")}, refuse: "file name too long", invalid: true},
+		{name: "long-element-whiteout", ents: []ent{whiteout(".wh." + strings.Repeat("w", 300))}, refuse: "file name too long", invalid: true},
 		{name: "sparse-10G", ents: []ent{bigFile("big", 10<<30)}, refuse: "too large", invalid: true},
 		{name: "mount-points-through-links", ents: []ent{symlink("etc", canary), symlink(".airlock", canary), symlink("tmp", canary), file("ok", "ok")}, check: func(t *testing.T, root string) {
 			for _, l := range []string{"etc", ".airlock", "tmp"} {

@@ -59,6 +59,7 @@ type unpacker struct {
 	shared  *sharedBudget
 	taken   int64 // bytes taken from shared
 	entries int   // entries left before the image is refused
+	walks   int   // directories left to walk through before it is
 	// layer holds the paths written by the layer being applied, which an
 	// opaque marker of the same layer must keep: by path element, so that
 	// it grows with the elements a layer names, not with each name's depth
@@ -105,9 +106,13 @@ func (w written) has(parts []string, name string) bool {
 	return ok
 }
 
-// dirCost is what a directory the unpacker makes counts against the size
-// cap: a block on disk, however short the entry that made it.
-const dirCost = 4096
+// entryCost is what every name the unpacker makes (a file, a directory,
+// a symlink, a hard link) counts against the size cap, beside a file's
+// content: a block on disk, however short the entry that made it, and an
+// inode, which an empty file costs the disk without a byte. The store
+// counts its images the same way (du), so images of empty files cannot
+// pile up within its cap.
+const entryCost = 4096
 
 // maxEntries bounds the entries of one image, so a stream of empty
 // headers cannot run for ever within the byte budget, nor take the host
@@ -116,12 +121,21 @@ const dirCost = 4096
 // Large real images hold a few hundred thousand.
 const maxEntries = 1 << 20
 
+// maxWalk bounds the directories the unpacker walks through, in all, on
+// the way to an image's names (a few microseconds each): a million names
+// each 2000 directories deep, within every other bound, would take hours.
+// A real image's names are a few directories deep on average (one of
+// 38,000 names walks 226,000); at this bound, one of the most entries an
+// image may have averages 16. Refusing takes at most the bound's time,
+// about two minutes.
+var maxWalk = 16 << 20
+
 func newUnpacker(root string, budget int64, shared *sharedBudget) (*unpacker, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening root: %w", err)
 	}
-	return &unpacker{root: fd, budget: budget, shared: shared, entries: maxEntries}, nil
+	return &unpacker{root: fd, budget: budget, shared: shared, entries: maxEntries, walks: maxWalk}, nil
 }
 
 // close gives back what the unpacker took of the shared budget: what it
@@ -157,6 +171,11 @@ func (u *unpacker) apply(r io.Reader) error {
 			return fmt.Errorf("%w: more than %d entries", errTooLarge, maxEntries)
 		}
 		if err := u.entry(hdr, tr); err != nil {
+			if errors.Is(err, unix.ENAMETOOLONG) || errors.Is(err, unix.EMLINK) {
+				// A name element, or links to one file, beyond what the
+				// file system holds: the image's fault, not the store's.
+				err = fmt.Errorf("%w: %w", errHostile, err)
+			}
 			return err
 		}
 	}
@@ -187,6 +206,9 @@ func clean(name string) ([]string, error) {
 // parent opens the directory holding parts' last component, creating
 // missing directories, and never following a symlink.
 func (u *unpacker) parent(name string, parts []string, create bool) (int, error) {
+	if u.walks -= len(parts) - 1; u.walks < 0 {
+		return -1, fmt.Errorf("%w: entry %q: the image's names are too deep in all (more than %d directories walked)", errTooLarge, name, maxWalk)
+	}
 	fd, err := unix.Dup(u.root)
 	if err != nil {
 		return -1, err
@@ -195,7 +217,7 @@ func (u *unpacker) parent(name string, parts []string, create bool) (int, error)
 		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == unix.ENOENT && create {
 			if err = unix.Mkdirat(fd, p, 0o755); err == nil {
-				err = u.charge(dirCost, name)
+				err = u.charge(entryCost, name)
 			}
 			if err == nil || err == unix.EEXIST {
 				next, err = unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -277,7 +299,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		err := unix.Mkdirat(dir, base, 0o700)
 		if err == nil {
-			err = u.charge(dirCost, hdr.Name)
+			err = u.charge(entryCost, hdr.Name)
 		}
 		if err != nil && err != unix.EEXIST {
 			if errors.Is(err, errTooLarge) {
@@ -299,6 +321,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return fmt.Errorf("%w: entry %q of %d bytes exceeds the size cap", errTooLarge, hdr.Name, hdr.Size)
 		}
 		if err := u.take(hdr.Size, hdr.Name); err != nil {
+			return err
+		}
+		if err := u.charge(entryCost, hdr.Name); err != nil {
 			return err
 		}
 		if err := removeAt(dir, base); err != nil {
@@ -335,6 +360,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if len(hdr.Linkname) >= unix.PathMax {
 			return fmt.Errorf("%w %q: a link target of %d bytes", errHostile, hdr.Name, len(hdr.Linkname))
 		}
+		if err := u.charge(entryCost+int64(len(hdr.Linkname)), hdr.Name); err != nil {
+			return err
+		}
 		if err := unix.Symlinkat(hdr.Linkname, dir, base); err != nil {
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
@@ -361,6 +389,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		if strings.Join(tparts, "/") == key {
 			return nil
+		}
+		if err := u.charge(entryCost, hdr.Name); err != nil {
+			return err
 		}
 		if err := removeAt(dir, base); err != nil {
 			return err
