@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	libtime "go.starlark.net/lib/time"
@@ -29,6 +30,9 @@ const elemBytes = 16
 // Starlark identifier can, so scripts cannot shadow or call them directly.
 const (
 	nameAdd        = "$add"
+	nameSub        = "$sub"
+	nameDiv        = "$div"
+	nameFloorDiv   = "$floordiv"
 	nameMul        = "$mul"
 	nameMod        = "$mod"
 	nameLsh        = "$lsh"
@@ -48,6 +52,9 @@ const (
 func hiddenBuiltins() sl.StringDict {
 	return sl.StringDict{
 		nameAdd:      sl.NewBuiltin("+", opBuiltin(syntax.PLUS)),
+		nameSub:      sl.NewBuiltin("-", opBuiltin(syntax.MINUS)),
+		nameDiv:      sl.NewBuiltin("/", opBuiltin(syntax.SLASH)),
+		nameFloorDiv: sl.NewBuiltin("//", opBuiltin(syntax.SLASHSLASH)),
 		nameMul:      sl.NewBuiltin("*", opBuiltin(syntax.STAR)),
 		nameMod:      sl.NewBuiltin("%", opBuiltin(syntax.PERCENT)),
 		nameLsh:      sl.NewBuiltin("<<", opBuiltin(syntax.LTLT)),
@@ -163,6 +170,44 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 				}
 			}
 		}
+	case syntax.MINUS:
+		if xi, ok := x.(sl.Int); ok {
+			if yi, ok := y.(sl.Int); ok {
+				return xi.Sub(yi), nil
+			}
+		}
+		if z, err, ok := durationMinus(x, y); ok {
+			return z, err
+		}
+		if xs, ok := x.(*sl.Set); ok {
+			if _, ok := y.(*sl.Set); ok {
+				// A difference copies the left operand's elements.
+				if err := st.chargeMul(int64(xs.Len()), entryBytes, "-"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case syntax.SLASH:
+		if xd, ok := x.(libtime.Duration); ok {
+			switch y := y.(type) {
+			case sl.Int:
+				if n, ok := y.Int64(); ok && n == -1 && xd == math.MinInt64 {
+					return nil, errDurationOverflow(x, "/", y)
+				}
+			case sl.Float:
+				q := float64(xd) / float64(y)
+				if y != 0 && !(q >= -(1<<63) && q < 1<<63) { // also NaN
+					return nil, errDurationOverflow(x, "/", y)
+				}
+			}
+		}
+	case syntax.SLASHSLASH:
+		if xd, ok := x.(libtime.Duration); ok {
+			if yd, ok := y.(libtime.Duration); ok && xd == math.MinInt64 && yd == -1 {
+				// The quotient, 2^63, is an int beyond int64: exact.
+				return sl.MakeInt64(math.MinInt64).Mul(sl.MakeInt(-1)), nil
+			}
+		}
 	case syntax.LTLT:
 		if xi, ok := x.(sl.Int); ok {
 			if yi, ok := y.(sl.Int); ok {
@@ -173,6 +218,44 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 		}
 	}
 	return sl.Binary(op, x, y)
+}
+
+// durationMinus is x - y for the operands that involve durations: a
+// duration difference beyond the 64-bit range of nanoseconds, and the
+// difference of two times more than about 292 years apart (upstream
+// saturates it), are errors; a time minus the most negative duration is
+// exact (upstream negates the duration, which wraps). ok is false for
+// other operands.
+func durationMinus(x, y sl.Value) (z sl.Value, err error, ok bool) {
+	switch x := x.(type) {
+	case libtime.Duration:
+		yd, isD := y.(libtime.Duration)
+		if !isD {
+			return nil, nil, false
+		}
+		d := x - yd
+		if (yd > 0 && d > x) || (yd < 0 && d < x) {
+			return nil, errDurationOverflow(x, "-", y), true
+		}
+		return d, nil, true
+	case libtime.Time:
+		t := time.Time(x)
+		switch y := y.(type) {
+		case libtime.Duration:
+			if y == math.MinInt64 {
+				return libtime.Time(t.Add(math.MaxInt64).Add(1)), nil, true
+			}
+			return libtime.Time(t.Add(-time.Duration(y))), nil, true
+		case libtime.Time:
+			u := time.Time(y)
+			d := t.Sub(u)
+			if (d == math.MaxInt64 || d == math.MinInt64) && !u.Add(d).Equal(t) {
+				return nil, fmt.Errorf("duration overflow: %s - %s is beyond about 292 years", x, y), true
+			}
+			return libtime.Duration(d), nil, true
+		}
+	}
+	return nil, nil, false
 }
 
 // durationTimesInt reports the operands of a duration times an integer
@@ -234,6 +317,9 @@ func opGrow(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value
 	if _, ok := y.(sl.Int); ok {
 		return y, nil
 	}
+	if d, ok := y.(libtime.Duration); ok {
+		return growDuration(d), nil
+	}
 	st := stateOf(th)
 	if n, unit, ok := seqSize(y); ok {
 		return y, st.chargeMul(int64(n), unit, "+=")
@@ -242,6 +328,35 @@ func opGrow(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value
 		return y, st.chargeMul(int64(r.len), elemBytes, "+=")
 	}
 	return y, nil
+}
+
+// growDuration is what $grow hands upstream for a duration operand of
+// x += y. Upstream adds it through its Binary method, as the right
+// operand: a sum of durations is checked for overflow as $add checks it,
+// and everything else is upstream's duration's own answer. It never
+// outlives the addition.
+type growDuration libtime.Duration
+
+var _ sl.HasBinary = growDuration(0)
+
+func (d growDuration) String() string        { return libtime.Duration(d).String() }
+func (d growDuration) Type() string          { return libtime.Duration(d).Type() }
+func (d growDuration) Freeze()               {}
+func (d growDuration) Truth() sl.Bool        { return d != 0 }
+func (d growDuration) Hash() (uint32, error) { return libtime.Duration(d).Hash() }
+
+func (d growDuration) Binary(op syntax.Token, x sl.Value, side sl.Side) (sl.Value, error) {
+	if side != sl.Right {
+		return nil, nil
+	}
+	if xd, ok := x.(libtime.Duration); ok && op == syntax.PLUS {
+		s := xd + libtime.Duration(d)
+		if (d >= 0) != (s >= xd) {
+			return nil, errDurationOverflow(x, "+", libtime.Duration(d))
+		}
+		return s, nil
+	}
+	return libtime.Duration(d).Binary(op, x, side)
 }
 
 // entries reports the number of entries of a set or dict.
@@ -687,7 +802,7 @@ func timeInLocation(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tup
 }
 
 // Augmented-assignment operator codes passed to $augindex and $augattr.
-var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT, syntax.AMP, syntax.CIRCUMFLEX}
+var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT, syntax.AMP, syntax.CIRCUMFLEX, syntax.MINUS, syntax.SLASH, syntax.SLASHSLASH}
 
 // opAugIndex is x[i] op= y for the growth-checked operators.
 func opAugIndex(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {

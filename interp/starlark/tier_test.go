@@ -101,8 +101,9 @@ func TestUnrepresentable(t *testing.T) {
 
 // TestNumbers: integers are exact at any size (int() of a float included),
 // floats that JSON cannot carry are refused (above), and a duration
-// beyond the 64-bit range of nanoseconds made by + or * is an error where
-// the time module would wrap around.
+// beyond the 64-bit range of nanoseconds made by any operator (or the
+// difference of two times that far apart) is an error where the time
+// module would wrap around or saturate.
 func TestNumbers(t *testing.T) {
 	res, err := run(t, job("result = [int(1e19), (1 << 63) - 1 + 1, int(-1e19) * 3]"))
 	require.NoError(t, err)
@@ -112,13 +113,52 @@ func TestNumbers(t *testing.T) {
 	assert.Equal(t, "-30000000000000000000", v[2].(*big.Int).String())
 
 	long := `time.parse_duration("2500000h")`
-	for _, code := range []string{long + " * 1000", "1000 * " + long, long + " + " + long, "[" + long + "][0] * -4"} {
+	neg := "(-1 * " + long + ")"
+	minD := "(time.nanosecond * (-1 << 62) * 2)" // the most negative duration
+	for _, code := range []string{long + " * 1000", "1000 * " + long, long + " + " + long, "[" + long + "][0] * -4",
+		// -, /, += and -= (on names, items and fields alike) and the
+		// difference of two far-apart times check as + and * do.
+		long + " - " + neg, neg + " - " + long, minD + " / -1", long + " / 1e-9", long + " / float('nan')",
+		"[(lambda: " + long + ")()][0] - " + neg,
+		"[" + long + " for d in [0]][0] - " + neg,
+		"time.time(year=2500) - time.time(year=1800)",
+		"time.time(year=1800) - time.time(year=2500)",
+	} {
 		_, err := run(t, job("result = str("+code+")"))
 		var ce *airlock.ErrorInfo
 		require.ErrorAs(t, err, &ce, code)
 		assert.Equal(t, airlock.ErrRuntime, ce.Kind, code)
 		assert.Contains(t, ce.Message, "duration overflow", code)
 	}
+	for _, code := range []string{
+		"d = " + long + "\nd += " + long, "d = " + neg + "\nd -= " + long,
+		"d = [" + long + "]\nd[0] += " + long, "d = {'k': " + neg + "}\nd['k'] -= " + long,
+		"d = " + minD + "\nd /= -1",
+		"def f(d):\n    d += " + long + "\n    return d\nf(" + long + ")",
+	} {
+		_, err := run(t, job(code))
+		var ce *airlock.ErrorInfo
+		require.ErrorAs(t, err, &ce, code)
+		assert.Contains(t, ce.Message, "duration overflow", code)
+	}
+	// What fits is exact: a time minus the most negative duration, the
+	// int quotient 2^63, the extremes' comparisons, durations added to
+	// times in place.
+	res, err = run(t, job(`t = time.time(year=2000, month=1, day=1)
+d = `+minD+`
+m = time.nanosecond * ((1 << 62) - 1) * 2 + time.nanosecond
+u = t
+u += time.hour
+u -= 2 * time.hour
+result = [str(t - d), d // (time.nanosecond * -1), d < m, m > d, d == d, str(m - time.hour), str(u), str(t - time.time(year=1990, month=1, day=1))]`))
+	require.NoError(t, err)
+	v = res.Value.([]any)
+	assert.Equal(t, "2292-04-10 23:47:16.854775808 +0000 UTC", v[0])
+	assert.Equal(t, "9223372036854775808", v[1].(*big.Int).String())
+	assert.Equal(t, []any{true, true, true, "2562046h47m16.854775807s"}, v[2:6])
+	assert.Equal(t, "1999-12-31 23:00:00 +0000 UTC", v[6])
+	assert.Equal(t, "87648h0m0s", v[7])
+
 	res, err = run(t, job("result = [str(time.hour * 3 + time.minute), str(-2 * time.hour), str(time.parse_duration(\"1000000h\") * 2 + time.parse_duration(\"500000h\"))]"))
 	require.NoError(t, err)
 	assert.Equal(t, []any{"3h1m0s", "-2h0m0s", "2500000h0m0s"}, res.Value)
@@ -510,6 +550,8 @@ func TestCopiesCharged(t *testing.T) {
 		"d = dict([(i, i) for i in range(20000)])\nkeep = [d.values() for i in range(1000)]",
 		"s = set(range(20000))\nkeep = [s | s for i in range(1000)]",
 		"s = set(range(20000))\nkeep = [s.union(s) for i in range(1000)]",
+		"s = set(range(20000))\nkeep = [s - set() for i in range(1000)]",
+		"s = set(range(20000))\nkeep = []\nfor i in range(1000):\n    t = s\n    t -= set()\n    keep.append(t)",
 		"d = dict([(i, i) for i in range(20000)])\nkeep = [d | d for i in range(1000)]",
 		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e |= d\n    keep.append(e)",
 		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e.update(d)\n    keep.append(e)",
