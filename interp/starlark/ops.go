@@ -86,6 +86,9 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 	case syntax.PLUS:
 		if xi, ok := x.(sl.Int); ok {
 			if yi, ok := y.(sl.Int); ok {
+				if err := bigWork(st, xi, yi); err != nil {
+					return nil, err
+				}
 				return xi.Add(yi), nil
 			}
 		}
@@ -173,6 +176,9 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 	case syntax.MINUS:
 		if xi, ok := x.(sl.Int); ok {
 			if yi, ok := y.(sl.Int); ok {
+				if err := bigWork(st, xi, yi); err != nil {
+					return nil, err
+				}
 				return xi.Sub(yi), nil
 			}
 		}
@@ -297,6 +303,17 @@ func seqSize(v sl.Value) (n int, unit int64, ok bool) {
 		return len(x), elemBytes, true
 	}
 	return 0, 0, false
+}
+
+// bigWork counts the work of adding or subtracting integers beyond 64
+// bits: linear in their size, which + can grow by a bit per step.
+func bigWork(st *runState, x, y sl.Int) error {
+	_, xs := x.Int64()
+	_, ys := y.Int64()
+	if xs && ys {
+		return nil
+	}
+	return st.work(int64(max(bitLen(x), bitLen(y)) / 8))
 }
 
 func bitLen(x sl.Int) int {
@@ -528,7 +545,17 @@ var wrappedMethods = map[string]bool{
 	"get": true, "pop": true, "setdefault": true, "add": true, "remove": true, "discard": true,
 	// List methods that compare: bounded as == is.
 	"index": true,
+	// Methods that scan a string or move a list's elements: their linear
+	// work is counted as steps.
+	"count": true, "find": true, "rfind": true, "rindex": true, "partition": true, "rpartition": true,
+	"strip": true, "lstrip": true, "rstrip": true, "startswith": true, "endswith": true,
+	"removeprefix": true, "removesuffix": true, "isalnum": true, "isalpha": true, "isdigit": true,
+	"islower": true, "isspace": true, "istitle": true, "isupper": true, "insert": true,
 }
+
+// scanningMethods are the string methods whose work is a scan of the
+// receiver (and their string arguments), counted before upstream's runs.
+var scanningMethods = map[string]*sl.Builtin{}
 
 var (
 	stringMethods = map[string]*sl.Builtin{
@@ -556,6 +583,51 @@ func init() {
 	for _, name := range []string{"get", "pop", "setdefault", "add", "remove", "discard"} {
 		copyingMethod[name] = sl.NewBuiltin(name, keyBounded)
 	}
+	for _, name := range []string{"count", "find", "rfind", "index", "rindex", "partition", "rpartition",
+		"strip", "lstrip", "rstrip", "startswith", "endswith", "removeprefix", "removesuffix",
+		"isalnum", "isalpha", "isdigit", "islower", "isspace", "istitle", "isupper"} {
+		scanningMethods[name] = sl.NewBuiltin(name, strScan)
+	}
+}
+
+// listShift is list.insert and list.pop: both move the elements after
+// the index, which for a list of millions is one step of milliseconds.
+var listShift = map[string]*sl.Builtin{
+	"insert": sl.NewBuiltin("insert", listShiftCounted),
+	"pop":    sl.NewBuiltin("pop", listShiftCounted),
+}
+
+// strScan counts the scan of the receiver and its string arguments as
+// work, then calls upstream's method.
+func strScan(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	n := int64(len(b.Receiver().(sl.String)))
+	for _, a := range args {
+		if s, ok := a.(sl.String); ok {
+			n += int64(len(s))
+		}
+	}
+	if err := stateOf(th).work(n); err != nil {
+		return nil, err
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+// listShiftCounted counts the elements insert or pop moves as work, then
+// calls upstream's method.
+func listShiftCounted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	l := b.Receiver().(*sl.List)
+	i, n := l.Len(), l.Len()
+	if len(args) > 0 {
+		if err := sl.AsInt(args[0], &i); err == nil && i < 0 {
+			i += n
+		}
+	}
+	if moved := n - min(max(i, 0), n); moved > 0 {
+		if err := stateOf(th).work(int64(moved) * elemBytes); err != nil {
+			return nil, err
+		}
+	}
+	return upstream(th, b, args, kwargs)
 }
 
 // listSearchBounded walks the comparisons list.index and list.remove
@@ -573,6 +645,8 @@ func listSearchBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.
 				}
 			} else if err := w.visit(); err != nil {
 				return nil, err
+			} else if err := w.leaf(l.Index(i), args[0]); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -583,7 +657,7 @@ func listSearchBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.
 // upstream's method.
 func keyBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
 	if len(args) > 0 {
-		if _, ok := args[0].(sl.Tuple); ok {
+		if hashed(args[0]) {
 			w := newCostWalk(stateOf(th))
 			if err := w.hash(args[0], 0); err != nil {
 				return nil, err
@@ -597,6 +671,9 @@ func boundedMethod(x sl.Value, name string) *sl.Builtin {
 	switch x.(type) {
 	case sl.String:
 		if m := stringMethods[name]; m != nil {
+			return m
+		}
+		if m := scanningMethods[name]; m != nil {
 			return m
 		}
 		switch name {
@@ -619,6 +696,8 @@ func boundedMethod(x sl.Value, name string) *sl.Builtin {
 			return listExtend
 		case "index", "remove":
 			return listSearch[name]
+		case "insert", "pop":
+			return listShift[name]
 		}
 	case libtime.Time:
 		if name == "in_location" {
@@ -678,6 +757,9 @@ func strReplace(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 	if err := sl.UnpackPositionalArgs("replace", args, kwargs, 2, &old, &new, &count); err != nil {
 		return nil, err
 	}
+	if err := st.work(int64(len(s))); err != nil {
+		return nil, err
+	}
 	n := strings.Count(s, old)
 	if old == "" {
 		n = utf8.RuneCountInString(s) + 1
@@ -719,6 +801,9 @@ func strFormat(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (
 // strSplit charges the pieces split, rsplit and splitlines can produce.
 func strSplit(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
 	s := string(b.Receiver().(sl.String))
+	if err := stateOf(th).work(2 * int64(len(s))); err != nil { // counted, then split
+		return nil, err
+	}
 	pieces := int64(len(s))/2 + 1 // whitespace-separated words
 	if b.Name() == "splitlines" {
 		pieces = int64(strings.Count(s, "\n")+strings.Count(s, "\r")) + 1

@@ -220,7 +220,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	}
 
 	thread := st.thread
-	thread.SetMaxExecutionSteps(min(pollSteps, st.maxSteps))
+	st.grant(pollSteps)
 
 	var globals sl.StringDict
 	if sess == nil {

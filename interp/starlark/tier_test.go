@@ -519,6 +519,87 @@ func TestWallClockBetweenSteps(t *testing.T) {
 	}
 }
 
+// TestLinearWorkCounted: one step that scans, hashes, compares or moves
+// a value of tens of megabytes, or formats an integer of hundreds of
+// thousands of bits, takes milliseconds, and thousands of steps run
+// between two step-based polls. Such work is counted as steps, so the
+// wall clock is looked at within a few milliseconds of work. The step
+// limit is raised out of the way: the wall clock must end each run.
+func TestLinearWorkCounted(t *testing.T) {
+	const s = "s = 'a' * (32 << 20)\nt = s[:-1] + 'b'\n"
+	const l = "l = [0] * (2 << 20)\n"
+	const x = "x = 1\nfor i in range(520):\n    x = (x << 500) + 1\nxs = (x,) * 64\n"
+	for _, code := range []string{
+		s + "for i in range(5000):\n    s.count('b')",
+		s + "for i in range(5000):\n    s.find('b')",
+		s + "for i in range(5000):\n    s.isalpha()",
+		s + "for i in range(5000):\n    s.split('b')",
+		s + "for i in range(5000):\n    if 'b' in s:\n        pass",
+		s + "for i in range(5000):\n    if s == t:\n        pass",
+		s + "ts = [t] * 64\nfor i in range(5000):\n    if s in ts:\n        pass",
+		s + "ks = (s,) * 4\nd = {}\nfor i in range(5000):\n    d[ks] = i",
+		s + "d = {}\nfor i in range(5000):\n    d.get(s)",
+		s + "for i in range(5000):\n    hash(s)",
+		s + "for i in range(5000):\n    sorted([s, t, s, t])",
+		s + "for i in range(5000):\n    max(s, t)",
+		s + "for i in range(5000):\n    set([s])",
+		l + "for i in range(5000):\n    l.insert(0, i)",
+		l + "for i in range(5000):\n    l.pop(0)",
+		x + "for i in range(50000):\n    str(x)",
+		x + "for i in range(50000):\n    str(xs)",
+		x + "for i in range(50000):\n    ('%d' * 64) % xs",
+	} {
+		j := job(code)
+		j.Limits.WallMS = 300
+		j.Limits.Steps = 10_000_000_000
+		j.Limits.MemoryMB = 4096 // the budget is not what stops these
+		start := time.Now()
+		_, err := run(t, j)
+		took := time.Since(start)
+		var st *airlock.Stop
+		if assert.ErrorAs(t, err, &st, code) {
+			assert.Equal(t, airlock.StopTimeout, st.Reason, code)
+		}
+		assert.Less(t, took, 1500*time.Millisecond, "%q stopped %v after a 300ms wall clock", code, took)
+	}
+}
+
+// TestSharedStringsRefused: a tuple or list that shares one long string
+// many times costs no memory, but upstream hashes or compares every copy
+// in full in one step after the cost walk; past the budget's worth of
+// bytes the walk refuses.
+func TestSharedStringsRefused(t *testing.T) {
+	const s = "s = 'a' * (32 << 20)\nt = s[:-1] + 'b'\n"
+	for _, code := range []string{
+		s + "d = {}\nd[(s,) * 100000] = 1",
+		s + "x = {(s,) * 100000: 1}",
+		s + "x = set([(s,) * 100000])",
+		s + "x = [s] * 100000 == [t] * 100000",
+		s + "x = ([s] * 100000).index(t)",
+	} {
+		start := time.Now()
+		_, err := run(t, job(code))
+		var ce *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ce, code) {
+			assert.Contains(t, ce.Message, "bytes of strings", code)
+		}
+		assert.Less(t, time.Since(start), 5*time.Second, code)
+	}
+}
+
+// TestLinearWorkIsSteps: the same work counts against the step limit.
+func TestLinearWorkIsSteps(t *testing.T) {
+	j := job("s = 'a' * (1 << 20)\nfor i in range(100):\n    s.count('b')")
+	res, err := run(t, j)
+	require.NoError(t, err)
+	assert.Greater(t, res.Usage.Steps, int64(100*(1<<20)/256), "100 scans of 1 MiB")
+	j.Limits.Steps = 100_000
+	_, err = run(t, j)
+	var st *airlock.Stop
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, airlock.StopSteps, st.Reason)
+}
+
 func TestRangeExtremes(t *testing.T) {
 	// Ranges whose elements span more than 2^63: slicing, length and
 	// membership must not overflow (a zero step divided by zero).
