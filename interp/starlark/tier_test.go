@@ -206,6 +206,50 @@ func TestErrors(t *testing.T) {
 	assert.Contains(t, ce.Message, "called recursively")
 }
 
+// TestScriptNamed: errors name the script as the job's files name it
+// (when they hold it), and loaded modules by their own names; a script
+// the files do not hold is job.star.
+func TestScriptNamed(t *testing.T) {
+	main := "load('lib.star', 'f')\ndef main():\n    return f()\n"
+	files := map[string]string{"tools/main.star": main, "lib.star": "def f():\n    return 1 // 0\n", "copy.txt": main}
+	for _, tc := range []struct {
+		name, entry, code string
+		files             map[string]string
+		kind              airlock.ErrorKind
+		want              []string
+	}{
+		{"runtime", "main", main, files, airlock.ErrRuntime, []string{"tools/main.star:3:", "lib.star:2:", "in main", "in f"}},
+		{"toplevel", "", main + "result = main()\n", map[string]string{"m.star": main + "result = main()\n", "lib.star": files["lib.star"]},
+			airlock.ErrRuntime, []string{"m.star:4:", "lib.star:2:"}},
+		{"compile", "", "x = (1", map[string]string{"bad.star": "x = (1"}, airlock.ErrCompile, []string{"bad.star:1:"}},
+		{"resolve", "", "y = nope", map[string]string{"bad.star": "y = nope"}, airlock.ErrCompile, []string{"bad.star:1:", "undefined"}},
+		{"module compile", "", "load('lib.star', 'f')", map[string]string{"lib.star": "def f(:"}, airlock.ErrCompile, []string{"lib.star:1:"}},
+		{"self load", "", "load('me.star', 'x')", map[string]string{"me.star": "load('me.star', 'x')"}, airlock.ErrRuntime, []string{"load cycle: me.star -> me.star"}},
+		{"not held", "", "fail('x')", map[string]string{"other.star": "fail('y')"}, airlock.ErrRuntime, []string{"job.star:1:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, airlock.Job{Kind: airlock.KindStarlark, Code: tc.code, Entry: tc.entry, Files: tc.files})
+			var ce *airlock.ErrorInfo
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tc.kind, ce.Kind, ce.Message)
+			for _, w := range tc.want {
+				assert.Contains(t, ce.Message, w)
+			}
+			if tc.name != "not held" {
+				assert.NotContains(t, ce.Message, "job.star")
+			}
+		})
+	}
+	// In a session too.
+	sess, err := newTier(t).OpenSession(context.Background(), airlock.SessionOptions{})
+	require.NoError(t, err)
+	defer sess.Close()
+	_, err = sess.Run(context.Background(), airlock.Job{Kind: airlock.KindStarlark, Code: "fail('s')", Files: map[string]string{"s.star": "fail('s')"}})
+	var ce *airlock.ErrorInfo
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, "s.star:1:")
+}
+
 func TestAdmit(t *testing.T) {
 	tier := newTier(t)
 	for name, mutate := range map[string]func(*airlock.Job){
