@@ -519,6 +519,11 @@ func getAttr(x sl.Value, name string) (sl.Value, error) {
 	if m := boundedMethod(x, name); m != nil {
 		return m.BindReceiver(x), nil
 	}
+	if t, ok := x.(libtime.Time); ok && name == "unix_nano" {
+		// Exact: upstream's int64 wraps outside the years 1678 to 2262.
+		u := time.Time(t)
+		return sl.MakeInt64(u.Unix()).Mul(sl.MakeInt(1e9)).Add(sl.MakeInt(u.Nanosecond())), nil
+	}
 	ha, ok := x.(sl.HasAttrs)
 	if !ok {
 		return nil, fmt.Errorf("%s has no .%s field or method", x.Type(), name)
@@ -551,6 +556,8 @@ var wrappedMethods = map[string]bool{
 	"strip": true, "lstrip": true, "rstrip": true, "startswith": true, "endswith": true,
 	"removeprefix": true, "removesuffix": true, "isalnum": true, "isalpha": true, "isdigit": true,
 	"islower": true, "isspace": true, "istitle": true, "isupper": true, "insert": true,
+	// A time's nanoseconds since 1970, exact beyond 64 bits.
+	"unix_nano": true,
 }
 
 // scanningMethods are the string methods whose work is a scan of the

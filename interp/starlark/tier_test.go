@@ -3,6 +3,7 @@ package starlark_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/big"
 	"runtime"
 	"strings"
@@ -158,6 +159,16 @@ result = [str(t - d), d // (time.nanosecond * -1), d < m, m > d, d == d, str(m -
 	assert.Equal(t, []any{true, true, true, "2562046h47m16.854775807s"}, v[2:6])
 	assert.Equal(t, "1999-12-31 23:00:00 +0000 UTC", v[6])
 	assert.Equal(t, "87648h0m0s", v[7])
+
+	// A time's nanoseconds since 1970 are exact beyond int64, where
+	// upstream's wrap (years before 1678 or after 2262).
+	res, err = run(t, job(`result = [t.unix_nano for t in [time.time(year=2500, month=1, day=1), time.time(year=1600, month=1, day=1), time.from_timestamp(1, 5)]] + [getattr(time.time(year=3000, month=1, day=1), "unix_nano")]`))
+	require.NoError(t, err)
+	v = res.Value.([]any)
+	assert.Equal(t, "16725225600000000000", fmt.Sprint(v[0]))
+	assert.Equal(t, "-11676096000000000000", fmt.Sprint(v[1]))
+	assert.Equal(t, int64(1000000005), v[2])
+	assert.Equal(t, "32503680000000000000", fmt.Sprint(v[3]))
 
 	res, err = run(t, job("result = [str(time.hour * 3 + time.minute), str(-2 * time.hour), str(time.parse_duration(\"1000000h\") * 2 + time.parse_duration(\"500000h\"))]"))
 	require.NoError(t, err)
