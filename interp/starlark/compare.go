@@ -191,7 +191,7 @@ func (w *costWalk) compare(op syntax.Token, x, y sl.Value) (bool, error) {
 
 func isContainer(v sl.Value) bool {
 	switch v.(type) {
-	case *sl.List, sl.Tuple, *sl.Dict:
+	case *sl.List, sl.Tuple, *sl.Dict, *sl.Set:
 		return true
 	}
 	return false
@@ -253,6 +253,16 @@ func (w *costWalk) pair(x, y sl.Value, depth int) error {
 	case sl.Tuple:
 		if y, ok := y.(sl.Tuple); ok {
 			return w.seq(x, y, min(len(x), len(y)), depth)
+		}
+	case *sl.Set:
+		// Upstream compares sets by looking up each element of one in the
+		// other: every element is hashed again.
+		if y, ok := y.(*sl.Set); ok {
+			for _, s := range []*sl.Set{x, y} {
+				if err := w.hashable(s); err != nil {
+					return err
+				}
+			}
 		}
 	case *sl.Dict:
 		if y, ok := y.(*sl.Dict); ok && x.Len() == y.Len() {

@@ -546,6 +546,8 @@ var wrappedMethods = map[string]bool{
 	"upper": true, "lower": true, "title": true, "capitalize": true,
 	"items": true, "keys": true, "values": true, "update": true,
 	"union": true, "intersection": true, "difference": true, "symmetric_difference": true,
+	// Set methods that hash each element of their argument.
+	"issubset": true, "issuperset": true,
 	// Methods that hash a key: the key's hashing is bounded.
 	"get": true, "pop": true, "setdefault": true, "add": true, "remove": true, "discard": true,
 	// List methods that compare: bounded as == is.
@@ -595,6 +597,25 @@ func init() {
 		"isalnum", "isalpha", "isdigit", "islower", "isspace", "istitle", "isupper"} {
 		scanningMethods[name] = sl.NewBuiltin(name, strScan)
 	}
+}
+
+// setTests are set.issubset and set.issuperset: upstream hashes every
+// element of the argument in one step.
+var setTests = map[string]*sl.Builtin{
+	"issubset":   sl.NewBuiltin("issubset", hashesArgs),
+	"issuperset": sl.NewBuiltin("issuperset", hashesArgs),
+}
+
+// hashesArgs bounds the hashing of each element of the arguments (tuples
+// nested or shared, long strings), then calls upstream's method.
+func hashesArgs(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	w := newCostWalk(stateOf(th))
+	for _, a := range args {
+		if err := w.hashable(a); err != nil {
+			return nil, err
+		}
+	}
+	return upstream(th, b, args, kwargs)
 }
 
 // listShift is list.insert and list.pop: both move the elements after
@@ -696,6 +717,8 @@ func boundedMethod(x sl.Value, name string) *sl.Builtin {
 		switch name {
 		case "union", "intersection", "difference", "symmetric_difference", "update", "add", "remove", "discard":
 			return copyingMethod[name]
+		case "issubset", "issuperset":
+			return setTests[name]
 		}
 	case *sl.List:
 		switch name {

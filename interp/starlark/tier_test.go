@@ -631,6 +631,11 @@ func TestSharedStringsRefused(t *testing.T) {
 		s + "x = set([(s,) * 100000])",
 		s + "x = [s] * 100000 == [t] * 100000",
 		s + "x = ([s] * 100000).index(t)",
+		s + "x = set([1]).issuperset([(s,) * 100000])",
+		s + "x = set([1]).issubset([(s,) * 100000])",
+		// Each element is hashed once when added, and all again when
+		// sets are compared.
+		"s = 'a' * (8 << 20)\nx, y = set(), set()\nfor i in range(20):\n    x.add((s, i))\n    y.add((s, i))\nz = x == y",
 	} {
 		start := time.Now()
 		_, err := run(t, job(code))
@@ -713,6 +718,7 @@ func TestHashingBounded(t *testing.T) {
 		"s = set()\ns.add(t)", "s = set()\ns.discard(t)", "s = set()\ns.remove(t)", "x = set([t])",
 		"x = dict([(t, 1)])", "d = {}\nd.update([(t, 1)])", "s = set()\nx = s.union([t])",
 		"d = {}\nd[t] *= 2", "k = [t]\nd = {}\nd[k[0]] = 1",
+		"s = set([1])\nx = s.issubset([t])", "s = set([1])\nx = s.issuperset([t])",
 	}
 	for _, build := range []string{
 		"t = ()\nfor i in range(2000):\n    t = (t,)\n",
