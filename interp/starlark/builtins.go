@@ -307,10 +307,8 @@ func builtinSet(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 	n := 0
 	w := newCostWalk(st)
 	return s, forEach(st, x, func(v sl.Value) error {
-		if hashed(v) {
-			if err := w.hash(v, 0); err != nil {
-				return err
-			}
+		if err := keyWork(st, &w, v); err != nil {
+			return err
 		}
 		if n++; n%pollIters == 1 {
 			if err := st.chargeMul(pollIters, entryBytes, "set"); err != nil {
@@ -335,16 +333,25 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 	return d, nil
 }
 
+// keyWork bounds the hashing of one key that set() or dict() inserts
+// itself: a tuple through the walk (cumulative, as upstream's hash of it
+// is one step), a string or bytes counted as work only (each insert is a
+// step of its own here, polled).
+func keyWork(st *runState, w *costWalk, k sl.Value) error {
+	if _, ok := k.(sl.Tuple); ok {
+		return w.hash(k, 0)
+	}
+	return hashWork(st, k)
+}
+
 // updateDict is upstream's dict update (the same pairs accepted, the same
 // errors), charged and polled.
 func updateDict(st *runState, d *sl.Dict, args sl.Tuple, kwargs []sl.Tuple) error {
 	n := 0
 	w := newCostWalk(st)
 	put := func(k, v sl.Value) error {
-		if hashed(k) {
-			if err := w.hash(k, 0); err != nil {
-				return err
-			}
+		if err := keyWork(st, &w, k); err != nil {
+			return err
 		}
 		if n++; n%pollIters == 1 {
 			if err := st.chargeMul(pollIters, entryBytes+slotBytes, "dict"); err != nil {

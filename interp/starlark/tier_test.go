@@ -647,6 +647,16 @@ func TestSharedStringsRefused(t *testing.T) {
 	}
 }
 
+// TestSharedStringsInsertedOneByOne: set() and dict() insert each key
+// themselves, counting its hashing as work; a long string repeated is
+// not refused as a shared tuple is.
+func TestSharedStringsInsertedOneByOne(t *testing.T) {
+	res, err := run(t, job("s = 'a' * (32 << 20)\nresult = [len(set([s] * 20)), len(dict([(s, 1)] * 20))]"))
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(1), int64(1)}, res.Value)
+	assert.Greater(t, res.Usage.Steps, int64(2*20*(32<<20)/256))
+}
+
 // TestLinearWorkIsSteps: the same work counts against the step limit.
 func TestLinearWorkIsSteps(t *testing.T) {
 	j := job("s = 'a' * (1 << 20)\nfor i in range(100):\n    s.count('b')")
