@@ -51,6 +51,7 @@ func universe() sl.StringDict {
 		"print":     sl.NewBuiltin("print", builtinPrint),
 		"fail":      sl.NewBuiltin("fail", builtinFail),
 		"getattr":   sl.NewBuiltin("getattr", builtinGetattr),
+		"hash":      sl.NewBuiltin("hash", builtinHash),
 	}
 }
 
@@ -212,6 +213,8 @@ func builtinSorted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tupl
 			if stopErr = w.pair(a, c, 0); stopErr != nil {
 				return false
 			}
+		} else if stopErr = leafWork(st, a, c); stopErr != nil {
+			return false
 		}
 		less, err := sl.Compare(syntax.LT, a, c)
 		if err != nil {
@@ -304,10 +307,8 @@ func builtinSet(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 	n := 0
 	w := newCostWalk(st)
 	return s, forEach(st, x, func(v sl.Value) error {
-		if _, ok := v.(sl.Tuple); ok {
-			if err := w.hash(v, 0); err != nil {
-				return err
-			}
+		if err := keyWork(st, &w, v); err != nil {
+			return err
 		}
 		if n++; n%pollIters == 1 {
 			if err := st.chargeMul(pollIters, entryBytes, "set"); err != nil {
@@ -332,16 +333,25 @@ func builtinDict(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple)
 	return d, nil
 }
 
+// keyWork bounds the hashing of one key that set() or dict() inserts
+// itself: a tuple through the walk (cumulative, as upstream's hash of it
+// is one step), a string or bytes counted as work only (each insert is a
+// step of its own here, polled).
+func keyWork(st *runState, w *costWalk, k sl.Value) error {
+	if _, ok := k.(sl.Tuple); ok {
+		return w.hash(k, 0)
+	}
+	return hashWork(st, k)
+}
+
 // updateDict is upstream's dict update (the same pairs accepted, the same
 // errors), charged and polled.
 func updateDict(st *runState, d *sl.Dict, args sl.Tuple, kwargs []sl.Tuple) error {
 	n := 0
 	w := newCostWalk(st)
 	put := func(k, v sl.Value) error {
-		if _, ok := k.(sl.Tuple); ok {
-			if err := w.hash(k, 0); err != nil {
-				return err
-			}
+		if err := keyWork(st, &w, k); err != nil {
+			return err
 		}
 		if n++; n%pollIters == 1 {
 			if err := st.chargeMul(pollIters, entryBytes+slotBytes, "dict"); err != nil {
@@ -588,8 +598,17 @@ func builtinStr(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 	if err := sl.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &x); err != nil {
 		return nil, err
 	}
-	if _, ok := x.(sl.Bytes); ok && b.Name() == "str" {
-		return sl.Call(th, sl.Universe["str"], args, nil) // decoding bytes is linear
+	if x, ok := x.(sl.Bytes); ok && b.Name() == "str" {
+		// Decoding copies the bytes, each invalid one as a three-byte
+		// U+FFFD.
+		st := stateOf(th)
+		if err := st.chargeMul(int64(len(x)), utf8.UTFMax-1, "str"); err != nil {
+			return nil, err
+		}
+		if err := st.work(int64(len(x))); err != nil {
+			return nil, err
+		}
+		return sl.Call(th, sl.Universe["str"], args, nil)
 	}
 	s, err := stateOf(th).boundedString(x, b.Name() == "repr", b.Name())
 	if err != nil {
@@ -649,4 +668,15 @@ func builtinGetattr(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tup
 		return deflt, nil
 	}
 	return v, err
+}
+
+// builtinHash counts the hashing of a string as work, then calls
+// upstream's hash.
+func builtinHash(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	if len(args) == 1 {
+		if err := hashWork(stateOf(th), args[0]); err != nil {
+			return nil, err
+		}
+	}
+	return sl.Call(th, sl.Universe["hash"], args, kwargs)
 }

@@ -22,7 +22,7 @@ const nameKey = "$key"
 // nodes).
 func opKey(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
 	k := args[0]
-	if _, ok := k.(sl.Tuple); ok {
+	if hashed(k) {
 		w := newCostWalk(stateOf(th))
 		if err := w.hash(k, 0); err != nil {
 			return nil, err
@@ -30,6 +30,50 @@ func opKey(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value,
 	}
 	return k, nil
 }
+
+// leafWork counts the work of comparing two strings (or bytes), which
+// upstream does in one step however long they are. Other pairs cost
+// nothing here.
+func leafWork(st *runState, x, y sl.Value) error {
+	return st.work(leafBytes(x, y))
+}
+
+// leafBytes is what comparing x and y reads at most: the shorter of two
+// strings (or bytes).
+func leafBytes(x, y sl.Value) int64 {
+	var n, m int
+	switch x := x.(type) {
+	case sl.String:
+		y, ok := y.(sl.String)
+		if !ok {
+			return 0
+		}
+		n, m = len(x), len(y)
+	case sl.Bytes:
+		y, ok := y.(sl.Bytes)
+		if !ok {
+			return 0
+		}
+		n, m = len(x), len(y)
+	default:
+		return 0
+	}
+	return int64(min(n, m))
+}
+
+// hashBytes is what hashing a string or bytes key reads.
+func hashBytes(x sl.Value) int64 {
+	switch x := x.(type) {
+	case sl.String:
+		return int64(len(x))
+	case sl.Bytes:
+		return int64(len(x))
+	}
+	return 0
+}
+
+// hashWork counts the work of hashing a string or bytes key.
+func hashWork(st *runState, x sl.Value) error { return st.work(hashBytes(x)) }
 
 // hashable bounds the hashing of each element of an iterable about to be
 // inserted into a set or dict (pairs for a dict: their keys are hashed),
@@ -43,7 +87,7 @@ func (w *costWalk) hashable(x sl.Value) error {
 		defer it.Done()
 		var e sl.Value
 		for it.Next(&e) {
-			if _, ok := e.(sl.Tuple); ok {
+			if hashed(e) {
 				if err := w.hash(e, 0); err != nil {
 					return err
 				}
@@ -51,7 +95,7 @@ func (w *costWalk) hashable(x sl.Value) error {
 		}
 	case *sl.Dict:
 		for _, kv := range x.Items() {
-			if _, ok := kv[0].(sl.Tuple); ok {
+			if hashed(kv[0]) {
 				if err := w.hash(kv[0], 0); err != nil {
 					return err
 				}
@@ -59,6 +103,16 @@ func (w *costWalk) hashable(x sl.Value) error {
 		}
 	}
 	return nil
+}
+
+// hashed reports the keys whose hashing the walk bounds or counts:
+// tuples (recursive) and strings and bytes (linear).
+func hashed(k sl.Value) bool {
+	switch k.(type) {
+	case sl.Tuple, sl.String, sl.Bytes:
+		return true
+	}
+	return false
 }
 
 // cmpOps are the operators $cmp takes, by the code the rewriter passes.
@@ -83,10 +137,21 @@ func cmpCode(op syntax.Token) int {
 func opCmp(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {
 	code, _ := args[0].(sl.Int).Int64()
 	op, x, y := cmpOps[code], args[1], args[2]
-	w := newCostWalk(stateOf(th))
+	st := stateOf(th)
+	w := newCostWalk(st)
 	var err error
 	switch op {
 	case syntax.IN, syntax.NOT_IN:
+		// A substring search scans the whole string.
+		switch y := y.(type) {
+		case sl.String:
+			err = st.work(int64(len(y)))
+		case sl.Bytes:
+			err = st.work(int64(len(y)))
+		}
+		if err != nil {
+			return nil, err
+		}
 		if found, done, err := w.scan(x, y); done {
 			if err != nil {
 				return nil, err
@@ -118,13 +183,15 @@ func (w *costWalk) compare(op syntax.Token, x, y sl.Value) (bool, error) {
 		if err := w.pair(x, y, 0); err != nil {
 			return false, err
 		}
+	} else if err := leafWork(w.st, x, y); err != nil {
+		return false, err
 	}
 	return sl.Compare(op, x, y)
 }
 
 func isContainer(v sl.Value) bool {
 	switch v.(type) {
-	case *sl.List, sl.Tuple, *sl.Dict:
+	case *sl.List, sl.Tuple, *sl.Dict, *sl.Set:
 		return true
 	}
 	return false
@@ -133,6 +200,27 @@ func isContainer(v sl.Value) bool {
 type costWalk struct {
 	st            *runState
 	visits, limit int64
+	// bytes is what the walk counted of strings compared or hashed; past
+	// the budget (at least 256 MiB) the walk refuses: strings shared many
+	// times in a tuple or list cost no memory, but upstream reads each
+	// copy in full in one step after the walk.
+	bytes int64
+}
+
+// leaf counts the work of comparing two strings the walk reaches.
+func (w *costWalk) leaf(x, y sl.Value) error {
+	return w.read(leafBytes(x, y))
+}
+
+func (w *costWalk) read(n int64) error {
+	if n == 0 {
+		return nil
+	}
+	w.bytes += n
+	if w.bytes > max(1<<28, w.st.budget) {
+		return fmt.Errorf("comparison or hashing refused: it would read more than %d bytes of strings (values that share their parts)", max(1<<28, w.st.budget))
+	}
+	return w.st.work(n)
 }
 
 func (w *costWalk) visit() error {
@@ -151,6 +239,9 @@ func (w *costWalk) pair(x, y sl.Value, depth int) error {
 	if err := w.visit(); err != nil {
 		return err
 	}
+	if err := w.leaf(x, y); err != nil {
+		return err
+	}
 	if depth >= sl.CompareLimit {
 		return nil
 	}
@@ -162,6 +253,16 @@ func (w *costWalk) pair(x, y sl.Value, depth int) error {
 	case sl.Tuple:
 		if y, ok := y.(sl.Tuple); ok {
 			return w.seq(x, y, min(len(x), len(y)), depth)
+		}
+	case *sl.Set:
+		// Upstream compares sets by looking up each element of one in the
+		// other: every element is hashed again.
+		if y, ok := y.(*sl.Set); ok {
+			for _, s := range []*sl.Set{x, y} {
+				if err := w.hashable(s); err != nil {
+					return err
+				}
+			}
 		}
 	case *sl.Dict:
 		if y, ok := y.(*sl.Dict); ok && x.Len() == y.Len() {
@@ -192,6 +293,9 @@ func (w *costWalk) seq(x, y sl.Indexable, n, depth int) error {
 // hash walks what hashing x visits: tuples recurse, without a depth limit.
 func (w *costWalk) hash(x sl.Value, depth int) error {
 	if err := w.visit(); err != nil {
+		return err
+	}
+	if err := w.read(hashBytes(x)); err != nil {
 		return err
 	}
 	if t, ok := x.(sl.Tuple); ok {
@@ -233,6 +337,9 @@ func (w *costWalk) scan(x, y sl.Value) (found, done bool, err error) {
 			if err := w.st.poll(); err != nil {
 				return false, true, err
 			}
+		}
+		if err := leafWork(w.st, x, e); err != nil {
+			return false, true, err
 		}
 		if eq, err := sl.Equal(e, x); err != nil || eq {
 			return eq, true, err

@@ -79,7 +79,11 @@ func jsonDecode(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 		if n := sh.intDigits; n > MaxIntDigits {
 			return nil, fmt.Errorf("json.decode: integer of %d digits exceeds the limit of %d digits", n, MaxIntDigits)
 		}
-		if err := stateOf(th).chargeMul(int64(len(s)), slotBytes/2, "json.decode"); err != nil {
+		st := stateOf(th)
+		if err := st.chargeMul(int64(len(s)), slotBytes/2, "json.decode"); err != nil {
+			return nil, err
+		}
+		if err := st.work(int64(len(s))); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	libtime "go.starlark.net/lib/time"
@@ -29,6 +30,9 @@ const elemBytes = 16
 // Starlark identifier can, so scripts cannot shadow or call them directly.
 const (
 	nameAdd        = "$add"
+	nameSub        = "$sub"
+	nameDiv        = "$div"
+	nameFloorDiv   = "$floordiv"
 	nameMul        = "$mul"
 	nameMod        = "$mod"
 	nameLsh        = "$lsh"
@@ -48,6 +52,9 @@ const (
 func hiddenBuiltins() sl.StringDict {
 	return sl.StringDict{
 		nameAdd:      sl.NewBuiltin("+", opBuiltin(syntax.PLUS)),
+		nameSub:      sl.NewBuiltin("-", opBuiltin(syntax.MINUS)),
+		nameDiv:      sl.NewBuiltin("/", opBuiltin(syntax.SLASH)),
+		nameFloorDiv: sl.NewBuiltin("//", opBuiltin(syntax.SLASHSLASH)),
 		nameMul:      sl.NewBuiltin("*", opBuiltin(syntax.STAR)),
 		nameMod:      sl.NewBuiltin("%", opBuiltin(syntax.PERCENT)),
 		nameLsh:      sl.NewBuiltin("<<", opBuiltin(syntax.LTLT)),
@@ -79,6 +86,9 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 	case syntax.PLUS:
 		if xi, ok := x.(sl.Int); ok {
 			if yi, ok := y.(sl.Int); ok {
+				if err := bigWork(st, xi, yi); err != nil {
+					return nil, err
+				}
 				return xi.Add(yi), nil
 			}
 		}
@@ -163,6 +173,47 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 				}
 			}
 		}
+	case syntax.MINUS:
+		if xi, ok := x.(sl.Int); ok {
+			if yi, ok := y.(sl.Int); ok {
+				if err := bigWork(st, xi, yi); err != nil {
+					return nil, err
+				}
+				return xi.Sub(yi), nil
+			}
+		}
+		if z, err, ok := durationMinus(x, y); ok {
+			return z, err
+		}
+		if xs, ok := x.(*sl.Set); ok {
+			if _, ok := y.(*sl.Set); ok {
+				// A difference copies the left operand's elements.
+				if err := st.chargeMul(int64(xs.Len()), entryBytes, "-"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case syntax.SLASH:
+		if xd, ok := x.(libtime.Duration); ok {
+			switch y := y.(type) {
+			case sl.Int:
+				if n, ok := y.Int64(); ok && n == -1 && xd == math.MinInt64 {
+					return nil, errDurationOverflow(x, "/", y)
+				}
+			case sl.Float:
+				q := float64(xd) / float64(y)
+				if y != 0 && !(q >= -(1<<63) && q < 1<<63) { // also NaN
+					return nil, errDurationOverflow(x, "/", y)
+				}
+			}
+		}
+	case syntax.SLASHSLASH:
+		if xd, ok := x.(libtime.Duration); ok {
+			if yd, ok := y.(libtime.Duration); ok && xd == math.MinInt64 && yd == -1 {
+				// The quotient, 2^63, is an int beyond int64: exact.
+				return sl.MakeInt64(math.MinInt64).Mul(sl.MakeInt(-1)), nil
+			}
+		}
 	case syntax.LTLT:
 		if xi, ok := x.(sl.Int); ok {
 			if yi, ok := y.(sl.Int); ok {
@@ -173,6 +224,44 @@ func binary(st *runState, op syntax.Token, x, y sl.Value) (sl.Value, error) {
 		}
 	}
 	return sl.Binary(op, x, y)
+}
+
+// durationMinus is x - y for the operands that involve durations: a
+// duration difference beyond the 64-bit range of nanoseconds, and the
+// difference of two times more than about 292 years apart (upstream
+// saturates it), are errors; a time minus the most negative duration is
+// exact (upstream negates the duration, which wraps). ok is false for
+// other operands.
+func durationMinus(x, y sl.Value) (z sl.Value, err error, ok bool) {
+	switch x := x.(type) {
+	case libtime.Duration:
+		yd, isD := y.(libtime.Duration)
+		if !isD {
+			return nil, nil, false
+		}
+		d := x - yd
+		if (yd > 0 && d > x) || (yd < 0 && d < x) {
+			return nil, errDurationOverflow(x, "-", y), true
+		}
+		return d, nil, true
+	case libtime.Time:
+		t := time.Time(x)
+		switch y := y.(type) {
+		case libtime.Duration:
+			if y == math.MinInt64 {
+				return libtime.Time(t.Add(math.MaxInt64).Add(1)), nil, true
+			}
+			return libtime.Time(t.Add(-time.Duration(y))), nil, true
+		case libtime.Time:
+			u := time.Time(y)
+			d := t.Sub(u)
+			if (d == math.MaxInt64 || d == math.MinInt64) && !u.Add(d).Equal(t) {
+				return nil, fmt.Errorf("duration overflow: %s - %s is beyond about 292 years", x, y), true
+			}
+			return libtime.Duration(d), nil, true
+		}
+	}
+	return nil, nil, false
 }
 
 // durationTimesInt reports the operands of a duration times an integer
@@ -216,6 +305,17 @@ func seqSize(v sl.Value) (n int, unit int64, ok bool) {
 	return 0, 0, false
 }
 
+// bigWork counts the work of adding or subtracting integers beyond 64
+// bits: linear in their size, which + can grow by a bit per step.
+func bigWork(st *runState, x, y sl.Int) error {
+	_, xs := x.Int64()
+	_, ys := y.Int64()
+	if xs && ys {
+		return nil
+	}
+	return st.work(int64(max(bitLen(x), bitLen(y)) / 8))
+}
+
 func bitLen(x sl.Int) int {
 	if i, ok := x.Int64(); ok {
 		if i < 0 {
@@ -234,6 +334,9 @@ func opGrow(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value
 	if _, ok := y.(sl.Int); ok {
 		return y, nil
 	}
+	if d, ok := y.(libtime.Duration); ok {
+		return growDuration(d), nil
+	}
 	st := stateOf(th)
 	if n, unit, ok := seqSize(y); ok {
 		return y, st.chargeMul(int64(n), unit, "+=")
@@ -242,6 +345,35 @@ func opGrow(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value
 		return y, st.chargeMul(int64(r.len), elemBytes, "+=")
 	}
 	return y, nil
+}
+
+// growDuration is what $grow hands upstream for a duration operand of
+// x += y. Upstream adds it through its Binary method, as the right
+// operand: a sum of durations is checked for overflow as $add checks it,
+// and everything else is upstream's duration's own answer. It never
+// outlives the addition.
+type growDuration libtime.Duration
+
+var _ sl.HasBinary = growDuration(0)
+
+func (d growDuration) String() string        { return libtime.Duration(d).String() }
+func (d growDuration) Type() string          { return libtime.Duration(d).Type() }
+func (d growDuration) Freeze()               {}
+func (d growDuration) Truth() sl.Bool        { return d != 0 }
+func (d growDuration) Hash() (uint32, error) { return libtime.Duration(d).Hash() }
+
+func (d growDuration) Binary(op syntax.Token, x sl.Value, side sl.Side) (sl.Value, error) {
+	if side != sl.Right {
+		return nil, nil
+	}
+	if xd, ok := x.(libtime.Duration); ok && op == syntax.PLUS {
+		s := xd + libtime.Duration(d)
+		if (d >= 0) != (s >= xd) {
+			return nil, errDurationOverflow(x, "+", libtime.Duration(d))
+		}
+		return s, nil
+	}
+	return libtime.Duration(d).Binary(op, x, side)
 }
 
 // entries reports the number of entries of a set or dict.
@@ -387,6 +519,11 @@ func getAttr(x sl.Value, name string) (sl.Value, error) {
 	if m := boundedMethod(x, name); m != nil {
 		return m.BindReceiver(x), nil
 	}
+	if t, ok := x.(libtime.Time); ok && name == "unix_nano" {
+		// Exact: upstream's int64 wraps outside the years 1678 to 2262.
+		u := time.Time(t)
+		return sl.MakeInt64(u.Unix()).Mul(sl.MakeInt(1e9)).Add(sl.MakeInt(u.Nanosecond())), nil
+	}
 	ha, ok := x.(sl.HasAttrs)
 	if !ok {
 		return nil, fmt.Errorf("%s has no .%s field or method", x.Type(), name)
@@ -409,11 +546,25 @@ var wrappedMethods = map[string]bool{
 	"upper": true, "lower": true, "title": true, "capitalize": true,
 	"items": true, "keys": true, "values": true, "update": true,
 	"union": true, "intersection": true, "difference": true, "symmetric_difference": true,
+	// Set methods that hash each element of their argument.
+	"issubset": true, "issuperset": true,
 	// Methods that hash a key: the key's hashing is bounded.
 	"get": true, "pop": true, "setdefault": true, "add": true, "remove": true, "discard": true,
 	// List methods that compare: bounded as == is.
 	"index": true,
+	// Methods that scan a string or move a list's elements: their linear
+	// work is counted as steps.
+	"count": true, "find": true, "rfind": true, "rindex": true, "partition": true, "rpartition": true,
+	"strip": true, "lstrip": true, "rstrip": true, "startswith": true, "endswith": true,
+	"removeprefix": true, "removesuffix": true, "isalnum": true, "isalpha": true, "isdigit": true,
+	"islower": true, "isspace": true, "istitle": true, "isupper": true, "insert": true,
+	// A time's nanoseconds since 1970, exact beyond 64 bits.
+	"unix_nano": true,
 }
+
+// scanningMethods are the string methods whose work is a scan of the
+// receiver (and their string arguments), counted before upstream's runs.
+var scanningMethods = map[string]*sl.Builtin{}
 
 var (
 	stringMethods = map[string]*sl.Builtin{
@@ -441,6 +592,70 @@ func init() {
 	for _, name := range []string{"get", "pop", "setdefault", "add", "remove", "discard"} {
 		copyingMethod[name] = sl.NewBuiltin(name, keyBounded)
 	}
+	for _, name := range []string{"count", "find", "rfind", "index", "rindex", "partition", "rpartition",
+		"strip", "lstrip", "rstrip", "startswith", "endswith", "removeprefix", "removesuffix",
+		"isalnum", "isalpha", "isdigit", "islower", "isspace", "istitle", "isupper"} {
+		scanningMethods[name] = sl.NewBuiltin(name, strScan)
+	}
+}
+
+// setTests are set.issubset and set.issuperset: upstream hashes every
+// element of the argument in one step.
+var setTests = map[string]*sl.Builtin{
+	"issubset":   sl.NewBuiltin("issubset", hashesArgs),
+	"issuperset": sl.NewBuiltin("issuperset", hashesArgs),
+}
+
+// hashesArgs bounds the hashing of each element of the arguments (tuples
+// nested or shared, long strings), then calls upstream's method.
+func hashesArgs(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	w := newCostWalk(stateOf(th))
+	for _, a := range args {
+		if err := w.hashable(a); err != nil {
+			return nil, err
+		}
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+// listShift is list.insert and list.pop: both move the elements after
+// the index, which for a list of millions is one step of milliseconds.
+var listShift = map[string]*sl.Builtin{
+	"insert": sl.NewBuiltin("insert", listShiftCounted),
+	"pop":    sl.NewBuiltin("pop", listShiftCounted),
+}
+
+// strScan counts the scan of the receiver and its string arguments as
+// work, then calls upstream's method.
+func strScan(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	n := int64(len(b.Receiver().(sl.String)))
+	for _, a := range args {
+		if s, ok := a.(sl.String); ok {
+			n += int64(len(s))
+		}
+	}
+	if err := stateOf(th).work(n); err != nil {
+		return nil, err
+	}
+	return upstream(th, b, args, kwargs)
+}
+
+// listShiftCounted counts the elements insert or pop moves as work, then
+// calls upstream's method.
+func listShiftCounted(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
+	l := b.Receiver().(*sl.List)
+	i, n := l.Len(), l.Len()
+	if len(args) > 0 {
+		if err := sl.AsInt(args[0], &i); err == nil && i < 0 {
+			i += n
+		}
+	}
+	if moved := n - min(max(i, 0), n); moved > 0 {
+		if err := stateOf(th).work(int64(moved) * elemBytes); err != nil {
+			return nil, err
+		}
+	}
+	return upstream(th, b, args, kwargs)
 }
 
 // listSearchBounded walks the comparisons list.index and list.remove
@@ -458,6 +673,8 @@ func listSearchBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.
 				}
 			} else if err := w.visit(); err != nil {
 				return nil, err
+			} else if err := w.leaf(l.Index(i), args[0]); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -468,7 +685,7 @@ func listSearchBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.
 // upstream's method.
 func keyBounded(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
 	if len(args) > 0 {
-		if _, ok := args[0].(sl.Tuple); ok {
+		if hashed(args[0]) {
 			w := newCostWalk(stateOf(th))
 			if err := w.hash(args[0], 0); err != nil {
 				return nil, err
@@ -484,6 +701,9 @@ func boundedMethod(x sl.Value, name string) *sl.Builtin {
 		if m := stringMethods[name]; m != nil {
 			return m
 		}
+		if m := scanningMethods[name]; m != nil {
+			return m
+		}
 		switch name {
 		case "upper", "lower", "title", "capitalize":
 			return copyingMethod[name]
@@ -497,6 +717,8 @@ func boundedMethod(x sl.Value, name string) *sl.Builtin {
 		switch name {
 		case "union", "intersection", "difference", "symmetric_difference", "update", "add", "remove", "discard":
 			return copyingMethod[name]
+		case "issubset", "issuperset":
+			return setTests[name]
 		}
 	case *sl.List:
 		switch name {
@@ -504,6 +726,8 @@ func boundedMethod(x sl.Value, name string) *sl.Builtin {
 			return listExtend
 		case "index", "remove":
 			return listSearch[name]
+		case "insert", "pop":
+			return listShift[name]
 		}
 	case libtime.Time:
 		if name == "in_location" {
@@ -563,6 +787,9 @@ func strReplace(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) 
 	if err := sl.UnpackPositionalArgs("replace", args, kwargs, 2, &old, &new, &count); err != nil {
 		return nil, err
 	}
+	if err := st.work(int64(len(s))); err != nil {
+		return nil, err
+	}
 	n := strings.Count(s, old)
 	if old == "" {
 		n = utf8.RuneCountInString(s) + 1
@@ -604,6 +831,9 @@ func strFormat(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (
 // strSplit charges the pieces split, rsplit and splitlines can produce.
 func strSplit(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tuple) (sl.Value, error) {
 	s := string(b.Receiver().(sl.String))
+	if err := stateOf(th).work(2 * int64(len(s))); err != nil { // counted, then split
+		return nil, err
+	}
 	pieces := int64(len(s))/2 + 1 // whitespace-separated words
 	if b.Name() == "splitlines" {
 		pieces = int64(strings.Count(s, "\n")+strings.Count(s, "\r")) + 1
@@ -687,7 +917,7 @@ func timeInLocation(th *sl.Thread, b *sl.Builtin, args sl.Tuple, kwargs []sl.Tup
 }
 
 // Augmented-assignment operator codes passed to $augindex and $augattr.
-var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT, syntax.AMP, syntax.CIRCUMFLEX}
+var augOps = []syntax.Token{syntax.STAR, syntax.PERCENT, syntax.LTLT, syntax.AMP, syntax.CIRCUMFLEX, syntax.MINUS, syntax.SLASH, syntax.SLASHSLASH}
 
 // opAugIndex is x[i] op= y for the growth-checked operators.
 func opAugIndex(th *sl.Thread, _ *sl.Builtin, args sl.Tuple, _ []sl.Tuple) (sl.Value, error) {

@@ -14,9 +14,11 @@ const MaxASTDepth = 2000
 // rewriter turns the operators and methods that can allocate without bound
 // in a single step into calls of the hidden, growth-checked builtins:
 //
-//	x + y, x * y, x % y, x << y    ->  $add(x, y), $mul(x, y), ...
+//	x + y, x - y, x * y, x / y, x // y, x % y, x << y
+//	                               ->  $add(x, y), $sub(x, y), $mul(x, y), ...
 //	x += y                         ->  x += $grow(y)
-//	x *= y (x a name)              ->  x = $mul(x, y)
+//	x *= y (x a name; also -=, /=, //=, ...)
+//	                               ->  x = $mul(x, y)
 //	a[i] *= y, a.f *= y            ->  $augindex(0, a, i, y), $augattr(0, a, "f", y)
 //	s.join(...) (and replace, format, split, rsplit, splitlines, extend, in_location)
 //	                               ->  $attr(s, "join")(...)
@@ -103,6 +105,11 @@ func (r *rewriter) assign(s *syntax.AssignStmt, depth int) syntax.Stmt {
 		if id, ok := s.LHS.(*syntax.Ident); ok && r.ints[id.Name] && r.smallInt(s.RHS) {
 			return s
 		}
+	case syntax.MINUS_EQ, syntax.SLASH_EQ, syntax.SLASHSLASH_EQ:
+		if id, ok := s.LHS.(*syntax.Ident); ok && r.ints[id.Name] && r.isInt(s.RHS) {
+			return s
+		}
+		code = map[syntax.Token]int{syntax.MINUS_EQ: 5, syntax.SLASH_EQ: 6, syntax.SLASHSLASH_EQ: 7}[s.Op]
 	case syntax.PERCENT_EQ:
 		code = 1
 	case syntax.LTLT_EQ:
@@ -130,7 +137,7 @@ func (r *rewriter) assign(s *syntax.AssignStmt, depth int) syntax.Stmt {
 	default:
 		return s
 	}
-	op := []string{nameMul, nameMod, nameLsh, nameAnd, nameXor}[code]
+	op := []string{nameMul, nameMod, nameLsh, nameAnd, nameXor, nameSub, nameDiv, nameFloorDiv}[code]
 	switch lhs := s.LHS.(type) {
 	case *syntax.Ident:
 		// x op= y is x = x op y for these operators (none is in place).
@@ -210,6 +217,12 @@ func (r *rewriter) expr(e syntax.Expr, depth int) syntax.Expr {
 				return e
 			}
 			return call(nameMod, e.OpPos, e.X, e.Y)
+		case syntax.MINUS, syntax.SLASH, syntax.SLASHSLASH:
+			// Durations overflow, and a set difference copies.
+			if r.isInt(e.X) && r.isInt(e.Y) {
+				return e
+			}
+			return call(map[syntax.Token]string{syntax.MINUS: nameSub, syntax.SLASH: nameDiv, syntax.SLASHSLASH: nameFloorDiv}[e.Op], e.OpPos, e.X, e.Y)
 		case syntax.LTLT:
 			return call(nameLsh, e.OpPos, e.X, e.Y)
 		case syntax.PIPE, syntax.AMP, syntax.CIRCUMFLEX:

@@ -37,6 +37,7 @@ type runState struct {
 	deadline time.Time
 	wall     time.Duration // limits.wall_ms, for the stop's words
 	maxSteps uint64
+	nextPoll uint64 // the step count at which the current chunk ends
 
 	budget int64 // allocation budget in bytes (limits.memory_mb)
 	used   int64 // bytes charged so far
@@ -139,7 +140,34 @@ func (s *runState) onSteps(th *sl.Thread) {
 	if s.poll() != nil {
 		return
 	}
-	th.SetMaxExecutionSteps(min(th.Steps+pollSteps, s.maxSteps))
+	s.grant(th.Steps + pollSteps)
+}
+
+// grant lets the thread run up to the given step count (at most the step
+// limit) before the next poll.
+func (s *runState) grant(steps uint64) {
+	s.nextPoll = min(steps, s.maxSteps)
+	s.th.SetMaxExecutionSteps(s.nextPoll)
+}
+
+// workUnit is how many bytes of linear work (scanning, hashing, comparing
+// or moving memory) count as one interpreter step.
+const workUnit = 256
+
+// work counts n bytes of linear work done inside one step as steps, before
+// it is done: a search through a string of hundreds of megabytes is one
+// instruction, and thousands of them would otherwise run between two polls
+// of the wall clock. When the count reaches the end of the current chunk,
+// the step limit, the wall clock and the context are checked at once.
+func (s *runState) work(n int64) error {
+	if n < workUnit {
+		return nil
+	}
+	s.th.Steps += uint64(n / workUnit)
+	if s.th.Steps >= s.nextPoll {
+		s.onSteps(&s.th)
+	}
+	return s.stopped()
 }
 
 // charge counts n bytes against the allocation budget before they are

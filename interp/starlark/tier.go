@@ -205,10 +205,14 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	var prog *sl.Program
 	var chunk *syntax.File
 	cached := false
+	name := scriptName(&job)
+	if name != defaultScriptName {
+		st.loading = append(st.loading, name) // loading itself is a cycle
+	}
 	if sess == nil {
-		prog, cached, err = t.compile(job.Code, "job.star", predeclared, len(job.Input) > 0 || client != nil)
+		prog, cached, err = t.compile(job.Code, name, predeclared, len(job.Input) > 0 || client != nil)
 	} else {
-		chunk, err = t.parse(job.Code, "job.star", false, sess.globals.Has)
+		chunk, err = t.parse(job.Code, name, false, sess.globals.Has)
 	}
 	if err != nil {
 		return res, err
@@ -220,7 +224,7 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 	}
 
 	thread := st.thread
-	thread.SetMaxExecutionSteps(min(pollSteps, st.maxSteps))
+	st.grant(pollSteps)
 
 	var globals sl.StringDict
 	if sess == nil {
@@ -255,6 +259,26 @@ func (t *Tier) run(ctx context.Context, job airlock.Job, sess *session) (res air
 		}
 	}
 	return res, st.stopped()
+}
+
+// defaultScriptName is what errors call a script the job's files do not
+// name.
+const defaultScriptName = "job.star"
+
+// scriptName is what errors and tracebacks call the job's script: the
+// name under which the job's files hold the same text, if one ending in
+// .star does (the first in order), or job.star.
+func scriptName(job *airlock.Job) string {
+	name := ""
+	for n, src := range job.Files {
+		if len(src) == len(job.Code) && strings.HasSuffix(n, ".star") && src == job.Code && (name == "" || n < name) {
+			name = n
+		}
+	}
+	if name == "" {
+		return defaultScriptName
+	}
+	return name
 }
 
 // callEntry returns the script's value: the result of calling the entry
@@ -335,7 +359,7 @@ func (t *Tier) parse(code, filename string, infer bool, predeclared func(string)
 // compiling it on a miss.
 func (t *Tier) compile(code, filename string, predeclared sl.StringDict, extraNames bool) (prog *sl.Program, cached bool, err error) {
 	key := code
-	if extraNames || filename != "job.star" {
+	if extraNames || filename != defaultScriptName {
 		var b strings.Builder
 		b.WriteString(filename)
 		for _, name := range value.SortedKeys(predeclared) {

@@ -3,6 +3,7 @@ package starlark_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/big"
 	"runtime"
 	"strings"
@@ -101,8 +102,9 @@ func TestUnrepresentable(t *testing.T) {
 
 // TestNumbers: integers are exact at any size (int() of a float included),
 // floats that JSON cannot carry are refused (above), and a duration
-// beyond the 64-bit range of nanoseconds made by + or * is an error where
-// the time module would wrap around.
+// beyond the 64-bit range of nanoseconds made by any operator (or the
+// difference of two times that far apart) is an error where the time
+// module would wrap around or saturate.
 func TestNumbers(t *testing.T) {
 	res, err := run(t, job("result = [int(1e19), (1 << 63) - 1 + 1, int(-1e19) * 3]"))
 	require.NoError(t, err)
@@ -112,13 +114,62 @@ func TestNumbers(t *testing.T) {
 	assert.Equal(t, "-30000000000000000000", v[2].(*big.Int).String())
 
 	long := `time.parse_duration("2500000h")`
-	for _, code := range []string{long + " * 1000", "1000 * " + long, long + " + " + long, "[" + long + "][0] * -4"} {
+	neg := "(-1 * " + long + ")"
+	minD := "(time.nanosecond * (-1 << 62) * 2)" // the most negative duration
+	for _, code := range []string{long + " * 1000", "1000 * " + long, long + " + " + long, "[" + long + "][0] * -4",
+		// -, /, += and -= (on names, items and fields alike) and the
+		// difference of two far-apart times check as + and * do.
+		long + " - " + neg, neg + " - " + long, minD + " / -1", long + " / 1e-9", long + " / float('nan')",
+		"[(lambda: " + long + ")()][0] - " + neg,
+		"[" + long + " for d in [0]][0] - " + neg,
+		"time.time(year=2500) - time.time(year=1800)",
+		"time.time(year=1800) - time.time(year=2500)",
+	} {
 		_, err := run(t, job("result = str("+code+")"))
 		var ce *airlock.ErrorInfo
 		require.ErrorAs(t, err, &ce, code)
 		assert.Equal(t, airlock.ErrRuntime, ce.Kind, code)
 		assert.Contains(t, ce.Message, "duration overflow", code)
 	}
+	for _, code := range []string{
+		"d = " + long + "\nd += " + long, "d = " + neg + "\nd -= " + long,
+		"d = [" + long + "]\nd[0] += " + long, "d = {'k': " + neg + "}\nd['k'] -= " + long,
+		"d = " + minD + "\nd /= -1",
+		"def f(d):\n    d += " + long + "\n    return d\nf(" + long + ")",
+	} {
+		_, err := run(t, job(code))
+		var ce *airlock.ErrorInfo
+		require.ErrorAs(t, err, &ce, code)
+		assert.Contains(t, ce.Message, "duration overflow", code)
+	}
+	// What fits is exact: a time minus the most negative duration, the
+	// int quotient 2^63, the extremes' comparisons, durations added to
+	// times in place.
+	res, err = run(t, job(`t = time.time(year=2000, month=1, day=1)
+d = `+minD+`
+m = time.nanosecond * ((1 << 62) - 1) * 2 + time.nanosecond
+u = t
+u += time.hour
+u -= 2 * time.hour
+result = [str(t - d), d // (time.nanosecond * -1), d < m, m > d, d == d, str(m - time.hour), str(u), str(t - time.time(year=1990, month=1, day=1))]`))
+	require.NoError(t, err)
+	v = res.Value.([]any)
+	assert.Equal(t, "2292-04-10 23:47:16.854775808 +0000 UTC", v[0])
+	assert.Equal(t, "9223372036854775808", v[1].(*big.Int).String())
+	assert.Equal(t, []any{true, true, true, "2562046h47m16.854775807s"}, v[2:6])
+	assert.Equal(t, "1999-12-31 23:00:00 +0000 UTC", v[6])
+	assert.Equal(t, "87648h0m0s", v[7])
+
+	// A time's nanoseconds since 1970 are exact beyond int64, where
+	// upstream's wrap (years before 1678 or after 2262).
+	res, err = run(t, job(`result = [t.unix_nano for t in [time.time(year=2500, month=1, day=1), time.time(year=1600, month=1, day=1), time.from_timestamp(1, 5)]] + [getattr(time.time(year=3000, month=1, day=1), "unix_nano")]`))
+	require.NoError(t, err)
+	v = res.Value.([]any)
+	assert.Equal(t, "16725225600000000000", fmt.Sprint(v[0]))
+	assert.Equal(t, "-11676096000000000000", fmt.Sprint(v[1]))
+	assert.Equal(t, int64(1000000005), v[2])
+	assert.Equal(t, "32503680000000000000", fmt.Sprint(v[3]))
+
 	res, err = run(t, job("result = [str(time.hour * 3 + time.minute), str(-2 * time.hour), str(time.parse_duration(\"1000000h\") * 2 + time.parse_duration(\"500000h\"))]"))
 	require.NoError(t, err)
 	assert.Equal(t, []any{"3h1m0s", "-2h0m0s", "2500000h0m0s"}, res.Value)
@@ -164,6 +215,50 @@ func TestErrors(t *testing.T) {
 	_, err = run(t, job("def f(n):\n    return f(n)\nresult = f(1)"))
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Message, "called recursively")
+}
+
+// TestScriptNamed: errors name the script as the job's files name it
+// (when they hold it), and loaded modules by their own names; a script
+// the files do not hold is job.star.
+func TestScriptNamed(t *testing.T) {
+	main := "load('lib.star', 'f')\ndef main():\n    return f()\n"
+	files := map[string]string{"tools/main.star": main, "lib.star": "def f():\n    return 1 // 0\n", "copy.txt": main}
+	for _, tc := range []struct {
+		name, entry, code string
+		files             map[string]string
+		kind              airlock.ErrorKind
+		want              []string
+	}{
+		{"runtime", "main", main, files, airlock.ErrRuntime, []string{"tools/main.star:3:", "lib.star:2:", "in main", "in f"}},
+		{"toplevel", "", main + "result = main()\n", map[string]string{"m.star": main + "result = main()\n", "lib.star": files["lib.star"]},
+			airlock.ErrRuntime, []string{"m.star:4:", "lib.star:2:"}},
+		{"compile", "", "x = (1", map[string]string{"bad.star": "x = (1"}, airlock.ErrCompile, []string{"bad.star:1:"}},
+		{"resolve", "", "y = nope", map[string]string{"bad.star": "y = nope"}, airlock.ErrCompile, []string{"bad.star:1:", "undefined"}},
+		{"module compile", "", "load('lib.star', 'f')", map[string]string{"lib.star": "def f(:"}, airlock.ErrCompile, []string{"lib.star:1:"}},
+		{"self load", "", "load('me.star', 'x')", map[string]string{"me.star": "load('me.star', 'x')"}, airlock.ErrRuntime, []string{"load cycle: me.star -> me.star"}},
+		{"not held", "", "fail('x')", map[string]string{"other.star": "fail('y')"}, airlock.ErrRuntime, []string{"job.star:1:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, airlock.Job{Kind: airlock.KindStarlark, Code: tc.code, Entry: tc.entry, Files: tc.files})
+			var ce *airlock.ErrorInfo
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tc.kind, ce.Kind, ce.Message)
+			for _, w := range tc.want {
+				assert.Contains(t, ce.Message, w)
+			}
+			if tc.name != "not held" {
+				assert.NotContains(t, ce.Message, "job.star")
+			}
+		})
+	}
+	// In a session too.
+	sess, err := newTier(t).OpenSession(context.Background(), airlock.SessionOptions{})
+	require.NoError(t, err)
+	defer sess.Close()
+	_, err = sess.Run(context.Background(), airlock.Job{Kind: airlock.KindStarlark, Code: "fail('s')", Files: map[string]string{"s.star": "fail('s')"}})
+	var ce *airlock.ErrorInfo
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Message, "s.star:1:")
 }
 
 func TestAdmit(t *testing.T) {
@@ -479,6 +574,102 @@ func TestWallClockBetweenSteps(t *testing.T) {
 	}
 }
 
+// TestLinearWorkCounted: one step that scans, hashes, compares or moves
+// a value of tens of megabytes, or formats an integer of hundreds of
+// thousands of bits, takes milliseconds, and thousands of steps run
+// between two step-based polls. Such work is counted as steps, so the
+// wall clock is looked at within a few milliseconds of work. The step
+// limit is raised out of the way: the wall clock must end each run.
+func TestLinearWorkCounted(t *testing.T) {
+	const s = "s = 'a' * (32 << 20)\nt = s[:-1] + 'b'\n"
+	const l = "l = [0] * (2 << 20)\n"
+	const x = "x = 1\nfor i in range(520):\n    x = (x << 500) + 1\nxs = (x,) * 64\n"
+	for _, code := range []string{
+		s + "for i in range(5000):\n    s.count('b')",
+		s + "for i in range(5000):\n    s.find('b')",
+		s + "for i in range(5000):\n    s.isalpha()",
+		s + "for i in range(5000):\n    s.split('b')",
+		s + "for i in range(5000):\n    if 'b' in s:\n        pass",
+		s + "for i in range(5000):\n    if s == t:\n        pass",
+		s + "ts = [t] * 64\nfor i in range(5000):\n    if s in ts:\n        pass",
+		s + "ks = (s,) * 4\nd = {}\nfor i in range(5000):\n    d[ks] = i",
+		s + "d = {}\nfor i in range(5000):\n    d.get(s)",
+		s + "for i in range(5000):\n    hash(s)",
+		s + "for i in range(5000):\n    sorted([s, t, s, t])",
+		s + "for i in range(5000):\n    max(s, t)",
+		s + "for i in range(5000):\n    set([s])",
+		l + "for i in range(5000):\n    l.insert(0, i)",
+		l + "for i in range(5000):\n    l.pop(0)",
+		x + "for i in range(50000):\n    str(x)",
+		x + "for i in range(50000):\n    str(xs)",
+		x + "for i in range(50000):\n    ('%d' * 64) % xs",
+	} {
+		j := job(code)
+		j.Limits.WallMS = 300
+		j.Limits.Steps = 10_000_000_000
+		j.Limits.MemoryMB = 4096 // the budget is not what stops these
+		start := time.Now()
+		_, err := run(t, j)
+		took := time.Since(start)
+		var st *airlock.Stop
+		if assert.ErrorAs(t, err, &st, code) {
+			assert.Equal(t, airlock.StopTimeout, st.Reason, code)
+		}
+		assert.Less(t, took, 1500*time.Millisecond, "%q stopped %v after a 300ms wall clock", code, took)
+	}
+}
+
+// TestSharedStringsRefused: a tuple or list that shares one long string
+// many times costs no memory, but upstream hashes or compares every copy
+// in full in one step after the cost walk; past the budget's worth of
+// bytes the walk refuses.
+func TestSharedStringsRefused(t *testing.T) {
+	const s = "s = 'a' * (32 << 20)\nt = s[:-1] + 'b'\n"
+	for _, code := range []string{
+		s + "d = {}\nd[(s,) * 100000] = 1",
+		s + "x = {(s,) * 100000: 1}",
+		s + "x = set([(s,) * 100000])",
+		s + "x = [s] * 100000 == [t] * 100000",
+		s + "x = ([s] * 100000).index(t)",
+		s + "x = set([1]).issuperset([(s,) * 100000])",
+		s + "x = set([1]).issubset([(s,) * 100000])",
+		// Each element is hashed once when added, and all again when
+		// sets are compared.
+		"s = 'a' * (8 << 20)\nx, y = set(), set()\nfor i in range(20):\n    x.add((s, i))\n    y.add((s, i))\nz = x == y",
+	} {
+		start := time.Now()
+		_, err := run(t, job(code))
+		var ce *airlock.ErrorInfo
+		if assert.ErrorAs(t, err, &ce, code) {
+			assert.Contains(t, ce.Message, "bytes of strings", code)
+		}
+		assert.Less(t, time.Since(start), 5*time.Second, code)
+	}
+}
+
+// TestSharedStringsInsertedOneByOne: set() and dict() insert each key
+// themselves, counting its hashing as work; a long string repeated is
+// not refused as a shared tuple is.
+func TestSharedStringsInsertedOneByOne(t *testing.T) {
+	res, err := run(t, job("s = 'a' * (32 << 20)\nresult = [len(set([s] * 20)), len(dict([(s, 1)] * 20))]"))
+	require.NoError(t, err)
+	assert.Equal(t, []any{int64(1), int64(1)}, res.Value)
+	assert.Greater(t, res.Usage.Steps, int64(2*20*(32<<20)/256))
+}
+
+// TestLinearWorkIsSteps: the same work counts against the step limit.
+func TestLinearWorkIsSteps(t *testing.T) {
+	j := job("s = 'a' * (1 << 20)\nfor i in range(100):\n    s.count('b')")
+	res, err := run(t, j)
+	require.NoError(t, err)
+	assert.Greater(t, res.Usage.Steps, int64(100*(1<<20)/256), "100 scans of 1 MiB")
+	j.Limits.Steps = 100_000
+	_, err = run(t, j)
+	var st *airlock.Stop
+	require.ErrorAs(t, err, &st)
+	assert.Equal(t, airlock.StopSteps, st.Reason)
+}
+
 func TestRangeExtremes(t *testing.T) {
 	// Ranges whose elements span more than 2^63: slicing, length and
 	// membership must not overflow (a zero step divided by zero).
@@ -510,6 +701,8 @@ func TestCopiesCharged(t *testing.T) {
 		"d = dict([(i, i) for i in range(20000)])\nkeep = [d.values() for i in range(1000)]",
 		"s = set(range(20000))\nkeep = [s | s for i in range(1000)]",
 		"s = set(range(20000))\nkeep = [s.union(s) for i in range(1000)]",
+		"s = set(range(20000))\nkeep = [s - set() for i in range(1000)]",
+		"s = set(range(20000))\nkeep = []\nfor i in range(1000):\n    t = s\n    t -= set()\n    keep.append(t)",
 		"d = dict([(i, i) for i in range(20000)])\nkeep = [d | d for i in range(1000)]",
 		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e |= d\n    keep.append(e)",
 		"d = dict([(i, i) for i in range(20000)])\nkeep = []\nfor i in range(1000):\n    e = {}\n    e.update(d)\n    keep.append(e)",
@@ -535,6 +728,7 @@ func TestHashingBounded(t *testing.T) {
 		"s = set()\ns.add(t)", "s = set()\ns.discard(t)", "s = set()\ns.remove(t)", "x = set([t])",
 		"x = dict([(t, 1)])", "d = {}\nd.update([(t, 1)])", "s = set()\nx = s.union([t])",
 		"d = {}\nd[t] *= 2", "k = [t]\nd = {}\nd[k[0]] = 1",
+		"s = set([1])\nx = s.issubset([t])", "s = set([1])\nx = s.issuperset([t])",
 	}
 	for _, build := range []string{
 		"t = ()\nfor i in range(2000):\n    t = (t,)\n",

@@ -80,7 +80,16 @@ func (m *measurer) walk(v sl.Value, depth int) error {
 			_ = i
 			return m.add(20)
 		}
-		return m.add(int64(x.BigInt().BitLen())/3 + 2)
+		bits := int64(x.BigInt().BitLen())
+		if m.st != nil {
+			// Decimal conversion is superlinear: a 260,000-bit integer
+			// takes about a millisecond, a few thousand steps' time.
+			b := bits / 8
+			if err := m.st.work(b * max(1, b/64)); err != nil {
+				return err
+			}
+		}
+		return m.add(bits/3 + 2)
 	case sl.Float, sl.Bool, sl.NoneType:
 		return m.add(24)
 	case *sl.List:
