@@ -1,0 +1,96 @@
+package gvisor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// sessionEnded reports whether err is the refusal a session's run gets
+// once the session is over: not admitted, saying the session ended.
+func sessionEnded(err error) bool {
+	return airlock.KindOf(err) == airlock.ErrNotAdmitted && strings.Contains(err.Error(), "session") &&
+		!strings.Contains(err.Error(), "\n")
+}
+
+// TestSessionSurvivesStoppedRun: a run stopped by a limit or a
+// cancellation ends that run's processes only; the session's sandbox goes
+// on, with its scratch, and the next run works. Each stop reason is tried
+// in a session of its own, with a daemon the stopped run left (setsid)
+// that must be gone in the next run.
+func TestSessionSurvivesStoppedRun(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	// The program leaves a mark in the scratch and a detached daemon
+	// behind, then does what gets it stopped.
+	prelude := "echo kept > k.txt; setsid sh -c 'while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & echo started; "
+	cases := []struct {
+		name   string
+		script string
+		limits airlock.Limits
+		cancel time.Duration // cancel the run's context after this long
+		want   airlock.StopReason
+		// mayEnd: the stop can take the sandbox down with it (the host's
+		// OOM killer or pids limit hits the sandbox's own processes, not
+		// only the program's): the session may end, and then says so.
+		mayEnd bool
+	}{
+		{name: "timeout", script: "while :; do :; done", limits: airlock.Limits{WallMS: 1500}, want: airlock.StopTimeout},
+		{name: "output", script: "while :; do echo 0123456789abcdef; done", limits: airlock.Limits{OutputBytes: 4096, WallMS: 20_000}, want: airlock.StopOutput},
+		{name: "cpu", script: "while :; do :; done", limits: airlock.Limits{CPUMS: 500, WallMS: 20_000}, want: airlock.StopCPU},
+		{name: "memory", script: "perl -e 'my $x = q(a) x (200 << 20); print qq(survived\n)'", limits: airlock.Limits{MemoryMB: 64, WallMS: 30_000}, want: airlock.StopMemory, mayEnd: true},
+		{name: "pids", script: "f() { f | f & }; f; while :; do :; done", limits: airlock.Limits{WallMS: 30_000}, want: airlock.StopPids, mayEnd: true},
+		{name: "cancel", script: "sleep 100", limits: airlock.Limits{WallMS: 20_000}, cancel: 1500 * time.Millisecond, want: airlock.StopKilled},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			j := cmdJob("sh", "-c", prelude+c.script)
+			j.Limits = c.limits
+			ctx := context.Background()
+			if c.cancel > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.cancel)
+				defer cancel()
+			}
+			start := time.Now()
+			res, err := s.Run(ctx, j)
+			st, ok := airlock.AsStop(err)
+			if !ok || st.Reason != c.want {
+				t.Fatalf("want stopped: %s, got %v (%+v)", c.want, err, res)
+			}
+			if !strings.HasPrefix(res.Stdout, "started\n") {
+				t.Errorf("the stopped run's output so far was lost: %q", res.Stdout)
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("the stopped run took %v to return", d)
+			}
+			res, err = s.Run(context.Background(), cmdJob("sh", "-c", "cat k.txt; ps -e -o comm= 2>/dev/null | grep -c sleep"))
+			if c.mayEnd && err != nil {
+				// The session is over: the refusal says so, and why, on
+				// one line, and nothing of its sandbox is left.
+				if !sessionEnded(err) || !strings.Contains(err.Error(), string(c.want)) {
+					t.Fatalf("after a stop (%s) that ended the session: want a refusal saying it ended and why, got %v", c.want, err)
+				}
+				t.Logf("the stop ended the session: %v", err)
+				tier.bg.Wait()
+				if out, err := tier.runscOut(context.Background(), "list", "-quiet"); err != nil || strings.TrimSpace(string(out)) != "" {
+					t.Errorf("the ended session's sandbox is left: %q (%v)", out, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the session's next run after a stop (%s) failed: %v (%+v)", c.want, err, res)
+			}
+			if res.Stdout != "kept\n0\n" {
+				t.Errorf("next run: want the scratch kept and no process of the stopped run, got %q", res.Stdout)
+			}
+		})
+	}
+}
