@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -95,9 +96,21 @@ type session struct {
 	sb     *sandbox   // nil once closed
 	reason string     // why it ended, as the refusal of a later run says
 	used   time.Time  // when the last run ended (or the session opened)
+	// lost is why its sandbox was lost, ending it; read without mu, which
+	// a run holds.
+	lost atomic.Pointer[string]
 }
 
 func (s *session) ID() string { return s.id }
+
+// Ended says why the session ended by itself (its sandbox was lost), or
+// "" while it is open or once it was closed or expired.
+func (s *session) Ended() string {
+	if p := s.lost.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
 // Run runs a job in the session's sandbox.
 func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
@@ -137,7 +150,9 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	// it; otherwise the sandbox is being destroyed and the session is over.
 	res, err := s.t.runAgent(ctx, sb, &job, r, false)
 	if sb.gone {
-		s.forget("ended: its sandbox was lost in a run that ended with: " + err.Error())
+		why := "its sandbox was lost in a run that ended with: " + err.Error()
+		s.forget("ended: " + why)
+		s.lost.Store(&why)
 		return res, err
 	}
 	s.used = time.Now()

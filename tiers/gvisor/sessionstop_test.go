@@ -79,11 +79,17 @@ func TestSessionSurvivesStoppedRun(t *testing.T) {
 					t.Fatalf("after a stop (%s) that ended the session: want a refusal saying it ended and why, got %v", c.want, err)
 				}
 				t.Logf("the stop ended the session: %v", err)
+				if why := s.(interface{ Ended() string }).Ended(); !strings.Contains(why, string(c.want)) {
+					t.Errorf("Ended() = %q, want why the session ended", why)
+				}
 				tier.bg.Wait()
 				if out, err := tier.runscOut(context.Background(), "list", "-quiet"); err != nil || strings.TrimSpace(string(out)) != "" {
 					t.Errorf("the ended session's sandbox is left: %q (%v)", out, err)
 				}
 				return
+			}
+			if why := s.(interface{ Ended() string }).Ended(); why != "" {
+				t.Errorf("a session that goes on says it ended: %q", why)
 			}
 			if err != nil {
 				t.Fatalf("the session's next run after a stop (%s) failed: %v (%+v)", c.want, err, res)
