@@ -234,6 +234,12 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 				r.res.Image = digest(img)
 				return t.runCold(ctx, job, r, img, release)
 			}
+			if !ephemeral && errors.Is(err, syscall.EBUSY) {
+				// Nothing was changed, nothing reached the sandbox: a
+				// session goes on.
+				keep = true
+				return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: fmt.Sprintf("limits.memory_mb %d is below the memory the session's sandbox already holds (what runs left in /scratch, and memory the sandbox has not given back): give the run more memory", job.Limits.MemoryMB)})
+			}
 			return r.finish(fmt.Errorf("binding limits: %w", err))
 		}
 		sb.lim = l

@@ -100,3 +100,26 @@ func TestSessionSurvivesStoppedRun(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionRunBelowScratch: a run whose memory limit is below what the
+// session's sandbox already holds (its scratch lives in the sandbox's
+// memory) is refused before anything of it runs, saying why; the session
+// goes on with its scratch.
+func TestSessionRunBelowScratch(t *testing.T) {
+	s := openSession(t, airlock.SessionOptions{})
+	fill := cmdJob("sh", "-c", "head -c 150000000 /dev/zero > big; echo kept > k.txt")
+	fill.Limits.MemoryMB = 512
+	if res, err := s.Run(context.Background(), fill); err != nil {
+		t.Fatalf("filling the scratch: %v (%+v)", err, res)
+	}
+	small := cmdJob("sh", "-c", "echo ran")
+	small.Limits.MemoryMB = 48
+	res, err := s.Run(context.Background(), small)
+	if airlock.KindOf(err) != airlock.ErrNotAdmitted || !strings.Contains(err.Error(), "memory") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a run below the session's memory in use: want a one-line refusal naming memory, got %v (%+v)", err, res)
+	}
+	res, err = s.Run(context.Background(), cmdJob("sh", "-c", "cat k.txt"))
+	if err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("after the refusal: want the session and its scratch kept, got %v (%+v)", err, res)
+	}
+}
