@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -99,7 +100,16 @@ type session struct {
 	// lost is why its sandbox was lost, ending it; read without mu, which
 	// a run holds.
 	lost atomic.Pointer[string]
+	// stopping is set by end before it waits for mu: the run in progress
+	// is stopped (stop) and the runs waiting their turn are refused.
+	stopping atomic.Pointer[string]
+	stopMu   sync.Mutex
+	stop     context.CancelCauseFunc // the run in progress, or nil
 }
+
+// errClosing is the cause of a run stopped because its session was
+// closed.
+var errClosing = errors.New("the session was closed")
 
 func (s *session) ID() string { return s.id }
 
@@ -137,6 +147,20 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if s.sb == nil {
 		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "session " + s.id + " " + s.reason})
 	}
+	if why := s.stopping.Load(); why != nil {
+		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "session " + s.id + " " + *why})
+	}
+	// Closing the session stops this run.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	s.stopMu.Lock()
+	s.stop = stop
+	s.stopMu.Unlock()
+	defer func() {
+		s.stopMu.Lock()
+		s.stop = nil
+		s.stopMu.Unlock()
+	}()
 	if err := s.sameImage(ctx, job.Image); err != nil {
 		return r.finish(err)
 	}
@@ -150,7 +174,10 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	// it; otherwise the sandbox is being destroyed and the session is over.
 	res, err := s.t.runAgent(ctx, sb, &job, r, false)
 	if sb.gone {
-		why := "its sandbox was lost in a run that ended with: " + err.Error()
+		why := "its sandbox was lost in a run"
+		if err != nil {
+			why += " that ended with: " + err.Error()
+		}
 		s.forget("ended: " + why)
 		s.lost.Store(&why)
 		return res, err
@@ -171,6 +198,12 @@ func (s *session) end(reason string) error {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.stopping.CompareAndSwap(nil, &reason)
+	s.stopMu.Lock()
+	if s.stop != nil {
+		s.stop(errClosing)
+	}
+	s.stopMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.endLocked(reason)
