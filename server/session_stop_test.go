@@ -76,7 +76,7 @@ func TestGVisorSessionStops(t *testing.T) {
 		t.Logf("the memory stop left the sandbox standing: %+v", res)
 		return
 	}
-	if res.Error.Kind != airlock.ErrNotAdmitted || !strings.Contains(res.Error.Message, "ended") || !strings.Contains(res.Error.Message, "memory") {
+	if r.status != http.StatusForbidden || res.Error.Kind != airlock.ErrNotAdmitted || !strings.Contains(res.Error.Message, "ended") || !strings.Contains(res.Error.Message, "memory") {
 		t.Fatalf("after the session's sandbox was lost: want a refusal saying it ended and why, got %d %s", r.status, r.body)
 	}
 	var list []struct{ ID, Ended string }
