@@ -87,3 +87,67 @@ func TestGVisorSessionStops(t *testing.T) {
 	// The ended session no longer holds the tenant's only session.
 	open()
 }
+
+// TestSessionConcurrentRuns: two runs sent to one session at once run one
+// after the other, each with its own output; while they do,
+// GET /v1/sessions shows them running and the session not idle; closing
+// the session stops the run in progress.
+func TestSessionConcurrentRuns(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Tenants[0].Limits.Max.Steps = 1 << 40 })
+	var open struct{ ID string }
+	if r := f.do("POST", "/v1/sessions", keyA, `{"tier":"starlark"}`); r.status != 201 {
+		t.Fatalf("open: %d %s", r.status, r.body)
+	} else {
+		r.decode(t, &open)
+	}
+	path := "/v1/sessions/" + open.ID + "/run"
+	job := func(tag string) string {
+		return `{"kind":"starlark","code":"for i in range(300000):\n    if i % 1000 == 0:\n        print('` + tag + `')","limits":{"wall_ms":5000,"steps":10000000000}}`
+	}
+	results := make(chan airlock.Result, 2)
+	for _, tag := range []string{"AAAA", "BBBB"} {
+		go func() { results <- f.do("POST", path, keyA, job(tag)).result(t) }()
+	}
+	time.Sleep(100 * time.Millisecond)
+	var list []struct {
+		ID      string
+		Running int
+		Idle    string
+	}
+	f.do("GET", "/v1/sessions", keyA, nil).decode(t, &list)
+	if len(list) != 1 || list[0].Running == 0 || list[0].Idle != "0s" {
+		t.Errorf("GET /v1/sessions during two runs: %+v", list)
+	}
+	for range 2 {
+		res := <-results
+		if res.Error != nil || res.Stopped != nil {
+			t.Fatalf("a concurrent run: %+v", res)
+		}
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if len(lines) != 300 {
+			t.Errorf("a run printed %d lines, want 300", len(lines))
+		}
+		for _, l := range lines {
+			if l != lines[0] {
+				t.Fatalf("a run's output holds another run's: %q and %q", lines[0], l)
+			}
+		}
+	}
+
+	// Closing the session stops the run in progress.
+	long := `{"kind":"starlark","code":"x = 0\nfor i in range(1 << 40):\n    x += 1","limits":{"wall_ms":5000,"steps":10000000000}}`
+	done := make(chan reply, 1)
+	go func() { done <- f.do("POST", path, keyA, long) }()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if r := f.do("DELETE", "/v1/sessions/"+open.ID, keyA, nil); r.status != 204 {
+		t.Errorf("close: %d %s", r.status, r.body)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("DELETE took %v: it waited for the run", d)
+	}
+	r := <-done
+	if res := r.result(t); res.Stopped == nil || res.Stopped.Reason != airlock.StopKilled {
+		t.Errorf("the run in progress when the session closed: %d %s", r.status, r.body)
+	}
+}
