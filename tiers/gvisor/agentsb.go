@@ -193,6 +193,10 @@ func (t *Tier) destroyLater(sb *sandbox) {
 // destroyed instead (and the session ends).
 const stopGrace = 5 * time.Second
 
+// errSandboxGone means an agent sandbox was gone before a job reached it
+// (a session's, which died between runs).
+var errSandboxGone = errors.New("the sandbox is gone")
+
 // errSandboxLost means an agent sandbox died or hung up mid-job.
 var errSandboxLost = errors.New("sandbox lost")
 
@@ -298,7 +302,7 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	}
 	r.ready()
 	if err := frame.Write(sb.conn, frame.Job, payload); err != nil {
-		return r.finish(fmt.Errorf("handing over the job: %w", err))
+		return r.finish(fmt.Errorf("handing over the job: %w: %v", errSandboxGone, err))
 	}
 	out := newOutput(ctx, job.Limits.OutputBytes)
 	destroy := func() {

@@ -175,11 +175,20 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	res, err := s.t.runAgent(ctx, sb, &job, r, false)
 	if sb.gone {
 		why := "its sandbox was lost in a run"
-		if err != nil {
+		if errors.Is(err, errSandboxGone) {
+			why = "its sandbox died between runs"
+		} else if err != nil {
 			why += " that ended with: " + err.Error()
 		}
 		s.forget("ended: " + why)
 		s.lost.Store(&why)
+		if errors.Is(err, errSandboxGone) {
+			// Nothing of this run ran: it is refused as the later ones.
+			ended := &airlock.NotAdmitted{Tier: Name, Reason: "session " + s.id + " " + s.reason}
+			res.Stdout, res.Stderr = "", ""
+			res.SetError(ended)
+			return res, ended
+		}
 		return res, err
 	}
 	s.used = time.Now()

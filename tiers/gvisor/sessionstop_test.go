@@ -178,3 +178,36 @@ func TestSessionTTLDuringRun(t *testing.T) {
 		t.Fatalf("the run after: want the session open, got %v (%+v)", err, res)
 	}
 }
+
+// TestSessionSandboxDiesIdle: a session whose sandbox died between runs
+// (killed from outside, as the host's OOM killer might) answers its next
+// run with a one-line refusal saying the session ended and why, and
+// leaves nothing of the sandbox behind.
+func TestSessionSandboxDiesIdle(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	sess, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := sess.Run(context.Background(), cmdJob("true")); err != nil {
+		t.Fatal(err)
+	}
+	id := sess.(*session).sb.id
+	if out, err := tier.runscOut(context.Background(), "kill", id, "KILL"); err != nil {
+		t.Fatalf("killing the sandbox: %v: %s", err, out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	_, err = sess.Run(context.Background(), cmdJob("true"))
+	if !sessionEnded(err) || !strings.Contains(err.Error(), "sandbox") {
+		t.Fatalf("a run after the session's sandbox died: want a refusal saying the session ended and why, got %v", err)
+	}
+	t.Logf("refused: %v", err)
+	if _, err := sess.Run(context.Background(), cmdJob("true")); !sessionEnded(err) {
+		t.Fatalf("the run after: want the same refusal, got %v", err)
+	}
+	tier.bg.Wait()
+	if out, err := tier.runscOut(context.Background(), "list", "-quiet"); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("the dead session's sandbox is left: %q (%v)", out, err)
+	}
+}
