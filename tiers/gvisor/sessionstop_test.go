@@ -211,3 +211,42 @@ func TestSessionSandboxDiesIdle(t *testing.T) {
 		t.Errorf("the dead session's sandbox is left: %q (%v)", out, err)
 	}
 }
+
+// TestSessionAgentDoesNotStop: a stopped run whose agent does not answer
+// the Kill frame (the sandbox frozen) is given up after stopGrace: the
+// run returns its stop, the sandbox is destroyed, and the session's next
+// run is refused saying the session ended and why.
+func TestSessionAgentDoesNotStop(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	sess, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	id := sess.(*session).sb.id
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		if out, err := tier.runscOut(context.Background(), "pause", id); err != nil {
+			t.Errorf("pausing the sandbox: %v: %s", err, out)
+		}
+	}()
+	j := cmdJob("sleep", "60")
+	j.Limits.WallMS = 1500
+	start := time.Now()
+	_, err = sess.Run(context.Background(), j)
+	if st, ok := airlock.AsStop(err); !ok || st.Reason != airlock.StopTimeout {
+		t.Fatalf("want stopped: timeout, got %v", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond+stopGrace+5*time.Second {
+		t.Errorf("the run returned after %v", d)
+	}
+	_, err = sess.Run(context.Background(), cmdJob("true"))
+	if !sessionEnded(err) || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("after the agent did not stop the run: want a refusal saying the session ended and why, got %v", err)
+	}
+	t.Logf("refused: %v", err)
+	tier.bg.Wait()
+	if out, err := tier.runscOut(context.Background(), "list", "-quiet"); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("the session's sandbox is left: %q (%v)", out, err)
+	}
+}
