@@ -78,6 +78,9 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	defer stop(nil)
 	s.stopMu.Lock()
 	s.stop = stop
+	if s.closing.Load() { // a Close that came before stop was set
+		stop(errClosing)
+	}
 	s.stopMu.Unlock()
 	defer func() {
 		s.stopMu.Lock()
