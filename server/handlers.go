@@ -635,6 +635,9 @@ func (s *Server) run(ctx context.Context, rq *runRequest) (airlock.Result, error
 	}
 	elapsed := time.Since(start)
 	s.metrics.inFlight.Add(-1)
+	if rq.session != nil {
+		s.noteEnded(rq.session)
+	}
 	if err != nil && res.Error == nil && res.Stopped == nil {
 		res.SetError(err)
 	}

@@ -36,6 +36,41 @@ type session struct {
 	mu      sync.Mutex
 	last    time.Time
 	running int // runs in progress: a session is idle only without any
+
+	// ended is why the tier ended the session by itself (its sandbox was
+	// lost), once a run saw it; the tenant's slot is then released
+	// (guarded by the server's mu), while the entry stays until swept so
+	// that later runs are told why.
+	ended    string
+	released bool
+}
+
+// endedBy is implemented by a tier's session that can end by itself (a
+// gVisor session whose sandbox was lost): Ended says why, or "".
+type endedBy interface{ Ended() string }
+
+// noteEnded releases the tenant's slot of a session its tier ended by
+// itself: it no longer counts toward max_sessions, and lists as ended.
+func (s *Server) noteEnded(ss *session) {
+	e, ok := ss.s.(endedBy)
+	if !ok {
+		return
+	}
+	why := e.Ended()
+	if why == "" {
+		return
+	}
+	s.mu.Lock()
+	release := s.sessions[ss.id] == ss && !ss.released
+	if release {
+		ss.released, ss.ended = true, why
+		ss.tenant.nsess--
+	}
+	s.mu.Unlock()
+	if release {
+		s.metrics.sessions.Add(-1)
+		s.unregister(context.Background(), ss.id)
+	}
 }
 
 func (ss *session) run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
@@ -85,6 +120,12 @@ type sessionInfo struct {
 	Tier string   `json:"tier"`
 	TTL  Duration `json:"ttl"`
 	Idle Duration `json:"idle"`
+	// Running counts the session's runs in progress (one runs at a
+	// time; the others wait their turn).
+	Running int `json:"running,omitempty"`
+	// Ended says why the tier ended the session by itself; its runs are
+	// refused, and it no longer counts toward max_sessions.
+	Ended string `json:"ended,omitempty"`
 }
 
 // handleListSessions lists the tenant's open sessions.
@@ -100,8 +141,12 @@ func (s *Server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 		if ss.tenant == t {
 			ss.mu.Lock()
 			idle := now.Sub(ss.last).Truncate(time.Second)
+			running := ss.running
 			ss.mu.Unlock()
-			out = append(out, sessionInfo{ID: ss.id, Tier: ss.tier, TTL: Duration(ss.ttl), Idle: Duration(idle)})
+			if running > 0 {
+				idle = 0
+			}
+			out = append(out, sessionInfo{ID: ss.id, Tier: ss.tier, TTL: Duration(ss.ttl), Idle: Duration(idle), Running: running, Ended: ss.ended})
 		}
 	}
 	s.mu.Unlock()
@@ -386,10 +431,15 @@ func (s *Server) closeSession(ss *session) error {
 		return nil
 	}
 	delete(s.sessions, ss.id)
-	ss.tenant.nsess--
+	released := ss.released
+	if !released {
+		ss.tenant.nsess--
+	}
 	s.mu.Unlock()
-	s.metrics.sessions.Add(-1)
-	s.unregister(context.Background(), ss.id)
+	if !released {
+		s.metrics.sessions.Add(-1)
+		s.unregister(context.Background(), ss.id)
+	}
 	return ss.s.Close()
 }
 

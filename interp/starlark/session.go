@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sl "go.starlark.net/starlark"
@@ -43,7 +44,18 @@ type session struct {
 	last    time.Time
 	closed  bool
 	globals sl.StringDict
+
+	// closing is set by Close before it waits for mu: the run in
+	// progress is stopped (stop) and the runs waiting their turn are
+	// refused.
+	closing atomic.Bool
+	stopMu  sync.Mutex
+	stop    context.CancelCauseFunc // the run in progress, or nil
 }
+
+// errClosing is the cause of a run stopped because its session was
+// closed.
+var errClosing = errors.New("the session was closed")
 
 func (s *session) ID() string { return s.id }
 
@@ -54,18 +66,39 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	if !s.closed && s.ttl > 0 && time.Since(s.last) > s.ttl {
 		s.closed, s.globals = true, nil
 	}
-	if s.closed {
+	if s.closed || s.closing.Load() {
 		res := airlock.Result{Tier: Name, Level: airlock.LevelInterpreter}
 		err := &airlock.NotAdmitted{Tier: Name, Reason: ErrSessionClosed.Error() + " (" + s.id + ")"}
 		res.SetError(err)
 		return res, err
 	}
 	defer func() { s.last = time.Now() }()
+	// Closing the session stops this run.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	s.stopMu.Lock()
+	s.stop = stop
+	if s.closing.Load() { // a Close that came before stop was set
+		stop(errClosing)
+	}
+	s.stopMu.Unlock()
+	defer func() {
+		s.stopMu.Lock()
+		s.stop = nil
+		s.stopMu.Unlock()
+	}()
 	return s.t.run(ctx, job, s)
 }
 
-// Close ends the session and drops its globals.
+// Close ends the session and drops its globals; a run in progress is
+// stopped.
 func (s *session) Close() error {
+	s.closing.Store(true)
+	s.stopMu.Lock()
+	if s.stop != nil {
+		s.stop(errClosing)
+	}
+	s.stopMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed, s.globals = true, nil

@@ -2,6 +2,7 @@ package starlark
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -121,6 +122,9 @@ func (s *runState) poll() error {
 	if err := s.ctx.Err(); err != nil {
 		if err == context.DeadlineExceeded {
 			return s.stop(airlock.StopTimeout, "the caller's deadline passed")
+		}
+		if errors.Is(context.Cause(s.ctx), errClosing) {
+			return s.stop(airlock.StopKilled, "cancelled: %v", errClosing)
 		}
 		return s.stop(airlock.StopKilled, "cancelled by the caller")
 	}

@@ -71,8 +71,30 @@ func agentMain(mode string) int {
 			}
 		}
 	}
+	// One reader takes every frame the host sends: a Kill is acted on at
+	// once, while a job runs; a Job (or the end) goes to the loop below.
+	type read struct {
+		typ     frame.Type
+		payload []byte
+		err     error
+	}
+	reads := make(chan read)
+	go func() {
+		for {
+			typ, payload, err := frame.Read(conn)
+			if err == nil && typ == frame.Kill {
+				running.kill()
+				continue
+			}
+			reads <- read{typ, payload, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for {
-		typ, payload, err := frame.Read(conn)
+		rd := <-reads
+		typ, payload, err := rd.typ, rd.payload, rd.err
 		if errors.Is(err, io.EOF) {
 			return 0
 		}
@@ -86,7 +108,9 @@ func agentMain(mode string) int {
 		if err := json.Unmarshal(payload, &job); err != nil {
 			exit = agentExit{Code: -1, Error: "decoding job: " + err.Error()}
 		} else {
+			running.begin()
 			exit = runAgentJob(conn, &job, received, streams)
+			running.end()
 			if len(job.Collect) > 0 && exit.Error == "" {
 				sendCollected(conn, job.Collect) // also when the program could not start
 			}
@@ -94,6 +118,51 @@ func agentMain(mode string) int {
 		if err := frame.WriteJSON(conn, frame.Exit, exit); err != nil || mode == modeOnce {
 			return 0
 		}
+	}
+}
+
+// running is the agent's job in progress, for the host's Kill frame: a
+// run the host stopped (a limit, a cancellation) ends with its processes
+// killed while the sandbox, and a session's scratch, stay.
+var running jobState
+
+type jobState struct {
+	mu     sync.Mutex
+	active bool // a job is between its Job frame and its Exit
+	killed bool // the host asked for the job's processes to be killed
+}
+
+func (j *jobState) begin() {
+	j.mu.Lock()
+	j.active, j.killed = true, false
+	j.mu.Unlock()
+}
+
+func (j *jobState) end() {
+	j.mu.Lock()
+	j.active = false
+	j.mu.Unlock()
+}
+
+// kill kills every process but the agent (kill(-1) from PID 1), when a
+// job is running; a Kill that arrives after the job ended is late and
+// ignored.
+func (j *jobState) kill() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.active {
+		j.killed = true
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+	}
+}
+
+// started is called once the job's program is forked: a Kill that came
+// before (while files were placed) kills it now.
+func (j *jobState) started() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.killed {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
 	}
 }
 
@@ -191,6 +260,9 @@ func runAgentJob(conn net.Conn, job *agentJob, received time.Time, streams [2]in
 	}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	if err == nil {
+		running.started()
+	}
 	for _, fd := range child {
 		syscall.Close(fd)
 	}

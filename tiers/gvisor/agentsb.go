@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -187,6 +188,15 @@ func (t *Tier) destroyLater(sb *sandbox) {
 	}
 }
 
+// stopGrace bounds how long a session's agent may take to kill a stopped
+// run's processes and report the run's end before the sandbox is
+// destroyed instead (and the session ends).
+const stopGrace = 5 * time.Second
+
+// errSandboxGone means an agent sandbox was gone before a job reached it
+// (a session's, which died between runs).
+var errSandboxGone = errors.New("the sandbox is gone")
+
 // errSandboxLost means an agent sandbox died or hung up mid-job.
 var errSandboxLost = errors.New("sandbox lost")
 
@@ -227,6 +237,12 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 				}
 				r.res.Image = digest(img)
 				return t.runCold(ctx, job, r, img, release)
+			}
+			if !ephemeral && errors.Is(err, syscall.EBUSY) {
+				// Nothing was changed, nothing reached the sandbox: a
+				// session goes on.
+				keep = true
+				return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: fmt.Sprintf("limits.memory_mb %d is below the memory the session's sandbox already holds (what runs left in /scratch, and memory the sandbox has not given back): give the run more memory", job.Limits.MemoryMB)})
 			}
 			return r.finish(fmt.Errorf("binding limits: %w", err))
 		}
@@ -286,10 +302,10 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	}
 	r.ready()
 	if err := frame.Write(sb.conn, frame.Job, payload); err != nil {
-		return r.finish(fmt.Errorf("handing over the job: %w", err))
+		return r.finish(fmt.Errorf("handing over the job: %w: %v", errSandboxGone, err))
 	}
 	out := newOutput(ctx, job.Limits.OutputBytes)
-	w := newWatcher(func() {
+	destroy := func() {
 		if _, err := t.runscOut(context.Background(), "delete", "--force", sb.id); err != nil && !notExist(err) {
 			logf("killing sandbox %s: %v", sb.id, err)
 		}
@@ -298,6 +314,40 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 			st.close()
 			att.Out.CloseWithError(errAttachEnded) // a caller that stopped reading must not hold the loop
 		}
+	}
+	// A stopped run: a single-job sandbox is destroyed with it. A
+	// session's is kept: the agent is told (a Kill frame) to kill the
+	// run's processes, and answers with the run's exit as usual; an agent
+	// that cannot be told, or does not answer within stopGrace, loses the
+	// sandbox (abandoned) and the session with it.
+	var (
+		settleMu  sync.Mutex
+		settled   bool // readAgent has returned
+		abandoned bool
+	)
+	abandon := func() {
+		settleMu.Lock()
+		if settled {
+			settleMu.Unlock()
+			return
+		}
+		abandoned = true
+		settleMu.Unlock()
+		destroy()
+	}
+	w := newWatcher(func() {
+		if ephemeral {
+			destroy()
+			return
+		}
+		_ = sb.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		err := frame.Write(sb.conn, frame.Kill, nil)
+		_ = sb.conn.SetWriteDeadline(time.Time{})
+		if err != nil {
+			abandon()
+			return
+		}
+		time.AfterFunc(stopGrace, abandon)
 	})
 	if att != nil {
 		att.Started(st.stdin())
@@ -308,6 +358,10 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	}
 	w.start(ctx, sb.cg, baseCPU, job.Limits, out)
 	exit, lost := readAgent(sb.conn, job, out, att, &r.res)
+	settleMu.Lock()
+	settled = true
+	kept := !ephemeral && !abandoned && lost == nil
+	settleMu.Unlock()
 	if att != nil {
 		// The program's stdout ends once it and what it left are gone,
 		// which the agent sees to before its exit report; past a lost
@@ -331,6 +385,9 @@ func (t *Tier) runAgentWith(ctx context.Context, sb *sandbox, job *airlock.Job, 
 	}
 	switch {
 	case stop != nil:
+		// The agent killed the run's processes and reported its end:
+		// a session goes on.
+		keep = kept
 		return r.finish(stop)
 	case lost != nil:
 		return r.finish(fmt.Errorf("running sandbox: %w: %v", errSandboxLost, lost))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -13,9 +14,11 @@ import (
 
 // OpenSession starts a sandbox kept across runs: files written to the
 // scratch persist between runs, processes do not (each run's leftovers are
-// killed when it ends). The session ends at Close, after opts.TTL of
-// idleness, or when a run is stopped by a limit (the sandbox is destroyed
-// with the run). Persistent workspaces are not supported.
+// killed when it ends). A run stopped by a limit or a cancellation ends
+// that run's processes only. The session ends at Close, after opts.TTL of
+// idleness, or when its sandbox is lost (it died, or its agent did not
+// stop a run); its later runs are then refused (not admitted), saying
+// why. Persistent workspaces are not supported.
 func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (airlock.Session, error) {
 	if t.avail != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", t.avail)
@@ -65,7 +68,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 		t.leave()
 		return nil, m.err
 	}
-	s := &session{t: t, id: id, sb: m.sb, ttl: opts.TTL}
+	s := &session{t: t, id: id, sb: m.sb, ttl: opts.TTL, used: time.Now()}
 	t.mu.Lock()
 	if t.closed { // Close did not see the session: end it here
 		t.mu.Unlock()
@@ -79,7 +82,7 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	t.sessions[s] = struct{}{}
 	t.mu.Unlock()
 	if s.ttl > 0 {
-		s.timer = time.AfterFunc(s.ttl, func() { _ = s.Close() })
+		s.timer = time.AfterFunc(s.ttl, s.expire)
 	}
 	return s, nil
 }
@@ -92,12 +95,32 @@ type session struct {
 
 	mu     sync.Mutex // one run at a time
 	sb     *sandbox   // nil once closed
-	reason string
+	reason string     // why it ended, as the refusal of a later run says
+	used   time.Time  // when the last run ended (or the session opened)
+	// lost is why its sandbox was lost, ending it; read without mu, which
+	// a run holds.
+	lost atomic.Pointer[string]
+	// stopping is set by end before it waits for mu: the run in progress
+	// is stopped (stop) and the runs waiting their turn are refused.
+	stopping atomic.Pointer[string]
+	stopMu   sync.Mutex
+	stop     context.CancelCauseFunc // the run in progress, or nil
 }
 
-var errSessionClosed = errors.New("session closed")
+// errClosing is the cause of a run stopped because its session was
+// closed.
+var errClosing = errors.New("the session was closed")
 
 func (s *session) ID() string { return s.id }
+
+// Ended says why the session ended by itself (its sandbox was lost), or
+// "" while it is open or once it was closed or expired.
+func (s *session) Ended() string {
+	if p := s.lost.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
 // Run runs a job in the session's sandbox.
 func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
@@ -122,8 +145,25 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sb == nil {
-		return r.finish(fmt.Errorf("session %s: %w (%s)", s.id, errSessionClosed, s.reason))
+		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "session " + s.id + " " + s.reason})
 	}
+	if why := s.stopping.Load(); why != nil {
+		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "session " + s.id + " " + *why})
+	}
+	// Closing the session stops this run.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	s.stopMu.Lock()
+	s.stop = stop
+	if s.stopping.Load() != nil { // a Close that came before stop was set
+		stop(errClosing)
+	}
+	s.stopMu.Unlock()
+	defer func() {
+		s.stopMu.Lock()
+		s.stop = nil
+		s.stopMu.Unlock()
+	}()
 	if err := s.sameImage(ctx, job.Image); err != nil {
 		return r.finish(err)
 	}
@@ -132,36 +172,69 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		s.timer.Stop()
 	}
 	sb := s.sb
-	// runAgent keeps the sandbox after a clean run, or a run refused before
-	// anything reached it; otherwise the sandbox is being destroyed and the
-	// session is over.
+	// runAgent keeps the sandbox after a clean run, a stopped one whose
+	// processes the agent killed, or a run refused before anything reached
+	// it; otherwise the sandbox is being destroyed and the session is over.
 	res, err := s.t.runAgent(ctx, sb, &job, r, false)
 	if sb.gone {
-		why := "ended by a failed run: "
-		if errors.Is(err, errSandboxLost) || isStop(err) {
-			why = "ended by a stopped run: "
+		why := "its sandbox was lost in a run"
+		if errors.Is(err, errSandboxGone) {
+			why = "its sandbox died between runs"
+		} else if err != nil {
+			why += " that ended with: " + err.Error()
 		}
-		s.forget(why + err.Error())
+		s.forget("ended: " + why)
+		s.lost.Store(&why)
+		if errors.Is(err, errSandboxGone) {
+			// Nothing of this run ran: it is refused as the later ones.
+			ended := &airlock.NotAdmitted{Tier: Name, Reason: "session " + s.id + " " + s.reason}
+			res.Stdout, res.Stderr = "", ""
+			res.SetError(ended)
+			return res, ended
+		}
 		return res, err
 	}
+	s.used = time.Now()
 	if s.timer != nil {
 		s.timer.Reset(s.ttl)
 	}
 	return res, err
 }
 
-func isStop(err error) bool {
-	_, ok := airlock.AsStop(err)
-	return ok
-}
-
 // Close destroys the session's sandbox. It is safe to call more than once.
-func (s *session) Close() error {
+func (s *session) Close() error { return s.end("is closed") }
+
+// end destroys the session's sandbox, which later runs are told with
+// reason.
+func (s *session) end(reason string) error {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.stopping.CompareAndSwap(nil, &reason)
+	s.stopMu.Lock()
+	if s.stop != nil {
+		s.stop(errClosing)
+	}
+	s.stopMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.endLocked(reason)
+}
+
+// expire ends the session once it has been idle for its TTL: a timer that
+// fired as a run began finds the session used since, and leaves it (the
+// run resets the timer when it ends).
+func (s *session) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.used) < s.ttl {
+		return
+	}
+	_ = s.endLocked(fmt.Sprintf("expired after %v idle", s.ttl))
+}
+
+// endLocked is end, with s.mu held.
+func (s *session) endLocked(reason string) error {
 	if s.sb == nil {
 		return nil
 	}
@@ -169,7 +242,7 @@ func (s *session) Close() error {
 	sb.hangUp()
 	err := s.t.destroy(sb.id, sb.dir, true)
 	sb.release()
-	s.forget("closed")
+	s.forget(reason)
 	return err
 }
 

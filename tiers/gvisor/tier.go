@@ -264,7 +264,7 @@ func (t *Tier) Close() error {
 	t.mu.Unlock()
 	var errs []error
 	for _, s := range open {
-		errs = append(errs, s.Close())
+		errs = append(errs, s.end("is closed: the tier was closed"))
 	}
 	t.bg.Wait()
 	t.mu.Lock()

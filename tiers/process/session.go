@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
@@ -34,6 +35,13 @@ type Session struct {
 
 	mu     sync.Mutex // one run at a time
 	closed bool
+	// closing is set by Close before it waits for mu: the run in
+	// progress is stopped (stop) and the runs waiting their turn are
+	// refused.
+	closing atomic.Bool
+	stopMu  sync.Mutex
+	stop    context.CancelCauseFunc // the run in progress, or nil
+	used    time.Time               // when the last run ended (or the session opened)
 	// img is the session's image, acquired by its first run and held
 	// until it is closed (nil before the first run, and without a
 	// resolver).
@@ -96,10 +104,27 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 			return nil, fmt.Errorf("opening session: %w", err)
 		}
 	}
+	s.used = time.Now()
 	if s.ttl > 0 {
-		s.timer = time.AfterFunc(s.ttl, func() { _ = s.Close() })
+		s.timer = time.AfterFunc(s.ttl, s.expire)
 	}
 	return s, nil
+}
+
+// errClosing is the cause of a run stopped because its session was
+// closed.
+var errClosing = errors.New("the session was closed")
+
+// expire closes the session once it has been idle for its TTL: a timer
+// that fired as a run began finds the session used since, and leaves it
+// (the run resets the timer when it ends).
+func (s *Session) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || time.Since(s.used) < s.ttl {
+		return
+	}
+	_ = s.closeLocked()
 }
 
 // holdWorkspace opens the workspace directory dir and takes its lock,
@@ -186,7 +211,7 @@ func (s *Session) Dir() string { return s.dir }
 func (s *Session) Run(ctx context.Context, job airlock.Job) (airlock.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || s.closing.Load() {
 		res := airlock.Result{Tier: s.t.name, Level: s.t.level}
 		err := &airlock.NotAdmitted{Tier: s.t.name, Reason: "session " + s.id + " is closed"}
 		res.SetError(err)
@@ -194,8 +219,25 @@ func (s *Session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	}
 	if s.timer != nil {
 		s.timer.Stop()
-		defer s.timer.Reset(s.ttl)
+		defer func() {
+			s.used = time.Now()
+			s.timer.Reset(s.ttl)
+		}()
 	}
+	// Closing the session stops this run.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	s.stopMu.Lock()
+	s.stop = stop
+	if s.closing.Load() { // a Close that came before stop was set
+		stop(errClosing)
+	}
+	s.stopMu.Unlock()
+	defer func() {
+		s.stopMu.Lock()
+		s.stop = nil
+		s.stopMu.Unlock()
+	}()
 	return s.t.run(ctx, job, s)
 }
 
@@ -221,8 +263,19 @@ func (s *Session) imageFor(ctx context.Context, ref string) (*image.Image, error
 // Close ends the session: its scratch tmpfs is unmounted and removed (a
 // workspace stays), and its image released.
 func (s *Session) Close() error {
+	s.closing.Store(true)
+	s.stopMu.Lock()
+	if s.stop != nil {
+		s.stop(errClosing)
+	}
+	s.stopMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.closeLocked()
+}
+
+// closeLocked is Close, with s.mu held.
+func (s *Session) closeLocked() error {
 	if s.closed {
 		return nil
 	}

@@ -20,14 +20,18 @@ import (
 	"io"
 )
 
-// Type says what a frame carries. Host to agent: Job, then Stdin for an
-// attached job. Agent to host:
+// Type says what a frame carries. Host to agent: Job, then Kill to stop
+// the job's processes before they end. Agent to host:
 // Ready, Stdout, Stderr, Files, Exit, Fail. A tier may use a subset.
 type Type byte
 
 // The frame types.
 const (
-	Job    Type = 'J' // the job (JSON)
+	Job Type = 'J' // the job (JSON)
+	// Kill asks the agent to kill every process of the job it runs (no
+	// payload); it answers with the job's Exit as usual. A Kill that
+	// finds no job running is ignored.
+	Kill   Type = 'K'
 	Ready  Type = 'R' // the agent is up and waits for its job (JSON)
 	Stdout Type = 'O' // a chunk of the job's standard output
 	Stderr Type = 'E' // a chunk of the job's standard error
@@ -66,6 +70,8 @@ func Limit(t Type) (int, bool) {
 		return MaxChunk, true
 	case Ready, Exit, Fail:
 		return MaxSmall, true
+	case Kill:
+		return 0, true
 	}
 	return 0, false
 }

@@ -1,0 +1,74 @@
+package process
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock"
+)
+
+// TestSessionCloseStopsRun: closing a session stops the run in progress
+// in it (stopped: killed, saying the session was closed) rather than
+// waiting for the run's wall clock, and refuses the run waiting its turn.
+func TestSessionCloseStopsRun(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		s, err := tier.OpenSession(context.Background(), airlock.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		long := cmdJob("sleep", "60")
+		long.Limits.WallMS = 60_000
+		type ran struct{ err error }
+		first, second := make(chan ran, 1), make(chan ran, 1)
+		go func() { _, err := s.Run(context.Background(), long); first <- ran{err} }()
+		time.Sleep(time.Second) // the first run holds the session
+		go func() { _, err := s.Run(context.Background(), long); second <- ran{err} }()
+		time.Sleep(300 * time.Millisecond)
+		start := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("Close took %v: it waited for the run", d)
+		}
+		r := <-first
+		if st, ok := airlock.AsStop(r.err); !ok || st.Reason != airlock.StopKilled || !strings.Contains(st.Detail, "closed") {
+			t.Errorf("the run in progress: want stopped: killed by the close, got %v", r.err)
+		}
+		if r := <-second; airlock.KindOf(r.err) != airlock.ErrNotAdmitted || !strings.Contains(r.err.Error(), "closed") {
+			t.Errorf("the run waiting its turn: want refused as the session is closed, got %v", r.err)
+		}
+	})
+}
+
+// TestSessionTTLDuringRun: a TTL timer that fires while a run is in
+// progress (it had fired as the run began) does not end the session once
+// the run is over: the session was not idle.
+func TestSessionTTLDuringRun(t *testing.T) {
+	forBothTiers(t, func(t *testing.T, tier *Tier, cfg Config) {
+		sess, err := tier.OpenSession(context.Background(), airlock.SessionOptions{TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		s := sess.(*Session)
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Run(context.Background(), cmdJob("sh", "-c", "echo kept > k.txt; sleep 2"))
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		s.timer.Reset(time.Millisecond) // as if it had fired as the run began
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		res, err := s.Run(context.Background(), cmdJob("cat", "k.txt"))
+		if err != nil || res.Stdout != "kept\n" {
+			t.Fatalf("the run after: want the session open, got %v (%+v)", err, res)
+		}
+	})
+}
