@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/httpguard"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 )
@@ -212,34 +213,60 @@ func httpBearer(addr, keyFile string) ([]byte, error) {
 	return bytes.TrimSpace(key), nil
 }
 
+// wrapSessionTimeout closes a client's MCP session on mcp-wrap --http
+// once it has sent no request for this long (as airlock mcp --http's
+// default session TTL): a client that goes away without DELETE would
+// otherwise hold one of the sessions for good.
+const wrapSessionTimeout = 10 * time.Minute
+
 // serveWrapHTTP serves srv as streamable HTTP at /mcp on addr until ctx
 // ends. Every request carries the bearer key; the SDK refuses a loopback
 // request with another Host (DNS rebinding) and the cross-origin check a
-// browser's request from another site.
+// browser's request from another site. What one client may hold is
+// bounded as airlock serve bounds it (httpguard): headers and body must
+// arrive in time, and at most httpguard.MaxMCPSessions sessions are open.
 func serveWrapHTTP(ctx context.Context, e *env, srv *mcp.Server, addr string, key []byte) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{CrossOriginProtection: http.NewCrossOriginProtection(), MaxRequestBodyBytes: 4 << 20})
-	want := append([]byte("Bearer "), key...)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock mcp-wrap"`)
-			http.Error(w, "a bearer key is needed (Authorization: Bearer KEY, the key of --http-key)", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := httpguard.NewServer(wrapHTTPHandler(srv, key, httpguard.BodyReadTimeout))
 	fmt.Fprintf(e.stderr, "airlock: MCP on http://%s/mcp\n", ln.Addr())
 	go func() { <-ctx.Done(); _ = hs.Close() }()
 	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// wrapHTTPHandler is mcp-wrap's /mcp: srv behind the bearer key, with
+// request bodies given bodyTimeout to arrive and new sessions refused
+// (429) past httpguard.MaxMCPSessions.
+func wrapHTTPHandler(srv *mcp.Server, key []byte, bodyTimeout time.Duration) http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{CrossOriginProtection: http.NewCrossOriginProtection(), MaxRequestBodyBytes: 4 << 20, SessionTimeout: wrapSessionTimeout})
+	want := append([]byte("Bearer "), key...)
+	var room httpguard.MCPRoom
+	mux := http.NewServeMux()
+	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock mcp-wrap"`)
+			w.Header().Set("Connection", "close")
+			http.Error(w, "a bearer key is needed (Authorization: Bearer KEY, the key of --http-key)", http.StatusUnauthorized)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			done, n, ok := room.Enter(srv)
+			if !ok {
+				w.Header().Set("Retry-After", "5")
+				http.Error(w, fmt.Sprintf("%d MCP sessions are open or opening (the maximum is %d); end one with DELETE, or wait until one is idle for %v", n, httpguard.MaxMCPSessions, wrapSessionTimeout), http.StatusTooManyRequests)
+				return
+			}
+			defer done()
+		}
+		h.ServeHTTP(w, r)
+	})
+	return httpguard.BodyDeadline(mux, func() time.Duration { return bodyTimeout })
 }
 
 // readKeyFile reads a secret key file, refusing one that group or others
