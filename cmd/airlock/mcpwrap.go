@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -36,10 +37,14 @@ const mcpWrapOutput = 1 << 30
 func mcpWrapCmd(ctx context.Context, e *env) int {
 	c := commands["mcp-wrap"]
 	fs := e.flags(c)
+	// The flags of a command job that runs attached on the process or
+	// gVisor tier (the others refuse attached jobs); its life is
+	// --max-lifetime's, not --wall's.
 	var jf jobFlags
-	jf.register(fs, false)
+	onlyFlags(fs, func(fs *flag.FlagSet) { jf.register(fs, false) },
+		"tier", "situation", "memory", "output", "allow-read", "read", "read-at", "copy", "allow-net", "scratch", "allow-spawn", "image", "secret", "env", "file")
 	var rf routerFlags // the tiers' flags; --policy here is the tool policy
-	rf.tiers.register(fs)
+	rf.tiers.registerOnly(fs, "process-pool", "gvisor-pool", "image-pool", "hosts", "egress-log", "images", "registry-auth")
 	policyFile := fs.String("policy", "", "per-tool policy `FILE` (YAML or JSON: default, max_args_bytes, roots, path_args, refuse, tools: NAME: allow, approval, max_args_bytes, rate_per_minute, path_args, roots, refuse; see docs/mcp-wrap.md)")
 	var outHosts stringList
 	fs.Var(&outHosts, "output-host", "a `HOST` links and images in results may point to (repeatable; default: none)")
