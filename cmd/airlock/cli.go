@@ -160,6 +160,7 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 		return nil, nil, exitOK, false
 	}
 	args := e.args
+	fs.VisitAll(onceOnly)
 	// The flag package prints the whole usage after any error; a bad value
 	// deserves one line, and only -h the whole usage.
 	usage := fs.Usage
@@ -191,6 +192,45 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 		pos = append(pos, left[0])
 		args = left[1:]
 	}
+}
+
+// onceOnly makes f, if it takes one value (a string, number, boolean or
+// duration: the flag package's own kinds; the repeatable ones are lists),
+// refuse a second value that differs from its first: with the last one
+// silently winning, `--situation public ... --situation internal` would
+// run as the later one whoever reads the command line.
+func onceOnly(f *flag.Flag) {
+	g, ok := f.Value.(flag.Getter)
+	if _, done := f.Value.(*onceValue); !ok || done {
+		return
+	}
+	f.Value = &onceValue{Getter: g}
+}
+
+// onceValue is a single-valued flag that may be given twice only with the
+// same value.
+type onceValue struct {
+	flag.Getter
+	set   bool
+	first string
+}
+
+func (o *onceValue) Set(s string) error {
+	before := o.Get()
+	if err := o.Getter.Set(s); err != nil {
+		return err
+	}
+	if o.set && o.Get() != before {
+		return fmt.Errorf("given twice with different values (first %q)", o.first)
+	}
+	o.set, o.first = true, s
+	return nil
+}
+
+// IsBoolFlag keeps a boolean flag valueless on the command line.
+func (o *onceValue) IsBoolFlag() bool {
+	b, ok := o.Getter.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // parseFlagsOnly parses flags for a subcommand that takes no positional

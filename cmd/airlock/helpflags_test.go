@@ -230,3 +230,37 @@ func imageDir() string {
 	}
 	return image.DefaultDir()
 }
+
+// TestFlagGivenTwice: a flag that takes one value, given twice with
+// different values, is refused in one line rather than the last silently
+// winning; the same value twice, and a repeatable flag, are taken.
+func TestFlagGivenTwice(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--situation", "public", "--situation", "internal", "--", "true"},
+		{"run", "--tier", "process", "--json", "--tier", "gvisor", "--", "true"},
+		{"eval", "--memory", "64", "1", "--memory", "128"},
+		{"eval", "--json", "--json=false", "1"},
+		{"mcp-wrap", "--http", "127.0.0.1:1", "--http", "127.0.0.1:2", "--", "true"},
+		{"serve", "--listen", "127.0.0.1:1", "--listen", "127.0.0.1:2"},
+		{"tiers", "--images", "/a", "--images", "/b"},
+		{"sanitize", "--html", "--html=false"},
+	} {
+		out, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		assert.Contains(t, out+errOut, "given twice with different values", args)
+		if wantsJSON(args) {
+			assert.Contains(t, out, `"kind": "invalid"`, args) // --json: one Result, also for a bad flag
+		} else {
+			assert.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+		}
+	}
+	for _, args := range [][]string{
+		{"eval", "--memory", "64", "--memory", "64", "1"},
+		{"eval", "--json", "--json", "1"},
+		{"eval", "--wall", "1s", "--wall", "1000ms", "1"},
+		{"sanitize", "--allow", "a.example", "--allow", "b.example"},
+	} {
+		_, errOut, code := run(t, "", args...)
+		assert.Equal(t, exitOK, code, "%v: %s", args, errOut)
+	}
+}
