@@ -65,7 +65,10 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		return code
 	}
 	if len(pos) > 0 || len(rest) == 0 {
-		return e.fail(jobs.Invalid("", "want: airlock mcp-wrap [flags] -- CMD [ARGS...]"))
+		return e.missingArgs("takes the server's command after --: airlock mcp-wrap [flags] -- CMD [ARGS...]")
+	}
+	if err := wrapFlagsAgree(fs, *approveTool != "", *callTimeout, *maxResult, *approveTTL, *maxLifetime, *idleTimeout); err != nil {
+		return e.fail(err)
 	}
 	var signer *approve.Signer
 	if *keyFile != "" {
@@ -101,9 +104,6 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		if policy, err = mcpwrap.LoadPolicy(*policyFile); err != nil {
 			return e.fail(jobs.Invalid("policy", "%v", err))
 		}
-	}
-	if *maxLifetime < time.Second || *idleTimeout < 0 {
-		return e.fail(jobs.Invalid("max-lifetime", "want a lifetime of at least 1s and an idle timeout of 0 or more"))
 	}
 	job := airlock.Job{Kind: airlock.KindCommand, Argv: rest}
 	// The server's sandbox lives as long as the agent's session, up to
@@ -189,6 +189,36 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		return e.fail(rerr)
 	}
 	return exitOK
+}
+
+// wrapFlagsAgree refuses mcp-wrap's durations and sizes out of range, and
+// the flags of issuing a token (--approve) given without it, which would
+// otherwise be ignored.
+func wrapFlagsAgree(fs *flag.FlagSet, approving bool, callTimeout time.Duration, maxResult int, ttl, lifetime, idle time.Duration) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "args", "approval-tenant", "approval-ttl":
+			if !approving && err == nil {
+				err = jobs.Invalid(f.Name, "is for --approve TOOL (issuing a token), which is not given")
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return err
+	case callTimeout <= 0:
+		return jobs.Invalid("call-timeout", "want a duration above 0, such as 60s")
+	case maxResult <= 0:
+		return jobs.Invalid("max-result", "want a number of bytes above 0")
+	case ttl <= 0:
+		return jobs.Invalid("approval-ttl", "want a duration above 0, such as 15m")
+	case lifetime < time.Second:
+		return jobs.Invalid("max-lifetime", "want a lifetime of at least 1s")
+	case idle < 0:
+		return jobs.Invalid("idle-timeout", "want 0 (never) or a duration above 0")
+	}
+	return nil
 }
 
 // httpBearer checks mcp-wrap's HTTP flags and returns the key clients
