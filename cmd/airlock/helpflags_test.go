@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
@@ -262,5 +263,30 @@ func TestFlagGivenTwice(t *testing.T) {
 	} {
 		_, errOut, code := run(t, "", args...)
 		assert.Equal(t, exitOK, code, "%v: %s", args, errOut)
+	}
+}
+
+// TestErrorsArePrintable: a path or name holding a line break, a terminal
+// escape or a byte that is not UTF-8, named in an error, is written
+// escaped: the error stays one printable line.
+func TestErrorsArePrintable(t *testing.T) {
+	bad := "/no\nsuch\x1b[31m\xff"
+	for _, args := range [][]string{
+		{"run", "--tier", "process", "--allow-read", bad, "--", "true"},
+		{"run", "--tier", "process", "--secret", "X\xff", "--", "true"},
+		{"run", bad},
+		{"explain", bad},
+		{"mcp-wrap", "--policy", bad, "--", "true"},
+		{"serve", "--config", bad},
+		{"mcp", "--config", bad},
+		{"replay", bad},
+		{"audit", "verify", bad},
+		{"proxy", "--policy", bad},
+	} {
+		_, errOut, code := run(t, "", args...)
+		assert.NotEqual(t, exitOK, code, args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "%q: one line: %q", args, errOut)
+		assert.True(t, utf8.ValidString(errOut), "%q: not UTF-8: %q", args, errOut)
+		assert.NotContains(t, errOut, "\x1b", args)
 	}
 }
