@@ -105,7 +105,18 @@ func TestMCPWrapHTTPSessionFlood(t *testing.T) {
 	close(start)
 	wg.Wait()
 	close(sids)
-	assert.Equal(t, int64(httpguard.MaxMCPSessions), opened.Load(), "sessions opened by a flood of %d", 2*httpguard.MaxMCPSessions)
+	// Requests in flight count as sessions opening, so a flood at once may
+	// be refused some short of the maximum, never past it.
+	n := int(opened.Load())
+	require.True(t, n > 0 && n <= httpguard.MaxMCPSessions, "sessions opened by a flood of %d: %d", 2*httpguard.MaxMCPSessions, n)
+	// Filled one at a time, it holds exactly the maximum.
+	var more []string
+	for n < httpguard.MaxMCPSessions {
+		status, sid := guardPost(t, addr)
+		require.Equal(t, http.StatusOK, status, "session %d of %d", n+1, httpguard.MaxMCPSessions)
+		more = append(more, sid)
+		n++
+	}
 	status, _ := guardPost(t, addr)
 	assert.Equal(t, http.StatusTooManyRequests, status, "a session past the maximum")
 
@@ -123,7 +134,7 @@ func TestMCPWrapHTTPSessionFlood(t *testing.T) {
 
 	req, _ := http.NewRequest("DELETE", "http://"+addr+"/mcp", nil)
 	req.Header.Set("Authorization", "Bearer "+guardKey)
-	req.Header.Set("Mcp-Session-Id", <-sids)
+	req.Header.Set("Mcp-Session-Id", append(more, <-sids)[0])
 	dr, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	dr.Body.Close()
