@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/httpguard"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 )
 
@@ -160,39 +161,13 @@ func readError(err error, what string) error {
 	return jobs.Invalid("", "reading %s: %s", what, err.Error())
 }
 
-// bodyReadTimeout bounds how long a request body may take to arrive: a
-// client that declares a body and sends it slowly, or never, would hold
-// its connection (and, past a MiB, a large-body slot) for ever.
-var bodyReadTimeout = time.Minute
+// bodyReadTimeout bounds how long a request body may take to arrive (a
+// variable for the tests that wait it out).
+var bodyReadTimeout = httpguard.BodyReadTimeout
 
-// withBodyDeadline sets a read deadline on requests with a body and lifts
-// it once the body has been read to its end, so that a response streamed
-// for longer is not cut off.
+// withBodyDeadline bounds how long a request's body may take to arrive.
 func withBodyDeadline(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-type deadlineBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.done {
-		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
-	}
-	return n, err
+	return httpguard.BodyDeadline(h, func() time.Duration { return bodyReadTimeout })
 }
 
 // answerWriteTimeout bounds how long one write of an answer may wait for

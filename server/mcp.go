@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/egress/sanitize"
 	"github.com/airlock-sandbox/airlock/escalate"
+	"github.com/airlock-sandbox/airlock/internal/httpguard"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/internal/version"
@@ -189,25 +190,20 @@ func (s *Server) mcpHandler() http.Handler {
 }
 
 // maxMCPSessions bounds a tenant's open MCP sessions on /mcp.
-const maxMCPSessions = 256
+const maxMCPSessions = httpguard.MaxMCPSessions
 
 // mcpRoom refuses a new MCP session for t while it has maxMCPSessions
 // open (each is closed when idle for the session TTL, or by DELETE). The
 // requests opening one count until done is called, once the request is
-// served: requests that come at once cannot all see room for one more.
+// served.
 func (s *Server) mcpRoom(t *tenant) (done func(), err error) {
 	srv, err := s.mcpFor(t)
 	if err != nil {
 		return nil, err
 	}
-	n := int(t.mcpOpening.Add(1))
-	for range srv.Sessions() {
-		n++
-	}
-	done = func() { t.mcpOpening.Add(-1) }
-	if n > maxMCPSessions {
-		done()
-		return nil, &overloaded{fmt.Sprintf("tenant %s has %d MCP sessions open or opening (the maximum is %d); end one with DELETE, or wait until one is idle for the session TTL", t.Name, n-1, maxMCPSessions), 5}
+	done, n, ok := t.mcpOpening.Enter(srv)
+	if !ok {
+		return nil, &overloaded{fmt.Sprintf("tenant %s has %d MCP sessions open or opening (the maximum is %d); end one with DELETE, or wait until one is idle for the session TTL", t.Name, n, maxMCPSessions), 5}
 	}
 	return done, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/escalate"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/hostpath"
+	"github.com/airlock-sandbox/airlock/internal/httpguard"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 	"github.com/airlock-sandbox/airlock/internal/state"
 )
@@ -68,7 +69,7 @@ type tenant struct {
 	nsess     int           // open sessions, under Server.mu
 	// mcpOpening counts the requests opening an MCP session on /mcp that
 	// are being served (see mcpRoom).
-	mcpOpening atomic.Int64
+	mcpOpening httpguard.MCPRoom
 }
 
 // Server serves the API. Build it with [New]; it owns the tiers it was
@@ -305,13 +306,8 @@ func (s *Server) Router() *escalate.Router { return s.router }
 // it stops accepting, lets running jobs finish for the configured grace,
 // cancels what is left, and closes every session and tier.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.handler,
-		BaseContext:       func(net.Listener) context.Context { return s.base },
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
+	hs := httpguard.NewServer(s.handler)
+	hs.BaseContext = func(net.Listener) context.Context { return s.base }
 	hs.RegisterOnShutdown(s.console.endStreams) // event streams never go idle
 	hs.RegisterOnShutdown(s.closeWrapped)       // nor do wrapped servers' sessions
 	errc := make(chan error, 1)

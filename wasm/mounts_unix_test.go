@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 )
 
 // TestGrantSpecialFiles: opening a named pipe blocks until a writer comes,
@@ -45,5 +46,29 @@ func TestGrantSpecialFiles(t *testing.T) {
 		}
 		<-done
 		t.Fatal("a run opening a pipe in a grant was still blocked 20 s after its 2 s wall clock")
+	}
+}
+
+// TestGrantThroughLink: a read grant named through a symbolic link, once
+// resolved as every caller resolves grants (hostpath), is found at the
+// path it was named by.
+func TestGrantThroughLink(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	base, err := os.MkdirTemp("/var/tmp", "airlock-link-") // not under /tmp: see hostpath
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	must(t, os.Mkdir(filepath.Join(base, "data"), 0o755))
+	must(t, os.WriteFile(filepath.Join(base, "data", "f.txt"), []byte("through the link"), 0o644))
+	link := filepath.Join(base, "link")
+	must(t, os.Symlink("data", link))
+	roots, err := hostpath.NewRoots([]string{link}, nil)
+	must(t, err)
+	job := airlock.Job{Kind: airlock.KindWasm, Module: guest(t), Argv: []string{"read", link + "/f.txt"},
+		Grants: airlock.Grants{FS: airlock.FSGrant{Read: []string{link}}}}
+	must(t, roots.ResolveFS(&job.Grants.FS))
+	res, err := tier.Run(context.Background(), job)
+	must(t, err)
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "through the link") {
+		t.Fatalf("reading through the link's path: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }

@@ -82,7 +82,7 @@ func TestCorpusCommandJSON(t *testing.T) {
 }
 
 func TestCorpusCommandUsage(t *testing.T) {
-	for _, args := range [][]string{{"--tiers", "nope"}, {"--parallel", "0"}, {"stray"}, {"--cases", "no/such-case"}} {
+	for _, args := range [][]string{{"--tiers", "nope"}, {"--parallel", "0"}, {"stray"}, {"--cases", "no/such-case"}, {"--areas", "no-such-area"}, {"--areas", "expr,no-such-area"}} {
 		if _, _, code := corpusRun(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
 		}

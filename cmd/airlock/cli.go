@@ -9,8 +9,11 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/version"
@@ -160,6 +163,7 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 		return nil, nil, exitOK, false
 	}
 	args := e.args
+	fs.VisitAll(onceOnly)
 	// The flag package prints the whole usage after any error; a bad value
 	// deserves one line, and only -h the whole usage.
 	usage := fs.Usage
@@ -191,6 +195,45 @@ func (e *env) parse(fs *flag.FlagSet) (pos, rest []string, code int, ok bool) {
 		pos = append(pos, left[0])
 		args = left[1:]
 	}
+}
+
+// onceOnly makes f, if it takes one value (a string, number, boolean or
+// duration: the flag package's own kinds; the repeatable ones are lists),
+// refuse a second value that differs from its first: with the last one
+// silently winning, `--situation public ... --situation internal` would
+// run as the later one whoever reads the command line.
+func onceOnly(f *flag.Flag) {
+	g, ok := f.Value.(flag.Getter)
+	if _, done := f.Value.(*onceValue); !ok || done {
+		return
+	}
+	f.Value = &onceValue{Getter: g}
+}
+
+// onceValue is a single-valued flag that may be given twice only with the
+// same value.
+type onceValue struct {
+	flag.Getter
+	set   bool
+	first string
+}
+
+func (o *onceValue) Set(s string) error {
+	before := o.Get()
+	if err := o.Getter.Set(s); err != nil {
+		return err
+	}
+	if o.set && o.Get() != before {
+		return fmt.Errorf("given twice with different values (first %q)", o.first)
+	}
+	o.set, o.first = true, s
+	return nil
+}
+
+// IsBoolFlag keeps a boolean flag valueless on the command line.
+func (o *onceValue) IsBoolFlag() bool {
+	b, ok := o.Getter.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // parseFlagsOnly parses flags for a subcommand that takes no positional
@@ -255,8 +298,38 @@ func (e *env) fail(err error) int {
 		// "invalid job" would send the reader looking for a job.
 		msg = strings.TrimPrefix(msg, "invalid job: ")
 	}
-	fmt.Fprintf(e.stderr, "airlock: %s\n", msg)
+	// A compile or runtime error keeps its lines (a traceback); any other
+	// is one line.
+	k := airlock.KindOf(err)
+	fmt.Fprintf(e.stderr, "airlock: %s\n", printable(msg, k == airlock.ErrCompile || k == airlock.ErrRuntime))
 	return exitCode(err)
+}
+
+// printable is msg fit for one line of a terminal: a byte that is not
+// UTF-8 and a character that is not printable (a line break, a terminal
+// escape), which an argument or a path named in an error may hold, are
+// written as Go escapes (\xff, \n, \x1b); with lines, a line break and
+// a tab are kept.
+func printable(msg string, lines bool) string {
+	odd := func(r rune) bool { return !unicode.IsPrint(r) && !(lines && (r == '\n' || r == '\t')) }
+	if utf8.ValidString(msg) && !strings.ContainsFunc(msg, odd) {
+		return msg
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		r, n := utf8.DecodeRuneInString(msg[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, msg[i])
+		case odd(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(msg[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 func exitCode(err error) int {

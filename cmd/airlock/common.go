@@ -532,6 +532,25 @@ type jobCommand struct {
 	pos, rest []string
 }
 
+// evalJobFlags are the job flags an expression takes.
+var evalJobFlags = []string{"tier", "situation", "input", "clock", "seed", "wall", "memory", "output", "steps"}
+
+// onlyFlags registers on fs the flags register would, but only those
+// named, in that order: a subcommand lists, and takes, only the flags
+// that apply to it. A flag kept is the same flag (its value, usage and
+// default).
+func onlyFlags(fs *flag.FlagSet, register func(*flag.FlagSet), names ...string) {
+	all := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	register(all)
+	for _, n := range names {
+		f := all.Lookup(n)
+		if f == nil {
+			panic("onlyFlags: no flag --" + n)
+		}
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
+}
+
 // parseJobCommand registers the shared flags for the named command (files
 // says whether --file applies), parses the arguments and returns them; when
 // ok is false the command returns code.
@@ -541,8 +560,16 @@ func (e *env) parseJobCommand(name, jsonHelp string, files bool) (jc *jobCommand
 	if name == "run" {
 		fs.StringVar(jc.job, "job", "", "run the Job written as JSON in `FILE` (- for stdin)")
 	}
-	jc.jf.register(fs, files)
-	jc.rf.register(fs)
+	if name == "eval" {
+		// An expression runs in-process on the expr tier: it takes its
+		// input and limits, and none of a program's grants or the other
+		// tiers' settings.
+		onlyFlags(fs, func(fs *flag.FlagSet) { jc.jf.register(fs, false) }, evalJobFlags...)
+		onlyFlags(fs, jc.rf.register, "policy")
+	} else {
+		jc.jf.register(fs, files)
+		jc.rf.register(fs)
+	}
 	if wantsJSON(e.args) {
 		// --json promises one Result on stdout, also for a bad flag.
 		e.flagFailed = func(msg string) {

@@ -8,8 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/httpguard"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -67,7 +67,7 @@ func mcpCmd(ctx context.Context, e *env) int {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", srv.MCPHandler())
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		hs := httpguard.NewServer(mux)
 		fmt.Fprintf(e.stderr, "airlock: MCP on http://%s/mcp\n", ln.Addr())
 		go func() { <-ctx.Done(); _ = hs.Close() }()
 		if err := hs.Serve(ln); err != nil && err != http.ErrServerClosed {

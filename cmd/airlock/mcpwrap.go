@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/approve"
+	"github.com/airlock-sandbox/airlock/internal/httpguard"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
 	"github.com/airlock-sandbox/airlock/internal/mcpwrap"
 )
@@ -35,10 +37,14 @@ const mcpWrapOutput = 1 << 30
 func mcpWrapCmd(ctx context.Context, e *env) int {
 	c := commands["mcp-wrap"]
 	fs := e.flags(c)
+	// The flags of a command job that runs attached on the process or
+	// gVisor tier (the others refuse attached jobs); its life is
+	// --max-lifetime's, not --wall's.
 	var jf jobFlags
-	jf.register(fs, false)
+	onlyFlags(fs, func(fs *flag.FlagSet) { jf.register(fs, false) },
+		"tier", "situation", "memory", "output", "allow-read", "read", "read-at", "copy", "allow-net", "scratch", "allow-spawn", "image", "secret", "env", "file")
 	var rf routerFlags // the tiers' flags; --policy here is the tool policy
-	rf.tiers.register(fs)
+	rf.tiers.registerOnly(fs, "process-pool", "gvisor-pool", "image-pool", "hosts", "egress-log", "images", "registry-auth")
 	policyFile := fs.String("policy", "", "per-tool policy `FILE` (YAML or JSON: default, max_args_bytes, roots, path_args, refuse, tools: NAME: allow, approval, max_args_bytes, rate_per_minute, path_args, roots, refuse; see docs/mcp-wrap.md)")
 	var outHosts stringList
 	fs.Var(&outHosts, "output-host", "a `HOST` links and images in results may point to (repeatable; default: none)")
@@ -59,7 +65,10 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		return code
 	}
 	if len(pos) > 0 || len(rest) == 0 {
-		return e.fail(jobs.Invalid("", "want: airlock mcp-wrap [flags] -- CMD [ARGS...]"))
+		return e.missingArgs("takes the server's command after --: airlock mcp-wrap [flags] -- CMD [ARGS...]")
+	}
+	if err := wrapFlagsAgree(fs, *approveTool != "", *callTimeout, *maxResult, *approveTTL, *maxLifetime, *idleTimeout); err != nil {
+		return e.fail(err)
 	}
 	var signer *approve.Signer
 	if *keyFile != "" {
@@ -95,9 +104,6 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 		if policy, err = mcpwrap.LoadPolicy(*policyFile); err != nil {
 			return e.fail(jobs.Invalid("policy", "%v", err))
 		}
-	}
-	if *maxLifetime < time.Second || *idleTimeout < 0 {
-		return e.fail(jobs.Invalid("max-lifetime", "want a lifetime of at least 1s and an idle timeout of 0 or more"))
 	}
 	job := airlock.Job{Kind: airlock.KindCommand, Argv: rest}
 	// The server's sandbox lives as long as the agent's session, up to
@@ -185,6 +191,36 @@ func mcpWrapCmd(ctx context.Context, e *env) int {
 	return exitOK
 }
 
+// wrapFlagsAgree refuses mcp-wrap's durations and sizes out of range, and
+// the flags of issuing a token (--approve) given without it, which would
+// otherwise be ignored.
+func wrapFlagsAgree(fs *flag.FlagSet, approving bool, callTimeout time.Duration, maxResult int, ttl, lifetime, idle time.Duration) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "args", "approval-tenant", "approval-ttl":
+			if !approving && err == nil {
+				err = jobs.Invalid(f.Name, "is for --approve TOOL (issuing a token), which is not given")
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return err
+	case callTimeout <= 0:
+		return jobs.Invalid("call-timeout", "want a duration above 0, such as 60s")
+	case maxResult <= 0:
+		return jobs.Invalid("max-result", "want a number of bytes above 0")
+	case ttl <= 0:
+		return jobs.Invalid("approval-ttl", "want a duration above 0, such as 15m")
+	case lifetime < time.Second:
+		return jobs.Invalid("max-lifetime", "want a lifetime of at least 1s")
+	case idle < 0:
+		return jobs.Invalid("idle-timeout", "want 0 (never) or a duration above 0")
+	}
+	return nil
+}
+
 // httpBearer checks mcp-wrap's HTTP flags and returns the key clients
 // must send. The address must be loopback: the relay has no TLS, and a
 // server for other machines is airlock serve's mcp_wrapped.
@@ -212,34 +248,60 @@ func httpBearer(addr, keyFile string) ([]byte, error) {
 	return bytes.TrimSpace(key), nil
 }
 
+// wrapSessionTimeout closes a client's MCP session on mcp-wrap --http
+// once it has sent no request for this long (as airlock mcp --http's
+// default session TTL): a client that goes away without DELETE would
+// otherwise hold one of the sessions for good.
+const wrapSessionTimeout = 10 * time.Minute
+
 // serveWrapHTTP serves srv as streamable HTTP at /mcp on addr until ctx
 // ends. Every request carries the bearer key; the SDK refuses a loopback
 // request with another Host (DNS rebinding) and the cross-origin check a
-// browser's request from another site.
+// browser's request from another site. What one client may hold is
+// bounded as airlock serve bounds it (httpguard): headers and body must
+// arrive in time, and at most httpguard.MaxMCPSessions sessions are open.
 func serveWrapHTTP(ctx context.Context, e *env, srv *mcp.Server, addr string, key []byte) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{CrossOriginProtection: http.NewCrossOriginProtection(), MaxRequestBodyBytes: 4 << 20})
-	want := append([]byte("Bearer "), key...)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock mcp-wrap"`)
-			http.Error(w, "a bearer key is needed (Authorization: Bearer KEY, the key of --http-key)", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := httpguard.NewServer(wrapHTTPHandler(srv, key, httpguard.BodyReadTimeout))
 	fmt.Fprintf(e.stderr, "airlock: MCP on http://%s/mcp\n", ln.Addr())
 	go func() { <-ctx.Done(); _ = hs.Close() }()
 	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// wrapHTTPHandler is mcp-wrap's /mcp: srv behind the bearer key, with
+// request bodies given bodyTimeout to arrive and new sessions refused
+// (429) past httpguard.MaxMCPSessions.
+func wrapHTTPHandler(srv *mcp.Server, key []byte, bodyTimeout time.Duration) http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{CrossOriginProtection: http.NewCrossOriginProtection(), MaxRequestBodyBytes: 4 << 20, SessionTimeout: wrapSessionTimeout})
+	want := append([]byte("Bearer "), key...)
+	var room httpguard.MCPRoom
+	mux := http.NewServeMux()
+	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock mcp-wrap"`)
+			w.Header().Set("Connection", "close")
+			http.Error(w, "a bearer key is needed (Authorization: Bearer KEY, the key of --http-key)", http.StatusUnauthorized)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			done, n, ok := room.Enter(srv)
+			if !ok {
+				w.Header().Set("Retry-After", "5")
+				http.Error(w, fmt.Sprintf("%d MCP sessions are open or opening (the maximum is %d); end one with DELETE, or wait until one is idle for %v", n, httpguard.MaxMCPSessions, wrapSessionTimeout), http.StatusTooManyRequests)
+				return
+			}
+			defer done()
+		}
+		h.ServeHTTP(w, r)
+	})
+	return httpguard.BodyDeadline(mux, func() time.Duration { return bodyTimeout })
 }
 
 // readKeyFile reads a secret key file, refusing one that group or others

@@ -366,6 +366,51 @@ func TestMCPWrapRefusals(t *testing.T) {
 	assert.Equal(t, exitUsage, code, errOut)
 	_, errOut, code = run(t, "", "mcp-wrap", "--tier", "starlark", "--", "true")
 	assert.Equal(t, exitNotAdmitted, code, errOut)
+	// Values out of range, and --approve's flags without it, which would
+	// otherwise be ignored, are one line naming the flag.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--call-timeout", "-1s"}, "call-timeout: want a duration above 0"},
+		{[]string{"--call-timeout", "0s"}, "call-timeout: want a duration above 0"},
+		{[]string{"--max-result", "0"}, "max-result: want a number of bytes above 0"},
+		{[]string{"--max-lifetime", "0s"}, "max-lifetime: want a lifetime of at least 1s"},
+		{[]string{"--idle-timeout", "-1s"}, "idle-timeout: want 0 (never)"},
+		{[]string{"--args", `{"a":1}`}, "args: is for --approve TOOL"},
+		{[]string{"--approval-tenant", "acme"}, "approval-tenant: is for --approve TOOL"},
+		{[]string{"--approval-ttl", "5m"}, "approval-ttl: is for --approve TOOL"},
+		{[]string{"--approve", "x", "--approval-ttl", "-5m"}, "approval-ttl: want a duration above 0"},
+		{nil, "takes the server's command after --"},
+	} {
+		args := append(append([]string{"mcp-wrap"}, c.args...), "--", "true")
+		if c.args == nil {
+			args = []string{"mcp-wrap", "--"}
+		}
+		_, errOut, code = run(t, "", args...)
+		assert.Equal(t, exitUsage, code, "%v: %s", c.args, errOut)
+		assert.Contains(t, errOut, c.want, c.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+	}
+}
+
+// TestMCPWrapNotMCP: a wrapped command that exits without speaking MCP is
+// reported with how it ended, not as an error of nothing.
+func TestMCPWrapNotMCP(t *testing.T) {
+	needProcess(t)
+	for _, c := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"true"}, "(it exited with status 0)"},
+		{[]string{"sh", "-c", "exit 3"}, "(it exited with status 3)"},
+	} {
+		_, errOut, code := run(t, "", append([]string{"mcp-wrap", "--tier", "process", "--image", "host", "--allow-spawn", "--"}, c.argv...)...)
+		assert.NotEqual(t, exitOK, code)
+		assert.Contains(t, errOut, "the wrapped server did not start an MCP session", c.argv)
+		assert.Contains(t, errOut, c.want, c.argv)
+		assert.NotContains(t, errOut, "<nil>", c.argv)
+	}
 }
 
 // TestMCPWrapArgPolicy: the real server-filesystem, on gVisor, serves a

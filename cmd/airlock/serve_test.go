@@ -524,19 +524,19 @@ func TestTierSettings(t *testing.T) {
 		{"python=2", "want TIER:IMAGE=N"},
 		{"process:python=-1", `process pool of image "python": -1`},
 	} {
-		if _, errOut, code := run(t, "", "eval", "--image-pool", bad.arg, "1"); code != exitUsage || !strings.Contains(errOut, bad.want) {
-			t.Errorf("eval --image-pool %s: %d %q; want %q", bad.arg, code, errOut, bad.want)
+		if _, errOut, code := run(t, "", "explain", "--kind", "expr", "--image-pool", bad.arg); code != exitUsage || !strings.Contains(errOut, bad.want) {
+			t.Errorf("explain --image-pool %s: %d %q; want %q", bad.arg, code, errOut, bad.want)
 		}
 	}
 	_, bad := writeConfig(t, "tier_settings:\n  process_pool: 65\n")
 	if _, errOut, code := run(t, "", "serve", "--config", bad, "--listen", "127.0.0.1:0"); code != exitUsage || !strings.Contains(errOut, "process pool 65") {
 		t.Errorf("serve with process_pool 65: %d %s", code, errOut)
 	}
-	if _, errOut, code := run(t, "", "eval", "--microvm-warm", "tepid", "1"); code != exitUsage || !strings.Contains(errOut, "tepid") {
-		t.Errorf("eval --microvm-warm tepid: %d %s", code, errOut)
+	if _, errOut, code := run(t, "", "explain", "--kind", "expr", "--microvm-warm", "tepid"); code != exitUsage || !strings.Contains(errOut, "tepid") {
+		t.Errorf("explain --microvm-warm tepid: %d %s", code, errOut)
 	}
-	if out, errOut, code := run(t, "", "eval", "--process-pool", "1", "1 + 1"); code != exitOK || out != "2\n" {
-		t.Errorf("eval --process-pool 1: %d %s %s", code, out, errOut)
+	if out, errOut, code := run(t, "", "explain", "--kind", "expr", "--process-pool", "1"); code != exitOK || !strings.Contains(out, "expr") {
+		t.Errorf("explain --process-pool 1: %d %s %s", code, out, errOut)
 	}
 }
 

@@ -56,6 +56,12 @@ func (f *tierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.account, "account", "", "the only account level-5 jobs run under: a `NAME` that airlock account add registered, or (serve, mcp) one of the configuration's accounts (default: AIRLOCK_ACCOUNT, else the only one registered, or the configuration's)")
 }
 
+// registerOnly registers the named tier flags alone (see onlyFlags).
+func (f *tierFlags) registerOnly(fs *flag.FlagSet, names ...string) {
+	onlyFlags(fs, f.register, names...)
+	f.fs = fs // options looks at the flags set on fs
+}
+
 // registryAuthFlag registers --registry-auth, the credentials file of
 // registry pulls.
 func registryAuthFlag(fs *flag.FlagSet, p *string) {

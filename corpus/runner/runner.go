@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -192,6 +193,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		}
 		c.exe = exe
 	}
+	if err := c.knownAreas(); err != nil {
+		return nil, err
+	}
 	cases := c.cases
 	if cases == nil {
 		var err error
@@ -281,6 +285,34 @@ type probed struct {
 }
 
 // task is one case on one tier, or one case of a suite.
+// knownAreas refuses an area that no case and no suite is in: a run of
+// none of the corpus would otherwise report nothing escaped.
+func (c Config) knownAreas() error {
+	if len(c.areas) == 0 {
+		return nil
+	}
+	all := c.cases
+	if all == nil {
+		var err error
+		if all, err = corpus.Load(); err != nil {
+			return fmt.Errorf("loading the corpus: %w", err)
+		}
+	}
+	known := map[string]bool{}
+	for _, k := range all {
+		known[k.Area] = true
+	}
+	for _, s := range c.suites {
+		known[s.Area] = true
+	}
+	for _, a := range c.areas {
+		if !known[a] {
+			return jobs.Invalid("areas", "no case is in area %q (the areas: %s)", a, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
+	}
+	return nil
+}
+
 type task struct {
 	tier  probed
 	c     *corpus.Case

@@ -158,7 +158,54 @@ func (r Roots) ResolveFS(fs *airlock.FSGrant) error {
 		return err
 	}
 	fs.Read = read
-	return renameFSGrant(fs, named)
+	if err := renameFSGrant(fs, named); err != nil {
+		return err
+	}
+	placeAtNamed(fs, named)
+	return nil
+}
+
+// systemGuestPaths are where a sandbox has its own mounts, or shows the
+// host's system directories: a grant named there through a link stays at
+// its real path.
+var systemGuestPaths = []string{"/proc", "/sys", "/dev", "/tmp", "/scratch", "/.airlock", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// placeAtNamed shows a read grant that was named through a symbolic link
+// (fs.Read[i] is the real path named[i] led to) at the path it was named
+// by, so that a program given the path the caller typed finds it there:
+// grants.fs.at maps the real path, the one checked and mounted, to the
+// named one. What is reachable does not change, only where it appears. A
+// grant placed already, or also named by its real path, keeps its place;
+// so does one whose named path lies under another grant or where the
+// sandbox has its own mounts or system directories (systemGuestPaths).
+// A host that shows the host's own tree (the process tier's filter level)
+// resolves the named path through the link to the same real path.
+func placeAtNamed(fs *airlock.FSGrant, named []string) {
+	guests := map[string]bool{}
+	for _, h := range fs.Read {
+		guests[fs.GuestPath(h)] = true
+	}
+	for i, real := range fs.Read {
+		n := filepath.Clean(named[i])
+		if n == real || !filepath.IsAbs(n) || guests[n] || slices.Contains(named, real) {
+			continue
+		}
+		if _, placed := fs.At[real]; placed {
+			continue
+		}
+		inside := slices.ContainsFunc(systemGuestPaths, func(d string) bool { return within(n, d) }) || n == "/"
+		for g := range guests {
+			inside = inside || within(n, g) || within(g, n)
+		}
+		if inside {
+			continue
+		}
+		if fs.At == nil {
+			fs.At = map[string]string{}
+		}
+		fs.At[real] = n
+		guests[n] = true
+	}
 }
 
 // renameFSGrant rewrites grants.fs.at and grants.fs.copy to the real

@@ -265,9 +265,9 @@ func Start(ctx context.Context, at airlock.Attacher, job airlock.Job, cfg Config
 	defer cancel()
 	if err := w.connect(sctx, &mcp.IOTransport{Reader: io.NopCloser(att.Stdout()), Writer: att.Stdin(), MaxLineLength: 16 << 20}); err != nil {
 		att.Kill()
-		_, werr := att.Wait()
+		res, werr := att.Wait()
 		w.copies.Wait()
-		return nil, fmt.Errorf("%w (its end: %v)", err, werr)
+		return nil, fmt.Errorf("%w (%s)", err, startEnd(res, werr))
 	}
 	go func() {
 		_, err := att.Wait()
@@ -278,6 +278,20 @@ func Start(ctx context.Context, at airlock.Attacher, job airlock.Job, cfg Config
 	}()
 	w.watch()
 	return w, nil
+}
+
+// startEnd says how a wrapped server that started no MCP session ended.
+func startEnd(res airlock.Result, err error) string {
+	switch stop, stopped := airlock.AsStop(err); {
+	case stopped && stop.Reason == airlock.StopKilled, res.Stopped != nil && res.Stopped.Reason == airlock.StopKilled:
+		return "it was still running, without answering, and was ended"
+	case err != nil:
+		return "it ended: " + err.Error()
+	case res.Stopped != nil:
+		return "it was stopped: " + res.Stopped.Error()
+	default:
+		return fmt.Sprintf("it exited with status %d", res.ExitCode)
+	}
 }
 
 // Server is the MCP server offering the wrapped server's tools to the

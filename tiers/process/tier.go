@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/egresswire"
+	"github.com/airlock-sandbox/airlock/internal/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/tiers/internal/admit"
 	"github.com/airlock-sandbox/airlock/tiers/internal/warmpool"
@@ -253,6 +254,21 @@ func coveredGuestPath(at map[string]string) (string, bool) {
 	return "", false
 }
 
+// hostShowsPlaced reports whether the host's own tree shows every placed
+// read grant at its guest path: the guest path resolves, through its
+// links, to the grant's real path. Copies are never shown.
+func hostShowsPlaced(fs airlock.FSGrant) bool {
+	if len(fs.Copy) > 0 {
+		return false
+	}
+	for h, g := range fs.At {
+		if real, err := hostpath.Real(g); err != nil || real != h {
+			return false
+		}
+	}
+	return true
+}
+
 // Admit accepts command jobs; network grants only at level 3, whose
 // sandbox reaches the network only through the egress gateway.
 func (t *Tier) Admit(job airlock.Job) error {
@@ -270,10 +286,13 @@ func (t *Tier) admit(job airlock.Job, pinned bool) error {
 	}
 	if admit.UsesFSPlacement(job.Grants.FS) {
 		if !t.lv.ownFS() {
-			// No mount namespace to place or copy a grant in.
-			return &airlock.NotAdmitted{Tier: t.name, Reason: admit.FSPlacement}
-		}
-		if g, ok := coveredGuestPath(job.Grants.FS.At); ok {
+			// No mount namespace to place or copy a grant in, unless the
+			// host's own tree shows each grant at its guest path already
+			// (a grant named through a link, placed at the link).
+			if !hostShowsPlaced(job.Grants.FS) {
+				return &airlock.NotAdmitted{Tier: t.name, Reason: admit.FSPlacement}
+			}
+		} else if g, ok := coveredGuestPath(job.Grants.FS.At); ok {
 			return &airlock.NotAdmitted{Tier: t.name, Reason: fmt.Sprintf(errGuestPath, g)}
 		}
 	}
