@@ -12,6 +12,7 @@ import (
 type moduleInfo struct {
 	memMinPages uint32 // the largest declared minimum of a defined memory
 	tableMin    uint64 // the largest declared minimum of a defined table
+	stackGuard  bool   // rewritten by guardStack: exports exportStack
 }
 
 const (
