@@ -229,6 +229,8 @@ var helpers = map[string]func(args ...any) (any, error){
 		}
 		return strings.ReplaceAll(s[0], s[1], s[2]), nil
 	},
+	"__split":      splitHelper("split", strings.SplitN),
+	"__splitAfter": splitHelper("splitAfter", strings.SplitAfterN),
 	"__toJSON": func(args ...any) (any, error) {
 		if err := wantArgs("toJSON", args, 1, 1); err != nil {
 			return nil, err
@@ -326,6 +328,45 @@ var helpers = map[string]func(args ...any) (any, error){
 		out := make([]any, 0, count)
 		return flattenInto(out, rv), nil
 	},
+}
+
+// splitHelper is split or splitAfter, charged before splitting: every
+// part is a string of its own (elementBytes), however short, so splitting
+// a string into its characters costs sixteen times its length.
+func splitHelper(name string, split func(s, sep string, n int) []string) func(args ...any) (any, error) {
+	return func(args ...any) (any, error) {
+		if err := wantArgs(name, args, 2, 3); err != nil {
+			return nil, err
+		}
+		str, err := argString(name, args, 1)
+		if err != nil {
+			return nil, err
+		}
+		sep, err := argString(name, args, 2)
+		if err != nil {
+			return nil, err
+		}
+		n := int64(-1)
+		if len(args) == 4 {
+			var ok bool
+			if n, ok = toInt(args[3]); !ok {
+				return nil, fmt.Errorf("%s: the count must be an integer, got %v", name, args[3])
+			}
+		}
+		var parts int64
+		if sep == "" {
+			parts = int64(utf8.RuneCountInString(str))
+		} else {
+			parts = int64(strings.Count(str, sep)) + 1
+		}
+		if n >= 0 {
+			parts = min(parts, n)
+		}
+		if err := st(args).reserve(parts * elementBytes); err != nil {
+			return nil, err
+		}
+		return split(str, sep, int(max(min(n, math.MaxInt32), -1))), nil
+	}
 }
 
 func (s *state) timeOrMemory() error {
