@@ -114,3 +114,68 @@ func TestDeclaredCountsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// bodiesModule is a module with an empty _start and a function of each
+// of the bodies (locals declaration included).
+func bodiesModule(bodies ...[]byte) []byte {
+	funcs := binary.AppendUvarint(nil, uint64(len(bodies)+1))
+	code := binary.AppendUvarint(nil, uint64(len(bodies)+1))
+	code = append(code, 2, 0, 0x0b)
+	for range len(bodies) + 1 {
+		funcs = append(funcs, 0)
+	}
+	for _, b := range bodies {
+		code = binary.AppendUvarint(code, uint64(len(b)))
+		code = append(code, b...)
+	}
+	mod := []byte("\x00asm\x01\x00\x00\x00")
+	mod = append(mod, section(sectionType, []byte{1, 0x60, 0, 0})...)
+	mod = append(mod, section(sectionFunction, funcs)...)
+	mod = append(mod, section(sectionExport, append([]byte{1, 6}, "_start\x00\x00"...))...)
+	return append(mod, section(sectionCode, code)...)
+}
+
+// nested is a body of n nested empty blocks.
+func nested(n int) []byte {
+	b := []byte{0}
+	for range n {
+		b = append(b, 0x02, 0x40)
+	}
+	for range n + 1 {
+		b = append(b, 0x0b)
+	}
+	return b
+}
+
+// brTable is a body with a br_table of n targets.
+func brTable(n int) []byte {
+	b := []byte{0, 0x02, 0x40, 0x41, 0x00, 0x0e}
+	b = binary.AppendUvarint(b, uint64(n))
+	for range n + 1 {
+		b = append(b, 0)
+	}
+	return append(b, 0x0b, 0x0b)
+}
+
+// TestHeavyCodeIsBounded: what wazero's compiler spends superlinear time
+// or much memory on is refused before it sees the module: blocks nested
+// deeper than maxNesting (100,000 deep, 200 KB of module, took more than
+// 90 s to compile), br_tables of more than maxBrTable targets, and more
+// than maxBrTableTargets in a module (2.6 KB of the host's per target).
+func TestHeavyCodeIsBounded(t *testing.T) {
+	tier := newTier(t, NewConfig())
+	ctx := context.Background()
+	for name, mod := range map[string][]byte{
+		"nesting":          bodiesModule(nested(maxNesting + 1)),
+		"br_table":         bodiesModule(brTable(maxBrTable + 1)),
+		"br_tables in all": bodiesModule(brTable(maxBrTable), brTable(maxBrTable), brTable(maxBrTableTargets-2*maxBrTable+1)),
+	} {
+		_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: mod})
+		if airlock.KindOf(err) != airlock.ErrCompile || !strings.Contains(err.Error(), map[bool]string{true: "nested", false: "br_table"}[name == "nesting"]) {
+			t.Errorf("%s: want a compile error, got %v", name, err)
+		}
+	}
+	if _, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: bodiesModule(nested(maxNesting), brTable(1000))}); err != nil {
+		t.Fatalf("at the nesting bound: %v", err)
+	}
+}
