@@ -161,7 +161,9 @@ func brTable(n int) []byte {
 // or much memory on is refused before it sees the module: blocks nested
 // deeper than maxNesting (100,000 deep, 200 KB of module, took more than
 // 90 s to compile), br_tables of more than maxBrTable targets, and more
-// than maxBrTableTargets in a module (2.6 KB of the host's per target).
+// than maxBrTableTargets in a module (2.6 KB of the host's per target),
+// function types of more than maxTypeArity parameters or results (a call
+// of 100,000 arguments, 300 KB of module, allocated 15 GB to compile).
 func TestHeavyCodeIsBounded(t *testing.T) {
 	tier := newTier(t, NewConfig())
 	ctx := context.Background()
@@ -173,6 +175,28 @@ func TestHeavyCodeIsBounded(t *testing.T) {
 		_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: mod})
 		if airlock.KindOf(err) != airlock.ErrCompile || !strings.Contains(err.Error(), map[bool]string{true: "nested", false: "br_table"}[name == "nesting"]) {
 			t.Errorf("%s: want a compile error, got %v", name, err)
+		}
+	}
+	// A call's compile grows with the square of its arguments: types are
+	// bounded in parameters and results.
+	for _, results := range []bool{false, true} {
+		ty := []byte{1, 0x60}
+		vals := binary.AppendUvarint(nil, maxTypeArity+1)
+		for range maxTypeArity + 1 {
+			vals = append(vals, 0x7f)
+		}
+		if results {
+			ty = append(append(ty, 0), vals...)
+		} else {
+			ty = append(append(ty, vals...), 0)
+		}
+		mod := []byte("\x00asm\x01\x00\x00\x00")
+		mod = append(mod, section(sectionType, ty)...)
+		mod = append(mod, section(sectionFunction, []byte{1, 0})...)
+		mod = append(mod, section(sectionCode, []byte{1, 2, 0, 0x0b})...)
+		_, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: mod, Entry: "none"})
+		if airlock.KindOf(err) != airlock.ErrCompile || !strings.Contains(err.Error(), "limit of 1000") {
+			t.Errorf("a type of %d values (results: %v): want a compile error, got %v", maxTypeArity+1, results, err)
 		}
 	}
 	if _, err := tier.Run(ctx, airlock.Job{Kind: airlock.KindWasm, Module: bodiesModule(nested(maxNesting), brTable(1000))}); err != nil {

@@ -100,6 +100,9 @@ func guardStack(mod []byte) ([]byte, bool, error) {
 			r.skip(s.params)
 			s.results = r.vecLen()
 			r.skip(s.results)
+			if r.err == nil && max(s.params, s.results) > maxTypeArity {
+				return nil, false, fmt.Errorf("function type %d has %d parameters and %d results, above the limit of %d each", len(types), s.params, s.results, maxTypeArity)
+			}
 			arity = max(arity, s.results)
 			types = append(types, s)
 		}
@@ -357,7 +360,13 @@ func appendSLEB(b []byte, v int64) []byte {
 // than 90 s; a br_table of 100,000 targets 5 s and 266 MB (100 KB). At
 // the bounds: about 0.2 s a function, and 0.4 GB for the br_tables of a
 // module. maxBrTable is V8's limit.
+//
+// A function type has at most maxTypeArity parameters and as many results
+// (the WebAssembly JavaScript API's limit): compiling a call grows with
+// the square of its arguments (a call of 100,000 arguments, 300 KB of
+// module, allocated 15 GB; 10,000, 160 MB).
 const (
+	maxTypeArity      = 1000
 	maxNesting        = 4096
 	maxBrTable        = 65520
 	maxBrTableTargets = 1 << 17 // all of a module's br_tables together
