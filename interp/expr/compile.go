@@ -249,6 +249,12 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 		if err := w.walk(&x.Right, d); err != nil {
 			return err
 		}
+		if x.Operator == "matches" && !isOtherLiteral(x.Right) && !isNumberLiteral(x.Right) {
+			// A pattern made at run time is compiled at run time, for
+			// about 230 bytes per byte of pattern: charged first.
+			*np = w.call(x, "__matches", x.Left, x.Right)
+			return nil
+		}
 		w.arith(np, x)
 		return nil
 	case *ast.ChainNode:
