@@ -185,11 +185,37 @@ func guardStack(mod []byte) ([]byte, bool, error) {
 			exports = append(exports, b[begin:r.off])
 		}
 	}
+	// No index the module names may reach the guard's own globals or the
+	// functions that move behind their thunks: those would be calls that
+	// are not counted, or a budget the module could reset.
+	defined := funcImports + uint64(len(funcTypes))
+	for _, e := range exports {
+		r := reader{b: e}
+		r.skip(r.vecLen())
+		if kind, idx := r.byte(), r.uleb(); (kind == 0x00 && idx >= defined) || (kind == 0x03 && idx >= known) {
+			return nil, false, fmt.Errorf("the module exports index %d of kind %d, which it does not define", idx, kind)
+		}
+	}
+	if b := find(sectionGlobal); b != nil {
+		r := reader{b: b}
+		for range r.vecLen() {
+			r.byte()
+			r.byte()
+			if err := constExpr(&r, known, defined); err != nil {
+				return nil, false, fmt.Errorf("global section: %w", err)
+			}
+		}
+	}
+	if b := find(sectionElement); b != nil {
+		if err := checkElements(b, known, defined); err != nil {
+			return nil, false, fmt.Errorf("element section: %w", err)
+		}
+	}
 	startFn, hasStart := uint64(0), false
 	if b := find(sectionStart); b != nil {
 		r := reader{b: b}
 		startFn, hasStart = r.uleb(), true
-		if r.err != nil {
+		if r.err != nil || startFn >= defined {
 			return nil, false, malformed("start section")
 		}
 	}
@@ -219,7 +245,7 @@ func guardStack(mod []byte) ([]byte, bool, error) {
 			return nil, false, malformed(fmt.Sprintf("code section, function body %d", i))
 		}
 		entry := code[begin:r.off]
-		locals, calls, err := scanBody(body, known, funcImports, &brTargets)
+		locals, calls, err := scanBody(body, known, funcImports, funcImports+uint64(len(funcTypes)), &brTargets)
 		if err != nil {
 			return nil, false, fmt.Errorf("function body %d: %w", i, err)
 		}
@@ -373,7 +399,9 @@ const (
 )
 
 // scanBody reads a function body's locals and instructions and returns
-// how many locals it declares, refusing blocks nested more than
+// how many locals it declares and whether it calls one of the module's
+// functions (index imports and above), refusing a global at or above known
+// or a function at or above funcs (the guard's own), refusing blocks nested more than
 // maxNesting deep and br_tables of more than maxBrTable targets or more
 // than brLeft (which it lowers). It refuses a global.get or global.set of
 // an index at or above known (the guard's own globals), and any
@@ -381,7 +409,7 @@ const (
 // every instruction starts, for the instructions of the features the
 // runtime enables (WebAssembly 2.0: bulk memory, multi-value, reference
 // types, sign extension, saturating conversions, SIMD).
-func scanBody(body []byte, known, imports uint64, brLeft *uint64) (locals uint64, calls bool, err error) {
+func scanBody(body []byte, known, imports, funcs uint64, brLeft *uint64) (locals uint64, calls bool, err error) {
 	r := reader{b: body}
 	for range r.vecLen() {
 		locals += min(r.uleb(), 1<<32)
@@ -408,11 +436,15 @@ func scanBody(body []byte, known, imports uint64, brLeft *uint64) (locals uint64
 			} else {
 				r.sleb()
 			}
-		case op == 0x10:
-			if r.uleb() >= imports {
+		case op == 0x10 || op == 0xd2: // call, ref.func
+			idx := r.uleb()
+			if idx >= funcs && r.err == nil {
+				return 0, false, fmt.Errorf("instruction at byte %d names function %d, which the module does not define", at, idx)
+			}
+			if op == 0x10 && idx >= imports {
 				calls = true
 			}
-		case op == 0x0c || op == 0x0d || op == 0xd2 || (op >= 0x20 && op <= 0x22) || op == 0x25 || op == 0x26 || op == 0x3f || op == 0x40:
+		case op == 0x0c || op == 0x0d || (op >= 0x20 && op <= 0x22) || op == 0x25 || op == 0x26 || op == 0x3f || op == 0x40:
 			r.uleb()
 		case op == 0x23 || op == 0x24:
 			if idx := r.uleb(); idx >= known && r.err == nil {
@@ -475,6 +507,78 @@ func scanBody(body []byte, known, imports uint64, brLeft *uint64) (locals uint64
 		return 0, false, errors.New("malformed instruction")
 	}
 	return locals, calls, nil
+}
+
+// constExpr reads a constant expression up to its end, refusing a
+// global at or above known, a function at or above funcs, and any
+// instruction a constant expression cannot hold.
+func constExpr(r *reader, known, funcs uint64) error {
+	for r.err == nil {
+		switch op := r.byte(); op {
+		case 0x0b:
+			return nil
+		case 0x41, 0x42:
+			r.sleb()
+		case 0x43:
+			r.skip(4)
+		case 0x44:
+			r.skip(8)
+		case 0xd0:
+			r.byte()
+		case 0x23:
+			if idx := r.uleb(); idx >= known && r.err == nil {
+				return fmt.Errorf("names global %d, which the module does not define", idx)
+			}
+		case 0xd2:
+			if idx := r.uleb(); idx >= funcs && r.err == nil {
+				return fmt.Errorf("names function %d, which the module does not define", idx)
+			}
+		case 0xfd:
+			if r.uleb() != 12 { // v128.const
+				return errors.New("unknown instruction in a constant expression")
+			}
+			r.skip(16)
+		default:
+			return fmt.Errorf("instruction %#x in a constant expression", op)
+		}
+	}
+	return errMalformed
+}
+
+// checkElements reads the element segments (all eight forms), refusing a
+// function at or above funcs and a global at or above known.
+func checkElements(b []byte, known, funcs uint64) error {
+	r := reader{b: b}
+	for range r.vecLen() {
+		flags := r.uleb()
+		if flags > 7 {
+			return errMalformed
+		}
+		if flags&3 == 2 { // an explicit table index
+			r.uleb()
+		}
+		if flags&1 == 0 { // active: an offset
+			if err := constExpr(&r, known, funcs); err != nil {
+				return err
+			}
+		}
+		if flags&3 != 0 { // elemkind or reftype
+			r.byte()
+		}
+		for range r.vecLen() {
+			if flags&4 != 0 {
+				if err := constExpr(&r, known, funcs); err != nil {
+					return err
+				}
+			} else if idx := r.uleb(); idx >= funcs && r.err == nil {
+				return fmt.Errorf("names function %d, which the module does not define", idx)
+			}
+		}
+	}
+	if r.err != nil {
+		return errMalformed
+	}
+	return nil
 }
 
 // reader reads a section or body; the first error sticks and every later

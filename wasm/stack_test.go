@@ -224,3 +224,36 @@ func TestStackGuardDecodes(t *testing.T) {
 		t.Fatalf("through the tier: %v %v; plain wazero: %d", res.Value, err, int32(want[0]))
 	}
 }
+
+// TestStackGuardCannotBeBypassed: no index the module names may reach a
+// function that moved behind its thunk (function 1 here, where the
+// module defines only function 0): a call of it, a reference to it in
+// code, an element segment, a global or an export would be a call the
+// guard does not count.
+func TestStackGuardCannotBeBypassed(t *testing.T) {
+	base := func(body []byte, extra ...[]byte) []byte {
+		mod := []byte("\x00asm\x01\x00\x00\x00")
+		mod = append(mod, section(sectionType, []byte{1, 0x60, 0, 0})...)
+		mod = append(mod, section(sectionFunction, []byte{1, 0})...)
+		for _, e := range extra {
+			mod = append(mod, e...)
+		}
+		code := append([]byte{1}, binary.AppendUvarint(nil, uint64(len(body)))...)
+		return append(mod, section(sectionCode, append(code, body...))...)
+	}
+	recurse := []byte{0, 0x10, 0x00, 0x0b} // call 0: guarded
+	start := section(sectionExport, append([]byte{1, 6}, "_start\x00\x00"...))
+	for name, mod := range map[string][]byte{
+		"call":     base([]byte{0, 0x10, 0x01, 0x0b}, start),
+		"ref.func": base([]byte{0, 0x10, 0x00, 0xd2, 0x01, 0x1a, 0x0b}, start),
+		"element": base(recurse, section(sectionTable, []byte{1, 0x70, 0, 1}), start,
+			section(sectionElement, []byte{1, 0, 0x41, 0, 0x0b, 1, 1})),
+		"global": base(recurse, section(sectionGlobal, []byte{1, 0x70, 0, 0xd2, 1, 0x0b}), start),
+		"export": base(recurse, section(sectionExport, append([]byte{2, 6}, "_start\x00\x00\x01x\x00\x01"...))),
+	} {
+		_, err := newTier(t, NewConfig()).Run(context.Background(), airlock.Job{Kind: airlock.KindWasm, Module: mod, Limits: airlock.Limits{MemoryMB: 4}})
+		if airlock.KindOf(err) != airlock.ErrCompile || !strings.Contains(err.Error(), "does not define") {
+			t.Errorf("%s: want a compile error naming function 1, got %T %v", name, err, err)
+		}
+	}
+}
