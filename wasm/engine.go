@@ -249,6 +249,13 @@ func (e *engine) compileNow(mod []byte) (*compiled, error) {
 		}
 		return nil, &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
 	}
+	if bin, info.stackGuard, err = guardStack(bin); err != nil {
+		return nil, &airlock.ErrorInfo{Kind: airlock.ErrCompile, Message: err.Error()}
+	}
+	if int64(len(bin)) > e.cfg.maxModuleBytes {
+		// The guard's thunks are compiled too: the cap bounds what is.
+		return nil, &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module of %d bytes is %d bytes with its call-stack guard, above the cap of %d", len(mod), len(bin), e.cfg.maxModuleBytes)}
+	}
 	if info.memMinPages > e.memPages {
 		return nil, &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("module declares a memory of %d pages, above the cap of %d", info.memMinPages, e.memPages)}
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -113,12 +114,19 @@ func (e *engine) run(ctx context.Context, c *compiled, s *spec) (outcome, error)
 	for _, k := range value.SortedKeys(s.env) {
 		mc = mc.WithEnv(k, s.env[k])
 	}
+	// The start functions run once the call stack's budget is set (as
+	// InstantiateModule would run them).
+	mc = mc.WithStartFunctions()
+	starts := []string{exportStart, "_start"}
 	if s.entry != "" {
-		mc = mc.WithStartFunctions("_initialize")
+		starts[1] = "_initialize"
 	}
 
 	t0 := time.Now()
 	mod, err := e.rt.InstantiateModule(ctx, c.mod, mc)
+	if err == nil {
+		err = e.start(ctx, mod, c, s.memLimit, starts)
+	}
 	out.start = time.Since(t0)
 	if err == nil && s.entry != "" {
 		t1 := time.Now()
@@ -128,12 +136,52 @@ func (e *engine) run(ctx context.Context, c *compiled, s *spec) (outcome, error)
 	} else {
 		out.run, out.start = out.start, 0
 	}
+	stackOver := false
 	if mod != nil {
+		if g := mod.ExportedGlobal(exportStack); g != nil && err != nil {
+			stackOver = int64(g.Get()) < 0
+		}
 		_ = mod.Close(context.Background())
 	}
 	out.stdout, out.stderr, out.outBytes = outs.result()
 	out.memPeak = alloc.peak
+	if stackOver && ctx.Err() == nil && !errors.Is(context.Cause(ctx), errOutput) {
+		return out, &airlock.Stop{Reason: airlock.StopMemory, Detail: fmt.Sprintf("call stack limit of %d MiB reached (its frames counted at an upper bound of their size)", s.memLimit>>20)}
+	}
 	return out, e.classify(err, &out, parent, ctx, alloc, s.host)
+}
+
+// start sets the call stack's budget of a guarded module and runs the
+// start functions as InstantiateModule would: in order, each if the
+// module exports it; proc_exit(0) ends the run without an error.
+func (e *engine) start(ctx context.Context, mod api.Module, c *compiled, budget uint64, starts []string) error {
+	if c.info.stackGuard {
+		g, ok := mod.ExportedGlobal(exportStack).(api.MutableGlobal)
+		if !ok {
+			return errors.New("the stack guard's global is missing")
+		}
+		g.Set(min(budget, math.MaxInt64))
+	}
+	for _, name := range starts {
+		fn := mod.ExportedFunction(name)
+		if fn == nil {
+			continue
+		}
+		if _, err := fn.Call(ctx); err != nil {
+			var exit *sys.ExitError
+			if errors.As(err, &exit) {
+				if exit.ExitCode() == 0 {
+					return nil
+				}
+				return err
+			}
+			if name == exportStart {
+				name = "start"
+			}
+			return fmt.Errorf("module[] function[%s] failed: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // classify turns what wazero returned into airlock's typed errors.

@@ -292,6 +292,7 @@ func FuzzInspect(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\xff\xff\xff\xff\x0f\x01"))
 	f.Add(localsModule(2, 3))
+	f.Add([]byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x08\x01\x00\x0a\x06\x01\x04\x00\x10\x00\x0b"))
 	f.Fuzz(func(t *testing.T, mod []byte) {
 		out, _, err := inspect(mod, 1000)
 		if err != nil {
@@ -301,6 +302,13 @@ func FuzzInspect(f *testing.F) {
 		again, _, err := inspect(out, 1000)
 		if err != nil || string(again) != string(out) {
 			t.Fatalf("not idempotent: %v", err)
+		}
+		// The call-stack guard reads whatever inspect lets through
+		// without panicking, and what it writes is sections all the way.
+		if guarded, ok, err := guardStack(out); err == nil && ok {
+			if _, _, err := guardStack(guarded); err != nil && !strings.Contains(err.Error(), "reserves") {
+				t.Fatalf("guarded module does not parse: %v", err)
+			}
 		}
 	})
 }

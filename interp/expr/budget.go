@@ -3,9 +3,12 @@ package expr
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
+	"regexp/syntax"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +37,7 @@ type state struct {
 	bytes    int64
 	maxBytes int64
 	limits   airlock.Limits
+	re       *regexp.Regexp // the last pattern matches compiled
 }
 
 var states = sync.Pool{New: func() any { return new(state) }}
@@ -229,6 +233,37 @@ var helpers = map[string]func(args ...any) (any, error){
 		}
 		return strings.ReplaceAll(s[0], s[1], s[2]), nil
 	},
+	"__matches": func(args ...any) (any, error) {
+		a, b := args[1], args[2]
+		if a == nil || b == nil {
+			return false, nil // as expr's matches
+		}
+		pattern, ok := b.(string)
+		if !ok {
+			return nil, fmt.Errorf("matches: the pattern is %s, not a string", typeName(b))
+		}
+		s := st(args)
+		re := s.re
+		if re == nil || re.String() != pattern {
+			if err := s.reserve(int64(len(pattern)) * regexpBytes); err != nil {
+				return nil, err
+			}
+			var err error
+			if re, err = regexp.Compile(pattern); err != nil {
+				return nil, regexpError(err)
+			}
+			s.re = re
+		}
+		switch x := a.(type) {
+		case string:
+			return re.MatchString(x), nil
+		case []byte:
+			return re.Match(x), nil
+		}
+		return nil, fmt.Errorf("matches: %s is not a string", typeName(a))
+	},
+	"__split":      splitHelper("split", strings.SplitN),
+	"__splitAfter": splitHelper("splitAfter", strings.SplitAfterN),
 	"__toJSON": func(args ...any) (any, error) {
 		if err := wantArgs("toJSON", args, 1, 1); err != nil {
 			return nil, err
@@ -326,6 +361,63 @@ var helpers = map[string]func(args ...any) (any, error){
 		out := make([]any, 0, count)
 		return flattenInto(out, rv), nil
 	},
+}
+
+// regexpBytes is what compiling a regular expression is charged per byte
+// of its pattern (compiling a pattern of 2 million bytes allocated 456 MB).
+const regexpBytes = 256
+
+// regexpError is a pattern's error with at most 64 bytes of the pattern
+// quoted (Go's quotes all of it, however long).
+func regexpError(err error) error {
+	var se *syntax.Error
+	if errors.As(err, &se) && len(se.Expr) > 64 {
+		n := 64
+		for n > 0 && !utf8.RuneStart(se.Expr[n]) {
+			n--
+		}
+		return fmt.Errorf("error parsing regexp: %s: `%s…`", se.Code, se.Expr[:n])
+	}
+	return err
+}
+
+// splitHelper is split or splitAfter, charged before splitting: every
+// part is a string of its own (elementBytes), however short, so splitting
+// a string into its characters costs sixteen times its length.
+func splitHelper(name string, split func(s, sep string, n int) []string) func(args ...any) (any, error) {
+	return func(args ...any) (any, error) {
+		if err := wantArgs(name, args, 2, 3); err != nil {
+			return nil, err
+		}
+		str, err := argString(name, args, 1)
+		if err != nil {
+			return nil, err
+		}
+		sep, err := argString(name, args, 2)
+		if err != nil {
+			return nil, err
+		}
+		n := int64(-1)
+		if len(args) == 4 {
+			var ok bool
+			if n, ok = toInt(args[3]); !ok {
+				return nil, fmt.Errorf("%s: the count must be an integer, got %v", name, args[3])
+			}
+		}
+		var parts int64
+		if sep == "" {
+			parts = int64(utf8.RuneCountInString(str))
+		} else {
+			parts = int64(strings.Count(str, sep)) + 1
+		}
+		if n >= 0 {
+			parts = min(parts, n)
+		}
+		if err := st(args).reserve(parts * elementBytes); err != nil {
+			return nil, err
+		}
+		return split(str, sep, int(max(min(n, math.MaxInt32), -1))), nil
+	}
 }
 
 func (s *state) timeOrMemory() error {

@@ -26,7 +26,8 @@ import (
 const maxTreeDepth = 1000
 
 // allowedBuiltins are expr's builtins that may be called as they are.
-// Those that can multiply their input's size are replaced (see replaced);
+// Those that can multiply their input's size are replaced (see replaced:
+// split, for one, makes a 16-byte string of every byte of its input);
 // timezone (reads the host's zone database) is absent on purpose, and so
 // are findLast and findLastIndex: expr's backward loop leaves one value on
 // the VM stack per element it visits, memory no budget sees, and a wrong
@@ -38,7 +39,7 @@ var allowedBuiltins = map[string]bool{
 	"count": true, "sum": true, "groupBy": true, "sortBy": true, "reduce": true,
 	"len": true, "type": true, "abs": true, "ceil": true, "floor": true, "round": true,
 	"int": true, "float": true, "trim": true, "trimPrefix": true, "trimSuffix": true,
-	"upper": true, "lower": true, "split": true, "splitAfter": true,
+	"upper": true, "lower": true,
 	"indexOf": true, "lastIndexOf": true, "hasPrefix": true, "hasSuffix": true,
 	"max": true, "min": true, "mean": true, "median": true,
 	"toBase64": true, "fromBase64": true, "duration": true, "date": true,
@@ -67,6 +68,7 @@ var replaced = map[string]string{
 	"now": "__now", "repeat": "__repeat", "join": "__join", "replace": "__replace",
 	"toJSON": "__toJSON", "fromJSON": "__fromJSON", "string": "__string",
 	"concat": "__concat", "flatten": "__flatten",
+	"split": "__split", "splitAfter": "__splitAfter",
 }
 
 var baseConfig = func() []exprlang.Option {
@@ -246,6 +248,12 @@ func (w *walker) walk(np *ast.Node, depth int) error {
 		}
 		if err := w.walk(&x.Right, d); err != nil {
 			return err
+		}
+		if x.Operator == "matches" && !isOtherLiteral(x.Right) && !isNumberLiteral(x.Right) {
+			// A pattern made at run time is compiled at run time, for
+			// about 230 bytes per byte of pattern: charged first.
+			*np = w.call(x, "__matches", x.Left, x.Right)
+			return nil
 		}
 		w.arith(np, x)
 		return nil

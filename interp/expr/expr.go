@@ -11,7 +11,8 @@
 //     values, no $env, no timezone database, no reserved names;
 //   - a memory budget that also counts strings and every collection a
 //     builtin returns, checked before allocating where an operation can
-//     multiply its input (repeat, +, join, replace, concat, flatten, toJSON);
+//     multiply its input (repeat, +, join, replace, concat, flatten, toJSON,
+//     split, and a matches pattern made at run time);
 //   - a step budget and the wall clock checked on every predicate
 //     iteration, so nested count/map/filter over ranges stop at the
 //     deadline;
