@@ -608,3 +608,20 @@ func TestMissingGrantPath(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, out, `--allow-read: `+missing)
 }
+
+// TestStarlarkScriptNamed: a Starlark script run from a file is named as
+// the user named it in errors and tracebacks (not job.star), and placing
+// the script itself with --file too is no conflict.
+func TestStarlarkScriptNamed(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.star")
+	require.NoError(t, os.WriteFile(bad, []byte("x = 1\ny = x + \"a\"\n"), 0o644))
+	_, errOut, code := run(t, "", "run", bad)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "bad.star:2:", "the traceback names the script")
+	assert.NotContains(t, errOut, "job.star")
+
+	_, errOut, code = run(t, "", "run", "--file", bad, bad)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "bad.star:2:", "placed again with --file: %s", errOut)
+}

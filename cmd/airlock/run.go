@@ -253,6 +253,11 @@ func buildJob(e *env, pos, rest []string, jf *jobFlags) (airlock.Job, error) {
 			job.Argv = append(append(interp, name), rest...)
 		default:
 			job.Code = string(data)
+			if kind == airlock.KindStarlark && file != "-" && ext == ".star" {
+				// Held in files too, the script is named as the user
+				// named it in errors and tracebacks, not job.star.
+				job.Files = map[string]string{filepath.Base(file): job.Code}
+			}
 			if len(rest) > 0 {
 				return job, jobs.Invalid("", "%s jobs take no arguments; pass variables with --input", kind)
 			}
