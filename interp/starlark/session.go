@@ -11,6 +11,7 @@ import (
 	sl "go.starlark.net/starlark"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/runstop"
 )
 
 var _ airlock.SessionTier = (*Tier)(nil)
@@ -46,16 +47,11 @@ type session struct {
 	globals sl.StringDict
 
 	// closing is set by Close before it waits for mu: the run in
-	// progress is stopped (stop) and the runs waiting their turn are
+	// progress is stopped (current) and the runs waiting their turn are
 	// refused.
 	closing atomic.Bool
-	stopMu  sync.Mutex
-	stop    context.CancelCauseFunc // the run in progress, or nil
+	current runstop.Run // the run in progress
 }
-
-// errClosing is the cause of a run stopped because its session was
-// closed.
-var errClosing = errors.New("the session was closed")
 
 func (s *session) ID() string { return s.id }
 
@@ -74,19 +70,8 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 	}
 	defer func() { s.last = time.Now() }()
 	// Closing the session stops this run.
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	s.stopMu.Lock()
-	s.stop = stop
-	if s.closing.Load() { // a Close that came before stop was set
-		stop(errClosing)
-	}
-	s.stopMu.Unlock()
-	defer func() {
-		s.stopMu.Lock()
-		s.stop = nil
-		s.stopMu.Unlock()
-	}()
+	ctx, end := s.current.Begin(ctx)
+	defer end()
 	return s.t.run(ctx, job, s)
 }
 
@@ -94,11 +79,7 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 // stopped.
 func (s *session) Close() error {
 	s.closing.Store(true)
-	s.stopMu.Lock()
-	if s.stop != nil {
-		s.stop(errClosing)
-	}
-	s.stopMu.Unlock()
+	s.current.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed, s.globals = true, nil

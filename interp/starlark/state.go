@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/internal/monotime"
+	"github.com/airlock-sandbox/airlock/internal/runstop"
 )
 
 // pollSteps is how many interpreter steps run between two looks at the wall
@@ -123,8 +124,8 @@ func (s *runState) poll() error {
 		if err == context.DeadlineExceeded {
 			return s.stop(airlock.StopTimeout, "the caller's deadline passed")
 		}
-		if errors.Is(context.Cause(s.ctx), errClosing) {
-			return s.stop(airlock.StopKilled, "cancelled: %v", errClosing)
+		if errors.Is(context.Cause(s.ctx), runstop.ErrClosed) {
+			return s.stop(airlock.StopKilled, "cancelled: %v", runstop.ErrClosed)
 		}
 		return s.stop(airlock.StopKilled, "cancelled by the caller")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/runstop"
 )
 
 // OpenSession starts a sandbox kept across runs: files written to the
@@ -101,15 +102,10 @@ type session struct {
 	// a run holds.
 	lost atomic.Pointer[string]
 	// stopping is set by end before it waits for mu: the run in progress
-	// is stopped (stop) and the runs waiting their turn are refused.
+	// is stopped (current) and the runs waiting their turn are refused.
 	stopping atomic.Pointer[string]
-	stopMu   sync.Mutex
-	stop     context.CancelCauseFunc // the run in progress, or nil
+	current  runstop.Run // the run in progress
 }
-
-// errClosing is the cause of a run stopped because its session was
-// closed.
-var errClosing = errors.New("the session was closed")
 
 func (s *session) ID() string { return s.id }
 
@@ -151,19 +147,8 @@ func (s *session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		return r.finish(&airlock.NotAdmitted{Tier: Name, Reason: "session " + s.id + " " + *why})
 	}
 	// Closing the session stops this run.
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	s.stopMu.Lock()
-	s.stop = stop
-	if s.stopping.Load() != nil { // a Close that came before stop was set
-		stop(errClosing)
-	}
-	s.stopMu.Unlock()
-	defer func() {
-		s.stopMu.Lock()
-		s.stop = nil
-		s.stopMu.Unlock()
-	}()
+	ctx, end := s.current.Begin(ctx)
+	defer end()
 	if err := s.sameImage(ctx, job.Image); err != nil {
 		return r.finish(err)
 	}
@@ -211,11 +196,7 @@ func (s *session) end(reason string) error {
 		s.timer.Stop()
 	}
 	s.stopping.CompareAndSwap(nil, &reason)
-	s.stopMu.Lock()
-	if s.stop != nil {
-		s.stop(errClosing)
-	}
-	s.stopMu.Unlock()
+	s.current.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.endLocked(reason)

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/jobs"
+	"github.com/airlock-sandbox/airlock/internal/runstop"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"golang.org/x/sys/unix"
 )
@@ -36,12 +37,11 @@ type Session struct {
 	mu     sync.Mutex // one run at a time
 	closed bool
 	// closing is set by Close before it waits for mu: the run in
-	// progress is stopped (stop) and the runs waiting their turn are
+	// progress is stopped (current) and the runs waiting their turn are
 	// refused.
 	closing atomic.Bool
-	stopMu  sync.Mutex
-	stop    context.CancelCauseFunc // the run in progress, or nil
-	used    time.Time               // when the last run ended (or the session opened)
+	current runstop.Run // the run in progress
+	used    time.Time   // when the last run ended (or the session opened)
 	// img is the session's image, acquired by its first run and held
 	// until it is closed (nil before the first run, and without a
 	// resolver).
@@ -110,10 +110,6 @@ func (t *Tier) OpenSession(ctx context.Context, opts airlock.SessionOptions) (ai
 	}
 	return s, nil
 }
-
-// errClosing is the cause of a run stopped because its session was
-// closed.
-var errClosing = errors.New("the session was closed")
 
 // expire closes the session once it has been idle for its TTL: a timer
 // that fired as a run began finds the session used since, and leaves it
@@ -225,19 +221,8 @@ func (s *Session) Run(ctx context.Context, job airlock.Job) (airlock.Result, err
 		}()
 	}
 	// Closing the session stops this run.
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	s.stopMu.Lock()
-	s.stop = stop
-	if s.closing.Load() { // a Close that came before stop was set
-		stop(errClosing)
-	}
-	s.stopMu.Unlock()
-	defer func() {
-		s.stopMu.Lock()
-		s.stop = nil
-		s.stopMu.Unlock()
-	}()
+	ctx, end := s.current.Begin(ctx)
+	defer end()
 	return s.t.run(ctx, job, s)
 }
 
@@ -264,11 +249,7 @@ func (s *Session) imageFor(ctx context.Context, ref string) (*image.Image, error
 // workspace stays), and its image released.
 func (s *Session) Close() error {
 	s.closing.Store(true)
-	s.stopMu.Lock()
-	if s.stop != nil {
-		s.stop(errClosing)
-	}
-	s.stopMu.Unlock()
+	s.current.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closeLocked()
