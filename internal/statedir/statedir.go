@@ -60,13 +60,7 @@ func Ensure(dir string, perm os.FileMode) (string, error) {
 		return "", fmt.Errorf("state directory %q: not an absolute path", dir)
 	}
 	dir = filepath.Clean(dir)
-	var path []string
-	for p := dir; ; p = filepath.Dir(p) {
-		path = append(path, p)
-		if p == filepath.Dir(p) {
-			break
-		}
-	}
+	path := ancestors(dir)
 	for i := len(path) - 1; i >= 0; i-- {
 		if err := step(dir, path[i], i == 0, perm, true); err != nil {
 			return "", err
@@ -90,13 +84,7 @@ func Resolve(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var path []string
-	for p := dir; ; p = filepath.Dir(p) {
-		path = append(path, p)
-		if p == filepath.Dir(p) {
-			break
-		}
-	}
+	path := ancestors(dir)
 	for i := len(path) - 1; i >= 0; i-- {
 		if err := step(dir, path[i], false, 0, false); err != nil {
 			return "", err
@@ -107,6 +95,17 @@ func Resolve(dir string) (string, error) {
 		return "", err
 	}
 	return real, Check(dir, real)
+}
+
+// ancestors returns dir and every directory above it, up to /.
+func ancestors(dir string) []string {
+	var path []string
+	for p := dir; ; p = filepath.Dir(p) {
+		path = append(path, p)
+		if p == filepath.Dir(p) {
+			return path
+		}
+	}
 }
 
 // step checks p, one directory on the way to the state directory dir (or
