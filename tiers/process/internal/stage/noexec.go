@@ -127,7 +127,7 @@ func copyOver(p string) error {
 	}
 	tree, err := unix.OpenTree(mnt, "f", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if errors.Is(err, unix.EINVAL) {
-		// Before Linux 6.15 a detached mount cannot be cloned: it is
+		// Older kernels (6.1, say) cannot clone a detached mount: it is
 		// attached for a moment beside p first.
 		tree, err = cloneAttached(mnt, path.Dir(p))
 	}
