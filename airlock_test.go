@@ -15,14 +15,18 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/value"
 )
 
-// An image is for command jobs, and a reference is one printable word;
-// the image store judges the rest.
+// An image is for command jobs, and a reference is one word of printable
+// ASCII (what a console or approval shows is what the store reads); the
+// image store judges the rest.
 func TestValidateImage(t *testing.T) {
 	for _, job := range []airlock.Job{
 		{Kind: airlock.KindExpr, Code: "1", Image: "python"},
 		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "py thon"},
 		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "python\n"},
 		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: strings.Repeat("p", 513)},
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "pyth\u009bon"},          // a C1 control (CSI)
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "l\u043ecalhost/tool:1"}, // a Cyrillic o
+		{Kind: airlock.KindCommand, Argv: []string{"true"}, Image: "python\u202e"},          // a right-to-left override
 	} {
 		var inv *airlock.InvalidJob
 		if err := job.Validate(); !errors.As(err, &inv) || inv.Field != "image" {

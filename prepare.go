@@ -251,8 +251,10 @@ func (job *Job) Validate() error {
 		switch {
 		case job.Kind != KindCommand:
 			return invalid("image", "%s job runs in no image (images are for command jobs)", article(job.Kind))
-		case len(job.Image) > 512 || strings.ContainsFunc(job.Image, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-			return invalid("image", "not an image name or reference")
+		case len(job.Image) > 512 || strings.ContainsFunc(job.Image, func(r rune) bool { return r <= ' ' || r > '~' }):
+			// Printable ASCII only: a look-alike letter or a control
+			// would show an approver one image and run another.
+			return invalid("image", "not an image name or reference (printable ASCII; a registry's international name in its xn-- form)")
 		}
 	}
 	if len(job.Input) > 0 {
