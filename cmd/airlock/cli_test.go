@@ -610,8 +610,9 @@ func TestMissingGrantPath(t *testing.T) {
 }
 
 // TestStarlarkScriptNamed: a Starlark script run from a file is named as
-// the user named it in errors and tracebacks (not job.star), and placing
-// the script itself with --file too is no conflict.
+// the user named it in errors and tracebacks (not job.star); it is placed
+// in the job's files, as a command's script is, so --file of the same name
+// is placed twice.
 func TestStarlarkScriptNamed(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.star")
@@ -622,6 +623,6 @@ func TestStarlarkScriptNamed(t *testing.T) {
 	assert.NotContains(t, errOut, "job.star")
 
 	_, errOut, code = run(t, "", "run", "--file", bad, bad)
-	assert.Equal(t, exitFailed, code)
-	assert.Contains(t, errOut, "bad.star:2:", "placed again with --file: %s", errOut)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "bad.star is placed twice")
 }

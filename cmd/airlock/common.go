@@ -152,7 +152,7 @@ func (f *jobFlags) placeFiles(job *airlock.Job) error {
 		if job.Files == nil {
 			job.Files = map[string]string{}
 		}
-		if old, dup := job.Files[dest]; dup && old != string(data) { // the script itself, say
+		if _, dup := job.Files[dest]; dup {
 			return jobs.Invalid("--file", "%s is placed twice", dest)
 		}
 		job.Files[dest] = string(data)
