@@ -202,6 +202,12 @@ func (s *Server) startWrapped(ctx context.Context, wr *wrapped) (*mcpwrap.Wrappe
 		if errors.As(err, &inv) || errors.As(err, &na) {
 			return nil, err
 		}
+		if airlock.KindOf(err) == airlock.ErrRuntime {
+			// A server that speaks no MCP is the operator's configuration
+			// failing, not the tenant's request: airlock's failure here,
+			// its cause in the server's log.
+			return nil, fmt.Errorf("wrapped server %s: %v", spec.Name, err)
+		}
 		return nil, fmt.Errorf("wrapped server %s: %w", spec.Name, err)
 	}
 	s.mu.Lock()

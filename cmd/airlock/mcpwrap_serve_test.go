@@ -76,7 +76,10 @@ tenants:
   - name: a
     key_sha256: %s
     mcp_wrapped:
-%s%s  - name: b
+%s%s      - name: silent
+        argv: [python3, -c, pass]
+        image: python
+  - name: b
     key_sha256: %s
     mcp_wrapped:
 %s`, server.HashKey(testKey), wrapped("dyn", ""), wrapped("brief", "        idle_timeout: 1s\n"), server.HashKey(otherKey), wrapped("dyn", ""))
@@ -84,6 +87,20 @@ tenants:
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	c := startServe(t, path)
 	ctx := context.Background()
+
+	// A wrapped server that exits without speaking MCP is the operator's
+	// configuration failing: 500, its cause in the server's log, not the
+	// tenant's answer.
+	req, _ := http.NewRequest("POST", "http://"+c.addr+"/mcp/wrapped/silent", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	silent, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", silent)
+	assert.Contains(t, string(silent), "airlock failed")
 
 	changed := make(chan struct{}, 16)
 	a1 := connectWrapped(t, c.addr, testKey, "dyn", changed)

@@ -406,7 +406,7 @@ func TestMCPWrapNotMCP(t *testing.T) {
 		{[]string{"sh", "-c", "exit 3"}, "(it exited with status 3)"},
 	} {
 		_, errOut, code := run(t, "", append([]string{"mcp-wrap", "--tier", "process", "--image", "host", "--allow-spawn", "--"}, c.argv...)...)
-		assert.NotEqual(t, exitOK, code)
+		assert.Equal(t, exitFailed, code, "a server that speaks no MCP failed, not airlock: %s", errOut)
 		assert.Contains(t, errOut, "the wrapped server did not start an MCP session", c.argv)
 		assert.Contains(t, errOut, c.want, c.argv)
 		assert.NotContains(t, errOut, "<nil>", c.argv)

@@ -267,6 +267,11 @@ func Start(ctx context.Context, at airlock.Attacher, job airlock.Job, cfg Config
 		att.Kill()
 		res, werr := att.Wait()
 		w.copies.Wait()
+		if werr == nil {
+			// The wrapped program ran and spoke no MCP: its failure, as
+			// a program's runtime error is, not the wrapper's.
+			return nil, &airlock.ErrorInfo{Kind: airlock.ErrRuntime, Message: fmt.Sprintf("%v (%s)", err, startEnd(res, nil))}
+		}
 		return nil, fmt.Errorf("%w (%s)", err, startEnd(res, werr))
 	}
 	go func() {
