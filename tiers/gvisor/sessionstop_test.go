@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // sessionEnded reports whether err is the refusal a session's run gets
@@ -128,32 +129,9 @@ func TestSessionRunBelowScratch(t *testing.T) {
 // in it (stopped: killed, saying the session was closed) rather than
 // waiting for the run's wall clock, and refuses the run waiting its turn.
 func TestSessionCloseStopsRun(t *testing.T) {
-	s := openSession(t, airlock.SessionOptions{})
 	long := cmdJob("sleep", "60")
 	long.Limits.WallMS = 60_000
-	type ran struct {
-		err error
-		at  time.Time
-	}
-	first, second := make(chan ran, 1), make(chan ran, 1)
-	go func() { _, err := s.Run(context.Background(), long); first <- ran{err, time.Now()} }()
-	time.Sleep(time.Second) // the first run holds the session
-	go func() { _, err := s.Run(context.Background(), long); second <- ran{err, time.Now()} }()
-	time.Sleep(300 * time.Millisecond)
-	start := time.Now()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 15*time.Second {
-		t.Errorf("Close took %v: it waited for the run", d)
-	}
-	r := <-first
-	if st, ok := airlock.AsStop(r.err); !ok || st.Reason != airlock.StopKilled || !strings.Contains(st.Detail, "closed") {
-		t.Errorf("the run in progress: want stopped: killed by the close, got %v", r.err)
-	}
-	if r := <-second; !sessionEnded(r.err) {
-		t.Errorf("the run waiting its turn: want refused as the session is closed, got %v", r.err)
-	}
+	tiertest.CloseStopsRun(t, openSession(t, airlock.SessionOptions{}), long, time.Second)
 }
 
 // TestSessionTTLDuringRun: a TTL timer that fires while a run is in

@@ -2,11 +2,11 @@ package process
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 )
 
 // TestSessionCloseStopsRun: closing a session stops the run in progress
@@ -21,26 +21,7 @@ func TestSessionCloseStopsRun(t *testing.T) {
 		defer s.Close()
 		long := cmdJob("sleep", "60")
 		long.Limits.WallMS = 60_000
-		type ran struct{ err error }
-		first, second := make(chan ran, 1), make(chan ran, 1)
-		go func() { _, err := s.Run(context.Background(), long); first <- ran{err} }()
-		time.Sleep(time.Second) // the first run holds the session
-		go func() { _, err := s.Run(context.Background(), long); second <- ran{err} }()
-		time.Sleep(300 * time.Millisecond)
-		start := time.Now()
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(start); d > 15*time.Second {
-			t.Errorf("Close took %v: it waited for the run", d)
-		}
-		r := <-first
-		if st, ok := airlock.AsStop(r.err); !ok || st.Reason != airlock.StopKilled || !strings.Contains(st.Detail, "closed") {
-			t.Errorf("the run in progress: want stopped: killed by the close, got %v", r.err)
-		}
-		if r := <-second; airlock.KindOf(r.err) != airlock.ErrNotAdmitted || !strings.Contains(r.err.Error(), "closed") {
-			t.Errorf("the run waiting its turn: want refused as the session is closed, got %v", r.err)
-		}
+		tiertest.CloseStopsRun(t, s, long, time.Second)
 	})
 }
 
