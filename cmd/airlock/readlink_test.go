@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testing/tiertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -41,7 +44,7 @@ func TestReadGrantThroughLink(t *testing.T) {
 			}
 			out, errOut, code := run(t, "", append(args, "--", "cat", link+"/f.txt")...)
 			if code == exitMissing {
-				t.Skipf("%s is unavailable here: %s", tier, errOut)
+				tiertest.Unavailable(t, tier, errors.New(strings.TrimSpace(errOut)))
 			}
 			assert.Equal(t, exitOK, code, errOut)
 			assert.Equal(t, "through the link\n", out)
