@@ -611,10 +611,7 @@ func TestLinearWorkCounted(t *testing.T) {
 		start := time.Now()
 		_, err := run(t, j)
 		took := time.Since(start)
-		var st *airlock.Stop
-		if assert.ErrorAs(t, err, &st, code) {
-			assert.Equal(t, airlock.StopTimeout, st.Reason, code)
-		}
+		assertStop(t, err, airlock.StopTimeout, code)
 		assert.Less(t, took, 1500*time.Millisecond, "%q stopped %v after a 300ms wall clock", code, took)
 	}
 }
@@ -710,10 +707,7 @@ func TestCopiesCharged(t *testing.T) {
 		j := job(code)
 		j.Limits.MemoryMB = 64
 		_, err := run(t, j)
-		var st *airlock.Stop
-		if assert.ErrorAs(t, err, &st, code) {
-			assert.Equal(t, airlock.StopMemory, st.Reason, code)
-		}
+		assertStop(t, err, airlock.StopMemory, code)
 	}
 }
 
@@ -739,10 +733,7 @@ func TestHashingBounded(t *testing.T) {
 			j := job(code)
 			j.Limits.WallMS = 2000
 			_, err := run(t, j)
-			var ei *airlock.ErrorInfo
-			if assert.ErrorAs(t, err, &ei, code) {
-				assert.Equal(t, airlock.ErrRuntime, ei.Kind, code)
-			}
+			assertRuntime(t, err, code)
 		}
 	}
 }
@@ -755,10 +746,7 @@ func TestListSearchBounded(t *testing.T) {
 		j := job(code)
 		j.Limits.WallMS = 2000
 		_, err := run(t, j)
-		var ei *airlock.ErrorInfo
-		if assert.ErrorAs(t, err, &ei, code) {
-			assert.Equal(t, airlock.ErrRuntime, ei.Kind, code)
-		}
+		assertRuntime(t, err, code)
 	}
 }
 
@@ -771,10 +759,7 @@ func TestSpreadCharged(t *testing.T) {
 		j := job(code)
 		j.Limits.MemoryMB = 64
 		_, err := run(t, j)
-		var st *airlock.Stop
-		if assert.ErrorAs(t, err, &st, code) {
-			assert.Equal(t, airlock.StopMemory, st.Reason, code)
-		}
+		assertStop(t, err, airlock.StopMemory, code)
 	}
 }
 
@@ -839,5 +824,24 @@ def g(d = [5]):
 		if assert.ErrorAs(t, err, &ei, code) {
 			assert.Contains(t, ei.Message, "frozen", code)
 		}
+	}
+}
+
+// assertStop asserts that err stopped the run for reason (code names the
+// case).
+func assertStop(t *testing.T, err error, reason airlock.StopReason, code string) {
+	t.Helper()
+	var st *airlock.Stop
+	if assert.ErrorAs(t, err, &st, code) {
+		assert.Equal(t, reason, st.Reason, code)
+	}
+}
+
+// assertRuntime asserts that err is a runtime error (code names the case).
+func assertRuntime(t *testing.T, err error, code string) {
+	t.Helper()
+	var ei *airlock.ErrorInfo
+	if assert.ErrorAs(t, err, &ei, code) {
+		assert.Equal(t, airlock.ErrRuntime, ei.Kind, code)
 	}
 }
