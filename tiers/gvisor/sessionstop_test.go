@@ -138,23 +138,9 @@ func TestSessionCloseStopsRun(t *testing.T) {
 // progress (it had fired as the run began) does not end the session once
 // the run is over: the session was not idle.
 func TestSessionTTLDuringRun(t *testing.T) {
-	sess := openSession(t, airlock.SessionOptions{TTL: time.Hour})
-	s := sess.(*session)
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Run(context.Background(), cmdJob("sh", "-c", "echo kept > k.txt; sleep 2"))
-		done <- err
-	}()
-	time.Sleep(time.Second)
-	s.timer.Reset(time.Millisecond) // as if it had fired as the run began
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	res, err := s.Run(context.Background(), cmdJob("cat", "k.txt"))
-	if err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("the run after: want the session open, got %v (%+v)", err, res)
-	}
+	s := openSession(t, airlock.SessionOptions{TTL: time.Hour}).(*session)
+	tiertest.TTLDuringRun(t, s, func(sh string) airlock.Job { return cmdJob("sh", "-c", sh) },
+		func() { s.timer.Reset(time.Millisecond) })
 }
 
 // TestSessionSandboxDiesIdle: a session whose sandbox died between runs

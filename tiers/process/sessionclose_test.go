@@ -36,20 +36,7 @@ func TestSessionTTLDuringRun(t *testing.T) {
 		}
 		defer sess.Close()
 		s := sess.(*Session)
-		done := make(chan error, 1)
-		go func() {
-			_, err := s.Run(context.Background(), cmdJob("sh", "-c", "echo kept > k.txt; sleep 2"))
-			done <- err
-		}()
-		time.Sleep(time.Second)
-		s.timer.Reset(time.Millisecond) // as if it had fired as the run began
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
-		res, err := s.Run(context.Background(), cmdJob("cat", "k.txt"))
-		if err != nil || res.Stdout != "kept\n" {
-			t.Fatalf("the run after: want the session open, got %v (%+v)", err, res)
-		}
+		tiertest.TTLDuringRun(t, s, func(sh string) airlock.Job { return cmdJob("sh", "-c", sh) },
+			func() { s.timer.Reset(time.Millisecond) })
 	})
 }

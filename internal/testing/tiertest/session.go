@@ -37,3 +37,26 @@ func CloseStopsRun(t *testing.T, s airlock.Session, long airlock.Job, held time.
 		t.Errorf("the run waiting its turn: want refused in one line as the session is closed, got %v", err)
 	}
 }
+
+// TTLDuringRun checks that an idle timer that fires while a run is in
+// progress (fire makes s's timer fire at once, as if it had fired as the
+// run began) does not end the session once the run is over: the session
+// was not idle, and its scratch is kept.
+func TTLDuringRun(t *testing.T, s airlock.Session, sh func(script string) airlock.Job, fire func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background(), sh("echo kept > k.txt; sleep 2"))
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	fire()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	res, err := s.Run(context.Background(), sh("cat k.txt"))
+	if err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("the run after: want the session open, got %v (%+v)", err, res)
+	}
+}
