@@ -9,13 +9,11 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock"
+	"github.com/airlock-sandbox/airlock/internal/value"
 	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
@@ -301,35 +299,8 @@ func (e *env) fail(err error) int {
 	// A compile or runtime error keeps its lines (a traceback); any other
 	// is one line.
 	k := airlock.KindOf(err)
-	fmt.Fprintf(e.stderr, "airlock: %s\n", printable(msg, k == airlock.ErrCompile || k == airlock.ErrRuntime))
+	fmt.Fprintf(e.stderr, "airlock: %s\n", value.Escaped(msg, k == airlock.ErrCompile || k == airlock.ErrRuntime))
 	return exitCode(err)
-}
-
-// printable is msg fit for one line of a terminal: a byte that is not
-// UTF-8 and a character that is not printable (a line break, a terminal
-// escape), which an argument or a path named in an error may hold, are
-// written as Go escapes (\xff, \n, \x1b); with lines, a line break and
-// a tab are kept.
-func printable(msg string, lines bool) string {
-	odd := func(r rune) bool { return !unicode.IsPrint(r) && !(lines && (r == '\n' || r == '\t')) }
-	if utf8.ValidString(msg) && !strings.ContainsFunc(msg, odd) {
-		return msg
-	}
-	var b strings.Builder
-	for i := 0; i < len(msg); {
-		r, n := utf8.DecodeRuneInString(msg[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, msg[i])
-		case odd(r):
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteString(msg[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
 }
 
 func exitCode(err error) int {

@@ -21,3 +21,18 @@ func TestLine(t *testing.T) {
 		}
 	}
 }
+
+func TestEscaped(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"plain path":          {"plain path", "plain path"},
+		"a\nb\x1b[2J\xff":     {`a\nb\x1b[2J\xff`, "a\nb\\x1b[2J\\xff"},
+		"tab\there \u202eRLO": {`tab\there \u202eRLO`, "tab\there \\u202eRLO"},
+	} {
+		if got := Escaped(in, false); got != want[0] {
+			t.Errorf("Escaped(%q, false) = %q, want %q", in, got, want[0])
+		}
+		if got := Escaped(in, true); got != want[1] {
+			t.Errorf("Escaped(%q, true) = %q, want %q", in, got, want[1])
+		}
+	}
+}
