@@ -449,34 +449,7 @@ func TestPullRedirectKeepsCredentials(t *testing.T) {
 // the first giving up (its job cancelled) does not fail the second, which
 // then does the work itself.
 func TestPullCancelledLeavesOthers(t *testing.T) {
-	reg := registry.New(registry.Logger(nilLogger()))
-	hit := make(chan struct{}, 1)
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, blob := repoOf(r.URL.Path); blob && r.Header.Get("X-Push") == "" && r.Method == http.MethodGet {
-			select {
-			case hit <- struct{}{}:
-			default:
-			}
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		reg.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "http://")
-	img := goodImage(t, "shared")
-	pushRef, err := name.ParseReference(host + "/team/app:v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(pushRef, img); err != nil {
-		t.Fatal(err)
-	}
-	ref := host + "/team/app@" + digestOf(t, img)
+	ref, hit, release := gatedRegistry(t, goodImage(t, "shared"))
 	f := newFixture(t, Options{})
 
 	ctx1, cancel1 := context.WithCancel(context.Background())
@@ -498,7 +471,7 @@ func TestPullCancelledLeavesOthers(t *testing.T) {
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Errorf("the cancelled pull: %v, want context.Canceled", err)
 	}
-	close(release)
+	release()
 	if err := <-second; err != nil {
 		t.Fatalf("the second pull failed with the first's cancellation: %v", err)
 	}

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -70,45 +72,7 @@ func TestWaitOnAnotherProcessEnds(t *testing.T) {
 	})
 
 	t.Run("pull", func(t *testing.T) {
-		reg := registry.New(registry.Logger(nilLogger()))
-		hit, release := make(chan struct{}, 1), make(chan struct{})
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, blob := repoOf(r.URL.Path); blob && r.Header.Get("X-Push") == "" && r.Method == http.MethodGet {
-				select {
-				case hit <- struct{}{}:
-				default:
-				}
-				select {
-				case <-release:
-				case <-r.Context().Done():
-					return
-				}
-			}
-			reg.ServeHTTP(w, r)
-		}))
-		defer srv.Close()
-		defer func() {
-			select {
-			case <-release:
-			default:
-				close(release)
-			}
-		}()
-		host := strings.TrimPrefix(srv.URL, "http://")
-		img := goodImage(t, "locked")
-		pushRef, err := name.ParseReference(host + "/team/app:v1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		push := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			r = r.Clone(r.Context())
-			r.Header.Set("X-Push", "1")
-			return http.DefaultTransport.RoundTrip(r)
-		})
-		if err := remote.Write(pushRef, img, remote.WithTransport(push)); err != nil {
-			t.Fatal(err)
-		}
-		ref := host + "/team/app@" + digestOf(t, img)
+		ref, hit, release := gatedRegistry(t, goodImage(t, "locked"))
 		f := newFixture(t, Options{})
 		other, err := Open(f.s.dir, Options{})
 		if err != nil {
@@ -121,10 +85,52 @@ func TestWaitOnAnotherProcessEnds(t *testing.T) {
 			_, err := other.Pull(ctx, ref)
 			return err
 		})
-		close(release)
+		release()
 		if err := <-first; err != nil {
 			t.Fatal(err)
 		}
 		f.tmpEmpty()
 	})
+}
+
+// gatedRegistry serves img from a registry on loopback, pushed there, and
+// returns its reference by digest: a pull's first blob request signals hit
+// and waits until release (or the request ends). release may be called
+// more than once; the test's end calls it.
+func gatedRegistry(t *testing.T, img v1.Image) (ref string, hit <-chan struct{}, release func()) {
+	t.Helper()
+	reg := registry.New(registry.Logger(nilLogger()))
+	hits, gate := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, blob := repoOf(r.URL.Path); blob && r.Header.Get("X-Push") == "" && r.Method == http.MethodGet {
+			select {
+			case hits <- struct{}{}:
+			default:
+			}
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(srv.Close)
+	t.Cleanup(release) // before srv.Close: cleanups run last first
+	host := strings.TrimPrefix(srv.URL, "http://")
+	pushRef, err := name.ParseReference(host + "/team/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("X-Push", "1")
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	if err := remote.Write(pushRef, img, remote.WithTransport(push)); err != nil {
+		t.Fatal(err)
+	}
+	return host + "/team/app@" + digestOf(t, img), hits, release
 }
