@@ -238,19 +238,8 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	testTools(t, cs)
 	// Another tenant presenting a's MCP session ID is refused.
 	call := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"evaluate_expression","arguments":{"expression":"1"}}}`
-	req, _ := http.NewRequest("POST", f.http.URL+"/mcp", strings.NewReader(call))
-	req.Header.Set("Authorization", "Bearer "+keyB)
-	req.Header.Set("Mcp-Session-Id", cs.ID())
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode < 400 || strings.Contains(string(body), `"result"`) {
-		t.Errorf("tenant b used a's MCP session: %d %s", resp.StatusCode, body)
+	if status, _, body := mcpPostTo(t, f.http.URL+"/mcp", keyB, cs.ID(), call); status < 400 || strings.Contains(body, `"result"`) {
+		t.Errorf("tenant b used a's MCP session: %d %s", status, body)
 	}
 	cs.Close()
 	// Without a key the endpoint refuses.
@@ -643,7 +632,15 @@ func TestMCPArgumentErrorsNameNoGoTypes(t *testing.T) {
 // the answer names.
 func mcpPost(t *testing.T, base, key, sid, msg string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(msg))
+	status, sid, _ := mcpPostTo(t, base+"/mcp", key, sid, msg)
+	return status, sid
+}
+
+// mcpPostTo is mcpPost to an MCP endpoint's URL, also returning the
+// answer's body.
+func mcpPostTo(t *testing.T, url, key, sid, msg string) (status int, session, body string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(msg))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -654,9 +651,9 @@ func mcpPost(t *testing.T, base, key, sid, msg string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id")
+	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), string(b)
 }
 
 const mcpInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`

@@ -179,17 +179,7 @@ func TestWrappedServerOnTheTenantsTiers(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	defer func() { hs.Close(); _ = srv.Close() }()
-	req, _ := http.NewRequest("POST", hs.URL+"/mcp/wrapped/w", strings.NewReader(mcpInit))
-	req.Header.Set("Authorization", "Bearer "+keyA)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	status := resp.StatusCode
+	status, _, body := mcpPostTo(t, hs.URL+"/mcp/wrapped/w", keyA, "", mcpInit)
 	t.Logf("%d %s", status, body)
 	if cheap.Load() != 0 {
 		t.Errorf("the wrapped server was attached on tier cheap, which the tenant may not use (status %d)", status)
