@@ -42,16 +42,28 @@ const guardInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"prot
 // and the session it opened.
 func guardPost(t *testing.T, addr string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", "http://"+addr+"/mcp", strings.NewReader(guardInit))
+	status, session, _ := mcpPost(t, "http://"+addr+"/mcp", guardKey, "", guardInit)
+	return status, session
+}
+
+// mcpPost sends one JSON-RPC message to the MCP endpoint at url with key,
+// in the MCP session sid ("" starts one), and returns the answer's status,
+// the session it names and its body.
+func mcpPost(t *testing.T, url, key, sid, msg string) (status int, session, body string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(msg))
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+guardKey)
+	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id")
+	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), string(b)
 }
 
 // TestMCPWrapHTTPSlowBody: a client with the key that declares a body and

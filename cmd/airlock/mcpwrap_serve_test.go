@@ -91,16 +91,9 @@ tenants:
 	// A wrapped server that exits without speaking MCP is the operator's
 	// configuration failing: 500, its cause in the server's log, not the
 	// tenant's answer.
-	req, _ := http.NewRequest("POST", "http://"+c.addr+"/mcp/wrapped/silent", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-	req.Header.Set("Authorization", "Bearer "+testKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	silent, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", silent)
-	assert.Contains(t, string(silent), "airlock failed")
+	status, _, silent := mcpPost(t, "http://"+c.addr+"/mcp/wrapped/silent", testKey, "", guardInit)
+	assert.Equal(t, http.StatusInternalServerError, status, "%s", silent)
+	assert.Contains(t, silent, "airlock failed")
 
 	changed := make(chan struct{}, 16)
 	a1 := connectWrapped(t, c.addr, testKey, "dyn", changed)
@@ -158,19 +151,9 @@ tenants:
 	// b presenting a's session, or naming a server declared for a only.
 	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"whoami"}}`
 	for _, target := range []struct{ path, session string }{{"dyn", a1.ID()}, {"brief", ""}} {
-		req, _ := http.NewRequest("POST", "http://"+c.addr+"/mcp/wrapped/"+target.path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+otherKey)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if target.session != "" {
-			req.Header.Set("Mcp-Session-Id", target.session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		got, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode < 400 || strings.Contains(string(got), "instance ") {
-			t.Errorf("tenant b reached %s (session %q): %d %s", target.path, target.session, resp.StatusCode, got)
+		status, _, got := mcpPost(t, "http://"+c.addr+"/mcp/wrapped/"+target.path, otherKey, target.session, body)
+		if status < 400 || strings.Contains(got, "instance ") {
+			t.Errorf("tenant b reached %s (session %q): %d %s", target.path, target.session, status, got)
 		}
 	}
 
